@@ -1,0 +1,180 @@
+//! The adapter seam (SPEC S1.6, S1.9): one streaming call per attempt, registered under a route.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::chunk::Chunk;
+use crate::config::{PreparedCallConfig, ReasoningEffort};
+use crate::failure::{Failure, FailureCode};
+use crate::message::Message;
+
+/// A streamed reply. It always ends with exactly one [`Chunk::Finish`]; failures arrive as
+/// `finish {error}` or `finish {aborted}`, never as a panic or a silently ended stream.
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Chunk> + Send>>;
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// Why a call is made, when it is not an ordinary agent step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Purpose {
+    Compaction,
+    SessionTitle,
+}
+
+/// Everything one model call needs (SPEC S1.6).
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Route, model and sampling, already prepared.
+    pub config: PreparedCallConfig,
+    pub system: String,
+    /// The history, shared so that building a request does not copy it.
+    pub messages: Arc<Vec<Message>>,
+    pub tools: Arc<Vec<ToolSchema>>,
+    /// Live cancellation: cancelling it aborts the call, which then finishes `aborted`.
+    pub cancel: CancellationToken,
+    pub session_id: Option<String>,
+    pub purpose: Option<Purpose>,
+}
+
+/// What an adapter knows about a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    pub id: String,
+    pub context_window: u64,
+    pub default_max_tokens: u64,
+    /// Reasoning efforts the model accepts (`Off` included when thinking can be disabled).
+    pub efforts: Vec<ReasoningEffort>,
+    pub default_effort: Option<ReasoningEffort>,
+    pub modalities: Vec<String>,
+}
+
+/// One wire format. An implementation makes exactly one attempt per call (it never retries),
+/// honours `request.cancel`, and fails with `TIMEOUT` after its idle watchdog expires.
+pub trait Adapter: Send + Sync {
+    /// Starts one streaming call.
+    fn stream(&self, request: GenerateRequest) -> ChunkStream;
+
+    /// Metadata for `model`, if the adapter knows it.
+    fn model_info(&self, _model: &str) -> Option<ModelInfo> {
+        None
+    }
+
+    /// The models the provider offers, where it can list them.
+    fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
+        Box::pin(async {
+            Err(Failure::new(
+                FailureCode::InvalidRequest,
+                "this provider cannot list its models",
+            ))
+        })
+    }
+}
+
+/// Adapters by route name.
+#[derive(Default, Clone)]
+pub struct AdapterRegistry {
+    routes: BTreeMap<String, Arc<dyn Adapter>>,
+}
+
+/// A registration that cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("an adapter is already registered for route `{0}`")]
+    DuplicateRoute(String),
+}
+
+impl AdapterRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `adapter` under `route`; a route can be registered once.
+    pub fn register(
+        &mut self,
+        route: impl Into<String>,
+        adapter: Arc<dyn Adapter>,
+    ) -> Result<(), RegistryError> {
+        let route = route.into();
+        if self.routes.contains_key(&route) {
+            return Err(RegistryError::DuplicateRoute(route));
+        }
+        self.routes.insert(route, adapter);
+        Ok(())
+    }
+
+    /// Removes the adapter of `route`, returning it.
+    pub fn unregister(&mut self, route: &str) -> Option<Arc<dyn Adapter>> {
+        self.routes.remove(route)
+    }
+
+    /// The adapter of `route`, or a `NO_ADAPTER` failure naming the known routes.
+    pub fn get(&self, route: &str) -> Result<Arc<dyn Adapter>, Failure> {
+        self.routes.get(route).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
+            Failure::new(
+                FailureCode::NoAdapter,
+                format!(
+                    "no adapter for provider route `{route}` (known routes: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+        })
+    }
+
+    /// Registered route names, sorted.
+    pub fn routes(&self) -> impl Iterator<Item = &str> {
+        self.routes.keys().map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::FinishReason;
+
+    struct Silent;
+    impl Adapter for Silent {
+        fn stream(&self, _request: GenerateRequest) -> ChunkStream {
+            Box::pin(futures::stream::iter([Chunk::Finish {
+                reason: FinishReason::Stop,
+            }]))
+        }
+    }
+
+    #[test]
+    fn duplicate_route_is_an_error_and_unknown_is_no_adapter() {
+        let mut r = AdapterRegistry::new();
+        r.register("a", Arc::new(Silent)).unwrap();
+        assert_eq!(
+            r.register("a", Arc::new(Silent)).unwrap_err(),
+            RegistryError::DuplicateRoute("a".into())
+        );
+        let err = r.get("b").err().unwrap();
+        assert_eq!(err.code, FailureCode::NoAdapter);
+        assert!(err.message.contains("known routes: a"));
+        assert!(r.get("a").is_ok());
+        assert!(r.unregister("a").is_some());
+        assert!(r.get("a").is_err());
+    }
+}

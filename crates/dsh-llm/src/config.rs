@@ -1,0 +1,219 @@
+//! Call config (SPEC S1.7): the request-header state that decides prompt-cache reuse.
+
+use serde::{Deserialize, Serialize};
+
+use crate::adapter::ModelInfo;
+use crate::failure::{Failure, FailureCode};
+
+/// How hard the model should think. `Off` disables thinking where the provider allows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    Off,
+    Low,
+    Medium,
+    High,
+    Max,
+}
+
+impl ReasoningEffort {
+    /// Parses the user-facing spelling (`off`, `low`, `medium`, `high`, `max`).
+    pub fn parse(text: &str) -> Option<ReasoningEffort> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" => Some(ReasoningEffort::Off),
+            "low" => Some(ReasoningEffort::Low),
+            "medium" => Some(ReasoningEffort::Medium),
+            "high" => Some(ReasoningEffort::High),
+            "max" => Some(ReasoningEffort::Max),
+            _ => None,
+        }
+    }
+
+    /// The wire and user-facing spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::Off => "off",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+            ReasoningEffort::Max => "max",
+        }
+    }
+}
+
+/// What the caller asked for: route, model and sampling. Absent fields are filled by the
+/// adapter's defaults when the config is [prepared](CallConfig::prepare).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallConfig {
+    pub provider: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Vec<String>>,
+}
+
+/// A field of [`CallConfig`] that an adapter default can fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ConfigField {
+    ReasoningEffort,
+    MaxTokens,
+}
+
+/// A call config after defaults were resolved against one model's metadata. Immutable.
+///
+/// `adapter_filled` names the fields that came from adapter defaults rather than from the caller,
+/// so that a later change of adapter or model fills them again instead of inheriting them.
+/// Equality is plain field equality (stop sequences element by element).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedCallConfig {
+    #[serde(flatten)]
+    config: CallConfig,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    adapter_filled: Vec<ConfigField>,
+}
+
+impl CallConfig {
+    /// A config naming only route and model.
+    pub fn new(provider: impl Into<String>, model: impl Into<String>) -> Self {
+        CallConfig {
+            provider: provider.into(),
+            model: model.into(),
+            reasoning_effort: None,
+            temperature: None,
+            max_tokens: None,
+            stop: None,
+        }
+    }
+
+    /// Resolves defaults once, before dispatch: absent effort and max tokens come from `model`
+    /// (and are marked adapter-filled); an effort the model does not support is rejected with
+    /// `UNSUPPORTED_REASONING_EFFORT`. `Off` is accepted when the model lists it.
+    pub fn prepare(self, model: &ModelInfo) -> Result<PreparedCallConfig, Failure> {
+        let mut config = self;
+        let mut adapter_filled = Vec::new();
+        match config.reasoning_effort {
+            Some(effort) => {
+                if !model.efforts.contains(&effort) {
+                    let supported: Vec<&str> = model.efforts.iter().map(|e| e.as_str()).collect();
+                    return Err(Failure::new(
+                        FailureCode::UnsupportedReasoningEffort,
+                        format!(
+                            "model {} does not support reasoning effort `{}` (supported: {})",
+                            config.model,
+                            effort.as_str(),
+                            if supported.is_empty() {
+                                "none".to_string()
+                            } else {
+                                supported.join(", ")
+                            }
+                        ),
+                    ));
+                }
+            }
+            None => {
+                if let Some(effort) = model.default_effort {
+                    config.reasoning_effort = Some(effort);
+                    adapter_filled.push(ConfigField::ReasoningEffort);
+                }
+            }
+        }
+        if config.max_tokens.is_none() {
+            config.max_tokens = Some(model.default_max_tokens);
+            adapter_filled.push(ConfigField::MaxTokens);
+        }
+        Ok(PreparedCallConfig {
+            config,
+            adapter_filled,
+        })
+    }
+}
+
+impl PreparedCallConfig {
+    /// The resolved config.
+    pub fn config(&self) -> &CallConfig {
+        &self.config
+    }
+
+    /// Fields that came from adapter defaults.
+    pub fn adapter_filled(&self) -> &[ConfigField] {
+        &self.adapter_filled
+    }
+
+    /// The config as the caller gave it: adapter-filled fields cleared, ready to be prepared
+    /// again against another adapter or model.
+    pub fn caller_config(&self) -> CallConfig {
+        let mut config = self.config.clone();
+        for field in &self.adapter_filled {
+            match field {
+                ConfigField::ReasoningEffort => config.reasoning_effort = None,
+                ConfigField::MaxTokens => config.max_tokens = None,
+            }
+        }
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> ModelInfo {
+        ModelInfo {
+            id: "m".into(),
+            context_window: 1000,
+            default_max_tokens: 100,
+            efforts: vec![ReasoningEffort::Off, ReasoningEffort::High],
+            default_effort: Some(ReasoningEffort::High),
+            modalities: vec!["text".into()],
+        }
+    }
+
+    #[test]
+    fn defaults_are_filled_and_marked() {
+        let p = CallConfig::new("r", "m").prepare(&model()).unwrap();
+        assert_eq!(p.config().max_tokens, Some(100));
+        assert_eq!(p.config().reasoning_effort, Some(ReasoningEffort::High));
+        assert_eq!(
+            p.adapter_filled(),
+            &[ConfigField::ReasoningEffort, ConfigField::MaxTokens]
+        );
+        assert_eq!(p.caller_config(), CallConfig::new("r", "m"));
+    }
+
+    #[test]
+    fn caller_values_win_and_are_not_marked() {
+        let mut c = CallConfig::new("r", "m");
+        c.max_tokens = Some(7);
+        c.reasoning_effort = Some(ReasoningEffort::Off);
+        let p = c.clone().prepare(&model()).unwrap();
+        assert!(p.adapter_filled().is_empty());
+        assert_eq!(p.caller_config(), c);
+    }
+
+    #[test]
+    fn unsupported_effort_is_rejected() {
+        let mut c = CallConfig::new("r", "m");
+        c.reasoning_effort = Some(ReasoningEffort::Low);
+        let err = c.prepare(&model()).unwrap_err();
+        assert_eq!(err.code, FailureCode::UnsupportedReasoningEffort);
+        assert!(err.message.contains("off, high"), "{}", err.message);
+    }
+
+    #[test]
+    fn equality_compares_stop_sequences_in_order() {
+        let mut a = CallConfig::new("r", "m");
+        a.stop = Some(vec!["x".into(), "y".into()]);
+        let mut b = a.clone();
+        assert_eq!(a, b);
+        b.stop = Some(vec!["y".into(), "x".into()]);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,183 @@
+//! Failures and their codes (SPEC S1.4).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The code of a failure. Serialised as the upper-case string of SPEC S1.4.
+///
+/// The set is open: `HTTP_<n>` carries a status, and an unrecognised provider stop value becomes
+/// [`FailureCode::Other`] holding the value upper-cased (e.g. `CONTENT_FILTER`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FailureCode {
+    Auth,
+    Quota,
+    RateLimit,
+    ContextWindowExceeded,
+    InvalidRequest,
+    Server,
+    Http(u16),
+    Transport,
+    Timeout,
+    Aborted,
+    StreamClosed,
+    MalformedResponse,
+    EmptyResponse,
+    MissingCredential,
+    InvalidCredential,
+    NoAdapter,
+    UnsupportedReasoningEffort,
+    Unknown,
+    /// Any other code, already in upper case.
+    Other(String),
+}
+
+impl FailureCode {
+    /// The wire spelling of the code.
+    pub fn as_str(&self) -> std::borrow::Cow<'_, str> {
+        use std::borrow::Cow::Borrowed;
+        match self {
+            FailureCode::Auth => Borrowed("AUTH"),
+            FailureCode::Quota => Borrowed("QUOTA"),
+            FailureCode::RateLimit => Borrowed("RATE_LIMIT"),
+            FailureCode::ContextWindowExceeded => Borrowed("CONTEXT_WINDOW_EXCEEDED"),
+            FailureCode::InvalidRequest => Borrowed("INVALID_REQUEST"),
+            FailureCode::Server => Borrowed("SERVER"),
+            FailureCode::Http(status) => std::borrow::Cow::Owned(format!("HTTP_{status}")),
+            FailureCode::Transport => Borrowed("TRANSPORT"),
+            FailureCode::Timeout => Borrowed("TIMEOUT"),
+            FailureCode::Aborted => Borrowed("ABORTED"),
+            FailureCode::StreamClosed => Borrowed("STREAM_CLOSED"),
+            FailureCode::MalformedResponse => Borrowed("MALFORMED_RESPONSE"),
+            FailureCode::EmptyResponse => Borrowed("EMPTY_RESPONSE"),
+            FailureCode::MissingCredential => Borrowed("MISSING_CREDENTIAL"),
+            FailureCode::InvalidCredential => Borrowed("INVALID_CREDENTIAL"),
+            FailureCode::NoAdapter => Borrowed("NO_ADAPTER"),
+            FailureCode::UnsupportedReasoningEffort => Borrowed("UNSUPPORTED_REASONING_EFFORT"),
+            FailureCode::Unknown => Borrowed("UNKNOWN"),
+            FailureCode::Other(code) => Borrowed(code.as_str()),
+        }
+    }
+
+    /// Parses a wire code. Never fails: anything unrecognised becomes [`FailureCode::Other`]
+    /// (upper-cased, so a provider's `content_filter` reads as `CONTENT_FILTER`).
+    pub fn parse(code: &str) -> FailureCode {
+        match code {
+            "AUTH" => FailureCode::Auth,
+            "QUOTA" => FailureCode::Quota,
+            "RATE_LIMIT" => FailureCode::RateLimit,
+            "CONTEXT_WINDOW_EXCEEDED" => FailureCode::ContextWindowExceeded,
+            "INVALID_REQUEST" => FailureCode::InvalidRequest,
+            "SERVER" => FailureCode::Server,
+            "TRANSPORT" => FailureCode::Transport,
+            "TIMEOUT" => FailureCode::Timeout,
+            "ABORTED" => FailureCode::Aborted,
+            "STREAM_CLOSED" => FailureCode::StreamClosed,
+            "MALFORMED_RESPONSE" => FailureCode::MalformedResponse,
+            "EMPTY_RESPONSE" => FailureCode::EmptyResponse,
+            "MISSING_CREDENTIAL" => FailureCode::MissingCredential,
+            "INVALID_CREDENTIAL" => FailureCode::InvalidCredential,
+            "NO_ADAPTER" => FailureCode::NoAdapter,
+            "UNSUPPORTED_REASONING_EFFORT" => FailureCode::UnsupportedReasoningEffort,
+            "UNKNOWN" => FailureCode::Unknown,
+            other => {
+                if let Some(status) = other
+                    .strip_prefix("HTTP_")
+                    .and_then(|n| n.parse::<u16>().ok())
+                {
+                    FailureCode::Http(status)
+                } else {
+                    FailureCode::Other(other.to_ascii_uppercase())
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for FailureCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_str())
+    }
+}
+
+impl Serialize for FailureCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FailureCode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let code = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        Ok(FailureCode::parse(&code))
+    }
+}
+
+/// Why a model call failed: `{message, code, status?, retryAfterMs?, requestId?}`.
+///
+/// Messages are written for the user; they must never contain a credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "camelCase")]
+#[error("{code}: {message}")]
+pub struct Failure {
+    pub message: String,
+    pub code: FailureCode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl Failure {
+    /// A failure with a code and a message and nothing else.
+    pub fn new(code: FailureCode, message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code,
+            status: None,
+            retry_after_ms: None,
+            request_id: None,
+        }
+    }
+
+    /// The same failure with an HTTP status.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_through_their_wire_spelling() {
+        for code in [
+            FailureCode::Auth,
+            FailureCode::ContextWindowExceeded,
+            FailureCode::Http(418),
+            FailureCode::UnsupportedReasoningEffort,
+            FailureCode::Other("CONTENT_FILTER".into()),
+        ] {
+            assert_eq!(FailureCode::parse(&code.as_str()), code);
+        }
+        assert_eq!(
+            FailureCode::parse("insufficient_system_resource"),
+            FailureCode::Other("INSUFFICIENT_SYSTEM_RESOURCE".into())
+        );
+    }
+
+    #[test]
+    fn failure_uses_camel_case_and_omits_absent_fields() {
+        let mut f = Failure::new(FailureCode::RateLimit, "slow down").with_status(429);
+        f.retry_after_ms = Some(2000);
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"message":"slow down","code":"RATE_LIMIT","status":429,"retryAfterMs":2000})
+        );
+    }
+}

@@ -1,0 +1,31 @@
+//! The provider-neutral model-call vocabulary of dsh (SPEC S1).
+//!
+//! A model call is four parts: the system prompt, the message history, the tool schemas and the
+//! call config (sampling and routing). Its reply is a stream of [`Chunk`]s that ends with exactly
+//! one [`Chunk::Finish`]. Adapters (one per wire format) translate between this vocabulary and a
+//! provider; everything above them (the loop, the session log, the front ends) speaks only this.
+//!
+//! Serde names follow the original dsh so that session logs interoperate.
+
+mod adapter;
+mod assembler;
+mod block;
+mod chunk;
+mod config;
+mod failure;
+mod message;
+mod retry;
+mod usage;
+
+pub use adapter::{
+    Adapter, AdapterRegistry, ChunkStream, GenerateRequest, ModelInfo, Purpose, RegistryError,
+    ToolSchema,
+};
+pub use assembler::{AssembledReply, AssemblerError, BlockAssembler};
+pub use block::{BlockType, ContentBlock};
+pub use chunk::{Chunk, FinishReason};
+pub use config::{CallConfig, ConfigField, PreparedCallConfig, ReasoningEffort};
+pub use failure::{Failure, FailureCode};
+pub use message::{Message, MessageSource, Role};
+pub use retry::{RetryDecision, RetryPolicy};
+pub use usage::{Usage, UsageTotals};
