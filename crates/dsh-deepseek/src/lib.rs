@@ -1,1 +1,31 @@
-//! dsh-deepseek
+//! The DeepSeek chat-completions adapter of dsh (SPEC S2.1), usable with any OpenAI-compatible
+//! endpoint (vLLM, llama.cpp server, Ollama).
+//!
+//! - [`DeepSeekAdapter`] implements [`dsh_llm::Adapter`]: one streaming HTTP attempt per call,
+//!   idle watchdog, live cancellation, and failures mapped to the codes of SPEC S1.4.
+//! - [`build_request_body`] translates a [`dsh_llm::GenerateRequest`] into the JSON body,
+//!   round-tripping `reasoning_content` and raw tool-call arguments byte for byte.
+//! - [`StreamDecoder`] (an [`SseDecoder`] feeding a [`ReplyDecoder`]) turns response bytes into
+//!   dsh chunks without I/O, so tests and benchmarks drive it directly.
+//! - [`models`] holds the one model table.
+//!
+//! The API key never leaves the `Authorization` header: `Debug` redacts it and failure messages
+//! are scrubbed of it.
+
+mod adapter;
+mod config;
+mod decode;
+pub mod errors;
+pub mod models;
+mod request;
+mod sse;
+
+pub use adapter::{AdapterConfigError, DeepSeekAdapter};
+pub use config::{
+    ApiKey, DeepSeekConfig, API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+};
+pub use decode::{ReplyDecoder, StreamDecoder};
+pub use models::{model_info, DEFAULT_MODEL};
+pub use request::{build_request_body, EMPTY_TOOL_OUTPUT_PLACEHOLDER};
+pub use sse::{SseDecoder, SseEvent};

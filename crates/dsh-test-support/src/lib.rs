@@ -1,1 +1,43 @@
-//! dsh-test-support
+//! Test support for dsh: a scripted fake provider and replay of recorded sessions.
+//!
+//! - [`FakeProvider`] serves DeepSeek's chat-completions wire format on `127.0.0.1` (random
+//!   port) from a script of [`ScriptedReply`]s, records every request, and injects faults:
+//!   error statuses with headers, dropped connections, missing `[DONE]`, malformed lines,
+//!   stalls, keep-alive comments, odd finish reasons, empty completions.
+//! - [`SseReply`] builds streamed replies inline; [`render_chunks_as_sse`] renders any dsh
+//!   chunk list as DeepSeek SSE bytes.
+//! - [`RecordedSession`] loads a recorded dsh `session.jsonl` (and its optional
+//!   `replay.override.json`) into calls, each a `Vec<dsh_llm::Chunk>`, and renders call k as
+//!   reply k.
+
+mod recording;
+mod render;
+mod script;
+mod server;
+
+use std::path::{Path, PathBuf};
+
+pub use recording::{
+    load_recorded_calls, parse_calls, parse_overrides, RecordedCall, RecordedSession,
+    RecordingError, ReplayOverride,
+};
+pub use render::{render_chunks_as_sse, reply_for_call, sse_reply_from_chunks};
+pub use script::{
+    chunk_event, ScriptedReply, SseReply, SseStep, StreamEnd, WireUsage, DONE_EVENT, FAKE_MODEL,
+};
+pub use server::{FakeProvider, ProviderEvents, RecordedRequest};
+
+/// Path of the recorded dsh sessions (`shared/fixtures/dsh-acp-snapshots`), found by walking up
+/// from `manifest_dir` (pass `env!("CARGO_MANIFEST_DIR")`) to the first ancestor that has it:
+/// the `shared/` folder that sits beside the workspace root. `None` when there is none.
+pub fn snapshot_fixtures_dir(manifest_dir: impl AsRef<Path>) -> Option<PathBuf> {
+    manifest_dir
+        .as_ref()
+        .ancestors()
+        .map(|dir| {
+            dir.join("shared")
+                .join("fixtures")
+                .join("dsh-acp-snapshots")
+        })
+        .find(|dir| dir.is_dir())
+}

@@ -1,0 +1,419 @@
+//! The HTTP side: one streaming `POST /chat/completions` per call, with watchdog and cancel.
+
+use std::collections::VecDeque;
+use std::error::Error as _;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use dsh_llm::{
+    Adapter, Chunk, ChunkStream, Failure, FailureCode, FinishReason, GenerateRequest, ModelInfo,
+};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{DeepSeekConfig, API_KEY_ENV};
+use crate::decode::StreamDecoder;
+use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
+use crate::models;
+use crate::request::build_request_body;
+
+/// Largest error body read from a failed response; the rest is not needed for the message.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// The DeepSeek / OpenAI-compatible chat-completions adapter (SPEC S2.1).
+///
+/// Each [`stream`](Adapter::stream) call makes exactly one HTTP attempt (it never retries) and
+/// yields a stream that always ends with one `finish` chunk: `stop`, `tool-calls`,
+/// `max-tokens`, `error {failure}` or, once `request.cancel` fires, `aborted {ABORTED}`.
+/// Dropping the stream drops the response and closes its connection. The API key is only put
+/// on the wire: it is redacted from `Debug` output and scrubbed from every failure message.
+#[derive(Clone)]
+pub struct DeepSeekAdapter {
+    client: reqwest::Client,
+    url: String,
+    headers: HeaderMap,
+    secret: Option<String>,
+    idle_timeout: Duration,
+    base_url: String,
+}
+
+impl fmt::Debug for DeepSeekAdapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeepSeekAdapter")
+            .field("url", &self.url)
+            .field("api_key", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an adapter could not be built. Misconfiguration fails here, at start, not per call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterConfigError(pub String);
+
+impl fmt::Display for AdapterConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AdapterConfigError {}
+
+impl DeepSeekAdapter {
+    /// Builds the adapter. Fails when an extra header or the key cannot be sent as an HTTP
+    /// header, or the HTTP client cannot start. A missing key is not an error here: calls then
+    /// finish with `MISSING_CREDENTIAL`.
+    pub fn new(config: DeepSeekConfig) -> Result<Self, AdapterConfigError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let secret = config
+            .api_key
+            .as_ref()
+            .filter(|key| !key.is_empty())
+            .map(|key| key.expose_secret().to_string());
+        if let Some(secret) = &secret {
+            let mut value = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| {
+                AdapterConfigError(format!(
+                    "the API key ({API_KEY_ENV}) holds characters that cannot be sent in an HTTP header"
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        for (name, value) in &config.extra_headers {
+            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                AdapterConfigError(format!(
+                    "extra header name `{name}` is not a valid HTTP header name"
+                ))
+            })?;
+            let header_value = HeaderValue::from_str(value).map_err(|_| {
+                AdapterConfigError(format!(
+                    "extra header `{name}` has a value that cannot be sent in HTTP"
+                ))
+            })?;
+            headers.insert(header_name, header_value);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|err| AdapterConfigError(format!("could not start the HTTP client: {err}")))?;
+        Ok(DeepSeekAdapter {
+            client,
+            url: config.chat_completions_url(),
+            headers,
+            secret,
+            idle_timeout: config.idle_timeout,
+            base_url: config.base_url,
+        })
+    }
+
+    /// [`new`](Self::new) with [`DeepSeekConfig::from_env`].
+    pub fn from_env() -> Result<Self, AdapterConfigError> {
+        Self::new(DeepSeekConfig::from_env())
+    }
+
+    /// The endpoint prefix this adapter calls.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+}
+
+impl Adapter for DeepSeekAdapter {
+    fn stream(&self, request: GenerateRequest) -> ChunkStream {
+        let call = Call {
+            adapter: self.clone(),
+            cancel: request.cancel.clone(),
+            request,
+        };
+        let state = CallState {
+            phase: Phase::Start(Box::new(call)),
+            queue: VecDeque::new(),
+            scratch: Vec::new(),
+        };
+        Box::pin(futures::stream::unfold(state, |mut state| async move {
+            let chunk = state.next_chunk().await?;
+            Some((chunk, state))
+        }))
+    }
+
+    fn model_info(&self, model: &str) -> Option<ModelInfo> {
+        Some(models::model_info(model))
+    }
+}
+
+struct Call {
+    adapter: DeepSeekAdapter,
+    cancel: CancellationToken,
+    request: GenerateRequest,
+}
+
+enum Phase {
+    Start(Box<Call>),
+    Streaming {
+        response: reqwest::Response,
+        decoder: StreamDecoder,
+        adapter: DeepSeekAdapter,
+        cancel: CancellationToken,
+    },
+    Done,
+}
+
+struct CallState {
+    phase: Phase,
+    queue: VecDeque<Chunk>,
+    scratch: Vec<Chunk>,
+}
+
+fn aborted() -> Chunk {
+    Chunk::Finish {
+        reason: FinishReason::Aborted {
+            failure: Failure::new(FailureCode::Aborted, "the model call was cancelled"),
+        },
+    }
+}
+
+fn error(failure: Failure) -> Chunk {
+    Chunk::Finish {
+        reason: FinishReason::Error { failure },
+    }
+}
+
+/// The error and its sources, joined, without the URL (which reqwest puts in `Display`).
+fn describe_transport_error(err: reqwest::Error) -> String {
+    let err = err.without_url();
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+impl DeepSeekAdapter {
+    /// Removes the key from a failure message, whatever put it there (e.g. a provider echoing
+    /// the rejected key).
+    fn scrub(&self, mut failure: Failure) -> Failure {
+        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+            if failure.message.contains(secret) {
+                failure.message = failure.message.replace(secret, "<redacted>");
+            }
+        }
+        failure
+    }
+
+    fn timeout_failure(&self, waiting_for: &str) -> Failure {
+        Failure::new(
+            FailureCode::Timeout,
+            format!(
+                "no data from the provider for {:.1} s while waiting for {waiting_for}",
+                self.idle_timeout.as_secs_f64()
+            ),
+        )
+    }
+}
+
+impl CallState {
+    async fn next_chunk(&mut self) -> Option<Chunk> {
+        loop {
+            if let Some(chunk) = self.queue.pop_front() {
+                return Some(chunk);
+            }
+            self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Done => return None,
+                Phase::Start(call) => self.start(*call).await,
+                Phase::Streaming {
+                    response,
+                    decoder,
+                    adapter,
+                    cancel,
+                } => self.read(response, decoder, adapter, cancel).await,
+            };
+        }
+    }
+
+    fn finish_with(&mut self, adapter: &DeepSeekAdapter, failure: Failure) -> Phase {
+        self.queue.push_back(error(adapter.scrub(failure)));
+        Phase::Done
+    }
+
+    async fn start(&mut self, call: Call) -> Phase {
+        let Call {
+            adapter,
+            cancel,
+            request,
+        } = call;
+        if cancel.is_cancelled() {
+            self.queue.push_back(aborted());
+            return Phase::Done;
+        }
+        if adapter.secret.is_none() {
+            return self.finish_with(
+                &adapter,
+                Failure::new(
+                    FailureCode::MissingCredential,
+                    format!(
+                        "no API key: set {API_KEY_ENV} or configure an API key for this provider"
+                    ),
+                ),
+            );
+        }
+        let body = match build_request_body(&request) {
+            Ok(body) => body,
+            Err(failure) => return self.finish_with(&adapter, failure),
+        };
+        drop(request);
+        let send = adapter
+            .client
+            .post(&adapter.url)
+            .headers(adapter.headers.clone())
+            .body(body)
+            .send();
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                self.queue.push_back(aborted());
+                return Phase::Done;
+            }
+            outcome = tokio::time::timeout(adapter.idle_timeout, send) => outcome,
+        };
+        let response = match outcome {
+            Err(_elapsed) => {
+                let failure = adapter.timeout_failure("the response headers");
+                return self.finish_with(&adapter, failure);
+            }
+            Ok(Err(err)) => {
+                let failure = Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "could not reach the provider at {}: {}",
+                        adapter.url,
+                        describe_transport_error(err)
+                    ),
+                );
+                return self.finish_with(&adapter, failure);
+            }
+            Ok(Ok(response)) => response,
+        };
+        if response.status().is_success() {
+            return Phase::Streaming {
+                response,
+                decoder: StreamDecoder::new(),
+                adapter,
+                cancel,
+            };
+        }
+        self.http_error(response, &adapter, &cancel).await
+    }
+
+    async fn http_error(
+        &mut self,
+        mut response: reqwest::Response,
+        adapter: &DeepSeekAdapter,
+        cancel: &CancellationToken,
+    ) -> Phase {
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header("retry-after");
+        let retry_after_ms = header("retry-after-ms");
+        let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| header(name));
+        let mut body = Vec::new();
+        // The body only adds the provider's wording; a body that stalls, breaks or is cancelled
+        // is cut short and the status alone decides the failure.
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    self.queue.push_back(aborted());
+                    return Phase::Done;
+                }
+                next = tokio::time::timeout(adapter.idle_timeout, response.chunk()) => next,
+            };
+            match next {
+                Ok(Ok(Some(bytes))) if body.len() < ERROR_BODY_LIMIT => {
+                    body.extend_from_slice(&bytes);
+                }
+                _ => break,
+            }
+        }
+        body.truncate(ERROR_BODY_LIMIT);
+        let failure = failure_from_http(
+            &HttpErrorResponse {
+                status,
+                retry_after: retry_after.as_deref(),
+                retry_after_ms: retry_after_ms.as_deref(),
+                request_id,
+                body: &body,
+            },
+            SystemTime::now(),
+        );
+        self.finish_with(adapter, failure)
+    }
+
+    async fn read(
+        &mut self,
+        mut response: reqwest::Response,
+        mut decoder: StreamDecoder,
+        adapter: DeepSeekAdapter,
+        cancel: CancellationToken,
+    ) -> Phase {
+        let next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                self.queue.push_back(aborted());
+                return Phase::Done;
+            }
+            next = tokio::time::timeout(adapter.idle_timeout, response.chunk()) => next,
+        };
+        let scratch = &mut self.scratch;
+        match next {
+            Err(_elapsed) => {
+                decoder.fail(adapter.timeout_failure("the next stream event"), scratch)
+            }
+            Ok(Err(err)) => decoder.fail(
+                Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "the connection to the provider broke mid-stream: {}",
+                        describe_transport_error(err)
+                    ),
+                ),
+                scratch,
+            ),
+            Ok(Ok(None)) => decoder.end_of_stream(scratch),
+            Ok(Ok(Some(bytes))) => {
+                decoder.push(&bytes, scratch);
+            }
+        }
+        for chunk in self.scratch.drain(..) {
+            let chunk = match chunk {
+                Chunk::Finish {
+                    reason: FinishReason::Error { failure },
+                } => error(adapter.scrub(failure)),
+                other => other,
+            };
+            self.queue.push_back(chunk);
+        }
+        if decoder.is_finished() {
+            Phase::Done
+        } else {
+            Phase::Streaming {
+                response,
+                decoder,
+                adapter,
+                cancel,
+            }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Adapter configuration: endpoint, credential, timeouts and extra headers.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The default endpoint of the official DeepSeek API (OpenAI chat-completions format).
+pub const DEFAULT_BASE_URL: &str = "https://api.deepseek.com";
+
+/// Environment variable read for the API key by [`DeepSeekConfig::from_env`].
+pub const API_KEY_ENV: &str = "DEEPSEEK_API_KEY";
+
+/// Environment variable read for the endpoint by [`DeepSeekConfig::from_env`].
+pub const BASE_URL_ENV: &str = "DEEPSEEK_BASE_URL";
+
+/// Default idle watchdog: a call fails with `TIMEOUT` after this long without a byte (SPEC S1.9).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// Default limit for establishing the TCP (and TLS) connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An API key. It is only ever written into the `Authorization` header: `Debug` and `Display`
+/// print a redacted placeholder, so the key cannot leak through logs or error messages.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key. Surrounding white space (a common copy-paste accident) is trimmed.
+    pub fn new(key: impl Into<String>) -> Self {
+        let key = key.into();
+        let trimmed = key.trim();
+        if trimmed.len() == key.len() {
+            ApiKey(key)
+        } else {
+            ApiKey(trimmed.to_string())
+        }
+    }
+
+    /// The secret itself. Callers must only put it on the wire.
+    pub fn expose_secret(&self) -> &str {
+        &self.0
+    }
+
+    /// True for an empty key (treated as missing).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How to reach one DeepSeek or OpenAI-compatible endpoint.
+///
+/// `base_url` is the prefix before `/chat/completions` (e.g. `https://api.deepseek.com`, or
+/// `http://localhost:8000/v1` for vLLM). A missing or empty `api_key` does not fail construction:
+/// every call then finishes `error` with `MISSING_CREDENTIAL`, so the failure reaches the user
+/// through the normal path. `Debug` redacts the key.
+#[derive(Clone, Debug)]
+pub struct DeepSeekConfig {
+    /// Endpoint prefix; a trailing `/` is ignored.
+    pub base_url: String,
+    /// Bearer credential; `None` makes every call fail with `MISSING_CREDENTIAL`.
+    pub api_key: Option<ApiKey>,
+    /// Idle watchdog: longest wait for the next byte (headers or body) before `TIMEOUT`.
+    pub idle_timeout: Duration,
+    /// Longest wait to establish the connection; exceeding it is a `TRANSPORT` failure.
+    pub connect_timeout: Duration,
+    /// Headers added to every request (after the defaults, so they may override them).
+    pub extra_headers: Vec<(String, String)>,
+}
+
+impl Default for DeepSeekConfig {
+    fn default() -> Self {
+        DeepSeekConfig {
+            base_url: DEFAULT_BASE_URL.to_string(),
+            api_key: None,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            extra_headers: Vec::new(),
+        }
+    }
+}
+
+impl DeepSeekConfig {
+    /// A config for `base_url` with `api_key` and default timeouts.
+    pub fn new(base_url: impl Into<String>, api_key: Option<ApiKey>) -> Self {
+        DeepSeekConfig {
+            base_url: base_url.into(),
+            api_key,
+            ..DeepSeekConfig::default()
+        }
+    }
+
+    /// Defaults overridden by `DEEPSEEK_API_KEY` and `DEEPSEEK_BASE_URL` where they are set and
+    /// not blank.
+    pub fn from_env() -> Self {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`from_env`](Self::from_env), reading variables through `lookup` (for tests and for
+    /// callers that merge `.env` files first).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let mut config = DeepSeekConfig::default();
+        if let Some(url) = lookup(BASE_URL_ENV).filter(|v| !v.trim().is_empty()) {
+            config.base_url = url.trim().to_string();
+        }
+        config.api_key = lookup(API_KEY_ENV)
+            .map(ApiKey::new)
+            .filter(|key| !key.is_empty());
+        config
+    }
+
+    /// The same config with another idle watchdog.
+    pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.idle_timeout = idle_timeout;
+        self
+    }
+
+    /// The full URL of the chat-completions endpoint.
+    pub fn chat_completions_url(&self) -> String {
+        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let config = DeepSeekConfig::new("http://x", Some(ApiKey::new("sk-secret-123")));
+        let text = format!("{config:?} {}", ApiKey::new("sk-secret-123"));
+        assert!(!text.contains("sk-secret-123"), "{text}");
+        assert!(text.contains("redacted"));
+    }
+
+    #[test]
+    fn env_lookup_fills_key_and_url_and_ignores_blank_values() {
+        let config = DeepSeekConfig::from_lookup(|name| match name {
+            API_KEY_ENV => Some(" sk-1 \n".into()),
+            BASE_URL_ENV => Some("http://localhost:8000/v1/".into()),
+            _ => None,
+        });
+        assert_eq!(
+            config.api_key.as_ref().map(ApiKey::expose_secret),
+            Some("sk-1")
+        );
+        assert_eq!(
+            config.chat_completions_url(),
+            "http://localhost:8000/v1/chat/completions"
+        );
+        let blank = DeepSeekConfig::from_lookup(|_| Some("  ".into()));
+        assert!(blank.api_key.is_none());
+        assert_eq!(blank.base_url, DEFAULT_BASE_URL);
+    }
+}

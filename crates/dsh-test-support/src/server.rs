@@ -1,0 +1,399 @@
+//! The fake provider: a minimal HTTP/1.1 server on loopback that answers chat-completions
+//! requests from a script and records what it was sent.
+//!
+//! It is hand-written on a `TcpListener` so that tests control every byte on the wire
+//! (chunk framing, abrupt closes, stalls). It serves one request per connection and always
+//! answers `connection: close`.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::script::{ScriptedReply, SseReply, SseStep, StreamEnd, DONE_EVENT};
+
+/// Largest request head accepted, in bytes.
+const MAX_HEAD: usize = 1024 * 1024;
+
+/// One request the fake provider received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// The request target as sent (path and query).
+    pub path: String,
+    /// Header names lower-cased, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON (`Value::Null` when it is not JSON).
+    pub body: Value,
+    /// The body bytes exactly as received.
+    pub raw_body: Vec<u8>,
+}
+
+impl RecordedRequest {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Counters tests can wait on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProviderEvents {
+    /// Requests received (chat-completions or not).
+    pub requests: usize,
+    /// Replies that reached a [`StreamEnd::Stall`].
+    pub stalls: usize,
+    /// Connections the client closed while a reply was still streaming or stalled.
+    pub client_disconnects: usize,
+}
+
+struct Shared {
+    replies: Mutex<VecDeque<ScriptedReply>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    scripted: Mutex<usize>,
+    events: watch::Sender<ProviderEvents>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking test thread may poison the lock; the data is still the script, so go on.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A scripted DeepSeek-compatible provider on `127.0.0.1` (random port).
+///
+/// `POST /chat/completions` (or `/v1/chat/completions`) request k gets reply k of the script;
+/// once the script is used up every further request gets a 500 whose message names the problem.
+/// Other paths get a 404 and consume nothing. Every request is recorded. Dropping the provider
+/// stops the server and closes its connections.
+pub struct FakeProvider {
+    address: SocketAddr,
+    shared: Arc<Shared>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl FakeProvider {
+    /// Binds `127.0.0.1:0` and starts serving `replies` in order.
+    pub async fn start(
+        replies: impl IntoIterator<Item = ScriptedReply>,
+    ) -> io::Result<FakeProvider> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let address = listener.local_addr()?;
+        let replies: VecDeque<ScriptedReply> = replies.into_iter().collect();
+        let scripted = replies.len();
+        let shared = Arc::new(Shared {
+            replies: Mutex::new(replies),
+            requests: Mutex::new(Vec::new()),
+            scripted: Mutex::new(scripted),
+            events: watch::Sender::new(ProviderEvents::default()),
+        });
+        let server = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        Ok(FakeProvider {
+            address,
+            shared,
+            server,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`: the base URL to configure an adapter with.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// The bound address.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Appends a reply to the script.
+    pub fn push_reply(&self, reply: impl Into<ScriptedReply>) {
+        lock(&self.shared.replies).push_back(reply.into());
+        *lock(&self.shared.scripted) += 1;
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// The current counters.
+    pub fn events(&self) -> ProviderEvents {
+        *self.shared.events.borrow()
+    }
+
+    /// Waits until the counters satisfy `condition`.
+    pub async fn wait_until(&self, condition: impl Fn(&ProviderEvents) -> bool) {
+        let mut receiver = self.shared.events.subscribe();
+        // The sender lives in `self.shared`, so the channel cannot close while we wait.
+        let _ = receiver.wait_for(|events| condition(events)).await;
+    }
+
+    /// Waits until `count` replies have reached their stall point (see [`StreamEnd::Stall`]).
+    pub async fn wait_for_stalls(&self, count: usize) {
+        self.wait_until(|events| events.stalls >= count).await;
+    }
+
+    /// Waits until the client has closed `count` connections mid-reply.
+    pub async fn wait_for_client_disconnects(&self, count: usize) {
+        self.wait_until(|events| events.client_disconnects >= count)
+            .await;
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        // Aborting the accept loop drops its JoinSet, which aborts every connection task.
+        self.server.abort();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut connections = JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let Ok((stream, _peer)) = listener.accept().await else {
+            continue;
+        };
+        // Best effort: without NODELAY the test only gets slower, never wrong.
+        let _ = stream.set_nodelay(true);
+        connections.spawn(serve_connection(stream, Arc::clone(&shared)));
+    }
+}
+
+/// A parsed request head.
+struct Head {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+}
+
+fn parse_head(bytes: &[u8]) -> Option<Head> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut lines = text.split("\r\n");
+    let mut request_line = lines.next()?.split(' ');
+    let method = request_line.next()?.to_string();
+    let path = request_line.next()?.to_string();
+    let headers = lines
+        .filter(|line| !line.is_empty())
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            Some((name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        })
+        .collect();
+    Some(Head {
+        method,
+        path,
+        headers,
+    })
+}
+
+async fn read_request(stream: &mut TcpStream) -> Option<(Head, Vec<u8>)> {
+    let mut buffer = Vec::with_capacity(8192);
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end;
+        }
+        if buffer.len() > MAX_HEAD {
+            return None;
+        }
+        let mut chunk = [0u8; 8192];
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let head = parse_head(&buffer[..head_end])?;
+    let length: usize = head
+        .headers
+        .iter()
+        .find(|(name, _)| name == "content-length")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0);
+    let mut body = buffer.split_off(head_end + 4);
+    while body.len() < length {
+        let mut chunk = vec![0u8; (length - body.len()).min(64 * 1024)];
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        body.extend_from_slice(&chunk[..read]);
+    }
+    body.truncate(length);
+    Some((head, body))
+}
+
+fn is_chat_completions(head: &Head) -> bool {
+    let path = head.path.split('?').next().unwrap_or("");
+    head.method == "POST" && matches!(path, "/chat/completions" | "/v1/chat/completions")
+}
+
+async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+    let Some((head, body)) = read_request(&mut stream).await else {
+        return;
+    };
+    let number = {
+        let mut requests = lock(&shared.requests);
+        requests.push(RecordedRequest {
+            method: head.method.clone(),
+            path: head.path.clone(),
+            headers: head.headers.clone(),
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            raw_body: body,
+        });
+        requests.len()
+    };
+    shared.events.send_modify(|events| events.requests += 1);
+    let reply = if is_chat_completions(&head) {
+        let next = lock(&shared.replies).pop_front();
+        next.unwrap_or_else(|| {
+            let scripted = *lock(&shared.scripted);
+            let message = format!(
+                "fake provider: no scripted reply left for request #{number} (the script had {scripted} replies)"
+            );
+            ScriptedReply::Http {
+                status: 500,
+                headers: Vec::new(),
+                body: json!({"error": {"message": message, "type": "script_exhausted"}}).to_string(),
+            }
+        })
+    } else {
+        ScriptedReply::http_error(
+            404,
+            &format!("fake provider: no route for {} {}", head.method, head.path),
+        )
+    };
+    // Write errors mean the client went away; there is nobody left to tell.
+    let _ = write_reply(&mut stream, reply, &shared).await;
+}
+
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
+
+async fn write_reply(
+    stream: &mut TcpStream,
+    reply: ScriptedReply,
+    shared: &Shared,
+) -> io::Result<()> {
+    match reply {
+        ScriptedReply::CloseConnection => Ok(()),
+        ScriptedReply::Http {
+            status,
+            headers,
+            body,
+        } => {
+            let mut head = format!(
+                "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+                reason_phrase(status),
+                body.len()
+            );
+            for (name, value) in headers {
+                head.push_str(&format!("{name}: {value}\r\n"));
+            }
+            head.push_str("\r\n");
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(body.as_bytes()).await?;
+            stream.shutdown().await
+        }
+        ScriptedReply::Stream(reply) => {
+            let outcome = write_stream(stream, &reply, shared).await;
+            if outcome.is_err() {
+                shared
+                    .events
+                    .send_modify(|events| events.client_disconnects += 1);
+            }
+            outcome
+        }
+    }
+}
+
+async fn write_chunk(stream: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let mut framed = Vec::with_capacity(bytes.len() + 16);
+    framed.extend_from_slice(format!("{:x}\r\n", bytes.len()).as_bytes());
+    framed.extend_from_slice(bytes);
+    framed.extend_from_slice(b"\r\n");
+    stream.write_all(&framed).await?;
+    stream.flush().await
+}
+
+async fn write_stream(stream: &mut TcpStream, reply: &SseReply, shared: &Shared) -> io::Result<()> {
+    let mut head = String::from(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n",
+    );
+    for (name, value) in &reply.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.flush().await?;
+    for step in &reply.steps {
+        match step {
+            SseStep::Delay(pause) => tokio::time::sleep(*pause).await,
+            other => {
+                if let (SseStep::Data(_), Some(pause)) = (other, reply.chunk_delay) {
+                    tokio::time::sleep(pause).await;
+                }
+                if let Some(bytes) = other.bytes() {
+                    write_chunk(stream, &bytes).await?;
+                }
+            }
+        }
+    }
+    match reply.end {
+        StreamEnd::Done => {
+            write_chunk(stream, DONE_EVENT).await?;
+            stream.write_all(b"0\r\n\r\n").await?;
+            stream.shutdown().await
+        }
+        StreamEnd::CloseWithoutDone => {
+            stream.write_all(b"0\r\n\r\n").await?;
+            stream.shutdown().await
+        }
+        StreamEnd::DropConnection => Ok(()),
+        StreamEnd::Stall => {
+            shared.events.send_modify(|events| events.stalls += 1);
+            // Hold the connection open and wait for the client to close it.
+            let mut sink = [0u8; 1024];
+            loop {
+                match stream.read(&mut sink).await {
+                    Ok(0) | Err(_) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::ConnectionAborted,
+                            "client closed a stalled stream",
+                        ))
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+}
