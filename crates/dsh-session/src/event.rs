@@ -1,0 +1,530 @@
+//! The event vocabulary of the session log (SPEC S3.3), with dsh's type names and field names.
+//!
+//! Each variant of [`Event`] is one `type` string; its payload is the line's `data` object.
+//! Event types that dsh writes but that never reach a model (hooks, approvals, title requests)
+//! are *known and opaque*: they load as [`Event::Opaque`] and are written back unchanged.
+
+use dsh_llm::{Chunk, Failure, Message, PreparedCallConfig, ToolSchema, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Error code of a crash-repair tool result for a call whose body never started.
+pub const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
+/// Error code of a crash-repair tool result for a call whose body started (or may have started)
+/// but whose outcome was never logged: the tool's side effects may or may not have happened.
+pub const TOOL_OUTCOME_UNKNOWN: &str = "TOOL_OUTCOME_UNKNOWN";
+
+/// Event types dsh writes that are known but carry nothing model-visible. They load as
+/// [`Event::Opaque`] without needing `ignorable: true`.
+pub const KNOWN_OPAQUE_TYPES: &[&str] = &[
+    "hook/invoked",
+    "hook/result",
+    "approval/asked",
+    "approval/decided",
+    "approval/policy",
+    "permission/preset",
+    "sandbox/mode",
+    "session/title-llm-request",
+    "compaction/start",
+    "compaction/summary",
+    "compaction/end",
+];
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// `turn/start {turn}`. Turns are numbered from 1 and keep counting across resumes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnStart {
+    /// The turn number.
+    pub turn: u64,
+}
+
+/// `step/start {turn, step}` and `step/end {turn, step}`. Steps are numbered from 1 per turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRef {
+    /// The turn number.
+    pub turn: u64,
+    /// The step number inside the turn.
+    pub step: u64,
+}
+
+/// Why a user abort happened (`{kind: user}`, `{kind: parent}`, ...). Other fields are kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbortCause {
+    /// Who aborted: `user`, `parent`, `api`, ...
+    pub kind: String,
+    /// Fields this build does not interpret, written back unchanged.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Why a turn ended (`turn/end.reason`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TurnEndReason {
+    /// Nothing more was owed.
+    Completed,
+    /// Cancelled. dsh writes the cause as `reason`; SPEC S3.3 calls it `cause` (both are read).
+    Aborted {
+        /// Who cancelled.
+        #[serde(default, alias = "cause", skip_serializing_if = "Option::is_none")]
+        reason: Option<AbortCause>,
+    },
+    /// A hook or policy blocked the turn.
+    Blocked {
+        /// A human-readable reason, when one was given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// The model call failed and the retry policy gave up.
+    Error {
+        /// The failure.
+        error: Failure,
+    },
+    /// The reply hit the output limit; its tool calls were dropped.
+    MaxTokens,
+    /// Written only by crash repair: the process died while the turn was open.
+    Interrupted,
+}
+
+impl TurnEndReason {
+    /// The wire `kind` string.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TurnEndReason::Completed => "completed",
+            TurnEndReason::Aborted { .. } => "aborted",
+            TurnEndReason::Blocked { .. } => "blocked",
+            TurnEndReason::Error { .. } => "error",
+            TurnEndReason::MaxTokens => "max-tokens",
+            TurnEndReason::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// `turn/end {turn, reason}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnEnd {
+    /// The turn number.
+    pub turn: u64,
+    /// Why it ended.
+    pub reason: TurnEndReason,
+}
+
+/// `assistant/chunk {turn, step, chunk}`: one streamed chunk of a model reply, as received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantChunk {
+    /// The turn number.
+    pub turn: u64,
+    /// The step number.
+    pub step: u64,
+    /// The chunk.
+    pub chunk: Chunk,
+}
+
+/// `assistant/message {turn, step, message, usage?, interrupted?}`: the reply of one successful
+/// model call (or the partial reply saved on cancel, with `interrupted: true`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    /// The turn number.
+    pub turn: u64,
+    /// The step number.
+    pub step: u64,
+    /// The assembled reply.
+    pub message: Message,
+    /// Token usage of the call, when the provider reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// True for a partial reply saved after a cancel.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub interrupted: bool,
+}
+
+/// `tool/call {turn, step, callId, name, arguments}`: logged before anything about the call runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    /// The turn number.
+    pub turn: u64,
+    /// The step number.
+    pub step: u64,
+    /// The model's call id.
+    pub call_id: String,
+    /// The tool name.
+    pub name: String,
+    /// The raw argument string the model produced, verbatim.
+    pub arguments: String,
+}
+
+/// `tool/started {turn, step, callId}`: written (and flushed) by this implementation right before
+/// a tool body runs, so crash repair can tell `TOOL_NOT_STARTED` from `TOOL_OUTCOME_UNKNOWN`.
+/// Always written with `ignorable: true`, so readers that do not know it skip it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolStarted {
+    /// The turn number.
+    pub turn: u64,
+    /// The step number.
+    pub step: u64,
+    /// The call whose body is about to run.
+    pub call_id: String,
+}
+
+/// The structured error of a failed tool call (`{name?, code}`, SPEC S4.4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolError {
+    /// The error code (`UNKNOWN_TOOL`, `INVALID_ARGS`, `TOOL_TIMEOUT`, `TOOL_NOT_STARTED`, ...).
+    pub code: String,
+    /// The tool name, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A human-readable message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `tool/result {turn, step, message, error?, meta?}`. The message is user-role with one
+/// `tool-result` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The turn number.
+    pub turn: u64,
+    /// The step number.
+    pub step: u64,
+    /// The result message the model will see.
+    pub message: Message,
+    /// The structured error, for failed calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+    /// Tool-specific details for front ends (dsh writes e.g. file windows); never model-visible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+impl ToolResult {
+    /// The call this result answers (from the message source, else from its first block).
+    pub fn call_id(&self) -> Option<&str> {
+        if let dsh_llm::MessageSource::Tool { call_id } = &self.message.source {
+            return Some(call_id);
+        }
+        self.message.content.iter().find_map(|block| match block {
+            dsh_llm::ContentBlock::ToolResult { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// The tool list of a request header: the schemas, or a placeholder string (the recorded
+/// fixtures store `{{tools}}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HeaderTools {
+    /// The tool schemas, in request order.
+    Schemas(Vec<ToolSchema>),
+    /// A stand-in string.
+    Placeholder(String),
+}
+
+/// The request header (SPEC S1.7): call config, system text and tool schemas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestHeader {
+    /// The prepared call config.
+    pub config: PreparedCallConfig,
+    /// The system prompt.
+    pub system: String,
+    /// The tool schemas.
+    pub tools: HeaderTools,
+}
+
+/// Why a request header was logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeaderReason {
+    /// First request of a new session's loop.
+    Initial,
+    /// First request after resuming an existing session.
+    Resume,
+    /// The header really changed.
+    Change,
+}
+
+/// `request/header {header, reason}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestHeaderEvent {
+    /// The header.
+    pub header: RequestHeader,
+    /// Why it was logged.
+    pub reason: HeaderReason,
+}
+
+/// `request/context {provider, model}`: the route of the next request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestContext {
+    /// The provider route.
+    pub provider: String,
+    /// The model.
+    pub model: String,
+}
+
+/// `llm/retry {turn, step, retry, delayMs, failure, ...}`: logged before waiting to retry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LlmRetry {
+    /// The turn number.
+    pub turn: u64,
+    /// The step number.
+    pub step: u64,
+    /// The 1-based retry number.
+    pub retry: u64,
+    /// The wait before the retry, in milliseconds.
+    pub delay_ms: u64,
+    /// The failure that caused the retry.
+    pub failure: Failure,
+    /// Fields this build does not interpret (`retryId`, `provider`, `policyKey`, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `llm/retry-started {retryId?, turn, step, retry}`: the wait is over and the retry begins.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LlmRetryStarted {
+    /// Correlates with [`LlmRetry`]'s `retryId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_id: Option<String>,
+    /// The turn number.
+    pub turn: u64,
+    /// The step number.
+    pub step: u64,
+    /// The 1-based retry number.
+    pub retry: u64,
+}
+
+/// `session/title {title, messageSeqs?, source?}`. The latest one is the session's title.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionTitle {
+    /// The title.
+    pub title: String,
+    /// Seqs of the messages the title was derived from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub message_seqs: Vec<u64>,
+    /// How the title was made (`{kind: fallback}`, `{kind: llm}`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Value>,
+}
+
+/// `agent/inbox/spliced {target, start, removedCount?, inserted, outcome?}`: a change to one of
+/// the durable inbox lists (SPEC S4.1). Not model-visible: claimed items reach the model as
+/// `user/message` events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboxSplice {
+    /// `next-turn` or `next-step`.
+    pub target: String,
+    /// Index of the splice in the list.
+    pub start: u64,
+    /// How many items were removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed_count: Option<u64>,
+    /// Items inserted at `start`.
+    #[serde(default)]
+    pub inserted: Vec<Message>,
+    /// Why items were removed (`canceled`, ...), when not claimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}
+
+/// One todo item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TodoItem {
+    /// What to do.
+    pub content: String,
+    /// Its status: `pending`, `in_progress` or `completed` (kept as written, so a status a
+    /// newer writer adds does not refuse the log).
+    pub status: String,
+    /// Fields this build does not interpret.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `todo/write {todos}`: the whole todo list after a `todo_write` call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TodoWrite {
+    /// The list, replacing the previous one.
+    pub todos: Vec<TodoItem>,
+}
+
+/// `session/end-seed {inherited?}`: marks the end of the events a fork copied from its parent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndSeed {
+    /// True when the events before this one were inherited from `parentSession`.
+    #[serde(default)]
+    pub inherited: bool,
+}
+
+/// One event of the log. See the module docs for the opaque variant.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// `turn/start`.
+    TurnStart(TurnStart),
+    /// `turn/end`.
+    TurnEnd(TurnEnd),
+    /// `step/start`.
+    StepStart(StepRef),
+    /// `step/end`.
+    StepEnd(StepRef),
+    /// `user/message` (the data is the message itself).
+    UserMessage(Message),
+    /// `assistant/chunk`.
+    AssistantChunk(AssistantChunk),
+    /// `assistant/message`.
+    AssistantMessage(AssistantMessage),
+    /// `tool/call`.
+    ToolCall(ToolCall),
+    /// `tool/started` (this implementation's addition; see [`ToolStarted`]).
+    ToolStarted(ToolStarted),
+    /// `tool/result`.
+    ToolResult(ToolResult),
+    /// `request/header`.
+    RequestHeader(RequestHeaderEvent),
+    /// `request/context`.
+    RequestContext(RequestContext),
+    /// `llm/retry`.
+    LlmRetry(LlmRetry),
+    /// `llm/retry-started`.
+    LlmRetryStarted(LlmRetryStarted),
+    /// `session/title`.
+    SessionTitle(SessionTitle),
+    /// `agent/inbox/spliced`.
+    InboxSpliced(InboxSplice),
+    /// `todo/write`.
+    TodoWrite(TodoWrite),
+    /// `session/end-seed`.
+    EndSeed(EndSeed),
+    /// A known non-model-visible type (see [`KNOWN_OPAQUE_TYPES`]) or an unknown type marked
+    /// `ignorable`, kept verbatim.
+    Opaque {
+        /// The event type.
+        event_type: String,
+        /// The data object, verbatim (`null` when the line had none).
+        data: Value,
+    },
+}
+
+impl Event {
+    /// The wire `type` string.
+    pub fn event_type(&self) -> &str {
+        match self {
+            Event::TurnStart(_) => "turn/start",
+            Event::TurnEnd(_) => "turn/end",
+            Event::StepStart(_) => "step/start",
+            Event::StepEnd(_) => "step/end",
+            Event::UserMessage(_) => "user/message",
+            Event::AssistantChunk(_) => "assistant/chunk",
+            Event::AssistantMessage(_) => "assistant/message",
+            Event::ToolCall(_) => "tool/call",
+            Event::ToolStarted(_) => "tool/started",
+            Event::ToolResult(_) => "tool/result",
+            Event::RequestHeader(_) => "request/header",
+            Event::RequestContext(_) => "request/context",
+            Event::LlmRetry(_) => "llm/retry",
+            Event::LlmRetryStarted(_) => "llm/retry-started",
+            Event::SessionTitle(_) => "session/title",
+            Event::InboxSpliced(_) => "agent/inbox/spliced",
+            Event::TodoWrite(_) => "todo/write",
+            Event::EndSeed(_) => "session/end-seed",
+            Event::Opaque { event_type, .. } => event_type,
+        }
+    }
+
+    /// The message of a message event (`user/message`, `assistant/message`, `tool/result`).
+    pub fn message(&self) -> Option<&Message> {
+        match self {
+            Event::UserMessage(message) => Some(message),
+            Event::AssistantMessage(event) => Some(&event.message),
+            Event::ToolResult(event) => Some(&event.message),
+            _ => None,
+        }
+    }
+
+    /// True for the event types that carry a `surfaceOp` (the message events).
+    pub fn is_message(&self) -> bool {
+        self.message().is_some()
+    }
+
+    /// Decodes the `data` of a line of type `event_type`. Returns `Ok(None)` when the type is
+    /// unknown to this build (the caller decides between refusing and keeping it opaque).
+    /// Message sources of kinds `dsh-llm` does not name are read as described in
+    /// [`crate::compat`].
+    pub fn decode(event_type: &str, data: &str) -> Result<Option<Event>, serde_json::Error> {
+        match Event::decode_strict(event_type, data) {
+            Err(err) => {
+                let Ok(mut value) = serde_json::from_str::<Value>(data) else {
+                    return Err(err);
+                };
+                if !crate::compat::normalise_sources(&mut value) {
+                    return Err(err);
+                }
+                Event::decode_strict(event_type, &value.to_string()).map_err(|_| err)
+            }
+            decoded => decoded,
+        }
+    }
+
+    fn decode_strict(event_type: &str, data: &str) -> Result<Option<Event>, serde_json::Error> {
+        use serde_json::from_str;
+        let event = match event_type {
+            "turn/start" => Event::TurnStart(from_str(data)?),
+            "turn/end" => Event::TurnEnd(from_str(data)?),
+            "step/start" => Event::StepStart(from_str(data)?),
+            "step/end" => Event::StepEnd(from_str(data)?),
+            "user/message" => Event::UserMessage(from_str(data)?),
+            "assistant/chunk" => Event::AssistantChunk(from_str(data)?),
+            "assistant/message" => Event::AssistantMessage(from_str(data)?),
+            "tool/call" => Event::ToolCall(from_str(data)?),
+            "tool/started" => Event::ToolStarted(from_str(data)?),
+            "tool/result" => Event::ToolResult(from_str(data)?),
+            "request/header" => Event::RequestHeader(from_str(data)?),
+            "request/context" => Event::RequestContext(from_str(data)?),
+            "llm/retry" => Event::LlmRetry(from_str(data)?),
+            "llm/retry-started" => Event::LlmRetryStarted(from_str(data)?),
+            "session/title" => Event::SessionTitle(from_str(data)?),
+            "agent/inbox/spliced" => Event::InboxSpliced(from_str(data)?),
+            "todo/write" => Event::TodoWrite(from_str(data)?),
+            "session/end-seed" => Event::EndSeed(from_str(data)?),
+            other if KNOWN_OPAQUE_TYPES.contains(&other) => Event::Opaque {
+                event_type: other.to_string(),
+                data: from_str(data)?,
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(event))
+    }
+
+    /// Serialises the event's `data` object.
+    pub fn encode_data<W: std::io::Write>(&self, out: W) -> Result<(), serde_json::Error> {
+        use serde_json::to_writer;
+        match self {
+            Event::TurnStart(d) => to_writer(out, d),
+            Event::TurnEnd(d) => to_writer(out, d),
+            Event::StepStart(d) | Event::StepEnd(d) => to_writer(out, d),
+            Event::UserMessage(d) => to_writer(out, d),
+            Event::AssistantChunk(d) => to_writer(out, d),
+            Event::AssistantMessage(d) => to_writer(out, d),
+            Event::ToolCall(d) => to_writer(out, d),
+            Event::ToolStarted(d) => to_writer(out, d),
+            Event::ToolResult(d) => to_writer(out, d),
+            Event::RequestHeader(d) => to_writer(out, d),
+            Event::RequestContext(d) => to_writer(out, d),
+            Event::LlmRetry(d) => to_writer(out, d),
+            Event::LlmRetryStarted(d) => to_writer(out, d),
+            Event::SessionTitle(d) => to_writer(out, d),
+            Event::InboxSpliced(d) => to_writer(out, d),
+            Event::TodoWrite(d) => to_writer(out, d),
+            Event::EndSeed(d) => to_writer(out, d),
+            Event::Opaque { data, .. } => to_writer(out, data),
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Fork (SPEC S3.7): a new session seeded with a parent's log up to the end of a closed turn.
+
+use crate::envelope::{now_ms, Envelope, SessionHeader, WRITER_NAME};
+use crate::error::{Result, SessionError};
+use crate::event::{EndSeed, Event};
+use crate::reader::LoadedLog;
+use crate::state::SessionTracker;
+use crate::store::SessionStore;
+
+/// The number of events a fork at `at_turn` copies: everything up to and including that
+/// turn's `turn/end` (`None`: the last closed turn). Fails when the turn does not exist or is
+/// not closed.
+pub fn fork_point(log: &LoadedLog, at_turn: Option<u64>) -> Result<u64> {
+    let mut tracker = SessionTracker::new();
+    for env in &log.events {
+        tracker.push(env);
+    }
+    let closed = tracker.closed_turns();
+    let found = match at_turn {
+        Some(turn) => closed.iter().rev().find(|t| t.turn == turn),
+        None => closed.last(),
+    };
+    match (found, at_turn) {
+        (Some(t), _) => Ok(t.end_seq + 1),
+        (None, Some(turn)) => Err(SessionError::ForkPoint {
+            turn,
+            reason: if tracker.open_turn() == Some(turn) {
+                "that turn has not ended".into()
+            } else {
+                format!(
+                    "the session has no turn {turn} (last turn: {})",
+                    tracker.last_turn()
+                )
+            },
+        }),
+        (None, None) => Err(SessionError::ForkPoint {
+            turn: 0,
+            reason: "the session has no closed turn yet".into(),
+        }),
+    }
+}
+
+/// The header and events of a fork of `log` at `at_turn` (see [`fork_point`]): a new id,
+/// `parentSession` and `seedLength` set, the copied events unchanged (seqs and times kept),
+/// then `session/end-seed {inherited: true}`.
+pub fn fork_log(log: &LoadedLog, at_turn: Option<u64>) -> Result<(SessionHeader, Vec<Envelope>)> {
+    let cut = fork_point(log, at_turn)?;
+    let mut header = SessionHeader::new(
+        uuid::Uuid::new_v4().to_string(),
+        log.header.cwd.clone(),
+        now_ms(),
+    );
+    header.delegation_depth = log.header.delegation_depth;
+    header.parent_session = Some(log.header.id.clone());
+    header.seed_length = Some(cut);
+    header.writer = Some(WRITER_NAME.to_string());
+    let mut events: Vec<Envelope> = log
+        .events
+        .iter()
+        .take(usize::try_from(cut).unwrap_or(usize::MAX))
+        .cloned()
+        .collect();
+    let mut seed_end = Envelope::new(Event::EndSeed(EndSeed { inherited: true }));
+    seed_end.seq = cut;
+    seed_end.time = Some(now_ms());
+    events.push(seed_end);
+    Ok((header, events))
+}
+
+/// Forks session `key` of `store` at `at_turn` into a new session of the same store and
+/// returns the new session's header. The new log is flushed when this returns.
+pub fn fork(store: &dyn SessionStore, key: &str, at_turn: Option<u64>) -> Result<SessionHeader> {
+    let log = store.load(key)?;
+    let (header, events) = fork_log(&log, at_turn)?;
+    let mut writer = store.create_with_header(header.clone())?;
+    for env in events {
+        writer.append_verbatim(env)?;
+    }
+    writer.flush()?;
+    Ok(header)
+}

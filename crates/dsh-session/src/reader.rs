@@ -1,0 +1,366 @@
+//! Reading a JSONL session log: header check, line decoding, packed-row expansion, seq
+//! assignment and torn-tail tolerance.
+//!
+//! The reader streams: it holds one line and at most one expanded packed row at a time, so
+//! feeding it into a [`crate::Projector`] keeps memory proportional to the projected history.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::envelope::{Envelope, SessionHeader, SurfaceOp, FORMAT_VERSION};
+use crate::error::{io_err, Location, Result, SessionError};
+use crate::event::Event;
+use crate::packed::{PackKind, PackedRow};
+
+/// A torn last line that the reader dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The 1-based line number.
+    pub line: u64,
+    /// Byte offset of the line's start in the file (where an appender must truncate).
+    pub offset: u64,
+    /// Length of the dropped bytes.
+    pub len: u64,
+}
+
+#[derive(Deserialize)]
+struct RawLine<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+    #[serde(rename = "surfaceOp", default)]
+    surface_op: Option<SurfaceOp>,
+    #[serde(rename = "sourceEventSeqs", default)]
+    source_event_seqs: Option<Vec<u64>>,
+    #[serde(default)]
+    ignorable: Option<bool>,
+    #[serde(default)]
+    seq: Option<u64>,
+    #[serde(default)]
+    time: Option<u64>,
+}
+
+/// What one line decodes to.
+enum Decoded {
+    One(Envelope),
+    Row(Vec<Envelope>),
+}
+
+/// Why a line failed, before the reader decides whether it is a torn tail.
+enum LineFailure {
+    /// Not JSON, or not an event line: a torn tail if it is the last line.
+    Malformed(String),
+    /// Well-formed but refused (unknown type, seq mismatch): never a torn tail.
+    Fatal(SessionError),
+}
+
+/// Decodes one event line given the seq it would get.
+fn decode_line(line: &[u8], seq: u64, at: &Location) -> Result<Decoded, LineFailure> {
+    let raw: RawLine<'_> =
+        serde_json::from_slice(line).map_err(|e| LineFailure::Malformed(e.to_string()))?;
+    if let Some(found) = raw.seq {
+        if found != seq {
+            return Err(LineFailure::Fatal(SessionError::SeqMismatch {
+                at: at.clone(),
+                expected: seq,
+                found,
+            }));
+        }
+    }
+    let data = raw.data.map(RawValue::get).unwrap_or("null");
+    // A line that parsed as JSON was written whole: a bad payload is damage, not a torn tail.
+    let bad_data = |e: serde_json::Error| {
+        LineFailure::Fatal(SessionError::Malformed {
+            at: at.clone(),
+            reason: format!("`{}` event has invalid data: {e}", raw.kind),
+        })
+    };
+    if let Some(kind) = PackKind::from_type(&raw.kind) {
+        let row: PackedRow = serde_json::from_str(data).map_err(bad_data)?;
+        let envs = row.expand(kind, seq, raw.time).map_err(|reason| {
+            LineFailure::Fatal(SessionError::Malformed {
+                at: at.clone(),
+                reason,
+            })
+        })?;
+        return Ok(Decoded::Row(envs));
+    }
+    let ignorable = raw.ignorable.unwrap_or(false);
+    let event = match Event::decode(&raw.kind, data).map_err(bad_data)? {
+        Some(event) => event,
+        None if ignorable => Event::Opaque {
+            event_type: raw.kind.to_string(),
+            data: serde_json::from_str(data).map_err(bad_data)?,
+        },
+        None => {
+            return Err(LineFailure::Fatal(SessionError::UnknownEvent {
+                at: at.clone(),
+                event_type: raw.kind.to_string(),
+            }))
+        }
+    };
+    Ok(Decoded::One(Envelope {
+        seq,
+        time: raw.time,
+        event,
+        surface_op: raw.surface_op,
+        source_event_seqs: raw.source_event_seqs,
+        ignorable,
+    }))
+}
+
+/// Parses a header line, checking its type and version.
+pub(crate) fn decode_header(line: &[u8], at: &Location) -> Result<SessionHeader> {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+        version: Option<serde_json::Value>,
+    }
+    let probe: Probe = serde_json::from_slice(line).map_err(|e| SessionError::MissingHeader {
+        at: at.clone(),
+        reason: format!("not JSON: {e}"),
+    })?;
+    if probe.kind.as_deref() != Some("session") {
+        return Err(SessionError::MissingHeader {
+            at: at.clone(),
+            reason: format!("found type {:?}", probe.kind.unwrap_or_default()),
+        });
+    }
+    match probe.version.as_ref().and_then(serde_json::Value::as_u64) {
+        Some(FORMAT_VERSION) => {}
+        Some(version) => {
+            return Err(SessionError::UnsupportedVersion {
+                at: at.clone(),
+                version,
+                supported: FORMAT_VERSION,
+            })
+        }
+        None => {
+            return Err(SessionError::MissingHeader {
+                at: at.clone(),
+                reason: format!(
+                    "`version` must be a non-negative integer, found {}",
+                    probe
+                        .version
+                        .map_or_else(|| "nothing".to_string(), |v| v.to_string())
+                ),
+            })
+        }
+    }
+    let mut value: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(line)
+        .map_err(|e| SessionError::MissingHeader {
+            at: at.clone(),
+            reason: e.to_string(),
+        })?;
+    value.remove("type");
+    serde_json::from_value(serde_json::Value::Object(value)).map_err(|e| {
+        SessionError::MissingHeader {
+            at: at.clone(),
+            reason: format!("invalid header: {e}"),
+        }
+    })
+}
+
+/// A streaming reader of one JSONL session log.
+///
+/// [`LogReader::next_event`] yields events in order with their seqs; packed rows come out as
+/// one `assistant/chunk` per delta. A last line that does not parse is dropped and reported by
+/// [`LogReader::torn_tail`]; a bad line anywhere else is an error naming the line.
+pub struct LogReader<R> {
+    input: R,
+    source: String,
+    header: SessionHeader,
+    line_no: u64,
+    offset: u64,
+    next_seq: u64,
+    pending: VecDeque<Envelope>,
+    buf: Vec<u8>,
+    torn: Option<TornTail>,
+    done: bool,
+}
+
+impl LogReader<BufReader<File>> {
+    /// Opens a session file and reads its header.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(io_err("opening session log", path))?;
+        LogReader::new(
+            BufReader::with_capacity(256 * 1024, file),
+            path.display().to_string(),
+        )
+    }
+}
+
+impl<R: BufRead> LogReader<R> {
+    /// Reads the header from `input`. `source` names the input in error messages.
+    pub fn new(mut input: R, source: impl Into<String>) -> Result<Self> {
+        let source = source.into();
+        let mut buf = Vec::new();
+        let at = Location {
+            source: source.clone(),
+            line: 1,
+        };
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .map_err(io_err("reading session log", &source))?;
+        if n == 0 {
+            return Err(SessionError::MissingHeader {
+                at,
+                reason: "the file is empty".into(),
+            });
+        }
+        let header = decode_header(trim_line(&buf), &at)?;
+        Ok(LogReader {
+            input,
+            source,
+            header,
+            line_no: 1,
+            offset: n as u64,
+            next_seq: 0,
+            pending: VecDeque::new(),
+            buf,
+            torn: None,
+            done: false,
+        })
+    }
+
+    /// The session header.
+    pub fn header(&self) -> &SessionHeader {
+        &self.header
+    }
+
+    /// The seq the next event read will have (after the end: the number of events).
+    pub fn next_seq(&self) -> u64 {
+        self.pending.front().map_or(self.next_seq, |e| e.seq)
+    }
+
+    /// The torn last line that was dropped, once the reader has reached the end.
+    pub fn torn_tail(&self) -> Option<&TornTail> {
+        self.torn.as_ref()
+    }
+
+    /// Bytes of complete lines read so far (after the end: the length of the valid prefix).
+    pub fn valid_len(&self) -> u64 {
+        self.offset
+    }
+
+    /// The next event, `Ok(None)` at the end.
+    pub fn next_event(&mut self) -> Result<Option<Envelope>> {
+        loop {
+            if let Some(env) = self.pending.pop_front() {
+                return Ok(Some(env));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            self.buf.clear();
+            let n = self
+                .input
+                .read_until(b'\n', &mut self.buf)
+                .map_err(io_err("reading session log", &self.source))?;
+            if n == 0 {
+                self.done = true;
+                continue;
+            }
+            self.line_no += 1;
+            let line_start = self.offset;
+            let line = trim_line(&self.buf);
+            if line.iter().all(u8::is_ascii_whitespace) {
+                if self.buf.ends_with(b"\n") {
+                    self.offset += n as u64;
+                }
+                continue;
+            }
+            let at = Location {
+                source: self.source.clone(),
+                line: self.line_no,
+            };
+            match decode_line(line, self.next_seq, &at) {
+                Ok(decoded) => {
+                    self.offset += n as u64;
+                    match decoded {
+                        Decoded::One(env) => {
+                            self.next_seq += 1;
+                            return Ok(Some(env));
+                        }
+                        Decoded::Row(envs) => {
+                            self.next_seq += envs.len() as u64;
+                            self.pending.extend(envs);
+                        }
+                    }
+                }
+                Err(LineFailure::Fatal(err)) => return Err(err),
+                Err(LineFailure::Malformed(reason)) => {
+                    let at_end = self
+                        .input
+                        .fill_buf()
+                        .map_err(io_err("reading session log", &self.source))?
+                        .is_empty();
+                    if at_end {
+                        self.torn = Some(TornTail {
+                            line: self.line_no,
+                            offset: line_start,
+                            len: n as u64,
+                        });
+                        self.done = true;
+                        continue;
+                    }
+                    return Err(SessionError::Malformed { at, reason });
+                }
+            }
+        }
+    }
+}
+
+fn trim_line(buf: &[u8]) -> &[u8] {
+    let mut line = buf;
+    while let [rest @ .., b'\n' | b'\r'] = line {
+        line = rest;
+    }
+    line
+}
+
+/// A whole log read into memory.
+#[derive(Debug, Clone)]
+pub struct LoadedLog {
+    /// The header.
+    pub header: SessionHeader,
+    /// All events, in seq order (packed rows expanded).
+    pub events: Vec<Envelope>,
+    /// The torn last line that was dropped, if any.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// Reads a whole session file. See [`LogReader`] for the rules.
+pub fn load_file(path: &Path) -> Result<LoadedLog> {
+    let mut reader = LogReader::open(path)?;
+    let mut events = Vec::new();
+    while let Some(env) = reader.next_event()? {
+        events.push(env);
+    }
+    Ok(LoadedLog {
+        header: reader.header.clone(),
+        events,
+        torn_tail: reader.torn.clone(),
+    })
+}
+
+/// Decodes one stored event line (SQLite rows hold the same JSON as a JSONL line).
+pub(crate) fn decode_stored(line: &[u8], seq: u64, at: &Location) -> Result<Vec<Envelope>> {
+    match decode_line(trim_line(line), seq, at) {
+        Ok(Decoded::One(env)) => Ok(vec![env]),
+        Ok(Decoded::Row(envs)) => Ok(envs),
+        Err(LineFailure::Fatal(err)) => Err(err),
+        Err(LineFailure::Malformed(reason)) => Err(SessionError::Malformed {
+            at: at.clone(),
+            reason,
+        }),
+    }
+}

@@ -1,0 +1,258 @@
+//! The store abstraction both backends implement, and the choice between them.
+
+use std::path::{Path, PathBuf};
+
+use crate::envelope::{now_ms, Envelope, SessionHeader};
+use crate::error::{Result, SessionError};
+use crate::event::Event;
+use crate::listing::SessionSummary;
+use crate::projection::Projector;
+use crate::reader::LoadedLog;
+use crate::repair::closers;
+use crate::state::SessionTracker;
+
+/// True for events after which writers fsync on their own: step and turn boundaries, and
+/// `tool/started` (the flush "before every tool body"). The loop must still call
+/// [`SessionWriter::flush`] right before each model call.
+pub fn is_flush_point(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::StepStart(_)
+            | Event::StepEnd(_)
+            | Event::TurnStart(_)
+            | Event::TurnEnd(_)
+            | Event::ToolStarted(_)
+    )
+}
+
+/// The append side of one session, holding its exclusive writer lock until dropped.
+///
+/// Appends are buffered; [`SessionWriter::flush`] makes everything appended so far durable
+/// (fsync). Writers flush by themselves after [`is_flush_point`] events; the loop calls
+/// `flush()` before every model call. Dropping a writer flushes on a best-effort basis (an
+/// error at that point cannot be reported; call `flush()` first to see it).
+pub trait SessionWriter: Send {
+    /// The session header.
+    fn header(&self) -> &SessionHeader;
+
+    /// Where the session lives (file path, or `sqlite:<db>#<id>`), for messages.
+    fn location(&self) -> String;
+
+    /// The structure of the log so far (open turn, open calls, next seq, ...).
+    fn state(&self) -> &SessionTracker;
+
+    /// Appends `env` exactly as given except for `seq`, which the writer assigns; `time` stays
+    /// as given (even `None`). Used to copy events (fork, import). Returns the seq.
+    fn append_verbatim(&mut self, env: Envelope) -> Result<u64>;
+
+    /// Appends `env`, stamping `time` with now when it has none. Returns the seq.
+    fn append_envelope(&mut self, mut env: Envelope) -> Result<u64> {
+        if env.time.is_none() {
+            env.time = Some(now_ms());
+        }
+        self.append_verbatim(env)
+    }
+
+    /// Appends an event with the default envelope ([`Envelope::new`]). Returns its seq.
+    fn append(&mut self, event: Event) -> Result<u64> {
+        self.append_envelope(Envelope::new(event))
+    }
+
+    /// Writes everything buffered and fsyncs it. After `Ok`, every appended event survives a
+    /// crash.
+    fn flush(&mut self) -> Result<()>;
+
+    /// Appends the crash-repair closers for whatever is open (see [`crate::repair`]) and
+    /// flushes. Returns their seqs (empty when nothing was open).
+    fn repair(&mut self) -> Result<Vec<u64>> {
+        let envs = closers(self.header(), self.state());
+        let mut seqs = Vec::with_capacity(envs.len());
+        for env in envs {
+            seqs.push(self.append_envelope(env)?);
+        }
+        self.flush()?;
+        Ok(seqs)
+    }
+}
+
+/// A session reopened for appending (resume).
+pub struct Resumed {
+    /// The writer, holding the lock, positioned after the last event (and after any closers).
+    pub writer: Box<dyn SessionWriter>,
+    /// The projected history, ready to be fed further events.
+    pub history: Projector,
+    /// Seqs of the closers crash repair appended (empty when the log was closed cleanly).
+    pub repaired: Vec<u64>,
+    /// The number the next turn must use.
+    pub next_turn: u64,
+}
+
+/// Options for a new session.
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// Use this id instead of a fresh UUID.
+    pub id: Option<String>,
+    /// Delegation depth (0 for a top-level session).
+    pub delegation_depth: u64,
+}
+
+/// Which sessions to list.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only sessions of this cwd (`None`: all).
+    pub cwd: Option<String>,
+}
+
+/// The result of listing: the sessions that could be read, and a message for each that could
+/// not (listing never fails because one log is damaged).
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// Readable sessions, most recently updated first.
+    pub sessions: Vec<SessionSummary>,
+    /// One message per unreadable session (what and where).
+    pub problems: Vec<String>,
+}
+
+/// A search match.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchHit {
+    /// The session.
+    pub session_id: String,
+    /// Seq of the message event.
+    pub seq: u64,
+    /// The event type (`user/message`, `assistant/message`, `tool/result`).
+    pub event_type: String,
+    /// An excerpt of the message text around the match.
+    pub snippet: String,
+}
+
+/// A place sessions live. Both the JSONL store and the SQLite store implement it.
+pub trait SessionStore {
+    /// Creates a session with exactly this header (its id must be new) and returns its locked
+    /// writer. The header is durable when this returns.
+    fn create_with_header(&self, header: SessionHeader) -> Result<Box<dyn SessionWriter>>;
+
+    /// Creates a new session for `cwd`.
+    fn create(&self, cwd: &str, options: CreateOptions) -> Result<Box<dyn SessionWriter>> {
+        let id = options
+            .id
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let mut header = SessionHeader::new(id, cwd, now_ms());
+        header.delegation_depth = Some(options.delegation_depth);
+        self.create_with_header(header)
+    }
+
+    /// Reads a whole session (`key`: id, unique id prefix, or for the JSONL store a path).
+    fn load(&self, key: &str) -> Result<LoadedLog>;
+
+    /// Reopens a session for appending: takes the lock, sets aside a torn tail, appends the
+    /// crash-repair closers if the log was left open, and projects the history.
+    fn resume(&self, key: &str) -> Result<Resumed>;
+
+    /// Summaries of the stored sessions.
+    fn list(&self, filter: &ListFilter) -> Result<Listing>;
+
+    /// Messages whose text contains `query` (case-insensitive), at most `limit`.
+    fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>>;
+
+    /// Deletes a session (refused while a writer holds its lock). For the JSONL store, the
+    /// whole session folder goes, sub-agent logs included.
+    fn remove(&self, key: &str) -> Result<()>;
+
+    /// The session's id for `key` (id, unique prefix, or path).
+    fn resolve(&self, key: &str) -> Result<String>;
+
+    /// Sub-agent logs stored with the session, as `(name inside an archive, JSONL bytes)`.
+    fn sub_agent_logs(&self, key: &str) -> Result<Vec<(String, Vec<u8>)>>;
+
+    /// A description of the store for messages.
+    fn describe(&self) -> String;
+}
+
+/// Shared resume tail: appends the crash-repair closers (projecting them too) and flushes.
+pub(crate) fn finish_resume(
+    mut writer: Box<dyn SessionWriter>,
+    mut history: Projector,
+) -> Result<Resumed> {
+    let mut repaired = Vec::new();
+    for mut env in closers(writer.header(), writer.state()) {
+        env.time = Some(now_ms());
+        env.seq = writer.append_verbatim(env.clone())?;
+        history.push(&env)?;
+        repaired.push(env.seq);
+    }
+    writer.flush()?;
+    let next_turn = writer.state().next_turn();
+    Ok(Resumed {
+        writer,
+        history,
+        repaired,
+        next_turn,
+    })
+}
+
+/// Which backend to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreKind {
+    /// One JSONL file per session under `$DSH_HOME/sessions/` (the default).
+    #[default]
+    Jsonl,
+    /// One SQLite database `$DSH_HOME/sessions.db`.
+    Sqlite,
+}
+
+impl StoreKind {
+    /// Parses `jsonl` or `sqlite`.
+    pub fn parse(text: &str) -> Option<StoreKind> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "jsonl" => Some(StoreKind::Jsonl),
+            "sqlite" => Some(StoreKind::Sqlite),
+            _ => None,
+        }
+    }
+}
+
+/// Opens the store of kind `kind` under the dsh home directory `home` (created if missing).
+pub fn open_store(kind: StoreKind, home: &Path) -> Result<Box<dyn SessionStore>> {
+    Ok(match kind {
+        StoreKind::Jsonl => Box::new(crate::jsonl::JsonlStore::new(home)),
+        StoreKind::Sqlite => Box::new(crate::sqlite::SqliteStore::open(
+            &home.join("sessions.db"),
+        )?),
+    })
+}
+
+/// The folder name for a cwd: `--<cwd with / replaced by ->--` (SPEC S3.6).
+pub fn cwd_folder_name(cwd: &str) -> String {
+    format!("--{}--", cwd.replace('/', "-"))
+}
+
+/// `$home/sessions/--<cwd>--/<id>/session.jsonl`.
+pub fn session_path(home: &Path, cwd: &str, id: &str) -> PathBuf {
+    home.join("sessions")
+        .join(cwd_folder_name(cwd))
+        .join(id)
+        .join("session.jsonl")
+}
+
+/// Fails with [`SessionError::NotFound`] unless exactly one candidate matches `key` exactly or
+/// as a prefix.
+pub(crate) fn pick_id(key: &str, ids: impl IntoIterator<Item = String>) -> Result<String> {
+    let mut matches = Vec::new();
+    for id in ids {
+        if id == key {
+            return Ok(id);
+        }
+        if id.starts_with(key) {
+            matches.push(id);
+        }
+    }
+    match matches.len() {
+        0 => Err(SessionError::NotFound(key.to_string())),
+        1 => Ok(matches.remove(0)),
+        _ => Err(SessionError::Ambiguous {
+            prefix: key.to_string(),
+            candidates: matches,
+        }),
+    }
+}
