@@ -1,1 +1,60 @@
-//! dsh-tools
+//! The tool seam of dsh (SPEC S4.4, S5.3, S6, S7).
+//!
+//! * [`Tool`]: one capability the model can call (name, description, JSON-schema parameters,
+//!   concurrency flag, optional timeout, boxed-future `execute`).
+//! * [`ToolRegistry`]: tools by name, schemas sorted by name, and [`ToolRegistry::invoke`],
+//!   which turns a raw argument string into a result with structured error codes.
+//! * [`ToolContext`]: what a call may use — cwd, cancel token, private spill directory,
+//!   permission preset, the session's file observations, limits, and the process
+//!   confinement seam ([`CommandConfinement`]).
+//! * [`ToolOutput`] / [`ToolError`]: content for the model, a human summary and structured
+//!   data; or `Error: <message>` with a [`ToolErrorCode`].
+//! * [`externalize`]: large output to a private file with a head/tail preview.
+//! * The built-ins: `bash`, `read`, `write`, `edit`, `glob`, `grep`, `todo_write`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use dsh_tools::{tool_result_block, PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+//!
+//! let registry = ToolRegistry::with_builtins();
+//! let tools = registry.schemas(); // sorted by name: send with every request
+//! let session = ToolContext::new("/path/to/project", SpillDir::create("/tmp/dsh-spill/s1")?)?
+//!     .with_permission(PermissionPreset::WorkspaceWrite);
+//! // For each tool call of a step (concurrency-safe ones may run together):
+//! let call_ctx = session.for_call();
+//! let result = registry.invoke("read", r#"{"file_path":"README.md"}"#, &call_ctx).await;
+//! let block = tool_result_block("call_1", &result); // goes into a user-role message
+//! # let _ = (tools, block);
+//! # Ok(()) }
+//! ```
+
+mod args;
+mod builtin;
+mod confinement;
+mod context;
+mod error;
+mod observe;
+mod output;
+mod paths;
+mod process;
+mod registry;
+mod spill;
+mod tool;
+
+pub use args::{parse_args, parse_raw_arguments};
+pub use builtin::{
+    builtin_tools, BashTool, EditTool, GlobTool, GrepTool, ReadTool, TodoItem, TodoStatus,
+    TodoWriteTool, WriteTool,
+};
+pub use confinement::{
+    CommandConfinement, CommandPlan, ConfinementRequest, NoSandbox, PreExecHook,
+};
+pub use context::{PermissionPreset, ToolContext, ToolLimits};
+pub use error::{ToolError, ToolErrorCode};
+pub use observe::{ContentHasher, FileObservations, Observation};
+pub use output::ToolOutput;
+pub use paths::{absolutize, resolve_real_path};
+pub use process::{group_has_live_members, is_secret_name, scrubbed_env, CHILD_ENV_OVERRIDES};
+pub use registry::{tool_result_block, ToolRegistry, ToolRegistryError};
+pub use spill::{externalize, Externalized, SpillDir, DEFAULT_SPILL_THRESHOLD};
+pub use tool::Tool;

@@ -1,0 +1,371 @@
+//! `bash`: one fresh `bash -c` per call, in its own session and process group.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::args::{opt_count, parse_args};
+use crate::confinement::{CommandPlan, ConfinementRequest};
+use crate::context::ToolContext;
+use crate::error::{ToolError, ToolErrorCode};
+use crate::output::ToolOutput;
+use crate::process::{capture, scrubbed_env, Captured, ProcessGroup};
+use crate::tool::Tool;
+
+/// How long a `SIGTERM`ed group gets before `SIGKILL`.
+const KILL_GRACE: Duration = Duration::from_millis(1500);
+/// How long to keep reading output after the process group is gone. Only a process that left
+/// the group (its own `setsid`) can hold the pipes open that long.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+const DESCRIPTION: &str = "Runs a shell command with `bash -c` and returns its output. \
+Every call starts a new shell in the session's working directory: `cd`, variables and functions do not carry over, so pass `workdir` rather than chaining `cd`. \
+Stdin is empty (/dev/null) and there is no terminal, so interactive programs fail; pagers and colors are disabled. \
+The command gets `timeoutMs` (default 60000, at most 600000); on expiry it and every process it started are killed and the result ends with `[timed out after N ms: ...]`. \
+Processes the command leaves running in the background are killed when it exits. \
+Output is stdout, then `[stderr]` and stderr when there is any; a non-zero exit adds `[exit code: N]` and death by a signal adds `[killed by signal N]`; success without output shows `(no output)`. \
+Each stream keeps only its last 64 KB in the result, with a `[stdout truncated ...]` / `[stderr truncated ...]` line naming a file that holds the whole stream; a result above 50,000 bytes shows its head and tail and names the file with the full text. Read such files with `read` (offset/limit) or `grep`. \
+Variables whose names contain KEY, TOKEN, SECRET or PASSWORD are removed from the environment. \
+Failures of the call itself start with `Error:` (for example a missing workdir, or no sandbox available for the session's permission preset). \
+`run_in_background` is not supported in this version and returns an error. \
+Prefer the read, write, edit, glob and grep tools over cat, sed, find and grep in the shell.";
+
+/// The `bash` tool. See the module docs and `docs/tools.md`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BashTool;
+
+#[derive(Debug, Deserialize)]
+struct BashArgs {
+    command: String,
+    #[allow(dead_code)]
+    description: String,
+    #[serde(rename = "timeoutMs", default, deserialize_with = "opt_count")]
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    workdir: Option<String>,
+    #[serde(default)]
+    run_in_background: Option<bool>,
+}
+
+impl Tool for BashTool {
+    fn name(&self) -> &str {
+        "bash"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command line, run as `bash -c <command>`."},
+                "description": {"type": "string", "description": "What the command does, in 5-10 words, shown to the user (e.g. \"Run the unit tests\")."},
+                "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at 600000. The command and its children are killed when it expires."},
+                "workdir": {"type": "string", "description": "Directory to run in; relative paths are resolved against the session working directory. Defaults to it."},
+                "run_in_background": {"type": "boolean", "description": "Not supported yet: setting it to true returns an error."}
+            },
+            "required": ["command", "description"]
+        })
+    }
+
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(run(args, ctx))
+    }
+}
+
+async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    let args: BashArgs = parse_args("bash", args)?;
+    if args.command.trim().is_empty() {
+        return Err(ToolError::invalid_args("command must not be empty"));
+    }
+    if args.run_in_background == Some(true) {
+        return Err(ToolError::new(
+            ToolErrorCode::Unsupported,
+            "run_in_background is not supported in this version (no background jobs yet); run the command in the foreground with a timeoutMs of up to 600000 instead",
+        ));
+    }
+    let limits = ctx.limits();
+    let timeout = match args.timeout_ms {
+        None => limits.bash_default_timeout,
+        Some(0) => return Err(ToolError::invalid_args("timeoutMs must be at least 1")),
+        Some(ms) => Duration::from_millis(ms).min(limits.bash_max_timeout),
+    };
+    let workdir = resolve_workdir(ctx, args.workdir.as_deref())?;
+
+    let plan = CommandPlan {
+        program: "bash".into(),
+        args: vec!["-c".into(), args.command.clone().into()],
+        pre_exec: Vec::new(),
+    };
+    let request = ConfinementRequest {
+        preset: ctx.permission(),
+        cwd: ctx.cwd().to_path_buf(),
+        workdir: workdir.clone(),
+        writable_roots: ctx.writable_roots(),
+    };
+    let plan = ctx.confinement().confine(plan, &request)?;
+    if ctx.cancel().is_cancelled() {
+        return Err(aborted());
+    }
+
+    let mut command = tokio::process::Command::new(&plan.program);
+    command
+        .args(&plan.args)
+        .env_clear()
+        .envs(scrubbed_env())
+        .current_dir(&workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let hooks = plan.pre_exec.clone();
+    // SAFETY: the closure runs in the forked child before exec. It calls setsid(2), which is
+    // async-signal-safe, and the confinement hooks, whose contract (see `PreExecHook`) is to be
+    // async-signal-safe too. It does not allocate: iterating a Vec of Arcs only reads memory.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for hook in &hooks {
+                hook()?;
+            }
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let mut child = command.spawn().map_err(|err| {
+        ToolError::new(
+            ToolErrorCode::Io,
+            format!("cannot start {}: {err}", plan.program.to_string_lossy()),
+        )
+    })?;
+    let pid = child.id().and_then(|p| libc::pid_t::try_from(p).ok());
+    let Some(pid) = pid else {
+        return Err(ToolError::new(
+            ToolErrorCode::Io,
+            "the shell exited before it could be tracked",
+        ));
+    };
+    let mut group = ProcessGroup::new(pid);
+    let cap = limits.bash_stream_cap;
+    let stdout = child.stdout.take().map(|s| {
+        AbortOnDrop(tokio::spawn(capture(
+            s,
+            cap,
+            ctx.spill().clone(),
+            "bash-stdout",
+        )))
+    });
+    let stderr = child.stderr.take().map(|s| {
+        AbortOnDrop(tokio::spawn(capture(
+            s,
+            cap,
+            ctx.spill().clone(),
+            "bash-stderr",
+        )))
+    });
+
+    let mut timed_out = false;
+    let mut leftovers = false;
+    let status = tokio::select! {
+        status = child.wait() => {
+            let status = status.ok();
+            leftovers = group.terminate(KILL_GRACE).await;
+            status
+        }
+        _ = tokio::time::sleep(timeout) => {
+            timed_out = true;
+            group.terminate(KILL_GRACE).await;
+            tokio::time::timeout(DRAIN_LIMIT, child.wait()).await.ok().and_then(Result::ok)
+        }
+        _ = ctx.cancel().cancelled() => {
+            group.terminate(KILL_GRACE).await;
+            let _reaped = tokio::time::timeout(DRAIN_LIMIT, child.wait()).await;
+            return Err(aborted());
+        }
+    };
+    group.mark_finished();
+    let (stdout, stdout_detached) = drain(stdout).await;
+    let (stderr, stderr_detached) = drain(stderr).await;
+    let elapsed = started.elapsed();
+
+    let text = render(&RunReport {
+        stdout: &stdout,
+        stderr: &stderr,
+        status,
+        timed_out,
+        timeout,
+        leftovers,
+        detached: stdout_detached || stderr_detached,
+        cap,
+    });
+    let text = ctx.externalize(&text, "bash")?;
+    let exit_code = status.and_then(|s| s.code());
+    let signal = status.and_then(|s| s.signal());
+    let summary = if timed_out {
+        format!("bash: {} (timed out)", args.description)
+    } else {
+        match exit_code {
+            Some(code) => format!("bash: {} (exit {code})", args.description),
+            None => format!("bash: {} (killed)", args.description),
+        }
+    };
+    Ok(ToolOutput::text(text)
+        .with_summary(summary)
+        .with_data(json!({
+            "exitCode": exit_code,
+            "signal": signal,
+            "timedOut": timed_out,
+            "durationMs": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            "stdoutBytes": stdout.total,
+            "stderrBytes": stderr.total,
+            "stdoutFile": stdout.full_path,
+            "stderrFile": stderr.full_path,
+        })))
+}
+
+fn aborted() -> ToolError {
+    ToolError::new(
+        ToolErrorCode::Aborted,
+        "the command was cancelled; it and every process it started were killed",
+    )
+}
+
+fn resolve_workdir(
+    ctx: &ToolContext,
+    workdir: Option<&str>,
+) -> Result<std::path::PathBuf, ToolError> {
+    let Some(dir) = workdir.filter(|d| !d.is_empty()) else {
+        return Ok(ctx.cwd().to_path_buf());
+    };
+    let path = ctx.absolute(dir);
+    let meta = std::fs::metadata(&path).map_err(|err| ToolError::io("workdir", &path, &err))?;
+    if !meta.is_dir() {
+        return Err(ToolError::new(
+            ToolErrorCode::NotAFile,
+            format!("workdir {} is not a directory", path.display()),
+        ));
+    }
+    Ok(path)
+}
+
+/// Aborts a spawned task when dropped, so an abandoned call stops reading its pipes.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Waits a bounded time for a capture task; returns what it got and whether it had to stop
+/// waiting (the pipe was held open by a process outside the group).
+async fn drain(task: Option<AbortOnDrop<Captured>>) -> (Captured, bool) {
+    let Some(mut task) = task else {
+        return (Captured::default(), false);
+    };
+    match tokio::time::timeout(DRAIN_LIMIT, &mut task.0).await {
+        Ok(Ok(captured)) => (captured, false),
+        Ok(Err(_join_error)) => (Captured::default(), false),
+        Err(_elapsed) => (Captured::default(), true),
+    }
+}
+
+struct RunReport<'a> {
+    stdout: &'a Captured,
+    stderr: &'a Captured,
+    status: Option<std::process::ExitStatus>,
+    timed_out: bool,
+    timeout: Duration,
+    leftovers: bool,
+    detached: bool,
+    cap: usize,
+}
+
+fn render(r: &RunReport<'_>) -> String {
+    let mut out = String::new();
+    push_stream(&mut out, "stdout", r.stdout, r.cap);
+    if r.stderr.total > 0 {
+        ensure_newline(&mut out);
+        out.push_str("[stderr]\n");
+        push_stream(&mut out, "stderr", r.stderr, r.cap);
+    }
+    let mut markers = Vec::new();
+    if r.timed_out {
+        markers.push(format!(
+            "[timed out after {} ms: the command and its child processes were killed]",
+            r.timeout.as_millis()
+        ));
+    }
+    if r.leftovers {
+        markers
+            .push("[processes the command left running in the background were killed]".to_string());
+    }
+    if r.detached {
+        markers
+            .push("[stopped reading output: a detached process kept the output open]".to_string());
+    }
+    match r.status {
+        Some(status) => {
+            if let Some(code) = status.code() {
+                if code != 0 {
+                    markers.push(format!("[exit code: {code}]"));
+                }
+            } else if let Some(signal) = status.signal() {
+                markers.push(format!("[killed by signal {signal}]"));
+            }
+        }
+        None if !r.timed_out => markers.push("[exit status unknown]".to_string()),
+        None => {}
+    }
+    if out.is_empty() && markers.is_empty() {
+        return "(no output)".to_string();
+    }
+    for marker in markers {
+        ensure_newline(&mut out);
+        out.push_str(&marker);
+    }
+    out
+}
+
+fn push_stream(out: &mut String, name: &str, captured: &Captured, cap: usize) {
+    if captured.total > captured.tail.len() as u64 {
+        let whereabouts = match (&captured.full_path, &captured.spill_error) {
+            (Some(path), _) => format!("full {name} saved to {}", path.display()),
+            (None, Some(err)) => format!("full {name} could not be saved: {err}"),
+            (None, None) => format!("full {name} not saved"),
+        };
+        out.push_str(&format!(
+            "[{name} truncated: showing the last {cap} of {} bytes; {whereabouts}]\n",
+            captured.total
+        ));
+        let mut tail = captured.tail.as_slice();
+        // Skip UTF-8 continuation bytes so the kept tail starts on a character.
+        while let Some((&first, rest)) = tail.split_first() {
+            if first & 0xC0 == 0x80 {
+                tail = rest;
+            } else {
+                break;
+            }
+        }
+        out.push_str(&String::from_utf8_lossy(tail));
+    } else {
+        out.push_str(&String::from_utf8_lossy(&captured.tail));
+    }
+}
+
+fn ensure_newline(out: &mut String) {
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+}

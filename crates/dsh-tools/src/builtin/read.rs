@@ -1,0 +1,253 @@
+//! `read`: a window of a text file, line-numbered as dsh does (`N: text`).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::args::{opt_count, parse_args};
+use crate::context::ToolContext;
+use crate::error::{ToolError, ToolErrorCode};
+use crate::observe::ContentHasher;
+use crate::output::ToolOutput;
+use crate::tool::Tool;
+
+/// Bytes examined for a NUL byte to decide a file is binary.
+const BINARY_PROBE: usize = 8 * 1024;
+
+const DESCRIPTION: &str = "Reads a UTF-8 text file and returns its lines numbered from 1 as `N: text`, inside `<content>` tags after the file's absolute `<path>`. \
+`offset` is the 1-based first line (default 1) and `limit` the number of lines (default and maximum 2000). \
+Lines longer than 2000 characters are cut and end with `... [line truncated]`; a result stops before it would exceed 50 KB. \
+The result ends with `(End of file - total N lines)` when the file's end was reached, otherwise with `(Showing lines A-B of N. Use offset=B+1 to continue.)`: call again with that offset to see more. \
+Relative paths are resolved against the session working directory. \
+Reading a file is what allows write and edit to change it later in this session. \
+Errors start with `Error:`: a missing path, a directory (use glob to list files), a binary file (refused), or an offset past the end of the file.";
+
+/// The `read` tool. See `docs/tools.md`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadTool;
+
+#[derive(Debug, Deserialize)]
+struct ReadArgs {
+    file_path: String,
+    #[serde(default, deserialize_with = "opt_count")]
+    offset: Option<u64>,
+    #[serde(default, deserialize_with = "opt_count")]
+    limit: Option<u64>,
+}
+
+impl Tool for ReadTool {
+    fn name(&self) -> &str {
+        "read"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "File to read, absolute or relative to the session working directory."},
+                "offset": {"type": "number", "description": "1-based line to start from. Default 1."},
+                "limit": {"type": "number", "description": "How many lines to return. Default and maximum 2000."}
+            },
+            "required": ["file_path"]
+        })
+    }
+
+    fn concurrency_safe(&self) -> bool {
+        true
+    }
+
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let args: ReadArgs = parse_args("read", args)?;
+            let ctx = ctx.clone();
+            tokio::task::spawn_blocking(move || read_window(&args, &ctx))
+                .await
+                .map_err(|err| ToolError::new(ToolErrorCode::Io, format!("read failed: {err}")))?
+        })
+    }
+}
+
+fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    if args.file_path.is_empty() {
+        return Err(ToolError::invalid_args("file_path must not be empty"));
+    }
+    let limits = ctx.limits();
+    let offset = match args.offset {
+        None | Some(0) => 1,
+        Some(n) => n,
+    };
+    let max_lines = limits.read_max_lines as u64;
+    let limit = match args.limit {
+        None => max_lines,
+        Some(0) => return Err(ToolError::invalid_args("limit must be at least 1")),
+        Some(n) => n.min(max_lines),
+    };
+    let path = ctx.absolute(&args.file_path);
+    let meta = std::fs::metadata(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
+    if meta.is_dir() {
+        return Err(ToolError::new(
+            ToolErrorCode::NotAFile,
+            format!(
+                "{} is a directory, not a file; use glob to list its files",
+                path.display()
+            ),
+        ));
+    }
+    let file =
+        std::fs::File::open(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
+    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let probe = reader
+        .fill_buf()
+        .map_err(|err| ToolError::io("cannot read", &path, &err))?;
+    if probe[..probe.len().min(BINARY_PROBE)].contains(&0) {
+        return Err(ToolError::new(
+            ToolErrorCode::BinaryFile,
+            format!(
+                "{} looks like a binary file (it contains NUL bytes); read only shows text. Inspect it with bash (e.g. `file`, `xxd | head`) if needed",
+                path.display()
+            ),
+        ));
+    }
+
+    let window = scan(
+        &mut reader,
+        offset,
+        limit,
+        limits.read_max_line_chars,
+        limits.read_max_bytes,
+    )
+    .map_err(|err| ToolError::io("cannot read", &path, &err))?;
+    let observation = window.hasher.finish(window.bytes, Some(&meta));
+    let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    ctx.observations().record(&real, observation);
+
+    let total = window.total_lines;
+    if offset > total.max(1) {
+        return Err(ToolError::invalid_args(format!(
+            "offset {offset} is past the end of {} ({total} lines)",
+            path.display()
+        )));
+    }
+    let last = offset + window.lines.len() as u64 - 1;
+    let mut body = String::new();
+    body.push_str(&format!(
+        "<path>{}</path>\n<type>file</type>\n<content>\n",
+        path.display()
+    ));
+    for (i, line) in window.lines.iter().enumerate() {
+        body.push_str(&format!("{}: {line}\n", offset + i as u64));
+    }
+    let notice = if window.lines.is_empty() || last >= total {
+        format!("(End of file - total {total} lines)")
+    } else if window.byte_capped {
+        format!(
+            "(Output capped at {} KB. Showing lines {offset}-{last} of {total}. Use offset={} to continue.)",
+            limits.read_max_bytes / 1024,
+            last + 1
+        )
+    } else {
+        format!(
+            "(Showing lines {offset}-{last} of {total}. Use offset={} to continue.)",
+            last + 1
+        )
+    };
+    body.push('\n');
+    body.push_str(&notice);
+    body.push_str("\n</content>");
+    let shown = window.lines.len();
+    Ok(ToolOutput::text(body)
+        .with_summary(format!(
+            "read {} ({shown} of {total} lines)",
+            display_name(&path)
+        ))
+        .with_data(json!({
+            "path": path,
+            "offset": offset,
+            "linesShown": shown,
+            "totalLines": total,
+            "truncatedLines": window.truncated_lines,
+        })))
+}
+
+fn display_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+struct Window {
+    lines: Vec<String>,
+    total_lines: u64,
+    bytes: u64,
+    byte_capped: bool,
+    truncated_lines: usize,
+    hasher: ContentHasher,
+}
+
+/// Streams the whole file once: hashes it, counts its lines, and keeps the formatted lines of
+/// the window `[offset, offset + limit)` that fit in `max_bytes`.
+fn scan<R: Read>(
+    reader: &mut BufReader<R>,
+    offset: u64,
+    limit: u64,
+    max_line_chars: usize,
+    max_bytes: usize,
+) -> std::io::Result<Window> {
+    let mut w = Window {
+        lines: Vec::new(),
+        total_lines: 0,
+        bytes: 0,
+        byte_capped: false,
+        truncated_lines: 0,
+        hasher: ContentHasher::new(),
+    };
+    let mut used = 0usize;
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        let n = reader.read_until(b'\n', &mut raw)?;
+        if n == 0 {
+            break;
+        }
+        w.hasher.update(&raw);
+        w.bytes += n as u64;
+        w.total_lines += 1;
+        let number = w.total_lines;
+        let in_window = number >= offset && number < offset.saturating_add(limit);
+        if !in_window || w.byte_capped {
+            continue;
+        }
+        let mut text = raw.as_slice();
+        if let Some(stripped) = text.strip_suffix(b"\n") {
+            text = stripped;
+        }
+        if let Some(stripped) = text.strip_suffix(b"\r") {
+            text = stripped;
+        }
+        let mut line = String::from_utf8_lossy(text).into_owned();
+        if let Some((cut, _)) = line.char_indices().nth(max_line_chars) {
+            line.truncate(cut);
+            line.push_str("... [line truncated]");
+            w.truncated_lines += 1;
+        }
+        let cost = line.len() + number.to_string().len() + 3;
+        if used + cost > max_bytes && !w.lines.is_empty() {
+            w.byte_capped = true;
+            continue;
+        }
+        used += cost;
+        w.lines.push(line);
+    }
+    Ok(w)
+}

@@ -1,0 +1,194 @@
+//! What `glob` and `grep` share: the search root, the ignore-aware walker, and path patterns.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use globset::{GlobBuilder, GlobMatcher};
+use ignore::WalkBuilder;
+
+use crate::context::ToolContext;
+use crate::error::{ToolError, ToolErrorCode};
+
+/// The directory (or single file) a search starts from: `path` resolved against the cwd, or
+/// the cwd itself. Fails with `NOT_FOUND` when it does not exist.
+pub(crate) fn search_root(ctx: &ToolContext, path: Option<&str>) -> Result<PathBuf, ToolError> {
+    let Some(path) = path.filter(|p| !p.is_empty()) else {
+        return Ok(ctx.cwd().to_path_buf());
+    };
+    let abs = ctx.absolute(path);
+    std::fs::metadata(&abs).map_err(|err| ToolError::io("cannot search", &abs, &err))?;
+    Ok(abs)
+}
+
+/// A walker over `root` that honours `.gitignore` (also outside a git repository), `.ignore`
+/// and `.git/info/exclude`, includes hidden files, and never descends into `.git`.
+pub(crate) fn walker(root: &Path) -> WalkBuilder {
+    let mut builder = WalkBuilder::new(root);
+    builder
+        .hidden(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(false)
+        .require_git(false)
+        .parents(true)
+        .follow_links(false)
+        .filter_entry(|entry| entry.file_name() != ".git");
+    builder
+}
+
+/// A file pattern as the tools accept it: without `/` it matches the file name at any depth
+/// (`*.rs`); with `/` it matches the path relative to the search root (`src/**/*.rs`), where
+/// `*` does not cross directories and `**` does. `{a,b}` alternatives are supported.
+#[derive(Debug, Clone)]
+pub(crate) struct PathPattern {
+    matcher: GlobMatcher,
+    name_only: bool,
+}
+
+impl PathPattern {
+    /// Compiles `pattern`; `field` names the argument in the `INVALID_ARGS` message.
+    pub(crate) fn new(pattern: &str, field: &str) -> Result<Self, ToolError> {
+        let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
+        if pattern.is_empty() {
+            return Err(ToolError::invalid_args(format!(
+                "{field} must not be empty"
+            )));
+        }
+        let glob = GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .map_err(|err| {
+                ToolError::new(
+                    ToolErrorCode::InvalidArgs,
+                    format!("{field} is not a valid glob: {err}"),
+                )
+            })?;
+        Ok(Self {
+            matcher: glob.compile_matcher(),
+            name_only: !pattern.contains('/'),
+        })
+    }
+
+    /// True when the file at `relative` (relative to the search root) matches.
+    pub(crate) fn is_match(&self, relative: &Path) -> bool {
+        if self.name_only {
+            relative
+                .file_name()
+                .is_some_and(|name| self.matcher.is_match(name))
+        } else {
+            self.matcher.is_match(relative)
+        }
+    }
+}
+
+/// Splits an absolute glob such as `/repo/src/**/*.rs` into its literal directory prefix
+/// (`/repo/src`) and the pattern below it (`**/*.rs`).
+pub(crate) fn split_absolute_pattern(pattern: &str) -> (PathBuf, String) {
+    let mut base = PathBuf::from("/");
+    let mut rest: Vec<&str> = Vec::new();
+    let mut literal = true;
+    for part in pattern.split('/').filter(|p| !p.is_empty()) {
+        if literal && !part.contains(['*', '?', '[', '{']) {
+            base.push(part);
+        } else {
+            literal = false;
+            rest.push(part);
+        }
+    }
+    if rest.is_empty() {
+        // The whole pattern is literal: it names one path; match its file name in the parent.
+        let name = base
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        base.pop();
+        return (base, name);
+    }
+    (base, rest.join("/"))
+}
+
+/// A per-thread buffer for a parallel walk that moves its items into the shared vector in
+/// batches and on drop, so the lock is taken rarely and nothing is lost when the walk ends.
+pub(crate) struct Collector<'a, T> {
+    into: &'a Mutex<Vec<T>>,
+    local: Vec<T>,
+}
+
+impl<'a, T> Collector<'a, T> {
+    const BATCH: usize = 256;
+
+    /// A buffer that drains into `into`.
+    pub(crate) fn new(into: &'a Mutex<Vec<T>>) -> Self {
+        Self {
+            into,
+            local: Vec::new(),
+        }
+    }
+
+    /// Adds one item.
+    pub(crate) fn push(&mut self, item: T) {
+        self.local.push(item);
+        if self.local.len() >= Self::BATCH {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        // A poisoned lock means another walker thread panicked mid-append; the Vec is still
+        // valid, so keep collecting.
+        self.into
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .append(&mut self.local);
+    }
+}
+
+impl<T> Drop for Collector<'_, T> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// The note that ends a capped result, naming the spill file with the full list.
+pub(crate) fn capped_notice(
+    shown: usize,
+    total: &str,
+    what: &str,
+    order: &str,
+    spill: Result<PathBuf, ToolError>,
+    narrow: &str,
+) -> String {
+    let saved = match spill {
+        Ok(path) => format!("Full list saved to: {}.", path.display()),
+        Err(err) => format!("The full list could not be saved ({}).", err.message),
+    };
+    format!("\n\n(Showing {shown} of {total} {what}{order}. {saved} Narrow {narrow} to see the others.)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_patterns_split_at_the_first_wildcard() {
+        assert_eq!(
+            split_absolute_pattern("/a/b/**/*.rs"),
+            (PathBuf::from("/a/b"), "**/*.rs".to_string())
+        );
+        assert_eq!(
+            split_absolute_pattern("/a/b/c.txt"),
+            (PathBuf::from("/a/b"), "c.txt".to_string())
+        );
+    }
+
+    #[test]
+    fn name_patterns_match_at_any_depth() {
+        let p = PathPattern::new("*.rs", "pattern").unwrap();
+        assert!(p.is_match(Path::new("a/b/c.rs")));
+        let p = PathPattern::new("src/*.rs", "pattern").unwrap();
+        assert!(p.is_match(Path::new("src/c.rs")));
+        assert!(!p.is_match(Path::new("src/x/c.rs")));
+        assert!(PathPattern::new("a[", "pattern").is_err());
+    }
+}

@@ -1,0 +1,330 @@
+//! Per-session state every tool call sees.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::confinement::{CommandConfinement, NoSandbox};
+use crate::error::{ToolError, ToolErrorCode};
+use crate::observe::FileObservations;
+use crate::paths::{absolutize, resolve_real_path};
+use crate::spill::{externalize, SpillDir, DEFAULT_SPILL_THRESHOLD};
+
+/// The permission preset of a session (SPEC S7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PermissionPreset {
+    /// No file modifications by `write`/`edit`; `bash` only when confined read-only.
+    ReadOnly,
+    /// Writes only inside the session cwd and the temp directories (the default).
+    #[default]
+    WorkspaceWrite,
+    /// No restriction; `bash` runs unconfined.
+    DangerFullAccess,
+}
+
+impl PermissionPreset {
+    /// The preset's spelling in flags, config and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionPreset::ReadOnly => "read-only",
+            PermissionPreset::WorkspaceWrite => "workspace-write",
+            PermissionPreset::DangerFullAccess => "danger-full-access",
+        }
+    }
+}
+
+impl fmt::Display for PermissionPreset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PermissionPreset {
+    type Err = String;
+
+    /// Parses `read-only`, `workspace-write` or `danger-full-access`; anything else is an error
+    /// listing the accepted values.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "read-only" => Ok(PermissionPreset::ReadOnly),
+            "workspace-write" => Ok(PermissionPreset::WorkspaceWrite),
+            "danger-full-access" => Ok(PermissionPreset::DangerFullAccess),
+            other => Err(format!(
+                "unknown permission preset `{other}` (expected read-only, workspace-write or danger-full-access)"
+            )),
+        }
+    }
+}
+
+/// Deployment-tunable limits of the built-in tools. [`Default`] gives the documented values;
+/// [`ToolLimits::validate`] rejects nonsensical settings at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolLimits {
+    /// Results above this many bytes are externalised (SPEC S5.3). Default 50,000.
+    pub spill_threshold: usize,
+    /// `bash` timeout when the call gives none. Default 60 s.
+    pub bash_default_timeout: Duration,
+    /// Largest `bash` timeout a call may ask for. Default 600 s.
+    pub bash_max_timeout: Duration,
+    /// Bytes of each `bash` stream kept in the result (the tail). Default 64 KiB.
+    pub bash_stream_cap: usize,
+    /// Lines per `read` result. Default 2,000.
+    pub read_max_lines: usize,
+    /// Characters per line in a `read` result. Default 2,000.
+    pub read_max_line_chars: usize,
+    /// Bytes per `read` result. Default 50 KB (51,200).
+    pub read_max_bytes: usize,
+    /// Paths per `glob` result. Default 100.
+    pub glob_max_results: usize,
+    /// Matches per `grep` result. Default 250.
+    pub grep_max_matches: usize,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        Self {
+            spill_threshold: DEFAULT_SPILL_THRESHOLD,
+            bash_default_timeout: Duration::from_secs(60),
+            bash_max_timeout: Duration::from_secs(600),
+            bash_stream_cap: 64 * 1024,
+            read_max_lines: 2_000,
+            read_max_line_chars: 2_000,
+            read_max_bytes: 50 * 1024,
+            glob_max_results: 100,
+            grep_max_matches: 250,
+        }
+    }
+}
+
+impl ToolLimits {
+    /// Checks that every limit is positive and the bash timeouts are ordered.
+    pub fn validate(&self) -> Result<(), String> {
+        let counts = [
+            ("spill_threshold", self.spill_threshold),
+            ("bash_stream_cap", self.bash_stream_cap),
+            ("read_max_lines", self.read_max_lines),
+            ("read_max_line_chars", self.read_max_line_chars),
+            ("read_max_bytes", self.read_max_bytes),
+            ("glob_max_results", self.glob_max_results),
+            ("grep_max_matches", self.grep_max_matches),
+        ];
+        for (name, value) in counts {
+            if value == 0 {
+                return Err(format!("tool limit `{name}` must be positive"));
+            }
+        }
+        if self.bash_default_timeout.is_zero() || self.bash_default_timeout > self.bash_max_timeout
+        {
+            return Err("bash default timeout must be positive and at most the maximum".into());
+        }
+        Ok(())
+    }
+}
+
+/// What a tool call may use: the session's cwd, cancellation, spill directory, permission
+/// preset, file observations, limits and process confinement.
+///
+/// Cloning is cheap and shares the observation map; the pipeline typically clones the session
+/// context per call with [`ToolContext::for_call`] to give each call its own cancel token.
+#[derive(Clone)]
+pub struct ToolContext {
+    cwd: PathBuf,
+    cancel: CancellationToken,
+    spill: SpillDir,
+    permission: PermissionPreset,
+    observations: FileObservations,
+    limits: Arc<ToolLimits>,
+    confinement: Arc<dyn CommandConfinement>,
+    temp_roots: Arc<Vec<PathBuf>>,
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("cwd", &self.cwd)
+            .field("spill", &self.spill)
+            .field("permission", &self.permission)
+            .field("confinement", &self.confinement.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// A context for a session working in `cwd` (made canonical; it must exist and be a
+    /// directory) and spilling into `spill`. Defaults: preset `workspace-write`, default
+    /// limits, a fresh cancel token and observation map, and [`NoSandbox`] confinement
+    /// (which runs `bash` only under `danger-full-access`).
+    pub fn new(cwd: impl AsRef<Path>, spill: SpillDir) -> std::io::Result<Self> {
+        let cwd = std::fs::canonicalize(cwd.as_ref())?;
+        if !cwd.is_dir() {
+            return Err(std::io::Error::other(format!(
+                "session cwd {} is not a directory",
+                cwd.display()
+            )));
+        }
+        let mut temp_roots = Vec::new();
+        for candidate in [
+            std::env::temp_dir(),
+            PathBuf::from("/tmp"),
+            "/var/tmp".into(),
+        ] {
+            if let Ok(real) = std::fs::canonicalize(&candidate) {
+                if !temp_roots.contains(&real) {
+                    temp_roots.push(real);
+                }
+            }
+        }
+        Ok(Self {
+            cwd,
+            cancel: CancellationToken::new(),
+            spill,
+            permission: PermissionPreset::default(),
+            observations: FileObservations::new(),
+            limits: Arc::new(ToolLimits::default()),
+            confinement: Arc::new(NoSandbox),
+            temp_roots: Arc::new(temp_roots),
+        })
+    }
+
+    /// Sets the permission preset.
+    pub fn with_permission(mut self, preset: PermissionPreset) -> Self {
+        self.permission = preset;
+        self
+    }
+
+    /// Sets the limits (validate them first with [`ToolLimits::validate`]).
+    pub fn with_limits(mut self, limits: ToolLimits) -> Self {
+        self.limits = Arc::new(limits);
+        self
+    }
+
+    /// Sets the process confinement used by `bash` (the sandbox seam).
+    pub fn with_confinement(mut self, confinement: Arc<dyn CommandConfinement>) -> Self {
+        self.confinement = confinement;
+        self
+    }
+
+    /// Replaces the cancel token.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Replaces the observation map (e.g. to share it across contexts of one session).
+    pub fn with_observations(mut self, observations: FileObservations) -> Self {
+        self.observations = observations;
+        self
+    }
+
+    /// A copy for one call, with a child of this context's token: cancelling the session
+    /// cancels the call, and the call can be cancelled alone.
+    pub fn for_call(&self) -> Self {
+        let mut ctx = self.clone();
+        ctx.cancel = self.cancel.child_token();
+        ctx
+    }
+
+    /// The canonical session working directory.
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// The cancel token of this call or session.
+    pub fn cancel(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// The private spill directory.
+    pub fn spill(&self) -> &SpillDir {
+        &self.spill
+    }
+
+    /// The permission preset.
+    pub fn permission(&self) -> PermissionPreset {
+        self.permission
+    }
+
+    /// The file observations of the session.
+    pub fn observations(&self) -> &FileObservations {
+        &self.observations
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &ToolLimits {
+        &self.limits
+    }
+
+    /// The process confinement.
+    pub fn confinement(&self) -> &Arc<dyn CommandConfinement> {
+        &self.confinement
+    }
+
+    /// Directories writable under `workspace-write`: the cwd, then the temp directories.
+    pub fn writable_roots(&self) -> Vec<PathBuf> {
+        let mut roots = vec![self.cwd.clone()];
+        roots.extend(self.temp_roots.iter().cloned());
+        roots
+    }
+
+    /// `path` (as the model wrote it) made absolute against the cwd.
+    pub fn absolute(&self, path: &str) -> PathBuf {
+        absolutize(&self.cwd, path)
+    }
+
+    /// Resolves the real target of a write to `path` and checks the preset allows it:
+    /// `read-only` refuses every write, `workspace-write` refuses a real path outside the cwd
+    /// and temp directories (after following symlinks and `..`), both with
+    /// `PERMISSION_DENIED` and the reason. Returns the real path to write to.
+    pub fn check_writable(&self, path: &str) -> Result<PathBuf, ToolError> {
+        let requested = self.absolute(path);
+        let real = resolve_real_path(&requested)
+            .map_err(|err| ToolError::io("cannot resolve", &requested, &err))?;
+        match self.permission {
+            PermissionPreset::DangerFullAccess => Ok(real),
+            PermissionPreset::ReadOnly => Err(ToolError::new(
+                ToolErrorCode::PermissionDenied,
+                format!(
+                    "writing {} is not allowed: this session's permission preset is read-only",
+                    requested.display()
+                ),
+            )),
+            PermissionPreset::WorkspaceWrite => {
+                if self
+                    .writable_roots()
+                    .iter()
+                    .any(|root| real.starts_with(root))
+                {
+                    Ok(real)
+                } else {
+                    let via = if real == requested {
+                        String::new()
+                    } else {
+                        format!(" (resolves to {})", real.display())
+                    };
+                    Err(ToolError::new(
+                        ToolErrorCode::PermissionDenied,
+                        format!(
+                            "writing {}{via} is not allowed: the workspace-write preset only permits writes inside {} and the temp directories",
+                            requested.display(),
+                            self.cwd.display()
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Externalises `text` above the configured threshold (see [`crate::externalize`]).
+    /// A failure to write the spill file is `IO`.
+    pub fn externalize(&self, text: &str, label: &str) -> Result<String, ToolError> {
+        externalize(text, self.limits.spill_threshold, &self.spill, label)
+            .map(|e| e.text)
+            .map_err(|err| ToolError::io("cannot write spill file in", self.spill.path(), &err))
+    }
+}

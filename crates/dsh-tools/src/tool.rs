@@ -1,0 +1,62 @@
+//! The tool abstraction.
+
+use std::time::Duration;
+
+use dsh_llm::ToolSchema;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::context::ToolContext;
+use crate::error::ToolError;
+use crate::output::ToolOutput;
+
+/// A capability the model can call.
+///
+/// Contract for implementations:
+/// * `name` is stable and unique within a registry; it is what the model writes.
+/// * `parameters` is a JSON Schema object and is deterministic (same bytes every call), so the
+///   tool list stays byte-stable for prompt caching (SPEC S5.1).
+/// * `execute` never panics on any `args` (they come from the model and are untrusted); bad
+///   arguments give [`ToolErrorCode::InvalidArgs`](crate::ToolErrorCode::InvalidArgs).
+/// * `execute` honours `ctx.cancel`: once it fires, the call stops its work (killing any
+///   processes it started) and returns promptly, normally with `ABORTED`.
+/// * Dropping the returned future before completion also stops the work (no orphaned
+///   processes), so a caller may enforce timeouts by dropping.
+pub trait Tool: Send + Sync {
+    /// The model-facing name (`bash`, `read`, ...).
+    fn name(&self) -> &str;
+
+    /// Description written for the model: what the tool does, its limits and failure markers.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments object.
+    fn parameters(&self) -> Value;
+
+    /// True when calls may run in parallel with other concurrency-safe calls (no writes, no
+    /// processes). The pipeline runs every other call alone.
+    fn concurrency_safe(&self) -> bool {
+        false
+    }
+
+    /// A wall-clock limit the pipeline should enforce around `execute` (failing with
+    /// `TOOL_TIMEOUT`), or `None` when the tool bounds its own run time.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The schema the model sees, built from `name`, `description` and `parameters`.
+    fn schema(&self) -> ToolSchema {
+        ToolSchema {
+            name: self.name().to_string(),
+            description: self.description().to_string(),
+            parameters: self.parameters(),
+        }
+    }
+
+    /// Runs one call with already parsed arguments (see [`crate::parse_raw_arguments`]).
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+}
