@@ -150,13 +150,16 @@ struct Call {
 
 enum Phase {
     Start(Box<Call>),
-    Streaming {
-        response: reqwest::Response,
-        decoder: StreamDecoder,
-        adapter: DeepSeekAdapter,
-        cancel: CancellationToken,
-    },
+    Streaming(Box<Streaming>),
     Done,
+}
+
+/// A call whose response headers arrived and whose body is being read.
+struct Streaming {
+    response: reqwest::Response,
+    decoder: StreamDecoder,
+    adapter: DeepSeekAdapter,
+    cancel: CancellationToken,
 }
 
 struct CallState {
@@ -227,12 +230,7 @@ impl CallState {
             self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Done => return None,
                 Phase::Start(call) => self.start(*call).await,
-                Phase::Streaming {
-                    response,
-                    decoder,
-                    adapter,
-                    cancel,
-                } => self.read(response, decoder, adapter, cancel).await,
+                Phase::Streaming(streaming) => self.read(streaming).await,
             };
         }
     }
@@ -301,12 +299,12 @@ impl CallState {
             Ok(Ok(response)) => response,
         };
         if response.status().is_success() {
-            return Phase::Streaming {
+            return Phase::Streaming(Box::new(Streaming {
                 response,
                 decoder: StreamDecoder::new(),
                 adapter,
                 cancel,
-            };
+            }));
         }
         self.http_error(response, &adapter, &cancel).await
     }
@@ -361,13 +359,13 @@ impl CallState {
         self.finish_with(adapter, failure)
     }
 
-    async fn read(
-        &mut self,
-        mut response: reqwest::Response,
-        mut decoder: StreamDecoder,
-        adapter: DeepSeekAdapter,
-        cancel: CancellationToken,
-    ) -> Phase {
+    async fn read(&mut self, mut streaming: Box<Streaming>) -> Phase {
+        let Streaming {
+            response,
+            decoder,
+            adapter,
+            cancel,
+        } = &mut *streaming;
         let next = tokio::select! {
             biased;
             _ = cancel.cancelled() => {
@@ -408,12 +406,7 @@ impl CallState {
         if decoder.is_finished() {
             Phase::Done
         } else {
-            Phase::Streaming {
-                response,
-                decoder,
-                adapter,
-                cancel,
-            }
+            Phase::Streaming(streaming)
         }
     }
 }

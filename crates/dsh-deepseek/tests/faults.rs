@@ -1,4 +1,5 @@
 //! SPEC S2.1 error table and stream faults, over real HTTP on loopback.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Shared helpers of the adapter's loopback tests.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
