@@ -1,6 +1,9 @@
 //! The `dsh` binary: wiring only. Logic lives in the library crates.
 
+mod credentials;
 mod home;
+mod progress;
+mod run;
 mod sessions;
 
 use std::process::ExitCode;
@@ -17,6 +20,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run one task headless: final answer on stdout, progress on stderr.
+    Run(run::RunArgs),
     /// List, show, export, fork and delete sessions.
     Sessions(sessions::SessionsArgs),
 }
@@ -24,12 +29,16 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Sessions(args) => sessions::run(args),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("dsh: {err:#}");
+            match err.downcast_ref::<run::UserError>() {
+                Some(user) => eprintln!("dsh: {user}"),
+                None => eprintln!("dsh: {err:#}"),
+            }
             ExitCode::from(1)
         }
     }

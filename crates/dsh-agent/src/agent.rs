@@ -1,0 +1,383 @@
+//! The agent: one session's loop, and the handle front ends use to drive it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use dsh_llm::{
+    AdapterRegistry, CallConfig, ContentBlock, Failure, FailureCode, Message, MessageSource,
+    ModelInfo, ReasoningEffort, Role, UsageTotals,
+};
+use dsh_session::{Event, SessionStore, SessionWriter, TurnEndReason};
+use dsh_tools::{ToolContext, ToolRegistry};
+use serde_json::Map;
+use tokio::sync::{broadcast, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::extension::ExtensionSet;
+use crate::inbox::{Inbox, InboxTarget, Splice};
+use crate::log::{SessionEvent, SessionLog};
+
+/// Settings of one loop instance.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Route, model and sampling as the caller asked for them.
+    pub call: CallConfig,
+    /// The session's working directory.
+    pub cwd: PathBuf,
+    /// How long started tools get to stop after a cancel before they are dropped (killed).
+    pub cancel_grace: Duration,
+    /// Most tool calls run at once (concurrency-safe tools only).
+    pub max_parallel_tools: usize,
+    /// Keep queued input when a turn is cancelled (default: clear it).
+    pub keep_inbox_on_cancel: bool,
+    /// Most steps in one turn before it ends with an error (a runaway guard).
+    pub max_steps_per_turn: u64,
+}
+
+impl AgentOptions {
+    /// Defaults for `call` in `cwd`.
+    pub fn new(call: CallConfig, cwd: impl Into<PathBuf>) -> Self {
+        AgentOptions {
+            call,
+            cwd: cwd.into(),
+            cancel_grace: Duration::from_secs(5),
+            max_parallel_tools: 10,
+            keep_inbox_on_cancel: false,
+            max_steps_per_turn: 500,
+        }
+    }
+}
+
+/// Why an agent could not be set up or could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The session log refused an operation; the loop stops rather than run unlogged.
+    #[error("session log: {0}")]
+    Session(#[from] dsh_session::SessionError),
+    /// The configuration cannot work (unknown route, unsupported effort, ...).
+    #[error("{0}")]
+    Config(Failure),
+}
+
+/// How a turn ended, for front ends.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    pub turn: u64,
+    pub reason: TurnEndReason,
+    /// Text of the last assistant message of the turn (possibly partial when aborted).
+    pub final_text: String,
+    /// Usage of the turn's model calls.
+    pub usage: UsageTotals,
+}
+
+/// State shared by the loop and its handles.
+pub(crate) struct Shared {
+    pub(crate) log: Mutex<SessionLog>,
+    pub(crate) wake: Notify,
+    pub(crate) turn_cancel: Mutex<Option<CancellationToken>>,
+    pub(crate) keep_inbox_on_cancel: Mutex<bool>,
+}
+
+impl Shared {
+    pub(crate) fn log(&self) -> MutexGuard<'_, SessionLog> {
+        // A panic while holding the lock cannot leave the log half-written: appends are single
+        // calls into the writer. Recover the guard rather than poison every later operation.
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Drives a session from front ends: queue input, cancel, watch events. Cheap to clone.
+#[derive(Clone)]
+pub struct AgentHandle {
+    shared: Arc<Shared>,
+}
+
+impl AgentHandle {
+    fn enqueue(&self, target: InboxTarget, message: Message, wake: bool) -> Result<(), AgentError> {
+        {
+            let mut log = self.shared.log();
+            let splice = log.inbox.push(target, message);
+            log.append_splice(&splice)?;
+            log.flush()?;
+        }
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Queues user text for the next turn and wakes the loop.
+    pub fn followup(&self, text: impl Into<String>) -> Result<(), AgentError> {
+        self.enqueue(InboxTarget::NextTurn, new_user_message(text), true)
+    }
+
+    /// Queues user text for the next step of the running turn and wakes the loop.
+    pub fn steer(&self, text: impl Into<String>) -> Result<(), AgentError> {
+        self.enqueue(InboxTarget::NextStep, new_user_message(text), true)
+    }
+
+    /// Queues model-facing context for the next step without waking the loop.
+    pub fn inject(&self, message: Message) -> Result<(), AgentError> {
+        self.enqueue(InboxTarget::NextStep, message, false)
+    }
+
+    /// Cancels the running turn, if any (SPEC S4.3). Queued input is cleared unless
+    /// `keep_inbox` is set. Returns true when a turn was running.
+    pub fn cancel(&self, keep_inbox: bool) -> bool {
+        *self
+            .shared
+            .keep_inbox_on_cancel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = keep_inbox;
+        let token = self
+            .shared
+            .turn_cancel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match token {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every event appended from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<SessionEvent> {
+        self.shared.log().subscribe()
+    }
+
+    /// The session id.
+    pub fn session_id(&self) -> String {
+        self.shared.log().session_id().to_string()
+    }
+
+    /// Where the session is stored.
+    pub fn location(&self) -> String {
+        self.shared.log().location()
+    }
+
+    /// Input waiting in the inbox: `(next-turn, next-step)`.
+    pub fn pending(&self) -> (Vec<Message>, Vec<Message>) {
+        self.shared.log().inbox.pending()
+    }
+}
+
+/// A new user-typed message with a fresh id.
+pub fn new_user_message(text: impl Into<String>) -> Message {
+    Message::user_text(uuid::Uuid::new_v4().to_string(), text)
+}
+
+/// A model-facing message injected by an extension.
+pub fn plugin_message(plugin: &str, form: &str, text: impl Into<String>) -> Message {
+    Message {
+        id: uuid::Uuid::new_v4().to_string(),
+        role: Role::User,
+        content: vec![ContentBlock::text(text)],
+        source: MessageSource::Plugin {
+            plugin: plugin.to_string(),
+            form: Some(form.to_string()),
+            extra: Map::new(),
+        },
+    }
+}
+
+/// The parts an agent is built from.
+pub struct AgentParts {
+    pub adapters: AdapterRegistry,
+    pub tools: Arc<ToolRegistry>,
+    pub extensions: ExtensionSet,
+    /// The session context for tools (cwd, permission, spill dir, observations).
+    pub tool_context: ToolContext,
+    pub options: AgentOptions,
+}
+
+/// One session's loop. Run it with [`Agent::run_until_idle`] (or [`Agent::run_turn`]); drive it
+/// from elsewhere through [`Agent::handle`].
+pub struct Agent {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) adapters: AdapterRegistry,
+    pub(crate) tools: Arc<ToolRegistry>,
+    pub(crate) extensions: ExtensionSet,
+    pub(crate) tool_context: ToolContext,
+    pub(crate) options: AgentOptions,
+    /// Turn number of the last turn started (continues across resume).
+    pub(crate) turn: u64,
+    /// Whether this loop instance has logged its first header (`initial` / `resume`).
+    pub(crate) header_logged: bool,
+    pub(crate) resumed: bool,
+    pub(crate) model_info: ModelInfo,
+}
+
+impl Agent {
+    /// Starts a new session in `store`.
+    pub fn create(parts: AgentParts, store: &dyn SessionStore) -> Result<Agent, AgentError> {
+        let cwd = parts.options.cwd.to_string_lossy().into_owned();
+        let writer = store.create(&cwd, dsh_session::CreateOptions::default())?;
+        Self::assemble(
+            parts,
+            writer,
+            dsh_session::Projector::new(),
+            Inbox::new(),
+            None,
+            0,
+            false,
+        )
+    }
+
+    /// Reopens a session (id, id prefix or path) to add turns: repairs a crashed tail, restores
+    /// the inbox, continues turn numbering and logs a `resume` header at the first request.
+    pub fn resume(
+        parts: AgentParts,
+        store: &dyn SessionStore,
+        key: &str,
+    ) -> Result<Agent, AgentError> {
+        let loaded = store.load(key)?;
+        let mut inbox = Inbox::new();
+        for envelope in &loaded.events {
+            if let Event::InboxSpliced(splice) = &envelope.event {
+                inbox.apply(&Splice {
+                    target: if splice.target == "next-step" {
+                        InboxTarget::NextStep
+                    } else {
+                        InboxTarget::NextTurn
+                    },
+                    start: splice.start as usize,
+                    removed: splice.removed_count.unwrap_or(0) as usize,
+                    inserted: splice.inserted.clone(),
+                });
+            }
+        }
+        drop(loaded);
+        let resumed = store.resume(key)?;
+        let last_end = resumed
+            .writer
+            .state()
+            .closed_turns()
+            .last()
+            .map(|t| t.reason.clone());
+        let last_turn = resumed.next_turn.saturating_sub(1);
+        Self::assemble(
+            parts,
+            resumed.writer,
+            resumed.history,
+            inbox,
+            last_end,
+            last_turn,
+            true,
+        )
+    }
+
+    fn assemble(
+        parts: AgentParts,
+        writer: Box<dyn SessionWriter>,
+        projector: dsh_session::Projector,
+        inbox: Inbox,
+        last_turn_end: Option<TurnEndReason>,
+        turn: u64,
+        resumed: bool,
+    ) -> Result<Agent, AgentError> {
+        let adapter = parts
+            .adapters
+            .get(&parts.options.call.provider)
+            .map_err(AgentError::Config)?;
+        let model_info = adapter
+            .model_info(&parts.options.call.model)
+            .unwrap_or_else(|| generic_model_info(&parts.options.call.model));
+        // Reject a bad effort before anything runs.
+        parts
+            .options
+            .call
+            .clone()
+            .prepare(&model_info)
+            .map_err(AgentError::Config)?;
+        let log = SessionLog::new(
+            writer,
+            projector,
+            parts.extensions.clone(),
+            inbox,
+            last_turn_end,
+        );
+        Ok(Agent {
+            shared: Arc::new(Shared {
+                log: Mutex::new(log),
+                wake: Notify::new(),
+                turn_cancel: Mutex::new(None),
+                keep_inbox_on_cancel: Mutex::new(parts.options.keep_inbox_on_cancel),
+            }),
+            adapters: parts.adapters,
+            tools: parts.tools,
+            extensions: parts.extensions,
+            tool_context: parts.tool_context,
+            options: parts.options,
+            turn,
+            header_logged: false,
+            resumed,
+            model_info,
+        })
+    }
+
+    /// A handle for front ends.
+    pub fn handle(&self) -> AgentHandle {
+        AgentHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Metadata of the model in use.
+    pub fn model_info(&self) -> &ModelInfo {
+        &self.model_info
+    }
+
+    /// Runs turns while input is queued; returns their outcomes.
+    pub async fn run_until_idle(&mut self) -> Result<Vec<TurnOutcome>, AgentError> {
+        let mut outcomes = Vec::new();
+        while let Some(outcome) = self.run_turn().await? {
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
+    }
+
+    /// Waits until input arrives, then runs turns until idle again. Returns when woken with
+    /// nothing to do only if `stop` is cancelled.
+    pub async fn serve(&mut self, stop: CancellationToken) -> Result<(), AgentError> {
+        loop {
+            self.run_until_idle().await?;
+            tokio::select! {
+                _ = self.shared.wake.notified() => {}
+                _ = stop.cancelled() => return Ok(()),
+            }
+        }
+    }
+}
+
+/// Metadata for a model its adapter does not know: a conservative window and output limit.
+pub fn generic_model_info(model: &str) -> ModelInfo {
+    ModelInfo {
+        id: model.to_string(),
+        context_window: 128_000,
+        default_max_tokens: 8_192,
+        efforts: vec![
+            ReasoningEffort::Off,
+            ReasoningEffort::Low,
+            ReasoningEffort::Medium,
+            ReasoningEffort::High,
+            ReasoningEffort::Max,
+        ],
+        default_effort: None,
+        modalities: vec!["text".to_string()],
+    }
+}
+
+/// A `Failure` for a session-log error, so front ends can report it like any other.
+pub fn session_failure(err: &AgentError) -> Failure {
+    match err {
+        AgentError::Config(failure) => failure.clone(),
+        AgentError::Session(err) => {
+            Failure::new(FailureCode::Other("SESSION_LOG".into()), err.to_string())
+        }
+    }
+}

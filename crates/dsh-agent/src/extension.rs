@@ -1,0 +1,296 @@
+//! Extension points (SPEC S4.5). The loop knows no concrete tool, provider, policy or front end:
+//! behaviour is added by [`Extension`]s registered in an [`ExtensionSet`]. Registration returns an
+//! [`ExtensionGuard`]; dropping the guard unregisters the extension.
+//!
+//! Points, in the order the loop reaches them:
+//! `pre_step` (add model-facing context or refuse the step) -> `request` (observe or modify the
+//! outgoing request) -> `request_error` (retry decision) -> `tool_pre` (allow / deny) ->
+//! `tool_execute` (middleware around the tool body) -> `tool_post` (rewrite the result, inject a
+//! reminder) -> `turn_stopping` (steer before the turn closes); `on_event` sees every durable
+//! session event.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use dsh_llm::{Failure, GenerateRequest, Message, RetryDecision};
+use dsh_session::{Envelope, Event};
+use dsh_tools::{ToolError, ToolErrorCode, ToolOutput};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::prompt::{PromptContext, PromptSection};
+
+/// One tool call as the pipeline sees it.
+#[derive(Debug, Clone)]
+pub struct ToolCallInfo {
+    pub turn: u64,
+    pub step: u64,
+    pub call_id: String,
+    pub name: String,
+    /// The raw argument string the model produced.
+    pub arguments: String,
+    /// Cancelled when the turn is cancelled or a middleware (e.g. a timeout) gives up on the call.
+    pub cancel: CancellationToken,
+}
+
+/// Verdict of a `tool_pre` handler.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolVerdict {
+    /// No opinion; later handlers and then the tool decide.
+    Continue,
+    /// Refuse the call; the model gets `Error: <reason>` with code `PERMISSION_DENIED`.
+    Deny { reason: String },
+}
+
+/// What a `pre_step` handler sees and may change.
+#[derive(Debug, Default)]
+pub struct PreStepContext {
+    pub turn: u64,
+    pub step: u64,
+    /// The history the model would see (projected from the log).
+    pub history_len: usize,
+    /// Model-facing context to append (as user-role messages) before this step's request.
+    /// Each is logged as a `user/message` event.
+    pub inject: Vec<Message>,
+}
+
+/// What a `tool_post` handler sees and may change.
+pub struct ToolPostContext<'a> {
+    pub call: &'a ToolCallInfo,
+    pub outcome: &'a mut ToolOutcome,
+    /// Messages to queue for the next step (e.g. reminders).
+    pub inject_next_step: &'a mut Vec<Message>,
+    /// Non-model-visible events to log before the call's `tool/result` (e.g. `todo/write`).
+    pub log_events: &'a mut Vec<Event>,
+}
+
+/// What a tool call produced: output for the model, or a structured error.
+pub type ToolOutcome = Result<ToolOutput, ToolError>;
+
+/// What a `turn_stopping` handler sees.
+#[derive(Debug)]
+pub struct TurnStoppingContext<'a> {
+    pub turn: u64,
+    pub step: u64,
+    /// The final assistant text of the step that wants to end the turn.
+    pub final_text: &'a str,
+}
+
+/// A future that produces a tool outcome, as passed through `tool_execute` middleware.
+pub type ToolFuture = BoxFuture<'static, ToolOutcome>;
+
+/// A bundle of handlers. Every method has a no-op default; implement the points you need.
+pub trait Extension: Send + Sync + 'static {
+    /// A stable name, used in logs and configuration.
+    fn name(&self) -> &str;
+
+    /// Sections this extension contributes to the system prompt. Must be deterministic.
+    fn prompt_sections(&self, _ctx: &PromptContext<'_>) -> Vec<PromptSection> {
+        Vec::new()
+    }
+
+    /// Before each step's request: add model-facing context, or refuse the step with a reason
+    /// (the turn then ends `blocked`).
+    fn pre_step(&self, _ctx: &mut PreStepContext) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Observe or modify the outgoing request. A change of the call config here must also be
+    /// logged; the loop compares the header after all handlers ran and logs a `change`.
+    fn request(&self, _request: &mut GenerateRequest) {}
+
+    /// After a failed attempt: decide about a retry. The first handler returning `Some` wins.
+    fn request_error(&self, _failure: &Failure, _retries_done: u32) -> Option<RetryDecision> {
+        None
+    }
+
+    /// Before a tool body runs.
+    fn tool_pre(&self, _call: &ToolCallInfo) -> ToolVerdict {
+        ToolVerdict::Continue
+    }
+
+    /// Middleware around the tool body: return `next`, or a future that awaits it.
+    fn tool_execute(&self, _call: &ToolCallInfo, next: ToolFuture) -> ToolFuture {
+        next
+    }
+
+    /// After a tool body finished (or failed).
+    fn tool_post(&self, _ctx: &mut ToolPostContext<'_>) {}
+
+    /// The turn is about to end: return a message to steer the model into another step instead.
+    fn turn_stopping(&self, _ctx: &TurnStoppingContext<'_>) -> Option<Message> {
+        None
+    }
+
+    /// Every durable session event, after it was appended.
+    fn on_event(&self, _event: &Envelope) {}
+}
+
+struct Entry {
+    id: u64,
+    extension: Arc<dyn Extension>,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: RwLock<Vec<Entry>>,
+    next_id: AtomicU64,
+}
+
+/// The registered extensions, in registration order.
+#[derive(Clone, Default)]
+pub struct ExtensionSet {
+    inner: Arc<Inner>,
+}
+
+/// Keeps an extension registered; dropping it unregisters the extension.
+#[must_use = "dropping the guard unregisters the extension at once"]
+pub struct ExtensionGuard {
+    id: u64,
+    set: Weak<Inner>,
+}
+
+impl Drop for ExtensionGuard {
+    fn drop(&mut self) {
+        if let Some(inner) = self.set.upgrade() {
+            // A poisoned lock means a handler panicked while registering; the list itself is
+            // still consistent (pushes and removes are single operations), so recover it.
+            let mut entries = inner
+                .entries
+                .write()
+                .unwrap_or_else(|poison| poison.into_inner());
+            entries.retain(|e| e.id != self.id);
+        }
+    }
+}
+
+impl ExtensionSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `extension` after those already present.
+    pub fn register(&self, extension: Arc<dyn Extension>) -> ExtensionGuard {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .entries
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .push(Entry { id, extension });
+        ExtensionGuard {
+            id,
+            set: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// A snapshot of the registered extensions, in order.
+    pub fn snapshot(&self) -> Vec<Arc<dyn Extension>> {
+        self.inner
+            .entries
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .iter()
+            .map(|e| Arc::clone(&e.extension))
+            .collect()
+    }
+
+    /// Names of the registered extensions, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.snapshot()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect()
+    }
+}
+
+/// Built-in extension: retry failed model calls per [`dsh_llm::RetryPolicy`] (SPEC S2.3).
+pub struct RetryExtension {
+    policy: dsh_llm::RetryPolicy,
+}
+
+impl RetryExtension {
+    /// Retries with `policy`.
+    pub fn new(policy: dsh_llm::RetryPolicy) -> Self {
+        RetryExtension { policy }
+    }
+}
+
+impl Extension for RetryExtension {
+    fn name(&self) -> &str {
+        "retry"
+    }
+
+    fn request_error(&self, failure: &Failure, retries_done: u32) -> Option<RetryDecision> {
+        let jitter_unit = rand::random::<f64>() * 2.0 - 1.0;
+        Some(self.policy.decide(failure, retries_done, jitter_unit))
+    }
+}
+
+/// Built-in extension: a default timeout for every tool call, and a grace period for the body
+/// to stop after cancellation (SPEC S4.6). A tool's own declared timeout is applied by the tool.
+pub struct ToolTimeoutExtension {
+    timeout: Duration,
+    grace: Duration,
+}
+
+impl ToolTimeoutExtension {
+    /// Gives up on a tool body after `timeout`, cancelling it and waiting at most `grace` for it
+    /// to stop.
+    pub fn new(timeout: Duration, grace: Duration) -> Self {
+        ToolTimeoutExtension { timeout, grace }
+    }
+}
+
+impl Extension for ToolTimeoutExtension {
+    fn name(&self) -> &str {
+        "tool-timeout"
+    }
+
+    fn tool_execute(&self, call: &ToolCallInfo, next: ToolFuture) -> ToolFuture {
+        let timeout = self.timeout;
+        let grace = self.grace;
+        let cancel = call.cancel.clone();
+        let name = call.name.clone();
+        Box::pin(async move {
+            let mut next = next;
+            tokio::select! {
+                outcome = &mut next => outcome,
+                _ = tokio::time::sleep(timeout) => {
+                    cancel.cancel();
+                    // Give the body a chance to kill its processes and report; its own report
+                    // is replaced by the timeout either way.
+                    let _ = tokio::time::timeout(grace, next).await;
+                    Err(ToolError::new(
+                        ToolErrorCode::ToolTimeout,
+                        format!(
+                            "`{name}` did not finish within {:.1} s and was stopped",
+                            timeout.as_secs_f64()
+                        ),
+                    ))
+                }
+            }
+        })
+    }
+}
+
+/// A JSON value with object keys sorted, as text: the identity of a call's arguments.
+pub(crate) fn canonical_arguments(raw: &str) -> String {
+    fn sort(value: Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                Value::Object(entries.into_iter().map(|(k, v)| (k, sort(v))).collect())
+            }
+            Value::Array(items) => Value::Array(items.into_iter().map(sort).collect()),
+            other => other,
+        }
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(value) => sort(value).to_string(),
+        Err(_) => raw.trim().to_string(),
+    }
+}

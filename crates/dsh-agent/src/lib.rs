@@ -1,0 +1,55 @@
+//! The dsh agent loop (SPEC S4): turns and steps over a session log, with tools, steering and
+//! cancellation. The loop knows no concrete provider or tool: it talks to the adapter and tool
+//! registries, and every policy (retry, guards, timeouts, prompt sections) is an [`Extension`].
+//!
+//! ```text
+//! inbox claim -> step/start -> user messages -> pre_step -> header -> request -> stream
+//!   -> assistant/message -> tool/call* -> (tool_pre, tool_execute, tool_post) -> tool/result*
+//!   -> step/end -> more steps while tool calls or steering are pending -> turn/end
+//! ```
+
+mod agent;
+mod extension;
+mod inbox;
+mod log;
+mod pipeline;
+mod prompt;
+mod repeat_guard;
+mod todo_events;
+mod turn;
+
+pub use agent::{
+    generic_model_info, new_user_message, plugin_message, session_failure, Agent, AgentError,
+    AgentHandle, AgentOptions, AgentParts, TurnOutcome,
+};
+pub use extension::{
+    Extension, ExtensionGuard, ExtensionSet, PreStepContext, RetryExtension, ToolCallInfo,
+    ToolFuture, ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict,
+    TurnStoppingContext,
+};
+pub use inbox::{Inbox, InboxTarget, Splice};
+pub use log::{SessionEvent, SessionLog};
+pub use pipeline::{is_error_result, ABORTED_BEFORE_DISPATCH};
+pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
+pub use repeat_guard::RepeatCallGuard;
+pub use todo_events::TodoEvents;
+
+/// Registers the built-in extensions in their standard order: base prompt, retry with `retry`,
+/// the repeat-call guard, todo logging, and a default tool timeout. Keep the guards alive as long
+/// as the extensions should stay.
+pub fn register_builtin_extensions(
+    set: &ExtensionSet,
+    retry: dsh_llm::RetryPolicy,
+    tool_timeout: std::time::Duration,
+) -> Vec<ExtensionGuard> {
+    vec![
+        set.register(std::sync::Arc::new(BasePrompt)),
+        set.register(std::sync::Arc::new(RetryExtension::new(retry))),
+        set.register(std::sync::Arc::new(RepeatCallGuard::new())),
+        set.register(std::sync::Arc::new(TodoEvents)),
+        set.register(std::sync::Arc::new(ToolTimeoutExtension::new(
+            tool_timeout,
+            std::time::Duration::from_secs(5),
+        ))),
+    ]
+}

@@ -1,0 +1,123 @@
+//! The loop's view of the session log: append, project, notify.
+//!
+//! Every event the loop writes goes through [`SessionLog::append`], which assigns the seq, feeds
+//! the projector (so the next request is rebuilt from the log, SPEC S3.1), tells the extensions
+//! and publishes the event to front ends.
+
+use std::sync::Arc;
+
+use dsh_llm::Message;
+use dsh_session::{Envelope, Event, Projector, SessionWriter, TurnEndReason};
+use tokio::sync::broadcast;
+
+use crate::extension::ExtensionSet;
+use crate::inbox::{Inbox, Splice};
+
+/// Capacity of the event broadcast; a front end that lags further behind misses events (it
+/// can always re-read the log).
+const EVENT_CHANNEL_CAPACITY: usize = 4096;
+
+/// An event as published to observers: the envelope with its seq.
+pub type SessionEvent = Arc<Envelope>;
+
+/// The session log plus the derived state the loop needs between events.
+pub struct SessionLog {
+    writer: Box<dyn SessionWriter>,
+    projector: Projector,
+    extensions: ExtensionSet,
+    events: broadcast::Sender<SessionEvent>,
+    pub(crate) inbox: Inbox,
+    last_turn_end: Option<TurnEndReason>,
+}
+
+impl SessionLog {
+    /// Wraps a writer and the projection of what it already holds.
+    pub(crate) fn new(
+        writer: Box<dyn SessionWriter>,
+        projector: Projector,
+        extensions: ExtensionSet,
+        inbox: Inbox,
+        last_turn_end: Option<TurnEndReason>,
+    ) -> Self {
+        let (events, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
+        SessionLog {
+            writer,
+            projector,
+            extensions,
+            events,
+            inbox,
+            last_turn_end,
+        }
+    }
+
+    /// The session id.
+    pub fn session_id(&self) -> &str {
+        &self.writer.header().id
+    }
+
+    /// Where the session is stored.
+    pub fn location(&self) -> String {
+        self.writer.location()
+    }
+
+    /// The writer, for its tracked state.
+    pub fn writer(&self) -> &dyn SessionWriter {
+        self.writer.as_ref()
+    }
+
+    /// A new receiver of every event appended from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<SessionEvent> {
+        self.events.subscribe()
+    }
+
+    /// How the previous turn ended, if one did.
+    pub fn last_turn_end(&self) -> Option<&TurnEndReason> {
+        self.last_turn_end.as_ref()
+    }
+
+    /// Appends `envelope`; returns its seq.
+    pub fn append_envelope(&mut self, mut envelope: Envelope) -> dsh_session::Result<u64> {
+        if envelope.time.is_none() {
+            envelope.time = Some(dsh_session::now_ms());
+        }
+        let seq = self.writer.append_verbatim(envelope.clone())?;
+        envelope.seq = seq;
+        self.projector.push(&envelope)?;
+        if let Event::TurnEnd(end) = &envelope.event {
+            self.last_turn_end = Some(end.reason.clone());
+        }
+        let envelope = Arc::new(envelope);
+        for extension in self.extensions.snapshot() {
+            extension.on_event(&envelope);
+        }
+        // No receiver is fine: nobody is watching.
+        let _ = self.events.send(envelope);
+        Ok(seq)
+    }
+
+    /// Appends an event with the default envelope.
+    pub fn append(&mut self, event: Event) -> dsh_session::Result<u64> {
+        self.append_envelope(Envelope::new(event))
+    }
+
+    /// Makes everything appended so far durable.
+    pub fn flush(&mut self) -> dsh_session::Result<()> {
+        self.writer.flush()
+    }
+
+    /// Logs an inbox change.
+    pub fn append_splice(&mut self, splice: &Splice) -> dsh_session::Result<u64> {
+        self.append(Event::InboxSpliced(dsh_session::InboxSplice {
+            target: splice.target.as_str().to_string(),
+            start: splice.start as u64,
+            removed_count: (splice.removed > 0).then_some(splice.removed as u64),
+            inserted: splice.inserted.clone(),
+            outcome: None,
+        }))
+    }
+
+    /// The history the next request sends.
+    pub fn history(&self) -> Vec<Message> {
+        self.projector.history()
+    }
+}

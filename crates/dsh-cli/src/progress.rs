@@ -1,0 +1,130 @@
+//! What `dsh run` shows while it works: streamed text and reasoning, tool activity and retries
+//! on stderr (human progress), or one JSON object per session event on stdout (`--json`).
+
+use std::io::Write;
+
+use dsh_llm::Chunk;
+use dsh_session::{Envelope, Event};
+
+/// Human progress on stderr.
+pub struct ProgressPrinter {
+    pub show_reasoning: bool,
+    /// The kind of the block being streamed: 0 none, 1 text, 2 reasoning.
+    streaming: u8,
+}
+
+impl ProgressPrinter {
+    /// A printer; reasoning is shown only when asked.
+    pub fn new(show_reasoning: bool) -> Self {
+        ProgressPrinter {
+            show_reasoning,
+            streaming: 0,
+        }
+    }
+
+    fn end_stream(&mut self, err: &mut impl Write) {
+        if self.streaming != 0 {
+            let _ = writeln!(err);
+            self.streaming = 0;
+        }
+    }
+
+    /// Prints one event.
+    pub fn print(&mut self, envelope: &Envelope) {
+        let mut err = std::io::stderr().lock();
+        match &envelope.event {
+            Event::AssistantChunk(chunk) => match &chunk.chunk {
+                Chunk::TextDelta { text, .. } => {
+                    if self.streaming != 1 {
+                        self.end_stream(&mut err);
+                        self.streaming = 1;
+                    }
+                    let _ = write!(err, "{text}");
+                }
+                Chunk::ReasoningDelta { text, .. } if self.show_reasoning => {
+                    if self.streaming != 2 {
+                        self.end_stream(&mut err);
+                        let _ = write!(err, "\x1b[2m[reasoning] ");
+                        self.streaming = 2;
+                    }
+                    let _ = write!(err, "\x1b[2m{text}\x1b[0m");
+                }
+                Chunk::Finish { .. } => self.end_stream(&mut err),
+                _ => {}
+            },
+            Event::ToolCall(call) => {
+                self.end_stream(&mut err);
+                let _ = writeln!(err, "-> {} {}", call.name, one_line(&call.arguments, 160));
+            }
+            Event::ToolResult(result) => {
+                self.end_stream(&mut err);
+                match &result.error {
+                    Some(error) => {
+                        let _ = writeln!(
+                            err,
+                            "   failed: {} {}",
+                            error.code,
+                            one_line(error.message.as_deref().unwrap_or(""), 160)
+                        );
+                    }
+                    None => {
+                        let text = text_of_result(&result.message);
+                        let _ = writeln!(err, "   ok: {}", one_line(&text, 120));
+                    }
+                }
+            }
+            Event::LlmRetry(retry) => {
+                self.end_stream(&mut err);
+                let _ = writeln!(
+                    err,
+                    "dsh: retry {} in {:.1} s after {}: {}",
+                    retry.retry,
+                    retry.delay_ms as f64 / 1000.0,
+                    retry.failure.code,
+                    retry.failure.message
+                );
+            }
+            Event::TurnEnd(_) => self.end_stream(&mut err),
+            _ => {}
+        }
+        let _ = err.flush();
+    }
+}
+
+fn text_of_result(message: &dsh_llm::Message) -> String {
+    let mut out = String::new();
+    for block in &message.content {
+        if let dsh_llm::ContentBlock::ToolResult { content, .. } = block {
+            for inner in content {
+                if let dsh_llm::ContentBlock::Text { text } = inner {
+                    out.push_str(text);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The first `max` characters of `text` on one line.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    let flat = flat.trim();
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}...")
+    } else {
+        flat.to_string()
+    }
+}
+
+/// The envelope as a JSON value (the same shape as a session-log line).
+pub fn envelope_json(envelope: &Envelope) -> serde_json::Value {
+    let mut line = Vec::new();
+    match envelope.encode_line(&mut line) {
+        Ok(()) => serde_json::from_slice(&line).unwrap_or(serde_json::Value::Null),
+        Err(_) => serde_json::Value::Null,
+    }
+}

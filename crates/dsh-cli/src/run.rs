@@ -1,0 +1,351 @@
+//! `dsh run "task"`: one headless turn (SPEC S8).
+//!
+//! stdout gets only the final assistant text (or, with `--json`, one JSON line per session
+//! event and a final `result` line); progress goes to stderr. Exit status: 0 when the turn
+//! completed, 1 otherwise (`dsh: <CODE>: <message>` on stderr), 130 after Ctrl-C.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, TurnOutcome};
+use dsh_llm::{AdapterRegistry, CallConfig, ReasoningEffort, RetryPolicy, UsageTotals};
+use dsh_session::{open_store, PriceTable, SessionStore, StoreKind, TurnEndReason};
+use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+
+use crate::credentials::Settings;
+use crate::progress::{envelope_json, ProgressPrinter};
+
+/// The provider route of the DeepSeek / OpenAI-compatible adapter.
+pub const DEEPSEEK_ROUTE: &str = "deepseek";
+
+/// Arguments of `dsh run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The task for the agent.
+    pub prompt: String,
+    /// Model id (default: deepseek-v4-flash).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Reasoning effort: off, low, medium, high or max.
+    #[arg(long)]
+    pub effort: Option<String>,
+    /// Stream reasoning to stderr too.
+    #[arg(long)]
+    pub show_reasoning: bool,
+    /// Show progress on stderr even when it is not a terminal.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Print one JSON object per session event, then a `result` object, on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Add the turn to this session (id, id prefix or path).
+    #[arg(long, conflicts_with = "continue_last")]
+    pub resume: Option<String>,
+    /// Add the turn to the latest session of this directory.
+    #[arg(long = "continue")]
+    pub continue_last: bool,
+    /// Working directory of the session (default: the current directory).
+    #[arg(long)]
+    pub cwd: Option<PathBuf>,
+    /// Permission preset: read-only, workspace-write or danger-full-access
+    /// (default: $DSH_PERMISSION_MODE, else workspace-write).
+    #[arg(long)]
+    pub permission: Option<String>,
+}
+
+/// A failure worth a `dsh: CODE: message` line and exit status 1.
+#[derive(Debug)]
+pub struct UserError {
+    pub code: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for UserError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for UserError {}
+
+fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UserError {
+        code: code.to_string(),
+        message: message.into(),
+    })
+}
+
+/// Everything `dsh run` resolved from flags, environment and files, in one place.
+struct RunSetup {
+    cwd: PathBuf,
+    home: PathBuf,
+    call: CallConfig,
+    permission: PermissionPreset,
+    base_url: String,
+    api_key: String,
+}
+
+fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
+    let home = crate::home::dsh_home()?;
+    let cwd = match &args.cwd {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let cwd = std::fs::canonicalize(&cwd)
+        .with_context(|| format!("working directory {} does not exist", cwd.display()))?;
+    let settings = Settings::load(&cwd, &home);
+    let api_key = settings.get(dsh_deepseek::API_KEY_ENV).ok_or_else(|| {
+        user_error(
+            "MISSING_CREDENTIAL",
+            format!(
+                "no API key: set {} in the environment, in ./.env or in {}",
+                dsh_deepseek::API_KEY_ENV,
+                home.join(".env").display()
+            ),
+        )
+    })?;
+    let base_url = settings
+        .get(dsh_deepseek::BASE_URL_ENV)
+        .unwrap_or_else(|| dsh_deepseek::DEFAULT_BASE_URL.to_string());
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(|| dsh_deepseek::DEFAULT_MODEL.to_string());
+    let mut call = CallConfig::new(DEEPSEEK_ROUTE, model);
+    if let Some(effort) = &args.effort {
+        call.reasoning_effort = Some(ReasoningEffort::parse(effort).ok_or_else(|| {
+            user_error(
+                "INVALID_REQUEST",
+                format!("unknown effort `{effort}` (expected off, low, medium, high or max)"),
+            )
+        })?);
+    }
+    let permission_text = args
+        .permission
+        .clone()
+        .or_else(|| settings.get("DSH_PERMISSION_MODE"));
+    let permission = match permission_text {
+        Some(text) => text
+            .trim()
+            .parse::<PermissionPreset>()
+            .map_err(|msg| user_error("INVALID_REQUEST", msg))?,
+        None => PermissionPreset::default(),
+    };
+    Ok(RunSetup {
+        cwd,
+        home,
+        call,
+        permission,
+        base_url,
+        api_key,
+    })
+}
+
+/// Builds the agent for `setup`: adapter, tools, built-in extensions, session.
+fn build_agent(
+    setup: &RunSetup,
+    args: &RunArgs,
+    store: &dyn SessionStore,
+) -> anyhow::Result<(Agent, Vec<dsh_agent::ExtensionGuard>)> {
+    let config = dsh_deepseek::DeepSeekConfig::new(
+        setup.base_url.clone(),
+        Some(dsh_deepseek::ApiKey::new(setup.api_key.clone())),
+    );
+    let adapter = dsh_deepseek::DeepSeekAdapter::new(config)
+        .map_err(|e| user_error("INVALID_REQUEST", e.to_string()))?;
+    let mut adapters = AdapterRegistry::new();
+    adapters.register(DEEPSEEK_ROUTE, Arc::new(adapter))?;
+
+    let spill_root = setup
+        .home
+        .join("spill")
+        .join(uuid::Uuid::new_v4().to_string());
+    let spill = SpillDir::create(&spill_root)
+        .with_context(|| format!("cannot create {}", spill_root.display()))?;
+    let tool_context = ToolContext::new(&setup.cwd, spill)
+        .with_context(|| format!("cannot use {} as working directory", setup.cwd.display()))?
+        .with_permission(setup.permission);
+
+    let extensions = ExtensionSet::new();
+    let guards = dsh_agent::register_builtin_extensions(
+        &extensions,
+        RetryPolicy::default(),
+        Duration::from_secs(15 * 60),
+    );
+    let parts = AgentParts {
+        adapters,
+        tools: Arc::new(ToolRegistry::with_builtins()),
+        extensions,
+        tool_context,
+        options: AgentOptions::new(setup.call.clone(), &setup.cwd),
+    };
+    let cwd_text = setup.cwd.to_string_lossy().into_owned();
+    let agent = if let Some(key) = &args.resume {
+        Agent::resume(parts, store, key)?
+    } else if args.continue_last {
+        let listing = store.list(&dsh_session::ListFilter {
+            cwd: Some(cwd_text.clone()),
+        })?;
+        let latest = listing.sessions.first().ok_or_else(|| {
+            user_error(
+                "NOT_FOUND",
+                format!("no session to continue in {cwd_text}; start one with `dsh run`"),
+            )
+        })?;
+        Agent::resume(parts, store, &latest.id)?
+    } else {
+        Agent::create(parts, store)?
+    };
+    Ok((agent, guards))
+}
+
+/// Runs `dsh run`.
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let setup = resolve(&args)?;
+    let store = open_store(StoreKind::Jsonl, &setup.home)?;
+    let (mut agent, _guards) = build_agent(&setup, &args, store.as_ref())?;
+    let handle = agent.handle();
+    let session_id = handle.session_id();
+
+    let show_progress = !args.json && (args.verbose || std::io::stderr().is_terminal());
+    let mut events = handle.subscribe();
+    let json = args.json;
+    let show_reasoning = args.show_reasoning;
+    let printer = tokio::spawn({
+        let session_id = session_id.clone();
+        async move {
+            let mut progress = ProgressPrinter::new(show_reasoning);
+            let mut stdout = std::io::stdout();
+            loop {
+                match events.recv().await {
+                    Ok(envelope) => {
+                        if json {
+                            let line = serde_json::json!({
+                                "type": "session_event",
+                                "sessionId": session_id,
+                                "event": envelope_json(&envelope),
+                            });
+                            let _ = writeln!(stdout, "{line}");
+                        } else if show_progress {
+                            progress.print(&envelope);
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        if show_progress {
+                            eprintln!("dsh: progress display skipped {n} events");
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        }
+    });
+
+    handle.followup(args.prompt.clone())?;
+
+    // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signal_task = tokio::spawn({
+        let handle = handle.clone();
+        let interrupted = Arc::clone(&interrupted);
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
+                handle.cancel(false);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            }
+        }
+    });
+
+    let outcomes = agent.run_until_idle().await;
+    signal_task.abort();
+    drop(handle);
+    drop(agent);
+    // The printer ends when the last sender (inside the agent's log) is dropped.
+    let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
+
+    let outcomes = outcomes?;
+    let outcome = outcomes.last().cloned();
+    let was_interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
+    finish(&args, &setup, &session_id, outcome, was_interrupted)
+}
+
+fn finish(
+    args: &RunArgs,
+    setup: &RunSetup,
+    session_id: &str,
+    outcome: Option<TurnOutcome>,
+    interrupted: bool,
+) -> anyhow::Result<ExitCode> {
+    let Some(outcome) = outcome else {
+        return Err(user_error("UNKNOWN", "no turn ran"));
+    };
+    let prices = PriceTable::default_deepseek();
+    let cost = prices
+        .models
+        .get(&setup.call.model)
+        .map(|price| price.cost(&outcome.usage.usage));
+    if args.json {
+        let line = serde_json::json!({
+            "type": "result",
+            "sessionId": session_id,
+            "output": outcome.final_text,
+            "reason": outcome.reason,
+            "usage": usage_json(&outcome.usage),
+            "costUsd": cost,
+        });
+        println!("{line}");
+    } else if !outcome.final_text.is_empty() {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{}", outcome.final_text.trim_end());
+    }
+    match &outcome.reason {
+        TurnEndReason::Completed => Ok(ExitCode::SUCCESS),
+        TurnEndReason::Aborted { .. } if interrupted => {
+            eprintln!("dsh: ABORTED: the turn was cancelled; the session was saved ({session_id})");
+            Ok(ExitCode::from(130))
+        }
+        TurnEndReason::Aborted { .. } => Err(user_error("ABORTED", "the turn was cancelled")),
+        TurnEndReason::MaxTokens => Err(user_error(
+            "MAX_TOKENS",
+            "the reply hit the output token limit; its tool calls were not run. Continue with \
+             `dsh run --continue \"...\"` or raise the limit.",
+        )),
+        TurnEndReason::Error { error } => Err(user_error(&error.code.as_str(), &error.message)),
+        TurnEndReason::Blocked { message } => Err(user_error(
+            "BLOCKED",
+            message
+                .clone()
+                .unwrap_or_else(|| "the turn was blocked".into()),
+        )),
+        TurnEndReason::Interrupted => Err(user_error("INTERRUPTED", "the turn was interrupted")),
+    }
+}
+
+fn usage_json(usage: &UsageTotals) -> serde_json::Value {
+    serde_json::json!({
+        "inputTokens": usage.usage.input_tokens,
+        "outputTokens": usage.usage.output_tokens,
+        "cacheReadTokens": usage.usage.cache_read_tokens,
+        "cacheWriteTokens": usage.usage.cache_write_tokens,
+        "reasoningTokens": usage.usage.reasoning_tokens,
+        "requests": usage.requests,
+        "cacheHitRatio": usage.usage.cache_hit_ratio(),
+    })
+}

@@ -1,0 +1,208 @@
+//! `dsh run` end to end: the real binary against the fake provider over loopback.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use dsh_test_support::{
+    snapshot_fixtures_dir, FakeProvider, RecordedSession, ScriptedReply, SseReply, WireUsage,
+};
+
+fn fixtures() -> PathBuf {
+    snapshot_fixtures_dir(env!("CARGO_MANIFEST_DIR"))
+        .expect("../shared/fixtures/dsh-acp-snapshots must sit beside the checkout")
+}
+
+struct Env {
+    home: tempfile::TempDir,
+    cwd: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            home: tempfile::tempdir().unwrap(),
+            cwd: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn command(&self, base_url: &str, key: Option<&str>) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("DSH_HOME", self.home.path())
+            .env("DEEPSEEK_BASE_URL", base_url)
+            .current_dir(self.cwd.path())
+            .stdin(Stdio::null());
+        if let Some(key) = key {
+            cmd.env("DEEPSEEK_API_KEY", key);
+        }
+        cmd
+    }
+}
+
+async fn run(cmd: Command) -> Output {
+    let mut cmd = tokio::process::Command::from(cmd);
+    tokio::time::timeout(std::time::Duration::from_secs(60), cmd.output())
+        .await
+        .expect("dsh run hung")
+        .expect("dsh runs")
+}
+
+fn session_files(home: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![home.join("sessions")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "session.jsonl") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn replays_recorded_text_turn_and_prints_only_the_final_text() {
+    let recording = RecordedSession::load(&fixtures().join("text-turn")).unwrap();
+    let provider = FakeProvider::start(recording.replies()).await.unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-test-secret-123"));
+    cmd.args([
+        "run",
+        "Reply with exactly the word: PONG. Do not use any tools.",
+    ]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "PONG\n");
+    assert!(!stderr.contains("sk-test-secret-123"));
+
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1);
+    let body = &requests[0].body;
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["model"], "deepseek-v4-flash");
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("Bearer sk-test-secret-123")
+    );
+
+    let files = session_files(env.home.path());
+    assert_eq!(files.len(), 1);
+    let log = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        !log.contains("sk-test-secret-123"),
+        "the key reached the log"
+    );
+    assert!(log.contains("\"turn/end\""));
+    assert!(log.contains("\"completed\""));
+}
+
+#[tokio::test]
+async fn missing_key_names_the_variable() {
+    let env = Env::new();
+    let mut cmd = env.command("http://127.0.0.1:9", None);
+    cmd.args(["run", "hi"]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("dsh: MISSING_CREDENTIAL:") && stderr.contains("DEEPSEEK_API_KEY"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test]
+async fn key_from_dotenv_file_in_home() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("hello from env file")
+            .finish("stop", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.home.path().join(".env"),
+        "DEEPSEEK_API_KEY=sk-from-file\n",
+    )
+    .unwrap();
+    let mut cmd = env.command(&provider.base_url(), None);
+    cmd.args(["run", "hi"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        provider.requests()[0].header("authorization"),
+        Some("Bearer sk-from-file")
+    );
+}
+
+#[tokio::test]
+async fn retries_are_visible_and_errors_exit_one_with_code() {
+    let provider = FakeProvider::start([
+        ScriptedReply::http_error(500, "upstream exploded"),
+        ScriptedReply::http_error(401, "bad key"),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--verbose", "hi"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("dsh: retry 1"), "{stderr}");
+    assert!(stderr.contains("dsh: AUTH:"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test]
+async fn json_mode_prints_events_and_a_result_line() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new().reasoning("think").text("answer").finish(
+            "stop",
+            Some(WireUsage {
+                prompt_tokens: 3000,
+                prompt_cache_hit_tokens: 2816,
+                completion_tokens: 10,
+                reasoning_tokens: 4,
+            }),
+        ),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--json", "hi"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() > 5);
+    assert!(lines[..lines.len() - 1]
+        .iter()
+        .all(|l| l["type"] == "session_event" && l["event"]["type"].is_string()));
+    let result = lines.last().unwrap();
+    assert_eq!(result["type"], "result");
+    assert_eq!(result["output"], "answer");
+    assert_eq!(result["reason"]["kind"], "completed");
+    assert_eq!(result["usage"]["inputTokens"], 184);
+    assert_eq!(result["usage"]["cacheReadTokens"], 2816);
+    assert!(result["costUsd"].as_f64().unwrap() > 0.0);
+}
