@@ -15,6 +15,7 @@ mod log;
 mod pipeline;
 mod prompt;
 mod repeat_guard;
+mod replay;
 mod todo_events;
 mod turn;
 
@@ -32,6 +33,7 @@ pub use log::{SessionEvent, SessionLog};
 pub use pipeline::{is_error_result, ABORTED_BEFORE_DISPATCH};
 pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
 pub use repeat_guard::RepeatCallGuard;
+pub use replay::{compare_runs, Difference, RecordedRun, RecordedTurn, ReplayAdapter};
 pub use todo_events::TodoEvents;
 
 /// Registers the built-in extensions in their standard order: base prompt, retry with `retry`,

@@ -3,6 +3,7 @@
 mod credentials;
 mod home;
 mod progress;
+mod replay;
 mod run;
 mod sessions;
 
@@ -22,6 +23,9 @@ struct Cli {
 enum Command {
     /// Run one task headless: final answer on stdout, progress on stderr.
     Run(run::RunArgs),
+    /// Re-run a recorded session with its recorded model replies and real tools; report what
+    /// differed. Needs no API key.
+    Replay(replay::ReplayArgs),
     /// List, show, export, fork and delete sessions.
     Sessions(sessions::SessionsArgs),
 }
@@ -30,6 +34,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::Sessions(args) => sessions::run(args),
     };
     match result {

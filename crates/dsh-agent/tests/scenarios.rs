@@ -1,0 +1,338 @@
+//! Scenario runner: replays every recorded dsh session under
+//! `../shared/fixtures/dsh-acp-snapshots/` through our loop, with the recorded model replies
+//! served over real HTTP by the fake provider and our tools running for real in a temp copy of
+//! the fixture's workspace.
+//!
+//! Adding a case is adding data: a fixture folder (recorded by dsh) and, here, an optional
+//! `tests/scenarios/<fixture>.json` with our settings for it:
+//! `{"skip": "reason"}`, `"spillThreshold": N`, `"expectFiles": {"path": "content"}`.
+//! A fixture without a settings file runs with the defaults.
+//!
+//! For each run it checks: turn end reasons, final assistant texts, the executed tool calls and
+//! their order, which tool results were errors (all against the recording), the expected files,
+//! and that every request sent back `reasoning_content`, the tool-call ids, and exactly one tool
+//! message per call.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_agent::{compare_runs, Agent, AgentOptions, AgentParts, ExtensionSet, RecordedRun};
+use dsh_llm::{AdapterRegistry, CallConfig, Chunk, RetryPolicy};
+use dsh_session::{open_store, Event, StoreKind};
+use dsh_test_support::{snapshot_fixtures_dir, FakeProvider, RecordedSession};
+use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolLimits, ToolRegistry};
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Settings {
+    skip: Option<String>,
+    spill_threshold: Option<usize>,
+    #[serde(default)]
+    expect_files: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Input {
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+enum Step {
+    Initialize,
+    NewSession,
+    Prompt { text: String },
+    PromptExpectError { text: String },
+    PromptAndCancel { text: String },
+    WaitForTurnEnd,
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks the wire contract of every request: an assistant turn that had reasoning sends it
+/// back, tool calls keep their ids, and each call gets exactly one tool message.
+fn check_requests(provider: &FakeProvider) -> Result<(), String> {
+    for (k, request) in provider.requests().iter().enumerate() {
+        let Some(messages) = request.body["messages"].as_array() else {
+            return Err(format!("request {k} has no messages array"));
+        };
+        let mut open_calls: Vec<String> = Vec::new();
+        for message in messages {
+            match message["role"].as_str() {
+                Some("assistant") => {
+                    if let Some(missing) = open_calls.first() {
+                        return Err(format!("request {k}: call {missing} has no tool message"));
+                    }
+                    if let Some(calls) = message["tool_calls"].as_array() {
+                        for call in calls {
+                            let id = call["id"].as_str().unwrap_or_default();
+                            if id.is_empty() {
+                                return Err(format!("request {k}: tool call without id"));
+                            }
+                            open_calls.push(id.to_string());
+                        }
+                    }
+                }
+                Some("tool") => {
+                    let id = message["tool_call_id"].as_str().unwrap_or_default();
+                    match open_calls.iter().position(|c| c == id) {
+                        Some(p) => {
+                            open_calls.remove(p);
+                        }
+                        None => {
+                            return Err(format!(
+                                "request {k}: tool message for unknown or answered call {id}"
+                            ))
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(missing) = open_calls.first() {
+            return Err(format!("request {k}: call {missing} has no tool message"));
+        }
+    }
+    Ok(())
+}
+
+/// Reasoning the recording produced must come back in later requests verbatim.
+fn check_reasoning_round_trip(
+    provider: &FakeProvider,
+    recorded: &RecordedRun,
+) -> Result<(), String> {
+    let requests = provider.requests();
+    let mut sent_back = String::new();
+    for request in requests.iter().skip(1) {
+        sent_back.push_str(&request.body.to_string());
+    }
+    for (k, call) in recorded.calls.iter().enumerate() {
+        if k + 1 >= requests.len() {
+            break;
+        }
+        let reasoning: String = call
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::ReasoningDelta { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if reasoning.is_empty() {
+            continue;
+        }
+        let needle = Value::String(reasoning.clone()).to_string();
+        if !sent_back.contains(&needle) {
+            return Err(format!(
+                "reasoning of call {k} was not sent back as reasoning_content: {reasoning:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
+    let input: Input = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("input.json")).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("input.json: {e}"))?;
+    let recording_log =
+        dsh_session::load_file(&dir.join("session.jsonl")).map_err(|e| e.to_string())?;
+    let recorded = RecordedRun::from_events(&recording_log.events);
+    let session = RecordedSession::load(dir).map_err(|e| format!("{e:?}"))?;
+    let provider = FakeProvider::start(session.replies())
+        .await
+        .map_err(|e| e.to_string())?;
+
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let cwd = tempfile::tempdir().map_err(|e| e.to_string())?;
+    if dir.join("workspace").is_dir() {
+        copy_dir(&dir.join("workspace"), cwd.path()).map_err(|e| e.to_string())?;
+    }
+    let mut limits = ToolLimits::default();
+    if let Some(threshold) = settings.spill_threshold {
+        limits.spill_threshold = threshold;
+        limits.bash_stream_cap = threshold;
+    }
+    let spill = SpillDir::create(home.path().join("spill")).map_err(|e| e.to_string())?;
+    let tool_context = ToolContext::new(cwd.path(), spill)
+        .map_err(|e| e.to_string())?
+        .with_permission(PermissionPreset::DangerFullAccess)
+        .with_limits(limits);
+    let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
+        provider.base_url(),
+        Some(dsh_deepseek::ApiKey::new("sk-scenario")),
+    ))
+    .map_err(|e| e.to_string())?;
+    let mut adapters = AdapterRegistry::new();
+    adapters
+        .register("deepseek", Arc::new(adapter))
+        .map_err(|e| e.to_string())?;
+    let extensions = ExtensionSet::new();
+    let retry = RetryPolicy {
+        base_delay: Duration::from_millis(10),
+        ..RetryPolicy::default()
+    };
+    let _guards =
+        dsh_agent::register_builtin_extensions(&extensions, retry, Duration::from_secs(60));
+    let store = open_store(StoreKind::Jsonl, home.path()).map_err(|e| e.to_string())?;
+    let mut agent = Agent::create(
+        AgentParts {
+            adapters,
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            extensions,
+            tool_context,
+            options: AgentOptions::new(
+                CallConfig::new("deepseek", "deepseek-v4-flash"),
+                cwd.path(),
+            ),
+        },
+        store.as_ref(),
+    )
+    .map_err(|e| e.to_string())?;
+    let handle = agent.handle();
+    let location = handle.location();
+
+    for step in input.steps {
+        match step {
+            Step::Initialize | Step::NewSession | Step::WaitForTurnEnd => {}
+            Step::Prompt { text } | Step::PromptExpectError { text } => {
+                handle.followup(text).map_err(|e| e.to_string())?;
+                tokio::time::timeout(Duration::from_secs(60), agent.run_until_idle())
+                    .await
+                    .map_err(|_| "turn did not finish within 60 s".to_string())?
+                    .map_err(|e| e.to_string())?;
+            }
+            Step::PromptAndCancel { text } => {
+                handle.followup(text).map_err(|e| e.to_string())?;
+                let mut events = handle.subscribe();
+                let canceller = handle.clone();
+                let watcher = tokio::spawn(async move {
+                    // Cancel once the partial reply has reached the log, as a user would
+                    // after seeing it stream.
+                    while let Ok(envelope) = events.recv().await {
+                        if let Event::AssistantChunk(chunk) = &envelope.event {
+                            if matches!(chunk.chunk, Chunk::TextDelta { .. }) {
+                                canceller.cancel(false);
+                                break;
+                            }
+                        }
+                    }
+                });
+                tokio::time::timeout(Duration::from_secs(60), agent.run_until_idle())
+                    .await
+                    .map_err(|_| "cancelled turn did not finish within 60 s".to_string())?
+                    .map_err(|e| e.to_string())?;
+                watcher.abort();
+            }
+        }
+    }
+    drop(agent);
+
+    let ours = dsh_session::load_file(Path::new(&location)).map_err(|e| e.to_string())?;
+    let replayed = RecordedRun::from_events(&ours.events);
+    let differences = compare_runs(&recorded, &replayed);
+    if !differences.is_empty() {
+        let list: Vec<String> = differences.iter().map(ToString::to_string).collect();
+        return Err(list.join("; "));
+    }
+    check_requests(&provider)?;
+    check_reasoning_round_trip(&provider, &recorded)?;
+    for (path, expected) in &settings.expect_files {
+        let actual = std::fs::read_to_string(cwd.path().join(path))
+            .map_err(|e| format!("expected file {path}: {e}"))?;
+        if &actual != expected {
+            return Err(format!("{path} holds {actual:?}, expected {expected:?}"));
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let Some(fixtures) = snapshot_fixtures_dir(env!("CARGO_MANIFEST_DIR")) else {
+        eprintln!("scenarios: ../shared/fixtures/dsh-acp-snapshots is missing");
+        std::process::exit(1);
+    };
+    let settings_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("scenarios: cannot start a runtime: {err}");
+            std::process::exit(1);
+        }
+    };
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for dir in dirs {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
+        let settings_path = settings_dir.join(format!("{name}.json"));
+        let settings: Settings = match std::fs::read_to_string(&settings_path) {
+            Ok(text) => match serde_json::from_str(&text) {
+                Ok(settings) => settings,
+                Err(err) => {
+                    println!(
+                        "scenario {name} ... FAILED: bad {}: {err}",
+                        settings_path.display()
+                    );
+                    failed += 1;
+                    continue;
+                }
+            },
+            Err(_) => Settings::default(),
+        };
+        if let Some(reason) = &settings.skip {
+            println!("scenario {name} ... skipped: {reason}");
+            skipped += 1;
+            continue;
+        }
+        match runtime.block_on(run_fixture(&dir, &settings)) {
+            Ok(()) => {
+                println!("scenario {name} ... ok");
+                passed += 1;
+            }
+            Err(err) => {
+                println!("scenario {name} ... FAILED: {err}");
+                failed += 1;
+            }
+        }
+    }
+    println!("scenarios: {passed} passed, {failed} failed, {skipped} skipped");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}

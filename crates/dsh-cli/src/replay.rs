@@ -1,0 +1,181 @@
+//! `dsh replay <session.jsonl>`: re-runs a recorded session (ours or the original dsh's) with
+//! the recorded model replies and real tools, then reports what differed. No network, no key.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use dsh_agent::{
+    compare_runs, Agent, AgentOptions, AgentParts, ExtensionSet, RecordedRun, ReplayAdapter,
+};
+use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy};
+use dsh_session::{open_store, StoreKind};
+use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+
+/// The route the replay adapter is registered under.
+const REPLAY_ROUTE: &str = "replay";
+
+/// Arguments of `dsh replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A session log (`session.jsonl`), or a folder holding one.
+    pub session: PathBuf,
+    /// Directory the tools work in (default: a new temporary directory, seeded with the
+    /// `workspace/` folder next to the log when there is one).
+    #[arg(long)]
+    pub cwd: Option<PathBuf>,
+    /// Permission preset for the replayed tool calls (default: workspace-write). The recorded
+    /// commands really run: use danger-full-access only for recordings you trust.
+    #[arg(long, default_value = "workspace-write")]
+    pub permission: String,
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `dsh replay`.
+pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let file = if args.session.is_dir() {
+        args.session.join("session.jsonl")
+    } else {
+        args.session.clone()
+    };
+    let recording = dsh_session::load_file(&file)
+        .with_context(|| format!("cannot replay {}", file.display()))?;
+    let recorded = RecordedRun::from_events(&recording.events);
+    if recorded.turns.is_empty() {
+        anyhow::bail!("{} holds no turns to replay", file.display());
+    }
+    let permission: PermissionPreset = args
+        .permission
+        .parse()
+        .map_err(|msg: String| anyhow::anyhow!(msg))?;
+
+    let home = crate::home::dsh_home()?;
+    let temp;
+    let cwd = match &args.cwd {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempdir_in_system("dsh-replay")?;
+            let workspace = file.parent().map(|p| p.join("workspace"));
+            if let Some(workspace) = workspace.filter(|w| w.is_dir()) {
+                copy_dir(&workspace, &temp)
+                    .with_context(|| format!("cannot copy {}", workspace.display()))?;
+            }
+            temp.clone()
+        }
+    };
+    let cwd = std::fs::canonicalize(&cwd)
+        .with_context(|| format!("working directory {} does not exist", cwd.display()))?;
+
+    let adapter = Arc::new(ReplayAdapter::new(recorded.calls.clone()));
+    let hanging = adapter.hanging();
+    let mut adapters = AdapterRegistry::new();
+    adapters.register(REPLAY_ROUTE, adapter)?;
+    let model = recording
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            dsh_session::Event::RequestContext(c) => Some(c.model.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "recorded-model".to_string());
+    let extensions = ExtensionSet::new();
+    let retry = RetryPolicy {
+        base_delay: Duration::from_millis(10),
+        ..RetryPolicy::default()
+    };
+    let _guards =
+        dsh_agent::register_builtin_extensions(&extensions, retry, Duration::from_secs(600));
+    let spill_root = home.join("spill").join(uuid::Uuid::new_v4().to_string());
+    let tool_context =
+        ToolContext::new(&cwd, SpillDir::create(&spill_root)?)?.with_permission(permission);
+    let store = open_store(StoreKind::Jsonl, &home)?;
+    let mut agent = Agent::create(
+        AgentParts {
+            adapters,
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            extensions,
+            tool_context,
+            options: AgentOptions::new(CallConfig::new(REPLAY_ROUTE, model), &cwd),
+        },
+        store.as_ref(),
+    )?;
+    let handle = agent.handle();
+    let location = handle.location();
+    eprintln!(
+        "dsh: replaying {} turn(s) in {}",
+        recorded.turns.len(),
+        cwd.display()
+    );
+
+    for turn in &recorded.turns {
+        handle.followup(turn.prompt.clone())?;
+        let was_cancelled = matches!(turn.end, Some(dsh_session::TurnEndReason::Aborted { .. }));
+        let canceller = was_cancelled.then(|| {
+            let handle = handle.clone();
+            let hanging = Arc::clone(&hanging);
+            tokio::spawn(async move {
+                hanging.notified().await;
+                handle.cancel(false);
+            })
+        });
+        let outcome = agent.run_turn().await?;
+        if let Some(task) = canceller {
+            task.abort();
+        }
+        if let Some(outcome) = outcome {
+            eprintln!(
+                "dsh: turn {} ended {}: {}",
+                outcome.turn,
+                outcome.reason.kind(),
+                crate::progress::one_line(&outcome.final_text, 100)
+            );
+        }
+    }
+    drop(agent);
+
+    let ours = dsh_session::load_file(std::path::Path::new(&location))?;
+    let replayed = RecordedRun::from_events(&ours.events);
+    let differences = compare_runs(&recorded, &replayed);
+    println!("replay session: {location}");
+    println!("working directory: {}", cwd.display());
+    if differences.is_empty() {
+        println!("no differences: same turn ends, final texts, tool calls and tool errors");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{} difference(s):", differences.len());
+        for difference in &differences {
+            println!("  {difference}");
+        }
+        Ok(ExitCode::from(1))
+    }
+}
+
+fn tempdir_in_system(prefix: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
