@@ -206,3 +206,41 @@ async fn json_mode_prints_events_and_a_result_line() {
     assert_eq!(result["usage"]["cacheReadTokens"], 2816);
     assert!(result["costUsd"].as_f64().unwrap() > 0.0);
 }
+
+#[tokio::test]
+async fn max_tokens_in_the_middle_of_a_tool_call_runs_nothing_and_exits_one() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("Writing the file now.")
+            .tool_call(
+                0,
+                "call_w",
+                "write",
+                "{\"file_path\": \"out.txt\", \"content\": \"hal",
+            )
+            .finish("length", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--permission", "danger-full-access", "write it"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("dsh: MAX_TOKENS:") && stderr.contains("output token limit"),
+        "{stderr}"
+    );
+    assert!(
+        !env.cwd.path().join("out.txt").exists(),
+        "a truncated call ran"
+    );
+    let log = std::fs::read_to_string(&session_files(env.home.path())[0]).unwrap();
+    assert!(
+        !log.contains("\"tool/call\""),
+        "a truncated call was dispatched"
+    );
+    assert!(log.contains("\"max-tokens\""));
+    assert_eq!(provider.requests().len(), 1);
+}
