@@ -201,6 +201,8 @@ pub struct Agent {
     pub(crate) shared: Arc<Shared>,
     pub(crate) adapters: AdapterRegistry,
     pub(crate) tools: Arc<ToolRegistry>,
+    /// The tools of the current step: the agent's own plus those of registered extensions.
+    pub(crate) step_tools: Arc<ToolRegistry>,
     pub(crate) extensions: ExtensionSet,
     pub(crate) tool_context: ToolContext,
     pub(crate) options: AgentOptions,
@@ -280,10 +282,17 @@ impl Agent {
         turn: u64,
         resumed: bool,
     ) -> Result<Agent, AgentError> {
-        let adapter = parts
-            .adapters
-            .get(&parts.options.call.provider)
-            .map_err(AgentError::Config)?;
+        let adapter = match parts.adapters.get(&parts.options.call.provider) {
+            Ok(adapter) => adapter,
+            Err(not_found) => parts
+                .extensions
+                .snapshot()
+                .iter()
+                .flat_map(|e| e.adapters())
+                .find(|(route, _)| *route == parts.options.call.provider)
+                .map(|(_, adapter)| adapter)
+                .ok_or(AgentError::Config(not_found))?,
+        };
         let model_info = adapter
             .model_info(&parts.options.call.model)
             .unwrap_or_else(|| generic_model_info(&parts.options.call.model));
@@ -309,6 +318,7 @@ impl Agent {
                 keep_inbox_on_cancel: Mutex::new(parts.options.keep_inbox_on_cancel),
             }),
             adapters: parts.adapters,
+            step_tools: Arc::clone(&parts.tools),
             tools: parts.tools,
             extensions: parts.extensions,
             tool_context: parts.tool_context,
@@ -318,6 +328,45 @@ impl Agent {
             resumed,
             model_info,
         })
+    }
+
+    /// The agent's tools plus those contributed by registered extensions.
+    pub(crate) fn effective_tools(&self) -> Result<Arc<ToolRegistry>, Failure> {
+        let mut contributed = Vec::new();
+        for extension in self.extensions.snapshot() {
+            for tool in extension.tools() {
+                contributed.push((extension.name().to_string(), tool));
+            }
+        }
+        if contributed.is_empty() {
+            return Ok(Arc::clone(&self.tools));
+        }
+        let mut registry = (*self.tools).clone();
+        for (extension, tool) in contributed {
+            let name = tool.name().to_string();
+            registry.register(tool).map_err(|err| {
+                Failure::new(
+                    FailureCode::InvalidRequest,
+                    format!("extension `{extension}` cannot add tool `{name}`: {err}"),
+                )
+            })?;
+        }
+        Ok(Arc::new(registry))
+    }
+
+    /// The adapter for `route`: the agent's registry first, then registered extensions.
+    pub(crate) fn adapter_for(&self, route: &str) -> Result<Arc<dyn dsh_llm::Adapter>, Failure> {
+        match self.adapters.get(route) {
+            Ok(adapter) => Ok(adapter),
+            Err(not_found) => self
+                .extensions
+                .snapshot()
+                .iter()
+                .flat_map(|e| e.adapters())
+                .find(|(r, _)| r == route)
+                .map(|(_, adapter)| adapter)
+                .ok_or(not_found),
+        }
     }
 
     /// A handle for front ends.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use dsh_llm::{Failure, GenerateRequest, Message, RetryDecision};
 use dsh_session::{Envelope, Event};
-use dsh_tools::{ToolError, ToolErrorCode, ToolOutput};
+use dsh_tools::{Tool, ToolError, ToolErrorCode, ToolOutput};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -85,6 +85,19 @@ pub type ToolFuture = BoxFuture<'static, ToolOutcome>;
 pub trait Extension: Send + Sync + 'static {
     /// A stable name, used in logs and configuration.
     fn name(&self) -> &str;
+
+    /// Tools this extension contributes. They are offered to the model while the extension is
+    /// registered (checked at every step); a name that clashes with another tool ends the turn
+    /// with an error naming both.
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        Vec::new()
+    }
+
+    /// Model adapters this extension contributes, as `(route, adapter)`. Routes already in the
+    /// agent's registry win.
+    fn adapters(&self) -> Vec<(String, Arc<dyn dsh_llm::Adapter>)> {
+        Vec::new()
+    }
 
     /// Sections this extension contributes to the system prompt. Must be deterministic.
     fn prompt_sections(&self, _ctx: &PromptContext<'_>) -> Vec<PromptSection> {

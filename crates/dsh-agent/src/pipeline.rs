@@ -56,7 +56,7 @@ impl Agent {
         while next < infos.len() {
             // A batch: one unsafe call, or a run of concurrency-safe calls.
             let safe = |info: &ToolCallInfo| {
-                self.tools
+                self.step_tools
                     .get(&info.name)
                     .map(|t| t.concurrency_safe())
                     .unwrap_or(true)
@@ -154,7 +154,7 @@ impl Agent {
                 });
             }
         }
-        let tools = Arc::clone(&self.tools);
+        let tools = Arc::clone(&self.step_tools);
         let ctx = self
             .tool_context
             .for_call()

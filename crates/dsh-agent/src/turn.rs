@@ -324,7 +324,8 @@ impl Agent {
                 cwd: &self.options.cwd,
             },
         );
-        let tools = self.tools.schemas();
+        self.step_tools = self.effective_tools()?;
+        let tools = self.step_tools.schemas();
         let header = RequestHeader {
             config: config.clone(),
             system: system.clone(),
@@ -379,7 +380,7 @@ impl Agent {
         request: GenerateRequest,
         cancel: &CancellationToken,
     ) -> Result<CallEnd, AgentError> {
-        let adapter = match self.adapters.get(&request.config.config().provider) {
+        let adapter = match self.adapter_for(&request.config.config().provider) {
             Ok(adapter) => adapter,
             Err(failure) => return Ok(CallEnd::Failed(failure)),
         };

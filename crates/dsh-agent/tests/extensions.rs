@@ -1,0 +1,290 @@
+//! Extension points: tools and adapters contributed by extensions, policy denial, turn-stopping
+//! steering, and unregistering by dropping the guard.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dsh_agent::{
+    Agent, AgentOptions, AgentParts, Extension, ExtensionSet, ReplayAdapter, ToolCallInfo,
+    ToolVerdict, TurnStoppingContext,
+};
+use dsh_llm::{
+    Adapter, AdapterRegistry, BlockType, CallConfig, Chunk, ChunkStream, ContentBlock,
+    FinishReason, GenerateRequest, Message,
+};
+use dsh_session::{load_file, open_store, Event, StoreKind, TurnEndReason};
+use dsh_tools::{SpillDir, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+
+fn tool_call(id: &str, name: &str, args: &str) -> Vec<Chunk> {
+    vec![
+        Chunk::BlockStart {
+            index: 0,
+            block_type: BlockType::ToolCall,
+        },
+        Chunk::ToolCallDelta {
+            index: 0,
+            id: id.into(),
+            name: Some(name.into()),
+            arguments_delta: args.into(),
+        },
+        Chunk::Finish {
+            reason: FinishReason::ToolCalls,
+        },
+    ]
+}
+
+fn text(t: &str) -> Vec<Chunk> {
+    vec![
+        Chunk::TextDelta {
+            index: 0,
+            text: t.into(),
+        },
+        Chunk::Finish {
+            reason: FinishReason::Stop,
+        },
+    ]
+}
+
+struct Shout;
+
+impl Tool for Shout {
+    fn name(&self) -> &str {
+        "shout"
+    }
+    fn description(&self) -> &str {
+        "Upper-cases `text`."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    }
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let text = args["text"].as_str().unwrap_or_default().to_uppercase();
+            Ok(ToolOutput::text(text))
+        })
+    }
+}
+
+/// Contributes the `shout` tool and a scripted model under the route `scripted`.
+struct Plugin {
+    adapter: Arc<ReplayAdapter>,
+}
+
+impl Extension for Plugin {
+    fn name(&self) -> &str {
+        "plugin"
+    }
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        vec![Arc::new(Shout)]
+    }
+    fn adapters(&self) -> Vec<(String, Arc<dyn Adapter>)> {
+        vec![(
+            "scripted".to_string(),
+            self.adapter.clone() as Arc<dyn Adapter>,
+        )]
+    }
+}
+
+/// Records the tool names of every request it sees, and wraps the adapter.
+struct Spy {
+    inner: Arc<ReplayAdapter>,
+    seen_tools: Arc<Mutex<Vec<Vec<String>>>>,
+}
+
+impl Adapter for Spy {
+    fn stream(&self, request: GenerateRequest) -> ChunkStream {
+        self.seen_tools
+            .lock()
+            .unwrap()
+            .push(request.tools.iter().map(|t| t.name.clone()).collect());
+        self.inner.stream(request)
+    }
+}
+
+struct DenyBash;
+
+impl Extension for DenyBash {
+    fn name(&self) -> &str {
+        "deny-bash"
+    }
+    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
+        if call.name == "shout" && call.arguments.contains("forbidden") {
+            ToolVerdict::Deny {
+                reason: "shouting that word is not allowed here".into(),
+            }
+        } else {
+            ToolVerdict::Continue
+        }
+    }
+}
+
+struct KeepGoingOnce {
+    fired: Mutex<bool>,
+}
+
+impl Extension for KeepGoingOnce {
+    fn name(&self) -> &str {
+        "keep-going"
+    }
+    fn turn_stopping(&self, _ctx: &TurnStoppingContext<'_>) -> Option<Message> {
+        let mut fired = self.fired.lock().unwrap();
+        if *fired {
+            return None;
+        }
+        *fired = true;
+        Some(dsh_agent::plugin_message(
+            "keep-going",
+            "notice",
+            "Please double-check.",
+        ))
+    }
+}
+
+fn parts(
+    home: &std::path::Path,
+    cwd: &std::path::Path,
+    extensions: ExtensionSet,
+    adapters: AdapterRegistry,
+    route: &str,
+) -> AgentParts {
+    AgentParts {
+        adapters,
+        tools: Arc::new(ToolRegistry::new()),
+        extensions,
+        tool_context: ToolContext::new(cwd, SpillDir::create(home.join("spill")).unwrap()).unwrap(),
+        options: AgentOptions::new(CallConfig::new(route, "m"), cwd),
+    }
+}
+
+#[tokio::test]
+async fn extension_tools_and_adapters_come_and_go_with_their_guard() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let replies = Arc::new(ReplayAdapter::new(vec![
+        tool_call("c1", "shout", r#"{"text":"hi"}"#),
+        tool_call("c2", "shout", r#"{"text":"forbidden"}"#),
+        text("first done"),
+        text("second"),
+    ]));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let spy = Arc::new(Spy {
+        inner: replies.clone(),
+        seen_tools: seen.clone(),
+    });
+    let extensions = ExtensionSet::new();
+    let plugin = extensions.register(Arc::new(Plugin {
+        adapter: replies.clone(),
+    }));
+    let _deny = extensions.register(Arc::new(DenyBash));
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("spy", spy).unwrap();
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut agent = Agent::create(
+        parts(home.path(), cwd.path(), extensions, adapters, "spy"),
+        store.as_ref(),
+    )
+    .unwrap();
+    let handle = agent.handle();
+    handle.followup("go").unwrap();
+    let outcome = agent.run_turn().await.unwrap().unwrap();
+    assert_eq!(outcome.reason, TurnEndReason::Completed);
+    assert_eq!(outcome.final_text, "first done");
+
+    drop(plugin);
+    handle.followup("again").unwrap();
+    agent.run_turn().await.unwrap().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[0], ["shout"]);
+    assert!(
+        seen[3].is_empty(),
+        "the tool left with its extension: {seen:?}"
+    );
+
+    let events = load_file(std::path::Path::new(&handle.location()))
+        .unwrap()
+        .events;
+    let results: Vec<(String, Option<String>)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(r) => Some((
+                r.message
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::ToolResult { content, .. } => Some(
+                            content
+                                .iter()
+                                .map(|c| match c {
+                                    ContentBlock::Text { text } => text.clone(),
+                                    _ => String::new(),
+                                })
+                                .collect::<String>(),
+                        ),
+                        _ => None,
+                    })
+                    .collect(),
+                r.error.as_ref().map(|e| e.code.clone()),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0], ("HI".to_string(), None));
+    assert_eq!(results[1].1.as_deref(), Some("PERMISSION_DENIED"));
+    assert!(results[1].0.contains("not allowed"));
+}
+
+#[tokio::test]
+async fn turn_stopping_can_steer_into_another_step() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let replies = Arc::new(ReplayAdapter::new(vec![text("done?"), text("checked")]));
+    let extensions = ExtensionSet::new();
+    let _keep = extensions.register(Arc::new(KeepGoingOnce {
+        fired: Mutex::new(false),
+    }));
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("r", replies).unwrap();
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut agent = Agent::create(
+        parts(home.path(), cwd.path(), extensions, adapters, "r"),
+        store.as_ref(),
+    )
+    .unwrap();
+    agent.handle().followup("go").unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), agent.run_turn())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.final_text, "checked");
+    assert_eq!(outcome.reason, TurnEndReason::Completed);
+}
+
+#[test]
+fn unknown_route_fails_at_start_with_no_adapter() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let err = Agent::create(
+        parts(
+            home.path(),
+            cwd.path(),
+            ExtensionSet::new(),
+            AdapterRegistry::new(),
+            "nowhere",
+        ),
+        store.as_ref(),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        err.to_string().contains("NO_ADAPTER") || err.to_string().contains("no adapter"),
+        "{err}"
+    );
+}
