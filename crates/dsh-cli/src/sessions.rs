@@ -1,10 +1,282 @@
-//! `dsh sessions ...`: placeholder until the session-log work lands.
+//! `dsh sessions list|show|export|fork|rm|search`: wiring of `dsh-session` to the terminal.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use dsh_session::{
+    encode_jsonl, export_markdown, export_zip, fork, load_file, open_store, ListFilter, LoadedLog,
+    PriceTable, SessionStore, StoreKind,
+};
 
 /// Arguments of `dsh sessions`.
 #[derive(Debug, clap::Args)]
-pub struct SessionsArgs {}
+pub struct SessionsArgs {
+    /// Session store: `jsonl` (default) or `sqlite`.
+    #[arg(
+        long,
+        global = true,
+        env = "DSH_SESSION_STORE",
+        default_value = "jsonl"
+    )]
+    store: String,
+    #[command(subcommand)]
+    command: SessionsCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SessionsCommand {
+    /// List sessions of the current directory (all directories with --all), newest first.
+    List {
+        /// List the sessions of every directory.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Print a readable transcript of a session (id, id prefix, or path to a session.jsonl).
+    Show {
+        /// Session id, unique id prefix, or path.
+        session: String,
+    },
+    /// Export a session as JSON lines, a Markdown transcript, or a zip with sub-agent logs.
+    Export {
+        /// Session id, unique id prefix, or path.
+        session: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExportFormat,
+        /// Output file (default: standard output; for zip: `<id>.zip`).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Start a new session from a session's log up to the end of a closed turn.
+    Fork {
+        /// Session id or unique id prefix.
+        session: String,
+        /// Fork after this turn (default: the last closed turn).
+        #[arg(long)]
+        at_turn: Option<u64>,
+    },
+    /// Delete a session (asks for confirmation unless --yes).
+    Rm {
+        /// Session id or unique id prefix.
+        session: String,
+        /// Do not ask.
+        #[arg(long, short)]
+        yes: bool,
+    },
+    /// Search message text of all sessions.
+    Search {
+        /// Text to look for (case-insensitive).
+        text: String,
+        /// Most hits to print.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ExportFormat {
+    Jsonl,
+    Md,
+    Zip,
+}
 
 /// Runs `dsh sessions`.
-pub fn run(_args: SessionsArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("`dsh sessions` is not implemented yet")
+pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
+    let kind = StoreKind::parse(&args.store).with_context(|| {
+        format!(
+            "unknown session store `{}`: use jsonl or sqlite",
+            args.store
+        )
+    })?;
+    let home = crate::home::dsh_home()?;
+    let store = open_store(kind, &home)?;
+    let mut out = std::io::stdout().lock();
+    match args.command {
+        SessionsCommand::List { all } => list(store.as_ref(), all, &mut out)?,
+        SessionsCommand::Show { session } => {
+            let log = load_any(store.as_ref(), &session)?;
+            out.write_all(export_markdown(&log).as_bytes())?;
+        }
+        SessionsCommand::Export {
+            session,
+            format,
+            output,
+        } => export(store.as_ref(), &session, format, output, &mut out)?,
+        SessionsCommand::Fork { session, at_turn } => {
+            let header = fork(store.as_ref(), &session, at_turn)?;
+            writeln!(
+                out,
+                "{}\nforked from {} after {} events",
+                header.id,
+                header.parent_session.unwrap_or_default(),
+                header.seed_length.unwrap_or(0)
+            )?;
+        }
+        SessionsCommand::Rm { session, yes } => {
+            let id = store.resolve(&session)?;
+            if !yes && !confirm(&id)? {
+                writeln!(out, "kept {id}")?;
+                return Ok(ExitCode::from(1));
+            }
+            store.remove(&id)?;
+            writeln!(out, "removed {id}")?;
+        }
+        SessionsCommand::Search { text, limit } => {
+            for hit in store.search(&text, limit)? {
+                writeln!(
+                    out,
+                    "{}  #{}  {}  {}",
+                    hit.session_id, hit.seq, hit.event_type, hit.snippet
+                )?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A session by path (any `session.jsonl`, or its folder) or from the store by id.
+fn load_any(store: &dyn SessionStore, key: &str) -> anyhow::Result<LoadedLog> {
+    let path = Path::new(key);
+    if path.is_file() {
+        return Ok(load_file(path)?);
+    }
+    if path.join("session.jsonl").is_file() {
+        return Ok(load_file(&path.join("session.jsonl"))?);
+    }
+    Ok(store.load(key)?)
+}
+
+fn list(store: &dyn SessionStore, all: bool, out: &mut impl Write) -> anyhow::Result<()> {
+    let cwd = if all {
+        None
+    } else {
+        let dir = std::env::current_dir().context("reading the current directory")?;
+        Some(dir.to_string_lossy().into_owned())
+    };
+    let listing = store.list(&ListFilter { cwd: cwd.clone() })?;
+    for problem in &listing.problems {
+        eprintln!("dsh: warning: {problem}");
+    }
+    if listing.sessions.is_empty() {
+        match cwd {
+            Some(cwd) => writeln!(
+                out,
+                "no sessions in {cwd} (use --all to list every directory)"
+            )?,
+            None => writeln!(out, "no sessions")?,
+        }
+        return Ok(());
+    }
+    let prices = PriceTable::default_deepseek();
+    writeln!(
+        out,
+        "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  {}",
+        "ID", "UPDATED (UTC)", "TURNS", "TOKENS", "COST", "TITLE"
+    )?;
+    for s in &listing.sessions {
+        let usage = s.usage().usage;
+        let tokens = usage.billed_input() + usage.output_tokens;
+        let cost = s
+            .cost(&prices)
+            .map_or_else(|| "?".to_string(), |c| format!("${c:.4}"));
+        let mut title = s.title.clone().unwrap_or_else(|| "(untitled)".into());
+        if s.open {
+            title.push_str(" [open]");
+        }
+        if all {
+            title = format!("{title}  ({})", s.cwd);
+        }
+        writeln!(
+            out,
+            "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  {}",
+            s.id,
+            format_utc(s.updated_at),
+            s.turns,
+            tokens,
+            cost,
+            title
+        )?;
+    }
+    Ok(())
+}
+
+fn export(
+    store: &dyn SessionStore,
+    key: &str,
+    format: ExportFormat,
+    output: Option<PathBuf>,
+    stdout: &mut impl Write,
+) -> anyhow::Result<()> {
+    let log = load_any(store, key)?;
+    // The raw file when there is one (byte for byte what was written), else re-encoded.
+    let raw_path = Path::new(key);
+    let raw = if raw_path.is_file() {
+        Some(std::fs::read(raw_path).with_context(|| format!("reading {key}"))?)
+    } else {
+        None
+    };
+    let jsonl = || -> anyhow::Result<Vec<u8>> {
+        Ok(match &raw {
+            Some(bytes) => bytes.clone(),
+            None => encode_jsonl(&log.header, &log.events, true)?,
+        })
+    };
+    match format {
+        ExportFormat::Jsonl | ExportFormat::Md => {
+            let bytes = match format {
+                ExportFormat::Jsonl => jsonl()?,
+                _ => export_markdown(&log).into_bytes(),
+            };
+            match output {
+                Some(path) => std::fs::write(&path, bytes)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => stdout.write_all(&bytes)?,
+            }
+        }
+        ExportFormat::Zip => {
+            let path = output.unwrap_or_else(|| PathBuf::from(format!("{}.zip", log.header.id)));
+            let subs = if raw.is_some() {
+                Vec::new()
+            } else {
+                store.sub_agent_logs(&log.header.id)?
+            };
+            let file = std::fs::File::create(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            export_zip(file, &jsonl()?, &subs)?;
+            writeln!(stdout, "wrote {}", path.display())?;
+        }
+    }
+    Ok(())
+}
+
+/// Asks on the terminal; refuses when standard input is not a terminal.
+fn confirm(id: &str) -> anyhow::Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to delete session {id} without --yes: standard input is not a terminal");
+    }
+    eprint!("delete session {id} and its sub-agent logs? [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// `YYYY-MM-DD HH:MM` in UTC for ms since the epoch.
+fn format_utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let (hour, minute) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}")
 }
