@@ -253,6 +253,9 @@ impl Agent {
                 });
             }
         }
+        for extension in parts.extensions.snapshot() {
+            extension.restore(&loaded.events);
+        }
         drop(loaded);
         let resumed = store.resume(key)?;
         let last_end = resumed

@@ -137,6 +137,10 @@ pub trait Extension: Send + Sync + 'static {
         None
     }
 
+    /// Called once when a session is resumed, with every event already in its log, so that
+    /// state kept in the extension (what was last sent, counters) continues where it stopped.
+    fn restore(&self, _events: &[Envelope]) {}
+
     /// Every durable session event, after it was appended.
     fn on_event(&self, _event: &Envelope) {}
 }

@@ -9,6 +9,7 @@
 //! ```
 
 mod agent;
+mod context;
 mod extension;
 mod inbox;
 mod log;
@@ -22,6 +23,10 @@ mod turn;
 pub use agent::{
     generic_model_info, new_user_message, plugin_message, session_failure, Agent, AgentError,
     AgentHandle, AgentOptions, AgentParts, TurnOutcome,
+};
+pub use context::{
+    civil_date, ContextMessages, ContextSource, SystemContext, PROJECT_INSTRUCTIONS_PLUGIN,
+    RUNTIME_CONTEXT_PLUGIN,
 };
 pub use extension::{
     Extension, ExtensionGuard, ExtensionSet, PreStepContext, RetryExtension, ToolCallInfo,

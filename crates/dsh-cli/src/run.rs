@@ -171,10 +171,19 @@ fn build_agent(
         .with_permission(setup.permission);
 
     let extensions = ExtensionSet::new();
-    let guards = dsh_agent::register_builtin_extensions(
+    let mut guards = dsh_agent::register_builtin_extensions(
         &extensions,
         RetryPolicy::default(),
         Duration::from_secs(15 * 60),
+    );
+    guards.push(
+        extensions.register(Arc::new(dsh_agent::ContextMessages::new(
+            &setup.cwd,
+            Some(setup.home.clone()),
+            Box::new(dsh_agent::SystemContext {
+                permission: permission_summary(setup.permission),
+            }),
+        ))),
     );
     let parts = AgentParts {
         adapters,
@@ -201,6 +210,22 @@ fn build_agent(
         Agent::create(parts, store)?
     };
     Ok((agent, guards))
+}
+
+/// What the model is told about the permission preset.
+fn permission_summary(preset: PermissionPreset) -> String {
+    match preset {
+        PermissionPreset::ReadOnly => {
+            "read-only: files cannot be modified; commands run read-only in a sandbox".to_string()
+        }
+        PermissionPreset::WorkspaceWrite => "workspace-write: files can be modified inside the \
+             working directory and temp directories only; commands run in a sandbox; actions \
+             outside that are refused (no approval prompts in headless mode)"
+            .to_string(),
+        PermissionPreset::DangerFullAccess => {
+            "danger-full-access: no file or command restrictions".to_string()
+        }
+    }
 }
 
 /// Runs `dsh run`.

@@ -1,0 +1,137 @@
+//! Runtime context and project instructions enter as user messages, only when they change,
+//! and never touch the system prompt.
+
+use std::sync::{Arc, Mutex};
+
+use dsh_agent::{
+    Agent, AgentOptions, AgentParts, ContextMessages, ContextSource, ExtensionSet, ReplayAdapter,
+    PROJECT_INSTRUCTIONS_PLUGIN, RUNTIME_CONTEXT_PLUGIN,
+};
+use dsh_llm::{
+    Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, FinishReason, GenerateRequest,
+    Message, MessageSource,
+};
+use dsh_session::{open_store, StoreKind};
+use dsh_tools::{SpillDir, ToolContext, ToolRegistry};
+
+struct FixedDay(Arc<Mutex<String>>);
+
+impl ContextSource for FixedDay {
+    fn today(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+    fn permission(&self) -> String {
+        "workspace-write".into()
+    }
+}
+
+struct Spy {
+    inner: ReplayAdapter,
+    requests: Arc<Mutex<Vec<GenerateRequest>>>,
+}
+
+impl Adapter for Spy {
+    fn stream(&self, request: GenerateRequest) -> ChunkStream {
+        self.requests.lock().unwrap().push(request.clone());
+        self.inner.stream(request)
+    }
+}
+
+fn text(t: &str) -> Vec<Chunk> {
+    vec![
+        Chunk::TextDelta {
+            index: 0,
+            text: t.into(),
+        },
+        Chunk::Finish {
+            reason: FinishReason::Stop,
+        },
+    ]
+}
+
+fn plugin_messages(messages: &[Message], name: &str) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| matches!(&m.source, MessageSource::Plugin { plugin, .. } if plugin == name))
+        .map(Message::text)
+        .collect()
+}
+
+#[tokio::test]
+async fn changed_agents_md_adds_one_message_and_keeps_the_system_prompt() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join(".git")).unwrap();
+    let cwd = project.path().join("sub");
+    std::fs::create_dir(&cwd).unwrap();
+    std::fs::write(project.path().join("AGENTS.md"), "Use tabs.").unwrap();
+    std::fs::write(cwd.join("CLAUDE.md"), "Run make test.").unwrap();
+    // The same file reached twice (a symlink) counts once.
+    std::os::unix::fs::symlink(project.path().join("AGENTS.md"), cwd.join("AGENTS.md")).unwrap();
+
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let spy = Arc::new(Spy {
+        inner: ReplayAdapter::new(vec![text("a"), text("b"), text("c")]),
+        requests: requests.clone(),
+    });
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("spy", spy).unwrap();
+    let extensions = ExtensionSet::new();
+    let day = Arc::new(Mutex::new("2026-11-30".to_string()));
+    let _context = extensions.register(Arc::new(ContextMessages::new(
+        &cwd,
+        Some(home.path().to_path_buf()),
+        Box::new(FixedDay(day.clone())),
+    )));
+    let _base = extensions.register(Arc::new(dsh_agent::BasePrompt));
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut agent = Agent::create(
+        AgentParts {
+            adapters,
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            extensions,
+            tool_context: ToolContext::new(&cwd, SpillDir::create(home.path().join("s")).unwrap())
+                .unwrap(),
+            options: AgentOptions::new(CallConfig::new("spy", "m"), &cwd),
+        },
+        store.as_ref(),
+    )
+    .unwrap();
+    let handle = agent.handle();
+    handle.followup("one").unwrap();
+    agent.run_until_idle().await.unwrap();
+    handle.followup("two").unwrap();
+    agent.run_until_idle().await.unwrap();
+    std::fs::write(project.path().join("AGENTS.md"), "Use spaces.").unwrap();
+    *day.lock().unwrap() = "2026-12-01".into();
+    handle.followup("three").unwrap();
+    agent.run_until_idle().await.unwrap();
+
+    let requests = requests.lock().unwrap();
+    assert_eq!(requests.len(), 3);
+    let last = &requests[2].messages;
+    let instructions = plugin_messages(last, PROJECT_INSTRUCTIONS_PLUGIN);
+    assert_eq!(
+        instructions.len(),
+        2,
+        "one at the start, one after the change"
+    );
+    assert!(instructions[0].contains("Use tabs.") && instructions[0].contains("Run make test."));
+    assert_eq!(
+        instructions[0].matches("Use tabs.").count(),
+        1,
+        "symlinked duplicate was sent"
+    );
+    assert!(instructions[1].contains("Use spaces."));
+    let runtime = plugin_messages(last, RUNTIME_CONTEXT_PLUGIN);
+    assert_eq!(runtime.len(), 2, "the date changed once");
+    assert!(runtime[1].contains("2026-12-01"));
+    // The second request added nothing but the new turn.
+    assert_eq!(
+        plugin_messages(&requests[1].messages, PROJECT_INSTRUCTIONS_PLUGIN).len(),
+        1
+    );
+    assert_eq!(requests[0].system, requests[2].system);
+    assert!(!requests[2].system.contains("Use spaces."));
+    assert!(!requests[2].system.contains("2026"));
+}
