@@ -69,6 +69,8 @@ pub struct TurnOutcome {
     pub final_text: String,
     /// Usage of the turn's model calls.
     pub usage: UsageTotals,
+    /// One prompt-cache report per successful model call of the turn.
+    pub cache_reports: Vec<crate::CacheReport>,
 }
 
 /// State shared by the loop and its handles.
@@ -212,6 +214,7 @@ pub struct Agent {
     pub(crate) header_logged: bool,
     pub(crate) resumed: bool,
     pub(crate) model_info: ModelInfo,
+    pub(crate) cache: crate::CacheTracker,
 }
 
 impl Agent {
@@ -330,6 +333,7 @@ impl Agent {
             header_logged: false,
             resumed,
             model_info,
+            cache: crate::CacheTracker::new(),
         })
     }
 

@@ -9,6 +9,7 @@
 //! ```
 
 mod agent;
+mod cache_report;
 mod context;
 mod extension;
 mod inbox;
@@ -24,6 +25,7 @@ pub use agent::{
     generic_model_info, new_user_message, plugin_message, session_failure, Agent, AgentError,
     AgentHandle, AgentOptions, AgentParts, TurnOutcome,
 };
+pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};
 pub use context::{
     civil_date, ContextMessages, ContextSource, SystemContext, PROJECT_INSTRUCTIONS_PLUGIN,
     RUNTIME_CONTEXT_PLUGIN,

@@ -81,6 +81,7 @@ impl Agent {
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, AgentError> {
         let mut usage = UsageTotals::default();
+        let mut cache_reports = Vec::new();
         let mut final_text = String::new();
         let mut step = 0u64;
         let interrupted_before = matches!(
@@ -167,6 +168,7 @@ impl Agent {
                     break TurnEndReason::Error { error: failure };
                 }
             };
+            let pending_report = self.cache.observe(turn, step, &request);
             match self.call_model(turn, step, request, cancel).await? {
                 CallEnd::Failed(failure) => {
                     self.shared
@@ -201,6 +203,7 @@ impl Agent {
                         usage.add(u);
                     }
                     let finish = reply.finish.clone();
+                    let report = pending_report.with_usage(reply.usage.as_ref());
                     let message = self.assistant_message(reply.blocks);
                     let text = message.text();
                     if !text.is_empty() {
@@ -222,7 +225,14 @@ impl Agent {
                             }))
                             .with_sources(chunk_seqs),
                         )?;
+                        let mut envelope = Envelope::new(Event::Opaque {
+                            event_type: crate::CACHE_REPORT_EVENT.to_string(),
+                            data: report.to_value(),
+                        });
+                        envelope.ignorable = true;
+                        log.append_envelope(envelope)?;
                     }
+                    cache_reports.push(report);
                     if matches!(finish, FinishReason::MaxTokens) {
                         self.shared
                             .log()
@@ -276,6 +286,7 @@ impl Agent {
             reason,
             final_text,
             usage,
+            cache_reports,
         })
     }
 
