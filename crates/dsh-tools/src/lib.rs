@@ -28,6 +28,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod args;
 mod builtin;
 mod confinement;

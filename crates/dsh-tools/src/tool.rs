@@ -20,8 +20,10 @@ use crate::output::ToolOutput;
 ///   arguments give [`ToolErrorCode::InvalidArgs`](crate::ToolErrorCode::InvalidArgs).
 /// * `execute` honours `ctx.cancel`: once it fires, the call stops its work (killing any
 ///   processes it started) and returns promptly, normally with `ABORTED`.
-/// * Dropping the returned future before completion also stops the work (no orphaned
-///   processes), so a caller may enforce timeouts by dropping.
+/// * Dropping the returned future before completion kills every process the call started
+///   (no orphans), so a caller may enforce timeouts by dropping. Bounded file-system work
+///   already handed to a blocking thread (a `read`, a `grep` walk) may finish in the
+///   background; its result is discarded.
 pub trait Tool: Send + Sync {
     /// The model-facing name (`bash`, `read`, ...).
     fn name(&self) -> &str;

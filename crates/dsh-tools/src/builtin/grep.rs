@@ -113,6 +113,8 @@ pub(crate) fn search(
         let count = &count;
         let cancel = ctx.cancel().clone();
         let mut searcher: Searcher = searcher_template.clone();
+        // One matcher per thread, as ripgrep does: a shared one contends on its scratch pool.
+        let matcher = matcher.clone();
         Box::new(move |entry| {
             if cancel.is_cancelled() || count.load(Ordering::Relaxed) >= MAX_COLLECTED {
                 return WalkState::Quit;
@@ -138,7 +140,7 @@ pub(crate) fn search(
             // A file that cannot be read (permissions, vanished meanwhile) is skipped: a
             // search over a tree reports what it could read.
             let _unreadable = searcher.search_path(
-                matcher,
+                &matcher,
                 path,
                 Lossy(|line, text| {
                     if count.fetch_add(1, Ordering::Relaxed) >= MAX_COLLECTED {
