@@ -42,6 +42,12 @@ pub(crate) fn prepare(ctx: &ToolContext, file_path: &str) -> Result<Target, Tool
                 format!("{} is a directory", shown.display()),
             ))
         }
+        Ok(meta) if !meta.is_file() => {
+            return Err(ToolError::new(
+                ToolErrorCode::NotAFile,
+                format!("{} is not a regular file", shown.display()),
+            ))
+        }
         Ok(meta) => {
             let content =
                 std::fs::read(&real).map_err(|err| ToolError::io("cannot read", &shown, &err))?;

@@ -104,6 +104,15 @@ fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
             ),
         ));
     }
+    if !meta.is_file() {
+        return Err(ToolError::new(
+            ToolErrorCode::NotAFile,
+            format!(
+                "{} is not a regular file (a device, socket or pipe); read only shows files",
+                path.display()
+            ),
+        ));
+    }
     let file =
         std::fs::File::open(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
