@@ -33,6 +33,10 @@ pub struct AgentOptions {
     pub keep_inbox_on_cancel: bool,
     /// Most steps in one turn before it ends with an error (a runaway guard).
     pub max_steps_per_turn: u64,
+    /// When and how to compact.
+    pub compaction: crate::CompactionSettings,
+    /// Overrides the model's context window (from configuration).
+    pub context_window: Option<u64>,
 }
 
 impl AgentOptions {
@@ -45,6 +49,8 @@ impl AgentOptions {
             max_parallel_tools: 10,
             keep_inbox_on_cancel: false,
             max_steps_per_turn: 500,
+            compaction: crate::CompactionSettings::default(),
+            context_window: None,
         }
     }
 }
@@ -78,6 +84,7 @@ pub(crate) struct Shared {
     pub(crate) log: Mutex<SessionLog>,
     pub(crate) wake: Notify,
     pub(crate) turn_cancel: Mutex<Option<CancellationToken>>,
+    pub(crate) compact_requested: std::sync::atomic::AtomicBool,
     pub(crate) keep_inbox_on_cancel: Mutex<bool>,
 }
 
@@ -145,6 +152,15 @@ impl AgentHandle {
             }
             None => false,
         }
+    }
+
+    /// Asks for a compaction (`/compact`): it runs before the next step, or at once when the
+    /// loop is idle and running (`serve`, `run_until_idle`).
+    pub fn request_compaction(&self) {
+        self.shared
+            .compact_requested
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared.wake.notify_one();
     }
 
     /// Every event appended from now on.
@@ -215,6 +231,11 @@ pub struct Agent {
     pub(crate) resumed: bool,
     pub(crate) model_info: ModelInfo,
     pub(crate) cache: crate::CacheTracker,
+    /// Tokens of the last request plus its reply, and the history size right after the reply:
+    /// the base of the context estimate (SPEC S5.4).
+    pub(crate) last_usage: Option<(u64, usize)>,
+    /// Serialized size of system prompt and tools of the last request.
+    pub(crate) header_bytes: usize,
 }
 
 impl Agent {
@@ -321,6 +342,7 @@ impl Agent {
                 log: Mutex::new(log),
                 wake: Notify::new(),
                 turn_cancel: Mutex::new(None),
+                compact_requested: std::sync::atomic::AtomicBool::new(false),
                 keep_inbox_on_cancel: Mutex::new(parts.options.keep_inbox_on_cancel),
             }),
             adapters: parts.adapters,
@@ -334,6 +356,8 @@ impl Agent {
             resumed,
             model_info,
             cache: crate::CacheTracker::new(),
+            last_usage: None,
+            header_bytes: 0,
         })
     }
 
@@ -390,6 +414,17 @@ impl Agent {
 
     /// Runs turns while input is queued; returns their outcomes.
     pub async fn run_until_idle(&mut self) -> Result<Vec<TurnOutcome>, AgentError> {
+        if self
+            .shared
+            .compact_requested
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.compact(
+                crate::CompactionTrigger::Requested,
+                &CancellationToken::new(),
+            )
+            .await?;
+        }
         let mut outcomes = Vec::new();
         while let Some(outcome) = self.run_turn().await? {
             outcomes.push(outcome);

@@ -10,6 +10,7 @@
 
 mod agent;
 mod cache_report;
+mod compaction;
 mod context;
 mod extension;
 mod inbox;
@@ -26,6 +27,7 @@ pub use agent::{
     AgentHandle, AgentOptions, AgentParts, TurnOutcome,
 };
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};
+pub use compaction::{CompactionOutcome, CompactionSettings, CompactionTrigger, COMPACTION_PLUGIN};
 pub use context::{
     civil_date, ContextMessages, ContextSource, SystemContext, PROJECT_INSTRUCTIONS_PLUGIN,
     RUNTIME_CONTEXT_PLUGIN,

@@ -28,6 +28,12 @@ pub struct SessionLog {
     events: broadcast::Sender<SessionEvent>,
     pub(crate) inbox: Inbox,
     last_turn_end: Option<TurnEndReason>,
+    /// Serialized size of the projected history, kept up to date on every append.
+    history_bytes: usize,
+}
+
+fn message_bytes(message: &Message) -> usize {
+    serde_json::to_vec(message).map(|v| v.len()).unwrap_or(0)
 }
 
 impl SessionLog {
@@ -40,7 +46,9 @@ impl SessionLog {
         last_turn_end: Option<TurnEndReason>,
     ) -> Self {
         let (events, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
+        let history_bytes = projector.messages().map(message_bytes).sum();
         SessionLog {
+            history_bytes,
             writer,
             projector,
             extensions,
@@ -82,7 +90,19 @@ impl SessionLog {
         }
         let seq = self.writer.append_verbatim(envelope.clone())?;
         envelope.seq = seq;
+        let before = self.projector.len();
         self.projector.push(&envelope)?;
+        match envelope.surface_op {
+            Some(dsh_session::SurfaceOp::Replace { .. }) => {
+                self.history_bytes = self.projector.messages().map(message_bytes).sum();
+            }
+            _ if self.projector.len() > before => {
+                if let Some(entry) = self.projector.entries().last() {
+                    self.history_bytes += message_bytes(&entry.message);
+                }
+            }
+            _ => {}
+        }
         if let Event::TurnEnd(end) = &envelope.event {
             self.last_turn_end = Some(end.reason.clone());
         }
@@ -114,6 +134,16 @@ impl SessionLog {
             inserted: splice.inserted.clone(),
             outcome: None,
         }))
+    }
+
+    /// The projected history with the seq of each message.
+    pub fn history_entries(&self) -> &[dsh_session::HistoryEntry] {
+        self.projector.entries()
+    }
+
+    /// Serialized size of the projected history in bytes.
+    pub fn history_bytes(&self) -> usize {
+        self.history_bytes
     }
 
     /// The history the next request sends.

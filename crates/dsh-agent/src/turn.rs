@@ -16,6 +16,7 @@ use serde_json::Map;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{plugin_message, Agent, AgentError, TurnOutcome};
+use crate::compaction::CompactionTrigger;
 use crate::extension::{PreStepContext, TurnStoppingContext};
 use crate::prompt::{assemble_system_prompt, PromptContext};
 
@@ -89,7 +90,7 @@ impl Agent {
             Some(TurnEndReason::Aborted { .. })
         );
         let mut first_step = true;
-        let reason = loop {
+        let reason = 'steps: loop {
             step += 1;
             if step > self.options.max_steps_per_turn {
                 let failure = Failure::new(
@@ -159,17 +160,41 @@ impl Agent {
                 }
             }
 
-            let request = match self.build_request(cancel) {
-                Ok(request) => request,
-                Err(failure) => {
-                    self.shared
-                        .log()
-                        .append(Event::StepEnd(StepRef { turn, step }))?;
-                    break TurnEndReason::Error { error: failure };
+            let requested = self
+                .shared
+                .compact_requested
+                .swap(false, std::sync::atomic::Ordering::SeqCst);
+            if requested || self.needs_compaction() {
+                let trigger = if requested {
+                    CompactionTrigger::Requested
+                } else {
+                    CompactionTrigger::Pressure
+                };
+                self.compact(trigger, cancel).await?;
+            }
+            let mut overflow_compacted = false;
+            let (pending_report, call_end) = loop {
+                let request = match self.build_request(cancel) {
+                    Ok(request) => request,
+                    Err(failure) => {
+                        self.shared
+                            .log()
+                            .append(Event::StepEnd(StepRef { turn, step }))?;
+                        break 'steps TurnEndReason::Error { error: failure };
+                    }
+                };
+                let pending_report = self.cache.observe(turn, step, &request);
+                let end = self.call_model(turn, step, request, cancel).await?;
+                if let CallEnd::Failed(failure) = &end {
+                    if failure.code == FailureCode::ContextWindowExceeded && !overflow_compacted {
+                        overflow_compacted = true;
+                        self.compact(CompactionTrigger::Overflow, cancel).await?;
+                        continue;
+                    }
                 }
+                break (pending_report, end);
             };
-            let pending_report = self.cache.observe(turn, step, &request);
-            match self.call_model(turn, step, request, cancel).await? {
+            match call_end {
                 CallEnd::Failed(failure) => {
                     self.shared
                         .log()
@@ -233,6 +258,10 @@ impl Agent {
                         log.append_envelope(envelope)?;
                     }
                     cache_reports.push(report);
+                    if let Some(u) = reply.usage.filter(|u| u.billed_input() > 0) {
+                        let bytes = self.shared.log().history_bytes();
+                        self.last_usage = Some((u.billed_input() + u.output_tokens, bytes));
+                    }
                     if matches!(finish, FinishReason::MaxTokens) {
                         self.shared
                             .log()
@@ -325,7 +354,10 @@ impl Agent {
 
     /// Builds the request from the log (history) and the current header, logging the header
     /// and context when this loop instance has not yet, or when they changed.
-    fn build_request(&mut self, cancel: &CancellationToken) -> Result<GenerateRequest, Failure> {
+    pub(crate) fn build_request(
+        &mut self,
+        cancel: &CancellationToken,
+    ) -> Result<GenerateRequest, Failure> {
         let config = self.options.call.clone().prepare(&self.model_info)?;
         let extensions = self.extensions.snapshot();
         let system = assemble_system_prompt(
@@ -337,6 +369,7 @@ impl Agent {
         );
         self.step_tools = self.effective_tools()?;
         let tools = self.step_tools.schemas();
+        self.header_bytes = system.len() + serde_json::to_vec(&tools).map(|v| v.len()).unwrap_or(0);
         let header = RequestHeader {
             config: config.clone(),
             system: system.clone(),

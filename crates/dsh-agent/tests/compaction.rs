@@ -1,0 +1,340 @@
+//! Compaction: pressure, overflow and requested triggers; tool calls stay paired with results;
+//! a failing summary leaves the session usable.
+
+use std::sync::{Arc, Mutex};
+
+use dsh_agent::{
+    Agent, AgentOptions, AgentParts, CompactionSettings, ExtensionSet, COMPACTION_PLUGIN,
+};
+use dsh_llm::{
+    Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, ContentBlock, Failure, FailureCode,
+    FinishReason, GenerateRequest, Message, MessageSource, Purpose, RetryPolicy,
+};
+use dsh_session::{load_file, open_store, Event, StoreKind, TurnEndReason};
+use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+
+/// How the scripted model answers summary requests.
+#[derive(Clone, Copy, PartialEq)]
+enum SummaryMode {
+    Good,
+    Error,
+    MaxTokens,
+    TooLong,
+}
+
+/// A model that runs `bash` `steps` times (each printing ~3 KB), then says DONE; summary
+/// requests get an answer according to `mode`. Records every request.
+struct ScriptedModel {
+    steps: usize,
+    mode: SummaryMode,
+    calls: Mutex<usize>,
+    overflow_first: Mutex<bool>,
+    requests: Mutex<Vec<GenerateRequest>>,
+}
+
+fn reply(chunks: Vec<Chunk>) -> ChunkStream {
+    Box::pin(futures::stream::iter(chunks))
+}
+
+impl Adapter for ScriptedModel {
+    fn stream(&self, request: GenerateRequest) -> ChunkStream {
+        self.requests.lock().unwrap().push(request.clone());
+        if request.purpose == Some(Purpose::Compaction) {
+            let finish = |reason| Chunk::Finish { reason };
+            return match self.mode {
+                SummaryMode::Good => reply(vec![
+                    Chunk::TextDelta {
+                        index: 0,
+                        text: "## Goal\nprint numbers\n## Next step\ncontinue".into(),
+                    },
+                    finish(FinishReason::Stop),
+                ]),
+                SummaryMode::Error => reply(vec![finish(FinishReason::Error {
+                    failure: Failure::new(FailureCode::Server, "summary model down"),
+                })]),
+                SummaryMode::MaxTokens => reply(vec![
+                    Chunk::TextDelta {
+                        index: 0,
+                        text: "## Goal\nprin".into(),
+                    },
+                    finish(FinishReason::MaxTokens),
+                ]),
+                SummaryMode::TooLong => reply(vec![
+                    Chunk::TextDelta {
+                        index: 0,
+                        text: "x".repeat(400_000),
+                    },
+                    finish(FinishReason::Stop),
+                ]),
+            };
+        }
+        {
+            let mut overflow = self.overflow_first.lock().unwrap();
+            if *overflow {
+                *overflow = false;
+                return reply(vec![Chunk::Finish {
+                    reason: FinishReason::Error {
+                        failure: Failure::new(
+                            FailureCode::ContextWindowExceeded,
+                            "maximum context length exceeded",
+                        ),
+                    },
+                }]);
+            }
+        }
+        let mut calls = self.calls.lock().unwrap();
+        *calls += 1;
+        if *calls <= self.steps {
+            let args = format!(
+                r#"{{"command": "seq {} {}", "description": "numbers"}}"#,
+                *calls * 10_000,
+                *calls * 10_000 + 600
+            );
+            reply(vec![
+                Chunk::ToolCallDelta {
+                    index: 0,
+                    id: format!("call_{calls}"),
+                    name: Some("bash".into()),
+                    arguments_delta: args,
+                },
+                Chunk::Finish {
+                    reason: FinishReason::ToolCalls,
+                },
+            ])
+        } else {
+            reply(vec![
+                Chunk::TextDelta {
+                    index: 0,
+                    text: "DONE".into(),
+                },
+                Chunk::Finish {
+                    reason: FinishReason::Stop,
+                },
+            ])
+        }
+    }
+}
+
+struct Setup {
+    home: tempfile::TempDir,
+    _cwd: tempfile::TempDir,
+    model: Arc<ScriptedModel>,
+    agent: Agent,
+}
+
+fn setup(steps: usize, mode: SummaryMode, overflow_first: bool, window: u64) -> Setup {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let model = Arc::new(ScriptedModel {
+        steps,
+        mode,
+        calls: Mutex::new(0),
+        overflow_first: Mutex::new(overflow_first),
+        requests: Mutex::new(Vec::new()),
+    });
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("scripted", model.clone()).unwrap();
+    let extensions = ExtensionSet::new();
+    let guards = dsh_agent::register_builtin_extensions(
+        &extensions,
+        RetryPolicy::default(),
+        std::time::Duration::from_secs(30),
+    );
+    std::mem::forget(guards);
+    let mut options = AgentOptions::new(CallConfig::new("scripted", "m"), cwd.path());
+    options.context_window = Some(window);
+    options.compaction = CompactionSettings {
+        prune_above_bytes: 1024,
+        prune_keep_bytes: 200,
+        ..CompactionSettings::default()
+    };
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let agent = Agent::create(
+        AgentParts {
+            adapters,
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            extensions,
+            tool_context: ToolContext::new(
+                cwd.path(),
+                SpillDir::create(home.path().join("spill")).unwrap(),
+            )
+            .unwrap()
+            .with_permission(PermissionPreset::DangerFullAccess),
+            options,
+        },
+        store.as_ref(),
+    )
+    .unwrap();
+    Setup {
+        home,
+        _cwd: cwd,
+        model,
+        agent,
+    }
+}
+
+fn bytes(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .map(|m| serde_json::to_vec(m).unwrap().len())
+        .sum()
+}
+
+/// Every tool call has exactly one result after it, and every result answers an earlier call.
+fn assert_paired(messages: &[Message], k: usize) {
+    let mut open: Vec<String> = Vec::new();
+    for message in messages {
+        for block in &message.content {
+            match block {
+                ContentBlock::ToolCall { id, .. } => open.push(id.clone()),
+                ContentBlock::ToolResult { tool_call_id, .. } => {
+                    let position = open.iter().position(|c| c == tool_call_id);
+                    assert!(
+                        position.is_some(),
+                        "request {k}: orphan result {tool_call_id}"
+                    );
+                    open.remove(position.unwrap());
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        open.is_empty(),
+        "request {k}: calls without results {open:?}"
+    );
+}
+
+fn compaction_ends(location: &str) -> Vec<serde_json::Value> {
+    load_file(std::path::Path::new(location))
+        .unwrap()
+        .events
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::Opaque { event_type, data } if event_type == "compaction/end" => Some(data),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_long_session_compacts_three_times_and_keeps_working() {
+    let window = 6_000;
+    let mut s = setup(24, SummaryMode::Good, false, window);
+    let handle = s.agent.handle();
+    handle.followup("print many numbers").unwrap();
+    let outcomes = s.agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].reason, TurnEndReason::Completed);
+    assert_eq!(outcomes[0].final_text, "DONE");
+
+    let ends = compaction_ends(&handle.location());
+    let ok = ends.iter().filter(|e| e["ok"] == true).count();
+    assert!(ok >= 3, "compacted {ok} times: {ends:?}");
+
+    let requests = s.model.requests.lock().unwrap();
+    for (k, request) in requests.iter().enumerate() {
+        if request.purpose == Some(Purpose::Compaction) {
+            continue;
+        }
+        assert_paired(&request.messages, k);
+        let tokens = (bytes(&request.messages) + request.system.len()) / 4;
+        assert!(
+            (tokens as u64) < window,
+            "request {k} has ~{tokens} tokens, over the window"
+        );
+    }
+    // After the last compaction the history is the summary plus the recent tail.
+    let last = requests.last().unwrap();
+    let first = &last.messages[0];
+    assert!(
+        matches!(&first.source, MessageSource::Plugin { plugin, .. } if plugin == COMPACTION_PLUGIN),
+        "history does not start with the summary"
+    );
+    assert!(first.text().contains("## Goal"));
+    assert!(!last.messages[1..]
+        .iter()
+        .any(|m| m.text().contains("print many numbers")));
+    // Summary requests reuse the system prompt and tools of the ordinary requests.
+    let ordinary = requests.iter().find(|r| r.purpose.is_none()).unwrap();
+    for summary in requests
+        .iter()
+        .filter(|r| r.purpose == Some(Purpose::Compaction))
+    {
+        assert_eq!(summary.system, ordinary.system);
+        assert_eq!(summary.tools, ordinary.tools);
+    }
+    drop(requests);
+    // The log still holds every raw event and loads again.
+    let events = load_file(std::path::Path::new(&handle.location()))
+        .unwrap()
+        .events;
+    let results = events
+        .iter()
+        .filter(|e| {
+            matches!(&e.event, Event::ToolResult(r)
+                if r.meta.as_ref().is_none_or(|m| m.get("prunedBy").is_none()))
+        })
+        .count();
+    assert!(results >= 24);
+    let _ = s.home.path();
+}
+
+#[tokio::test]
+async fn failing_summaries_leave_the_session_usable() {
+    for mode in [
+        SummaryMode::Error,
+        SummaryMode::MaxTokens,
+        SummaryMode::TooLong,
+    ] {
+        let mut s = setup(12, mode, false, 6_000);
+        let handle = s.agent.handle();
+        handle.followup("print many numbers").unwrap();
+        let outcomes = s.agent.run_until_idle().await.unwrap();
+        assert_eq!(outcomes[0].reason, TurnEndReason::Completed);
+        let ends = compaction_ends(&handle.location());
+        assert!(!ends.is_empty());
+        // Each compaction either got by with pruning alone or reports why the summary failed.
+        assert!(
+            ends.iter()
+                .all(|e| (e["ok"] == true && e["summarizedMessages"] == 0)
+                    || (e["ok"] == false && e["warning"].is_string())),
+            "{ends:?}"
+        );
+        assert!(ends.iter().any(|e| e["ok"] == false), "{ends:?}");
+        // Pruning still shrank old tool results.
+        assert!(ends.iter().any(|e| e["pruned"].as_u64().unwrap_or(0) > 0));
+    }
+}
+
+#[tokio::test]
+async fn overflow_error_compacts_and_retries_the_step_once() {
+    let mut s = setup(3, SummaryMode::Good, false, 1_000_000);
+    let handle = s.agent.handle();
+    handle.followup("first").unwrap();
+    s.agent.run_until_idle().await.unwrap();
+    *s.model.overflow_first.lock().unwrap() = true;
+    handle.followup("second").unwrap();
+    let outcomes = s.agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].reason, TurnEndReason::Completed);
+    let ends = compaction_ends(&handle.location());
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["ok"], true);
+    let events = load_file(std::path::Path::new(&handle.location()))
+        .unwrap()
+        .events;
+    assert!(events.iter().any(|e| matches!(&e.event,
+        Event::Opaque { event_type, data } if event_type == "compaction/start" && data["trigger"] == "overflow")));
+}
+
+#[tokio::test]
+async fn requested_compaction_runs_when_idle() {
+    let mut s = setup(4, SummaryMode::Good, false, 1_000_000);
+    let handle = s.agent.handle();
+    handle.followup("work").unwrap();
+    s.agent.run_until_idle().await.unwrap();
+    handle.request_compaction();
+    s.agent.run_until_idle().await.unwrap();
+    let ends = compaction_ends(&handle.location());
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    assert_eq!(ends[0]["ok"], true);
+}
