@@ -1,12 +1,13 @@
 //! `dsh sessions ...` run as the real binary with a temporary `DSH_HOME`.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a test failure
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use dsh_llm::Message;
 use dsh_session::{
-    CreateOptions, Event, SessionStore, SessionTitle, StepRef, TurnEnd,
-    TurnEndReason, TurnStart,
+    CreateOptions, Event, SessionStore, SessionTitle, StepRef, TurnEnd, TurnEndReason, TurnStart,
 };
 
 fn fixtures() -> Vec<PathBuf> {
@@ -38,17 +39,15 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn seed_session(home: &Path, cwd: &Path, store: &str, prompt: &str) -> String {
-    let store = dsh_session::open_store(
-        dsh_session::StoreKind::parse(store).expect("kind"),
-        home,
-    )
-    .expect("store");
+    let store = dsh_session::open_store(dsh_session::StoreKind::parse(store).expect("kind"), home)
+        .expect("store");
     let mut w = store
         .create(&cwd.to_string_lossy(), CreateOptions::default())
         .expect("create");
     for turn in 1..=2 {
         w.append(Event::TurnStart(TurnStart { turn })).unwrap();
-        w.append(Event::StepStart(StepRef { turn, step: 1 })).unwrap();
+        w.append(Event::StepStart(StepRef { turn, step: 1 }))
+            .unwrap();
         w.append(Event::UserMessage(Message::user_text(
             format!("u{turn}"),
             format!("{prompt} {turn}"),
@@ -76,7 +75,12 @@ fn show_prints_a_transcript_for_every_recorded_session() {
     let home = tempfile::tempdir().unwrap();
     for path in fixtures() {
         let out = dsh(home.path(), home.path(), &["show", &path.to_string_lossy()]);
-        assert!(out.status.success(), "{}: {}", path.display(), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            text(&out.stderr)
+        );
         let md = text(&out.stdout);
         assert!(md.starts_with("# "), "{}: {md}", path.display());
     }
@@ -96,7 +100,12 @@ fn list_fork_export_search_and_rm() {
         let cwd_path = cwd.path().canonicalize().unwrap();
         let id = seed_session(home.path(), &cwd_path, store, "zebra");
         let other = tempfile::tempdir().unwrap();
-        seed_session(home.path(), &other.path().canonicalize().unwrap(), store, "yak");
+        seed_session(
+            home.path(),
+            &other.path().canonicalize().unwrap(),
+            store,
+            "yak",
+        );
         let run = |args: &[&str]| {
             let mut all = vec!["--store", store];
             all.extend_from_slice(args);
@@ -106,28 +115,51 @@ fn list_fork_export_search_and_rm() {
         let out = run(&["list"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let listed = text(&out.stdout);
-        assert!(listed.contains(&id) && listed.contains("Title zebra"), "{listed}");
+        assert!(
+            listed.contains(&id) && listed.contains("Title zebra"),
+            "{listed}"
+        );
         assert!(!listed.contains("Title yak"), "{listed}");
         let all = text(&run(&["list", "--all"]).stdout);
         assert!(all.contains("Title yak"), "{all}");
 
         let show = text(&run(&["show", &id[..8]]).stdout);
-        assert!(show.contains("zebra 2") && show.contains("## Turn 2"), "{show}");
+        assert!(
+            show.contains("zebra 2") && show.contains("## Turn 2"),
+            "{show}"
+        );
 
         let out = run(&["fork", &id, "--at-turn", "1"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let child = text(&out.stdout).lines().next().unwrap().to_string();
         let forked = text(&run(&["show", &child]).stdout);
-        assert!(forked.contains("zebra 1") && !forked.contains("zebra 2"), "{forked}");
+        assert!(
+            forked.contains("zebra 1") && !forked.contains("zebra 2"),
+            "{forked}"
+        );
 
         let md_path = cwd_path.join("t.md");
-        let out = run(&["export", &id, "--format", "md", "-o", &md_path.to_string_lossy()]);
+        let out = run(&[
+            "export",
+            &id,
+            "--format",
+            "md",
+            "-o",
+            &md_path.to_string_lossy(),
+        ]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(std::fs::read_to_string(&md_path).unwrap().contains("zebra"));
         let jsonl = text(&run(&["export", &id, "--format", "jsonl"]).stdout);
         assert!(jsonl.starts_with("{\"type\":\"session\""), "{jsonl}");
         let zip_path = cwd_path.join("s.zip");
-        let out = run(&["export", &id, "--format", "zip", "-o", &zip_path.to_string_lossy()]);
+        let out = run(&[
+            "export",
+            &id,
+            "--format",
+            "zip",
+            "-o",
+            &zip_path.to_string_lossy(),
+        ]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(std::fs::metadata(&zip_path).unwrap().len() > 0);
 
@@ -141,7 +173,11 @@ fn list_fork_export_search_and_rm() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         let out = run(&["show", &child]);
         assert!(!out.status.success());
-        assert!(text(&out.stderr).contains("no session"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("no session"),
+            "{}",
+            text(&out.stderr)
+        );
     }
 }
 
@@ -156,5 +192,9 @@ fn a_damaged_log_gives_a_located_error() {
     .unwrap();
     let out = dsh(home.path(), home.path(), &["show", &path.to_string_lossy()]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("session.jsonl:2"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("session.jsonl:2"),
+        "{}",
+        text(&out.stderr)
+    );
 }

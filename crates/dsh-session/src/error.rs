@@ -60,7 +60,9 @@ pub enum SessionError {
         supported: u64,
     },
     /// The file does not start with a session header.
-    #[error("{at}: missing session header (first line must be {{\"type\":\"session\",...}}): {reason}")]
+    #[error(
+        "{at}: missing session header (first line must be {{\"type\":\"session\",...}}): {reason}"
+    )]
     MissingHeader {
         /// The file and line.
         at: Location,

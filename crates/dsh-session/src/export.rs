@@ -25,30 +25,15 @@ pub fn encode_jsonl(header: &SessionHeader, events: &[Envelope], pack: bool) -> 
     header.encode_line(&mut out).map_err(enc)?;
     let mut run: Option<PackRun> = None;
     for env in events {
-        let mut pending = Some(env.clone());
-        if pack {
-            if let Some(current) = run.as_mut() {
-                if let Some(next) = pending.take() {
-                    if let Err(next) = current.push(next) {
-                        pending = Some(next);
-                    }
-                }
-            }
-            if let Some(next) = pending.take() {
-                if let Some(done) = run.take() {
-                    done.encode(&mut out).map_err(enc)?;
-                }
-                match PackRun::start(next) {
-                    Ok(started) => run = Some(started),
-                    Err(next) => pending = Some(next),
-                }
-            }
+        if pack && run.as_mut().is_some_and(|r| r.push(env)) {
+            continue;
         }
-        if let Some(env) = pending {
-            if let Some(done) = run.take() {
-                done.encode(&mut out).map_err(enc)?;
-            }
-            env.encode_line(&mut out).map_err(enc)?;
+        if let Some(done) = run.take() {
+            done.encode(&mut out).map_err(enc)?;
+        }
+        match PackRun::start(env).filter(|_| pack) {
+            Some(started) => run = Some(started),
+            None => env.encode_line(&mut out).map_err(enc)?,
         }
     }
     if let Some(done) = run.take() {
@@ -158,7 +143,13 @@ fn render_event(env: &Envelope, out: &mut String) {
         Event::ToolCall(_) | Event::ToolStarted(_) => {}
         Event::ToolResult(result) => {
             let failed = result.message.content.iter().any(|b| {
-                matches!(b, ContentBlock::ToolResult { is_error: Some(true), .. })
+                matches!(
+                    b,
+                    ContentBlock::ToolResult {
+                        is_error: Some(true),
+                        ..
+                    }
+                )
             });
             let code = result
                 .error
@@ -206,7 +197,9 @@ fn render_event(env: &Envelope, out: &mut String) {
             }
             out.push('\n');
         }
-        Event::EndSeed(_) => out.push_str("_(end of the events inherited from the parent session)_\n\n"),
+        Event::EndSeed(_) => {
+            out.push_str("_(end of the events inherited from the parent session)_\n\n")
+        }
         Event::Opaque { event_type, .. } if event_type.starts_with("compaction/") => {
             out.push_str(&format!("_{event_type}_\n\n"));
         }

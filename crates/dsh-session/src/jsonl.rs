@@ -142,10 +142,11 @@ impl JsonlWriter {
 
     fn close_run(&mut self) -> Result<()> {
         if let Some(run) = self.run.take() {
-            run.encode(&mut self.buf).map_err(|e| SessionError::Encode {
-                event_type: "assistant/chunk".into(),
-                reason: e.to_string(),
-            })?;
+            run.encode(&mut self.buf)
+                .map_err(|e| SessionError::Encode {
+                    event_type: "assistant/chunk".into(),
+                    reason: e.to_string(),
+                })?;
         }
         Ok(())
     }
@@ -200,7 +201,8 @@ fn ends_with_newline(file: &mut File, path: &Path, len: u64) -> Result<bool> {
     let mut last = [0u8; 1];
     file.seek(SeekFrom::Start(len - 1))
         .map_err(io_err("reading", path))?;
-    file.read_exact(&mut last).map_err(io_err("reading", path))?;
+    file.read_exact(&mut last)
+        .map_err(io_err("reading", path))?;
     Ok(last[0] == b'\n')
 }
 
@@ -223,27 +225,15 @@ impl SessionWriter for JsonlWriter {
         self.tracker.push(&env);
         let seq = env.seq;
         let flush_now = is_flush_point(&env.event);
-        let mut pending = Some(env);
-        if self.pack {
-            if let Some(run) = self.run.as_mut() {
-                if let Some(env) = pending.take() {
-                    if let Err(env) = run.push(env) {
-                        pending = Some(env);
-                    }
-                }
-            }
-            if let Some(env) = pending.take() {
-                self.close_run()?;
-                match PackRun::start(env) {
-                    Ok(run) => self.run = Some(run),
-                    Err(env) => pending = Some(env),
-                }
-            }
-        }
-        if let Some(env) = pending {
+        let packed = self.pack && self.run.as_mut().is_some_and(|run| run.push(&env));
+        if !packed {
             self.close_run()?;
-            env.encode_line(&mut self.buf)
-                .map_err(|e| Self::encode_error(&env, e))?;
+            match PackRun::start(&env).filter(|_| self.pack) {
+                Some(run) => self.run = Some(run),
+                None => env
+                    .encode_line(&mut self.buf)
+                    .map_err(|e| Self::encode_error(&env, e))?,
+            }
         }
         if self.buf.len() >= WRITE_THRESHOLD {
             self.write_buf()?;

@@ -80,6 +80,6 @@ pub use reader::{load_file, LoadedLog, LogReader, TornTail};
 pub use sqlite::{SqliteStore, SqliteWriter};
 pub use state::{ClosedTurn, OpenCall, SessionTracker};
 pub use store::{
-    cwd_folder_name, is_flush_point, open_store, session_path, CreateOptions, ListFilter,
-    Listing, Resumed, SearchHit, SessionStore, SessionWriter, StoreKind,
+    cwd_folder_name, is_flush_point, open_store, session_path, CreateOptions, ListFilter, Listing,
+    Resumed, SearchHit, SessionStore, SessionWriter, StoreKind,
 };

@@ -205,7 +205,11 @@ pub fn message_text(message: &Message) -> String {
 
 /// A search hit if `env` is a message event whose text contains `needle_lower` (already
 /// lower-cased).
-pub(crate) fn match_event(session_id: &str, env: &Envelope, needle_lower: &str) -> Option<SearchHit> {
+pub(crate) fn match_event(
+    session_id: &str,
+    env: &Envelope,
+    needle_lower: &str,
+) -> Option<SearchHit> {
     let message = env.event.message()?;
     let text = message_text(message);
     let lower = text.to_lowercase();
@@ -221,7 +225,11 @@ pub(crate) fn match_event(session_id: &str, env: &Envelope, needle_lower: &str) 
 /// About 60 characters of context on each side of a match, on one line.
 fn snippet(lower: &str, text: &str, at: usize, len: usize) -> String {
     // Lower-casing can change byte lengths; fall back to the lower-cased text then.
-    let source = if lower.len() == text.len() { text } else { lower };
+    let source = if lower.len() == text.len() {
+        text
+    } else {
+        lower
+    };
     let mut start = at.saturating_sub(60);
     while !source.is_char_boundary(start) {
         start -= 1;

@@ -143,62 +143,75 @@ pub(crate) struct PackRun {
 }
 
 /// The delta fields of a packable envelope.
-fn delta_of(env: &Envelope) -> Option<(PackKind, u64, u64, u32, &str, Option<&str>, &str)> {
+struct Delta<'a> {
+    kind: PackKind,
+    turn: u64,
+    step: u64,
+    index: u32,
+    id: &'a str,
+    name: Option<&'a str>,
+    piece: &'a str,
+}
+
+fn delta_of(env: &Envelope) -> Option<Delta<'_>> {
     if env.surface_op.is_some() || env.source_event_seqs.is_some() || env.ignorable {
         return None;
     }
     let Event::AssistantChunk(AssistantChunk { turn, step, chunk }) = &env.event else {
         return None;
     };
-    match chunk {
-        Chunk::TextDelta { index, text } => {
-            Some((PackKind::Text, *turn, *step, *index, "", None, text))
-        }
+    let (kind, index, id, name, piece) = match chunk {
+        Chunk::TextDelta { index, text } => (PackKind::Text, *index, "", None, text.as_str()),
         Chunk::ReasoningDelta { index, text } => {
-            Some((PackKind::Reasoning, *turn, *step, *index, "", None, text))
+            (PackKind::Reasoning, *index, "", None, text.as_str())
         }
         Chunk::ToolCallDelta {
             index,
             id,
             name,
             arguments_delta,
-        } => Some((
+        } => (
             PackKind::ToolCall,
-            *turn,
-            *step,
             *index,
-            id,
+            id.as_str(),
             name.as_deref(),
-            arguments_delta,
-        )),
-        _ => None,
-    }
+            arguments_delta.as_str(),
+        ),
+        _ => return None,
+    };
+    Some(Delta {
+        kind,
+        turn: *turn,
+        step: *step,
+        index,
+        id,
+        name,
+        piece,
+    })
 }
 
 impl PackRun {
     /// Starts a run with `env` if it is a packable delta.
-    pub(crate) fn start(env: Envelope) -> Result<PackRun, Envelope> {
-        let Some((kind, turn, step, index, id, name, piece)) = delta_of(&env) else {
-            return Err(env);
-        };
-        Ok(PackRun {
-            kind,
-            turn,
-            step,
-            index,
-            id: id.to_string(),
-            name: name.map(str::to_string),
+    pub(crate) fn start(env: &Envelope) -> Option<PackRun> {
+        let d = delta_of(env)?;
+        Some(PackRun {
+            kind: d.kind,
+            turn: d.turn,
+            step: d.step,
+            index: d.index,
+            id: d.id.to_string(),
+            name: d.name.map(str::to_string),
             first_seq: env.seq,
-            pieces: vec![piece.to_string()],
+            pieces: vec![d.piece.to_string()],
             times: vec![env.time],
-            first: env,
+            first: env.clone(),
         })
     }
 
-    /// Adds `env` to the run if it continues it; gives it back otherwise.
-    pub(crate) fn push(&mut self, env: Envelope) -> Result<(), Envelope> {
-        let Some((kind, turn, step, index, id, name, piece)) = delta_of(&env) else {
-            return Err(env);
+    /// Adds `env` to the run if it continues it; returns false (adding nothing) otherwise.
+    pub(crate) fn push(&mut self, env: &Envelope) -> bool {
+        let Some(d) = delta_of(env) else {
+            return false;
         };
         let last_time = self.times.last().copied().flatten();
         let times_ok = match (last_time, env.time) {
@@ -206,20 +219,19 @@ impl PackRun {
             (Some(last), Some(now)) => now >= last,
             _ => false,
         };
-        let continues = kind == self.kind
-            && turn == self.turn
-            && step == self.step
-            && index == self.index
-            && id == self.id
-            && name == self.name.as_deref()
+        let continues = d.kind == self.kind
+            && d.turn == self.turn
+            && d.step == self.step
+            && d.index == self.index
+            && d.id == self.id
+            && d.name == self.name.as_deref()
             && env.seq == self.first_seq + self.pieces.len() as u64
             && times_ok;
-        if !continues {
-            return Err(env);
+        if continues {
+            self.pieces.push(d.piece.to_string());
+            self.times.push(env.time);
         }
-        self.pieces.push(piece.to_string());
-        self.times.push(env.time);
-        Ok(())
+        continues
     }
 
     /// Writes the run: a run of one as an ordinary `assistant/chunk` line, longer runs as one

@@ -65,9 +65,9 @@ impl Projector {
                 Ok(())
             }
             SurfaceOp::Replace { start, end } => {
-                let (first, last) = self
-                    .span(start, end)
-                    .ok_or(SessionError::ReplaceSpan { seq, start, end })?;
+                let (first, last) =
+                    self.span(start, end)
+                        .ok_or(SessionError::ReplaceSpan { seq, start, end })?;
                 self.entries
                     .splice(first..=last, [HistoryEntry { seq, message }]);
                 Ok(())

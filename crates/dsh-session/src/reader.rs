@@ -49,7 +49,7 @@ struct RawLine<'a> {
 
 /// What one line decodes to.
 enum Decoded {
-    One(Envelope),
+    One(Box<Envelope>),
     Row(Vec<Envelope>),
 }
 
@@ -106,14 +106,14 @@ fn decode_line(line: &[u8], seq: u64, at: &Location) -> Result<Decoded, LineFail
             }))
         }
     };
-    Ok(Decoded::One(Envelope {
+    Ok(Decoded::One(Box::new(Envelope {
         seq,
         time: raw.time,
         event,
         surface_op: raw.surface_op,
         source_event_seqs: raw.source_event_seqs,
         ignorable,
-    }))
+    })))
 }
 
 /// Parses a header line, checking its type and version.
@@ -288,7 +288,7 @@ impl<R: BufRead> LogReader<R> {
                     match decoded {
                         Decoded::One(env) => {
                             self.next_seq += 1;
-                            return Ok(Some(env));
+                            return Ok(Some(*env));
                         }
                         Decoded::Row(envs) => {
                             self.next_seq += envs.len() as u64;
@@ -355,7 +355,7 @@ pub fn load_file(path: &Path) -> Result<LoadedLog> {
 /// Decodes one stored event line (SQLite rows hold the same JSON as a JSONL line).
 pub(crate) fn decode_stored(line: &[u8], seq: u64, at: &Location) -> Result<Vec<Envelope>> {
     match decode_line(trim_line(line), seq, at) {
-        Ok(Decoded::One(env)) => Ok(vec![env]),
+        Ok(Decoded::One(env)) => Ok(vec![*env]),
         Ok(Decoded::Row(envs)) => Ok(envs),
         Err(LineFailure::Fatal(err)) => Err(err),
         Err(LineFailure::Malformed(reason)) => Err(SessionError::Malformed {

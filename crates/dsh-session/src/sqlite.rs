@@ -19,8 +19,8 @@ use crate::projection::Projector;
 use crate::reader::{decode_stored, LoadedLog};
 use crate::state::SessionTracker;
 use crate::store::{
-    finish_resume, is_flush_point, pick_id, ListFilter, Listing, Resumed, SearchHit,
-    SessionStore, SessionWriter,
+    finish_resume, is_flush_point, pick_id, ListFilter, Listing, Resumed, SearchHit, SessionStore,
+    SessionWriter,
 };
 
 const SCHEMA: &str = "
@@ -59,8 +59,10 @@ fn open_connection(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path).map_err(sql)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(sql)?;
-    conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
-    conn.pragma_update(None, "synchronous", "FULL").map_err(sql)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(sql)?;
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(sql)?;
     conn.execute_batch(SCHEMA).map_err(sql)?;
     Ok(conn)
 }
@@ -380,16 +382,17 @@ impl SqliteWriter {
                     ])
                     .map_err(self.sql())?;
                 if let Some(message) = env.event.message() {
-                    fts.execute(params![message_text(message), self.header.id, env.seq as i64])
-                        .map_err(self.sql())?;
+                    fts.execute(params![
+                        message_text(message),
+                        self.header.id,
+                        env.seq as i64
+                    ])
+                    .map_err(self.sql())?;
                 }
             }
         }
         let usage = serde_json::to_string(self.tracker.usage_by_model()).unwrap_or_default();
-        let updated = self
-            .tracker
-            .last_time()
-            .unwrap_or(self.header.created_at) as i64;
+        let updated = self.tracker.last_time().unwrap_or(self.header.created_at) as i64;
         tx.execute(
             "UPDATE sessions SET updated_at = max(updated_at, ?2), title = ?3, turns = ?4, usage = ?5, open = ?6, event_count = ?7 WHERE id = ?1",
             params![

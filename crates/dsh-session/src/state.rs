@@ -108,7 +108,11 @@ impl SessionTracker {
                 }
             }
             Event::ToolCall(call) => {
-                match self.open_calls.iter_mut().find(|c| c.call_id == call.call_id) {
+                match self
+                    .open_calls
+                    .iter_mut()
+                    .find(|c| c.call_id == call.call_id)
+                {
                     Some(open) => open.call_seq = Some(env.seq),
                     None => self.open_calls.push(OpenCall {
                         turn: call.turn,

@@ -216,9 +216,7 @@ impl StoreKind {
 pub fn open_store(kind: StoreKind, home: &Path) -> Result<Box<dyn SessionStore>> {
     Ok(match kind {
         StoreKind::Jsonl => Box::new(crate::jsonl::JsonlStore::new(home)),
-        StoreKind::Sqlite => Box::new(crate::sqlite::SqliteStore::open(
-            &home.join("sessions.db"),
-        )?),
+        StoreKind::Sqlite => Box::new(crate::sqlite::SqliteStore::open(&home.join("sessions.db"))?),
     })
 }
 

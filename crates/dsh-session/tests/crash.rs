@@ -3,6 +3,8 @@
 //! SIGKILLs it at a random point. Every resulting file must load, keep every flushed event,
 //! match the script, and be closed correctly by repair.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a test failure
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,7 +23,10 @@ fn turn_script(turn: u64) -> Vec<Event> {
     let mut out = vec![
         Event::TurnStart(TurnStart { turn }),
         Event::StepStart(StepRef { turn, step: 1 }),
-        Event::UserMessage(Message::user_text(format!("u{turn}"), format!("task {turn}"))),
+        Event::UserMessage(Message::user_text(
+            format!("u{turn}"),
+            format!("task {turn}"),
+        )),
         Event::RequestContext(RequestContext {
             provider: "p".into(),
             model: "m".into(),
@@ -81,7 +86,12 @@ fn turn_script(turn: u64) -> Vec<Event> {
         out.push(Event::ToolResult(ToolResult {
             turn,
             step: 1,
-            message: Message::tool_result(format!("r{id}"), id, vec![ContentBlock::text("ok")], false),
+            message: Message::tool_result(
+                format!("r{id}"),
+                id,
+                vec![ContentBlock::text("ok")],
+                false,
+            ),
             error: None,
             meta: None,
         }));
@@ -118,7 +128,13 @@ fn crash_child() {
     };
     let store = JsonlStore::new(Path::new(&home));
     let mut w = store
-        .create("/crash", CreateOptions { id: Some("crash".into()), delegation_depth: 0 })
+        .create(
+            "/crash",
+            CreateOptions {
+                id: Some("crash".into()),
+                delegation_depth: 0,
+            },
+        )
         .expect("create");
     println!("F 0");
     for event in script(200_000) {
@@ -186,8 +202,8 @@ fn sigkill_at_random_points_loses_no_flushed_event_and_repairs() {
         let flushed = flushed.expect("child created the session");
 
         let path = session_path(home.path(), "/crash", "crash");
-        let log = load_file(&path)
-            .unwrap_or_else(|e| panic!("trial {trial}: file does not load: {e}"));
+        let log =
+            load_file(&path).unwrap_or_else(|e| panic!("trial {trial}: file does not load: {e}"));
         torn_seen += usize::from(log.torn_tail.is_some());
         assert!(
             log.events.len() as u64 >= flushed,
@@ -211,14 +227,21 @@ fn sigkill_at_random_points_loses_no_flushed_event_and_repairs() {
         repaired_seen += usize::from(!resumed.is_empty());
         let after = load_file(&path).expect("repaired file loads");
         assert!(after.torn_tail.is_none());
-        let prefix: Vec<Envelope> = after.events[..before].iter().cloned().map(strip_time).collect();
+        let prefix: Vec<Envelope> = after.events[..before]
+            .iter()
+            .cloned()
+            .map(strip_time)
+            .collect();
         let original: Vec<Envelope> = log.events.into_iter().map(strip_time).collect();
         assert_eq!(prefix, original, "trial {trial}: repair changed history");
         let mut tracker = SessionTracker::new();
         for env in &after.events {
             tracker.push(env);
         }
-        assert!(tracker.is_closed(), "trial {trial}: still open after repair");
+        assert!(
+            tracker.is_closed(),
+            "trial {trial}: still open after repair"
+        );
         for env in &after.events[before..] {
             match &env.event {
                 Event::ToolResult(r) => {

@@ -1,5 +1,7 @@
 //! Every recorded dsh session loads, projects, needs no repair, and survives the round trips.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a test failure
+
 use std::path::PathBuf;
 
 use dsh_llm::Role;
@@ -21,7 +23,11 @@ fn fixture_logs() -> Vec<PathBuf> {
         }
     }
     out.sort();
-    assert!(out.len() >= 20, "expected the recorded sessions, found {}", out.len());
+    assert!(
+        out.len() >= 20,
+        "expected the recorded sessions, found {}",
+        out.len()
+    );
     out
 }
 
@@ -35,14 +41,21 @@ fn every_recorded_session_loads_projects_and_is_closed() {
         let log = load_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(log.torn_tail.is_none(), "{}", path.display());
         let history = project(&log.events).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let has_turns = log.events.iter().any(|e| matches!(e.event, Event::TurnStart(_)));
+        let has_turns = log
+            .events
+            .iter()
+            .any(|e| matches!(e.event, Event::TurnStart(_)));
         assert_eq!(!history.is_empty(), has_turns, "{}", path.display());
         let mut tracker = SessionTracker::new();
         for env in &log.events {
             tracker.push(env);
         }
         let closers = repair::closers(&log.header, &tracker);
-        assert!(closers.is_empty(), "{} needs repair: {closers:?}", path.display());
+        assert!(
+            closers.is_empty(),
+            "{} needs repair: {closers:?}",
+            path.display()
+        );
         let md = export_markdown(&log);
         assert_eq!(md.contains("## Turn 1"), has_turns, "{}", path.display());
     }
@@ -59,7 +72,10 @@ fn seqs_count_each_packed_delta() {
     let sources = message.source_event_seqs.clone().expect("sources");
     assert_eq!(sources, (9..=36).collect::<Vec<u64>>());
     for seq in sources {
-        assert!(matches!(log.events[seq as usize].event, Event::AssistantChunk(_)));
+        assert!(matches!(
+            log.events[seq as usize].event,
+            Event::AssistantChunk(_)
+        ));
     }
     let title = log
         .events
@@ -90,7 +106,13 @@ fn tool_result_sources_point_at_tool_call() {
     let roles: Vec<Role> = history.iter().map(|m| m.role).collect();
     assert_eq!(
         roles,
-        [Role::User, Role::User, Role::Assistant, Role::User, Role::Assistant]
+        [
+            Role::User,
+            Role::User,
+            Role::Assistant,
+            Role::User,
+            Role::Assistant
+        ]
     );
 }
 
@@ -120,9 +142,7 @@ fn cancel_keeps_interrupted_partial_and_max_tokens_reply() {
     assert_eq!(history.last().expect("last").text(), "partial");
     let log = load_file(&fixture("max-tokens-continue")).expect("load");
     let history = project(&log.events).expect("project");
-    assert!(history
-        .iter()
-        .all(|m| m.tool_calls().next().is_none()));
+    assert!(history.iter().all(|m| m.tool_calls().next().is_none()));
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! Property tests of the projection (SPEC S3.4) over random valid logs.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a test failure
+
 use dsh_llm::{Chunk, ContentBlock, Message, MessageSource, Role};
 use dsh_session::*;
 use proptest::prelude::*;

@@ -1,5 +1,7 @@
 //! Store behaviour: corrupt input, locking, resume with repair, fork, listing and search.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a test failure
+
 use std::io::Write;
 use std::path::Path;
 
@@ -47,7 +49,8 @@ fn assistant(turn: u64, calls: &[&str]) -> Event {
 
 fn full_turn(w: &mut dyn SessionWriter, turn: u64, text: &str) {
     w.append(Event::TurnStart(TurnStart { turn })).unwrap();
-    w.append(Event::StepStart(StepRef { turn, step: 1 })).unwrap();
+    w.append(Event::StepStart(StepRef { turn, step: 1 }))
+        .unwrap();
     w.append(user(text)).unwrap();
     w.append(assistant(turn, &[])).unwrap();
     w.append(Event::StepEnd(StepRef { turn, step: 1 })).unwrap();
@@ -73,7 +76,10 @@ fn garbage_line_in_the_middle_is_an_error_with_its_line_number() {
     write_file(&path, &format!("{HEADER}\n{T1}\nthis is not json\n{S1}\n"));
     let err = load_file(&path).unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, SessionError::Malformed { ref at, .. } if at.line == 3), "{text}");
+    assert!(
+        matches!(err, SessionError::Malformed { ref at, .. } if at.line == 3),
+        "{text}"
+    );
     assert!(text.contains("session.jsonl:3"), "{text}");
 }
 
@@ -85,8 +91,12 @@ fn truncated_last_line_is_dropped_and_resume_sets_it_aside() {
     full_turn(w.as_mut(), 1, "hello");
     let path = std::path::PathBuf::from(w.location());
     drop(w);
-    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
-    file.write_all(br#"{"type":"turn/start","data":{"tu"#).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    file.write_all(br#"{"type":"turn/start","data":{"tu"#)
+        .unwrap();
     drop(file);
     let log = load_file(&path).unwrap();
     assert_eq!(log.events.len(), 6);
@@ -115,13 +125,18 @@ fn unknown_required_event_is_refused_but_ignorable_loads() {
     );
     let err = load_file(&path).unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("future/thing") && text.contains(":3"), "{text}");
+    assert!(
+        text.contains("future/thing") && text.contains(":3"),
+        "{text}"
+    );
     write_file(
         &path,
         &format!("{HEADER}\n{T1}\n{{\"type\":\"future/thing\",\"data\":{{\"a\":1}},\"ignorable\":true}}\n"),
     );
     let log = load_file(&path).unwrap();
-    assert!(matches!(&log.events[1].event, Event::Opaque { event_type, .. } if event_type == "future/thing"));
+    assert!(
+        matches!(&log.events[1].event, Event::Opaque { event_type, .. } if event_type == "future/thing")
+    );
 }
 
 #[test]
@@ -133,7 +148,10 @@ fn future_version_is_refused_naming_the_version() {
         "{\"type\":\"session\",\"version\":7,\"id\":\"x\",\"createdAt\":0,\"cwd\":\"/\"}\n",
     );
     let err = load_file(&path).unwrap_err();
-    assert!(matches!(err, SessionError::UnsupportedVersion { version: 7, .. }));
+    assert!(matches!(
+        err,
+        SessionError::UnsupportedVersion { version: 7, .. }
+    ));
     assert!(err.to_string().contains("version 7"), "{err}");
 }
 
@@ -147,7 +165,11 @@ fn seq_field_must_match_position() {
     );
     assert!(matches!(
         load_file(&path).unwrap_err(),
-        SessionError::SeqMismatch { expected: 0, found: 4, .. }
+        SessionError::SeqMismatch {
+            expected: 0,
+            found: 4,
+            ..
+        }
     ));
 }
 
@@ -178,7 +200,8 @@ fn resume_repairs_open_turn_and_calls() {
         let id = w.header().id.clone();
         full_turn(w.as_mut(), 1, "first");
         w.append(Event::TurnStart(TurnStart { turn: 2 })).unwrap();
-        w.append(Event::StepStart(StepRef { turn: 2, step: 1 })).unwrap();
+        w.append(Event::StepStart(StepRef { turn: 2, step: 1 }))
+            .unwrap();
         w.append(user("second")).unwrap();
         w.append(assistant(2, &["c1", "c2"])).unwrap();
         for id in ["c1", "c2"] {
@@ -217,7 +240,10 @@ fn resume_repairs_open_turn_and_calls() {
         let last = log.events.last().unwrap();
         assert!(matches!(
             &last.event,
-            Event::TurnEnd(TurnEnd { turn: 2, reason: TurnEndReason::Interrupted })
+            Event::TurnEnd(TurnEnd {
+                turn: 2,
+                reason: TurnEndReason::Interrupted
+            })
         ));
         assert!(matches!(
             log.events[log.events.len() - 2].event,
@@ -232,9 +258,7 @@ fn fork_listing_search_export_and_remove() {
     for kind in [StoreKind::Jsonl, StoreKind::Sqlite] {
         let store = open_store(kind, home.path()).unwrap();
         let cwd = format!("/proj/{kind:?}");
-        let mut w = store
-            .create(&cwd, CreateOptions::default())
-            .unwrap();
+        let mut w = store.create(&cwd, CreateOptions::default()).unwrap();
         let id = w.header().id.clone();
         full_turn(w.as_mut(), 1, "alpha bravo");
         w.append(Event::SessionTitle(SessionTitle {
@@ -251,7 +275,10 @@ fn fork_listing_search_export_and_remove() {
         assert_eq!(child.seed_length, Some(6));
         let forked = store.load(&child.id).unwrap();
         assert_eq!(forked.events.len(), 7);
-        assert!(matches!(forked.events[6].event, Event::EndSeed(EndSeed { inherited: true })));
+        assert!(matches!(
+            forked.events[6].event,
+            Event::EndSeed(EndSeed { inherited: true })
+        ));
         assert!(fork(store.as_ref(), &id, Some(9)).is_err());
         let resumed = store.resume(&child.id).unwrap();
         assert_eq!(resumed.next_turn, 2);
@@ -275,10 +302,16 @@ fn fork_listing_search_export_and_remove() {
 
         let log = store.load(&id).unwrap();
         let md = export_markdown(&log);
-        assert!(md.contains("# My title") && md.contains("charlie delta"), "{md}");
+        assert!(
+            md.contains("# My title") && md.contains("charlie delta"),
+            "{md}"
+        );
 
         store.remove(&child.id).unwrap();
-        assert!(matches!(store.load(&child.id), Err(SessionError::NotFound(_))));
+        assert!(matches!(
+            store.load(&child.id),
+            Err(SessionError::NotFound(_))
+        ));
     }
 }
 
