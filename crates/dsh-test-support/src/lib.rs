@@ -1,15 +1,18 @@
 //! Test support for dsh: a scripted fake provider and replay of recorded sessions.
 //!
-//! - [`FakeProvider`] serves DeepSeek's chat-completions wire format on `127.0.0.1` (random
-//!   port) from a script of [`ScriptedReply`]s, records every request, and injects faults:
-//!   error statuses with headers, dropped connections, missing `[DONE]`, malformed lines,
-//!   stalls, keep-alive comments, odd finish reasons, empty completions.
+//! - [`FakeProvider`] serves DeepSeek's chat-completions and Anthropic's Messages wire formats
+//!   on `127.0.0.1` (random port) from a script of [`ScriptedReply`]s, records every request,
+//!   and injects faults: error statuses with headers, dropped connections, missing terminators
+//!   (`[DONE]` / `message_stop`), malformed lines, stalls, keep-alive comments, odd finish
+//!   reasons, empty completions, and 400s for request fields an endpoint does not accept.
+//! - [`AnthropicReply`] builds Messages streams (`message_start` ... `message_stop`).
 //! - [`SseReply`] builds streamed replies inline; [`render_chunks_as_sse`] renders any dsh
 //!   chunk list as DeepSeek SSE bytes.
 //! - [`RecordedSession`] loads a recorded dsh `session.jsonl` (and its optional
 //!   `replay.override.json`) into calls, each a `Vec<dsh_llm::Chunk>`, and renders call k as
 //!   reply k.
 
+mod anthropic;
 mod recording;
 mod render;
 mod script;
@@ -17,6 +20,7 @@ mod server;
 
 use std::path::{Path, PathBuf};
 
+pub use anthropic::{AnthropicReply, AnthropicUsage, FAKE_ANTHROPIC_MODEL};
 pub use recording::{
     load_recorded_calls, parse_calls, parse_overrides, RecordedCall, RecordedSession,
     RecordingError, ReplayOverride,

@@ -59,6 +59,8 @@ pub struct ProviderEvents {
 
 struct Shared {
     replies: Mutex<VecDeque<ScriptedReply>>,
+    rejected_fields: Mutex<Vec<String>>,
+    models: Mutex<Option<Vec<String>>>,
     requests: Mutex<Vec<RecordedRequest>>,
     scripted: Mutex<usize>,
     events: watch::Sender<ProviderEvents>,
@@ -71,11 +73,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A scripted DeepSeek-compatible provider on `127.0.0.1` (random port).
+/// A scripted provider on `127.0.0.1` (random port) speaking DeepSeek's chat-completions and
+/// Anthropic's Messages formats.
 ///
-/// `POST /chat/completions` (or `/v1/chat/completions`) request k gets reply k of the script;
-/// once the script is used up every further request gets a 500 whose message names the problem.
-/// Other paths get a 404 and consume nothing. Every request is recorded. Dropping the provider
+/// `POST /chat/completions`, `/v1/chat/completions` (DeepSeek mode) and `POST /v1/messages`,
+/// `/messages` (Anthropic mode, see [`AnthropicReply`](crate::AnthropicReply)) share one
+/// script: model request k gets reply k; once the script is used up every further request gets
+/// a 500 whose message names the problem. With [`reject_field`](Self::reject_field), a model
+/// request whose JSON body holds that key anywhere gets a 400 and consumes nothing. With
+/// [`set_models`](Self::set_models), `GET /models` and `/v1/models` list models. Other paths
+/// get a 404 and consume nothing. Every request is recorded. Dropping the provider
 /// stops the server and closes its connections.
 pub struct FakeProvider {
     address: SocketAddr,
@@ -94,6 +101,8 @@ impl FakeProvider {
         let scripted = replies.len();
         let shared = Arc::new(Shared {
             replies: Mutex::new(replies),
+            rejected_fields: Mutex::new(Vec::new()),
+            models: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             scripted: Mutex::new(scripted),
             events: watch::Sender::new(ProviderEvents::default()),
@@ -120,6 +129,18 @@ impl FakeProvider {
     pub fn push_reply(&self, reply: impl Into<ScriptedReply>) {
         lock(&self.shared.replies).push_back(reply.into());
         *lock(&self.shared.scripted) += 1;
+    }
+
+    /// Makes the provider answer 400 (`unknown field `<name>``) to any model request whose JSON
+    /// body contains an object key `name` at any depth, as strict OpenAI-compatible servers do.
+    pub fn reject_field(&self, name: &str) {
+        lock(&self.shared.rejected_fields).push(name.to_string());
+    }
+
+    /// Makes `GET /models` and `GET /v1/models` answer with these model ids (in both the
+    /// OpenAI `{"object": "list", "data": [...]}` and Anthropic shapes).
+    pub fn set_models(&self, ids: &[&str]) {
+        *lock(&self.shared.models) = Some(ids.iter().map(|id| id.to_string()).collect());
     }
 
     /// Every request received so far, in arrival order.
@@ -234,28 +255,72 @@ async fn read_request(stream: &mut TcpStream) -> Option<(Head, Vec<u8>)> {
     Some((head, body))
 }
 
-fn is_chat_completions(head: &Head) -> bool {
+fn is_model_request(head: &Head) -> bool {
     let path = head.path.split('?').next().unwrap_or("");
-    head.method == "POST" && matches!(path, "/chat/completions" | "/v1/chat/completions")
+    head.method == "POST"
+        && matches!(
+            path,
+            "/chat/completions" | "/v1/chat/completions" | "/v1/messages" | "/messages"
+        )
+}
+
+fn is_models_listing(head: &Head) -> bool {
+    let path = head.path.split('?').next().unwrap_or("");
+    head.method == "GET" && matches!(path, "/models" | "/v1/models")
+}
+
+/// The first of `names` that occurs as an object key anywhere in `value`.
+fn find_key<'a>(value: &Value, names: &'a [String]) -> Option<&'a str> {
+    match value {
+        Value::Object(map) => names
+            .iter()
+            .find(|name| map.contains_key(name.as_str()))
+            .map(String::as_str)
+            .or_else(|| map.values().find_map(|v| find_key(v, names))),
+        Value::Array(items) => items.iter().find_map(|v| find_key(v, names)),
+        _ => None,
+    }
+}
+
+fn models_reply(ids: &[String]) -> ScriptedReply {
+    let data: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "type": "model", "owned_by": "fake", "display_name": id}))
+        .collect();
+    ScriptedReply::Http {
+        status: 200,
+        headers: Vec::new(),
+        body: json!({"object": "list", "data": data, "has_more": false}).to_string(),
+    }
 }
 
 async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let Some((head, body)) = read_request(&mut stream).await else {
         return;
     };
+    let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let rejected = find_key(&json_body, &lock(&shared.rejected_fields)).map(str::to_string);
     let number = {
         let mut requests = lock(&shared.requests);
         requests.push(RecordedRequest {
             method: head.method.clone(),
             path: head.path.clone(),
             headers: head.headers.clone(),
-            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            body: json_body,
             raw_body: body,
         });
         requests.len()
     };
     shared.events.send_modify(|events| events.requests += 1);
-    let reply = if is_chat_completions(&head) {
+    let models = lock(&shared.models).clone();
+    let reply = if let (true, Some(field)) = (is_model_request(&head), rejected) {
+        ScriptedReply::http_error(
+            400,
+            &format!("fake provider: unknown field `{field}` is not accepted by this endpoint"),
+        )
+    } else if let (true, Some(ids)) = (is_models_listing(&head), models) {
+        models_reply(&ids)
+    } else if is_model_request(&head) {
         let next = lock(&shared.replies).pop_front();
         next.unwrap_or_else(|| {
             let scripted = *lock(&shared.scripted);

@@ -1,0 +1,488 @@
+//! The HTTP side: one streaming `POST /v1/messages` per call, with watchdog and cancel.
+
+use std::collections::VecDeque;
+use std::error::Error as _;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use dsh_deepseek::AdapterConfigError;
+use dsh_llm::{
+    Adapter, Chunk, ChunkStream, Failure, FailureCode, FinishReason, GenerateRequest, ModelInfo,
+};
+use futures::future::BoxFuture;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AnthropicConfig, ThinkingBudgets};
+use crate::decode::MessagesDecoder;
+use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
+use crate::models;
+use crate::request::build_request_body;
+
+/// Largest error body read from a failed response.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// The Anthropic Messages adapter (SPEC S2.2).
+///
+/// Each [`stream`](Adapter::stream) call makes exactly one HTTP attempt (it never retries) and
+/// yields a stream that always ends with one `finish`: `stop`, `tool-calls`, `max-tokens`,
+/// `error {failure}` or, once `request.cancel` fires, `aborted {ABORTED}`. Dropping the stream
+/// closes the connection. The key only goes into the `x-api-key` header: `Debug` redacts it and
+/// every failure message is scrubbed of it.
+#[derive(Clone)]
+pub struct AnthropicAdapter {
+    client: reqwest::Client,
+    url: String,
+    models_url: String,
+    headers: HeaderMap,
+    secret: Option<String>,
+    key_variable: String,
+    idle_timeout: Duration,
+    budgets: ThinkingBudgets,
+}
+
+impl fmt::Debug for AnthropicAdapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicAdapter")
+            .field("url", &self.url)
+            .field("api_key", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AnthropicAdapter {
+    /// Builds the adapter. Fails when the key, the API version or an extra header cannot be
+    /// sent as an HTTP header, or the HTTP client cannot start. A missing key is not an error
+    /// here: calls then finish with `MISSING_CREDENTIAL`.
+    pub fn new(config: AnthropicConfig) -> Result<Self, AdapterConfigError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let version = HeaderValue::from_str(&config.api_version).map_err(|_| {
+            AdapterConfigError(format!(
+                "anthropic-version `{}` cannot be sent in an HTTP header",
+                config.api_version
+            ))
+        })?;
+        headers.insert(HeaderName::from_static("anthropic-version"), version);
+        let secret = config
+            .api_key
+            .as_ref()
+            .filter(|key| !key.is_empty())
+            .map(|key| key.expose_secret().to_string());
+        if let Some(secret) = &secret {
+            let mut value = HeaderValue::from_str(secret).map_err(|_| {
+                AdapterConfigError(format!(
+                    "the API key ({}) holds characters that cannot be sent in an HTTP header",
+                    config.key_variable
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(HeaderName::from_static("x-api-key"), value);
+        }
+        for (name, value) in &config.extra_headers {
+            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                AdapterConfigError(format!(
+                    "extra header name `{name}` is not a valid HTTP header name"
+                ))
+            })?;
+            let header_value = HeaderValue::from_str(value).map_err(|_| {
+                AdapterConfigError(format!(
+                    "extra header `{name}` has a value that cannot be sent in HTTP"
+                ))
+            })?;
+            headers.insert(header_name, header_value);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|err| AdapterConfigError(format!("could not start the HTTP client: {err}")))?;
+        Ok(AnthropicAdapter {
+            client,
+            url: config.messages_url(),
+            models_url: config.models_url(),
+            headers,
+            secret,
+            key_variable: config.key_variable,
+            idle_timeout: config.idle_timeout,
+            budgets: config.thinking_budgets,
+        })
+    }
+
+    /// The messages endpoint this adapter calls.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn scrub(&self, mut failure: Failure) -> Failure {
+        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+            if failure.message.contains(secret) {
+                failure.message = failure.message.replace(secret, "<redacted>");
+            }
+        }
+        failure
+    }
+
+    fn timeout_failure(&self, waiting_for: &str) -> Failure {
+        Failure::new(
+            FailureCode::Timeout,
+            format!(
+                "no data from the provider for {:.1} s while waiting for {waiting_for}",
+                self.idle_timeout.as_secs_f64()
+            ),
+        )
+    }
+
+    fn missing_credential(&self) -> Failure {
+        Failure::new(
+            FailureCode::MissingCredential,
+            format!(
+                "no API key: set {} or configure the key variable of this provider",
+                self.key_variable
+            ),
+        )
+    }
+
+    async fn fetch_models(&self) -> Result<Vec<ModelInfo>, Failure> {
+        if self.secret.is_none() {
+            return Err(self.missing_credential());
+        }
+        let mut headers = self.headers.clone();
+        headers.remove(CONTENT_TYPE);
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let send = self.client.get(&self.models_url).headers(headers).send();
+        let response = match tokio::time::timeout(self.idle_timeout, send).await {
+            Err(_) => return Err(self.timeout_failure("the model list")),
+            Ok(Err(err)) => {
+                return Err(Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "could not reach the provider at {}: {}",
+                        self.models_url,
+                        describe_transport_error(err)
+                    ),
+                ))
+            }
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| {
+            response
+                .headers()
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        });
+        let body = match tokio::time::timeout(self.idle_timeout, response.bytes()).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(err)) => {
+                return Err(Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "the model list broke off: {}",
+                        describe_transport_error(err)
+                    ),
+                ))
+            }
+            Err(_) => return Err(self.timeout_failure("the model list")),
+        };
+        if !(200..300).contains(&status) {
+            return Err(failure_from_http(
+                &HttpErrorResponse {
+                    status,
+                    retry_after: None,
+                    request_id,
+                    body: &body,
+                    key_variable: &self.key_variable,
+                },
+                SystemTime::now(),
+            ));
+        }
+        let json: Value = serde_json::from_slice(&body).map_err(|err| {
+            Failure::new(
+                FailureCode::MalformedResponse,
+                format!("the model list is not JSON: {err}"),
+            )
+        })?;
+        let ids = json
+            .get("data")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                Failure::new(
+                    FailureCode::MalformedResponse,
+                    "the model list has no `data` array",
+                )
+            })?
+            .iter()
+            .filter_map(|m| m.get("id").and_then(Value::as_str))
+            .map(models::model_info)
+            .collect();
+        Ok(ids)
+    }
+}
+
+impl Adapter for AnthropicAdapter {
+    fn stream(&self, request: GenerateRequest) -> ChunkStream {
+        let state = CallState {
+            phase: Phase::Start(Box::new(Call {
+                adapter: self.clone(),
+                cancel: request.cancel.clone(),
+                request,
+            })),
+            queue: VecDeque::new(),
+            scratch: Vec::new(),
+        };
+        Box::pin(futures::stream::unfold(state, |mut state| async move {
+            let chunk = state.next_chunk().await?;
+            Some((chunk, state))
+        }))
+    }
+
+    fn model_info(&self, model: &str) -> Option<ModelInfo> {
+        Some(models::model_info(model))
+    }
+
+    /// `GET {base}/v1/models`: the ids the provider lists, each with generic metadata.
+    fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
+        Box::pin(async move { self.fetch_models().await.map_err(|f| self.scrub(f)) })
+    }
+}
+
+struct Call {
+    adapter: AnthropicAdapter,
+    cancel: CancellationToken,
+    request: GenerateRequest,
+}
+
+enum Phase {
+    Start(Box<Call>),
+    Streaming(Box<Streaming>),
+    Done,
+}
+
+struct Streaming {
+    response: reqwest::Response,
+    decoder: MessagesDecoder,
+    adapter: AnthropicAdapter,
+    cancel: CancellationToken,
+}
+
+struct CallState {
+    phase: Phase,
+    queue: VecDeque<Chunk>,
+    scratch: Vec<Chunk>,
+}
+
+fn aborted() -> Chunk {
+    Chunk::Finish {
+        reason: FinishReason::Aborted {
+            failure: Failure::new(FailureCode::Aborted, "the model call was cancelled"),
+        },
+    }
+}
+
+fn error(failure: Failure) -> Chunk {
+    Chunk::Finish {
+        reason: FinishReason::Error { failure },
+    }
+}
+
+/// The error and its sources, joined, without the URL (which reqwest puts in `Display`).
+fn describe_transport_error(err: reqwest::Error) -> String {
+    let err = err.without_url();
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+impl CallState {
+    async fn next_chunk(&mut self) -> Option<Chunk> {
+        loop {
+            if let Some(chunk) = self.queue.pop_front() {
+                return Some(chunk);
+            }
+            self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Done => return None,
+                Phase::Start(call) => self.start(*call).await,
+                Phase::Streaming(streaming) => self.read(streaming).await,
+            };
+        }
+    }
+
+    fn finish_with(&mut self, adapter: &AnthropicAdapter, failure: Failure) -> Phase {
+        self.queue.push_back(error(adapter.scrub(failure)));
+        Phase::Done
+    }
+
+    async fn start(&mut self, call: Call) -> Phase {
+        let Call {
+            adapter,
+            cancel,
+            request,
+        } = call;
+        if cancel.is_cancelled() {
+            self.queue.push_back(aborted());
+            return Phase::Done;
+        }
+        if adapter.secret.is_none() {
+            let failure = adapter.missing_credential();
+            return self.finish_with(&adapter, failure);
+        }
+        let body = match build_request_body(&request, &adapter.budgets) {
+            Ok(body) => body,
+            Err(failure) => return self.finish_with(&adapter, failure),
+        };
+        drop(request);
+        let send = adapter
+            .client
+            .post(&adapter.url)
+            .headers(adapter.headers.clone())
+            .body(body)
+            .send();
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                self.queue.push_back(aborted());
+                return Phase::Done;
+            }
+            outcome = tokio::time::timeout(adapter.idle_timeout, send) => outcome,
+        };
+        let response = match outcome {
+            Err(_elapsed) => {
+                let failure = adapter.timeout_failure("the response headers");
+                return self.finish_with(&adapter, failure);
+            }
+            Ok(Err(err)) => {
+                let failure = Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "could not reach the provider at {}: {}",
+                        adapter.url,
+                        describe_transport_error(err)
+                    ),
+                );
+                return self.finish_with(&adapter, failure);
+            }
+            Ok(Ok(response)) => response,
+        };
+        if response.status().is_success() {
+            return Phase::Streaming(Box::new(Streaming {
+                response,
+                decoder: MessagesDecoder::new(),
+                adapter,
+                cancel,
+            }));
+        }
+        self.http_error(response, &adapter, &cancel).await
+    }
+
+    async fn http_error(
+        &mut self,
+        mut response: reqwest::Response,
+        adapter: &AnthropicAdapter,
+        cancel: &CancellationToken,
+    ) -> Phase {
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header("retry-after");
+        let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| header(name));
+        let mut body = Vec::new();
+        // The body only adds the provider's wording; a body that stalls, breaks or is cancelled
+        // is cut short and the status alone decides the failure.
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    self.queue.push_back(aborted());
+                    return Phase::Done;
+                }
+                next = tokio::time::timeout(adapter.idle_timeout, response.chunk()) => next,
+            };
+            match next {
+                Ok(Ok(Some(bytes))) if body.len() < ERROR_BODY_LIMIT => {
+                    body.extend_from_slice(&bytes);
+                }
+                _ => break,
+            }
+        }
+        body.truncate(ERROR_BODY_LIMIT);
+        let failure = failure_from_http(
+            &HttpErrorResponse {
+                status,
+                retry_after: retry_after.as_deref(),
+                request_id,
+                body: &body,
+                key_variable: &adapter.key_variable,
+            },
+            SystemTime::now(),
+        );
+        self.finish_with(adapter, failure)
+    }
+
+    async fn read(&mut self, mut streaming: Box<Streaming>) -> Phase {
+        let Streaming {
+            response,
+            decoder,
+            adapter,
+            cancel,
+        } = &mut *streaming;
+        let next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                self.queue.push_back(aborted());
+                return Phase::Done;
+            }
+            next = tokio::time::timeout(adapter.idle_timeout, response.chunk()) => next,
+        };
+        let scratch = &mut self.scratch;
+        match next {
+            Err(_elapsed) => {
+                decoder.fail(adapter.timeout_failure("the next stream event"), scratch)
+            }
+            Ok(Err(err)) => decoder.fail(
+                Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "the connection to the provider broke mid-stream: {}",
+                        describe_transport_error(err)
+                    ),
+                ),
+                scratch,
+            ),
+            Ok(Ok(None)) => decoder.end_of_stream(scratch),
+            Ok(Ok(Some(bytes))) => {
+                decoder.push(&bytes, scratch);
+            }
+        }
+        for chunk in self.scratch.drain(..) {
+            let chunk = match chunk {
+                Chunk::Finish {
+                    reason: FinishReason::Error { failure },
+                } => error(adapter.scrub(failure)),
+                other => other,
+            };
+            self.queue.push_back(chunk);
+        }
+        if decoder.is_finished() {
+            Phase::Done
+        } else {
+            Phase::Streaming(streaming)
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! The Anthropic Messages adapter of dsh (SPEC S2.2): Claude, and any endpoint that speaks the
+//! Messages format (DeepSeek's Anthropic-compatible endpoint among them).
+//!
+//! - [`AnthropicAdapter`] implements [`dsh_llm::Adapter`]: one streaming `POST /v1/messages`
+//!   per call, idle watchdog, live cancellation, failures mapped to the codes of SPEC S1.4.
+//! - [`build_request_body`] translates a [`dsh_llm::GenerateRequest`]: system prompt and tools
+//!   as the cached prefix, content blocks, `tool_use`/`tool_result`, `thinking` blocks with their
+//!   signatures round-tripped verbatim, and `cache_control` breakpoints.
+//! - [`MessagesDecoder`] turns the response bytes (SSE events `message_start`,
+//!   `content_block_*`, `message_delta`, `message_stop`, `ping`, `error`) into dsh chunks
+//!   without I/O, so tests drive it directly.
+//! - [`errors`] maps HTTP statuses and in-stream errors to failures.
+//!
+//! The API key is only written into the `x-api-key` header: `Debug` redacts it and failure
+//! messages are scrubbed of it.
+
+mod adapter;
+mod config;
+mod decode;
+pub mod errors;
+mod models;
+mod request;
+
+pub use adapter::AnthropicAdapter;
+pub use config::{
+    AnthropicConfig, ThinkingBudgets, API_KEY_ENV, API_VERSION, BASE_URL_ENV, DEFAULT_BASE_URL,
+};
+pub use decode::MessagesDecoder;
+pub use models::{model_info, GENERIC_CONTEXT_WINDOW, GENERIC_DEFAULT_MAX_TOKENS};
+pub use request::{build_request_body, EMPTY_TOOL_OUTPUT_PLACEHOLDER, MIN_THINKING_BUDGET};

@@ -1,0 +1,394 @@
+//! Request translation (SPEC S2.2): a [`GenerateRequest`] becomes a Messages API body.
+//!
+//! The body is serialised from borrowed structs, so the history is not copied on the way out;
+//! tool-call arguments are embedded as raw JSON, byte for byte as the model produced them.
+
+use std::borrow::Cow;
+
+use dsh_llm::{
+    ContentBlock, Failure, FailureCode, GenerateRequest, Message, Purpose, ReasoningEffort, Role,
+};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::config::ThinkingBudgets;
+use crate::models::GENERIC_DEFAULT_MAX_TOKENS;
+
+/// Text sent as a `tool_result`'s content when the tool produced no output.
+pub const EMPTY_TOOL_OUTPUT_PLACEHOLDER: &str = "(no output)";
+
+/// The smallest thinking budget the API accepts; a request whose `max_tokens` leaves less
+/// room than this runs without thinking.
+pub const MIN_THINKING_BUDGET: u64 = 1_024;
+
+/// Separator between the text blocks of one tool result.
+const TEXT_SEPARATOR: &str = "\n\n";
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    max_tokens: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<WireBlock<'a>>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_sequences: Option<&'a [String]>,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<WireBlock<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireBlock<'a> {
+    Known {
+        #[serde(flatten)]
+        kind: BlockKind<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    /// A provider block dsh does not model (e.g. `redacted_thinking`), sent back verbatim.
+    Raw(&'a Value),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockKind<'a> {
+    Text {
+        text: Cow<'a, str>,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Cow<'a, RawValue>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: Cow<'a, str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+    },
+}
+
+impl<'a> WireBlock<'a> {
+    fn known(kind: BlockKind<'a>) -> Self {
+        WireBlock::Known {
+            kind,
+            cache_control: None,
+        }
+    }
+
+    /// Thinking blocks cannot carry a cache breakpoint; everything else can.
+    fn cacheable(&self) -> bool {
+        matches!(self, WireBlock::Known { kind, .. } if !matches!(kind, BlockKind::Thinking { .. }))
+    }
+
+    fn set_breakpoint(&mut self) {
+        if let WireBlock::Known { cache_control, .. } = self {
+            *cache_control = Some(EPHEMERAL);
+        }
+    }
+}
+
+/// Provider block types that are replayed verbatim from [`ContentBlock::Unknown`] in assistant
+/// messages.
+const PASSTHROUGH_TYPES: &[&str] = &["redacted_thinking"];
+
+/// The thinking budget for `request`, or `None` when thinking is off: no effort or `off`, a
+/// session-title call, or `max_tokens` too small to leave [`MIN_THINKING_BUDGET`].
+fn thinking_budget(
+    request: &GenerateRequest,
+    max_tokens: u64,
+    budgets: &ThinkingBudgets,
+) -> Option<u64> {
+    if request.purpose == Some(Purpose::SessionTitle) {
+        return None;
+    }
+    let wanted = match request.config.config().reasoning_effort? {
+        ReasoningEffort::Off => return None,
+        ReasoningEffort::Low => budgets.low,
+        ReasoningEffort::Medium => budgets.medium,
+        ReasoningEffort::High => budgets.high,
+        ReasoningEffort::Max => budgets.max,
+    };
+    let ceiling = max_tokens.checked_sub(1)?;
+    if ceiling < MIN_THINKING_BUDGET {
+        return None;
+    }
+    Some(wanted.clamp(MIN_THINKING_BUDGET, ceiling))
+}
+
+/// Serialises `request` as the JSON body of `POST {base}/v1/messages`.
+///
+/// Contract (SPEC S2.2): `model`; `max_tokens` (the prepared value, else 32,000: the API
+/// requires it); `system` as one text block; `messages` with consecutive same-role messages
+/// merged (tool results first within a user turn); `tools` with `input_schema`; `stream: true`;
+/// `thinking: {type: enabled, budget_tokens}` from the effort (see [`ThinkingBudgets`]; `off`,
+/// no effort and the session-title purpose send none); `temperature` only without thinking (the
+/// API rejects it with thinking on); `stop_sequences` when set. Two `cache_control`
+/// breakpoints mark the stable prefix: the end of system+tools (the system block, or the last
+/// tool when there is no system prompt) and the last cacheable block of the last message.
+/// Assistant reasoning with a signature becomes a `thinking` block with that signature byte for
+/// byte; reasoning without one (from another provider) is dropped, since the API rejects
+/// unsigned thinking. Tool calls become `tool_use` with the raw argument JSON (empty arguments
+/// are `{}`; arguments that are not a JSON object are sent as `{}` because the API accepts
+/// nothing else). System-role history messages are sent as user text. Empty text is skipped,
+/// and a message left without blocks is dropped.
+pub fn build_request_body(
+    request: &GenerateRequest,
+    budgets: &ThinkingBudgets,
+) -> Result<Vec<u8>, Failure> {
+    let config = request.config.config();
+    if config.model.trim().is_empty() {
+        return Err(Failure::new(
+            FailureCode::InvalidRequest,
+            "no model named for the Anthropic provider: set a model in the configuration or pass --model",
+        ));
+    }
+    let max_tokens = config.max_tokens.unwrap_or(GENERIC_DEFAULT_MAX_TOKENS);
+    let budget = thinking_budget(request, max_tokens, budgets);
+
+    let mut system = Vec::new();
+    if !request.system.is_empty() {
+        system.push(WireBlock::known(BlockKind::Text {
+            text: Cow::Borrowed(request.system.as_str()),
+        }));
+    }
+    let mut tools: Vec<WireTool<'_>> = request
+        .tools
+        .iter()
+        .map(|tool| WireTool {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.parameters,
+            cache_control: None,
+        })
+        .collect();
+    // Prefix order on the wire is tools, then system: a breakpoint on the system block caches
+    // both; without a system prompt the last tool ends the prefix.
+    if let Some(block) = system.last_mut() {
+        block.set_breakpoint();
+    } else if let Some(tool) = tools.last_mut() {
+        tool.cache_control = Some(EPHEMERAL);
+    }
+
+    let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
+    for message in request.messages.iter() {
+        push_message(&mut messages, message);
+    }
+    if let Some(block) = messages
+        .last_mut()
+        .and_then(|m| m.content.iter_mut().rev().find(|b| b.cacheable()))
+    {
+        block.set_breakpoint();
+    }
+
+    let body = Body {
+        model: &config.model,
+        max_tokens,
+        system,
+        messages,
+        tools,
+        stream: true,
+        thinking: budget.map(|budget_tokens| Thinking {
+            kind: "enabled",
+            budget_tokens,
+        }),
+        temperature: config
+            .temperature
+            .filter(|t| t.is_finite() && budget.is_none()),
+        stop_sequences: config.stop.as_deref().filter(|stop| !stop.is_empty()),
+    };
+    serde_json::to_vec(&body).map_err(|err| {
+        Failure::new(
+            FailureCode::InvalidRequest,
+            format!("could not serialise the Messages request: {err}"),
+        )
+    })
+}
+
+fn joined_text<'a>(blocks: &'a [ContentBlock]) -> Cow<'a, str> {
+    let texts: Vec<&str> = blocks
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    match texts.as_slice() {
+        [] => Cow::Borrowed(""),
+        [one] => Cow::Borrowed(one),
+        many => Cow::Owned(many.join(TEXT_SEPARATOR)),
+    }
+}
+
+/// The `input` object of a `tool_use` block: the raw arguments when they are a JSON object,
+/// else `{}`.
+fn tool_input(arguments: &str) -> Cow<'_, RawValue> {
+    let trimmed = arguments.trim();
+    if trimmed.starts_with('{') {
+        if let Ok(raw) = serde_json::from_str::<&RawValue>(arguments) {
+            return Cow::Borrowed(raw);
+        }
+    }
+    Cow::Owned(empty_object())
+}
+
+fn empty_object() -> Box<RawValue> {
+    serde_json::value::to_raw_value(&serde_json::Map::new())
+        .expect("serialising an empty map to JSON cannot fail")
+}
+
+fn push_message<'a>(out: &mut Vec<WireMessage<'a>>, message: &'a Message) {
+    let (role, blocks) = match message.role {
+        Role::Assistant => ("assistant", assistant_blocks(message)),
+        Role::User | Role::System => ("user", user_blocks(message)),
+    };
+    if blocks.is_empty() {
+        return;
+    }
+    match out.last_mut() {
+        Some(last) if last.role == role => {
+            if role == "user" {
+                // Tool results must lead their user turn.
+                let results = blocks.iter().take_while(|b| is_tool_result(b)).count();
+                let insert_at = last
+                    .content
+                    .iter()
+                    .take_while(|b| is_tool_result(b))
+                    .count();
+                let mut blocks = blocks;
+                let rest = blocks.split_off(results);
+                last.content.splice(insert_at..insert_at, blocks);
+                last.content.extend(rest);
+            } else {
+                last.content.extend(blocks);
+            }
+        }
+        _ => out.push(WireMessage {
+            role,
+            content: blocks,
+        }),
+    }
+}
+
+fn is_tool_result(block: &WireBlock<'_>) -> bool {
+    matches!(
+        block,
+        WireBlock::Known {
+            kind: BlockKind::ToolResult { .. },
+            ..
+        }
+    )
+}
+
+fn user_blocks(message: &Message) -> Vec<WireBlock<'_>> {
+    let mut results = Vec::new();
+    let mut others = Vec::new();
+    for block in &message.content {
+        match block {
+            ContentBlock::ToolResult {
+                tool_call_id,
+                content,
+                is_error,
+            } => {
+                let text = joined_text(content);
+                results.push(WireBlock::known(BlockKind::ToolResult {
+                    tool_use_id: tool_call_id,
+                    content: if text.is_empty() {
+                        Cow::Borrowed(EMPTY_TOOL_OUTPUT_PLACEHOLDER)
+                    } else {
+                        text
+                    },
+                    is_error: is_error.filter(|e| *e),
+                }));
+            }
+            ContentBlock::Text { text } if !text.is_empty() => {
+                others.push(WireBlock::known(BlockKind::Text {
+                    text: Cow::Borrowed(text),
+                }));
+            }
+            _ => {}
+        }
+    }
+    results.extend(others);
+    results
+}
+
+fn assistant_blocks(message: &Message) -> Vec<WireBlock<'_>> {
+    let mut out = Vec::new();
+    for block in &message.content {
+        match block {
+            ContentBlock::Reasoning {
+                text,
+                signature: Some(signature),
+            } => out.push(WireBlock::known(BlockKind::Thinking {
+                thinking: text,
+                signature,
+            })),
+            ContentBlock::Text { text } if !text.is_empty() => {
+                out.push(WireBlock::known(BlockKind::Text {
+                    text: Cow::Borrowed(text),
+                }))
+            }
+            ContentBlock::ToolCall {
+                id,
+                name,
+                arguments,
+            } => out.push(WireBlock::known(BlockKind::ToolUse {
+                id,
+                name,
+                input: tool_input(arguments),
+            })),
+            ContentBlock::Unknown(value)
+                if value
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| PASSTHROUGH_TYPES.contains(&t)) =>
+            {
+                out.push(WireBlock::Raw(value))
+            }
+            _ => {}
+        }
+    }
+    out
+}
