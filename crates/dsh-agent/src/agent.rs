@@ -37,6 +37,8 @@ pub struct AgentOptions {
     pub compaction: crate::CompactionSettings,
     /// Overrides the model's context window (from configuration).
     pub context_window: Option<u64>,
+    /// How session titles are made.
+    pub titles: crate::TitleMode,
 }
 
 impl AgentOptions {
@@ -51,6 +53,7 @@ impl AgentOptions {
             max_steps_per_turn: 500,
             compaction: crate::CompactionSettings::default(),
             context_window: None,
+            titles: crate::TitleMode::Fallback,
         }
     }
 }

@@ -19,6 +19,7 @@ mod pipeline;
 mod prompt;
 mod repeat_guard;
 mod replay;
+mod titles;
 mod todo_events;
 mod turn;
 
@@ -43,6 +44,7 @@ pub use pipeline::{is_error_result, ABORTED_BEFORE_DISPATCH};
 pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
 pub use repeat_guard::RepeatCallGuard;
 pub use replay::{compare_runs, Difference, RecordedRun, RecordedTurn, ReplayAdapter};
+pub use titles::TitleMode;
 pub use todo_events::TodoEvents;
 
 /// Registers the built-in extensions in their standard order: base prompt, retry with `retry`,

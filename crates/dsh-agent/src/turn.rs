@@ -90,6 +90,7 @@ impl Agent {
             Some(TurnEndReason::Aborted { .. })
         );
         let mut first_step = true;
+        let mut title_task: Option<(tokio::task::JoinHandle<Option<String>>, u64)> = None;
         let reason = 'steps: loop {
             step += 1;
             if step > self.options.max_steps_per_turn {
@@ -128,6 +129,7 @@ impl Agent {
                             message_seqs: vec![seq],
                             source: Some(serde_json::json!({"kind": "fallback"})),
                         }))?;
+                        title_task = self.spawn_title(&message.text()).map(|task| (task, seq));
                     }
                 }
             }
@@ -310,6 +312,24 @@ impl Agent {
             turn,
             reason: reason.clone(),
         }))?;
+        if let Some((task, seq)) = title_task {
+            // The title call ran alongside the turn; give it a moment more, then keep the
+            // fallback. Dropping the handle does not stop the task, so abort it explicitly.
+            let abort = task.abort_handle();
+            match tokio::time::timeout(std::time::Duration::from_secs(5), task).await {
+                Ok(Ok(Some(title))) => {
+                    self.shared.log().append(Event::SessionTitle(SessionTitle {
+                        title,
+                        message_seqs: vec![seq],
+                        source: Some(serde_json::json!({
+                            "kind": "model",
+                            "model": self.title_route().1,
+                        })),
+                    }))?;
+                }
+                _ => abort.abort(),
+            }
+        }
         Ok(TurnOutcome {
             turn,
             reason,
@@ -516,6 +536,43 @@ impl Agent {
                 None => return Ok(CallEnd::Failed(failure)),
             }
         }
+    }
+}
+
+impl Agent {
+    fn title_route(&self) -> (String, String) {
+        match &self.options.titles {
+            crate::TitleMode::Model { route, model } => (
+                route
+                    .clone()
+                    .unwrap_or_else(|| self.options.call.provider.clone()),
+                model
+                    .clone()
+                    .unwrap_or_else(|| self.options.call.model.clone()),
+            ),
+            crate::TitleMode::Fallback => (
+                self.options.call.provider.clone(),
+                self.options.call.model.clone(),
+            ),
+        }
+    }
+
+    /// Starts the title call when model titles are on.
+    fn spawn_title(&self, prompt: &str) -> Option<tokio::task::JoinHandle<Option<String>>> {
+        if self.options.titles == crate::TitleMode::Fallback {
+            return None;
+        }
+        let (route, model) = self.title_route();
+        let adapter = self.adapter_for(&route).ok()?;
+        let info = adapter
+            .model_info(&model)
+            .unwrap_or_else(|| crate::generic_model_info(&model));
+        let config = dsh_llm::CallConfig::new(route, model);
+        let prompt = prompt.to_string();
+        Some(tokio::spawn(async move {
+            crate::titles::model_title(adapter, config, &info, &prompt, CancellationToken::new())
+                .await
+        }))
     }
 }
 

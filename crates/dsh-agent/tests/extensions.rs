@@ -288,3 +288,71 @@ fn unknown_route_fails_at_start_with_no_adapter() {
         "{err}"
     );
 }
+
+fn last_title(location: &str) -> (String, String) {
+    load_file(std::path::Path::new(location))
+        .unwrap()
+        .events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::SessionTitle(t) => Some((
+                t.title.clone(),
+                t.source
+                    .as_ref()
+                    .and_then(|s| s["kind"].as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+            )),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[tokio::test]
+async fn model_titles_replace_the_fallback_and_failures_keep_it() {
+    for (title_reply, expected) in [
+        (
+            text("\"Fix the flaky parser test.\""),
+            ("Fix the flaky parser test", "model"),
+        ),
+        (
+            vec![Chunk::Finish {
+                reason: FinishReason::Error {
+                    failure: dsh_llm::Failure::new(dsh_llm::FailureCode::Server, "down"),
+                },
+            }],
+            ("please fix the flaky parser", "fallback"),
+        ),
+    ] {
+        let home = tempfile::tempdir().unwrap();
+        let cwd = tempfile::tempdir().unwrap();
+        let mut adapters = AdapterRegistry::new();
+        adapters
+            .register("main", Arc::new(ReplayAdapter::new(vec![text("ok")])))
+            .unwrap();
+        adapters
+            .register("titles", Arc::new(ReplayAdapter::new(vec![title_reply])))
+            .unwrap();
+        let mut parts = parts(
+            home.path(),
+            cwd.path(),
+            ExtensionSet::new(),
+            adapters,
+            "main",
+        );
+        parts.options.titles = dsh_agent::TitleMode::Model {
+            route: Some("titles".into()),
+            model: None,
+        };
+        let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+        let mut agent = Agent::create(parts, store.as_ref()).unwrap();
+        let handle = agent.handle();
+        handle
+            .followup("please fix the flaky parser test in src/parse.rs")
+            .unwrap();
+        agent.run_until_idle().await.unwrap();
+        let (title, kind) = last_title(&handle.location());
+        assert_eq!((title.as_str(), kind.as_str()), expected);
+    }
+}

@@ -18,10 +18,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_agent::{compare_runs, Agent, AgentOptions, AgentParts, ExtensionSet, RecordedRun};
+use dsh_agent::{
+    compare_runs, Agent, AgentOptions, AgentParts, ExtensionSet, RecordedRun, ReplayAdapter,
+    TitleMode,
+};
 use dsh_llm::{AdapterRegistry, CallConfig, Chunk, RetryPolicy};
 use dsh_session::{open_store, Event, StoreKind};
-use dsh_test_support::{snapshot_fixtures_dir, FakeProvider, RecordedSession};
+use dsh_test_support::{snapshot_fixtures_dir, FakeProvider, RecordedSession, ReplayOverride};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolLimits, ToolRegistry};
 use serde::Deserialize;
 use serde_json::Value;
@@ -33,6 +36,9 @@ struct Settings {
     spill_threshold: Option<usize>,
     #[serde(default)]
     expect_files: BTreeMap<String, String>,
+    /// Serve titles from the recording's `chunks` override (dsh's separate title model) and
+    /// expect this final session title.
+    expect_title: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,6 +55,7 @@ enum Step {
     PromptExpectError { text: String },
     PromptAndCancel { text: String },
     WaitForTurnEnd,
+    WaitForTitleAfterTurnEnd,
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -190,6 +197,25 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     };
     let _guards =
         dsh_agent::register_builtin_extensions(&extensions, retry, Duration::from_secs(60));
+    let mut options =
+        AgentOptions::new(CallConfig::new("deepseek", "deepseek-v4-flash"), cwd.path());
+    if settings.expect_title.is_some() {
+        let title_chunks: Vec<Vec<Chunk>> = session
+            .overrides
+            .iter()
+            .filter_map(|o| match o {
+                ReplayOverride::Chunks { chunks } => Some(chunks.clone()),
+                _ => None,
+            })
+            .collect();
+        adapters
+            .register("title-replay", Arc::new(ReplayAdapter::new(title_chunks)))
+            .map_err(|e| e.to_string())?;
+        options.titles = TitleMode::Model {
+            route: Some("title-replay".into()),
+            model: Some("title-model".into()),
+        };
+    }
     let store = open_store(StoreKind::Jsonl, home.path()).map_err(|e| e.to_string())?;
     let mut agent = Agent::create(
         AgentParts {
@@ -197,10 +223,7 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
             tools: Arc::new(ToolRegistry::with_builtins()),
             extensions,
             tool_context,
-            options: AgentOptions::new(
-                CallConfig::new("deepseek", "deepseek-v4-flash"),
-                cwd.path(),
-            ),
+            options,
         },
         store.as_ref(),
     )
@@ -210,7 +233,10 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
 
     for step in input.steps {
         match step {
-            Step::Initialize | Step::NewSession | Step::WaitForTurnEnd => {}
+            Step::Initialize
+            | Step::NewSession
+            | Step::WaitForTurnEnd
+            | Step::WaitForTitleAfterTurnEnd => {}
             Step::Prompt { text } | Step::PromptExpectError { text } => {
                 handle.followup(text).map_err(|e| e.to_string())?;
                 tokio::time::timeout(Duration::from_secs(60), agent.run_until_idle())
@@ -253,6 +279,15 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     }
     check_requests(&provider)?;
     check_reasoning_round_trip(&provider, &recorded)?;
+    if let Some(expected) = &settings.expect_title {
+        let title = ours.events.iter().rev().find_map(|e| match &e.event {
+            Event::SessionTitle(t) => Some(t.title.clone()),
+            _ => None,
+        });
+        if title.as_deref() != Some(expected.as_str()) {
+            return Err(format!("session title {title:?}, expected {expected:?}"));
+        }
+    }
     for (path, expected) in &settings.expect_files {
         let actual = std::fs::read_to_string(cwd.path().join(path))
             .map_err(|e| format!("expected file {path}: {e}"))?;

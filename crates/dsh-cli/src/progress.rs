@@ -84,6 +84,34 @@ impl ProgressPrinter {
                     retry.failure.message
                 );
             }
+            Event::Opaque { event_type, data } if event_type == "compaction/start" => {
+                self.end_stream(&mut err);
+                let _ = writeln!(
+                    err,
+                    "dsh: compacting the conversation ({}; ~{} tokens of a {}-token window)",
+                    data["trigger"].as_str().unwrap_or("?"),
+                    data["estimatedTokens"],
+                    data["contextWindow"]
+                );
+            }
+            Event::Opaque { event_type, data } if event_type == "compaction/end" => {
+                self.end_stream(&mut err);
+                match data["warning"].as_str() {
+                    Some(warning) => {
+                        let _ = writeln!(err, "dsh: compaction incomplete: {warning}");
+                    }
+                    None => {
+                        let _ = writeln!(
+                            err,
+                            "dsh: compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens",
+                            data["summarizedMessages"],
+                            data["pruned"],
+                            data["tokensBefore"],
+                            data["tokensAfter"]
+                        );
+                    }
+                }
+            }
             Event::TurnEnd(_) => self.end_stream(&mut err),
             _ => {}
         }

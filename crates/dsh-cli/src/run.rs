@@ -334,6 +334,7 @@ fn finish(
             "reason": outcome.reason,
             "usage": usage_json(&outcome.usage),
             "costUsd": cost,
+            "cache": cache_json(&outcome.cache_reports),
         });
         println!("{line}");
     } else if !outcome.final_text.is_empty() {
@@ -361,6 +362,19 @@ fn finish(
         )),
         TurnEndReason::Interrupted => Err(user_error("INTERRUPTED", "the turn was interrupted")),
     }
+}
+
+/// The turn's prompt-cache reports: a summary and one entry per request.
+fn cache_json(reports: &[dsh_agent::CacheReport]) -> serde_json::Value {
+    let request_bytes: usize = reports.iter().map(|r| r.request_bytes).sum();
+    let reused_bytes: usize = reports.iter().map(|r| r.reused_bytes).sum();
+    serde_json::json!({
+        "requests": reports.len(),
+        "prefixExtensions": reports.iter().filter(|r| r.prefix_extension).count(),
+        "requestBytes": request_bytes,
+        "reusedBytes": reused_bytes,
+        "reports": reports,
+    })
 }
 
 fn usage_json(usage: &UsageTotals) -> serde_json::Value {

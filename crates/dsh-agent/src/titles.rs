@@ -1,0 +1,115 @@
+//! Session titles: a fallback from the first prompt's words at once, then (when enabled) a
+//! short model-written title from one small call made alongside the first turn, with thinking
+//! off. A failed title call keeps the fallback; it never affects the turn.
+
+use std::sync::Arc;
+
+use dsh_llm::{
+    Adapter, BlockAssembler, CallConfig, ContentBlock, FinishReason, GenerateRequest, Message,
+    ModelInfo, Purpose, ReasoningEffort,
+};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+/// How titles are made.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum TitleMode {
+    /// Only the fallback from the prompt's first words (no model call).
+    #[default]
+    Fallback,
+    /// A model call; `route`/`model` default to the session's own.
+    Model {
+        route: Option<String>,
+        model: Option<String>,
+    },
+}
+
+/// The instructions of the title call.
+const TITLE_SYSTEM: &str = "You name coding-assistant sessions. Given the user's first \
+message, answer with a title of at most six words that says what the session is about. \
+Answer with the title alone: plain words on one line, no quotes, no punctuation at the end, \
+no Markdown.";
+
+/// Makes the title call; `None` when it fails or returns nothing usable.
+pub(crate) async fn model_title(
+    adapter: Arc<dyn Adapter>,
+    config: CallConfig,
+    info: &ModelInfo,
+    prompt: &str,
+    cancel: CancellationToken,
+) -> Option<String> {
+    let mut config = config;
+    config.reasoning_effort = if info.efforts.contains(&ReasoningEffort::Off) {
+        Some(ReasoningEffort::Off)
+    } else {
+        None
+    };
+    config.max_tokens = Some(64);
+    config.temperature = None;
+    let config = config.prepare(info).ok()?;
+    let mut excerpt: String = prompt.chars().take(2_000).collect();
+    if excerpt.len() < prompt.len() {
+        excerpt.push_str(" ...");
+    }
+    let request = GenerateRequest {
+        config,
+        system: TITLE_SYSTEM.to_string(),
+        messages: Arc::new(vec![Message::user_text("title-request", excerpt)]),
+        tools: Arc::new(Vec::new()),
+        cancel,
+        session_id: None,
+        purpose: Some(Purpose::SessionTitle),
+    };
+    let mut stream = adapter.stream(request);
+    let mut assembler = BlockAssembler::new();
+    while let Some(chunk) = stream.next().await {
+        if assembler.push(&chunk).is_err() {
+            break;
+        }
+    }
+    let reply = assembler.finish();
+    if !matches!(reply.finish, FinishReason::Stop) {
+        return None;
+    }
+    let text: String = reply
+        .blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    clean_title(&text)
+}
+
+/// One line, no wrapping quotes or trailing period, at most 80 characters.
+pub(crate) fn clean_title(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let line = line
+        .trim_start_matches(['#', '*', ' '])
+        .trim_matches(['"', '\'', '`', '*'])
+        .trim_end_matches(['.', ' '])
+        .trim();
+    if line.is_empty() {
+        return None;
+    }
+    Some(line.chars().take(80).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_are_cleaned() {
+        assert_eq!(
+            clean_title("\n\"Fix the parser.\"\nmore").as_deref(),
+            Some("Fix the parser")
+        );
+        assert_eq!(
+            clean_title("## **Refactor tools**").as_deref(),
+            Some("Refactor tools")
+        );
+        assert_eq!(clean_title("   \n  "), None);
+    }
+}
