@@ -1,6 +1,8 @@
 //! Compaction: pressure, overflow and requested triggers; tool calls stay paired with results;
 //! a failing summary leaves the session usable.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
 use std::sync::{Arc, Mutex};
 
 use dsh_agent::{

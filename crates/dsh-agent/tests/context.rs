@@ -1,6 +1,8 @@
 //! Runtime context and project instructions enter as user messages, only when they change,
 //! and never touch the system prompt.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
 use std::sync::{Arc, Mutex};
 
 use dsh_agent::{

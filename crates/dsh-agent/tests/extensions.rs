@@ -1,6 +1,8 @@
 //! Extension points: tools and adapters contributed by extensions, policy denial, turn-stopping
 //! steering, and unregistering by dropping the guard.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

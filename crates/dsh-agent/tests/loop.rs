@@ -1,6 +1,8 @@
 //! The loop against the fake provider over loopback: tool argument failures, steering,
 //! injection, resume, header logging, and the event order of SPEC S3.5.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

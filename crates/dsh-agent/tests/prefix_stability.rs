@@ -3,6 +3,8 @@
 //! identical to the previous one, and the previous request's messages are an exact prefix of
 //! its messages, each compared as serialized JSON (from the fake provider's request log).
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -13,6 +13,8 @@
 //! and that every request sent back `reasoning_content`, the tool-call ids, and exactly one tool
 //! message per call.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -172,8 +172,8 @@ fn list(store: &dyn SessionStore, all: bool, out: &mut impl Write) -> anyhow::Re
     let prices = PriceTable::default_deepseek();
     writeln!(
         out,
-        "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  {}",
-        "ID", "UPDATED (UTC)", "TURNS", "TOKENS", "COST", "TITLE"
+        "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  TITLE",
+        "ID", "UPDATED (UTC)", "TURNS", "TOKENS", "COST"
     )?;
     for s in &listing.sessions {
         let usage = s.usage().usage;

@@ -2,6 +2,8 @@
 //! wait. Each must exit 130, leave a log that loads with the turn ended `aborted`, keep the
 //! partial reply, and leave no child process alive.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

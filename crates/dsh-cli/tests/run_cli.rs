@@ -1,5 +1,7 @@
 //! `dsh run` end to end: the real binary against the fake provider over loopback.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
