@@ -37,6 +37,10 @@ enum SessionsCommand {
     Show {
         /// Session id, unique id prefix, or path.
         session: String,
+        /// Instead of the transcript, show the prompt-cache report of every request: size,
+        /// prefix reuse, the provider's cache-hit share, and what broke the prefix.
+        #[arg(long)]
+        cache: bool,
     },
     /// Export a session as JSON lines, a Markdown transcript, or a zip with sub-agent logs.
     Export {
@@ -95,9 +99,13 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match args.command {
         SessionsCommand::List { all } => list(store.as_ref(), all, &mut out)?,
-        SessionsCommand::Show { session } => {
+        SessionsCommand::Show { session, cache } => {
             let log = load_any(store.as_ref(), &session)?;
-            out.write_all(export_markdown(&log).as_bytes())?;
+            if cache {
+                cache_table(&log, &mut out)?;
+            } else {
+                out.write_all(export_markdown(&log).as_bytes())?;
+            }
         }
         SessionsCommand::Export {
             session,
@@ -279,4 +287,63 @@ fn format_utc(ms: u64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}")
+}
+
+/// Prints one line per `request/cache` event of the log.
+fn cache_table(log: &dsh_session::LoadedLog, out: &mut impl Write) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{:>9}  {:>10}  {:>7}  {:>7}  {:>6}  BROKEN AT",
+        "TURN.STEP", "BYTES", "REUSED", "PREFIX", "HIT"
+    )?;
+    let mut rows = 0;
+    for envelope in &log.events {
+        let dsh_session::Event::Opaque { event_type, data } = &envelope.event else {
+            continue;
+        };
+        if event_type != "request/cache" {
+            continue;
+        }
+        rows += 1;
+        let bytes = data["requestBytes"].as_u64().unwrap_or(0);
+        let reused = data["reusedBytes"].as_u64().unwrap_or(0);
+        let share = if bytes == 0 {
+            0.0
+        } else {
+            reused as f64 * 100.0 / bytes as f64
+        };
+        let hit = data["cacheHitRatio"]
+            .as_f64()
+            .map(|r| format!("{:.0}%", r * 100.0))
+            .unwrap_or_else(|| "-".into());
+        let broken = match data.get("brokenAt") {
+            Some(at) => match at["index"].as_u64() {
+                Some(index) => format!("{} {index}", at["part"].as_str().unwrap_or("?")),
+                None => at["part"].as_str().unwrap_or("?").to_string(),
+            },
+            None if data["prefixExtension"] == true => String::new(),
+            None => "(first request)".into(),
+        };
+        writeln!(
+            out,
+            "{:>9}  {:>10}  {:>6.1}%  {:>7}  {:>6}  {}",
+            format!("{}.{}", data["turn"], data["step"]),
+            bytes,
+            share,
+            if data["prefixExtension"] == true {
+                "yes"
+            } else {
+                "no"
+            },
+            hit,
+            broken
+        )?;
+    }
+    if rows == 0 {
+        writeln!(
+            out,
+            "(no cache reports: the log was written by another program or has no requests)"
+        )?;
+    }
+    Ok(())
 }

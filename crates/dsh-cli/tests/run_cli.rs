@@ -246,3 +246,59 @@ async fn max_tokens_in_the_middle_of_a_tool_call_runs_nothing_and_exits_one() {
     assert!(log.contains("\"max-tokens\""));
     assert_eq!(provider.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn sessions_show_cache_reports_every_request() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "c1", "glob", "{\"pattern\": \"*\"}")
+                .finish(
+                    "tool_calls",
+                    Some(WireUsage {
+                        prompt_tokens: 1000,
+                        prompt_cache_hit_tokens: 0,
+                        completion_tokens: 5,
+                        reasoning_tokens: 0,
+                    }),
+                ),
+        ),
+        ScriptedReply::from(SseReply::new().text("done").finish(
+            "stop",
+            Some(WireUsage {
+                prompt_tokens: 1100,
+                prompt_cache_hit_tokens: 990,
+                completion_tokens: 5,
+                reasoning_tokens: 0,
+            }),
+        )),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "list files"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = session_files(env.home.path()).remove(0);
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["sessions", "show", "--cache"]).arg(&file);
+    let out = run(cmd).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(rows[0].contains("(first request)"), "{table}");
+    assert!(
+        rows[1].contains("yes") && rows[1].contains("90%"),
+        "{table}"
+    );
+}
