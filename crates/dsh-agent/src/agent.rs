@@ -88,6 +88,9 @@ pub(crate) struct Shared {
     pub(crate) wake: Notify,
     pub(crate) turn_cancel: Mutex<Option<CancellationToken>>,
     pub(crate) compact_requested: std::sync::atomic::AtomicBool,
+    /// A new call config asked for by a front end (`/model`, `/effort`), applied at the next
+    /// request (and logged there as a header `change`).
+    pub(crate) call_change: Mutex<Option<CallConfig>>,
     pub(crate) keep_inbox_on_cancel: Mutex<bool>,
 }
 
@@ -164,6 +167,17 @@ impl AgentHandle {
             .compact_requested
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.shared.wake.notify_one();
+    }
+
+    /// Switches route, model or sampling from the next request on (`/model`, `/effort`). The
+    /// new config is validated against the model's metadata when it is applied; the change is
+    /// logged as a `request/header {reason: change}`.
+    pub fn set_call(&self, call: CallConfig) {
+        *self
+            .shared
+            .call_change
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(call);
     }
 
     /// Every event appended from now on.
@@ -346,6 +360,7 @@ impl Agent {
                 wake: Notify::new(),
                 turn_cancel: Mutex::new(None),
                 compact_requested: std::sync::atomic::AtomicBool::new(false),
+                call_change: Mutex::new(None),
                 keep_inbox_on_cancel: Mutex::new(parts.options.keep_inbox_on_cancel),
             }),
             adapters: parts.adapters,
@@ -408,6 +423,30 @@ impl Agent {
         AgentHandle {
             shared: Arc::clone(&self.shared),
         }
+    }
+
+    /// The call config in use (as the caller gave it, before adapter defaults).
+    pub fn call(&self) -> &CallConfig {
+        &self.options.call
+    }
+
+    /// Applies a call config change queued by [`AgentHandle::set_call`].
+    pub(crate) fn apply_call_change(&mut self) -> Result<(), Failure> {
+        let change = self
+            .shared
+            .call_change
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(call) = change else { return Ok(()) };
+        let adapter = self.adapter_for(&call.provider)?;
+        let info = adapter
+            .model_info(&call.model)
+            .unwrap_or_else(|| generic_model_info(&call.model));
+        call.clone().prepare(&info)?;
+        self.options.call = call;
+        self.model_info = info;
+        Ok(())
     }
 
     /// Metadata of the model in use.

@@ -378,6 +378,7 @@ impl Agent {
         &mut self,
         cancel: &CancellationToken,
     ) -> Result<GenerateRequest, Failure> {
+        self.apply_call_change()?;
         let config = self.options.call.clone().prepare(&self.model_info)?;
         let extensions = self.extensions.snapshot();
         let system = assemble_system_prompt(

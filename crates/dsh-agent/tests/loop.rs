@@ -316,3 +316,31 @@ async fn consecutive_requests_of_a_turn_extend_each_other_byte_for_byte() {
     sorted.sort();
     assert_eq!(names, sorted, "tools are sent sorted by name");
 }
+
+#[tokio::test]
+async fn switching_the_model_mid_session_logs_a_header_change() {
+    let h = Harness::new(vec![text("one"), text("two")]).await;
+    let store = open_store(StoreKind::Jsonl, h.home.path()).unwrap();
+    let (parts, _guards) = h.parts("deepseek-v4-flash");
+    let mut agent = Agent::create(parts, store.as_ref()).unwrap();
+    let handle = agent.handle();
+    handle.followup("first").unwrap();
+    agent.run_until_idle().await.unwrap();
+    let mut pro = CallConfig::new("deepseek", "deepseek-v4-pro");
+    pro.reasoning_effort = Some(dsh_llm::ReasoningEffort::Max);
+    handle.set_call(pro);
+    handle.followup("second").unwrap();
+    agent.run_until_idle().await.unwrap();
+    let reasons: Vec<HeaderReason> = h
+        .events(&handle.location())
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::RequestHeader(h) => Some(h.reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons, [HeaderReason::Initial, HeaderReason::Change]);
+    let second = &h.provider.requests()[1].body;
+    assert_eq!(second["model"], "deepseek-v4-pro");
+    assert_eq!(second["reasoning_effort"], "max");
+}
