@@ -8,14 +8,15 @@ use std::time::{Duration, SystemTime};
 use dsh_llm::{
     Adapter, Chunk, ChunkStream, Failure, FailureCode, FinishReason, GenerateRequest, ModelInfo,
 };
+use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{DeepSeekConfig, API_KEY_ENV};
+use crate::config::{DeepSeekConfig, OpenAiQuirks};
 use crate::decode::StreamDecoder;
 use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
 use crate::models;
-use crate::request::build_request_body;
+use crate::request::build_request_body_with;
 
 /// Largest error body read from a failed response; the rest is not needed for the message.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -35,6 +36,9 @@ pub struct DeepSeekAdapter {
     secret: Option<String>,
     idle_timeout: Duration,
     base_url: String,
+    models_url: String,
+    quirks: OpenAiQuirks,
+    key_variable: String,
 }
 
 impl fmt::Debug for DeepSeekAdapter {
@@ -75,7 +79,8 @@ impl DeepSeekAdapter {
         if let Some(secret) = &secret {
             let mut value = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| {
                 AdapterConfigError(format!(
-                    "the API key ({API_KEY_ENV}) holds characters that cannot be sent in an HTTP header"
+                    "the API key ({}) holds characters that cannot be sent in an HTTP header",
+                    config.key_variable
                 ))
             })?;
             value.set_sensitive(true);
@@ -104,7 +109,10 @@ impl DeepSeekAdapter {
             headers,
             secret,
             idle_timeout: config.idle_timeout,
+            models_url: config.models_url(),
             base_url: config.base_url,
+            quirks: config.quirks,
+            key_variable: config.key_variable,
         })
     }
 
@@ -139,6 +147,12 @@ impl Adapter for DeepSeekAdapter {
 
     fn model_info(&self, model: &str) -> Option<ModelInfo> {
         Some(models::model_info(model))
+    }
+
+    /// `GET {base}/models`: the ids the endpoint lists, each with the model table's metadata
+    /// (or the generic description for an id the table does not know).
+    fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
+        Box::pin(async move { self.fetch_models().await.map_err(|f| self.scrub(f)) })
     }
 }
 
@@ -210,6 +224,93 @@ impl DeepSeekAdapter {
         failure
     }
 
+    fn missing_credential(&self) -> Failure {
+        Failure::new(
+            FailureCode::MissingCredential,
+            format!(
+                "no API key: set {} or configure an API key for this provider",
+                self.key_variable
+            ),
+        )
+    }
+
+    async fn fetch_models(&self) -> Result<Vec<ModelInfo>, Failure> {
+        if self.secret.is_none() {
+            return Err(self.missing_credential());
+        }
+        let mut headers = self.headers.clone();
+        headers.remove(CONTENT_TYPE);
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let send = self.client.get(&self.models_url).headers(headers).send();
+        let response = match tokio::time::timeout(self.idle_timeout, send).await {
+            Err(_) => return Err(self.timeout_failure("the model list")),
+            Ok(Err(err)) => {
+                return Err(Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "could not reach the provider at {}: {}",
+                        self.models_url,
+                        describe_transport_error(err)
+                    ),
+                ))
+            }
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| {
+            response
+                .headers()
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        });
+        let body = match tokio::time::timeout(self.idle_timeout, response.bytes()).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(err)) => {
+                return Err(Failure::new(
+                    FailureCode::Transport,
+                    format!(
+                        "the model list broke off: {}",
+                        describe_transport_error(err)
+                    ),
+                ))
+            }
+            Err(_) => return Err(self.timeout_failure("the model list")),
+        };
+        if !(200..300).contains(&status) {
+            return Err(failure_from_http(
+                &HttpErrorResponse {
+                    status,
+                    request_id,
+                    body: &body,
+                    key_variable: Some(&self.key_variable),
+                    ..HttpErrorResponse::default()
+                },
+                SystemTime::now(),
+            ));
+        }
+        let json: serde_json::Value = serde_json::from_slice(&body).map_err(|err| {
+            Failure::new(
+                FailureCode::MalformedResponse,
+                format!("the model list is not JSON: {err}"),
+            )
+        })?;
+        let list = json
+            .get("data")
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| {
+                Failure::new(
+                    FailureCode::MalformedResponse,
+                    "the model list has no `data` array",
+                )
+            })?;
+        Ok(list
+            .iter()
+            .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
+            .map(models::model_info)
+            .collect())
+    }
+
     fn timeout_failure(&self, waiting_for: &str) -> Failure {
         Failure::new(
             FailureCode::Timeout,
@@ -251,17 +352,10 @@ impl CallState {
             return Phase::Done;
         }
         if adapter.secret.is_none() {
-            return self.finish_with(
-                &adapter,
-                Failure::new(
-                    FailureCode::MissingCredential,
-                    format!(
-                        "no API key: set {API_KEY_ENV} or configure an API key for this provider"
-                    ),
-                ),
-            );
+            let failure = adapter.missing_credential();
+            return self.finish_with(&adapter, failure);
         }
-        let body = match build_request_body(&request) {
+        let body = match build_request_body_with(&request, &adapter.quirks) {
             Ok(body) => body,
             Err(failure) => return self.finish_with(&adapter, failure),
         };
@@ -353,6 +447,7 @@ impl CallState {
                 retry_after_ms: retry_after_ms.as_deref(),
                 request_id,
                 body: &body,
+                key_variable: Some(&adapter.key_variable),
             },
             SystemTime::now(),
         );

@@ -58,6 +58,47 @@ impl fmt::Display for ApiKey {
     }
 }
 
+/// Which request field carries the output token limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxTokensField {
+    /// `max_tokens` (DeepSeek, vLLM, llama.cpp server, Ollama).
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens` (OpenAI's newer name).
+    MaxCompletionTokens,
+    /// No limit is sent; the server's default applies.
+    Omit,
+}
+
+/// Per-endpoint switches for fields that some OpenAI-compatible servers reject (often with a
+/// 400). The defaults are what DeepSeek's own API expects; turning a switch off only drops the
+/// field from the request body, nothing else changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenAiQuirks {
+    /// Send assistant reasoning back as `reasoning_content` (required by DeepSeek thinking mode).
+    pub send_reasoning_content: bool,
+    /// Send `stream_options: {include_usage: true}` (without it some servers send no usage).
+    pub send_stream_options: bool,
+    /// Send `thinking: {type: enabled|disabled}`.
+    pub send_thinking: bool,
+    /// Send `reasoning_effort`.
+    pub send_reasoning_effort: bool,
+    /// The field that carries the output token limit.
+    pub max_tokens_field: MaxTokensField,
+}
+
+impl Default for OpenAiQuirks {
+    fn default() -> Self {
+        OpenAiQuirks {
+            send_reasoning_content: true,
+            send_stream_options: true,
+            send_thinking: true,
+            send_reasoning_effort: true,
+            max_tokens_field: MaxTokensField::MaxTokens,
+        }
+    }
+}
+
 /// How to reach one DeepSeek or OpenAI-compatible endpoint.
 ///
 /// `base_url` is the prefix before `/chat/completions` (e.g. `https://api.deepseek.com`, or
@@ -76,6 +117,10 @@ pub struct DeepSeekConfig {
     pub connect_timeout: Duration,
     /// Headers added to every request (after the defaults, so they may override them).
     pub extra_headers: Vec<(String, String)>,
+    /// Fields this endpoint accepts (see [`OpenAiQuirks`]).
+    pub quirks: OpenAiQuirks,
+    /// Name of the variable the key comes from, used only in failure messages.
+    pub key_variable: String,
 }
 
 impl Default for DeepSeekConfig {
@@ -86,6 +131,8 @@ impl Default for DeepSeekConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             extra_headers: Vec::new(),
+            quirks: OpenAiQuirks::default(),
+            key_variable: API_KEY_ENV.to_string(),
         }
     }
 }
@@ -123,6 +170,17 @@ impl DeepSeekConfig {
     pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> Self {
         self.idle_timeout = idle_timeout;
         self
+    }
+
+    /// The same config with other quirk switches.
+    pub fn with_quirks(mut self, quirks: OpenAiQuirks) -> Self {
+        self.quirks = quirks;
+        self
+    }
+
+    /// The full URL of the model listing endpoint (`GET {base}/models`).
+    pub fn models_url(&self) -> String {
+        format!("{}/models", self.base_url.trim_end_matches('/'))
     }
 
     /// The full URL of the chat-completions endpoint.

@@ -31,6 +31,9 @@ pub struct HttpErrorResponse<'a> {
     pub request_id: Option<String>,
     /// The response body (JSON error object or plain text), possibly truncated.
     pub body: &'a [u8],
+    /// The variable the key comes from, named in `AUTH` messages (`DEEPSEEK_API_KEY` when
+    /// `None`).
+    pub key_variable: Option<&'a str>,
 }
 
 /// Maps a non-success response to a failure: 401/403 `AUTH`; 402 or quota wording `QUOTA`;
@@ -62,7 +65,10 @@ pub fn failure_from_http(response: &HttpErrorResponse<'_>, now: SystemTime) -> F
         message.push_str(&provider_message);
     }
     if code == FailureCode::Auth {
-        message.push_str(" - check the API key (DEEPSEEK_API_KEY)");
+        message.push_str(&format!(
+            " - check the API key ({})",
+            response.key_variable.unwrap_or(crate::config::API_KEY_ENV)
+        ));
     }
     let mut failure = Failure::new(code, message).with_status(status);
     failure.retry_after_ms = response

@@ -22,10 +22,10 @@ mod sse;
 
 pub use adapter::{AdapterConfigError, DeepSeekAdapter};
 pub use config::{
-    ApiKey, DeepSeekConfig, API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT,
+    ApiKey, DeepSeekConfig, MaxTokensField, OpenAiQuirks, API_KEY_ENV, BASE_URL_ENV,
+    DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
 };
 pub use decode::{ReplyDecoder, StreamDecoder};
 pub use models::{model_info, DEFAULT_MODEL};
-pub use request::{build_request_body, EMPTY_TOOL_OUTPUT_PLACEHOLDER};
+pub use request::{build_request_body, build_request_body_with, EMPTY_TOOL_OUTPUT_PLACEHOLDER};
 pub use sse::{SseDecoder, SseEvent};

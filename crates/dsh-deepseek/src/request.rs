@@ -10,6 +10,7 @@ use dsh_llm::{
 };
 use serde::Serialize;
 
+use crate::config::{MaxTokensField, OpenAiQuirks};
 use crate::models::{model_spec, DEFAULT_MODEL};
 
 /// Text sent as a tool message's `content` when the tool produced no output: the provider
@@ -24,7 +25,8 @@ struct Body<'a> {
     model: &'a str,
     messages: Vec<WireMessage<'a>>,
     stream: bool,
-    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<Thinking>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -35,6 +37,8 @@ struct Body<'a> {
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stop: Option<&'a [String]>,
 }
@@ -138,8 +142,19 @@ fn thinking_mode(request: &GenerateRequest, model: &str) -> ThinkingMode {
 /// argument strings byte for byte, and `reasoning_content` whenever the message has reasoning
 /// blocks — and, with thinking on, `""` for a tool-call message without reasoning, because the
 /// provider rejects thinking-mode tool-call turns that lack the field. Tool results become one
-/// `tool` message each; unknown blocks are skipped.
+/// `tool` message each; unknown blocks are skipped. Same as [`build_request_body_with`] with
+/// the default (DeepSeek) quirks.
 pub fn build_request_body(request: &GenerateRequest) -> Result<Vec<u8>, Failure> {
+    build_request_body_with(request, &OpenAiQuirks::default())
+}
+
+/// [`build_request_body`] for an endpoint with `quirks`: each switch that is off drops its
+/// field (`reasoning_content`, `stream_options`, `thinking`, `reasoning_effort`), and the token
+/// limit goes into the field `quirks.max_tokens_field` names (or nowhere).
+pub fn build_request_body_with(
+    request: &GenerateRequest,
+    quirks: &OpenAiQuirks,
+) -> Result<Vec<u8>, Failure> {
     let config = request.config.config();
     let model = if config.model.is_empty() {
         DEFAULT_MODEL
@@ -156,7 +171,12 @@ pub fn build_request_body(request: &GenerateRequest) -> Result<Vec<u8>, Failure>
         });
     }
     for message in request.messages.iter() {
-        push_message(&mut messages, message, thinking_on);
+        push_message(
+            &mut messages,
+            message,
+            thinking_on,
+            quirks.send_reasoning_content,
+        );
     }
 
     let tools = request
@@ -178,18 +198,21 @@ pub fn build_request_body(request: &GenerateRequest) -> Result<Vec<u8>, Failure>
         ThinkingMode::Unspecified => (None, None),
     };
 
+    let max_tokens = config.max_tokens;
     let body = Body {
         model,
         messages,
         stream: true,
-        stream_options: StreamOptions {
+        stream_options: quirks.send_stream_options.then_some(StreamOptions {
             include_usage: true,
-        },
-        thinking,
-        reasoning_effort,
+        }),
+        thinking: thinking.filter(|_| quirks.send_thinking),
+        reasoning_effort: reasoning_effort.filter(|_| quirks.send_reasoning_effort),
         tools,
         temperature: config.temperature.filter(|t| t.is_finite()),
-        max_tokens: config.max_tokens,
+        max_tokens: max_tokens.filter(|_| quirks.max_tokens_field == MaxTokensField::MaxTokens),
+        max_completion_tokens: max_tokens
+            .filter(|_| quirks.max_tokens_field == MaxTokensField::MaxCompletionTokens),
         stop: config.stop.as_deref().filter(|stop| !stop.is_empty()),
     };
     serde_json::to_vec(&body).map_err(|err| {
@@ -223,7 +246,12 @@ fn joined_text<'a>(blocks: &'a [ContentBlock], separator: &str) -> Cow<'a, str> 
     Cow::Owned(out)
 }
 
-fn push_message<'a>(out: &mut Vec<WireMessage<'a>>, message: &'a Message, thinking_on: bool) {
+fn push_message<'a>(
+    out: &mut Vec<WireMessage<'a>>,
+    message: &'a Message,
+    thinking_on: bool,
+    send_reasoning: bool,
+) {
     match message.role {
         Role::System => {
             let content = joined_text(&message.content, USER_TEXT_SEPARATOR);
@@ -284,6 +312,9 @@ fn push_message<'a>(out: &mut Vec<WireMessage<'a>>, message: &'a Message, thinki
             }
             if reasoning.is_none() && thinking_on && !tool_calls.is_empty() {
                 reasoning = Some(Cow::Borrowed(""));
+            }
+            if !send_reasoning {
+                reasoning = None;
             }
             out.push(WireMessage::Assistant {
                 content,

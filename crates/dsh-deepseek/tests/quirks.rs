@@ -88,10 +88,6 @@ async fn send_thinking_off_drops_thinking() {
     };
     let body = rejected_then_accepted("thinking", quirks).await;
     assert_eq!(body["reasoning_effort"], "high", "the effort is still sent");
-        body["reasoning_effort"],
-        serde_json::Value::Null,
-        "no effort was asked for"
-    );
 }
 
 #[tokio::test]

@@ -1,0 +1,543 @@
+//! The effective configuration: typed, cross-checked, with the provenance of every value.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use dsh_deepseek::{ApiKey, MaxTokensField, OpenAiQuirks};
+use dsh_llm::{ModelInfo, ReasoningEffort};
+use dsh_session::{ModelPrice, PriceTable};
+use toml::{Table, Value};
+
+use crate::error::{ConfigError, ConfigErrors, Source};
+use crate::load::{collect_layers, key_path, merge_layers, Flags, Provenance};
+
+/// The wire format of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// DeepSeek's chat-completions API.
+    DeepSeek,
+    /// Any other chat-completions server (vLLM, llama.cpp server, Ollama, ...).
+    OpenAiCompatible,
+    /// The Anthropic Messages API (Claude, DeepSeek's Anthropic-compatible endpoint).
+    Anthropic,
+}
+
+impl ProviderKind {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::DeepSeek => "deepseek",
+            ProviderKind::OpenAiCompatible => "openai-compatible",
+            ProviderKind::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// One named provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderConfig {
+    /// The provider's name: its key under `[providers]` and its adapter route.
+    pub name: String,
+    pub kind: ProviderKind,
+    /// Endpoint prefix.
+    pub base_url: String,
+    /// Name of the variable holding the key (never the key); `None` for keyless servers.
+    pub api_key_env: Option<String>,
+    /// Model used with this provider when none is named.
+    pub default_model: Option<String>,
+    /// Extra request headers.
+    pub headers: Vec<(String, String)>,
+    /// Idle watchdog override.
+    pub idle_timeout: Option<Duration>,
+    /// Fields the endpoint accepts (chat-completions kinds only).
+    pub quirks: OpenAiQuirks,
+}
+
+/// One row of the model table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelEntry {
+    pub id: String,
+    /// The provider this model belongs to, for listing; `None` for any.
+    pub provider: Option<String>,
+    pub context_window: Option<u64>,
+    pub max_output: Option<u64>,
+    pub default_max_tokens: Option<u64>,
+    pub efforts: Option<Vec<ReasoningEffort>>,
+    pub default_effort: Option<ReasoningEffort>,
+    pub price: Option<ModelPrice>,
+}
+
+impl ModelEntry {
+    /// Adapter metadata from this row, with `fallback` (the adapter's own idea of the model)
+    /// filling what the row leaves out.
+    pub fn model_info(&self, fallback: ModelInfo) -> ModelInfo {
+        ModelInfo {
+            id: self.id.clone(),
+            context_window: self.context_window.unwrap_or(fallback.context_window),
+            default_max_tokens: self
+                .default_max_tokens
+                .or(self.max_output)
+                .unwrap_or(fallback.default_max_tokens),
+            efforts: self.efforts.clone().unwrap_or(fallback.efforts),
+            default_effort: self.default_effort.or(fallback.default_effort),
+            modalities: fallback.modalities,
+        }
+    }
+}
+
+/// Compaction settings (SPEC S5.2), shares of the context window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactionSettings {
+    pub threshold: f64,
+    pub keep_tail: f64,
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Default provider name.
+    pub provider: String,
+    /// Default model, if configured.
+    pub model: Option<String>,
+    /// Default effort, if configured.
+    pub effort: Option<ReasoningEffort>,
+    /// Permission preset name, if configured.
+    pub permission: Option<String>,
+    pub compaction: CompactionSettings,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub models: BTreeMap<String, ModelEntry>,
+    /// `[mcp]` kept as written, for the MCP client.
+    pub mcp: Table,
+    /// `[hooks]` kept as written, for hooks.
+    pub hooks: Table,
+    merged: Table,
+    provenance: Provenance,
+}
+
+/// What a run uses: one provider, one model, an effort and the key.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub provider: ProviderConfig,
+    pub model: String,
+    pub effort: Option<ReasoningEffort>,
+    /// The key (redacted in `Debug`); `None` for a keyless provider.
+    pub api_key: Option<ApiKey>,
+}
+
+/// Why no selection could be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelectError {
+    /// The provider's key variable is not set (maps to `MISSING_CREDENTIAL`).
+    MissingKey(ConfigError),
+    /// Anything else (unknown provider, no model).
+    Invalid(ConfigError),
+}
+
+impl std::fmt::Display for SelectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SelectError::MissingKey(e) | SelectError::Invalid(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SelectError {}
+
+/// Placeholder key sent to an OpenAI-compatible server configured without `api_key_env`
+/// (local servers ignore the `Authorization` header).
+pub const KEYLESS_PLACEHOLDER: &str = "no-key";
+
+fn as_u64(value: Option<&Value>) -> Option<u64> {
+    value
+        .and_then(Value::as_integer)
+        .and_then(|n| u64::try_from(n).ok())
+}
+
+fn as_f64(value: Option<&Value>) -> Option<f64> {
+    match value? {
+        Value::Float(x) => Some(*x),
+        Value::Integer(n) => Some(*n as f64),
+        _ => None,
+    }
+}
+
+fn as_string(value: Option<&Value>) -> Option<String> {
+    value.and_then(Value::as_str).map(str::to_string)
+}
+
+fn effort(value: Option<&Value>) -> Option<ReasoningEffort> {
+    value
+        .and_then(Value::as_str)
+        .and_then(ReasoningEffort::parse)
+}
+
+fn sub_table<'a>(table: &'a Table, key: &str) -> Option<&'a Table> {
+    table.get(key).and_then(Value::as_table)
+}
+
+impl Config {
+    /// Loads and checks the configuration for `cwd`: built-in defaults, `home/config.toml`,
+    /// the project's `.dsh/config.toml`, the variables of [`ENV_KEYS`](crate::ENV_KEYS) through
+    /// `lookup`, then `flags`. Every problem is reported, each naming its file, key and fix.
+    pub fn load(
+        home: &Path,
+        cwd: &Path,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        flags: &Flags,
+    ) -> Result<Config, ConfigErrors> {
+        let layers = collect_layers(home, cwd, lookup, flags)?;
+        let (merged, provenance) = merge_layers(&layers);
+        Config::from_merged(merged, provenance)
+    }
+
+    /// Where the value at dotted `key` came from.
+    pub fn source_of(&self, key: &str) -> Option<&Source> {
+        self.provenance.get(key)
+    }
+
+    /// Every leaf value with its dotted key and source, in key order.
+    pub fn values(&self) -> Vec<(String, &Value, &Source)> {
+        let mut out = Vec::new();
+        collect_leaves(&self.merged, "", &self.provenance, &mut out);
+        out
+    }
+
+    fn source_or_default(&self, key: &str) -> Source {
+        self.provenance.get(key).cloned().unwrap_or(Source::Default)
+    }
+
+    fn from_merged(merged: Table, provenance: Provenance) -> Result<Config, ConfigErrors> {
+        let mut errors = Vec::new();
+        let src = |key: &str| provenance.get(key).cloned().unwrap_or(Source::Default);
+        let mut providers = BTreeMap::new();
+        for (name, value) in sub_table(&merged, "providers").into_iter().flatten() {
+            let Some(table) = value.as_table() else {
+                continue;
+            };
+            let path = key_path("providers", name);
+            let first_source = provenance
+                .iter()
+                .find(|(k, _)| k.starts_with(&format!("{path}.")))
+                .map(|(_, s)| s.clone())
+                .unwrap_or(Source::Default);
+            let kind = match table.get("kind").and_then(Value::as_str) {
+                Some("deepseek") => ProviderKind::DeepSeek,
+                Some("openai-compatible") => ProviderKind::OpenAiCompatible,
+                Some("anthropic") => ProviderKind::Anthropic,
+                _ => {
+                    errors.push(ConfigError::new(
+                        &first_source,
+                        format!("{path}.kind"),
+                        "is missing",
+                        "add `kind = \"deepseek\"`, `\"openai-compatible\"` or `\"anthropic\"`",
+                    ));
+                    continue;
+                }
+            };
+            let Some(base_url) = as_string(table.get("base_url")) else {
+                errors.push(ConfigError::new(
+                    &first_source,
+                    format!("{path}.base_url"),
+                    "is missing",
+                    "add the endpoint prefix, e.g. `base_url = \"http://localhost:8000/v1\"`",
+                ));
+                continue;
+            };
+            let quirk_table = sub_table(table, "quirks");
+            let flag = |key: &str| {
+                quirk_table
+                    .and_then(|q| q.get(key))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true)
+            };
+            let max_tokens_field = match quirk_table
+                .and_then(|q| q.get("max_tokens_field"))
+                .and_then(Value::as_str)
+            {
+                Some("max_completion_tokens") => MaxTokensField::MaxCompletionTokens,
+                Some("none") => MaxTokensField::Omit,
+                _ => MaxTokensField::MaxTokens,
+            };
+            providers.insert(
+                name.clone(),
+                ProviderConfig {
+                    name: name.clone(),
+                    kind,
+                    base_url,
+                    api_key_env: as_string(table.get("api_key_env")),
+                    default_model: as_string(table.get("default_model")),
+                    headers: sub_table(table, "headers")
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect(),
+                    idle_timeout: as_u64(table.get("idle_timeout_secs")).map(Duration::from_secs),
+                    quirks: OpenAiQuirks {
+                        send_reasoning_content: flag("send_reasoning_content"),
+                        send_stream_options: flag("send_stream_options"),
+                        send_thinking: flag("send_thinking"),
+                        send_reasoning_effort: flag("send_reasoning_effort"),
+                        max_tokens_field,
+                    },
+                },
+            );
+        }
+
+        let mut models = BTreeMap::new();
+        for (id, value) in sub_table(&merged, "models").into_iter().flatten() {
+            let Some(table) = value.as_table() else {
+                continue;
+            };
+            let path = key_path("models", id);
+            let provider = as_string(table.get("provider"));
+            if let Some(p) = &provider {
+                if !providers.contains_key(p)
+                    && !errors
+                        .iter()
+                        .any(|e| e.key.starts_with(&format!("providers.{p}")))
+                {
+                    let key = format!("{path}.provider");
+                    errors.push(ConfigError::new(
+                        &src(&key),
+                        key,
+                        format!("names the unknown provider `{p}`"),
+                        format!(
+                            "use one of: {}, or add a `[providers.{p}]` section",
+                            providers.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+            }
+            let efforts: Option<Vec<ReasoningEffort>> = table
+                .get("efforts")
+                .and_then(Value::as_array)
+                .map(|items| items.iter().filter_map(|v| effort(Some(v))).collect());
+            let default_effort = effort(table.get("default_effort"));
+            if let (Some(efforts), Some(default)) = (&efforts, default_effort) {
+                if !efforts.contains(&default) {
+                    let key = format!("{path}.default_effort");
+                    errors.push(ConfigError::new(
+                        &src(&key),
+                        key,
+                        format!("`{}` is not among the model's efforts", default.as_str()),
+                        "pick one of the `efforts` list, or add it there",
+                    ));
+                }
+            }
+            let max_output = as_u64(table.get("max_output"));
+            let default_max_tokens = as_u64(table.get("default_max_tokens"));
+            if let (Some(max), Some(default)) = (max_output, default_max_tokens) {
+                if default > max {
+                    let key = format!("{path}.default_max_tokens");
+                    errors.push(ConfigError::new(
+                        &src(&key),
+                        key,
+                        format!("{default} is larger than max_output ({max})"),
+                        "lower it to at most max_output",
+                    ));
+                }
+            }
+            let price = sub_table(table, "price").map(|p| ModelPrice {
+                input_per_mtok: as_f64(p.get("input")).unwrap_or(0.0),
+                cache_read_per_mtok: as_f64(p.get("cache_read")).unwrap_or(0.0),
+                cache_write_per_mtok: as_f64(p.get("cache_write"))
+                    .or_else(|| as_f64(p.get("input")))
+                    .unwrap_or(0.0),
+                output_per_mtok: as_f64(p.get("output")).unwrap_or(0.0),
+            });
+            models.insert(
+                id.clone(),
+                ModelEntry {
+                    id: id.clone(),
+                    provider,
+                    context_window: as_u64(table.get("context_window")),
+                    max_output,
+                    default_max_tokens,
+                    efforts,
+                    default_effort,
+                    price,
+                },
+            );
+        }
+
+        let provider = as_string(merged.get("provider")).unwrap_or_default();
+        if !providers.contains_key(&provider)
+            && !errors
+                .iter()
+                .any(|e| e.key.starts_with(&format!("providers.{provider}")))
+        {
+            errors.push(ConfigError::new(
+                &src("provider"),
+                "provider",
+                format!("names the unknown provider `{provider}`"),
+                format!(
+                    "use one of: {}, or add a `[providers.{provider}]` section",
+                    providers.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        let compaction_table = sub_table(&merged, "compaction");
+        let compaction = CompactionSettings {
+            threshold: as_f64(compaction_table.and_then(|t| t.get("threshold")))
+                .unwrap_or(crate::DEFAULT_COMPACTION_THRESHOLD),
+            keep_tail: as_f64(compaction_table.and_then(|t| t.get("keep_tail")))
+                .unwrap_or(crate::DEFAULT_KEEP_TAIL),
+        };
+        if compaction.keep_tail >= compaction.threshold {
+            errors.push(ConfigError::new(
+                &src("compaction.keep_tail"),
+                "compaction.keep_tail",
+                format!(
+                    "{} is not smaller than compaction.threshold ({})",
+                    compaction.keep_tail, compaction.threshold
+                ),
+                "keep_tail must leave room to compact: make it smaller than threshold",
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        Ok(Config {
+            provider,
+            model: as_string(merged.get("model")),
+            effort: effort(merged.get("effort")),
+            permission: as_string(merged.get("permission")),
+            compaction,
+            providers,
+            models,
+            mcp: sub_table(&merged, "mcp").cloned().unwrap_or_default(),
+            hooks: sub_table(&merged, "hooks").cloned().unwrap_or_default(),
+            merged,
+            provenance,
+        })
+    }
+
+    /// The provider named `name`, or an error listing the known ones.
+    pub fn provider_named(
+        &self,
+        name: &str,
+        source: &Source,
+        key: &str,
+    ) -> Result<&ProviderConfig, ConfigError> {
+        self.providers.get(name).ok_or_else(|| {
+            ConfigError::new(
+                source,
+                key,
+                format!("names the unknown provider `{name}`"),
+                format!(
+                    "use one of: {}, or add a `[providers.{name}]` section to the config file",
+                    self.providers
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+    }
+
+    /// Chooses provider, model, effort and key for a run. The model is the configured `model`
+    /// unless the provider was chosen with higher precedence than the model (e.g. `--provider`
+    /// on the command line with `model` from a file) and has a `default_model`; then that. The
+    /// provider's key variable must be set (through `lookup`), else [`SelectError::MissingKey`].
+    pub fn select(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Selection, SelectError> {
+        let provider_source = self.source_or_default("provider");
+        let provider = self
+            .provider_named(&self.provider, &provider_source, "provider")
+            .map_err(SelectError::Invalid)?
+            .clone();
+        let model_source = self.provenance.get("model");
+        let prefer_provider_default = match model_source {
+            None => true,
+            Some(model_source) => {
+                provider_source.precedence() > model_source.precedence()
+                    && provider.default_model.is_some()
+            }
+        };
+        let model = if prefer_provider_default {
+            provider
+                .default_model
+                .clone()
+                .or_else(|| self.model.clone())
+        } else {
+            self.model.clone()
+        };
+        let Some(model) = model.filter(|m| !m.trim().is_empty()) else {
+            let key = key_path(&key_path("providers", &provider.name), "default_model");
+            return Err(SelectError::Invalid(ConfigError::new(
+                &provider_source,
+                key,
+                format!("no model is configured for provider `{}`", provider.name),
+                format!(
+                    "pass --model, or set `default_model` in `[providers.{}]` of the config file",
+                    provider.name
+                ),
+            )));
+        };
+        let api_key = match &provider.api_key_env {
+            Some(variable) => {
+                let key = lookup(variable).map(ApiKey::new).filter(|k| !k.is_empty());
+                if key.is_none() {
+                    let key_name = key_path(&key_path("providers", &provider.name), "api_key_env");
+                    return Err(SelectError::MissingKey(ConfigError::new(
+                        &self.source_or_default(&key_name),
+                        key_name,
+                        format!(
+                            "no API key: the variable {variable} (used by provider `{}`) is not set",
+                            provider.name
+                        ),
+                        format!(
+                            "set {variable} in the environment, in ./.env or in $DSH_HOME/.env, \
+                             or point `api_key_env` at the variable that holds the key"
+                        ),
+                    )));
+                }
+                key
+            }
+            None if provider.kind == ProviderKind::Anthropic => None,
+            None => Some(ApiKey::new(KEYLESS_PLACEHOLDER)),
+        };
+        Ok(Selection {
+            provider,
+            model,
+            effort: self.effort,
+            api_key,
+        })
+    }
+
+    /// The price table of every model row that has a price (for `costUsd` and `/cost`).
+    pub fn price_table(&self) -> PriceTable {
+        PriceTable {
+            models: self
+                .models
+                .values()
+                .filter_map(|m| Some((m.id.clone(), m.price?)))
+                .collect(),
+        }
+    }
+}
+
+fn collect_leaves<'a>(
+    table: &'a Table,
+    path: &str,
+    provenance: &'a Provenance,
+    out: &mut Vec<(String, &'a Value, &'a Source)>,
+) {
+    for (key, value) in table {
+        let full = key_path(path, key);
+        match value {
+            Value::Table(inner) if !inner.is_empty() => {
+                collect_leaves(inner, &full, provenance, out)
+            }
+            _ => {
+                if let Some(source) = provenance.get(&full) {
+                    out.push((full, value, source));
+                }
+            }
+        }
+    }
+}

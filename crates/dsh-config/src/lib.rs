@@ -1,0 +1,37 @@
+//! dsh configuration (SPEC S8): `$DSH_HOME/config.toml` with a project override
+//! `.dsh/config.toml`, environment variables and flags.
+//!
+//! - [`Config::load`] reads every layer (built-in defaults, user file, project file,
+//!   [`ENV_KEYS`], [`Flags`]), checks each key by key, merges them (later layers win per key)
+//!   and checks the result. Every problem is a [`ConfigError`] naming the file (or variable or
+//!   flag), the key path, what is wrong and how to fix it.
+//! - [`Config::source_of`] tells where each effective value came from ([`Source`]).
+//! - [`Config::select`] picks provider, model, effort and key for a run; [`build_adapter`]
+//!   builds the provider's adapter with the model table in front of its defaults.
+//! - [`show::render`] prints the effective configuration with secrets redacted.
+//!
+//! Files never hold keys: a provider names the variable holding its key (`api_key_env`), and a
+//! literal key in a file is refused.
+
+mod adapters;
+mod builtin;
+mod config;
+mod error;
+mod load;
+mod schema;
+pub mod show;
+
+pub use adapters::{build_adapter, ModelTableAdapter};
+pub use builtin::{
+    builtin_layer, ANTHROPIC_PROVIDER, DEEPSEEK_PROVIDER, DEFAULT_COMPACTION_THRESHOLD,
+    DEFAULT_KEEP_TAIL,
+};
+pub use config::{
+    CompactionSettings, Config, ModelEntry, ProviderConfig, ProviderKind, SelectError, Selection,
+    KEYLESS_PLACEHOLDER,
+};
+pub use error::{ConfigError, ConfigErrors, Source};
+pub use load::{
+    key_path, project_config_path, user_config_path, Flags, CONFIG_FILE, ENV_KEYS, PROJECT_DIR,
+};
+pub use schema::{EFFORTS, MAX_TOKENS_FIELDS, PERMISSION_PRESETS, PROVIDER_KINDS};

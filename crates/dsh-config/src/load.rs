@@ -1,0 +1,237 @@
+//! Layers in, one merged table with provenance out: built-in defaults, the user file, the
+//! project file, environment variables and flags, each later layer winning per key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use toml::{Table, Value};
+
+use crate::builtin::builtin_layer;
+use crate::error::{ConfigError, ConfigErrors, Source};
+use crate::schema::check_layer;
+
+/// File name of both configuration files.
+pub const CONFIG_FILE: &str = "config.toml";
+
+/// Directory of the project override, relative to a project directory.
+pub const PROJECT_DIR: &str = ".dsh";
+
+/// `$DSH_HOME/config.toml`.
+pub fn user_config_path(home: &Path) -> PathBuf {
+    home.join(CONFIG_FILE)
+}
+
+/// The project file that applies in `cwd`: the first `.dsh/config.toml` found in `cwd` or
+/// its ancestors, stopping after the directory holding `.git` (the project root). The user
+/// file is never taken as a project file. `None` when there is none.
+pub fn project_config_path(cwd: &Path, home: &Path) -> Option<PathBuf> {
+    let user = user_config_path(home);
+    for dir in cwd.ancestors() {
+        let candidate = dir.join(PROJECT_DIR).join(CONFIG_FILE);
+        if candidate.is_file() && !same_file(&candidate, &user) {
+            return Some(candidate);
+        }
+        if dir.join(".git").exists() {
+            break;
+        }
+    }
+    None
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// Values given on the command line; each becomes its own top-level layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// `--provider`.
+    pub provider: Option<String>,
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--effort`.
+    pub effort: Option<String>,
+    /// `--permission`.
+    pub permission: Option<String>,
+}
+
+/// Environment variables read as configuration, with the key each sets.
+pub const ENV_KEYS: &[(&str, &[&str])] = &[
+    (
+        dsh_deepseek::BASE_URL_ENV,
+        &["providers", "deepseek", "base_url"],
+    ),
+    (
+        dsh_anthropic::BASE_URL_ENV,
+        &["providers", "anthropic", "base_url"],
+    ),
+    ("DSH_PERMISSION_MODE", &["permission"]),
+];
+
+/// Reads and parses one file; a missing file is `Ok(None)`. Parse errors give the line and
+/// column but never quote the file's text (it might hold a pasted secret).
+pub fn read_layer(path: &Path, source: &Source) -> Result<Option<Table>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => {
+            return Err(ConfigError::new(
+                source,
+                "",
+                format!("cannot be read: {err}"),
+                "check the file's permissions, or remove it",
+            ))
+        }
+    };
+    text.parse::<Table>().map(Some).map_err(|err| {
+        let position = err
+            .span()
+            .map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!(" at line {line}, column {column}")
+            })
+            .unwrap_or_default();
+        ConfigError::new(
+            source,
+            "",
+            format!("is not valid TOML{position}: {}", err.message().trim()),
+            "fix the syntax there (strings need quotes, sections are written `[name]`)",
+        )
+    })
+}
+
+fn nested(path: &[&str], value: Value) -> Table {
+    let mut table = Table::new();
+    match path {
+        [] => {}
+        [last] => {
+            table.insert((*last).to_string(), value);
+        }
+        [first, rest @ ..] => {
+            table.insert((*first).to_string(), Value::Table(nested(rest, value)));
+        }
+    }
+    table
+}
+
+/// All layers in precedence order (lowest first), each already checked on its own.
+pub fn collect_layers(
+    home: &Path,
+    cwd: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    flags: &Flags,
+) -> Result<Vec<(Source, Table)>, ConfigErrors> {
+    let mut layers = vec![(Source::Default, builtin_layer())];
+    let mut errors = Vec::new();
+    let user = user_config_path(home);
+    let files = [
+        Some((Source::UserFile(user.clone()), user)),
+        project_config_path(cwd, home).map(|p| (Source::ProjectFile(p.clone()), p)),
+    ];
+    for (source, path) in files.into_iter().flatten() {
+        match read_layer(&path, &source) {
+            Ok(Some(table)) => layers.push((source, table)),
+            Ok(None) => {}
+            Err(error) => errors.push(error),
+        }
+    }
+    for (variable, path) in ENV_KEYS {
+        if let Some(value) = lookup(variable).filter(|v| !v.trim().is_empty()) {
+            let value = Value::String(value.trim().to_string());
+            layers.push((Source::Env(variable.to_string()), nested(path, value)));
+        }
+    }
+    let flag_values = [
+        ("provider", &flags.provider),
+        ("model", &flags.model),
+        ("effort", &flags.effort),
+        ("permission", &flags.permission),
+    ];
+    for (name, value) in flag_values {
+        if let Some(value) = value {
+            let value = Value::String(value.trim().to_string());
+            layers.push((Source::Flag(name.to_string()), nested(&[name], value)));
+        }
+    }
+    for (source, table) in &layers {
+        errors.extend(check_layer(table, source));
+    }
+    if errors.is_empty() {
+        Ok(layers)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Provenance of every leaf value, by dotted key path.
+pub type Provenance = BTreeMap<String, Source>;
+
+/// Merges `layers` (lowest precedence first): tables merge key by key, any other value (arrays
+/// included) replaces the one below. Returns the merged table and where each leaf came from.
+pub fn merge_layers(layers: &[(Source, Table)]) -> (Table, Provenance) {
+    let mut merged = Table::new();
+    let mut provenance = Provenance::new();
+    for (source, table) in layers {
+        merge_into(&mut merged, table, "", source, &mut provenance);
+    }
+    (merged, provenance)
+}
+
+/// The dotted path of `key` under `path`, quoting keys that are not bare TOML keys.
+pub fn key_path(path: &str, key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let key = if bare {
+        key.to_string()
+    } else {
+        format!("\"{key}\"")
+    };
+    if path.is_empty() {
+        key
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn merge_into(
+    target: &mut Table,
+    layer: &Table,
+    path: &str,
+    source: &Source,
+    provenance: &mut Provenance,
+) {
+    for (key, value) in layer {
+        let full = key_path(path, key);
+        match (target.get_mut(key), value) {
+            (Some(Value::Table(existing)), Value::Table(incoming)) => {
+                merge_into(existing, incoming, &full, source, provenance);
+            }
+            _ => {
+                let prefix = format!("{full}.");
+                provenance.retain(|k, _| !k.starts_with(&prefix));
+                record(value, &full, source, provenance);
+                target.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+fn record(value: &Value, path: &str, source: &Source, provenance: &mut Provenance) {
+    match value {
+        Value::Table(table) if !table.is_empty() => {
+            for (key, inner) in table {
+                record(inner, &key_path(path, key), source, provenance);
+            }
+        }
+        _ => {
+            provenance.insert(path.to_string(), source.clone());
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! The shape of a configuration layer, checked key by key so that every problem names its key
+//! path and a fix. A layer that passes here has only known keys with values of the right type.
+
+use toml::{Table, Value};
+
+use crate::error::{ConfigError, Source};
+use crate::load::key_path as join;
+
+/// Provider kinds (`providers.<name>.kind`).
+pub const PROVIDER_KINDS: &[&str] = &["deepseek", "openai-compatible", "anthropic"];
+
+/// Permission presets (`permission`).
+pub const PERMISSION_PRESETS: &[&str] = &["read-only", "workspace-write", "danger-full-access"];
+
+/// Reasoning efforts (`effort`, `models.<id>.efforts`, `models.<id>.default_effort`).
+pub const EFFORTS: &[&str] = &["off", "low", "medium", "high", "max"];
+
+/// Values of `providers.<name>.quirks.max_tokens_field`.
+pub const MAX_TOKENS_FIELDS: &[&str] = &["max_tokens", "max_completion_tokens", "none"];
+
+const ROOT_KEYS: &[&str] = &[
+    "provider",
+    "model",
+    "effort",
+    "permission",
+    "compaction",
+    "providers",
+    "models",
+    "mcp",
+    "hooks",
+];
+const COMPACTION_KEYS: &[&str] = &["threshold", "keep_tail"];
+const PROVIDER_KEYS: &[&str] = &[
+    "kind",
+    "base_url",
+    "api_key_env",
+    "default_model",
+    "headers",
+    "idle_timeout_secs",
+    "quirks",
+];
+const QUIRK_KEYS: &[&str] = &[
+    "send_reasoning_content",
+    "send_stream_options",
+    "send_thinking",
+    "send_reasoning_effort",
+    "max_tokens_field",
+];
+const MODEL_KEYS: &[&str] = &[
+    "provider",
+    "context_window",
+    "max_output",
+    "default_max_tokens",
+    "efforts",
+    "default_effort",
+    "price",
+];
+const PRICE_KEYS: &[&str] = &["input", "cache_read", "cache_write", "output"];
+
+struct Checker<'a> {
+    source: &'a Source,
+    errors: Vec<ConfigError>,
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a number",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a date",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
+
+/// The closest known key, when the unknown one is probably a typo.
+fn suggestion(key: &str, known: &[&'static str]) -> Option<&'static str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut previous = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let current = row[j + 1];
+                row[j + 1] = (previous + usize::from(ca != *cb))
+                    .min(row[j] + 1)
+                    .min(current + 1);
+                previous = current;
+            }
+        }
+        row[b.len()]
+    }
+    known
+        .iter()
+        .map(|k| (distance(key, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
+impl Checker<'_> {
+    fn error(&mut self, key: &str, problem: impl Into<String>, fix: impl Into<String>) {
+        self.errors
+            .push(ConfigError::new(self.source, key, problem, fix));
+    }
+
+    fn unknown(&mut self, path: &str, key: &str, known: &[&'static str]) {
+        let full = join(path, key);
+        if key == "api_key" && path.starts_with("providers.") {
+            self.error(
+                &full,
+                "a literal API key is not allowed in a configuration file",
+                "delete this line, put the key into the environment or a .env file, and name \
+                 the variable with `api_key_env = \"MY_KEY_VAR\"`",
+            );
+            return;
+        }
+        let fix = match suggestion(key, known) {
+            Some(near) => format!(
+                "did you mean `{near}`? Known keys here: {}",
+                known.join(", ")
+            ),
+            None => format!("remove it; known keys here: {}", known.join(", ")),
+        };
+        self.error(&full, format!("unknown key `{key}`"), fix);
+    }
+
+    fn expect_table<'v>(&mut self, key: &str, value: &'v Value) -> Option<&'v Table> {
+        match value {
+            Value::Table(table) => Some(table),
+            other => {
+                self.error(
+                    key,
+                    format!("must be a table, found {}", type_name(other)),
+                    format!("write it as a `[{key}]` section"),
+                );
+                None
+            }
+        }
+    }
+
+    fn expect_str(&mut self, key: &str, value: &Value) -> Option<String> {
+        match value {
+            Value::String(text) => Some(text.clone()),
+            other => {
+                self.error(
+                    key,
+                    format!("must be a string, found {}", type_name(other)),
+                    format!(
+                        "quote the value: `{} = \"...\"`",
+                        key.rsplit('.').next().unwrap_or(key)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn expect_one_of(&mut self, key: &str, value: &Value, allowed: &[&str], what: &str) {
+        if let Some(text) = self.expect_str(key, value) {
+            if !allowed.contains(&text.as_str()) {
+                self.error(
+                    key,
+                    format!("unknown {what} `{text}`"),
+                    format!("use one of: {}", allowed.join(", ")),
+                );
+            }
+        }
+    }
+
+    fn expect_bool(&mut self, key: &str, value: &Value) {
+        if !matches!(value, Value::Boolean(_)) {
+            self.error(
+                key,
+                format!("must be a boolean, found {}", type_name(value)),
+                "write `true` or `false` without quotes",
+            );
+        }
+    }
+
+    fn expect_positive_int(&mut self, key: &str, value: &Value) {
+        match value {
+            Value::Integer(n) if *n > 0 => {}
+            other => self.error(
+                key,
+                format!("must be a positive integer, found {}", describe(other)),
+                "write a whole number without quotes, e.g. `128000`",
+            ),
+        }
+    }
+
+    fn expect_number(&mut self, key: &str, value: &Value, range: (f64, f64), fix: &str) {
+        let number = match value {
+            Value::Float(x) => Some(*x),
+            Value::Integer(n) => Some(*n as f64),
+            _ => None,
+        };
+        match number {
+            Some(x) if x.is_finite() && x >= range.0 && x <= range.1 => {}
+            _ => self.error(
+                key,
+                format!(
+                    "must be a number from {} to {}, found {}",
+                    range.0,
+                    range.1,
+                    describe(value)
+                ),
+                fix,
+            ),
+        }
+    }
+
+    fn root(&mut self, table: &Table) {
+        for (key, value) in table {
+            match key.as_str() {
+                "provider" | "model" => {
+                    self.expect_str(key, value);
+                }
+                "effort" => self.expect_one_of(key, value, EFFORTS, "effort"),
+                "permission" => {
+                    self.expect_one_of(key, value, PERMISSION_PRESETS, "permission preset")
+                }
+                "compaction" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.compaction(t);
+                    }
+                }
+                "providers" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        for (name, provider) in t {
+                            let path = join("providers", name);
+                            if let Some(p) = self.expect_table(&path, provider) {
+                                self.provider(&path, p);
+                            }
+                        }
+                    }
+                }
+                "models" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        for (id, model) in t {
+                            let path = join("models", id);
+                            if let Some(m) = self.expect_table(&path, model) {
+                                self.model(&path, m);
+                            }
+                        }
+                    }
+                }
+                "mcp" | "hooks" => {
+                    self.expect_table(key, value);
+                }
+                other => self.unknown("", other, ROOT_KEYS),
+            }
+        }
+    }
+
+    fn compaction(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("compaction", key);
+            match key.as_str() {
+                "threshold" => self.expect_number(
+                    &path,
+                    value,
+                    (0.05, 1.0),
+                    "write a share of the context window, e.g. `threshold = 0.8`",
+                ),
+                "keep_tail" => self.expect_number(
+                    &path,
+                    value,
+                    (0.0, 0.9),
+                    "write a share of the context window, e.g. `keep_tail = 0.16`",
+                ),
+                other => self.unknown("compaction", other, COMPACTION_KEYS),
+            }
+        }
+    }
+
+    fn provider(&mut self, path: &str, table: &Table) {
+        for (key, value) in table {
+            let full = join(path, key);
+            match key.as_str() {
+                "kind" => self.expect_one_of(&full, value, PROVIDER_KINDS, "provider kind"),
+                "base_url" => {
+                    if let Some(url) = self.expect_str(&full, value) {
+                        if !(url.starts_with("http://") || url.starts_with("https://")) {
+                            self.error(
+                                &full,
+                                "must start with http:// or https://",
+                                "write the endpoint prefix, e.g. `base_url = \"http://localhost:8000/v1\"`",
+                            );
+                        }
+                    }
+                }
+                "api_key_env" => {
+                    if let Some(name) = self.expect_str(&full, value) {
+                        self.key_variable_name(&full, &name);
+                    }
+                }
+                "default_model" => {
+                    self.expect_str(&full, value);
+                }
+                "headers" => {
+                    if let Some(headers) = self.expect_table(&full, value) {
+                        for (name, v) in headers {
+                            self.expect_str(&join(&full, name), v);
+                        }
+                    }
+                }
+                "idle_timeout_secs" => self.expect_positive_int(&full, value),
+                "quirks" => {
+                    if let Some(quirks) = self.expect_table(&full, value) {
+                        for (q, v) in quirks {
+                            let qpath = join(&full, q);
+                            match q.as_str() {
+                                "max_tokens_field" => {
+                                    self.expect_one_of(&qpath, v, MAX_TOKENS_FIELDS, "field")
+                                }
+                                name if QUIRK_KEYS.contains(&name) => self.expect_bool(&qpath, v),
+                                other => self.unknown(&full, other, QUIRK_KEYS),
+                            }
+                        }
+                    }
+                }
+                other => self.unknown(path, other, PROVIDER_KEYS),
+            }
+        }
+    }
+
+    /// `api_key_env` names a variable; a value that looks like a key itself is refused
+    /// without being quoted back.
+    fn key_variable_name(&mut self, key: &str, name: &str) {
+        let valid_name = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let looks_secret = name.starts_with("sk-")
+            || name.starts_with("sk_")
+            || (name.len() >= 24
+                && name.chars().any(|c| c.is_ascii_lowercase())
+                && name.chars().any(|c| c.is_ascii_digit()));
+        if looks_secret || !valid_name {
+            let problem = if looks_secret {
+                "holds what looks like an API key itself; it must name an environment variable"
+            } else {
+                "is not a valid environment variable name"
+            };
+            self.error(
+                key,
+                problem,
+                "write the variable's name, e.g. `api_key_env = \"DEEPSEEK_API_KEY\"`, and put \
+                 the key into the environment or a .env file (if you pasted a real key here, \
+                 revoke it)",
+            );
+        }
+    }
+
+    fn model(&mut self, path: &str, table: &Table) {
+        for (key, value) in table {
+            let full = join(path, key);
+            match key.as_str() {
+                "provider" => {
+                    self.expect_str(&full, value);
+                }
+                "context_window" | "max_output" | "default_max_tokens" => {
+                    self.expect_positive_int(&full, value)
+                }
+                "efforts" => match value {
+                    Value::Array(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            self.expect_one_of(&format!("{full}[{i}]"), item, EFFORTS, "effort");
+                        }
+                    }
+                    other => self.error(
+                        &full,
+                        format!("must be an array of efforts, found {}", type_name(other)),
+                        "write e.g. `efforts = [\"off\", \"high\"]`",
+                    ),
+                },
+                "default_effort" => self.expect_one_of(&full, value, EFFORTS, "effort"),
+                "price" => {
+                    if let Some(price) = self.expect_table(&full, value) {
+                        for (p, v) in price {
+                            let ppath = join(&full, p);
+                            if PRICE_KEYS.contains(&p.as_str()) {
+                                self.expect_number(
+                                    &ppath,
+                                    v,
+                                    (0.0, 1.0e6),
+                                    "write USD per million tokens, e.g. `input = 0.14`",
+                                );
+                            } else {
+                                self.unknown(&full, p, PRICE_KEYS);
+                            }
+                        }
+                    }
+                }
+                other => self.unknown(path, other, MODEL_KEYS),
+            }
+        }
+    }
+}
+
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Integer(n) => n.to_string(),
+        Value::Float(x) => x.to_string(),
+        other => type_name(other).to_string(),
+    }
+}
+
+/// Checks one layer (a file, or the environment and flag values written as a table).
+pub fn check_layer(table: &Table, source: &Source) -> Vec<ConfigError> {
+    let mut checker = Checker {
+        source,
+        errors: Vec::new(),
+    };
+    checker.root(table);
+    checker.errors
+}
