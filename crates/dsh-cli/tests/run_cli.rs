@@ -302,3 +302,22 @@ async fn sessions_show_cache_reports_every_request() {
         "{table}"
     );
 }
+
+#[tokio::test]
+async fn the_shipped_example_replays_without_differences() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello");
+    let env = Env::new();
+    let mut cmd = env.command("http://127.0.0.1:9", None);
+    cmd.arg("replay")
+        .arg(&example)
+        .arg("--cwd")
+        .arg(env.cwd.path());
+    let out = run(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("no differences"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(env.cwd.path().join("hello.txt")).unwrap(),
+        "Hello from dsh! Have a great day.\n"
+    );
+}
