@@ -132,6 +132,12 @@ impl AgentHandle {
         self.enqueue(InboxTarget::NextStep, new_user_message(text), true)
     }
 
+    /// Queues a model-facing message for the next step and wakes the loop (used for
+    /// completions of background work, e.g. a background subagent).
+    pub fn steer_message(&self, message: Message) -> Result<(), AgentError> {
+        self.enqueue(InboxTarget::NextStep, message, true)
+    }
+
     /// Queues model-facing context for the next step without waking the loop.
     pub fn inject(&self, message: Message) -> Result<(), AgentError> {
         self.enqueue(InboxTarget::NextStep, message, false)
@@ -241,6 +247,8 @@ pub struct Agent {
     pub(crate) extensions: ExtensionSet,
     pub(crate) tool_context: ToolContext,
     pub(crate) options: AgentOptions,
+    /// Answers `ToolVerdict::Ask` (default: [`crate::HeadlessApprover`], which rejects).
+    pub(crate) approver: Arc<dyn crate::Approver>,
     /// Turn number of the last turn started (continues across resume).
     pub(crate) turn: u64,
     /// Whether this loop instance has logged its first header (`initial` / `resume`).
@@ -253,6 +261,8 @@ pub struct Agent {
     pub(crate) last_usage: Option<(u64, usize)>,
     /// Serialized size of system prompt and tools of the last request.
     pub(crate) header_bytes: usize,
+    /// Usage reported by tools that ran models themselves (subagents), added to the turn.
+    pub(crate) delegated_usage: UsageTotals,
 }
 
 impl Agent {
@@ -269,6 +279,16 @@ impl Agent {
             0,
             false,
         )
+    }
+
+    /// Starts an agent on a session log the caller created (e.g. a subagent's log in its
+    /// parent's folder), whose existing messages project to `history`.
+    pub fn with_writer(
+        parts: AgentParts,
+        writer: Box<dyn SessionWriter>,
+        history: dsh_session::Projector,
+    ) -> Result<Agent, AgentError> {
+        Self::assemble(parts, writer, history, Inbox::new(), None, 0, false)
     }
 
     /// Reopens a session (id, id prefix or path) to add turns: repairs a crashed tail, restores
@@ -347,6 +367,7 @@ impl Agent {
             .clone()
             .prepare(&model_info)
             .map_err(AgentError::Config)?;
+        let depth = writer.header().delegation_depth.unwrap_or(0);
         let log = SessionLog::new(
             writer,
             projector,
@@ -354,7 +375,7 @@ impl Agent {
             inbox,
             last_turn_end,
         );
-        Ok(Agent {
+        let agent = Agent {
             shared: Arc::new(Shared {
                 log: Mutex::new(log),
                 wake: Notify::new(),
@@ -369,6 +390,7 @@ impl Agent {
             extensions: parts.extensions,
             tool_context: parts.tool_context,
             options: parts.options,
+            approver: Arc::new(crate::HeadlessApprover),
             turn,
             header_logged: false,
             resumed,
@@ -376,7 +398,20 @@ impl Agent {
             cache: crate::CacheTracker::new(),
             last_usage: None,
             header_bytes: 0,
-        })
+            delegated_usage: UsageTotals::default(),
+        };
+        let handle = agent.handle();
+        let attached = crate::extension::AttachedAgent {
+            location: handle.location(),
+            session_id: handle.session_id(),
+            cwd: agent.options.cwd.clone(),
+            depth,
+            handle,
+        };
+        for extension in agent.extensions.snapshot() {
+            extension.attach(&attached);
+        }
+        Ok(agent)
     }
 
     /// The agent's tools plus those contributed by registered extensions.
@@ -416,6 +451,12 @@ impl Agent {
                 .map(|(_, adapter)| adapter)
                 .ok_or(not_found),
         }
+    }
+
+    /// Replaces the approver that answers `ToolVerdict::Ask` (interactive front ends pass one
+    /// that asks the user; the default rejects every question).
+    pub fn set_approver(&mut self, approver: Arc<dyn crate::Approver>) {
+        self.approver = approver;
     }
 
     /// A handle for front ends.

@@ -4,7 +4,8 @@
 //!
 //! Points, in the order the loop reaches them:
 //! `pre_step` (add model-facing context or refuse the step) -> `request` (observe or modify the
-//! outgoing request) -> `request_error` (retry decision) -> `tool_pre` (allow / deny) ->
+//! outgoing request) -> `request_error` (retry decision) -> `tool_pre` (allow / deny / ask the
+//! [`Approver`]) ->
 //! `tool_execute` (middleware around the tool body) -> `tool_post` (rewrite the result, inject a
 //! reminder) -> `turn_stopping` (steer before the turn closes); `on_event` sees every durable
 //! session event.
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use dsh_llm::{Failure, GenerateRequest, Message, RetryDecision};
 use dsh_session::{Envelope, Event};
-use dsh_tools::{Tool, ToolError, ToolErrorCode, ToolOutput};
+use dsh_tools::{PermissionPreset, Tool, ToolError, ToolErrorCode, ToolOutput};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -35,13 +36,76 @@ pub struct ToolCallInfo {
     pub cancel: CancellationToken,
 }
 
-/// Verdict of a `tool_pre` handler.
+/// Verdict of a `tool_pre` handler. Every handler is consulted: a `Deny` anywhere wins, then
+/// the first `Ask`, then the call runs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolVerdict {
     /// No opinion; later handlers and then the tool decide.
     Continue,
     /// Refuse the call; the model gets `Error: <reason>` with code `PERMISSION_DENIED`.
     Deny { reason: String },
+    /// Ask the agent's [`Approver`] (the user, in interactive front ends) before running. The
+    /// question and the answer are logged (`approval/asked`, `approval/decided`). Allowed once:
+    /// the call runs, under `escalation` instead of the session's preset when given. Rejected:
+    /// `PERMISSION_DENIED` with the approver's message.
+    Ask {
+        /// Why approval is needed, shown to the user (e.g. the model's justification).
+        reason: String,
+        /// The preset this one call runs under when allowed (`None`: the session's).
+        escalation: Option<PermissionPreset>,
+    },
+}
+
+/// A question for the user about one tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRequest {
+    /// Id tying `approval/asked` to `approval/decided`.
+    pub id: String,
+    /// The tool call.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool_name: String,
+    /// The raw arguments, as the model wrote them.
+    pub arguments: String,
+    /// Why approval is needed.
+    pub reason: String,
+    /// The wider preset asked for, if any.
+    pub escalation: Option<PermissionPreset>,
+}
+
+/// The user's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// Run this call (only this one).
+    AllowOnce,
+    /// Refuse it; `message` is what the model is told (`Error: <message>`, `PERMISSION_DENIED`).
+    Reject {
+        /// Said to the model.
+        message: String,
+    },
+}
+
+/// Decides [`ToolVerdict::Ask`] questions. Interactive front ends implement it by asking the
+/// user (allow once / reject); the future may take as long as the user does (a cancelled turn
+/// stops waiting and ends the call `ABORTED`).
+pub trait Approver: Send + Sync {
+    /// Answers `request`.
+    fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision>;
+}
+
+/// The approver of headless runs: nobody can answer, so every question is rejected, with a
+/// message that tells the model to stay within the preset.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeadlessApprover;
+
+impl Approver for HeadlessApprover {
+    fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision> {
+        let message = format!(
+            "`{}` needs the user's approval ({}), but this session is headless and nobody can approve, so it was refused. Stay within the session's permission preset; the user can rerun with a wider --permission.",
+            request.tool_name, request.reason
+        );
+        Box::pin(async move { ApprovalDecision::Reject { message } })
+    }
 }
 
 /// What a `pre_step` handler sees and may change.
@@ -54,6 +118,8 @@ pub struct PreStepContext {
     /// Model-facing context to append (as user-role messages) before this step's request.
     /// Each is logged as a `user/message` event.
     pub inject: Vec<Message>,
+    /// Non-model-visible events to log before the injected messages (e.g. `permission/preset`).
+    pub log_events: Vec<Event>,
 }
 
 /// What a `tool_post` handler sees and may change.
@@ -68,6 +134,18 @@ pub struct ToolPostContext<'a> {
 
 /// What a tool call produced: output for the model, or a structured error.
 pub type ToolOutcome = Result<ToolOutput, ToolError>;
+
+/// The agent an extension was attached to.
+#[derive(Clone)]
+pub struct AttachedAgent {
+    pub handle: crate::AgentHandle,
+    /// The session log's location (a file path for the JSONL store).
+    pub location: String,
+    pub session_id: String,
+    pub cwd: std::path::PathBuf,
+    /// Delegation depth of the session (0 for a top-level session).
+    pub depth: u64,
+}
 
 /// What a `turn_stopping` handler sees.
 #[derive(Debug)]
@@ -137,6 +215,9 @@ pub trait Extension: Send + Sync + 'static {
         None
     }
 
+    /// Called once when an agent is built with this extension, with how to reach that agent.
+    fn attach(&self, _agent: &AttachedAgent) {}
+
     /// Called once when a session is resumed, with every event already in its log, so that
     /// state kept in the extension (what was last sent, counters) continues where it stopped.
     fn restore(&self, _events: &[Envelope]) {}
@@ -201,6 +282,12 @@ impl ExtensionSet {
             id,
             set: Arc::downgrade(&self.inner),
         }
+    }
+
+    /// Registers `extension` for as long as the set lives (no guard to keep): for sets built
+    /// for one agent, e.g. a subagent's.
+    pub fn register_for_life(&self, extension: Arc<dyn Extension>) {
+        std::mem::forget(self.register(extension));
     }
 
     /// A snapshot of the registered extensions, in order.

@@ -19,6 +19,9 @@ mod pipeline;
 mod prompt;
 mod repeat_guard;
 mod replay;
+mod safety;
+mod skills;
+mod subagents;
 mod titles;
 mod todo_events;
 mod turn;
@@ -34,9 +37,9 @@ pub use context::{
     RUNTIME_CONTEXT_PLUGIN,
 };
 pub use extension::{
-    Extension, ExtensionGuard, ExtensionSet, PreStepContext, RetryExtension, ToolCallInfo,
-    ToolFuture, ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict,
-    TurnStoppingContext,
+    ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, Extension, ExtensionGuard,
+    ExtensionSet, HeadlessApprover, PreStepContext, RetryExtension, ToolCallInfo, ToolFuture,
+    ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict, TurnStoppingContext,
 };
 pub use inbox::{Inbox, InboxTarget, Splice};
 pub use log::{SessionEvent, SessionLog};
@@ -44,6 +47,9 @@ pub use pipeline::{is_error_result, ABORTED_BEFORE_DISPATCH};
 pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
 pub use repeat_guard::RepeatCallGuard;
 pub use replay::{compare_runs, Difference, RecordedRun, RecordedTurn, ReplayAdapter};
+pub use safety::{SafetyPolicy, PERMISSION_PRESET_EVENT, SANDBOX_MODE_EVENT};
+pub use skills::{parse_skill, Skill, SkillProblem, SkillSet, Skills, SKILLS_PLUGIN};
+pub use subagents::{ChildFactory, ParentLink, Subagents, MAX_DELEGATION_DEPTH};
 pub use titles::TitleMode;
 pub use todo_events::TodoEvents;
 

@@ -1,18 +1,23 @@
-//! The tool pipeline (SPEC S4.4): log every call first, then policy, body (through the
+//! The tool pipeline (SPEC S4.4): log every call first, then policy (allow / deny / ask the
+//! approver, with `approval/asked` and `approval/decided` logged), body (through the
 //! `tool_execute` middleware), post-processing, and results logged in the model's order.
 //! Concurrency-safe tools run together (up to the configured pool size); every other call runs
 //! alone.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use dsh_llm::{ContentBlock, Message, MessageSource, Role};
 use dsh_session::{Envelope, Event, ToolCall, ToolStarted};
-use dsh_tools::{ToolError, ToolErrorCode};
+use dsh_tools::{PermissionPreset, ToolError, ToolErrorCode};
 use futures::future::join_all;
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, AgentError};
-use crate::extension::{ToolCallInfo, ToolFuture, ToolOutcome, ToolPostContext, ToolVerdict};
+use crate::agent::{Agent, AgentError, Shared};
+use crate::extension::{
+    ApprovalDecision, ApprovalRequest, ToolCallInfo, ToolFuture, ToolOutcome, ToolPostContext,
+    ToolVerdict,
+};
 use crate::inbox::InboxTarget;
 
 /// The result text of a call that never started because the turn was cancelled.
@@ -144,16 +149,27 @@ impl Agent {
     }
 
     /// Policy, then the body wrapped by every extension's middleware (first registered is
-    /// outermost).
+    /// outermost). Policy: every `tool_pre` handler is asked; a `Deny` wins, else the first
+    /// `Ask` goes to the approver before the body may start.
     fn dispatch(&self, info: &ToolCallInfo) -> ToolFuture {
         let extensions = self.extensions.snapshot();
+        let mut ask = None;
         for extension in &extensions {
-            if let ToolVerdict::Deny { reason } = extension.tool_pre(info) {
-                return Box::pin(async move {
-                    Err(ToolError::new(ToolErrorCode::PermissionDenied, reason))
-                });
+            match extension.tool_pre(info) {
+                ToolVerdict::Continue => {}
+                ToolVerdict::Deny { reason } => {
+                    return Box::pin(async move {
+                        Err(ToolError::new(ToolErrorCode::PermissionDenied, reason))
+                    });
+                }
+                ToolVerdict::Ask { reason, escalation } => {
+                    ask.get_or_insert((reason, escalation));
+                }
             }
         }
+        // Set once the approver allowed an escalated run; read when the body starts, which is
+        // only after the approval future finished.
+        let escalated: Arc<OnceLock<PermissionPreset>> = Arc::new(OnceLock::new());
         let tools = Arc::clone(&self.step_tools);
         let ctx = self
             .tool_context
@@ -161,21 +177,94 @@ impl Agent {
             .with_cancel(info.cancel.clone());
         let name = info.name.clone();
         let arguments = info.arguments.clone();
-        let mut future: ToolFuture =
-            Box::pin(async move { tools.invoke(&name, &arguments, &ctx).await });
+        let body_escalation = Arc::clone(&escalated);
+        let mut future: ToolFuture = Box::pin(async move {
+            let ctx = match body_escalation.get() {
+                Some(preset) => ctx.with_permission(*preset),
+                None => ctx,
+            };
+            tools.invoke(&name, &arguments, &ctx).await
+        });
         for extension in extensions.iter().rev() {
             future = extension.tool_execute(info, future);
         }
-        future
+        let Some((reason, escalation)) = ask else {
+            return future;
+        };
+        let request = ApprovalRequest {
+            id: uuid::Uuid::new_v4().to_string(),
+            call_id: info.call_id.clone(),
+            tool_name: info.name.clone(),
+            arguments: info.arguments.clone(),
+            reason,
+            escalation,
+        };
+        let approver = Arc::clone(&self.approver);
+        let shared = Arc::clone(&self.shared);
+        let cancel = info.cancel.clone();
+        Box::pin(async move {
+            let mut asked = json!({
+                "id": request.id,
+                "toolName": request.tool_name,
+                "callId": request.call_id,
+                "reason": request.reason,
+            });
+            if let Some(preset) = request.escalation {
+                asked["escalation"] = json!(preset.as_str());
+            }
+            log_approval(&shared, "approval/asked", asked)?;
+            let id = request.id.clone();
+            let decision = tokio::select! {
+                decision = approver.decide(request) => Some(decision),
+                _ = cancel.cancelled() => None,
+            };
+            let (outcome, result) = match decision {
+                Some(ApprovalDecision::AllowOnce) => {
+                    if let Some(preset) = escalation {
+                        // Only this dispatch sets the cell, once; a second set cannot happen.
+                        let _ = escalated.set(preset);
+                    }
+                    ("approved", Ok(()))
+                }
+                Some(ApprovalDecision::Reject { message }) => (
+                    "rejected",
+                    Err(ToolError::new(ToolErrorCode::PermissionDenied, message)),
+                ),
+                None => (
+                    "canceled",
+                    Err(ToolError::new(
+                        ToolErrorCode::Aborted,
+                        "the turn was cancelled while waiting for the user's approval",
+                    )),
+                ),
+            };
+            log_approval(
+                &shared,
+                "approval/decided",
+                json!({"id": id, "outcome": outcome, "scope": "once"}),
+            )?;
+            result?;
+            future.await
+        })
     }
 
     fn log_result(
-        &self,
+        &mut self,
         info: &ToolCallInfo,
         outcome: ToolOutcome,
         extra_events: Vec<Event>,
     ) -> Result<(), AgentError> {
         let block = dsh_tools::tool_result_block(&info.call_id, &outcome);
+        if let Ok(output) = &outcome {
+            if let Some(usage) = output
+                .data
+                .as_ref()
+                .and_then(|d| d.get("usage"))
+                .and_then(|u| serde_json::from_value::<dsh_llm::UsageTotals>(u.clone()).ok())
+            {
+                self.delegated_usage.merge(&usage);
+            }
+        }
         let (error, meta) = match &outcome {
             Ok(output) => (None, output.data.clone()),
             Err(err) => (
@@ -208,6 +297,24 @@ impl Agent {
         })))?;
         Ok(())
     }
+}
+
+/// Appends a non-model-visible approval event. A log that refuses it refuses the call too:
+/// nothing runs unlogged.
+fn log_approval(shared: &Shared, event_type: &str, data: Value) -> Result<(), ToolError> {
+    let mut log = shared.log();
+    log.append(Event::Opaque {
+        event_type: event_type.to_string(),
+        data,
+    })
+    .and_then(|_| log.flush())
+    .map(|_| ())
+    .map_err(|err| {
+        ToolError::new(
+            ToolErrorCode::Io,
+            format!("the approval could not be logged, so the call was not run: {err}"),
+        )
+    })
 }
 
 /// True when `block` is an error result.

@@ -141,6 +141,7 @@ impl Agent {
                 step,
                 history_len: 0,
                 inject: Vec::new(),
+                log_events: Vec::new(),
             };
             let mut blocked = None;
             for extension in self.extensions.snapshot() {
@@ -151,6 +152,9 @@ impl Agent {
             }
             {
                 let mut log = self.shared.log();
+                for event in pre.log_events {
+                    log.append(event)?;
+                }
                 for message in pre.inject {
                     log.append(Event::UserMessage(message))?;
                 }
@@ -275,6 +279,7 @@ impl Agent {
                     } else {
                         self.run_tools(turn, step, calls.clone(), cancel).await?
                     };
+                    usage.merge(&std::mem::take(&mut self.delegated_usage));
                     let mut log = self.shared.log();
                     log.append(Event::StepEnd(StepRef { turn, step }))?;
                     if aborted || cancel.is_cancelled() {

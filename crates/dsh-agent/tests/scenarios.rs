@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use dsh_agent::{
     compare_runs, Agent, AgentOptions, AgentParts, ExtensionSet, RecordedRun, ReplayAdapter,
-    TitleMode,
+    SkillSet, Skills, TitleMode,
 };
 use dsh_llm::{AdapterRegistry, CallConfig, Chunk, RetryPolicy};
 use dsh_session::{open_store, Event, StoreKind};
@@ -38,6 +38,9 @@ struct Settings {
     spill_threshold: Option<usize>,
     #[serde(default)]
     expect_files: BTreeMap<String, String>,
+    /// Extra skill folders (relative to `tests/scenarios/`), searched after the workspace's.
+    #[serde(default)]
+    skill_dirs: Vec<String>,
     /// Serve titles from the recording's `chunks` override (dsh's separate title model) and
     /// expect this final session title.
     expect_title: Option<String>,
@@ -199,6 +202,14 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     };
     let _guards =
         dsh_agent::register_builtin_extensions(&extensions, retry, Duration::from_secs(60));
+    let settings_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
+    let extra: Vec<PathBuf> = settings
+        .skill_dirs
+        .iter()
+        .map(|d| settings_dir.join(d))
+        .collect();
+    let skills = SkillSet::discover(&SkillSet::standard_dirs(cwd.path(), None, &extra));
+    let _skills = extensions.register(Arc::new(Skills::new(skills)));
     let mut options =
         AgentOptions::new(CallConfig::new("deepseek", "deepseek-v4-flash"), cwd.path());
     if settings.expect_title.is_some() {

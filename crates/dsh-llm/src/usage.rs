@@ -57,6 +57,16 @@ impl UsageTotals {
         self.usage.reasoning_tokens += usage.reasoning_tokens;
         self.requests += 1;
     }
+
+    /// Adds another total (e.g. a subagent's) to this one.
+    pub fn merge(&mut self, other: &UsageTotals) {
+        self.usage.input_tokens += other.usage.input_tokens;
+        self.usage.output_tokens += other.usage.output_tokens;
+        self.usage.cache_read_tokens += other.usage.cache_read_tokens;
+        self.usage.cache_write_tokens += other.usage.cache_write_tokens;
+        self.usage.reasoning_tokens += other.usage.reasoning_tokens;
+        self.requests += other.requests;
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,411 @@
+//! Skills: reusable task instructions in `SKILL.md` files (front matter `name`, `description`,
+//! optional `disable-model-invocation`, `user-invocable`).
+//!
+//! Discovered in `<project>/.dsh/skills`, `<project>/.agents/skills`, `$DSH_HOME/skills` and
+//! `~/.agents/skills` (plus any extra folders), one sub-folder per skill; the first folder that
+//! defines a name wins. The model sees a catalog as a context message, sent only when it changes
+//! (SPEC S5.1), and loads a skill with the `skill {name}` tool. Users run a user-invocable skill
+//! with `/name` in front ends ([`SkillSet::user_prompt`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use dsh_llm::{ContentBlock, Message, MessageSource, Role};
+use dsh_session::{Envelope, Event};
+use dsh_tools::{Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
+use futures::future::BoxFuture;
+use serde_json::{json, Map, Value};
+
+use crate::extension::{Extension, PreStepContext};
+
+/// Plugin name of the catalog message.
+pub const SKILLS_PLUGIN: &str = "skills";
+
+/// Largest SKILL.md read.
+const MAX_SKILL_BYTES: u64 = 256 * 1024;
+
+/// One skill.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skill {
+    pub name: String,
+    pub description: String,
+    /// The folder holding `SKILL.md` (relative resources resolve against it).
+    pub dir: PathBuf,
+    /// The instructions (the file without its front matter).
+    pub body: String,
+    /// The model may load it (`disable-model-invocation` not set).
+    pub model_invocable: bool,
+    /// Users may run it as `/name` (`user-invocable` not false).
+    pub user_invocable: bool,
+}
+
+/// Why a `SKILL.md` was skipped, for a warning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkillProblem {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+/// The discovered skills.
+#[derive(Debug, Clone, Default)]
+pub struct SkillSet {
+    skills: Vec<Skill>,
+    problems: Vec<SkillProblem>,
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().trim_matches(['"', '\'']) {
+        "true" | "yes" => Some(true),
+        "false" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses a `SKILL.md`: `---` front matter of `key: value` lines, then the body.
+pub fn parse_skill(text: &str, dir: &Path) -> Result<Skill, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let rest = text
+        .strip_prefix("---")
+        .ok_or("SKILL.md must start with a `---` front matter block")?;
+    let end = rest
+        .find("\n---")
+        .ok_or("the front matter is not closed by a `---` line")?;
+    let (front, body) = (&rest[..end], &rest[end + 4..]);
+    let body = body.trim_start_matches(['\r', '\n']).trim_end().to_string();
+    let mut name = None;
+    let mut description = None;
+    let mut model_invocable = true;
+    let mut user_invocable = true;
+    for line in front.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim().trim_matches(['"', '\'']).to_string();
+        match key.trim() {
+            "name" => name = Some(value),
+            "description" => description = Some(value),
+            "disable-model-invocation" => {
+                model_invocable =
+                    !parse_bool(&value).ok_or("`disable-model-invocation` must be true or false")?
+            }
+            "user-invocable" => {
+                user_invocable =
+                    parse_bool(&value).ok_or("`user-invocable` must be true or false")?
+            }
+            _ => {}
+        }
+    }
+    let name = name
+        .filter(|n| !n.is_empty())
+        .ok_or("the front matter has no `name`")?;
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!(
+            "skill name `{name}` may only use letters, digits, `-` and `_`"
+        ));
+    }
+    let description = description
+        .filter(|d| !d.is_empty())
+        .ok_or("the front matter has no `description`")?;
+    Ok(Skill {
+        name,
+        description,
+        dir: dir.to_path_buf(),
+        body,
+        model_invocable,
+        user_invocable,
+    })
+}
+
+impl SkillSet {
+    /// The standard folders for a session in `cwd` with home `dsh_home`, plus `extra`.
+    pub fn standard_dirs(cwd: &Path, dsh_home: Option<&Path>, extra: &[PathBuf]) -> Vec<PathBuf> {
+        let project = cwd
+            .ancestors()
+            .find(|dir| dir.join(".git").exists())
+            .unwrap_or(cwd);
+        let mut dirs = vec![project.join(".dsh/skills"), project.join(".agents/skills")];
+        if project != cwd {
+            dirs.insert(0, cwd.join(".agents/skills"));
+            dirs.insert(0, cwd.join(".dsh/skills"));
+        }
+        if let Some(home) = dsh_home {
+            dirs.push(home.join("skills"));
+        }
+        if let Some(user_home) = std::env::var_os("HOME") {
+            dirs.push(PathBuf::from(user_home).join(".agents/skills"));
+        }
+        dirs.extend(extra.iter().cloned());
+        dirs
+    }
+
+    /// Reads every `<dir>/<skill>/SKILL.md` under `dirs`, in order (sorted within a folder).
+    pub fn discover(dirs: &[PathBuf]) -> SkillSet {
+        let mut set = SkillSet::default();
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut folders: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("SKILL.md").is_file())
+                .collect();
+            folders.sort();
+            for folder in folders {
+                let path = folder.join("SKILL.md");
+                let text = match std::fs::metadata(&path) {
+                    Ok(meta) if meta.len() > MAX_SKILL_BYTES => {
+                        set.problems.push(SkillProblem {
+                            path,
+                            message: format!("larger than {MAX_SKILL_BYTES} bytes"),
+                        });
+                        continue;
+                    }
+                    _ => match std::fs::read_to_string(&path) {
+                        Ok(text) => text,
+                        Err(err) => {
+                            set.problems.push(SkillProblem {
+                                path,
+                                message: err.to_string(),
+                            });
+                            continue;
+                        }
+                    },
+                };
+                match parse_skill(&text, &folder) {
+                    Ok(skill) if set.get(&skill.name).is_none() => set.skills.push(skill),
+                    Ok(_) => {}
+                    Err(message) => set.problems.push(SkillProblem { path, message }),
+                }
+            }
+        }
+        set
+    }
+
+    /// The skill called `name`.
+    pub fn get(&self, name: &str) -> Option<&Skill> {
+        self.skills.iter().find(|s| s.name == name)
+    }
+
+    /// All skills, in discovery order.
+    pub fn skills(&self) -> &[Skill] {
+        &self.skills
+    }
+
+    /// Files that were skipped, and why.
+    pub fn problems(&self) -> &[SkillProblem] {
+        &self.problems
+    }
+
+    /// The catalog the model sees (model-invocable skills, sorted by name), or `None`.
+    pub fn catalog(&self) -> Option<String> {
+        let mut visible: Vec<&Skill> = self.skills.iter().filter(|s| s.model_invocable).collect();
+        if visible.is_empty() {
+            return None;
+        }
+        visible.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut out = String::from(
+            "Skills available in this session (reusable task instructions). When a task matches \
+             one, load it with the `skill` tool before you start, and follow it.\n",
+        );
+        for skill in visible {
+            out.push_str(&format!("\n- `{}`: {}", skill.name, skill.description));
+        }
+        Some(out)
+    }
+
+    /// The text of a skill as the `skill` tool returns it.
+    pub fn render(skill: &Skill) -> String {
+        format!(
+            "<skill_content name=\"{}\">\n<skill_resources>\nBase directory for this skill: {}\n\
+             Relative paths in these instructions resolve against that directory; load \
+             referenced files only when you need them.\n</skill_resources>\n\n\
+             <skill_instructions>\n{}\n</skill_instructions>\n</skill_content>",
+            skill.name,
+            skill.dir.display(),
+            skill.body
+        )
+    }
+
+    /// The message a front end sends for `/name [arguments]`, or an error for the user.
+    pub fn user_prompt(&self, name: &str, arguments: &str) -> Result<String, String> {
+        let skill = self
+            .get(name)
+            .ok_or_else(|| format!("no skill named `{name}`"))?;
+        if !skill.user_invocable {
+            return Err(format!("skill `{name}` is not user-invocable"));
+        }
+        let mut text = Self::render(skill);
+        if !arguments.trim().is_empty() {
+            text.push_str(&format!("\n\nUser request: {}", arguments.trim()));
+        }
+        Ok(text)
+    }
+}
+
+/// The `skill` tool.
+struct SkillTool {
+    skills: Arc<SkillSet>,
+}
+
+impl Tool for SkillTool {
+    fn name(&self) -> &str {
+        "skill"
+    }
+
+    fn description(&self) -> &str {
+        "Load a skill from the session's skill catalog by its exact name and get its \
+         instructions. Use it before starting a task that a listed skill covers. Unknown names \
+         and skills reserved for users fail with NOT_FOUND."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "The skill's name as listed in the catalog."}},
+            "required": ["name"],
+            "additionalProperties": false
+        })
+    }
+
+    fn concurrency_safe(&self) -> bool {
+        true
+    }
+
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let name = args
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ToolError::invalid_args("`name` must be a string"))?;
+            match self.skills.get(name).filter(|s| s.model_invocable) {
+                Some(skill) => Ok(ToolOutput::text(SkillSet::render(skill))
+                    .with_summary(format!("loaded skill {name}"))),
+                None => {
+                    let known: Vec<&str> = self
+                        .skills
+                        .skills()
+                        .iter()
+                        .filter(|s| s.model_invocable)
+                        .map(|s| s.name.as_str())
+                        .collect();
+                    Err(ToolError::new(
+                        ToolErrorCode::NotFound,
+                        format!(
+                            "no skill named `{name}` (available: {})",
+                            if known.is_empty() {
+                                "none".to_string()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    ))
+                }
+            }
+        })
+    }
+}
+
+/// The skills extension: the catalog message and the `skill` tool.
+pub struct Skills {
+    skills: Arc<SkillSet>,
+    last_catalog: Mutex<Option<String>>,
+}
+
+impl Skills {
+    /// Offers `skills` to the model.
+    pub fn new(skills: SkillSet) -> Self {
+        Skills {
+            skills: Arc::new(skills),
+            last_catalog: Mutex::new(None),
+        }
+    }
+
+    /// The skills offered.
+    pub fn set(&self) -> &SkillSet {
+        &self.skills
+    }
+}
+
+impl Extension for Skills {
+    fn name(&self) -> &str {
+        "skills"
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        if self.skills.skills().iter().any(|s| s.model_invocable) {
+            vec![Arc::new(SkillTool {
+                skills: Arc::clone(&self.skills),
+            })]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn restore(&self, events: &[Envelope]) {
+        let mut last = self.last_catalog.lock().unwrap_or_else(|p| p.into_inner());
+        for envelope in events {
+            if let Event::UserMessage(message) = &envelope.event {
+                if matches!(&message.source, MessageSource::Plugin { plugin, .. } if plugin == SKILLS_PLUGIN)
+                {
+                    *last = Some(message.text());
+                }
+            }
+        }
+    }
+
+    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+        let Some(catalog) = self.skills.catalog() else {
+            return Ok(());
+        };
+        let mut last = self.last_catalog.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_deref() != Some(catalog.as_str()) {
+            ctx.inject.push(Message {
+                id: uuid::Uuid::new_v4().to_string(),
+                role: Role::User,
+                content: vec![ContentBlock::text(catalog.clone())],
+                source: MessageSource::Plugin {
+                    plugin: SKILLS_PLUGIN.to_string(),
+                    form: Some("catalog".to_string()),
+                    extra: Map::new(),
+                },
+            });
+            *last = Some(catalog);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn front_matter_flags() {
+        let s = parse_skill(
+            "---\nname: a-b\ndescription: \"does x\"\ndisable-model-invocation: true\nuser-invocable: false\n---\n\nBody.\n",
+            Path::new("/s"),
+        )
+        .unwrap();
+        assert_eq!(s.name, "a-b");
+        assert_eq!(s.description, "does x");
+        assert!(!s.model_invocable && !s.user_invocable);
+        assert_eq!(s.body, "Body.");
+        assert!(parse_skill("no front matter", Path::new("/s")).is_err());
+        assert!(parse_skill("---\nname: x\n---\n", Path::new("/s"))
+            .unwrap_err()
+            .contains("description"));
+        assert!(parse_skill("---\nname: x y\ndescription: d\n---\n", Path::new("/s")).is_err());
+    }
+}
