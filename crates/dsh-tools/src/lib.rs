@@ -10,6 +10,7 @@
 //! * [`ToolOutput`] / [`ToolError`]: content for the model, a human summary and structured
 //!   data; or `Error: <message>` with a [`ToolErrorCode`].
 //! * [`externalize`]: large output to a private file with a head/tail preview.
+//! * [`SecretRedactor`]: secret values in tool output replaced by `[REDACTED:<NAME>]`.
 //! * The built-ins: `bash`, `read`, `write`, `edit`, `glob`, `grep`, `todo_write`.
 //!
 //! ```no_run
@@ -39,6 +40,7 @@ mod observe;
 mod output;
 mod paths;
 mod process;
+mod redact;
 mod registry;
 mod spill;
 mod tool;
@@ -57,6 +59,7 @@ pub use observe::{ContentHasher, FileObservations, Observation};
 pub use output::ToolOutput;
 pub use paths::{absolutize, resolve_real_path};
 pub use process::{group_has_live_members, is_secret_name, scrubbed_env, CHILD_ENV_OVERRIDES};
+pub use redact::{SecretRedactor, MIN_SECRET_LEN};
 pub use registry::{tool_result_block, ToolRegistry, ToolRegistryError};
 pub use spill::{externalize, Externalized, SpillDir, DEFAULT_SPILL_THRESHOLD};
 pub use tool::Tool;

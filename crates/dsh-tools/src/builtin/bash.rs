@@ -208,6 +208,7 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         leftovers,
         detached: stdout_detached || stderr_detached,
         cap,
+        sandbox: sandbox_note(ctx, &request, status, &stderr),
     });
     let text = ctx.externalize(&text, "bash")?;
     let exit_code = status.and_then(|s| s.code());
@@ -290,6 +291,48 @@ struct RunReport<'a> {
     leftovers: bool,
     detached: bool,
     cap: usize,
+    /// Set when a failure looks like the sandbox refusing a write (see [`sandbox_note`]).
+    sandbox: Option<String>,
+}
+
+/// OS messages of a refused write: `EROFS` (bubblewrap's read-only binds) and `EACCES`/`EPERM`
+/// (Landlock).
+const DENIAL_MESSAGES: [&str; 3] = [
+    "Read-only file system",
+    "Permission denied",
+    "Operation not permitted",
+];
+
+/// A marker telling the model that a failed command was probably stopped by the sandbox, so it
+/// does not mistake the preset for a broken file system: only for a confined run that exited
+/// non-zero with a denial message on stderr.
+fn sandbox_note(
+    ctx: &ToolContext,
+    request: &ConfinementRequest,
+    status: Option<std::process::ExitStatus>,
+    stderr: &Captured,
+) -> Option<String> {
+    if request.preset == crate::context::PermissionPreset::DangerFullAccess
+        || status.is_some_and(|s| s.success())
+    {
+        return None;
+    }
+    let tail = String::from_utf8_lossy(&stderr.tail);
+    if !DENIAL_MESSAGES.iter().any(|m| tail.contains(m)) {
+        return None;
+    }
+    let allowed = match request.preset {
+        crate::context::PermissionPreset::ReadOnly => "no file may be written".to_string(),
+        _ => format!(
+            "files may be written only inside {} and the temp directories",
+            request.cwd.display()
+        ),
+    };
+    Some(format!(
+        "[sandbox: commands run confined ({}) under the {} preset: {allowed}; a write elsewhere fails with the error above. Work inside the allowed directories; a wider mode needs the user's approval.]",
+        ctx.confinement().name(),
+        request.preset
+    ))
 }
 
 fn render(r: &RunReport<'_>) -> String {
@@ -327,6 +370,9 @@ fn render(r: &RunReport<'_>) -> String {
         }
         None if !r.timed_out => markers.push("[exit status unknown]".to_string()),
         None => {}
+    }
+    if let Some(note) = &r.sandbox {
+        markers.push(note.clone());
     }
     if out.is_empty() && markers.is_empty() {
         return "(no output)".to_string();

@@ -1,0 +1,278 @@
+//! Confinement of dsh's child processes on Linux (SPEC S7), behind the
+//! [`dsh_tools::CommandConfinement`] seam that `bash` uses.
+//!
+//! * [`Bubblewrap`]: the command runs in `bwrap` with a read-only root and only the writable
+//!   roots bound read-write (preferred: it also hides host processes and gives `read-only` a
+//!   private `/tmp`).
+//! * [`Landlock`]: the child restricts itself before `exec` (read and execute everywhere,
+//!   write only beneath the writable roots).
+//! * [`Unavailable`]: neither works; `bash` fails with `SANDBOX_UNAVAILABLE` and the reasons.
+//!
+//! Invariant: a command never runs unconfined unless the preset is `danger-full-access`
+//! (decision record `docs/decisions/0001-sandbox.md`). Network access and reading are not
+//! restricted by any mechanism (see `docs/SECURITY.md`).
+//!
+//! ```no_run
+//! use dsh_tools::PermissionPreset;
+//! # fn demo(ctx: dsh_tools::ToolContext) -> Result<(), dsh_sandbox::SandboxSettingError> {
+//! let sandbox = dsh_sandbox::confinement_for(PermissionPreset::WorkspaceWrite)?;
+//! eprintln!("sandbox: {} ({})", sandbox.mode(), sandbox.detail());
+//! let ctx = ctx.with_confinement(sandbox.confinement());
+//! # let _ = ctx; Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod bubblewrap;
+mod landlock;
+mod probe;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use dsh_tools::{
+    CommandConfinement, CommandPlan, ConfinementRequest, NoSandbox, PermissionPreset, ToolError,
+    ToolErrorCode,
+};
+
+pub use crate::bubblewrap::Bubblewrap;
+pub use crate::landlock::{kernel_abi, Landlock, TARGET_ABI};
+pub use crate::probe::SandboxProbe;
+
+/// The environment variable (and setting) choosing the mechanism: `auto` (default),
+/// `bubblewrap` or `landlock`. A forced mechanism that does not work is not replaced by the
+/// other one: `bash` then fails with `SANDBOX_UNAVAILABLE`.
+pub const SANDBOX_ENV: &str = "DSH_SANDBOX";
+
+/// Which mechanism to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxPreference {
+    /// Bubblewrap when it works, else Landlock.
+    #[default]
+    Auto,
+    /// Bubblewrap only.
+    Bubblewrap,
+    /// Landlock only.
+    Landlock,
+}
+
+impl FromStr for SandboxPreference {
+    type Err = SandboxSettingError;
+
+    /// Parses `auto`, `bubblewrap` (or `bwrap`) and `landlock`, ignoring case and surrounding
+    /// blanks; anything else is an error naming the accepted values.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Self::Auto),
+            "bubblewrap" | "bwrap" => Ok(Self::Bubblewrap),
+            "landlock" => Ok(Self::Landlock),
+            other => Err(SandboxSettingError(format!(
+                "unknown {SANDBOX_ENV} value `{other}` (expected auto, bubblewrap or landlock)"
+            ))),
+        }
+    }
+}
+
+/// A sandbox setting that makes no sense (fail at start rather than guess).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettingError(pub String);
+
+impl fmt::Display for SandboxSettingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SandboxSettingError {}
+
+/// The mechanism a session's commands run under, as logged (`sandbox/mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// bubblewrap.
+    Bubblewrap,
+    /// Landlock.
+    Landlock,
+    /// No mechanism works: commands are refused with `SANDBOX_UNAVAILABLE`.
+    Unavailable,
+    /// `danger-full-access`: commands run unconfined, as asked.
+    Unconfined,
+}
+
+impl SandboxMode {
+    /// The spelling in logs: `bubblewrap`, `landlock`, `unavailable`, `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bubblewrap => "bubblewrap",
+            Self::Landlock => "landlock",
+            Self::Unavailable => "unavailable",
+            Self::Unconfined => "none",
+        }
+    }
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The confinement chosen for a session: the mechanism, a one-line explanation, and the value
+/// to give [`dsh_tools::ToolContext::with_confinement`].
+#[derive(Clone)]
+pub struct Sandbox {
+    mode: SandboxMode,
+    detail: String,
+    confinement: Arc<dyn CommandConfinement>,
+}
+
+impl fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("mode", &self.mode)
+            .field("detail", &self.detail)
+            .finish()
+    }
+}
+
+impl Sandbox {
+    /// The mechanism.
+    pub fn mode(&self) -> SandboxMode {
+        self.mode
+    }
+
+    /// Why this mechanism: what works, and for the others why not.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// The confinement for the tool context.
+    pub fn confinement(&self) -> Arc<dyn CommandConfinement> {
+        Arc::clone(&self.confinement)
+    }
+
+    /// Chooses for `preset` from `probe` honouring `preference`. `danger-full-access` needs no
+    /// mechanism ([`SandboxMode::Unconfined`], whatever the probe says); otherwise the
+    /// preferred working mechanism, or [`SandboxMode::Unavailable`] with every reason.
+    pub fn choose(
+        preset: PermissionPreset,
+        preference: SandboxPreference,
+        probe: &SandboxProbe,
+    ) -> Sandbox {
+        if preset == PermissionPreset::DangerFullAccess {
+            return Sandbox {
+                mode: SandboxMode::Unconfined,
+                detail: "danger-full-access: commands run without a sandbox".to_string(),
+                confinement: Arc::new(NoSandbox),
+            };
+        }
+        let bubblewrap = || {
+            probe.bubblewrap.as_ref().ok().map(|program| Sandbox {
+                mode: SandboxMode::Bubblewrap,
+                detail: format!("bubblewrap ({}); network not restricted", program.display()),
+                confinement: Arc::new(Bubblewrap::new(program)),
+            })
+        };
+        let landlock = |why_not_bwrap: Option<&str>| {
+            probe.landlock.as_ref().ok().map(|&abi| Sandbox {
+                mode: SandboxMode::Landlock,
+                detail: match why_not_bwrap {
+                    Some(reason) => {
+                        format!("Landlock ABI {abi}; network not restricted; {reason}")
+                    }
+                    None => format!("Landlock ABI {abi}; network not restricted"),
+                },
+                confinement: Arc::new(Landlock::with_abi(abi)),
+            })
+        };
+        let chosen = match preference {
+            SandboxPreference::Auto => {
+                bubblewrap().or_else(|| landlock(Some(&reason(&probe.bubblewrap))))
+            }
+            SandboxPreference::Bubblewrap => bubblewrap(),
+            SandboxPreference::Landlock => landlock(None),
+        };
+        chosen.unwrap_or_else(|| {
+            let reasons = match preference {
+                SandboxPreference::Auto => {
+                    format!("{}; {}", reason(&probe.bubblewrap), reason(&probe.landlock))
+                }
+                SandboxPreference::Bubblewrap => {
+                    format!("{SANDBOX_ENV}=bubblewrap: {}", reason(&probe.bubblewrap))
+                }
+                SandboxPreference::Landlock => {
+                    format!("{SANDBOX_ENV}=landlock: {}", reason(&probe.landlock))
+                }
+            };
+            Sandbox {
+                mode: SandboxMode::Unavailable,
+                confinement: Arc::new(Unavailable {
+                    reason: reasons.clone(),
+                }),
+                detail: reasons,
+            }
+        })
+    }
+}
+
+/// The failure text of a probe result (empty when it worked).
+fn reason<T>(result: &Result<T, String>) -> String {
+    result.as_ref().err().cloned().unwrap_or_default()
+}
+
+/// The sandbox for a session with `preset` on this host: the preference from [`SANDBOX_ENV`]
+/// and the process-wide [`SandboxProbe::cached`] (probed on first use, not at all for
+/// `danger-full-access`). An invalid [`SANDBOX_ENV`] value is an error.
+pub fn confinement_for(preset: PermissionPreset) -> Result<Sandbox, SandboxSettingError> {
+    let preference = match std::env::var(SANDBOX_ENV) {
+        Ok(value) => value.parse()?,
+        Err(std::env::VarError::NotPresent) => SandboxPreference::Auto,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(SandboxSettingError(format!(
+                "{SANDBOX_ENV} is not valid UTF-8 (expected auto, bubblewrap or landlock)"
+            )))
+        }
+    };
+    if preset == PermissionPreset::DangerFullAccess {
+        return Ok(Sandbox::choose(
+            preset,
+            preference,
+            &SandboxProbe::nothing_works("not probed", "not probed"),
+        ));
+    }
+    Ok(Sandbox::choose(preset, preference, SandboxProbe::cached()))
+}
+
+/// The confinement when no mechanism works: runs commands unconfined only under
+/// `danger-full-access`, and refuses them otherwise with `SANDBOX_UNAVAILABLE`, the reasons, and
+/// what to do.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    /// Why each mechanism failed.
+    pub reason: String,
+}
+
+impl CommandConfinement for Unavailable {
+    fn name(&self) -> &str {
+        "unavailable"
+    }
+
+    fn confine(
+        &self,
+        plan: CommandPlan,
+        request: &ConfinementRequest,
+    ) -> Result<CommandPlan, ToolError> {
+        match request.preset {
+            PermissionPreset::DangerFullAccess => Ok(plan),
+            preset @ (PermissionPreset::ReadOnly | PermissionPreset::WorkspaceWrite) => {
+                Err(ToolError::new(
+                    ToolErrorCode::SandboxUnavailable,
+                    format!(
+                        "bash cannot run under the {preset} preset: no process sandbox works on this host ({}). Commands never run unconfined outside danger-full-access: install bubblewrap (Debian/Ubuntu package `bubblewrap`) or enable Landlock, or ask the user to restart with --permission danger-full-access",
+                        self.reason
+                    ),
+                ))
+            }
+        }
+    }
+}
