@@ -373,14 +373,7 @@ impl Agent {
                 ))
             }
         }
-        let text: String = reply
-            .blocks
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
+        let text = reply.text();
         if text.trim().is_empty() {
             return Err("the summary came back empty; kept the history".into());
         }

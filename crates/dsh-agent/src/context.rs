@@ -12,9 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use dsh_llm::{ContentBlock, Message, MessageSource, Role};
+use dsh_llm::{Message, MessageSource};
 use dsh_session::{Envelope, Event};
-use serde_json::Map;
 
 use crate::extension::{Extension, PreStepContext};
 
@@ -199,16 +198,7 @@ impl ContextMessages {
 }
 
 fn context_message(plugin: &str, text: String) -> Message {
-    Message {
-        id: uuid::Uuid::new_v4().to_string(),
-        role: Role::User,
-        content: vec![ContentBlock::text(text)],
-        source: MessageSource::Plugin {
-            plugin: plugin.to_string(),
-            form: Some("snapshot".to_string()),
-            extra: Map::new(),
-        },
-    }
+    crate::agent::plugin_message(plugin, "snapshot", text)
 }
 
 impl Extension for ContextMessages {

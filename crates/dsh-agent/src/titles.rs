@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use dsh_llm::{
-    Adapter, BlockAssembler, CallConfig, ContentBlock, FinishReason, GenerateRequest, Message,
-    ModelInfo, Purpose, ReasoningEffort,
+    Adapter, BlockAssembler, CallConfig, FinishReason, GenerateRequest, Message, ModelInfo,
+    Purpose, ReasoningEffort,
 };
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -71,14 +71,7 @@ pub(crate) async fn model_title(
     if !matches!(reply.finish, FinishReason::Stop) {
         return None;
     }
-    let text: String = reply
-        .blocks
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let text = reply.text();
     clean_title(&text)
 }
 

@@ -43,7 +43,11 @@ fn step_reply(k: usize) -> ScriptedReply {
     };
     SseReply::new()
         .reasoning(&format!("step {k}: use {name}"))
-        .text(if k % 5 == 0 { "Working on it." } else { "" })
+        .text(if k.is_multiple_of(5) {
+            "Working on it."
+        } else {
+            ""
+        })
         .tool_call(0, &format!("call_{k}"), name, &args)
         .finish(
             "tool_calls",

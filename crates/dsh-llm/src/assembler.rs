@@ -226,6 +226,17 @@ impl BlockAssembler {
 }
 
 impl AssembledReply {
+    /// The reply's text blocks, concatenated.
+    pub fn text(&self) -> String {
+        self.blocks
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// True when the reply holds no content at all (no block, or only blank text).
     pub fn is_empty(&self) -> bool {
         self.blocks.iter().all(ContentBlock::is_blank)
