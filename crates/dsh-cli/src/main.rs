@@ -1,7 +1,9 @@
 //! The `dsh` binary: wiring only. Logic lives in the library crates.
 
+mod config_cmd;
 mod credentials;
 mod home;
+mod models;
 mod progress;
 mod replay;
 mod run;
@@ -28,6 +30,10 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// List, show, export, fork and delete sessions.
     Sessions(sessions::SessionsArgs),
+    /// Show the effective configuration (`show`) or the configuration file paths (`path`).
+    Config(config_cmd::ConfigArgs),
+    /// List a provider's models, merged with the configured model table.
+    Models(models::ModelsArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +42,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Sessions(args) => sessions::run(args),
+        Command::Config(args) => config_cmd::run(args),
+        Command::Models(args) => models::run(args),
     };
     match result {
         Ok(code) => code,

@@ -12,22 +12,22 @@ use std::time::Duration;
 
 use anyhow::Context;
 use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, TurnOutcome};
-use dsh_llm::{AdapterRegistry, CallConfig, ReasoningEffort, RetryPolicy, UsageTotals};
+use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy, UsageTotals};
 use dsh_session::{open_store, PriceTable, SessionStore, StoreKind, TurnEndReason};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
 
 use crate::credentials::Settings;
 use crate::progress::{envelope_json, ProgressPrinter};
 
-/// The provider route of the DeepSeek / OpenAI-compatible adapter.
-pub const DEEPSEEK_ROUTE: &str = "deepseek";
-
 /// Arguments of `dsh run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The task for the agent.
     pub prompt: String,
-    /// Model id (default: deepseek-v4-flash).
+    /// Provider name from the configuration (default: `provider` in config.toml, else deepseek).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Model id (default: the configured model, else the provider's default_model).
     #[arg(long)]
     pub model: Option<String>,
     /// Reasoning effort: off, low, medium, high or max.
@@ -80,16 +80,19 @@ fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
 }
 
 /// Everything `dsh run` resolved from flags, environment and files, in one place.
-struct RunSetup {
-    cwd: PathBuf,
-    home: PathBuf,
-    call: CallConfig,
-    permission: PermissionPreset,
-    base_url: String,
-    api_key: String,
+pub(crate) struct RunSetup {
+    pub(crate) cwd: PathBuf,
+    pub(crate) home: PathBuf,
+    pub(crate) call: CallConfig,
+    pub(crate) permission: PermissionPreset,
+    config: dsh_config::Config,
+    selection: dsh_config::Selection,
+    pub(crate) prices: PriceTable,
 }
 
-fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
+/// Resolves `dsh run`'s settings in one step: configuration layers (built-in, user file,
+/// project file, environment, flags), then the provider, model, effort and key to use.
+pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
     let home = crate::home::dsh_home()?;
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),
@@ -98,41 +101,26 @@ fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
     let cwd = std::fs::canonicalize(&cwd)
         .with_context(|| format!("working directory {} does not exist", cwd.display()))?;
     let settings = Settings::load(&cwd, &home);
-    let api_key = settings.get(dsh_deepseek::API_KEY_ENV).ok_or_else(|| {
-        user_error(
-            "MISSING_CREDENTIAL",
-            format!(
-                "no API key: set {} in the environment, in ./.env or in {}",
-                dsh_deepseek::API_KEY_ENV,
-                home.join(".env").display()
-            ),
-        )
+    let lookup = |name: &str| settings.get(name);
+    let flags = dsh_config::Flags {
+        provider: args.provider.clone(),
+        model: args.model.clone(),
+        effort: args.effort.clone(),
+        permission: args.permission.clone(),
+    };
+    let config = dsh_config::Config::load(&home, &cwd, &lookup, &flags)
+        .map_err(|errors| user_error("INVALID_CONFIG", errors.to_string()))?;
+    let selection = config.select(&lookup).map_err(|err| match err {
+        dsh_config::SelectError::MissingKey(e) => user_error("MISSING_CREDENTIAL", e.to_string()),
+        dsh_config::SelectError::Invalid(e) => user_error("INVALID_CONFIG", e.to_string()),
     })?;
-    let base_url = settings
-        .get(dsh_deepseek::BASE_URL_ENV)
-        .unwrap_or_else(|| dsh_deepseek::DEFAULT_BASE_URL.to_string());
-    let model = args
-        .model
-        .clone()
-        .unwrap_or_else(|| dsh_deepseek::DEFAULT_MODEL.to_string());
-    let mut call = CallConfig::new(DEEPSEEK_ROUTE, model);
-    if let Some(effort) = &args.effort {
-        call.reasoning_effort = Some(ReasoningEffort::parse(effort).ok_or_else(|| {
-            user_error(
-                "INVALID_REQUEST",
-                format!("unknown effort `{effort}` (expected off, low, medium, high or max)"),
-            )
-        })?);
-    }
-    let permission_text = args
-        .permission
-        .clone()
-        .or_else(|| settings.get("DSH_PERMISSION_MODE"));
-    let permission = match permission_text {
+    let mut call = CallConfig::new(selection.provider.name.clone(), selection.model.clone());
+    call.reasoning_effort = selection.effort;
+    let permission = match &config.permission {
         Some(text) => text
             .trim()
             .parse::<PermissionPreset>()
-            .map_err(|msg| user_error("INVALID_REQUEST", msg))?,
+            .map_err(|msg| user_error("INVALID_CONFIG", msg))?,
         None => PermissionPreset::default(),
     };
     Ok(RunSetup {
@@ -140,25 +128,25 @@ fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
         home,
         call,
         permission,
-        base_url,
-        api_key,
+        prices: config.price_table(),
+        config,
+        selection,
     })
 }
 
-/// Builds the agent for `setup`: adapter, tools, built-in extensions, session.
-fn build_agent(
+/// Builds the agent for `setup`: the chosen provider's adapter registered under the provider's
+/// name, tools, built-in extensions (compaction from the configuration), session.
+pub(crate) fn build_agent(
     setup: &RunSetup,
     args: &RunArgs,
     store: &dyn SessionStore,
 ) -> anyhow::Result<(Agent, Vec<dsh_agent::ExtensionGuard>)> {
-    let config = dsh_deepseek::DeepSeekConfig::new(
-        setup.base_url.clone(),
-        Some(dsh_deepseek::ApiKey::new(setup.api_key.clone())),
-    );
-    let adapter = dsh_deepseek::DeepSeekAdapter::new(config)
-        .map_err(|e| user_error("INVALID_REQUEST", e.to_string()))?;
+    let provider = &setup.selection.provider;
+    let adapter =
+        dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
+            .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
     let mut adapters = AdapterRegistry::new();
-    adapters.register(DEEPSEEK_ROUTE, Arc::new(adapter))?;
+    adapters.register(provider.name.clone(), adapter)?;
 
     let spill_root = setup
         .home
@@ -190,7 +178,12 @@ fn build_agent(
         tools: Arc::new(ToolRegistry::with_builtins()),
         extensions,
         tool_context,
-        options: AgentOptions::new(setup.call.clone(), &setup.cwd),
+        options: {
+            let mut options = AgentOptions::new(setup.call.clone(), &setup.cwd);
+            options.compaction.threshold = setup.config.compaction.threshold;
+            options.compaction.keep_tail = setup.config.compaction.keep_tail;
+            options
+        },
     };
     let cwd_text = setup.cwd.to_string_lossy().into_owned();
     let agent = if let Some(key) = &args.resume {
@@ -321,7 +314,7 @@ fn finish(
     let Some(outcome) = outcome else {
         return Err(user_error("UNKNOWN", "no turn ran"));
     };
-    let prices = PriceTable::default_deepseek();
+    let prices = &setup.prices;
     let cost = prices
         .models
         .get(&setup.call.model)

@@ -1,0 +1,64 @@
+//! `dsh config show` and `dsh config path` (SPEC S8).
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::credentials::Settings;
+use crate::run::UserError;
+
+/// Arguments of `dsh config`.
+#[derive(Debug, clap::Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub command: ConfigCommand,
+}
+
+/// `dsh config` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration, where each value came from, and whether each
+    /// provider's key variable is set. Secrets are never printed.
+    Show,
+    /// Print the paths of the user and project configuration files.
+    Path,
+}
+
+fn config_error(message: String) -> anyhow::Error {
+    anyhow::Error::new(UserError {
+        code: "INVALID_CONFIG".into(),
+        message,
+    })
+}
+
+/// Runs `dsh config`.
+pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
+    let home = crate::home::dsh_home()?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    match args.command {
+        ConfigCommand::Path => {
+            let user = dsh_config::user_config_path(&home);
+            let state = |path: &std::path::Path| if path.is_file() { "" } else { " (not present)" };
+            println!("user: {}{}", user.display(), state(&user));
+            match dsh_config::project_config_path(&cwd, &home) {
+                Some(project) => println!("project: {}", project.display()),
+                None => println!(
+                    "project: {} (not present)",
+                    cwd.join(dsh_config::PROJECT_DIR)
+                        .join(dsh_config::CONFIG_FILE)
+                        .display()
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Show => {
+            let settings = Settings::load(&cwd, &home);
+            let lookup = |name: &str| settings.get(name);
+            let config =
+                dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default())
+                    .map_err(|errors| config_error(errors.to_string()))?;
+            print!("{}", dsh_config::show::render(&config, &lookup));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! `dsh models [--provider NAME]`: the provider's model list merged with the model table.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use dsh_llm::ModelInfo;
+
+use crate::credentials::Settings;
+use crate::run::UserError;
+
+/// Arguments of `dsh models`.
+#[derive(Debug, clap::Args)]
+pub struct ModelsArgs {
+    /// Provider name from the configuration (default: the configured default provider).
+    #[arg(long)]
+    pub provider: Option<String>,
+}
+
+fn user_error(code: &str, message: String) -> anyhow::Error {
+    anyhow::Error::new(UserError {
+        code: code.into(),
+        message,
+    })
+}
+
+/// Runs `dsh models`: asks the provider's `/models` endpoint when a key is available (a
+/// failure there is a warning, not an error) and prints one line per model with the table's
+/// facts; `SOURCE` says whether the provider listed it, the table has it, or both.
+pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
+    let home = crate::home::dsh_home()?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let settings = Settings::load(&cwd, &home);
+    let lookup = |name: &str| settings.get(name);
+    let flags = dsh_config::Flags {
+        provider: args.provider.clone(),
+        ..dsh_config::Flags::default()
+    };
+    let config = dsh_config::Config::load(&home, &cwd, &lookup, &flags)
+        .map_err(|errors| user_error("INVALID_CONFIG", errors.to_string()))?;
+    let provider = config
+        .provider_named(
+            &config.provider,
+            config
+                .source_of("provider")
+                .unwrap_or(&dsh_config::Source::Default),
+            "provider",
+        )
+        .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?
+        .clone();
+
+    let mut listed: Vec<ModelInfo> = Vec::new();
+    let key = match &provider.api_key_env {
+        Some(variable) => lookup(variable).map(dsh_deepseek::ApiKey::new),
+        None => Some(dsh_deepseek::ApiKey::new(dsh_config::KEYLESS_PLACEHOLDER)),
+    };
+    match key {
+        None => eprintln!(
+            "dsh: warning: {} is not set; showing the model table only",
+            provider.api_key_env.as_deref().unwrap_or("the key")
+        ),
+        Some(key) => {
+            let adapter = dsh_config::build_adapter(&config, &provider, Some(key))
+                .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            match runtime.block_on(adapter.list_models()) {
+                Ok(models) => {
+                    listed = models
+                        .into_iter()
+                        .map(|m| adapter.model_info(&m.id).unwrap_or(m))
+                        .collect()
+                }
+                Err(failure) => eprintln!(
+                    "dsh: warning: could not list the models of provider `{}`: {}; showing the model table only",
+                    provider.name, failure
+                ),
+            }
+        }
+    }
+
+    let mut rows: BTreeMap<String, (Option<ModelInfo>, bool)> = BTreeMap::new();
+    for info in listed {
+        rows.insert(info.id.clone(), (Some(info), false));
+    }
+    for entry in config.models.values() {
+        if entry
+            .provider
+            .as_deref()
+            .is_some_and(|p| p != provider.name)
+        {
+            continue;
+        }
+        rows.entry(entry.id.clone()).or_insert((None, false)).1 = true;
+    }
+    println!(
+        "{:<28} {:>9} {:>9}  {:<20} {:<30} SOURCE",
+        "MODEL", "CONTEXT", "MAX OUT", "EFFORTS", "USD/MTOK in/read/write/out"
+    );
+    for (id, (info, in_table)) in rows {
+        let entry = config.models.get(&id);
+        let context = entry
+            .and_then(|e| e.context_window)
+            .or(info.as_ref().map(|i| i.context_window));
+        let max_output = entry
+            .and_then(|e| e.max_output)
+            .or(info.as_ref().map(|i| i.default_max_tokens));
+        let efforts = entry
+            .and_then(|e| e.efforts.clone())
+            .or(info.as_ref().map(|i| i.efforts.clone()))
+            .unwrap_or_default()
+            .iter()
+            .map(|e| e.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let price = entry
+            .and_then(|e| e.price)
+            .map(|p| {
+                format!(
+                    "{}/{}/{}/{}",
+                    p.input_per_mtok,
+                    p.cache_read_per_mtok,
+                    p.cache_write_per_mtok,
+                    p.output_per_mtok
+                )
+            })
+            .unwrap_or_else(|| "-".into());
+        let source = match (info.is_some(), in_table) {
+            (true, true) => "listed+table",
+            (true, false) => "listed",
+            _ => "table",
+        };
+        let number = |n: Option<u64>| n.map_or("-".to_string(), |n| n.to_string());
+        println!(
+            "{id:<28} {:>9} {:>9}  {:<20} {price:<30} {source}",
+            number(context),
+            number(max_output),
+            if efforts.is_empty() { "-" } else { &efforts },
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
