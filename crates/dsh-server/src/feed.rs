@@ -1,0 +1,188 @@
+//! One session's events as the server shows them: the log from the start, then live events,
+//! without gaps or duplicates, for any number of SSE clients.
+//!
+//! A [`Feed`] holds the session's envelopes in seq order. For a live session it is fed from
+//! the agent's broadcast; a client never subscribes to that broadcast itself, it keeps a
+//! cursor into the feed and waits on a watch of the feed's length, so a slow client cannot
+//! lag and lose events. Should the feed's own forwarder ever lag behind the broadcast, it
+//! stops taking events until the next flush-point event, then re-reads the missing ones from
+//! the log file, which holds everything up to that point.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::response::sse;
+use dsh_session::{Envelope, Event};
+use futures::Stream;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// What the server derived from a session's events so far.
+#[derive(Debug, Clone, Default)]
+pub struct FeedState {
+    /// Every event, in seq order; `events[i].seq == i`.
+    pub events: Vec<Arc<Envelope>>,
+    /// A turn has started and not ended.
+    pub running: bool,
+    /// A live event arrived ahead of the feed (the forwarder lagged): wait for a flush point
+    /// and re-read the log.
+    pub gap: bool,
+}
+
+/// The events of one session. Cheap to share.
+pub struct Feed {
+    state: Mutex<FeedState>,
+    length: watch::Sender<usize>,
+}
+
+impl Default for Feed {
+    fn default() -> Self {
+        Feed::new()
+    }
+}
+
+impl Feed {
+    /// An empty feed.
+    pub fn new() -> Feed {
+        Feed {
+            state: Mutex::new(FeedState::default()),
+            length: watch::Sender::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FeedState> {
+        // Pushes are single steps; a panic elsewhere cannot leave the vector half-changed.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds events read from the log: those past the feed's end are taken, the rest are
+    /// already known (the log is append-only) and skipped. Clears a gap.
+    pub fn extend_from_log(&self, events: Vec<Envelope>) {
+        let mut state = self.lock();
+        for envelope in events {
+            if envelope.seq as usize == state.events.len() {
+                Self::push(&mut state, Arc::new(envelope));
+            }
+        }
+        state.gap = false;
+        self.length.send_replace(state.events.len());
+    }
+
+    /// Adds one live event. Returns false when it does not follow the feed's last event (the
+    /// forwarder lagged): the caller must re-read the log at the next flush point.
+    pub fn push_live(&self, envelope: Arc<Envelope>) -> bool {
+        let mut state = self.lock();
+        let next = state.events.len() as u64;
+        if envelope.seq < next {
+            return true;
+        }
+        if envelope.seq > next || state.gap {
+            state.gap = true;
+            return false;
+        }
+        Self::push(&mut state, envelope);
+        self.length.send_replace(state.events.len());
+        true
+    }
+
+    fn push(state: &mut FeedState, envelope: Arc<Envelope>) {
+        match &envelope.event {
+            Event::TurnStart(_) => state.running = true,
+            Event::TurnEnd(_) => state.running = false,
+            _ => {}
+        }
+        state.events.push(envelope);
+    }
+
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.lock().events.len()
+    }
+
+    /// True when the feed holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True while a turn is open.
+    pub fn running(&self) -> bool {
+        self.lock().running
+    }
+
+    /// Events from seq `from` on (at most `limit`).
+    pub fn since(&self, from: usize, limit: usize) -> Vec<Arc<Envelope>> {
+        let state = self.lock();
+        state
+            .events
+            .iter()
+            .skip(from)
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// All events so far.
+    pub fn snapshot(&self) -> Vec<Arc<Envelope>> {
+        self.lock().events.clone()
+    }
+
+    /// The SSE stream from seq `from`: stored events, then live ones as they come; ends when
+    /// `shutdown` is cancelled. Each SSE event has `id: <seq>` and the envelope's JSON line
+    /// (the log's own encoding) as data.
+    pub fn stream(
+        self: Arc<Self>,
+        from: usize,
+        shutdown: CancellationToken,
+    ) -> impl Stream<Item = Result<sse::Event, Infallible>> + Send + 'static {
+        let receiver = self.length.subscribe();
+        let state = (
+            self,
+            receiver,
+            from,
+            std::collections::VecDeque::new(),
+            shutdown,
+        );
+        futures::stream::unfold(
+            state,
+            |(feed, mut receiver, mut cursor, mut queue, shutdown)| async move {
+                loop {
+                    if let Some(event) = queue.pop_front() {
+                        return Some((Ok(event), (feed, receiver, cursor, queue, shutdown)));
+                    }
+                    // Mark the current length seen before reading, so a push after the read wakes us.
+                    receiver.borrow_and_update();
+                    let batch = feed.since(cursor, 256);
+                    if !batch.is_empty() {
+                        cursor += batch.len();
+                        queue.extend(batch.iter().map(|e| sse_event(e)));
+                        continue;
+                    }
+                    tokio::select! {
+                        changed = receiver.changed() => {
+                            // The sender lives in the feed, which this stream holds.
+                            if changed.is_err() { return None; }
+                        }
+                        _ = shutdown.cancelled() => return None,
+                    }
+                }
+            },
+        )
+    }
+}
+
+/// One envelope as an SSE event.
+pub fn sse_event(envelope: &Envelope) -> sse::Event {
+    let mut line = Vec::with_capacity(256);
+    let data = match envelope.encode_line(&mut line) {
+        Ok(()) => String::from_utf8_lossy(&line).trim_end().to_string(),
+        // Encoding an event that was appended (and so encoded once) cannot fail; should it,
+        // the client still gets the seq and the reason instead of a hole.
+        Err(err) => serde_json::json!({
+            "type": "server/encode-error", "seq": envelope.seq, "data": {"message": err.to_string()}
+        })
+        .to_string(),
+    };
+    sse::Event::default()
+        .id(envelope.seq.to_string())
+        .data(data)
+}

@@ -1,0 +1,444 @@
+//! The HTTP API handlers (reference: `docs/web.md`). Every error is `{"error": {code, message}}`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use dsh_agent::ApprovalDecision;
+use dsh_llm::ReasoningEffort;
+use dsh_session::{Event, SessionTitle};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::sessions::{check_id, OpenRequest, Sessions};
+
+/// What the handlers share.
+pub struct AppState {
+    /// The session registry.
+    pub sessions: Arc<Sessions>,
+    /// Where new sessions go when the request names no directory.
+    pub default_cwd: PathBuf,
+}
+
+type Shared = State<Arc<AppState>>;
+type ApiResult = Result<Response, ApiError>;
+
+/// Parses a JSON body; an empty body is `T::default()`.
+fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|err| ApiError::bad_request(format!("bad JSON body: {err}")))
+}
+
+/// `GET /api/info`.
+pub async fn info(State(state): Shared) -> ApiResult {
+    Ok(Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "defaultCwd": state.default_cwd.to_string_lossy(),
+        "models": state.sessions.models(),
+        "efforts": ["off", "low", "medium", "high", "max"],
+        "prices": state.sessions.prices.models,
+    }))
+    .into_response())
+}
+
+/// `GET /api/sessions`: sessions grouped by workspace, most recently updated first.
+pub async fn list(State(state): Shared) -> ApiResult {
+    let listing = state
+        .sessions
+        .with_store(|store| Ok(store.list(&dsh_session::ListFilter::default())?))
+        .await?;
+    let prices = &state.sessions.prices;
+    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut order: Vec<(u64, String)> = Vec::new();
+    for summary in &listing.sessions {
+        let usage = summary.usage();
+        let live = state.sessions.live(&summary.id).is_some();
+        let entry = json!({
+            "id": summary.id,
+            "title": summary.title,
+            "createdAt": summary.created_at,
+            "updatedAt": summary.updated_at,
+            "turns": summary.turns,
+            "tokens": usage.usage.input_tokens + usage.usage.cache_read_tokens
+                + usage.usage.cache_write_tokens + usage.usage.output_tokens,
+            "costUsd": summary.cost(prices),
+            "parentSession": summary.parent_session,
+            "live": live,
+            "running": live && state.sessions.running(&summary.id),
+        });
+        let group = groups.entry(summary.cwd.clone()).or_default();
+        if group.is_empty() {
+            order.push((summary.updated_at, summary.cwd.clone()));
+        }
+        group.push(entry);
+    }
+    order.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+    let workspaces: Vec<Value> = order
+        .into_iter()
+        .map(|(_, cwd)| {
+            let sessions = groups.remove(&cwd).unwrap_or_default();
+            json!({"cwd": cwd, "sessions": sessions})
+        })
+        .collect();
+    Ok(Json(json!({"workspaces": workspaces, "problems": listing.problems})).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateBody {
+    cwd: Option<String>,
+    model: Option<String>,
+    effort: Option<String>,
+    prompt: Option<String>,
+}
+
+fn check_effort(effort: &Option<String>) -> Result<(), ApiError> {
+    match effort {
+        Some(text) if ReasoningEffort::parse(text).is_none() => Err(ApiError::bad_request(
+            format!("unknown effort `{text}` (expected off, low, medium, high or max)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `POST /api/sessions {cwd?, model?, effort?, prompt?}`: a new live session.
+pub async fn create(State(state): Shared, body: Bytes) -> ApiResult {
+    let body: CreateBody = parse(&body)?;
+    check_effort(&body.effort)?;
+    let cwd = body
+        .cwd
+        .filter(|c| !c.trim().is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| state.default_cwd.clone());
+    let cwd = std::fs::canonicalize(&cwd)
+        .ok()
+        .filter(|dir| dir.is_dir())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("{} is not an existing directory", cwd.display()))
+        })?;
+    let id = state
+        .sessions
+        .create(OpenRequest {
+            cwd,
+            resume: None,
+            model: body.model.filter(|m| !m.trim().is_empty()),
+            effort: body.effort,
+        })
+        .await?;
+    if let Some(prompt) = body.prompt.filter(|p| !p.trim().is_empty()) {
+        if let Some(live) = state.sessions.live(&id) {
+            live.handle.followup(prompt)?;
+        }
+    }
+    Ok((StatusCode::CREATED, Json(json!({"id": id}))).into_response())
+}
+
+/// `GET /api/sessions/:id`: live state of a session (model, effort, permission, queue).
+pub async fn detail(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    let feed = state.sessions.feed(&id).await?;
+    let Some(live) = state.sessions.live(&id) else {
+        return Ok(Json(json!({
+            "id": id, "live": false, "running": false, "events": feed.len(),
+        }))
+        .into_response());
+    };
+    let call = live.call();
+    let (next_turn, next_step) = live.handle.pending();
+    let texts = |messages: Vec<dsh_llm::Message>| -> Vec<String> {
+        messages.iter().map(|m| m.text()).collect()
+    };
+    Ok(Json(json!({
+        "id": id,
+        "live": true,
+        "running": feed.running(),
+        "events": feed.len(),
+        "cwd": live.cwd.to_string_lossy(),
+        "provider": call.provider,
+        "model": call.model,
+        "effort": call.reasoning_effort.map(|e| e.as_str()),
+        "permission": live.permission,
+        "pending": {"nextTurn": texts(next_turn), "nextStep": texts(next_step)},
+        "approvals": live.approvals.waiting(),
+    }))
+    .into_response())
+}
+
+/// `GET /api/sessions/:id/events`: the log as server-sent events (`id: <seq>`), then live
+/// events. `Last-Event-ID: n` (or `?from=n+1`) resumes after seq `n`.
+pub async fn events(
+    State(state): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let feed = state.sessions.feed(&id).await?;
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| ApiError::bad_request("Last-Event-ID must be a seq"))
+        })
+        .transpose()?;
+    let from_query = query_value(query.as_deref(), "from")
+        .map(|v| {
+            v.parse::<usize>()
+                .map_err(|_| ApiError::bad_request("`from` must be a seq"))
+        })
+        .transpose()?;
+    let from = match (last, from_query) {
+        (Some(seq), _) => seq.saturating_add(1),
+        (None, Some(from)) => from,
+        (None, None) => 0,
+    };
+    let stream = feed.stream(from, state.sessions.shutdown.clone());
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+fn query_value<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptBody {
+    text: String,
+    mode: Option<String>,
+}
+
+/// `POST /api/sessions/:id/prompt {text, mode?: "followup" | "steer"}`: queues input, opening
+/// a stored session first (resume).
+pub async fn prompt(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    let body: PromptBody = parse(&body)?;
+    if body.text.trim().is_empty() {
+        return Err(ApiError::bad_request("the prompt is empty"));
+    }
+    let mode = body.mode.unwrap_or_else(|| "followup".into());
+    let live = state.sessions.ensure_live(&id).await?;
+    match mode.as_str() {
+        "followup" => live.handle.followup(body.text)?,
+        "steer" => live.handle.steer(body.text)?,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "unknown mode `{other}` (expected followup or steer)"
+            )))
+        }
+    }
+    Ok((StatusCode::ACCEPTED, Json(json!({"queued": mode}))).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CancelBody {
+    keep_inbox: Option<bool>,
+}
+
+/// `POST /api/sessions/:id/cancel {keepInbox?}`: cancels the running turn.
+pub async fn cancel(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    check_id(&id)?;
+    let body: CancelBody = parse(&body)?;
+    let cancelled = match state.sessions.live(&id) {
+        Some(live) => live.handle.cancel(body.keep_inbox.unwrap_or(false)),
+        None => false,
+    };
+    Ok(Json(json!({"cancelled": cancelled})).into_response())
+}
+
+/// `POST /api/sessions/:id/compact`: compacts before the next step (or at once when idle).
+pub async fn compact(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    let live = state.sessions.ensure_live(&id).await?;
+    live.handle.request_compaction();
+    Ok((StatusCode::ACCEPTED, Json(json!({"requested": true}))).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallBody {
+    model: Option<String>,
+    effort: Option<String>,
+}
+
+/// `POST /api/sessions/:id/call {model?, effort?}`: switches model or effort from the next
+/// request on (`effort: "default"` returns to the model's default).
+pub async fn set_call(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    let body: CallBody = parse(&body)?;
+    let effort = match body.effort.as_deref() {
+        None => None,
+        Some("default") | Some("") => Some(None),
+        Some(text) => Some(Some(ReasoningEffort::parse(text).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unknown effort `{text}` (expected default, off, low, medium, high or max)"
+            ))
+        })?)),
+    };
+    let live = state.sessions.ensure_live(&id).await?;
+    let mut call = live.call();
+    if let Some(model) = body.model.filter(|m| !m.trim().is_empty()) {
+        call.model = model.trim().to_string();
+    }
+    if let Some(effort) = effort {
+        call.reasoning_effort = effort;
+    }
+    live.handle.set_call(call.clone());
+    *live.call.lock().unwrap_or_else(|p| p.into_inner()) = call.clone();
+    Ok(Json(json!({
+        "model": call.model,
+        "effort": call.reasoning_effort.map(|e| e.as_str()),
+    }))
+    .into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalBody {
+    decision: String,
+    message: Option<String>,
+}
+
+/// `POST /api/sessions/:id/approvals/:approval {decision: "allow" | "reject", message?}`.
+pub async fn approve(
+    State(state): Shared,
+    Path((id, approval)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    check_id(&id)?;
+    let body: ApprovalBody = parse(&body)?;
+    let decision = match body.decision.as_str() {
+        "allow" => ApprovalDecision::AllowOnce,
+        "reject" => ApprovalDecision::Reject {
+            message: body
+                .message
+                .filter(|m| !m.trim().is_empty())
+                .unwrap_or_else(|| "the user rejected this call".to_string()),
+        },
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "unknown decision `{other}` (expected allow or reject)"
+            )))
+        }
+    };
+    let answered = state
+        .sessions
+        .live(&id)
+        .is_some_and(|live| live.approvals.answer(&approval, decision));
+    if !answered {
+        return Err(ApiError::not_found(format!(
+            "no approval `{approval}` is waiting in session {id}"
+        )));
+    }
+    Ok(Json(json!({"answered": true})).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ForkBody {
+    at_turn: Option<u64>,
+}
+
+/// `POST /api/sessions/:id/fork {atTurn?}`: a new session seeded up to the end of that turn
+/// (default: the last closed turn).
+pub async fn fork(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    check_id(&id)?;
+    let body: ForkBody = parse(&body)?;
+    let header = state
+        .sessions
+        .with_store(move |store| Ok(dsh_session::fork(store, &id, body.at_turn)?))
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(
+            json!({"id": header.id, "parentSession": header.parent_session,
+                    "seedLength": header.seed_length}),
+        ),
+    )
+        .into_response())
+}
+
+/// `GET /api/sessions/:id/export?format=md|jsonl`: a download of the stored log.
+pub async fn export(
+    State(state): Shared,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let format = query_value(query.as_deref(), "format").unwrap_or("md");
+    let log = state.sessions.load(&id).await?;
+    let (body, content_type, extension) = match format {
+        "md" => (
+            dsh_session::export_markdown(&log).into_bytes(),
+            "text/markdown; charset=utf-8",
+            "md",
+        ),
+        "jsonl" => (
+            dsh_session::encode_jsonl(&log.header, &log.events, false)?,
+            "application/x-ndjson",
+            "jsonl",
+        ),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "unknown format `{other}` (expected md or jsonl)"
+            )))
+        }
+    };
+    let disposition = format!(
+        "attachment; filename=\"session-{}.{extension}\"",
+        log.header.id
+    );
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type.to_string()),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TitleBody {
+    title: String,
+}
+
+/// `POST /api/sessions/:id/title {title}`: renames (a `session/title` event, source user).
+pub async fn rename(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    let body: TitleBody = parse(&body)?;
+    let title: String = body.title.split_whitespace().collect::<Vec<_>>().join(" ");
+    if title.is_empty() || title.chars().count() > 200 {
+        return Err(ApiError::bad_request("a title has 1 to 200 characters"));
+    }
+    state
+        .sessions
+        .append_stored(
+            &id,
+            Event::SessionTitle(SessionTitle {
+                title: title.clone(),
+                message_seqs: Vec::new(),
+                source: Some(json!({"kind": "user"})),
+            }),
+        )
+        .await?;
+    Ok(Json(json!({"title": title})).into_response())
+}
+
+/// Any other path.
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("no such API route")
+}

@@ -1,0 +1,408 @@
+//! The sessions the server knows: live ones (an [`Agent`] running `serve` in a task) and
+//! stored ones (read from the log, read-only until a prompt reopens them with resume).
+//!
+//! Lifecycle changes (open, close, the reopen around a rename) are serialised by one async
+//! lock; operations on a live agent (queue, steer, cancel, set the call) go straight to its
+//! [`AgentHandle`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use dsh_agent::{Agent, AgentHandle, ExtensionGuard};
+use dsh_llm::CallConfig;
+use dsh_session::{open_store, Envelope, PriceTable, SessionStore, StoreKind};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ApiError;
+use crate::feed::Feed;
+
+/// What the server asks its front end to build: an agent for a session in `cwd`.
+#[derive(Debug, Clone, Default)]
+pub struct OpenRequest {
+    /// The session's working directory.
+    pub cwd: PathBuf,
+    /// Resume this session id instead of creating a new session.
+    pub resume: Option<String>,
+    /// Model to use instead of the configured default.
+    pub model: Option<String>,
+    /// Reasoning effort to use instead of the configured default (`off`, `low`, ...).
+    pub effort: Option<String>,
+}
+
+/// An agent built by an [`AgentFactory`], with what must live as long as it.
+pub struct OpenedAgent {
+    /// The agent (created or resumed in the store the server passed).
+    pub agent: Agent,
+    /// Extension registrations to keep while the agent runs.
+    pub guards: Vec<ExtensionGuard>,
+    /// The permission preset the agent's tools run under, for display (`workspace-write`).
+    pub permission: String,
+}
+
+/// The front end's wiring (adapters, tools, extensions, configuration) as the server uses it.
+/// Called on a blocking thread; may read files.
+pub trait AgentFactory: Send + Sync + 'static {
+    /// Builds the agent for `request` in `store`. Errors are shown to the user as they are.
+    fn open(
+        &self,
+        request: &OpenRequest,
+        store: &dyn SessionStore,
+    ) -> Result<OpenedAgent, ApiError>;
+
+    /// Model ids to offer in the UI (may be empty).
+    fn models(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A session with a running agent.
+pub struct LiveSession {
+    /// Drives the agent.
+    pub handle: AgentHandle,
+    /// The call config the agent uses (as last set through the API).
+    pub call: Mutex<CallConfig>,
+    /// The permission preset, for display.
+    pub permission: String,
+    /// The session's working directory.
+    pub cwd: PathBuf,
+    /// Answers tool approvals asked by this agent.
+    pub approvals: Arc<crate::approvals::WebApprover>,
+    stop: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl LiveSession {
+    /// The current call config.
+    pub fn call(&self) -> CallConfig {
+        self.call.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Where the server keeps sessions, and which are live.
+pub struct Sessions {
+    home: PathBuf,
+    store_kind: StoreKind,
+    factory: Arc<dyn AgentFactory>,
+    /// Prices for listing costs.
+    pub prices: PriceTable,
+    live: Mutex<HashMap<String, Arc<LiveSession>>>,
+    feeds: Mutex<HashMap<String, Arc<Feed>>>,
+    lifecycle: tokio::sync::Mutex<()>,
+    /// Cancelled when the server stops: ends SSE streams.
+    pub shutdown: CancellationToken,
+    this: Weak<Sessions>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Map operations are single steps; a panic elsewhere cannot leave a map half-changed.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Refuses ids that are not plain session ids (the stores also accept paths; the API must not).
+pub fn check_id(id: &str) -> Result<(), ApiError> {
+    let plain = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if plain {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!("`{id}` is not a session id")))
+    }
+}
+
+impl Sessions {
+    /// A registry over the store of kind `store_kind` in `home`.
+    pub fn new(
+        home: PathBuf,
+        store_kind: StoreKind,
+        factory: Arc<dyn AgentFactory>,
+        prices: PriceTable,
+    ) -> Arc<Sessions> {
+        Arc::new_cyclic(|this| Sessions {
+            home,
+            store_kind,
+            factory,
+            prices,
+            live: Mutex::new(HashMap::new()),
+            feeds: Mutex::new(HashMap::new()),
+            lifecycle: tokio::sync::Mutex::new(()),
+            shutdown: CancellationToken::new(),
+            this: this.clone(),
+        })
+    }
+
+    /// Model ids the factory offers.
+    pub fn models(&self) -> Vec<String> {
+        self.factory.models()
+    }
+
+    /// Runs `f` with the store on a blocking thread.
+    pub async fn with_store<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn SessionStore) -> Result<T, ApiError> + Send + 'static,
+    {
+        let home = self.home.clone();
+        let kind = self.store_kind;
+        tokio::task::spawn_blocking(move || {
+            let store = open_store(kind, &home)?;
+            f(store.as_ref())
+        })
+        .await
+        .map_err(|err| ApiError::internal(format!("a store task failed: {err}")))?
+    }
+
+    /// The live session `id`, if open.
+    pub fn live(&self, id: &str) -> Option<Arc<LiveSession>> {
+        lock(&self.live).get(id).cloned()
+    }
+
+    /// Ids of the live sessions.
+    pub fn live_ids(&self) -> Vec<String> {
+        lock(&self.live).keys().cloned().collect()
+    }
+
+    /// True when the session `id` is live and a turn is open.
+    pub fn running(&self, id: &str) -> bool {
+        self.live(id).is_some() && lock(&self.feeds).get(id).is_some_and(|feed| feed.running())
+    }
+
+    /// The feed of `id`: the live one, or one refreshed from the log.
+    pub async fn feed(&self, id: &str) -> Result<Arc<Feed>, ApiError> {
+        check_id(id)?;
+        let existing = lock(&self.feeds).get(id).cloned();
+        if let Some(feed) = &existing {
+            if self.live(id).is_some() {
+                return Ok(Arc::clone(feed));
+            }
+        }
+        let key = id.to_string();
+        let loaded = self.with_store(move |store| Ok(store.load(&key)?)).await?;
+        let feed = existing.unwrap_or_default();
+        feed.extend_from_log(loaded.events);
+        let mut feeds = lock(&self.feeds);
+        let entry = feeds.entry(loaded.header.id.clone()).or_insert(feed);
+        Ok(Arc::clone(entry))
+    }
+
+    /// Creates a session in `request.cwd` and starts its agent. Returns its id.
+    pub async fn create(&self, request: OpenRequest) -> Result<String, ApiError> {
+        let _lifecycle = self.lifecycle.lock().await;
+        self.open(request).await
+    }
+
+    /// The live session `id`, reopening it from the log (resume) when it is not live.
+    pub async fn ensure_live(&self, id: &str) -> Result<Arc<LiveSession>, ApiError> {
+        check_id(id)?;
+        if let Some(live) = self.live(id) {
+            return Ok(live);
+        }
+        let _lifecycle = self.lifecycle.lock().await;
+        if let Some(live) = self.live(id) {
+            return Ok(live);
+        }
+        let key = id.to_string();
+        let header = self
+            .with_store(move |store| Ok(store.load(&key)?.header))
+            .await?;
+        let request = OpenRequest {
+            cwd: PathBuf::from(&header.cwd),
+            resume: Some(header.id.clone()),
+            ..OpenRequest::default()
+        };
+        let id = self.open(request).await?;
+        self.live(&id)
+            .ok_or_else(|| ApiError::internal("the session closed right after opening"))
+    }
+
+    /// Builds and starts an agent; the caller holds the lifecycle lock.
+    async fn open(&self, request: OpenRequest) -> Result<String, ApiError> {
+        let factory = Arc::clone(&self.factory);
+        let approver = Arc::new(crate::approvals::WebApprover::default());
+        let opened = {
+            let approver = Arc::clone(&approver);
+            self.with_store(move |store| {
+                let mut opened = factory.open(&request, store)?;
+                crate::approvals::install(&mut opened.agent, approver);
+                // Everything the agent wrote while opening (resume closers) is durable before
+                // the feed reads the log below.
+                let loaded = store.load(&opened.agent.handle().session_id())?;
+                Ok((opened, loaded.events, request.cwd))
+            })
+            .await?
+        };
+        let (opened, events, cwd) = opened;
+        let OpenedAgent {
+            mut agent,
+            guards,
+            permission,
+        } = opened;
+        let handle = agent.handle();
+        let id = handle.session_id();
+        // Subscribe before anything else can append: nothing runs until `serve` starts.
+        let mut receiver = handle.subscribe();
+        let feed = Arc::clone(lock(&self.feeds).entry(id.clone()).or_default());
+        feed.extend_from_log(events);
+
+        let forwarder_feed = Arc::clone(&feed);
+        let this = self.this.clone();
+        let forward_id = id.clone();
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                match receiver.recv().await {
+                    Ok(envelope) => {
+                        let flush_point = dsh_session::is_flush_point(&envelope.event);
+                        if !forwarder_feed.push_live(envelope) && flush_point {
+                            if let Some(sessions) = this.upgrade() {
+                                sessions.resync(&forward_id, &forwarder_feed).await;
+                            }
+                        }
+                    }
+                    // The next event will not follow the feed's end, which starts a resync.
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        });
+
+        let stop = CancellationToken::new();
+        let call = agent.call().clone();
+        let live = Arc::new(LiveSession {
+            handle,
+            call: Mutex::new(call),
+            permission,
+            cwd,
+            approvals: approver,
+            stop: stop.clone(),
+            task: Mutex::new(None),
+        });
+        let this = self.this.clone();
+        let task_id = id.clone();
+        let task_live = Arc::downgrade(&live);
+        let task = tokio::spawn(async move {
+            let _guards = guards;
+            if let Err(err) = agent.serve(stop).await {
+                eprintln!("dsh web: session {task_id} stopped: {err}");
+            }
+            drop(agent);
+            // Forget this agent (not a newer one for the same id) so a prompt reopens it.
+            if let (Some(sessions), Some(live)) = (this.upgrade(), task_live.upgrade()) {
+                let mut map = lock(&sessions.live);
+                if map.get(&task_id).is_some_and(|l| Arc::ptr_eq(l, &live)) {
+                    map.remove(&task_id);
+                }
+            }
+        });
+        *lock(&live.task) = Some(task);
+        lock(&self.live).insert(id.clone(), live);
+        Ok(id)
+    }
+
+    /// Re-reads the log into `feed` after the forwarder lagged.
+    async fn resync(&self, id: &str, feed: &Feed) {
+        let key = id.to_string();
+        match self.with_store(move |store| Ok(store.load(&key)?)).await {
+            Ok(loaded) => feed.extend_from_log(loaded.events),
+            Err(err) => eprintln!("dsh web: cannot re-read session {id}: {err}"),
+        }
+    }
+
+    /// Stops the agent of `id` (after its running turn, if any) and releases the session's
+    /// writer. Returns the closed session's directory and call config, or `None` when it was
+    /// not live.
+    async fn close(&self, id: &str) -> Option<(PathBuf, CallConfig)> {
+        let live = lock(&self.live).remove(id)?;
+        live.stop.cancel();
+        let task = lock(&live.task).take();
+        if let Some(task) = task {
+            // A panicked serve task has dropped its agent already; nothing more to release.
+            let _ = task.await;
+        }
+        // The handle shares the agent's log (and so its writer lock): let it go too.
+        Some((live.cwd.clone(), live.call()))
+    }
+
+    /// Appends `event` to the stored session `id` through a short-lived writer, closing and
+    /// reopening the live agent around it (which holds the writer). Refused while a turn runs.
+    pub async fn append_stored(&self, id: &str, event: dsh_session::Event) -> Result<(), ApiError> {
+        check_id(id)?;
+        let _lifecycle = self.lifecycle.lock().await;
+        if self.running(id) {
+            return Err(ApiError::conflict(
+                "SESSION_BUSY",
+                "a turn is running; try again when it has ended",
+            ));
+        }
+        let closed = self.close(id).await;
+        let key = id.to_string();
+        let appended = self
+            .with_store(move |store| {
+                // An in-flight request may still hold the closed agent's handle for a moment.
+                let mut attempts = 0;
+                let resumed = loop {
+                    match store.resume(&key) {
+                        Err(dsh_session::SessionError::Locked { .. }) if attempts < 20 => {
+                            attempts += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(25));
+                        }
+                        other => break other?,
+                    }
+                };
+                let mut writer = resumed.writer;
+                writer.append(event)?;
+                writer.flush()?;
+                Ok(())
+            })
+            .await;
+        if let Some((cwd, call)) = closed {
+            let request = OpenRequest {
+                cwd,
+                resume: Some(id.to_string()),
+                ..OpenRequest::default()
+            };
+            let reopened = self.open(request).await?;
+            if let Some(live) = self.live(&reopened) {
+                if live.call() != call {
+                    live.handle.set_call(call.clone());
+                    *lock(&live.call) = call;
+                }
+            }
+        }
+        appended?;
+        if self.live(id).is_none() {
+            self.feed(id).await?;
+        }
+        Ok(())
+    }
+
+    /// Cancels every running turn and stops every agent; ends SSE streams.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        let ids = self.live_ids();
+        for id in &ids {
+            if let Some(live) = self.live(id) {
+                live.handle.cancel(true);
+            }
+        }
+        for id in ids {
+            self.close(&id).await;
+        }
+    }
+
+    /// Events of a stored or live session as the log holds them (for export).
+    pub async fn load(&self, id: &str) -> Result<dsh_session::LoadedLog, ApiError> {
+        check_id(id)?;
+        let key = id.to_string();
+        self.with_store(move |store| Ok(store.load(&key)?)).await
+    }
+
+    /// The feed's events of `id` (live sessions include unflushed events).
+    pub async fn events(&self, id: &str) -> Result<Vec<Arc<Envelope>>, ApiError> {
+        Ok(self.feed(id).await?.snapshot())
+    }
+}

@@ -1,0 +1,390 @@
+// Renders a session from its events: the conversation (streamed text, reasoning, tool cards,
+// approvals, notices) and the usage figures. Everything shown is derived from the events, so
+// replaying the same events (a reload, a second tab) gives the same view.
+"use strict";
+
+const el = Markdown.el;
+
+const fmt = {
+  tokens: (n) => (n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e4 ? Math.round(n / 1e3) + "k" : String(n || 0)),
+  cost: (usd) => (usd == null ? "?" : usd < 0.01 ? "$" + usd.toFixed(4) : "$" + usd.toFixed(2)),
+  pct: (r) => (r == null ? "–" : Math.round(r * 100) + "%"),
+  time: (ms) => (ms ? new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) : ""),
+};
+
+function parseArgs(text) {
+  try { const v = JSON.parse(text || "{}"); return v && typeof v === "object" ? v : {}; } catch { return {}; }
+}
+
+function resultText(message) {
+  const block = (message?.content || []).find((b) => b.type === "tool-result");
+  return (block?.content || []).filter((b) => b.type === "text").map((b) => b.text).join("\n");
+}
+
+function messageText(message) {
+  return (message?.content || []).filter((b) => b.type === "text").map((b) => b.text).join("\n");
+}
+
+// A collapsible block of preformatted output; long output shows its tail until opened.
+function output(text, cls, tailLines = 30) {
+  const lines = text.split("\n");
+  if (lines.length <= tailLines) return el("pre", "out " + (cls || ""), text);
+  const box = el("details", "out-box");
+  box.append(el("summary", null, `${lines.length} lines (showing the last ${tailLines}; open for all)`));
+  const tail = el("pre", "out " + (cls || ""), lines.slice(-tailLines).join("\n"));
+  const full = el("pre", "out " + (cls || ""), text);
+  box.addEventListener("toggle", () => { tail.hidden = box.open; });
+  box.append(full);
+  const wrap = el("div");
+  wrap.append(box, tail);
+  return wrap;
+}
+
+// Line diff of two texts (LCS; falls back to old/new blocks for very large inputs).
+function lineDiff(oldText, newText) {
+  const a = (oldText || "").split("\n"), b = (newText || "").split("\n");
+  if (a.length * b.length > 4e6) return [...a.map((l) => ["-", l]), ...b.map((l) => ["+", l])];
+  const n = a.length, m = b.length;
+  const dp = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--)
+    dp[i][j] = a[i] === b[j] ? dp[i + 1][j + 1] + 1 : Math.max(dp[i + 1][j], dp[i][j + 1]);
+  const out = [];
+  let i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && a[i] === b[j]) { out.push([" ", a[i]]); i++; j++; }
+    else if (j < m && (i === n || dp[i][j + 1] >= dp[i + 1][j])) out.push(["+", b[j++]]);
+    else out.push(["-", a[i++]]);
+  }
+  // Keep 3 lines of context around changes.
+  const keep = out.map((_, k) => out.slice(Math.max(0, k - 3), k + 4).some((d) => d[0] !== " "));
+  const shown = [];
+  out.forEach((d, k) => { if (keep[k]) shown.push(d); else if (shown.length && shown[shown.length - 1][0] !== "…") shown.push(["…", ""]); });
+  return shown;
+}
+
+function diffView(lines) {
+  const pre = el("pre", "diff");
+  for (const [sign, text] of lines) {
+    const cls = sign === "+" ? "add" : sign === "-" ? "del" : sign === "…" ? "gap" : "ctx";
+    pre.append(el("span", cls, sign === "…" ? "…\n" : `${sign} ${text}\n`));
+  }
+  return pre;
+}
+
+function unifiedView(text) {
+  return diffView(text.split("\n").filter((l) => !/^(---|\+\+\+) /.test(l) && l !== "")
+    .map((l) => (l.startsWith("@@") ? ["…", ""] : [l[0] === "+" || l[0] === "-" ? l[0] : " ", l.slice(1)])));
+}
+
+class Conversation {
+  constructor(root, hooks) {
+    this.root = root;
+    this.hooks = hooks; // {approve(id, decision), fork(turn), onState()}
+    this.reset();
+  }
+
+  reset() {
+    this.root.replaceChildren();
+    this.turn = null; // the current turn's element
+    this.blocks = new Map(); // streaming block index -> {kind, node, text}
+    this.stepBox = null;
+    this.cards = new Map(); // call id -> card
+    this.approvals = new Map(); // approval id -> element
+    this.running = false;
+    this.title = "";
+    this.permission = null;
+    this.sandbox = null;
+    this.model = null;
+    this.inbox = { "next-turn": [], "next-step": [] };
+    this.requests = []; // {turn, step, model, usage, cache}
+    this.lastSeq = -1;
+    this.pendingRender = new Set();
+  }
+
+  container() {
+    if (!this.turn) this.turn = this.root.appendChild(el("div", "turn"));
+    return this.turn;
+  }
+
+  notice(text, cls) {
+    return this.container().appendChild(el("div", "notice " + (cls || ""), text));
+  }
+
+  apply(ev) {
+    if (ev.seq <= this.lastSeq) return;
+    this.lastSeq = ev.seq;
+    const d = ev.data || {};
+    const handler = this.handlers[ev.type];
+    if (handler) handler.call(this, d, ev);
+  }
+
+  // Streamed text is re-rendered at most once per frame.
+  schedule(block) {
+    this.pendingRender.add(block);
+    if (this.pendingRender.size === 1) requestAnimationFrame(() => {
+      for (const b of this.pendingRender) {
+        if (b.kind === "text") b.node.replaceChildren(Markdown.render(b.text));
+        else b.body.textContent = b.text;
+      }
+      this.pendingRender.clear();
+    });
+  }
+
+  streamBlock(index, kind) {
+    let block = this.blocks.get(index);
+    if (block) return block;
+    if (!this.stepBox) this.stepBox = this.container().appendChild(el("div", "assistant streaming"));
+    if (kind === "reasoning") {
+      const node = el("details", "reasoning");
+      node.append(el("summary", null, "Reasoning…"));
+      const body = node.appendChild(el("div", "reasoning-body"));
+      block = { kind, node, body, text: "" };
+    } else if (kind === "tool-call") {
+      const node = el("div", "tool-card pending", "preparing a tool call…");
+      block = { kind, node, text: "" };
+    } else {
+      block = { kind: "text", node: el("div", "md"), text: "" };
+    }
+    this.stepBox.append(block.node);
+    this.blocks.set(index, block);
+    return block;
+  }
+
+  assistantMessage(d) {
+    const box = this.stepBox || this.container().appendChild(el("div", "assistant"));
+    box.replaceChildren();
+    box.classList.remove("streaming");
+    for (const b of d.message?.content || []) {
+      if (b.type === "text" && b.text.trim()) {
+        const md = box.appendChild(el("div", "md"));
+        md.append(Markdown.render(b.text));
+      }
+      else if (b.type === "reasoning" && b.text?.trim()) {
+        const r = el("details", "reasoning");
+        r.append(el("summary", null, `Reasoning (${b.text.length} chars)`), el("div", "reasoning-body", b.text));
+        box.append(r);
+      } else if (b.type === "tool-call") box.append(this.card(b.id, b.name, b.arguments));
+    }
+    if (d.interrupted) box.append(el("div", "notice warn", "interrupted: the reply was cut off by a cancel"));
+    if (d.usage) this.requests.push({ turn: d.turn, step: d.step, model: d.message?.source?.model || this.model, usage: d.usage, cache: null });
+    this.blocks.clear();
+    this.pendingRender.clear();
+    this.stepBox = null;
+  }
+
+  card(id, name, args) {
+    let card = this.cards.get(id);
+    if (card) return card.node;
+    const a = parseArgs(args);
+    const node = el("div", "tool-card running");
+    const head = node.appendChild(el("div", "tool-head"));
+    head.append(el("span", "tool-name", name));
+    const what = name === "bash" ? "$ " + (a.command || "")
+      : ["write", "edit", "read"].includes(name) ? a.file_path || ""
+      : ["glob", "grep"].includes(name) ? `${a.pattern || ""}${a.path ? "  in " + a.path : ""}${a.include ? "  (" + a.include + ")" : ""}`
+      : name === "todo_write" ? `${(a.todos || []).length} items`
+      : (args || "").slice(0, 200);
+    head.append(el("code", "tool-what", what));
+    const status = head.appendChild(el("span", "tool-status", "…"));
+    if (name === "bash" && a.description) node.title = a.description;
+    const body = node.appendChild(el("div", "tool-body"));
+    card = { node, name, args: a, status, body };
+    this.cards.set(id, card);
+    return node;
+  }
+
+  toolResult(d) {
+    const callId = d.message?.source?.callId || (d.message?.content || [])[0]?.toolCallId;
+    let card = this.cards.get(callId);
+    if (!card) { this.container().append(this.card(callId, d.error?.name || "tool", "{}")); card = this.cards.get(callId); }
+    const text = resultText(d.message);
+    const meta = d.meta || {};
+    card.node.classList.remove("running");
+    card.body.replaceChildren();
+    if (d.error) {
+      card.node.classList.add("failed");
+      card.status.textContent = d.error.code || "error";
+      card.body.append(output(d.error.message || text, "err"));
+      return;
+    }
+    if (card.name === "bash") {
+      const code = meta.exitCode;
+      card.status.textContent = meta.timedOut ? "timed out" : code === 0 ? "exit 0" : code == null ? "killed" : "exit " + code;
+      card.node.classList.add(code === 0 && !meta.timedOut ? "ok" : "failed");
+      card.body.append(output(text, "term"));
+    } else if (card.name === "write" || card.name === "edit") {
+      card.status.textContent = meta.added != null ? `+${meta.added} −${meta.removed}` : "done";
+      card.node.classList.add("ok");
+      const diffs = meta.diffs || [];
+      if (meta.unifiedDiff) card.body.append(unifiedView(meta.unifiedDiff));
+      else for (const f of diffs) if (f.newText != null) card.body.append(el("div", "diff-path", f.path || ""), diffView(lineDiff(f.oldText || "", f.newText)));
+      if (!card.body.childNodes.length) card.body.append(el("div", "summary", text));
+    } else if (card.name === "read") {
+      card.status.textContent = meta.linesShown != null ? `${meta.linesShown} of ${meta.totalLines} lines` : "read";
+      card.node.classList.add("ok", "quiet");
+      const box = card.body.appendChild(el("details"));
+      box.append(el("summary", null, "contents"), el("pre", "out", text));
+    } else if (card.name === "glob" || card.name === "grep") {
+      card.status.textContent = meta.total != null ? `${meta.shown} of ${meta.total} ${card.name === "glob" ? "files" : "matches"}` : "done";
+      card.node.classList.add("ok", "quiet");
+      const box = card.body.appendChild(el("details"));
+      box.append(el("summary", null, "results"), el("pre", "out", text));
+    } else if (card.name === "todo_write") {
+      card.status.textContent = "updated";
+      card.node.classList.add("ok");
+      const ul = card.body.appendChild(el("ul", "todos"));
+      for (const t of card.args.todos || []) ul.append(el("li", t.status, t.content));
+    } else {
+      card.status.textContent = "done";
+      card.node.classList.add("ok");
+      card.body.append(output(text, ""));
+    }
+  }
+}
+
+Conversation.prototype.handlers = {
+  "turn/start"(d) {
+    this.turn = this.root.appendChild(el("div", "turn"));
+    this.turn.dataset.turn = d.turn;
+    this.running = true;
+  },
+  "turn/end"(d) {
+    this.running = false;
+    const r = d.reason || {};
+    const foot = this.container().appendChild(el("div", "turn-end " + r.kind));
+    const text = { completed: "completed", "max-tokens": "stopped: the reply hit the output token limit; its tool calls were not run",
+      aborted: "cancelled", blocked: "blocked" + (r.message ? ": " + r.message : ""), interrupted: "interrupted (the process stopped)" }[r.kind]
+      || (r.kind === "error" ? `error ${r.error?.code || ""}: ${r.error?.message || ""}` : r.kind);
+    foot.append(el("span", null, `turn ${d.turn} · ${text}`));
+    const fork = foot.appendChild(el("button", "link", "fork here"));
+    fork.title = "New session with the history up to the end of this turn";
+    fork.addEventListener("click", () => this.hooks.fork(d.turn));
+    this.stepBox = null;
+    this.blocks.clear();
+    this.turn = null;
+  },
+  "user/message"(d, ev) {
+    const src = d.source || {};
+    if (src.kind === "user") {
+      const msg = this.container().appendChild(el("div", "user"));
+      msg.append(Markdown.render(messageText(d)));
+    } else if (ev.surfaceOp && ev.surfaceOp.op === "replace") {
+      const box = this.container().appendChild(el("details", "context compaction"));
+      const md = el("div", "md");
+      md.append(Markdown.render(messageText(d)));
+      box.append(el("summary", null, "Compaction summary (replaces the earlier history for the model)"), md);
+    } else {
+      const box = this.container().appendChild(el("details", "context"));
+      box.append(el("summary", null, `context: ${src.plugin || src.kind || "note"}${src.form ? " / " + src.form : ""}`), el("pre", "out", messageText(d)));
+    }
+  },
+  "assistant/chunk"(d) {
+    const c = d.chunk || {};
+    if (c.type === "block-start") this.streamBlock(c.index, c.blockType);
+    else if (c.type === "text-delta" || c.type === "reasoning-delta") {
+      const b = this.streamBlock(c.index, c.type === "text-delta" ? "text" : "reasoning");
+      b.text += c.text || "";
+      this.schedule(b);
+    } else if (c.type === "tool-call-delta") {
+      const b = this.streamBlock(c.index, "tool-call");
+      if (c.name) b.name = c.name;
+      b.text += c.argumentsDelta || "";
+      b.node.textContent = `${b.name || "tool"}: ${b.text.slice(-160)}`;
+    }
+  },
+  "assistant/message"(d) { this.assistantMessage(d); },
+  "tool/call"(d) {
+    if (!this.cards.has(d.callId)) this.container().append(this.card(d.callId, d.name, d.arguments));
+  },
+  "tool/started"(d) {
+    const card = this.cards.get(d.callId);
+    if (card) card.status.textContent = "running…";
+  },
+  "tool/result"(d) { this.toolResult(d); },
+  "llm/retry"(d) {
+    if (this.stepBox) { this.stepBox.remove(); this.stepBox = null; this.blocks.clear(); }
+    this.notice(`retry ${d.retry} in ${(d.delayMs / 1000).toFixed(1)} s: ${d.failure?.code || ""} ${d.failure?.message || ""}`, "warn");
+  },
+  "compaction/start"(d) { this.notice(`compacting (${d.trigger}): about ${fmt.tokens(d.estimatedTokens)} of ${fmt.tokens(d.contextWindow)} tokens in context`, "info"); },
+  "compaction/end"(d) {
+    this.notice(d.ok ? `compacted: ${d.pruned || 0} tool results pruned, ${d.summarizedMessages || 0} messages summarised; about ${fmt.tokens(d.tokensBefore)} → ${fmt.tokens(d.tokensAfter)} tokens`
+      : `compaction failed, history kept: ${d.warning || ""}`, d.ok ? "info" : "warn");
+  },
+  "approval/asked"(d) {
+    const box = this.container().appendChild(el("div", "approval"));
+    box.append(el("div", "approval-q", `Allow ${d.toolName}${d.escalation ? " with " + d.escalation : ""}?`), el("div", "approval-why", d.reason || ""));
+    const card = this.cards.get(d.callId);
+    if (card) box.append(el("code", "tool-what", card.node.querySelector(".tool-what")?.textContent || ""));
+    const buttons = box.appendChild(el("div", "approval-buttons"));
+    const allow = buttons.appendChild(el("button", "primary", "Allow once"));
+    const reject = buttons.appendChild(el("button", null, "Reject"));
+    allow.addEventListener("click", () => this.hooks.approve(d.id, "allow"));
+    reject.addEventListener("click", () => this.hooks.approve(d.id, "reject"));
+    this.approvals.set(d.id, box);
+  },
+  "approval/decided"(d) {
+    const box = this.approvals.get(d.id);
+    if (!box) return;
+    box.classList.add("decided");
+    box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, d.outcome === "approved" ? "allowed once" : d.outcome));
+  },
+  "session/title"(d) { this.title = d.title; },
+  "request/header"(d) { this.model = d.header?.config?.model || this.model; },
+  "request/cache"(d) {
+    const req = [...this.requests].reverse().find((r) => r.turn === d.turn && r.step === d.step && !r.cache);
+    if (req) req.cache = d;
+  },
+  "permission/preset"(d) { this.permission = d.preset; },
+  "sandbox/mode"(d) { this.sandbox = d; },
+  "agent/inbox/spliced"(d) {
+    const list = this.inbox[d.target] || (this.inbox[d.target] = []);
+    list.splice(d.start || 0, d.removedCount || 0, ...(d.inserted || []).map(messageText));
+  },
+  "session/end-seed"() { this.notice("forked: the history above was copied from the parent session", "info"); this.turn = null; },
+};
+
+// Usage figures of a session: totals and per-request cost, from the conversation's requests.
+function usageSummary(requests, prices) {
+  const total = { input: 0, cacheRead: 0, cacheWrite: 0, output: 0, reasoning: 0, cost: 0, unknownCost: false };
+  const perRequest = requests.map((r) => {
+    const u = r.usage || {};
+    const p = prices?.[r.model];
+    const cost = p ? ((u.inputTokens || 0) * p.inputPerMtok + (u.cacheReadTokens || 0) * p.cacheReadPerMtok
+      + (u.cacheWriteTokens || 0) * p.cacheWritePerMtok + (u.outputTokens || 0) * p.outputPerMtok) / 1e6 : null;
+    total.input += u.inputTokens || 0; total.cacheRead += u.cacheReadTokens || 0;
+    total.cacheWrite += u.cacheWriteTokens || 0; total.output += u.outputTokens || 0; total.reasoning += u.reasoningTokens || 0;
+    if (cost == null) total.unknownCost = true; else total.cost += cost;
+    const billed = (u.inputTokens || 0) + (u.cacheReadTokens || 0) + (u.cacheWriteTokens || 0);
+    return { ...r, cost, hit: r.cache?.cacheHitRatio ?? (billed ? (u.cacheReadTokens || 0) / billed : null) };
+  });
+  const billed = total.input + total.cacheRead + total.cacheWrite;
+  total.hit = billed ? total.cacheRead / billed : null;
+  return { total, perRequest };
+}
+
+// A small bar chart of cost per request (bar height) with the cache-hit share (bar shade).
+function costChart(perRequest) {
+  const NS = "http://www.w3.org/2000/svg";
+  const w = 320, h = 80, n = Math.max(perRequest.length, 1), bw = Math.max(2, Math.min(24, w / n - 1));
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("class", "chart");
+  const max = Math.max(...perRequest.map((r) => r.cost || 0), 1e-9);
+  perRequest.forEach((r, k) => {
+    const bh = Math.max(1, ((r.cost || 0) / max) * (h - 4));
+    const rect = document.createElementNS(NS, "rect");
+    rect.setAttribute("x", k * (w / n));
+    rect.setAttribute("y", h - bh);
+    rect.setAttribute("width", bw);
+    rect.setAttribute("height", bh);
+    rect.setAttribute("class", r.hit == null ? "bar" : r.hit >= 0.8 ? "bar hot" : r.hit >= 0.4 ? "bar warm" : "bar cold");
+    const title = document.createElementNS(NS, "title");
+    const u = r.usage || {};
+    title.textContent = `turn ${r.turn} step ${r.step} · ${r.model || "?"}\ncost ${fmt.cost(r.cost)} · cache hit ${fmt.pct(r.hit)}\n` +
+      `input ${u.inputTokens || 0} · cache read ${u.cacheReadTokens || 0} · output ${u.outputTokens || 0}` +
+      (r.cache && r.cache.prefixExtension === false && r.cache.brokenAt ? `\nprefix broke at ${r.cache.brokenAt.part}${r.cache.brokenAt.index != null ? " " + r.cache.brokenAt.index : ""}` : "");
+    rect.append(title);
+    svg.append(rect);
+  });
+  return svg;
+}
