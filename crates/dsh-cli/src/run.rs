@@ -154,9 +154,13 @@ pub(crate) fn build_agent(
         .join(uuid::Uuid::new_v4().to_string());
     let spill = SpillDir::create(&spill_root)
         .with_context(|| format!("cannot create {}", spill_root.display()))?;
+    // Process confinement for `bash` (probed once; `danger-full-access` needs none).
+    let sandbox = dsh_sandbox::confinement_for(setup.permission)
+        .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
     let tool_context = ToolContext::new(&setup.cwd, spill)
         .with_context(|| format!("cannot use {} as working directory", setup.cwd.display()))?
-        .with_permission(setup.permission);
+        .with_permission(setup.permission)
+        .with_confinement(sandbox.confinement());
 
     let extensions = ExtensionSet::new();
     let mut guards = dsh_agent::register_builtin_extensions(
@@ -164,6 +168,15 @@ pub(crate) fn build_agent(
         RetryPolicy::default(),
         Duration::from_secs(15 * 60),
     );
+    // Safety policy: logs preset and sandbox, asks before escalations, redacts secrets
+    // (the environment's and the provider key, wherever it was read from).
+    let mut safety =
+        dsh_agent::SafetyPolicy::new(setup.permission, sandbox.mode().as_str(), sandbox.detail());
+    if let Some(key) = &setup.selection.api_key {
+        let name = provider.api_key_env.as_deref().unwrap_or("API_KEY");
+        safety = safety.with_secret(name, key.expose_secret());
+    }
+    guards.push(extensions.register(Arc::new(safety)));
     guards.push(
         extensions.register(Arc::new(dsh_agent::ContextMessages::new(
             &setup.cwd,
