@@ -8,6 +8,7 @@ mod progress;
 mod replay;
 mod run;
 mod sessions;
+mod tui;
 
 use std::process::ExitCode;
 
@@ -18,7 +19,7 @@ use clap::{Parser, Subcommand};
 #[command(name = "dsh", version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -30,6 +31,8 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// List, show, export, fork and delete sessions.
     Sessions(sessions::SessionsArgs),
+    /// Open the interactive UI on an earlier session (default: the latest of this directory).
+    Resume(tui::ResumeArgs),
     /// Show the effective configuration (`show`) or the configuration file paths (`path`).
     Config(config_cmd::ConfigArgs),
     /// List a provider's models, merged with the configured model table.
@@ -39,11 +42,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
-        Command::Replay(args) => replay::run(args),
-        Command::Sessions(args) => sessions::run(args),
-        Command::Config(args) => config_cmd::run(args),
-        Command::Models(args) => models::run(args),
+        None => tui::run_new(),
+        Some(Command::Resume(args)) => tui::run_resume(args),
+        Some(Command::Run(args)) => run::run(args),
+        Some(Command::Replay(args)) => replay::run(args),
+        Some(Command::Sessions(args)) => sessions::run(args),
+        Some(Command::Config(args)) => config_cmd::run(args),
+        Some(Command::Models(args)) => models::run(args),
     };
     match result {
         Ok(code) => code,

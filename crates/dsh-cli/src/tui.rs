@@ -1,0 +1,112 @@
+//! `dsh` with no subcommand, and `dsh resume [id|--last]`: the interactive terminal UI
+//! (`dsh-tui`), with agents built exactly as `dsh run` builds them ([`crate::run::resolve`]
+//! and [`crate::run::build_agent`]).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use dsh_session::{open_store, StoreKind};
+use dsh_tui::{AgentFactory, OpenedAgent, StartWith, StatusInfo, TuiOptions};
+
+use crate::run::{RunArgs, RunSetup};
+
+/// Arguments of `dsh resume`.
+#[derive(Debug, clap::Args)]
+pub struct ResumeArgs {
+    /// Session id, id prefix or path (default: the latest session of this directory).
+    pub id: Option<String>,
+    /// Continue the latest session of this directory.
+    #[arg(long, conflicts_with = "id")]
+    pub last: bool,
+}
+
+/// `dsh run`'s arguments with every default, parsed rather than built so that options added
+/// to `dsh run` keep their defaults here.
+#[derive(Parser)]
+struct DefaultRunArgs {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+fn run_args(start: &StartWith) -> anyhow::Result<RunArgs> {
+    let mut argv = vec!["dsh".to_string(), String::new()];
+    match start {
+        StartWith::New => {}
+        StartWith::Resume(key) => argv.extend(["--resume".to_string(), key.clone()]),
+        StartWith::Last => argv.push("--continue".to_string()),
+    }
+    Ok(DefaultRunArgs::try_parse_from(argv)
+        .context("internal: default run arguments")?
+        .run)
+}
+
+/// Builds agents for the UI from one resolved setup.
+struct CliAgentFactory {
+    setup: RunSetup,
+}
+
+impl AgentFactory for CliAgentFactory {
+    fn open(&self, start: &StartWith) -> anyhow::Result<OpenedAgent> {
+        let args = run_args(start)?;
+        let store = open_store(StoreKind::Jsonl, &self.setup.home)?;
+        let (agent, guards) = crate::run::build_agent(&self.setup, &args, store.as_ref())?;
+        Ok(OpenedAgent {
+            agent,
+            keep_alive: Box::new(guards),
+        })
+    }
+}
+
+/// Opens the UI on a new session (`dsh`).
+pub fn run_new() -> anyhow::Result<ExitCode> {
+    run(StartWith::New)
+}
+
+/// Opens the UI on an existing session (`dsh resume`).
+pub fn run_resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
+    match args.id {
+        Some(id) => run(StartWith::Resume(id)),
+        None => run(StartWith::Last),
+    }
+}
+
+fn run(start: StartWith) -> anyhow::Result<ExitCode> {
+    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "the interactive UI needs a terminal; for scripts use `dsh run \"task\"` (see `dsh --help`)"
+        );
+    }
+    let setup = crate::run::resolve(&run_args(&start)?)?;
+    let options = TuiOptions {
+        home: setup.home.clone(),
+        cwd: setup.cwd.clone(),
+        store: StoreKind::Jsonl,
+        status: StatusInfo {
+            model: setup.call.model.clone(),
+            effort: setup.call.reasoning_effort.map(|e| e.as_str().to_string()),
+            permission: setup.permission.to_string(),
+            context_window: 0,
+            prices: setup.prices.clone(),
+        },
+        start,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let factory = Arc::new(CliAgentFactory { setup });
+    let exit = runtime.block_on(dsh_tui::run(options, factory))?;
+    // The input thread may still block in a terminal read; do not wait for it.
+    runtime.shutdown_background();
+    if !exit.draft.trim().is_empty() {
+        eprintln!("dsh: your unsent draft:\n{}", exit.draft);
+    }
+    if let Some(id) = exit.session_id {
+        eprintln!("dsh: session {id} saved; continue with `dsh resume {id}`");
+    }
+    Ok(ExitCode::SUCCESS)
+}

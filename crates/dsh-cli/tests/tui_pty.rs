@@ -1,0 +1,251 @@
+//! The interactive UI end to end: the real `dsh` binary in a pseudo-terminal against the fake
+//! provider. Type a prompt and see the streamed reply; start a stalling reply, type a draft,
+//! press Ctrl-C: the turn is logged `aborted` with the partial reply, and the draft survives
+//! on screen and is printed when the UI closes (Ctrl-D).
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dsh_session::{load_file, Event, TurnEndReason};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd, WireUsage};
+use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+
+const COLS: u16 = 100;
+const ROWS: u16 = 30;
+
+/// The child in a pty, with a terminal emulator fed by a reader thread.
+struct Tui {
+    screen: Arc<Mutex<vt100::Parser>>,
+    raw: Arc<Mutex<Vec<u8>>>,
+    writer: Box<dyn Write + Send>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    started: Instant,
+}
+
+impl Tui {
+    fn start(base_url: &str, home: &Path, cwd: &Path) -> Tui {
+        Tui::start_with(base_url, home, cwd, &[])
+    }
+
+    fn start_with(base_url: &str, home: &Path, cwd: &Path, args: &[&str]) -> Tui {
+        let pty = native_pty_system()
+            .openpty(PtySize {
+                rows: ROWS,
+                cols: COLS,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+        let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_dsh"));
+        cmd.args(args);
+        cmd.env_clear();
+        cmd.env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        cmd.env("HOME", home);
+        cmd.env("DSH_HOME", home);
+        cmd.env("TERM", "xterm-256color");
+        cmd.env("DEEPSEEK_BASE_URL", base_url);
+        cmd.env("DEEPSEEK_API_KEY", "sk-tui-test");
+        cmd.cwd(cwd);
+        let started = Instant::now();
+        let child = pty.slave.spawn_command(cmd).unwrap();
+        drop(pty.slave);
+        let mut reader = pty.master.try_clone_reader().unwrap();
+        let writer = pty.master.take_writer().unwrap();
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(ROWS, COLS, 0)));
+        let raw = Arc::new(Mutex::new(Vec::new()));
+        std::thread::spawn({
+            let screen = Arc::clone(&screen);
+            let raw = Arc::clone(&raw);
+            // The master must stay open while the child runs; the thread owns it.
+            let master = pty.master;
+            move || {
+                let _master = master;
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = reader.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    screen.lock().unwrap().process(&buf[..n]);
+                    raw.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            }
+        });
+        Tui {
+            screen,
+            raw,
+            writer,
+            child,
+            started,
+        }
+    }
+
+    fn contents(&self) -> String {
+        self.screen.lock().unwrap().screen().contents()
+    }
+
+    fn wait_for(&self, what: &str) -> Duration {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.contents().contains(what) {
+                return self.started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`{what}` never appeared; screen:\n{}",
+                self.contents()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn type_text(&mut self, text: &str) {
+        self.writer.write_all(text.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+    }
+}
+
+fn session_file(home: &Path) -> PathBuf {
+    let mut stack = vec![home.join("sessions")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "session.jsonl") {
+                return path;
+            }
+        }
+    }
+    panic!("no session file under {}", home.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn type_stream_cancel_keep_draft() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .text("Hello from the ")
+                .text("**fake** provider")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .reasoning("thinking about it")
+                .text("partial answer")
+                .end(StreamEnd::Stall),
+        ),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
+
+    let first_frame = tui.wait_for("workspace-write");
+    eprintln!("time to first frame (spawn to status line): {first_frame:?}");
+    tui.wait_for("Ask dsh anything");
+
+    tui.type_text("say hello\r");
+    tui.wait_for("Hello from the fake provider");
+    tui.wait_for("› say hello");
+
+    tui.type_text("stall please\r");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        provider.wait_until(|e| e.stalls >= 1),
+    )
+    .await
+    .unwrap();
+    tui.wait_for("partial answer");
+    tui.type_text("my unsent draft");
+    tui.wait_for("my unsent draft");
+    tui.type_text("\x03");
+    tui.wait_for("turn cancelled");
+    // The cancel left the draft alone.
+    let screen = tui.contents();
+    assert!(screen.contains("my unsent draft"), "{screen}");
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        provider.wait_until(|e| e.client_disconnects >= 1),
+    )
+    .await
+    .expect("the stalled connection was closed");
+
+    // Ctrl-D quits; the draft is printed after the terminal is restored.
+    tui.type_text("\x04");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = tui.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "dsh did not exit after Ctrl-D");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    let raw = String::from_utf8_lossy(&tui.raw.lock().unwrap()).into_owned();
+    assert!(raw.contains("your unsent draft:"), "{raw}");
+    assert!(raw.contains("dsh resume "), "{raw}");
+    // Raw mode and the alternate screen were left.
+    assert!(raw.contains("\x1b[?1049l"), "alternate screen not left");
+
+    let log = load_file(&session_file(home.path())).unwrap();
+    let ends: Vec<TurnEndReason> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TurnEnd(end) => Some(end.reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert_eq!(ends[0], TurnEndReason::Completed);
+    assert!(matches!(ends[1], TurnEndReason::Aborted { .. }), "{ends:?}");
+    let partial = log.events.iter().find_map(|e| match &e.event {
+        Event::AssistantMessage(m) if m.interrupted => Some(m.message.text()),
+        _ => None,
+    });
+    assert_eq!(partial.as_deref(), Some("partial answer"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_renders_the_history_from_the_log() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("The answer is 42.")
+            .finish("stop", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
+    tui.wait_for("Ask dsh anything");
+    tui.type_text("what is the answer\r");
+    tui.wait_for("The answer is 42.");
+    tui.type_text("\x04");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tui.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "dsh did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let mut resumed = Tui::start_with(
+        &provider.base_url(),
+        home.path(),
+        cwd.path(),
+        &["resume", "--last"],
+    );
+    resumed.wait_for("› what is the answer");
+    resumed.wait_for("The answer is 42.");
+    resumed.type_text("\x04");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while resumed.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "dsh resume did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,326 @@
+//! The UI state and what keys do to it. Keys never talk to the agent directly: they change
+//! the state and return [`Action`]s that the runtime carries out, so this file is testable
+//! without a terminal or a model.
+
+use std::collections::VecDeque;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use dsh_agent::{ApprovalDecision, ApprovalRequest};
+use dsh_session::{PriceTable, SessionSummary};
+use tokio::sync::oneshot;
+
+use crate::commands::{completions, parse, SlashCommand};
+use crate::composer::Composer;
+use crate::transcript::Transcript;
+
+/// What the runtime must do after a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Queue text for the next turn (starts one when idle).
+    Send(String),
+    /// Queue text for the next step of the running turn.
+    Steer(String),
+    /// Cancel the running turn.
+    Cancel,
+    /// Run a slash command.
+    Command(SlashCommand),
+    /// Continue the session with this id (picked in `/resume`).
+    OpenSession(String),
+    /// Leave.
+    Quit,
+}
+
+/// The fixed facts the status line shows next to the live figures.
+#[derive(Debug, Clone, Default)]
+pub struct StatusInfo {
+    /// Model asked for (until a request header says otherwise).
+    pub model: String,
+    /// Effort asked for.
+    pub effort: Option<String>,
+    /// Permission preset name.
+    pub permission: String,
+    /// Context window of the model, in tokens.
+    pub context_window: u64,
+    /// Prices for the cost figure.
+    pub prices: PriceTable,
+}
+
+/// A tool call waiting for the user's answer.
+pub struct PendingApproval {
+    /// The question.
+    pub request: ApprovalRequest,
+    /// Where the answer goes (the loop waits on it).
+    pub respond: Option<oneshot::Sender<ApprovalDecision>>,
+}
+
+/// A list to choose a session from (`/resume`).
+#[derive(Debug, Clone, Default)]
+pub struct Picker {
+    /// Sessions, most recent first.
+    pub sessions: Vec<SessionSummary>,
+    /// The highlighted row.
+    pub selected: usize,
+}
+
+/// What a first Ctrl-C armed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Armed {
+    /// A second Ctrl-C clears the draft.
+    ClearDraft,
+    /// A second Ctrl-C quits.
+    Quit,
+}
+
+/// Everything on screen.
+pub struct App {
+    /// The conversation.
+    pub transcript: Transcript,
+    /// The draft.
+    pub composer: Composer,
+    /// Queued input: `(is_steering, text)`, in the order it will be used.
+    pub queue: Vec<(bool, String)>,
+    /// Status line facts.
+    pub status: StatusInfo,
+    /// The session id, once a session is open.
+    pub session_id: Option<String>,
+    /// Questions from the approver, first one shown.
+    pub approvals: VecDeque<PendingApproval>,
+    /// The `/resume` picker, when open.
+    pub picker: Option<Picker>,
+    /// Show reasoning in full.
+    pub expand_reasoning: bool,
+    /// Lines scrolled up from the bottom of the conversation.
+    pub scroll: usize,
+    /// Highlighted completion.
+    pub completion: usize,
+    /// A one-line hint above the composer (Ctrl-C prompts, errors of commands).
+    pub hint: Option<String>,
+    /// What a first Ctrl-C armed.
+    pub armed: Option<Armed>,
+    /// Height of the conversation view at the last draw (for paging).
+    pub page: usize,
+    /// Set when the session is still being opened.
+    pub loading: bool,
+}
+
+impl App {
+    /// A fresh UI with `status`.
+    pub fn new(status: StatusInfo) -> Self {
+        App {
+            transcript: Transcript::new(),
+            composer: Composer::new(),
+            queue: Vec::new(),
+            status,
+            session_id: None,
+            approvals: VecDeque::new(),
+            picker: None,
+            expand_reasoning: false,
+            scroll: 0,
+            completion: 0,
+            hint: None,
+            armed: None,
+            page: 20,
+            loading: true,
+        }
+    }
+
+    /// Commands matching the draft (for the completion popup).
+    pub fn completions(&self) -> Vec<(&'static str, &'static str)> {
+        completions(&self.composer.text())
+    }
+
+    /// Applies a key; returns what the runtime must do.
+    pub fn on_key(&mut self, key: KeyEvent) -> Vec<Action> {
+        if key.kind == KeyEventKind::Release {
+            return Vec::new();
+        }
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        let alt = key.modifiers.contains(KeyModifiers::ALT);
+        let shift = key.modifiers.contains(KeyModifiers::SHIFT);
+        let is_ctrl_c = ctrl && matches!(key.code, KeyCode::Char('c') | KeyCode::Char('C'));
+        if !is_ctrl_c {
+            self.armed = None;
+        }
+        if is_ctrl_c {
+            return self.ctrl_c();
+        }
+        if ctrl && matches!(key.code, KeyCode::Char('d') | KeyCode::Char('D')) {
+            return vec![Action::Quit];
+        }
+        if !self.approvals.is_empty() {
+            self.approval_key(key);
+            return Vec::new();
+        }
+        if self.picker.is_some() {
+            return self.picker_key(key);
+        }
+        self.hint = None;
+        match key.code {
+            KeyCode::Enter if alt || shift => self.composer.insert('\n'),
+            KeyCode::Char('j') | KeyCode::Char('J') if ctrl => self.composer.insert('\n'),
+            KeyCode::Enter => return self.submit(false),
+            KeyCode::Char('s') | KeyCode::Char('S') if ctrl => return self.submit(true),
+            KeyCode::Char('t') | KeyCode::Char('T') if ctrl => {
+                self.expand_reasoning = !self.expand_reasoning
+            }
+            KeyCode::Char('a') if ctrl => self.composer.home(),
+            KeyCode::Char('e') if ctrl => self.composer.end(),
+            KeyCode::Char('u') if ctrl => self.composer.delete_to_line_start(),
+            KeyCode::Char('w') if ctrl => self.composer.delete_word(),
+            KeyCode::Backspace if alt || ctrl => self.composer.delete_word(),
+            KeyCode::Char(c) if !ctrl => {
+                self.composer.insert(c);
+                self.completion = 0;
+            }
+            KeyCode::Backspace => {
+                self.composer.backspace();
+                self.completion = 0;
+            }
+            KeyCode::Delete => self.composer.delete(),
+            KeyCode::Left => self.composer.left(),
+            KeyCode::Right => self.composer.right(),
+            KeyCode::Home => self.composer.home(),
+            KeyCode::End => self.composer.end(),
+            KeyCode::Up => {
+                let matches = self.completions().len();
+                if matches > 0 {
+                    self.completion = (self.completion + matches - 1) % matches;
+                } else {
+                    self.composer.up();
+                }
+            }
+            KeyCode::Down => {
+                let matches = self.completions().len();
+                if matches > 0 {
+                    self.completion = (self.completion + 1) % matches;
+                } else {
+                    self.composer.down();
+                }
+            }
+            KeyCode::Tab => {
+                if let Some((name, _)) = self.completions().get(self.completion) {
+                    self.composer.set_text(&format!("{name} "));
+                    self.completion = 0;
+                }
+            }
+            KeyCode::PageUp => self.scroll += self.page.max(2) - 1,
+            KeyCode::PageDown => self.scroll = self.scroll.saturating_sub(self.page.max(2) - 1),
+            KeyCode::Esc => self.scroll = 0,
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    /// Inserts pasted text into the draft.
+    pub fn on_paste(&mut self, text: &str) {
+        if self.approvals.is_empty() && self.picker.is_none() {
+            self.composer.insert_str(text);
+        }
+    }
+
+    fn ctrl_c(&mut self) -> Vec<Action> {
+        if self.picker.take().is_some() {
+            return Vec::new();
+        }
+        if self.transcript.running || !self.approvals.is_empty() {
+            // The loop answers a pending approval `canceled` itself when the turn ends.
+            self.approvals.clear();
+            self.armed = None;
+            self.hint = Some("cancelling the turn…".to_string());
+            return vec![Action::Cancel];
+        }
+        if !self.composer.is_empty() {
+            if self.armed == Some(Armed::ClearDraft) {
+                self.composer.take();
+                self.armed = None;
+                self.hint = Some("draft cleared (Up recalls it)".to_string());
+            } else {
+                self.armed = Some(Armed::ClearDraft);
+                self.hint = Some("press Ctrl-C again to clear the draft".to_string());
+            }
+            return Vec::new();
+        }
+        if self.armed == Some(Armed::Quit) {
+            return vec![Action::Quit];
+        }
+        self.armed = Some(Armed::Quit);
+        self.hint = Some("press Ctrl-C again (or Ctrl-D) to quit".to_string());
+        Vec::new()
+    }
+
+    fn submit(&mut self, steer: bool) -> Vec<Action> {
+        let draft = self.composer.text();
+        if draft.trim().is_empty() {
+            return Vec::new();
+        }
+        if draft.starts_with('/') {
+            let matches = self.completions();
+            let exact = matches.iter().any(|(name, _)| *name == draft.trim());
+            let line = match matches.get(self.completion) {
+                Some((name, _)) if !exact => (*name).to_string(),
+                _ => draft.trim().to_string(),
+            };
+            self.completion = 0;
+            return match parse(&line) {
+                Ok(command) => {
+                    self.composer.take();
+                    vec![Action::Command(command)]
+                }
+                Err(message) => {
+                    self.hint = Some(message);
+                    Vec::new()
+                }
+            };
+        }
+        let text = self.composer.take();
+        self.scroll = 0;
+        if steer && self.transcript.running {
+            vec![Action::Steer(text)]
+        } else {
+            vec![Action::Send(text)]
+        }
+    }
+
+    fn approval_key(&mut self, key: KeyEvent) {
+        let decision = match key.code {
+            KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Char('a') | KeyCode::Enter => {
+                ApprovalDecision::AllowOnce
+            }
+            KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Char('r') | KeyCode::Esc => {
+                ApprovalDecision::Reject {
+                    message: "the user rejected this call; do not retry it without asking"
+                        .to_string(),
+                }
+            }
+            _ => return,
+        };
+        if let Some(mut pending) = self.approvals.pop_front() {
+            if let Some(respond) = pending.respond.take() {
+                // The loop stopped waiting (turn cancelled): nobody needs the answer.
+                let _ = respond.send(decision);
+            }
+        }
+    }
+
+    fn picker_key(&mut self, key: KeyEvent) -> Vec<Action> {
+        let Some(picker) = self.picker.as_mut() else {
+            return Vec::new();
+        };
+        match key.code {
+            KeyCode::Up => picker.selected = picker.selected.saturating_sub(1),
+            KeyCode::Down => {
+                picker.selected = (picker.selected + 1).min(picker.sessions.len().saturating_sub(1))
+            }
+            KeyCode::Esc => self.picker = None,
+            KeyCode::Enter => {
+                let id = picker.sessions.get(picker.selected).map(|s| s.id.clone());
+                self.picker = None;
+                if let Some(id) = id {
+                    return vec![Action::OpenSession(id)];
+                }
+            }
+            _ => {}
+        }
+        Vec::new()
+    }
+}

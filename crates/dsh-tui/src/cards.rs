@@ -1,0 +1,327 @@
+//! Cells to styled lines: user prompts, Markdown replies, reasoning (collapsed or expanded),
+//! tool cards (bash, write/edit with a coloured diff, read, glob/grep, any other tool) and
+//! notices. Pure functions of the cell, so each can be snapshot-tested.
+
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use serde_json::Value;
+use similar::{ChangeTag, TextDiff};
+
+use crate::markdown::render_markdown;
+use crate::transcript::{Cell, NoticeLevel, ToolCard, ToolStatus};
+
+/// Most diff lines a write/edit card shows.
+const MAX_DIFF_LINES: usize = 40;
+/// Most output lines a bash card shows (the tail).
+const MAX_OUTPUT_LINES: usize = 6;
+
+fn dim() -> Style {
+    Style::default().fg(Color::DarkGray)
+}
+
+/// Renders one cell. `expand_reasoning` shows reasoning in full instead of one summary line.
+pub fn render_cell(cell: &Cell, expand_reasoning: bool) -> Vec<Line<'static>> {
+    match cell {
+        Cell::User { text } => {
+            let mut lines = Vec::new();
+            for (i, line) in text.split('\n').enumerate() {
+                let prefix = if i == 0 { "› " } else { "  " };
+                lines.push(Line::from(vec![
+                    Span::styled(
+                        prefix,
+                        Style::default()
+                            .fg(Color::Cyan)
+                            .add_modifier(Modifier::BOLD),
+                    ),
+                    Span::styled(
+                        line.to_string(),
+                        Style::default().add_modifier(Modifier::BOLD),
+                    ),
+                ]));
+            }
+            lines
+        }
+        Cell::Assistant {
+            text,
+            streaming,
+            interrupted,
+        } => {
+            let mut lines = render_markdown(text.trim_end_matches('\n'));
+            if *streaming {
+                match lines.last_mut() {
+                    Some(last) => last.spans.push(Span::styled("▌", dim())),
+                    None => lines.push(Line::from(Span::styled("▌", dim()))),
+                }
+            }
+            if *interrupted {
+                lines.push(Line::from(Span::styled(
+                    "(interrupted)",
+                    dim().add_modifier(Modifier::ITALIC),
+                )));
+            }
+            lines
+        }
+        Cell::Reasoning { text, streaming } => render_reasoning(text, *streaming, expand_reasoning),
+        Cell::Tool(card) => render_tool(card),
+        Cell::Notice { level, text } => {
+            let (mark, style) = match level {
+                NoticeLevel::Info => ("ℹ ", Style::default().fg(Color::Blue)),
+                NoticeLevel::Warn => ("⚠ ", Style::default().fg(Color::Yellow)),
+                NoticeLevel::Error => ("✗ ", Style::default().fg(Color::Red)),
+            };
+            text.split('\n')
+                .enumerate()
+                .map(|(i, line)| {
+                    Line::from(vec![
+                        Span::styled(if i == 0 { mark } else { "  " }, style),
+                        Span::styled(line.to_string(), style),
+                    ])
+                })
+                .collect()
+        }
+    }
+}
+
+fn render_reasoning(text: &str, streaming: bool, expand: bool) -> Vec<Line<'static>> {
+    let style = dim().add_modifier(Modifier::ITALIC);
+    let words = text.split_whitespace().count();
+    let state = if streaming { "Thinking…" } else { "Thought" };
+    if !expand {
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim();
+        let mut spans = vec![Span::styled(
+            format!("▸ {state} ({words} words, Ctrl-T expands)"),
+            style,
+        )];
+        if streaming && !last.is_empty() {
+            spans.push(Span::styled(format!(" {}", truncate(last, 60)), style));
+        }
+        return vec![Line::from(spans)];
+    }
+    let mut lines = vec![Line::from(Span::styled(
+        format!("▾ {state} ({words} words)"),
+        style,
+    ))];
+    for line in text.trim_end().split('\n') {
+        lines.push(Line::from(Span::styled(format!("  {line}"), style)));
+    }
+    lines
+}
+
+fn arg_str<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c == '\n' { ' ' } else { c })
+        .collect();
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}
+
+/// Renders a tool card: a header line (status mark, tool, its subject) and a body.
+pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
+    let args: Value = serde_json::from_str(&card.arguments).unwrap_or(Value::Null);
+    let (mark, mark_style) = match &card.status {
+        ToolStatus::Running => ("◌", Style::default().fg(Color::Yellow)),
+        ToolStatus::Done { .. } => ("●", Style::default().fg(Color::Green)),
+        ToolStatus::Failed { .. } => ("●", Style::default().fg(Color::Red)),
+    };
+    let subject = match card.name.as_str() {
+        "bash" => format!(
+            "$ {}",
+            truncate(arg_str(&args, "command").unwrap_or(""), 200)
+        ),
+        "read" => {
+            let path = arg_str(&args, "file_path").unwrap_or("?");
+            let offset = args.get("offset").and_then(Value::as_u64);
+            let limit = args.get("limit").and_then(Value::as_u64);
+            match (offset, limit) {
+                (None, None) => path.to_string(),
+                (offset, limit) => {
+                    let from = offset.unwrap_or(1).max(1);
+                    match limit {
+                        Some(limit) => format!("{path} lines {from}-{}", from + limit - 1),
+                        None => format!("{path} from line {from}"),
+                    }
+                }
+            }
+        }
+        "write" | "edit" => arg_str(&args, "file_path").unwrap_or("?").to_string(),
+        "glob" | "grep" => {
+            let pattern = arg_str(&args, "pattern").unwrap_or("?");
+            match arg_str(&args, "path") {
+                Some(path) => format!("{pattern} in {path}"),
+                None => pattern.to_string(),
+            }
+        }
+        _ => truncate(&card.arguments, 120),
+    };
+    let mut header = vec![
+        Span::styled(format!("{mark} "), mark_style),
+        Span::styled(
+            card.name.clone(),
+            Style::default().add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(" "),
+        Span::raw(subject),
+    ];
+    let mut body = Vec::new();
+    match &card.status {
+        ToolStatus::Running => header.push(Span::styled("  running…", dim())),
+        ToolStatus::Failed { code, message } => {
+            header.push(Span::styled(
+                format!("  {code}"),
+                Style::default().fg(Color::Red),
+            ));
+            body.push(body_line(
+                truncate(message, 200),
+                Style::default().fg(Color::Red),
+            ));
+        }
+        ToolStatus::Done { output, meta } => {
+            let meta = meta.as_ref().unwrap_or(&Value::Null);
+            match card.name.as_str() {
+                "bash" => bash_body(output, meta, &mut header, &mut body),
+                "write" | "edit" => diff_body(meta, &mut header, &mut body),
+                "read" => {
+                    let lines = output.lines().count();
+                    header.push(Span::styled(format!("  {lines} lines"), dim()));
+                }
+                "glob" | "grep" => {
+                    let total = meta.get("total").and_then(Value::as_u64);
+                    let shown = meta.get("shown").and_then(Value::as_u64);
+                    let noun = if card.name == "glob" {
+                        "files"
+                    } else {
+                        "matches"
+                    };
+                    let text = match (total, shown) {
+                        (Some(t), Some(s)) if s < t => format!("  {t} {noun} ({s} shown)"),
+                        (Some(t), _) => format!("  {t} {noun}"),
+                        _ => format!("  {} lines", output.lines().count()),
+                    };
+                    header.push(Span::styled(text, dim()));
+                }
+                _ => {
+                    for line in output.lines().take(3) {
+                        body.push(body_line(truncate(line, 160), dim()));
+                    }
+                }
+            }
+        }
+    }
+    let mut lines = vec![Line::from(header)];
+    lines.extend(body);
+    lines
+}
+
+fn body_line(text: String, style: Style) -> Line<'static> {
+    Line::from(vec![Span::styled("  │ ", dim()), Span::styled(text, style)])
+}
+
+fn bash_body(
+    output: &str,
+    meta: &Value,
+    header: &mut Vec<Span<'static>>,
+    body: &mut Vec<Line<'static>>,
+) {
+    let exit = meta.get("exitCode").and_then(Value::as_i64);
+    let timed_out = meta.get("timedOut").and_then(Value::as_bool) == Some(true);
+    let (text, style) = if timed_out {
+        ("  ✗ timed out".to_string(), Style::default().fg(Color::Red))
+    } else {
+        match exit {
+            Some(0) => ("  ✓ exit 0".to_string(), Style::default().fg(Color::Green)),
+            Some(code) => (format!("  ✗ exit {code}"), Style::default().fg(Color::Red)),
+            None => ("  ✗ killed".to_string(), Style::default().fg(Color::Red)),
+        }
+    };
+    header.push(Span::styled(text, style));
+    let lines: Vec<&str> = output
+        .lines()
+        .filter(|l| !l.starts_with("[exit code:"))
+        .collect();
+    let skip = lines.len().saturating_sub(MAX_OUTPUT_LINES);
+    if skip > 0 {
+        body.push(body_line(format!("… {skip} more lines"), dim()));
+    }
+    for line in &lines[skip..] {
+        body.push(body_line(truncate(line, 200), dim()));
+    }
+}
+
+fn diff_body(meta: &Value, header: &mut Vec<Span<'static>>, body: &mut Vec<Line<'static>>) {
+    let added = meta.get("added").and_then(Value::as_u64).unwrap_or(0);
+    let removed = meta.get("removed").and_then(Value::as_u64).unwrap_or(0);
+    let created = meta.get("created").and_then(Value::as_bool) == Some(true);
+    header.push(Span::styled(
+        format!(
+            "  {}+{added} -{removed}",
+            if created { "new file " } else { "" }
+        ),
+        dim(),
+    ));
+    let plus = Style::default().fg(Color::Green);
+    let minus = Style::default().fg(Color::Red);
+    let mut out: Vec<(String, Style)> = Vec::new();
+    let first = meta.get("diffs").and_then(|d| d.get(0));
+    let new_text = first.and_then(|d| d.get("newText")).and_then(Value::as_str);
+    if let Some(new_text) = new_text {
+        let old_text = first
+            .and_then(|d| d.get("oldText"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let diff = TextDiff::from_lines(old_text, new_text);
+        for (i, group) in diff.grouped_ops(2).iter().enumerate() {
+            if i > 0 {
+                out.push(("⋯".to_string(), dim()));
+            }
+            for op in group {
+                for change in diff.iter_changes(op) {
+                    let line = change.value().trim_end_matches('\n');
+                    let (sign, style) = match change.tag() {
+                        ChangeTag::Insert => ('+', plus),
+                        ChangeTag::Delete => ('-', minus),
+                        ChangeTag::Equal => (' ', dim()),
+                    };
+                    let number = change
+                        .new_index()
+                        .or(change.old_index())
+                        .map_or(0, |n| n + 1);
+                    out.push((format!("{number:>4} {sign} {line}"), style));
+                }
+            }
+        }
+    } else if let Some(unified) = meta.get("unifiedDiff").and_then(Value::as_str) {
+        for line in unified.lines() {
+            let style = if line.starts_with("+++") || line.starts_with("---") {
+                dim()
+            } else if line.starts_with('+') {
+                plus
+            } else if line.starts_with('-') {
+                minus
+            } else {
+                dim()
+            };
+            out.push((line.to_string(), style));
+        }
+    }
+    let extra = out.len().saturating_sub(MAX_DIFF_LINES);
+    for (text, style) in out.into_iter().take(MAX_DIFF_LINES) {
+        body.push(body_line(text, style));
+    }
+    if extra > 0 {
+        body.push(body_line(format!("… {extra} more diff lines"), dim()));
+    }
+}

@@ -1,0 +1,27 @@
+//! The interactive terminal UI of dsh (SPEC S8): a conversation view that streams Markdown,
+//! reasoning and tool cards; a multi-line composer whose draft survives turns and cancels;
+//! queued and steering input; approval prompts; slash commands with completion; and a status
+//! line with model, effort, permission, context, cache hits and cost.
+//!
+//! The crate is a front end over [`dsh_agent`]: it sends operations through an
+//! [`dsh_agent::AgentHandle`] and renders the session events it subscribes to. Rendering is
+//! pure ([`cards`], [`markdown`], [`view`]) and tested with ratatui's `TestBackend`; key
+//! handling ([`app`]) returns actions instead of acting, and [`runtime`] connects both to the
+//! terminal and the agent. The binary supplies an [`AgentFactory`] that builds agents the way
+//! `dsh run` does.
+
+pub mod app;
+pub mod approval;
+pub mod cards;
+pub mod commands;
+pub mod composer;
+pub mod highlight;
+pub mod markdown;
+pub mod runtime;
+pub mod terminal;
+pub mod transcript;
+pub mod view;
+
+pub use app::{Action, App, StatusInfo};
+pub use runtime::{run, AgentFactory, OpenedAgent, StartWith, TuiExit, TuiOptions};
+pub use transcript::{Cell, NoticeLevel, ToolCard, ToolStatus, Transcript};

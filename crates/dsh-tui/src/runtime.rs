@@ -1,0 +1,614 @@
+//! The event loop: terminal input, session events, approval questions and background jobs in,
+//! frames out.
+//!
+//! Start-up draws the first frame before any blocking work: the session is opened (and, for a
+//! resume, its log read) on a blocking thread while the user can already type; what is sent
+//! before it is ready is queued and sent when it is.
+
+use std::any::Any;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossterm::event::Event as TermEvent;
+use dsh_agent::{Agent, AgentError, AgentHandle, SessionEvent};
+use dsh_llm::{CallConfig, ReasoningEffort};
+use dsh_session::{open_store, LoadedLog, SessionSummary, StoreKind};
+use ratatui::backend::CrosstermBackend;
+use ratatui::Terminal;
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{Action, App, PendingApproval, Picker, StatusInfo};
+use crate::approval::{ApprovalQuestion, TuiApprover};
+use crate::commands::{help_text, SlashCommand};
+use crate::terminal::TerminalGuard;
+use crate::transcript::{NoticeLevel, Transcript};
+use crate::view::{draw, short_tokens, ViewCache};
+
+/// Which session the UI opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartWith {
+    /// A new session.
+    New,
+    /// The session with this id, id prefix or path.
+    Resume(String),
+    /// The latest session of the working directory.
+    Last,
+}
+
+/// An agent and what must outlive it (extension guards).
+pub struct OpenedAgent {
+    /// The agent, not yet serving.
+    pub agent: Agent,
+    /// Dropped after the agent.
+    pub keep_alive: Box<dyn Any + Send>,
+}
+
+/// Builds agents the way the binary configures them (adapters, tools, extensions). Called on
+/// a blocking thread.
+pub trait AgentFactory: Send + Sync + 'static {
+    /// Creates or resumes a session.
+    fn open(&self, start: &StartWith) -> anyhow::Result<OpenedAgent>;
+}
+
+/// Settings of a TUI run.
+pub struct TuiOptions {
+    /// The dsh home (sessions live under it).
+    pub home: PathBuf,
+    /// The working directory (listing for `/resume`, default export folder).
+    pub cwd: PathBuf,
+    /// The session store kind.
+    pub store: StoreKind,
+    /// What the status line shows before the first request.
+    pub status: StatusInfo,
+    /// The session to open.
+    pub start: StartWith,
+}
+
+/// How the UI ended.
+#[derive(Debug, Clone, Default)]
+pub struct TuiExit {
+    /// The session that was open.
+    pub session_id: Option<String>,
+    /// An unsent draft (printed by the caller so it is not lost).
+    pub draft: String,
+}
+
+/// Results of work done off the UI thread.
+enum Background {
+    Opened(Box<anyhow::Result<(OpenedAgent, LoadedLog)>>),
+    Listed(anyhow::Result<Vec<SessionSummary>>),
+    Forked(anyhow::Result<String>),
+    Exported(anyhow::Result<PathBuf>),
+    Reloaded(anyhow::Result<LoadedLog>),
+}
+
+/// A serving agent.
+struct Live {
+    handle: AgentHandle,
+    events: broadcast::Receiver<SessionEvent>,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), AgentError>>,
+    call: CallConfig,
+}
+
+/// Runs the UI until the user quits. The terminal is restored before this returns.
+pub async fn run(options: TuiOptions, factory: Arc<dyn AgentFactory>) -> anyhow::Result<TuiExit> {
+    let guard = TerminalGuard::enter()?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+    let mut ui = Ui {
+        app: App::new(options.status.clone()),
+        cache: ViewCache::default(),
+        live: None,
+        early: Vec::new(),
+        resync: None,
+        options,
+        factory,
+        background: mpsc::unbounded_channel(),
+        questions: mpsc::unbounded_channel(),
+    };
+    terminal.draw(|f| draw(f, &mut ui.app, &mut ui.cache))?;
+
+    let (input_tx, mut input) = mpsc::unbounded_channel();
+    // Reads the terminal until the UI goes away; blocking reads need their own thread.
+    std::thread::spawn(move || {
+        while let Ok(event) = crossterm::event::read() {
+            if input_tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    ui.open(ui.options.start.clone());
+    let result = ui.run_loop(&mut terminal, &mut input).await;
+    let exit = TuiExit {
+        session_id: ui.app.session_id.clone(),
+        draft: ui.app.composer.text(),
+    };
+    ui.shutdown().await;
+    drop(terminal);
+    drop(guard);
+    result.map(|()| exit)
+}
+
+async fn next_event(live: &mut Option<Live>) -> Result<SessionEvent, broadcast::error::RecvError> {
+    match live {
+        Some(live) => live.events.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+struct Ui {
+    app: App,
+    cache: ViewCache,
+    live: Option<Live>,
+    /// Actions taken before the session was open.
+    early: Vec<Action>,
+    /// Live events held back while the transcript is rebuilt after a lag.
+    resync: Option<Vec<SessionEvent>>,
+    options: TuiOptions,
+    factory: Arc<dyn AgentFactory>,
+    background: (
+        mpsc::UnboundedSender<Background>,
+        mpsc::UnboundedReceiver<Background>,
+    ),
+    questions: (
+        mpsc::UnboundedSender<ApprovalQuestion>,
+        mpsc::UnboundedReceiver<ApprovalQuestion>,
+    ),
+}
+
+impl Ui {
+    async fn run_loop(
+        &mut self,
+        terminal: &mut Terminal<CrosstermBackend<std::io::Stdout>>,
+        input: &mut mpsc::UnboundedReceiver<TermEvent>,
+    ) -> anyhow::Result<()> {
+        loop {
+            let mut quit = false;
+            tokio::select! {
+                event = input.recv() => match event {
+                    Some(event) => quit = self.on_terminal(event),
+                    None => quit = true,
+                },
+                event = next_event(&mut self.live) => self.on_session_event(event),
+                Some((request, respond)) = self.questions.1.recv() => {
+                    self.app.approvals.push_back(PendingApproval { request, respond: Some(respond) });
+                }
+                Some(done) = self.background.1.recv() => self.on_background(done),
+            }
+            // Batch whatever else is ready into the same frame.
+            while let Ok(event) = input.try_recv() {
+                quit |= self.on_terminal(event);
+            }
+            while let Some(live) = self.live.as_mut() {
+                match live.events.try_recv() {
+                    Ok(event) => self.on_session_event(Ok(event)),
+                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                        self.on_session_event(Err(broadcast::error::RecvError::Lagged(n)))
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.check_served().await;
+            if quit {
+                return Ok(());
+            }
+            if let Some(live) = &self.live {
+                let (turn, step) = live.handle.pending();
+                self.app.queue = step
+                    .iter()
+                    .map(|m| (true, m.text()))
+                    .chain(turn.iter().map(|m| (false, m.text())))
+                    .collect();
+            }
+            terminal.draw(|f| draw(f, &mut self.app, &mut self.cache))?;
+        }
+    }
+
+    /// Opens a session off the UI thread.
+    fn open(&mut self, start: StartWith) {
+        self.app.loading = true;
+        let factory = Arc::clone(&self.factory);
+        let (home, kind) = (self.options.home.clone(), self.options.store);
+        let done = self.background.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let opened = factory.open(&start).and_then(|opened| {
+                let id = opened.agent.handle().session_id();
+                let log = open_store(kind, &home)?.load(&id)?;
+                Ok((opened, log))
+            });
+            // The UI may be gone (quit while opening); then nobody needs the agent.
+            let _ = done.send(Background::Opened(Box::new(opened)));
+        });
+    }
+
+    fn on_terminal(&mut self, event: TermEvent) -> bool {
+        let actions = match event {
+            TermEvent::Key(key) => self.app.on_key(key),
+            TermEvent::Paste(text) => {
+                self.app.on_paste(&text);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        let mut quit = false;
+        for action in actions {
+            quit |= self.act(action);
+        }
+        quit
+    }
+
+    /// Carries out an action; returns true to quit.
+    fn act(&mut self, action: Action) -> bool {
+        match action {
+            Action::Quit => return true,
+            Action::OpenSession(id) => {
+                self.switch(StartWith::Resume(id));
+                return false;
+            }
+            Action::Command(command) => {
+                self.command(command);
+                return false;
+            }
+            Action::Send(_) | Action::Steer(_) | Action::Cancel => {}
+        }
+        let Some(live) = &self.live else {
+            if let Action::Send(text) | Action::Steer(text) = &action {
+                if self.app.loading {
+                    self.app.queue.push((false, text.clone()));
+                    self.early.push(action);
+                    return false;
+                }
+            }
+            self.app.hint = Some("no session is open: /new starts one".to_string());
+            return false;
+        };
+        let result = match action {
+            Action::Send(text) => live.handle.followup(text),
+            Action::Steer(text) => live.handle.steer(text),
+            Action::Cancel => {
+                let (turn, step) = live.handle.pending();
+                live.handle.cancel(false);
+                let queued: Vec<String> = step.iter().chain(&turn).map(|m| m.text()).collect();
+                if !queued.is_empty() {
+                    let mut text = queued.join("\n\n");
+                    if !self.app.composer.is_empty() {
+                        text = format!("{text}\n\n{}", self.app.composer.text());
+                    }
+                    self.app.composer.set_text(&text);
+                    self.app.hint = Some("queued messages were returned to the composer".into());
+                }
+                Ok(())
+            }
+            Action::OpenSession(_) | Action::Command(_) | Action::Quit => Ok(()),
+        };
+        if let Err(err) = result {
+            self.app
+                .transcript
+                .notice(NoticeLevel::Error, format!("cannot queue input: {err}"));
+        }
+        false
+    }
+
+    fn command(&mut self, command: SlashCommand) {
+        let notice = |app: &mut App, text: String| app.transcript.notice(NoticeLevel::Info, text);
+        if command == SlashCommand::Help {
+            return notice(&mut self.app, help_text());
+        }
+        if command == SlashCommand::New && self.live.is_none() && !self.app.loading {
+            return self.open(StartWith::New);
+        }
+        let Some(live) = self.live.as_mut() else {
+            self.app.hint = Some("no session is open yet".to_string());
+            return;
+        };
+        let busy = self.app.transcript.running;
+        match command {
+            SlashCommand::Help | SlashCommand::Quit => {}
+            SlashCommand::Compact => {
+                live.handle.request_compaction();
+                notice(&mut self.app, "compaction requested".to_string());
+            }
+            SlashCommand::Model(None) => notice(
+                &mut self.app,
+                format!(
+                    "model: {} (switch with /model <id>, e.g. deepseek-v4-flash, deepseek-v4-pro)",
+                    live.call.model
+                ),
+            ),
+            SlashCommand::Model(Some(model)) => {
+                live.call.model = model.clone();
+                live.handle.set_call(live.call.clone());
+                self.app.status.model = model.clone();
+                self.app.transcript.stats.model = Some(model.clone());
+                notice(
+                    &mut self.app,
+                    format!("model set to {model} from the next request"),
+                );
+            }
+            SlashCommand::Effort(None) => notice(
+                &mut self.app,
+                format!(
+                    "reasoning effort: {} (switch with /effort off|low|medium|high|max)",
+                    live.call
+                        .reasoning_effort
+                        .map_or("model default", |e| e.as_str())
+                ),
+            ),
+            SlashCommand::Effort(Some(text)) => match ReasoningEffort::parse(&text) {
+                Some(effort) => {
+                    live.call.reasoning_effort = Some(effort);
+                    live.handle.set_call(live.call.clone());
+                    self.app.status.effort = Some(effort.as_str().to_string());
+                    self.app.transcript.stats.effort = Some(effort.as_str().to_string());
+                    notice(
+                        &mut self.app,
+                        format!("effort set to {} from the next request", effort.as_str()),
+                    );
+                }
+                None => {
+                    self.app.hint = Some(format!(
+                        "unknown effort `{text}`: off, low, medium, high or max"
+                    ))
+                }
+            },
+            SlashCommand::Cost => {
+                let stats = &self.app.transcript.stats;
+                let total = stats.total();
+                let u = total.usage;
+                let cost = stats
+                    .cost(&self.app.status.prices)
+                    .map_or("unknown (a model has no price)".to_string(), |c| {
+                        format!("${c:.4}")
+                    });
+                let text = format!(
+                    "{} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {}) · cache hits {:.0}% · cost {cost}",
+                    total.requests,
+                    short_tokens(u.input_tokens),
+                    short_tokens(u.cache_read_tokens),
+                    short_tokens(u.cache_write_tokens),
+                    short_tokens(u.output_tokens),
+                    short_tokens(u.reasoning_tokens),
+                    u.cache_hit_ratio() * 100.0,
+                );
+                notice(&mut self.app, text);
+            }
+            SlashCommand::Permission(arg) => {
+                let mut text = format!("permission preset: {}", self.app.status.permission);
+                if arg.is_some() {
+                    text.push_str(
+                        "\nswitching the preset inside a session is not available yet; restart \
+                         with DSH_PERMISSION_MODE=read-only|workspace-write|danger-full-access",
+                    );
+                }
+                notice(&mut self.app, text);
+            }
+            SlashCommand::Resume => {
+                let (home, kind) = (self.options.home.clone(), self.options.store);
+                let cwd = self.options.cwd.to_string_lossy().into_owned();
+                let done = self.background.0.clone();
+                tokio::task::spawn_blocking(move || {
+                    let listed = open_store(kind, &home)
+                        .and_then(|store| store.list(&dsh_session::ListFilter { cwd: Some(cwd) }))
+                        .map(|listing| listing.sessions)
+                        .map_err(anyhow::Error::from);
+                    let _ = done.send(Background::Listed(listed));
+                });
+            }
+            SlashCommand::New | SlashCommand::Fork if busy => {
+                self.app.hint = Some("a turn is running: cancel it first (Ctrl-C)".to_string())
+            }
+            SlashCommand::New => self.switch(StartWith::New),
+            SlashCommand::Fork => {
+                let id = live.handle.session_id();
+                let (home, kind) = (self.options.home.clone(), self.options.store);
+                let done = self.background.0.clone();
+                tokio::task::spawn_blocking(move || {
+                    let forked = open_store(kind, &home)
+                        .and_then(|store| dsh_session::fork(store.as_ref(), &id, None))
+                        .map(|header| header.id)
+                        .map_err(anyhow::Error::from);
+                    let _ = done.send(Background::Forked(forked));
+                });
+            }
+            SlashCommand::Export(path) => {
+                let id = live.handle.session_id();
+                let short: String = id.chars().take(8).collect();
+                let path = self
+                    .options
+                    .cwd
+                    .join(path.unwrap_or_else(|| format!("dsh-{short}.md")));
+                let (home, kind) = (self.options.home.clone(), self.options.store);
+                let done = self.background.0.clone();
+                tokio::task::spawn_blocking(move || {
+                    let exported = open_store(kind, &home)
+                        .and_then(|store| store.load(&id))
+                        .map_err(anyhow::Error::from)
+                        .and_then(|log| {
+                            std::fs::write(&path, dsh_session::export_markdown(&log))?;
+                            Ok(path)
+                        });
+                    let _ = done.send(Background::Exported(exported));
+                });
+            }
+        }
+    }
+
+    fn on_background(&mut self, done: Background) {
+        match done {
+            Background::Opened(opened) => match *opened {
+                Ok((mut opened, log)) => {
+                    opened
+                        .agent
+                        .set_approver(Arc::new(TuiApprover::new(self.questions.0.clone())));
+                    let handle = opened.agent.handle();
+                    let events = handle.subscribe();
+                    let call = opened.agent.call().clone();
+                    self.app.status.context_window = opened.agent.model_info().context_window;
+                    self.app.status.model = call.model.clone();
+                    self.app.session_id = Some(handle.session_id());
+                    for envelope in &log.events {
+                        self.app.transcript.apply(envelope);
+                    }
+                    let stop = CancellationToken::new();
+                    let task = tokio::spawn({
+                        let stop = stop.clone();
+                        let OpenedAgent {
+                            mut agent,
+                            keep_alive,
+                        } = opened;
+                        async move {
+                            let served = agent.serve(stop).await;
+                            drop(agent);
+                            drop(keep_alive);
+                            served
+                        }
+                    });
+                    self.live = Some(Live {
+                        handle,
+                        events,
+                        stop,
+                        task,
+                        call,
+                    });
+                    self.app.loading = false;
+                    self.app.queue.clear();
+                    for action in std::mem::take(&mut self.early) {
+                        self.act(action);
+                    }
+                }
+                Err(err) => {
+                    self.app.loading = false;
+                    self.app.transcript.notice(
+                        NoticeLevel::Error,
+                        format!("cannot open the session: {err:#}"),
+                    );
+                }
+            },
+            Background::Listed(Ok(mut sessions)) => {
+                let current = self.app.session_id.clone();
+                sessions.retain(|s| Some(&s.id) != current.as_ref());
+                self.app.picker = Some(Picker {
+                    sessions,
+                    selected: 0,
+                });
+            }
+            Background::Forked(Ok(id)) => {
+                self.app
+                    .transcript
+                    .notice(NoticeLevel::Info, format!("forked into {id}"));
+                self.switch(StartWith::Resume(id));
+            }
+            Background::Exported(Ok(path)) => self.app.transcript.notice(
+                NoticeLevel::Info,
+                format!("transcript written to {}", path.display()),
+            ),
+            Background::Reloaded(Ok(log)) => {
+                let mut transcript = Transcript::new();
+                for envelope in &log.events {
+                    transcript.apply(envelope);
+                }
+                for event in self.resync.take().unwrap_or_default() {
+                    transcript.apply(&event);
+                }
+                self.app.transcript = transcript;
+                self.cache = ViewCache::default();
+            }
+            Background::Reloaded(Err(err)) => {
+                for event in self.resync.take().unwrap_or_default() {
+                    self.app.transcript.apply(&event);
+                }
+                self.app.transcript.notice(
+                    NoticeLevel::Error,
+                    format!("the display missed events and could not reload the log: {err:#}"),
+                );
+            }
+            Background::Listed(Err(err))
+            | Background::Forked(Err(err))
+            | Background::Exported(Err(err)) => self
+                .app
+                .transcript
+                .notice(NoticeLevel::Error, format!("{err:#}")),
+        }
+    }
+
+    fn on_session_event(&mut self, event: Result<SessionEvent, broadcast::error::RecvError>) {
+        match event {
+            Ok(envelope) => match &mut self.resync {
+                Some(held) => held.push(envelope),
+                None => self.app.transcript.apply(&envelope),
+            },
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                if self.resync.is_some() {
+                    return;
+                }
+                let Some(id) = self.app.session_id.clone() else {
+                    return;
+                };
+                self.resync = Some(Vec::new());
+                let (home, kind) = (self.options.home.clone(), self.options.store);
+                let done = self.background.0.clone();
+                tokio::task::spawn_blocking(move || {
+                    let loaded = open_store(kind, &home)
+                        .and_then(|store| store.load(&id))
+                        .map_err(anyhow::Error::from);
+                    let _ = done.send(Background::Reloaded(loaded));
+                });
+            }
+            // The agent is gone; `check_served` reports why.
+            Err(broadcast::error::RecvError::Closed) => {}
+        }
+    }
+
+    /// Reports an agent that stopped serving on its own (a session-log failure).
+    async fn check_served(&mut self) {
+        let finished = self
+            .live
+            .as_ref()
+            .is_some_and(|live| live.task.is_finished());
+        if !finished {
+            return;
+        }
+        if let Some(live) = self.live.take() {
+            let message = match live.task.await {
+                Ok(Ok(())) => "the session stopped".to_string(),
+                Ok(Err(err)) => format!("the session stopped: {err}"),
+                Err(err) => format!("the session stopped: {err}"),
+            };
+            self.app.transcript.running = false;
+            self.app.transcript.notice(NoticeLevel::Error, message);
+        }
+    }
+
+    /// Closes the current session and opens another.
+    fn switch(&mut self, start: StartWith) {
+        if self.app.transcript.running {
+            self.app.hint = Some("a turn is running: cancel it first (Ctrl-C)".to_string());
+            return;
+        }
+        if let Some(live) = self.live.take() {
+            live.stop.cancel();
+            // The loop is idle (no turn runs), so it returns at once; the task drops the
+            // agent and releases the session lock.
+            drop(live.task);
+        }
+        self.app.transcript = Transcript::new();
+        self.app.session_id = None;
+        self.app.queue.clear();
+        self.cache = ViewCache::default();
+        self.open(start);
+    }
+
+    /// Ends the running turn (logged `aborted`) and stops the loop; queued input stays in the
+    /// log for the next resume.
+    async fn shutdown(&mut self) {
+        if let Some(live) = self.live.take() {
+            live.handle.cancel(true);
+            live.stop.cancel();
+            // A tool that ignores cancellation is dropped after the agent's grace period.
+            let _ = tokio::time::timeout(Duration::from_secs(10), live.task).await;
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! The conversation as the user sees it: session events folded into cells, and the figures the
+//! status line shows.
+//!
+//! One reducer serves both live sessions and resumed ones ([`Transcript::apply`] over the log's
+//! events), so a resumed session looks exactly as it did live. Streamed chunks build a
+//! *preview* of the current reply; the reply's `assistant/message` replaces the preview, and a
+//! retry discards it, so a failed attempt leaves only its notice behind.
+
+use std::collections::{BTreeMap, HashMap};
+
+use dsh_llm::{Chunk, ContentBlock, MessageSource, Usage, UsageTotals};
+use dsh_session::{Envelope, Event, PriceTable, TurnEndReason};
+use serde_json::Value;
+
+/// How a notice is coloured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeLevel {
+    /// Neutral information (compaction done, command output).
+    Info,
+    /// Something the user should notice (retry, cancel, max tokens).
+    Warn,
+    /// A failure.
+    Error,
+}
+
+/// Where a tool call is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolStatus {
+    /// Logged, not finished.
+    Running,
+    /// Finished; `meta` is the tool's structured data (exit code, diffs, counts).
+    Done {
+        /// The result text the model saw.
+        output: String,
+        /// The tool's structured result data.
+        meta: Option<Value>,
+    },
+    /// Finished with an error.
+    Failed {
+        /// The error code (`PERMISSION_DENIED`, `TOOL_TIMEOUT`, ...).
+        code: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// One tool call and its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCard {
+    /// The call id.
+    pub call_id: String,
+    /// The tool name.
+    pub name: String,
+    /// The raw arguments.
+    pub arguments: String,
+    /// Progress and result.
+    pub status: ToolStatus,
+}
+
+/// One entry of the conversation view.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Text the user sent.
+    User {
+        /// The text.
+        text: String,
+    },
+    /// Assistant text (Markdown).
+    Assistant {
+        /// The Markdown source so far.
+        text: String,
+        /// Still streaming.
+        streaming: bool,
+        /// Cut short by a cancel.
+        interrupted: bool,
+    },
+    /// The model's reasoning (dimmed, collapsible).
+    Reasoning {
+        /// The text so far.
+        text: String,
+        /// Still streaming.
+        streaming: bool,
+    },
+    /// A tool call card.
+    Tool(ToolCard),
+    /// A retry, compaction, approval, turn end or command output.
+    Notice {
+        /// Colour.
+        level: NoticeLevel,
+        /// The text.
+        text: String,
+    },
+}
+
+/// What the status line shows, kept up to date by [`Transcript::apply`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionStats {
+    /// Model of the last request header.
+    pub model: Option<String>,
+    /// Effort of the last request header.
+    pub effort: Option<String>,
+    /// Tokens in context after the last reply (billed input plus output).
+    pub context_tokens: u64,
+    /// Cache-hit share of the last request.
+    pub last_cache_hit: Option<f64>,
+    /// Usage per model.
+    pub usage_by_model: BTreeMap<String, UsageTotals>,
+    /// The session title.
+    pub title: Option<String>,
+}
+
+impl SessionStats {
+    /// Session cost in USD (`None` when a used model has no price).
+    pub fn cost(&self, prices: &PriceTable) -> Option<f64> {
+        prices.cost(&self.usage_by_model)
+    }
+
+    /// Usage summed over models.
+    pub fn total(&self) -> UsageTotals {
+        let mut total = UsageTotals::default();
+        for t in self.usage_by_model.values() {
+            total.add(&t.usage);
+            // `add` counts one request per call; take the real count instead.
+            total.requests = total.requests - 1 + t.requests;
+        }
+        total
+    }
+}
+
+/// The folded conversation.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    /// Cells, oldest first.
+    pub cells: Vec<Cell>,
+    /// Status figures.
+    pub stats: SessionStats,
+    /// A turn is running.
+    pub running: bool,
+    /// Index of the first cell of the reply being streamed.
+    preview_start: Option<usize>,
+    /// Block index of the streamed reply to its cell.
+    preview_blocks: HashMap<u32, usize>,
+    /// Highest seq applied (live events at or below it are duplicates of the loaded history).
+    last_seq: Option<u64>,
+    /// Bumped on every change, so views can cache.
+    pub revision: u64,
+}
+
+impl Transcript {
+    /// An empty conversation.
+    pub fn new() -> Self {
+        Transcript::default()
+    }
+
+    /// Adds a notice (command output, local errors).
+    pub fn notice(&mut self, level: NoticeLevel, text: impl Into<String>) {
+        self.end_preview();
+        self.cells.push(Cell::Notice {
+            level,
+            text: text.into(),
+        });
+        self.revision += 1;
+    }
+
+    /// Folds one session event in. Events at or below the highest seq already applied are
+    /// ignored, so history and live events may overlap.
+    pub fn apply(&mut self, envelope: &Envelope) {
+        if self.last_seq.is_some_and(|last| envelope.seq <= last) {
+            return;
+        }
+        self.last_seq = Some(envelope.seq);
+        self.revision += 1;
+        match &envelope.event {
+            Event::TurnStart(_) => self.running = true,
+            Event::TurnEnd(end) => {
+                self.running = false;
+                self.end_preview();
+                self.turn_end(&end.reason);
+            }
+            Event::UserMessage(message) => {
+                if matches!(message.source, MessageSource::User) {
+                    self.end_preview();
+                    self.cells.push(Cell::User {
+                        text: message.text(),
+                    });
+                }
+            }
+            Event::AssistantChunk(chunk) => self.chunk(&chunk.chunk),
+            Event::AssistantMessage(message) => {
+                self.drop_preview();
+                for block in &message.message.content {
+                    match block {
+                        ContentBlock::Reasoning { text, .. } if !text.trim().is_empty() => {
+                            self.cells.push(Cell::Reasoning {
+                                text: text.clone(),
+                                streaming: false,
+                            })
+                        }
+                        ContentBlock::Text { text } if !text.trim().is_empty() => {
+                            self.cells.push(Cell::Assistant {
+                                text: text.clone(),
+                                streaming: false,
+                                interrupted: message.interrupted,
+                            })
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(usage) = &message.usage {
+                    self.usage(usage);
+                }
+            }
+            Event::ToolCall(call) => {
+                self.end_preview();
+                self.cells.push(Cell::Tool(ToolCard {
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    status: ToolStatus::Running,
+                }));
+            }
+            Event::ToolResult(result) => self.tool_result(result),
+            Event::RequestHeader(header) => {
+                let config = header.header.config.config();
+                self.stats.model = Some(config.model.clone());
+                self.stats.effort = config.reasoning_effort.map(|e| e.as_str().to_string());
+            }
+            Event::LlmRetry(retry) => {
+                self.drop_preview();
+                self.cells.push(Cell::Notice {
+                    level: NoticeLevel::Warn,
+                    text: format!(
+                        "retry {} in {:.1} s after {}: {}",
+                        retry.retry,
+                        retry.delay_ms as f64 / 1000.0,
+                        retry.failure.code,
+                        retry.failure.message
+                    ),
+                });
+            }
+            Event::SessionTitle(title) => self.stats.title = Some(title.title.clone()),
+            Event::Opaque { event_type, data } => self.opaque(event_type, data),
+            Event::StepStart(_)
+            | Event::StepEnd(_)
+            | Event::ToolStarted(_)
+            | Event::RequestContext(_)
+            | Event::LlmRetryStarted(_)
+            | Event::InboxSpliced(_)
+            | Event::TodoWrite(_)
+            | Event::EndSeed(_) => {}
+        }
+    }
+
+    fn chunk(&mut self, chunk: &Chunk) {
+        let (index, text, reasoning) = match chunk {
+            Chunk::TextDelta { index, text } => (*index, text, false),
+            Chunk::ReasoningDelta { index, text } => (*index, text, true),
+            _ => return,
+        };
+        if self.preview_start.is_none() {
+            self.preview_start = Some(self.cells.len());
+        }
+        let at = match self.preview_blocks.get(&index) {
+            Some(&at) if at < self.cells.len() => at,
+            _ => {
+                self.cells.push(if reasoning {
+                    Cell::Reasoning {
+                        text: String::new(),
+                        streaming: true,
+                    }
+                } else {
+                    Cell::Assistant {
+                        text: String::new(),
+                        streaming: true,
+                        interrupted: false,
+                    }
+                });
+                self.preview_blocks.insert(index, self.cells.len() - 1);
+                self.cells.len() - 1
+            }
+        };
+        match &mut self.cells[at] {
+            Cell::Assistant { text: t, .. } | Cell::Reasoning { text: t, .. } => t.push_str(text),
+            _ => {}
+        }
+    }
+
+    /// Removes the cells of the reply being streamed (a retry, or the final message).
+    fn drop_preview(&mut self) {
+        if let Some(start) = self.preview_start.take() {
+            self.cells.truncate(start.min(self.cells.len()));
+        }
+        self.preview_blocks.clear();
+    }
+
+    /// Keeps the streamed cells as they are and stops streaming into them.
+    fn end_preview(&mut self) {
+        if let Some(start) = self.preview_start.take() {
+            for cell in self.cells.iter_mut().skip(start) {
+                match cell {
+                    Cell::Assistant { streaming, .. } | Cell::Reasoning { streaming, .. } => {
+                        *streaming = false
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.preview_blocks.clear();
+    }
+
+    fn usage(&mut self, usage: &Usage) {
+        let model = self
+            .stats
+            .model
+            .clone()
+            .unwrap_or_else(|| "unknown".to_string());
+        self.stats
+            .usage_by_model
+            .entry(model)
+            .or_default()
+            .add(usage);
+        self.stats.context_tokens = usage.billed_input() + usage.output_tokens;
+        self.stats.last_cache_hit = Some(usage.cache_hit_ratio());
+    }
+
+    fn tool_result(&mut self, result: &dsh_session::ToolResult) {
+        let Some(call_id) = result.call_id() else {
+            return;
+        };
+        let status = match &result.error {
+            Some(error) => ToolStatus::Failed {
+                code: error.code.clone(),
+                message: error.message.clone().unwrap_or_default(),
+            },
+            None => ToolStatus::Done {
+                output: result_text(&result.message),
+                meta: result.meta.clone(),
+            },
+        };
+        let card = self.cells.iter_mut().rev().find_map(|cell| match cell {
+            Cell::Tool(card) if card.call_id == call_id => Some(card),
+            _ => None,
+        });
+        if let Some(card) = card {
+            card.status = status;
+        }
+    }
+
+    fn turn_end(&mut self, reason: &TurnEndReason) {
+        let (level, text) = match reason {
+            TurnEndReason::Completed => return,
+            TurnEndReason::Aborted { .. } => (NoticeLevel::Warn, "turn cancelled".to_string()),
+            TurnEndReason::MaxTokens => (
+                NoticeLevel::Warn,
+                "the reply hit the output token limit; its tool calls were not run".to_string(),
+            ),
+            TurnEndReason::Error { error } => (
+                NoticeLevel::Error,
+                format!("{}: {}", error.code, error.message),
+            ),
+            TurnEndReason::Blocked { message } => (
+                NoticeLevel::Error,
+                format!(
+                    "turn blocked: {}",
+                    message.as_deref().unwrap_or("no reason given")
+                ),
+            ),
+            TurnEndReason::Interrupted => (
+                NoticeLevel::Warn,
+                "turn interrupted (the process ended while it ran)".to_string(),
+            ),
+        };
+        self.cells.push(Cell::Notice { level, text });
+    }
+
+    fn opaque(&mut self, event_type: &str, data: &Value) {
+        let text = match event_type {
+            "request/cache" => {
+                if let Some(ratio) = data["cacheHitRatio"].as_f64() {
+                    self.stats.last_cache_hit = Some(ratio);
+                }
+                return;
+            }
+            "compaction/start" => format!(
+                "compacting the conversation ({}; ~{} tokens of a {}-token window)",
+                data["trigger"].as_str().unwrap_or("?"),
+                data["estimatedTokens"],
+                data["contextWindow"]
+            ),
+            "compaction/end" => match data["warning"].as_str() {
+                Some(warning) => format!("compaction incomplete: {warning}"),
+                None => format!(
+                    "compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens",
+                    data["summarizedMessages"],
+                    data["pruned"],
+                    data["tokensBefore"],
+                    data["tokensAfter"]
+                ),
+            },
+            "approval/asked" => format!(
+                "approval asked for {}: {}",
+                data["toolName"].as_str().unwrap_or("a tool"),
+                data["reason"].as_str().unwrap_or("")
+            ),
+            "approval/decided" => format!(
+                "approval {}",
+                data["outcome"].as_str().unwrap_or("decided")
+            ),
+            _ => return,
+        };
+        self.end_preview();
+        self.cells.push(Cell::Notice {
+            level: NoticeLevel::Info,
+            text,
+        });
+    }
+}
+
+/// The text of a tool-result message.
+fn result_text(message: &dsh_llm::Message) -> String {
+    let mut out = String::new();
+    for block in &message.content {
+        if let ContentBlock::ToolResult { content, .. } = block {
+            for inner in content {
+                if let ContentBlock::Text { text } = inner {
+                    out.push_str(text);
+                }
+            }
+        }
+    }
+    out
+}
