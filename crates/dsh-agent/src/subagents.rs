@@ -24,9 +24,10 @@ use crate::extension::{AttachedAgent, Extension};
 /// Deepest delegation allowed (a top-level session is depth 0).
 pub const MAX_DELEGATION_DEPTH: u64 = 3;
 
-/// Builds the parts of a child agent at `depth` (tools, adapters, extensions, options). The
-/// front end supplies it so that children get the same providers and policies as the parent.
-pub type ChildFactory = Arc<dyn Fn(u64) -> AgentParts + Send + Sync>;
+/// Builds the parts of a child agent at `depth` (tools, adapters, extensions, options), or says
+/// why it cannot. The front end supplies it so that children get the same providers and
+/// policies as the parent.
+pub type ChildFactory = Arc<dyn Fn(u64) -> Result<AgentParts, String> + Send + Sync>;
 
 /// Where the parent lives and how to reach it; set once the parent agent exists.
 #[derive(Clone)]
@@ -210,7 +211,12 @@ impl SubagentTool {
             let end = Envelope::new(Event::EndSeed(dsh_session::EndSeed { inherited: true }));
             dsh_session::SessionWriter::append_envelope(&mut writer, end).map_err(io)?;
         }
-        let parts = (shared.factory)(depth);
+        let parts = (shared.factory)(depth).map_err(|why| {
+            ToolError::new(
+                ToolErrorCode::Io,
+                format!("cannot start the subagent: {why}"),
+            )
+        })?;
         let mut agent = Agent::with_writer(parts, Box::new(writer), projector)
             .map_err(|e| ToolError::new(ToolErrorCode::Io, e.to_string()))?;
         let handle = agent.handle();

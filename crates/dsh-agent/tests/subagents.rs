@@ -101,7 +101,7 @@ fn parts_at(depth: u64, adapter: Arc<ByPrompt>, home: PathBuf, cwd: PathBuf) -> 
     }
     let factory: ChildFactory = {
         let (adapter, home, cwd) = (adapter.clone(), home.clone(), cwd.clone());
-        Arc::new(move |d| parts_at(d, adapter.clone(), home.clone(), cwd.clone()))
+        Arc::new(move |d| Ok(parts_at(d, adapter.clone(), home.clone(), cwd.clone())))
     };
     extensions.register_for_life(Arc::new(Subagents::new(depth, factory)));
     AgentParts {

@@ -80,12 +80,13 @@ fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
 }
 
 /// Everything `dsh run` resolved from flags, environment and files, in one place.
+#[derive(Clone)]
 pub(crate) struct RunSetup {
     pub(crate) cwd: PathBuf,
     pub(crate) home: PathBuf,
     pub(crate) call: CallConfig,
     pub(crate) permission: PermissionPreset,
-    config: dsh_config::Config,
+    pub(crate) config: dsh_config::Config,
     selection: dsh_config::Selection,
     pub(crate) prices: PriceTable,
 }
@@ -134,13 +135,11 @@ pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
     })
 }
 
-/// Builds the agent for `setup`: the chosen provider's adapter registered under the provider's
-/// name, tools, built-in extensions (compaction from the configuration), session.
-pub(crate) fn build_agent(
-    setup: &RunSetup,
-    args: &RunArgs,
-    store: &dyn SessionStore,
-) -> anyhow::Result<(Agent, Vec<dsh_agent::ExtensionGuard>)> {
+/// The parts of an agent for `setup` at delegation `depth` (0 for the session the user talks
+/// to): the configured adapter, the built-in tools in the confinement the preset needs, and the
+/// standard extensions (retry, guards, safety policy, context messages, skills, delegation).
+/// Subagents are built by the same function, so they get the same providers and policies.
+pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<AgentParts> {
     let provider = &setup.selection.provider;
     let adapter =
         dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
@@ -163,11 +162,14 @@ pub(crate) fn build_agent(
         .with_confinement(sandbox.confinement());
 
     let extensions = ExtensionSet::new();
-    let mut guards = dsh_agent::register_builtin_extensions(
+    for guard in dsh_agent::register_builtin_extensions(
         &extensions,
         RetryPolicy::default(),
         Duration::from_secs(15 * 60),
-    );
+    ) {
+        // The set lives exactly as long as the agent built from these parts.
+        std::mem::forget(guard);
+    }
     // Safety policy: logs preset and sandbox, asks before escalations, redacts secrets
     // (the environment's and the provider key, wherever it was read from).
     let mut safety =
@@ -176,17 +178,35 @@ pub(crate) fn build_agent(
         let name = provider.api_key_env.as_deref().unwrap_or("API_KEY");
         safety = safety.with_secret(name, key.expose_secret());
     }
-    guards.push(extensions.register(Arc::new(safety)));
-    guards.push(
-        extensions.register(Arc::new(dsh_agent::ContextMessages::new(
-            &setup.cwd,
-            Some(setup.home.clone()),
-            Box::new(dsh_agent::SystemContext {
-                permission: permission_summary(setup.permission),
-            }),
-        ))),
-    );
-    let parts = AgentParts {
+    extensions.register_for_life(Arc::new(safety));
+    extensions.register_for_life(Arc::new(dsh_agent::ContextMessages::new(
+        &setup.cwd,
+        Some(setup.home.clone()),
+        Box::new(dsh_agent::SystemContext {
+            permission: permission_summary(setup.permission),
+        }),
+    )));
+    let skills = dsh_agent::SkillSet::discover(&dsh_agent::SkillSet::standard_dirs(
+        &setup.cwd,
+        Some(&setup.home),
+        &[],
+    ));
+    if depth == 0 {
+        for problem in skills.problems() {
+            eprintln!(
+                "dsh: warning: skipped skill {}: {}",
+                problem.path.display(),
+                problem.message
+            );
+        }
+    }
+    extensions.register_for_life(Arc::new(dsh_agent::Skills::new(skills)));
+    let factory: dsh_agent::ChildFactory = {
+        let setup = Arc::clone(setup);
+        Arc::new(move |depth| agent_parts(&setup, depth).map_err(|e| format!("{e:#}")))
+    };
+    extensions.register_for_life(Arc::new(dsh_agent::Subagents::new(depth, factory)));
+    Ok(AgentParts {
         adapters,
         tools: Arc::new(ToolRegistry::with_builtins()),
         extensions,
@@ -197,7 +217,19 @@ pub(crate) fn build_agent(
             options.compaction.keep_tail = setup.config.compaction.keep_tail;
             options
         },
-    };
+    })
+}
+
+/// Builds the agent for `setup` ([`agent_parts`] at depth 0) on a new, resumed or continued
+/// session. The returned guards are empty: the extensions live as long as the agent.
+pub(crate) fn build_agent(
+    setup: &RunSetup,
+    args: &RunArgs,
+    store: &dyn SessionStore,
+) -> anyhow::Result<(Agent, Vec<dsh_agent::ExtensionGuard>)> {
+    let setup = Arc::new(setup.clone());
+    let parts = agent_parts(&setup, 0)?;
+    let guards = Vec::new();
     let cwd_text = setup.cwd.to_string_lossy().into_owned();
     let agent = if let Some(key) = &args.resume {
         Agent::resume(parts, store, key)?
