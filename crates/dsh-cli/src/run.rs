@@ -183,7 +183,7 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
         &setup.cwd,
         Some(setup.home.clone()),
         Box::new(dsh_agent::SystemContext {
-            permission: permission_summary(setup.permission),
+            permission: permission_summary(setup.permission, sandbox.mode().as_str()),
         }),
     )));
     let skills = dsh_agent::SkillSet::discover(&dsh_agent::SkillSet::standard_dirs(
@@ -251,15 +251,18 @@ pub(crate) fn build_agent(
 }
 
 /// What the model is told about the permission preset.
-fn permission_summary(preset: PermissionPreset) -> String {
+fn permission_summary(preset: PermissionPreset, sandbox_mode: &str) -> String {
+    let commands = match sandbox_mode {
+        "unavailable" => "`bash` is unavailable: no sandbox works on this machine".to_string(),
+        "none" => "commands run unconfined".to_string(),
+        mode => format!("commands run in a {mode} sandbox"),
+    };
     match preset {
-        PermissionPreset::ReadOnly => {
-            "read-only: files cannot be modified; commands run read-only in a sandbox".to_string()
-        }
-        PermissionPreset::WorkspaceWrite => "workspace-write: files can be modified inside the \
-             working directory and temp directories only; commands run in a sandbox; actions \
-             outside that are refused (no approval prompts in headless mode)"
-            .to_string(),
+        PermissionPreset::ReadOnly => format!("read-only: files cannot be modified; {commands}"),
+        PermissionPreset::WorkspaceWrite => format!(
+            "workspace-write: files can be modified inside the working directory and temp \
+             directories only; {commands}; actions outside that are refused"
+        ),
         PermissionPreset::DangerFullAccess => {
             "danger-full-access: no file or command restrictions".to_string()
         }
