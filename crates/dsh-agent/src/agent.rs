@@ -39,6 +39,8 @@ pub struct AgentOptions {
     pub context_window: Option<u64>,
     /// How session titles are made.
     pub titles: crate::TitleMode,
+    /// Prices per model, for the cost of each request (`request/cache` events).
+    pub prices: dsh_session::PriceTable,
 }
 
 impl AgentOptions {
@@ -54,6 +56,7 @@ impl AgentOptions {
             compaction: crate::CompactionSettings::default(),
             context_window: None,
             titles: crate::TitleMode::Fallback,
+            prices: dsh_session::PriceTable::default_deepseek(),
         }
     }
 }
@@ -199,6 +202,12 @@ impl AgentHandle {
     /// Where the session is stored.
     pub fn location(&self) -> String {
         self.shared.log().location()
+    }
+
+    /// Appends a record that is not model-visible (e.g. `hook/result`) to the session log.
+    /// Message events must not come this way: model-visible input goes through the inbox.
+    pub fn log_event(&self, event: Event) -> Result<u64, AgentError> {
+        Ok(self.shared.log().append(event)?)
     }
 
     /// Input waiting in the inbox: `(next-turn, next-step)`.

@@ -10,6 +10,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use dsh_llm::{GenerateRequest, Message, Usage};
+use dsh_session::ModelPrice;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -74,15 +75,19 @@ pub struct CacheReport {
     pub cache_read_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub billed_input_tokens: Option<u64>,
+    /// What the request cost in USD, when the model has a price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 impl CacheReport {
     /// Adds the provider's usage of the reply.
-    pub fn with_usage(mut self, usage: Option<&Usage>) -> Self {
+    pub fn with_usage(mut self, usage: Option<&Usage>, price: Option<&ModelPrice>) -> Self {
         if let Some(usage) = usage {
             self.cache_hit_ratio = Some(usage.cache_hit_ratio());
             self.cache_read_tokens = Some(usage.cache_read_tokens);
             self.billed_input_tokens = Some(usage.billed_input());
+            self.cost_usd = price.map(|p| p.cost(usage));
         }
         self
     }
@@ -156,6 +161,7 @@ fn compare(turn: u64, step: u64, previous: &RequestShape, current: &RequestShape
         cache_hit_ratio: None,
         cache_read_tokens: None,
         billed_input_tokens: None,
+        cost_usd: None,
     };
     if previous.config.is_none() {
         return report;

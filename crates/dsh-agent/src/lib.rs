@@ -13,6 +13,7 @@ mod cache_report;
 mod compaction;
 mod context;
 mod extension;
+mod hooks;
 mod inbox;
 mod log;
 mod pipeline;
@@ -40,6 +41,10 @@ pub use extension::{
     ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, Extension, ExtensionGuard,
     ExtensionSet, HeadlessApprover, PreStepContext, RetryExtension, ToolCallInfo, ToolFuture,
     ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict, TurnStoppingContext,
+};
+pub use hooks::{
+    ClaudeCodeHooks, HookCommand, HookConfigError, HookEvent, HookGroup, HooksConfig,
+    DEFAULT_HOOK_TIMEOUT, HOOKS_PLUGIN,
 };
 pub use inbox::{Inbox, InboxTarget, Splice};
 pub use log::{SessionEvent, SessionLog};

@@ -234,7 +234,10 @@ impl Agent {
                         usage.add(u);
                     }
                     let finish = reply.finish.clone();
-                    let report = pending_report.with_usage(reply.usage.as_ref());
+                    let report = pending_report.with_usage(
+                        reply.usage.as_ref(),
+                        self.options.prices.models.get(&self.options.call.model),
+                    );
                     let message = self.assistant_message(reply.blocks);
                     let text = message.text();
                     if !text.is_empty() {

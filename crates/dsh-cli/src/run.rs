@@ -215,6 +215,7 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
             let mut options = AgentOptions::new(setup.call.clone(), &setup.cwd);
             options.compaction.threshold = setup.config.compaction.threshold;
             options.compaction.keep_tail = setup.config.compaction.keep_tail;
+            options.prices = setup.prices.clone();
             options
         },
     })

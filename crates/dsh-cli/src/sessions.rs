@@ -293,8 +293,8 @@ fn format_utc(ms: u64) -> String {
 fn cache_table(log: &dsh_session::LoadedLog, out: &mut impl Write) -> anyhow::Result<()> {
     writeln!(
         out,
-        "{:>9}  {:>10}  {:>7}  {:>7}  {:>6}  BROKEN AT",
-        "TURN.STEP", "BYTES", "REUSED", "PREFIX", "HIT"
+        "{:>9}  {:>10}  {:>7}  {:>7}  {:>6}  {:>9}  BROKEN AT",
+        "TURN.STEP", "BYTES", "REUSED", "PREFIX", "HIT", "COST USD"
     )?;
     let mut rows = 0;
     for envelope in &log.events {

@@ -1,0 +1,161 @@
+//! Running one hook command: `bash -c <command>` in its own process group, the event's JSON on
+//! stdin, stdout and stderr captured (bounded), killed with its whole group at the timeout.
+//!
+//! The runner is synchronous: the extension points that call it are synchronous, and a hook is
+//! a short process. On a multi-threaded runtime the caller moves it off the async workers with
+//! `block_in_place`.
+
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Captured output of each stream is cut after this many bytes.
+const OUTPUT_CAP: usize = 1024 * 1024;
+
+/// How long the output pipes may stay open after the command exited (a background child still
+/// holding them) before the group is killed.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// How one command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    /// It exited with this code (`None`: killed by a signal).
+    Exited(Option<i32>),
+    /// It ran past its timeout; its process group was killed.
+    TimedOut,
+    /// It could not be started.
+    SpawnFailed(String),
+}
+
+/// What a command produced.
+#[derive(Debug, Clone)]
+pub(crate) struct RunOutput {
+    pub end: RunEnd,
+    pub stdout: String,
+    pub stderr: String,
+    pub duration: Duration,
+}
+
+fn shell() -> &'static str {
+    if Path::new("/bin/bash").exists() || Path::new("/usr/bin/bash").exists() {
+        "bash"
+    } else {
+        "sh"
+    }
+}
+
+fn reader<R: Read + Send + 'static>(mut stream: R) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = OUTPUT_CAP.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                }
+            }
+        }
+        // The receiver may have given up waiting; the output is then not needed.
+        let _ = tx.send(kept);
+    });
+    rx
+}
+
+fn kill_group(pgid: u32) {
+    if let Ok(pgid) = libc::pid_t::try_from(pgid) {
+        // SAFETY: kill(2) with a negative pid signals the process group we created; it has no
+        // memory effects. A group that already exited gives ESRCH, which is fine.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Runs `command` in `cwd` with `env` (the whole environment), `input` on stdin.
+pub(crate) fn run_command(
+    command: &str,
+    cwd: &Path,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    input: &[u8],
+    timeout: Duration,
+) -> RunOutput {
+    let started = Instant::now();
+    let mut child = match Command::new(shell())
+        .arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(err) => {
+            return RunOutput {
+                end: RunEnd::SpawnFailed(format!("cannot start `{}`: {err}", shell())),
+                stdout: String::new(),
+                stderr: String::new(),
+                duration: started.elapsed(),
+            }
+        }
+    };
+    let pgid = child.id();
+    if let Some(mut stdin) = child.stdin.take() {
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            // A hook that does not read its input closes the pipe early; that is its choice.
+            let _ = stdin.write_all(&input);
+        });
+    }
+    let stdout = child.stdout.take().map(reader);
+    let stderr = child.stderr.take().map(reader);
+    let deadline = started + timeout;
+    let end = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break RunEnd::Exited(status.code()),
+            Ok(None) if Instant::now() >= deadline => {
+                kill_group(pgid);
+                // Reap the leader; after SIGKILL this returns at once.
+                let _ = child.wait();
+                break RunEnd::TimedOut;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(err) => {
+                kill_group(pgid);
+                let _ = child.wait();
+                break RunEnd::SpawnFailed(format!("cannot wait for the hook: {err}"));
+            }
+        }
+    };
+    let collect = |rx: Option<mpsc::Receiver<Vec<u8>>>| -> String {
+        let Some(rx) = rx else {
+            return String::new();
+        };
+        let bytes = match rx.recv_timeout(DRAIN_GRACE) {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                // Something the hook started still holds the pipe: end the group.
+                kill_group(pgid);
+                rx.recv_timeout(DRAIN_GRACE).unwrap_or_default()
+            }
+        };
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let stdout = collect(stdout);
+    let stderr = collect(stderr);
+    RunOutput {
+        end,
+        stdout,
+        stderr,
+        duration: started.elapsed(),
+    }
+}
