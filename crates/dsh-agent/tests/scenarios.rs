@@ -5,11 +5,16 @@
 //!
 //! Adding a case is adding data: a fixture folder (recorded by dsh) and, here, an optional
 //! `tests/scenarios/<fixture>.json` with our settings for it:
-//! `{"skip": "reason"}`, `"spillThreshold": N`, `"expectFiles": {"path": "content"}`.
+//! `{"skip": "reason"}`, `"spillThreshold": N`, `"expectFiles": {"path": "content"}`,
+//! `"hooks": "<file in the workspace>"` (Claude Code hooks to run), `"expectHooksError": "text"`
+//! (loading the hooks must fail with a message containing it; nothing is replayed) and
+//! `"expectBlocked": "message"` (dsh refused the prompt before logging anything; ours logs a turn
+//! that ends `blocked` with this message, checked and then left out of the comparison).
 //! A fixture without a settings file runs with the defaults.
 //!
 //! For each run it checks: turn end reasons, final assistant texts, the executed tool calls and
-//! their order, which tool results were errors (all against the recording), the expected files,
+//! their order, which tool results were errors, the hook results (point and decision) when hooks
+//! run (all against the recording), the expected files,
 //! and that every request sent back `reasoning_content`, the tool-call ids, and exactly one tool
 //! message per call.
 
@@ -21,10 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dsh_agent::{
-    compare_runs, Agent, AgentOptions, AgentParts, ExtensionSet, RecordedRun, ReplayAdapter,
-    SkillSet, Skills, TitleMode,
+    compare_runs, Agent, AgentOptions, AgentParts, ClaudeCodeHooks, ExtensionSet, HooksConfig,
+    RecordedRun, ReplayAdapter, SkillSet, Skills, TitleMode,
 };
 use dsh_llm::{AdapterRegistry, CallConfig, Chunk, RetryPolicy};
+use dsh_session::TurnEndReason;
 use dsh_session::{open_store, Event, StoreKind};
 use dsh_test_support::{snapshot_fixtures_dir, FakeProvider, RecordedSession, ReplayOverride};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolLimits, ToolRegistry};
@@ -44,6 +50,12 @@ struct Settings {
     /// Serve titles from the recording's `chunks` override (dsh's separate title model) and
     /// expect this final session title.
     expect_title: Option<String>,
+    /// Claude Code hooks file (relative to the fixture's workspace) to run with.
+    hooks: Option<String>,
+    /// Loading `hooks` must fail with an error containing this text.
+    expect_hooks_error: Option<String>,
+    /// A turn must end `blocked` with this message; it is not compared with the recording.
+    expect_blocked: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -158,6 +170,20 @@ fn check_reasoning_round_trip(
     Ok(())
 }
 
+/// `(point, decision)` of every `hook/result`, in order.
+fn hook_decisions(events: &[dsh_session::Envelope]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Opaque { event_type, data } if event_type == "hook/result" => Some((
+                data["point"].as_str().unwrap_or_default().to_string(),
+                data["decision"].as_str().unwrap_or_default().to_string(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     let input: Input = serde_json::from_str(
         &std::fs::read_to_string(dir.join("input.json")).map_err(|e| e.to_string())?,
@@ -176,6 +202,21 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     if dir.join("workspace").is_dir() {
         copy_dir(&dir.join("workspace"), cwd.path()).map_err(|e| e.to_string())?;
     }
+    let hooks = match &settings.hooks {
+        Some(file) => match HooksConfig::load_file(&cwd.path().join(file)) {
+            Ok(config) if settings.expect_hooks_error.is_none() => Some(config),
+            Ok(_) => return Err(format!("{file} loaded, but an error was expected")),
+            Err(errors) => {
+                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                let text = text.join("\n");
+                return match &settings.expect_hooks_error {
+                    Some(needle) if text.contains(needle.as_str()) => Ok(()),
+                    _ => Err(text),
+                };
+            }
+        },
+        None => None,
+    };
     let mut limits = ToolLimits::default();
     if let Some(threshold) = settings.spill_threshold {
         limits.spill_threshold = threshold;
@@ -210,6 +251,7 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
         .collect();
     let skills = SkillSet::discover(&SkillSet::standard_dirs(cwd.path(), None, &extra));
     let _skills = extensions.register(Arc::new(Skills::new(skills)));
+    let _hooks = hooks.map(|config| extensions.register(Arc::new(ClaudeCodeHooks::new(config))));
     let mut options =
         AgentOptions::new(CallConfig::new("deepseek", "deepseek-v4-flash"), cwd.path());
     if settings.expect_title.is_some() {
@@ -284,11 +326,30 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     drop(agent);
 
     let ours = dsh_session::load_file(Path::new(&location)).map_err(|e| e.to_string())?;
-    let replayed = RecordedRun::from_events(&ours.events);
+    let mut replayed = RecordedRun::from_events(&ours.events);
+    if let Some(expected) = &settings.expect_blocked {
+        let blocked = TurnEndReason::Blocked {
+            message: Some(expected.clone()),
+        };
+        let before = replayed.turns.len();
+        replayed.turns.retain(|t| t.end.as_ref() != Some(&blocked));
+        if replayed.turns.len() == before {
+            return Err(format!("no turn ended blocked with {expected:?}"));
+        }
+    }
     let differences = compare_runs(&recorded, &replayed);
     if !differences.is_empty() {
         let list: Vec<String> = differences.iter().map(ToString::to_string).collect();
         return Err(list.join("; "));
+    }
+    if settings.hooks.is_some() && settings.expect_blocked.is_none() {
+        let recorded_hooks = hook_decisions(&recording_log.events);
+        let our_hooks = hook_decisions(&ours.events);
+        if recorded_hooks != our_hooks {
+            return Err(format!(
+                "hook results differ: recorded {recorded_hooks:?}, ours {our_hooks:?}"
+            ));
+        }
     }
     check_requests(&provider)?;
     check_reasoning_round_trip(&provider, &recorded)?;
