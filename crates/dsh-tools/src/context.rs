@@ -9,8 +9,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::ask::{Asker, HeadlessAsker};
 use crate::confinement::{CommandConfinement, NoSandbox};
 use crate::error::{ToolError, ToolErrorCode};
+use crate::jobs::JobTable;
 use crate::observe::FileObservations;
 use crate::paths::{absolutize, resolve_real_path};
 use crate::spill::{externalize, SpillDir, DEFAULT_SPILL_THRESHOLD};
@@ -142,6 +144,8 @@ pub struct ToolContext {
     limits: Arc<ToolLimits>,
     confinement: Arc<dyn CommandConfinement>,
     temp_roots: Arc<Vec<PathBuf>>,
+    jobs: Option<JobTable>,
+    asker: Arc<dyn Asker>,
 }
 
 impl fmt::Debug for ToolContext {
@@ -189,6 +193,8 @@ impl ToolContext {
             limits: Arc::new(ToolLimits::default()),
             confinement: Arc::new(NoSandbox),
             temp_roots: Arc::new(temp_roots),
+            jobs: None,
+            asker: Arc::new(HeadlessAsker),
         })
     }
 
@@ -207,6 +213,20 @@ impl ToolContext {
     /// Sets the process confinement used by `bash` (the sandbox seam).
     pub fn with_confinement(mut self, confinement: Arc<dyn CommandConfinement>) -> Self {
         self.confinement = confinement;
+        self
+    }
+
+    /// Gives `bash` background jobs (`run_in_background`) and the job tools this table. Without
+    /// one, `run_in_background: true` is `UNSUPPORTED`. The table's jobs are killed when its
+    /// last clone is dropped, so give each agent its own.
+    pub fn with_jobs(mut self, jobs: JobTable) -> Self {
+        self.jobs = Some(jobs);
+        self
+    }
+
+    /// Sets who answers `ask_user_question` (default: [`HeadlessAsker`], nobody).
+    pub fn with_asker(mut self, asker: Arc<dyn Asker>) -> Self {
+        self.asker = asker;
         self
     }
 
@@ -253,6 +273,16 @@ impl ToolContext {
     /// The file observations of the session.
     pub fn observations(&self) -> &FileObservations {
         &self.observations
+    }
+
+    /// The background job table, if jobs are enabled.
+    pub fn jobs(&self) -> Option<&JobTable> {
+        self.jobs.as_ref()
+    }
+
+    /// Who answers `ask_user_question`.
+    pub fn asker(&self) -> &Arc<dyn Asker> {
+        &self.asker
     }
 
     /// The limits.

@@ -40,6 +40,8 @@ pub enum ToolErrorCode {
     Io,
     /// `bash` cannot be confined as the preset requires and will not run unconfined.
     SandboxUnavailable,
+    /// A per-session limit is reached (e.g. 10 running background jobs).
+    LimitReached,
 }
 
 impl ToolErrorCode {
@@ -61,6 +63,7 @@ impl ToolErrorCode {
             ToolErrorCode::Aborted => "ABORTED",
             ToolErrorCode::Io => "IO",
             ToolErrorCode::SandboxUnavailable => "SANDBOX_UNAVAILABLE",
+            ToolErrorCode::LimitReached => "LIMIT_REACHED",
         }
     }
 }

@@ -12,6 +12,9 @@
 //! * [`externalize`]: large output to a private file with a head/tail preview.
 //! * [`SecretRedactor`]: secret values in tool output replaced by `[REDACTED:<NAME>]`.
 //! * The built-ins: `bash`, `read`, `write`, `edit`, `glob`, `grep`, `todo_write`.
+//! * Opt-in tools: background jobs ([`JobTable`], `job_output`, `job_list`, `job_kill`),
+//!   `ask_user_question` (answered by a front end's [`Asker`]) and `web_fetch`
+//!   ([`WebFetchTool`], off unless configured).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,10 +35,12 @@
 #![warn(missing_docs)]
 
 mod args;
+mod ask;
 mod builtin;
 mod confinement;
 mod context;
 mod error;
+mod jobs;
 mod observe;
 mod output;
 mod paths;
@@ -44,8 +49,13 @@ mod redact;
 mod registry;
 mod spill;
 mod tool;
+mod web;
 
 pub use args::{parse_args, parse_raw_arguments};
+pub use ask::{
+    AskOutcome, AskUserQuestionTool, Asker, HeadlessAsker, QuestionOption, QuestionRequest,
+    UserAnswer, UserQuestion, MAX_OPTIONS, MAX_QUESTIONS,
+};
 pub use builtin::{
     builtin_tools, BashTool, EditTool, GlobTool, GrepTool, ReadTool, TodoItem, TodoStatus,
     TodoWriteTool, WriteTool,
@@ -55,6 +65,10 @@ pub use confinement::{
 };
 pub use context::{PermissionPreset, ToolContext, ToolLimits};
 pub use error::{ToolError, ToolErrorCode};
+pub use jobs::{
+    job_tools, JobEnd, JobKillTool, JobListTool, JobNotice, JobOutputTool, JobStatus, JobTable,
+    WeakJobTable, MAX_RUNNING_JOBS,
+};
 pub use observe::{ContentHasher, FileObservations, Observation};
 pub use output::ToolOutput;
 pub use paths::{absolutize, resolve_real_path};
@@ -63,3 +77,7 @@ pub use redact::{SecretRedactor, MIN_SECRET_LEN};
 pub use registry::{tool_result_block, ToolRegistry, ToolRegistryError};
 pub use spill::{externalize, Externalized, SpillDir, DEFAULT_SPILL_THRESHOLD};
 pub use tool::Tool;
+pub use web::{
+    decode_entities, html_to_markdown, refused_address, HostResolver, SystemResolver,
+    WebFetchSettings, WebFetchTool,
+};

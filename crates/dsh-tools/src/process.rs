@@ -3,11 +3,13 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::confinement::CommandPlan;
 use crate::spill::SpillDir;
 
 /// Variables set in every child environment (after scrubbing), so tools print plain text and
@@ -47,6 +49,35 @@ pub fn scrubbed_env() -> Vec<(OsString, OsString)> {
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
     env
+}
+
+/// A command for `plan` that starts in `workdir` as the leader of its own session and process
+/// group (`setsid`), runs the plan's confinement hooks before `exec`, gets the scrubbed
+/// environment and reads stdin from `/dev/null`. The caller chooses stdout and stderr.
+pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&plan.program);
+    command
+        .args(&plan.args)
+        .env_clear()
+        .envs(scrubbed_env())
+        .current_dir(workdir)
+        .stdin(Stdio::null());
+    let hooks = plan.pre_exec.clone();
+    // SAFETY: the closure runs in the forked child before exec. It calls setsid(2), which is
+    // async-signal-safe, and the confinement hooks, whose contract (see `PreExecHook`) is to be
+    // async-signal-safe too. It does not allocate: iterating a Vec of Arcs only reads memory.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for hook in &hooks {
+                hook()?;
+            }
+            Ok(())
+        });
+    }
+    command
 }
 
 /// A process group this crate started (its leader called `setsid`). Dropping it without

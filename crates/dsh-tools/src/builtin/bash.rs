@@ -12,8 +12,9 @@ use crate::args::{opt_count, parse_args};
 use crate::confinement::{CommandPlan, ConfinementRequest};
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
+use crate::jobs::JobSpec;
 use crate::output::ToolOutput;
-use crate::process::{capture, scrubbed_env, Captured, ProcessGroup};
+use crate::process::{capture, group_command, Captured, ProcessGroup};
 use crate::tool::Tool;
 
 /// How long a `SIGTERM`ed group gets before `SIGKILL`.
@@ -31,7 +32,7 @@ Output is stdout, then `[stderr]` and stderr when there is any; a non-zero exit 
 Each stream keeps only its last 64 KB in the result, with a `[stdout truncated ...]` / `[stderr truncated ...]` line naming a file that holds the whole stream; a result above 50,000 bytes shows its head and tail and names the file with the full text. Read such files with `read` (offset/limit) or `grep`. \
 Variables whose names contain KEY, TOKEN, SECRET or PASSWORD are removed from the environment. \
 Failures of the call itself start with `Error:` (for example a missing workdir, or no sandbox available for the session's permission preset). \
-`run_in_background` is not supported in this version and returns an error. \
+With `run_in_background: true` the call returns a job id at once and the command keeps running (same sandbox, no timeout, stdout and stderr merged into one log): read new output with `job_output` (`wait: true` blocks until it ends), list jobs with `job_list`, stop one with `job_kill`. At most 10 background jobs run at a time; they are killed when the session ends. When a job finishes you are told in your next step, so keep working instead of polling. \
 Prefer the read, write, edit, glob and grep tools over cat, sed, find and grep in the shell.";
 
 /// The `bash` tool. See the module docs and `docs/tools.md`.
@@ -41,7 +42,6 @@ pub struct BashTool;
 #[derive(Debug, Deserialize)]
 struct BashArgs {
     command: String,
-    #[allow(dead_code)]
     description: String,
     #[serde(rename = "timeoutMs", default, deserialize_with = "opt_count")]
     timeout_ms: Option<u64>,
@@ -68,7 +68,7 @@ impl Tool for BashTool {
                 "description": {"type": "string", "description": "What the command does, in 5-10 words, shown to the user (e.g. \"Run the unit tests\")."},
                 "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at 600000. The command and its children are killed when it expires."},
                 "workdir": {"type": "string", "description": "Directory to run in; relative paths are resolved against the session working directory. Defaults to it."},
-                "run_in_background": {"type": "boolean", "description": "Not supported yet: setting it to true returns an error."}
+                "run_in_background": {"type": "boolean", "description": "Run in the background and return a job id immediately (read output with job_output, stop with job_kill). No timeout applies."}
             },
             "required": ["command", "description"]
         })
@@ -88,10 +88,11 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     if args.command.trim().is_empty() {
         return Err(ToolError::invalid_args("command must not be empty"));
     }
-    if args.run_in_background == Some(true) {
+    let background = args.run_in_background == Some(true);
+    if background && ctx.jobs().is_none() {
         return Err(ToolError::new(
             ToolErrorCode::Unsupported,
-            "run_in_background is not supported in this version (no background jobs yet); run the command in the foreground with a timeoutMs of up to 600000 instead",
+            "run_in_background is not supported in this session (no background jobs); run the command in the foreground with a timeoutMs of up to 600000 instead",
         ));
     }
     let limits = ctx.limits();
@@ -117,31 +118,20 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     if ctx.cancel().is_cancelled() {
         return Err(aborted());
     }
-
-    let mut command = tokio::process::Command::new(&plan.program);
-    command
-        .args(&plan.args)
-        .env_clear()
-        .envs(scrubbed_env())
-        .current_dir(&workdir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let hooks = plan.pre_exec.clone();
-    // SAFETY: the closure runs in the forked child before exec. It calls setsid(2), which is
-    // async-signal-safe, and the confinement hooks, whose contract (see `PreExecHook`) is to be
-    // async-signal-safe too. It does not allocate: iterating a Vec of Arcs only reads memory.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            for hook in &hooks {
-                hook()?;
-            }
-            Ok(())
-        });
+    if let (true, Some(jobs)) = (background, ctx.jobs()) {
+        return jobs.start(
+            JobSpec {
+                plan,
+                workdir,
+                command: args.command,
+                description: args.description,
+            },
+            ctx.spill(),
+        );
     }
+
+    let mut command = group_command(&plan, &workdir);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let started = Instant::now();
     let mut child = command.spawn().map_err(|err| {
         ToolError::new(

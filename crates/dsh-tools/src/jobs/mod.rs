@@ -1,0 +1,541 @@
+//! Background jobs: `bash` with `run_in_background: true`, read with `job_output`, listed by
+//! `job_list`, stopped by `job_kill`.
+//!
+//! A [`JobTable`] belongs to one agent (it travels in the agent's
+//! [`ToolContext`](crate::ToolContext), see [`ToolContext::with_jobs`](crate::ToolContext::with_jobs)).
+//! Each job is a confined `bash -c` in its own session and process group, exactly like a
+//! foreground call, with stdout and stderr appended to one private log file in the spill
+//! directory (so output is never held in memory and is kept in full). At most
+//! [`MAX_RUNNING_JOBS`] run at once. When the last clone of the table is dropped (the agent and
+//! its contexts are gone), every running job's process group gets `SIGKILL`: jobs die with the
+//! session. Finished jobs that the model has not yet heard about are returned by
+//! [`JobTable::take_finished`], which an agent extension turns into a message for the next step.
+
+mod tools;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use tools::{job_tools, JobKillTool, JobListTool, JobOutputTool};
+
+use crate::confinement::CommandPlan;
+use crate::error::{ToolError, ToolErrorCode};
+use crate::output::ToolOutput;
+use crate::process::{group_command, ProcessGroup};
+use crate::spill::SpillDir;
+
+/// Most background jobs of one agent that may run at the same time.
+pub const MAX_RUNNING_JOBS: usize = 10;
+
+/// How long a job's group gets between `SIGTERM` and `SIGKILL` on `job_kill`.
+const KILL_GRACE: Duration = Duration::from_millis(1500);
+
+/// What `bash` hands over to start a job: the confined plan and where to run it.
+pub(crate) struct JobSpec {
+    pub plan: CommandPlan,
+    pub workdir: PathBuf,
+    pub command: String,
+    pub description: String,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEnd {
+    /// The shell exited with this code.
+    Exited(i32),
+    /// The shell died from this signal.
+    Signaled(i32),
+    /// `job_kill` stopped it.
+    Killed,
+    /// The shell could not be waited for (its status is unknown).
+    Unknown(String),
+}
+
+/// A job's state, as reported to the model and to front ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobStatus {
+    /// Still running.
+    Running,
+    /// Finished, after `elapsed`.
+    Finished {
+        /// How it ended.
+        end: JobEnd,
+        /// Run time.
+        elapsed: Duration,
+        /// Processes it left behind in its group were killed when the shell exited.
+        leftovers: bool,
+    },
+}
+
+impl JobStatus {
+    /// The marker ending every `job_output` result: `[status: running]`,
+    /// `[status: completed (exit code 0)]`, `[status: failed (exit code N)]`,
+    /// `[status: killed (signal N)]`, `[status: killed (job_kill)]` or
+    /// `[status: unknown (...)]`, each finished one with its run time.
+    pub fn marker(&self) -> String {
+        match self {
+            JobStatus::Running => "[status: running]".to_string(),
+            JobStatus::Finished {
+                end,
+                elapsed,
+                leftovers,
+            } => {
+                let what = match end {
+                    JobEnd::Exited(0) => "completed (exit code 0)".to_string(),
+                    JobEnd::Exited(code) => format!("failed (exit code {code})"),
+                    JobEnd::Signaled(signal) => format!("killed (signal {signal})"),
+                    JobEnd::Killed => "killed (job_kill)".to_string(),
+                    JobEnd::Unknown(why) => format!("unknown ({why})"),
+                };
+                let extra = if *leftovers {
+                    "; processes it left running were killed"
+                } else {
+                    ""
+                };
+                format!(
+                    "[status: {what} after {:.1} s{extra}]",
+                    elapsed.as_secs_f64()
+                )
+            }
+        }
+    }
+
+    fn word(&self) -> &'static str {
+        match self {
+            JobStatus::Running => "running",
+            JobStatus::Finished { end, .. } => match end {
+                JobEnd::Exited(0) => "completed",
+                JobEnd::Exited(_) => "failed",
+                JobEnd::Signaled(_) | JobEnd::Killed => "killed",
+                JobEnd::Unknown(_) => "unknown",
+            },
+        }
+    }
+}
+
+/// One background job.
+pub(crate) struct Job {
+    pub id: String,
+    pub command: String,
+    pub description: String,
+    pub log: PathBuf,
+    started: Instant,
+    pgid: libc::pid_t,
+    status: Mutex<JobStatus>,
+    /// Bytes of the log already returned by `job_output`.
+    read_offset: Mutex<u64>,
+    /// The final status was told to the model (by `job_output`, `job_kill` or a notice).
+    reported: AtomicBool,
+    /// Fired by `job_kill`.
+    kill: CancellationToken,
+    done: watch::Receiver<bool>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section is a single read or assignment: a panic elsewhere cannot leave
+    // the value half-updated, so a poisoned lock is recovered.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Job {
+    pub(crate) fn status(&self) -> JobStatus {
+        lock(&self.status).clone()
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(*lock(&self.status), JobStatus::Running)
+    }
+
+    pub(crate) fn mark_reported(&self) {
+        self.reported.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until the job has finished, or `limit` passed (false), or `cancel` fired (false).
+    pub(crate) async fn wait(&self, limit: Duration, cancel: &CancellationToken) -> bool {
+        let mut done = self.done.clone();
+        tokio::select! {
+            result = tokio::time::timeout(limit, done.wait_for(|d| *d)) => {
+                // A closed channel means the waiting task is gone; the status says the rest.
+                matches!(result, Ok(Ok(_))) || !self.is_running()
+            }
+            _ = cancel.cancelled() => false,
+        }
+    }
+
+    /// Output appended since the last read (at most `cap` bytes, the newest), advancing the
+    /// read position to the end. Returns the text and how many earlier unread bytes were
+    /// skipped.
+    pub(crate) fn read_new(&self, cap: usize) -> std::io::Result<(String, u64)> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut offset = lock(&self.read_offset);
+        let mut file = std::fs::File::open(&self.log)?;
+        let len = file.metadata()?.len();
+        if len <= *offset {
+            return Ok((String::new(), 0));
+        }
+        let unread = len - *offset;
+        let cap = cap as u64;
+        let (start, skipped) = if unread > cap {
+            (len - cap, unread - cap)
+        } else {
+            (*offset, 0)
+        };
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        file.take(len - start).read_to_end(&mut bytes)?;
+        *offset = start + bytes.len() as u64;
+        let mut slice = bytes.as_slice();
+        if skipped > 0 {
+            // Start on a character when the cut fell inside one.
+            while let Some((&first, rest)) = slice.split_first() {
+                if first & 0xC0 == 0x80 {
+                    slice = rest;
+                } else {
+                    break;
+                }
+            }
+        }
+        Ok((String::from_utf8_lossy(slice).into_owned(), skipped))
+    }
+
+    /// One line for `job_list`.
+    pub(crate) fn list_line(&self) -> String {
+        let status = self.status();
+        let time = match &status {
+            JobStatus::Running => format!("{:.0} s so far", self.started.elapsed().as_secs_f64()),
+            JobStatus::Finished { elapsed, .. } => format!("{:.1} s", elapsed.as_secs_f64()),
+        };
+        let detail = match &status {
+            JobStatus::Finished {
+                end: JobEnd::Exited(code),
+                ..
+            } => format!(" (exit code {code})"),
+            JobStatus::Finished {
+                end: JobEnd::Signaled(signal),
+                ..
+            } => format!(" (signal {signal})"),
+            _ => String::new(),
+        };
+        format!(
+            "{}  {}{detail}  {time}  {}: {}",
+            self.id,
+            status.word(),
+            self.description,
+            one_line(&self.command, 120)
+        )
+    }
+
+    /// Structured view for front ends.
+    pub(crate) fn data(&self) -> Value {
+        json!({
+            "jobId": self.id,
+            "command": self.command,
+            "description": self.description,
+            "status": self.status().word(),
+            "log": self.log,
+        })
+    }
+}
+
+fn one_line(text: &str, max_chars: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c == '\n' { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max_chars {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max_chars).collect();
+        format!("{cut}...")
+    }
+}
+
+struct Inner {
+    jobs: Mutex<Vec<Arc<Job>>>,
+    next_id: AtomicU64,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Jobs die with the session: kill every running group now (synchronously, so nothing
+        // survives even if the runtime is shutting down), then stop the waiting tasks.
+        for job in lock(&self.jobs).iter() {
+            if job.is_running() && job.pgid > 1 {
+                // SAFETY: kill(2) has no memory-safety preconditions; a negative pid addresses
+                // the job's group, which its waiting task still owns (not reaped while running).
+                unsafe {
+                    libc::kill(-job.pgid, libc::SIGKILL);
+                }
+            }
+        }
+        for task in lock(&self.tasks).drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// The background jobs of one agent. Cheap to clone (shared); see the module docs.
+#[derive(Clone)]
+pub struct JobTable {
+    inner: Arc<Inner>,
+}
+
+/// A reference to a [`JobTable`] that does not keep its jobs alive (for extensions that must
+/// not extend the session's lifetime).
+#[derive(Clone)]
+pub struct WeakJobTable {
+    inner: Weak<Inner>,
+}
+
+impl WeakJobTable {
+    /// The table, while some strong clone still exists.
+    pub fn upgrade(&self) -> Option<JobTable> {
+        self.inner.upgrade().map(|inner| JobTable { inner })
+    }
+}
+
+/// A finished job the model has not been told about, as [`JobTable::take_finished`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobNotice {
+    /// The job id (`job-1`, ...).
+    pub job_id: String,
+    /// The message for the model: which job, how it ended, and the last lines of unread output.
+    pub text: String,
+}
+
+impl Default for JobTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for JobTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobTable")
+            .field("jobs", &lock(&self.inner.jobs).len())
+            .finish()
+    }
+}
+
+impl JobTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        JobTable {
+            inner: Arc::new(Inner {
+                jobs: Mutex::new(Vec::new()),
+                next_id: AtomicU64::new(1),
+                tasks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// A reference that does not keep the jobs alive.
+    pub fn downgrade(&self) -> WeakJobTable {
+        WeakJobTable {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<Job>, ToolError> {
+        let jobs = lock(&self.inner.jobs);
+        jobs.iter()
+            .find(|job| job.id == id.trim())
+            .cloned()
+            .ok_or_else(|| {
+                let known: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+                ToolError::new(
+                    ToolErrorCode::NotFound,
+                    if known.is_empty() {
+                        format!("no background job `{id}`: no job was started in this session")
+                    } else {
+                        format!(
+                            "no background job `{id}`; this session's jobs: {}",
+                            known.join(", ")
+                        )
+                    },
+                )
+            })
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<Job>> {
+        lock(&self.inner.jobs).clone()
+    }
+
+    /// Process group ids of the running jobs (for tests and diagnostics).
+    pub fn running_groups(&self) -> Vec<libc::pid_t> {
+        lock(&self.inner.jobs)
+            .iter()
+            .filter(|j| j.is_running())
+            .map(|j| j.pgid)
+            .collect()
+    }
+
+    /// Finished jobs whose end the model has not been told about yet, each returned once.
+    /// A notice carries up to the last 2,000 bytes (20 lines) of output not yet read with
+    /// `job_output`, without consuming it.
+    pub fn take_finished(&self) -> Vec<JobNotice> {
+        let jobs = self.all();
+        let mut notices = Vec::new();
+        for job in jobs {
+            if job.is_running() || job.reported.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            let status = job.status();
+            let preview = unread_tail(&job, 2_000, 20);
+            let mut text = format!(
+                "Background job {} finished: {}\nCommand ({}): {}\n",
+                job.id,
+                status
+                    .marker()
+                    .trim_start_matches("[status: ")
+                    .trim_end_matches(']'),
+                job.description,
+                one_line(&job.command, 200)
+            );
+            match preview {
+                Some((tail, unread)) if unread > 0 => {
+                    text.push_str(&format!(
+                        "Unread output: {unread} bytes; the last lines:\n{tail}\n(Read it with job_output {{\"job_id\": \"{}\"}}.)",
+                        job.id
+                    ));
+                }
+                _ => text.push_str("No unread output."),
+            }
+            notices.push(JobNotice {
+                job_id: job.id.clone(),
+                text,
+            });
+        }
+        notices
+    }
+
+    /// Starts `spec` in the background and returns the tool output naming the job.
+    pub(crate) fn start(&self, spec: JobSpec, spill: &SpillDir) -> Result<ToolOutput, ToolError> {
+        let running = lock(&self.inner.jobs)
+            .iter()
+            .filter(|j| j.is_running())
+            .count();
+        if running >= MAX_RUNNING_JOBS {
+            return Err(ToolError::new(
+                ToolErrorCode::LimitReached,
+                format!(
+                    "{running} background jobs are already running (the limit is {MAX_RUNNING_JOBS}); wait for one with job_output (wait: true) or stop one with job_kill, then try again"
+                ),
+            ));
+        }
+        let number = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
+        let id = format!("job-{number}");
+        let (file, log) = spill
+            .create_file(&format!("{id}-output"))
+            .map_err(|err| ToolError::io("cannot create the job log in", spill.path(), &err))?;
+        let stderr = file
+            .try_clone()
+            .map_err(|err| ToolError::io("cannot share the job log", &log, &err))?;
+        let mut command = group_command(&spec.plan, &spec.workdir);
+        command.stdout(file).stderr(stderr);
+        let mut child = command.spawn().map_err(|err| {
+            ToolError::new(
+                ToolErrorCode::Io,
+                format!(
+                    "cannot start {}: {err}",
+                    spec.plan.program.to_string_lossy()
+                ),
+            )
+        })?;
+        let Some(pgid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) else {
+            return Err(ToolError::new(
+                ToolErrorCode::Io,
+                "the shell exited before it could be tracked",
+            ));
+        };
+        let (done_tx, done_rx) = watch::channel(false);
+        let job = Arc::new(Job {
+            id: id.clone(),
+            command: spec.command,
+            description: spec.description,
+            log: log.clone(),
+            started: Instant::now(),
+            pgid,
+            status: Mutex::new(JobStatus::Running),
+            read_offset: Mutex::new(0),
+            reported: AtomicBool::new(false),
+            kill: CancellationToken::new(),
+            done: done_rx,
+        });
+        // The task owns the group (killed on drop if the task is aborted) and holds only the
+        // job, never the table, so the table can drop and kill everything.
+        let task_job = Arc::clone(&job);
+        let task = tokio::spawn(async move {
+            let job = task_job;
+            let mut group = ProcessGroup::new(job.pgid);
+            let (end, leftovers) = tokio::select! {
+                status = child.wait() => {
+                    let leftovers = group.terminate(KILL_GRACE).await;
+                    let end = match status {
+                        Ok(status) => {
+                            use std::os::unix::process::ExitStatusExt;
+                            match (status.code(), status.signal()) {
+                                (Some(code), _) => JobEnd::Exited(code),
+                                (None, Some(signal)) => JobEnd::Signaled(signal),
+                                (None, None) => JobEnd::Unknown("no exit code or signal".into()),
+                            }
+                        }
+                        Err(err) => JobEnd::Unknown(err.to_string()),
+                    };
+                    (end, leftovers)
+                }
+                _ = job.kill.cancelled() => {
+                    group.terminate(KILL_GRACE).await;
+                    let _reaped = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+                    (JobEnd::Killed, false)
+                }
+            };
+            group.mark_finished();
+            *lock(&job.status) = JobStatus::Finished {
+                end,
+                elapsed: job.started.elapsed(),
+                leftovers,
+            };
+            // Receivers may all be gone; the status above is what counts.
+            let _ = done_tx.send(true);
+        });
+        {
+            let mut tasks = lock(&self.inner.tasks);
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
+        }
+        let data = job.data();
+        lock(&self.inner.jobs).push(job);
+        Ok(ToolOutput::text(format!(
+            "Started background job {id}. Its output goes to {}. Read new output with job_output {{\"job_id\": \"{id}\"}} (add \"wait\": true to block until it ends), stop it with job_kill. You will be told when it finishes; keep working meanwhile.",
+            log.display()
+        ))
+        .with_summary(format!("bash (background {id})"))
+        .with_data(data))
+    }
+}
+
+/// The last `max_bytes` (and at most `max_lines` lines) of the output not yet read, and how
+/// many unread bytes there are; `None` when the log cannot be read.
+fn unread_tail(job: &Job, max_bytes: usize, max_lines: usize) -> Option<(String, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let offset = *lock(&job.read_offset);
+    let mut file = std::fs::File::open(&job.log).ok()?;
+    let len = file.metadata().ok()?.len();
+    let unread = len.saturating_sub(offset);
+    let start = len.saturating_sub(max_bytes as u64).max(offset);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(len - start).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.trim_end_matches('\n').lines().collect();
+    let keep = lines.len().saturating_sub(max_lines);
+    Some((lines[keep..].join("\n"), unread))
+}
