@@ -1,5 +1,5 @@
 //! The interactive UI end to end: the real `dsh` binary in a pseudo-terminal against the fake
-//! provider. Type a prompt and see the streamed reply; start a stalling reply, type a draft,
+//! provider. Type a prompt and see the streamed reply; approve an escalated `bash` call; start a stalling reply, type a draft,
 //! press Ctrl-C: the turn is logged `aborted` with the partial reply, and the draft survives
 //! on screen and is printed when the UI closes (Ctrl-D).
 
@@ -134,6 +134,27 @@ async fn type_stream_cancel_keep_draft() {
         ),
         ScriptedReply::from(
             SseReply::new()
+                .tool_call(
+                    0,
+                    "call_esc",
+                    "bash",
+                    &serde_json::json!({
+                        "command": "echo approved-run > marker.txt",
+                        "description": "write a marker",
+                        "sandbox_permissions": "danger-full-access",
+                        "justification": "the test needs it",
+                    })
+                    .to_string(),
+                )
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("marker written")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
                 .reasoning("thinking about it")
                 .text("partial answer")
                 .end(StreamEnd::Stall),
@@ -152,6 +173,18 @@ async fn type_stream_cancel_keep_draft() {
     tui.type_text("say hello\r");
     tui.wait_for("Hello from the fake provider");
     tui.wait_for("› say hello");
+
+    // The safety policy asks before an escalation; the UI shows the question, `y` allows once.
+    tui.type_text("write the marker\r");
+    tui.wait_for("approval needed");
+    tui.wait_for("[y] allow once");
+    tui.type_text("y");
+    tui.wait_for("marker written");
+    tui.wait_for("✓ exit 0");
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("marker.txt")).unwrap(),
+        "approved-run\n"
+    );
 
     tui.type_text("stall please\r");
     tokio::time::timeout(
@@ -202,9 +235,12 @@ async fn type_stream_cancel_keep_draft() {
             _ => None,
         })
         .collect();
-    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert_eq!(ends.len(), 3, "{ends:?}");
     assert_eq!(ends[0], TurnEndReason::Completed);
-    assert!(matches!(ends[1], TurnEndReason::Aborted { .. }), "{ends:?}");
+    assert_eq!(ends[1], TurnEndReason::Completed);
+    assert!(matches!(ends[2], TurnEndReason::Aborted { .. }), "{ends:?}");
+    assert!(log.events.iter().any(|e| matches!(&e.event,
+        Event::Opaque { event_type, data } if event_type == "approval/decided" && data["outcome"] == "approved")));
     let partial = log.events.iter().find_map(|e| match &e.event {
         Event::AssistantMessage(m) if m.interrupted => Some(m.message.text()),
         _ => None,

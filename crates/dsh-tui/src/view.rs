@@ -66,11 +66,10 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
     let area = frame.area();
     let width = area.width.max(4);
     let (composer_rows, cursor) = app.composer.layout(width.saturating_sub(2));
-    let bottom_height: u16 = if let Some(pending) = app.approvals.front() {
-        let _ = pending;
-        5
-    } else {
+    let bottom_height: u16 = if app.approvals.is_empty() {
         (composer_rows.len() as u16).clamp(1, 8) + 2
+    } else {
+        6
     };
     let queue_height = app.queue.len().min(4) as u16;
     let hint_height = u16::from(app.hint.is_some() || app.transcript.running || app.loading);
@@ -118,23 +117,32 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
 
     if let Some(pending) = app.approvals.front() {
         let request = &pending.request;
+        let args: String = request
+            .arguments
+            .replace('\n', " ")
+            .chars()
+            .take(
+                usize::from(bottom.width.saturating_sub(4))
+                    .saturating_sub(request.tool_name.len() + 1),
+            )
+            .collect();
         let lines = vec![
-            Line::from(vec![
-                Span::styled(
-                    format!("{} ", request.tool_name),
-                    Style::default().add_modifier(Modifier::BOLD),
-                ),
-                Span::raw(request.arguments.replace('\n', " ")),
-            ]),
-            Line::from(Span::styled(
-                request.reason.clone(),
-                Style::default().fg(Color::Gray),
-            )),
             Line::from(vec![
                 Span::styled("[y] allow once", Style::default().fg(Color::Green)),
                 Span::raw("   "),
                 Span::styled("[n] reject", Style::default().fg(Color::Red)),
             ]),
+            Line::from(vec![
+                Span::styled(
+                    format!("{} ", request.tool_name),
+                    Style::default().add_modifier(Modifier::BOLD),
+                ),
+                Span::raw(args),
+            ]),
+            Line::from(Span::styled(
+                request.reason.clone(),
+                Style::default().fg(Color::Gray),
+            )),
         ];
         let block = Block::default()
             .borders(Borders::ALL)

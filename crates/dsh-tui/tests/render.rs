@@ -359,3 +359,36 @@ fn whole_screen_with_queue_and_status() {
         .unwrap();
     insta::assert_snapshot!("whole_screen", buffer_text(&terminal));
 }
+
+#[test]
+fn approval_prompt_replaces_the_composer() {
+    let mut app = App::new(status());
+    app.loading = false;
+    app.transcript.running = true;
+    app.composer.insert_str("draft stays");
+    app.approvals.push_back(dsh_tui::app::PendingApproval {
+        request: dsh_agent::ApprovalRequest {
+            id: "a1".into(),
+            call_id: "c1".into(),
+            tool_name: "bash".into(),
+            arguments: json!({"command": "apt-get install jq", "sandbox_permissions": "danger-full-access"}).to_string(),
+            reason: "bash asks for danger-full-access instead of workspace-write: install jq".into(),
+            escalation: None,
+        },
+        respond: None,
+    });
+    let mut terminal = Terminal::new(TestBackend::new(90, 12)).unwrap();
+    let mut cache = dsh_tui::view::ViewCache::default();
+    terminal
+        .draw(|f| dsh_tui::view::draw(f, &mut app, &mut cache))
+        .unwrap();
+    insta::assert_snapshot!("approval_prompt", buffer_text(&terminal));
+    // Answering removes the prompt; the draft is untouched.
+    let key = crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::Char('y'),
+        crossterm::event::KeyModifiers::NONE,
+    );
+    assert!(app.on_key(key).is_empty());
+    assert!(app.approvals.is_empty());
+    assert_eq!(app.composer.text(), "draft stays");
+}
