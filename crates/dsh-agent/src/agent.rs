@@ -468,6 +468,13 @@ impl Agent {
         self.approver = approver;
     }
 
+    /// Replaces who answers `ask_user_question` (interactive front ends pass one that shows
+    /// the questions to the user; the default, `dsh_tools::HeadlessAsker`, answers that nobody
+    /// can, and the tool tells the model to decide on its own).
+    pub fn set_asker(&mut self, asker: Arc<dyn dsh_tools::Asker>) {
+        self.tool_context = self.tool_context.clone().with_asker(asker);
+    }
+
     /// A handle for front ends.
     pub fn handle(&self) -> AgentHandle {
         AgentHandle {

@@ -9,6 +9,7 @@
 //! ```
 
 mod agent;
+mod background_jobs;
 mod cache_report;
 mod compaction;
 mod context;
@@ -31,11 +32,16 @@ pub use agent::{
     generic_model_info, new_user_message, plugin_message, session_failure, Agent, AgentError,
     AgentHandle, AgentOptions, AgentParts, TurnOutcome,
 };
+pub use background_jobs::{BackgroundJobs, BACKGROUND_JOBS_PLUGIN};
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};
 pub use compaction::{CompactionOutcome, CompactionSettings, CompactionTrigger, COMPACTION_PLUGIN};
 pub use context::{
     civil_date, ContextMessages, ContextSource, SystemContext, PROJECT_INSTRUCTIONS_PLUGIN,
     RUNTIME_CONTEXT_PLUGIN,
+};
+pub use dsh_tools::{
+    AskOutcome, AskUserQuestionTool, Asker, HeadlessAsker, QuestionOption, QuestionRequest,
+    UserAnswer, UserQuestion,
 };
 pub use extension::{
     ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, Extension, ExtensionGuard,
