@@ -8,6 +8,7 @@
 //! - [`Config::source_of`] tells where each effective value came from ([`Source`]).
 //! - [`Config::select`] picks provider, model, effort and key for a run; [`build_adapter`]
 //!   builds the provider's adapter with the model table in front of its defaults.
+//! - [`Config::web_fetch`] gives the settings of the opt-in `web_fetch` tool.
 //! - [`show::render`] prints the effective configuration with secrets redacted.
 //!
 //! Files never hold keys: a provider names the variable holding its key (`api_key_env`), and a
@@ -20,6 +21,7 @@ mod error;
 mod load;
 mod schema;
 pub mod show;
+mod tools;
 
 pub use adapters::{build_adapter, ModelTableAdapter};
 pub use builtin::{
@@ -35,3 +37,4 @@ pub use load::{
     key_path, project_config_path, user_config_path, Flags, CONFIG_FILE, ENV_KEYS, PROJECT_DIR,
 };
 pub use schema::{EFFORTS, MAX_TOKENS_FIELDS, PERMISSION_PRESETS, PROVIDER_KINDS};
+pub use tools::{WebFetchConfig, DEFAULT_WEB_FETCH_MAX_BYTES, DEFAULT_WEB_FETCH_TIMEOUT};

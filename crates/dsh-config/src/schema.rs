@@ -28,8 +28,11 @@ const ROOT_KEYS: &[&str] = &[
     "models",
     "mcp",
     "hooks",
+    "tools",
 ];
 const COMPACTION_KEYS: &[&str] = &["threshold", "keep_tail"];
+const TOOLS_KEYS: &[&str] = &["web_fetch"];
+const WEB_FETCH_KEYS: &[&str] = &["enabled", "allowed_hosts", "max_bytes", "timeout_secs"];
 const PROVIDER_KEYS: &[&str] = &[
     "kind",
     "base_url",
@@ -250,6 +253,11 @@ impl Checker<'_> {
                 "mcp" | "hooks" => {
                     self.expect_table(key, value);
                 }
+                "tools" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.tools(t);
+                    }
+                }
                 other => self.unknown("", other, ROOT_KEYS),
             }
         }
@@ -272,6 +280,77 @@ impl Checker<'_> {
                     "write a share of the context window, e.g. `keep_tail = 0.16`",
                 ),
                 other => self.unknown("compaction", other, COMPACTION_KEYS),
+            }
+        }
+    }
+
+    fn tools(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("tools", key);
+            match key.as_str() {
+                "web_fetch" => {
+                    if let Some(t) = self.expect_table(&path, value) {
+                        self.web_fetch(&path, t);
+                    }
+                }
+                other => self.unknown("tools", other, TOOLS_KEYS),
+            }
+        }
+    }
+
+    /// `[tools.web_fetch]`. A project's own file may only narrow it (turn it off, lower the
+    /// limits): opening network access is the user's decision, not the repository's.
+    fn web_fetch(&mut self, path: &str, table: &Table) {
+        let from_project = matches!(self.source, Source::ProjectFile(_));
+        for (key, value) in table {
+            let full = join(path, key);
+            match key.as_str() {
+                "enabled" => {
+                    self.expect_bool(&full, value);
+                    if from_project && value.as_bool() == Some(true) {
+                        self.error(
+                            &full,
+                            "a project's configuration cannot turn web_fetch on",
+                            "set it in $DSH_HOME/config.toml if you want web_fetch for this project",
+                        );
+                    }
+                }
+                "allowed_hosts" => {
+                    if from_project {
+                        self.error(
+                            &full,
+                            "a project's configuration cannot allow hosts for web_fetch",
+                            "set allowed_hosts in $DSH_HOME/config.toml",
+                        );
+                        continue;
+                    }
+                    match value {
+                        Value::Array(items) => {
+                            for (i, item) in items.iter().enumerate() {
+                                let at = format!("{full}[{i}]");
+                                if let Some(host) = self.expect_str(&at, item) {
+                                    let valid = !host.trim().is_empty()
+                                        && !host.contains(['/', ' ', '@'])
+                                        && !host.contains("://");
+                                    if !valid {
+                                        self.error(
+                                            &at,
+                                            format!("`{host}` is not a host name or IP address"),
+                                            "write the host only, e.g. `\"intranet.example\"`, `\"127.0.0.1\"` or `\"*.corp.example\"`",
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                        other => self.error(
+                            &full,
+                            format!("must be an array of host names, found {}", type_name(other)),
+                            "write e.g. `allowed_hosts = [\"127.0.0.1\"]`",
+                        ),
+                    }
+                }
+                "max_bytes" | "timeout_secs" => self.expect_positive_int(&full, value),
+                other => self.unknown(path, other, WEB_FETCH_KEYS),
             }
         }
     }

@@ -1,0 +1,123 @@
+//! `[tools.web_fetch]`: off by default, turned on and widened only by the user's own file,
+//! every bad value named with its key.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use dsh_config::{Config, ConfigError, Flags, WebFetchConfig};
+
+struct Dirs {
+    home: tempfile::TempDir,
+    project: tempfile::TempDir,
+}
+
+impl Dirs {
+    fn new() -> Dirs {
+        let dirs = Dirs {
+            home: tempfile::tempdir().unwrap(),
+            project: tempfile::tempdir().unwrap(),
+        };
+        std::fs::create_dir(dirs.project.path().join(".git")).unwrap();
+        dirs
+    }
+    fn user(self, text: &str) -> Self {
+        std::fs::write(self.home.path().join("config.toml"), text).unwrap();
+        self
+    }
+    fn project(self, text: &str) -> Self {
+        std::fs::create_dir_all(self.project.path().join(".dsh")).unwrap();
+        std::fs::write(self.project.path().join(".dsh/config.toml"), text).unwrap();
+        self
+    }
+    fn load(&self) -> Result<Config, Vec<ConfigError>> {
+        Config::load(
+            self.home.path(),
+            self.project.path(),
+            &|_| None,
+            &Flags::default(),
+        )
+        .map_err(|e| e.0)
+    }
+}
+
+#[test]
+fn off_by_default() {
+    let config = Dirs::new().load().unwrap();
+    assert_eq!(config.web_fetch(), WebFetchConfig::default());
+    assert!(!config.web_fetch().enabled);
+}
+
+#[test]
+fn the_user_file_turns_it_on_and_the_project_may_narrow_it() {
+    let dirs = Dirs::new()
+        .user(
+            "[tools.web_fetch]\nenabled = true\nallowed_hosts = [\"127.0.0.1\", \"*.corp.example\"]\nmax_bytes = 1000\ntimeout_secs = 5\n",
+        )
+        .project("[tools.web_fetch]\nmax_bytes = 500\n");
+    let settings = dirs.load().unwrap().web_fetch();
+    assert!(settings.enabled);
+    assert_eq!(settings.allowed_hosts, ["127.0.0.1", "*.corp.example"]);
+    assert_eq!(settings.max_bytes, 500);
+    assert_eq!(settings.timeout, Duration::from_secs(5));
+    let off = Dirs::new()
+        .user("[tools.web_fetch]\nenabled = true\n")
+        .project("[tools.web_fetch]\nenabled = false\n");
+    assert!(!off.load().unwrap().web_fetch().enabled);
+}
+
+#[test]
+fn a_project_cannot_open_network_access() {
+    for (text, key) in [
+        (
+            "[tools.web_fetch]\nenabled = true\n",
+            "tools.web_fetch.enabled",
+        ),
+        (
+            "[tools.web_fetch]\nallowed_hosts = [\"169.254.169.254\"]\n",
+            "tools.web_fetch.allowed_hosts",
+        ),
+    ] {
+        let errors = Dirs::new().project(text).load().unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        let message = errors[0].to_string();
+        assert!(message.contains(&format!("`{key}`")), "{message}");
+        assert!(message.contains("project"), "{message}");
+    }
+}
+
+#[test]
+fn bad_values_are_named() {
+    for (text, key) in [
+        (
+            "[tools.web_fetch]\nenabled = \"yes\"\n",
+            "tools.web_fetch.enabled",
+        ),
+        (
+            "[tools.web_fetch]\nallowed_hosts = \"x\"\n",
+            "tools.web_fetch.allowed_hosts",
+        ),
+        (
+            "[tools.web_fetch]\nallowed_hosts = [\"http://x/\"]\n",
+            "tools.web_fetch.allowed_hosts[0]",
+        ),
+        (
+            "[tools.web_fetch]\nmax_bytes = 0\n",
+            "tools.web_fetch.max_bytes",
+        ),
+        (
+            "[tools.web_fetch]\ntimeout_secs = -1\n",
+            "tools.web_fetch.timeout_secs",
+        ),
+        (
+            "[tools.web_fetch]\ntimeout = 5\n",
+            "tools.web_fetch.timeout",
+        ),
+        ("[tools.webfetch]\n", "tools.webfetch"),
+    ] {
+        let errors = Dirs::new().user(text).load().unwrap_err();
+        assert_eq!(errors.len(), 1, "{text}: {errors:#?}");
+        let message = errors[0].to_string();
+        assert!(message.contains(&format!("`{key}`")), "{text}: {message}");
+        assert!(!errors[0].fix.is_empty());
+    }
+}
