@@ -1,5 +1,6 @@
 //! The `dsh` binary: wiring only. Logic lives in the library crates.
 
+mod acp;
 mod config_cmd;
 mod credentials;
 mod home;
@@ -37,6 +38,8 @@ enum Command {
     Config(config_cmd::ConfigArgs),
     /// List a provider's models, merged with the configured model table.
     Models(models::ModelsArgs),
+    /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed and others).
+    Acp(acp::AcpArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Some(Command::Sessions(args)) => sessions::run(args),
         Some(Command::Config(args)) => config_cmd::run(args),
         Some(Command::Models(args)) => models::run(args),
+        Some(Command::Acp(args)) => acp::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,246 @@
+//! The request dispatcher: reads the client's lines, answers `initialize`, opens sessions, and
+//! routes prompts, cancels and permission answers.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
+use tokio::sync::mpsc;
+
+use crate::rpc::{parse_line, write_lines, Incoming, Outgoing, RpcError, METHOD_NOT_FOUND};
+use crate::session::AcpSession;
+use crate::updates::UpdateMapper;
+use crate::{AgentFactory, OpenRequest, PROTOCOL_VERSION};
+
+/// The connection's state: open sessions by id.
+struct Server {
+    out: Outgoing,
+    factory: Arc<dyn AgentFactory>,
+    agent_name: String,
+    agent_version: String,
+    sessions: HashMap<String, AcpSession>,
+}
+
+fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
+    params
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params(format!("`{key}` (a string) is required")))
+}
+
+fn cwd_param(params: &Value) -> Result<PathBuf, RpcError> {
+    let cwd = PathBuf::from(str_param(params, "cwd")?);
+    if !cwd.is_absolute() {
+        return Err(RpcError::invalid_params(format!(
+            "`cwd` must be an absolute path, got {}",
+            cwd.display()
+        )));
+    }
+    Ok(cwd)
+}
+
+/// The prompt's content blocks as one user message text. Text is taken as is; resource links
+/// and embedded text resources are referenced or inlined; images and audio are refused (the
+/// `initialize` answer says they are not supported).
+fn prompt_text(params: &Value) -> Result<String, RpcError> {
+    let blocks = params
+        .get("prompt")
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            RpcError::invalid_params("`prompt` (an array of content blocks) is required")
+        })?;
+    let mut parts: Vec<String> = Vec::new();
+    for block in blocks {
+        let kind = block
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match kind {
+            "text" => parts.push(str_param(block, "text")?.to_string()),
+            "resource_link" => {
+                let uri = str_param(block, "uri")?;
+                let name = block.get("name").and_then(Value::as_str).unwrap_or(uri);
+                parts.push(format!("[{name}]({uri})"));
+            }
+            "resource" => {
+                let resource = block.get("resource").unwrap_or(&Value::Null);
+                let uri = resource.get("uri").and_then(Value::as_str).unwrap_or("");
+                match resource.get("text").and_then(Value::as_str) {
+                    Some(text) => parts.push(format!("<resource uri=\"{uri}\">\n{text}\n</resource>")),
+                    None => parts.push(format!("[{uri}]({uri})")),
+                }
+            }
+            other => {
+                return Err(RpcError::invalid_params(format!(
+                    "prompt content of type `{other}` is not supported (text, resource_link and resource are)"
+                )))
+            }
+        }
+    }
+    if parts.iter().all(|p| p.trim().is_empty()) {
+        return Err(RpcError::invalid_params("the prompt is empty"));
+    }
+    Ok(parts.join("\n"))
+}
+
+impl Server {
+    fn initialize(&self) -> Value {
+        json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": true,
+                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+            },
+            "authMethods": [],
+            "agentInfo": {"name": self.agent_name, "version": self.agent_version},
+        })
+    }
+
+    fn new_session(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let cwd = cwd_param(params)?;
+        let opened = self
+            .factory
+            .open(&OpenRequest {
+                cwd: cwd.clone(),
+                resume: None,
+            })
+            .map_err(RpcError::internal)?;
+        let session = AcpSession::start(opened.agent, opened.keep_alive, cwd, self.out.clone());
+        let id = session.handle.session_id();
+        self.sessions.insert(id.clone(), session);
+        Ok(json!({"sessionId": id}))
+    }
+
+    /// `session/load`: opens the session from its log (unless this connection has it open
+    /// already), then replays its conversation as `session/update` notifications before
+    /// answering.
+    async fn load_session(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let key = str_param(params, "sessionId")?.to_string();
+        let cwd = cwd_param(params)?;
+        if let Some(open) = self.sessions.remove(&key) {
+            open.stop().await;
+        }
+        let opened = self
+            .factory
+            .open(&OpenRequest {
+                cwd: cwd.clone(),
+                resume: Some(key.clone()),
+            })
+            .map_err(RpcError::internal)?;
+        let id = opened.agent.handle().session_id();
+        let mut mapper = UpdateMapper::new(&cwd);
+        for update in mapper.replay(&opened.history) {
+            self.out
+                .notify("session/update", json!({"sessionId": id, "update": update}));
+        }
+        let session = AcpSession::start(opened.agent, opened.keep_alive, cwd, self.out.clone());
+        self.sessions.insert(id, session);
+        Ok(json!({}))
+    }
+
+    fn session(&self, params: &Value) -> Result<&AcpSession, RpcError> {
+        let id = str_param(params, "sessionId")?;
+        self.sessions
+            .get(id)
+            .ok_or_else(|| RpcError::invalid_params(format!("unknown session {id}")))
+    }
+
+    async fn request(&mut self, id: Value, method: &str, params: Value) {
+        let answer = match method {
+            "initialize" => Ok(self.initialize()),
+            "authenticate" => Ok(json!({})),
+            "session/new" => self.new_session(&params),
+            "session/load" => self.load_session(&params).await,
+            "session/prompt" => {
+                // Answered by the session's task when the turn ends.
+                let queued = prompt_text(&params)
+                    .and_then(|text| self.session(&params).map(|s| (s, text)))
+                    .and_then(|(session, text)| session.prompt(id.clone(), text));
+                match queued {
+                    Ok(()) => return,
+                    Err(error) => Err(error),
+                }
+            }
+            _ => Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("Method not found: {method}"),
+            )),
+        };
+        match answer {
+            Ok(result) => self.out.respond(id, result),
+            Err(error) => self.out.respond_error(id, &error),
+        }
+    }
+
+    fn notification(&self, method: &str, params: &Value) {
+        if method == "session/cancel" {
+            match self.session(params) {
+                Ok(session) => session.cancel(),
+                Err(error) => eprintln!("dsh acp: session/cancel: {}", error.message),
+            }
+        }
+        // Other notifications (and unknown ones) need no action: JSON-RPC forbids answering.
+    }
+
+    async fn line(&mut self, line: &str) {
+        match parse_line(line) {
+            Ok(Incoming::Request { id, method, params }) => self.request(id, &method, params).await,
+            Ok(Incoming::Notification { method, params }) => self.notification(&method, &params),
+            Ok(Incoming::Response { id, result }) => self.out.deliver(&id, result),
+            Err((id, error)) => self.out.respond_error(id, &error),
+        }
+    }
+}
+
+/// Serves ACP on `input`/`output` (stdin/stdout for `dsh acp`) until `input` ends: then running
+/// turns are cancelled, their logs closed, and everything queued is written.
+///
+/// `agent_name` and `agent_version` are what `initialize` reports as `agentInfo`. Nothing but
+/// protocol lines is written to `output`; diagnostics go to stderr.
+pub async fn serve<R, W>(
+    input: R,
+    output: W,
+    factory: Arc<dyn AgentFactory>,
+    agent_name: &str,
+    agent_version: &str,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (lines, queued) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_lines(queued, output));
+    let mut server = Server {
+        out: Outgoing::new(lines),
+        factory,
+        agent_name: agent_name.to_string(),
+        agent_version: agent_version.to_string(),
+        sessions: HashMap::new(),
+    };
+    let mut input = BufReader::new(input);
+    let mut buffer = Vec::new();
+    loop {
+        buffer.clear();
+        if input.read_until(b'\n', &mut buffer).await? == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&buffer);
+        if line.trim().is_empty() {
+            continue;
+        }
+        server.line(line.trim()).await;
+    }
+    let sessions: Vec<AcpSession> = server.sessions.drain().map(|(_, s)| s).collect();
+    for session in sessions {
+        session.stop().await;
+    }
+    drop(server);
+    match writer.await {
+        Ok(result) => result,
+        Err(err) => Err(std::io::Error::other(format!(
+            "output writer failed: {err}"
+        ))),
+    }
+}

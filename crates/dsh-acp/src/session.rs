@@ -1,0 +1,233 @@
+//! One ACP session: an agent, the task that runs its turns, and the stream of its events to
+//! the client.
+//!
+//! Prompts are queued to the session's task and run one at a time. While a turn runs, the task
+//! forwards every appended event as `session/update` notifications; after the turn it forwards
+//! whatever is still queued and only then answers the prompt, so the response is always the
+//! last line of its turn.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dsh_agent::{Agent, AgentError, AgentHandle, SessionEvent, TurnOutcome};
+use dsh_session::TurnEndReason;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+
+use crate::approver::AcpApprover;
+use crate::rpc::{Outgoing, RpcError};
+use crate::updates::UpdateMapper;
+
+/// Set by the connection, read by the session's task.
+struct Flags {
+    /// `session/cancel` arrived during the current turn.
+    cancelled: Arc<AtomicBool>,
+    /// The connection is closing: queued prompts are not run.
+    stopping: Arc<AtomicBool>,
+}
+
+/// A prompt waiting for its turn.
+struct PromptJob {
+    request_id: Value,
+    text: String,
+}
+
+/// A running ACP session.
+pub(crate) struct AcpSession {
+    pub(crate) handle: AgentHandle,
+    prompts: mpsc::UnboundedSender<PromptJob>,
+    cancelled: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+/// The ACP answer for how a turn ended: a stop reason, or an error for a failed turn.
+pub(crate) fn stop_reason(
+    reason: &TurnEndReason,
+    cancelled: bool,
+) -> Result<&'static str, RpcError> {
+    if cancelled {
+        // ACP: after session/cancel the answer is `cancelled`, whatever the cancel caused.
+        return Ok("cancelled");
+    }
+    match reason {
+        TurnEndReason::Completed => Ok("end_turn"),
+        TurnEndReason::MaxTokens => Ok("max_tokens"),
+        TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted => Ok("cancelled"),
+        TurnEndReason::Blocked { .. } => Ok("refusal"),
+        TurnEndReason::Error { error } => Err(RpcError::internal(format!(
+            "turn failed: {}",
+            error.message
+        ))
+        .with_data(json!({"code": error.code.to_string(), "status": error.status}))),
+    }
+}
+
+impl AcpSession {
+    /// Starts the session's task for `agent`, which works in `cwd` and talks through `out`.
+    /// `keep_alive` is dropped with the task (extension guards and the like).
+    pub(crate) fn start(
+        mut agent: Agent,
+        keep_alive: Box<dyn std::any::Any + Send>,
+        cwd: PathBuf,
+        out: Outgoing,
+    ) -> Self {
+        let handle = agent.handle();
+        agent.set_approver(Arc::new(AcpApprover::new(handle.session_id(), out.clone())));
+        let (prompts, jobs) = mpsc::unbounded_channel();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(run_session(
+            agent,
+            keep_alive,
+            jobs,
+            out,
+            UpdateMapper::new(cwd),
+            Flags {
+                cancelled: Arc::clone(&cancelled),
+                stopping: Arc::clone(&stopping),
+            },
+        ));
+        AcpSession {
+            handle,
+            prompts,
+            cancelled,
+            stopping,
+            task,
+        }
+    }
+
+    /// Queues a prompt; its response is sent when its turn ends.
+    pub(crate) fn prompt(&self, request_id: Value, text: String) -> Result<(), RpcError> {
+        self.prompts
+            .send(PromptJob { request_id, text })
+            .map_err(|_| RpcError::internal("the session has stopped"))
+    }
+
+    /// `session/cancel`: cancels the running turn (queued input is dropped, as ACP wants the
+    /// prompt answered `cancelled`).
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.handle.cancel(false);
+    }
+
+    /// Stops the session: cancels a running turn, lets it close its log, answers queued
+    /// prompts `cancelled` without running them, and ends the task.
+    pub(crate) async fn stop(self) {
+        let AcpSession {
+            handle,
+            prompts,
+            stopping,
+            task,
+            ..
+        } = self;
+        stopping.store(true, Ordering::SeqCst);
+        handle.cancel(false);
+        drop(prompts);
+        // A task that panicked has nothing left to close; report nothing more.
+        let _ = task.await;
+    }
+}
+
+fn forward(session_id: &str, mapper: &mut UpdateMapper, out: &Outgoing, event: &SessionEvent) {
+    for update in mapper.live(event) {
+        out.notify(
+            "session/update",
+            json!({"sessionId": session_id, "update": update}),
+        );
+    }
+}
+
+fn drain(
+    session_id: &str,
+    mapper: &mut UpdateMapper,
+    out: &Outgoing,
+    events: &mut broadcast::Receiver<SessionEvent>,
+) {
+    loop {
+        match events.try_recv() {
+            Ok(event) => forward(session_id, mapper, out, &event),
+            Err(broadcast::error::TryRecvError::Lagged(n)) => lagged(n),
+            Err(_) => break,
+        }
+    }
+}
+
+fn lagged(n: u64) {
+    eprintln!("dsh acp: the client view skipped {n} session events (the log has them all)");
+}
+
+async fn run_session(
+    mut agent: Agent,
+    keep_alive: Box<dyn std::any::Any + Send>,
+    mut jobs: mpsc::UnboundedReceiver<PromptJob>,
+    out: Outgoing,
+    mut mapper: UpdateMapper,
+    flags: Flags,
+) {
+    let Flags {
+        cancelled,
+        stopping,
+    } = flags;
+    let handle = agent.handle();
+    let session_id = handle.session_id();
+    while let Some(job) = jobs.recv().await {
+        if stopping.load(Ordering::SeqCst) {
+            out.respond(job.request_id, json!({"stopReason": "cancelled"}));
+            continue;
+        }
+        cancelled.store(false, Ordering::SeqCst);
+        // Subscribed before the input is queued, so no event of the turn is missed.
+        let mut events = handle.subscribe();
+        if let Err(err) = handle.followup(job.text) {
+            out.respond_error(job.request_id, &RpcError::internal(err));
+            continue;
+        }
+        let result = {
+            let run = agent.run_until_idle();
+            tokio::pin!(run);
+            let mut open = true;
+            loop {
+                tokio::select! {
+                    result = &mut run => break result,
+                    event = events.recv(), if open => match event {
+                        Ok(event) => forward(&session_id, &mut mapper, &out, &event),
+                        Err(broadcast::error::RecvError::Lagged(n)) => lagged(n),
+                        Err(broadcast::error::RecvError::Closed) => open = false,
+                    },
+                }
+            }
+        };
+        drain(&session_id, &mut mapper, &out, &mut events);
+        let was_cancelled = cancelled.swap(false, Ordering::SeqCst);
+        respond(&out, job.request_id, result, was_cancelled);
+    }
+    drop(agent);
+    drop(keep_alive);
+}
+
+fn respond(
+    out: &Outgoing,
+    request_id: Value,
+    result: Result<Vec<TurnOutcome>, AgentError>,
+    cancelled: bool,
+) {
+    let reason = match result {
+        Err(err) if cancelled => {
+            eprintln!("dsh acp: after a cancel: {err}");
+            Ok("cancelled")
+        }
+        Err(err) => Err(RpcError::internal(err)),
+        Ok(outcomes) => match outcomes.last() {
+            Some(outcome) => stop_reason(&outcome.reason, cancelled),
+            None if cancelled => Ok("cancelled"),
+            None => Ok("end_turn"),
+        },
+    };
+    match reason {
+        Ok(reason) => out.respond(request_id, json!({"stopReason": reason})),
+        Err(error) => out.respond_error(request_id, &error),
+    }
+}

@@ -1,0 +1,325 @@
+//! Session events to ACP `session/update` payloads.
+//!
+//! Live: text and reasoning deltas become `agent_message_chunk` / `agent_thought_chunk` as they
+//! arrive (a block that arrives whole, without deltas, is sent once at its end); `tool/call`
+//! becomes `tool_call` (pending), `tool/started` a `tool_call_update` (in progress), and
+//! `tool/result` a `tool_call_update` (completed or failed) with the result text and, for file
+//! changes, the diffs from the result's `meta.diffs`; `todo/write` becomes a `plan`.
+//!
+//! Replay (`session/load`): the log's messages instead of its chunks: the user's own messages
+//! as `user_message_chunk`, assistant replies as thought and message chunks, and the tool calls,
+//! results and plans as above. Context injected by extensions is not shown.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use dsh_llm::{Chunk, ContentBlock, Message, MessageSource};
+use dsh_session::{Envelope, Event, TodoItem, ToolResult};
+use serde_json::{json, Value};
+
+/// Turns session events into `session/update` payloads (the `update` object of the
+/// notification). Keeps what later events need: which blocks were streamed, and each call's
+/// tool name and arguments.
+#[derive(Debug)]
+pub struct UpdateMapper {
+    cwd: PathBuf,
+    streamed: HashSet<(u64, u64, u32)>,
+    calls: HashMap<String, (String, Value)>,
+}
+
+fn text_chunk(kind: &str, text: &str) -> Value {
+    json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
+}
+
+/// The ACP tool kind for a dsh tool name.
+fn tool_kind(name: &str) -> &'static str {
+    match name {
+        "bash" => "execute",
+        "read" => "read",
+        "write" | "edit" => "edit",
+        "glob" | "grep" => "search",
+        "todo_write" => "think",
+        "web_fetch" => "fetch",
+        _ => "other",
+    }
+}
+
+fn arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// A short title for the client's tool card.
+fn tool_title(name: &str, args: &Value) -> String {
+    let detail = match name {
+        "bash" => arg(args, "description").or_else(|| arg(args, "command")),
+        "read" | "write" | "edit" => arg(args, "file_path"),
+        "glob" | "grep" => arg(args, "pattern"),
+        "skill" => arg(args, "name"),
+        "subagent" | "subagent_fork" => arg(args, "description"),
+        _ => None,
+    };
+    match detail {
+        Some(detail) => format!("{name}: {detail}"),
+        None => name.to_string(),
+    }
+}
+
+fn text_of(blocks: &[ContentBlock]) -> String {
+    let mut out = String::new();
+    for block in blocks {
+        match block {
+            ContentBlock::Text { text } => out.push_str(text),
+            ContentBlock::ToolResult { content, .. } => out.push_str(&text_of(content)),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn plan(todos: &[TodoItem]) -> Value {
+    let entries: Vec<Value> = todos
+        .iter()
+        .map(|todo| {
+            let status = match todo.status.as_str() {
+                status @ ("pending" | "in_progress" | "completed") => status,
+                // A status a newer writer added: shown as not done rather than dropped.
+                _ => "pending",
+            };
+            json!({"content": todo.content, "priority": "medium", "status": status})
+        })
+        .collect();
+    json!({"sessionUpdate": "plan", "entries": entries})
+}
+
+impl UpdateMapper {
+    /// A mapper for a session working in `cwd` (relative paths in tool arguments are shown
+    /// resolved against it, since ACP paths are absolute).
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        UpdateMapper {
+            cwd: cwd.into(),
+            streamed: HashSet::new(),
+            calls: HashMap::new(),
+        }
+    }
+
+    fn absolute(&self, path: &str) -> String {
+        let path = Path::new(path);
+        if path.is_absolute() {
+            path.display().to_string()
+        } else {
+            self.cwd.join(path).display().to_string()
+        }
+    }
+
+    fn tool_call(&mut self, call_id: &str, name: &str, arguments: &str) -> Value {
+        let args: Value = if arguments.trim().is_empty() {
+            json!({})
+        } else {
+            // Arguments that are not JSON are shown as the model wrote them.
+            serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.into()))
+        };
+        let mut update = json!({
+            "sessionUpdate": "tool_call",
+            "toolCallId": call_id,
+            "title": tool_title(name, &args),
+            "kind": tool_kind(name),
+            "status": "pending",
+            "rawInput": args,
+        });
+        if let Some(path) = arg(&args, "file_path") {
+            update["locations"] = json!([{"path": self.absolute(path)}]);
+        }
+        self.calls
+            .insert(call_id.to_string(), (name.to_string(), args));
+        update
+    }
+
+    fn tool_result(&self, result: &ToolResult) -> Option<Value> {
+        let call_id = result.call_id()?;
+        let failed = result.error.is_some()
+            || result.message.content.iter().any(|block| {
+                matches!(
+                    block,
+                    ContentBlock::ToolResult {
+                        is_error: Some(true),
+                        ..
+                    }
+                )
+            });
+        let mut content = Vec::new();
+        if !failed {
+            let diffs = result
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get("diffs"))
+                .and_then(Value::as_array);
+            for diff in diffs.into_iter().flatten() {
+                let (Some(path), Some(new_text)) = (
+                    diff.get("path").and_then(Value::as_str),
+                    diff.get("newText").and_then(Value::as_str),
+                ) else {
+                    // A change too large to carry its texts: the result text says what changed.
+                    continue;
+                };
+                content.push(json!({
+                    "type": "diff",
+                    "path": self.absolute(path),
+                    "oldText": diff.get("oldText").cloned().unwrap_or(Value::Null),
+                    "newText": new_text,
+                }));
+            }
+        }
+        let text = text_of(&result.message.content);
+        if !text.is_empty() {
+            content.push(json!({"type": "content", "content": {"type": "text", "text": text}}));
+        }
+        Some(json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": call_id,
+            "status": if failed { "failed" } else { "completed" },
+            "content": content,
+        }))
+    }
+
+    /// The updates for one live event, in order (often none).
+    pub fn live(&mut self, envelope: &Envelope) -> Vec<Value> {
+        match &envelope.event {
+            Event::AssistantChunk(chunk) => {
+                let key = |index: u32| (chunk.turn, chunk.step, index);
+                match &chunk.chunk {
+                    Chunk::TextDelta { index, text } if !text.is_empty() => {
+                        self.streamed.insert(key(*index));
+                        vec![text_chunk("agent_message_chunk", text)]
+                    }
+                    Chunk::ReasoningDelta { index, text } if !text.is_empty() => {
+                        self.streamed.insert(key(*index));
+                        vec![text_chunk("agent_thought_chunk", text)]
+                    }
+                    Chunk::BlockEnd { index, block } if !self.streamed.contains(&key(*index)) => {
+                        match block {
+                            ContentBlock::Text { text } if !text.is_empty() => {
+                                vec![text_chunk("agent_message_chunk", text)]
+                            }
+                            ContentBlock::Reasoning { text, .. } if !text.is_empty() => {
+                                vec![text_chunk("agent_thought_chunk", text)]
+                            }
+                            _ => Vec::new(),
+                        }
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            Event::StepStart(_) => {
+                // Block indexes restart with every step; nothing older is needed.
+                self.streamed.clear();
+                Vec::new()
+            }
+            Event::ToolCall(call) => {
+                vec![self.tool_call(&call.call_id, &call.name, &call.arguments)]
+            }
+            Event::ToolStarted(started) => vec![json!({
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": started.call_id,
+                "status": "in_progress",
+            })],
+            Event::ToolResult(result) => self.tool_result(result).into_iter().collect(),
+            Event::TodoWrite(todos) => vec![plan(&todos.todos)],
+            _ => Vec::new(),
+        }
+    }
+
+    fn replay_message(message: &Message, out: &mut Vec<Value>) {
+        for block in &message.content {
+            match block {
+                ContentBlock::Text { text } if !text.is_empty() => {
+                    let kind = match message.source {
+                        MessageSource::User => "user_message_chunk",
+                        _ => "agent_message_chunk",
+                    };
+                    out.push(text_chunk(kind, text));
+                }
+                ContentBlock::Reasoning { text, .. } if !text.is_empty() => {
+                    out.push(text_chunk("agent_thought_chunk", text));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The updates that rebuild a conversation from its log (`session/load`).
+    pub fn replay(&mut self, events: &[Envelope]) -> Vec<Value> {
+        let mut out = Vec::new();
+        for envelope in events {
+            match &envelope.event {
+                Event::UserMessage(message) if matches!(message.source, MessageSource::User) => {
+                    Self::replay_message(message, &mut out);
+                }
+                Event::AssistantMessage(reply) => Self::replay_message(&reply.message, &mut out),
+                Event::ToolCall(call) => {
+                    out.push(self.tool_call(&call.call_id, &call.name, &call.arguments));
+                }
+                Event::ToolResult(result) => out.extend(self.tool_result(result)),
+                Event::TodoWrite(todos) => out.push(plan(&todos.todos)),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use dsh_session::{AssistantChunk, StepRef};
+
+    fn env(event: Event) -> Envelope {
+        Envelope::new(event)
+    }
+
+    #[test]
+    fn deltas_stream_and_whole_blocks_are_sent_once() {
+        let mut mapper = UpdateMapper::new("/w");
+        let chunk = |chunk| {
+            env(Event::AssistantChunk(AssistantChunk {
+                turn: 1,
+                step: 1,
+                chunk,
+            }))
+        };
+        assert!(mapper
+            .live(&env(Event::StepStart(StepRef { turn: 1, step: 1 })))
+            .is_empty());
+        let a = mapper.live(&chunk(Chunk::TextDelta {
+            index: 0,
+            text: "he".into(),
+        }));
+        assert_eq!(a, vec![text_chunk("agent_message_chunk", "he")]);
+        let end = mapper.live(&chunk(Chunk::BlockEnd {
+            index: 0,
+            block: ContentBlock::text("hello"),
+        }));
+        assert!(end.is_empty(), "already streamed: {end:?}");
+        let whole = mapper.live(&chunk(Chunk::BlockEnd {
+            index: 1,
+            block: ContentBlock::Reasoning {
+                text: "think".into(),
+                signature: None,
+            },
+        }));
+        assert_eq!(whole, vec![text_chunk("agent_thought_chunk", "think")]);
+    }
+
+    #[test]
+    fn tool_calls_get_kind_title_and_locations() {
+        let mut mapper = UpdateMapper::new("/w");
+        let update = mapper.tool_call("c1", "read", r#"{"file_path":"a.txt"}"#);
+        assert_eq!(update["kind"], "read");
+        assert_eq!(update["title"], "read: a.txt");
+        assert_eq!(update["locations"][0]["path"], "/w/a.txt");
+        let odd = mapper.tool_call("c2", "bash", "not json");
+        assert_eq!(odd["rawInput"], "not json");
+    }
+}

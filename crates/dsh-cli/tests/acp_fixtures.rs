@@ -1,0 +1,530 @@
+//! ACP acceptance runner: for every recorded dsh ACP session under
+//! `../shared/fixtures/dsh-acp-snapshots/`, drives the real `dsh acp` binary over stdio with the
+//! recording's `input.json` steps, the recorded model served by the fake provider
+//! (`DEEPSEEK_BASE_URL`), a temp `DSH_HOME`, the fixture's `workspace/` copied to a temp cwd and
+//! `danger-full-access` (as recorded), then compares stdout with `stdout.expected.jsonl`.
+//!
+//! Normalisation (also in `docs/acp.md`), applied before comparing:
+//! 1. ids and paths: our session id becomes `{{sessionId}}`, the temp cwd `{{cwd}}`, the temp
+//!    home `{{home}}` (the recordings carry the same tokens);
+//! 2. additions: `session/update`s of kinds the original server never sent (it sent only
+//!    `agent_message_chunk`: no thoughts, tool calls, plans or replays) are removed from ours
+//!    and checked separately (below);
+//! 3. streamed deltas: consecutive `agent_message_chunk`s of a session are merged into one
+//!    (in both outputs: ours streams deltas, the original sent whole messages);
+//! 4. `initialize`: only `protocolVersion` and `authMethods` are compared (`agentInfo` names
+//!    another program; our capabilities add `loadSession` and are checked separately);
+//! 5. turn errors: the code and the `Internal error: turn failed: ` prefix are compared, the
+//!    provider's failure text after it is not (dsh's replay threw a JS error, ours is an HTTP
+//!    failure from the fake provider), and `data` is dropped.
+//!
+//! Our additions are checked against the recording: the `tool_call` ids in order equal the
+//! recorded `tool/call` ids, every call ends with a `tool_call_update` whose status
+//! (`completed` / `failed`) matches the recorded result, and a `plan` is sent iff the recording
+//! has `todo/write`.
+//!
+//! Per-fixture settings (optional) in `tests/acp_fixtures/<fixture>.json`:
+//! `{"skip": "reason"}`, `"stopReasons": {"<request id>": "<our stop reason>"}` with
+//! `"why"` for intentional differences, `"homeSkills": "<dir relative to tests/acp_fixtures>"`
+//! copied to `$DSH_HOME/skills`, `"createFiles": {"<path>": "<content>"}` for workspace files
+//! the recording's harness made but a fixture folder cannot hold.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use dsh_test_support::{snapshot_fixtures_dir, FakeProvider, RecordedSession};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Settings {
+    skip: Option<String>,
+    #[serde(default)]
+    stop_reasons: BTreeMap<String, String>,
+    why: Option<String>,
+    home_skills: Option<String>,
+    /// Files the recording's harness created in the workspace but the fixture cannot hold
+    /// (path relative to the cwd, content).
+    #[serde(default)]
+    create_files: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Input {
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+enum Step {
+    Initialize,
+    NewSession,
+    Prompt { text: String },
+    PromptExpectError { text: String },
+    PromptAndCancel { text: String },
+    WaitForTurnEnd,
+    WaitForTitleAfterTurnEnd,
+}
+
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// A client of the `dsh acp` process: writes requests, collects every stdout line.
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<Value>,
+    next_id: u64,
+    session_id: Option<String>,
+}
+
+impl Client {
+    fn send(&mut self, message: &Value) -> Result<(), String> {
+        let stdin = self.stdin.as_mut().ok_or("stdin closed")?;
+        writeln!(stdin, "{message}").map_err(|e| format!("write to dsh acp: {e}"))?;
+        stdin.flush().map_err(|e| e.to_string())
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Result<u64, String> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        Ok(id)
+    }
+
+    /// Reads lines until `done` holds for one (which is kept too). Permission requests are
+    /// answered `allow_once` (the recordings ran without approvals, so none is expected).
+    fn read_until(&mut self, what: &str, done: impl Fn(&Value) -> bool) -> Result<Value, String> {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .map_err(|_| format!("no {what} within {STEP_TIMEOUT:?}"))?;
+            let value: Value = serde_json::from_str(&line)
+                .map_err(|e| format!("stdout line is not JSON ({e}): {line}"))?;
+            if value["method"] == "session/request_permission" {
+                let id = value["id"].clone();
+                self.send(&json!({"jsonrpc": "2.0", "id": id,
+                    "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}))?;
+            }
+            self.seen.push(value.clone());
+            if done(&value) {
+                return Ok(value);
+            }
+        }
+    }
+
+    fn response(&mut self, id: u64) -> Result<Value, String> {
+        self.read_until(&format!("response {id}"), |v| {
+            v["id"] == json!(id) && v.get("method").is_none()
+        })
+    }
+
+    fn prompt_params(&self, text: &str) -> Value {
+        json!({"sessionId": self.session_id, "prompt": [{"type": "text", "text": text}]})
+    }
+
+    /// Closes stdin and collects what is still printed until the process exits.
+    fn finish(mut self) -> Result<Vec<Value>, String> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.seen
+                .push(serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?);
+        }
+        let status = self.child.wait().map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("dsh acp exited with {status}"));
+        }
+        Ok(self.seen)
+    }
+}
+
+fn start_dsh(cwd: &Path, home: &Path, base_url: &str) -> Result<Client, String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        .arg("acp")
+        .current_dir(cwd)
+        .env("DEEPSEEK_BASE_URL", base_url)
+        .env("DEEPSEEK_API_KEY", "sk-acp-fixture")
+        .env("DSH_HOME", home)
+        .env("HOME", home)
+        .env("DSH_PERMISSION_MODE", "danger-full-access")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start dsh acp: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Client {
+        stdin: child.stdin.take(),
+        child,
+        lines,
+        seen: Vec::new(),
+        next_id: 0,
+        session_id: None,
+    })
+}
+
+fn run_steps(client: &mut Client, steps: &[Step], cwd: &Path) -> Result<(), String> {
+    let mut last_prompt = None;
+    for step in steps {
+        match step {
+            Step::Initialize => {
+                let id = client.request(
+                    "initialize",
+                    json!({"protocolVersion": 1, "clientCapabilities": {}}),
+                )?;
+                let answer = client.response(id)?;
+                if answer["result"]["agentCapabilities"]["loadSession"] != json!(true) {
+                    return Err(format!("initialize does not offer loadSession: {answer}"));
+                }
+            }
+            Step::NewSession => {
+                let id = client.request(
+                    "session/new",
+                    json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
+                )?;
+                let answer = client.response(id)?;
+                let session = answer["result"]["sessionId"].as_str();
+                client.session_id = Some(
+                    session
+                        .ok_or(format!("no session id: {answer}"))?
+                        .to_string(),
+                );
+            }
+            Step::Prompt { text } | Step::PromptExpectError { text } => {
+                let params = client.prompt_params(text);
+                let id = client.request("session/prompt", params)?;
+                client.response(id)?;
+            }
+            Step::PromptAndCancel { text } => {
+                let params = client.prompt_params(text);
+                last_prompt = Some(client.request("session/prompt", params)?);
+                // Cancel once the reply has started streaming, as a user would.
+                client.read_until("streamed text", |v| {
+                    v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                })?;
+                let session = client.session_id.clone();
+                client.send(&json!({"jsonrpc": "2.0", "method": "session/cancel",
+                    "params": {"sessionId": session}}))?;
+            }
+            Step::WaitForTurnEnd => {
+                if let Some(id) = last_prompt.take() {
+                    client.response(id)?;
+                }
+            }
+            Step::WaitForTitleAfterTurnEnd => {}
+        }
+    }
+    Ok(())
+}
+
+fn replace_strings(value: &mut Value, from: &str, to: &str) {
+    match value {
+        Value::String(s) if !from.is_empty() && s.contains(from) => *s = s.replace(from, to),
+        Value::Array(items) => items.iter_mut().for_each(|v| replace_strings(v, from, to)),
+        Value::Object(map) => map.values_mut().for_each(|v| replace_strings(v, from, to)),
+        _ => {}
+    }
+}
+
+/// Steps 2 to 5 of the normalisation (see the module docs), for either output.
+fn normalise(lines: &[Value], stop_reasons: &BTreeMap<String, String>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for line in lines {
+        let mut line = line.clone();
+        if line["method"] == "session/update" {
+            if line["params"]["update"]["sessionUpdate"] != "agent_message_chunk" {
+                continue;
+            }
+            if let Some(previous) = out.last_mut() {
+                if previous["method"] == "session/update"
+                    && previous["params"]["sessionId"] == line["params"]["sessionId"]
+                {
+                    let text = line["params"]["update"]["content"]["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    let merged = format!(
+                        "{}{text}",
+                        previous["params"]["update"]["content"]["text"]
+                            .as_str()
+                            .unwrap_or_default()
+                    );
+                    previous["params"]["update"]["content"]["text"] = json!(merged);
+                    continue;
+                }
+            }
+        } else if line["method"] == "session/request_permission" {
+            continue;
+        } else if line["result"]["protocolVersion"].is_number() {
+            let result = &line["result"];
+            line["result"] = json!({
+                "protocolVersion": result["protocolVersion"],
+                "authMethods": result["authMethods"],
+            });
+        } else if let Some(message) = line["error"]["message"].as_str() {
+            const PREFIX: &str = "Internal error: turn failed: ";
+            if let Some(rest) = message.strip_prefix(PREFIX) {
+                if !rest.is_empty() {
+                    line["error"]["message"] = json!(format!("{PREFIX}{{{{failure}}}}"));
+                }
+            }
+            if let Some(error) = line["error"].as_object_mut() {
+                error.remove("data");
+            }
+        } else if let Some(reason) = line["result"]["stopReason"].as_str() {
+            let id = line["id"].to_string();
+            if stop_reasons.get(&id).map(String::as_str) == Some(reason) {
+                line["result"]["stopReason"] = json!("{{recorded}}");
+            }
+        }
+        out.push(line);
+    }
+    out
+}
+
+/// Checks our additions (tool calls, statuses, plans) against the recording.
+fn check_additions(ours: &[Value], recording: &[Value]) -> Result<(), String> {
+    let recorded_calls: Vec<&str> = recording
+        .iter()
+        .filter(|e| e["type"] == "tool/call")
+        .filter_map(|e| e["data"]["callId"].as_str())
+        .collect();
+    let recorded_failed: Vec<bool> = recording
+        .iter()
+        .filter(|e| e["type"] == "tool/result")
+        .map(|e| e["data"].get("error").is_some_and(|x| !x.is_null()))
+        .collect();
+    let updates: Vec<&Value> = ours
+        .iter()
+        .filter(|l| l["method"] == "session/update")
+        .map(|l| &l["params"]["update"])
+        .collect();
+    let our_calls: Vec<&str> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .filter_map(|u| u["toolCallId"].as_str())
+        .collect();
+    if our_calls != recorded_calls {
+        return Err(format!(
+            "tool_call ids {our_calls:?}, recorded {recorded_calls:?}"
+        ));
+    }
+    for (k, call) in our_calls.iter().enumerate() {
+        let last = updates
+            .iter()
+            .rev()
+            .find(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == *call)
+            .ok_or(format!("tool call {call} got no tool_call_update"))?;
+        let expected = if recorded_failed.get(k) == Some(&true) {
+            "failed"
+        } else {
+            "completed"
+        };
+        if last["status"] != expected {
+            return Err(format!(
+                "tool call {call} ended {}, recorded {expected}",
+                last["status"]
+            ));
+        }
+    }
+    let recorded_plans = recording.iter().any(|e| e["type"] == "todo/write");
+    let our_plans = updates.iter().any(|u| u["sessionUpdate"] == "plan");
+    if recorded_plans != our_plans {
+        return Err(format!(
+            "plan sent: {our_plans}, recording has todo/write: {recorded_plans}"
+        ));
+    }
+    Ok(())
+}
+
+fn run_fixture(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    settings: &Settings,
+) -> Result<(), String> {
+    let input: Input = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("input.json")).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("input.json: {e}"))?;
+    let session = RecordedSession::load(dir).map_err(|e| format!("{e:?}"))?;
+    let provider = runtime
+        .block_on(FakeProvider::start(session.replies()))
+        .map_err(|e| e.to_string())?;
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let cwd_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let cwd = std::fs::canonicalize(cwd_dir.path()).map_err(|e| e.to_string())?;
+    let home_path = std::fs::canonicalize(home.path()).map_err(|e| e.to_string())?;
+    if dir.join("workspace").is_dir() {
+        copy_dir(&dir.join("workspace"), &cwd).map_err(|e| e.to_string())?;
+    }
+    for (path, content) in &settings.create_files {
+        let target = cwd.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(&target, content).map_err(|e| format!("{}: {e}", target.display()))?;
+    }
+    if let Some(skills) = &settings.home_skills {
+        let from = settings_dir().join(skills);
+        copy_dir(&from, &home_path.join("skills"))
+            .map_err(|e| format!("{}: {e}", from.display()))?;
+    }
+
+    let mut client = start_dsh(&cwd, &home_path, &provider.base_url())?;
+    let steps = run_steps(&mut client, &input.steps, &cwd);
+    let session_id = client.session_id.clone().unwrap_or_default();
+    let mut ours = client.finish()?;
+    steps?;
+    for line in &mut ours {
+        replace_strings(line, &session_id, "{{sessionId}}");
+        replace_strings(line, &cwd.display().to_string(), "{{cwd}}");
+        replace_strings(line, &home_path.display().to_string(), "{{home}}");
+    }
+
+    let expected: Vec<Value> = std::fs::read_to_string(dir.join("stdout.expected.jsonl"))
+        .map_err(|e| e.to_string())?
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("stdout.expected.jsonl: {e}")))
+        .collect::<Result<_, _>>()?;
+    let recording: Vec<Value> = std::fs::read_to_string(dir.join("session.jsonl"))
+        .map_err(|e| e.to_string())?
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    check_additions(&ours, &recording)?;
+
+    let ours_n = normalise(&ours, &settings.stop_reasons);
+    let mut expected_n = normalise(&expected, &BTreeMap::new());
+    for line in &mut expected_n {
+        if settings.stop_reasons.contains_key(&line["id"].to_string())
+            && line["result"]["stopReason"].is_string()
+        {
+            line["result"]["stopReason"] = json!("{{recorded}}");
+        }
+    }
+    if ours_n != expected_n {
+        let show = |v: &[Value]| {
+            v.iter()
+                .map(|l| format!("  {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        return Err(format!(
+            "stdout differs after normalisation\nours:\n{}\nexpected:\n{}",
+            show(&ours_n),
+            show(&expected_n)
+        ));
+    }
+    Ok(())
+}
+
+fn settings_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/acp_fixtures")
+}
+
+fn main() {
+    let Some(fixtures) = snapshot_fixtures_dir(env!("CARGO_MANIFEST_DIR")) else {
+        eprintln!("acp fixtures: ../shared/fixtures/dsh-acp-snapshots is missing");
+        std::process::exit(1);
+    };
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
+        let path = settings_dir().join(format!("{name}.json"));
+        let settings: Settings = match std::fs::read_to_string(&path) {
+            Ok(text) => match serde_json::from_str(&text) {
+                Ok(settings) => settings,
+                Err(err) => {
+                    println!(
+                        "acp fixture {name} ... FAILED: bad {}: {err}",
+                        path.display()
+                    );
+                    failed += 1;
+                    continue;
+                }
+            },
+            Err(_) => Settings::default(),
+        };
+        if let Some(reason) = &settings.skip {
+            println!("acp fixture {name} ... skipped: {reason}");
+            skipped += 1;
+            continue;
+        }
+        match run_fixture(&runtime, &dir, &settings) {
+            Ok(()) => {
+                let note = settings
+                    .why
+                    .as_deref()
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default();
+                println!("acp fixture {name} ... ok{note}");
+                passed += 1;
+            }
+            Err(err) => {
+                println!("acp fixture {name} ... FAILED: {err}");
+                failed += 1;
+            }
+        }
+    }
+    println!("acp fixtures: {passed} passed, {failed} failed, {skipped} skipped");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
