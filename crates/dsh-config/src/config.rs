@@ -107,8 +107,10 @@ pub struct Config {
     pub compaction: CompactionSettings,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub models: BTreeMap<String, ModelEntry>,
-    /// `[mcp]` kept as written, for the MCP client.
+    /// `[mcp]` kept as written.
     pub mcp: Table,
+    /// The MCP servers `[mcp.servers.<name>]` enables (none by default).
+    pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
     /// `[hooks]` kept as written, for hooks.
     pub hooks: Table,
     merged: Table,
@@ -395,10 +397,13 @@ impl Config {
                 "keep_tail must leave room to compact: make it smaller than threshold",
             ));
         }
+        let (mcp_servers, mcp_errors) = crate::mcp::mcp_servers(sub_table(&merged, "mcp"), &src);
+        errors.extend(mcp_errors);
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
         Ok(Config {
+            mcp_servers,
             provider,
             model: as_string(merged.get("model")),
             effort: effort(merged.get("effort")),

@@ -19,6 +19,7 @@ mod builtin;
 mod config;
 mod error;
 mod load;
+mod mcp;
 mod schema;
 pub mod show;
 mod tools;
@@ -35,6 +36,9 @@ pub use config::{
 pub use error::{ConfigError, ConfigErrors, Source};
 pub use load::{
     key_path, project_config_path, user_config_path, Flags, CONFIG_FILE, ENV_KEYS, PROJECT_DIR,
+};
+pub use mcp::{
+    McpServerConfig, McpTransport, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
 };
 pub use schema::{EFFORTS, MAX_TOKENS_FIELDS, PERMISSION_PRESETS, PROVIDER_KINDS};
 pub use tools::{WebFetchConfig, DEFAULT_WEB_FETCH_MAX_BYTES, DEFAULT_WEB_FETCH_TIMEOUT};

@@ -1,0 +1,354 @@
+//! `[mcp.servers.<name>]`: MCP servers for the MCP client, checked key by key and turned into
+//! [`McpServerConfig`]s. No server is configured by default: MCP servers run outside the
+//! sandbox, so each one is an explicit choice.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::{Table, Value};
+
+use crate::error::{ConfigError, Source};
+
+/// Default limit for one tool call.
+pub const DEFAULT_MCP_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default limit for starting a server and listing its tools.
+pub const DEFAULT_MCP_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+const SERVER_KEYS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "env_vars",
+    "cwd",
+    "url",
+    "headers",
+    "bearer_token_env",
+    "tool_timeout_secs",
+    "startup_timeout_secs",
+    "enabled",
+];
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpTransport {
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio {
+        /// Program to run (looked up in `PATH`).
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Variables set for it (after the environment was scrubbed of secrets).
+        env: Vec<(String, String)>,
+        /// Variables passed through from dsh's own environment by name (e.g. a token).
+        env_vars: Vec<String>,
+        /// Working directory (default: the session's).
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable-HTTP endpoint.
+    Http {
+        /// The endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+        url: String,
+        /// Extra request headers (not secrets: use `bearer_token_env` for a token).
+        headers: Vec<(String, String)>,
+        /// Variable holding a bearer token sent as `Authorization: Bearer <token>`.
+        bearer_token_env: Option<String>,
+    },
+}
+
+/// One configured server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    /// The name under `[mcp.servers]`; tools appear as `mcp__<name>__<tool>`.
+    pub name: String,
+    pub transport: McpTransport,
+    /// Limit for one tool call.
+    pub tool_timeout: Duration,
+    /// Limit for starting the server and listing its tools.
+    pub startup_timeout: Duration,
+}
+
+fn err(
+    source: &Source,
+    key: &str,
+    problem: impl Into<String>,
+    fix: impl Into<String>,
+) -> ConfigError {
+    ConfigError::new(source, key, problem, fix)
+}
+
+fn strings(
+    source: &Source,
+    key: &str,
+    value: &Value,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<String> {
+    match value.as_array() {
+        Some(items) if items.iter().all(Value::is_str) => items
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => {
+            errors.push(err(
+                source,
+                key,
+                "must be an array of strings",
+                "write e.g. `args = [\"-y\", \"@modelcontextprotocol/server-everything\"]`",
+            ));
+            Vec::new()
+        }
+    }
+}
+
+fn string_table(
+    source: &Source,
+    key: &str,
+    value: &Value,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<(String, String)> {
+    match value.as_table() {
+        Some(t) if t.values().all(Value::is_str) => t
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect(),
+        _ => {
+            errors.push(err(
+                source,
+                key,
+                "must be a table of strings",
+                "write e.g. `env = { LOG_LEVEL = \"debug\" }`",
+            ));
+            Vec::new()
+        }
+    }
+}
+
+fn seconds(
+    source: &Source,
+    key: &str,
+    value: &Value,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Duration> {
+    match value.as_integer() {
+        Some(n) if (1..=86_400).contains(&n) => Some(Duration::from_secs(n as u64)),
+        _ => {
+            errors.push(err(
+                source,
+                key,
+                "must be a whole number of seconds from 1 to 86400",
+                "write e.g. `tool_timeout_secs = 60`",
+            ));
+            None
+        }
+    }
+}
+
+/// Checks `[mcp]` of one layer and returns the servers it enables. `source_of` gives the layer
+/// that set a key (for messages).
+pub(crate) fn mcp_servers(
+    mcp: Option<&Table>,
+    source_of: &dyn Fn(&str) -> Source,
+) -> (Vec<McpServerConfig>, Vec<ConfigError>) {
+    let mut servers = Vec::new();
+    let mut errors = Vec::new();
+    let Some(mcp) = mcp else {
+        return (servers, errors);
+    };
+    for (key, value) in mcp {
+        let path = format!("mcp.{key}");
+        if key != "servers" {
+            errors.push(err(
+                &source_of(&path),
+                &path,
+                format!("unknown key `{key}`"),
+                "servers are configured as `[mcp.servers.<name>]`",
+            ));
+            continue;
+        }
+        let Some(table) = value.as_table() else {
+            errors.push(err(
+                &source_of(&path),
+                &path,
+                "must be a table",
+                "write `[mcp.servers.<name>]` sections",
+            ));
+            continue;
+        };
+        for (name, server) in table {
+            let key = format!("mcp.servers.{name}");
+            if let Some(server) = parse_server(name, &key, server, source_of, &mut errors) {
+                servers.push(server);
+            }
+        }
+    }
+    (servers, errors)
+}
+
+fn parse_server(
+    name: &str,
+    key: &str,
+    value: &Value,
+    source_of: &dyn Fn(&str) -> Source,
+    errors: &mut Vec<ConfigError>,
+) -> Option<McpServerConfig> {
+    let before = errors.len();
+    let source = source_of(key);
+    let Some(table) = value.as_table() else {
+        errors.push(err(
+            &source,
+            key,
+            "must be a table",
+            "write `[mcp.servers.<name>]` with `command` or `url`",
+        ));
+        return None;
+    };
+    let source = table
+        .keys()
+        .next()
+        .map(|k| source_of(&format!("{key}.{k}")))
+        .unwrap_or(source);
+    if name.is_empty()
+        || name.contains("__")
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        errors.push(err(
+            &source,
+            key,
+            format!("`{name}` is not a usable server name"),
+            "use letters, digits, `-` and single `_` (it becomes part of tool names `mcp__<server>__<tool>`)",
+        ));
+    }
+    let text = |k: &str, errors: &mut Vec<ConfigError>| -> Option<String> {
+        let value = table.get(k)?;
+        match value.as_str() {
+            Some(s) if !s.trim().is_empty() => Some(s.to_string()),
+            _ => {
+                errors.push(err(
+                    &source,
+                    &format!("{key}.{k}"),
+                    "must be a non-empty string",
+                    format!("write `{k} = \"...\"`"),
+                ));
+                None
+            }
+        }
+    };
+    let mut tool_timeout = DEFAULT_MCP_TOOL_TIMEOUT;
+    let mut startup_timeout = DEFAULT_MCP_STARTUP_TIMEOUT;
+    let mut enabled = true;
+    for (k, v) in table {
+        let full = format!("{key}.{k}");
+        match k.as_str() {
+            "tool_timeout_secs" => {
+                tool_timeout = seconds(&source, &full, v, errors).unwrap_or(tool_timeout)
+            }
+            "startup_timeout_secs" => {
+                startup_timeout = seconds(&source, &full, v, errors).unwrap_or(startup_timeout)
+            }
+            "enabled" => match v.as_bool() {
+                Some(b) => enabled = b,
+                None => errors.push(err(
+                    &source,
+                    &full,
+                    "must be true or false",
+                    "write `enabled = false` to keep the entry but not start it",
+                )),
+            },
+            known if SERVER_KEYS.contains(&known) => {}
+            other => errors.push(err(
+                &source,
+                &full,
+                format!("unknown key `{other}`"),
+                format!("known keys here: {}", SERVER_KEYS.join(", ")),
+            )),
+        }
+    }
+    let command = text("command", errors);
+    let url = text("url", errors);
+    let transport = match (command, url) {
+        (Some(command), None) => {
+            for k in ["headers", "bearer_token_env"] {
+                if table.contains_key(k) {
+                    errors.push(err(
+                        &source,
+                        &format!("{key}.{k}"),
+                        "applies to `url` servers only",
+                        "remove it, or configure the server by `url`",
+                    ));
+                }
+            }
+            McpTransport::Stdio {
+                command,
+                args: table
+                    .get("args")
+                    .map(|v| strings(&source, &format!("{key}.args"), v, errors))
+                    .unwrap_or_default(),
+                env: table
+                    .get("env")
+                    .map(|v| string_table(&source, &format!("{key}.env"), v, errors))
+                    .unwrap_or_default(),
+                env_vars: table
+                    .get("env_vars")
+                    .map(|v| strings(&source, &format!("{key}.env_vars"), v, errors))
+                    .unwrap_or_default(),
+                cwd: text("cwd", errors).map(PathBuf::from),
+            }
+        }
+        (None, Some(url)) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                errors.push(err(
+                    &source,
+                    &format!("{key}.url"),
+                    "must start with http:// or https://",
+                    "write e.g. `url = \"http://127.0.0.1:3001/mcp\"`",
+                ));
+            }
+            for k in ["args", "env", "env_vars", "cwd"] {
+                if table.contains_key(k) {
+                    errors.push(err(
+                        &source,
+                        &format!("{key}.{k}"),
+                        "applies to `command` servers only",
+                        "remove it, or configure the server by `command`",
+                    ));
+                }
+            }
+            McpTransport::Http {
+                url,
+                headers: table
+                    .get("headers")
+                    .map(|v| string_table(&source, &format!("{key}.headers"), v, errors))
+                    .unwrap_or_default(),
+                bearer_token_env: text("bearer_token_env", errors),
+            }
+        }
+        (Some(_), Some(_)) => {
+            errors.push(err(
+                &source,
+                key,
+                "sets both `command` and `url`",
+                "keep `command` for a local (stdio) server or `url` for a streamable-HTTP server",
+            ));
+            return None;
+        }
+        (None, None) => {
+            if errors.len() == before {
+                errors.push(err(
+                    &source,
+                    key,
+                    "sets neither `command` nor `url`",
+                    "add `command = \"...\"` (stdio) or `url = \"http://...\"` (streamable HTTP)",
+                ));
+            }
+            return None;
+        }
+    };
+    (errors.len() == before && enabled).then(|| McpServerConfig {
+        name: name.to_string(),
+        transport,
+        tool_timeout,
+        startup_timeout,
+    })
+}

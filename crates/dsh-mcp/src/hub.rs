@@ -1,0 +1,546 @@
+//! Connections to MCP servers: start, list tools, call with timeout and cancellation, restart
+//! with backoff after a crash.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dsh_config::{McpServerConfig, McpTransport};
+use dsh_tools::{ToolError, ToolErrorCode};
+use rmcp::model::{
+    CallToolRequestParam, CallToolResult, CancelledNotificationParam, ClientRequest, JsonObject,
+    Request, ServerResult, Tool as McpToolInfo,
+};
+use rmcp::service::{PeerRequestOptions, RunningService, ServiceError};
+use rmcp::{RoleClient, ServiceExt};
+use tokio_util::sync::CancellationToken;
+
+/// First wait after a failed restart; doubled after each further failure.
+const BACKOFF_START: Duration = Duration::from_secs(1);
+/// Longest wait between restart attempts.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Lines of a server's stderr quoted in a start error.
+const STDERR_TAIL_LINES: usize = 8;
+
+/// A server that could not be started (or listed), with a message that says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpStartError {
+    /// The server's name.
+    pub server: String,
+    /// What went wrong, with the log file to read for stdio servers.
+    pub message: String,
+}
+
+impl std::fmt::Display for McpStartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MCP server `{}`: {}", self.server, self.message)
+    }
+}
+
+/// A live connection. Dropping it closes the session and kills a stdio server's process group.
+struct Live {
+    service: RunningService<RoleClient, ()>,
+    pgid: Option<u32>,
+    _child: Option<tokio::process::Child>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid.and_then(|p| libc::pid_t::try_from(p).ok()) {
+            // SAFETY: kill(2) on the process group this module created; no memory effects. A
+            // group that is already gone gives ESRCH, which is the wanted state.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+enum Conn {
+    NotStarted,
+    Up(Arc<Live>),
+    Down {
+        failures: u32,
+        retry_at: Instant,
+        error: String,
+    },
+}
+
+struct Server {
+    config: McpServerConfig,
+    log_path: PathBuf,
+    conn: tokio::sync::Mutex<Conn>,
+    tools: Mutex<Option<Vec<McpToolInfo>>>,
+}
+
+/// The MCP servers of a session (shared by its subagents). See the crate docs.
+pub struct McpHub {
+    servers: BTreeMap<String, Arc<Server>>,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    handle: Option<tokio::runtime::Handle>,
+    cwd: PathBuf,
+    started: Mutex<Option<Vec<McpStartError>>>,
+}
+
+impl Drop for McpHub {
+    fn drop(&mut self) {
+        if let Some(runtime) = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            // Dropping a runtime inside another runtime's task would panic; this does not wait.
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl McpHub {
+    /// A hub for `servers`; nothing starts yet. Stdio servers run in `cwd` (unless they set
+    /// their own) and write their stderr to `log_dir/mcp-<server>.log`.
+    pub fn new(servers: Vec<McpServerConfig>, cwd: &Path, log_dir: &Path) -> Arc<McpHub> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("dsh-mcp")
+            .enable_all()
+            .build()
+            .ok();
+        let handle = runtime.as_ref().map(|r| r.handle().clone());
+        let servers = servers
+            .into_iter()
+            .map(|config| {
+                let log_path = log_dir.join(format!("mcp-{}.log", config.name));
+                (
+                    config.name.clone(),
+                    Arc::new(Server {
+                        config,
+                        log_path,
+                        conn: tokio::sync::Mutex::new(Conn::NotStarted),
+                        tools: Mutex::new(None),
+                    }),
+                )
+            })
+            .collect();
+        Arc::new(McpHub {
+            servers,
+            runtime: Mutex::new(runtime),
+            handle,
+            cwd: cwd.to_path_buf(),
+            started: Mutex::new(None),
+        })
+    }
+
+    /// True when no server is configured.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Starts every server not yet started and lists its tools, in parallel; blocks until all
+    /// are up or have failed (each within its startup timeout). Runs once; later calls return
+    /// the first call's errors. Safe to call from inside an async task.
+    pub fn start(&self) -> Vec<McpStartError> {
+        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(errors) = &*started {
+            return errors.clone();
+        }
+        let errors = match &self.handle {
+            None => self
+                .servers
+                .keys()
+                .map(|name| McpStartError {
+                    server: name.clone(),
+                    message: "the MCP client's runtime could not be created".into(),
+                })
+                .collect(),
+            Some(handle) => {
+                let servers: Vec<Arc<Server>> = self.servers.values().cloned().collect();
+                let cwd = self.cwd.clone();
+                let (tx, rx) = std::sync::mpsc::channel();
+                handle.spawn(async move {
+                    let tasks = servers.into_iter().map(|server| {
+                        let cwd = cwd.clone();
+                        async move {
+                            let result = server.connect_and_list(&cwd).await;
+                            result.err().map(|message| McpStartError {
+                                server: server.config.name.clone(),
+                                message,
+                            })
+                        }
+                    });
+                    let errors: Vec<McpStartError> = futures::future::join_all(tasks)
+                        .await
+                        .into_iter()
+                        .flatten()
+                        .collect();
+                    // The receiver waits below for exactly this message.
+                    let _ = tx.send(errors);
+                });
+                rx.recv().unwrap_or_default()
+            }
+        };
+        *started = Some(errors.clone());
+        errors
+    }
+
+    /// Every listed tool: `(server, tool)`, servers by name, tools in the server's order.
+    pub fn tools(&self) -> Vec<(String, McpToolInfo)> {
+        self.start();
+        let mut out = Vec::new();
+        for (name, server) in &self.servers {
+            let tools = server.tools.lock().unwrap_or_else(|p| p.into_inner());
+            for tool in tools.iter().flatten() {
+                out.push((name.clone(), tool.clone()));
+            }
+        }
+        out
+    }
+
+    /// Calls `tool` of `server`, restarting the server first if it died. Fails with
+    /// `TOOL_TIMEOUT` after the server's tool timeout and `ABORTED` when `cancel` fires (both
+    /// also send the server a cancellation notice), `IO` when the server is unreachable or
+    /// crashed during the call.
+    pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        cancel: CancellationToken,
+    ) -> Result<CallToolResult, ToolError> {
+        let Some(server) = self.servers.get(server).cloned() else {
+            return Err(ToolError::new(
+                ToolErrorCode::UnknownTool,
+                format!("no MCP server `{server}` is configured"),
+            ));
+        };
+        let Some(handle) = &self.handle else {
+            return Err(ToolError::new(
+                ToolErrorCode::Io,
+                "the MCP client's runtime could not be created",
+            ));
+        };
+        let cwd = self.cwd.clone();
+        let tool = tool.to_string();
+        let task = handle.spawn(async move { server.call(&cwd, &tool, arguments, cancel).await });
+        task.await.unwrap_or_else(|err| {
+            Err(ToolError::new(
+                ToolErrorCode::Io,
+                format!("the MCP call task failed: {err}"),
+            ))
+        })
+    }
+}
+
+fn io_error(message: impl Into<String>) -> ToolError {
+    ToolError::new(ToolErrorCode::Io, message)
+}
+
+impl Server {
+    /// First start: connect and remember the tool list.
+    async fn connect_and_list(&self, cwd: &Path) -> Result<(), String> {
+        let live = self.connect(cwd).await?;
+        let timeout = self.config.startup_timeout;
+        let tools = match tokio::time::timeout(timeout, live.service.peer().list_all_tools()).await
+        {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(err)) => return Err(self.with_log(format!("listing its tools failed: {err}"))),
+            Err(_) => {
+                return Err(self.with_log(format!(
+                    "did not list its tools within {} s (startup_timeout_secs)",
+                    timeout.as_secs()
+                )))
+            }
+        };
+        *self.tools.lock().unwrap_or_else(|p| p.into_inner()) = Some(tools);
+        *self.conn.lock().await = Conn::Up(Arc::new(live));
+        Ok(())
+    }
+
+    /// The error text plus, for stdio servers, the tail of its stderr and where the log is.
+    fn with_log(&self, message: String) -> String {
+        if !matches!(self.config.transport, McpTransport::Stdio { .. }) {
+            return message;
+        }
+        let tail: Vec<String> = std::fs::read_to_string(&self.log_path)
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("=== dsh"))
+            .take(STDERR_TAIL_LINES)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let mut text = message;
+        if !tail.is_empty() {
+            text.push_str(&format!("; its stderr ends with:\n  {}", tail.join("\n  ")));
+        }
+        text.push_str(&format!("\n  (full log: {})", self.log_path.display()));
+        text
+    }
+
+    async fn connect(&self, cwd: &Path) -> Result<Live, String> {
+        let timeout = self.config.startup_timeout;
+        match &self.config.transport {
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                env_vars,
+                cwd: own_cwd,
+            } => {
+                if let Some(dir) = self.log_path.parent() {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        format!("cannot create the log folder {}: {e}", dir.display())
+                    })?;
+                }
+                let mut log = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.log_path)
+                    .map_err(|e| {
+                        format!("cannot open its log file {}: {e}", self.log_path.display())
+                    })?;
+                {
+                    use std::io::Write;
+                    // A header between runs; a failed write only loses the separator.
+                    let _ = writeln!(
+                        log,
+                        "=== dsh starts `{command}` (unix time {})",
+                        unix_time()
+                    );
+                }
+                let mut child_env = dsh_tools::scrubbed_env();
+                for name in env_vars {
+                    if let Some(value) = std::env::var_os(name) {
+                        child_env.push((name.into(), value));
+                    }
+                }
+                child_env.extend(env.iter().map(|(k, v)| (k.into(), v.into())));
+                let mut process = tokio::process::Command::new(command);
+                process
+                    .args(args)
+                    .current_dir(own_cwd.as_deref().unwrap_or(cwd))
+                    .env_clear()
+                    .envs(child_env)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::from(log))
+                    .kill_on_drop(true)
+                    .process_group(0);
+                let mut child = process
+                    .spawn()
+                    .map_err(|e| format!("cannot start `{command}`: {e} (check `command` in [mcp.servers.{}] and PATH)", self.config.name))?;
+                let pgid = child.id();
+                let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                    return Err("the server's pipes could not be opened".into());
+                };
+                let live = Live {
+                    service: connecting(timeout, ().serve((stdout, stdin)))
+                        .await
+                        .map_err(|e| self.with_log(e))?,
+                    pgid,
+                    _child: Some(child),
+                };
+                Ok(live)
+            }
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
+                use rmcp::transport::streamable_http_client::{
+                    StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+                };
+                let mut map = reqwest::header::HeaderMap::new();
+                for (name, value) in headers {
+                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| format!("header name `{name}`: {e}"))?;
+                    let value = reqwest::header::HeaderValue::from_str(value)
+                        .map_err(|e| format!("header `{name}` has an invalid value: {e}"))?;
+                    map.insert(name, value);
+                }
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                if let Some(variable) = bearer_token_env {
+                    let token = std::env::var(variable).map_err(|_| {
+                        format!("the variable {variable} (bearer_token_env) is not set")
+                    })?;
+                    config = config.auth_header(token);
+                }
+                let client = reqwest::Client::builder()
+                    .default_headers(map)
+                    .build()
+                    .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
+                let service = connecting(timeout, ().serve(transport))
+                    .await
+                    .map_err(|e| format!("{e} (url {url})"))?;
+                Ok(Live {
+                    service,
+                    pgid: None,
+                    _child: None,
+                })
+            }
+        }
+    }
+
+    /// The live connection, (re)starting the server when needed and allowed by the backoff.
+    async fn live(&self, cwd: &Path) -> Result<Arc<Live>, ToolError> {
+        let mut conn = self.conn.lock().await;
+        if let Conn::Up(live) = &*conn {
+            if !live.service.is_transport_closed() {
+                return Ok(Arc::clone(live));
+            }
+            *conn = Conn::Down {
+                failures: 0,
+                retry_at: Instant::now(),
+                error: "the server exited".into(),
+            };
+        }
+        let failures = match &*conn {
+            Conn::Down {
+                failures,
+                retry_at,
+                error,
+            } => {
+                let now = Instant::now();
+                if now < *retry_at {
+                    return Err(io_error(format!(
+                        "MCP server `{}` is unavailable ({error}); the next restart is tried in {} s",
+                        self.config.name,
+                        retry_at.duration_since(now).as_secs().max(1)
+                    )));
+                }
+                *failures
+            }
+            _ => 0,
+        };
+        match self.connect(cwd).await {
+            Ok(live) => {
+                let live = Arc::new(live);
+                *conn = Conn::Up(Arc::clone(&live));
+                Ok(live)
+            }
+            Err(error) => {
+                let failures = failures + 1;
+                let wait = BACKOFF_START
+                    .saturating_mul(1u32 << (failures - 1).min(5))
+                    .min(BACKOFF_MAX);
+                *conn = Conn::Down {
+                    failures,
+                    retry_at: Instant::now() + wait,
+                    error: error.clone(),
+                };
+                Err(io_error(format!(
+                    "MCP server `{}` could not be restarted: {error}",
+                    self.config.name
+                )))
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        cwd: &Path,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        cancel: CancellationToken,
+    ) -> Result<CallToolResult, ToolError> {
+        let live = self.live(cwd).await?;
+        let peer = live.service.peer().clone();
+        let request = ClientRequest::CallToolRequest(Request::new(CallToolRequestParam {
+            name: tool.to_string().into(),
+            arguments,
+        }));
+        let handle = peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| self.lost(e))?;
+        let id = handle.id.clone();
+        let timeout = self.config.tool_timeout;
+        let outcome = tokio::select! {
+            response = handle.rx => response,
+            _ = tokio::time::sleep(timeout) => {
+                notify_cancel(&peer, id, "timeout").await;
+                return Err(ToolError::new(ToolErrorCode::ToolTimeout, format!(
+                    "MCP tool `{tool}` of server `{}` did not answer within {} s (tool_timeout_secs)",
+                    self.config.name, timeout.as_secs()
+                )));
+            }
+            _ = cancel.cancelled() => {
+                notify_cancel(&peer, id, "cancelled by the user").await;
+                return Err(ToolError::new(ToolErrorCode::Aborted, "the call was cancelled"));
+            }
+        };
+        match outcome {
+            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
+            Ok(Ok(_)) => Err(io_error(format!(
+                "MCP server `{}` answered the call with something other than a tool result",
+                self.config.name
+            ))),
+            Ok(Err(ServiceError::McpError(error))) => {
+                let code = if error.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+                    ToolErrorCode::InvalidArgs
+                } else {
+                    ToolErrorCode::Io
+                };
+                Err(ToolError::new(
+                    code,
+                    format!("MCP server `{}`: {}", self.config.name, error.message),
+                ))
+            }
+            Ok(Err(other)) => Err(self.lost(other)),
+            Err(_) => Err(self.lost(ServiceError::TransportClosed)),
+        }
+    }
+
+    /// The connection broke during a call: say so; the next call restarts the server.
+    fn lost(&self, error: ServiceError) -> ToolError {
+        io_error(self.with_log(format!(
+            "MCP server `{}` failed during the call ({error}); it is restarted on the next call",
+            self.config.name
+        )))
+    }
+}
+
+async fn connecting<F, E>(
+    timeout: Duration,
+    connect: F,
+) -> Result<RunningService<RoleClient, ()>, String>
+where
+    F: std::future::Future<Output = Result<RunningService<RoleClient, ()>, E>>,
+    E: std::fmt::Display,
+{
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(service)) => Ok(service),
+        Ok(Err(err)) => Err(format!("the MCP handshake failed: {err}")),
+        Err(_) => Err(format!(
+            "did not complete the MCP handshake within {} s (startup_timeout_secs)",
+            timeout.as_secs()
+        )),
+    }
+}
+
+async fn notify_cancel(
+    peer: &rmcp::Peer<RoleClient>,
+    request_id: rmcp::model::RequestId,
+    reason: &str,
+) {
+    // Best effort: a server that is gone cannot be told, and the call is over either way.
+    let _ = peer
+        .notify_cancelled(CancelledNotificationParam {
+            request_id,
+            reason: Some(reason.to_string()),
+        })
+        .await;
+}
+
+fn unix_time() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

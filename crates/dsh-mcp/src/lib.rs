@@ -1,0 +1,19 @@
+//! The MCP client (SPEC S8): servers configured under `[mcp.servers.<name>]` (stdio child
+//! processes or streamable-HTTP endpoints) offer their tools to the model as
+//! `mcp__<server>__<tool>`.
+//!
+//! - [`McpHub`] owns the connections. It runs them on its own small runtime, so the synchronous
+//!   extension points and any front end's runtime can use it. Servers are started, and their
+//!   tools listed, the first time the tools are needed ([`McpHub::start`], in parallel, each
+//!   bounded by its `startup_timeout_secs`); a server that dies is restarted on its next call,
+//!   with exponential backoff after failed restarts.
+//! - [`McpTools`] is the extension that contributes the tools to an agent.
+//! - A stdio server's stderr goes to `<log dir>/mcp-<server>.log`.
+//!
+//! MCP servers run outside dsh's sandbox, with the user's rights; none is configured by default.
+
+mod hub;
+mod tool;
+
+pub use hub::{McpHub, McpStartError};
+pub use tool::{McpTool, McpTools, MCP_TOOL_PREFIX};

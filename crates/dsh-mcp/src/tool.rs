@@ -1,0 +1,198 @@
+//! MCP tools as dsh tools (`mcp__<server>__<tool>`), and the extension that offers them.
+
+use std::sync::Arc;
+
+use dsh_agent::Extension;
+use dsh_tools::{Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
+use futures::future::BoxFuture;
+use rmcp::model::CallToolResult;
+use serde_json::Value;
+
+use crate::hub::McpHub;
+
+/// Prefix of every MCP tool name.
+pub const MCP_TOOL_PREFIX: &str = "mcp__";
+
+/// Longest tool name providers accept.
+const MAX_TOOL_NAME: usize = 64;
+
+/// Characters providers accept in tool names; others become `_`.
+fn sanitize(part: &str) -> String {
+    part.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// One tool of one server, as the model sees it.
+pub struct McpTool {
+    hub: Arc<McpHub>,
+    server: String,
+    tool: String,
+    name: String,
+    description: String,
+    parameters: Value,
+}
+
+impl McpTool {
+    /// The tool `info` of `server`, reached through `hub`.
+    pub fn new(hub: Arc<McpHub>, server: &str, info: &rmcp::model::Tool) -> Self {
+        let mut name = format!(
+            "{MCP_TOOL_PREFIX}{}__{}",
+            sanitize(server),
+            sanitize(&info.name)
+        );
+        name.truncate(MAX_TOOL_NAME);
+        let summary = info
+            .description
+            .as_deref()
+            .or(info.title.as_deref())
+            .unwrap_or("(no description)");
+        let description = format!(
+            "{summary}\n\n(Tool `{}` of the MCP server `{server}`. It runs outside dsh's sandbox. \
+             Failures come back as `Error: ...`.)",
+            info.name
+        );
+        McpTool {
+            hub,
+            server: server.to_string(),
+            tool: info.name.to_string(),
+            name,
+            description,
+            parameters: Value::Object((*info.input_schema).clone()),
+        }
+    }
+}
+
+/// The text the model gets for a tool result.
+fn result_text(result: &CallToolResult) -> String {
+    let mut parts = Vec::new();
+    for content in &result.content {
+        let value = serde_json::to_value(content).unwrap_or(Value::Null);
+        let kind = value["type"].as_str().unwrap_or("unknown");
+        match kind {
+            "text" => parts.push(value["text"].as_str().unwrap_or_default().to_string()),
+            "resource" if value["resource"]["text"].is_string() => parts.push(
+                value["resource"]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            "resource_link" => parts.push(format!(
+                "[resource link: {}]",
+                value["uri"].as_str().unwrap_or_default()
+            )),
+            other => parts.push(format!(
+                "[{other} content ({}) omitted: dsh passes MCP text only]",
+                value["mimeType"].as_str().unwrap_or("unknown type")
+            )),
+        }
+    }
+    if parts.is_empty() {
+        if let Some(structured) = &result.structured_content {
+            parts.push(structured.to_string());
+        }
+    }
+    parts.join("\n")
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let arguments = match args {
+                Value::Object(map) => Some(map),
+                Value::Null => None,
+                _ => {
+                    return Err(ToolError::invalid_args(
+                        "the arguments must be a JSON object",
+                    ))
+                }
+            };
+            let result = self
+                .hub
+                .call(&self.server, &self.tool, arguments, ctx.cancel().clone())
+                .await?;
+            let text = result_text(&result);
+            if result.is_error == Some(true) {
+                return Err(ToolError::new(
+                    ToolErrorCode::Io,
+                    if text.is_empty() {
+                        "the MCP tool reported an error".to_string()
+                    } else {
+                        text
+                    },
+                ));
+            }
+            Ok(ToolOutput::text(text).with_summary(format!("{} ({})", self.tool, self.server)))
+        })
+    }
+}
+
+/// The extension that offers every listed MCP tool. The first step of a session starts the
+/// servers (see [`McpHub::start`]).
+pub struct McpTools {
+    hub: Arc<McpHub>,
+    tools: std::sync::OnceLock<Vec<Arc<dyn Tool>>>,
+}
+
+impl McpTools {
+    /// Offers the tools of `hub`'s servers.
+    pub fn new(hub: Arc<McpHub>) -> Self {
+        McpTools {
+            hub,
+            tools: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl Extension for McpTools {
+    fn name(&self) -> &str {
+        "mcp"
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools
+            .get_or_init(|| {
+                let hub = Arc::clone(&self.hub);
+                let listed = blocking(move || hub.tools());
+                listed
+                    .iter()
+                    .map(|(server, info)| {
+                        Arc::new(McpTool::new(Arc::clone(&self.hub), server, info)) as Arc<dyn Tool>
+                    })
+                    .collect()
+            })
+            .clone()
+    }
+}
+
+/// Runs blocking work without stalling the other tasks of a multi-threaded runtime.
+fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}

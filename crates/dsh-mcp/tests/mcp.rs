@@ -1,0 +1,352 @@
+//! The MCP client through the agent loop: the reference server `server-everything` over stdio
+//! and over streamable HTTP (a scripted model calls `mcp__everything__echo`), and a scripted
+//! bash MCP server that crashes mid-call, hangs, or never starts.
+//!
+//! Tests that need `server-everything` skip with a message when `mcp-server-everything` is not
+//! on PATH (`npm install -g @modelcontextprotocol/server-everything`).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, ReplayAdapter};
+use dsh_config::{McpServerConfig, McpTransport};
+use dsh_llm::{AdapterRegistry, BlockType, CallConfig, Chunk, ContentBlock, FinishReason};
+use dsh_mcp::{McpHub, McpTools};
+use dsh_session::{load_file, open_store, Event, StoreKind};
+use dsh_tools::{SpillDir, ToolContext, ToolRegistry};
+
+const EVERYTHING: &str = "mcp-server-everything";
+
+fn everything_installed() -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(EVERYTHING).is_file()))
+        .unwrap_or(false);
+    if !found {
+        eprintln!(
+            "skipped: `{EVERYTHING}` is not on PATH; install it with \
+             `npm install -g @modelcontextprotocol/server-everything`"
+        );
+    }
+    found
+}
+
+fn tool_call(id: &str, name: &str, args: &str) -> Vec<Chunk> {
+    vec![
+        Chunk::BlockStart {
+            index: 0,
+            block_type: BlockType::ToolCall,
+        },
+        Chunk::ToolCallDelta {
+            index: 0,
+            id: id.into(),
+            name: Some(name.into()),
+            arguments_delta: args.into(),
+        },
+        Chunk::Finish {
+            reason: FinishReason::ToolCalls,
+        },
+    ]
+}
+
+fn text(t: &str) -> Vec<Chunk> {
+    vec![
+        Chunk::TextDelta {
+            index: 0,
+            text: t.into(),
+        },
+        Chunk::Finish {
+            reason: FinishReason::Stop,
+        },
+    ]
+}
+
+fn server(name: &str, transport: McpTransport) -> McpServerConfig {
+    McpServerConfig {
+        name: name.into(),
+        transport,
+        tool_timeout: Duration::from_secs(60),
+        startup_timeout: Duration::from_secs(30),
+    }
+}
+
+fn stdio(command: &str, args: &[&str]) -> McpTransport {
+    McpTransport::Stdio {
+        command: command.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: Vec::new(),
+        env_vars: Vec::new(),
+        cwd: None,
+    }
+}
+
+/// The text of every tool result, and the final text, after one prompt.
+async fn run_agent(hub: Arc<McpHub>, replies: Vec<Vec<Chunk>>) -> (Vec<String>, String) {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let extensions = ExtensionSet::new();
+    let _mcp = extensions.register(Arc::new(McpTools::new(hub)));
+    let mut adapters = AdapterRegistry::new();
+    adapters
+        .register("scripted", Arc::new(ReplayAdapter::new(replies)))
+        .unwrap();
+    let parts = AgentParts {
+        adapters,
+        tools: Arc::new(ToolRegistry::with_builtins()),
+        extensions,
+        tool_context: ToolContext::new(
+            cwd.path(),
+            SpillDir::create(home.path().join("s")).unwrap(),
+        )
+        .unwrap(),
+        options: AgentOptions::new(CallConfig::new("scripted", "m"), cwd.path()),
+    };
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut agent = Agent::create(parts, store.as_ref()).unwrap();
+    let handle = agent.handle();
+    handle.followup("go").unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(120), agent.run_turn())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let location = handle.location();
+    drop(agent);
+    let results = load_file(Path::new(&location))
+        .unwrap()
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(r) => Some(
+                r.message
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::ToolResult { content, .. } => Some(
+                            content
+                                .iter()
+                                .filter_map(|c| match c {
+                                    ContentBlock::Text { text } => Some(text.as_str()),
+                                    _ => None,
+                                })
+                                .collect::<String>(),
+                        ),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    (results, outcome.final_text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_echo_over_stdio() {
+    if !everything_installed() {
+        return;
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let hub = McpHub::new(
+        vec![server("everything", stdio(EVERYTHING, &["stdio"]))],
+        logs.path(),
+        logs.path(),
+    );
+    let names: Vec<String> = hub
+        .tools()
+        .iter()
+        .map(|(_, t)| t.name.to_string())
+        .collect();
+    assert!(names.contains(&"echo".to_string()), "{names:?}");
+    let (results, final_text) = run_agent(
+        hub,
+        vec![
+            tool_call("c1", "mcp__everything__echo", r#"{"message":"hello mcp"}"#),
+            text("echoed"),
+        ],
+    )
+    .await;
+    assert_eq!(results, vec!["Echo: hello mcp"]);
+    assert_eq!(final_text, "echoed");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_echo_over_streamable_http() {
+    if !everything_installed() {
+        return;
+    }
+    let port = free_port();
+    let _server = tokio::process::Command::new(EVERYTHING)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut ready = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "server-everything did not listen on {port}");
+    let logs = tempfile::tempdir().unwrap();
+    let hub = McpHub::new(
+        vec![server(
+            "everything",
+            McpTransport::Http {
+                url: format!("http://127.0.0.1:{port}/mcp"),
+                headers: vec![("X-Test".into(), "dsh".into())],
+                bearer_token_env: None,
+            },
+        )],
+        logs.path(),
+        logs.path(),
+    );
+    let (results, _) = run_agent(
+        hub,
+        vec![
+            tool_call("c1", "mcp__everything__echo", r#"{"message":"over http"}"#),
+            text("done"),
+        ],
+    )
+    .await;
+    assert_eq!(results, vec!["Echo: over http"]);
+}
+
+/// A minimal MCP server in bash: tools `crash` (exits mid-call), `hang` (never answers) and
+/// `ping` (answers `pong`).
+const FAKE_SERVER: &str = r#"#!/usr/bin/env bash
+echo "fake server starting" >&2
+while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-03-26","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}}\n' "$id";;
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"crash","inputSchema":{"type":"object"}},{"name":"hang","inputSchema":{"type":"object"}},{"name":"ping","description":"Answers pong.","inputSchema":{"type":"object"}}]}}\n' "$id";;
+    *'"name":"crash"'*) echo "crashing now" >&2; exit 3;;
+    *'"name":"hang"'*) ;;
+    *'"method":"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"pong"}]}}\n' "$id";;
+  esac
+done
+"#;
+
+fn fake_server(dir: &Path) -> PathBuf {
+    let path = dir.join("fake-mcp.sh");
+    std::fs::write(&path, FAKE_SERVER).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_mid_call_is_an_error_result_and_the_server_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = fake_server(dir.path());
+    let logs = dir.path().join("logs");
+    let hub = McpHub::new(
+        vec![server("fake", stdio("bash", &[script.to_str().unwrap()]))],
+        dir.path(),
+        &logs,
+    );
+    let (results, final_text) = run_agent(
+        hub,
+        vec![
+            tool_call("c1", "mcp__fake__crash", "{}"),
+            tool_call("c2", "mcp__fake__ping", "{}"),
+            text("kept going"),
+        ],
+    )
+    .await;
+    assert!(results[0].starts_with("Error: "), "{results:?}");
+    assert!(
+        results[0].contains("restarted on the next call"),
+        "{results:?}"
+    );
+    assert_eq!(results[1], "pong");
+    assert_eq!(final_text, "kept going");
+    let log = std::fs::read_to_string(logs.join("mcp-fake.log")).unwrap();
+    assert!(log.contains("crashing now"), "{log}");
+    assert_eq!(log.matches("fake server starting").count(), 2, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_fails_with_tool_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = fake_server(dir.path());
+    let mut config = server("fake", stdio("bash", &[script.to_str().unwrap()]));
+    config.tool_timeout = Duration::from_secs(1);
+    let hub = McpHub::new(vec![config], dir.path(), dir.path());
+    assert!(hub.start().is_empty());
+    let err = hub
+        .call(
+            "fake",
+            "hang",
+            None,
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, dsh_tools::ToolErrorCode::ToolTimeout);
+    // Cancellation ends a call at once.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let err = hub.call("fake", "hang", None, cancel).await.unwrap_err();
+    assert_eq!(err.code, dsh_tools::ToolErrorCode::Aborted);
+    // The server still answers afterwards.
+    let ok = hub
+        .call(
+            "fake",
+            "ping",
+            None,
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.is_error, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_that_fail_to_start_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = McpHub::new(
+        vec![
+            server("missing", stdio("/nonexistent/mcp-server", &[])),
+            server(
+                "dies",
+                stdio("bash", &["-c", "echo 'boom: config not found' >&2; exit 1"]),
+            ),
+        ],
+        dir.path(),
+        dir.path(),
+    );
+    let errors = hub.start();
+    let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    let all = text.join("\n");
+    assert_eq!(errors.len(), 2, "{all}");
+    assert!(
+        all.contains("MCP server `missing`: cannot start `/nonexistent/mcp-server`"),
+        "{all}"
+    );
+    assert!(all.contains("MCP server `dies`"), "{all}");
+    assert!(all.contains("boom: config not found"), "{all}");
+    assert!(all.contains("mcp-dies.log"), "{all}");
+    assert!(hub.tools().is_empty());
+}
