@@ -156,10 +156,13 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
     // Process confinement for `bash` (probed once; `danger-full-access` needs none).
     let sandbox = dsh_sandbox::confinement_for(setup.permission)
         .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
+    // Background jobs belong to this agent's tool context: they die with the agent.
+    let jobs = dsh_tools::JobTable::new();
     let tool_context = ToolContext::new(&setup.cwd, spill)
         .with_context(|| format!("cannot use {} as working directory", setup.cwd.display()))?
         .with_permission(setup.permission)
-        .with_confinement(sandbox.confinement());
+        .with_confinement(sandbox.confinement())
+        .with_jobs(jobs.clone());
 
     let extensions = ExtensionSet::new();
     for guard in dsh_agent::register_builtin_extensions(
@@ -206,9 +209,10 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
         Arc::new(move |depth| agent_parts(&setup, depth).map_err(|e| format!("{e:#}")))
     };
     extensions.register_for_life(Arc::new(dsh_agent::Subagents::new(depth, factory)));
+    extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
     Ok(AgentParts {
         adapters,
-        tools: Arc::new(ToolRegistry::with_builtins()),
+        tools: Arc::new(session_tools(&setup.config)?),
         extensions,
         tool_context,
         options: {
@@ -219,6 +223,25 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
             options
         },
     })
+}
+
+/// The built-in tools, `ask_user_question` (answered by the front end's asker; headless runs
+/// get a clear error), and `web_fetch` when `[tools.web_fetch] enabled = true`.
+fn session_tools(config: &dsh_config::Config) -> anyhow::Result<ToolRegistry> {
+    let mut tools = ToolRegistry::with_builtins();
+    tools.register(Arc::new(dsh_tools::AskUserQuestionTool))?;
+    let web = config.web_fetch();
+    if web.enabled {
+        tools.register(Arc::new(dsh_tools::WebFetchTool::new(
+            dsh_tools::WebFetchSettings {
+                allowed_hosts: web.allowed_hosts,
+                max_bytes: usize::try_from(web.max_bytes).unwrap_or(usize::MAX),
+                timeout: web.timeout,
+                ..dsh_tools::WebFetchSettings::default()
+            },
+        )))?;
+    }
+    Ok(tools)
 }
 
 /// Builds the agent for `setup` ([`agent_parts`] at depth 0) on a new, resumed or continued
