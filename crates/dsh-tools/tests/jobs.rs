@@ -227,3 +227,41 @@ async fn bad_job_arguments_are_invalid() {
         "No background jobs in this session."
     );
 }
+
+/// The job tools declare what dsh's recorded schemas declare (same required fields and types).
+#[test]
+fn job_schemas_match_the_recorded_dsh_tools() {
+    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/dsh-acp-snapshots/text-turn/tool-schemas.expected.json");
+    let Ok(text) = std::fs::read_to_string(&fixture) else {
+        eprintln!("skipped: {} not present", fixture.display());
+        return;
+    };
+    let recorded: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut compared = 0;
+    for tool in job_tools() {
+        let dsh = recorded["initial"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == tool.name())
+            .unwrap();
+        let ours = tool.parameters();
+        assert_eq!(
+            ours["required"],
+            dsh["parameters"]["required"],
+            "{}",
+            tool.name()
+        );
+        for (prop, spec) in dsh["parameters"]["properties"].as_object().unwrap() {
+            assert_eq!(
+                ours["properties"][prop]["type"],
+                spec["type"],
+                "{}.{prop}",
+                tool.name()
+            );
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 3);
+}
