@@ -24,6 +24,7 @@ use serde_json::{json, Map, Value};
 
 pub use config::{
     HookCommand, HookConfigError, HookEvent, HookGroup, HooksConfig, DEFAULT_HOOK_TIMEOUT,
+    HOOKS_FILE,
 };
 use runner::{run_command, RunEnd, RunOutput};
 

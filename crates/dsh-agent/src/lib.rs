@@ -50,7 +50,7 @@ pub use extension::{
 };
 pub use hooks::{
     ClaudeCodeHooks, HookCommand, HookConfigError, HookEvent, HookGroup, HooksConfig,
-    DEFAULT_HOOK_TIMEOUT, HOOKS_PLUGIN,
+    DEFAULT_HOOK_TIMEOUT, HOOKS_FILE, HOOKS_PLUGIN,
 };
 pub use inbox::{Inbox, InboxTarget, Splice};
 pub use log::{SessionEvent, SessionLog};

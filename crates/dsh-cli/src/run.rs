@@ -89,6 +89,8 @@ pub(crate) struct RunSetup {
     pub(crate) config: dsh_config::Config,
     selection: dsh_config::Selection,
     pub(crate) prices: PriceTable,
+    /// The MCP servers, started by the first agent that needs them and shared by its subagents.
+    mcp: Arc<std::sync::OnceLock<Arc<dsh_mcp::McpHub>>>,
 }
 
 /// Resolves `dsh run`'s settings in one step: configuration layers (built-in, user file,
@@ -132,6 +134,7 @@ pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
         prices: config.price_table(),
         config,
         selection,
+        mcp: Arc::default(),
     })
 }
 
@@ -204,6 +207,51 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
         }
     }
     extensions.register_for_life(Arc::new(dsh_agent::Skills::new(skills)));
+    // Hooks: `[hooks]` of each config file, then $DSH_HOME/hooks.json, then .dsh/hooks.json.
+    let tables: Vec<(String, serde_json::Value)> = setup
+        .config
+        .hooks
+        .iter()
+        .map(|(event, value)| {
+            let key = format!("hooks.{event}");
+            let origin = setup
+                .config
+                .source_of(&key)
+                .map_or_else(|| "config".to_string(), ToString::to_string);
+            let value = serde_json::to_value(value).unwrap_or_default();
+            (origin, serde_json::json!({ event: value }))
+        })
+        .collect();
+    let hooks = dsh_agent::HooksConfig::load_session(&tables, &setup.home, &setup.cwd).map_err(
+        |errors| {
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            user_error("INVALID_CONFIG", text.join("\n"))
+        },
+    )?;
+    if depth == 0 {
+        for warning in &hooks.warnings {
+            eprintln!("dsh: warning: {warning}");
+        }
+    }
+    if !hooks.is_empty() {
+        extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
+    }
+    // MCP servers (none unless configured): started when the session's agent is built.
+    if !setup.config.mcp_servers.is_empty() {
+        let hub = setup.mcp.get_or_init(|| {
+            dsh_mcp::McpHub::new(
+                setup.config.mcp_servers.clone(),
+                &setup.cwd,
+                &setup.home.join("logs"),
+            )
+        });
+        for error in hub.start() {
+            if depth == 0 {
+                eprintln!("dsh: warning: {error}\n  its tools are not offered in this session");
+            }
+        }
+        extensions.register_for_life(Arc::new(dsh_mcp::McpTools::new(Arc::clone(hub))));
+    }
     let factory: dsh_agent::ChildFactory = {
         let setup = Arc::clone(setup);
         Arc::new(move |depth| agent_parts(&setup, depth).map_err(|e| format!("{e:#}")))

@@ -9,6 +9,9 @@ use std::time::Duration;
 use regex::Regex;
 use serde_json::Value;
 
+/// File name of the hooks files in `$DSH_HOME` and in a project's `.dsh` folder.
+pub const HOOKS_FILE: &str = "hooks.json";
+
 /// Timeout of a hook command that does not set `timeout` (seconds, as in Claude Code).
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -179,6 +182,44 @@ impl HooksConfig {
     pub fn extend(&mut self, other: HooksConfig) {
         self.groups.extend(other.groups);
         self.warnings.extend(other.warnings);
+    }
+
+    /// The hooks of a session, all of them (none replaces another): the `[hooks]` event maps
+    /// of the configuration (`tables`: `(origin, event map)` per file that set one), then
+    /// `$DSH_HOME/hooks.json`, then the project's `.dsh/hooks.json` (the first found from `cwd`
+    /// up to the directory holding `.git`). Every problem of every source is reported.
+    pub fn load_session(
+        tables: &[(String, Value)],
+        home: &Path,
+        cwd: &Path,
+    ) -> Result<HooksConfig, Vec<HookConfigError>> {
+        let mut config = HooksConfig::new();
+        let mut errors = Vec::new();
+        let mut add = |result: Result<HooksConfig, Vec<HookConfigError>>| match result {
+            Ok(more) => config.extend(more),
+            Err(more) => errors.extend(more),
+        };
+        for (origin, map) in tables {
+            add(HooksConfig::parse(origin, "hooks", map));
+        }
+        add(HooksConfig::load_file(&home.join(HOOKS_FILE)));
+        for dir in cwd.ancestors() {
+            let candidate = dir.join(".dsh").join(HOOKS_FILE);
+            if candidate.is_file() {
+                if candidate != home.join(HOOKS_FILE) {
+                    add(HooksConfig::load_file(&candidate));
+                }
+                break;
+            }
+            if dir.join(".git").exists() {
+                break;
+            }
+        }
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(errors)
+        }
     }
 
     /// Reads a Claude Code settings or `hooks.json` file: a JSON object whose `hooks` member
