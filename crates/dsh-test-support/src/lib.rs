@@ -6,6 +6,10 @@
 //!   (`[DONE]` / `message_stop`), malformed lines, stalls, keep-alive comments, odd finish
 //!   reasons, empty completions, and 400s for request fields an endpoint does not accept.
 //! - [`AnthropicReply`] builds Messages streams (`message_start` ... `message_stop`).
+//! - [`ResponsesReply`] builds OpenAI Responses API streams (`response.created` ...
+//!   `response.completed`), served on `/v1/responses`; only the Codex CLI comparison of
+//!   `bench/run` uses it. [`FakeProvider::timings`] says when each request's first byte
+//!   arrived and when its reply ended.
 //! - [`SseReply`] builds streamed replies inline; [`render_chunks_as_sse`] renders any dsh
 //!   chunk list as DeepSeek SSE bytes.
 //! - [`RecordedSession`] loads a recorded dsh `session.jsonl` (and its optional
@@ -15,6 +19,7 @@
 mod anthropic;
 mod recording;
 mod render;
+mod responses;
 mod script;
 mod server;
 
@@ -26,10 +31,11 @@ pub use recording::{
     RecordingError, ReplayOverride,
 };
 pub use render::{render_chunks_as_sse, reply_for_call, sse_reply_from_chunks};
+pub use responses::{ResponsesReply, FAKE_RESPONSES_MODEL};
 pub use script::{
     chunk_event, ScriptedReply, SseReply, SseStep, StreamEnd, WireUsage, DONE_EVENT, FAKE_MODEL,
 };
-pub use server::{FakeProvider, ProviderEvents, RecordedRequest};
+pub use server::{FakeProvider, ProviderEvents, RecordedRequest, RequestTiming};
 
 /// Path of the recorded dsh sessions (`shared/fixtures/dsh-acp-snapshots`), found by walking up
 /// from `manifest_dir` (pass `env!("CARGO_MANIFEST_DIR")`) to the first ancestor that has it:

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,6 +47,18 @@ impl RecordedRequest {
     }
 }
 
+/// When the bytes of one request and its reply crossed the wire (for benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestTiming {
+    /// The first byte of the request was read from the socket.
+    pub first_byte: Instant,
+    /// The whole request (head and body) was read.
+    pub request_read: Instant,
+    /// The last byte of the reply was written (`None` while streaming, when the connection was
+    /// dropped or stalled on purpose, or when the client went away).
+    pub reply_done: Option<Instant>,
+}
+
 /// Counters tests can wait on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProviderEvents {
@@ -62,6 +75,7 @@ struct Shared {
     rejected_fields: Mutex<Vec<String>>,
     models: Mutex<Option<Vec<String>>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    timings: Mutex<Vec<RequestTiming>>,
     scripted: Mutex<usize>,
     events: watch::Sender<ProviderEvents>,
 }
@@ -76,7 +90,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A scripted provider on `127.0.0.1` (random port) speaking DeepSeek's chat-completions and
 /// Anthropic's Messages formats.
 ///
-/// `POST /chat/completions`, `/v1/chat/completions` (DeepSeek mode) and `POST /v1/messages`,
+/// `POST /chat/completions`, `/v1/chat/completions` (DeepSeek mode), `POST /v1/responses`,
+/// `/responses` (Responses mode, see [`ResponsesReply`](crate::ResponsesReply)) and `POST /v1/messages`,
 /// `/messages` (Anthropic mode, see [`AnthropicReply`](crate::AnthropicReply)) share one
 /// script: model request k gets reply k; once the script is used up every further request gets
 /// a 500 whose message names the problem. With [`reject_field`](Self::reject_field), a model
@@ -104,6 +119,7 @@ impl FakeProvider {
             rejected_fields: Mutex::new(Vec::new()),
             models: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            timings: Mutex::new(Vec::new()),
             scripted: Mutex::new(scripted),
             events: watch::Sender::new(ProviderEvents::default()),
         });
@@ -146,6 +162,11 @@ impl FakeProvider {
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// When each request arrived and its reply ended, in the order of [`requests`](Self::requests).
+    pub fn timings(&self) -> Vec<RequestTiming> {
+        lock(&self.shared.timings).clone()
     }
 
     /// The current counters.
@@ -219,8 +240,9 @@ fn parse_head(bytes: &[u8]) -> Option<Head> {
     })
 }
 
-async fn read_request(stream: &mut TcpStream) -> Option<(Head, Vec<u8>)> {
+async fn read_request(stream: &mut TcpStream) -> Option<(Head, Vec<u8>, Instant)> {
     let mut buffer = Vec::with_capacity(8192);
+    let mut first_byte = None;
     let head_end = loop {
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
             break end;
@@ -233,6 +255,7 @@ async fn read_request(stream: &mut TcpStream) -> Option<(Head, Vec<u8>)> {
         if read == 0 {
             return None;
         }
+        first_byte.get_or_insert_with(Instant::now);
         buffer.extend_from_slice(&chunk[..read]);
     };
     let head = parse_head(&buffer[..head_end])?;
@@ -252,7 +275,7 @@ async fn read_request(stream: &mut TcpStream) -> Option<(Head, Vec<u8>)> {
         body.extend_from_slice(&chunk[..read]);
     }
     body.truncate(length);
-    Some((head, body))
+    Some((head, body, first_byte.unwrap_or_else(Instant::now)))
 }
 
 fn is_model_request(head: &Head) -> bool {
@@ -260,7 +283,12 @@ fn is_model_request(head: &Head) -> bool {
     head.method == "POST"
         && matches!(
             path,
-            "/chat/completions" | "/v1/chat/completions" | "/v1/messages" | "/messages"
+            "/chat/completions"
+                | "/v1/chat/completions"
+                | "/v1/messages"
+                | "/messages"
+                | "/v1/responses"
+                | "/responses"
         )
 }
 
@@ -295,9 +323,10 @@ fn models_reply(ids: &[String]) -> ScriptedReply {
 }
 
 async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
-    let Some((head, body)) = read_request(&mut stream).await else {
+    let Some((head, body, first_byte)) = read_request(&mut stream).await else {
         return;
     };
+    let request_read = Instant::now();
     let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let rejected = find_key(&json_body, &lock(&shared.rejected_fields)).map(str::to_string);
     let number = {
@@ -308,6 +337,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             headers: head.headers.clone(),
             body: json_body,
             raw_body: body,
+        });
+        lock(&shared.timings).push(RequestTiming {
+            first_byte,
+            request_read,
+            reply_done: None,
         });
         requests.len()
     };
@@ -340,7 +374,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         )
     };
     // Write errors mean the client went away; there is nobody left to tell.
-    let _ = write_reply(&mut stream, reply, &shared).await;
+    if let Ok(Some(done)) = write_reply(&mut stream, reply, &shared).await {
+        if let Some(timing) = lock(&shared.timings).get_mut(number - 1) {
+            timing.reply_done = Some(done);
+        }
+    }
 }
 
 fn reason_phrase(status: u16) -> &'static str {
@@ -365,9 +403,9 @@ async fn write_reply(
     stream: &mut TcpStream,
     reply: ScriptedReply,
     shared: &Shared,
-) -> io::Result<()> {
+) -> io::Result<Option<Instant>> {
     match reply {
-        ScriptedReply::CloseConnection => Ok(()),
+        ScriptedReply::CloseConnection => Ok(None),
         ScriptedReply::Http {
             status,
             headers,
@@ -384,7 +422,9 @@ async fn write_reply(
             head.push_str("\r\n");
             stream.write_all(head.as_bytes()).await?;
             stream.write_all(body.as_bytes()).await?;
-            stream.shutdown().await
+            let done = Instant::now();
+            stream.shutdown().await?;
+            Ok(Some(done))
         }
         ScriptedReply::Stream(reply) => {
             let outcome = write_stream(stream, &reply, shared).await;
@@ -410,7 +450,11 @@ async fn write_chunk(stream: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
     stream.flush().await
 }
 
-async fn write_stream(stream: &mut TcpStream, reply: &SseReply, shared: &Shared) -> io::Result<()> {
+async fn write_stream(
+    stream: &mut TcpStream,
+    reply: &SseReply,
+    shared: &Shared,
+) -> io::Result<Option<Instant>> {
     let mut head = String::from(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n",
     );
@@ -437,13 +481,17 @@ async fn write_stream(stream: &mut TcpStream, reply: &SseReply, shared: &Shared)
         StreamEnd::Done => {
             write_chunk(stream, DONE_EVENT).await?;
             stream.write_all(b"0\r\n\r\n").await?;
-            stream.shutdown().await
+            let done = Instant::now();
+            stream.shutdown().await?;
+            Ok(Some(done))
         }
         StreamEnd::CloseWithoutDone => {
             stream.write_all(b"0\r\n\r\n").await?;
-            stream.shutdown().await
+            let done = Instant::now();
+            stream.shutdown().await?;
+            Ok(Some(done))
         }
-        StreamEnd::DropConnection => Ok(()),
+        StreamEnd::DropConnection => Ok(None),
         StreamEnd::Stall => {
             shared.events.send_modify(|events| events.stalls += 1);
             // Hold the connection open and wait for the client to close it.
