@@ -338,10 +338,23 @@ impl Server {
                 let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
                     return Err("the server's pipes could not be opened".into());
                 };
+                let service = match connecting(timeout, ().serve((stdout, stdin))).await {
+                    Ok(service) => service,
+                    Err(error) => {
+                        // A server that already died says more than the broken pipe does.
+                        let exited =
+                            tokio::time::timeout(Duration::from_millis(300), child.wait()).await;
+                        let error = match exited {
+                            Ok(Ok(status)) => format!(
+                                "the server exited ({status}) before completing the MCP handshake"
+                            ),
+                            _ => error,
+                        };
+                        return Err(self.with_log(error));
+                    }
+                };
                 let live = Live {
-                    service: connecting(timeout, ().serve((stdout, stdin)))
-                        .await
-                        .map_err(|e| self.with_log(e))?,
+                    service,
                     pgid,
                     _child: Some(child),
                 };
