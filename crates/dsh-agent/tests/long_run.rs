@@ -166,6 +166,8 @@ fn parts(
     );
     let mut options = AgentOptions::new(CallConfig::new("scripted", "long"), cwd);
     options.context_window = Some(WINDOW);
+    // Longer turns than the default guard allows when DSH_LONG_RUN_STEPS asks for them.
+    options.max_steps_per_turn = 100_000;
     (
         AgentParts {
             adapters,
