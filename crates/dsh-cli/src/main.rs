@@ -10,6 +10,7 @@ mod replay;
 mod run;
 mod sessions;
 mod tui;
+mod web;
 
 use std::process::ExitCode;
 
@@ -36,6 +37,8 @@ enum Command {
     Resume(tui::ResumeArgs),
     /// Show the effective configuration (`show`) or the configuration file paths (`path`).
     Config(config_cmd::ConfigArgs),
+    /// Serve the local web UI and API (loopback only, token-protected).
+    Web(web::WebArgs),
     /// List a provider's models, merged with the configured model table.
     Models(models::ModelsArgs),
     /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed and others).
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Some(Command::Config(args)) => config_cmd::run(args),
         Some(Command::Models(args)) => models::run(args),
         Some(Command::Acp(args)) => acp::run(args),
+        Some(Command::Web(args)) => web::run(args),
     };
     match result {
         Ok(code) => code,

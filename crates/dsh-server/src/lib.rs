@@ -32,6 +32,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use approvals::WebApprover;
+/// HTTP status codes, for [`ApiError`]s built by front ends.
+pub use axum::http::StatusCode;
 pub use error::ApiError;
 pub use feed::Feed;
 pub use security::{check_bind_address, AccessToken, GatePolicy};

@@ -220,6 +220,7 @@ async function start() {
   await loadSessions();
   route();
   setInterval(loadSessions, 10000);
+  document.body.dataset.ready = "1";
 }
 
 document.addEventListener("DOMContentLoaded", start);

@@ -17,8 +17,9 @@ const Markdown = (() => {
   // Appends `text` with inline formatting to `parent`.
   function inline(parent, text) {
     let last = 0;
-    INLINE.lastIndex = 0;
-    for (let m = INLINE.exec(text); m; m = INLINE.exec(text)) {
+    // A regex of its own per call: the recursion for bold and italic must not move our cursor.
+    const re = new RegExp(INLINE.source, "g");
+    for (let m = re.exec(text); m; m = re.exec(text)) {
       if (m.index > last) parent.append(text.slice(last, m.index));
       if (m[1]) parent.append(el("code", null, m[2].replace(/^ (.*) $/, "$1")));
       else if (m[3] || m[4]) inline(parent.appendChild(el("strong")), m[3] || m[4]);
@@ -28,7 +29,7 @@ const Markdown = (() => {
         link.title = m[8];
         if (m[8] !== m[7]) parent.append(el("span", "md-url", ` (${m[8]})`));
       }
-      last = INLINE.lastIndex;
+      last = re.lastIndex;
     }
     if (last < text.length) parent.append(text.slice(last));
   }

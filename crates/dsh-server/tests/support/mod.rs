@@ -18,6 +18,8 @@ use futures::StreamExt;
 use serde_json::Value;
 
 /// Builds agents against the fake provider; `extra` extensions are registered on each.
+pub mod cdp;
+
 pub struct TestFactory {
     pub base_url: String,
     pub spill: std::path::PathBuf,

@@ -1,0 +1,210 @@
+//! Headless Chromium drives the UI against the fake provider: load the page with the token,
+//! create a session, send a prompt and see the streamed Markdown, approve a tool call, cancel a
+//! stalled turn, reload and see the same transcript. Skips (passing) when no `chromium` is on
+//! PATH. With `DSH_WEB_SCREENSHOTS=<dir>` it writes screenshots of the main views there.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_agent::{Extension, ToolCallInfo, ToolVerdict};
+use dsh_test_support::{ScriptedReply, SseReply, StreamEnd, WireUsage};
+use serde_json::json;
+use support::cdp::{find_chromium, Browser};
+use support::Web;
+
+struct AskForBash;
+
+impl Extension for AskForBash {
+    fn name(&self) -> &str {
+        "ask-for-bash"
+    }
+
+    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
+        if call.name == "bash" {
+            ToolVerdict::Ask {
+                reason: "the test policy asks before every command".into(),
+                escalation: None,
+            }
+        } else {
+            ToolVerdict::Continue
+        }
+    }
+}
+
+fn replies() -> Vec<ScriptedReply> {
+    // Realistic counts so the usage panel has something to show: the prompt cache warms up.
+    let mut step = 0u64;
+    let mut usage = move || {
+        step += 1;
+        let prompt = 9_000 + 1_500 * step;
+        Some(WireUsage {
+            prompt_tokens: prompt,
+            completion_tokens: 120 + 40 * step,
+            prompt_cache_hit_tokens: if step == 1 { 0 } else { prompt - 1_200 },
+            reasoning_tokens: 30,
+        })
+    };
+    let args = json!({"command": "echo hello-from-bash", "description": "say hello"}).to_string();
+    vec![
+        SseReply::new()
+            .reasoning("The user wants a greeting.")
+            .text("## Greeting\n\nHello, **web**! Here is ")
+            .chunk_delay(Duration::from_millis(20))
+            .text("some `code`:\n\n```sh\necho hi\n```\n\n- one\n- two\n")
+            .finish("stop", usage())
+            .into(),
+        SseReply::new()
+            .tool_call(0, "call-1", "bash", &args)
+            .finish("tool_calls", usage())
+            .into(),
+        SseReply::new()
+            .text("The command ran.")
+            .finish("stop", usage())
+            .into(),
+        SseReply::new()
+            .text("Thinking about it")
+            .end(StreamEnd::Stall)
+            .into(),
+    ]
+}
+
+const CONVERSATION: &str = "document.getElementById('conversation').innerText";
+
+fn send(browser: &mut Browser, text: &str) {
+    browser.eval(&format!(
+        "document.getElementById('input').value = {}; document.getElementById('send').click(); true",
+        json!(text)
+    ));
+}
+
+fn count(browser: &mut Browser, selector: &str) -> u64 {
+    browser
+        .eval(&format!(
+            "document.querySelectorAll({}).length",
+            json!(selector)
+        ))
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_approve_cancel_and_reload_in_chromium() {
+    let Some(binary) = find_chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let mut web =
+        Web::start_with(replies(), vec![Arc::new(AskForBash) as Arc<dyn Extension>]).await;
+    let profile = tempfile::tempdir().unwrap();
+    let shots = std::env::var_os("DSH_WEB_SCREENSHOTS").map(PathBuf::from);
+    let url = format!("{}/?token={}", web.base, web.token);
+    let base = web.base.clone();
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::start(&binary, profile.path());
+        browser.open(&url);
+        // The token in the address became a cookie and left the address bar.
+        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        assert_eq!(browser.eval("location.href"), json!(format!("{base}/")));
+
+        // New session in the default workspace, then a prompt: streamed Markdown appears.
+        browser.eval("document.getElementById('new-session').click(); document.querySelector('#new-form button[type=submit]').click(); true");
+        browser.wait_for("location.hash.startsWith('#/s/')", "the new session", 10);
+        send(&mut browser, "greet me");
+        browser.wait_for(
+            "document.querySelector('#conversation .md strong')?.textContent === 'web'",
+            "the streamed Markdown",
+            15,
+        );
+        browser.wait_for(
+            "document.querySelector('.turn-end.completed')",
+            "the first turn end",
+            10,
+        );
+        assert_eq!(count(&mut browser, "#conversation pre.md-code"), 1);
+        assert_eq!(count(&mut browser, "#conversation details.reasoning"), 1);
+        assert_eq!(count(&mut browser, "#conversation .md li"), 2);
+        browser.wait_for(
+            "document.querySelector('.s-title')?.textContent === 'greet me'",
+            "the sidebar title",
+            10,
+        );
+
+        // A tool call that needs approval: the prompt shows, Allow once runs it.
+        send(&mut browser, "run a command");
+        browser.wait_for(
+            "document.querySelector('.approval .primary')",
+            "the approval prompt",
+            15,
+        );
+        if let Some(dir) = &shots {
+            browser.screenshot(&dir.join("web-approval.png"));
+        }
+        browser.eval("document.querySelector('.approval .primary').click(); true");
+        browser.wait_for(
+            "document.querySelector('.tool-card.ok .tool-status')?.textContent === 'exit 0'",
+            "the bash card with its exit marker",
+            15,
+        );
+        browser.wait_for(
+            &format!("{CONVERSATION}.includes('The command ran.')"),
+            "the answer after the tool",
+            10,
+        );
+        assert!(browser
+            .eval(CONVERSATION)
+            .as_str()
+            .unwrap()
+            .contains("hello-from-bash"));
+        assert!(browser
+            .eval("document.querySelector('.approval').innerText")
+            .as_str()
+            .unwrap()
+            .contains("allowed once"));
+
+        // A stalled turn: Cancel ends it, logged as cancelled.
+        send(&mut browser, "take forever");
+        browser.wait_for(
+            &format!("{CONVERSATION}.includes('Thinking about it')"),
+            "the partial reply",
+            15,
+        );
+        browser.wait_for(
+            "!document.getElementById('cancel').disabled",
+            "the cancel button",
+            5,
+        );
+        browser.eval("document.getElementById('cancel').click(); true");
+        browser.wait_for(
+            "document.querySelector('.turn-end.aborted')",
+            "the cancelled turn",
+            15,
+        );
+
+        if let Some(dir) = &shots {
+            browser.eval("document.getElementById('toggle-usage').click(); true");
+            browser.eval("document.getElementById('conversation').scrollTop = 0; true");
+            browser.screenshot(&dir.join("web-conversation.png"));
+        }
+
+        // Reload: the same transcript, rebuilt from the session's events.
+        std::thread::sleep(Duration::from_millis(300));
+        let before = browser.eval(CONVERSATION);
+        let turns = count(&mut browser, ".turn-end");
+        browser.eval("location.reload(); true");
+        std::thread::sleep(Duration::from_millis(300));
+        browser.wait_for("document.body.dataset.ready", "the reloaded page", 20);
+        browser.wait_for(
+            &format!("document.querySelectorAll('.turn-end').length === {turns}"),
+            "the reloaded transcript",
+            15,
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(browser.eval(CONVERSATION), before);
+    });
+    web.stop().await;
+}
