@@ -199,6 +199,13 @@ class Conversation {
     if (!card) { this.container().append(this.card(callId, d.error?.name || "tool", "{}")); card = this.cards.get(callId); }
     const text = resultText(d.message);
     const meta = d.meta || {};
+    // A question that got no answer (the process stopped, the turn was cancelled) is closed.
+    for (const box of this.approvals.values()) {
+      if (box.dataset.callId === callId && !box.classList.contains("decided")) {
+        box.classList.add("decided");
+        box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, "no longer waiting"));
+      }
+    }
     card.node.classList.remove("running");
     card.body.replaceChildren();
     if (d.error) {
@@ -320,6 +327,7 @@ Conversation.prototype.handlers = {
     const reject = buttons.appendChild(el("button", null, "Reject"));
     allow.addEventListener("click", () => this.hooks.approve(d.id, "allow"));
     reject.addEventListener("click", () => this.hooks.approve(d.id, "reject"));
+    box.dataset.callId = d.callId;
     this.approvals.set(d.id, box);
   },
   "approval/decided"(d) {
