@@ -56,6 +56,7 @@ impl Browser {
                 "--no-first-run",
                 "--hide-scrollbars",
                 "--window-size=1280,860",
+                "--disable-dev-shm-usage",
                 "--remote-debugging-pipe",
             ])
             .arg(format!("--user-data-dir={}", profile.display()))
