@@ -314,7 +314,11 @@ async fn the_shipped_example_replays_without_differences() {
         .arg(env.cwd.path());
     let out = run(cmd).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("no differences"), "{stdout}");
     assert_eq!(
         std::fs::read_to_string(env.cwd.path().join("hello.txt")).unwrap(),
