@@ -54,6 +54,14 @@ struct Settings {
     /// (path relative to the cwd, content).
     #[serde(default)]
     create_files: BTreeMap<String, String>,
+    /// Files of the fixture's workspace to copy into `$DSH_HOME` (workspace path -> home path),
+    /// e.g. a `hooks.json` the recording kept at the workspace root.
+    #[serde(default)]
+    home_files: BTreeMap<String, String>,
+    /// Expected final status of tool calls whose outcome differs from the recording by design
+    /// (call id -> `completed` | `failed`); say why in `why`.
+    #[serde(default)]
+    tool_statuses: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -320,7 +328,11 @@ fn normalise(lines: &[Value], stop_reasons: &BTreeMap<String, String>) -> Vec<Va
 }
 
 /// Checks our additions (tool calls, statuses, plans) against the recording.
-fn check_additions(ours: &[Value], recording: &[Value]) -> Result<(), String> {
+fn check_additions(
+    ours: &[Value],
+    recording: &[Value],
+    tool_statuses: &BTreeMap<String, String>,
+) -> Result<(), String> {
     let recorded_calls: Vec<&str> = recording
         .iter()
         .filter(|e| e["type"] == "tool/call")
@@ -329,7 +341,14 @@ fn check_additions(ours: &[Value], recording: &[Value]) -> Result<(), String> {
     let recorded_failed: Vec<bool> = recording
         .iter()
         .filter(|e| e["type"] == "tool/result")
-        .map(|e| e["data"].get("error").is_some_and(|x| !x.is_null()))
+        .map(|e| {
+            // dsh writes a structured `error` for some failures and only the block's `isError`
+            // for others (policy denials, hook blocks).
+            e["data"].get("error").is_some_and(|x| !x.is_null())
+                || e["data"]["message"]["content"]
+                    .as_array()
+                    .is_some_and(|blocks| blocks.iter().any(|b| b["isError"] == true))
+        })
         .collect();
     let updates: Vec<&Value> = ours
         .iter()
@@ -352,10 +371,10 @@ fn check_additions(ours: &[Value], recording: &[Value]) -> Result<(), String> {
             .rev()
             .find(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == *call)
             .ok_or(format!("tool call {call} got no tool_call_update"))?;
-        let expected = if recorded_failed.get(k) == Some(&true) {
-            "failed"
-        } else {
-            "completed"
+        let expected = match tool_statuses.get(*call) {
+            Some(status) => status.as_str(),
+            None if recorded_failed.get(k) == Some(&true) => "failed",
+            None => "completed",
         };
         if last["status"] != expected {
             return Err(format!(
@@ -401,6 +420,11 @@ fn run_fixture(
         }
         std::fs::write(&target, content).map_err(|e| format!("{}: {e}", target.display()))?;
     }
+    for (from, to) in &settings.home_files {
+        let source = dir.join("workspace").join(from);
+        std::fs::copy(&source, home_path.join(to))
+            .map_err(|e| format!("{}: {e}", source.display()))?;
+    }
     if let Some(skills) = &settings.home_skills {
         let from = settings_dir().join(skills);
         copy_dir(&from, &home_path.join("skills"))
@@ -429,7 +453,7 @@ fn run_fixture(
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    check_additions(&ours, &recording)?;
+    check_additions(&ours, &recording, &settings.tool_statuses)?;
 
     let ours_n = normalise(&ours, &settings.stop_reasons);
     let mut expected_n = normalise(&expected, &BTreeMap::new());
