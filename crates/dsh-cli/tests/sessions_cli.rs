@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use dsh_llm::Message;
-use dsh_session::{
-    CreateOptions, Event, SessionStore, SessionTitle, StepRef, TurnEnd, TurnEndReason, TurnStart,
-};
+use dsh_session::{CreateOptions, Event, SessionTitle, StepRef, TurnEnd, TurnEndReason, TurnStart};
 
 fn fixtures() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
