@@ -1,0 +1,349 @@
+//! Measurements of whole processes: start-up time, time from spawn to the first request byte
+//! at the fake provider, and peak RSS / CPU of a scripted tool-using task.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use dsh_test_support::{FakeProvider, ResponsesReply, ScriptedReply, SseReply, WireUsage};
+use serde_json::{json, Value};
+
+use crate::stats::median;
+
+/// Which wire format the fake provider speaks to the program under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// DeepSeek chat completions (dsh).
+    Chat,
+    /// OpenAI Responses (Codex CLI).
+    Responses,
+}
+
+impl Api {
+    pub fn parse(text: &str) -> anyhow::Result<Api> {
+        match text {
+            "chat" => Ok(Api::Chat),
+            "responses" => Ok(Api::Responses),
+            other => bail!("unknown --api `{other}` (chat or responses)"),
+        }
+    }
+}
+
+/// How to launch the program under test. `{base}` in arguments, environment values and
+/// templates is replaced by the fake provider's base URL, `{work}` by the work directory.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    pub program: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// `(template file, destination)`: written with substitutions before every run.
+    pub templates: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Launch {
+    fn substitute(text: &str, base: &str, work: &Path) -> String {
+        text.replace("{base}", base)
+            .replace("{work}", &work.display().to_string())
+    }
+
+    fn command(&self, base: &str, work: &Path) -> anyhow::Result<Command> {
+        for (template, destination) in &self.templates {
+            let text = std::fs::read_to_string(template)
+                .with_context(|| format!("reading template {}", template.display()))?;
+            let destination = PathBuf::from(Self::substitute(
+                &destination.display().to_string(),
+                base,
+                work,
+            ));
+            if let Some(parent) = destination.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&destination, Self::substitute(&text, base, work))?;
+        }
+        let Some((program, args)) = self.program.split_first() else {
+            bail!("no program to run (pass it after --)");
+        };
+        let mut command = Command::new(program);
+        command
+            .args(args.iter().map(|a| Self::substitute(a, base, work)))
+            .current_dir(work)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (name, value) in &self.env {
+            command.env(name, Self::substitute(value, base, work));
+        }
+        Ok(command)
+    }
+}
+
+/// The end of one child process: status, peak RSS and CPU time from `wait4`.
+#[derive(Debug, Clone, Copy)]
+pub struct Exit {
+    pub code: Option<i32>,
+    pub peak_rss_kib: u64,
+    pub cpu: Duration,
+    pub wall: Duration,
+    pub timed_out: bool,
+}
+
+/// Spawns `command` and reaps it with `wait4` (killing it after `limit`), returning its
+/// resource usage. The child's stderr is returned for error messages.
+fn run_measured(mut command: Command, limit: Duration) -> anyhow::Result<(Exit, String)> {
+    let start = Instant::now();
+    let mut child = command.spawn().context("spawning the program under test")?;
+    let pid = child.id() as libc::pid_t;
+    let stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut stderr) = stderr {
+            use std::io::Read;
+            // A read error only loses diagnostics.
+            let _ = stderr.read_to_string(&mut text);
+        }
+        text
+    });
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut status: libc::c_int = 0;
+        // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 on our own child's pid with valid pointers.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        // The receiver only goes away when the measuring thread already gave up.
+        let _ = sender.send((reaped, status, usage, Instant::now()));
+    });
+    let mut timed_out = false;
+    let (reaped, status, usage, end) = match receiver.recv_timeout(limit) {
+        Ok(result) => result,
+        Err(_) => {
+            timed_out = true;
+            // SAFETY: signalling our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            receiver.recv().context("reaping the killed child")?
+        }
+    };
+    // The child was reaped with wait4 above; std's handle must not wait again.
+    std::mem::forget(child);
+    let stderr = reader.join().unwrap_or_default();
+    if reaped != pid {
+        bail!("wait4 failed for pid {pid}");
+    }
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    Ok((
+        Exit {
+            code,
+            peak_rss_kib: usage.ru_maxrss as u64,
+            cpu: time(usage.ru_utime) + time(usage.ru_stime),
+            wall: end - start,
+            timed_out,
+        },
+        stderr,
+    ))
+}
+
+/// Median wall time of `runs` runs of `launch` (no provider), after one warm-up run.
+pub fn spawn_time(launch: &Launch, runs: usize) -> anyhow::Result<Value> {
+    let work = tempfile::tempdir()?;
+    let mut times = Vec::new();
+    for k in 0..=runs {
+        let (exit, stderr) =
+            run_measured(launch.command("", work.path())?, Duration::from_secs(30))?;
+        if exit.code != Some(0) {
+            bail!("{:?} exited with {:?}: {stderr}", launch.program, exit.code);
+        }
+        if k > 0 {
+            times.push(exit.wall.as_secs_f64() * 1000.0);
+        }
+    }
+    Ok(
+        json!({"median_ms": median(&mut times), "min_ms": times.iter().cloned().fold(f64::INFINITY, f64::min), "runs": runs}),
+    )
+}
+
+fn is_model_path(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or("");
+    path.ends_with("/chat/completions") || path.ends_with("/responses")
+}
+
+fn text_reply(api: Api, text: &str) -> ScriptedReply {
+    match api {
+        Api::Chat => SseReply::new()
+            .text(text)
+            .finish("stop", Some(WireUsage::default()))
+            .into(),
+        Api::Responses => ResponsesReply::new().text(&[text]).finish(10, 0, 1).into(),
+    }
+}
+
+/// Time from spawning `launch` to the first byte of its first model request at the fake
+/// provider, median of `runs` runs (after one warm-up run). Each run is answered with a short
+/// text reply so the program can finish.
+pub async fn first_request(launch: &Launch, api: Api, runs: usize) -> anyhow::Result<Value> {
+    let provider = FakeProvider::start(Vec::new()).await?;
+    let base = provider.base_url();
+    let mut times = Vec::new();
+    let mut failures = Vec::new();
+    for k in 0..=runs {
+        for _ in 0..4 {
+            provider.push_reply(text_reply(api, "ok"));
+        }
+        let work = tempfile::tempdir()?;
+        let seen = provider.requests().len();
+        let command = launch.command(&base, work.path())?;
+        let start = Instant::now();
+        let measured =
+            tokio::task::spawn_blocking(move || run_measured(command, Duration::from_secs(60)))
+                .await??;
+        let (exit, stderr) = measured;
+        let requests = provider.requests();
+        let timings = provider.timings();
+        let first = requests
+            .iter()
+            .zip(&timings)
+            .skip(seen)
+            .find(|(r, _)| is_model_path(&r.path))
+            .map(|(_, t)| t.first_byte);
+        match first {
+            Some(at) if k > 0 => times.push((at - start).as_secs_f64() * 1000.0),
+            Some(_) => {}
+            None => failures.push(format!(
+                "run {k}: no model request (exit {:?}, timed out {}): {}",
+                exit.code,
+                exit.timed_out,
+                stderr.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
+            )),
+        }
+        drop(work);
+    }
+    if times.is_empty() {
+        bail!("no run reached the provider: {}", failures.join("; "));
+    }
+    Ok(json!({
+        "median_ms": median(&mut times),
+        "runs": times.len(),
+        "failures": failures,
+    }))
+}
+
+/// The tool call of step `k` (1-based) in each wire format.
+#[derive(Debug, Clone)]
+pub struct TaskTool {
+    pub name: String,
+    /// Argument JSON with `{k}` replaced by the step number.
+    pub arguments: String,
+}
+
+fn tool_reply(api: Api, tool: &TaskTool, k: usize) -> ScriptedReply {
+    let arguments = tool.arguments.replace("{k}", &k.to_string());
+    let id = format!("call_{k}");
+    match api {
+        Api::Chat => SseReply::new()
+            .reasoning("I should look at the next file.")
+            .text(&format!("Reading file {k}."))
+            .tool_call(0, &id, &tool.name, &arguments)
+            .finish(
+                "tool_calls",
+                Some(WireUsage {
+                    prompt_tokens: 1000 * k as u64,
+                    completion_tokens: 30,
+                    prompt_cache_hit_tokens: 900 * k as u64,
+                    reasoning_tokens: 10,
+                }),
+            )
+            .into(),
+        Api::Responses => ResponsesReply::new()
+            .text(&[&format!("Reading file {k}.")])
+            .function_call(&id, &tool.name, &[&arguments])
+            .finish(1000 * k as u64, 900 * k as u64, 30)
+            .into(),
+    }
+}
+
+/// Runs a scripted task of `steps` tool calls and a final answer; reports peak RSS, CPU and
+/// wall time of the process, and whether every step reached the provider.
+pub async fn task(
+    launch: &Launch,
+    api: Api,
+    steps: usize,
+    tool: &TaskTool,
+) -> anyhow::Result<Value> {
+    let mut replies: Vec<ScriptedReply> = (1..=steps).map(|k| tool_reply(api, tool, k)).collect();
+    replies.push(text_reply(api, "All files read."));
+    let provider = FakeProvider::start(replies).await?;
+    let work = tempfile::tempdir()?;
+    for k in 1..=steps {
+        let line = format!("line of file {k}: the quick brown fox jumps over the lazy dog\n");
+        std::fs::write(work.path().join(format!("f{k}.txt")), line.repeat(40))?;
+    }
+    let command = launch.command(&provider.base_url(), work.path())?;
+    let (exit, stderr) =
+        tokio::task::spawn_blocking(move || run_measured(command, Duration::from_secs(120)))
+            .await??;
+    let model_requests = provider
+        .requests()
+        .iter()
+        .filter(|r| is_model_path(&r.path))
+        .count();
+    let tool_results = provider
+        .requests()
+        .last()
+        .map(|r| count_tool_results(&r.body))
+        .unwrap_or(0);
+    Ok(json!({
+        "peak_rss_kib": exit.peak_rss_kib,
+        "cpu_ms": exit.cpu.as_secs_f64() * 1000.0,
+        "wall_ms": exit.wall.as_secs_f64() * 1000.0,
+        "exit_code": exit.code,
+        "timed_out": exit.timed_out,
+        "model_requests": model_requests,
+        "expected_requests": steps + 1,
+        "tool_results_in_last_request": tool_results,
+        "stderr_tail": stderr.lines().rev().take(5).collect::<Vec<_>>(),
+    }))
+}
+
+/// Tool results in a request body of either format.
+fn count_tool_results(body: &Value) -> usize {
+    let in_messages = body["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
+    let in_input = body["input"].as_array().map_or(0, |items| {
+        items
+            .iter()
+            .filter(|i| i["type"] == "function_call_output")
+            .count()
+    });
+    in_messages + in_input
+}
+
+/// Serves text replies and prints every request's path and tool names (for probing a client).
+pub async fn serve(api: Api, seconds: u64) -> anyhow::Result<()> {
+    let provider = FakeProvider::start(Vec::new()).await?;
+    for _ in 0..50 {
+        provider.push_reply(text_reply(api, "ok"));
+    }
+    println!("{}", provider.base_url());
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    for request in provider.requests() {
+        let tools: Vec<String> = request.body["tools"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|t| {
+                        t["name"]
+                            .as_str()
+                            .or(t["function"]["name"].as_str())
+                            .or(t["type"].as_str())
+                            .unwrap_or("?")
+                            .to_string()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        println!("{} {} tools={tools:?}", request.method, request.path);
+    }
+    Ok(())
+}

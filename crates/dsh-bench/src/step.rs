@@ -1,0 +1,442 @@
+//! Per-step harness overhead: the time from the last byte of a reply at the fake provider to
+//! the first byte of the next request, minus the tool's own run time, at step 1 of a fresh
+//! session and at step ~1,000 of a session whose history is near the context window; against
+//! the floor of serialising the same request body with `serde_json` and writing it to a
+//! loopback socket.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use dsh_agent::{
+    Agent, AgentOptions, AgentParts, Extension, ExtensionSet, ToolCallInfo, ToolFuture,
+};
+use dsh_llm::{
+    Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, FinishReason, GenerateRequest,
+    RetryPolicy,
+};
+use dsh_session::{open_store, StoreKind, TurnEndReason};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use serde_json::{json, Value};
+
+use crate::stats::median;
+
+/// Context window of the measured session (DeepSeek V4's).
+const WINDOW: u64 = 1_000_000;
+
+/// Records how long each tool body ran, per step.
+#[derive(Default)]
+struct ToolClock {
+    spent: Mutex<Vec<(u64, Duration)>>,
+}
+
+struct ToolClockExtension(Arc<ToolClock>);
+
+impl Extension for ToolClockExtension {
+    fn name(&self) -> &str {
+        "bench-tool-clock"
+    }
+
+    fn tool_execute(&self, call: &ToolCallInfo, next: ToolFuture) -> ToolFuture {
+        let clock = Arc::clone(&self.0);
+        let step = call.step;
+        Box::pin(async move {
+            let start = Instant::now();
+            let outcome = next.await;
+            let spent = start.elapsed();
+            clock
+                .spent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((step, spent));
+            outcome
+        })
+    }
+}
+
+impl ToolClock {
+    fn take(&self) -> Vec<(u64, Duration)> {
+        std::mem::take(&mut *self.spent.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// An in-process model that asks for `read` of the big file at every step, `steps` times,
+/// then answers with text. Used only to build the long history quickly.
+struct ReadLoop {
+    steps: usize,
+    calls: Mutex<usize>,
+}
+
+impl Adapter for ReadLoop {
+    fn stream(&self, _request: GenerateRequest) -> ChunkStream {
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        *calls += 1;
+        let chunks = if *calls <= self.steps {
+            vec![
+                Chunk::TextDelta {
+                    index: 0,
+                    text: format!("Step {calls}: reading again."),
+                },
+                Chunk::ToolCallDelta {
+                    index: 1,
+                    id: format!("call_b{calls}"),
+                    name: Some("read".into()),
+                    arguments_delta: "{\"file_path\": \"big.txt\"}".into(),
+                },
+                Chunk::Finish {
+                    reason: FinishReason::ToolCalls,
+                },
+            ]
+        } else {
+            vec![
+                Chunk::TextDelta {
+                    index: 0,
+                    text: "done".into(),
+                },
+                Chunk::Finish {
+                    reason: FinishReason::Stop,
+                },
+            ]
+        };
+        Box::pin(futures::stream::iter(chunks))
+    }
+}
+
+struct Bench {
+    home: tempfile::TempDir,
+    cwd: tempfile::TempDir,
+    clock: Arc<ToolClock>,
+}
+
+/// A temp dir under `root` (the system temp dir when `None`).
+fn temp_in(root: Option<&Path>) -> anyhow::Result<tempfile::TempDir> {
+    Ok(match root {
+        Some(root) => tempfile::tempdir_in(root)?,
+        None => tempfile::tempdir()?,
+    })
+}
+
+/// Copies the tree at `from` into `to` (files and directories only).
+fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if entry.file_type()?.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+impl Bench {
+    fn new(home_root: Option<&Path>) -> anyhow::Result<Bench> {
+        let cwd = tempfile::tempdir()?;
+        // ~3.6 KB per step (read output and call): 1,000 steps put the history at ~90% of a
+        // 1M-token window at 4 bytes per token.
+        let line = "the quick brown fox jumps over the lazy dog, again and again and again\n";
+        std::fs::write(cwd.path().join("big.txt"), line.repeat(43))?;
+        std::fs::write(cwd.path().join("small.txt"), "hello\n")?;
+        Ok(Bench {
+            home: temp_in(home_root)?,
+            cwd,
+            clock: Arc::new(ToolClock::default()),
+        })
+    }
+
+    fn parts(&self, adapters: AdapterRegistry, route: &str) -> anyhow::Result<AgentParts> {
+        let extensions = ExtensionSet::new();
+        let guards = dsh_agent::register_builtin_extensions(
+            &extensions,
+            RetryPolicy::default(),
+            Duration::from_secs(60),
+        );
+        // The extensions must outlive the agent; this process ends after the measurement.
+        std::mem::forget(guards);
+        std::mem::forget(
+            extensions.register(Arc::new(ToolClockExtension(Arc::clone(&self.clock)))),
+        );
+        let mut options =
+            AgentOptions::new(CallConfig::new(route, "deepseek-v4-flash"), self.cwd.path());
+        options.context_window = Some(WINDOW);
+        // The point is a history near the window: compaction would shrink it.
+        options.compaction.enabled = false;
+        options.max_steps_per_turn = 5_000;
+        Ok(AgentParts {
+            adapters,
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            extensions,
+            tool_context: ToolContext::new(
+                self.cwd.path(),
+                SpillDir::create(self.home.path().join("spill"))?,
+            )?
+            .with_permission(PermissionPreset::WorkspaceWrite),
+            options,
+        })
+    }
+}
+
+fn http_adapters(provider: &FakeProvider) -> anyhow::Result<AdapterRegistry> {
+    let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
+        provider.base_url(),
+        Some(dsh_deepseek::ApiKey::new("sk-bench")),
+    ))?;
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("deepseek", Arc::new(adapter))?;
+    Ok(adapters)
+}
+
+fn read_reply(k: usize, file: &str) -> ScriptedReply {
+    SseReply::new()
+        .text(&format!("Reading {file} ({k})."))
+        .tool_call(
+            0,
+            &format!("call_h{k}"),
+            "read",
+            &format!("{{\"file_path\": \"{file}\"}}"),
+        )
+        .finish("tool_calls", Some(WireUsage::default()))
+        .into()
+}
+
+fn final_reply() -> ScriptedReply {
+    SseReply::new()
+        .text("finished")
+        .finish("stop", Some(WireUsage::default()))
+        .into()
+}
+
+/// One gap: reply `i` ended, request `i + 1` began; the tool time of that step is removed.
+struct Gap {
+    overhead: Duration,
+    to_first_byte: Duration,
+    next_body: Vec<u8>,
+}
+
+fn gaps(provider: &FakeProvider, tool_times: &[(u64, Duration)]) -> anyhow::Result<Vec<Gap>> {
+    let timings = provider.timings();
+    let requests = provider.requests();
+    let mut out = Vec::new();
+    for i in 0..timings.len().saturating_sub(1) {
+        let Some(done) = timings[i].reply_done else {
+            bail!("reply {i} did not complete");
+        };
+        let tools = tool_times.get(i).map_or(Duration::ZERO, |(_, d)| *d);
+        // To the last byte of the next request: the floor is timed to the same point (a
+        // request's first byte leaves before its body is written).
+        let gap = timings[i + 1].request_read.saturating_duration_since(done);
+        let to_first_byte = timings[i + 1].first_byte.saturating_duration_since(done);
+        out.push(Gap {
+            overhead: gap.saturating_sub(tools),
+            to_first_byte: to_first_byte.saturating_sub(tools),
+            next_body: requests[i + 1].raw_body.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// Reads one HTTP request from `socket` (head and `content-length` body) and returns when
+/// its last byte arrived.
+fn read_one_request(socket: &mut TcpStream) -> Option<Instant> {
+    let mut buffer = Vec::with_capacity(1 << 16);
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut wanted = None;
+    loop {
+        let n = socket.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if wanted.is_none() {
+            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                wanted = Some(end + 4 + length);
+            }
+        }
+        if wanted.is_some_and(|w| buffer.len() >= w) {
+            return Some(Instant::now());
+        }
+    }
+}
+
+/// The floor: `serde_json` serialisation of the request body (from a parsed `Value`) plus
+/// connecting to a loopback listener and writing an HTTP head and the body, until the listener
+/// has read the last byte. Median of `runs`.
+fn floor(body: &[u8], runs: usize) -> anyhow::Result<f64> {
+    let value: Value = serde_json::from_slice(body).context("request body is JSON")?;
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let drain = std::thread::spawn(move || {
+        for _ in 0..runs {
+            let Ok((mut socket, _)) = listener.accept() else {
+                return;
+            };
+            if sender.send(read_one_request(&mut socket)).is_err() {
+                return;
+            }
+        }
+    });
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let start = Instant::now();
+        let bytes = serde_json::to_vec(&value)?;
+        let mut socket = TcpStream::connect(address)?;
+        socket.set_nodelay(true)?;
+        let head = format!(
+            "POST /chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            bytes.len()
+        );
+        socket.write_all(head.as_bytes())?;
+        socket.write_all(&bytes)?;
+        let done = receiver
+            .recv()
+            .context("floor listener")?
+            .context("floor listener read")?;
+        times.push((done - start).as_secs_f64() * 1000.0);
+        drop(socket);
+    }
+    // The drain thread ends after `runs` connections.
+    let _ = drain.join();
+    Ok(median(&mut times))
+}
+
+fn summarise(label: &str, gaps: &[Gap], first_step: u64) -> anyhow::Result<Value> {
+    let mut overheads: Vec<f64> = gaps
+        .iter()
+        .map(|g| g.overhead.as_secs_f64() * 1000.0)
+        .collect();
+    let body = &gaps.first().context("no gap measured")?.next_body;
+    let floor_ms = floor(body, 9)?;
+    let overhead_ms = median(&mut overheads);
+    let mut first_bytes: Vec<f64> = gaps
+        .iter()
+        .map(|g| g.to_first_byte.as_secs_f64() * 1000.0)
+        .collect();
+    Ok(json!({
+        "label": label,
+        "from_step": first_step,
+        "samples": gaps.len(),
+        "overhead_ms": overhead_ms,
+        "to_first_byte_ms": median(&mut first_bytes),
+        "floor_ms": floor_ms,
+        "request_bytes": body.len(),
+        "ratio": overhead_ms / floor_ms,
+    }))
+}
+
+/// Step 1 of fresh sessions (median over `sessions` sessions of the gap after step 1), and
+/// steps `history_steps`.. of a session whose history holds `history_steps` steps of ~3.7 KB.
+///
+/// Session logs live under `home_root` (the system temp dir when `None`): on a disk, the fsyncs
+/// of the flush policy are part of the overhead; on a tmpfs they cost nothing and what remains
+/// is the harness's own work. The long history is built on `/dev/shm` when it exists (for
+/// speed) and copied to `home_root` before the measured resume.
+pub async fn step_overhead(
+    history_steps: usize,
+    sessions: usize,
+    home_root: Option<&Path>,
+) -> anyhow::Result<Value> {
+    // Step 1: fresh sessions, two tool steps each; the gap after step 1 is measured.
+    let mut first: Vec<Gap> = Vec::new();
+    for _ in 0..sessions {
+        let bench = Bench::new(home_root)?;
+        let provider = FakeProvider::start(vec![
+            read_reply(1, "small.txt"),
+            read_reply(2, "small.txt"),
+            final_reply(),
+        ])
+        .await?;
+        let store = open_store(StoreKind::Jsonl, bench.home.path())?;
+        let mut agent = Agent::create(
+            bench.parts(http_adapters(&provider)?, "deepseek")?,
+            store.as_ref(),
+        )?;
+        agent.handle().followup("read small.txt twice")?;
+        let outcomes = agent.run_until_idle().await?;
+        check_completed(&outcomes)?;
+        let mut g = gaps(&provider, &bench.clock.take())?;
+        g.truncate(1);
+        first.extend(g);
+    }
+
+    // Step ~1,000: build the history in process, then resume over HTTP.
+    let shm = Path::new("/dev/shm");
+    let build_root = if shm.is_dir() { Some(shm) } else { home_root };
+    let builder = Bench::new(build_root)?;
+    let bench = Bench::new(home_root)?;
+    let build_start = Instant::now();
+    let built = {
+        let mut adapters = AdapterRegistry::new();
+        adapters.register(
+            "scripted",
+            Arc::new(ReadLoop {
+                steps: history_steps - 1,
+                calls: Mutex::new(0),
+            }),
+        )?;
+        let store = open_store(StoreKind::Jsonl, builder.home.path())?;
+        let mut agent = Agent::create(builder.parts(adapters, "scripted")?, store.as_ref())?;
+        let handle = agent.handle();
+        handle.followup("read big.txt many times")?;
+        check_completed(&agent.run_until_idle().await?)?;
+        handle.location()
+    };
+    // Same cwd for the resumed session: the builder's files are the ones the log mentions.
+    copy_tree(builder.home.path(), bench.home.path())?;
+    let location = built.replace(
+        &builder.home.path().display().to_string(),
+        &bench.home.path().display().to_string(),
+    );
+    let build_time = build_start.elapsed();
+    builder.clock.take();
+    let measured_steps = 6;
+    let mut replies: Vec<ScriptedReply> = (1..=measured_steps)
+        .map(|k| read_reply(k, "big.txt"))
+        .collect();
+    replies.push(final_reply());
+    let provider = FakeProvider::start(replies).await?;
+    let store = open_store(StoreKind::Jsonl, bench.home.path())?;
+    let mut agent = Agent::resume(
+        bench.parts(http_adapters(&provider)?, "deepseek")?,
+        store.as_ref(),
+        &location,
+    )?;
+    agent.handle().followup("once more")?;
+    check_completed(&agent.run_until_idle().await?)?;
+    let late = gaps(&provider, &builder.clock.take())?;
+    let history_bytes = late.first().map_or(0, |g| g.next_body.len());
+
+    let step_1 = summarise("step 1", &first, 1)?;
+    let step_n = summarise("near window", &late, history_steps as u64)?;
+    Ok(json!({
+        "step_1": step_1,
+        "step_n": step_n,
+        "history_steps": history_steps,
+        "history_request_bytes": history_bytes,
+        "estimated_tokens": history_bytes / 4,
+        "window_tokens": WINDOW,
+        "history_build_s": build_time.as_secs_f64(),
+    }))
+}
+
+fn check_completed(outcomes: &[dsh_agent::TurnOutcome]) -> anyhow::Result<()> {
+    match outcomes.last() {
+        Some(outcome) if outcome.reason == TurnEndReason::Completed => Ok(()),
+        other => bail!(
+            "the scripted turn did not complete: {:?}",
+            other.map(|o| &o.reason)
+        ),
+    }
+}

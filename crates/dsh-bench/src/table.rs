@@ -1,0 +1,257 @@
+//! The table of one `bench/run`: every row is dsh against a floor or a peer measured in the
+//! same run, with the ratio and the goal of issue 11 where there is one. A missing or failed
+//! measurement shows its reason instead of numbers.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+
+fn load(dir: &Path, name: &str) -> Result<Value, String> {
+    let path = dir.join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).map_err(|_| "not measured".to_string())?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| format!("bad result file: {e}"))?;
+    match value.get("error").and_then(Value::as_str) {
+        Some(error) => Err(error.to_string()),
+        None => Ok(value),
+    }
+}
+
+/// A skip reason written by `bench/run` (`<name>.skip`), if any.
+fn skipped(dir: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(format!("{name}.skip")))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn criterion_ms(dir: &Path, group: &str, function: &str) -> Result<f64, String> {
+    let path = dir
+        .join(group)
+        .join(function)
+        .join("new")
+        .join("estimates.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|_| format!("no criterion result {group}/{function}"))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    value["median"]["point_estimate"]
+        .as_f64()
+        .map(|ns| ns / 1e6)
+        .ok_or_else(|| "criterion estimate without a median".to_string())
+}
+
+fn number(value: &Value, pointer: &str) -> Result<f64, String> {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_f64)
+        .ok_or_else(|| format!("missing {pointer}"))
+}
+
+struct Row {
+    measure: String,
+    ours: String,
+    other: String,
+    ratio: String,
+    goal: &'static str,
+}
+
+fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0} ms")
+    } else if v >= 1.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.3} ms")
+    }
+}
+
+fn mib(kib: f64) -> String {
+    format!("{:.1} MiB", kib / 1024.0)
+}
+
+fn row(
+    measure: &str,
+    goal: &'static str,
+    ours: Result<(f64, String), String>,
+    other: Result<(f64, String), String>,
+) -> Row {
+    let (ours_text, other_text, ratio) = match (&ours, &other) {
+        (Ok((a, at)), Ok((b, bt))) => (at.clone(), bt.clone(), format!("**{:.2}x**", a / b)),
+        (Ok((_, at)), Err(why)) => (at.clone(), format!("n/a ({why})"), "n/a".into()),
+        (Err(why), Ok((_, bt))) => (format!("n/a ({why})"), bt.clone(), "n/a".into()),
+        (Err(a), Err(b)) => (format!("n/a ({a})"), format!("n/a ({b})"), "n/a".into()),
+    };
+    Row {
+        measure: measure.to_string(),
+        ours: ours_text,
+        other: other_text,
+        ratio,
+        goal,
+    }
+}
+
+fn peer(dir: &Path, name: &str) -> Result<Value, String> {
+    match skipped(dir, name) {
+        Some(reason) => Err(reason),
+        None => load(dir, name),
+    }
+}
+
+/// Renders the Markdown table of the results in `results` and the criterion estimates in
+/// `criterion`.
+pub fn render(results: &Path, criterion: &Path) -> String {
+    let mut rows = Vec::new();
+    let timed = |v: Result<Value, String>, pointer: &str| {
+        v.and_then(|v| number(&v, pointer)).map(|x| (x, ms(x)))
+    };
+
+    let dsh_version = timed(load(results, "version_dsh"), "/median_ms");
+    rows.push(row(
+        "`--version`, wall time (vs C `true`)",
+        "",
+        dsh_version.clone(),
+        timed(load(results, "version_true"), "/median_ms"),
+    ));
+    rows.push(row(
+        "`--version`, wall time (vs Codex CLI)",
+        "<= 0.25x",
+        dsh_version,
+        timed(peer(results, "version_codex"), "/median_ms"),
+    ));
+    let dsh_first = timed(load(results, "first_dsh"), "/median_ms");
+    rows.push(row(
+        "process start to first request byte at the provider (vs Codex CLI)",
+        "<= 0.1x",
+        dsh_first.clone(),
+        timed(peer(results, "first_codex"), "/median_ms"),
+    ));
+    rows.push(row(
+        "process start to first request byte (vs C `true` start-to-exit)",
+        "",
+        dsh_first,
+        timed(load(results, "version_true"), "/median_ms"),
+    ));
+
+    let task = |name: &str| -> Result<Value, String> {
+        let v = peer(results, name)?;
+        let requests = number(&v, "/model_requests")?;
+        let expected = number(&v, "/expected_requests")?;
+        if requests < expected {
+            let tail = v["stderr_tail"]
+                .as_array()
+                .and_then(|t| t.first())
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            return Err(format!(
+                "only {requests} of {expected} model requests; exit {}; {tail}",
+                v["exit_code"]
+            ));
+        }
+        Ok(v)
+    };
+    let rss = |v: Result<Value, String>| {
+        v.and_then(|v| number(&v, "/peak_rss_kib"))
+            .map(|k| (k, mib(k)))
+    };
+    let cpu = |v: Result<Value, String>| timed(v, "/cpu_ms");
+    rows.push(row(
+        "peak RSS, scripted 20-step tool task (vs Codex CLI)",
+        "<= 0.2x",
+        rss(task("task_dsh")),
+        rss(task("task_codex")),
+    ));
+    rows.push(row(
+        "CPU time (user+sys), same task (vs Codex CLI)",
+        "<= 0.1x",
+        cpu(task("task_dsh")),
+        cpu(task("task_codex")),
+    ));
+
+    // SSE: the same bytes, so the throughput ratio is floor time / our time.
+    let sse_ours = criterion_ms(criterion, "sse", "dsh_decode_and_assemble");
+    let sse_floor = criterion_ms(criterion, "sse", "floor_serde_json_value");
+    let throughput = |t: Result<f64, String>| t.map(|ms_| (1.0 / ms_, ms(ms_)));
+    rows.push(row(
+        "SSE parse + chunks + assembly, 50 MB (throughput vs `serde_json::Value` parse)",
+        ">= 0.8x",
+        throughput(sse_ours),
+        throughput(sse_floor),
+    ));
+
+    let session = load(results, "session");
+    let events = session
+        .as_ref()
+        .ok()
+        .and_then(|s| s["events"].as_u64())
+        .unwrap_or(0);
+    let fsyncs = session
+        .as_ref()
+        .ok()
+        .and_then(|s| s["fsyncs"].as_u64())
+        .unwrap_or(0);
+    rows.push(row(
+        &format!("session append, {events} events, {fsyncs} fsyncs (vs serde_json + same fsyncs)"),
+        "",
+        timed(session.clone(), "/append_ms"),
+        timed(session.clone(), "/append_floor_ms"),
+    ));
+    rows.push(row(
+        &format!("session load + project, {events} events (vs serde_json parse of each line)"),
+        "< 300 ms",
+        timed(session.clone(), "/load_ms"),
+        timed(session, "/load_floor_ms"),
+    ));
+
+    for (file, place) in [("steps", "log on disk"), ("steps_tmpfs", "log on tmpfs")] {
+        let steps = load(results, file);
+        for key in ["step_1", "step_n"] {
+            let s = steps.clone();
+            let get = |field: &str| {
+                s.as_ref()
+                    .ok()
+                    .and_then(|s| s[key][field].as_u64())
+                    .unwrap_or(0)
+            };
+            let label = format!(
+                "per-step harness overhead, step {}, request {:.2} MB, {place} (vs serialise + write to socket)",
+                get("from_step"),
+                get("request_bytes") as f64 / 1e6
+            );
+            rows.push(row(
+                &label,
+                "",
+                timed(s.clone(), &format!("/{key}/overhead_ms")),
+                timed(s, &format!("/{key}/floor_ms")),
+            ));
+        }
+    }
+
+    rows.push(row(
+        "`grep` tool over the cargo registry sources (vs `rg`)",
+        "<= 1.5x",
+        criterion_ms(criterion, "search", "grep_tool").map(|x| (x, ms(x))),
+        criterion_ms(criterion, "search", "rg_grep").map(|x| (x, ms(x))),
+    ));
+    rows.push(row(
+        "`glob` tool, same tree (vs `rg --files -g`)",
+        "",
+        criterion_ms(criterion, "search", "glob_tool").map(|x| (x, ms(x))),
+        criterion_ms(criterion, "search", "rg_files").map(|x| (x, ms(x))),
+    ));
+
+    let mut out = String::new();
+    let _ = writeln!(out, "| measure | dsh | floor / peer | ratio | goal |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            r.measure,
+            r.ours.replace('|', "/"),
+            r.other.replace('|', "/"),
+            r.ratio,
+            r.goal
+        );
+    }
+    out
+}
