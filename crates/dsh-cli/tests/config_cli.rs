@@ -70,6 +70,7 @@ async fn config_show_prints_sources_and_never_a_secret() {
          [providers.proxy]\nkind = \"openai-compatible\"\n\
          base_url = \"https://user:pa55word@proxy.example/v1\"\napi_key_env = \"PROXY_KEY\"\n\
          [providers.proxy.headers]\nAuthorization = \"{HEADER_SECRET}\"\nX-Team = \"blue\"\n\
+         [mcp.servers.github]\ncommand = \"github-mcp-server\"\nenabled = false\n\
          [mcp.servers.github.env]\nGITHUB_TOKEN = \"ghp-mcp-secret-1\"\n"
     ));
     env.write_project("effort = \"max\"\n");

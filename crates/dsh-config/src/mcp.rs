@@ -184,6 +184,14 @@ pub(crate) fn mcp_servers(
     (servers, errors)
 }
 
+/// The dotted key of the first leaf value below `prefix`.
+fn first_leaf_key(prefix: &str, value: &Value) -> String {
+    match value.as_table().and_then(|t| t.iter().next()) {
+        Some((k, v)) => first_leaf_key(&format!("{prefix}.{k}"), v),
+        None => prefix.to_string(),
+    }
+}
+
 fn parse_server(
     name: &str,
     key: &str,
@@ -202,11 +210,11 @@ fn parse_server(
         ));
         return None;
     };
-    let source = table
-        .keys()
-        .next()
-        .map(|k| source_of(&format!("{key}.{k}")))
-        .unwrap_or(source);
+    // Provenance is kept per leaf value: name the file of the server's first leaf.
+    let source = match first_leaf_key(key, value) {
+        leaf if leaf != key => source_of(&leaf),
+        _ => source,
+    };
     if name.is_empty()
         || name.contains("__")
         || !name
