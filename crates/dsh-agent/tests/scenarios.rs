@@ -44,6 +44,10 @@ struct Settings {
     spill_threshold: Option<usize>,
     #[serde(default)]
     expect_files: BTreeMap<String, String>,
+    /// Files the recording's harness created in the workspace that a fixture folder cannot
+    /// hold (path relative to the cwd, content).
+    #[serde(default)]
+    create_files: BTreeMap<String, String>,
     /// Extra skill folders (relative to `tests/scenarios/`), searched after the workspace's.
     #[serde(default)]
     skill_dirs: Vec<String>,
@@ -202,6 +206,13 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     if dir.join("workspace").is_dir() {
         copy_dir(&dir.join("workspace"), cwd.path()).map_err(|e| e.to_string())?;
     }
+    for (path, content) in &settings.create_files {
+        let target = cwd.path().join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(&target, content).map_err(|e| format!("{}: {e}", target.display()))?;
+    }
     let hooks = match &settings.hooks {
         Some(file) => match HooksConfig::load_file(&cwd.path().join(file)) {
             Ok(config) if settings.expect_hooks_error.is_none() => Some(config),
@@ -250,6 +261,13 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
         .map(|d| settings_dir.join(d))
         .collect();
     let skills = SkillSet::discover(&SkillSet::standard_dirs(cwd.path(), None, &extra));
+    let _context = extensions.register(Arc::new(dsh_agent::ContextMessages::new(
+        cwd.path(),
+        None,
+        Box::new(dsh_agent::SystemContext {
+            permission: "danger-full-access".into(),
+        }),
+    )));
     let _skills = extensions.register(Arc::new(Skills::new(skills)));
     let _hooks = hooks.map(|config| extensions.register(Arc::new(ClaudeCodeHooks::new(config))));
     let mut options =
