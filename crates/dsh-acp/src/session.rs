@@ -181,6 +181,33 @@ async fn run_session(
         cancelled.store(false, Ordering::SeqCst);
         // Subscribed before the input is queued, so no event of the turn is missed.
         let mut events = handle.subscribe();
+        if job.text.trim() == "/compact" {
+            // `/compact` compacts the conversation now instead of sending a prompt.
+            let never = dsh_agent::CompactionCancel::new();
+            let outcome = agent
+                .compact(dsh_agent::CompactionTrigger::Requested, &never)
+                .await;
+            drain(&session_id, &mut mapper, &out, &mut events);
+            let text = match outcome {
+                Ok(o) => match o.warning {
+                    Some(warning) => format!("Compaction incomplete: {warning}"),
+                    None => format!(
+                        "Compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens.",
+                        o.summarized, o.pruned, o.tokens_before, o.tokens_after
+                    ),
+                },
+                Err(err) => format!("Compaction failed: {err}"),
+            };
+            out.notify(
+                "session/update",
+                json!({"sessionId": session_id, "update": {
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": text},
+                }}),
+            );
+            out.respond(job.request_id, json!({"stopReason": "end_turn"}));
+            continue;
+        }
         if let Err(err) = handle.followup(job.text) {
             out.respond_error(job.request_id, &RpcError::internal(err));
             continue;

@@ -361,3 +361,50 @@ async fn bad_input_gets_errors_and_the_server_keeps_going() {
         .collect();
     assert_eq!(&errors[..2], [-32700, -32600]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_compact_compacts_the_conversation() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(SseReply::new().text("first answer").finish("stop", None)),
+        ScriptedReply::from(SseReply::new().text("second answer").finish("stop", None)),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("## Goal\ntalk\n## Next step\nwait")
+                .finish("stop", None),
+        ),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut client = connect(TestFactory {
+        base_url: provider.base_url(),
+        home: home.path().to_path_buf(),
+        preset: PermissionPreset::DangerFullAccess,
+    });
+    let session = new_session(&mut client, cwd.path()).await;
+    for text in ["one", "two"] {
+        let id = client
+            .request("session/prompt", prompt(&session, text))
+            .await;
+        assert_eq!(
+            client.response(id, "").await["result"]["stopReason"],
+            "end_turn"
+        );
+    }
+    let id = client
+        .request("session/prompt", prompt(&session, "/compact"))
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn");
+    let said: String = client
+        .updates()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("Compacted:"), "{said}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3, "the third request is the summary");
+    assert!(requests[2].body.to_string().contains("handoff"));
+}

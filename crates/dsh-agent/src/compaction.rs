@@ -184,9 +184,10 @@ impl Agent {
         let settings = self.options.compaction.clone();
         let window = self.context_window();
         let tokens_before = self.estimate_context_tokens();
-        // Keep at most `keep_tail` of the window, and never more than a third of what is there
-        // now, so that a requested or overflow compaction always has something to summarise.
-        let tail_budget = ((settings.keep_tail * window as f64) as u64).min(tokens_before / 3);
+        // Keep at most `keep_tail` of the window, and never more than a third of the history,
+        // so that a requested or overflow compaction always has something to summarise.
+        let history_tokens = tokens_of_bytes(self.shared.log().history_bytes());
+        let tail_budget = ((settings.keep_tail * window as f64) as u64).min(history_tokens / 3);
         let entries: Vec<HistoryEntry> = self.shared.log().history_entries().to_vec();
 
         // The tail: newest messages within the budget, not starting with a tool result (which

@@ -34,6 +34,8 @@ pub use agent::{
 };
 pub use background_jobs::{BackgroundJobs, BACKGROUND_JOBS_PLUGIN};
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};
+/// The cancellation token type taken by [`Agent::compact`].
+pub use tokio_util::sync::CancellationToken as CompactionCancel;
 pub use compaction::{CompactionOutcome, CompactionSettings, CompactionTrigger, COMPACTION_PLUGIN};
 pub use context::{
     civil_date, ContextMessages, ContextSource, SystemContext, PROJECT_INSTRUCTIONS_PLUGIN,
