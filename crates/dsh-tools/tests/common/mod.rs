@@ -22,7 +22,7 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new(preset: PermissionPreset) -> Self {
-        let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let root = tempfile::tempdir_in(scratch_parent()).unwrap();
         let real = std::fs::canonicalize(root.path()).unwrap();
         let cwd = real.join("ws");
         let outside = real.join("outside");
@@ -88,4 +88,30 @@ impl Scratch {
 
 pub fn read_file(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap()
+}
+
+/// A folder for scratch areas that lies outside every directory the sandbox leaves writable
+/// (the temp dirs): the cargo target dir when the checkout is not itself under a temp dir,
+/// else a folder in the user's home.
+pub fn scratch_parent() -> std::path::PathBuf {
+    let target = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let real = std::fs::canonicalize(&target).unwrap_or_else(|_| target.clone());
+    let temp_roots: Vec<std::path::PathBuf> = [
+        std::env::temp_dir(),
+        std::path::PathBuf::from("/tmp"),
+        std::path::PathBuf::from("/var/tmp"),
+    ]
+    .iter()
+    .filter_map(|p| std::fs::canonicalize(p).ok())
+    .collect();
+    if !temp_roots.iter().any(|t| real.starts_with(t)) {
+        return target;
+    }
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|h| h.is_absolute() && !temp_roots.iter().any(|t| h.starts_with(t)))
+        .unwrap_or_else(|| std::path::PathBuf::from("/root"));
+    let dir = home.join(".cache").join("dsh-test-scratch");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
