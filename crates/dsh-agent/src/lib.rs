@@ -34,8 +34,6 @@ pub use agent::{
 };
 pub use background_jobs::{BackgroundJobs, BACKGROUND_JOBS_PLUGIN};
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};
-/// The cancellation token type taken by [`Agent::compact`].
-pub use tokio_util::sync::CancellationToken as CompactionCancel;
 pub use compaction::{CompactionOutcome, CompactionSettings, CompactionTrigger, COMPACTION_PLUGIN};
 pub use context::{
     civil_date, ContextMessages, ContextSource, SystemContext, PROJECT_INSTRUCTIONS_PLUGIN,
@@ -65,6 +63,8 @@ pub use skills::{parse_skill, Skill, SkillProblem, SkillSet, Skills, SKILLS_PLUG
 pub use subagents::{ChildFactory, ParentLink, Subagents, MAX_DELEGATION_DEPTH};
 pub use titles::TitleMode;
 pub use todo_events::TodoEvents;
+/// The cancellation token type taken by [`Agent::compact`].
+pub use tokio_util::sync::CancellationToken as CompactionCancel;
 
 /// Registers the built-in extensions in their standard order: base prompt, retry with `retry`,
 /// the repeat-call guard, todo logging, and a default tool timeout. Keep the guards alive as long
