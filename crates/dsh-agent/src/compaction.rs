@@ -25,6 +25,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, AgentError};
+use crate::log::message_bytes;
 
 /// Plugin name of the summary message.
 pub const COMPACTION_PLUGIN: &str = "compaction";
@@ -102,10 +103,6 @@ Be specific (paths, names, commands, values). Do not call tools.";
 /// Rough tokens of a text: four bytes per token.
 fn tokens_of_bytes(bytes: usize) -> u64 {
     (bytes as u64).div_ceil(4)
-}
-
-fn message_bytes(message: &Message) -> usize {
-    serde_json::to_vec(message).map(|v| v.len()).unwrap_or(0)
 }
 
 fn is_tool_result(message: &Message) -> bool {

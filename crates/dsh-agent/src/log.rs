@@ -32,7 +32,8 @@ pub struct SessionLog {
     history_bytes: usize,
 }
 
-fn message_bytes(message: &Message) -> usize {
+/// Serialized size of one message, the unit of the history-size bookkeeping.
+pub(crate) fn message_bytes(message: &Message) -> usize {
     serde_json::to_vec(message).map(|v| v.len()).unwrap_or(0)
 }
 
