@@ -95,6 +95,20 @@ pub(crate) struct Shared {
     /// request (and logged there as a header `change`).
     pub(crate) call_change: Mutex<Option<CallConfig>>,
     pub(crate) keep_inbox_on_cancel: Mutex<bool>,
+    /// The preset and how to switch it (see [`crate::permission`]).
+    pub(crate) permission: Mutex<PermissionState>,
+    /// The agent's extensions (for commands they offer front ends).
+    pub(crate) extensions: ExtensionSet,
+}
+
+/// The session's preset as last switched, the switch waiting for the next step, and the
+/// front end's source of settings.
+pub(crate) struct PermissionState {
+    pub(crate) current: dsh_tools::PermissionPreset,
+    pub(crate) pending: Option<Arc<crate::PermissionSetting>>,
+    /// `sandbox/mode` data of the last switch (unknown before the first).
+    pub(crate) sandbox: Option<serde_json::Value>,
+    pub(crate) source: Option<crate::PermissionSource>,
 }
 
 impl Shared {
@@ -187,6 +201,96 @@ impl AgentHandle {
             .call_change
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(call);
+    }
+
+    /// Switches the permission preset (`/permission`): logs `permission/preset` (and
+    /// `sandbox/mode` when the confinement changes) now, and applies the preset from the next
+    /// step on (see [`crate::permission`]). Switching to the preset in force does nothing.
+    /// Fails when the front end installed no [`crate::PermissionSource`] or the preset cannot
+    /// be used on this host; the session keeps its preset then.
+    pub fn set_permission(&self, preset: dsh_tools::PermissionPreset) -> Result<(), AgentError> {
+        let mut state = self
+            .shared
+            .permission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if state.current == preset {
+            return Ok(());
+        }
+        let Some(source) = state.source.clone() else {
+            return Err(AgentError::Config(Failure::new(
+                FailureCode::InvalidRequest,
+                "this session cannot switch its permission preset; start a new one with --permission",
+            )));
+        };
+        let setting = source(preset).map_err(|reason| {
+            AgentError::Config(Failure::new(
+                FailureCode::InvalidRequest,
+                format!("cannot switch to {preset}: {reason}"),
+            ))
+        })?;
+        {
+            let mut log = self.shared.log();
+            log.append(Event::Opaque {
+                event_type: crate::PERMISSION_PRESET_EVENT.to_string(),
+                data: setting.preset_data(),
+            })?;
+            if state.sandbox.as_ref() != Some(&setting.sandbox_data()) {
+                log.append(Event::Opaque {
+                    event_type: crate::SANDBOX_MODE_EVENT.to_string(),
+                    data: setting.sandbox_data(),
+                })?;
+            }
+            log.flush()?;
+        }
+        state.current = preset;
+        state.sandbox = Some(setting.sandbox_data());
+        state.pending = Some(Arc::new(setting));
+        Ok(())
+    }
+
+    /// Slash commands the session's extensions offer (e.g. user-invocable skills), sorted by
+    /// name; front ends list them with their own commands.
+    pub fn user_commands(&self) -> Vec<crate::UserCommand> {
+        let mut commands: Vec<crate::UserCommand> = self
+            .shared
+            .extensions
+            .snapshot()
+            .iter()
+            .flat_map(|extension| extension.user_commands())
+            .collect();
+        commands.sort_by(|a, b| a.name.cmp(&b.name));
+        commands.dedup_by(|a, b| a.name == b.name);
+        commands
+    }
+
+    /// Runs `/name arguments` for one of [`AgentHandle::user_commands`]: queues the message it
+    /// expands to as the next turn's user input (like [`AgentHandle::followup`]). An unknown
+    /// name, or a command that refuses, is an error for the user and queues nothing.
+    pub fn run_user_command(&self, name: &str, arguments: &str) -> Result<(), AgentError> {
+        let expanded = self
+            .shared
+            .extensions
+            .snapshot()
+            .iter()
+            .find_map(|extension| extension.expand_user_command(name, arguments))
+            .unwrap_or_else(|| Err(format!("unknown command /{name}")));
+        match expanded {
+            Ok(text) => self.followup(text),
+            Err(message) => Err(AgentError::Config(Failure::new(
+                FailureCode::InvalidRequest,
+                message,
+            ))),
+        }
+    }
+
+    /// The permission preset in force (or waiting for the next step after a switch).
+    pub fn permission(&self) -> dsh_tools::PermissionPreset {
+        self.shared
+            .permission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .current
     }
 
     /// Every event appended from now on.
@@ -392,6 +496,13 @@ impl Agent {
                 compact_requested: std::sync::atomic::AtomicBool::new(false),
                 call_change: Mutex::new(None),
                 keep_inbox_on_cancel: Mutex::new(parts.options.keep_inbox_on_cancel),
+                permission: Mutex::new(PermissionState {
+                    current: parts.tool_context.permission(),
+                    pending: None,
+                    sandbox: None,
+                    source: None,
+                }),
+                extensions: parts.extensions.clone(),
             }),
             adapters: parts.adapters,
             step_tools: Arc::clone(&parts.tools),
@@ -473,6 +584,34 @@ impl Agent {
     /// can, and the tool tells the model to decide on its own).
     pub fn set_asker(&mut self, asker: Arc<dyn dsh_tools::Asker>) {
         self.tool_context = self.tool_context.clone().with_asker(asker);
+    }
+
+    /// Lets front ends switch the permission preset ([`AgentHandle::set_permission`]):
+    /// `source` builds what each preset means on this host.
+    pub fn set_permission_source(&mut self, source: crate::PermissionSource) {
+        self.shared
+            .permission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .source = Some(source);
+    }
+
+    /// Applies a preset switch queued by [`AgentHandle::set_permission`] to the tool context;
+    /// returns it for the step's extensions.
+    pub(crate) fn apply_permission_change(&mut self) -> Option<Arc<crate::PermissionSetting>> {
+        let change = self
+            .shared
+            .permission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending
+            .take()?;
+        self.tool_context = self
+            .tool_context
+            .clone()
+            .with_permission(change.preset)
+            .with_confinement(Arc::clone(&change.confinement));
+        Some(change)
     }
 
     /// A handle for front ends.

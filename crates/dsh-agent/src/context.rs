@@ -81,6 +81,8 @@ pub struct ContextMessages {
     cwd: PathBuf,
     home: Option<PathBuf>,
     source: Box<dyn ContextSource>,
+    /// The permission sentence after a `/permission` switch (replaces the source's).
+    permission: Mutex<Option<String>>,
     last: Mutex<LastSent>,
 }
 
@@ -101,11 +103,18 @@ impl ContextMessages {
             cwd: cwd.into(),
             home,
             source,
+            permission: Mutex::new(None),
             last: Mutex::new(LastSent::default()),
         }
     }
 
     fn runtime_text(&self) -> String {
+        let permission = self
+            .permission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| self.source.permission());
         format!(
             "Runtime context (this replaces any earlier runtime context):\n\
              - working directory: {}\n\
@@ -116,7 +125,7 @@ impl ContextMessages {
             std::env::consts::OS,
             std::env::consts::ARCH,
             self.source.today(),
-            self.source.permission()
+            permission
         )
     }
 
@@ -222,6 +231,10 @@ impl Extension for ContextMessages {
     }
 
     fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+        if let Some(change) = &ctx.permission_change {
+            *self.permission.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(change.summary.clone());
+        }
         let runtime = self.runtime_text();
         let instructions = self.instructions_text();
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());

@@ -120,6 +120,8 @@ pub struct PreStepContext {
     pub inject: Vec<Message>,
     /// Non-model-visible events to log before the injected messages (e.g. `permission/preset`).
     pub log_events: Vec<Event>,
+    /// A permission preset switch that takes effect with this step (`/permission`).
+    pub permission_change: Option<std::sync::Arc<crate::PermissionSetting>>,
 }
 
 /// What a `tool_post` handler sees and may change.
@@ -224,6 +226,27 @@ pub trait Extension: Send + Sync + 'static {
 
     /// Every durable session event, after it was appended.
     fn on_event(&self, _event: &Envelope) {}
+
+    /// Slash commands this extension offers users of interactive front ends (`/name`), e.g.
+    /// user-invocable skills. Front ends list them next to their own commands.
+    fn user_commands(&self) -> Vec<UserCommand> {
+        Vec::new()
+    }
+
+    /// The user message for `/name arguments`, when `name` is one of this extension's
+    /// [`Extension::user_commands`]; `Some(Err)` is a message for the user.
+    fn expand_user_command(&self, _name: &str, _arguments: &str) -> Option<Result<String, String>> {
+        None
+    }
+}
+
+/// A slash command contributed by an extension (see [`Extension::user_commands`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserCommand {
+    /// The name typed after `/`.
+    pub name: String,
+    /// One line for completion menus and `/help`.
+    pub description: String,
 }
 
 struct Entry {

@@ -17,6 +17,7 @@ mod extension;
 mod hooks;
 mod inbox;
 mod log;
+mod permission;
 mod pipeline;
 mod prompt;
 mod repeat_guard;
@@ -47,6 +48,7 @@ pub use extension::{
     ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, Extension, ExtensionGuard,
     ExtensionSet, HeadlessApprover, PreStepContext, RetryExtension, ToolCallInfo, ToolFuture,
     ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict, TurnStoppingContext,
+    UserCommand,
 };
 pub use hooks::{
     ClaudeCodeHooks, HookCommand, HookConfigError, HookEvent, HookGroup, HooksConfig,
@@ -54,6 +56,7 @@ pub use hooks::{
 };
 pub use inbox::{Inbox, InboxTarget, Splice};
 pub use log::{SessionEvent, SessionLog};
+pub use permission::{PermissionSetting, PermissionSource};
 pub use pipeline::{is_error_result, ABORTED_BEFORE_DISPATCH};
 pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
 pub use repeat_guard::RepeatCallGuard;

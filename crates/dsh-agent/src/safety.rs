@@ -3,7 +3,9 @@
 //! * Logs the permission preset and the sandbox mode as model-invisible events
 //!   (`permission/preset {preset}`, `sandbox/mode {mode, detail, network}`) before the first
 //!   step of a session, and again whenever they differ from what the log last recorded (a
-//!   resumed session with another preset or host).
+//!   resumed session with another preset or host). A switch with `/permission`
+//!   ([`crate::AgentHandle::set_permission`]) is logged by the handle; the policy takes the new
+//!   preset from the step where it applies.
 //! * Escalation: a call whose arguments carry `sandbox_permissions` (dsh's field: the wider
 //!   preset the call needs) with a `justification` becomes [`ToolVerdict::Ask`]; the agent's
 //!   approver decides (headless: rejected). Without a justification, or with an unknown mode,
@@ -16,7 +18,7 @@ use std::sync::Mutex;
 
 use dsh_session::{Envelope, Event};
 use dsh_tools::{PermissionPreset, SecretRedactor};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::extension::{Extension, PreStepContext, ToolCallInfo, ToolPostContext, ToolVerdict};
 
@@ -27,8 +29,8 @@ pub const SANDBOX_MODE_EVENT: &str = "sandbox/mode";
 
 /// The safety policy of one session (see the module docs).
 pub struct SafetyPolicy {
-    preset: PermissionPreset,
-    sandbox: Value,
+    /// `(preset, sandbox event data)` in force.
+    current: Mutex<(PermissionPreset, Value)>,
     redactor: SecretRedactor,
     /// What the log last recorded: `(preset event data, sandbox event data)`.
     logged: Mutex<(Option<Value>, Option<Value>)>,
@@ -41,12 +43,10 @@ impl SafetyPolicy {
     /// ([`SecretRedactor::from_env`]); add more with [`SafetyPolicy::with_secret`].
     pub fn new(preset: PermissionPreset, sandbox_mode: &str, sandbox_detail: &str) -> Self {
         Self {
-            preset,
-            sandbox: json!({
-                "mode": sandbox_mode,
-                "detail": sandbox_detail,
-                "network": "unrestricted",
-            }),
+            current: Mutex::new((
+                preset,
+                crate::permission::sandbox_data(sandbox_mode, sandbox_detail),
+            )),
             redactor: SecretRedactor::from_env(),
             logged: Mutex::new((None, None)),
         }
@@ -64,8 +64,8 @@ impl SafetyPolicy {
         self
     }
 
-    fn preset_data(&self) -> Value {
-        json!({"preset": self.preset.as_str()})
+    fn preset(&self) -> PermissionPreset {
+        self.current.lock().unwrap_or_else(|p| p.into_inner()).0
     }
 }
 
@@ -84,21 +84,31 @@ impl Extension for SafetyPolicy {
     }
 
     fn restore(&self, events: &[Envelope]) {
-        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
         for envelope in events {
-            if let Event::Opaque { event_type, data } = &envelope.event {
-                match event_type.as_str() {
-                    PERMISSION_PRESET_EVENT => logged.0 = Some(data.clone()),
-                    SANDBOX_MODE_EVENT => logged.1 = Some(data.clone()),
-                    _ => {}
-                }
+            self.on_event(envelope);
+        }
+    }
+
+    fn on_event(&self, envelope: &Envelope) {
+        if let Event::Opaque { event_type, data } = &envelope.event {
+            let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+            match event_type.as_str() {
+                PERMISSION_PRESET_EVENT => logged.0 = Some(data.clone()),
+                SANDBOX_MODE_EVENT => logged.1 = Some(data.clone()),
+                _ => {}
             }
         }
     }
 
     fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+        let (preset, sandbox) = {
+            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(change) = &ctx.permission_change {
+                *current = (change.preset, change.sandbox_data());
+            }
+            (crate::permission::preset_data(current.0), current.1.clone())
+        };
         let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
-        let preset = self.preset_data();
         if logged.0.as_ref() != Some(&preset) {
             ctx.log_events.push(Event::Opaque {
                 event_type: PERMISSION_PRESET_EVENT.to_string(),
@@ -106,12 +116,12 @@ impl Extension for SafetyPolicy {
             });
             logged.0 = Some(preset);
         }
-        if logged.1.as_ref() != Some(&self.sandbox) {
+        if logged.1.as_ref() != Some(&sandbox) {
             ctx.log_events.push(Event::Opaque {
                 event_type: SANDBOX_MODE_EVENT.to_string(),
-                data: self.sandbox.clone(),
+                data: sandbox.clone(),
             });
-            logged.1 = Some(self.sandbox.clone());
+            logged.1 = Some(sandbox);
         }
         Ok(())
     }
@@ -133,7 +143,8 @@ impl Extension for SafetyPolicy {
                 }
             }
         };
-        if breadth(wanted) <= breadth(self.preset) {
+        let preset = self.preset();
+        if breadth(wanted) <= breadth(preset) {
             return ToolVerdict::Continue;
         }
         let justification = args
@@ -144,15 +155,14 @@ impl Extension for SafetyPolicy {
         if justification.is_empty() {
             return ToolVerdict::Deny {
                 reason: format!(
-                    "sandbox_permissions \"{wanted}\" needs a `justification`: one sentence for the user saying why this exact call needs more than the session's {} preset",
-                    self.preset
+                    "sandbox_permissions \"{wanted}\" needs a `justification`: one sentence for the user saying why this exact call needs more than the session's {preset} preset"
                 ),
             };
         }
         ToolVerdict::Ask {
             reason: format!(
-                "{} asks for {wanted} instead of {}: {justification}",
-                call.name, self.preset
+                "{} asks for {wanted} instead of {preset}: {justification}",
+                call.name
             ),
             escalation: Some(wanted),
         }

@@ -343,6 +343,23 @@ impl Extension for Skills {
         "skills"
     }
 
+    fn user_commands(&self) -> Vec<crate::UserCommand> {
+        self.skills
+            .skills()
+            .iter()
+            .filter(|skill| skill.user_invocable)
+            .map(|skill| crate::UserCommand {
+                name: skill.name.clone(),
+                description: skill.description.clone(),
+            })
+            .collect()
+    }
+
+    fn expand_user_command(&self, name: &str, arguments: &str) -> Option<Result<String, String>> {
+        self.skills.get(name)?;
+        Some(self.skills.user_prompt(name, arguments))
+    }
+
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
         if self.skills.skills().iter().any(|s| s.model_invocable) {
             vec![Arc::new(SkillTool {

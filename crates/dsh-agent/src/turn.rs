@@ -136,12 +136,14 @@ impl Agent {
             first_step = false;
 
             // pre-step: extensions add model-facing context or refuse the step.
+            let permission_change = self.apply_permission_change();
             let mut pre = PreStepContext {
                 turn,
                 step,
                 history_len: 0,
                 inject: Vec::new(),
                 log_events: Vec::new(),
+                permission_change,
             };
             let mut blocked = None;
             for extension in self.extensions.snapshot() {

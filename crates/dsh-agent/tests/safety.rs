@@ -254,3 +254,178 @@ async fn an_approver_can_allow_one_escalated_call() {
     );
     assert!(!raw.contains(SECRET));
 }
+
+/// Switches the session to `read-only` through the agent's handle while it runs.
+struct Switcher {
+    handle: std::sync::OnceLock<dsh_agent::AgentHandle>,
+}
+
+impl Tool for Switcher {
+    fn name(&self) -> &str {
+        "switch"
+    }
+    fn description(&self) -> &str {
+        "Switches the preset to read-only."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    fn execute<'a>(
+        &'a self,
+        _args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let handle = self.handle.get().unwrap();
+            handle.set_permission(PermissionPreset::ReadOnly).unwrap();
+            // The running call keeps the preset it started with.
+            Ok(ToolOutput::text(format!(
+                "switched under {}",
+                ctx.permission()
+            )))
+        })
+    }
+}
+
+fn named_call(id: &str, name: &str) -> Vec<Chunk> {
+    let mut chunks = tool_call(id, "{}");
+    if let Chunk::ToolCallDelta { name: n, .. } = &mut chunks[1] {
+        *n = Some(name.into());
+    }
+    chunks
+}
+
+fn source() -> dsh_agent::PermissionSource {
+    Arc::new(|preset: PermissionPreset| {
+        if preset == PermissionPreset::DangerFullAccess {
+            return Err("not on this host".to_string());
+        }
+        Ok(dsh_agent::PermissionSetting {
+            preset,
+            confinement: Arc::new(dsh_tools::NoSandbox),
+            sandbox_mode: "none".into(),
+            sandbox_detail: format!("test for {preset}"),
+            summary: format!("{preset} (test summary)"),
+        })
+    })
+}
+
+#[tokio::test]
+async fn permission_switch_is_logged_at_once_and_applies_from_the_next_step() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let replies = Arc::new(ReplayAdapter::new(vec![
+        named_call("c1", "whoami"),
+        named_call("c2", "switch"),
+        named_call("c3", "whoami"),
+        text("done"),
+        named_call("c4", "whoami"),
+        text("again"),
+    ]));
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("scripted", replies).unwrap();
+    let switcher = Arc::new(Switcher {
+        handle: std::sync::OnceLock::new(),
+    });
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(WhoAmI)).unwrap();
+    tools.register(switcher.clone()).unwrap();
+    let extensions = ExtensionSet::new();
+    let _safety = extensions.register(Arc::new(SafetyPolicy::new(
+        PermissionPreset::WorkspaceWrite,
+        "landlock",
+        "Landlock ABI 5",
+    )));
+    let _context = extensions.register(Arc::new(dsh_agent::ContextMessages::new(
+        cwd.path(),
+        None,
+        Box::new(dsh_agent::SystemContext {
+            permission: "workspace-write (initial)".into(),
+        }),
+    )));
+    let parts = AgentParts {
+        adapters,
+        tools: Arc::new(tools),
+        extensions,
+        tool_context: ToolContext::new(
+            cwd.path(),
+            SpillDir::create(home.path().join("s")).unwrap(),
+        )
+        .unwrap()
+        .with_permission(PermissionPreset::WorkspaceWrite),
+        options: AgentOptions::new(CallConfig::new("scripted", "m"), cwd.path()),
+    };
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut agent = Agent::create(parts, store.as_ref()).unwrap();
+    let handle = agent.handle();
+
+    // Without a source the session cannot switch, and says how to get another preset.
+    let err = handle
+        .set_permission(PermissionPreset::ReadOnly)
+        .unwrap_err();
+    assert!(err.to_string().contains("--permission"), "{err}");
+    assert_eq!(handle.permission(), PermissionPreset::WorkspaceWrite);
+
+    agent.set_permission_source(source());
+    assert!(switcher.handle.set(handle.clone()).is_ok());
+    handle.followup("go").unwrap();
+    let outcome = agent.run_turn().await.unwrap().unwrap();
+    assert_eq!(outcome.final_text, "done");
+    assert_eq!(handle.permission(), PermissionPreset::ReadOnly);
+
+    // A preset the source refuses leaves the session as it was.
+    let err = handle
+        .set_permission(PermissionPreset::DangerFullAccess)
+        .unwrap_err();
+    assert!(err.to_string().contains("not on this host"), "{err}");
+    assert_eq!(handle.permission(), PermissionPreset::ReadOnly);
+    // Switching to the preset in force logs nothing.
+    handle.set_permission(PermissionPreset::ReadOnly).unwrap();
+
+    handle.followup("again").unwrap();
+    let outcome = agent.run_turn().await.unwrap().unwrap();
+    assert_eq!(outcome.final_text, "again");
+
+    let events = load_file(std::path::Path::new(&handle.location()))
+        .unwrap()
+        .events;
+    let results: Vec<String> = results(&events).into_iter().map(|r| r.0).collect();
+    assert!(
+        results[0].starts_with("preset=workspace-write"),
+        "{results:?}"
+    );
+    assert_eq!(results[1], "switched under workspace-write");
+    assert!(results[2].starts_with("preset=read-only"), "{results:?}");
+    assert!(results[3].starts_with("preset=read-only"), "{results:?}");
+    assert_eq!(
+        opaque(&events, "permission/preset"),
+        vec![
+            &json!({"preset": "workspace-write"}),
+            &json!({"preset": "read-only"})
+        ]
+    );
+    let modes = opaque(&events, "sandbox/mode");
+    assert_eq!(modes.len(), 2, "{modes:?}");
+    assert_eq!(modes[1]["mode"], "none");
+    // The model is told in the runtime context of the step where the switch applies.
+    let runtime: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::UserMessage(m) if m.text().starts_with("Runtime context") => Some(m.text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runtime.len(), 2, "{runtime:?}");
+    assert!(runtime[0].contains("workspace-write (initial)"));
+    assert!(runtime[1].contains("read-only (test summary)"));
+    // The switch is logged before the step it applies to.
+    let switch_seq = events
+        .iter()
+        .position(|e| matches!(&e.event, Event::Opaque { data, .. } if data == &json!({"preset": "read-only"})))
+        .unwrap();
+    let c3_seq = events
+        .iter()
+        .position(|e| matches!(&e.event, Event::ToolCall(c) if c.call_id == "c3"))
+        .unwrap();
+    assert!(switch_seq < c3_seq);
+}

@@ -142,7 +142,13 @@ pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
 /// to): the configured adapter, the built-in tools in the confinement the preset needs, and the
 /// standard extensions (retry, guards, safety policy, context messages, skills, delegation).
 /// Subagents are built by the same function, so they get the same providers and policies.
-pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<AgentParts> {
+/// `permission` is the preset to start with; the returned [`SessionParts::permission`] switches
+/// it (`/permission`), and subagents start with the preset in force when they are spawned.
+pub(crate) fn agent_parts(
+    setup: &Arc<RunSetup>,
+    depth: u64,
+    permission: PermissionPreset,
+) -> anyhow::Result<SessionParts> {
     let provider = &setup.selection.provider;
     let adapter =
         dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
@@ -157,13 +163,14 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
     let spill = SpillDir::create(&spill_root)
         .with_context(|| format!("cannot create {}", spill_root.display()))?;
     // Process confinement for `bash` (probed once; `danger-full-access` needs none).
-    let sandbox = dsh_sandbox::confinement_for(setup.permission)
+    let sandbox = dsh_sandbox::confinement_for(permission)
         .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
+    let current_permission = Arc::new(std::sync::Mutex::new(permission));
     // Background jobs belong to this agent's tool context: they die with the agent.
     let jobs = dsh_tools::JobTable::new();
     let tool_context = ToolContext::new(&setup.cwd, spill)
         .with_context(|| format!("cannot use {} as working directory", setup.cwd.display()))?
-        .with_permission(setup.permission)
+        .with_permission(permission)
         .with_confinement(sandbox.confinement())
         .with_jobs(jobs.clone());
 
@@ -179,7 +186,7 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
     // Safety policy: logs preset and sandbox, asks before escalations, redacts secrets
     // (the environment's and the provider key, wherever it was read from).
     let mut safety =
-        dsh_agent::SafetyPolicy::new(setup.permission, sandbox.mode().as_str(), sandbox.detail());
+        dsh_agent::SafetyPolicy::new(permission, sandbox.mode().as_str(), sandbox.detail());
     if let Some(key) = &setup.selection.api_key {
         let name = provider.api_key_env.as_deref().unwrap_or("API_KEY");
         safety = safety.with_secret(name, key.expose_secret());
@@ -189,7 +196,7 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
         &setup.cwd,
         Some(setup.home.clone()),
         Box::new(dsh_agent::SystemContext {
-            permission: permission_summary(setup.permission, sandbox.mode().as_str()),
+            permission: permission_summary(permission, sandbox.mode().as_str()),
         }),
     )));
     let skills = dsh_agent::SkillSet::discover(&dsh_agent::SkillSet::standard_dirs(
@@ -254,11 +261,17 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
     }
     let factory: dsh_agent::ChildFactory = {
         let setup = Arc::clone(setup);
-        Arc::new(move |depth| agent_parts(&setup, depth).map_err(|e| format!("{e:#}")))
+        let current = Arc::clone(&current_permission);
+        Arc::new(move |depth| {
+            let preset = *current.lock().unwrap_or_else(|p| p.into_inner());
+            agent_parts(&setup, depth, preset)
+                .map(|session| session.parts)
+                .map_err(|e| format!("{e:#}"))
+        })
     };
     extensions.register_for_life(Arc::new(dsh_agent::Subagents::new(depth, factory)));
     extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
-    Ok(AgentParts {
+    let parts = AgentParts {
         adapters,
         tools: Arc::new(session_tools(&setup.config)?),
         extensions,
@@ -270,6 +283,50 @@ pub(crate) fn agent_parts(setup: &Arc<RunSetup>, depth: u64) -> anyhow::Result<A
             options.prices = setup.prices.clone();
             options
         },
+    };
+    Ok(SessionParts {
+        parts,
+        permission: permission_source(current_permission),
+    })
+}
+
+/// An agent's parts and how its session switches permission presets.
+pub(crate) struct SessionParts {
+    pub(crate) parts: AgentParts,
+    pub(crate) permission: dsh_agent::PermissionSource,
+}
+
+impl SessionParts {
+    /// Builds the agent on a new session, or on session `resume`.
+    pub(crate) fn into_agent(
+        self,
+        store: &dyn SessionStore,
+        resume: Option<&str>,
+    ) -> Result<Agent, dsh_agent::AgentError> {
+        let mut agent = match resume {
+            Some(key) => Agent::resume(self.parts, store, key)?,
+            None => Agent::create(self.parts, store)?,
+        };
+        agent.set_permission_source(self.permission);
+        Ok(agent)
+    }
+}
+
+/// What each preset means on this host (`/permission`): the sandbox `bash` runs in and the
+/// sentence the model reads. `current` follows successful switches (subagents start with it).
+fn permission_source(
+    current: Arc<std::sync::Mutex<PermissionPreset>>,
+) -> dsh_agent::PermissionSource {
+    Arc::new(move |preset| {
+        let sandbox = dsh_sandbox::confinement_for(preset).map_err(|e| e.to_string())?;
+        *current.lock().unwrap_or_else(|p| p.into_inner()) = preset;
+        Ok(dsh_agent::PermissionSetting {
+            preset,
+            confinement: sandbox.confinement(),
+            sandbox_mode: sandbox.mode().as_str().to_string(),
+            sandbox_detail: sandbox.detail().to_string(),
+            summary: permission_summary(preset, sandbox.mode().as_str()),
+        })
     })
 }
 
@@ -300,11 +357,11 @@ pub(crate) fn build_agent(
     store: &dyn SessionStore,
 ) -> anyhow::Result<(Agent, Vec<dsh_agent::ExtensionGuard>)> {
     let setup = Arc::new(setup.clone());
-    let parts = agent_parts(&setup, 0)?;
+    let parts = agent_parts(&setup, 0, setup.permission)?;
     let guards = Vec::new();
     let cwd_text = setup.cwd.to_string_lossy().into_owned();
     let agent = if let Some(key) = &args.resume {
-        Agent::resume(parts, store, key)?
+        parts.into_agent(store, Some(key))?
     } else if args.continue_last {
         let listing = store.list(&dsh_session::ListFilter {
             cwd: Some(cwd_text.clone()),
@@ -315,9 +372,9 @@ pub(crate) fn build_agent(
                 format!("no session to continue in {cwd_text}; start one with `dsh run`"),
             )
         })?;
-        Agent::resume(parts, store, &latest.id)?
+        parts.into_agent(store, Some(&latest.id))?
     } else {
-        Agent::create(parts, store)?
+        parts.into_agent(store, None)?
     };
     Ok((agent, guards))
 }

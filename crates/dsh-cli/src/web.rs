@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use dsh_agent::Agent;
 use dsh_server::{
     AccessToken, AgentFactory, ApiError, OpenRequest, OpenedAgent, ServerOptions, StatusCode,
 };
@@ -107,17 +106,15 @@ impl AgentFactory for RunFactory {
             .map_err(|err| ApiError::bad_request(err.to_string()))?
             .args;
         let setup = Arc::new(crate::run::resolve(&args).map_err(api_error)?);
-        let mut parts = crate::run::agent_parts(&setup, 0).map_err(api_error)?;
+        let mut session =
+            crate::run::agent_parts(&setup, 0, setup.permission).map_err(api_error)?;
         // An interactive session is worth a model-written title (one small call, thinking off,
         // alongside the first turn; the fallback stays if it fails).
-        parts.options.titles = dsh_agent::TitleMode::Model {
+        session.parts.options.titles = dsh_agent::TitleMode::Model {
             route: None,
             model: None,
         };
-        let agent = match &request.resume {
-            Some(id) => Agent::resume(parts, store, id)?,
-            None => Agent::create(parts, store)?,
-        };
+        let agent = session.into_agent(store, request.resume.as_deref())?;
         Ok(OpenedAgent {
             agent,
             guards: Vec::new(),
