@@ -1,7 +1,7 @@
 //! The agent: one session's loop, and the handle front ends use to drive it.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use dsh_llm::{
@@ -125,7 +125,29 @@ pub struct AgentHandle {
     shared: Arc<Shared>,
 }
 
+/// A handle that does not keep the agent alive. Extensions are owned by the agent, so they
+/// keep this one (a strong handle would make a cycle: the session and its log would never be
+/// freed, and `subscribe` receivers would never see the channel close).
+#[derive(Clone)]
+pub struct WeakAgentHandle {
+    shared: Weak<Shared>,
+}
+
+impl WeakAgentHandle {
+    /// The handle, while the agent exists.
+    pub fn upgrade(&self) -> Option<AgentHandle> {
+        self.shared.upgrade().map(|shared| AgentHandle { shared })
+    }
+}
+
 impl AgentHandle {
+    /// A handle that does not keep the agent alive.
+    pub fn downgrade(&self) -> WeakAgentHandle {
+        WeakAgentHandle {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
     fn enqueue(&self, target: InboxTarget, message: Message, wake: bool) -> Result<(), AgentError> {
         {
             let mut log = self.shared.log();
@@ -310,8 +332,13 @@ impl AgentHandle {
 
     /// Appends a record that is not model-visible (e.g. `hook/result`) to the session log.
     /// Message events must not come this way: model-visible input goes through the inbox.
+    /// The event is flushed before this returns (front ends log from outside the loop, e.g.
+    /// a rename, and expect a reader of the file to see it).
     pub fn log_event(&self, event: Event) -> Result<u64, AgentError> {
-        Ok(self.shared.log().append(event)?)
+        let mut log = self.shared.log();
+        let seq = log.append(event)?;
+        log.flush()?;
+        Ok(seq)
     }
 
     /// Input waiting in the inbox: `(next-turn, next-step)`.
@@ -526,7 +553,7 @@ impl Agent {
             session_id: handle.session_id(),
             cwd: agent.options.cwd.clone(),
             depth,
-            handle,
+            handle: handle.downgrade(),
         };
         for extension in agent.extensions.snapshot() {
             extension.attach(&attached);

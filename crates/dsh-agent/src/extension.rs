@@ -140,7 +140,8 @@ pub type ToolOutcome = Result<ToolOutput, ToolError>;
 /// The agent an extension was attached to.
 #[derive(Clone)]
 pub struct AttachedAgent {
-    pub handle: crate::AgentHandle,
+    /// Reaches the agent while it exists (weak: the agent owns its extensions).
+    pub handle: crate::WeakAgentHandle,
     /// The session log's location (a file path for the JSONL store).
     pub location: String,
     pub session_id: String,

@@ -202,10 +202,12 @@ fn blocking<T>(work: impl FnOnce() -> T) -> T {
 fn log(attached: &AttachedAgent, event_type: &str, data: Value) {
     // The hook events are a record for people, not model input; a log that refuses them
     // refuses the next model-visible append too, which ends the turn with that error.
-    let _ = attached.handle.log_event(Event::Opaque {
-        event_type: event_type.to_string(),
-        data,
-    });
+    if let Some(handle) = attached.handle.upgrade() {
+        let _ = handle.log_event(Event::Opaque {
+            event_type: event_type.to_string(),
+            data,
+        });
+    }
 }
 
 /// A model-facing message from the hooks plugin.
@@ -426,10 +428,15 @@ impl Extension for ClaudeCodeHooks {
             .filter_map(|v| v.context.as_deref())
             .collect();
         if !contexts.is_empty() {
-            if let Some(attached) = self.state().attached.clone() {
+            let handle = self
+                .state()
+                .attached
+                .as_ref()
+                .and_then(|a| a.handle.upgrade());
+            if let Some(handle) = handle {
                 for context in contexts {
                     // Queued for the next step; a log that refuses it fails the step itself.
-                    let _ = attached.handle.inject(hook_message(context));
+                    let _ = handle.inject(hook_message(context));
                 }
             }
         }

@@ -31,7 +31,7 @@ mod turn;
 
 pub use agent::{
     generic_model_info, new_user_message, plugin_message, session_failure, Agent, AgentError,
-    AgentHandle, AgentOptions, AgentParts, TurnOutcome,
+    AgentHandle, AgentOptions, AgentParts, TurnOutcome, WeakAgentHandle,
 };
 pub use background_jobs::{BackgroundJobs, BACKGROUND_JOBS_PLUGIN};
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};

@@ -18,7 +18,7 @@ use dsh_tools::{Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
-use crate::agent::{Agent, AgentHandle, AgentParts};
+use crate::agent::{Agent, AgentParts};
 use crate::extension::{AttachedAgent, Extension};
 
 /// Deepest delegation allowed (a top-level session is depth 0).
@@ -37,8 +37,8 @@ pub struct ParentLink {
     pub session_id: String,
     pub cwd: String,
     pub depth: u64,
-    /// Used to report background completions.
-    pub handle: AgentHandle,
+    /// Used to report background completions (weak: the parent owns this extension).
+    pub handle: crate::WeakAgentHandle,
 }
 
 struct Shared {
@@ -368,7 +368,11 @@ impl Tool for SubagentTool {
                             err.message
                         ),
                     };
-                    // Queued for the parent's next step; wakes an idle parent.
+                    // Queued for the parent's next step; wakes an idle parent. A parent that
+                    // is gone has nobody to tell.
+                    let Some(parent) = parent.upgrade() else {
+                        return;
+                    };
                     let _ = parent.steer_message(crate::agent::plugin_message(
                         "subagents",
                         "completion",

@@ -90,7 +90,8 @@ impl Agent {
             Some(TurnEndReason::Aborted { .. })
         );
         let mut first_step = true;
-        let mut title_task: Option<(tokio::task::JoinHandle<Option<String>>, u64)> = None;
+        // The model-title call for a new session: (task, seq of the titled message, fallback).
+        let mut title_task: Option<(tokio::task::JoinHandle<Option<String>>, u64, String)> = None;
         let reason = 'steps: loop {
             step += 1;
             if step > self.options.max_steps_per_turn {
@@ -124,12 +125,15 @@ impl Agent {
                     let is_user = matches!(message.source, MessageSource::User);
                     let seq = log.append(Event::UserMessage(message.clone()))?;
                     if is_user && log.writer().state().title().is_none() {
+                        let fallback = fallback_title(&message.text());
                         log.append(Event::SessionTitle(SessionTitle {
-                            title: fallback_title(&message.text()),
+                            title: fallback.clone(),
                             message_seqs: vec![seq],
                             source: Some(serde_json::json!({"kind": "fallback"})),
                         }))?;
-                        title_task = self.spawn_title(&message.text()).map(|task| (task, seq));
+                        title_task = self
+                            .spawn_title(&message.text())
+                            .map(|task| (task, seq, fallback));
                     }
                 }
             }
@@ -322,20 +326,24 @@ impl Agent {
             turn,
             reason: reason.clone(),
         }))?;
-        if let Some((task, seq)) = title_task {
+        if let Some((task, seq, fallback)) = title_task {
             // The title call ran alongside the turn; give it a moment more, then keep the
             // fallback. Dropping the handle does not stop the task, so abort it explicitly.
             let abort = task.abort_handle();
             match tokio::time::timeout(std::time::Duration::from_secs(5), task).await {
                 Ok(Ok(Some(title))) => {
-                    self.shared.log().append(Event::SessionTitle(SessionTitle {
-                        title,
-                        message_seqs: vec![seq],
-                        source: Some(serde_json::json!({
-                            "kind": "model",
-                            "model": self.title_route().1,
-                        })),
-                    }))?;
+                    let mut log = self.shared.log();
+                    // A title set meanwhile (a user's rename) wins over the model's.
+                    if log.writer().state().title() == Some(fallback.as_str()) {
+                        log.append(Event::SessionTitle(SessionTitle {
+                            title,
+                            message_seqs: vec![seq],
+                            source: Some(serde_json::json!({
+                                "kind": "model",
+                                "model": self.title_route().1,
+                            })),
+                        }))?;
+                    }
                 }
                 _ => abort.abort(),
             }

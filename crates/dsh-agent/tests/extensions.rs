@@ -358,3 +358,63 @@ async fn model_titles_replace_the_fallback_and_failures_keep_it() {
         assert_eq!((title.as_str(), kind.as_str()), expected);
     }
 }
+
+/// Keeps what `attach` gave it, as real extensions (hooks, subagents) do.
+#[derive(Default)]
+struct KeepsAttached {
+    attached: Mutex<Option<dsh_agent::AttachedAgent>>,
+}
+
+impl Extension for KeepsAttached {
+    fn name(&self) -> &str {
+        "keeps-attached"
+    }
+    fn attach(&self, agent: &dsh_agent::AttachedAgent) {
+        *self.attached.lock().unwrap() = Some(agent.clone());
+    }
+}
+
+#[tokio::test]
+async fn an_extension_keeping_its_agent_does_not_keep_the_session_alive() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let replies = Arc::new(ReplayAdapter::new(vec![text("hi")]));
+    let keeper = Arc::new(KeepsAttached::default());
+    let extensions = ExtensionSet::new();
+    extensions.register_for_life(keeper.clone());
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("r", replies).unwrap();
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut agent = Agent::create(
+        parts(home.path(), cwd.path(), extensions, adapters, "r"),
+        store.as_ref(),
+    )
+    .unwrap();
+    let handle = agent.handle();
+    let mut events = handle.subscribe();
+    handle.followup("go").unwrap();
+    agent.run_until_idle().await.unwrap();
+    let attached = keeper.attached.lock().unwrap().clone().unwrap();
+    assert!(
+        attached.handle.upgrade().is_some(),
+        "reachable while the agent lives"
+    );
+    drop(handle);
+    drop(agent);
+    // Every event was delivered, then the channel closes: front ends waiting on it finish.
+    let mut seen = 0;
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match events.recv().await {
+                Ok(_) => seen += 1,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return true,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    assert!(closed, "the session's event channel never closed");
+    assert!(seen > 0);
+    assert!(attached.handle.upgrade().is_none());
+}

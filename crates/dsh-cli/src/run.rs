@@ -419,25 +419,39 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut events = handle.subscribe();
     let json = args.json;
     let show_reasoning = args.show_reasoning;
+    // Prints events as they are logged; once the run is over (`finished`), prints what is
+    // still buffered and stops.
+    let finished = tokio_util::sync::CancellationToken::new();
     let printer = tokio::spawn({
         let session_id = session_id.clone();
+        let finished = finished.clone();
         async move {
             let mut progress = ProgressPrinter::new(show_reasoning);
             let mut stdout = std::io::stdout();
+            let mut print = |envelope: &dsh_session::Envelope| {
+                if json {
+                    let line = serde_json::json!({
+                        "type": "session_event",
+                        "sessionId": session_id,
+                        "event": envelope_json(envelope),
+                    });
+                    let _ = writeln!(stdout, "{line}");
+                } else if show_progress {
+                    progress.print(envelope);
+                }
+            };
             loop {
-                match events.recv().await {
-                    Ok(envelope) => {
-                        if json {
-                            let line = serde_json::json!({
-                                "type": "session_event",
-                                "sessionId": session_id,
-                                "event": envelope_json(&envelope),
-                            });
-                            let _ = writeln!(stdout, "{line}");
-                        } else if show_progress {
-                            progress.print(&envelope);
+                let received = tokio::select! {
+                    received = events.recv() => received,
+                    () = finished.cancelled() => {
+                        while let Ok(envelope) = events.try_recv() {
+                            print(&envelope);
                         }
+                        break;
                     }
+                };
+                match received {
+                    Ok(envelope) => print(&envelope),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                         if show_progress {
                             eprintln!("dsh: progress display skipped {n} events");
@@ -472,7 +486,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     signal_task.abort();
     drop(handle);
     drop(agent);
-    // The printer ends when the last sender (inside the agent's log) is dropped.
+    // Every event of the run is in the channel by now: the printer drains it and stops.
+    finished.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
 
     let outcomes = outcomes?;
