@@ -1,7 +1,9 @@
 //! The interactive UI end to end: the real `dsh` binary in a pseudo-terminal against the fake
 //! provider. Type a prompt and see the streamed reply; approve an escalated `bash` call; start a stalling reply, type a draft,
 //! press Ctrl-C: the turn is logged `aborted` with the partial reply, and the draft survives
-//! on screen and is printed when the UI closes (Ctrl-D).
+//! on screen and is printed when the UI closes (Ctrl-D). A resumed session renders its history,
+//! switches its permission preset with `/permission` (danger-full-access asks first), runs a
+//! user-invocable skill as `/name args`, and answers `ask_user_question` in the question form.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
@@ -249,16 +251,50 @@ async fn type_stream_cancel_keep_draft() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_renders_the_history_from_the_log() {
-    let provider = FakeProvider::start([ScriptedReply::from(
-        SseReply::new()
-            .text("The answer is 42.")
-            .finish("stop", Some(WireUsage::default())),
-    )])
+async fn resume_renders_the_history_then_permission_skill_and_question() {
+    let question = serde_json::json!({"questions": [{
+        "id": "db",
+        "question": "Which database?",
+        "options": [{"label": "sqlite"}, {"label": "postgres", "description": "the big one"}],
+    }]});
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .text("The answer is 42.")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("reviewed it")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "call_ask", "ask_user_question", &question.to_string())
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("postgres it is")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "call_ask2", "ask_user_question", &question.to_string())
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+    ])
     .await
     .unwrap();
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
+    let skill = cwd.path().join(".dsh/skills/review");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: review\ndescription: Review the changes.\n---\nReview step by step.\n",
+    )
+    .unwrap();
     let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
     tui.wait_for("Ask dsh anything");
     tui.type_text("what is the answer\r");
@@ -278,10 +314,81 @@ async fn resume_renders_the_history_from_the_log() {
     );
     resumed.wait_for("› what is the answer");
     resumed.wait_for("The answer is 42.");
+
+    resumed.type_text("/permission read-only\r");
+    resumed.wait_for("permission preset: read-only (was workspace-write)");
+    resumed.wait_for("· read-only ·");
+    resumed.type_text("/permission danger-full-access\r");
+    resumed.wait_for("confirm permission preset");
+    resumed.type_text("n");
+    resumed.wait_for("kept read-only");
+
+    resumed.type_text("/review the parser\r");
+    resumed.wait_for("reviewed it");
+
+    resumed.type_text("which db?\r");
+    resumed.wait_for("question 1/1");
+    resumed.wait_for("2. postgres  the big one");
+    resumed.type_text("2\r");
+    resumed.wait_for("postgres it is");
+
+    // Ctrl-C while a question waits cancels the turn and closes the form.
+    resumed.type_text("ask again\r");
+    resumed.wait_for("question 1/1");
+    resumed.type_text("\x03");
+    resumed.wait_for("turn cancelled");
+    resumed.wait_for("Ask dsh anything");
+    let screen = resumed.contents();
+    assert!(!screen.contains("question 1/1"), "{screen}");
     resumed.type_text("\x04");
     let deadline = Instant::now() + Duration::from_secs(20);
     while resumed.child.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "dsh resume did not exit");
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    let log = load_file(&session_file(home.path())).unwrap();
+    let presets: Vec<String> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Opaque { event_type, data } if event_type == "permission/preset" => {
+                data["preset"].as_str().map(str::to_string)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        presets.last().map(String::as_str),
+        Some("read-only"),
+        "{presets:?}"
+    );
+    assert!(!presets.iter().any(|p| p == "danger-full-access"));
+    let skill_text = log.events.iter().any(|e| matches!(&e.event,
+        Event::UserMessage(m) if m.text().contains("Review step by step.") && m.text().contains("the parser")));
+    assert!(skill_text, "the skill was not sent as a user message");
+    let results: Vec<String> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(r) if r.call_id() == Some("call_ask") => Some(format!("{r:?}")),
+            _ => None,
+        })
+        .collect();
+    let answered = results
+        .iter()
+        .any(|r| r.contains("Which database? (db): postgres"));
+    assert!(answered, "{results:?}");
+    let ends: Vec<TurnEndReason> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TurnEnd(end) => Some(end.reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(ends.last(), Some(TurnEndReason::Aborted { .. })),
+        "{ends:?}"
+    );
 }

@@ -5,12 +5,14 @@
 use std::collections::VecDeque;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use dsh_agent::{ApprovalDecision, ApprovalRequest};
+use dsh_agent::{ApprovalDecision, ApprovalRequest, AskOutcome, UserCommand};
 use dsh_session::{PriceTable, SessionSummary};
+use dsh_tools::PermissionPreset;
 use tokio::sync::oneshot;
 
-use crate::commands::{completions, parse, SlashCommand};
+use crate::commands::{completions, parse, SlashCommand, PERMISSION_PRESETS};
 use crate::composer::Composer;
+use crate::question::QuestionForm;
 use crate::transcript::Transcript;
 
 /// What the runtime must do after a key.
@@ -26,6 +28,8 @@ pub enum Action {
     Command(SlashCommand),
     /// Continue the session with this id (picked in `/resume`).
     OpenSession(String),
+    /// Switch the permission preset, confirmed (danger-full-access asks before this).
+    SetPermission(PermissionPreset),
     /// Leave.
     Quit,
 }
@@ -37,7 +41,7 @@ pub struct StatusInfo {
     pub model: String,
     /// Effort asked for.
     pub effort: Option<String>,
-    /// Permission preset name.
+    /// Permission preset name (the runtime keeps it in step with the agent).
     pub permission: String,
     /// Context window of the model, in tokens.
     pub context_window: u64,
@@ -51,6 +55,34 @@ pub struct PendingApproval {
     pub request: ApprovalRequest,
     /// Where the answer goes (the loop waits on it).
     pub respond: Option<oneshot::Sender<ApprovalDecision>>,
+}
+
+/// Questions from `ask_user_question` waiting for the user's answers.
+pub struct PendingQuestion {
+    /// The questions and the user's answers so far.
+    pub form: QuestionForm,
+    /// Where the outcome goes (the tool waits on it).
+    pub respond: Option<oneshot::Sender<AskOutcome>>,
+}
+
+/// The `/permission` list: the presets, the one in force marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PermissionMenu {
+    /// The preset in force.
+    pub current: PermissionPreset,
+    /// The highlighted row of [`PERMISSION_PRESETS`].
+    pub selected: usize,
+}
+
+impl PermissionMenu {
+    /// The list with the preset in force highlighted.
+    pub fn new(current: PermissionPreset) -> Self {
+        let selected = PERMISSION_PRESETS
+            .iter()
+            .position(|(preset, _)| *preset == current)
+            .unwrap_or(0);
+        PermissionMenu { current, selected }
+    }
 }
 
 /// A list to choose a session from (`/resume`).
@@ -85,6 +117,14 @@ pub struct App {
     pub session_id: Option<String>,
     /// Questions from the approver, first one shown.
     pub approvals: VecDeque<PendingApproval>,
+    /// Questions from `ask_user_question`, first one shown (after any approval).
+    pub questions: VecDeque<PendingQuestion>,
+    /// The `/permission` list, when open.
+    pub permission_menu: Option<PermissionMenu>,
+    /// A switch to this preset waits for y/n (danger-full-access removes the sandbox).
+    pub confirm_permission: Option<PermissionPreset>,
+    /// Slash commands of the session's extensions (user-invocable skills).
+    pub user_commands: Vec<UserCommand>,
     /// The `/resume` picker, when open.
     pub picker: Option<Picker>,
     /// Show reasoning in full.
@@ -113,6 +153,10 @@ impl App {
             status,
             session_id: None,
             approvals: VecDeque::new(),
+            questions: VecDeque::new(),
+            permission_menu: None,
+            confirm_permission: None,
+            user_commands: Vec::new(),
             picker: None,
             expand_reasoning: false,
             scroll: 0,
@@ -124,9 +168,18 @@ impl App {
         }
     }
 
-    /// Commands matching the draft (for the completion popup).
-    pub fn completions(&self) -> Vec<(&'static str, &'static str)> {
-        completions(&self.composer.text())
+    /// Commands matching the draft (for the completion popup): `(completion, description)`.
+    pub fn completions(&self) -> Vec<(String, String)> {
+        completions(&self.composer.text(), &self.user_commands)
+    }
+
+    /// True while something replaces the composer or sits over it and takes the keys.
+    pub fn modal(&self) -> bool {
+        !self.approvals.is_empty()
+            || !self.questions.is_empty()
+            || self.confirm_permission.is_some()
+            || self.permission_menu.is_some()
+            || self.picker.is_some()
     }
 
     /// Applies a key; returns what the runtime must do.
@@ -147,9 +200,31 @@ impl App {
         if ctrl && matches!(key.code, KeyCode::Char('d') | KeyCode::Char('D')) {
             return vec![Action::Quit];
         }
+        // Scrolling works under every prompt, to reread what led to it.
+        match key.code {
+            KeyCode::PageUp => {
+                self.scroll += self.page.max(2) - 1;
+                return Vec::new();
+            }
+            KeyCode::PageDown => {
+                self.scroll = self.scroll.saturating_sub(self.page.max(2) - 1);
+                return Vec::new();
+            }
+            _ => {}
+        }
         if !self.approvals.is_empty() {
             self.approval_key(key);
             return Vec::new();
+        }
+        if !self.questions.is_empty() {
+            self.question_key(key);
+            return Vec::new();
+        }
+        if self.confirm_permission.is_some() {
+            return self.confirm_key(key);
+        }
+        if self.permission_menu.is_some() {
+            return self.permission_menu_key(key);
         }
         if self.picker.is_some() {
             return self.picker_key(key);
@@ -203,8 +278,6 @@ impl App {
                     self.completion = 0;
                 }
             }
-            KeyCode::PageUp => self.scroll += self.page.max(2) - 1,
-            KeyCode::PageDown => self.scroll = self.scroll.saturating_sub(self.page.max(2) - 1),
             KeyCode::Esc => self.scroll = 0,
             _ => {}
         }
@@ -213,18 +286,30 @@ impl App {
 
     /// Inserts pasted text into the draft.
     pub fn on_paste(&mut self, text: &str) {
-        if self.approvals.is_empty() && self.picker.is_none() {
+        if !self.approvals.is_empty() {
+            return;
+        }
+        if let Some(pending) = self.questions.front_mut() {
+            pending.form.on_paste(text);
+            return;
+        }
+        if !self.modal() {
             self.composer.insert_str(text);
         }
     }
 
     fn ctrl_c(&mut self) -> Vec<Action> {
-        if self.picker.take().is_some() {
+        let closed = self.picker.take().is_some()
+            | self.permission_menu.take().is_some()
+            | self.confirm_permission.take().is_some();
+        if closed && self.approvals.is_empty() && self.questions.is_empty() {
             return Vec::new();
         }
-        if self.transcript.running || !self.approvals.is_empty() {
-            // The loop answers a pending approval `canceled` itself when the turn ends.
+        if self.transcript.running || !self.approvals.is_empty() || !self.questions.is_empty() {
+            // The loop answers a pending approval `canceled` itself when the turn ends; a
+            // withdrawn question stops waiting on the same cancellation.
             self.approvals.clear();
+            self.questions.clear();
             self.armed = None;
             self.hint = Some("cancelling the turn…".to_string());
             return vec![Action::Cancel];
@@ -255,13 +340,13 @@ impl App {
         }
         if draft.starts_with('/') {
             let matches = self.completions();
-            let exact = matches.iter().any(|(name, _)| *name == draft.trim());
+            let exact = matches.iter().any(|(name, _)| name == draft.trim());
             let line = match matches.get(self.completion) {
-                Some((name, _)) if !exact => (*name).to_string(),
+                Some((name, _)) if !exact => name.clone(),
                 _ => draft.trim().to_string(),
             };
             self.completion = 0;
-            return match parse(&line) {
+            return match parse(&line, &self.user_commands) {
                 Ok(command) => {
                     self.composer.take();
                     vec![Action::Command(command)]
@@ -300,6 +385,64 @@ impl App {
                 let _ = respond.send(decision);
             }
         }
+    }
+
+    fn question_key(&mut self, key: KeyEvent) {
+        let Some(pending) = self.questions.front_mut() else {
+            return;
+        };
+        let Some(outcome) = pending.form.on_key(key) else {
+            return;
+        };
+        if let Some(mut pending) = self.questions.pop_front() {
+            if let Some(respond) = pending.respond.take() {
+                // The tool stopped waiting (turn cancelled): nobody needs the answers.
+                let _ = respond.send(outcome);
+            }
+        }
+    }
+
+    fn confirm_key(&mut self, key: KeyEvent) -> Vec<Action> {
+        let Some(preset) = self.confirm_permission else {
+            return Vec::new();
+        };
+        match key.code {
+            KeyCode::Char('y') | KeyCode::Char('Y') => {
+                self.confirm_permission = None;
+                vec![Action::SetPermission(preset)]
+            }
+            KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
+                self.confirm_permission = None;
+                self.hint = Some(format!("kept {}", self.status.permission));
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn permission_menu_key(&mut self, key: KeyEvent) -> Vec<Action> {
+        let Some(menu) = self.permission_menu.as_mut() else {
+            return Vec::new();
+        };
+        let last = PERMISSION_PRESETS.len() - 1;
+        match key.code {
+            KeyCode::Up => menu.selected = menu.selected.saturating_sub(1),
+            KeyCode::Down => menu.selected = (menu.selected + 1).min(last),
+            KeyCode::Char(c @ '1'..='9') => {
+                menu.selected = (c as usize - '1' as usize).min(last);
+            }
+            KeyCode::Esc => self.permission_menu = None,
+            KeyCode::Enter => {
+                let chosen = PERMISSION_PRESETS[menu.selected.min(last)].0;
+                self.permission_menu = None;
+                // The same path as typing it, so danger-full-access asks to confirm.
+                return vec![Action::Command(SlashCommand::Permission(Some(
+                    chosen.as_str().to_string(),
+                )))];
+            }
+            _ => {}
+        }
+        Vec::new()
     }
 
     fn picker_key(&mut self, key: KeyEvent) -> Vec<Action> {

@@ -1,4 +1,9 @@
-//! Slash commands: the table, parsing and completion.
+//! Slash commands: the table, parsing and completion. The built-in commands come first;
+//! commands contributed by the session's extensions (user-invocable skills,
+//! [`dsh_agent::UserCommand`]) follow, and a built-in name always wins over theirs.
+
+use dsh_agent::UserCommand;
+use dsh_tools::PermissionPreset;
 
 /// A parsed slash command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,7 +16,7 @@ pub enum SlashCommand {
     Effort(Option<String>),
     /// `/cost`: usage and cost of the session.
     Cost,
-    /// `/permission`: show the permission preset.
+    /// `/permission [preset]`: choose the permission preset, or switch to the one given.
     Permission(Option<String>),
     /// `/resume`: pick a session of this directory to continue.
     Resume,
@@ -25,9 +30,16 @@ pub enum SlashCommand {
     Help,
     /// `/quit`: leave.
     Quit,
+    /// `/name [arguments]`: a command of the session's extensions (e.g. a skill).
+    User {
+        /// The name, without the `/`.
+        name: String,
+        /// What followed the name (trimmed; may be empty).
+        arguments: String,
+    },
 }
 
-/// Name and one-line description of every command, in the order `/help` lists them.
+/// Name and one-line description of every built-in command, in the order `/help` lists them.
 pub const COMMANDS: &[(&str, &str)] = &[
     ("/compact", "summarise older messages now to free context"),
     ("/model", "show or switch the model: /model deepseek-v4-pro"),
@@ -36,7 +48,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "show or switch reasoning effort: off, low, medium, high, max",
     ),
     ("/cost", "token usage, cache hits and cost of this session"),
-    ("/permission", "show the permission preset"),
+    (
+        "/permission",
+        "choose the permission preset: /permission read-only",
+    ),
     ("/resume", "pick an earlier session of this directory"),
     ("/fork", "continue in a copy of this session"),
     ("/export", "write a Markdown transcript: /export [path]"),
@@ -45,8 +60,33 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("/quit", "leave dsh"),
 ];
 
-/// Parses a draft that starts with `/`. `Err` carries a message for the user.
-pub fn parse(input: &str) -> Result<SlashCommand, String> {
+/// Other spellings of built-in commands (they also shadow extension commands).
+const ALIASES: &[&str] = &["/permissions", "/clear", "/?", "/exit"];
+
+/// The permission presets `/permission` offers, with what each allows.
+pub const PERMISSION_PRESETS: &[(PermissionPreset, &str)] = &[
+    (
+        PermissionPreset::ReadOnly,
+        "no file writes; bash runs in a read-only sandbox",
+    ),
+    (
+        PermissionPreset::WorkspaceWrite,
+        "writes inside the working directory and temp dirs; bash sandboxed",
+    ),
+    (
+        PermissionPreset::DangerFullAccess,
+        "no sandbox: bash and tools may change anything (asks to confirm)",
+    ),
+];
+
+/// True for a built-in command name or alias (with its `/`).
+pub fn is_builtin(name: &str) -> bool {
+    COMMANDS.iter().any(|(n, _)| *n == name) || ALIASES.contains(&name)
+}
+
+/// Parses a draft that starts with `/`; `user` are the extensions' commands. `Err` carries a
+/// message for the user.
+pub fn parse(input: &str, user: &[UserCommand]) -> Result<SlashCommand, String> {
     let input = input.trim();
     let (name, rest) = match input.split_once(char::is_whitespace) {
         Some((name, rest)) => (name, rest.trim()),
@@ -72,24 +112,57 @@ pub fn parse(input: &str) -> Result<SlashCommand, String> {
         "/new" | "/clear" => no_arg(SlashCommand::New),
         "/help" | "/?" => no_arg(SlashCommand::Help),
         "/quit" | "/exit" => no_arg(SlashCommand::Quit),
-        other => Err(format!("unknown command {other}; /help lists them")),
+        other => {
+            let bare = &other[1..];
+            if user.iter().any(|c| c.name == bare) {
+                Ok(SlashCommand::User {
+                    name: bare.to_string(),
+                    arguments: rest.to_string(),
+                })
+            } else {
+                Err(format!("unknown command {other}; /help lists them"))
+            }
+        }
     }
 }
 
-/// Commands whose name starts with the draft, while the draft is a bare `/word` (no space).
-pub fn completions(draft: &str) -> Vec<(&'static str, &'static str)> {
-    if !draft.starts_with('/') || draft.contains(char::is_whitespace) {
+/// Completions for the draft: commands whose name starts with it while the draft is a bare
+/// `/word` (built-ins first, then the extensions' commands), or presets while it is
+/// `/permission <prefix>` with a non-empty prefix. Each is `(text to complete to, description)`.
+pub fn completions(draft: &str, user: &[UserCommand]) -> Vec<(String, String)> {
+    if !draft.starts_with('/') {
         return Vec::new();
     }
-    COMMANDS
+    if let Some(prefix) = draft.strip_prefix("/permission ") {
+        if prefix.is_empty() || prefix.contains(char::is_whitespace) {
+            return Vec::new();
+        }
+        return PERMISSION_PRESETS
+            .iter()
+            .filter(|(preset, _)| preset.as_str().starts_with(prefix))
+            .map(|(preset, about)| (format!("/permission {preset}"), (*about).to_string()))
+            .collect();
+    }
+    if draft.contains(char::is_whitespace) {
+        return Vec::new();
+    }
+    let builtin = COMMANDS
         .iter()
-        .copied()
         .filter(|(name, _)| name.starts_with(draft))
-        .collect()
+        .map(|(name, about)| ((*name).to_string(), (*about).to_string()));
+    let extension = user_entries(user).filter(|(name, _)| name.starts_with(draft));
+    builtin.chain(extension).collect()
 }
 
-/// The `/help` text.
-pub fn help_text() -> String {
+/// The extensions' commands as `(/name, description)`, without those a built-in shadows.
+fn user_entries(user: &[UserCommand]) -> impl Iterator<Item = (String, String)> + '_ {
+    user.iter()
+        .map(|c| (format!("/{}", c.name), c.description.clone()))
+        .filter(|(name, _)| !is_builtin(name))
+}
+
+/// The `/help` text; `user` are the extensions' commands, listed after the built-ins.
+pub fn help_text(user: &[UserCommand]) -> String {
     let mut out = String::from(
         "Keys: Enter send (queues a followup while a turn runs) · Ctrl-S send as steering · \
          Shift/Alt-Enter or Ctrl-J newline · Ctrl-C cancel turn / clear draft (twice) / quit \
@@ -99,6 +172,13 @@ pub fn help_text() -> String {
     for (name, about) in COMMANDS {
         out.push_str(&format!("\n  {name:<12} {about}"));
     }
+    let mut extension = user_entries(user).peekable();
+    if extension.peek().is_some() {
+        out.push_str("\nSkills and extension commands (/name [arguments]):");
+        for (name, about) in extension {
+            out.push_str(&format!("\n  {name:<12} {about}"));
+        }
+    }
     out
 }
 
@@ -106,17 +186,63 @@ pub fn help_text() -> String {
 mod tests {
     use super::*;
 
+    fn user(names: &[&str]) -> Vec<UserCommand> {
+        names
+            .iter()
+            .map(|n| UserCommand {
+                name: (*n).to_string(),
+                description: format!("the {n} skill"),
+            })
+            .collect()
+    }
+
     #[test]
     fn parses_and_completes() {
         assert_eq!(
-            parse("/model  x "),
+            parse("/model  x ", &[]),
             Ok(SlashCommand::Model(Some("x".into())))
         );
-        assert_eq!(parse("/cost"), Ok(SlashCommand::Cost));
-        assert!(parse("/cost now").is_err());
-        assert!(parse("/nope").is_err());
-        let names: Vec<_> = completions("/e").iter().map(|c| c.0).collect();
+        assert_eq!(parse("/cost", &[]), Ok(SlashCommand::Cost));
+        assert!(parse("/cost now", &[]).is_err());
+        assert!(parse("/nope", &[]).is_err());
+        let names: Vec<_> = completions("/e", &[]).into_iter().map(|c| c.0).collect();
         assert_eq!(names, ["/effort", "/export"]);
-        assert!(completions("/model x").is_empty());
+        assert!(completions("/model x", &[]).is_empty());
+    }
+
+    #[test]
+    fn permission_arguments_complete() {
+        let names: Vec<_> = completions("/permission d", &[])
+            .into_iter()
+            .map(|c| c.0)
+            .collect();
+        assert_eq!(names, ["/permission danger-full-access"]);
+        // An empty argument completes nothing, so Enter opens the preset list.
+        assert!(completions("/permission ", &[]).is_empty());
+        assert_eq!(
+            parse("/permission read-only", &[]),
+            Ok(SlashCommand::Permission(Some("read-only".into())))
+        );
+    }
+
+    #[test]
+    fn extension_commands_follow_builtins_and_never_shadow_them() {
+        let user = user(&["review", "export", "clear", "explain"]);
+        let names: Vec<_> = completions("/e", &user).into_iter().map(|c| c.0).collect();
+        assert_eq!(names, ["/effort", "/export", "/explain"]);
+        assert_eq!(
+            parse("/review  the parser\nplease ", &user),
+            Ok(SlashCommand::User {
+                name: "review".into(),
+                arguments: "the parser\nplease".into()
+            })
+        );
+        assert_eq!(parse("/export", &user), Ok(SlashCommand::Export(None)));
+        assert_eq!(parse("/clear", &user), Ok(SlashCommand::New));
+        assert!(parse("/reviewer", &user).is_err());
+        let help = help_text(&user);
+        assert!(help.contains("\n  /review      the review skill"), "{help}");
+        assert!(!help.contains("the export skill"), "{help}");
+        assert!(!help_text(&[]).contains("Skills"));
     }
 }

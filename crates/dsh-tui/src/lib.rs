@@ -1,7 +1,9 @@
 //! The interactive terminal UI of dsh (SPEC S8): a conversation view that streams Markdown,
 //! reasoning and tool cards; a multi-line composer whose draft survives turns and cancels;
-//! queued and steering input; approval prompts; slash commands with completion; and a status
-//! line with model, effort, permission, context, cache hits and cost.
+//! queued and steering input; approval prompts; answers to `ask_user_question`; slash commands
+//! with completion (the built-ins, `/permission` switching, and the extensions' commands such
+//! as user-invocable skills); and a status line with model, effort, permission, context, cache
+//! hits and cost.
 //!
 //! The crate is a front end over [`dsh_agent`]: it sends operations through an
 //! [`dsh_agent::AgentHandle`] and renders the session events it subscribes to. Rendering is
@@ -17,6 +19,7 @@ pub mod commands;
 pub mod composer;
 pub mod highlight;
 pub mod markdown;
+pub mod question;
 pub mod runtime;
 pub mod terminal;
 pub mod transcript;

@@ -1,5 +1,5 @@
-//! The event loop: terminal input, session events, approval questions and background jobs in,
-//! frames out.
+//! The event loop: terminal input, session events, approval questions, `ask_user_question`
+//! questions and background jobs in, frames out.
 //!
 //! Start-up draws the first frame before any blocking work: the session is opened (and, for a
 //! resume, its log read) on a blocking thread while the user can already type; what is sent
@@ -14,15 +14,19 @@ use crossterm::event::Event as TermEvent;
 use dsh_agent::{Agent, AgentError, AgentHandle, SessionEvent};
 use dsh_llm::{CallConfig, ReasoningEffort};
 use dsh_session::{open_store, LoadedLog, SessionSummary, StoreKind};
+use dsh_tools::PermissionPreset;
 use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{Action, App, PendingApproval, Picker, StatusInfo};
+use crate::app::{
+    Action, App, PendingApproval, PendingQuestion, PermissionMenu, Picker, StatusInfo,
+};
 use crate::approval::{ApprovalQuestion, TuiApprover};
 use crate::commands::{help_text, SlashCommand};
+use crate::question::{AskQuestion, QuestionForm, TuiAsker};
 use crate::terminal::TerminalGuard;
 use crate::transcript::{NoticeLevel, Transcript};
 use crate::view::{draw, short_tokens, ViewCache};
@@ -108,6 +112,7 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn AgentFactory>) -> anyhow:
         factory,
         background: mpsc::unbounded_channel(),
         questions: mpsc::unbounded_channel(),
+        asks: mpsc::unbounded_channel(),
     };
     terminal.draw(|f| draw(f, &mut ui.app, &mut ui.cache))?;
 
@@ -157,6 +162,10 @@ struct Ui {
         mpsc::UnboundedSender<ApprovalQuestion>,
         mpsc::UnboundedReceiver<ApprovalQuestion>,
     ),
+    asks: (
+        mpsc::UnboundedSender<AskQuestion>,
+        mpsc::UnboundedReceiver<AskQuestion>,
+    ),
 }
 
 impl Ui {
@@ -175,6 +184,12 @@ impl Ui {
                 event = next_event(&mut self.live) => self.on_session_event(event),
                 Some((request, respond)) = self.questions.1.recv() => {
                     self.app.approvals.push_back(PendingApproval { request, respond: Some(respond) });
+                }
+                Some((request, respond)) = self.asks.1.recv() => {
+                    self.app.questions.push_back(PendingQuestion {
+                        form: QuestionForm::new(request),
+                        respond: Some(respond),
+                    });
                 }
                 Some(done) = self.background.1.recv() => self.on_background(done),
             }
@@ -195,7 +210,15 @@ impl Ui {
             if quit {
                 return Ok(());
             }
+            // A prompt whose asker stopped waiting (its turn was cancelled) goes away.
+            self.app
+                .approvals
+                .retain(|a| a.respond.as_ref().is_some_and(|r| !r.is_closed()));
+            self.app
+                .questions
+                .retain(|q| q.respond.as_ref().is_some_and(|r| !r.is_closed()));
             if let Some(live) = &self.live {
+                self.app.status.permission = live.handle.permission().as_str().to_string();
                 let (turn, step) = live.handle.pending();
                 self.app.queue = step
                     .iter()
@@ -252,6 +275,10 @@ impl Ui {
                 self.command(command);
                 return false;
             }
+            Action::SetPermission(preset) => {
+                self.set_permission(preset);
+                return false;
+            }
             Action::Send(_) | Action::Steer(_) | Action::Cancel => {}
         }
         let Some(live) = &self.live else {
@@ -282,7 +309,10 @@ impl Ui {
                 }
                 Ok(())
             }
-            Action::OpenSession(_) | Action::Command(_) | Action::Quit => Ok(()),
+            Action::OpenSession(_)
+            | Action::Command(_)
+            | Action::SetPermission(_)
+            | Action::Quit => Ok(()),
         };
         if let Err(err) = result {
             self.app
@@ -295,7 +325,11 @@ impl Ui {
     fn command(&mut self, command: SlashCommand) {
         let notice = |app: &mut App, text: String| app.transcript.notice(NoticeLevel::Info, text);
         if command == SlashCommand::Help {
-            return notice(&mut self.app, help_text());
+            if let Some(live) = &self.live {
+                self.app.user_commands = live.handle.user_commands();
+            }
+            let text = help_text(&self.app.user_commands);
+            return notice(&mut self.app, text);
         }
         if command == SlashCommand::New && self.live.is_none() && !self.app.loading {
             return self.open(StartWith::New);
@@ -375,15 +409,28 @@ impl Ui {
                 );
                 notice(&mut self.app, text);
             }
-            SlashCommand::Permission(arg) => {
-                let mut text = format!("permission preset: {}", self.app.status.permission);
-                if arg.is_some() {
-                    text.push_str(
-                        "\nswitching the preset inside a session is not available yet; restart \
-                         with DSH_PERMISSION_MODE=read-only|workspace-write|danger-full-access",
-                    );
+            SlashCommand::Permission(None) => {
+                self.app.permission_menu = Some(PermissionMenu::new(live.handle.permission()));
+            }
+            SlashCommand::Permission(Some(text)) => match text.parse::<PermissionPreset>() {
+                Ok(preset)
+                    if preset == PermissionPreset::DangerFullAccess
+                        && live.handle.permission() != preset =>
+                {
+                    // It removes the sandbox: ask first (y switches, see `App::confirm_key`).
+                    self.app.confirm_permission = Some(preset);
                 }
-                notice(&mut self.app, text);
+                Ok(preset) => self.set_permission(preset),
+                Err(message) => self.app.transcript.notice(NoticeLevel::Error, message),
+            },
+            SlashCommand::User { name, arguments } => {
+                match live.handle.run_user_command(&name, &arguments) {
+                    Ok(()) => self.app.scroll = 0,
+                    Err(err) => self
+                        .app
+                        .transcript
+                        .notice(NoticeLevel::Error, format!("/{name}: {err}")),
+                }
             }
             SlashCommand::Resume => {
                 let (home, kind) = (self.options.home.clone(), self.options.store);
@@ -436,6 +483,29 @@ impl Ui {
         }
     }
 
+    /// Switches the permission preset (already confirmed). The logged `permission/preset`
+    /// event brings the notice; a refusal is shown as an error.
+    fn set_permission(&mut self, preset: PermissionPreset) {
+        let Some(live) = &self.live else {
+            self.app.hint = Some("no session is open yet".to_string());
+            return;
+        };
+        if live.handle.permission() == preset {
+            self.app.transcript.notice(
+                NoticeLevel::Info,
+                format!("the permission preset is already {preset}"),
+            );
+            return;
+        }
+        match live.handle.set_permission(preset) {
+            Ok(()) => self.app.status.permission = preset.as_str().to_string(),
+            Err(err) => self.app.transcript.notice(
+                NoticeLevel::Error,
+                format!("cannot switch the permission preset: {err}"),
+            ),
+        }
+    }
+
     fn on_background(&mut self, done: Background) {
         match done {
             Background::Opened(opened) => match *opened {
@@ -443,6 +513,9 @@ impl Ui {
                     opened
                         .agent
                         .set_approver(Arc::new(TuiApprover::new(self.questions.0.clone())));
+                    opened
+                        .agent
+                        .set_asker(Arc::new(TuiAsker::new(self.asks.0.clone())));
                     let handle = opened.agent.handle();
                     let events = handle.subscribe();
                     let call = opened.agent.call().clone();
@@ -452,6 +525,12 @@ impl Ui {
                     for envelope in &log.events {
                         self.app.transcript.apply(envelope);
                     }
+                    // The preset in force (a resumed session starts with the configured one,
+                    // whatever its log recorded last); a logged switch from it is a notice.
+                    let permission = handle.permission().as_str().to_string();
+                    self.app.status.permission = permission.clone();
+                    self.app.transcript.stats.permission = Some(permission);
+                    self.app.user_commands = handle.user_commands();
                     let stop = CancellationToken::new();
                     let task = tokio::spawn({
                         let stop = stop.clone();
@@ -597,6 +676,7 @@ impl Ui {
         self.app.transcript = Transcript::new();
         self.app.session_id = None;
         self.app.queue.clear();
+        self.app.user_commands.clear();
         self.cache = ViewCache::default();
         self.open(start);
     }

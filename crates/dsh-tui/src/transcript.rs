@@ -107,6 +107,11 @@ pub struct SessionStats {
     pub usage_by_model: BTreeMap<String, UsageTotals>,
     /// The session title.
     pub title: Option<String>,
+    /// The permission preset last logged (`permission/preset`), or the one in force when the
+    /// runtime seeds it; a logged change from it becomes a notice.
+    pub permission: Option<String>,
+    /// The sandbox mode last logged (`sandbox/mode`).
+    pub sandbox: Option<String>,
 }
 
 impl SessionStats {
@@ -402,6 +407,32 @@ impl Transcript {
                 data["toolName"].as_str().unwrap_or("a tool"),
                 data["reason"].as_str().unwrap_or("")
             ),
+            "permission/preset" => {
+                let Some(preset) = data["preset"].as_str() else {
+                    return;
+                };
+                let previous = self.stats.permission.replace(preset.to_string());
+                match previous {
+                    Some(previous) if previous != preset => format!(
+                        "permission preset: {preset} (was {previous}); applies from the next step"
+                    ),
+                    // The session's first record, or the preset already in force.
+                    _ => return,
+                }
+            }
+            "sandbox/mode" => {
+                let Some(mode) = data["mode"].as_str() else {
+                    return;
+                };
+                let previous = self.stats.sandbox.replace(mode.to_string());
+                match previous {
+                    Some(previous) if previous != mode => format!(
+                        "sandbox: {mode} ({})",
+                        data["detail"].as_str().unwrap_or("no detail")
+                    ),
+                    _ => return,
+                }
+            }
             "approval/decided" => format!(
                 "approval {}",
                 data["outcome"].as_str().unwrap_or("decided")

@@ -1,5 +1,6 @@
-//! Drawing the [`App`]: conversation, queue, hint, approval prompt or composer, status line,
-//! and the completion and `/resume` popups. Only the cells in view are laid out, and each
+//! Drawing the [`App`]: conversation, queue, hint, approval prompt, question form,
+//! permission confirmation or composer, status line, and the completion, `/permission` and
+//! `/resume` popups. Only the cells in view are laid out, and each
 //! cell's lines are cached until it changes, so long sessions draw as fast as short ones.
 
 use std::collections::hash_map::DefaultHasher;
@@ -13,6 +14,8 @@ use ratatui::Frame;
 
 use crate::app::App;
 use crate::cards::render_cell;
+use crate::commands::PERMISSION_PRESETS;
+use crate::question::QuestionForm;
 use crate::transcript::{Cell, ToolStatus};
 
 /// Rendered lines of one cell, valid while its key and the width are unchanged.
@@ -66,10 +69,21 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
     let area = frame.area();
     let width = area.width.max(4);
     let (composer_rows, cursor) = app.composer.layout(width.saturating_sub(2));
-    let bottom_height: u16 = if app.approvals.is_empty() {
-        (composer_rows.len() as u16).clamp(1, 8) + 2
-    } else {
+    let question = app.questions.front().map(|q| question_lines(&q.form));
+    let confirm = app
+        .confirm_permission
+        .map(|preset| confirm_lines(app, preset));
+    let bottom_height: u16 = if !app.approvals.is_empty() {
         6
+    } else if let Some((lines, _)) = &question {
+        let inner = wrapped_height(lines, width.saturating_sub(2));
+        let most = (area.height.saturating_mul(2) / 3).max(5);
+        (u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)).clamp(3, most)
+    } else if let Some(lines) = &confirm {
+        let inner = wrapped_height(lines, width.saturating_sub(2));
+        u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)
+    } else {
+        (composer_rows.len() as u16).clamp(1, 8) + 2
     };
     let queue_height = app.queue.len().min(4) as u16;
     let hint_height = u16::from(app.hint.is_some() || app.transcript.running || app.loading);
@@ -154,6 +168,19 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
                 .wrap(Wrap { trim: false }),
             bottom,
         );
+    } else if let (Some(pending), Some((lines, highlight))) = (app.questions.front(), question) {
+        draw_question(frame, &pending.form, lines, highlight, bottom);
+    } else if let Some(lines) = confirm {
+        let block = Block::default()
+            .borders(Borders::ALL)
+            .border_style(Style::default().fg(Color::Red))
+            .title(" confirm permission preset ");
+        frame.render_widget(
+            Paragraph::new(lines)
+                .block(block)
+                .wrap(Wrap { trim: false }),
+            bottom,
+        );
     } else {
         let visible = usize::from(bottom.height.saturating_sub(2)).max(1);
         let first = usize::from(cursor.0).saturating_sub(visible - 1);
@@ -173,15 +200,208 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
             .borders(Borders::TOP | Borders::BOTTOM)
             .border_style(Style::default().fg(Color::DarkGray));
         frame.render_widget(Paragraph::new(rows).block(block), bottom);
-        if app.picker.is_none() {
+        if app.picker.is_none() && app.permission_menu.is_none() {
             let x = bottom.x + cursor.1.min(bottom.width.saturating_sub(1));
             let y = bottom.y + 1 + cursor.0.saturating_sub(first as u16);
             frame.set_cursor_position(Position::new(x, y));
         }
         draw_completions(frame, app, bottom);
+        draw_permission_menu(frame, app, bottom);
     }
     frame.render_widget(Paragraph::new(status_line(app)), status);
     draw_picker(frame, app, area);
+}
+
+/// The inside of the box asking to confirm a switch to `preset` (danger-full-access).
+fn confirm_lines(app: &App, preset: dsh_tools::PermissionPreset) -> Vec<Line<'static>> {
+    vec![
+        Line::from(format!(
+            "Switch to {preset}? bash then runs without a sandbox and tools may read and \
+             change anything this user can."
+        )),
+        Line::from(vec![
+            Span::styled(
+                format!("[y] switch to {preset}"),
+                Style::default().fg(Color::Red),
+            ),
+            Span::raw("   "),
+            Span::styled(
+                format!("[n] keep {}", app.status.permission),
+                Style::default().fg(Color::Green),
+            ),
+        ]),
+    ]
+}
+
+/// The inside of the question box: the question, its numbered options and the "Other" row, and
+/// a key reminder; or the dismiss prompt. Also returns the index of the highlighted row's line.
+pub fn question_lines(form: &QuestionForm) -> (Vec<Line<'static>>, usize) {
+    let dim = Style::default().fg(Color::DarkGray);
+    let caret = Span::styled(" ", Style::default().add_modifier(Modifier::REVERSED));
+    if let Some(message) = &form.declining {
+        let lines = vec![
+            Line::from("Dismiss the questions without answering? The model is told you declined."),
+            Line::from(vec![
+                Span::raw("Message for the model (optional): "),
+                Span::raw(message.clone()),
+                caret,
+            ]),
+            Line::from(Span::styled(
+                "Enter dismisses · Esc returns to the questions",
+                dim,
+            )),
+        ];
+        return (lines, 1);
+    }
+    let Some(question) = form.request.questions.get(form.current) else {
+        return (Vec::new(), 0);
+    };
+    let draft = form.drafts.get(form.current).cloned().unwrap_or_default();
+    let options = question.options.len();
+    let mut lines = vec![Line::from(Span::styled(
+        question.question.clone(),
+        Style::default().add_modifier(Modifier::BOLD),
+    ))];
+    let chosen = Style::default()
+        .fg(Color::Cyan)
+        .add_modifier(Modifier::BOLD);
+    for (i, option) in question.options.iter().enumerate() {
+        let here = draft.highlight == i;
+        let mut spans = vec![Span::raw(if here { "› " } else { "  " })];
+        if question.multi_select {
+            let mark = if draft.chosen.contains(&i) {
+                "[x] "
+            } else {
+                "[ ] "
+            };
+            spans.push(Span::raw(mark));
+        }
+        spans.push(Span::styled(
+            format!("{}. {}", i + 1, option.label),
+            if here { chosen } else { Style::default() },
+        ));
+        if let Some(description) = &option.description {
+            spans.push(Span::styled(format!("  {description}"), dim));
+        }
+        lines.push(Line::from(spans));
+    }
+    let here = draft.highlight >= options;
+    let label = if options == 0 {
+        "Answer: ".to_string()
+    } else if question.multi_select {
+        format!("    {}. Other: ", options + 1)
+    } else {
+        format!("{}. Other: ", options + 1)
+    };
+    let mut other = vec![
+        Span::raw(if here { "› " } else { "  " }),
+        Span::styled(label, if here { chosen } else { Style::default() }),
+    ];
+    if draft.other.is_empty() && !here {
+        other.push(Span::styled("type your own answer", dim));
+    } else {
+        other.push(Span::raw(draft.other.clone()));
+    }
+    if here {
+        other.push(caret);
+    }
+    lines.push(Line::from(other));
+    let highlight = 1 + draft.highlight.min(options);
+    let keys = match (options, question.multi_select) {
+        (0, _) => "type an answer · Enter confirms · Esc dismisses",
+        (_, false) => "↑↓ or 1-9 choose · type for Other · Enter confirms · Esc dismisses",
+        (_, true) => {
+            "↑↓ move · Space or 1-9 toggle · type for Other · Enter confirms · Esc dismisses"
+        }
+    };
+    let mut keys = keys.to_string();
+    if form.current > 0 {
+        keys.push_str(" · Shift-Tab back");
+    }
+    lines.push(Line::from(Span::styled(keys, dim)));
+    (lines, highlight)
+}
+
+fn draw_question(
+    frame: &mut Frame<'_>,
+    form: &QuestionForm,
+    lines: Vec<Line<'static>>,
+    highlight: usize,
+    area: Rect,
+) {
+    let inner_width = area.width.saturating_sub(2);
+    // Scroll just enough to keep the highlighted row in view.
+    let above: usize = lines
+        .iter()
+        .take(highlight + 1)
+        .map(|l| wrapped_height(std::slice::from_ref(l), inner_width))
+        .sum();
+    let visible = usize::from(area.height.saturating_sub(2)).max(1);
+    let top = u16::try_from(above.saturating_sub(visible)).unwrap_or(u16::MAX);
+    let total = form.request.questions.len();
+    let header = form
+        .request
+        .questions
+        .get(form.current)
+        .and_then(|q| q.header.as_deref())
+        .map_or(String::new(), |h| format!(" · {h}"));
+    let title = if form.declining.is_some() {
+        " dismiss the questions ".to_string()
+    } else {
+        format!(" question {}/{total}{header} ", form.current + 1)
+    };
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(Color::Cyan))
+        .title(title);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false })
+            .scroll((top, 0)),
+        area,
+    );
+}
+
+fn draw_permission_menu(frame: &mut Frame<'_>, app: &App, composer: Rect) {
+    let Some(menu) = &app.permission_menu else {
+        return;
+    };
+    let height = (PERMISSION_PRESETS.len() as u16 + 2).min(composer.y);
+    let area = Rect::new(
+        composer.x,
+        composer.y.saturating_sub(height),
+        composer.width,
+        height,
+    );
+    let lines: Vec<Line<'static>> = PERMISSION_PRESETS
+        .iter()
+        .enumerate()
+        .map(|(i, (preset, about))| {
+            let style = if i == menu.selected {
+                Style::default().bg(Color::Blue).fg(Color::White)
+            } else {
+                Style::default()
+            };
+            let current = if *preset == menu.current {
+                " (current)"
+            } else {
+                ""
+            };
+            Line::from(vec![
+                Span::styled(
+                    format!("{}. {:<19}", i + 1, preset.as_str()),
+                    style.add_modifier(Modifier::BOLD),
+                ),
+                Span::styled(format!("{about}{current}"), style),
+            ])
+        })
+        .collect();
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" permission preset · Enter switches · Esc keeps ");
+    frame.render_widget(Clear, area);
+    frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 
 fn draw_conversation(frame: &mut Frame<'_>, app: &App, cache: &mut ViewCache, area: Rect) {
@@ -242,8 +462,8 @@ fn draw_completions(frame: &mut Frame<'_>, app: &App, composer: Rect) {
                 Style::default()
             };
             Line::from(vec![
-                Span::styled(format!("{name:<13}"), style.add_modifier(Modifier::BOLD)),
-                Span::styled((*about).to_string(), style.fg(Color::Gray)),
+                Span::styled(format!("{name:<12} "), style.add_modifier(Modifier::BOLD)),
+                Span::styled(about.clone(), style.fg(Color::Gray)),
             ])
         })
         .collect();

@@ -392,3 +392,194 @@ fn approval_prompt_replaces_the_composer() {
     assert!(app.approvals.is_empty());
     assert_eq!(app.composer.text(), "draft stays");
 }
+
+fn draw_app(app: &mut App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    let mut cache = dsh_tui::view::ViewCache::default();
+    terminal
+        .draw(|f| dsh_tui::view::draw(f, app, &mut cache))
+        .unwrap();
+    buffer_text(&terminal)
+}
+
+fn key(code: crossterm::event::KeyCode) -> crossterm::event::KeyEvent {
+    crossterm::event::KeyEvent::new(code, crossterm::event::KeyModifiers::NONE)
+}
+
+fn questions() -> dsh_agent::QuestionRequest {
+    use dsh_agent::{QuestionOption, UserQuestion};
+    let option = |label: &str, description: Option<&str>| QuestionOption {
+        label: label.into(),
+        description: description.map(Into::into),
+    };
+    dsh_agent::QuestionRequest {
+        questions: vec![
+            UserQuestion {
+                id: "db".into(),
+                question: "Which database should the service use?".into(),
+                header: Some("Database".into()),
+                options: vec![
+                    option("SQLite", Some("one file, no server")),
+                    option("PostgreSQL", Some("the production choice")),
+                ],
+                multi_select: false,
+            },
+            UserQuestion {
+                id: "checks".into(),
+                question: "Which checks should CI run?".into(),
+                header: None,
+                options: vec![
+                    option("tests", None),
+                    option("clippy", None),
+                    option("fmt", None),
+                ],
+                multi_select: true,
+            },
+        ],
+    }
+}
+
+#[test]
+fn question_form_single_multi_and_dismiss() {
+    use crossterm::event::KeyCode;
+    let mut app = App::new(status());
+    app.loading = false;
+    app.transcript.running = true;
+    app.composer.insert_str("draft stays");
+    app.questions.push_back(dsh_tui::app::PendingQuestion {
+        form: dsh_tui::question::QuestionForm::new(questions()),
+        respond: None,
+    });
+    let mut frames = vec![draw_app(&mut app, 90, 16)];
+    app.on_key(key(KeyCode::Down));
+    frames.push(draw_app(&mut app, 90, 16));
+    // Enter moves to the multi-select question; toggle two and type an extra answer.
+    app.on_key(key(KeyCode::Enter));
+    for c in "31".chars() {
+        app.on_key(key(KeyCode::Char(c)));
+    }
+    app.on_key(key(KeyCode::Down));
+    app.on_key(key(KeyCode::Down));
+    app.on_paste("and audit");
+    frames.push(draw_app(&mut app, 90, 16));
+    app.on_key(key(KeyCode::Esc));
+    app.on_paste("later");
+    frames.push(draw_app(&mut app, 90, 16));
+    insta::assert_snapshot!("question_form", frames.join("=====\n"));
+    // Dismissing closes the form; the draft is untouched.
+    app.on_key(key(KeyCode::Enter));
+    assert!(app.questions.is_empty());
+    assert_eq!(app.composer.text(), "draft stays");
+}
+
+#[test]
+fn question_form_scrolls_to_the_highlighted_option_on_a_small_screen() {
+    use dsh_agent::{QuestionOption, UserQuestion};
+    let mut app = App::new(status());
+    app.loading = false;
+    app.questions.push_back(dsh_tui::app::PendingQuestion {
+        form: dsh_tui::question::QuestionForm::new(dsh_agent::QuestionRequest {
+            questions: vec![UserQuestion {
+                id: "n".into(),
+                question: "Pick a number".into(),
+                header: None,
+                options: (1..=9)
+                    .map(|n| QuestionOption {
+                        label: format!("option {n}"),
+                        description: None,
+                    })
+                    .collect(),
+                multi_select: false,
+            }],
+        }),
+        respond: None,
+    });
+    app.on_key(key(crossterm::event::KeyCode::Char('9')));
+    let screen = draw_app(&mut app, 60, 12);
+    assert!(screen.contains("› 9. option 9"), "{screen}");
+    assert!(!screen.contains("Pick a number"), "{screen}");
+}
+
+#[test]
+fn permission_menu_and_danger_confirmation() {
+    use crossterm::event::KeyCode;
+    let mut app = App::new(status());
+    app.loading = false;
+    app.permission_menu = Some(dsh_tui::app::PermissionMenu::new(
+        dsh_tools::PermissionPreset::WorkspaceWrite,
+    ));
+    let menu = draw_app(&mut app, 100, 12);
+    app.on_key(key(KeyCode::Down));
+    let actions = app.on_key(key(KeyCode::Enter));
+    assert_eq!(
+        actions,
+        vec![dsh_tui::Action::Command(
+            dsh_tui::commands::SlashCommand::Permission(Some("danger-full-access".into()))
+        )]
+    );
+    assert!(app.permission_menu.is_none());
+    // The runtime answers a switch to danger-full-access with this prompt.
+    app.confirm_permission = Some(dsh_tools::PermissionPreset::DangerFullAccess);
+    let confirm = draw_app(&mut app, 100, 12);
+    insta::assert_snapshot!(
+        "permission_menu_and_confirm",
+        format!("{menu}=====\n{confirm}")
+    );
+}
+
+#[test]
+fn permission_switches_in_the_log_become_notices() {
+    let opaque = |seq, event_type: &str, data: serde_json::Value| {
+        env(
+            seq,
+            Event::Opaque {
+                event_type: event_type.into(),
+                data,
+            },
+        )
+    };
+    let mut t = Transcript::new();
+    // The session's first records only set the figures.
+    t.apply(&opaque(
+        1,
+        "permission/preset",
+        json!({"preset": "workspace-write"}),
+    ));
+    t.apply(&opaque(
+        2,
+        "sandbox/mode",
+        json!({"mode": "bubblewrap", "detail": "bwrap works"}),
+    ));
+    assert!(t.cells.is_empty());
+    t.apply(&opaque(
+        3,
+        "permission/preset",
+        json!({"preset": "read-only"}),
+    ));
+    t.apply(&opaque(
+        4,
+        "permission/preset",
+        json!({"preset": "read-only"}),
+    ));
+    t.apply(&opaque(
+        5,
+        "sandbox/mode",
+        json!({"mode": "none", "detail": "danger-full-access runs unconfined"}),
+    ));
+    let texts: Vec<String> = t
+        .cells
+        .iter()
+        .map(|c| match c {
+            Cell::Notice { text, .. } => text.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "permission preset: read-only (was workspace-write); applies from the next step",
+            "sandbox: none (danger-full-access runs unconfined)",
+        ]
+    );
+    assert_eq!(t.stats.permission.as_deref(), Some("read-only"));
+}

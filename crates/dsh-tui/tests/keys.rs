@@ -1,0 +1,221 @@
+//! Key handling of the prompts the runtime opens, through [`App::on_key`]: `ask_user_question`
+//! answers reaching the asker, a cancelled turn closing the form, the `/permission` list and
+//! its danger-full-access confirmation, and the extensions' slash commands.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use dsh_agent::{
+    AskOutcome, QuestionOption, QuestionRequest, UserAnswer, UserCommand, UserQuestion,
+};
+use dsh_tools::PermissionPreset;
+use dsh_tui::app::{PendingQuestion, PermissionMenu};
+use dsh_tui::commands::SlashCommand;
+use dsh_tui::question::QuestionForm;
+use dsh_tui::{Action, App, StatusInfo};
+use tokio::sync::oneshot;
+
+fn app() -> App {
+    let mut app = App::new(StatusInfo {
+        model: "m".into(),
+        permission: "workspace-write".into(),
+        ..StatusInfo::default()
+    });
+    app.loading = false;
+    app
+}
+
+fn key(code: KeyCode) -> KeyEvent {
+    KeyEvent::new(code, KeyModifiers::NONE)
+}
+
+fn typed(app: &mut App, text: &str) -> Vec<Action> {
+    let mut actions = Vec::new();
+    for c in text.chars() {
+        actions.extend(app.on_key(key(KeyCode::Char(c))));
+    }
+    actions
+}
+
+fn ask(app: &mut App, options: &[&str]) -> oneshot::Receiver<AskOutcome> {
+    let (respond, answer) = oneshot::channel();
+    app.questions.push_back(PendingQuestion {
+        form: QuestionForm::new(QuestionRequest {
+            questions: vec![UserQuestion {
+                id: "q1".into(),
+                question: "Which one?".into(),
+                header: None,
+                options: options
+                    .iter()
+                    .map(|label| QuestionOption {
+                        label: (*label).into(),
+                        description: None,
+                    })
+                    .collect(),
+                multi_select: false,
+            }],
+        }),
+        respond: Some(respond),
+    });
+    answer
+}
+
+#[test]
+fn an_answer_goes_to_the_asker_and_the_composer_is_left_alone() {
+    let mut app = app();
+    app.transcript.running = true;
+    app.composer.insert_str("draft");
+    let mut answer = ask(&mut app, &["a", "b"]);
+    assert!(typed(&mut app, "2").is_empty());
+    assert!(app.on_key(key(KeyCode::Enter)).is_empty());
+    assert!(app.questions.is_empty());
+    assert_eq!(
+        answer.try_recv().unwrap(),
+        AskOutcome::Answered(vec![UserAnswer {
+            id: "q1".into(),
+            answers: vec!["b".into()],
+        }])
+    );
+    assert_eq!(app.composer.text(), "draft");
+}
+
+#[test]
+fn esc_then_enter_declines_with_the_typed_message() {
+    let mut app = app();
+    app.transcript.running = true;
+    let mut answer = ask(&mut app, &[]);
+    app.on_key(key(KeyCode::Esc));
+    typed(&mut app, "skip it");
+    app.on_key(key(KeyCode::Enter));
+    assert_eq!(
+        answer.try_recv().unwrap(),
+        AskOutcome::Declined {
+            message: "skip it".into()
+        }
+    );
+}
+
+#[test]
+fn ctrl_c_cancels_the_turn_and_closes_the_form() {
+    let mut app = app();
+    app.transcript.running = true;
+    let mut answer = ask(&mut app, &["a"]);
+    let actions = app.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+    assert_eq!(actions, vec![Action::Cancel]);
+    assert!(app.questions.is_empty());
+    // The responder is gone: the asker stops waiting on the cancellation.
+    assert!(answer.try_recv().is_err());
+}
+
+#[test]
+fn the_asker_waits_for_the_ui_and_reports_a_closed_ui() {
+    use dsh_agent::Asker;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let request = QuestionRequest {
+            questions: Vec::new(),
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let asker = dsh_tui::question::TuiAsker::new(tx);
+        let asked = asker.ask(request.clone());
+        let (_, respond) = rx.recv().await.unwrap();
+        respond
+            .send(AskOutcome::Declined {
+                message: String::new(),
+            })
+            .unwrap();
+        assert!(matches!(asked.await, AskOutcome::Declined { .. }));
+
+        // A withdrawn question never resolves on its own (the turn's cancel ends the tool).
+        let asked = asker.ask(request.clone());
+        drop(rx.recv().await.unwrap());
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), asked).await;
+        assert!(waited.is_err());
+
+        drop(rx);
+        assert!(matches!(
+            asker.ask(request).await,
+            AskOutcome::Unavailable { .. }
+        ));
+    });
+}
+
+#[test]
+fn permission_list_and_confirmation() {
+    let mut app = app();
+    // `/permission` with no argument: the runtime opens the list on the preset in force.
+    typed(&mut app, "/permission");
+    assert_eq!(
+        app.on_key(key(KeyCode::Enter)),
+        vec![Action::Command(SlashCommand::Permission(None))]
+    );
+    app.permission_menu = Some(PermissionMenu::new(PermissionPreset::WorkspaceWrite));
+    assert_eq!(app.permission_menu.unwrap().selected, 1);
+    app.on_key(key(KeyCode::Up));
+    assert_eq!(
+        app.on_key(key(KeyCode::Enter)),
+        vec![Action::Command(SlashCommand::Permission(Some(
+            "read-only".into()
+        )))]
+    );
+    // Esc keeps the preset.
+    app.permission_menu = Some(PermissionMenu::new(PermissionPreset::ReadOnly));
+    assert!(app.on_key(key(KeyCode::Esc)).is_empty());
+    assert!(app.permission_menu.is_none());
+
+    // Typed with a prefix, Enter completes the preset.
+    typed(&mut app, "/permission wo");
+    assert_eq!(
+        app.on_key(key(KeyCode::Enter)),
+        vec![Action::Command(SlashCommand::Permission(Some(
+            "workspace-write".into()
+        )))]
+    );
+
+    // The danger-full-access confirmation: Enter does nothing, n keeps, y switches.
+    app.confirm_permission = Some(PermissionPreset::DangerFullAccess);
+    assert!(app.on_key(key(KeyCode::Enter)).is_empty());
+    assert!(typed(&mut app, "n").is_empty());
+    assert!(app.confirm_permission.is_none());
+    assert_eq!(app.hint.as_deref(), Some("kept workspace-write"));
+    app.confirm_permission = Some(PermissionPreset::DangerFullAccess);
+    assert_eq!(
+        typed(&mut app, "y"),
+        vec![Action::SetPermission(PermissionPreset::DangerFullAccess)]
+    );
+    assert!(app.composer.is_empty());
+}
+
+#[test]
+fn extension_commands_complete_and_dispatch() {
+    let mut app = app();
+    app.user_commands = vec![UserCommand {
+        name: "review".into(),
+        description: "Review the changes.".into(),
+    }];
+    typed(&mut app, "/rev");
+    let names: Vec<String> = app.completions().into_iter().map(|c| c.0).collect();
+    assert_eq!(names, ["/review"]);
+    app.on_key(key(KeyCode::Tab));
+    assert_eq!(app.composer.text(), "/review ");
+    typed(&mut app, "the parser");
+    assert_eq!(
+        app.on_key(key(KeyCode::Enter)),
+        vec![Action::Command(SlashCommand::User {
+            name: "review".into(),
+            arguments: "the parser".into(),
+        })]
+    );
+    // An unknown name stays in the composer with a hint.
+    typed(&mut app, "/nope");
+    assert!(app.on_key(key(KeyCode::Enter)).is_empty());
+    assert_eq!(app.composer.text(), "/nope");
+    assert!(app
+        .hint
+        .as_deref()
+        .unwrap()
+        .contains("unknown command /nope"));
+}
