@@ -114,11 +114,12 @@ impl AgentFactory for RunFactory {
             route: None,
             model: None,
         };
+        // `into_agent` installs the permission source, so the UI can switch presets
+        // (`POST /api/sessions/:id/permission`); the server installs its approver and asker.
         let agent = session.into_agent(store, request.resume.as_deref())?;
         Ok(OpenedAgent {
             agent,
             guards: Vec::new(),
-            permission: setup.permission.as_str().to_string(),
         })
     }
 

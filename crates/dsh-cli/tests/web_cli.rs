@@ -123,6 +123,35 @@ async fn serves_a_session_end_to_end_and_starts_fast() {
     // `dsh run`'s wiring: the permission preset from the environment is logged and shown.
     assert!(text.contains("permission/preset"), "{text}");
 
+    // The factory installs a permission source: a switch is logged, or refused with the reason
+    // when this host has no sandbox for the preset.
+    let switched = client
+        .post(format!("{}/api/sessions/{id}/permission", web.base))
+        .bearer_auth(&web.token)
+        .json(&serde_json::json!({"preset": "read-only"}))
+        .send()
+        .await
+        .unwrap();
+    let status = switched.status().as_u16();
+    let answer: serde_json::Value = switched.json().await.unwrap();
+    if status == 200 {
+        assert_eq!(answer["permission"], "read-only");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !text.contains("{\"preset\":\"read-only\"}") {
+            assert!(Instant::now() < deadline, "no read-only preset: {text}");
+            let chunk = tokio::time::timeout(Duration::from_secs(20), body.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    } else {
+        assert_eq!(status, 400, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("cannot switch to read-only"), "{message}");
+    }
+
     web.child.start_kill().unwrap();
     web.child.wait().await.unwrap();
 }

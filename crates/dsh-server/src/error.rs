@@ -9,7 +9,7 @@ use dsh_session::SessionError;
 pub struct ApiError {
     /// The HTTP status.
     pub status: StatusCode,
-    /// A stable code (`NOT_FOUND`, `UNAUTHORIZED`, `SESSION_BUSY`, ...).
+    /// A stable code (`NOT_FOUND`, `UNAUTHORIZED`, `SESSION_LOCKED`, ...).
     pub code: String,
     /// What went wrong, said for the user.
     pub message: String,

@@ -6,7 +6,9 @@
 //! - Every request passes [`security::gate`]: `Host`/`Origin` checks, the per-launch
 //!   [`AccessToken`], JSON-only mutating requests.
 //! - [`Sessions`] keeps one [`dsh_agent::Agent`] per open session running `serve()` in a task,
-//!   and serves the others from their logs; the front end supplies an [`AgentFactory`].
+//!   and serves the others from their logs; the front end supplies an [`AgentFactory`]. Each
+//!   live agent gets a [`WebApprover`] (tool approvals) and a [`WebAsker`]
+//!   (`ask_user_question`), answered through the API.
 //! - Everything the UI shows is rendered from session events (`GET
 //!   /api/sessions/:id/events`), so a reload or a second tab shows the same state.
 //!
@@ -16,6 +18,7 @@ mod approvals;
 mod assets;
 mod error;
 mod feed;
+mod questions;
 mod routes;
 pub mod security;
 mod sessions;
@@ -36,6 +39,7 @@ pub use approvals::WebApprover;
 pub use axum::http::StatusCode;
 pub use error::ApiError;
 pub use feed::Feed;
+pub use questions::WebAsker;
 pub use security::{check_bind_address, AccessToken, GatePolicy};
 pub use sessions::{AgentFactory, LiveSession, OpenRequest, OpenedAgent, Sessions};
 
@@ -154,8 +158,20 @@ fn router(state: Arc<routes::AppState>, policy: Arc<GatePolicy>) -> Router {
         .route("/api/sessions/{id}/compact", post(routes::compact))
         .route("/api/sessions/{id}/call", post(routes::set_call))
         .route(
+            "/api/sessions/{id}/permission",
+            post(routes::set_permission),
+        )
+        .route(
             "/api/sessions/{id}/approvals/{approval}",
             post(routes::approve),
+        )
+        .route(
+            "/api/sessions/{id}/questions/{call}",
+            post(routes::answer_question),
+        )
+        .route(
+            "/api/sessions/{id}/commands",
+            get(routes::commands).post(routes::run_command),
         )
         .route("/api/sessions/{id}/fork", post(routes::fork))
         .route("/api/sessions/{id}/export", get(routes::export))

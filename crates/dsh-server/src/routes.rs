@@ -10,15 +10,18 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use dsh_agent::ApprovalDecision;
+use dsh_agent::{ApprovalDecision, UserAnswer};
 use dsh_llm::ReasoningEffort;
-use dsh_session::{Event, SessionTitle};
+use dsh_session::SessionTitle;
+use dsh_tools::PermissionPreset;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::sessions::{check_id, OpenRequest, Sessions};
+use crate::feed::Feed;
+use crate::questions;
+use crate::sessions::{check_id, LiveSession, OpenRequest, Sessions};
 
 /// What the handlers share.
 pub struct AppState {
@@ -47,6 +50,7 @@ pub async fn info(State(state): Shared) -> ApiResult {
         "defaultCwd": state.default_cwd.to_string_lossy(),
         "models": state.sessions.models(),
         "efforts": ["off", "low", "medium", "high", "max"],
+        "permissions": ["read-only", "workspace-write", "danger-full-access"],
         "prices": state.sessions.prices.models,
     }))
     .into_response())
@@ -64,9 +68,17 @@ pub async fn list(State(state): Shared) -> ApiResult {
     for summary in &listing.sessions {
         let usage = summary.usage();
         let live = state.sessions.live(&summary.id).is_some();
+        // A live agent's latest events may not be flushed to the log yet (a rename).
+        let title = match live {
+            true => state
+                .sessions
+                .live_title(&summary.id)
+                .or_else(|| summary.title.clone()),
+            false => summary.title.clone(),
+        };
         let entry = json!({
             "id": summary.id,
-            "title": summary.title,
+            "title": title,
             "createdAt": summary.created_at,
             "updatedAt": summary.updated_at,
             "turns": summary.turns,
@@ -167,9 +179,10 @@ pub async fn detail(State(state): Shared, Path(id): Path<String>) -> ApiResult {
         "provider": call.provider,
         "model": call.model,
         "effort": call.reasoning_effort.map(|e| e.as_str()),
-        "permission": live.permission,
+        "permission": live.handle.permission().as_str(),
         "pending": {"nextTurn": texts(next_turn), "nextStep": texts(next_step)},
         "approvals": live.approvals.waiting(),
+        "questions": waiting_questions(&feed, &live),
     }))
     .into_response())
 }
@@ -417,7 +430,8 @@ struct TitleBody {
     title: String,
 }
 
-/// `POST /api/sessions/:id/title {title}`: renames (a `session/title` event, source user).
+/// `POST /api/sessions/:id/title {title}`: renames (a `session/title` event, source user),
+/// through the live agent when there is one.
 pub async fn rename(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
     let body: TitleBody = parse(&body)?;
     let title: String = body.title.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -426,16 +440,146 @@ pub async fn rename(State(state): Shared, Path(id): Path<String>, body: Bytes) -
     }
     state
         .sessions
-        .append_stored(
+        .rename(
             &id,
-            Event::SessionTitle(SessionTitle {
+            SessionTitle {
                 title: title.clone(),
                 message_seqs: Vec::new(),
                 source: Some(json!({"kind": "user"})),
-            }),
+            },
         )
         .await?;
     Ok(Json(json!({"title": title})).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PermissionBody {
+    preset: String,
+}
+
+/// `POST /api/sessions/:id/permission {preset}`: switches the permission preset; logged at
+/// once (`permission/preset`, `sandbox/mode`), applied from the next step on.
+pub async fn set_permission(
+    State(state): Shared,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let body: PermissionBody = parse(&body)?;
+    let preset: PermissionPreset = body.preset.trim().parse().map_err(ApiError::bad_request)?;
+    let live = state.sessions.ensure_live(&id).await?;
+    live.handle.set_permission(preset)?;
+    Ok(Json(json!({"permission": live.handle.permission().as_str()})).into_response())
+}
+
+/// Call ids of the `ask_user_question` calls of `live` that wait for an answer.
+fn waiting_questions(feed: &Feed, live: &LiveSession) -> Vec<String> {
+    questions::open_calls(&feed.snapshot())
+        .into_iter()
+        .filter(|(_, arguments)| live.questions.is_waiting(arguments))
+        .map(|(call_id, _)| call_id)
+        .collect()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerEntry {
+    id: String,
+    #[serde(default)]
+    answers: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuestionBody {
+    answers: Option<Vec<AnswerEntry>>,
+    decline: Option<String>,
+}
+
+/// `POST /api/sessions/:id/questions/:callId {answers: [{id, answers}]} | {decline}`: answers
+/// (or dismisses) the questions of a waiting `ask_user_question` call.
+pub async fn answer_question(
+    State(state): Shared,
+    Path((id, call_id)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    check_id(&id)?;
+    let body: QuestionBody = parse(&body)?;
+    let reply = match (body.answers, body.decline) {
+        (Some(answers), None) => questions::Reply::Answers(
+            answers
+                .into_iter()
+                .map(|a| UserAnswer {
+                    id: a.id,
+                    answers: a.answers,
+                })
+                .collect(),
+        ),
+        (None, Some(message)) => questions::Reply::Decline(message),
+        _ => return Err(ApiError::bad_request("give either `answers` or `decline`")),
+    };
+    let not_waiting = || {
+        ApiError::not_found(format!(
+            "no question `{call_id}` is waiting in session {id}"
+        ))
+    };
+    let live = state.sessions.live(&id).ok_or_else(not_waiting)?;
+    let feed = state.sessions.feed(&id).await?;
+    let (_, arguments) = questions::open_calls(&feed.snapshot())
+        .into_iter()
+        .find(|(open, _)| *open == call_id)
+        .ok_or_else(not_waiting)?;
+    let answered = matches!(reply, questions::Reply::Answers(_));
+    match live.questions.answer(&arguments, reply) {
+        Ok(()) => Ok(Json(json!({"answered": answered, "declined": !answered})).into_response()),
+        Err(questions::AnswerError::NotWaiting) => Err(not_waiting()),
+        Err(questions::AnswerError::Invalid(message)) => Err(ApiError::bad_request(message)),
+    }
+}
+
+/// `GET /api/sessions/:id/commands`: the slash commands the session's extensions offer
+/// (user-invocable skills); empty for a stored session, whose extensions are not loaded.
+pub async fn commands(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    check_id(&id)?;
+    // Unknown ids are 404 like everywhere else.
+    state.sessions.feed(&id).await?;
+    let live = state.sessions.live(&id);
+    let commands: Vec<Value> = live
+        .as_ref()
+        .map(|live| live.handle.user_commands())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| json!({"name": c.name, "description": c.description}))
+        .collect();
+    Ok(Json(json!({"live": live.is_some(), "commands": commands})).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandBody {
+    name: String,
+    #[serde(default)]
+    arguments: String,
+}
+
+/// `POST /api/sessions/:id/commands {name, arguments?}`: runs `/name arguments`, queued as the
+/// next turn's input like a follow-up; opens a stored session first.
+pub async fn run_command(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    let body: CommandBody = parse(&body)?;
+    let name = body.name.trim().trim_start_matches('/').to_string();
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return Err(ApiError::bad_request(format!(
+            "`{}` is not a command name",
+            body.name
+        )));
+    }
+    let live = state.sessions.ensure_live(&id).await?;
+    live.handle.run_user_command(&name, body.arguments.trim())?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"queued": "followup", "command": name})),
+    )
+        .into_response())
 }
 
 /// Any other path.

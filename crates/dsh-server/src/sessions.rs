@@ -1,9 +1,9 @@
 //! The sessions the server knows: live ones (an [`Agent`] running `serve` in a task) and
 //! stored ones (read from the log, read-only until a prompt reopens them with resume).
 //!
-//! Lifecycle changes (open, close, the reopen around a rename) are serialised by one async
-//! lock; operations on a live agent (queue, steer, cancel, set the call) go straight to its
-//! [`AgentHandle`].
+//! Lifecycle changes (open, close, the rename of a stored session) are serialised by one async
+//! lock; operations on a live agent (queue, steer, cancel, set the call or the permission
+//! preset, rename) go straight to its [`AgentHandle`].
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use dsh_agent::{Agent, AgentHandle, ExtensionGuard};
 use dsh_llm::CallConfig;
-use dsh_session::{open_store, Envelope, PriceTable, SessionStore, StoreKind};
+use dsh_session::{open_store, Envelope, Event, PriceTable, SessionStore, SessionTitle, StoreKind};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -37,8 +37,6 @@ pub struct OpenedAgent {
     pub agent: Agent,
     /// Extension registrations to keep while the agent runs.
     pub guards: Vec<ExtensionGuard>,
-    /// The permission preset the agent's tools run under, for display (`workspace-write`).
-    pub permission: String,
 }
 
 /// The front end's wiring (adapters, tools, extensions, configuration) as the server uses it.
@@ -63,12 +61,12 @@ pub struct LiveSession {
     pub handle: AgentHandle,
     /// The call config the agent uses (as last set through the API).
     pub call: Mutex<CallConfig>,
-    /// The permission preset, for display.
-    pub permission: String,
     /// The session's working directory.
     pub cwd: PathBuf,
     /// Answers tool approvals asked by this agent.
     pub approvals: Arc<crate::approvals::WebApprover>,
+    /// Answers `ask_user_question` calls of this agent.
+    pub questions: Arc<crate::questions::WebAsker>,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -98,6 +96,21 @@ pub struct Sessions {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Map operations are single steps; a panic elsewhere cannot leave a map half-changed.
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The preset of the last `permission/preset` event in `events`.
+fn last_preset(events: &[Envelope]) -> Option<String> {
+    events
+        .iter()
+        .rev()
+        .find_map(|envelope| match &envelope.event {
+            Event::Opaque { event_type, data }
+                if event_type == dsh_agent::PERMISSION_PRESET_EVENT =>
+            {
+                data.get("preset")?.as_str().map(str::to_string)
+            }
+            _ => None,
+        })
 }
 
 /// Refuses ids that are not plain session ids (the stores also accept paths; the API must not).
@@ -166,6 +179,14 @@ impl Sessions {
         lock(&self.live).keys().cloned().collect()
     }
 
+    /// The latest title of the live session `id` as its events say (including events its agent
+    /// has not flushed yet), if it is live and titled.
+    pub fn live_title(&self, id: &str) -> Option<String> {
+        self.live(id)?;
+        let feed = lock(&self.feeds).get(id).cloned()?;
+        feed.title().map(|(title, _)| title)
+    }
+
     /// True when the session `id` is live and a turn is open.
     pub fn running(&self, id: &str) -> bool {
         self.live(id).is_some() && lock(&self.feeds).get(id).is_some_and(|feed| feed.running())
@@ -223,11 +244,14 @@ impl Sessions {
     async fn open(&self, request: OpenRequest) -> Result<String, ApiError> {
         let factory = Arc::clone(&self.factory);
         let approver = Arc::new(crate::approvals::WebApprover::default());
+        let asker = Arc::new(crate::questions::WebAsker::default());
         let opened = {
             let approver = Arc::clone(&approver);
+            let asker = Arc::clone(&asker);
             self.with_store(move |store| {
                 let mut opened = factory.open(&request, store)?;
                 crate::approvals::install(&mut opened.agent, approver);
+                crate::questions::install(&mut opened.agent, asker);
                 // Everything the agent wrote while opening (resume closers) is durable before
                 // the feed reads the log below.
                 let loaded = store.load(&opened.agent.handle().session_id())?;
@@ -236,15 +260,12 @@ impl Sessions {
             .await?
         };
         let (opened, events, cwd) = opened;
-        let OpenedAgent {
-            mut agent,
-            guards,
-            permission,
-        } = opened;
+        let OpenedAgent { mut agent, guards } = opened;
         let handle = agent.handle();
         let id = handle.session_id();
         // Subscribe before anything else can append: nothing runs until `serve` starts.
         let mut receiver = handle.subscribe();
+        let logged_preset = last_preset(&events);
         let feed = Arc::clone(lock(&self.feeds).entry(id.clone()).or_default());
         feed.extend_from_log(events);
 
@@ -270,14 +291,26 @@ impl Sessions {
             }
         });
 
+        // The preset in force, logged now unless the log says so already (a new session, or a
+        // resume under another `--permission`), so the UI shows it from the events at once
+        // rather than from the first step on. The safety policy sees this event and does not
+        // log the preset again.
+        let preset = handle.permission().as_str();
+        if logged_preset.as_deref() != Some(preset) {
+            handle.log_event(Event::Opaque {
+                event_type: dsh_agent::PERMISSION_PRESET_EVENT.to_string(),
+                data: serde_json::json!({"preset": preset}),
+            })?;
+        }
+
         let stop = CancellationToken::new();
         let call = agent.call().clone();
         let live = Arc::new(LiveSession {
             handle,
             call: Mutex::new(call),
-            permission,
             cwd,
             approvals: approver,
+            questions: asker,
             stop: stop.clone(),
             task: Mutex::new(None),
         });
@@ -313,70 +346,53 @@ impl Sessions {
     }
 
     /// Stops the agent of `id` (after its running turn, if any) and releases the session's
-    /// writer. Returns the closed session's directory and call config, or `None` when it was
-    /// not live.
-    async fn close(&self, id: &str) -> Option<(PathBuf, CallConfig)> {
-        let live = lock(&self.live).remove(id)?;
+    /// writer.
+    async fn close(&self, id: &str) {
+        let Some(live) = lock(&self.live).remove(id) else {
+            return;
+        };
         live.stop.cancel();
         let task = lock(&live.task).take();
         if let Some(task) = task {
             // A panicked serve task has dropped its agent already; nothing more to release.
             let _ = task.await;
         }
-        // The handle shares the agent's log (and so its writer lock): let it go too.
-        Some((live.cwd.clone(), live.call()))
+        // The handle shares the agent's log (and so its writer lock): dropping `live` lets it go.
     }
 
-    /// Appends `event` to the stored session `id` through a short-lived writer, closing and
-    /// reopening the live agent around it (which holds the writer). Refused while a turn runs.
-    pub async fn append_stored(&self, id: &str, event: dsh_session::Event) -> Result<(), ApiError> {
+    /// Renames session `id` with a `session/title` event from the user. A live agent holds the
+    /// session's writer, so it logs the event itself (at once, even while a turn runs); a
+    /// stored session gets it through a short-lived writer.
+    /// A rename during the first turn also wins over the title the model writes for the
+    /// session when that turn ends (the agent keeps a title set meanwhile).
+    pub async fn rename(&self, id: &str, title: SessionTitle) -> Result<(), ApiError> {
         check_id(id)?;
+        // No session opens or closes meanwhile: a stored session stays stored.
         let _lifecycle = self.lifecycle.lock().await;
-        if self.running(id) {
-            return Err(ApiError::conflict(
-                "SESSION_BUSY",
-                "a turn is running; try again when it has ended",
-            ));
+        if let Some(live) = self.live(id) {
+            live.handle.log_event(Event::SessionTitle(title))?;
+            return Ok(());
         }
-        let closed = self.close(id).await;
         let key = id.to_string();
-        let appended = self
-            .with_store(move |store| {
-                // An in-flight request may still hold the closed agent's handle for a moment.
-                let mut attempts = 0;
-                let resumed = loop {
-                    match store.resume(&key) {
-                        Err(dsh_session::SessionError::Locked { .. }) if attempts < 20 => {
-                            attempts += 1;
-                            std::thread::sleep(std::time::Duration::from_millis(25));
-                        }
-                        other => break other?,
+        self.with_store(move |store| {
+            // A stopping agent may still hold the writer for a moment.
+            let mut attempts = 0;
+            let resumed = loop {
+                match store.resume(&key) {
+                    Err(dsh_session::SessionError::Locked { .. }) if attempts < 20 => {
+                        attempts += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(25));
                     }
-                };
-                let mut writer = resumed.writer;
-                writer.append(event)?;
-                writer.flush()?;
-                Ok(())
-            })
-            .await;
-        if let Some((cwd, call)) = closed {
-            let request = OpenRequest {
-                cwd,
-                resume: Some(id.to_string()),
-                ..OpenRequest::default()
-            };
-            let reopened = self.open(request).await?;
-            if let Some(live) = self.live(&reopened) {
-                if live.call() != call {
-                    live.handle.set_call(call.clone());
-                    *lock(&live.call) = call;
+                    other => break other?,
                 }
-            }
-        }
-        appended?;
-        if self.live(id).is_none() {
-            self.feed(id).await?;
-        }
+            };
+            let mut writer = resumed.writer;
+            writer.append(Event::SessionTitle(title))?;
+            writer.flush()?;
+            Ok(())
+        })
+        .await?;
+        self.feed(id).await?;
         Ok(())
     }
 

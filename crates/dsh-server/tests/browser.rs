@@ -1,6 +1,7 @@
 //! Headless Chromium drives the UI against the fake provider: load the page with the token,
-//! create a session, send a prompt and see the streamed Markdown, approve a tool call, cancel a
-//! stalled turn, reload and see the same transcript. Skips (passing) when no `chromium` is on
+//! create a session, send a prompt and see the streamed Markdown, approve a tool call, answer a
+//! model's question, see the `/` command menu, cancel a stalled turn, switch the permission
+//! preset, reload and see the same transcript and preset. Skips (passing) when no `chromium` is on
 //! PATH. With `DSH_WEB_SCREENSHOTS=<dir>` it writes screenshots of the main views there.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
@@ -50,6 +51,10 @@ fn replies() -> Vec<ScriptedReply> {
         })
     };
     let args = json!({"command": "echo hello-from-bash", "description": "say hello"}).to_string();
+    let question = json!({"questions": [{"id": "lang", "header": "Language",
+        "question": "Which language should the tool use?",
+        "options": [{"label": "Rust", "description": "the workspace's language"}, "Go"]}]})
+    .to_string();
     vec![
         SseReply::new()
             .reasoning("The user wants a greeting.")
@@ -64,6 +69,14 @@ fn replies() -> Vec<ScriptedReply> {
             .into(),
         SseReply::new()
             .text("The command ran.")
+            .finish("stop", usage())
+            .into(),
+        SseReply::new()
+            .tool_call(0, "call-ask", "ask_user_question", &question)
+            .finish("tool_calls", usage())
+            .into(),
+        SseReply::new()
+            .text("Noted, Rust it is.")
             .finish("stop", usage())
             .into(),
         SseReply::new()
@@ -93,7 +106,7 @@ fn count(browser: &mut Browser, selector: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prompt_approve_cancel_and_reload_in_chromium() {
+async fn prompt_approve_answer_cancel_and_reload_in_chromium() {
     let Some(binary) = find_chromium() else {
         eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
         return;
@@ -166,6 +179,53 @@ async fn prompt_approve_cancel_and_reload_in_chromium() {
             .unwrap()
             .contains("allowed once"));
 
+        // The model asks a question: the card offers the options; the answer reaches the model.
+        send(&mut browser, "ask me");
+        browser.wait_for(
+            "document.querySelector('form.question input[value=\"Rust\"]')",
+            "the question card",
+            15,
+        );
+        if let Some(dir) = &shots {
+            browser.screenshot(&dir.join("web-question.png"));
+        }
+        browser.eval(
+            "document.querySelector('form.question input[value=\"Rust\"]').click(); \
+             document.querySelector('form.question button.primary').click(); true",
+        );
+        browser.wait_for(
+            &format!("{CONVERSATION}.includes('Noted, Rust it is.')"),
+            "the answer after the question",
+            15,
+        );
+        assert!(browser
+            .eval("document.querySelector('.tool-card .answers').textContent")
+            .as_str()
+            .unwrap()
+            .contains("(lang): Rust"));
+        assert_eq!(count(&mut browser, "form.question"), 0);
+
+        // Typing `/` offers the commands.
+        browser.eval(
+            "{ const i = document.getElementById('input'); i.value = '/comp'; \
+             i.dispatchEvent(new Event('input')); } true",
+        );
+        assert_eq!(
+            browser.eval("document.querySelector('#slash-menu .slash-name').textContent"),
+            json!("/compact")
+        );
+        if let Some(dir) = &shots {
+            browser.eval(
+                "{ const i = document.getElementById('input'); i.value = '/'; \
+                 i.dispatchEvent(new Event('input')); } true",
+            );
+            browser.screenshot(&dir.join("web-commands.png"));
+        }
+        browser.eval(
+            "document.getElementById('input').value = ''; \
+             document.getElementById('slash-menu').hidden = true; true",
+        );
+
         // A stalled turn: Cancel ends it, logged as cancelled.
         send(&mut browser, "take forever");
         browser.wait_for(
@@ -191,6 +251,22 @@ async fn prompt_approve_cancel_and_reload_in_chromium() {
             browser.screenshot(&dir.join("web-conversation.png"));
         }
 
+        // The permission control switches the preset; it shows the logged one.
+        assert_eq!(
+            browser.eval("document.getElementById('permission').value"),
+            json!("danger-full-access")
+        );
+        browser.eval(
+            "{ const p = document.getElementById('permission'); p.value = 'read-only'; \
+             p.dispatchEvent(new Event('change')); } true",
+        );
+        browser.wait_for(
+            "document.getElementById('sandbox').textContent === 'sandbox none' \
+             && document.getElementById('permission').value === 'read-only'",
+            "the switched preset",
+            10,
+        );
+
         // Reload: the same transcript, rebuilt from the session's events.
         std::thread::sleep(Duration::from_millis(300));
         let before = browser.eval(CONVERSATION);
@@ -205,6 +281,10 @@ async fn prompt_approve_cancel_and_reload_in_chromium() {
         );
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(browser.eval(CONVERSATION), before);
+        assert_eq!(
+            browser.eval("document.getElementById('permission').value"),
+            json!("read-only")
+        );
     });
     web.stop().await;
 }

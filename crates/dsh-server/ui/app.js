@@ -3,7 +3,24 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const app = { info: null, id: null, source: null, conv: null, usageOpen: false };
+const app = { info: null, id: null, source: null, conv: null, usageOpen: false, commands: [], permissionPending: null };
+
+// Commands of the page itself; they win over session commands (skills) of the same name.
+const BUILTINS = [
+  { name: "compact", args: "", description: "Summarise the older history now", run: () => api(`/api/sessions/${app.id}/compact`, {}).then(() => toast("compaction requested")) },
+  { name: "model", args: "<model>", description: "Switch the model from the next request", run: (a) => (a ? setCall({ model: a }) : usage("/model <model>")) },
+  { name: "effort", args: "<default|off|low|medium|high|max>", description: "Switch the reasoning effort from the next request", run: (a) => (a ? setCall({ effort: a }) : usage("/effort <level>")) },
+  { name: "permission", args: "<read-only|workspace-write|danger-full-access>", description: "Switch the permission preset from the next step", run: (a) => (a ? setPermission(a) : usage("/permission <preset>")) },
+  { name: "fork", args: "", description: "New session with the history up to the last finished turn", run: () => fork(null) },
+  { name: "rename", args: "<title>", description: "Rename the session", run: (a) => (a ? rename(a) : usage("/rename <title>")) },
+  { name: "export", args: "", description: "Download the transcript as Markdown", run: () => { location.href = `/api/sessions/${app.id}/export?format=md`; } },
+  { name: "usage", args: "", description: "Show or hide the usage panel", run: () => toggleUsage() },
+];
+
+function usage(text) {
+  toast("usage: " + text);
+  return Promise.reject(new Error(text));
+}
 
 async function api(path, body) {
   const init = body === undefined ? {} : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
@@ -70,6 +87,9 @@ async function createSession(cwd) {
 function select(id) {
   if (app.source) app.source.close();
   app.id = id;
+  app.commands = [];
+  app.permissionPending = null;
+  $("slash-menu").hidden = true;
   document.querySelectorAll(".session.selected").forEach((n) => n.classList.remove("selected"));
   document.querySelector(`.session[href="#/s/${CSS.escape(id)}"]`)?.classList.add("selected");
   app.conv.reset();
@@ -117,6 +137,11 @@ async function refreshDetail() {
   }
   app.detail = d;
   updateState();
+  // The session's own commands (user-invocable skills) come from its live agent.
+  try {
+    const c = await api(`/api/sessions/${id}/commands`);
+    if (id === app.id) app.commands = c.commands || [];
+  } catch { /* shown as a toast */ }
 }
 
 function updateState() {
@@ -125,9 +150,15 @@ function updateState() {
   document.title = (c.title || "dsh") + " · dsh";
   $("state").textContent = c.running ? "running" : app.detail?.live ? "idle" : "stored (read-only until you send)";
   $("state").className = "badge " + (c.running ? "running" : "");
-  const perm = c.permission || app.detail?.permission;
-  $("perm").textContent = perm ? perm + (c.sandbox?.mode ? " · sandbox " + c.sandbox.mode : "") : "permission: default";
-  $("perm").title = c.sandbox?.detail || "Permission preset of the session's tools";
+  // The preset shown is the last `permission/preset` event's (a switch in flight shows its
+  // target until its event arrives).
+  const perm = c.permission || app.detail?.permission || "";
+  if (app.permissionPending === perm) app.permissionPending = null;
+  $("permission").value = app.permissionPending || perm;
+  $("permission").classList.toggle("danger", (app.permissionPending || perm) === "danger-full-access");
+  $("sandbox").hidden = !c.sandbox?.mode;
+  $("sandbox").textContent = "sandbox " + (c.sandbox?.mode || "");
+  $("sandbox").title = c.sandbox?.detail || "How bash commands are confined";
   if (!$("model").value && c.model) $("model").value = c.model;
   $("cancel").disabled = !c.running;
   $("steer").disabled = !c.running;
@@ -163,10 +194,88 @@ function send(mode) {
   const input = $("input");
   const text = input.value;
   if (!text.trim() || !app.id) return;
-  api(`/api/sessions/${app.id}/prompt`, { text, mode }).then(() => {
+  // `/name args` runs a command; a message that starts with a space is sent as it is.
+  const slash = /^\/([\w.:-]+)(?:\s+([\s\S]*))?$/.exec(text.trimEnd());
+  const sent = slash ? runCommand(slash[1], (slash[2] || "").trim())
+    : api(`/api/sessions/${app.id}/prompt`, { text, mode });
+  Promise.resolve(sent).then(() => {
     input.value = "";
+    $("slash-menu").hidden = true;
     if (!app.detail?.live) refreshDetail();
   }, () => {});
+}
+
+function runCommand(name, args) {
+  const builtin = BUILTINS.find((b) => b.name === name);
+  if (builtin) return Promise.resolve(builtin.run(args));
+  return api(`/api/sessions/${app.id}/commands`, { name, arguments: args });
+}
+
+// Commands matching what follows the `/` typed so far: the page's, then the session's.
+function commandMatches(prefix) {
+  const session = app.commands.filter((c) => !BUILTINS.some((b) => b.name === c.name))
+    .map((c) => ({ name: c.name, args: "", description: c.description, skill: true }));
+  return [...BUILTINS, ...session].filter((c) => c.name.startsWith(prefix));
+}
+
+function updateSlashMenu() {
+  const menu = $("slash-menu");
+  const m = /^\/([\w.:-]*)$/.exec($("input").value);
+  const matches = m ? commandMatches(m[1]) : [];
+  menu.hidden = !matches.length;
+  menu.replaceChildren(...matches.map((c) => {
+    const item = el("button", "slash-item");
+    item.type = "button";
+    item.dataset.name = c.name;
+    item.append(el("span", "slash-name", "/" + c.name), el("span", "slash-args", c.args ? " " + c.args : ""),
+      el("span", "slash-desc", c.description + (c.skill ? " (skill)" : "")));
+    item.addEventListener("click", () => completeCommand(c.name));
+    return item;
+  }));
+}
+
+function completeCommand(name) {
+  const input = $("input");
+  input.value = "/" + name + " ";
+  $("slash-menu").hidden = true;
+  input.focus();
+}
+
+function setCall(body) {
+  return api(`/api/sessions/${app.id}/call`, body).then((r) => {
+    $("model").value = r.model || "";
+    $("effort").value = r.effort || "default";
+    toast(`from the next request: ${r.model}, effort ${r.effort || "default"}`);
+  });
+}
+
+async function setPermission(preset) {
+  const current = app.conv.permission || app.detail?.permission;
+  if (preset === current) { updateState(); return; }
+  if (preset === "danger-full-access" && !window.confirm(
+    "danger-full-access runs the model's commands without a sandbox, with all your rights (every file, the network). Switch?")) {
+    updateState();
+    return;
+  }
+  app.permissionPending = preset;
+  try {
+    await api(`/api/sessions/${app.id}/permission`, { preset });
+    if (!app.detail?.live) refreshDetail();
+  } catch (err) {
+    app.permissionPending = null;
+    updateState();
+    throw err;
+  }
+}
+
+function rename(title) {
+  return api(`/api/sessions/${app.id}/title`, { title });
+}
+
+function toggleUsage() {
+  app.usageOpen = !app.usageOpen;
+  $("usage").hidden = !app.usageOpen;
+  if (app.usageOpen) renderUsage();
 }
 
 async function fork(turn) {
@@ -187,6 +296,15 @@ async function start() {
       if (decision === "reject") message = window.prompt("Reason for the model (optional):", "") || undefined;
       api(`/api/sessions/${app.id}/approvals/${encodeURIComponent(id)}`, { decision, message }).catch(() => {});
     },
+    // Resolves true once the answer was taken, false when the user backed out.
+    answer: (callId, body) => {
+      if ("decline" in body) {
+        const message = window.prompt("Tell the model why (optional):", "");
+        if (message === null) return false;
+        body = { decline: message };
+      }
+      return api(`/api/sessions/${app.id}/questions/${encodeURIComponent(callId)}`, body).then(() => true);
+    },
     fork: (turn) => fork(turn).catch(() => {}),
   });
   try { app.info = await api("/api/info"); } catch { return; }
@@ -197,24 +315,30 @@ async function start() {
   $("new-form").addEventListener("submit", (e) => { e.preventDefault(); createSession($("new-cwd").value).catch(() => {}); });
   $("composer").addEventListener("submit", (e) => { e.preventDefault(); send("followup"); });
   $("input").addEventListener("keydown", (e) => {
+    const menu = $("slash-menu");
+    if (!menu.hidden && (e.key === "Tab" || e.key === "Enter") && !e.shiftKey) {
+      // Tab, or Enter on a partial name, completes the first match.
+      const typed = $("input").value.slice(1);
+      const first = menu.querySelector(".slash-item");
+      const exact = commandMatches(typed).some((c) => c.name === typed);
+      if (first && (e.key === "Tab" || !exact)) { e.preventDefault(); completeCommand(first.dataset.name); return; }
+    }
+    if (e.key === "Escape") menu.hidden = true;
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send("followup"); }
   });
+  $("input").addEventListener("input", updateSlashMenu);
+  $("permission").addEventListener("change", () => setPermission($("permission").value).catch(() => {}));
   $("steer").addEventListener("click", () => send("steer"));
   $("cancel").addEventListener("click", () => api(`/api/sessions/${app.id}/cancel`, { keepInbox: false }).catch(() => {}));
   $("apply-call").addEventListener("click", () => {
-    api(`/api/sessions/${app.id}/call`, { model: $("model").value, effort: $("effort").value })
-      .then((r) => toast(`from the next request: ${r.model}, effort ${r.effort || "default"}`), () => {});
+    setCall({ model: $("model").value, effort: $("effort").value }).catch(() => {});
   });
   $("compact").addEventListener("click", () => api(`/api/sessions/${app.id}/compact`, {}).catch(() => {}));
   $("fork").addEventListener("click", () => fork(null).catch(() => {}));
-  $("toggle-usage").addEventListener("click", () => {
-    app.usageOpen = !app.usageOpen;
-    $("usage").hidden = !app.usageOpen;
-    if (app.usageOpen) renderUsage();
-  });
+  $("toggle-usage").addEventListener("click", toggleUsage);
   $("title").addEventListener("click", () => {
     const title = window.prompt("Rename the session:", app.conv.title || "");
-    if (title && title.trim()) api(`/api/sessions/${app.id}/title`, { title }).catch(() => {});
+    if (title && title.trim()) rename(title).catch(() => {});
   });
   window.addEventListener("hashchange", route);
   await loadSessions();

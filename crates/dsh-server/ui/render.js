@@ -1,5 +1,5 @@
 // Renders a session from its events: the conversation (streamed text, reasoning, tool cards,
-// approvals, notices) and the usage figures. Everything shown is derived from the events, so
+// approvals, questions, notices) and the usage figures. Everything shown is derived from the events, so
 // replaying the same events (a reload, a second tab) gives the same view.
 "use strict";
 
@@ -19,6 +19,27 @@ function parseArgs(text) {
 function resultText(message) {
   const block = (message?.content || []).find((b) => b.type === "tool-result");
   return (block?.content || []).filter((b) => b.type === "text").map((b) => b.text).join("\n");
+}
+
+// The questions of `ask_user_question` arguments, with the ids the tool gives them.
+function questionList(args) {
+  const raw = Array.isArray(args.questions) ? args.questions : [];
+  return raw.map((q, i) => (q && typeof q.question === "string" ? { q, i } : null)).filter(Boolean).map(({ q, i }) => ({
+    id: typeof q.id === "string" && q.id.trim() ? q.id.trim() : `q${i + 1}`,
+    question: q.question.trim(),
+    header: typeof q.header === "string" ? q.header.trim() : "",
+    multi: !!(q.multi_select ?? q.multiSelect),
+    options: (Array.isArray(q.options) ? q.options : [])
+      .map((o) => (typeof o === "string" ? { label: o } : o || {}))
+      .filter((o) => typeof o.label === "string" && o.label.trim())
+      .map((o) => ({ label: o.label.trim(), description: typeof o.description === "string" ? o.description.trim() : "" })),
+  }));
+}
+
+function questionSummary(args) {
+  const qs = questionList(args);
+  const first = qs[0] ? qs[0].header || qs[0].question : "";
+  return qs.length > 1 ? `${first} (+${qs.length - 1} more)` : first;
 }
 
 function messageText(message) {
@@ -79,7 +100,7 @@ function unifiedView(text) {
 class Conversation {
   constructor(root, hooks) {
     this.root = root;
-    this.hooks = hooks; // {approve(id, decision), fork(turn), onState()}
+    this.hooks = hooks; // {approve(id, decision), answer(callId, body), fork(turn)}
     this.reset();
   }
 
@@ -174,7 +195,8 @@ class Conversation {
 
   card(id, name, args) {
     let card = this.cards.get(id);
-    if (card) return card.node;
+    // Providers may reuse call ids in later turns: a finished card is not reused.
+    if (card && !card.done) return card.node;
     const a = parseArgs(args);
     const node = el("div", "tool-card running");
     const head = node.appendChild(el("div", "tool-head"));
@@ -183,6 +205,7 @@ class Conversation {
       : ["write", "edit", "read"].includes(name) ? a.file_path || ""
       : ["glob", "grep"].includes(name) ? `${a.pattern || ""}${a.path ? "  in " + a.path : ""}${a.include ? "  (" + a.include + ")" : ""}`
       : name === "todo_write" ? `${(a.todos || []).length} items`
+      : name === "ask_user_question" ? questionSummary(a)
       : (args || "").slice(0, 200);
     head.append(el("code", "tool-what", what));
     const status = head.appendChild(el("span", "tool-status", "…"));
@@ -191,6 +214,72 @@ class Conversation {
     card = { node, name, args: a, status, body };
     this.cards.set(id, card);
     return node;
+  }
+
+  // The questions of an `ask_user_question` call as a form: options as radio buttons (or
+  // checkboxes when several may be chosen), a free-text "Other", Answer and Decline.
+  questionForm(callId, args) {
+    const card = this.cards.get(callId);
+    if (!card || card.done) return;
+    const questions = questionList(parseArgs(args));
+    const form = el("form", "question");
+    form.dataset.callId = callId;
+    const fields = questions.map((q) => {
+      const box = form.appendChild(el("fieldset", "q"));
+      box.dataset.qid = q.id;
+      if (q.header) box.append(el("legend", "q-header", q.header));
+      box.append(el("div", "q-text", q.question));
+      const type = q.multi ? "checkbox" : "radio";
+      const name = `${callId}/${q.id}`;
+      const choices = q.options.map((o) => {
+        const row = box.appendChild(el("label", "q-option"));
+        const input = el("input");
+        input.type = type;
+        input.name = name;
+        input.value = o.label;
+        row.append(input, el("span", "q-label", o.label));
+        if (o.description) row.append(el("span", "q-desc", o.description));
+        return input;
+      });
+      const row = box.appendChild(el("label", "q-option q-other"));
+      let otherChoice = null;
+      if (q.options.length) {
+        otherChoice = el("input");
+        otherChoice.type = type;
+        otherChoice.name = name;
+        row.append(otherChoice, el("span", "q-label", "Other:"));
+      }
+      const text = el("input", "q-free");
+      text.type = "text";
+      text.placeholder = q.options.length ? "another answer" : "your answer";
+      text.addEventListener("input", () => { if (otherChoice && text.value.trim()) otherChoice.checked = true; });
+      row.append(text);
+      return { q, choices, otherChoice, text };
+    });
+    const buttons = form.appendChild(el("div", "approval-buttons"));
+    const submit = buttons.appendChild(el("button", "primary", "Answer"));
+    submit.type = "submit";
+    const decline = buttons.appendChild(el("button", null, "Decline"));
+    decline.type = "button";
+    const send = (body) => {
+      submit.disabled = decline.disabled = true;
+      Promise.resolve(this.hooks.answer(callId, body)).then((sent) => {
+        if (!sent) submit.disabled = decline.disabled = false;
+      }, () => { submit.disabled = decline.disabled = false; });
+    };
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      const answers = fields.map(({ q, choices, otherChoice, text }) => {
+        const picked = choices.filter((c) => c.checked).map((c) => c.value);
+        const typed = text.value.trim();
+        if (typed && (!otherChoice || otherChoice.checked)) picked.push(typed);
+        return { id: q.id, answers: picked };
+      });
+      send({ answers });
+    });
+    decline.addEventListener("click", () => send({ decline: null }));
+    card.body.replaceChildren(form);
+    card.node.classList.add("asking");
   }
 
   toolResult(d) {
@@ -206,7 +295,8 @@ class Conversation {
         box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, "no longer waiting"));
       }
     }
-    card.node.classList.remove("running");
+    card.done = true;
+    card.node.classList.remove("running", "asking");
     card.body.replaceChildren();
     if (d.error) {
       card.node.classList.add("failed");
@@ -214,7 +304,11 @@ class Conversation {
       card.body.append(output(d.error.message || text, "err"));
       return;
     }
-    if (card.name === "bash") {
+    if (card.name === "ask_user_question") {
+      card.status.textContent = meta.answers ? "answered" : "dismissed";
+      card.node.classList.add("ok");
+      card.body.append(el("pre", "out answers", text));
+    } else if (card.name === "bash") {
       const code = meta.exitCode;
       card.status.textContent = meta.timedOut ? "timed out" : code === 0 ? "exit 0" : code == null ? "killed" : "exit " + code;
       card.node.classList.add(code === 0 && !meta.timedOut ? "ok" : "failed");
@@ -301,11 +395,14 @@ Conversation.prototype.handlers = {
   },
   "assistant/message"(d) { this.assistantMessage(d); },
   "tool/call"(d) {
-    if (!this.cards.has(d.callId)) this.container().append(this.card(d.callId, d.name, d.arguments));
+    const known = this.cards.get(d.callId);
+    if (!known || known.done) this.container().append(this.card(d.callId, d.name, d.arguments));
+    // The question waits for an answer until the call's result is logged.
+    if (d.name === "ask_user_question") this.questionForm(d.callId, d.arguments);
   },
   "tool/started"(d) {
     const card = this.cards.get(d.callId);
-    if (card) card.status.textContent = "running…";
+    if (card) card.status.textContent = card.name === "ask_user_question" ? "waiting for your answer" : "running…";
   },
   "tool/result"(d) { this.toolResult(d); },
   "llm/retry"(d) {

@@ -13,17 +13,23 @@ use dsh_server::{
 };
 use dsh_session::{SessionStore, StoreKind};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
-use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use dsh_tools::{
+    AskUserQuestionTool, NoSandbox, PermissionPreset, SpillDir, ToolContext, ToolRegistry,
+};
 use futures::StreamExt;
 use serde_json::Value;
 
-/// Builds agents against the fake provider; `extra` extensions are registered on each.
 pub mod cdp;
 
+/// Builds agents against the fake provider: the built-in tools plus `ask_user_question`, the
+/// skills of `<cwd>/.dsh/skills`, a permission source (see [`permission_source`]), and the
+/// `extra` extensions.
 pub struct TestFactory {
     pub base_url: String,
     pub spill: std::path::PathBuf,
     pub extra: Vec<Arc<dyn dsh_agent::Extension>>,
+    /// Sessions get a model-written title (one more request alongside the first turn).
+    pub model_titles: bool,
 }
 
 impl AgentFactory for TestFactory {
@@ -49,6 +55,10 @@ impl AgentFactory for TestFactory {
         for extension in &self.extra {
             guards.push(extensions.register(Arc::clone(extension)));
         }
+        let skills = dsh_agent::SkillSet::discover(&[request.cwd.join(".dsh").join("skills")]);
+        guards.push(extensions.register(Arc::new(dsh_agent::Skills::new(skills))));
+        let mut tools = ToolRegistry::with_builtins();
+        tools.register(Arc::new(AskUserQuestionTool)).unwrap();
         let spill = SpillDir::create(self.spill.join(uuid_like())).unwrap();
         let tool_context = ToolContext::new(&request.cwd, spill)
             .unwrap()
@@ -57,27 +67,48 @@ impl AgentFactory for TestFactory {
             .model
             .clone()
             .unwrap_or_else(|| "deepseek-v4-flash".into());
+        let mut options = AgentOptions::new(CallConfig::new("deepseek", model), &request.cwd);
+        if self.model_titles {
+            options.titles = dsh_agent::TitleMode::Model {
+                route: None,
+                model: None,
+            };
+        }
         let parts = AgentParts {
             adapters,
-            tools: Arc::new(ToolRegistry::with_builtins()),
+            tools: Arc::new(tools),
             extensions,
             tool_context,
-            options: AgentOptions::new(CallConfig::new("deepseek", model), &request.cwd),
+            options,
         };
-        let agent = match &request.resume {
+        let mut agent = match &request.resume {
             Some(id) => Agent::resume(parts, store, id)?,
             None => Agent::create(parts, store)?,
         };
-        Ok(OpenedAgent {
-            agent,
-            guards,
-            permission: "danger-full-access".into(),
-        })
+        agent.set_permission_source(permission_source());
+        Ok(OpenedAgent { agent, guards })
     }
 
     fn models(&self) -> Vec<String> {
         vec!["deepseek-v4-flash".into(), "deepseek-v4-pro".into()]
     }
+}
+
+/// What presets mean in these tests: no sandbox (`bash` runs only under
+/// `danger-full-access`), and `workspace-write` is refused as on a host without one.
+pub fn permission_source() -> dsh_agent::PermissionSource {
+    Arc::new(|preset| {
+        if preset == PermissionPreset::WorkspaceWrite {
+            return Err("the test host has no sandbox for workspace-write".to_string());
+        }
+        Ok(dsh_agent::PermissionSetting {
+            preset,
+            confinement: Arc::new(NoSandbox),
+            sandbox_mode: "none".into(),
+            sandbox_detail: "test".into(),
+            summary: format!("The tools run under {preset}."),
+        })
+    })
 }
 
 fn uuid_like() -> String {
@@ -112,6 +143,19 @@ impl Web {
         replies: Vec<ScriptedReply>,
         extra: Vec<Arc<dyn dsh_agent::Extension>>,
     ) -> Web {
+        Self::start_inner(replies, extra, false).await
+    }
+
+    /// A server whose sessions get model-written titles.
+    pub async fn start_titled(replies: Vec<ScriptedReply>) -> Web {
+        Self::start_inner(replies, Vec::new(), true).await
+    }
+
+    async fn start_inner(
+        replies: Vec<ScriptedReply>,
+        extra: Vec<Arc<dyn dsh_agent::Extension>>,
+        model_titles: bool,
+    ) -> Web {
         let home = tempfile::tempdir().unwrap();
         let cwd = tempfile::tempdir().unwrap();
         let provider = FakeProvider::start(replies).await.unwrap();
@@ -123,6 +167,7 @@ impl Web {
             base_url: provider.base_url(),
             spill: home.path().join("spill"),
             extra,
+            model_titles,
         });
         let options = ServerOptions {
             home: home.path().to_path_buf(),

@@ -1,0 +1,322 @@
+//! `ask_user_question` answered from the web UI.
+//!
+//! The agent logs the `tool/call` of `ask_user_question` (and `tool/started`) before the tool
+//! runs; the tool then calls this session's [`WebAsker`], which keeps the questions waiting
+//! until `POST /api/sessions/:id/questions/:callId` answers or declines them (see
+//! `docs/web.md`). The UI shows the questions from that `tool/call` event for as long as it has
+//! no `tool/result`, so a reload or a second tab shows the same pending question.
+//!
+//! A [`dsh_agent::QuestionRequest`] does not carry the tool call id, so an answer is matched to
+//! a waiting request through the open `tool/call` event it names: same question texts, in
+//! order (the tool only trims them). `ask_user_question` is not concurrency-safe, so one agent
+//! has at most one question waiting at a time; should several match, the oldest is answered.
+//! A cancelled turn drops the tool's future and with it the waiting question.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dsh_agent::{AskOutcome, Asker, QuestionRequest, UserAnswer};
+use dsh_llm::MessageSource;
+use dsh_session::{Envelope, Event};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// The tool whose calls this module answers.
+pub const ASK_TOOL: &str = "ask_user_question";
+
+/// Most characters of one typed answer.
+pub const MAX_ANSWER_CHARS: usize = 10_000;
+
+struct Waiting {
+    request: QuestionRequest,
+    sender: oneshot::Sender<AskOutcome>,
+}
+
+/// The asker of one live session: questions wait for an answer through the API.
+#[derive(Default)]
+pub struct WebAsker {
+    waiting: Mutex<Vec<Waiting>>,
+}
+
+/// Why an answer could not be delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerError {
+    /// No waiting question matches the call.
+    NotWaiting,
+    /// The answer does not fit the questions (unknown id, several answers to a single choice).
+    Invalid(String),
+}
+
+/// What the user said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Answers by question id.
+    Answers(Vec<UserAnswer>),
+    /// The questions were dismissed, with a message for the model (possibly empty).
+    Decline(String),
+}
+
+impl WebAsker {
+    fn lock(&self) -> MutexGuard<'_, Vec<Waiting>> {
+        // Vector operations are single steps; a panic elsewhere cannot leave it half-changed.
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Answers the waiting request asked by the `ask_user_question` call with `arguments` (the
+    /// raw argument string of its `tool/call` event).
+    pub fn answer(&self, arguments: &str, reply: Reply) -> Result<(), AnswerError> {
+        let texts = question_texts(arguments);
+        let mut waiting = self.lock();
+        waiting.retain(|w| !w.sender.is_closed());
+        let index = waiting
+            .iter()
+            .position(|w| Some(request_texts(&w.request)) == texts)
+            // Arguments the server cannot read but the tool did: the only question waiting.
+            .or_else(|| (texts.is_none() && waiting.len() == 1).then_some(0))
+            .ok_or(AnswerError::NotWaiting)?;
+        let outcome = match reply {
+            Reply::Answers(answers) => {
+                AskOutcome::Answered(check_answers(&waiting[index].request, answers)?)
+            }
+            Reply::Decline(message) => AskOutcome::Declined {
+                message: message.trim().to_string(),
+            },
+        };
+        let entry = waiting.remove(index);
+        // A receiver that is gone means the turn was cancelled meanwhile: nothing to answer.
+        entry
+            .sender
+            .send(outcome)
+            .map_err(|_| AnswerError::NotWaiting)
+    }
+
+    /// True when a request asked by a call with `arguments` is waiting.
+    pub fn is_waiting(&self, arguments: &str) -> bool {
+        let texts = question_texts(arguments);
+        let waiting = self.lock();
+        let open: Vec<&Waiting> = waiting.iter().filter(|w| !w.sender.is_closed()).collect();
+        match texts {
+            Some(texts) => open.iter().any(|w| request_texts(&w.request) == texts),
+            None => open.len() == 1,
+        }
+    }
+}
+
+impl Asker for WebAsker {
+    fn ask(&self, request: QuestionRequest) -> BoxFuture<'static, AskOutcome> {
+        let (sender, receiver) = oneshot::channel();
+        let mut waiting = self.lock();
+        // Questions of cancelled turns stopped waiting: forget them.
+        waiting.retain(|w| !w.sender.is_closed());
+        waiting.push(Waiting { request, sender });
+        drop(waiting);
+        Box::pin(async move {
+            receiver.await.unwrap_or(AskOutcome::Unavailable {
+                reason: "the web UI stopped waiting before the user answered".to_string(),
+            })
+        })
+    }
+}
+
+/// Makes `asker` answer the agent's `ask_user_question` calls.
+pub(crate) fn install(agent: &mut dsh_agent::Agent, asker: Arc<WebAsker>) {
+    agent.set_asker(asker);
+}
+
+fn request_texts(request: &QuestionRequest) -> Vec<String> {
+    request
+        .questions
+        .iter()
+        .map(|q| q.question.clone())
+        .collect()
+}
+
+/// The question texts of a call's arguments as the tool normalises them, or `None` when they
+/// cannot be read.
+fn question_texts(arguments: &str) -> Option<Vec<String>> {
+    let value: Value = serde_json::from_str(arguments).ok()?;
+    value
+        .get("questions")?
+        .as_array()?
+        .iter()
+        .map(|q| q.get("question")?.as_str().map(|t| t.trim().to_string()))
+        .collect()
+}
+
+/// Checks `answers` against `request`: known ids, each once; at most one choice for a
+/// single-choice question; bounded, trimmed texts (empty entries dropped).
+fn check_answers(
+    request: &QuestionRequest,
+    answers: Vec<UserAnswer>,
+) -> Result<Vec<UserAnswer>, AnswerError> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(answers.len());
+    for answer in answers {
+        let Some(question) = request.questions.iter().find(|q| q.id == answer.id) else {
+            let ids: Vec<&str> = request.questions.iter().map(|q| q.id.as_str()).collect();
+            return Err(AnswerError::Invalid(format!(
+                "no question `{}` was asked (the questions are {})",
+                answer.id,
+                ids.join(", ")
+            )));
+        };
+        if !seen.insert(answer.id.clone()) {
+            return Err(AnswerError::Invalid(format!(
+                "question `{}` is answered twice",
+                answer.id
+            )));
+        }
+        let given: Vec<String> = answer
+            .answers
+            .iter()
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
+        if given.iter().any(|a| a.chars().count() > MAX_ANSWER_CHARS) {
+            return Err(AnswerError::Invalid(format!(
+                "an answer to `{}` is longer than {MAX_ANSWER_CHARS} characters",
+                answer.id
+            )));
+        }
+        if given.len() > 1 && !question.multi_select {
+            return Err(AnswerError::Invalid(format!(
+                "question `{}` takes one answer, got {}",
+                answer.id,
+                given.len()
+            )));
+        }
+        out.push(UserAnswer {
+            id: answer.id,
+            answers: given,
+        });
+    }
+    Ok(out)
+}
+
+/// The `ask_user_question` calls of `events` that have no result yet, as `(callId,
+/// arguments)` in log order.
+pub fn open_calls(events: &[Arc<Envelope>]) -> Vec<(String, String)> {
+    let mut open: Vec<(String, String)> = Vec::new();
+    for envelope in events {
+        match &envelope.event {
+            Event::ToolCall(call) => {
+                // Call ids may repeat across turns: a new call replaces an older one.
+                open.retain(|(id, _)| *id != call.call_id);
+                if call.name == ASK_TOOL {
+                    open.push((call.call_id.clone(), call.arguments.clone()));
+                }
+            }
+            Event::ToolResult(result) => {
+                if let MessageSource::Tool { call_id } = &result.message.source {
+                    open.retain(|(id, _)| id != call_id);
+                }
+            }
+            _ => {}
+        }
+    }
+    open
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use dsh_agent::{QuestionOption, UserQuestion};
+
+    fn request() -> QuestionRequest {
+        QuestionRequest {
+            questions: vec![
+                UserQuestion {
+                    id: "q1".into(),
+                    question: "Which?".into(),
+                    header: None,
+                    options: vec![
+                        QuestionOption {
+                            label: "A".into(),
+                            description: None,
+                        },
+                        QuestionOption {
+                            label: "B".into(),
+                            description: None,
+                        },
+                    ],
+                    multi_select: false,
+                },
+                UserQuestion {
+                    id: "q2".into(),
+                    question: "Also?".into(),
+                    header: None,
+                    options: Vec::new(),
+                    multi_select: true,
+                },
+            ],
+        }
+    }
+
+    const ARGS: &str = r#"{"questions":[{"id":"q1","question":" Which? ","options":["A","B"]},{"id":"q2","question":"Also?"}]}"#;
+
+    fn answer(id: &str, answers: &[&str]) -> UserAnswer {
+        UserAnswer {
+            id: id.into(),
+            answers: answers.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_the_matching_question() {
+        let asker = WebAsker::default();
+        let asked = asker.ask(request());
+        assert!(asker.is_waiting(ARGS));
+        assert!(!asker.is_waiting(r#"{"questions":[{"question":"Other?"}]}"#));
+        assert_eq!(
+            asker.answer(
+                r#"{"questions":[{"question":"Other?"}]}"#,
+                Reply::Decline(String::new())
+            ),
+            Err(AnswerError::NotWaiting)
+        );
+        assert!(matches!(
+            asker.answer(ARGS, Reply::Answers(vec![answer("q9", &["A"])])),
+            Err(AnswerError::Invalid(_))
+        ));
+        assert!(matches!(
+            asker.answer(ARGS, Reply::Answers(vec![answer("q1", &["A", "B"])])),
+            Err(AnswerError::Invalid(_))
+        ));
+        asker
+            .answer(
+                ARGS,
+                Reply::Answers(vec![answer("q1", &[" B "]), answer("q2", &["x", "", "y"])]),
+            )
+            .unwrap();
+        assert_eq!(
+            asked.await,
+            AskOutcome::Answered(vec![answer("q1", &["B"]), answer("q2", &["x", "y"])])
+        );
+        assert!(!asker.is_waiting(ARGS));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_question_stops_waiting() {
+        let asker = WebAsker::default();
+        let asked = asker.ask(request());
+        drop(asked);
+        assert!(!asker.is_waiting(ARGS));
+        assert_eq!(
+            asker.answer(ARGS, Reply::Decline("no".into())),
+            Err(AnswerError::NotWaiting)
+        );
+        let asked = asker.ask(request());
+        asker
+            .answer(ARGS, Reply::Decline(" later ".into()))
+            .unwrap();
+        assert_eq!(
+            asked.await,
+            AskOutcome::Declined {
+                message: "later".into()
+            }
+        );
+    }
+}
