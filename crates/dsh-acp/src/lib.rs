@@ -5,8 +5,11 @@
 //! (resume from our log, conversation replayed as `session/update`), `session/prompt` with
 //! streamed `session/update` notifications (message and thought chunks as deltas arrive,
 //! `tool_call` / `tool_call_update` with status and content, diffs for file changes, `plan`
-//! from `todo_write`), `session/cancel`, and `session/request_permission` for the approval
-//! questions of the safety policy ([`AcpApprover`]).
+//! from `todo_write`), `session/cancel`, `session/request_permission` for the approval
+//! questions of the safety policy ([`AcpApprover`]) and for `ask_user_question` choices
+//! ([`AcpAsker`]), the permission presets as session modes (`modes`, `session/set_mode`,
+//! `current_mode_update`), and slash commands (`available_commands_update`; `/compact`,
+//! `/permission`, and the session's user-invocable skills typed as `/name arguments`).
 //!
 //! Building agents is the front end's business: [`serve`] gets an [`AgentFactory`], so the
 //! `dsh` binary builds them exactly as `dsh run` does and tests can build them as they need.
@@ -15,6 +18,9 @@
 //! crate; `docs/decisions/0002-acp-wire-protocol.md` says why.
 
 mod approver;
+mod asker;
+mod commands;
+mod modes;
 mod rpc;
 mod server;
 mod session;
@@ -23,6 +29,9 @@ mod updates;
 use std::path::PathBuf;
 
 pub use approver::{AcpApprover, ALLOW_ONCE, REJECT_ONCE};
+pub use asker::{AcpAsker, ANSWER_PREFIX, DECLINE_QUESTION, FREE_TEXT_UNAVAILABLE};
+pub use commands::{COMPACT, PERMISSION};
+pub use modes::MODES;
 pub use rpc::{
     parse_line, Incoming, Outgoing, RpcError, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
     METHOD_NOT_FOUND, PARSE_ERROR,

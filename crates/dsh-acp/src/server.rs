@@ -98,7 +98,8 @@ impl Server {
         })
     }
 
-    fn new_session(&mut self, params: &Value) -> Result<Value, RpcError> {
+    /// `session/new`: the result and the new session's id.
+    fn new_session(&mut self, params: &Value) -> Result<(Value, String), RpcError> {
         let cwd = cwd_param(params)?;
         let opened = self
             .factory
@@ -109,14 +110,15 @@ impl Server {
             .map_err(RpcError::internal)?;
         let session = AcpSession::start(opened.agent, opened.keep_alive, cwd, self.out.clone());
         let id = session.handle.session_id();
+        let result = json!({"sessionId": id, "modes": session.modes()});
         self.sessions.insert(id.clone(), session);
-        Ok(json!({"sessionId": id}))
+        Ok((result, id))
     }
 
     /// `session/load`: opens the session from its log (unless this connection has it open
     /// already), then replays its conversation as `session/update` notifications before
-    /// answering.
-    async fn load_session(&mut self, params: &Value) -> Result<Value, RpcError> {
+    /// answering. Gives the result and the session's id.
+    async fn load_session(&mut self, params: &Value) -> Result<(Value, String), RpcError> {
         let key = str_param(params, "sessionId")?.to_string();
         let cwd = cwd_param(params)?;
         if let Some(open) = self.sessions.remove(&key) {
@@ -136,8 +138,23 @@ impl Server {
                 .notify("session/update", json!({"sessionId": id, "update": update}));
         }
         let session = AcpSession::start(opened.agent, opened.keep_alive, cwd, self.out.clone());
-        self.sessions.insert(id, session);
-        Ok(json!({}))
+        let result = json!({"modes": session.modes()});
+        self.sessions.insert(id.clone(), session);
+        Ok((result, id))
+    }
+
+    /// Answers a `session/new` or `session/load`, then advertises the session's slash
+    /// commands (ACP sends them after the session exists).
+    fn opened(&self, id: Value, opened: Result<(Value, String), RpcError>) {
+        match opened {
+            Ok((result, session_id)) => {
+                self.out.respond(id, result);
+                if let Some(session) = self.sessions.get(&session_id) {
+                    session.advertise_commands();
+                }
+            }
+            Err(error) => self.out.respond_error(id, &error),
+        }
     }
 
     fn session(&self, params: &Value) -> Result<&AcpSession, RpcError> {
@@ -151,8 +168,18 @@ impl Server {
         let answer = match method {
             "initialize" => Ok(self.initialize()),
             "authenticate" => Ok(json!({})),
-            "session/new" => self.new_session(&params),
-            "session/load" => self.load_session(&params).await,
+            "session/new" => {
+                let opened = self.new_session(&params);
+                return self.opened(id, opened);
+            }
+            "session/load" => {
+                let opened = self.load_session(&params).await;
+                return self.opened(id, opened);
+            }
+            "session/set_mode" => str_param(&params, "modeId").and_then(|mode| {
+                self.session(&params)?.set_mode(mode)?;
+                Ok(json!({}))
+            }),
             "session/prompt" => {
                 // Answered by the session's task when the turn ends.
                 let queued = prompt_text(&params)

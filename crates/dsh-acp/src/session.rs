@@ -12,20 +12,26 @@ use std::sync::Arc;
 
 use dsh_agent::{Agent, AgentError, AgentHandle, SessionEvent, TurnOutcome};
 use dsh_session::TurnEndReason;
+use dsh_tools::PermissionPreset;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::approver::AcpApprover;
-use crate::rpc::{Outgoing, RpcError};
+use crate::asker::AcpAsker;
+use crate::commands::{self, COMPACT, PERMISSION};
+use crate::modes;
+use crate::rpc::{Outgoing, RpcError, INVALID_PARAMS};
 use crate::updates::UpdateMapper;
 
-/// Set by the connection, read by the session's task.
+/// Shared by the connection and the session's task.
 struct Flags {
     /// `session/cancel` arrived during the current turn.
     cancelled: Arc<AtomicBool>,
     /// The connection is closing: queued prompts are not run.
     stopping: Arc<AtomicBool>,
+    /// The session's asker, caught up with the session's events after each turn.
+    asker: Arc<AcpAsker>,
 }
 
 /// A prompt waiting for its turn.
@@ -37,6 +43,7 @@ struct PromptJob {
 /// A running ACP session.
 pub(crate) struct AcpSession {
     pub(crate) handle: AgentHandle,
+    out: Outgoing,
     prompts: mpsc::UnboundedSender<PromptJob>,
     cancelled: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
@@ -75,7 +82,10 @@ impl AcpSession {
         out: Outgoing,
     ) -> Self {
         let handle = agent.handle();
-        agent.set_approver(Arc::new(AcpApprover::new(handle.session_id(), out.clone())));
+        let session_id = handle.session_id();
+        agent.set_approver(Arc::new(AcpApprover::new(&session_id, out.clone())));
+        let asker = Arc::new(AcpAsker::new(&session_id, out.clone(), handle.subscribe()));
+        agent.set_asker(Arc::clone(&asker) as Arc<dyn dsh_agent::Asker>);
         let (prompts, jobs) = mpsc::unbounded_channel();
         let cancelled = Arc::new(AtomicBool::new(false));
         let stopping = Arc::new(AtomicBool::new(false));
@@ -83,15 +93,17 @@ impl AcpSession {
             agent,
             keep_alive,
             jobs,
-            out,
+            out.clone(),
             UpdateMapper::new(cwd),
             Flags {
                 cancelled: Arc::clone(&cancelled),
                 stopping: Arc::clone(&stopping),
+                asker,
             },
         ));
         AcpSession {
             handle,
+            out,
             prompts,
             cancelled,
             stopping,
@@ -104,6 +116,35 @@ impl AcpSession {
         self.prompts
             .send(PromptJob { request_id, text })
             .map_err(|_| RpcError::internal("the session has stopped"))
+    }
+
+    /// The `modes` of the session's `session/new` / `session/load` result.
+    pub(crate) fn modes(&self) -> Value {
+        modes::mode_state(self.handle.permission())
+    }
+
+    /// `session/set_mode`: switches the permission preset (from the next step on) and sends
+    /// `current_mode_update` when it changed. A preset this session cannot use is an error
+    /// carrying the reason.
+    pub(crate) fn set_mode(&self, mode_id: &str) -> Result<(), RpcError> {
+        let preset: PermissionPreset = mode_id
+            .parse()
+            .map_err(|_| RpcError::invalid_params(format!("unknown mode `{mode_id}` (expected read-only, workspace-write or danger-full-access)")))?;
+        modes::switch(&self.handle, &self.out, preset)
+            .map(|_| ())
+            .map_err(|message| RpcError::new(INVALID_PARAMS, message))
+    }
+
+    /// Sends the session's slash commands (dsh's own and its user commands) as an
+    /// `available_commands_update`.
+    pub(crate) fn advertise_commands(&self) {
+        self.out.notify(
+            "session/update",
+            json!({"sessionId": self.handle.session_id(), "update": {
+                "sessionUpdate": "available_commands_update",
+                "availableCommands": commands::available(&self.handle.user_commands()),
+            }}),
+        );
     }
 
     /// `session/cancel`: cancels the running turn (queued input is dropped, as ACP wants the
@@ -129,6 +170,73 @@ impl AcpSession {
         // A task that panicked has nothing left to close; report nothing more.
         let _ = task.await;
     }
+}
+
+fn say(session_id: &str, out: &Outgoing, text: &str) {
+    out.notify(
+        "session/update",
+        json!({"sessionId": session_id, "update": {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text},
+        }}),
+    );
+}
+
+/// `/permission [preset]`: the answer for the user (the switch itself is reported as a
+/// `current_mode_update` too).
+fn permission_command(handle: &AgentHandle, out: &Outgoing, arguments: &str) -> String {
+    if arguments.is_empty() {
+        return format!(
+            "Permission preset: {}. Switch with /permission read-only, workspace-write or danger-full-access (or the editor's mode selector).",
+            handle.permission()
+        );
+    }
+    let preset: PermissionPreset = match arguments.parse() {
+        Ok(preset) => preset,
+        Err(message) => return format!("Permission preset unchanged: {message}."),
+    };
+    match modes::switch(handle, out, preset) {
+        Ok(true) => format!("Permission preset switched to {preset} (from the next step on)."),
+        Ok(false) => format!("Permission preset is already {preset}."),
+        Err(message) => format!("Permission preset unchanged: {message}."),
+    }
+}
+
+/// Compacts the conversation now and says how it went.
+async fn compact_command(agent: &mut Agent) -> String {
+    let never = dsh_agent::CompactionCancel::new();
+    let outcome = agent
+        .compact(dsh_agent::CompactionTrigger::Requested, &never)
+        .await;
+    match outcome {
+        Ok(o) => match o.warning {
+            Some(warning) => format!("Compaction incomplete: {warning}"),
+            None => format!(
+                "Compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens.",
+                o.summarized, o.pruned, o.tokens_before, o.tokens_after
+            ),
+        },
+        Err(err) => format!("Compaction failed: {err}"),
+    }
+}
+
+/// Queues the prompt's input: the expansion of a user command (`/name arguments` for one of
+/// the session's user commands), else the text as is.
+fn queue_input(handle: &AgentHandle, text: String) -> Result<(), RpcError> {
+    if let Some(command) = commands::parse(&text) {
+        let known = command.name != COMPACT
+            && command.name != PERMISSION
+            && handle
+                .user_commands()
+                .iter()
+                .any(|c| c.name == command.name);
+        if known {
+            return handle
+                .run_user_command(command.name, command.arguments)
+                .map_err(|err| RpcError::new(INVALID_PARAMS, modes::user_message(err)));
+        }
+    }
+    handle.followup(text).map_err(RpcError::internal)
 }
 
 fn forward(session_id: &str, mapper: &mut UpdateMapper, out: &Outgoing, event: &SessionEvent) {
@@ -170,6 +278,7 @@ async fn run_session(
     let Flags {
         cancelled,
         stopping,
+        asker,
     } = flags;
     let handle = agent.handle();
     let session_id = handle.session_id();
@@ -181,35 +290,25 @@ async fn run_session(
         cancelled.store(false, Ordering::SeqCst);
         // Subscribed before the input is queued, so no event of the turn is missed.
         let mut events = handle.subscribe();
-        if job.text.trim() == "/compact" {
-            // `/compact` compacts the conversation now instead of sending a prompt.
-            let never = dsh_agent::CompactionCancel::new();
-            let outcome = agent
-                .compact(dsh_agent::CompactionTrigger::Requested, &never)
-                .await;
-            drain(&session_id, &mut mapper, &out, &mut events);
-            let text = match outcome {
-                Ok(o) => match o.warning {
-                    Some(warning) => format!("Compaction incomplete: {warning}"),
-                    None => format!(
-                        "Compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens.",
-                        o.summarized, o.pruned, o.tokens_before, o.tokens_after
-                    ),
-                },
-                Err(err) => format!("Compaction failed: {err}"),
-            };
-            out.notify(
-                "session/update",
-                json!({"sessionId": session_id, "update": {
-                    "sessionUpdate": "agent_message_chunk",
-                    "content": {"type": "text", "text": text},
-                }}),
-            );
-            out.respond(job.request_id, json!({"stopReason": "end_turn"}));
-            continue;
+        match commands::parse(&job.text) {
+            Some(command) if command.name == COMPACT && command.arguments.is_empty() => {
+                // `/compact` compacts the conversation now instead of sending a prompt.
+                let text = compact_command(&mut agent).await;
+                drain(&session_id, &mut mapper, &out, &mut events);
+                say(&session_id, &out, &text);
+                out.respond(job.request_id, json!({"stopReason": "end_turn"}));
+                continue;
+            }
+            Some(command) if command.name == PERMISSION => {
+                let text = permission_command(&handle, &out, command.arguments);
+                say(&session_id, &out, &text);
+                out.respond(job.request_id, json!({"stopReason": "end_turn"}));
+                continue;
+            }
+            _ => {}
         }
-        if let Err(err) = handle.followup(job.text) {
-            out.respond_error(job.request_id, &RpcError::internal(err));
+        if let Err(error) = queue_input(&handle, job.text) {
+            out.respond_error(job.request_id, &error);
             continue;
         }
         let result = {
@@ -228,6 +327,7 @@ async fn run_session(
             }
         };
         drain(&session_id, &mut mapper, &out, &mut events);
+        asker.catch_up();
         let was_cancelled = cancelled.swap(false, Ordering::SeqCst);
         respond(&out, job.request_id, result, was_cancelled);
     }

@@ -22,6 +22,36 @@ struct TestFactory {
     base_url: String,
     home: PathBuf,
     preset: PermissionPreset,
+    /// A folder of skills (`<name>/SKILL.md`) for the session.
+    skills: Option<PathBuf>,
+}
+
+impl TestFactory {
+    fn new(base_url: String, home: &Path, preset: PermissionPreset) -> Self {
+        TestFactory {
+            base_url,
+            home: home.to_path_buf(),
+            preset,
+            skills: None,
+        }
+    }
+}
+
+/// What each preset means in these tests: no sandbox, and `danger-full-access` refused (as a
+/// host without it would).
+fn permission_source() -> dsh_agent::PermissionSource {
+    Arc::new(|preset: PermissionPreset| {
+        if preset == PermissionPreset::DangerFullAccess {
+            return Err("not on this test host".to_string());
+        }
+        Ok(dsh_agent::PermissionSetting {
+            preset,
+            confinement: Arc::new(dsh_tools::NoSandbox),
+            sandbox_mode: "none".into(),
+            sandbox_detail: format!("test for {preset}"),
+            summary: format!("{preset} (test)"),
+        })
+    })
 }
 
 impl AgentFactory for TestFactory {
@@ -44,9 +74,18 @@ impl AgentFactory for TestFactory {
             Duration::from_secs(60),
         );
         extensions.register_for_life(Arc::new(SafetyPolicy::new(self.preset, "none", "")));
+        if let Some(dir) = &self.skills {
+            extensions.register_for_life(Arc::new(dsh_agent::Skills::new(
+                dsh_agent::SkillSet::discover(std::slice::from_ref(dir)),
+            )));
+        }
+        let mut tools = ToolRegistry::with_builtins();
+        tools
+            .register(Arc::new(dsh_tools::AskUserQuestionTool))
+            .unwrap();
         let parts = AgentParts {
             adapters,
-            tools: Arc::new(ToolRegistry::with_builtins()),
+            tools: Arc::new(tools),
             extensions,
             tool_context,
             options: AgentOptions::new(
@@ -55,7 +94,7 @@ impl AgentFactory for TestFactory {
             ),
         };
         let store = open_store(StoreKind::Jsonl, &self.home).unwrap();
-        let (agent, history) = match &request.resume {
+        let (mut agent, history) = match &request.resume {
             Some(key) => {
                 let agent = Agent::resume(parts, store.as_ref(), key).map_err(|e| e.to_string())?;
                 let history = store.load(key).map_err(|e| e.to_string())?.events;
@@ -66,6 +105,7 @@ impl AgentFactory for TestFactory {
                 Vec::new(),
             ),
         };
+        agent.set_permission_source(permission_source());
         Ok(OpenedAgent {
             agent,
             keep_alive: Box::new(guards),
@@ -98,6 +138,21 @@ impl Client {
 
     /// Reads until the response to `id`; answers permission requests with `option`.
     async fn response(&mut self, id: u64, option: &str) -> Value {
+        let option = option.to_string();
+        self.response_with(id, move |_| {
+            Some(json!({"outcome": {"outcome": "selected", "optionId": option}}))
+        })
+        .await
+    }
+
+    /// Reads until the response to `id`; answers each permission request with what `answer`
+    /// gives for it (`None`: a `session/cancel` of the turn, then a `cancelled` outcome, as
+    /// ACP asks of a client that cancels while a permission request is open).
+    async fn response_with(
+        &mut self,
+        id: u64,
+        mut answer: impl FnMut(&Value) -> Option<Value>,
+    ) -> Value {
         loop {
             let line = tokio::time::timeout(Duration::from_secs(30), self.read.next_line())
                 .await
@@ -107,9 +162,18 @@ impl Client {
             let value: Value = serde_json::from_str(&line).unwrap();
             self.seen.push(value.clone());
             if value["method"] == "session/request_permission" {
-                let answer = json!({"jsonrpc": "2.0", "id": value["id"],
-                    "result": {"outcome": {"outcome": "selected", "optionId": option}}});
-                self.send(answer).await;
+                let result = match answer(&value) {
+                    Some(result) => result,
+                    None => {
+                        let session = value["params"]["sessionId"].clone();
+                        self.send(json!({"jsonrpc": "2.0", "method": "session/cancel",
+                            "params": {"sessionId": session}}))
+                            .await;
+                        json!({"outcome": {"outcome": "cancelled"}})
+                    }
+                };
+                self.send(json!({"jsonrpc": "2.0", "id": value["id"], "result": result}))
+                    .await;
             } else if value["id"] == json!(id) {
                 return value;
             }
@@ -181,10 +245,12 @@ async fn tool_cards_diffs_plans_and_load() {
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
     let cwd = std::fs::canonicalize(cwd.path()).unwrap();
-    let factory = || TestFactory {
-        base_url: provider.base_url(),
-        home: home.path().to_path_buf(),
-        preset: PermissionPreset::DangerFullAccess,
+    let factory = || {
+        TestFactory::new(
+            provider.base_url(),
+            home.path(),
+            PermissionPreset::DangerFullAccess,
+        )
     };
     let mut client = connect(factory());
     let session = new_session(&mut client, &cwd).await;
@@ -257,7 +323,10 @@ async fn tool_cards_diffs_plans_and_load() {
         )
         .await;
     let answer = client.response(id, "").await;
-    assert_eq!(answer["result"], json!({}), "{answer}");
+    assert_eq!(
+        answer["result"]["modes"]["currentModeId"], "danger-full-access",
+        "{answer}"
+    );
     let replayed = client.updates();
     let user = replayed
         .iter()
@@ -295,11 +364,11 @@ async fn permission_requests_go_to_the_client() {
     let provider = FakeProvider::start(replies).await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
-    let mut client = connect(TestFactory {
-        base_url: provider.base_url(),
-        home: home.path().to_path_buf(),
-        preset: PermissionPreset::WorkspaceWrite,
-    });
+    let mut client = connect(TestFactory::new(
+        provider.base_url(),
+        home.path(),
+        PermissionPreset::WorkspaceWrite,
+    ));
     let session = new_session(&mut client, cwd.path()).await;
 
     let id = client
@@ -334,11 +403,11 @@ async fn permission_requests_go_to_the_client() {
 #[tokio::test]
 async fn bad_input_gets_errors_and_the_server_keeps_going() {
     let home = tempfile::tempdir().unwrap();
-    let mut client = connect(TestFactory {
-        base_url: "http://127.0.0.1:9".into(),
-        home: home.path().to_path_buf(),
-        preset: PermissionPreset::ReadOnly,
-    });
+    let mut client = connect(TestFactory::new(
+        "http://127.0.0.1:9".into(),
+        home.path(),
+        PermissionPreset::ReadOnly,
+    ));
     client.write.write_all(b"{not json\n[]\n").await.unwrap();
     let id = client
         .request("session/prompt", json!({"sessionId": "nope"}))
@@ -377,11 +446,11 @@ async fn slash_compact_compacts_the_conversation() {
     .unwrap();
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
-    let mut client = connect(TestFactory {
-        base_url: provider.base_url(),
-        home: home.path().to_path_buf(),
-        preset: PermissionPreset::DangerFullAccess,
-    });
+    let mut client = connect(TestFactory::new(
+        provider.base_url(),
+        home.path(),
+        PermissionPreset::DangerFullAccess,
+    ));
     let session = new_session(&mut client, cwd.path()).await;
     for text in ["one", "two"] {
         let id = client
@@ -407,4 +476,389 @@ async fn slash_compact_compacts_the_conversation() {
     let requests = provider.requests();
     assert_eq!(requests.len(), 3, "the third request is the summary");
     assert!(requests[2].body.to_string().contains("handoff"));
+}
+
+fn updates_of<'a>(client: &'a Client, kind: &str) -> Vec<&'a Value> {
+    client
+        .updates()
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == kind)
+        .collect()
+}
+
+/// The text of the last `tool_call_update` of `call` and its status.
+fn tool_result(client: &Client, call: &str) -> (String, Value) {
+    let update = client
+        .updates()
+        .into_iter()
+        .rev()
+        .find(|u| u["toolCallId"] == call && u["sessionUpdate"] == "tool_call_update")
+        .unwrap_or_else(|| panic!("no update for {call}"));
+    let text = update["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["content"]["text"].as_str())
+        .collect();
+    (text, update["status"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_presets_are_session_modes() {
+    let write = |id: &str| {
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, id, "write", r#"{"file_path":"out.txt","content":"x\n"}"#)
+                .finish("tool_calls", None),
+        )
+    };
+    let done = || ScriptedReply::from(SseReply::new().text("ok").finish("stop", None));
+    let provider = FakeProvider::start(vec![write("call_ro"), done(), write("call_ww"), done()])
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd = std::fs::canonicalize(cwd.path()).unwrap();
+    let mut client = connect(TestFactory::new(
+        provider.base_url(),
+        home.path(),
+        PermissionPreset::WorkspaceWrite,
+    ));
+    let id = client
+        .request(
+            "session/new",
+            json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
+        )
+        .await;
+    let answer = client.response(id, "").await;
+    let session = answer["result"]["sessionId"].as_str().unwrap().to_string();
+    let modes = &answer["result"]["modes"];
+    assert_eq!(modes["currentModeId"], "workspace-write", "{answer}");
+    let ids: Vec<&str> = modes["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["read-only", "workspace-write", "danger-full-access"]);
+    assert!(modes["availableModes"][0]["name"].is_string());
+
+    // Switching to read-only: answered `{}`, reported, and the next write is refused.
+    let id = client
+        .request(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "read-only"}),
+        )
+        .await;
+    assert_eq!(client.response(id, "").await["result"], json!({}));
+    let switched = updates_of(&client, "current_mode_update");
+    assert_eq!(switched.len(), 1);
+    assert_eq!(switched[0]["currentModeId"], "read-only");
+    let id = client
+        .request("session/prompt", prompt(&session, "write it"))
+        .await;
+    assert_eq!(
+        client.response(id, "").await["result"]["stopReason"],
+        "end_turn"
+    );
+    assert_eq!(tool_result(&client, "call_ro").1, "failed");
+    assert!(!cwd.join("out.txt").exists());
+
+    // The same mode again changes nothing; unknown and unusable modes are errors.
+    let id = client
+        .request(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "read-only"}),
+        )
+        .await;
+    assert_eq!(client.response(id, "").await["result"], json!({}));
+    let id = client
+        .request(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "yolo"}),
+        )
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unknown mode `yolo`"));
+    let id = client
+        .request(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "danger-full-access"}),
+        )
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(
+        answer["error"]["message"], "cannot switch to danger-full-access: not on this test host",
+        "{answer}"
+    );
+    assert_eq!(updates_of(&client, "current_mode_update").len(), 1);
+
+    // `/permission` typed as a prompt shows and switches the preset too.
+    let id = client
+        .request("session/prompt", prompt(&session, "/permission"))
+        .await;
+    assert_eq!(
+        client.response(id, "").await["result"]["stopReason"],
+        "end_turn"
+    );
+    let id = client
+        .request(
+            "session/prompt",
+            prompt(&session, "/permission workspace-write"),
+        )
+        .await;
+    assert_eq!(
+        client.response(id, "").await["result"]["stopReason"],
+        "end_turn"
+    );
+    let said: Vec<&str> = updates_of(&client, "agent_message_chunk")
+        .iter()
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(
+        said.iter()
+            .any(|t| t.starts_with("Permission preset: read-only.")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|t| t.starts_with("Permission preset switched to workspace-write")),
+        "{said:?}"
+    );
+    let switched = updates_of(&client, "current_mode_update");
+    assert_eq!(switched.len(), 2);
+    assert_eq!(switched[1]["currentModeId"], "workspace-write");
+    assert_eq!(
+        provider.requests().len(),
+        2,
+        "/permission does not reach the model"
+    );
+    let id = client
+        .request("session/prompt", prompt(&session, "write it again"))
+        .await;
+    client.response(id, "").await;
+    assert_eq!(tool_result(&client, "call_ww").1, "completed");
+    assert_eq!(std::fs::read_to_string(cwd.join("out.txt")).unwrap(), "x\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_are_asked_as_permission_requests() {
+    let ask = |id: &str, questions: Value| {
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(
+                    0,
+                    id,
+                    "ask_user_question",
+                    &json!({ "questions": questions }).to_string(),
+                )
+                .finish("tool_calls", None),
+        )
+    };
+    let choice = json!({"id": "db", "question": "Which database?", "header": "Storage",
+        "options": [{"label": "SQLite", "description": "one file"}, {"label": "Postgres"}]});
+    let free = json!({"id": "name", "question": "What should the service be called?"});
+    let done = || ScriptedReply::from(SseReply::new().text("noted").finish("stop", None));
+    let provider = FakeProvider::start(vec![
+        ask("call_pick", json!([choice, free])),
+        done(),
+        ask("call_decline", json!([choice])),
+        done(),
+        ask("call_free", json!([free])),
+        done(),
+        ask("call_cancel", json!([choice])),
+        done(),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut client = connect(TestFactory::new(
+        provider.base_url(),
+        home.path(),
+        PermissionPreset::WorkspaceWrite,
+    ));
+    let session = new_session(&mut client, cwd.path()).await;
+    let asked = |client: &Client| -> Vec<Value> {
+        client
+            .seen
+            .iter()
+            .filter(|l| l["method"] == "session/request_permission")
+            .map(|l| l["params"].clone())
+            .collect()
+    };
+
+    // A choice: the label of the picked option is the answer; the free-text question of the
+    // same call is skipped.
+    let id = client
+        .request("session/prompt", prompt(&session, "plan it"))
+        .await;
+    let answer = client
+        .response_with(id, |_| {
+            Some(json!({"outcome": {"outcome": "selected", "optionId": "answer-1"}}))
+        })
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn");
+    let requests = asked(&client);
+    assert_eq!(requests.len(), 1, "only the question with options is asked");
+    assert_eq!(requests[0]["toolCall"]["toolCallId"], "call_pick");
+    assert_eq!(requests[0]["toolCall"]["title"], "Storage: Which database?");
+    let options: Vec<(&str, &str)> = requests[0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["name"].as_str().unwrap(), o["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        options,
+        [
+            ("SQLite", "allow_once"),
+            ("Postgres", "allow_once"),
+            ("Don't answer", "reject_once")
+        ]
+    );
+    let (text, status) = tool_result(&client, "call_pick");
+    assert_eq!(status, "completed");
+    assert!(text.contains("Which database? (db): Postgres"), "{text}");
+    assert!(text.contains("(name): (no answer)"), "{text}");
+
+    // "Don't answer" declines.
+    let id = client
+        .request("session/prompt", prompt(&session, "again"))
+        .await;
+    client
+        .response_with(id, |_| {
+            Some(json!({"outcome": {"outcome": "selected", "optionId": "decline"}}))
+        })
+        .await;
+    let (text, status) = tool_result(&client, "call_decline");
+    assert_eq!(status, "completed");
+    assert!(text.contains("dismissed"), "{text}");
+
+    // Only free text: nothing is asked, the model is told why and decides itself.
+    let id = client
+        .request("session/prompt", prompt(&session, "name it"))
+        .await;
+    client.response_with(id, |_| panic!("asked")).await;
+    assert_eq!(asked(&client).len(), 2);
+    let (text, status) = tool_result(&client, "call_free");
+    assert_eq!(status, "failed");
+    assert!(text.contains("free-text"), "{text}");
+
+    // The user cancels the turn while the question is open: the client answers `cancelled`
+    // and the prompt ends `cancelled`.
+    let id = client
+        .request("session/prompt", prompt(&session, "choose"))
+        .await;
+    let answer = client.response_with(id, |_| None).await;
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert_eq!(asked(&client).len(), 3);
+    // The cancel and the `cancelled` outcome race inside the call: it ends aborted, or
+    // declined when the outcome is seen first.
+    let (text, status) = tool_result(&client, "call_cancel");
+    assert!(
+        status == "failed" || text.contains("dismissed"),
+        "{status} {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_invocable_skills_are_slash_commands() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(SseReply::new().text("reviewed").finish("stop", None)),
+        ScriptedReply::from(SseReply::new().text("plain").finish("stop", None)),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let skills = tempfile::tempdir().unwrap();
+    for (name, extra) in [("review", ""), ("internal", "user-invocable: false\n")] {
+        std::fs::create_dir_all(skills.path().join(name)).unwrap();
+        std::fs::write(
+            skills.path().join(name).join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: The {name} skill\n{extra}---\nSteps of {name}: look closely.\n"),
+        )
+        .unwrap();
+    }
+    let factory = || TestFactory {
+        skills: Some(skills.path().to_path_buf()),
+        ..TestFactory::new(
+            provider.base_url(),
+            home.path(),
+            PermissionPreset::WorkspaceWrite,
+        )
+    };
+    let mut client = connect(factory());
+    let session = new_session(&mut client, cwd.path()).await;
+    let advertised = |client: &Client| -> Vec<Value> {
+        updates_of(client, "available_commands_update")
+            .iter()
+            .map(|u| u["availableCommands"].clone())
+            .collect()
+    };
+    // The notification follows the response: read it with the next request's.
+    let id = client
+        .request("session/prompt", prompt(&session, "/review the parser"))
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn");
+    let lists = advertised(&client);
+    assert_eq!(lists.len(), 1);
+    let names: Vec<&str> = lists[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["compact", "permission", "review"]);
+    assert_eq!(lists[0][2]["description"], "The review skill");
+    assert!(lists[0][2]["input"]["hint"].is_string());
+
+    // `/review ...` ran the skill: its instructions and the request reached the model.
+    let requests = provider.requests();
+    let sent = requests[0].body["messages"].to_string();
+    assert!(sent.contains("Steps of review: look closely."), "{sent}");
+    assert!(sent.contains("User request: the parser"), "{sent}");
+
+    // A slash word that is no user command (here a skill that is not user-invocable) is
+    // plain text for the model.
+    let id = client
+        .request("session/prompt", prompt(&session, "/internal please"))
+        .await;
+    client.response(id, "").await;
+    let requests = provider.requests();
+    let last = requests[1].body["messages"].as_array().unwrap().clone();
+    assert!(
+        last.iter()
+            .any(|m| m["role"] == "user" && m["content"] == "/internal please"),
+        "{last:?}"
+    );
+
+    // Loading the session advertises the commands again.
+    let Client {
+        server, mut write, ..
+    } = client;
+    write.shutdown().await.unwrap();
+    server.await.unwrap().unwrap();
+    let mut client = connect(factory());
+    let id = client
+        .request(
+            "session/load",
+            json!({"sessionId": session, "cwd": cwd.path().display().to_string(), "mcpServers": []}),
+        )
+        .await;
+    client.response(id, "").await;
+    let id = client
+        .request(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "workspace-write"}),
+        )
+        .await;
+    client.response(id, "").await;
+    assert_eq!(advertised(&client).len(), 1);
 }

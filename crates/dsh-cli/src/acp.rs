@@ -1,6 +1,7 @@
 //! `dsh acp`: an Agent Client Protocol server on stdin/stdout for editors (crate `dsh-acp`),
 //! with agents built exactly as `dsh run` builds them ([`crate::run::resolve`] and
-//! [`crate::run::build_agent`]).
+//! [`crate::run::build_agent`], which also installs the permission source that ACP session
+//! modes switch through).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,8 +25,9 @@ pub struct AcpArgs {
     /// Reasoning effort: off, low, medium, high or max.
     #[arg(long)]
     pub effort: Option<String>,
-    /// Permission preset of the sessions' tools (default: $DSH_PERMISSION_MODE, else
-    /// workspace-write). Actions outside it are asked of the editor's user.
+    /// Permission preset the sessions start with (default: $DSH_PERMISSION_MODE, else
+    /// workspace-write). Actions outside it are asked of the editor's user; the editor can
+    /// switch it per session (the presets are the sessions' ACP modes).
     #[arg(long)]
     pub permission: Option<String>,
 }

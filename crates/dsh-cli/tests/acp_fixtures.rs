@@ -14,6 +14,9 @@
 //!    (in both outputs: ours streams deltas, the original sent whole messages);
 //! 4. `initialize`: only `protocolVersion` and `authMethods` are compared (`agentInfo` names
 //!    another program; our capabilities add `loadSession` and are checked separately);
+//!    `session/new`: the `modes` we add (the permission presets as session modes; the original
+//!    offered none) are removed and checked separately (current mode `danger-full-access`, as
+//!    the runner sets, and the three presets); `sessionId` is compared;
 //! 5. turn errors: the code and the `Internal error: turn failed: ` prefix are compared, the
 //!    provider's failure text after it is not (dsh's replay threw a JS error, ours is an HTTP
 //!    failure from the fake provider), and `data` is dropped.
@@ -21,7 +24,8 @@
 //! Our additions are checked against the recording: the `tool_call` ids in order equal the
 //! recorded `tool/call` ids, every call ends with a `tool_call_update` whose status
 //! (`completed` / `failed`) matches the recorded result, and a `plan` is sent iff the recording
-//! has `todo/write`.
+//! has `todo/write`. One `available_commands_update` lists `compact`, `permission`, then the
+//! skills (including those of `homeSkills`).
 //!
 //! Per-fixture settings (optional) in `tests/acp_fixtures/<fixture>.json`:
 //! `{"skip": "reason"}`, `"stopReasons": {"<request id>": "<our stop reason>"}` with
@@ -228,6 +232,7 @@ fn run_steps(client: &mut Client, steps: &[Step], cwd: &Path) -> Result<(), Stri
                     json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
                 )?;
                 let answer = client.response(id)?;
+                check_modes(&answer)?;
                 let session = answer["result"]["sessionId"].as_str();
                 client.session_id = Some(
                     session
@@ -258,6 +263,23 @@ fn run_steps(client: &mut Client, steps: &[Step], cwd: &Path) -> Result<(), Stri
             }
             Step::WaitForTitleAfterTurnEnd => {}
         }
+    }
+    Ok(())
+}
+
+/// Our `session/new` addition: the permission presets as ACP session modes.
+fn check_modes(answer: &Value) -> Result<(), String> {
+    let modes = &answer["result"]["modes"];
+    let ids: Vec<&str> = modes["availableModes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    if modes["currentModeId"] != "danger-full-access"
+        || ids != ["read-only", "workspace-write", "danger-full-access"]
+    {
+        return Err(format!("session/new offers unexpected modes: {answer}"));
     }
     Ok(())
 }
@@ -300,6 +322,10 @@ fn normalise(lines: &[Value], stop_reasons: &BTreeMap<String, String>) -> Vec<Va
             }
         } else if line["method"] == "session/request_permission" {
             continue;
+        } else if line["result"]["sessionId"].is_string() {
+            if let Some(result) = line["result"].as_object_mut() {
+                result.remove("modes");
+            }
         } else if line["result"]["protocolVersion"].is_number() {
             let result = &line["result"];
             line["result"] = json!({
@@ -393,6 +419,40 @@ fn check_additions(
     Ok(())
 }
 
+/// Our `available_commands_update` (sent once after `session/new`): dsh's own commands, then
+/// the user-invocable skills, among them those of `homeSkills` (all user-invocable).
+fn check_commands(ours: &[Value], settings: &Settings) -> Result<(), String> {
+    let lists: Vec<Vec<&str>> = ours
+        .iter()
+        .filter(|l| l["params"]["update"]["sessionUpdate"] == "available_commands_update")
+        .map(|l| {
+            l["params"]["update"]["availableCommands"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["name"].as_str())
+                .collect()
+        })
+        .collect();
+    let mut skills: Vec<String> = Vec::new();
+    if let Some(dir) = &settings.home_skills {
+        skills = std::fs::read_dir(settings_dir().join(dir))
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+    }
+    let ok = lists.len() == 1
+        && lists[0].starts_with(&["compact", "permission"])
+        && skills.iter().all(|s| lists[0].contains(&s.as_str()));
+    if !ok {
+        return Err(format!(
+            "available_commands_update: {lists:?}, expected one listing compact, permission, then the skills (with {skills:?})"
+        ));
+    }
+    Ok(())
+}
+
 fn run_fixture(
     runtime: &tokio::runtime::Runtime,
     dir: &Path,
@@ -454,6 +514,7 @@ fn run_fixture(
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     check_additions(&ours, &recording, &settings.tool_statuses)?;
+    check_commands(&ours, settings)?;
 
     let ours_n = normalise(&ours, &settings.stop_reasons);
     let mut expected_n = normalise(&expected, &BTreeMap::new());

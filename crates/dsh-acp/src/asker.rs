@@ -1,0 +1,335 @@
+//! `ask_user_question` over ACP. The protocol has no question method, so each question that
+//! offers options is shown with `session/request_permission`: one permission option per
+//! choice plus "Don't answer", attached to the `ask_user_question` tool card. Free-text
+//! questions (no options) cannot be shown that way and are not asked.
+
+use std::sync::Mutex;
+
+use dsh_agent::{AskOutcome, Asker, QuestionRequest, SessionEvent, UserAnswer, UserQuestion};
+use dsh_session::Event;
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+use crate::rpc::Outgoing;
+
+/// Option id of "Don't answer" (the questions are declined).
+pub const DECLINE_QUESTION: &str = "decline";
+
+/// Prefix of the option id of a question's choice: `answer-<index>`.
+pub const ANSWER_PREFIX: &str = "answer-";
+
+/// The name of the tool whose questions this answers.
+const ASK_TOOL: &str = "ask_user_question";
+
+/// What the model is told when no question of a call can be shown.
+pub const FREE_TEXT_UNAVAILABLE: &str = "the editor is connected over ACP, which can only offer the user a choice between options; questions without `options` (free-text answers) cannot be shown";
+
+/// Answers `ask_user_question` by asking the ACP client, one `session/request_permission` per
+/// question with options:
+///
+/// - the chosen option's label is the answer (one per question: ACP picks a single option,
+///   so a `multi_select` question gets one choice);
+/// - "Don't answer", or a `cancelled` outcome (the client cancelled the request), declines
+///   the whole call: the model is told the user dismissed the questions;
+/// - an error answer or an unknown option makes the call `Unavailable` with the reason;
+/// - free-text questions are skipped (no answer) when the call also has questions with
+///   options, and the call is `Unavailable` when it has only free-text questions.
+///
+/// The permission request names the `ask_user_question` call (found in the session's events
+/// by its questions), so clients show the choice on that call's card.
+pub struct AcpAsker {
+    session_id: String,
+    out: Outgoing,
+    calls: Mutex<AskCalls>,
+}
+
+/// Follows the session's `ask_user_question` calls to tell which one is asking.
+struct AskCalls {
+    events: broadcast::Receiver<SessionEvent>,
+    /// Logged calls without a result yet: call id and question texts.
+    open: Vec<(String, Vec<String>)>,
+    /// For questions asked outside a logged call (never in practice): a local id.
+    next_local: u64,
+}
+
+fn question_texts(arguments: &str) -> Vec<String> {
+    let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
+    args.get("questions")
+        .and_then(Value::as_array)
+        .map(|questions| {
+            questions
+                .iter()
+                .map(|q| {
+                    q.get("question")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl AskCalls {
+    /// Reads the events received since the last time.
+    fn catch_up(&mut self) {
+        loop {
+            match self.events.try_recv() {
+                Ok(envelope) => match &envelope.event {
+                    Event::ToolCall(call) if call.name == ASK_TOOL => self
+                        .open
+                        .push((call.call_id.clone(), question_texts(&call.arguments))),
+                    Event::ToolResult(result) => {
+                        if let Some(id) = result.call_id() {
+                            self.open.retain(|(open, _)| open != id);
+                        }
+                    }
+                    _ => {}
+                },
+                // Older events were dropped; the call asking now is among the newest.
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// The id of the logged, unanswered call that asks `request` (the oldest if several ask
+    /// the same), or a local id.
+    fn call_id_for(&mut self, request: &QuestionRequest) -> String {
+        self.catch_up();
+        let wanted: Vec<&str> = request
+            .questions
+            .iter()
+            .map(|q| q.question.as_str())
+            .collect();
+        match self.open.iter().position(|(_, texts)| *texts == wanted) {
+            Some(at) => self.open.remove(at).0,
+            None => {
+                self.next_local += 1;
+                format!("dsh-question-{}", self.next_local)
+            }
+        }
+    }
+}
+
+impl AcpAsker {
+    /// An asker for the ACP session `session_id` that asks through `out`; `events` are the
+    /// session's events from before its first turn (to find the asking call).
+    pub fn new(
+        session_id: impl Into<String>,
+        out: Outgoing,
+        events: broadcast::Receiver<SessionEvent>,
+    ) -> Self {
+        AcpAsker {
+            session_id: session_id.into(),
+            out,
+            calls: Mutex::new(AskCalls {
+                events,
+                open: Vec::new(),
+                next_local: 0,
+            }),
+        }
+    }
+
+    /// Reads the session's events so far, so the channel does not keep them for this asker
+    /// (the session calls it after each turn).
+    pub fn catch_up(&self) {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .catch_up();
+    }
+}
+
+fn params(session_id: &str, call_id: &str, question: &UserQuestion) -> Value {
+    let title = match &question.header {
+        Some(header) => format!("{header}: {}", question.question),
+        None => question.question.clone(),
+    };
+    let mut lines: Vec<String> = question
+        .options
+        .iter()
+        .filter_map(|o| {
+            o.description
+                .as_ref()
+                .map(|d| format!("- {}: {d}", o.label))
+        })
+        .collect();
+    if question.multi_select {
+        lines.push("(Several choices were allowed; pick the one that matters most.)".into());
+    }
+    let mut tool_call = json!({"toolCallId": call_id, "title": title});
+    if !lines.is_empty() {
+        tool_call["content"] = json!([{"type": "content",
+            "content": {"type": "text", "text": lines.join("\n")}}]);
+    }
+    let mut options: Vec<Value> = question
+        .options
+        .iter()
+        .enumerate()
+        .map(|(i, o)| json!({"optionId": format!("{ANSWER_PREFIX}{i}"), "name": o.label, "kind": "allow_once"}))
+        .collect();
+    options
+        .push(json!({"optionId": DECLINE_QUESTION, "name": "Don't answer", "kind": "reject_once"}));
+    json!({"sessionId": session_id, "toolCall": tool_call, "options": options})
+}
+
+/// What the client's answer to one question means.
+#[derive(Debug, PartialEq)]
+enum Choice {
+    Picked(String),
+    Declined,
+    Failed(String),
+}
+
+fn choice(question: &UserQuestion, answer: Result<Value, Value>) -> Choice {
+    let result = match answer {
+        Ok(result) => result,
+        Err(error) => {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("no message");
+            return Choice::Failed(format!(
+                "the editor could not show the question ({message})"
+            ));
+        }
+    };
+    let outcome = result.get("outcome").unwrap_or(&Value::Null);
+    match outcome.get("outcome").and_then(Value::as_str) {
+        Some("cancelled") => Choice::Declined,
+        Some("selected") => {
+            let id = outcome
+                .get("optionId")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if id == DECLINE_QUESTION {
+                return Choice::Declined;
+            }
+            let picked = id
+                .strip_prefix(ANSWER_PREFIX)
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| question.options.get(i));
+            match picked {
+                Some(option) => Choice::Picked(option.label.clone()),
+                None => {
+                    Choice::Failed(format!("the editor answered with an unknown option `{id}`"))
+                }
+            }
+        }
+        _ => Choice::Failed(format!("the editor's answer has no outcome: {result}")),
+    }
+}
+
+impl Asker for AcpAsker {
+    fn ask(&self, request: QuestionRequest) -> BoxFuture<'static, AskOutcome> {
+        let call_id = self
+            .calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .call_id_for(&request);
+        let out = self.out.clone();
+        let session_id = self.session_id.clone();
+        Box::pin(async move {
+            if request.questions.iter().all(|q| q.options.is_empty()) {
+                return AskOutcome::Unavailable {
+                    reason: FREE_TEXT_UNAVAILABLE.to_string(),
+                };
+            }
+            let mut answers = Vec::new();
+            for question in request.questions.iter().filter(|q| !q.options.is_empty()) {
+                let answer = out
+                    .request(
+                        "session/request_permission",
+                        params(&session_id, &call_id, question),
+                    )
+                    .await;
+                match choice(question, answer) {
+                    Choice::Picked(label) => answers.push(UserAnswer {
+                        id: question.id.clone(),
+                        answers: vec![label],
+                    }),
+                    Choice::Declined => {
+                        return AskOutcome::Declined {
+                            message: String::new(),
+                        }
+                    }
+                    Choice::Failed(reason) => return AskOutcome::Unavailable { reason },
+                }
+            }
+            AskOutcome::Answered(answers)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use dsh_agent::QuestionOption;
+
+    fn question() -> UserQuestion {
+        UserQuestion {
+            id: "db".into(),
+            question: "Which database?".into(),
+            header: Some("Storage".into()),
+            options: vec![
+                QuestionOption {
+                    label: "SQLite".into(),
+                    description: Some("a file".into()),
+                },
+                QuestionOption {
+                    label: "Postgres".into(),
+                    description: None,
+                },
+            ],
+            multi_select: false,
+        }
+    }
+
+    #[test]
+    fn options_become_permission_options() {
+        let params = params("s1", "call_1", &question());
+        assert_eq!(params["toolCall"]["toolCallId"], "call_1");
+        assert_eq!(params["toolCall"]["title"], "Storage: Which database?");
+        let ids: Vec<&str> = params["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["optionId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["answer-0", "answer-1", "decline"]);
+        assert_eq!(params["options"][1]["name"], "Postgres");
+        assert_eq!(params["options"][1]["kind"], "allow_once");
+        assert_eq!(params["options"][2]["kind"], "reject_once");
+        let text = params["toolCall"]["content"][0]["content"]["text"]
+            .as_str()
+            .unwrap();
+        assert!(text.contains("SQLite: a file"), "{text}");
+    }
+
+    #[test]
+    fn answers_map_to_labels_declines_and_failures() {
+        let q = question();
+        let selected = |id: &str| Ok(json!({"outcome": {"outcome": "selected", "optionId": id}}));
+        assert_eq!(
+            choice(&q, selected("answer-1")),
+            Choice::Picked("Postgres".into())
+        );
+        assert_eq!(choice(&q, selected(DECLINE_QUESTION)), Choice::Declined);
+        assert_eq!(
+            choice(&q, Ok(json!({"outcome": {"outcome": "cancelled"}}))),
+            Choice::Declined
+        );
+        assert!(matches!(
+            choice(&q, selected("answer-7")),
+            Choice::Failed(_)
+        ));
+        assert!(matches!(
+            choice(&q, Err(json!({"code": -32601, "message": "nope"}))),
+            Choice::Failed(m) if m.contains("nope")
+        ));
+    }
+}

@@ -1,0 +1,106 @@
+//! Slash commands: dsh's own (`/compact`, `/permission`) and the session's user commands
+//! (user-invocable skills), advertised with `available_commands_update` and recognised at the
+//! start of a prompt.
+
+use dsh_agent::UserCommand;
+use serde_json::{json, Value};
+
+/// `/compact`: compacts the conversation now.
+pub const COMPACT: &str = "compact";
+/// `/permission [preset]`: shows or switches the permission preset (the session mode).
+pub const PERMISSION: &str = "permission";
+
+/// A prompt that starts with a slash command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlashCommand<'a> {
+    /// The name after `/`.
+    pub(crate) name: &'a str,
+    /// The rest of the prompt, trimmed.
+    pub(crate) arguments: &'a str,
+}
+
+/// Splits `/name arguments`; `None` when the prompt does not start with `/` and a name.
+pub(crate) fn parse(text: &str) -> Option<SlashCommand<'_>> {
+    let rest = text.trim_start().strip_prefix('/')?;
+    let (name, arguments) = match rest.find(char::is_whitespace) {
+        Some(at) => (&rest[..at], rest[at..].trim()),
+        None => (rest, ""),
+    };
+    if name.is_empty() {
+        return None;
+    }
+    Some(SlashCommand { name, arguments })
+}
+
+/// The `availableCommands` of an `available_commands_update`: dsh's own commands, then the
+/// session's user commands (a user command named like one of dsh's is not offered: dsh's own
+/// wins when typed).
+pub(crate) fn available(user: &[UserCommand]) -> Value {
+    let mut commands = vec![
+        json!({"name": COMPACT, "description": "Compact the conversation now (summarise older messages)"}),
+        json!({
+            "name": PERMISSION,
+            "description": "Show or switch the permission preset (the session mode)",
+            "input": {"hint": "read-only | workspace-write | danger-full-access"},
+        }),
+    ];
+    for command in user {
+        if command.name == COMPACT || command.name == PERMISSION {
+            continue;
+        }
+        commands.push(json!({
+            "name": command.name,
+            "description": command.description,
+            "input": {"hint": "optional request for this skill"},
+        }));
+    }
+    Value::Array(commands)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slash_commands_are_split_from_their_arguments() {
+        assert_eq!(
+            parse("  /review  the parser\nplease "),
+            Some(SlashCommand {
+                name: "review",
+                arguments: "the parser\nplease"
+            })
+        );
+        assert_eq!(
+            parse("/compact"),
+            Some(SlashCommand {
+                name: "compact",
+                arguments: ""
+            })
+        );
+        assert_eq!(parse("/ nothing"), None);
+        assert_eq!(parse("no /command"), None);
+    }
+
+    #[test]
+    fn own_commands_come_first_and_win() {
+        let user = [
+            UserCommand {
+                name: "compact".into(),
+                description: "shadowed".into(),
+            },
+            UserCommand {
+                name: "review".into(),
+                description: "Review code".into(),
+            },
+        ];
+        let list = available(&user);
+        let names: Vec<&str> = list
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["compact", "permission", "review"]);
+        assert_eq!(list[2]["description"], "Review code");
+    }
+}
