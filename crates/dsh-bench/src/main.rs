@@ -5,7 +5,7 @@
 //! ```text
 //! dsh-bench spawn         --runs N [--env K=V].. -- PROGRAM ARGS..
 //! dsh-bench first-request --api chat|responses --runs N [--env K=V].. [--template SRC=DST].. -- PROGRAM ARGS..
-//! dsh-bench task          --api chat|responses --steps N --tool NAME --args JSON [--env ..] [--template ..] -- PROGRAM ARGS..
+//! dsh-bench task          --api chat|responses --steps N [--runs R] --tool NAME --args JSON [--env ..] [--template ..] -- PROGRAM ARGS..
 //! dsh-bench step-overhead --steps N --sessions S [--home DIR]
 //! dsh-bench session       --events N --runs R
 //! dsh-bench serve         --api chat|responses --seconds N
@@ -143,6 +143,7 @@ fn measure(args: &Args) -> anyhow::Result<Value> {
                 args.api()?,
                 args.number("steps", 20)?,
                 &tool,
+                args.number("runs", 1)?,
             ))
         }
         "step-overhead" => {

@@ -269,6 +269,36 @@ pub async fn task(
     api: Api,
     steps: usize,
     tool: &TaskTool,
+    runs: usize,
+) -> anyhow::Result<Value> {
+    let mut results = Vec::new();
+    for _ in 0..runs.max(1) {
+        results.push(task_once(launch, api, steps, tool).await?);
+    }
+    // One run: its numbers. More: the median of each number, and the first failure if any.
+    if let Some(failed) = results
+        .iter()
+        .find(|r| r["model_requests"] != r["expected_requests"])
+    {
+        return Ok(failed.clone());
+    }
+    let median_of = |key: &str| {
+        let mut values: Vec<f64> = results.iter().filter_map(|r| r[key].as_f64()).collect();
+        crate::stats::median(&mut values)
+    };
+    let mut summary = results[0].clone();
+    for key in ["peak_rss_kib", "cpu_ms", "wall_ms"] {
+        summary[key] = json!(median_of(key));
+    }
+    summary["runs"] = json!(results.len());
+    Ok(summary)
+}
+
+async fn task_once(
+    launch: &Launch,
+    api: Api,
+    steps: usize,
+    tool: &TaskTool,
 ) -> anyhow::Result<Value> {
     let mut replies: Vec<ScriptedReply> = (1..=steps).map(|k| tool_reply(api, tool, k)).collect();
     replies.push(text_reply(api, "All files read."));
@@ -301,8 +331,31 @@ pub async fn task(
         "model_requests": model_requests,
         "expected_requests": steps + 1,
         "tool_results_in_last_request": tool_results,
+        "first_tool_result": provider
+            .requests()
+            .last()
+            .map(|r| first_tool_result(&r.body))
+            .unwrap_or_default(),
         "stderr_tail": stderr.lines().rev().take(5).collect::<Vec<_>>(),
     }))
+}
+
+/// The start of the first tool result in a request body of either format (to check that the
+/// tool really ran, e.g. not refused by a missing sandbox).
+fn first_tool_result(body: &Value) -> String {
+    let chat = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "tool"))
+        .map(|m| m["content"].to_string());
+    let responses = body["input"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["type"] == "function_call_output"))
+        .map(|i| i["output"].to_string());
+    chat.or(responses)
+        .unwrap_or_default()
+        .chars()
+        .take(160)
+        .collect()
 }
 
 /// Tool results in a request body of either format.

@@ -147,6 +147,10 @@ pub fn render(results: &Path, criterion: &Path) -> String {
                 v["exit_code"]
             ));
         }
+        let sample = v["first_tool_result"].as_str().unwrap_or("");
+        if sample.trim_start_matches('"').starts_with("Error:") {
+            return Err(format!("the tool failed: {sample}"));
+        }
         Ok(v)
     };
     let rss = |v: Result<Value, String>| {
@@ -165,6 +169,20 @@ pub fn render(results: &Path, criterion: &Path) -> String {
         "<= 0.1x",
         cpu(task("task_dsh")),
         cpu(task("task_codex")),
+    ));
+
+    let wall = |v: Result<Value, String>| timed(v, "/wall_ms");
+    rows.push(row(
+        "one-tool turn (`bash` in its sandbox, then the answer), start to exit (vs Codex CLI)",
+        "<= 0.25x",
+        wall(task("turn_dsh")),
+        wall(task("turn_codex")),
+    ));
+    rows.push(row(
+        "same one-tool turn with `read` (no process, no sandbox) (vs the `bash` turn)",
+        "",
+        wall(task("turn_read_dsh")),
+        wall(task("turn_dsh")),
     ));
 
     // SSE: the same bytes, so the throughput ratio is floor time / our time.
