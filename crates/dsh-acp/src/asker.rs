@@ -3,13 +3,9 @@
 //! choice plus "Don't answer", attached to the `ask_user_question` tool card. Free-text
 //! questions (no options) cannot be shown that way and are not asked.
 
-use std::sync::Mutex;
-
-use dsh_agent::{AskOutcome, Asker, QuestionRequest, SessionEvent, UserAnswer, UserQuestion};
-use dsh_session::Event;
+use dsh_agent::{AskOutcome, Asker, QuestionRequest, UserAnswer, UserQuestion};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
-use tokio::sync::broadcast;
 
 use crate::rpc::Outgoing;
 
@@ -18,9 +14,6 @@ pub const DECLINE_QUESTION: &str = "decline";
 
 /// Prefix of the option id of a question's choice: `answer-<index>`.
 pub const ANSWER_PREFIX: &str = "answer-";
-
-/// The name of the tool whose questions this answers.
-const ASK_TOOL: &str = "ask_user_question";
 
 /// What the model is told when no question of a call can be shown.
 pub const FREE_TEXT_UNAVAILABLE: &str = "the editor is connected over ACP, which can only offer the user a choice between options; questions without `options` (free-text answers) cannot be shown";
@@ -36,110 +29,20 @@ pub const FREE_TEXT_UNAVAILABLE: &str = "the editor is connected over ACP, which
 /// - free-text questions are skipped (no answer) when the call also has questions with
 ///   options, and the call is `Unavailable` when it has only free-text questions.
 ///
-/// The permission request names the `ask_user_question` call (found in the session's events
-/// by its questions), so clients show the choice on that call's card.
+/// The permission request names the `ask_user_question` call (its `toolCallId`), so clients
+/// show the choice on that call's card.
 pub struct AcpAsker {
     session_id: String,
     out: Outgoing,
-    calls: Mutex<AskCalls>,
-}
-
-/// Follows the session's `ask_user_question` calls to tell which one is asking.
-struct AskCalls {
-    events: broadcast::Receiver<SessionEvent>,
-    /// Logged calls without a result yet: call id and question texts.
-    open: Vec<(String, Vec<String>)>,
-    /// For questions asked outside a logged call (never in practice): a local id.
-    next_local: u64,
-}
-
-fn question_texts(arguments: &str) -> Vec<String> {
-    let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
-    args.get("questions")
-        .and_then(Value::as_array)
-        .map(|questions| {
-            questions
-                .iter()
-                .map(|q| {
-                    q.get("question")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-impl AskCalls {
-    /// Reads the events received since the last time.
-    fn catch_up(&mut self) {
-        loop {
-            match self.events.try_recv() {
-                Ok(envelope) => match &envelope.event {
-                    Event::ToolCall(call) if call.name == ASK_TOOL => self
-                        .open
-                        .push((call.call_id.clone(), question_texts(&call.arguments))),
-                    Event::ToolResult(result) => {
-                        if let Some(id) = result.call_id() {
-                            self.open.retain(|(open, _)| open != id);
-                        }
-                    }
-                    _ => {}
-                },
-                // Older events were dropped; the call asking now is among the newest.
-                Err(broadcast::error::TryRecvError::Lagged(_)) => {}
-                Err(_) => break,
-            }
-        }
-    }
-
-    /// The id of the logged, unanswered call that asks `request` (the oldest if several ask
-    /// the same), or a local id.
-    fn call_id_for(&mut self, request: &QuestionRequest) -> String {
-        self.catch_up();
-        let wanted: Vec<&str> = request
-            .questions
-            .iter()
-            .map(|q| q.question.as_str())
-            .collect();
-        match self.open.iter().position(|(_, texts)| *texts == wanted) {
-            Some(at) => self.open.remove(at).0,
-            None => {
-                self.next_local += 1;
-                format!("dsh-question-{}", self.next_local)
-            }
-        }
-    }
 }
 
 impl AcpAsker {
-    /// An asker for the ACP session `session_id` that asks through `out`; `events` are the
-    /// session's events from before its first turn (to find the asking call).
-    pub fn new(
-        session_id: impl Into<String>,
-        out: Outgoing,
-        events: broadcast::Receiver<SessionEvent>,
-    ) -> Self {
+    /// An asker for the ACP session `session_id` that asks through `out`.
+    pub fn new(session_id: impl Into<String>, out: Outgoing) -> Self {
         AcpAsker {
             session_id: session_id.into(),
             out,
-            calls: Mutex::new(AskCalls {
-                events,
-                open: Vec::new(),
-                next_local: 0,
-            }),
         }
-    }
-
-    /// Reads the session's events so far, so the channel does not keep them for this asker
-    /// (the session calls it after each turn).
-    pub fn catch_up(&self) {
-        self.calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .catch_up();
     }
 }
 
@@ -225,11 +128,7 @@ fn choice(question: &UserQuestion, answer: Result<Value, Value>) -> Choice {
 
 impl Asker for AcpAsker {
     fn ask(&self, request: QuestionRequest) -> BoxFuture<'static, AskOutcome> {
-        let call_id = self
-            .calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .call_id_for(&request);
+        let call_id = request.call_id.clone();
         let out = self.out.clone();
         let session_id = self.session_id.clone();
         Box::pin(async move {

@@ -30,8 +30,6 @@ struct Flags {
     cancelled: Arc<AtomicBool>,
     /// The connection is closing: queued prompts are not run.
     stopping: Arc<AtomicBool>,
-    /// The session's asker, caught up with the session's events after each turn.
-    asker: Arc<AcpAsker>,
 }
 
 /// A prompt waiting for its turn.
@@ -84,8 +82,7 @@ impl AcpSession {
         let handle = agent.handle();
         let session_id = handle.session_id();
         agent.set_approver(Arc::new(AcpApprover::new(&session_id, out.clone())));
-        let asker = Arc::new(AcpAsker::new(&session_id, out.clone(), handle.subscribe()));
-        agent.set_asker(Arc::clone(&asker) as Arc<dyn dsh_agent::Asker>);
+        agent.set_asker(Arc::new(AcpAsker::new(&session_id, out.clone())));
         let (prompts, jobs) = mpsc::unbounded_channel();
         let cancelled = Arc::new(AtomicBool::new(false));
         let stopping = Arc::new(AtomicBool::new(false));
@@ -98,7 +95,6 @@ impl AcpSession {
             Flags {
                 cancelled: Arc::clone(&cancelled),
                 stopping: Arc::clone(&stopping),
-                asker,
             },
         ));
         AcpSession {
@@ -278,7 +274,6 @@ async fn run_session(
     let Flags {
         cancelled,
         stopping,
-        asker,
     } = flags;
     let handle = agent.handle();
     let session_id = handle.session_id();
@@ -327,7 +322,6 @@ async fn run_session(
             }
         };
         drain(&session_id, &mut mapper, &out, &mut events);
-        asker.catch_up();
         let was_cancelled = cancelled.swap(false, Ordering::SeqCst);
         respond(&out, job.request_id, result, was_cancelled);
     }

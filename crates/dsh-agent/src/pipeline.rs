@@ -174,7 +174,8 @@ impl Agent {
         let ctx = self
             .tool_context
             .for_call()
-            .with_cancel(info.cancel.clone());
+            .with_cancel(info.cancel.clone())
+            .with_call_id(info.call_id.clone());
         let name = info.name.clone();
         let arguments = info.arguments.clone();
         let body_escalation = Arc::clone(&escalated);

@@ -1,7 +1,7 @@
 //! Background jobs and `ask_user_question` through the real loop with a scripted model:
 //! a background job runs while the agent keeps working and its completion reaches the model at
 //! a later step; jobs die with the agent; headless questions fail clearly and the loop goes on;
-//! a front end's asker answers.
+//! a front end's asker answers, told the id of the asking call.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
@@ -262,7 +262,7 @@ fn ask_then_report() -> Vec<Reply> {
     vec![
         Box::new(|_| {
             call(
-                "q1",
+                "call_ask",
                 "ask_user_question",
                 serde_json::json!({"questions": [
                     {"id": "db", "question": "Which database?", "header": "Database",
@@ -323,6 +323,8 @@ async fn a_front_end_asker_answers() {
         "The user answered:\n- Which database? (db): SQLite"
     );
     let seen = asker.seen.lock().unwrap().clone().unwrap();
+    // The request names the model's call, so a front end can tie it to the `tool/call` event.
+    assert_eq!(seen.call_id, "call_ask");
     assert_eq!(seen.questions[0].header.as_deref(), Some("Database"));
     assert_eq!(
         seen.questions[0].options[1].description.as_deref(),

@@ -1,15 +1,10 @@
 //! `ask_user_question` answered from the web UI.
 //!
 //! The agent logs the `tool/call` of `ask_user_question` (and `tool/started`) before the tool
-//! runs; the tool then calls this session's [`WebAsker`], which keeps the questions waiting
-//! until `POST /api/sessions/:id/questions/:callId` answers or declines them (see
-//! `docs/web.md`). The UI shows the questions from that `tool/call` event for as long as it has
-//! no `tool/result`, so a reload or a second tab shows the same pending question.
-//!
-//! A [`dsh_agent::QuestionRequest`] does not carry the tool call id, so an answer is matched to
-//! a waiting request through the open `tool/call` event it names: same question texts, in
-//! order (the tool only trims them). `ask_user_question` is not concurrency-safe, so one agent
-//! has at most one question waiting at a time; should several match, the oldest is answered.
+//! runs; the tool then calls this session's [`WebAsker`], which keeps the questions waiting,
+//! under the call's id, until `POST /api/sessions/:id/questions/:callId` answers or declines
+//! them (see `docs/web.md`). The UI shows the questions from that `tool/call` event for as long
+//! as it has no `tool/result`, so a reload or a second tab shows the same pending question.
 //! A cancelled turn drops the tool's future and with it the waiting question.
 
 use std::collections::HashSet;
@@ -19,7 +14,6 @@ use dsh_agent::{AskOutcome, Asker, QuestionRequest, UserAnswer};
 use dsh_llm::MessageSource;
 use dsh_session::{Envelope, Event};
 use futures::future::BoxFuture;
-use serde_json::Value;
 use tokio::sync::oneshot;
 
 /// The tool whose calls this module answers.
@@ -28,6 +22,7 @@ pub const ASK_TOOL: &str = "ask_user_question";
 /// Most characters of one typed answer.
 pub const MAX_ANSWER_CHARS: usize = 10_000;
 
+/// A request the user has not answered yet, and where its answer goes.
 struct Waiting {
     request: QuestionRequest,
     sender: oneshot::Sender<AskOutcome>,
@@ -42,7 +37,7 @@ pub struct WebAsker {
 /// Why an answer could not be delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnswerError {
-    /// No waiting question matches the call.
+    /// No question of that call is waiting.
     NotWaiting,
     /// The answer does not fit the questions (unknown id, several answers to a single choice).
     Invalid(String),
@@ -63,17 +58,13 @@ impl WebAsker {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Answers the waiting request asked by the `ask_user_question` call with `arguments` (the
-    /// raw argument string of its `tool/call` event).
-    pub fn answer(&self, arguments: &str, reply: Reply) -> Result<(), AnswerError> {
-        let texts = question_texts(arguments);
+    /// Answers the waiting request of the `ask_user_question` call `call_id`.
+    pub fn answer(&self, call_id: &str, reply: Reply) -> Result<(), AnswerError> {
         let mut waiting = self.lock();
         waiting.retain(|w| !w.sender.is_closed());
         let index = waiting
             .iter()
-            .position(|w| Some(request_texts(&w.request)) == texts)
-            // Arguments the server cannot read but the tool did: the only question waiting.
-            .or_else(|| (texts.is_none() && waiting.len() == 1).then_some(0))
+            .position(|w| w.request.call_id == call_id)
             .ok_or(AnswerError::NotWaiting)?;
         let outcome = match reply {
             Reply::Answers(answers) => {
@@ -91,15 +82,11 @@ impl WebAsker {
             .map_err(|_| AnswerError::NotWaiting)
     }
 
-    /// True when a request asked by a call with `arguments` is waiting.
-    pub fn is_waiting(&self, arguments: &str) -> bool {
-        let texts = question_texts(arguments);
-        let waiting = self.lock();
-        let open: Vec<&Waiting> = waiting.iter().filter(|w| !w.sender.is_closed()).collect();
-        match texts {
-            Some(texts) => open.iter().any(|w| request_texts(&w.request) == texts),
-            None => open.len() == 1,
-        }
+    /// True when the request of the `ask_user_question` call `call_id` is waiting.
+    pub fn is_waiting(&self, call_id: &str) -> bool {
+        self.lock()
+            .iter()
+            .any(|w| w.request.call_id == call_id && !w.sender.is_closed())
     }
 }
 
@@ -122,26 +109,6 @@ impl Asker for WebAsker {
 /// Makes `asker` answer the agent's `ask_user_question` calls.
 pub(crate) fn install(agent: &mut dsh_agent::Agent, asker: Arc<WebAsker>) {
     agent.set_asker(asker);
-}
-
-fn request_texts(request: &QuestionRequest) -> Vec<String> {
-    request
-        .questions
-        .iter()
-        .map(|q| q.question.clone())
-        .collect()
-}
-
-/// The question texts of a call's arguments as the tool normalises them, or `None` when they
-/// cannot be read.
-fn question_texts(arguments: &str) -> Option<Vec<String>> {
-    let value: Value = serde_json::from_str(arguments).ok()?;
-    value
-        .get("questions")?
-        .as_array()?
-        .iter()
-        .map(|q| q.get("question")?.as_str().map(|t| t.trim().to_string()))
-        .collect()
 }
 
 /// Checks `answers` against `request`: known ids, each once; at most one choice for a
@@ -194,22 +161,21 @@ fn check_answers(
     Ok(out)
 }
 
-/// The `ask_user_question` calls of `events` that have no result yet, as `(callId,
-/// arguments)` in log order.
-pub fn open_calls(events: &[Arc<Envelope>]) -> Vec<(String, String)> {
-    let mut open: Vec<(String, String)> = Vec::new();
+/// The ids of the `ask_user_question` calls of `events` that have no result yet, in log order.
+pub fn open_calls(events: &[Arc<Envelope>]) -> Vec<String> {
+    let mut open: Vec<String> = Vec::new();
     for envelope in events {
         match &envelope.event {
             Event::ToolCall(call) => {
                 // Call ids may repeat across turns: a new call replaces an older one.
-                open.retain(|(id, _)| *id != call.call_id);
+                open.retain(|id| *id != call.call_id);
                 if call.name == ASK_TOOL {
-                    open.push((call.call_id.clone(), call.arguments.clone()));
+                    open.push(call.call_id.clone());
                 }
             }
             Event::ToolResult(result) => {
                 if let MessageSource::Tool { call_id } = &result.message.source {
-                    open.retain(|(id, _)| id != call_id);
+                    open.retain(|id| id != call_id);
                 }
             }
             _ => {}
@@ -225,8 +191,10 @@ mod tests {
     use super::*;
     use dsh_agent::{QuestionOption, UserQuestion};
 
-    fn request() -> QuestionRequest {
+    /// The questions of the call `call_id`.
+    fn request(call_id: &str) -> QuestionRequest {
         QuestionRequest {
+            call_id: call_id.into(),
             questions: vec![
                 UserQuestion {
                     id: "q1".into(),
@@ -255,7 +223,7 @@ mod tests {
         }
     }
 
-    const ARGS: &str = r#"{"questions":[{"id":"q1","question":" Which? ","options":["A","B"]},{"id":"q2","question":"Also?"}]}"#;
+    const CALL: &str = "call_1";
 
     fn answer(id: &str, answers: &[&str]) -> UserAnswer {
         UserAnswer {
@@ -267,27 +235,24 @@ mod tests {
     #[tokio::test]
     async fn an_answer_reaches_the_matching_question() {
         let asker = WebAsker::default();
-        let asked = asker.ask(request());
-        assert!(asker.is_waiting(ARGS));
-        assert!(!asker.is_waiting(r#"{"questions":[{"question":"Other?"}]}"#));
+        let asked = asker.ask(request(CALL));
+        assert!(asker.is_waiting(CALL));
+        assert!(!asker.is_waiting("call_2"));
         assert_eq!(
-            asker.answer(
-                r#"{"questions":[{"question":"Other?"}]}"#,
-                Reply::Decline(String::new())
-            ),
+            asker.answer("call_2", Reply::Decline(String::new())),
             Err(AnswerError::NotWaiting)
         );
         assert!(matches!(
-            asker.answer(ARGS, Reply::Answers(vec![answer("q9", &["A"])])),
+            asker.answer(CALL, Reply::Answers(vec![answer("q9", &["A"])])),
             Err(AnswerError::Invalid(_))
         ));
         assert!(matches!(
-            asker.answer(ARGS, Reply::Answers(vec![answer("q1", &["A", "B"])])),
+            asker.answer(CALL, Reply::Answers(vec![answer("q1", &["A", "B"])])),
             Err(AnswerError::Invalid(_))
         ));
         asker
             .answer(
-                ARGS,
+                CALL,
                 Reply::Answers(vec![answer("q1", &[" B "]), answer("q2", &["x", "", "y"])]),
             )
             .unwrap();
@@ -295,27 +260,54 @@ mod tests {
             asked.await,
             AskOutcome::Answered(vec![answer("q1", &["B"]), answer("q2", &["x", "y"])])
         );
-        assert!(!asker.is_waiting(ARGS));
+        assert!(!asker.is_waiting(CALL));
     }
 
     #[tokio::test]
     async fn a_dropped_question_stops_waiting() {
         let asker = WebAsker::default();
-        let asked = asker.ask(request());
+        let asked = asker.ask(request(CALL));
         drop(asked);
-        assert!(!asker.is_waiting(ARGS));
+        assert!(!asker.is_waiting(CALL));
         assert_eq!(
-            asker.answer(ARGS, Reply::Decline("no".into())),
+            asker.answer(CALL, Reply::Decline("no".into())),
             Err(AnswerError::NotWaiting)
         );
-        let asked = asker.ask(request());
+        let asked = asker.ask(request(CALL));
         asker
-            .answer(ARGS, Reply::Decline(" later ".into()))
+            .answer(CALL, Reply::Decline(" later ".into()))
             .unwrap();
         assert_eq!(
             asked.await,
             AskOutcome::Declined {
                 message: "later".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn the_same_questions_of_two_calls_are_answered_apart() {
+        let asker = WebAsker::default();
+        let first = asker.ask(request("call_1"));
+        let second = asker.ask(request("call_2"));
+        asker
+            .answer("call_2", Reply::Decline("second".into()))
+            .unwrap();
+        assert!(asker.is_waiting("call_1"));
+        assert!(!asker.is_waiting("call_2"));
+        asker
+            .answer("call_1", Reply::Decline("first".into()))
+            .unwrap();
+        assert_eq!(
+            first.await,
+            AskOutcome::Declined {
+                message: "first".into()
+            }
+        );
+        assert_eq!(
+            second.await,
+            AskOutcome::Declined {
+                message: "second".into()
             }
         );
     }

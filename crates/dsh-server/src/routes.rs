@@ -476,8 +476,7 @@ pub async fn set_permission(
 fn waiting_questions(feed: &Feed, live: &LiveSession) -> Vec<String> {
     questions::open_calls(&feed.snapshot())
         .into_iter()
-        .filter(|(_, arguments)| live.questions.is_waiting(arguments))
-        .map(|(call_id, _)| call_id)
+        .filter(|call_id| live.questions.is_waiting(call_id))
         .collect()
 }
 
@@ -524,13 +523,8 @@ pub async fn answer_question(
         ))
     };
     let live = state.sessions.live(&id).ok_or_else(not_waiting)?;
-    let feed = state.sessions.feed(&id).await?;
-    let (_, arguments) = questions::open_calls(&feed.snapshot())
-        .into_iter()
-        .find(|(open, _)| *open == call_id)
-        .ok_or_else(not_waiting)?;
     let answered = matches!(reply, questions::Reply::Answers(_));
-    match live.questions.answer(&arguments, reply) {
+    match live.questions.answer(&call_id, reply) {
         Ok(()) => Ok(Json(json!({"answered": answered, "declined": !answered})).into_response()),
         Err(questions::AnswerError::NotWaiting) => Err(not_waiting()),
         Err(questions::AnswerError::Invalid(message)) => Err(ApiError::bad_request(message)),

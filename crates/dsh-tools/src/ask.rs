@@ -51,6 +51,9 @@ pub struct UserQuestion {
 /// What a front end is asked: every question of one tool call, to show together.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuestionRequest {
+    /// The id of the `ask_user_question` call that asks (the `callId` of its `tool/call`
+    /// event); empty when the tool runs outside the agent loop (e.g. in unit tests).
+    pub call_id: String,
     /// The questions, in the model's order.
     pub questions: Vec<UserQuestion>,
 }
@@ -146,8 +149,8 @@ fn bounded(field: &str, text: &str) -> Result<String, ToolError> {
     Ok(text.to_string())
 }
 
-/// Checks and normalises the model's questions.
-fn validate(args: Args) -> Result<QuestionRequest, ToolError> {
+/// Checks and normalises the model's questions, asked by the call `call_id`.
+fn validate(call_id: &str, args: Args) -> Result<QuestionRequest, ToolError> {
     if args.questions.is_empty() || args.questions.len() > MAX_QUESTIONS {
         return Err(ToolError::invalid_args(format!(
             "questions must hold 1 to {MAX_QUESTIONS} questions, got {}",
@@ -210,7 +213,10 @@ fn validate(args: Args) -> Result<QuestionRequest, ToolError> {
             multi_select: raw.multi_select.unwrap_or(false),
         });
     }
-    Ok(QuestionRequest { questions })
+    Ok(QuestionRequest {
+        call_id: call_id.to_string(),
+        questions,
+    })
 }
 
 fn render_answers(request: &QuestionRequest, answers: &[UserAnswer]) -> (String, Value) {
@@ -286,7 +292,8 @@ impl Tool for AskUserQuestionTool {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let request = validate(parse_args("ask_user_question", args)?)?;
+            let call_id = ctx.call_id().unwrap_or_default();
+            let request = validate(call_id, parse_args("ask_user_question", args)?)?;
             let asked = ctx.asker().ask(request.clone());
             let outcome = tokio::select! {
                 outcome = asked => outcome,
@@ -337,7 +344,8 @@ mod tests {
             {"id": "x", "question": "Free?", "multiSelect": true}
         ]}))
         .unwrap();
-        let request = validate(args).unwrap();
+        let request = validate("call_1", args).unwrap();
+        assert_eq!(request.call_id, "call_1");
         assert_eq!(request.questions[0].id, "q1");
         assert_eq!(
             request.questions[0].options[1].description.as_deref(),
@@ -355,7 +363,10 @@ mod tests {
             json!({"questions": [{"id": "a", "question": "q", "options": [""]}]}),
         ] {
             let args: Args = serde_json::from_value(bad).unwrap();
-            assert_eq!(validate(args).unwrap_err().code, ToolErrorCode::InvalidArgs);
+            assert_eq!(
+                validate("", args).unwrap_err().code,
+                ToolErrorCode::InvalidArgs
+            );
         }
     }
 }

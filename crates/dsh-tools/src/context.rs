@@ -130,10 +130,11 @@ impl ToolLimits {
 }
 
 /// What a tool call may use: the session's cwd, cancellation, spill directory, permission
-/// preset, file observations, limits and process confinement.
+/// preset, file observations, limits, process confinement and the id of the call.
 ///
 /// Cloning is cheap and shares the observation map; the pipeline typically clones the session
-/// context per call with [`ToolContext::for_call`] to give each call its own cancel token.
+/// context per call with [`ToolContext::for_call`] to give each call its own cancel token, and
+/// names the call with [`ToolContext::with_call_id`].
 #[derive(Clone)]
 pub struct ToolContext {
     cwd: PathBuf,
@@ -146,6 +147,7 @@ pub struct ToolContext {
     temp_roots: Arc<Vec<PathBuf>>,
     jobs: Option<JobTable>,
     asker: Arc<dyn Asker>,
+    call_id: Option<String>,
 }
 
 impl fmt::Debug for ToolContext {
@@ -155,6 +157,7 @@ impl fmt::Debug for ToolContext {
             .field("spill", &self.spill)
             .field("permission", &self.permission)
             .field("confinement", &self.confinement.name())
+            .field("call_id", &self.call_id)
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +198,7 @@ impl ToolContext {
             temp_roots: Arc::new(temp_roots),
             jobs: None,
             asker: Arc::new(HeadlessAsker),
+            call_id: None,
         })
     }
 
@@ -236,6 +240,12 @@ impl ToolContext {
         self
     }
 
+    /// Names the tool call this context runs (the model's call id).
+    pub fn with_call_id(mut self, call_id: impl Into<String>) -> Self {
+        self.call_id = Some(call_id.into());
+        self
+    }
+
     /// Replaces the observation map (e.g. to share it across contexts of one session).
     pub fn with_observations(mut self, observations: FileObservations) -> Self {
         self.observations = observations;
@@ -248,6 +258,12 @@ impl ToolContext {
         let mut ctx = self.clone();
         ctx.cancel = self.cancel.child_token();
         ctx
+    }
+
+    /// The id of the tool call this context runs, or `None` outside a call (a session's
+    /// context, or a tool run directly as in unit tests).
+    pub fn call_id(&self) -> Option<&str> {
+        self.call_id.as_deref()
     }
 
     /// The canonical session working directory.

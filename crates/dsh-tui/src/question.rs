@@ -256,7 +256,10 @@ mod tests {
     }
 
     fn form(questions: Vec<UserQuestion>) -> QuestionForm {
-        QuestionForm::new(QuestionRequest { questions })
+        QuestionForm::new(QuestionRequest {
+            call_id: "call_1".into(),
+            questions,
+        })
     }
 
     fn key(code: KeyCode) -> KeyEvent {

@@ -41,6 +41,7 @@ fn ask(app: &mut App, options: &[&str]) -> oneshot::Receiver<AskOutcome> {
     let (respond, answer) = oneshot::channel();
     app.questions.push_back(PendingQuestion {
         form: QuestionForm::new(QuestionRequest {
+            call_id: "call_1".into(),
             questions: vec![UserQuestion {
                 id: "q1".into(),
                 question: "Which one?".into(),
@@ -116,6 +117,7 @@ fn the_asker_waits_for_the_ui_and_reports_a_closed_ui() {
         .unwrap();
     runtime.block_on(async {
         let request = QuestionRequest {
+            call_id: "call_1".into(),
             questions: Vec::new(),
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -413,6 +413,7 @@ fn questions() -> dsh_agent::QuestionRequest {
         description: description.map(Into::into),
     };
     dsh_agent::QuestionRequest {
+        call_id: "call_1".into(),
         questions: vec![
             UserQuestion {
                 id: "db".into(),
@@ -479,6 +480,7 @@ fn question_form_scrolls_to_the_highlighted_option_on_a_small_screen() {
     app.loading = false;
     app.questions.push_back(dsh_tui::app::PendingQuestion {
         form: dsh_tui::question::QuestionForm::new(dsh_agent::QuestionRequest {
+            call_id: "call_1".into(),
             questions: vec![UserQuestion {
                 id: "n".into(),
                 question: "Pick a number".into(),
