@@ -442,3 +442,18 @@ impl MessagesDecoder {
         out.push(Chunk::Finish { reason });
     }
 }
+
+impl dsh_deepseek::http_stream::BodyDecoder for MessagesDecoder {
+    fn push(&mut self, bytes: &[u8], out: &mut Vec<Chunk>) {
+        MessagesDecoder::push(self, bytes, out);
+    }
+    fn end_of_stream(&mut self, out: &mut Vec<Chunk>) {
+        MessagesDecoder::end_of_stream(self, out);
+    }
+    fn fail(&mut self, failure: Failure, out: &mut Vec<Chunk>) {
+        MessagesDecoder::fail(self, failure, out);
+    }
+    fn is_finished(&self) -> bool {
+        MessagesDecoder::is_finished(self)
+    }
+}

@@ -1,25 +1,18 @@
 //! The HTTP side: one streaming `POST /chat/completions` per call, with watchdog and cancel.
 
-use std::collections::VecDeque;
-use std::error::Error as _;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use dsh_llm::{
-    Adapter, Chunk, ChunkStream, Failure, FailureCode, FinishReason, GenerateRequest, ModelInfo,
-};
+use dsh_llm::{Adapter, ChunkStream, Failure, FailureCode, GenerateRequest, ModelInfo};
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::{DeepSeekConfig, OpenAiQuirks};
 use crate::decode::StreamDecoder;
 use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
+use crate::http_stream::{describe_transport_error, timeout_failure, HttpCall};
 use crate::models;
 use crate::request::build_request_body_with;
-
-/// Largest error body read from a failed response; the rest is not needed for the message.
-const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// The DeepSeek / OpenAI-compatible chat-completions adapter (SPEC S2.1).
 ///
@@ -129,20 +122,54 @@ impl DeepSeekAdapter {
 
 impl Adapter for DeepSeekAdapter {
     fn stream(&self, request: GenerateRequest) -> ChunkStream {
-        let call = Call {
-            adapter: self.clone(),
-            cancel: request.cancel.clone(),
-            request,
+        let cancel = request.cancel.clone();
+        let prepare = {
+            let adapter = self.clone();
+            Box::new(move || {
+                if adapter.secret.is_none() {
+                    return Err(adapter.missing_credential());
+                }
+                let body = build_request_body_with(&request, &adapter.quirks)?;
+                Ok(adapter
+                    .client
+                    .post(&adapter.url)
+                    .headers(adapter.headers.clone())
+                    .body(body))
+            })
         };
-        let state = CallState {
-            phase: Phase::Start(Box::new(call)),
-            queue: VecDeque::new(),
-            scratch: Vec::new(),
-        };
-        Box::pin(futures::stream::unfold(state, |mut state| async move {
-            let chunk = state.next_chunk().await?;
-            Some((chunk, state))
-        }))
+        let key_variable = self.key_variable.clone();
+        let scrubber = self.clone();
+        HttpCall {
+            prepare,
+            url: self.url.clone(),
+            idle_timeout: self.idle_timeout,
+            cancel,
+            decoder: StreamDecoder::new(),
+            http_failure: Box::new(move |response| {
+                let header = |name: &str| {
+                    response
+                        .headers
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                };
+                let retry_after = header("retry-after");
+                let retry_after_ms = header("retry-after-ms");
+                failure_from_http(
+                    &HttpErrorResponse {
+                        status: response.status,
+                        retry_after: retry_after.as_deref(),
+                        retry_after_ms: retry_after_ms.as_deref(),
+                        request_id: REQUEST_ID_HEADERS.iter().find_map(|name| header(name)),
+                        body: response.body,
+                        key_variable: Some(&key_variable),
+                    },
+                    SystemTime::now(),
+                )
+            }),
+            scrub: Box::new(move |failure| scrubber.scrub(failure)),
+        }
+        .into_stream()
     }
 
     fn model_info(&self, model: &str) -> Option<ModelInfo> {
@@ -154,62 +181,6 @@ impl Adapter for DeepSeekAdapter {
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
         Box::pin(async move { self.fetch_models().await.map_err(|f| self.scrub(f)) })
     }
-}
-
-struct Call {
-    adapter: DeepSeekAdapter,
-    cancel: CancellationToken,
-    request: GenerateRequest,
-}
-
-enum Phase {
-    Start(Box<Call>),
-    Streaming(Box<Streaming>),
-    Done,
-}
-
-/// A call whose response headers arrived and whose body is being read.
-struct Streaming {
-    response: reqwest::Response,
-    decoder: StreamDecoder,
-    adapter: DeepSeekAdapter,
-    cancel: CancellationToken,
-}
-
-struct CallState {
-    phase: Phase,
-    queue: VecDeque<Chunk>,
-    scratch: Vec<Chunk>,
-}
-
-fn aborted() -> Chunk {
-    Chunk::Finish {
-        reason: FinishReason::Aborted {
-            failure: Failure::new(FailureCode::Aborted, "the model call was cancelled"),
-        },
-    }
-}
-
-fn error(failure: Failure) -> Chunk {
-    Chunk::Finish {
-        reason: FinishReason::Error { failure },
-    }
-}
-
-/// The error and its sources, joined, without the URL (which reqwest puts in `Display`).
-fn describe_transport_error(err: reqwest::Error) -> String {
-    let err = err.without_url();
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 impl DeepSeekAdapter {
@@ -312,196 +283,6 @@ impl DeepSeekAdapter {
     }
 
     fn timeout_failure(&self, waiting_for: &str) -> Failure {
-        Failure::new(
-            FailureCode::Timeout,
-            format!(
-                "no data from the provider for {:.1} s while waiting for {waiting_for}",
-                self.idle_timeout.as_secs_f64()
-            ),
-        )
-    }
-}
-
-impl CallState {
-    async fn next_chunk(&mut self) -> Option<Chunk> {
-        loop {
-            if let Some(chunk) = self.queue.pop_front() {
-                return Some(chunk);
-            }
-            self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
-                Phase::Done => return None,
-                Phase::Start(call) => self.start(*call).await,
-                Phase::Streaming(streaming) => self.read(streaming).await,
-            };
-        }
-    }
-
-    fn finish_with(&mut self, adapter: &DeepSeekAdapter, failure: Failure) -> Phase {
-        self.queue.push_back(error(adapter.scrub(failure)));
-        Phase::Done
-    }
-
-    async fn start(&mut self, call: Call) -> Phase {
-        let Call {
-            adapter,
-            cancel,
-            request,
-        } = call;
-        if cancel.is_cancelled() {
-            self.queue.push_back(aborted());
-            return Phase::Done;
-        }
-        if adapter.secret.is_none() {
-            let failure = adapter.missing_credential();
-            return self.finish_with(&adapter, failure);
-        }
-        let body = match build_request_body_with(&request, &adapter.quirks) {
-            Ok(body) => body,
-            Err(failure) => return self.finish_with(&adapter, failure),
-        };
-        drop(request);
-        let send = adapter
-            .client
-            .post(&adapter.url)
-            .headers(adapter.headers.clone())
-            .body(body)
-            .send();
-        let outcome = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => {
-                self.queue.push_back(aborted());
-                return Phase::Done;
-            }
-            outcome = tokio::time::timeout(adapter.idle_timeout, send) => outcome,
-        };
-        let response = match outcome {
-            Err(_elapsed) => {
-                let failure = adapter.timeout_failure("the response headers");
-                return self.finish_with(&adapter, failure);
-            }
-            Ok(Err(err)) => {
-                let failure = Failure::new(
-                    FailureCode::Transport,
-                    format!(
-                        "could not reach the provider at {}: {}",
-                        adapter.url,
-                        describe_transport_error(err)
-                    ),
-                );
-                return self.finish_with(&adapter, failure);
-            }
-            Ok(Ok(response)) => response,
-        };
-        if response.status().is_success() {
-            return Phase::Streaming(Box::new(Streaming {
-                response,
-                decoder: StreamDecoder::new(),
-                adapter,
-                cancel,
-            }));
-        }
-        self.http_error(response, &adapter, &cancel).await
-    }
-
-    async fn http_error(
-        &mut self,
-        mut response: reqwest::Response,
-        adapter: &DeepSeekAdapter,
-        cancel: &CancellationToken,
-    ) -> Phase {
-        let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let retry_after = header("retry-after");
-        let retry_after_ms = header("retry-after-ms");
-        let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| header(name));
-        let mut body = Vec::new();
-        // The body only adds the provider's wording; a body that stalls, breaks or is cancelled
-        // is cut short and the status alone decides the failure.
-        loop {
-            let next = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => {
-                    self.queue.push_back(aborted());
-                    return Phase::Done;
-                }
-                next = tokio::time::timeout(adapter.idle_timeout, response.chunk()) => next,
-            };
-            match next {
-                Ok(Ok(Some(bytes))) if body.len() < ERROR_BODY_LIMIT => {
-                    body.extend_from_slice(&bytes);
-                }
-                _ => break,
-            }
-        }
-        body.truncate(ERROR_BODY_LIMIT);
-        let failure = failure_from_http(
-            &HttpErrorResponse {
-                status,
-                retry_after: retry_after.as_deref(),
-                retry_after_ms: retry_after_ms.as_deref(),
-                request_id,
-                body: &body,
-                key_variable: Some(&adapter.key_variable),
-            },
-            SystemTime::now(),
-        );
-        self.finish_with(adapter, failure)
-    }
-
-    async fn read(&mut self, mut streaming: Box<Streaming>) -> Phase {
-        let Streaming {
-            response,
-            decoder,
-            adapter,
-            cancel,
-        } = &mut *streaming;
-        let next = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => {
-                self.queue.push_back(aborted());
-                return Phase::Done;
-            }
-            next = tokio::time::timeout(adapter.idle_timeout, response.chunk()) => next,
-        };
-        let scratch = &mut self.scratch;
-        match next {
-            Err(_elapsed) => {
-                decoder.fail(adapter.timeout_failure("the next stream event"), scratch)
-            }
-            Ok(Err(err)) => decoder.fail(
-                Failure::new(
-                    FailureCode::Transport,
-                    format!(
-                        "the connection to the provider broke mid-stream: {}",
-                        describe_transport_error(err)
-                    ),
-                ),
-                scratch,
-            ),
-            Ok(Ok(None)) => decoder.end_of_stream(scratch),
-            Ok(Ok(Some(bytes))) => {
-                decoder.push(&bytes, scratch);
-            }
-        }
-        for chunk in self.scratch.drain(..) {
-            let chunk = match chunk {
-                Chunk::Finish {
-                    reason: FinishReason::Error { failure },
-                } => error(adapter.scrub(failure)),
-                other => other,
-            };
-            self.queue.push_back(chunk);
-        }
-        if decoder.is_finished() {
-            Phase::Done
-        } else {
-            Phase::Streaming(streaming)
-        }
+        timeout_failure(self.idle_timeout, waiting_for)
     }
 }

@@ -478,3 +478,18 @@ impl StreamDecoder {
         self.comments
     }
 }
+
+impl crate::http_stream::BodyDecoder for StreamDecoder {
+    fn push(&mut self, bytes: &[u8], out: &mut Vec<Chunk>) {
+        StreamDecoder::push(self, bytes, out);
+    }
+    fn end_of_stream(&mut self, out: &mut Vec<Chunk>) {
+        StreamDecoder::end_of_stream(self, out);
+    }
+    fn fail(&mut self, failure: Failure, out: &mut Vec<Chunk>) {
+        StreamDecoder::fail(self, failure, out);
+    }
+    fn is_finished(&self) -> bool {
+        StreamDecoder::is_finished(self)
+    }
+}

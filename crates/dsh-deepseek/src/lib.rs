@@ -16,6 +16,7 @@ mod adapter;
 mod config;
 mod decode;
 pub mod errors;
+pub mod http_stream;
 pub mod models;
 mod request;
 mod sse;
