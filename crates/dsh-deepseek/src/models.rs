@@ -112,5 +112,19 @@ mod tests {
         let generic = model_info("qwen2.5-coder:7b");
         assert_eq!(generic.id, "qwen2.5-coder:7b");
         assert!(generic.efforts.is_empty());
+        // A model without efforts runs without reasoning: `off` is accepted, others are not.
+        let mut off = CallConfig::new("deepseek", "qwen2.5-coder:7b");
+        off.reasoning_effort = Some(ReasoningEffort::Off);
+        let prepared = off.prepare(&generic).unwrap();
+        assert_eq!(
+            prepared.config().reasoning_effort,
+            Some(ReasoningEffort::Off)
+        );
+        let mut high = CallConfig::new("deepseek", "qwen2.5-coder:7b");
+        high.reasoning_effort = Some(ReasoningEffort::High);
+        assert_eq!(
+            high.prepare(&generic).unwrap_err().code,
+            FailureCode::UnsupportedReasoningEffort
+        );
     }
 }

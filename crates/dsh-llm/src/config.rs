@@ -95,13 +95,17 @@ impl CallConfig {
 
     /// Resolves defaults once, before dispatch: absent effort and max tokens come from `model`
     /// (and are marked adapter-filled); an effort the model does not support is rejected with
-    /// `UNSUPPORTED_REASONING_EFFORT`. `Off` is accepted when the model lists it.
+    /// `UNSUPPORTED_REASONING_EFFORT`. `Off` is accepted when the model lists it, and for a
+    /// model that lists no efforts at all (one without reasoning, or one the adapter does not
+    /// know: off is all it can do, so asking for it is not an error).
     pub fn prepare(self, model: &ModelInfo) -> Result<PreparedCallConfig, Failure> {
         let mut config = self;
         let mut adapter_filled = Vec::new();
         match config.reasoning_effort {
             Some(effort) => {
-                if !model.efforts.contains(&effort) {
+                let off_without_reasoning =
+                    effort == ReasoningEffort::Off && model.efforts.is_empty();
+                if !model.efforts.contains(&effort) && !off_without_reasoning {
                     let supported: Vec<&str> = model.efforts.iter().map(|e| e.as_str()).collect();
                     return Err(Failure::new(
                         FailureCode::UnsupportedReasoningEffort,
