@@ -3,12 +3,11 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use dsh_deepseek::http_stream::{describe_transport_error, timeout_failure, HttpCall};
+use dsh_deepseek::http_stream::{get_model_ids, HttpCall, HttpErrorParts};
 use dsh_deepseek::AdapterConfigError;
 use dsh_llm::{Adapter, ChunkStream, Failure, FailureCode, GenerateRequest, ModelInfo};
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
-use serde_json::Value;
 
 use crate::config::{AnthropicConfig, ThinkingBudgets};
 use crate::decode::MessagesDecoder;
@@ -118,10 +117,6 @@ impl AnthropicAdapter {
         failure
     }
 
-    fn timeout_failure(&self, waiting_for: &str) -> Failure {
-        timeout_failure(self.idle_timeout, waiting_for)
-    }
-
     fn missing_credential(&self) -> Failure {
         Failure::new(
             FailureCode::MissingCredential,
@@ -139,74 +134,16 @@ impl AnthropicAdapter {
         let mut headers = self.headers.clone();
         headers.remove(CONTENT_TYPE);
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        let send = self.client.get(&self.models_url).headers(headers).send();
-        let response = match tokio::time::timeout(self.idle_timeout, send).await {
-            Err(_) => return Err(self.timeout_failure("the model list")),
-            Ok(Err(err)) => {
-                return Err(Failure::new(
-                    FailureCode::Transport,
-                    format!(
-                        "could not reach the provider at {}: {}",
-                        self.models_url,
-                        describe_transport_error(err)
-                    ),
-                ))
-            }
-            Ok(Ok(response)) => response,
-        };
-        let status = response.status().as_u16();
-        let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| {
-            response
-                .headers()
-                .get(*name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        });
-        let body = match tokio::time::timeout(self.idle_timeout, response.bytes()).await {
-            Ok(Ok(body)) => body,
-            Ok(Err(err)) => {
-                return Err(Failure::new(
-                    FailureCode::Transport,
-                    format!(
-                        "the model list broke off: {}",
-                        describe_transport_error(err)
-                    ),
-                ))
-            }
-            Err(_) => return Err(self.timeout_failure("the model list")),
-        };
-        if !(200..300).contains(&status) {
-            return Err(failure_from_http(
-                &HttpErrorResponse {
-                    status,
-                    retry_after: None,
-                    request_id,
-                    body: &body,
-                    key_variable: &self.key_variable,
-                },
-                SystemTime::now(),
-            ));
-        }
-        let json: Value = serde_json::from_slice(&body).map_err(|err| {
-            Failure::new(
-                FailureCode::MalformedResponse,
-                format!("the model list is not JSON: {err}"),
-            )
-        })?;
-        let ids = json
-            .get("data")
-            .and_then(Value::as_array)
-            .ok_or_else(|| {
-                Failure::new(
-                    FailureCode::MalformedResponse,
-                    "the model list has no `data` array",
-                )
-            })?
-            .iter()
-            .filter_map(|m| m.get("id").and_then(Value::as_str))
-            .map(models::model_info)
-            .collect();
-        Ok(ids)
+        let request = self.client.get(&self.models_url).headers(headers);
+        let key_variable = self.key_variable.clone();
+        let ids = get_model_ids(
+            request,
+            &self.models_url,
+            self.idle_timeout,
+            &move |response| http_failure(response, &key_variable),
+        )
+        .await?;
+        Ok(ids.iter().map(|id| models::model_info(id)).collect())
     }
 }
 
@@ -235,26 +172,7 @@ impl Adapter for AnthropicAdapter {
             idle_timeout: self.idle_timeout,
             cancel,
             decoder: MessagesDecoder::new(),
-            http_failure: Box::new(move |response| {
-                let header = |name: &str| {
-                    response
-                        .headers
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_string)
-                };
-                let retry_after = header("retry-after");
-                failure_from_http(
-                    &HttpErrorResponse {
-                        status: response.status,
-                        retry_after: retry_after.as_deref(),
-                        request_id: REQUEST_ID_HEADERS.iter().find_map(|name| header(name)),
-                        body: response.body,
-                        key_variable: &key_variable,
-                    },
-                    SystemTime::now(),
-                )
-            }),
+            http_failure: Box::new(move |response| http_failure(response, &key_variable)),
             scrub: Box::new(move |failure| scrubber.scrub(failure)),
         }
         .into_stream()
@@ -268,4 +186,26 @@ impl Adapter for AnthropicAdapter {
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
         Box::pin(async move { self.fetch_models().await.map_err(|f| self.scrub(f)) })
     }
+}
+
+/// The failure for a non-2xx response (the Messages API's error table).
+fn http_failure(response: &HttpErrorParts<'_>, key_variable: &str) -> Failure {
+    let header = |name: &str| {
+        response
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let retry_after = header("retry-after");
+    failure_from_http(
+        &HttpErrorResponse {
+            status: response.status,
+            retry_after: retry_after.as_deref(),
+            request_id: REQUEST_ID_HEADERS.iter().find_map(|name| header(name)),
+            body: response.body,
+            key_variable,
+        },
+        SystemTime::now(),
+    )
 }

@@ -10,7 +10,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION,
 use crate::config::{DeepSeekConfig, OpenAiQuirks};
 use crate::decode::StreamDecoder;
 use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
-use crate::http_stream::{describe_transport_error, timeout_failure, HttpCall};
+use crate::http_stream::{get_model_ids, HttpCall, HttpErrorParts};
 use crate::models;
 use crate::request::build_request_body_with;
 
@@ -145,28 +145,7 @@ impl Adapter for DeepSeekAdapter {
             idle_timeout: self.idle_timeout,
             cancel,
             decoder: StreamDecoder::new(),
-            http_failure: Box::new(move |response| {
-                let header = |name: &str| {
-                    response
-                        .headers
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_string)
-                };
-                let retry_after = header("retry-after");
-                let retry_after_ms = header("retry-after-ms");
-                failure_from_http(
-                    &HttpErrorResponse {
-                        status: response.status,
-                        retry_after: retry_after.as_deref(),
-                        retry_after_ms: retry_after_ms.as_deref(),
-                        request_id: REQUEST_ID_HEADERS.iter().find_map(|name| header(name)),
-                        body: response.body,
-                        key_variable: Some(&key_variable),
-                    },
-                    SystemTime::now(),
-                )
-            }),
+            http_failure: Box::new(move |response| http_failure(response, &key_variable)),
             scrub: Box::new(move |failure| scrubber.scrub(failure)),
         }
         .into_stream()
@@ -212,77 +191,39 @@ impl DeepSeekAdapter {
         let mut headers = self.headers.clone();
         headers.remove(CONTENT_TYPE);
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        let send = self.client.get(&self.models_url).headers(headers).send();
-        let response = match tokio::time::timeout(self.idle_timeout, send).await {
-            Err(_) => return Err(self.timeout_failure("the model list")),
-            Ok(Err(err)) => {
-                return Err(Failure::new(
-                    FailureCode::Transport,
-                    format!(
-                        "could not reach the provider at {}: {}",
-                        self.models_url,
-                        describe_transport_error(err)
-                    ),
-                ))
-            }
-            Ok(Ok(response)) => response,
-        };
-        let status = response.status().as_u16();
-        let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| {
-            response
-                .headers()
-                .get(*name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        });
-        let body = match tokio::time::timeout(self.idle_timeout, response.bytes()).await {
-            Ok(Ok(body)) => body,
-            Ok(Err(err)) => {
-                return Err(Failure::new(
-                    FailureCode::Transport,
-                    format!(
-                        "the model list broke off: {}",
-                        describe_transport_error(err)
-                    ),
-                ))
-            }
-            Err(_) => return Err(self.timeout_failure("the model list")),
-        };
-        if !(200..300).contains(&status) {
-            return Err(failure_from_http(
-                &HttpErrorResponse {
-                    status,
-                    request_id,
-                    body: &body,
-                    key_variable: Some(&self.key_variable),
-                    ..HttpErrorResponse::default()
-                },
-                SystemTime::now(),
-            ));
-        }
-        let json: serde_json::Value = serde_json::from_slice(&body).map_err(|err| {
-            Failure::new(
-                FailureCode::MalformedResponse,
-                format!("the model list is not JSON: {err}"),
-            )
-        })?;
-        let list = json
-            .get("data")
-            .and_then(serde_json::Value::as_array)
-            .ok_or_else(|| {
-                Failure::new(
-                    FailureCode::MalformedResponse,
-                    "the model list has no `data` array",
-                )
-            })?;
-        Ok(list
-            .iter()
-            .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
-            .map(models::model_info)
-            .collect())
+        let request = self.client.get(&self.models_url).headers(headers);
+        let key_variable = self.key_variable.clone();
+        let ids = get_model_ids(
+            request,
+            &self.models_url,
+            self.idle_timeout,
+            &move |response| http_failure(response, &key_variable),
+        )
+        .await?;
+        Ok(ids.iter().map(|id| models::model_info(id)).collect())
     }
+}
 
-    fn timeout_failure(&self, waiting_for: &str) -> Failure {
-        timeout_failure(self.idle_timeout, waiting_for)
-    }
+/// The failure for a non-2xx response (SPEC S2.1 error table).
+fn http_failure(response: &HttpErrorParts<'_>, key_variable: &str) -> Failure {
+    let header = |name: &str| {
+        response
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let retry_after = header("retry-after");
+    let retry_after_ms = header("retry-after-ms");
+    failure_from_http(
+        &HttpErrorResponse {
+            status: response.status,
+            retry_after: retry_after.as_deref(),
+            retry_after_ms: retry_after_ms.as_deref(),
+            request_id: REQUEST_ID_HEADERS.iter().find_map(|name| header(name)),
+            body: response.body,
+            key_variable: Some(key_variable),
+        },
+        SystemTime::now(),
+    )
 }

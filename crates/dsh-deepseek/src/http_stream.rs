@@ -291,3 +291,70 @@ impl<D: BodyDecoder> CallState<D> {
         }
     }
 }
+
+/// `GET` a model list (`{"data": [{"id": ...}, ...]}`, the shape both wire formats use) and
+/// return its ids. `request` carries the URL and headers; `url` names the endpoint in
+/// messages; a non-2xx response goes through `http_failure`. Secrets are the caller's to
+/// scrub.
+pub async fn get_model_ids(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    idle_timeout: Duration,
+    http_failure: &(dyn Fn(&HttpErrorParts<'_>) -> Failure + Sync),
+) -> Result<Vec<String>, Failure> {
+    let response = match tokio::time::timeout(idle_timeout, request.send()).await {
+        Err(_) => return Err(timeout_failure(idle_timeout, "the model list")),
+        Ok(Err(err)) => {
+            return Err(Failure::new(
+                FailureCode::Transport,
+                format!(
+                    "could not reach the provider at {url}: {}",
+                    describe_transport_error(err)
+                ),
+            ))
+        }
+        Ok(Ok(response)) => response,
+    };
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = match tokio::time::timeout(idle_timeout, response.bytes()).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(err)) => {
+            return Err(Failure::new(
+                FailureCode::Transport,
+                format!(
+                    "the model list broke off: {}",
+                    describe_transport_error(err)
+                ),
+            ))
+        }
+        Err(_) => return Err(timeout_failure(idle_timeout, "the model list")),
+    };
+    if !(200..300).contains(&status) {
+        return Err(http_failure(&HttpErrorParts {
+            status,
+            headers: &headers,
+            body: &body,
+        }));
+    }
+    let json: serde_json::Value = serde_json::from_slice(&body).map_err(|err| {
+        Failure::new(
+            FailureCode::MalformedResponse,
+            format!("the model list is not JSON: {err}"),
+        )
+    })?;
+    let list = json
+        .get("data")
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(|| {
+            Failure::new(
+                FailureCode::MalformedResponse,
+                "the model list has no `data` array",
+            )
+        })?;
+    Ok(list
+        .iter()
+        .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
+        .map(str::to_string)
+        .collect())
+}
