@@ -36,25 +36,38 @@ impl SandboxProbe {
     /// `None` means no bubblewrap). Takes a few tens of milliseconds; use [`SandboxProbe::cached`]
     /// for the process-wide answer.
     pub fn run(search_path: Option<&OsStr>) -> Self {
-        let bubblewrap = find_program("bwrap", search_path)
-            .ok_or_else(|| {
-                "the `bwrap` executable is not on PATH (install the `bubblewrap` package)"
-                    .to_string()
+        // The two trials are independent processes: run them side by side, so start-up waits
+        // for the slower one only.
+        let bubblewrap = || {
+            find_program("bwrap", search_path)
+                .ok_or_else(|| {
+                    "the `bwrap` executable is not on PATH (install the `bubblewrap` package)"
+                        .to_string()
+                })
+                .and_then(|program| {
+                    trial(&Bubblewrap::new(&program))
+                        .map(|()| program)
+                        .map_err(|reason| format!("bubblewrap does not work here: {reason}"))
+                })
+        };
+        let landlock = || {
+            Landlock::detect().and_then(|landlock| {
+                trial(&landlock)
+                    .map(|()| landlock.abi())
+                    .map_err(|reason| format!("Landlock does not work here: {reason}"))
             })
-            .and_then(|program| {
-                trial(&Bubblewrap::new(&program))
-                    .map(|()| program)
-                    .map_err(|reason| format!("bubblewrap does not work here: {reason}"))
-            });
-        let landlock = Landlock::detect().and_then(|landlock| {
-            trial(&landlock)
-                .map(|()| landlock.abi())
-                .map_err(|reason| format!("Landlock does not work here: {reason}"))
-        });
-        Self {
-            bubblewrap,
-            landlock,
-        }
+        };
+        std::thread::scope(|scope| {
+            let landlock = scope.spawn(landlock);
+            let bubblewrap = bubblewrap();
+            let landlock = landlock
+                .join()
+                .unwrap_or_else(|_| Err("the Landlock trial panicked".to_string()));
+            Self {
+                bubblewrap,
+                landlock,
+            }
+        })
     }
 
     /// The probe of this process, run once on first use with this process's `PATH`.
@@ -190,10 +203,15 @@ fn run_plan(plan: &CommandPlan, cwd: &Path) -> Result<String, String> {
         .spawn()
         .map_err(|err| format!("cannot start {}: {err}", Path::new(&plan.program).display()))?;
     let deadline = Instant::now() + TRIAL_TIMEOUT;
+    // Poll often at first (a working trial ends within milliseconds), then back off.
+    let mut pause = Duration::from_micros(250);
     loop {
         match child.try_wait() {
             Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
             Ok(None) => {
                 // Best effort: the child may exit between the check and the kill.
                 let _ = child.kill();
