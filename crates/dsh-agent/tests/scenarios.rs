@@ -32,7 +32,9 @@ use dsh_agent::{
 use dsh_llm::{AdapterRegistry, CallConfig, Chunk, RetryPolicy};
 use dsh_session::TurnEndReason;
 use dsh_session::{open_store, Event, StoreKind};
-use dsh_test_support::{snapshot_fixtures_dir, FakeProvider, RecordedSession, ReplayOverride};
+use dsh_test_support::{
+    copy_dir, snapshot_fixtures_dir, FakeProvider, RecordedSession, ReplayOverride,
+};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolLimits, ToolRegistry};
 use serde::Deserialize;
 use serde_json::Value;
@@ -77,20 +79,6 @@ enum Step {
     PromptAndCancel { text: String },
     WaitForTurnEnd,
     WaitForTitleAfterTurnEnd,
-}
-
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
 }
 
 /// Checks the wire contract of every request: an assistant turn that had reasoning sends it

@@ -8,13 +8,16 @@ use std::time::Duration;
 use common::*;
 use dsh_anthropic::{AnthropicAdapter, AnthropicConfig};
 use dsh_deepseek::ApiKey;
-use dsh_llm::{Chunk, ContentBlock, FailureCode, FinishReason};
+use dsh_llm::{ContentBlock, FailureCode, FinishReason};
+use dsh_test_support::provider_checks::{
+    assert_dropped_after_partial_text, assert_exhausted_script_answers_500,
+    assert_missing_key_sends_nothing, assert_stall_times_out, refused_url, silent_server,
+};
 use dsh_test_support::{AnthropicReply, AnthropicUsage, FakeProvider, ScriptedReply, StreamEnd};
 
 async fn failure_for(reply: ScriptedReply) -> dsh_llm::Failure {
     let provider = FakeProvider::start([reply]).await.unwrap();
-    let chunks = collect(&adapter_for(&provider), simple_request()).await;
-    error_failure(&chunks)
+    call_failure(&adapter_for(&provider), simple_request()).await
 }
 
 async fn status_failure(status: u16, kind: &str, message: &str) -> dsh_llm::Failure {
@@ -102,12 +105,9 @@ async fn other_statuses_are_http_n_and_long_messages_truncated() {
 
 #[tokio::test]
 async fn connection_refused_closed_and_dropped_are_transport() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    drop(listener);
-    let config = AnthropicConfig::new(format!("http://{address}"), Some(ApiKey::new(TEST_KEY)));
+    let config = AnthropicConfig::new(refused_url(), Some(ApiKey::new(TEST_KEY)));
     let adapter = AnthropicAdapter::new(config).unwrap();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
+    let failure = call_failure(&adapter, simple_request()).await;
     assert_eq!(failure.code, FailureCode::Transport);
 
     assert_eq!(
@@ -120,10 +120,7 @@ async fn connection_refused_closed_and_dropped_are_transport() {
         .end(StreamEnd::DropConnection);
     let provider = FakeProvider::start([reply.into()]).await.unwrap();
     let chunks = collect(&adapter_for(&provider), simple_request()).await;
-    assert_eq!(error_failure(&chunks).code, FailureCode::Transport);
-    assert!(chunks
-        .iter()
-        .any(|c| matches!(c, Chunk::TextDelta { text, .. } if text == "partial")));
+    assert_dropped_after_partial_text(&chunks);
 }
 
 #[tokio::test]
@@ -163,26 +160,16 @@ async fn stall_times_out_with_the_configured_watchdog() {
     let provider = FakeProvider::start([reply.into()]).await.unwrap();
     let config = config_for(&provider).with_idle_timeout(Duration::from_millis(200));
     let adapter = AnthropicAdapter::new(config).unwrap();
-    let started = std::time::Instant::now();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
-    assert_eq!(failure.code, FailureCode::Timeout);
-    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_stall_times_out(&adapter, simple_request()).await;
 }
 
 #[tokio::test]
 async fn silent_server_times_out_waiting_for_headers() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let silent = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let config = AnthropicConfig::new(format!("http://{address}"), Some(ApiKey::new(TEST_KEY)))
+    let (url, silent) = silent_server().await;
+    let config = AnthropicConfig::new(url, Some(ApiKey::new(TEST_KEY)))
         .with_idle_timeout(Duration::from_millis(200));
     let adapter = AnthropicAdapter::new(config).unwrap();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
+    let failure = call_failure(&adapter, simple_request()).await;
     assert_eq!(failure.code, FailureCode::Timeout);
     silent.abort();
 }
@@ -261,16 +248,12 @@ async fn missing_key_is_missing_credential_and_sends_nothing() {
     .await
     .unwrap();
     let adapter = AnthropicAdapter::new(AnthropicConfig::new(provider.base_url(), None)).unwrap();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
-    assert_eq!(failure.code, FailureCode::MissingCredential);
-    assert!(failure.message.contains("ANTHROPIC_API_KEY"));
-    assert!(provider.requests().is_empty());
+    assert_missing_key_sends_nothing(&provider, &adapter, simple_request(), "ANTHROPIC_API_KEY")
+        .await;
 }
 
 #[tokio::test]
 async fn exhausted_script_answers_500() {
     let provider = FakeProvider::start([]).await.unwrap();
-    let failure = error_failure(&collect(&adapter_for(&provider), simple_request()).await);
-    assert_eq!(failure.code, FailureCode::Server);
-    assert!(failure.message.contains("no scripted reply left"));
+    assert_exhausted_script_answers_500(&adapter_for(&provider), simple_request()).await;
 }

@@ -42,7 +42,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dsh_test_support::{snapshot_fixtures_dir, FakeProvider, RecordedSession};
+use dsh_test_support::{copy_dir, snapshot_fixtures_dir, FakeProvider, RecordedSession};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -86,20 +86,6 @@ enum Step {
 }
 
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
 
 /// A client of the `dsh acp` process: writes requests, collects every stdout line.
 struct Client {

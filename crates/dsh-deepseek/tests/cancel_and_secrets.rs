@@ -3,11 +3,14 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use dsh_deepseek::{ApiKey, DeepSeekAdapter, DeepSeekConfig};
-use dsh_llm::{Adapter, BlockAssembler, Chunk, FailureCode, FinishReason};
+use dsh_llm::{Adapter, FailureCode, FinishReason};
+use dsh_test_support::provider_checks::{
+    assert_cancelled_request_sends_nothing, cancel_after_first_text, refused_url, silent_server,
+};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd};
 use futures::StreamExt;
 
@@ -18,48 +21,9 @@ async fn cancel_mid_stream_finishes_aborted_quickly_and_closes_the_connection() 
         .text("partial answer")
         .end(StreamEnd::Stall);
     let provider = FakeProvider::start([reply.into()]).await.unwrap();
-    let adapter = adapter_for(&provider);
-    let request = simple_request();
-    let cancel = request.cancel.clone();
-    let mut stream = adapter.stream(request);
-    let mut assembler = BlockAssembler::new();
-
-    // Read until the partial text arrived, then wait for the server to reach its stall.
-    tokio::time::timeout(TEST_DEADLINE, async {
-        while let Some(chunk) = stream.next().await {
-            let is_text = matches!(chunk, Chunk::TextDelta { .. });
-            assembler.push(&chunk).unwrap();
-            if is_text {
-                break;
-            }
-        }
-        provider.wait_for_stalls(1).await;
-    })
-    .await
-    .expect("partial reply and stall");
-
-    let cancelled_at = Instant::now();
-    cancel.cancel();
-    let rest: Vec<Chunk> = tokio::time::timeout(TEST_DEADLINE, stream.by_ref().collect())
-        .await
-        .expect("stream ends after cancel");
-    assert!(
-        cancelled_at.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        cancelled_at.elapsed()
-    );
-    match rest.last() {
-        Some(Chunk::Finish {
-            reason: FinishReason::Aborted { failure },
-        }) => assert_eq!(failure.code, FailureCode::Aborted),
-        other => panic!("expected aborted, got {other:?}"),
-    }
-    drop(stream);
-    tokio::time::timeout(TEST_DEADLINE, provider.wait_for_client_disconnects(1))
-        .await
-        .expect("the server sees the connection closed");
+    let recovered =
+        cancel_after_first_text(&provider, &adapter_for(&provider), simple_request()).await;
     // The partial reply is recoverable as an interrupted message.
-    let recovered = assembler.interrupted();
     assert_eq!(recovered.len(), 2);
 }
 
@@ -82,15 +46,8 @@ async fn dropping_the_stream_closes_the_connection() {
 
 #[tokio::test]
 async fn cancel_while_waiting_for_headers_is_aborted() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let silent = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let config = DeepSeekConfig::new(format!("http://{address}"), Some(ApiKey::new(TEST_KEY)));
+    let (url, silent) = silent_server().await;
+    let config = DeepSeekConfig::new(url, Some(ApiKey::new(TEST_KEY)));
     let adapter = DeepSeekAdapter::new(config).unwrap();
     let request = simple_request();
     let cancel = request.cancel.clone();
@@ -106,11 +63,8 @@ async fn cancel_while_waiting_for_headers_is_aborted() {
 #[tokio::test]
 async fn already_cancelled_request_sends_nothing() {
     let provider = FakeProvider::start([]).await.unwrap();
-    let request = simple_request();
-    request.cancel.cancel();
-    let chunks = collect(&adapter_for(&provider), request).await;
-    assert!(matches!(finish(&chunks), FinishReason::Aborted { .. }));
-    assert!(provider.requests().is_empty());
+    assert_cancelled_request_sends_nothing(&provider, &adapter_for(&provider), simple_request())
+        .await;
 }
 
 #[tokio::test]
@@ -156,12 +110,9 @@ async fn the_key_never_appears_in_failures_or_debug_output() {
 
 #[tokio::test]
 async fn transport_failures_do_not_show_the_key() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    drop(listener);
-    let config = DeepSeekConfig::new(format!("http://{address}"), Some(ApiKey::new(TEST_KEY)));
+    let config = DeepSeekConfig::new(refused_url(), Some(ApiKey::new(TEST_KEY)));
     let adapter = DeepSeekAdapter::new(config).unwrap();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
+    let failure = call_failure(&adapter, simple_request()).await;
     assert_eq!(failure.code, FailureCode::Transport);
     assert!(!format!("{failure:?}").contains(TEST_KEY));
 }

@@ -8,12 +8,15 @@ use std::time::Duration;
 use common::*;
 use dsh_deepseek::{ApiKey, DeepSeekAdapter, DeepSeekConfig};
 use dsh_llm::{FailureCode, FinishReason};
+use dsh_test_support::provider_checks::{
+    assert_dropped_after_partial_text, assert_exhausted_script_answers_500,
+    assert_missing_key_sends_nothing, assert_stall_times_out, refused_url, silent_server,
+};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd, WireUsage};
 
 async fn failure_for(reply: ScriptedReply) -> dsh_llm::Failure {
     let provider = FakeProvider::start([reply]).await.unwrap();
-    let chunks = collect(&adapter_for(&provider), simple_request()).await;
-    error_failure(&chunks)
+    call_failure(&adapter_for(&provider), simple_request()).await
 }
 
 async fn status_failure(status: u16, message: &str) -> dsh_llm::Failure {
@@ -144,23 +147,14 @@ async fn long_provider_messages_are_truncated() {
 #[tokio::test]
 async fn exhausted_script_answers_500_naming_the_problem() {
     let provider = FakeProvider::start([]).await.unwrap();
-    let failure = error_failure(&collect(&adapter_for(&provider), simple_request()).await);
-    assert_eq!(failure.code, FailureCode::Server);
-    assert!(
-        failure.message.contains("no scripted reply left"),
-        "{}",
-        failure.message
-    );
+    assert_exhausted_script_answers_500(&adapter_for(&provider), simple_request()).await;
 }
 
 #[tokio::test]
 async fn connection_refused_is_transport() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    drop(listener);
-    let config = DeepSeekConfig::new(format!("http://{address}"), Some(ApiKey::new(TEST_KEY)));
+    let config = DeepSeekConfig::new(refused_url(), Some(ApiKey::new(TEST_KEY)));
     let adapter = DeepSeekAdapter::new(config).unwrap();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
+    let failure = call_failure(&adapter, simple_request()).await;
     assert_eq!(failure.code, FailureCode::Transport);
     assert_eq!(failure.status, None);
 }
@@ -178,11 +172,7 @@ async fn connection_dropped_mid_stream_is_transport() {
         .end(StreamEnd::DropConnection);
     let provider = FakeProvider::start([reply.into()]).await.unwrap();
     let chunks = collect(&adapter_for(&provider), simple_request()).await;
-    assert_eq!(error_failure(&chunks).code, FailureCode::Transport);
-    // The partial text still arrived as deltas, for an interrupted-message recovery.
-    assert!(chunks
-        .iter()
-        .any(|c| matches!(c, dsh_llm::Chunk::TextDelta { text, .. } if text == "partial")));
+    assert_dropped_after_partial_text(&chunks);
 }
 
 #[tokio::test]
@@ -222,30 +212,16 @@ async fn stall_after_some_bytes_times_out_with_the_configured_watchdog() {
     let provider = FakeProvider::start([reply.into()]).await.unwrap();
     let config = config_for(&provider).with_idle_timeout(Duration::from_millis(200));
     let adapter = DeepSeekAdapter::new(config).unwrap();
-    let started = std::time::Instant::now();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
-    assert_eq!(failure.code, FailureCode::Timeout);
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_stall_times_out(&adapter, simple_request()).await;
 }
 
 #[tokio::test]
 async fn silent_server_times_out_waiting_for_headers() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let silent = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let config = DeepSeekConfig::new(format!("http://{address}"), Some(ApiKey::new(TEST_KEY)))
+    let (url, silent) = silent_server().await;
+    let config = DeepSeekConfig::new(url, Some(ApiKey::new(TEST_KEY)))
         .with_idle_timeout(Duration::from_millis(200));
     let adapter = DeepSeekAdapter::new(config).unwrap();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
+    let failure = call_failure(&adapter, simple_request()).await;
     assert_eq!(failure.code, FailureCode::Timeout);
     silent.abort();
 }
@@ -312,8 +288,6 @@ async fn missing_key_is_missing_credential_and_sends_nothing() {
         .await
         .unwrap();
     let adapter = DeepSeekAdapter::new(DeepSeekConfig::new(provider.base_url(), None)).unwrap();
-    let failure = error_failure(&collect(&adapter, simple_request()).await);
-    assert_eq!(failure.code, FailureCode::MissingCredential);
-    assert!(failure.message.contains("DEEPSEEK_API_KEY"));
-    assert!(provider.requests().is_empty());
+    assert_missing_key_sends_nothing(&provider, &adapter, simple_request(), "DEEPSEEK_API_KEY")
+        .await;
 }

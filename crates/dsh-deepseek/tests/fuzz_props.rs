@@ -14,61 +14,23 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use dsh_deepseek::StreamDecoder;
-use dsh_llm::{BlockAssembler, Chunk, ContentBlock, FailureCode, FinishReason, Usage};
+use dsh_llm::{Chunk, ContentBlock, FailureCode, FinishReason, Usage};
+use dsh_test_support::fuzz::{
+    check_decoder_contract, config, decode_in_slices, mutate, mutation, soup,
+};
 use dsh_test_support::render_chunks_as_sse;
 use proptest::prelude::*;
 
-/// Cases per property: `DSH_FUZZ_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("DSH_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn config(default: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases: cases(default),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
-/// Decodes `bytes` fed in the slices that `cuts` (positions, any order, clamped) describe.
+/// Decodes `bytes` fed in the slices that `cuts` describe; checks `push`'s result after each
+/// cut and that input after the end changes nothing.
 fn decode(bytes: &[u8], cuts: &[usize]) -> Vec<Chunk> {
-    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
-    cuts.sort_unstable();
-    let mut decoder = StreamDecoder::new();
-    let mut out = Vec::new();
-    let mut start = 0;
-    for cut in cuts {
-        let finished = decoder.push(&bytes[start..cut], &mut out);
-        assert_eq!(finished, decoder.is_finished());
-        start = cut;
-    }
-    decoder.push(&bytes[start..], &mut out);
-    decoder.end_of_stream(&mut out);
-    // Input after the end changes nothing.
-    let before = out.len();
-    decoder.push(b"data: {\"choices\": []}\n\n", &mut out);
-    decoder.end_of_stream(&mut out);
-    assert_eq!(out.len(), before, "chunks after the end of the stream");
-    out
-}
-
-/// One `finish`, last; the assembler accepts everything before it.
-fn check_contract(chunks: &[Chunk]) -> dsh_llm::AssembledReply {
-    let finishes = chunks
-        .iter()
-        .filter(|c| matches!(c, Chunk::Finish { .. }))
-        .count();
-    assert_eq!(finishes, 1, "exactly one finish: {chunks:?}");
-    assert!(matches!(chunks.last(), Some(Chunk::Finish { .. })));
-    let mut assembler = BlockAssembler::new();
-    for chunk in chunks {
-        assembler.push(chunk).unwrap();
-    }
-    assembler.finish()
+    decode_in_slices(
+        StreamDecoder::new(),
+        StreamDecoder::push,
+        bytes,
+        cuts,
+        b"data: {\"choices\": []}\n\n",
+    )
 }
 
 /// SSE-shaped fragments: framing, comments, terminators, and event JSON pieces.
@@ -111,10 +73,6 @@ fn token() -> impl Strategy<Value = Vec<u8>> {
         4 => prop::sample::select(fixed).prop_map(|t| t.to_vec()),
         1 => prop::collection::vec(any::<u8>(), 0..8),
     ]
-}
-
-fn soup() -> impl Strategy<Value = Vec<u8>> {
-    prop::collection::vec(token(), 0..40).prop_map(|tokens| tokens.concat())
 }
 
 /// Content of one reply, to render and decode back.
@@ -220,44 +178,6 @@ fn render(reply: &Reply) -> Vec<u8> {
     render_chunks_as_sse(&chunks)
 }
 
-#[derive(Debug, Clone)]
-enum Mutation {
-    Flip(usize, u8),
-    Insert(usize, Vec<u8>),
-    Delete(usize, usize),
-    Truncate(usize),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        (any::<usize>(), any::<u8>()).prop_map(|(at, b)| Mutation::Flip(at, b)),
-        (any::<usize>(), token()).prop_map(|(at, t)| Mutation::Insert(at, t)),
-        (any::<usize>(), 1usize..64).prop_map(|(at, n)| Mutation::Delete(at, n)),
-        any::<usize>().prop_map(Mutation::Truncate),
-    ]
-}
-
-fn mutate(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
-    for m in mutations {
-        let len = bytes.len();
-        match m {
-            Mutation::Flip(at, b) if len > 0 => bytes[at % len] ^= b | 1,
-            Mutation::Flip(..) => {}
-            Mutation::Insert(at, t) => {
-                let at = at % (len + 1);
-                bytes.splice(at..at, t.iter().copied());
-            }
-            Mutation::Delete(at, n) => {
-                let at = at % (len + 1);
-                let end = (at + n).min(len);
-                bytes.drain(at..end);
-            }
-            Mutation::Truncate(at) => bytes.truncate(at % (len + 1)),
-        }
-    }
-    bytes
-}
-
 fn joined(blocks: &[ContentBlock], reasoning: bool) -> String {
     blocks
         .iter()
@@ -277,16 +197,16 @@ proptest! {
         bytes in prop::collection::vec(any::<u8>(), 0..600),
         cuts in prop::collection::vec(any::<usize>(), 0..6),
     ) {
-        check_contract(&decode(&bytes, &cuts));
+        check_decoder_contract(&decode(&bytes, &cuts));
     }
 
     #[test]
     fn sse_soup_is_decoded_the_same_however_it_is_sliced(
-        bytes in soup(),
+        bytes in soup(token()),
         cuts in prop::collection::vec(any::<usize>(), 0..8),
     ) {
         let whole = decode(&bytes, &[]);
-        check_contract(&whole);
+        check_decoder_contract(&whole);
         let sliced = decode(&bytes, &cuts);
         prop_assert_eq!(whole, sliced);
     }
@@ -298,7 +218,7 @@ proptest! {
     ) {
         let bytes = render(&reply);
         let chunks = decode(&bytes, &cuts);
-        let assembled = check_contract(&chunks);
+        let assembled = check_decoder_contract(&chunks);
         let nothing = reply.reasoning.is_empty() && reply.text.is_empty() && reply.tools.is_empty();
         let expected_finish = match &reply.finish {
             FinishReason::Stop if nothing => None,
@@ -350,12 +270,12 @@ proptest! {
     #[test]
     fn mutated_replies_never_break_the_contract(
         reply in reply(),
-        mutations in prop::collection::vec(mutation(), 1..5),
+        mutations in prop::collection::vec(mutation(token()), 1..5),
         cuts in prop::collection::vec(any::<usize>(), 0..8),
     ) {
         let bytes = mutate(render(&reply), &mutations);
         let whole = decode(&bytes, &[]);
-        check_contract(&whole);
+        check_decoder_contract(&whole);
         prop_assert_eq!(whole, decode(&bytes, &cuts));
     }
 }

@@ -22,23 +22,8 @@ use std::sync::OnceLock;
 use dsh_session::{
     export_markdown, repair, Envelope, LoadedLog, LogReader, Projector, SessionTracker,
 };
+use dsh_test_support::fuzz::config;
 use proptest::prelude::*;
-
-/// Cases per property: `DSH_FUZZ_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("DSH_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn config(default: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases: cases(default),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// The recorded sessions, read once.
 fn fixtures() -> &'static [(String, Vec<u8>)] {

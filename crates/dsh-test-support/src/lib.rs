@@ -15,8 +15,14 @@
 //! - [`RecordedSession`] loads a recorded dsh `session.jsonl` (and its optional
 //!   `replay.override.json`) into calls, each a `Vec<dsh_llm::Chunk>`, and renders call k as
 //!   reply k.
+//! - [`provider_checks`]: checks every provider adapter's loopback tests share (collecting a
+//!   call with a deadline, the well-formed chunk contract, failure codes of common faults,
+//!   cancellation); [`fuzz`]: case counts and the stream-decoder driver of the fuzz targets.
+//! - [`copy_dir`] copies a fixture folder.
 
 mod anthropic;
+pub mod fuzz;
+pub mod provider_checks;
 mod recording;
 mod render;
 mod responses;
@@ -50,4 +56,19 @@ pub fn snapshot_fixtures_dir(manifest_dir: impl AsRef<Path>) -> Option<PathBuf> 
                 .join("dsh-acp-snapshots")
         })
         .find(|dir| dir.is_dir())
+}
+
+/// Copies the folder `from` into `to` (created if missing), recursively.
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }

@@ -17,25 +17,10 @@
 mod common;
 
 use common::Scratch;
+use dsh_test_support::fuzz::config;
 use dsh_tools::{parse_raw_arguments, PermissionPreset, ToolErrorCode};
 use proptest::prelude::*;
 use serde_json::{json, Value};
-
-/// Cases per property: `DSH_FUZZ_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("DSH_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn config(default: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases: cases(default),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// Valid arguments of each tool, the starting points of mutation.
 fn seeds() -> Vec<(&'static str, Value)> {
