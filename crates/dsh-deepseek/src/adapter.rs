@@ -1,16 +1,16 @@
 //! The HTTP side: one streaming `POST /chat/completions` per call, with watchdog and cancel.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use dsh_llm::{Adapter, ChunkStream, Failure, FailureCode, GenerateRequest, ModelInfo};
+use dsh_llm::{Adapter, ChunkStream, Failure, GenerateRequest, ModelInfo};
 use futures::future::BoxFuture;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::AUTHORIZATION;
 
 use crate::config::{DeepSeekConfig, OpenAiQuirks};
 use crate::decode::StreamDecoder;
 use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
-use crate::http_stream::{get_model_ids, HttpCall, HttpErrorParts};
+use crate::http_stream::{Endpoint, EndpointConfig, HttpErrorParts};
 use crate::models;
 use crate::request::build_request_body_with;
 
@@ -21,27 +21,11 @@ use crate::request::build_request_body_with;
 /// `max-tokens`, `error {failure}` or, once `request.cancel` fires, `aborted {ABORTED}`.
 /// Dropping the stream drops the response and closes its connection. The API key is only put
 /// on the wire: it is redacted from `Debug` output and scrubbed from every failure message.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct DeepSeekAdapter {
-    client: reqwest::Client,
-    url: String,
-    headers: HeaderMap,
-    secret: Option<String>,
-    idle_timeout: Duration,
+    endpoint: Endpoint,
     base_url: String,
-    models_url: String,
     quirks: OpenAiQuirks,
-    key_variable: String,
-}
-
-impl fmt::Debug for DeepSeekAdapter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeepSeekAdapter")
-            .field("url", &self.url)
-            .field("api_key", &self.secret.as_ref().map(|_| "<redacted>"))
-            .field("idle_timeout", &self.idle_timeout)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Why an adapter could not be built. Misconfiguration fails here, at start, not per call.
@@ -61,51 +45,27 @@ impl DeepSeekAdapter {
     /// header, or the HTTP client cannot start. A missing key is not an error here: calls then
     /// finish with `MISSING_CREDENTIAL`.
     pub fn new(config: DeepSeekConfig) -> Result<Self, AdapterConfigError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let secret = config
-            .api_key
-            .as_ref()
-            .filter(|key| !key.is_empty())
-            .map(|key| key.expose_secret().to_string());
-        if let Some(secret) = &secret {
-            let mut value = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| {
-                AdapterConfigError(format!(
-                    "the API key ({}) holds characters that cannot be sent in an HTTP header",
-                    config.key_variable
-                ))
-            })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
-        for (name, value) in &config.extra_headers {
-            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                AdapterConfigError(format!(
-                    "extra header name `{name}` is not a valid HTTP header name"
-                ))
-            })?;
-            let header_value = HeaderValue::from_str(value).map_err(|_| {
-                AdapterConfigError(format!(
-                    "extra header `{name}` has a value that cannot be sent in HTTP"
-                ))
-            })?;
-            headers.insert(header_name, header_value);
-        }
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|err| AdapterConfigError(format!("could not start the HTTP client: {err}")))?;
-        Ok(DeepSeekAdapter {
-            client,
+        let endpoint = Endpoint::new(EndpointConfig {
             url: config.chat_completions_url(),
-            headers,
-            secret,
-            idle_timeout: config.idle_timeout,
             models_url: config.models_url(),
+            format_headers: Vec::new(),
+            key: config.api_key.as_ref().map(|key| {
+                (
+                    key,
+                    AUTHORIZATION,
+                    format!("Bearer {}", key.expose_secret()),
+                )
+            }),
+            key_variable: config.key_variable.clone(),
+            extra_headers: &config.extra_headers,
+            connect_timeout: config.connect_timeout,
+            idle_timeout: config.idle_timeout,
+            http_failure,
+        })?;
+        Ok(DeepSeekAdapter {
+            endpoint,
             base_url: config.base_url,
             quirks: config.quirks,
-            key_variable: config.key_variable,
         })
     }
 
@@ -123,32 +83,10 @@ impl DeepSeekAdapter {
 impl Adapter for DeepSeekAdapter {
     fn stream(&self, request: GenerateRequest) -> ChunkStream {
         let cancel = request.cancel.clone();
-        let prepare = {
-            let adapter = self.clone();
-            Box::new(move || {
-                if adapter.secret.is_none() {
-                    return Err(adapter.missing_credential());
-                }
-                let body = build_request_body_with(&request, &adapter.quirks)?;
-                Ok(adapter
-                    .client
-                    .post(&adapter.url)
-                    .headers(adapter.headers.clone())
-                    .body(body))
-            })
-        };
-        let key_variable = self.key_variable.clone();
-        let scrubber = self.clone();
-        HttpCall {
-            prepare,
-            url: self.url.clone(),
-            idle_timeout: self.idle_timeout,
-            cancel,
-            decoder: StreamDecoder::new(),
-            http_failure: Box::new(move |response| http_failure(response, &key_variable)),
-            scrub: Box::new(move |failure| scrubber.scrub(failure)),
-        }
-        .into_stream()
+        let quirks = self.quirks;
+        self.endpoint.stream(cancel, StreamDecoder::new(), move || {
+            build_request_body_with(&request, &quirks)
+        })
     }
 
     fn model_info(&self, model: &str) -> Option<ModelInfo> {
@@ -158,49 +96,10 @@ impl Adapter for DeepSeekAdapter {
     /// `GET {base}/models`: the ids the endpoint lists, each with the model table's metadata
     /// (or the generic description for an id the table does not know).
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
-        Box::pin(async move { self.fetch_models().await.map_err(|f| self.scrub(f)) })
-    }
-}
-
-impl DeepSeekAdapter {
-    /// Removes the key from a failure message, whatever put it there (e.g. a provider echoing
-    /// the rejected key).
-    fn scrub(&self, mut failure: Failure) -> Failure {
-        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
-            if failure.message.contains(secret) {
-                failure.message = failure.message.replace(secret, "<redacted>");
-            }
-        }
-        failure
-    }
-
-    fn missing_credential(&self) -> Failure {
-        Failure::new(
-            FailureCode::MissingCredential,
-            format!(
-                "no API key: set {} or configure an API key for this provider",
-                self.key_variable
-            ),
-        )
-    }
-
-    async fn fetch_models(&self) -> Result<Vec<ModelInfo>, Failure> {
-        if self.secret.is_none() {
-            return Err(self.missing_credential());
-        }
-        let mut headers = self.headers.clone();
-        headers.remove(CONTENT_TYPE);
-        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        let request = self.client.get(&self.models_url).headers(headers);
-        let key_variable = self.key_variable.clone();
-        let ids = get_model_ids(
-            request,
-            &self.models_url,
-            self.idle_timeout,
-            &move |response| http_failure(response, &key_variable),
-        )
-        .await?;
-        Ok(ids.iter().map(|id| models::model_info(id)).collect())
+        Box::pin(async move {
+            let ids = self.endpoint.model_ids().await?;
+            Ok(ids.iter().map(|id| models::model_info(id)).collect())
+        })
     }
 }
 

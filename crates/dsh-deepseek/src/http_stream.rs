@@ -1,15 +1,17 @@
-//! One streamed model call over HTTP, shared by the wire formats (chat completions here, the
-//! Anthropic Messages adapter in `dsh-anthropic`): send the request, turn a non-2xx response
-//! into a [`Failure`], feed the body to the format's [`BodyDecoder`], and honour cancellation
-//! and the idle timeout at every await. What differs per format (the request, the decoder, the
-//! error mapping, the secret to scrub) comes in an [`HttpCall`].
+//! The HTTP side both wire formats share (chat completions here, the Anthropic Messages adapter
+//! in `dsh-anthropic`). An [`Endpoint`] holds the client, URLs, headers and key of one provider
+//! and makes its calls: a streamed model call ([`HttpCall`]: send the request, turn a non-2xx
+//! response into a [`Failure`] through the format's error table, feed the body to the format's
+//! [`BodyDecoder`], honour cancellation and the idle timeout at every await, scrub the key from
+//! every failure) and the model listing ([`get_model_ids`]). What differs per format is the
+//! request body, the decoder, the error table and how the key is sent.
 
 use std::collections::VecDeque;
 use std::error::Error as _;
 use std::time::Duration;
 
 use dsh_llm::{Chunk, ChunkStream, Failure, FailureCode, FinishReason};
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use tokio_util::sync::CancellationToken;
 
 /// Most bytes of an error response body kept for the failure message.
@@ -357,4 +359,195 @@ pub async fn get_model_ids(
         .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
         .map(str::to_string)
         .collect())
+}
+
+/// How an adapter reaches its provider: the client, the two URLs, the headers (the key's
+/// included, marked sensitive), the key itself (for scrubbing only), the idle timeout and the
+/// wire format's error table. Both wire formats' adapters hold one; it makes their streamed
+/// calls and model listings.
+#[derive(Clone)]
+pub struct Endpoint {
+    client: reqwest::Client,
+    url: String,
+    models_url: String,
+    headers: HeaderMap,
+    secret: Option<String>,
+    key_variable: String,
+    idle_timeout: Duration,
+    http_failure: fn(&HttpErrorParts<'_>, &str) -> Failure,
+}
+
+/// What an [`Endpoint`] is built from.
+pub struct EndpointConfig<'a> {
+    /// Streamed model calls are POSTed here.
+    pub url: String,
+    /// `GET` here lists the models.
+    pub models_url: String,
+    /// The wire format's own headers (e.g. an API version), besides content type and accept.
+    pub format_headers: Vec<(HeaderName, HeaderValue)>,
+    /// The key, if configured, and how the format sends it: header name and value text.
+    pub key: Option<(&'a crate::ApiKey, HeaderName, String)>,
+    /// Where the key was looked for, named in messages.
+    pub key_variable: String,
+    /// Headers the user configured.
+    pub extra_headers: &'a [(String, String)],
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// The wire format's error table: a non-2xx response and the key variable to a failure.
+    pub http_failure: fn(&HttpErrorParts<'_>, &str) -> Failure,
+}
+
+impl Endpoint {
+    /// Builds the endpoint. Fails when the key or an extra header cannot be sent as an HTTP
+    /// header, or the HTTP client cannot start. A missing key is not an error here: calls then
+    /// finish with `MISSING_CREDENTIAL`.
+    pub fn new(config: EndpointConfig<'_>) -> Result<Self, crate::AdapterConfigError> {
+        use crate::AdapterConfigError;
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        for (name, value) in config.format_headers {
+            headers.insert(name, value);
+        }
+        let mut secret = None;
+        if let Some((key, name, text)) = config.key.filter(|(key, _, _)| !key.is_empty()) {
+            let mut value = HeaderValue::from_str(&text).map_err(|_| {
+                AdapterConfigError(format!(
+                    "the API key ({}) holds characters that cannot be sent in an HTTP header",
+                    config.key_variable
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+            secret = Some(key.expose_secret().to_string());
+        }
+        for (name, value) in config.extra_headers {
+            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                AdapterConfigError(format!(
+                    "extra header name `{name}` is not a valid HTTP header name"
+                ))
+            })?;
+            let header_value = HeaderValue::from_str(value).map_err(|_| {
+                AdapterConfigError(format!(
+                    "extra header `{name}` has a value that cannot be sent in HTTP"
+                ))
+            })?;
+            headers.insert(header_name, header_value);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|err| AdapterConfigError(format!("could not start the HTTP client: {err}")))?;
+        Ok(Endpoint {
+            client,
+            url: config.url,
+            models_url: config.models_url,
+            headers,
+            secret,
+            key_variable: config.key_variable,
+            idle_timeout: config.idle_timeout,
+            http_failure: config.http_failure,
+        })
+    }
+
+    /// Where streamed calls go.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Longest wait for the provider.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    /// True when a key is configured.
+    pub fn has_key(&self) -> bool {
+        self.secret.is_some()
+    }
+
+    /// Removes the key from a failure message, whatever put it there (e.g. a provider echoing
+    /// the rejected key).
+    pub fn scrub(&self, mut failure: Failure) -> Failure {
+        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+            if failure.message.contains(secret) {
+                failure.message = failure.message.replace(secret, "<redacted>");
+            }
+        }
+        failure
+    }
+
+    /// The failure of a call made without a key.
+    pub fn missing_credential(&self) -> Failure {
+        Failure::new(
+            FailureCode::MissingCredential,
+            format!(
+                "no API key: set {} or configure an API key for this provider",
+                self.key_variable
+            ),
+        )
+    }
+
+    /// One streamed call: `body` serialises the request when the stream is first polled
+    /// (after the cancel and key checks); `decoder` reads the reply.
+    pub fn stream<D: BodyDecoder>(
+        &self,
+        cancel: CancellationToken,
+        decoder: D,
+        body: impl FnOnce() -> Result<Vec<u8>, Failure> + Send + 'static,
+    ) -> ChunkStream {
+        let prepare: PrepareRequest = {
+            let endpoint = self.clone();
+            Box::new(move || {
+                if endpoint.secret.is_none() {
+                    return Err(endpoint.missing_credential());
+                }
+                let body = body()?;
+                Ok(endpoint
+                    .client
+                    .post(&endpoint.url)
+                    .headers(endpoint.headers.clone())
+                    .body(body))
+            })
+        };
+        let errors = self.clone();
+        let scrubber = self.clone();
+        HttpCall {
+            prepare,
+            url: self.url.clone(),
+            idle_timeout: self.idle_timeout,
+            cancel,
+            decoder,
+            http_failure: Box::new(move |response| {
+                (errors.http_failure)(response, &errors.key_variable)
+            }),
+            scrub: Box::new(move |failure| scrubber.scrub(failure)),
+        }
+        .into_stream()
+    }
+
+    /// The ids of the provider's model list (`GET` on the models URL), failures scrubbed.
+    pub async fn model_ids(&self) -> Result<Vec<String>, Failure> {
+        if self.secret.is_none() {
+            return Err(self.missing_credential());
+        }
+        let mut headers = self.headers.clone();
+        headers.remove(CONTENT_TYPE);
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let request = self.client.get(&self.models_url).headers(headers);
+        get_model_ids(request, &self.models_url, self.idle_timeout, &|response| {
+            (self.http_failure)(response, &self.key_variable)
+        })
+        .await
+        .map_err(|failure| self.scrub(failure))
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.url)
+            .field("api_key", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
 }
