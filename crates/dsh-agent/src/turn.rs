@@ -343,6 +343,9 @@ impl Agent {
                                 "model": self.title_route().1,
                             })),
                         }))?;
+                        // Logged after the turn's last flush point: make it durable now, so
+                        // readers of the file (session lists) see it.
+                        log.flush()?;
                     }
                 }
                 _ => abort.abort(),

@@ -27,9 +27,6 @@ pub struct FeedState {
     /// A live event arrived ahead of the feed (the forwarder lagged): wait for a flush point
     /// and re-read the log.
     pub gap: bool,
-    /// The latest `session/title`: the title and its source's `kind` (`fallback`, `model`,
-    /// `user`). Includes titles the agent has not flushed to the log yet.
-    pub title: Option<(String, Option<String>)>,
 }
 
 /// The events of one session. Cheap to share.
@@ -92,15 +89,6 @@ impl Feed {
         match &envelope.event {
             Event::TurnStart(_) => state.running = true,
             Event::TurnEnd(_) => state.running = false,
-            Event::SessionTitle(title) => {
-                let kind = title
-                    .source
-                    .as_ref()
-                    .and_then(|s| s.get("kind"))
-                    .and_then(|k| k.as_str())
-                    .map(str::to_string);
-                state.title = Some((title.title.clone(), kind));
-            }
             _ => {}
         }
         state.events.push(envelope);
@@ -119,11 +107,6 @@ impl Feed {
     /// True while a turn is open.
     pub fn running(&self) -> bool {
         self.lock().running
-    }
-
-    /// The latest title and its source kind (see [`FeedState::title`]).
-    pub fn title(&self) -> Option<(String, Option<String>)> {
-        self.lock().title.clone()
     }
 
     /// Events from seq `from` on (at most `limit`).

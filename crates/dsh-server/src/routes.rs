@@ -68,17 +68,9 @@ pub async fn list(State(state): Shared) -> ApiResult {
     for summary in &listing.sessions {
         let usage = summary.usage();
         let live = state.sessions.live(&summary.id).is_some();
-        // A live agent's latest events may not be flushed to the log yet (a rename).
-        let title = match live {
-            true => state
-                .sessions
-                .live_title(&summary.id)
-                .or_else(|| summary.title.clone()),
-            false => summary.title.clone(),
-        };
         let entry = json!({
             "id": summary.id,
-            "title": title,
+            "title": summary.title,
             "createdAt": summary.created_at,
             "updatedAt": summary.updated_at,
             "turns": summary.turns,

@@ -179,14 +179,6 @@ impl Sessions {
         lock(&self.live).keys().cloned().collect()
     }
 
-    /// The latest title of the live session `id` as its events say (including events its agent
-    /// has not flushed yet), if it is live and titled.
-    pub fn live_title(&self, id: &str) -> Option<String> {
-        self.live(id)?;
-        let feed = lock(&self.feeds).get(id).cloned()?;
-        feed.title().map(|(title, _)| title)
-    }
-
     /// True when the session `id` is live and a turn is open.
     pub fn running(&self, id: &str) -> bool {
         self.live(id).is_some() && lock(&self.feeds).get(id).is_some_and(|feed| feed.running())
