@@ -360,8 +360,8 @@ pub(crate) fn build_agent(
     let parts = agent_parts(&setup, 0, setup.permission)?;
     let guards = Vec::new();
     let cwd_text = setup.cwd.to_string_lossy().into_owned();
-    let agent = if let Some(key) = &args.resume {
-        parts.into_agent(store, Some(key))?
+    let resume = if let Some(key) = &args.resume {
+        Some(key.clone())
     } else if args.continue_last {
         let listing = store.list(&dsh_session::ListFilter {
             cwd: Some(cwd_text.clone()),
@@ -372,10 +372,11 @@ pub(crate) fn build_agent(
                 format!("no session to continue in {cwd_text}; start one with `dsh run`"),
             )
         })?;
-        parts.into_agent(store, Some(&latest.id))?
+        Some(latest.id.clone())
     } else {
-        parts.into_agent(store, None)?
+        None
     };
+    let agent = parts.into_agent(store, resume.as_deref())?;
     Ok((agent, guards))
 }
 
