@@ -363,17 +363,17 @@ fn draw_question(
     );
 }
 
+/// A popup of `height` rows (at most what fits) right above the composer, as wide as it.
+fn above(composer: Rect, height: u16) -> Rect {
+    let height = height.min(composer.y);
+    Rect::new(composer.x, composer.y - height, composer.width, height)
+}
+
 fn draw_permission_menu(frame: &mut Frame<'_>, app: &App, composer: Rect) {
     let Some(menu) = &app.permission_menu else {
         return;
     };
-    let height = (PERMISSION_PRESETS.len() as u16 + 2).min(composer.y);
-    let area = Rect::new(
-        composer.x,
-        composer.y.saturating_sub(height),
-        composer.width,
-        height,
-    );
+    let area = above(composer, PERMISSION_PRESETS.len() as u16 + 2);
     let lines: Vec<Line<'static>> = PERMISSION_PRESETS
         .iter()
         .enumerate()
@@ -445,13 +445,7 @@ fn draw_completions(frame: &mut Frame<'_>, app: &App, composer: Rect) {
     if matches.is_empty() {
         return;
     }
-    let height = (matches.len() as u16).min(composer.y);
-    let area = Rect::new(
-        composer.x,
-        composer.y.saturating_sub(height),
-        composer.width,
-        height,
-    );
+    let area = above(composer, matches.len() as u16);
     let lines: Vec<Line<'static>> = matches
         .iter()
         .enumerate()
