@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
+use dsh_test_support::chunks::text;
 use std::sync::{Arc, Mutex};
 
 use dsh_agent::{
@@ -10,8 +11,7 @@ use dsh_agent::{
     PROJECT_INSTRUCTIONS_PLUGIN, RUNTIME_CONTEXT_PLUGIN,
 };
 use dsh_llm::{
-    Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, FinishReason, GenerateRequest,
-    Message, MessageSource,
+    Adapter, AdapterRegistry, CallConfig, ChunkStream, GenerateRequest, Message, MessageSource,
 };
 use dsh_session::{open_store, StoreKind};
 use dsh_tools::{SpillDir, ToolContext, ToolRegistry};
@@ -37,18 +37,6 @@ impl Adapter for Spy {
         self.requests.lock().unwrap().push(request.clone());
         self.inner.stream(request)
     }
-}
-
-fn text(t: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::TextDelta {
-            index: 0,
-            text: t.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::Stop,
-        },
-    ]
 }
 
 fn plugin_messages(messages: &[Message], name: &str) -> Vec<String> {

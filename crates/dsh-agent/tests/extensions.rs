@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
+use dsh_test_support::chunks::{text, tool_call};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,43 +12,13 @@ use dsh_agent::{
     ToolVerdict, TurnStoppingContext,
 };
 use dsh_llm::{
-    Adapter, AdapterRegistry, BlockType, CallConfig, Chunk, ChunkStream, ContentBlock,
-    FinishReason, GenerateRequest, Message,
+    Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, ContentBlock, FinishReason,
+    GenerateRequest, Message,
 };
 use dsh_session::{load_file, open_store, Event, StoreKind, TurnEndReason};
 use dsh_tools::{SpillDir, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
-
-fn tool_call(id: &str, name: &str, args: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::BlockStart {
-            index: 0,
-            block_type: BlockType::ToolCall,
-        },
-        Chunk::ToolCallDelta {
-            index: 0,
-            id: id.into(),
-            name: Some(name.into()),
-            arguments_delta: args.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::ToolCalls,
-        },
-    ]
-}
-
-fn text(t: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::TextDelta {
-            index: 0,
-            text: t.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::Stop,
-        },
-    ]
-}
 
 struct Shout;
 

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use dsh_test_support::chunks::{text, tool_call};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,43 +12,11 @@ use dsh_agent::{
     Agent, AgentOptions, AgentParts, ApprovalDecision, ApprovalRequest, Approver, ClaudeCodeHooks,
     ExtensionSet, HooksConfig, ReplayAdapter, HOOKS_PLUGIN,
 };
-use dsh_llm::{
-    AdapterRegistry, BlockType, CallConfig, Chunk, ContentBlock, FinishReason, MessageSource,
-};
+use dsh_llm::{AdapterRegistry, CallConfig, Chunk, ContentBlock, MessageSource};
 use dsh_session::{load_file, open_store, Envelope, Event, StoreKind, TurnEndReason};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
-
-fn tool_call(id: &str, name: &str, args: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::BlockStart {
-            index: 0,
-            block_type: BlockType::ToolCall,
-        },
-        Chunk::ToolCallDelta {
-            index: 0,
-            id: id.into(),
-            name: Some(name.into()),
-            arguments_delta: args.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::ToolCalls,
-        },
-    ]
-}
-
-fn text(t: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::TextDelta {
-            index: 0,
-            text: t.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::Stop,
-        },
-    ]
-}
 
 const ECHO_HELLO: &str = r#"{"command":"echo HELLO","description":"say hello"}"#;
 

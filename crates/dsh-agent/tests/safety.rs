@@ -4,13 +4,14 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
+use dsh_test_support::chunks::{text, tool_call};
 use std::sync::{Arc, Mutex};
 
 use dsh_agent::{
     Agent, AgentOptions, AgentParts, ApprovalDecision, ApprovalRequest, Approver, ExtensionSet,
     ReplayAdapter, SafetyPolicy,
 };
-use dsh_llm::{AdapterRegistry, BlockType, CallConfig, Chunk, ContentBlock, FinishReason};
+use dsh_llm::{AdapterRegistry, CallConfig, ContentBlock};
 use dsh_session::{load_file, open_store, Envelope, Event, StoreKind};
 use dsh_tools::{
     PermissionPreset, SpillDir, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
@@ -19,36 +20,6 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 const SECRET: &str = "tok-abcdefgh123";
-
-fn tool_call(id: &str, args: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::BlockStart {
-            index: 0,
-            block_type: BlockType::ToolCall,
-        },
-        Chunk::ToolCallDelta {
-            index: 0,
-            id: id.into(),
-            name: Some("whoami".into()),
-            arguments_delta: args.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::ToolCalls,
-        },
-    ]
-}
-
-fn text(t: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::TextDelta {
-            index: 0,
-            text: t.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::Stop,
-        },
-    ]
-}
 
 /// Reports the preset it runs under, and leaks a secret value in its output.
 struct WhoAmI;
@@ -99,9 +70,9 @@ async fn run(approver: Option<Arc<dyn Approver>>) -> (Vec<Envelope>, String) {
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
     let replies = Arc::new(ReplayAdapter::new(vec![
-        tool_call("c1", "{}"),
-        tool_call("c2", ESCALATE),
-        tool_call("c3", "{}"),
+        tool_call("c1", "whoami", "{}"),
+        tool_call("c2", "whoami", ESCALATE),
+        tool_call("c3", "whoami", "{}"),
         text("done"),
     ]));
     let mut adapters = AdapterRegistry::new();
@@ -287,14 +258,6 @@ impl Tool for Switcher {
     }
 }
 
-fn named_call(id: &str, name: &str) -> Vec<Chunk> {
-    let mut chunks = tool_call(id, "{}");
-    if let Chunk::ToolCallDelta { name: n, .. } = &mut chunks[1] {
-        *n = Some(name.into());
-    }
-    chunks
-}
-
 fn source() -> dsh_agent::PermissionSource {
     Arc::new(|preset: PermissionPreset| {
         if preset == PermissionPreset::DangerFullAccess {
@@ -315,11 +278,11 @@ async fn permission_switch_is_logged_at_once_and_applies_from_the_next_step() {
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
     let replies = Arc::new(ReplayAdapter::new(vec![
-        named_call("c1", "whoami"),
-        named_call("c2", "switch"),
-        named_call("c3", "whoami"),
+        tool_call("c1", "whoami", "{}"),
+        tool_call("c2", "switch", "{}"),
+        tool_call("c3", "whoami", "{}"),
         text("done"),
-        named_call("c4", "whoami"),
+        tool_call("c4", "whoami", "{}"),
         text("again"),
     ]));
     let mut adapters = AdapterRegistry::new();

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, ReplayAdapter, SkillSet, Skills};
-use dsh_llm::{AdapterRegistry, CallConfig, Chunk, FinishReason};
+use dsh_llm::{AdapterRegistry, CallConfig};
 use dsh_session::{open_store, StoreKind};
+use dsh_test_support::chunks::text;
 use dsh_tools::{SpillDir, ToolContext, ToolRegistry};
 
 fn skill(dir: &std::path::Path, name: &str, extra: &str) {
@@ -36,15 +37,7 @@ async fn user_invocable_skills_are_commands_that_queue_a_turn() {
     adapters
         .register(
             "scripted",
-            Arc::new(ReplayAdapter::new(vec![vec![
-                Chunk::TextDelta {
-                    index: 0,
-                    text: "reviewed".into(),
-                },
-                Chunk::Finish {
-                    reason: FinishReason::Stop,
-                },
-            ]])),
+            Arc::new(ReplayAdapter::new(vec![text("reviewed")])),
         )
         .unwrap();
     let extensions = ExtensionSet::new();

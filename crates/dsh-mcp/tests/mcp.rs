@@ -7,13 +7,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+use dsh_test_support::chunks::{text, tool_call};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, ReplayAdapter};
 use dsh_config::{McpServerConfig, McpTransport};
-use dsh_llm::{AdapterRegistry, BlockType, CallConfig, Chunk, ContentBlock, FinishReason};
+use dsh_llm::{AdapterRegistry, CallConfig, Chunk, ContentBlock};
 use dsh_mcp::{McpHub, McpTools};
 use dsh_session::{load_file, open_store, Event, StoreKind};
 use dsh_tools::{SpillDir, ToolContext, ToolRegistry};
@@ -31,36 +32,6 @@ fn everything_installed() -> bool {
         );
     }
     found
-}
-
-fn tool_call(id: &str, name: &str, args: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::BlockStart {
-            index: 0,
-            block_type: BlockType::ToolCall,
-        },
-        Chunk::ToolCallDelta {
-            index: 0,
-            id: id.into(),
-            name: Some(name.into()),
-            arguments_delta: args.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::ToolCalls,
-        },
-    ]
-}
-
-fn text(t: &str) -> Vec<Chunk> {
-    vec![
-        Chunk::TextDelta {
-            index: 0,
-            text: t.into(),
-        },
-        Chunk::Finish {
-            reason: FinishReason::Stop,
-        },
-    ]
 }
 
 fn server(name: &str, transport: McpTransport) -> McpServerConfig {

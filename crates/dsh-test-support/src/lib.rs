@@ -18,9 +18,11 @@
 //! - [`provider_checks`]: checks every provider adapter's loopback tests share (collecting a
 //!   call with a deadline, the well-formed chunk contract, failure codes of common faults,
 //!   cancellation); [`fuzz`]: case counts and the stream-decoder driver of the fuzz targets.
+//! - [`chunks`]: replies as dsh chunks (text, one tool call) for scripted adapters.
 //! - [`copy_dir`] copies a fixture folder.
 
 mod anthropic;
+pub mod chunks;
 pub mod fuzz;
 pub mod provider_checks;
 mod recording;
