@@ -1,21 +1,28 @@
 //! Permission questions of the agent loop sent to the ACP client as
 //! `session/request_permission`.
 
-use dsh_agent::{ApprovalDecision, ApprovalRequest, Approver};
+use dsh_agent::{ApprovalChoice, ApprovalDecision, ApprovalRequest, Approver};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use crate::rpc::Outgoing;
 
-/// Option id of "allow this call once".
+/// Option id of "allow this call once" (kind `allow_once`).
 pub const ALLOW_ONCE: &str = "allow_once";
+/// Option id of "allow this and the calls the rule covers for this ACP session" (kind
+/// `allow_always`: ACP has no session kind; the option's name says it is for the session).
+pub const ALLOW_SESSION: &str = "allow_session";
+/// Option id of "always allow": the rule is remembered in `$DSH_HOME/approvals.json` (kind
+/// `allow_always`).
+pub const ALLOW_ALWAYS: &str = "allow_always";
 /// Option id of "reject this call".
 pub const REJECT_ONCE: &str = "reject_once";
 
-/// Answers the loop's [`ApprovalRequest`]s by asking the client (allow once / reject) and
-/// waiting for its choice. A client that answers `cancelled`, answers with an error or an
-/// unknown option, or goes away, rejects the call; a cancelled turn stops waiting (the loop
-/// drops the future) and the question's late answer is discarded.
+/// Answers the loop's [`ApprovalRequest`]s by asking the client (one option per offered choice:
+/// allow once, for this session, always, reject) and waiting for its choice. "For this session"
+/// lasts as long as the ACP session's agent. A client that answers `cancelled`, answers with an
+/// error or an unknown option, or goes away, rejects the call; a cancelled turn stops waiting
+/// (the loop drops the future) and the question's late answer is discarded.
 pub struct AcpApprover {
     session_id: String,
     out: Outgoing,
@@ -42,11 +49,39 @@ fn params(session_id: &str, request: &ApprovalRequest) -> Value {
             "status": "pending",
             "rawInput": raw_input,
         },
-        "options": [
-            {"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"},
-            {"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
-        ],
+        "options": options(request),
     })
+}
+
+/// One permission option per choice the request offers.
+fn options(request: &ApprovalRequest) -> Vec<Value> {
+    let rule = request
+        .rule
+        .as_ref()
+        .map(|r| r.describe())
+        .unwrap_or_default();
+    request
+        .choices
+        .iter()
+        .map(|choice| match choice {
+            ApprovalChoice::AllowOnce => {
+                json!({"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"})
+            }
+            ApprovalChoice::AllowSession => json!({
+                "optionId": ALLOW_SESSION,
+                "name": format!("Allow for this session: {rule}"),
+                "kind": "allow_always",
+            }),
+            ApprovalChoice::AllowAlways => json!({
+                "optionId": ALLOW_ALWAYS,
+                "name": format!("Always allow: {rule}"),
+                "kind": "allow_always",
+            }),
+            ApprovalChoice::Reject => {
+                json!({"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"})
+            }
+        })
+        .collect()
 }
 
 /// The decision a client's answer stands for.
@@ -61,6 +96,9 @@ fn decision(tool: &str, answer: Result<Value, Value>) -> ApprovalDecision {
         .and_then(Value::as_str);
     match selected {
         Some(ALLOW_ONCE) => ApprovalDecision::AllowOnce,
+        // The loop honours these only when it offered them (else: allow once).
+        Some(ALLOW_SESSION) => ApprovalDecision::AllowSession,
+        Some(ALLOW_ALWAYS) => ApprovalDecision::AllowAlways,
         Some(_) => ApprovalDecision::Reject {
             message: format!("the user rejected this `{tool}` call"),
         },
@@ -88,11 +126,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_allow_once_allows() {
+    fn options_follow_the_offered_choices() {
+        let arguments = r#"{"command":"cargo test"}"#;
+        let mut request = ApprovalRequest {
+            id: "a".into(),
+            call_id: "c".into(),
+            tool_name: "bash".into(),
+            arguments: arguments.into(),
+            reason: "r".into(),
+            escalation: None,
+            choices: vec![
+                ApprovalChoice::AllowOnce,
+                ApprovalChoice::AllowSession,
+                ApprovalChoice::AllowAlways,
+                ApprovalChoice::Reject,
+            ],
+            rule: dsh_agent::proposed_rule("bash", arguments, std::path::Path::new("/"), None),
+        };
+        let ids: Vec<Value> = options(&request)
+            .iter()
+            .map(|o| o["optionId"].clone())
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                json!(ALLOW_ONCE),
+                json!(ALLOW_SESSION),
+                json!(ALLOW_ALWAYS),
+                json!(REJECT_ONCE)
+            ]
+        );
+        assert_eq!(
+            options(&request)[2]["name"],
+            "Always allow: `bash` commands starting with `cargo test`"
+        );
+        request.choices = vec![ApprovalChoice::AllowOnce, ApprovalChoice::Reject];
+        assert_eq!(options(&request).len(), 2);
+    }
+
+    #[test]
+    fn answers_map_to_decisions() {
         let selected = |id: &str| Ok(json!({"outcome": {"outcome": "selected", "optionId": id}}));
         assert_eq!(
             decision("bash", selected(ALLOW_ONCE)),
             ApprovalDecision::AllowOnce
+        );
+        assert_eq!(
+            decision("bash", selected(ALLOW_SESSION)),
+            ApprovalDecision::AllowSession
+        );
+        assert_eq!(
+            decision("bash", selected(ALLOW_ALWAYS)),
+            ApprovalDecision::AllowAlways
         );
         assert!(matches!(
             decision("bash", selected(REJECT_ONCE)),

@@ -28,7 +28,7 @@ mod updates;
 
 use std::path::PathBuf;
 
-pub use approver::{AcpApprover, ALLOW_ONCE, REJECT_ONCE};
+pub use approver::{AcpApprover, ALLOW_ALWAYS, ALLOW_ONCE, ALLOW_SESSION, REJECT_ONCE};
 pub use asker::{AcpAsker, ANSWER_PREFIX, DECLINE_QUESTION, FREE_TEXT_UNAVAILABLE};
 pub use commands::{COMPACT, PERMISSION};
 pub use modes::MODES;

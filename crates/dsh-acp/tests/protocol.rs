@@ -360,6 +360,13 @@ async fn permission_requests_go_to_the_client() {
         SseReply::new().text("ran").finish("stop", None).into(),
         call("call_rejected"),
         SseReply::new().text("refused").finish("stop", None).into(),
+        call("call_session"),
+        SseReply::new().text("ran").finish("stop", None).into(),
+        call("call_covered"),
+        SseReply::new()
+            .text("ran without asking")
+            .finish("stop", None)
+            .into(),
     ];
     let provider = FakeProvider::start(replies).await.unwrap();
     let home = tempfile::tempdir().unwrap();
@@ -379,15 +386,40 @@ async fn permission_requests_go_to_the_client() {
         .request("session/prompt", prompt(&session, "again"))
         .await;
     client.response(id, dsh_acp::REJECT_ONCE).await;
+    // "For this session": the rule (`echo escalated` under danger-full-access) answers the
+    // next matching call of this ACP session without a request.
+    let id = client
+        .request("session/prompt", prompt(&session, "once more"))
+        .await;
+    client.response(id, dsh_acp::ALLOW_SESSION).await;
+    let id = client
+        .request("session/prompt", prompt(&session, "and again"))
+        .await;
+    client.response(id, dsh_acp::REJECT_ONCE).await;
 
     let asked: Vec<&Value> = client
         .seen
         .iter()
         .filter(|l| l["method"] == "session/request_permission")
         .collect();
-    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked.len(), 3, "{asked:?}");
     assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "call_allowed");
-    assert_eq!(asked[0]["params"]["options"][0]["optionId"], "allow_once");
+    assert_eq!(asked[2]["params"]["toolCall"]["toolCallId"], "call_session");
+    let options: Vec<(Value, Value)> = asked[0]["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["optionId"].clone(), o["kind"].clone()))
+        .collect();
+    // Rules are not persisted by this factory, so "always" is not offered.
+    assert_eq!(
+        options,
+        vec![
+            (json!("allow_once"), json!("allow_once")),
+            (json!("allow_session"), json!("allow_always")),
+            (json!("reject_once"), json!("reject_once")),
+        ]
+    );
     let status = |call: &str| {
         client
             .updates()
@@ -398,6 +430,8 @@ async fn permission_requests_go_to_the_client() {
     };
     assert_eq!(status("call_allowed"), Some(json!("completed")));
     assert_eq!(status("call_rejected"), Some(json!("failed")));
+    assert_eq!(status("call_session"), Some(json!("completed")));
+    assert_eq!(status("call_covered"), Some(json!("completed")));
 }
 
 #[tokio::test]

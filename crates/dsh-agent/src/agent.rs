@@ -41,6 +41,10 @@ pub struct AgentOptions {
     pub titles: crate::TitleMode,
     /// Prices per model, for the cost of each request (`request/cache` events).
     pub prices: dsh_session::PriceTable,
+    /// Remembered approvals consulted before asking the approver (default: in memory only, no
+    /// "always allow"; front ends load `$DSH_HOME/approvals.json` with
+    /// [`crate::ApprovalRules::load`]). Subagents may share their parent's.
+    pub approval_rules: Arc<crate::ApprovalRules>,
 }
 
 impl AgentOptions {
@@ -57,6 +61,7 @@ impl AgentOptions {
             context_window: None,
             titles: crate::TitleMode::Fallback,
             prices: dsh_session::PriceTable::default_deepseek(),
+            approval_rules: Arc::new(crate::ApprovalRules::in_memory()),
         }
     }
 }
@@ -182,8 +187,8 @@ impl AgentHandle {
         self.enqueue(InboxTarget::NextStep, message, false)
     }
 
-    /// Cancels the running turn, if any (SPEC S4.3). Queued input is cleared unless
-    /// `keep_inbox` is set. Returns true when a turn was running.
+    /// Cancels the running turn, if any (docs/agent.md, "Cancellation"). Queued input is cleared
+    /// unless `keep_inbox` is set. Returns true when a turn was running.
     pub fn cancel(&self, keep_inbox: bool) -> bool {
         *self
             .shared
@@ -397,7 +402,7 @@ pub struct Agent {
     pub(crate) model_info: ModelInfo,
     pub(crate) cache: crate::CacheTracker,
     /// Tokens of the last request plus its reply, and the history size right after the reply:
-    /// the base of the context estimate (SPEC S5.4).
+    /// the base of the context estimate (docs/agent.md, "Context discipline").
     pub(crate) last_usage: Option<(u64, usize)>,
     /// Serialized size of system prompt and tools of the last request.
     pub(crate) header_bytes: usize,

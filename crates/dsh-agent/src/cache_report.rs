@@ -1,6 +1,6 @@
-//! Per-request prompt-cache report (SPEC S5.1): how much of the previous request was resent
-//! unchanged at the start of this one, and when the new request is not a prefix extension of
-//! the previous one, which part broke it.
+//! Per-request prompt-cache report (docs/agent.md, "Context discipline"): how much of the previous
+//! request was resent unchanged at the start of this one, and when the new request is not a prefix
+//! extension of the previous one, which part broke it.
 //!
 //! Parts are compared in the order providers render them: call config, system prompt, tool
 //! list, then messages in order. Each part is fingerprinted by its serialized JSON, so the report

@@ -1,5 +1,5 @@
-//! Compaction (SPEC S5.2): keep a long session under the model's context window without losing
-//! the thread.
+//! Compaction (docs/agent.md, "Context discipline"): keep a long session under the model's context
+//! window without losing the thread.
 //!
 //! Triggers: before a step when the estimated context passes `threshold` of the window; once on
 //! a provider `CONTEXT_WINDOW_EXCEEDED` (then the step is retried); and on request (`/compact`).

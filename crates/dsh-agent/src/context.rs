@@ -1,5 +1,5 @@
 //! Built-in extension: the dynamic facts a model needs, kept out of the system prompt so that the
-//! prompt prefix stays byte-stable (SPEC S5.1, S8).
+//! prompt prefix stays byte-stable (docs/agent.md, "Context discipline").
 //!
 //! Two user-role messages, each appended before a step only when its text differs from the
 //! last one this session logged:

@@ -1,6 +1,6 @@
-//! Extension points (SPEC S4.5). The loop knows no concrete tool, provider, policy or front end:
-//! behaviour is added by [`Extension`]s registered in an [`ExtensionSet`]. Registration returns an
-//! [`ExtensionGuard`]; dropping the guard unregisters the extension.
+//! Extension points (docs/agent.md, "Extensions"). The loop knows no concrete tool, provider,
+//! policy or front end: behaviour is added by [`Extension`]s registered in an [`ExtensionSet`].
+//! Registration returns an [`ExtensionGuard`]; dropping the guard unregisters the extension.
 //!
 //! Points, in the order the loop reaches them:
 //! `pre_step` (add model-facing context or refuse the step) -> `request` (observe or modify the
@@ -21,6 +21,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::approval_rules::{ApprovalChoice, ApprovalRule};
 use crate::prompt::{PromptContext, PromptSection};
 
 /// One tool call as the pipeline sees it.
@@ -34,6 +35,8 @@ pub struct ToolCallInfo {
     pub arguments: String,
     /// Cancelled when the turn is cancelled or a middleware (e.g. a timeout) gives up on the call.
     pub cancel: CancellationToken,
+    /// The permission preset the call runs under (the session's at the start of the step).
+    pub preset: PermissionPreset,
 }
 
 /// Verdict of a `tool_pre` handler. Every handler is consulted: a `Deny` anywhere wins, then
@@ -71,6 +74,19 @@ pub struct ApprovalRequest {
     pub reason: String,
     /// The wider preset asked for, if any.
     pub escalation: Option<PermissionPreset>,
+    /// What the user may answer, in the order to offer them. `AllowSession` and `AllowAlways`
+    /// are offered only when `rule` is set (`AllowAlways` only when rules are persisted).
+    pub choices: Vec<ApprovalChoice>,
+    /// The rule "allow for this session" / "always allow" would remember (see
+    /// `crate::approval_rules`), or `None` when this call can only be allowed once.
+    pub rule: Option<ApprovalRule>,
+}
+
+impl ApprovalRequest {
+    /// True when `choice` is offered.
+    pub fn offers(&self, choice: ApprovalChoice) -> bool {
+        self.choices.contains(&choice)
+    }
 }
 
 /// The user's answer.
@@ -78,6 +94,12 @@ pub struct ApprovalRequest {
 pub enum ApprovalDecision {
     /// Run this call (only this one).
     AllowOnce,
+    /// Run it, and every call the request's rule covers, for the rest of the session. Treated
+    /// as [`ApprovalDecision::AllowOnce`] when the request did not offer it.
+    AllowSession,
+    /// Run it, and remember the request's rule in `$DSH_HOME/approvals.json`. Treated as
+    /// [`ApprovalDecision::AllowOnce`] when the request did not offer it.
+    AllowAlways,
     /// Refuse it; `message` is what the model is told (`Error: <message>`, `PERMISSION_DENIED`).
     Reject {
         /// Said to the model.
@@ -86,7 +108,7 @@ pub enum ApprovalDecision {
 }
 
 /// Decides [`ToolVerdict::Ask`] questions. Interactive front ends implement it by asking the
-/// user (allow once / reject); the future may take as long as the user does (a cancelled turn
+/// user (the request's `choices`: allow once / for the session / always / reject); the future may take as long as the user does (a cancelled turn
 /// stops waiting and ends the call `ABORTED`).
 pub trait Approver: Send + Sync {
     /// Answers `request`.
@@ -100,10 +122,26 @@ pub struct HeadlessApprover;
 
 impl Approver for HeadlessApprover {
     fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision> {
-        let message = format!(
-            "`{}` needs the user's approval ({}), but this session is headless and nobody can approve, so it was refused. Stay within the session's permission preset; the user can rerun with a wider --permission.",
+        let mut message = format!(
+            "`{}` needs the user's approval ({}), but this session is headless and nobody can approve, so it was refused. Stay within the session's permission preset; the user can rerun with a wider --permission",
             request.tool_name, request.reason
         );
+        if let Some(server) = request
+            .tool_name
+            .strip_prefix("mcp__")
+            .and_then(|rest| rest.split("__").next())
+        {
+            message.push_str(&format!(
+                ", trust the server in their own config (`trust = \"all\"` under `[mcp.servers.{server}]` in ~/.dsh/config.toml)"
+            ));
+        }
+        if let Some(rule) = &request.rule {
+            message.push_str(&format!(
+                ", or remember a rule by answering \"always allow\" in an interactive session (it would allow {}; `dsh approvals list` shows the rules)",
+                rule.describe()
+            ));
+        }
+        message.push('.');
         Box::pin(async move { ApprovalDecision::Reject { message } })
     }
 }
@@ -334,7 +372,8 @@ impl ExtensionSet {
     }
 }
 
-/// Built-in extension: retry failed model calls per [`dsh_llm::RetryPolicy`] (SPEC S2.3).
+/// Built-in extension: retry failed model calls per [`dsh_llm::RetryPolicy`] (docs/agent.md,
+/// "Retries").
 pub struct RetryExtension {
     policy: dsh_llm::RetryPolicy,
 }
@@ -358,7 +397,8 @@ impl Extension for RetryExtension {
 }
 
 /// Built-in extension: a default timeout for every tool call, and a grace period for the body
-/// to stop after cancellation (SPEC S4.6). A tool's own declared timeout is applied by the tool.
+/// to stop after cancellation (docs/agent.md, "Guards"). A tool's own declared timeout is applied
+/// by the tool.
 pub struct ToolTimeoutExtension {
     timeout: Duration,
     grace: Duration,

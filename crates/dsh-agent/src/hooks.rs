@@ -4,11 +4,11 @@
 //! stderr as the reason, anything else a non-blocking error) or a JSON object on stdout
 //! (`decision`, `hookSpecificOutput.permissionDecision`, `additionalContext`, `continue`).
 //!
-//! [`ClaudeCodeHooks`] is one extension on the matching points (SPEC S4.5): `pre_step` for
-//! session start and prompts, `tool_pre` for `PreToolUse` (deny, or ask the approver),
-//! `tool_post` for `PostToolUse`, `turn_stopping` for `Stop`. Every run is logged as
-//! `hook/invoked` and `hook/result` (not model-visible); context a hook adds reaches the model as
-//! a `user/message` from the plugin `hooks-claude-code`.
+//! [`ClaudeCodeHooks`] is one extension on the matching points (docs/agent.md, "Extensions"):
+//! `pre_step` for session start and prompts, `tool_pre` for `PreToolUse` (deny, or ask the
+//! approver), `tool_post` for `PostToolUse`, `turn_stopping` for `Stop`. Every run is logged as
+//! `hook/invoked` and `hook/result` (not model-visible); context a hook adds reaches the model as a
+//! `user/message` from the plugin `hooks-claude-code`.
 
 mod config;
 mod runner;

@@ -1,4 +1,4 @@
-//! The inbox (SPEC S4.1): two queues of user-role messages waiting for the loop.
+//! The inbox (docs/agent.md, "Inbox"): two queues of user-role messages waiting for the loop.
 //!
 //! `followup` queues for the next turn and wakes the loop; `steer` queues for the next step and
 //! wakes it; `inject` queues model-facing context for the next step without waking. At a boundary

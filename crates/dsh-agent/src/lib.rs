@@ -1,4 +1,4 @@
-//! The dsh agent loop (SPEC S4): turns and steps over a session log, with tools, steering and
+//! The dsh agent loop (docs/agent.md): turns and steps over a session log, with tools, steering and
 //! cancellation. The loop knows no concrete provider or tool: it talks to the adapter and tool
 //! registries, and every policy (retry, guards, timeouts, prompt sections) is an [`Extension`].
 //!
@@ -9,6 +9,7 @@
 //! ```
 
 mod agent;
+mod approval_rules;
 mod background_jobs;
 mod cache_report;
 mod compaction;
@@ -32,6 +33,10 @@ mod turn;
 pub use agent::{
     generic_model_info, new_user_message, plugin_message, session_failure, Agent, AgentError,
     AgentHandle, AgentOptions, AgentParts, TurnOutcome, WeakAgentHandle,
+};
+pub use approval_rules::{
+    approvals_path, proposed_rule, read_rules, write_rules, ApprovalChoice, ApprovalRule,
+    ApprovalRules, RuleScope, APPROVALS_FILE,
 };
 pub use background_jobs::{BackgroundJobs, BACKGROUND_JOBS_PLUGIN};
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};

@@ -1,8 +1,8 @@
 //! The loop's view of the session log: append, project, notify.
 //!
 //! Every event the loop writes goes through [`SessionLog::append`], which assigns the seq, feeds
-//! the projector (so the next request is rebuilt from the log, SPEC S3.1), tells the extensions
-//! and publishes the event to front ends.
+//! the projector (so the next request is rebuilt from the log, docs/sessions.md), tells the
+//! extensions and publishes the event to front ends.
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! Switching the permission preset of a running session (`/permission`, SPEC S7).
+//! Switching the permission preset of a running session (`/permission`, docs/agent.md, "Switching
+//! the permission preset").
 //!
 //! The front end builds the agent, so it knows how to confine commands under each preset: it
 //! installs a [`PermissionSource`] with [`crate::Agent::set_permission_source`]. A switch

@@ -1,5 +1,5 @@
-//! The tool pipeline (SPEC S4.4): log every call first, then policy (allow / deny / ask the
-//! approver, with `approval/asked` and `approval/decided` logged), body (through the
+//! The tool pipeline (docs/agent.md, "Tool pipeline"): log every call first, then policy (allow /
+//! deny / ask the approver, with `approval/asked` and `approval/decided` logged), body (through the
 //! `tool_execute` middleware), post-processing, and results logged in the model's order.
 //! Concurrency-safe tools run together (up to the configured pool size); every other call runs
 //! alone.
@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, AgentError, Shared};
+use crate::approval_rules::{proposed_rule, ApprovalChoice};
 use crate::extension::{
     ApprovalDecision, ApprovalRequest, ToolCallInfo, ToolFuture, ToolOutcome, ToolPostContext,
     ToolVerdict,
@@ -42,6 +43,7 @@ impl Agent {
                 name,
                 arguments,
                 cancel: cancel.child_token(),
+                preset: self.tool_context.permission(),
             })
             .collect();
         {
@@ -170,6 +172,9 @@ impl Agent {
         // Set once the approver allowed an escalated run; read when the body starts, which is
         // only after the approval future finished.
         let escalated: Arc<OnceLock<PermissionPreset>> = Arc::new(OnceLock::new());
+        // Set once the call was approved (by the user or a rule): the tool may then do what the
+        // approval covered, e.g. write a protected path (`ToolContext::with_approval`).
+        let approved: Arc<OnceLock<()>> = Arc::new(OnceLock::new());
         let tools = Arc::clone(&self.step_tools);
         let ctx = self
             .tool_context
@@ -179,11 +184,13 @@ impl Agent {
         let name = info.name.clone();
         let arguments = info.arguments.clone();
         let body_escalation = Arc::clone(&escalated);
+        let body_approved = Arc::clone(&approved);
         let mut future: ToolFuture = Box::pin(async move {
             let ctx = match body_escalation.get() {
                 Some(preset) => ctx.with_permission(*preset),
                 None => ctx,
             };
+            let ctx = ctx.with_approval(body_approved.get().is_some());
             tools.invoke(&name, &arguments, &ctx).await
         });
         for extension in extensions.iter().rev() {
@@ -192,6 +199,38 @@ impl Agent {
         let Some((reason, escalation)) = ask else {
             return future;
         };
+        let shared = Arc::clone(&self.shared);
+        let rules = Arc::clone(&self.options.approval_rules);
+        let cwd = self.tool_context.cwd();
+        if let Some((rule, scope)) = rules.covering(&info.name, &info.arguments, cwd, escalation) {
+            // A remembered approval answers without asking; the log says which rule did.
+            let decided = json!({
+                "id": uuid::Uuid::new_v4().to_string(),
+                "callId": info.call_id,
+                "toolName": info.name,
+                "outcome": "approved",
+                "scope": "rule",
+                "rule": rule.describe(),
+                "ruleScope": scope.as_str(),
+            });
+            return Box::pin(async move {
+                log_approval(&shared, "approval/decided", decided)?;
+                if let Some(preset) = escalation {
+                    let _ = escalated.set(preset);
+                }
+                let _ = approved.set(());
+                future.await
+            });
+        }
+        let rule = proposed_rule(&info.name, &info.arguments, cwd, escalation);
+        let mut choices = vec![ApprovalChoice::AllowOnce];
+        if rule.is_some() {
+            choices.push(ApprovalChoice::AllowSession);
+            if rules.persists() {
+                choices.push(ApprovalChoice::AllowAlways);
+            }
+        }
+        choices.push(ApprovalChoice::Reject);
         let request = ApprovalRequest {
             id: uuid::Uuid::new_v4().to_string(),
             call_id: info.call_id.clone(),
@@ -199,9 +238,10 @@ impl Agent {
             arguments: info.arguments.clone(),
             reason,
             escalation,
+            choices,
+            rule,
         };
         let approver = Arc::clone(&self.approver);
-        let shared = Arc::clone(&self.shared);
         let cancel = info.cancel.clone();
         Box::pin(async move {
             let mut asked = json!({
@@ -209,41 +249,75 @@ impl Agent {
                 "toolName": request.tool_name,
                 "callId": request.call_id,
                 "reason": request.reason,
+                "choices": request.choices.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
             });
             if let Some(preset) = request.escalation {
                 asked["escalation"] = json!(preset.as_str());
             }
+            if let Some(rule) = &request.rule {
+                asked["rule"] = json!(rule.describe());
+            }
             log_approval(&shared, "approval/asked", asked)?;
             let id = request.id.clone();
+            let offered = request.choices.clone();
+            let rule = request.rule.clone();
             let decision = tokio::select! {
                 decision = approver.decide(request) => Some(decision),
                 _ = cancel.cancelled() => None,
             };
-            let (outcome, result) = match decision {
-                Some(ApprovalDecision::AllowOnce) => {
+            // An answer that was not offered counts as "allow once": a rule is never recorded
+            // unless the user was shown it.
+            let offered_rule =
+                |choice: ApprovalChoice| rule.clone().filter(|_| offered.contains(&choice));
+            let mut decided = json!({"id": id});
+            let result = match decision {
+                Some(ApprovalDecision::Reject { message }) => {
+                    decided["outcome"] = json!("rejected");
+                    decided["scope"] = json!("once");
+                    Err(ToolError::new(ToolErrorCode::PermissionDenied, message))
+                }
+                None => {
+                    decided["outcome"] = json!("canceled");
+                    decided["scope"] = json!("once");
+                    Err(ToolError::new(
+                        ToolErrorCode::Aborted,
+                        "the turn was cancelled while waiting for the user's approval",
+                    ))
+                }
+                Some(allowed) => {
+                    decided["outcome"] = json!("approved");
+                    decided["scope"] = json!("once");
+                    match allowed {
+                        ApprovalDecision::AllowSession => {
+                            if let Some(rule) = offered_rule(ApprovalChoice::AllowSession) {
+                                decided["scope"] = json!("session");
+                                decided["rule"] = json!(rule.describe());
+                                rules.allow_for_session(rule);
+                            }
+                        }
+                        ApprovalDecision::AllowAlways => {
+                            if let Some(rule) = offered_rule(ApprovalChoice::AllowAlways) {
+                                decided["scope"] = json!("always");
+                                decided["rule"] = json!(rule.describe());
+                                if let Err(err) = rules.allow_always(rule) {
+                                    // Still remembered for the session; the log says why not
+                                    // for later ones.
+                                    decided["scope"] = json!("session");
+                                    decided["ruleError"] = json!(err);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
                     if let Some(preset) = escalation {
                         // Only this dispatch sets the cell, once; a second set cannot happen.
                         let _ = escalated.set(preset);
                     }
-                    ("approved", Ok(()))
+                    let _ = approved.set(());
+                    Ok(())
                 }
-                Some(ApprovalDecision::Reject { message }) => (
-                    "rejected",
-                    Err(ToolError::new(ToolErrorCode::PermissionDenied, message)),
-                ),
-                None => (
-                    "canceled",
-                    Err(ToolError::new(
-                        ToolErrorCode::Aborted,
-                        "the turn was cancelled while waiting for the user's approval",
-                    )),
-                ),
             };
-            log_approval(
-                &shared,
-                "approval/decided",
-                json!({"id": id, "outcome": outcome, "scope": "once"}),
-            )?;
+            log_approval(&shared, "approval/decided", decided)?;
             result?;
             future.await
         })

@@ -1,4 +1,5 @@
-//! System prompt assembly (SPEC S5.1): ordered sections contributed by extensions.
+//! System prompt assembly (docs/agent.md, "Context discipline"): ordered sections contributed by
+//! extensions.
 //!
 //! The result must be byte-stable within a session: sections are sorted by `(order, name)`, and no
 //! section may contain a timestamp, a random id or an unordered collection. Facts that change

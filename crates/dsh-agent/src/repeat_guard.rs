@@ -1,4 +1,4 @@
-//! Built-in extension: reminders for repeated identical tool calls (SPEC S4.6).
+//! Built-in extension: reminders for repeated identical tool calls (docs/agent.md, "Guards").
 //!
 //! Identical means same tool name and same arguments once object keys are sorted. Consecutive
 //! identical calls are counted within a turn; at the 3rd, 5th and 8th a reminder is queued for the

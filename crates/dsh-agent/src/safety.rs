@@ -1,4 +1,4 @@
-//! Built-in extension: the session's safety policy (SPEC S7).
+//! Built-in extension: the session's safety policy (docs/SECURITY.md).
 //!
 //! * Logs the permission preset and the sandbox mode as model-invisible events
 //!   (`permission/preset {preset}`, `sandbox/mode {mode, detail, network}`) before the first
@@ -10,10 +10,23 @@
 //!   preset the call needs) with a `justification` becomes [`ToolVerdict::Ask`]; the agent's
 //!   approver decides (headless: rejected). Without a justification, or with an unknown mode,
 //!   the call is denied with the reason. A mode no wider than the session's is ignored.
+//! * Protected paths (docs/SECURITY.md, "Protected paths"): under `workspace-write`, a `write`
+//!   or `edit` call whose real target lies in a protected entry (`.git/hooks`, `.git/config`,
+//!   `.dsh`, `.env*`, `.agents`, `.mcp.json`, at any depth, symlinks followed) becomes
+//!   [`ToolVerdict::Ask`] with the reason "writes <path>, which configures code that runs later
+//!   (...)"; headless, the approver refuses it (`PERMISSION_DENIED` naming the path). The tools
+//!   refuse such writes by themselves unless the call was approved, so this only decides who
+//!   is asked. Needs [`SafetyPolicy::with_workspace`].
+//! * Leftover temp files: on resume ([`Extension::restore`]), `.dsh-tmp-<hex>` files that a
+//!   crash between creating and renaming them left beside the targets of the session's logged
+//!   `write`/`edit` calls are removed (only in those directories, only below a writable root,
+//!   never following links). Needs [`SafetyPolicy::with_workspace`].
 //! * Redaction: every tool outcome passes through a [`SecretRedactor`] before it is logged
 //!   or sent, so secret values (from the environment, plus e.g. the provider key) appear as
 //!   `[REDACTED:<NAME>]`.
 
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use dsh_session::{Envelope, Event};
@@ -27,6 +40,13 @@ pub const PERMISSION_PRESET_EVENT: &str = "permission/preset";
 /// Event type of the sandbox record.
 pub const SANDBOX_MODE_EVENT: &str = "sandbox/mode";
 
+/// Tools whose `file_path` argument is written (protected-path approvals, leftover cleanup).
+pub const FILE_WRITING_TOOLS: [&str; 2] = ["write", "edit"];
+
+/// What protected-path approvals say the write would do.
+const PROTECTED_REASON: &str =
+    "which configures code that runs later (git hooks/config, dsh settings, .env)";
+
 /// The safety policy of one session (see the module docs).
 pub struct SafetyPolicy {
     /// `(preset, sandbox event data)` in force.
@@ -34,6 +54,9 @@ pub struct SafetyPolicy {
     redactor: SecretRedactor,
     /// What the log last recorded: `(preset event data, sandbox event data)`.
     logged: Mutex<(Option<Value>, Option<Value>)>,
+    /// The session cwd and the writable roots of `workspace-write` (`ToolContext::cwd`,
+    /// `ToolContext::writable_roots`), for protected paths and leftover cleanup.
+    workspace: Option<(PathBuf, Vec<PathBuf>)>,
 }
 
 impl SafetyPolicy {
@@ -49,7 +72,17 @@ impl SafetyPolicy {
             )),
             redactor: SecretRedactor::from_env(),
             logged: Mutex::new((None, None)),
+            workspace: None,
         }
+    }
+
+    /// Judges `write`/`edit` targets against the protected paths of `writable_roots` (the
+    /// session's `ToolContext::writable_roots`, with `cwd` its `ToolContext::cwd`), and cleans
+    /// leftover temp files there on resume. Without it the policy asks nothing about protected
+    /// paths and the tools refuse such writes themselves.
+    pub fn with_workspace(mut self, cwd: &Path, writable_roots: Vec<PathBuf>) -> Self {
+        self.workspace = Some((cwd.to_path_buf(), writable_roots));
+        self
     }
 
     /// Also redacts `value` as `[REDACTED:<name>]` (e.g. a provider key read from a file).
@@ -67,66 +100,32 @@ impl SafetyPolicy {
     fn preset(&self) -> PermissionPreset {
         self.current.lock().unwrap_or_else(|p| p.into_inner()).0
     }
-}
 
-/// Orders presets by what they allow.
-fn breadth(preset: PermissionPreset) -> u8 {
-    match preset {
-        PermissionPreset::ReadOnly => 0,
-        PermissionPreset::WorkspaceWrite => 1,
-        PermissionPreset::DangerFullAccess => 2,
-    }
-}
-
-impl Extension for SafetyPolicy {
-    fn name(&self) -> &str {
-        "safety"
-    }
-
-    fn restore(&self, events: &[Envelope]) {
-        for envelope in events {
-            self.on_event(envelope);
+    /// The approval reason for a `write`/`edit` call to a protected path under
+    /// `workspace-write`, or `None`.
+    fn protected_write(&self, call: &ToolCallInfo) -> Option<String> {
+        if !FILE_WRITING_TOOLS.contains(&call.name.as_str())
+            || self.preset() != PermissionPreset::WorkspaceWrite
+        {
+            return None;
         }
-    }
-
-    fn on_event(&self, envelope: &Envelope) {
-        if let Event::Opaque { event_type, data } = &envelope.event {
-            let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
-            match event_type.as_str() {
-                PERMISSION_PRESET_EVENT => logged.0 = Some(data.clone()),
-                SANDBOX_MODE_EVENT => logged.1 = Some(data.clone()),
-                _ => {}
-            }
-        }
-    }
-
-    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
-        let (preset, sandbox) = {
-            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(change) = &ctx.permission_change {
-                *current = (change.preset, change.sandbox_data());
-            }
-            (crate::permission::preset_data(current.0), current.1.clone())
+        let (cwd, roots) = self.workspace.as_ref()?;
+        let file_path = file_path_of(&call.arguments)?;
+        let (real, _entry) = dsh_tools::protected_write_path(cwd, roots, &file_path)?;
+        let requested = dsh_tools::absolutize(cwd, &file_path);
+        let via = if requested == real {
+            String::new()
+        } else {
+            format!(" (as {})", shown(cwd, &requested))
         };
-        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
-        if logged.0.as_ref() != Some(&preset) {
-            ctx.log_events.push(Event::Opaque {
-                event_type: PERMISSION_PRESET_EVENT.to_string(),
-                data: preset.clone(),
-            });
-            logged.0 = Some(preset);
-        }
-        if logged.1.as_ref() != Some(&sandbox) {
-            ctx.log_events.push(Event::Opaque {
-                event_type: SANDBOX_MODE_EVENT.to_string(),
-                data: sandbox.clone(),
-            });
-            logged.1 = Some(sandbox);
-        }
-        Ok(())
+        Some(format!(
+            "writes {}{via}, {PROTECTED_REASON}",
+            shown(cwd, &real)
+        ))
     }
 
-    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
+    /// The escalation part of `tool_pre` (see the module docs).
+    fn escalation(&self, call: &ToolCallInfo) -> ToolVerdict {
         let Ok(Value::Object(args)) = serde_json::from_str::<Value>(&call.arguments) else {
             return ToolVerdict::Continue;
         };
@@ -168,6 +167,143 @@ impl Extension for SafetyPolicy {
         }
     }
 
+    /// Removes leftover temp files beside the targets of the logged `write`/`edit` calls in
+    /// `events` (see the module docs). Returns the paths removed.
+    pub fn remove_leftover_temps(&self, events: &[Envelope]) -> Vec<PathBuf> {
+        let Some((cwd, roots)) = &self.workspace else {
+            return Vec::new();
+        };
+        let mut dirs = BTreeSet::new();
+        for envelope in events {
+            let Event::ToolCall(call) = &envelope.event else {
+                continue;
+            };
+            if !FILE_WRITING_TOOLS.contains(&call.name.as_str()) {
+                continue;
+            }
+            let Some(file_path) = file_path_of(&call.arguments) else {
+                continue;
+            };
+            let Ok(real) = dsh_tools::resolve_real_path(&dsh_tools::absolutize(cwd, &file_path))
+            else {
+                continue;
+            };
+            if let Some(dir) = real.parent() {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        let mut removed = Vec::new();
+        for dir in dirs {
+            // The longest root the directory lies in; directories outside every root are not
+            // touched (a session under danger-full-access cleans only inside them too).
+            let Some(root) = roots
+                .iter()
+                .filter(|root| dir.starts_with(root))
+                .max_by_key(|root| root.as_os_str().len())
+            else {
+                continue;
+            };
+            let Ok(relative) = dir.strip_prefix(root) else {
+                continue;
+            };
+            if let Ok(names) = dsh_tools::remove_leftover_temps(root, relative) {
+                removed.extend(names.into_iter().map(|name| dir.join(name)));
+            }
+        }
+        removed
+    }
+}
+
+/// The `file_path` argument of a `write`/`edit` call, if the arguments carry one.
+fn file_path_of(arguments: &str) -> Option<String> {
+    let args: Value = serde_json::from_str(arguments).ok()?;
+    let path = args.get("file_path")?.as_str()?;
+    (!path.is_empty()).then(|| path.to_string())
+}
+
+/// `path` relative to `cwd` when inside it, else absolute.
+fn shown(cwd: &Path, path: &Path) -> String {
+    match path.strip_prefix(cwd) {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+        _ => path.display().to_string(),
+    }
+}
+
+/// Orders presets by what they allow.
+fn breadth(preset: PermissionPreset) -> u8 {
+    match preset {
+        PermissionPreset::ReadOnly => 0,
+        PermissionPreset::WorkspaceWrite => 1,
+        PermissionPreset::DangerFullAccess => 2,
+    }
+}
+
+impl Extension for SafetyPolicy {
+    fn name(&self) -> &str {
+        "safety"
+    }
+
+    fn restore(&self, events: &[Envelope]) {
+        for envelope in events {
+            self.on_event(envelope);
+        }
+        // A crash between creating a temp file and renaming it leaves `.dsh-tmp-<hex>` beside
+        // the target; the resumed session removes its own leftovers.
+        let _removed = self.remove_leftover_temps(events);
+    }
+
+    fn on_event(&self, envelope: &Envelope) {
+        if let Event::Opaque { event_type, data } = &envelope.event {
+            let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+            match event_type.as_str() {
+                PERMISSION_PRESET_EVENT => logged.0 = Some(data.clone()),
+                SANDBOX_MODE_EVENT => logged.1 = Some(data.clone()),
+                _ => {}
+            }
+        }
+    }
+
+    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+        let (preset, sandbox) = {
+            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(change) = &ctx.permission_change {
+                *current = (change.preset, change.sandbox_data());
+            }
+            (crate::permission::preset_data(current.0), current.1.clone())
+        };
+        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+        if logged.0.as_ref() != Some(&preset) {
+            ctx.log_events.push(Event::Opaque {
+                event_type: PERMISSION_PRESET_EVENT.to_string(),
+                data: preset.clone(),
+            });
+            logged.0 = Some(preset);
+        }
+        if logged.1.as_ref() != Some(&sandbox) {
+            ctx.log_events.push(Event::Opaque {
+                event_type: SANDBOX_MODE_EVENT.to_string(),
+                data: sandbox.clone(),
+            });
+            logged.1 = Some(sandbox);
+        }
+        Ok(())
+    }
+
+    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
+        let protected = self.protected_write(call);
+        match (self.escalation(call), protected) {
+            (ToolVerdict::Continue, Some(reason)) => ToolVerdict::Ask {
+                reason,
+                escalation: None,
+            },
+            (ToolVerdict::Ask { reason, escalation }, Some(protected)) => ToolVerdict::Ask {
+                reason: format!("{reason}; it {protected}"),
+                escalation,
+            },
+            (verdict, _) => verdict,
+        }
+    }
+
     fn tool_post(&self, ctx: &mut ToolPostContext<'_>) {
         self.redactor.redact_outcome(ctx.outcome);
     }
@@ -188,6 +324,7 @@ mod tests {
             name: "bash".into(),
             arguments: arguments.into(),
             cancel: CancellationToken::new(),
+            preset: PermissionPreset::WorkspaceWrite,
         }
     }
 
@@ -226,6 +363,57 @@ mod tests {
                 escalation: Some(PermissionPreset::DangerFullAccess),
             }
         );
+    }
+
+    #[test]
+    fn protected_writes_ask_only_under_workspace_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = std::fs::canonicalize(dir.path()).unwrap();
+        let write = |arguments: &str| ToolCallInfo {
+            name: "write".into(),
+            ..call(arguments)
+        };
+        let hook = r#"{"file_path":".git/hooks/pre-commit","content":"x"}"#;
+        let expected = ToolVerdict::Ask {
+            reason: format!("writes .git/hooks/pre-commit, {PROTECTED_REASON}"),
+            escalation: None,
+        };
+        // Without the workspace the policy cannot judge paths: the tool refuses by itself.
+        let bare = SafetyPolicy::new(PermissionPreset::WorkspaceWrite, "none", "test");
+        assert_eq!(bare.tool_pre(&write(hook)), ToolVerdict::Continue);
+
+        let policy = SafetyPolicy::new(PermissionPreset::WorkspaceWrite, "none", "test")
+            .with_workspace(&cwd, vec![cwd.clone()]);
+        assert_eq!(policy.tool_pre(&write(hook)), expected);
+        assert_eq!(
+            policy.tool_pre(&write(r#"{"file_path":"src/a.rs","content":"x"}"#)),
+            ToolVerdict::Continue
+        );
+        // Other tools are not judged by their arguments here.
+        assert_eq!(policy.tool_pre(&call(hook)), ToolVerdict::Continue);
+        // Escalation and protected path together: one question naming both.
+        let both = r#"{"file_path":".env","content":"x","sandbox_permissions":"danger-full-access","justification":"set up"}"#;
+        let ToolVerdict::Ask { reason, escalation } = policy.tool_pre(&write(both)) else {
+            panic!("expected a question");
+        };
+        assert_eq!(escalation, Some(PermissionPreset::DangerFullAccess));
+        assert!(
+            reason.ends_with(&format!("; it writes .env, {PROTECTED_REASON}")),
+            "{reason}"
+        );
+
+        for preset in [
+            PermissionPreset::ReadOnly,
+            PermissionPreset::DangerFullAccess,
+        ] {
+            let other =
+                SafetyPolicy::new(preset, "none", "test").with_workspace(&cwd, vec![cwd.clone()]);
+            assert_eq!(
+                other.tool_pre(&write(hook)),
+                ToolVerdict::Continue,
+                "{preset}"
+            );
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! Discovered in `<project>/.dsh/skills`, `<project>/.agents/skills`, `$DSH_HOME/skills` and
 //! `~/.agents/skills` (plus any extra folders), one sub-folder per skill; the first folder that
 //! defines a name wins. The model sees a catalog as a context message, sent only when it changes
-//! (SPEC S5.1), and loads a skill with the `skill {name}` tool. Users run a user-invocable skill
-//! with `/name` in front ends ([`SkillSet::user_prompt`]).
+//! (docs/agent.md, "Context discipline"), and loads a skill with the `skill {name}` tool. Users run
+//! a user-invocable skill with `/name` in front ends ([`SkillSet::user_prompt`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

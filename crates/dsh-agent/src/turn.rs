@@ -1,4 +1,5 @@
-//! One turn: steps of request, stream and tools until nothing more is owed (SPEC S4, S3.5).
+//! One turn: steps of request, stream and tools until nothing more is owed (docs/agent.md, "Turns
+//! and steps").
 
 use std::sync::Arc;
 
@@ -458,7 +459,7 @@ impl Agent {
         Ok(request)
     }
 
-    /// One model call with retries inside the same step (SPEC S2.3, S4.2).
+    /// One model call with retries inside the same step (docs/agent.md, "Retries").
     async fn call_model(
         &mut self,
         turn: u64,

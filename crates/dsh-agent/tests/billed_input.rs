@@ -1,5 +1,5 @@
-//! Billed input over a scripted 100-turn session (SPEC S5, issue acceptance): what caching
-//! discipline and compaction save against naive resending.
+//! Billed input over a scripted 100-turn session (docs/agent.md, "Context discipline"): what
+//! caching discipline and compaction save against naive resending.
 //!
 //! The model is simulated in process and bills like a prefix-caching provider: each request's
 //! prompt (system, tools, messages rendered as JSON) costs one token per 4 bytes; the part that

@@ -28,7 +28,7 @@ struct Fault {
     name: &'static str,
     /// The failure code the adapter reports.
     code: &'static str,
-    /// Whether the retry policy retries it (SPEC S2.3).
+    /// Whether the retry policy retries it (docs/agent.md, "Retries").
     retryable: bool,
 }
 

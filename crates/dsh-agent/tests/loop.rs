@@ -1,5 +1,5 @@
 //! The loop against the fake provider over loopback: tool argument failures, steering,
-//! injection, resume, header logging, and the event order of SPEC S3.5.
+//! injection, resume, header logging, and the event order of docs/agent.md, "Turns and steps".
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 

@@ -1,6 +1,6 @@
-//! Byte-stable prompt prefix (SPEC S5.1, issue acceptance): a 60-step scripted session whose
-//! tools return varied output. Every request keeps model, sampling, system prompt and tool list
-//! identical to the previous one, and the previous request's messages are an exact prefix of
+//! Byte-stable prompt prefix (docs/agent.md, "Context discipline"): a 60-step scripted session
+//! whose tools return varied output. Every request keeps model, sampling, system prompt and tool
+//! list identical to the previous one, and the previous request's messages are an exact prefix of
 //! its messages, each compared as serialized JSON (from the fake provider's request log).
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap

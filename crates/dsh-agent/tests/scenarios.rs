@@ -1,7 +1,7 @@
 //! Scenario runner: replays every recorded dsh session under
-//! `../shared/fixtures/dsh-acp-snapshots/` through our loop, with the recorded model replies
-//! served over real HTTP by the fake provider and our tools running for real in a temp copy of
-//! the fixture's workspace.
+//! `fixtures/dsh/acp-snapshots/` (in this repository) through our loop, with the recorded model
+//! replies served over real HTTP by the fake provider and our tools running for real in a temp copy
+//! of the fixture's workspace.
 //!
 //! Adding a case is adding data: a fixture folder (recorded by dsh) and, here, an optional
 //! `tests/scenarios/<fixture>.json` with our settings for it:
@@ -33,7 +33,7 @@ use dsh_llm::{AdapterRegistry, CallConfig, Chunk, RetryPolicy};
 use dsh_session::TurnEndReason;
 use dsh_session::{open_store, Event, StoreKind};
 use dsh_test_support::{
-    copy_dir, snapshot_fixtures_dir, FakeProvider, RecordedSession, ReplayOverride,
+    copy_dir, snapshot_fixture_dirs, FakeProvider, RecordedSession, ReplayOverride,
 };
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolLimits, ToolRegistry};
 use serde::Deserialize;
@@ -379,22 +379,15 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
 }
 
 fn main() {
-    let Some(fixtures) = snapshot_fixtures_dir(env!("CARGO_MANIFEST_DIR")) else {
-        eprintln!("scenarios: ../shared/fixtures/dsh-acp-snapshots is missing");
-        std::process::exit(1);
+    let dirs = match snapshot_fixture_dirs() {
+        Ok(dirs) => dirs,
+        Err(message) => {
+            eprintln!("scenarios: {message}");
+            std::process::exit(1);
+        }
     };
     let settings_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&fixtures)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.is_dir())
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

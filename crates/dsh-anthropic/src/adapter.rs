@@ -14,7 +14,7 @@ use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
 use crate::models;
 use crate::request::build_request_body;
 
-/// The Anthropic Messages adapter (SPEC S2.2).
+/// The Anthropic Messages adapter (docs/providers.md, "Anthropic Messages").
 ///
 /// Each [`stream`](Adapter::stream) call makes exactly one HTTP attempt (it never retries) and
 /// yields a stream that always ends with one `finish`: `stop`, `tool-calls`, `max-tokens`,
@@ -53,6 +53,7 @@ impl AnthropicAdapter {
             extra_headers: &config.extra_headers,
             connect_timeout: config.connect_timeout,
             idle_timeout: config.idle_timeout,
+            reply_timeout: config.reply_timeout,
             http_failure,
         })?;
         Ok(AnthropicAdapter {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dsh_deepseek::{ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
+use dsh_deepseek::{ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT};
 
 /// The default endpoint of Anthropic's API.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -55,6 +55,8 @@ pub struct AnthropicConfig {
     pub api_version: String,
     /// Idle watchdog: longest wait for the next byte (headers or body) before `TIMEOUT`.
     pub idle_timeout: Duration,
+    /// Overall deadline of one streamed reply, from the request to the last byte (`TIMEOUT`).
+    pub reply_timeout: Duration,
     /// Longest wait to establish the connection; exceeding it is a `TRANSPORT` failure.
     pub connect_timeout: Duration,
     /// Headers added to every request (after the defaults, so they may override them).
@@ -71,6 +73,7 @@ impl Default for AnthropicConfig {
             key_variable: API_KEY_ENV.to_string(),
             api_version: API_VERSION.to_string(),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            reply_timeout: DEFAULT_REPLY_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             extra_headers: Vec::new(),
             thinking_budgets: ThinkingBudgets::default(),
@@ -104,6 +107,12 @@ impl AnthropicConfig {
     /// The same config with another idle watchdog.
     pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> Self {
         self.idle_timeout = idle_timeout;
+        self
+    }
+
+    /// The same config with another overall reply deadline.
+    pub fn with_reply_timeout(mut self, reply_timeout: Duration) -> Self {
+        self.reply_timeout = reply_timeout;
         self
     }
 

@@ -1,4 +1,5 @@
-//! Stream decoding (SPEC S2.2): the SSE events of a Messages stream become dsh [`Chunk`]s.
+//! Stream decoding (docs/providers.md, "Anthropic Messages"): the SSE events of a Messages stream
+//! become dsh [`Chunk`]s.
 //!
 //! Every event's JSON carries its own `type`, so the SSE `event:` line is not needed. Block
 //! indices are the provider's content-block indices, which are the positions in the final

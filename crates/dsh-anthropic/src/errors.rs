@@ -1,4 +1,4 @@
-//! HTTP and in-stream error mapping of the Messages API (SPEC S2.2, S1.4).
+//! HTTP and in-stream error mapping of the Messages API (docs/providers.md, "Anthropic Messages").
 //!
 //! Anthropic error bodies are `{"type": "error", "error": {"type": "...", "message": "..."}}`;
 //! the `error.type` refines what the status alone says.

@@ -1,8 +1,9 @@
-//! The Anthropic Messages adapter of dsh (SPEC S2.2): Claude, and any endpoint that speaks the
-//! Messages format (DeepSeek's Anthropic-compatible endpoint among them).
+//! The Anthropic Messages adapter of dsh (docs/providers.md, "Anthropic Messages"): Claude, and any
+//! endpoint that speaks the Messages format (DeepSeek's Anthropic-compatible endpoint among them).
 //!
 //! - [`AnthropicAdapter`] implements [`dsh_llm::Adapter`]: one streaming `POST /v1/messages`
-//!   per call, idle watchdog, live cancellation, failures mapped to the codes of SPEC S1.4.
+//!   per call, idle watchdog, live cancellation, failures mapped to the codes of
+//!   docs/model-calls.md.
 //! - [`build_request_body`] translates a [`dsh_llm::GenerateRequest`]: system prompt and tools
 //!   as the cached prefix, content blocks, `tool_use`/`tool_result`, `thinking` blocks with their
 //!   signatures round-tripped verbatim, and `cache_control` breakpoints.

@@ -1,4 +1,5 @@
-//! Request translation (SPEC S2.2): a [`GenerateRequest`] becomes a Messages API body.
+//! Request translation (docs/providers.md, "Anthropic Messages"): a [`GenerateRequest`] becomes a
+//! Messages API body.
 //!
 //! The body is serialised from borrowed structs, so the history is not copied on the way out;
 //! tool-call arguments are embedded as raw JSON, byte for byte as the model produced them.
@@ -159,20 +160,20 @@ fn thinking_budget(
 
 /// Serialises `request` as the JSON body of `POST {base}/v1/messages`.
 ///
-/// Contract (SPEC S2.2): `model`; `max_tokens` (the prepared value, else 32,000: the API
-/// requires it); `system` as one text block; `messages` with consecutive same-role messages
-/// merged (tool results first within a user turn); `tools` with `input_schema`; `stream: true`;
-/// `thinking: {type: enabled, budget_tokens}` from the effort (see [`ThinkingBudgets`]; `off`,
-/// no effort and the session-title purpose send none); `temperature` only without thinking (the
-/// API rejects it with thinking on); `stop_sequences` when set. Two `cache_control`
-/// breakpoints mark the stable prefix: the end of system+tools (the system block, or the last
-/// tool when there is no system prompt) and the last cacheable block of the last message.
-/// Assistant reasoning with a signature becomes a `thinking` block with that signature byte for
-/// byte; reasoning without one (from another provider) is dropped, since the API rejects
-/// unsigned thinking. Tool calls become `tool_use` with the raw argument JSON (empty arguments
-/// are `{}`; arguments that are not a JSON object are sent as `{}` because the API accepts
-/// nothing else). System-role history messages are sent as user text. Empty text is skipped,
-/// and a message left without blocks is dropped.
+/// Contract (docs/providers.md, "Anthropic Messages"): `model`; `max_tokens` (the prepared value,
+/// else 32,000: the API requires it); `system` as one text block; `messages` with consecutive
+/// same-role messages merged (tool results first within a user turn); `tools` with `input_schema`;
+/// `stream: true`; `thinking: {type: enabled, budget_tokens}` from the effort (see
+/// [`ThinkingBudgets`]; `off`, no effort and the session-title purpose send none); `temperature`
+/// only without thinking (the API rejects it with thinking on); `stop_sequences` when set. Two
+/// `cache_control` breakpoints mark the stable prefix: the end of system+tools (the system block,
+/// or the last tool when there is no system prompt) and the last cacheable block of the last
+/// message. Assistant reasoning with a signature becomes a `thinking` block with that signature
+/// byte for byte; reasoning without one (from another provider) is dropped, since the API rejects
+/// unsigned thinking. Tool calls become `tool_use` with the raw argument JSON (empty arguments are
+/// `{}`; arguments that are not a JSON object are sent as `{}` because the API accepts nothing
+/// else). System-role history messages are sent as user text. Empty text is skipped, and a message
+/// left without blocks is dropped.
 pub fn build_request_body(
     request: &GenerateRequest,
     budgets: &ThinkingBudgets,

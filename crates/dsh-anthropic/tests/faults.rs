@@ -1,4 +1,5 @@
-//! SPEC S2.2 error table and stream faults in the Anthropic format, over real HTTP on loopback.
+//! The error table of docs/providers.md ("Anthropic Messages") and stream faults in the Anthropic
+//! format, over real HTTP on loopback.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -256,4 +257,94 @@ async fn missing_key_is_missing_credential_and_sends_nothing() {
 async fn exhausted_script_answers_500() {
     let provider = FakeProvider::start([]).await.unwrap();
     assert_exhausted_script_answers_500(&adapter_for(&provider), simple_request()).await;
+}
+
+/// A provider that sends keep-alive comments forever is cut by the overall reply deadline.
+#[tokio::test]
+async fn keep_alives_forever_are_cut_by_the_reply_deadline() {
+    let reply = AnthropicReply::new()
+        .open_text("thinking...")
+        .end(StreamEnd::KeepAliveForever(Duration::from_millis(50)));
+    let provider = FakeProvider::start([reply.into()]).await.unwrap();
+    let config = config_for(&provider)
+        .with_idle_timeout(Duration::from_millis(300))
+        .with_reply_timeout(Duration::from_millis(900));
+    let adapter = AnthropicAdapter::new(config).unwrap();
+    let started = std::time::Instant::now();
+    let failure = call_failure(&adapter, simple_request()).await;
+    let took = started.elapsed();
+    assert_eq!(failure.code, FailureCode::Timeout, "{}", failure.message);
+    assert!(
+        failure.message.contains("overall deadline of 0.9 s")
+            && failure.message.contains("reply_timeout_secs"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert!(matches!(
+        dsh_llm::RetryPolicy::default().decide(&failure, 0, 0.0),
+        dsh_llm::RetryDecision::Retry { .. }
+    ));
+}
+
+/// A 413 sent before the (large) body was read: the failure carries the JSON error message.
+#[tokio::test]
+async fn http_413_sent_before_the_body_was_read_carries_the_json_message() {
+    let provider = FakeProvider::start([ScriptedReply::anthropic_error(
+        413,
+        "request_too_large",
+        "Request exceeds the maximum allowed number of bytes",
+    )])
+    .await
+    .unwrap();
+    provider.reply_early_above(64 * 1024);
+    let big = "x".repeat(4 * 1024 * 1024);
+    let request = request_with(None, vec![dsh_llm::Message::user_text("u1", &big)]);
+    let failure = call_failure(&adapter_for(&provider), request).await;
+    assert_eq!(
+        failure.code,
+        FailureCode::InvalidRequest,
+        "{}",
+        failure.message
+    );
+    assert_eq!(failure.status, Some(413));
+    assert!(
+        failure
+            .message
+            .contains("request_too_large): Request exceeds the maximum allowed number of bytes"),
+        "{}",
+        failure.message
+    );
+}
+
+#[tokio::test]
+async fn http_413_carries_the_json_message_or_the_title_of_a_proxy_page() {
+    let failure = status_failure(413, "request_too_large", "Request exceeds 32 MB").await;
+    assert_eq!(failure.code, FailureCode::InvalidRequest);
+    assert!(
+        failure
+            .message
+            .contains("HTTP 413 (request_too_large): Request exceeds 32 MB"),
+        "{}",
+        failure.message
+    );
+    let failure = failure_for(ScriptedReply::Http {
+        status: 413,
+        headers: Vec::new(),
+        body: "<html><head><title>413 Request Entity Too Large</title></head>\
+               <body><h1>413</h1></body></html>"
+            .to_string(),
+    })
+    .await;
+    assert_eq!(failure.code, FailureCode::InvalidRequest);
+    assert!(
+        failure
+            .message
+            .contains("HTTP 413: 413 Request Entity Too Large (an HTML page"),
+        "{}",
+        failure.message
+    );
 }

@@ -30,6 +30,9 @@ pub struct AcpArgs {
     /// switch it per session (the presets are the sessions' ACP modes).
     #[arg(long)]
     pub permission: Option<String>,
+    /// Apply the workspaces' own project settings without a recorded `dsh trust`.
+    #[arg(long)]
+    pub trust_workspace: bool,
 }
 
 /// `dsh run`'s arguments parsed from a command line, so new `run` flags keep their defaults.
@@ -95,6 +98,9 @@ pub fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
         if let Some(value) = value {
             flags.push(format!("--{name}={value}"));
         }
+    }
+    if args.trust_workspace {
+        flags.push("--trust-workspace".to_string());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,4 +1,4 @@
-//! `dsh config show` and `dsh config path` (SPEC S8).
+//! `dsh config show` and `dsh config path` (docs/configuration.md).
 
 use std::process::ExitCode;
 
@@ -57,7 +57,12 @@ pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
             let config =
                 dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default())
                     .map_err(|errors| config_error(errors.to_string()))?;
+            settings.allow_credentials(config.own_key_variables());
             print!("{}", dsh_config::show::render(&config, &lookup));
+            settings.print_warnings();
+            if let Some(warning) = config.trust.warning() {
+                eprintln!("dsh: {warning}");
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -1,40 +1,136 @@
-//! Where settings like `DEEPSEEK_API_KEY` come from (SPEC S8): the environment, then `./.env`,
-//! then `$DSH_HOME/.env`. Values are looked up, never printed.
+//! Where settings like `DEEPSEEK_API_KEY` come from (docs/configuration.md, "Credentials"): the
+//! environment, then `./.env`, then `$DSH_HOME/.env`. Values are looked up, never printed.
+//!
+//! `./.env` belongs to the project, and anything that can write into the workspace could
+//! have planted it, so it may set credentials only: the key variables of the built-in
+//! providers and of the providers the user's own configuration defines. Any other variable
+//! dsh asks for (`DSH_PERMISSION_MODE`, `DEEPSEEK_BASE_URL`, ...) is not taken from it, and the
+//! refusal is reported once, naming the file and the variable (docs/configuration.md,
+//! "The project's .env").
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Key variables of the built-in providers, always accepted from `./.env`.
+pub const BUILTIN_KEY_VARIABLES: [&str; 2] = ["DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY"];
 
 /// Variables from the environment with `.env` files as fallbacks.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Settings {
-    files: Vec<HashMap<String, String>>,
+    /// `./.env` of the working directory: its path and entries.
+    project: Option<(PathBuf, HashMap<String, String>)>,
+    /// `$DSH_HOME/.env`.
+    home: HashMap<String, String>,
+    /// Variables `./.env` may set.
+    credentials: Mutex<BTreeSet<String>>,
+    /// Variables asked for that only `./.env` had, refused; reported once.
+    refused: Mutex<BTreeSet<String>>,
+    reported: Mutex<BTreeSet<String>>,
+}
+
+fn read_env_file(path: &Path) -> Option<HashMap<String, String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Some(parse_env_file(&text)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+        Err(err) => {
+            eprintln!("dsh: warning: cannot read {}: {err}", path.display());
+            None
+        }
+    }
 }
 
 impl Settings {
     /// Reads `./.env` (relative to `cwd`) and `home/.env` if they exist. A line that is not
     /// `KEY=VALUE` is skipped; an unreadable file is reported as a warning on stderr.
     pub fn load(cwd: &Path, home: &Path) -> Settings {
-        let mut files = Vec::new();
-        for path in [cwd.join(".env"), home.join(".env")] {
-            match std::fs::read_to_string(&path) {
-                Ok(text) => files.push(parse_env_file(&text)),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => eprintln!("dsh: warning: cannot read {}: {err}", path.display()),
-            }
+        let project_path = cwd.join(".env");
+        let home_path = home.join(".env");
+        let same = std::fs::canonicalize(&project_path)
+            .ok()
+            .zip(std::fs::canonicalize(&home_path).ok())
+            .is_some_and(|(a, b)| a == b);
+        let project = if same {
+            None
+        } else {
+            read_env_file(&project_path).map(|entries| (project_path, entries))
+        };
+        Settings {
+            project,
+            home: read_env_file(&home_path).unwrap_or_default(),
+            credentials: Mutex::new(
+                BUILTIN_KEY_VARIABLES
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect(),
+            ),
+            ..Settings::default()
         }
-        Settings { files }
     }
 
-    /// The value of `name`: environment first, then the files in order. Blank values count as
-    /// unset.
+    /// Accepts `names` (credential variables the user's configuration knows) from `./.env`.
+    pub fn allow_credentials(&self, names: impl IntoIterator<Item = String>) {
+        lock(&self.credentials).extend(names);
+    }
+
+    /// The value of `name`: environment first, then `./.env` (credentials only), then
+    /// `$DSH_HOME/.env`. Blank values count as unset.
     pub fn get(&self, name: &str) -> Option<String> {
         if let Some(value) = std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
             return Some(value);
         }
-        self.files
-            .iter()
-            .find_map(|file| file.get(name).filter(|v| !v.trim().is_empty()).cloned())
+        if let Some(value) = self.project_value(name) {
+            if lock(&self.credentials).contains(name) {
+                return Some(value);
+            }
+            lock(&self.refused).insert(name.to_string());
+        }
+        self.home
+            .get(name)
+            .filter(|v| !v.trim().is_empty())
+            .cloned()
     }
+
+    /// The value of `name` in `./.env` only: the key of a provider whose endpoint the
+    /// project set (dsh-config `Config::select_keyed`).
+    pub fn project_value(&self, name: &str) -> Option<String> {
+        self.project
+            .as_ref()
+            .and_then(|(_, entries)| entries.get(name))
+            .filter(|v| !v.trim().is_empty())
+            .cloned()
+    }
+
+    /// One warning per variable refused from `./.env` since the last call.
+    pub fn take_warnings(&self) -> Vec<String> {
+        let Some((path, _)) = &self.project else {
+            return Vec::new();
+        };
+        let refused = lock(&self.refused).clone();
+        let mut reported = lock(&self.reported);
+        refused
+            .into_iter()
+            .filter(|name| reported.insert(name.clone()))
+            .map(|name| {
+                format!(
+                    "ignoring {name} from {}: a project's .env may set only credentials; set \
+                     it in your environment or in $DSH_HOME/.env",
+                    path.display()
+                )
+            })
+            .collect()
+    }
+
+    /// Prints [`Settings::take_warnings`] on stderr.
+    pub fn print_warnings(&self) {
+        for warning in self.take_warnings() {
+            eprintln!("dsh: warning: {warning}");
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Parses `KEY=VALUE` lines: `#` comments, optional `export `, optional single or double quotes.

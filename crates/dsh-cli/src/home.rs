@@ -1,4 +1,4 @@
-//! The dsh home directory (SPEC S8): `$DSH_HOME`, else `~/.dsh`.
+//! The dsh home directory (docs/configuration.md): `$DSH_HOME`, else `~/.dsh`.
 
 use std::path::PathBuf;
 

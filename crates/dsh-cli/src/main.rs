@@ -1,6 +1,7 @@
 //! The `dsh` binary: wiring only. Logic lives in the library crates.
 
 mod acp;
+mod approvals;
 mod config_cmd;
 mod credentials;
 mod home;
@@ -9,6 +10,7 @@ mod progress;
 mod replay;
 mod run;
 mod sessions;
+mod trust;
 mod tui;
 mod web;
 
@@ -43,9 +45,16 @@ enum Command {
     Models(models::ModelsArgs),
     /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed and others).
     Acp(acp::AcpArgs),
+    /// Review the workspace's own settings (project hooks, MCP servers, permission, providers)
+    /// and trust them; `--list` and `--revoke` manage recorded trust.
+    Trust(trust::TrustArgs),
+    /// List or remove the approval rules remembered with "always allow".
+    Approvals(approvals::ApprovalsArgs),
 }
 
 fn main() -> ExitCode {
+    // First: confined commands must not read dsh's environment (the API key) or memory.
+    dsh_sandbox::make_undumpable();
     let cli = Cli::parse();
     let result = match cli.command {
         None => tui::run_new(),
@@ -57,6 +66,8 @@ fn main() -> ExitCode {
         Some(Command::Models(args)) => models::run(args),
         Some(Command::Acp(args)) => acp::run(args),
         Some(Command::Web(args)) => web::run(args),
+        Some(Command::Trust(args)) => trust::run(args),
+        Some(Command::Approvals(args)) => approvals::run(args),
     };
     match result {
         Ok(code) => code,

@@ -50,10 +50,19 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         .clone();
 
     let mut listed: Vec<ModelInfo> = Vec::new();
+    if let Some(warning) = config.trust.warning() {
+        eprintln!("dsh: {warning}");
+    }
+    settings.allow_credentials(config.own_key_variables());
+    // A provider whose endpoint the project set never gets the user's key (docs/configuration.md).
     let key = match &provider.api_key_env {
+        Some(variable) if config.redirected_by_project(&provider) => settings
+            .project_value(variable)
+            .map(dsh_deepseek::ApiKey::new),
         Some(variable) => lookup(variable).map(dsh_deepseek::ApiKey::new),
         None => Some(dsh_deepseek::ApiKey::new(dsh_config::KEYLESS_PLACEHOLDER)),
     };
+    settings.print_warnings();
     match key {
         None => eprintln!(
             "dsh: warning: {} is not set; showing the model table only",

@@ -1,4 +1,4 @@
-//! `dsh run "task"`: one headless turn (SPEC S8).
+//! `dsh run "task"`: one headless turn (README.md, "`dsh run`").
 //!
 //! stdout gets only the final assistant text (or, with `--json`, one JSON line per session
 //! event and a final `result` line); progress goes to stderr. Exit status: 0 when the turn
@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// (default: $DSH_PERMISSION_MODE, else workspace-write).
     #[arg(long)]
     pub permission: Option<String>,
+    /// Apply the project's own settings (`.dsh/config.toml` hooks, MCP servers, permission,
+    /// providers; `.dsh/hooks.json`) for this run without a recorded `dsh trust`.
+    #[arg(long)]
+    pub trust_workspace: bool,
 }
 
 /// A failure worth a `dsh: CODE: message` line and exit status 1.
@@ -79,6 +83,17 @@ fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
     })
 }
 
+/// Prints `dsh: <line>` on stderr unless this process printed it already (front ends that
+/// resolve once per session, like `dsh web` and `dsh acp`, say it once).
+pub(crate) fn warn_once(line: &str) {
+    static PRINTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut printed = PRINTED.lock().unwrap_or_else(|p| p.into_inner());
+    if !printed.iter().any(|l| l == line) {
+        eprintln!("dsh: {line}");
+        printed.push(line.to_string());
+    }
+}
+
 /// Everything `dsh run` resolved from flags, environment and files, in one place.
 #[derive(Clone)]
 pub(crate) struct RunSetup {
@@ -91,6 +106,9 @@ pub(crate) struct RunSetup {
     pub(crate) prices: PriceTable,
     /// The MCP servers, started by the first agent that needs them and shared by its subagents.
     mcp: Arc<std::sync::OnceLock<Arc<dsh_mcp::McpHub>>>,
+    /// Remembered approvals (`$DSH_HOME/approvals.json`, loaded at start) plus the rules
+    /// allowed for this session; shared by the session's subagents.
+    approval_rules: Arc<dsh_agent::ApprovalRules>,
 }
 
 /// Resolves `dsh run`'s settings in one step: configuration layers (built-in, user file,
@@ -110,10 +128,21 @@ pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
         model: args.model.clone(),
         effort: args.effort.clone(),
         permission: args.permission.clone(),
+        trust_workspace: args.trust_workspace,
     };
     let config = dsh_config::Config::load(&home, &cwd, &lookup, &flags)
         .map_err(|errors| user_error("INVALID_CONFIG", errors.to_string()))?;
-    let selection = config.select(&lookup).map_err(|err| match err {
+    // Untrusted project settings were left out: one line naming them (once per process).
+    if let Some(warning) = config.trust.warning() {
+        warn_once(&warning);
+    }
+    settings.allow_credentials(config.own_key_variables());
+    let project_lookup = |name: &str| settings.project_value(name);
+    let selection = config.select_keyed(&lookup, &project_lookup);
+    for warning in settings.take_warnings() {
+        warn_once(&format!("warning: {warning}"));
+    }
+    let selection = selection.map_err(|err| match err {
         dsh_config::SelectError::MissingKey(e) => user_error("MISSING_CREDENTIAL", e.to_string()),
         dsh_config::SelectError::Invalid(e) => user_error("INVALID_CONFIG", e.to_string()),
     })?;
@@ -126,6 +155,9 @@ pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
             .map_err(|msg| user_error("INVALID_CONFIG", msg))?,
         None => PermissionPreset::default(),
     };
+    let approval_rules = Arc::new(
+        dsh_agent::ApprovalRules::load(&home).map_err(|e| user_error("INVALID_CONFIG", e))?,
+    );
     Ok(RunSetup {
         cwd,
         home,
@@ -135,6 +167,7 @@ pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
         config,
         selection,
         mcp: Arc::default(),
+        approval_rules,
     })
 }
 
@@ -185,8 +218,11 @@ pub(crate) fn agent_parts(
     }
     // Safety policy: logs preset and sandbox, asks before escalations, redacts secrets
     // (the environment's and the provider key, wherever it was read from).
+    // It also asks before write/edit touch protected paths and cleans leftover temp files of
+    // write/edit when the session resumes (docs/SECURITY.md, "Protected paths").
     let mut safety =
-        dsh_agent::SafetyPolicy::new(permission, sandbox.mode().as_str(), sandbox.detail());
+        dsh_agent::SafetyPolicy::new(permission, sandbox.mode().as_str(), sandbox.detail())
+            .with_workspace(tool_context.cwd(), tool_context.writable_roots());
     if let Some(key) = &setup.selection.api_key {
         let name = provider.api_key_env.as_deref().unwrap_or("API_KEY");
         safety = safety.with_secret(name, key.expose_secret());
@@ -229,12 +265,16 @@ pub(crate) fn agent_parts(
             (origin, serde_json::json!({ event: value }))
         })
         .collect();
-    let hooks = dsh_agent::HooksConfig::load_session(&tables, &setup.home, &setup.cwd).map_err(
-        |errors| {
-            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            user_error("INVALID_CONFIG", text.join("\n"))
-        },
-    )?;
+    // The project's `.dsh/hooks.json` only in a trusted workspace (docs/configuration.md).
+    let hooks = dsh_agent::HooksConfig::load_session(
+        &tables,
+        &setup.home,
+        setup.config.trust.project_hooks(),
+    )
+    .map_err(|errors| {
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        user_error("INVALID_CONFIG", text.join("\n"))
+    })?;
     if depth == 0 {
         for warning in &hooks.warnings {
             eprintln!("dsh: warning: {warning}");
@@ -281,6 +321,7 @@ pub(crate) fn agent_parts(
             options.compaction.threshold = setup.config.compaction.threshold;
             options.compaction.keep_tail = setup.config.compaction.keep_tail;
             options.prices = setup.prices.clone();
+            options.approval_rules = Arc::clone(&setup.approval_rules);
             options
         },
     };
@@ -366,6 +407,25 @@ pub(crate) fn build_agent(
         let listing = store.list(&dsh_session::ListFilter {
             cwd: Some(cwd_text.clone()),
         })?;
+        // A damaged log newer than every readable one is the session the user means: stop
+        // rather than append to an older one.
+        let newest_readable = listing.sessions.first().map(|s| s.updated_at);
+        if let Some(damaged) = listing
+            .damaged
+            .iter()
+            .filter(|d| newest_readable.is_none_or(|t| d.updated_at >= t))
+            .max_by_key(|d| d.updated_at)
+        {
+            return Err(user_error(
+                "SESSION_DAMAGED",
+                format!(
+                    "the newest session of {cwd_text} cannot be read: {} ({}). Repair or \
+                     remove that file, or pick a session with `dsh run --resume <id>` \
+                     (`dsh sessions list` shows them)",
+                    damaged.path, damaged.problem
+                ),
+            ));
+        }
         let latest = listing.sessions.first().ok_or_else(|| {
             user_error(
                 "NOT_FOUND",

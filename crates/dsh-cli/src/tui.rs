@@ -79,6 +79,10 @@ fn run(start: StartWith) -> anyhow::Result<ExitCode> {
             "the interactive UI needs a terminal; for scripts use `dsh run \"task\"` (see `dsh --help`)"
         );
     }
+    // Untrusted project settings: show them and ask before the UI takes the terminal.
+    let home = crate::home::dsh_home()?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    crate::trust::ask_at_start(&home, &cwd)?;
     let setup = crate::run::resolve(&run_args(&start)?)?;
     let options = TuiOptions {
         home: setup.home.clone(),

@@ -3,14 +3,14 @@
 //! session titles.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
 use dsh_server::{
-    AccessToken, AgentFactory, ApiError, OpenRequest, OpenedAgent, ServerOptions, StatusCode,
+    AgentFactory, ApiError, OpenRequest, OpenedAgent, ServerOptions, StatusCode, WebServer,
 };
 use dsh_session::{PriceTable, SessionStore, StoreKind};
 
@@ -36,8 +36,8 @@ pub struct WebArgs {
     /// Do not open a browser.
     #[arg(long)]
     pub no_open: bool,
-    /// Allow a non-loopback --host. Anyone who can reach the port and learns the token can
-    /// run commands as you.
+    /// Allow a non-loopback --host. Anyone who can reach the port and gets the launch code
+    /// or the sign-in cookie can run commands as you.
     #[arg(long)]
     pub allow_remote: bool,
     /// Provider for new sessions (default: the configured one).
@@ -56,6 +56,9 @@ pub struct WebArgs {
     /// Default workspace for new sessions (default: the current directory).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
+    /// Apply the workspaces' own project settings without a recorded `dsh trust`.
+    #[arg(long)]
+    pub trust_workspace: bool,
 }
 
 /// `dsh run`'s arguments parsed from a command line, so new `run` flags keep their defaults.
@@ -161,8 +164,8 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
     if !address.ip().is_loopback() {
         eprintln!(
             "dsh web: WARNING: listening on {} with --allow-remote: anyone who can reach this \
-             port and learns the token can read your sessions and run commands as you. The \
-             traffic is not encrypted.",
+             port and gets the launch code or the sign-in cookie can read your sessions and run \
+             commands as you. The traffic is not encrypted.",
             address.ip()
         );
     }
@@ -183,6 +186,9 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
         if let Some(value) = value {
             flags.push(format!("--{name}={value}"));
         }
+    }
+    if args.trust_workspace {
+        flags.push("--trust-workspace".to_string());
     }
     // The configuration as `dsh run` resolves it here: prices and models for the UI. Without a
     // key the UI still browses sessions; prompts then fail with the same message.
@@ -218,7 +224,6 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
         prices,
         default_cwd: cwd,
         allow_remote: args.allow_remote,
-        token: AccessToken::generate(),
     };
     let factory = Arc::new(RunFactory { flags, models });
     let server = dsh_server::WebServer::start(listener, options, factory)?;
@@ -226,20 +231,25 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
     say!("dsh web: serving {url}");
     say!("dsh web: press Ctrl-C to stop (running turns are cancelled and saved)");
     if !args.no_open {
-        open_browser(&home, &url, server.address().port());
+        open_browser(&home, &server);
     }
-    tokio::signal::ctrl_c()
-        .await
-        .context("cannot wait for Ctrl-C")?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot wait for SIGTERM")?;
+    tokio::select! {
+        signal = tokio::signal::ctrl_c() => signal.context("cannot wait for Ctrl-C")?,
+        _ = terminate.recv() => {}
+    }
+    // Shutdown also deletes the launch page and kills every unused launch code.
     eprintln!("\ndsh web: stopping");
     server.shutdown().await?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the UI in a browser unless this is an SSH session or no opener exists. The token
-/// never appears on a command line (other local users can read those): the opener gets a
-/// private file (mode 0600 in a 0700 folder) that redirects to the URL.
-fn open_browser(home: &Path, url: &str, port: u16) {
+/// Opens the UI in a browser unless this is an SSH session or no opener exists. No launch code
+/// appears on a command line (other local users can read those): the opener gets a private
+/// page (mode 0600 in a 0700 folder) holding its own one-time code; the server deletes it as
+/// soon as the browser used the code, after two minutes otherwise, and at exit (docs/web.md).
+fn open_browser(home: &std::path::Path, server: &WebServer) {
     if std::env::var_os("SSH_CONNECTION").is_some() || std::env::var_os("SSH_TTY").is_some() {
         say!("dsh web: SSH session, not opening a browser; forward the port and open the address above");
         return;
@@ -248,7 +258,7 @@ fn open_browser(home: &Path, url: &str, port: u16) {
         say!("dsh web: no xdg-open found; open the address above in a browser");
         return;
     };
-    let page = match write_launch_page(home, url, port) {
+    let page = match server.write_launch_page(&home.join("web")) {
         Ok(page) => page,
         Err(err) => {
             say!("dsh web: cannot write the launch page ({err}); open the address above");
@@ -281,28 +291,4 @@ fn find_opener() -> Option<PathBuf> {
             .map(|dir| dir.join(name))
             .find(|candidate| candidate.is_file())
     })
-}
-
-fn write_launch_page(home: &Path, url: &str, port: u16) -> std::io::Result<PathBuf> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-    let dir = home.join("web");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    let page = dir.join(format!("open-{port}.html"));
-    let _ = std::fs::remove_file(&page); // a stale page from an earlier launch; recreated below
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&page)?;
-    writeln!(
-        file,
-        "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url={url}\">\
-         <title>dsh web</title><p><a href=\"{url}\">Open dsh web</a></p>"
-    )?;
-    Ok(page)
 }

@@ -1,6 +1,6 @@
 //! ACP acceptance runner: for every recorded dsh ACP session under
-//! `../shared/fixtures/dsh-acp-snapshots/`, drives the real `dsh acp` binary over stdio with the
-//! recording's `input.json` steps, the recorded model served by the fake provider
+//! `fixtures/dsh/acp-snapshots/` (in this repository), drives the real `dsh acp` binary over stdio
+//! with the recording's `input.json` steps, the recorded model served by the fake provider
 //! (`DEEPSEEK_BASE_URL`), a temp `DSH_HOME`, the fixture's `workspace/` copied to a temp cwd and
 //! `danger-full-access` (as recorded), then compares stdout with `stdout.expected.jsonl`.
 //!
@@ -42,7 +42,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dsh_test_support::{copy_dir, snapshot_fixtures_dir, FakeProvider, RecordedSession};
+use dsh_test_support::{copy_dir, snapshot_fixture_dirs, FakeProvider, RecordedSession};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -532,21 +532,14 @@ fn settings_dir() -> PathBuf {
 }
 
 fn main() {
-    let Some(fixtures) = snapshot_fixtures_dir(env!("CARGO_MANIFEST_DIR")) else {
-        eprintln!("acp fixtures: ../shared/fixtures/dsh-acp-snapshots is missing");
-        std::process::exit(1);
+    let dirs = match snapshot_fixture_dirs() {
+        Ok(dirs) => dirs,
+        Err(message) => {
+            eprintln!("acp fixtures: {message}");
+            std::process::exit(1);
+        }
     };
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&fixtures)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.is_dir())
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

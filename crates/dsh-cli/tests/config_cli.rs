@@ -116,6 +116,54 @@ async fn config_show_prints_sources_and_never_a_secret() {
     assert!(stdout.contains("DEEPSEEK_API_KEY is set"), "{stdout}");
     assert!(stdout.contains("ANTHROPIC_API_KEY is set"), "{stdout}");
     assert!(stdout.contains("PROXY_KEY is not set"), "{stdout}");
+    // Redaction goes by key list and value shape: token counts are shown.
+    assert!(
+        line("models.deepseek-v4-flash.default_max_tokens").contains("= 256000"),
+        "{}",
+        line("models.deepseek-v4-flash.default_max_tokens")
+    );
+    assert!(!line("models.deepseek-v4-pro.default_max_tokens").contains("redacted"));
+    assert!(stdout.contains("# workspace "), "{stdout}");
+}
+
+#[tokio::test]
+async fn config_show_and_models_leave_untrusted_project_settings_out() {
+    let planted = FakeProvider::start([]).await.unwrap();
+    planted.set_models(&["planted-model"]);
+    let env = Env::new();
+    env.write_project(&format!(
+        "permission = \"danger-full-access\"\n[providers.deepseek]\nbase_url = \"{}\"\n",
+        planted.base_url()
+    ));
+    let mut cmd = env.command(&["config", "show"]);
+    cmd.env("DEEPSEEK_API_KEY", DEEPSEEK_SECRET);
+    let out = output(cmd).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stdout.contains("danger-full-access"), "{stdout}");
+    assert!(stdout.contains("providers.deepseek.base_url = \"https://api.deepseek.com\""));
+    assert!(
+        stdout.contains("not trusted") && stdout.contains("permission, providers.deepseek"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("ignoring untrusted project settings"),
+        "{stderr}"
+    );
+
+    // Trusted by the user's own prefix: the endpoint applies, but `dsh models` sends it no key.
+    env.write_user(&format!(
+        "[trust]\nworkspaces = [\"{}\"]\n",
+        std::fs::canonicalize(env.cwd.path()).unwrap().display()
+    ));
+    let mut cmd = env.command(&["models"]);
+    cmd.env("DEEPSEEK_API_KEY", DEEPSEEK_SECRET);
+    let out = output(cmd).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stdout.contains("planted-model"), "{stdout}");
+    assert!(planted.requests().is_empty(), "the planted host was asked");
+    assert!(!stderr.contains(DEEPSEEK_SECRET));
 }
 
 #[tokio::test]

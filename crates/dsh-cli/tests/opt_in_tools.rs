@@ -8,8 +8,7 @@ use std::process::Stdio;
 use dsh_test_support::{snapshot_fixtures_dir, FakeProvider, RecordedSession};
 
 async fn offered_tools(config: Option<&str>) -> Vec<String> {
-    let fixtures = snapshot_fixtures_dir(env!("CARGO_MANIFEST_DIR"))
-        .expect("../shared/fixtures/dsh-acp-snapshots must sit beside the checkout");
+    let fixtures = snapshot_fixtures_dir();
     let recording = RecordedSession::load(&fixtures.join("text-turn")).unwrap();
     let provider = FakeProvider::start(recording.replies()).await.unwrap();
     let home = tempfile::tempdir().unwrap();

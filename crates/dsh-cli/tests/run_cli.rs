@@ -10,8 +10,7 @@ use dsh_test_support::{
 };
 
 fn fixtures() -> PathBuf {
-    snapshot_fixtures_dir(env!("CARGO_MANIFEST_DIR"))
-        .expect("../shared/fixtures/dsh-acp-snapshots must sit beside the checkout")
+    snapshot_fixtures_dir()
 }
 
 struct Env {

@@ -9,8 +9,7 @@ use dsh_llm::Message;
 use dsh_session::{CreateOptions, Event, SessionTitle, StepRef, TurnEnd, TurnEndReason, TurnStart};
 
 fn fixtures() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/dsh-acp-snapshots");
+    let dir = dsh_test_support::snapshot_fixtures_dir();
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("fixtures")
         .map(|e| e.expect("entry").path().join("session.jsonl"))

@@ -4,6 +4,8 @@
 //! on screen and is printed when the UI closes (Ctrl-D). A resumed session renders its history,
 //! switches its permission preset with `/permission` (danger-full-access asks first), runs a
 //! user-invocable skill as `/name args`, and answers `ask_user_question` in the question form.
+//! "Always allow" (`a`) remembers a rule in `$DSH_HOME/approvals.json` and the next covered call
+//! is not asked.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
@@ -391,4 +393,137 @@ async fn resume_renders_the_history_then_permission_skill_and_question() {
         matches!(ends.last(), Some(TurnEndReason::Aborted { .. })),
         "{ends:?}"
     );
+}
+
+/// A workspace with planted settings: the TUI shows what would run and asks before the UI
+/// starts; `n` starts with them ignored, `y` records trust and applies them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_project_settings_are_shown_and_asked_before_the_ui() {
+    let provider = FakeProvider::start([]).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::create_dir(cwd.path().join(".dsh")).unwrap();
+    std::fs::write(
+        cwd.path().join(".dsh/config.toml"),
+        "permission = \"danger-full-access\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        cwd.path().join(".dsh/hooks.json"),
+        r#"{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "echo planted-hook"}]}]}}"#,
+    )
+    .unwrap();
+
+    let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
+    tui.wait_for("Trust this workspace");
+    let review = tui.contents();
+    assert!(
+        review.contains("permission = \"danger-full-access\""),
+        "{review}"
+    );
+    assert!(
+        review.contains("Stop: runs `echo planted-hook`"),
+        "{review}"
+    );
+    tui.type_text("n\r");
+    tui.wait_for("Ask dsh anything");
+    tui.wait_for("· workspace-write ·");
+    assert!(!home.path().join("trust.toml").exists());
+    tui.type_text("\x04");
+    let _ = tui.child.wait();
+
+    let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
+    tui.wait_for("Trust this workspace");
+    tui.type_text("y\r");
+    tui.wait_for("Ask dsh anything");
+    tui.wait_for("· danger-full-access ·");
+    assert!(home.path().join("trust.toml").is_file());
+    tui.type_text("\x04");
+    let _ = tui.child.wait();
+
+    // Trusted now: no question.
+    let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
+    tui.wait_for("Ask dsh anything");
+    assert!(!tui.contents().contains("Trust this workspace"));
+    tui.type_text("\x04");
+    let _ = tui.child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_allow_remembers_the_rule_and_the_next_call_is_not_asked() {
+    let escalated = |id: &str, command: &str| {
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(
+                    0,
+                    id,
+                    "bash",
+                    &serde_json::json!({
+                        "command": command,
+                        "description": "print",
+                        "sandbox_permissions": "danger-full-access",
+                        "justification": "the test needs it",
+                    })
+                    .to_string(),
+                )
+                .finish("tool_calls", Some(WireUsage::default())),
+        )
+    };
+    let done = |text: &str| {
+        ScriptedReply::from(
+            SseReply::new()
+                .text(text)
+                .finish("stop", Some(WireUsage::default())),
+        )
+    };
+    let provider = FakeProvider::start([
+        escalated("call_1", "printf rule-first"),
+        done("first done"),
+        escalated("call_2", "printf rule-first again"),
+        done("second done"),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
+    tui.wait_for("Ask dsh anything");
+
+    tui.type_text("print it\r");
+    tui.wait_for("approval needed");
+    tui.wait_for("[a] always");
+    tui.wait_for("starting with `printf rule-first`");
+    tui.type_text("a");
+    tui.wait_for("first done");
+    tui.wait_for("remembered for later sessions");
+
+    // The same prefix again: no box, the rule answers.
+    tui.type_text("again\r");
+    tui.wait_for("second done");
+    tui.wait_for("allowed by a remembered approval");
+    let rules = std::fs::read_to_string(home.path().join("approvals.json")).unwrap();
+    assert!(
+        rules.contains("\"command_prefix\": \"printf rule-first\""),
+        "{rules}"
+    );
+    assert!(rules.contains("danger-full-access"), "{rules}");
+
+    tui.type_text("\x04");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tui.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "dsh did not exit after Ctrl-D");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = load_file(&session_file(home.path())).unwrap();
+    let scopes: Vec<String> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Opaque { event_type, data } if event_type == "approval/decided" => {
+                data["scope"].as_str().map(str::to_string)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scopes, vec!["always", "rule"]);
 }

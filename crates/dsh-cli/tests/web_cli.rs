@@ -21,6 +21,20 @@ struct Launch {
     startup: Duration,
 }
 
+/// Redeems the launch code of `url` as a browser does; returns the sign-in cookie's value.
+async fn sign_in(url: &str) -> String {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client.get(url).send().await.unwrap();
+    assert_eq!(response.status(), 303, "redeeming {url}");
+    let cookie = response.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+    let pair = cookie.split(';').next().unwrap();
+    pair.split_once('=').unwrap().1.to_string()
+}
+
 async fn launch(home: &std::path::Path, cwd: &std::path::Path, base_url: &str) -> Launch {
     let started = Instant::now();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dsh"))
@@ -49,11 +63,12 @@ async fn launch(home: &std::path::Path, cwd: &std::path::Path, base_url: &str) -
         .strip_prefix("dsh web: serving ")
         .unwrap_or_else(|| panic!("unexpected first line: {line}"))
         .to_string();
-    let (base, token) = url.split_once("/?token=").unwrap();
+    let (base, _code) = url.split_once("/?code=").unwrap();
+    let token = sign_in(&url).await;
     let client = reqwest::Client::new();
     let info = client
         .get(format!("{base}/api/info"))
-        .bearer_auth(token)
+        .bearer_auth(&token)
         .send()
         .await
         .unwrap();
@@ -63,7 +78,7 @@ async fn launch(home: &std::path::Path, cwd: &std::path::Path, base_url: &str) -
         child,
         _stdout: lines,
         url: url.clone(),
-        token: token.to_string(),
+        token,
         base: base.to_string(),
         startup,
     }
@@ -172,4 +187,112 @@ async fn non_loopback_host_is_refused_without_allow_remote() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--allow-remote"), "{stderr}");
     assert!(out.stdout.is_empty());
+}
+
+/// The browser opener gets a private launch page; it is deleted as soon as the browser used its
+/// code, and a page nobody fetched is deleted when `dsh web` is stopped (SIGTERM).
+#[tokio::test]
+async fn the_launch_page_dies_after_its_first_use_and_at_exit() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let opened = bin.path().join("opened.log");
+    let opener = bin.path().join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\necho \"$1\" >> '{}'\n", opened.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for fetch in [true, false] {
+        let _ = std::fs::remove_file(&opened);
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .env_clear()
+            .env("PATH", &path)
+            .env("HOME", home.path())
+            .env("DSH_HOME", home.path())
+            .env("DEEPSEEK_API_KEY", "sk-web-cli")
+            .current_dir(cwd.path())
+            .args(["web", "--port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let printed = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(printed.contains("/?code="), "{printed}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let page = loop {
+            if let Ok(text) = std::fs::read_to_string(&opened) {
+                if let Some(line) = text.lines().next() {
+                    break std::path::PathBuf::from(line);
+                }
+            }
+            assert!(Instant::now() < deadline, "the opener was never run");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            page.starts_with(home.path().join("web")),
+            "{}",
+            page.display()
+        );
+        let mode = std::fs::metadata(&page).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let html = std::fs::read_to_string(&page).unwrap();
+        let start = html.find("url=").unwrap() + 4;
+        let url = html[start..start + html[start..].find('"').unwrap()].to_string();
+        assert_ne!(
+            url,
+            printed.trim_start_matches("dsh web: serving "),
+            "one code each"
+        );
+        if fetch {
+            let token = sign_in(&url).await;
+            assert!(!page.exists(), "the launch page outlived its first use");
+            let again = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap()
+                .get(&url)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(again.status(), 401);
+            let base = url.split_once("/?code=").unwrap().0;
+            let info = reqwest::Client::new()
+                .get(format!("{base}/api/info"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(info.status(), 200);
+        } else {
+            assert!(page.exists());
+        }
+        // SAFETY: kill(2) on our own child's pid.
+        let pid = child.id().unwrap() as i32;
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+            .await
+            .expect("dsh web did not stop on SIGTERM")
+            .unwrap();
+        assert!(status.success(), "{status:?}");
+        assert!(!page.exists(), "the launch page outlived dsh web");
+        let left: Vec<_> = std::fs::read_dir(home.path().join("web"))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
 }

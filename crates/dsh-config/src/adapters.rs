@@ -72,6 +72,9 @@ pub fn build_adapter(
             if let Some(timeout) = provider.idle_timeout {
                 c.idle_timeout = timeout;
             }
+            if let Some(deadline) = provider.reply_timeout {
+                c.reply_timeout = deadline;
+            }
             Arc::new(DeepSeekAdapter::new(c)?)
         }
         ProviderKind::Anthropic => {
@@ -80,6 +83,9 @@ pub fn build_adapter(
             c.key_variable = key_variable;
             if let Some(timeout) = provider.idle_timeout {
                 c.idle_timeout = timeout;
+            }
+            if let Some(deadline) = provider.reply_timeout {
+                c.reply_timeout = deadline;
             }
             Arc::new(AnthropicAdapter::new(c)?)
         }

@@ -6,10 +6,11 @@ use dsh_llm::ReasoningEffort;
 use dsh_session::PriceTable;
 use toml::{Table, Value};
 
-/// Default compaction trigger: share of the context window (SPEC S5.2).
+/// Default compaction trigger: share of the context window (docs/agent.md, "Context discipline").
 pub const DEFAULT_COMPACTION_THRESHOLD: f64 = 0.8;
 
-/// Default share of the context window kept verbatim when compacting (SPEC S5.2).
+/// Default share of the context window kept verbatim when compacting (docs/agent.md, "Context
+/// discipline").
 pub const DEFAULT_KEEP_TAIL: f64 = 0.16;
 
 /// Name of the built-in DeepSeek provider.

@@ -50,6 +50,8 @@ pub struct ProviderConfig {
     pub headers: Vec<(String, String)>,
     /// Idle watchdog override.
     pub idle_timeout: Option<Duration>,
+    /// Overall reply deadline override (`reply_timeout_secs`).
+    pub reply_timeout: Option<Duration>,
     /// Fields the endpoint accepts (chat-completions kinds only).
     pub quirks: OpenAiQuirks,
 }
@@ -86,7 +88,7 @@ impl ModelEntry {
     }
 }
 
-/// Compaction settings (SPEC S5.2), shares of the context window.
+/// Compaction settings (docs/agent.md, "Context discipline"), shares of the context window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompactionSettings {
     pub threshold: f64,
@@ -113,6 +115,10 @@ pub struct Config {
     pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
     /// `[hooks]` kept as written, for hooks.
     pub hooks: Table,
+    /// The project files and whether their settings applied (docs/configuration.md).
+    pub trust: crate::trust::WorkspaceTrust,
+    /// `(base_url, api_key_env)` of each provider without the project layer.
+    own_endpoints: BTreeMap<String, (Option<String>, Option<String>)>,
     merged: Table,
     provenance: Provenance,
 }
@@ -188,9 +194,68 @@ impl Config {
         lookup: &dyn Fn(&str) -> Option<String>,
         flags: &Flags,
     ) -> Result<Config, ConfigErrors> {
-        let layers = collect_layers(home, cwd, lookup, flags)?;
+        let mut layers = collect_layers(home, cwd, lookup, flags)?;
+        let user_table = layers
+            .iter()
+            .find(|(source, _)| matches!(source, Source::UserFile(_)))
+            .map(|(_, table)| table);
+        let prefixes = crate::trust::user_prefixes(user_table);
+        let mut trust = crate::trust::assess(home, cwd, flags.trust_workspace, &prefixes);
+        // What the provider endpoints would be without the project file: a project layer may
+        // not point the user's key at another host (see `select_keyed`).
+        let own: Vec<(Source, Table)> = layers
+            .iter()
+            .filter(|(source, _)| !matches!(source, Source::ProjectFile(_)))
+            .cloned()
+            .collect();
+        let own_endpoints = endpoints(&merge_layers(&own).0);
+        if trust.trusted.is_some() {
+            // Apply the project file exactly as pinned, not as read a moment earlier.
+            if let Some(text) = &trust.config_text {
+                for (source, table) in &mut layers {
+                    if matches!(source, Source::ProjectFile(_)) {
+                        *table = crate::load::parse_layer(text, source)
+                            .map_err(|e| ConfigErrors(vec![e]))?;
+                        let errors = crate::schema::check_layer(table, source);
+                        if !errors.is_empty() {
+                            return Err(ConfigErrors(errors));
+                        }
+                    }
+                }
+            }
+        } else {
+            let below: Vec<(Source, Table)> = layers
+                .iter()
+                .filter(|(source, _)| source.precedence() < 2)
+                .cloned()
+                .collect();
+            let below = merge_layers(&below).0;
+            for (source, table) in &mut layers {
+                if let Source::ProjectFile(path) = source {
+                    let keys = crate::trust::restrict_project_layer(table, &below);
+                    if !keys.is_empty() {
+                        trust.ignored.push((path.clone(), keys));
+                    }
+                }
+            }
+            if let Some(hooks) = &trust.hooks_file {
+                trust.ignored.push((hooks.clone(), Vec::new()));
+            }
+        }
         let (merged, provenance) = merge_layers(&layers);
-        Config::from_merged(merged, provenance)
+        let mut config = Config::from_merged(merged, provenance)?;
+        config.trust = trust;
+        config.own_endpoints = own_endpoints;
+        Ok(config)
+    }
+
+    /// Credential variables that `./.env` may set: the `api_key_env` of every provider the
+    /// built-in defaults and the user's own configuration define (never the project's).
+    pub fn own_key_variables(&self) -> Vec<String> {
+        self.own_endpoints
+            .values()
+            .filter_map(|(_, variable)| variable.clone())
+            .collect()
     }
 
     /// Where the value at dotted `key` came from.
@@ -275,6 +340,7 @@ impl Config {
                         .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                         .collect(),
                     idle_timeout: as_u64(table.get("idle_timeout_secs")).map(Duration::from_secs),
+                    reply_timeout: as_u64(table.get("reply_timeout_secs")).map(Duration::from_secs),
                     quirks: OpenAiQuirks {
                         send_reasoning_content: flag("send_reasoning_content"),
                         send_stream_options: flag("send_stream_options"),
@@ -413,6 +479,8 @@ impl Config {
             models,
             mcp: sub_table(&merged, "mcp").cloned().unwrap_or_default(),
             hooks: sub_table(&merged, "hooks").cloned().unwrap_or_default(),
+            trust: crate::trust::WorkspaceTrust::default(),
+            own_endpoints: BTreeMap::new(),
             merged,
             provenance,
         })
@@ -446,9 +514,39 @@ impl Config {
     /// unless the provider was chosen with higher precedence than the model (e.g. `--provider`
     /// on the command line with `model` from a file) and has a `default_model`; then that. The
     /// provider's key variable must be set (through `lookup`), else [`SelectError::MissingKey`].
+    ///
+    /// A provider whose `base_url` or `api_key_env` the project file changed (or defined) is
+    /// given no key at all here; use [`Config::select_keyed`] to let the project's own `.env`
+    /// supply one.
     pub fn select(
         &self,
         lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Selection, SelectError> {
+        self.select_keyed(lookup, &|_| None)
+    }
+
+    /// True when the project file changed (or defined) `name`'s `base_url` or `api_key_env`:
+    /// the endpoint differs from what the built-in defaults, the user's own file, the
+    /// environment and flags give.
+    pub fn redirected_by_project(&self, provider: &ProviderConfig) -> bool {
+        match self.own_endpoints.get(&provider.name) {
+            Some((url, variable)) => {
+                url.as_deref() != Some(provider.base_url.as_str())
+                    || *variable != provider.api_key_env
+            }
+            None => true,
+        }
+    }
+
+    /// [`Config::select`], with the key rule of docs/configuration.md ("Keys never follow a
+    /// project's endpoint"): the key of a provider [redirected by the project
+    /// file](Config::redirected_by_project) is read only through `project_lookup` (the
+    /// project's own `./.env`), never through `lookup` (the user's environment and
+    /// `$DSH_HOME/.env`), so a project can never send the user's key to a host of its choice.
+    pub fn select_keyed(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        project_lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Selection, SelectError> {
         let provider_source = self.source_or_default("provider");
         let provider = self
@@ -484,6 +582,31 @@ impl Config {
             )));
         };
         let api_key = match &provider.api_key_env {
+            Some(variable) if self.redirected_by_project(&provider) => {
+                let key = project_lookup(variable)
+                    .map(ApiKey::new)
+                    .filter(|k| !k.is_empty());
+                if key.is_none() {
+                    let key_name = key_path(&key_path("providers", &provider.name), "base_url");
+                    return Err(SelectError::MissingKey(ConfigError::new(
+                        &self.source_or_default(&key_name),
+                        key_name,
+                        format!(
+                            "provider `{}` has an endpoint set by the project's configuration; \
+                             dsh does not send it {variable} from your environment or \
+                             $DSH_HOME/.env",
+                            provider.name
+                        ),
+                        format!(
+                            "put the key meant for that host into the project's ./.env as \
+                             {variable}, or define `[providers.{}]` with the same base_url and \
+                             api_key_env in $DSH_HOME/config.toml",
+                            provider.name
+                        ),
+                    )));
+                }
+                key
+            }
             Some(variable) => {
                 let key = lookup(variable).map(ApiKey::new).filter(|k| !k.is_empty());
                 if key.is_none() {
@@ -524,6 +647,24 @@ impl Config {
                 .collect(),
         }
     }
+}
+
+/// `(base_url, api_key_env)` of each provider of a merged table.
+fn endpoints(merged: &Table) -> BTreeMap<String, (Option<String>, Option<String>)> {
+    sub_table(merged, "providers")
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, value)| {
+            let table = value.as_table()?;
+            Some((
+                name.clone(),
+                (
+                    as_string(table.get("base_url")),
+                    as_string(table.get("api_key_env")),
+                ),
+            ))
+        })
+        .collect()
 }
 
 fn collect_leaves<'a>(

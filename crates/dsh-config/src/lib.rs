@@ -1,4 +1,4 @@
-//! dsh configuration (SPEC S8): `$DSH_HOME/config.toml` with a project override
+//! dsh configuration (docs/configuration.md): `$DSH_HOME/config.toml` with a project override
 //! `.dsh/config.toml`, environment variables and flags.
 //!
 //! - [`Config::load`] reads every layer (built-in defaults, user file, project file,
@@ -9,6 +9,8 @@
 //! - [`Config::select`] picks provider, model, effort and key for a run; [`build_adapter`]
 //!   builds the provider's adapter with the model table in front of its defaults.
 //! - [`Config::web_fetch`] gives the settings of the opt-in `web_fetch` tool.
+//! - [`trust`] decides whether the project's files may run commands or widen power; untrusted,
+//!   those settings are left out and named in [`Config::trust`].
 //! - [`show::render`] prints the effective configuration with secrets redacted.
 //!
 //! Files never hold keys: a provider names the variable holding its key (`api_key_env`), and a
@@ -23,6 +25,7 @@ mod mcp;
 mod schema;
 pub mod show;
 mod tools;
+pub mod trust;
 
 pub use adapters::{build_adapter, ModelTableAdapter};
 pub use builtin::{
@@ -38,7 +41,7 @@ pub use load::{
     key_path, project_config_path, user_config_path, Flags, CONFIG_FILE, ENV_KEYS, PROJECT_DIR,
 };
 pub use mcp::{
-    McpServerConfig, McpTransport, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
+    McpServerConfig, McpTransport, McpTrust, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
 };
 pub use schema::{EFFORTS, MAX_TOKENS_FIELDS, PERMISSION_PRESETS, PROVIDER_KINDS};
 pub use tools::{WebFetchConfig, DEFAULT_WEB_FETCH_MAX_BYTES, DEFAULT_WEB_FETCH_TIMEOUT};

@@ -56,6 +56,9 @@ pub struct Flags {
     pub effort: Option<String>,
     /// `--permission`.
     pub permission: Option<String>,
+    /// `--trust-workspace`: the project's settings apply for this run without a recorded
+    /// trust (docs/configuration.md, "Workspace trust").
+    pub trust_workspace: bool,
 }
 
 /// Environment variables read as configuration, with the key each sets.
@@ -86,7 +89,12 @@ pub fn read_layer(path: &Path, source: &Source) -> Result<Option<Table>, ConfigE
             ))
         }
     };
-    text.parse::<Table>().map(Some).map_err(|err| {
+    parse_layer(&text, source).map(Some)
+}
+
+/// Parses the text of a configuration file; errors as for [`read_layer`].
+pub(crate) fn parse_layer(text: &str, source: &Source) -> Result<Table, ConfigError> {
+    text.parse::<Table>().map_err(|err| {
         let position = err
             .span()
             .map(|span| {

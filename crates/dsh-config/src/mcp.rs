@@ -27,7 +27,35 @@ const SERVER_KEYS: &[&str] = &[
     "tool_timeout_secs",
     "startup_timeout_secs",
     "enabled",
+    "trust",
 ];
+
+/// How far the user trusts a server's tools (`trust` under `[mcp.servers.<name>]`; only the
+/// user's own `$DSH_HOME/config.toml` may widen it). See docs/mcp.md, "Approvals".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum McpTrust {
+    /// `"none"`: every call is asked (except under `danger-full-access`), even of tools that
+    /// declare `readOnlyHint`.
+    None,
+    /// `"read-only"` (default): tools that declare `readOnlyHint = true` run without asking;
+    /// the others are asked under `read-only` and `workspace-write`.
+    #[default]
+    ReadOnly,
+    /// `"all"`: under `workspace-write` no call is asked; under `read-only` tools without
+    /// `readOnlyHint` are still asked.
+    All,
+}
+
+impl McpTrust {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpTrust::None => "none",
+            McpTrust::ReadOnly => "read-only",
+            McpTrust::All => "all",
+        }
+    }
+}
 
 /// How to reach a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +94,8 @@ pub struct McpServerConfig {
     pub tool_timeout: Duration,
     /// Limit for starting the server and listing its tools.
     pub startup_timeout: Duration,
+    /// Which calls run without the user's approval.
+    pub trust: McpTrust,
 }
 
 fn err(
@@ -246,9 +276,15 @@ fn parse_server(
     let mut tool_timeout = DEFAULT_MCP_TOOL_TIMEOUT;
     let mut startup_timeout = DEFAULT_MCP_STARTUP_TIMEOUT;
     let mut enabled = true;
+    let mut trust = McpTrust::default();
     for (k, v) in table {
         let full = format!("{key}.{k}");
         match k.as_str() {
+            "trust" => {
+                if let Some(level) = parse_trust(key, table, &full, v, source_of, errors) {
+                    trust = level;
+                }
+            }
             "tool_timeout_secs" => {
                 tool_timeout = seconds(&source, &full, v, errors).unwrap_or(tool_timeout)
             }
@@ -358,5 +394,73 @@ fn parse_server(
         transport,
         tool_timeout,
         startup_timeout,
+        trust,
     })
+}
+
+/// `trust` of one server. Widening trust (`read-only` is the default, `all` is wider) is the
+/// user's decision: it must come from the user's own file, and the server's `command`/`url`
+/// must come from there too (a project cannot borrow the user's trust for another program).
+fn parse_trust(
+    key: &str,
+    table: &Table,
+    full: &str,
+    value: &Value,
+    source_of: &dyn Fn(&str) -> Source,
+    errors: &mut Vec<ConfigError>,
+) -> Option<McpTrust> {
+    let source = source_of(full);
+    let level = match value.as_str() {
+        Some("none") => McpTrust::None,
+        Some("read-only") => McpTrust::ReadOnly,
+        Some("all") => McpTrust::All,
+        _ => {
+            errors.push(err(
+                &source,
+                full,
+                "must be \"none\", \"read-only\" or \"all\"",
+                "write e.g. `trust = \"all\"` (tools run without asking under workspace-write)",
+            ));
+            return None;
+        }
+    };
+    if level != McpTrust::All {
+        return Some(level);
+    }
+    let from_user = |s: &Source| matches!(s, Source::UserFile(_));
+    if !from_user(&source) {
+        errors.push(err(
+            &source,
+            full,
+            "only the user's own configuration can trust an MCP server",
+            format!("remove it here; set `trust = \"all\"` under [{key}] in $DSH_HOME/config.toml if you trust this server"),
+        ));
+        return None;
+    }
+    // Every value that decides what runs (or where it connects) must be the user's too.
+    let mut leaves = Vec::new();
+    for k in [
+        "command", "url", "args", "cwd", "env", "env_vars", "headers",
+    ] {
+        match table.get(k) {
+            Some(Value::Table(inner)) => {
+                leaves.extend(inner.keys().map(|name| format!("{key}.{k}.{name}")))
+            }
+            Some(_) => leaves.push(format!("{key}.{k}")),
+            None => {}
+        }
+    }
+    for leaf in leaves {
+        let origin = source_of(&leaf);
+        if !from_user(&origin) {
+            errors.push(err(
+                &origin,
+                &leaf,
+                "changes a server the user's configuration trusts",
+                format!("remove it here, or remove `trust` from [{key}] in $DSH_HOME/config.toml"),
+            ));
+            return None;
+        }
+    }
+    Some(level)
 }

@@ -29,7 +29,9 @@ const ROOT_KEYS: &[&str] = &[
     "mcp",
     "hooks",
     "tools",
+    "trust",
 ];
+const TRUST_KEYS: &[&str] = &["workspaces"];
 const COMPACTION_KEYS: &[&str] = &["threshold", "keep_tail"];
 const TOOLS_KEYS: &[&str] = &["web_fetch"];
 const WEB_FETCH_KEYS: &[&str] = &["enabled", "allowed_hosts", "max_bytes", "timeout_secs"];
@@ -40,6 +42,7 @@ const PROVIDER_KEYS: &[&str] = &[
     "default_model",
     "headers",
     "idle_timeout_secs",
+    "reply_timeout_secs",
     "quirks",
 ];
 const QUIRK_KEYS: &[&str] = &[
@@ -258,7 +261,52 @@ impl Checker<'_> {
                         self.tools(t);
                     }
                 }
+                "trust" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.trust(t);
+                    }
+                }
                 other => self.unknown("", other, ROOT_KEYS),
+            }
+        }
+    }
+
+    /// `[trust]`: workspaces whose project settings apply without `dsh trust`. Only the
+    /// user's own file may say so: a project cannot trust itself.
+    fn trust(&mut self, table: &Table) {
+        if !matches!(self.source, Source::UserFile(_)) {
+            self.error(
+                "trust",
+                "only $DSH_HOME/config.toml can trust workspaces",
+                "remove `[trust]` from this file; run `dsh trust` in the workspace instead",
+            );
+            return;
+        }
+        for (key, value) in table {
+            let path = join("trust", key);
+            match key.as_str() {
+                "workspaces" => match value {
+                    Value::Array(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            let at = format!("{path}[{i}]");
+                            if let Some(dir) = self.expect_str(&at, item) {
+                                if !dir.starts_with('/') {
+                                    self.error(
+                                        &at,
+                                        format!("`{dir}` is not an absolute path"),
+                                        "write the workspace's full path, e.g. `\"/home/me/src\"`",
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    other => self.error(
+                        &path,
+                        format!("must be an array of paths, found {}", type_name(other)),
+                        "write e.g. `workspaces = [\"/home/me/src\"]`",
+                    ),
+                },
+                other => self.unknown("trust", other, TRUST_KEYS),
             }
         }
     }
@@ -386,7 +434,9 @@ impl Checker<'_> {
                         }
                     }
                 }
-                "idle_timeout_secs" => self.expect_positive_int(&full, value),
+                "idle_timeout_secs" | "reply_timeout_secs" => {
+                    self.expect_positive_int(&full, value)
+                }
                 "quirks" => {
                     if let Some(quirks) = self.expect_table(&full, value) {
                         for (q, v) in quirks {

@@ -10,31 +10,73 @@ use crate::config::Config;
 /// Placeholder printed instead of a value that may be a secret.
 pub const REDACTED: &str = "<redacted>";
 
-/// True for a key whose value may be a credential: header values of `Authorization`-like
-/// headers and any key whose last segment mentions key, token, secret, password, auth or cookie
-/// (except `api_key_env`, which holds a variable name).
+/// Key names (last path segment, lower case, `-` read as `_`) whose values are credentials.
+/// A list, not a substring test: `default_max_tokens` or `max_output` are not secrets.
+pub const SECRET_KEY_NAMES: &[&str] = &[
+    "api_key",
+    "apikey",
+    "key",
+    "x_api_key",
+    "token",
+    "access_token",
+    "auth_token",
+    "bearer_token",
+    "refresh_token",
+    "id_token",
+    "session_token",
+    "secret",
+    "client_secret",
+    "secret_key",
+    "private_key",
+    "password",
+    "passwd",
+    "authorization",
+    "proxy_authorization",
+    "auth",
+    "cookie",
+    "set_cookie",
+    "credential",
+    "credentials",
+];
+
+/// True for a key whose value may be a credential: its last segment is one of
+/// [`SECRET_KEY_NAMES`] or ends in `_api_key`, `_token`, `_secret` or `_password`. Keys ending
+/// in `_env` (`api_key_env`, `bearer_token_env`) name variables and are shown.
 pub fn is_secret_key(path: &str) -> bool {
     let last = path
         .rsplit('.')
         .next()
         .unwrap_or(path)
         .trim_matches('"')
-        .to_ascii_lowercase();
-    if last == "api_key_env" {
+        .to_ascii_lowercase()
+        .replace('-', "_");
+    if last.ends_with("_env") {
         return false;
     }
-    [
-        "key",
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "auth",
-        "cookie",
-        "credential",
-    ]
-    .iter()
-    .any(|w| last.contains(w))
+    SECRET_KEY_NAMES.contains(&last.as_str())
+        || ["_api_key", "_token", "_secret", "_password"]
+            .iter()
+            .any(|suffix| last.ends_with(suffix))
+}
+
+/// True for a value shaped like a credential whatever its key: `sk-`/`sk_` keys, `Bearer ` or
+/// `Basic ` header values, and long tokens mixing upper case, lower case and digits.
+pub fn looks_secret(value: &str) -> bool {
+    let value = value.trim();
+    if value.starts_with("sk-")
+        || value.starts_with("sk_")
+        || value.starts_with("Bearer ")
+        || value.starts_with("Basic ")
+    {
+        return true;
+    }
+    value.len() >= 32
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_+/=.".contains(c))
+        && value.chars().any(|c| c.is_ascii_digit())
+        && value.chars().any(|c| c.is_ascii_lowercase())
+        && value.chars().any(|c| c.is_ascii_uppercase())
 }
 
 /// A URL with any `user:password@` part replaced by the placeholder.
@@ -50,11 +92,13 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-fn render_value(path: &str, value: &Value) -> String {
+/// `value` of the key `path` as TOML text, secrets replaced by the placeholder.
+pub fn render_value(path: &str, value: &Value) -> String {
     if is_secret_key(path) {
         return format!("\"{REDACTED}\"");
     }
     match value {
+        Value::String(text) if looks_secret(text) => format!("\"{REDACTED}\""),
         Value::String(text) if path.ends_with("url") => Value::String(redact_url(text)).to_string(),
         Value::Array(items) => {
             let inner: Vec<String> = items.iter().map(|v| render_value(path, v)).collect();
@@ -108,6 +152,27 @@ pub fn render(config: &Config, lookup: &dyn Fn(&str) -> Option<String>) -> Strin
             ""
         };
         let _ = writeln!(out, "# provider {}{marker}: {state}", provider.name);
+    }
+    let trust = &config.trust;
+    if !trust.files.is_empty() {
+        let _ = writeln!(out);
+        let state = match &trust.trusted {
+            Some(crate::trust::TrustReason::Recorded) => "trusted (dsh trust)".to_string(),
+            Some(crate::trust::TrustReason::Flag) => "trusted (--trust-workspace)".to_string(),
+            Some(crate::trust::TrustReason::UserConfig(prefix)) => {
+                format!("trusted ([trust] workspaces: {})", prefix.display())
+            }
+            None => "not trusted".to_string(),
+        };
+        let _ = writeln!(out, "# workspace {}: {state}", trust.workspace.display());
+        for (file, keys) in &trust.ignored {
+            let what = if keys.is_empty() {
+                "all of it".to_string()
+            } else {
+                keys.join(", ")
+            };
+            let _ = writeln!(out, "# ignored in {}: {what}", file.display());
+        }
     }
     out
 }

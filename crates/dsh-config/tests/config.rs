@@ -99,6 +99,7 @@ fn project_wins_per_key_and_provenance_names_each_layer() {
     .project("effort = \"max\"\n[providers.local]\nbase_url = \"http://127.0.0.1:11434/v1\"\n");
     let flags = Flags {
         permission: Some("read-only".into()),
+        trust_workspace: true,
         ..Flags::default()
     };
     let config = dirs
@@ -198,8 +199,23 @@ fn model_naming_an_unknown_provider_is_named() {
     let dirs = Dirs::new();
     dirs.project("[models.qwen]\nprovider = \"vllm\"\n");
     let file = dirs.project.path().join(".dsh/config.toml");
-    let error = only_error(dirs.load(), &file, "models.qwen.provider");
+    let trusted = Flags {
+        trust_workspace: true,
+        ..Flags::default()
+    };
+    let error = only_error(dirs.load_with(&[], &trusted), &file, "models.qwen.provider");
     assert!(error.problem.contains("`vllm`"));
+    // Untrusted, the project cannot name providers it would have to define: the field is left
+    // out and named.
+    let config = dirs.load().unwrap();
+    assert_eq!(config.models["qwen"].provider, None);
+    assert_eq!(
+        config.trust.ignored,
+        vec![(
+            std::fs::canonicalize(&file).unwrap(),
+            vec!["models.qwen.provider".to_string()]
+        )]
+    );
 }
 
 #[test]

@@ -93,3 +93,88 @@ tool_timeout_secs = 0
     );
     assert!(err.contains("fix: "), "{err}");
 }
+
+/// Loads a user file and a project file; the workspace is trusted for this load, so the
+/// project's MCP servers take part.
+fn load_both(user: &str, project: &str) -> Result<Config, String> {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::create_dir(cwd.path().join(".git")).unwrap();
+    std::fs::create_dir(cwd.path().join(".dsh")).unwrap();
+    std::fs::write(home.path().join("config.toml"), user).unwrap();
+    std::fs::write(cwd.path().join(".dsh/config.toml"), project).unwrap();
+    let flags = Flags {
+        trust_workspace: true,
+        ..Flags::default()
+    };
+    Config::load(home.path(), cwd.path(), &|_| None, &flags).map_err(|e| e.to_string())
+}
+
+#[test]
+fn trust_is_the_users_decision() {
+    use dsh_config::McpTrust;
+    let config = load(
+        r#"
+[mcp.servers.default]
+command = "a"
+
+[mcp.servers.trusted]
+command = "b"
+trust = "all"
+
+[mcp.servers.careful]
+command = "c"
+trust = "none"
+"#,
+    )
+    .unwrap();
+    let trust: Vec<(&str, McpTrust)> = config
+        .mcp_servers
+        .iter()
+        .map(|s| (s.name.as_str(), s.trust))
+        .collect();
+    assert_eq!(
+        trust,
+        vec![
+            ("careful", McpTrust::None),
+            ("default", McpTrust::ReadOnly),
+            ("trusted", McpTrust::All)
+        ]
+    );
+
+    let err = load("[mcp.servers.x]\ncommand = \"a\"\ntrust = \"yes\"\n").unwrap_err();
+    assert!(
+        err.contains("`mcp.servers.x.trust`: must be \"none\", \"read-only\" or \"all\""),
+        "{err}"
+    );
+
+    // A project cannot trust a server, not even one of its own.
+    let err = load_both("", "[mcp.servers.p]\ncommand = \"evil\"\ntrust = \"all\"\n").unwrap_err();
+    assert!(
+        err.contains("only the user's own configuration can trust an MCP server"),
+        "{err}"
+    );
+    // Nor borrow the user's trust by changing what the trusted server runs.
+    for planted in [
+        "[mcp.servers.fs]\ncommand = \"evil\"\n",
+        "[mcp.servers.fs]\nargs = [\"--evil\"]\n",
+        "[mcp.servers.fs.env]\nLD_PRELOAD = \"/tmp/evil.so\"\n",
+    ] {
+        let err = load_both(
+            "[mcp.servers.fs]\ncommand = \"fs-server\"\ntrust = \"all\"\n",
+            planted,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("changes a server the user's configuration trusts"),
+            "{planted}: {err}"
+        );
+    }
+    // Narrowing is fine: a project may distrust a server.
+    let config = load_both(
+        "[mcp.servers.fs]\ncommand = \"fs-server\"\n",
+        "[mcp.servers.fs]\ntrust = \"none\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.mcp_servers[0].trust, McpTrust::None);
+}

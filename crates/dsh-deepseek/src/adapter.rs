@@ -14,7 +14,8 @@ use crate::http_stream::{Endpoint, EndpointConfig, HttpErrorParts};
 use crate::models;
 use crate::request::build_request_body_with;
 
-/// The DeepSeek / OpenAI-compatible chat-completions adapter (SPEC S2.1).
+/// The DeepSeek / OpenAI-compatible chat-completions adapter (docs/providers.md, "Chat
+/// completions").
 ///
 /// Each [`stream`](Adapter::stream) call makes exactly one HTTP attempt (it never retries) and
 /// yields a stream that always ends with one `finish` chunk: `stop`, `tool-calls`,
@@ -60,6 +61,7 @@ impl DeepSeekAdapter {
             extra_headers: &config.extra_headers,
             connect_timeout: config.connect_timeout,
             idle_timeout: config.idle_timeout,
+            reply_timeout: config.reply_timeout,
             http_failure,
         })?;
         Ok(DeepSeekAdapter {
@@ -103,7 +105,7 @@ impl Adapter for DeepSeekAdapter {
     }
 }
 
-/// The failure for a non-2xx response (SPEC S2.1 error table).
+/// The failure for a non-2xx response (docs/providers.md, "Chat completions", error table).
 fn http_failure(response: &HttpErrorParts<'_>, key_variable: &str) -> Failure {
     let header = |name: &str| {
         response

@@ -12,8 +12,13 @@ pub const API_KEY_ENV: &str = "DEEPSEEK_API_KEY";
 /// Environment variable read for the endpoint by [`DeepSeekConfig::from_env`].
 pub const BASE_URL_ENV: &str = "DEEPSEEK_BASE_URL";
 
-/// Default idle watchdog: a call fails with `TIMEOUT` after this long without a byte (SPEC S1.9).
+/// Default idle watchdog: a call fails with `TIMEOUT` after this long without a byte
+/// (docs/model-calls.md, "Adapter seam").
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// Default overall reply deadline: a streamed reply still unfinished after this long fails with
+/// `TIMEOUT`, however steadily bytes (keep-alive comments included) arrive (docs/providers.md).
+pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// Default limit for establishing the TCP (and TLS) connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -113,6 +118,8 @@ pub struct DeepSeekConfig {
     pub api_key: Option<ApiKey>,
     /// Idle watchdog: longest wait for the next byte (headers or body) before `TIMEOUT`.
     pub idle_timeout: Duration,
+    /// Overall deadline of one streamed reply, from the request to the last byte (`TIMEOUT`).
+    pub reply_timeout: Duration,
     /// Longest wait to establish the connection; exceeding it is a `TRANSPORT` failure.
     pub connect_timeout: Duration,
     /// Headers added to every request (after the defaults, so they may override them).
@@ -129,6 +136,7 @@ impl Default for DeepSeekConfig {
             base_url: DEFAULT_BASE_URL.to_string(),
             api_key: None,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            reply_timeout: DEFAULT_REPLY_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             extra_headers: Vec::new(),
             quirks: OpenAiQuirks::default(),
@@ -169,6 +177,12 @@ impl DeepSeekConfig {
     /// The same config with another idle watchdog.
     pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> Self {
         self.idle_timeout = idle_timeout;
+        self
+    }
+
+    /// The same config with another overall reply deadline.
+    pub fn with_reply_timeout(mut self, reply_timeout: Duration) -> Self {
+        self.reply_timeout = reply_timeout;
         self
     }
 

@@ -1,4 +1,5 @@
-//! Stream decoding (SPEC S2.1): SSE bytes of a chat-completions stream become dsh [`Chunk`]s.
+//! Stream decoding (docs/providers.md, "Chat completions"): SSE bytes of a chat-completions stream
+//! become dsh [`Chunk`]s.
 //!
 //! Payloads are deserialised into borrowed structs (`Cow<str>` borrows unless the JSON string
 //! has escapes), so the hot path allocates only the chunk strings it hands out.

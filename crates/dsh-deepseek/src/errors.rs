@@ -1,5 +1,5 @@
-//! HTTP and in-stream error mapping (SPEC S2.1): status, wording and headers become a
-//! [`Failure`] with one of the product's codes.
+//! HTTP and in-stream error mapping (docs/providers.md, "Chat completions"): status, wording and
+//! headers become a [`Failure`] with one of the product's codes.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -103,7 +103,9 @@ pub fn failure_from_stream_error(payload: &[u8]) -> Failure {
 }
 
 /// The provider's own error message from a body: `error.message`, `error` (a string),
-/// `message` or `detail`; otherwise the body text. Truncated, control characters flattened.
+/// `message` or `detail`; an HTML page (a proxy's 413 or 502 in front of the provider) gives its
+/// `<title>`, or its text without tags; otherwise the body text. Truncated, control characters
+/// flattened.
 pub fn provider_message(body: &[u8]) -> String {
     let from_json = serde_json::from_slice::<Value>(body).ok().and_then(|json| {
         let error = json.get("error");
@@ -117,9 +119,52 @@ pub fn provider_message(body: &[u8]) -> String {
     });
     let text = match from_json {
         Some(text) => text,
-        None => String::from_utf8_lossy(body).trim().to_string(),
+        None => {
+            let raw = String::from_utf8_lossy(body).trim().to_string();
+            html_text(&raw).unwrap_or(raw)
+        }
     };
     truncate_chars(&text.replace(['\r', '\n'], " "), PROVIDER_MESSAGE_LIMIT)
+}
+
+/// What an HTML error page says, when `text` is one: its `<title>`, else its text without tags,
+/// with the note that a proxy answered. `None` for anything that is not HTML.
+fn html_text(text: &str) -> Option<String> {
+    let lower = text.to_ascii_lowercase();
+    let is_html = lower.starts_with('<')
+        && ["<html", "<!doctype html", "<head", "<body", "<title"]
+            .iter()
+            .any(|tag| lower.contains(tag));
+    if !is_html {
+        return None;
+    }
+    let title = lower.find("<title").and_then(|open| {
+        let start = open + lower[open..].find('>')? + 1;
+        let end = start + lower[start..].find("</title")?;
+        Some(text[start..end].trim().to_string())
+    });
+    let shown = match title.filter(|t| !t.is_empty()) {
+        Some(title) => title,
+        None => {
+            let mut plain = String::new();
+            let mut in_tag = false;
+            for c in text.chars() {
+                match c {
+                    '<' => in_tag = true,
+                    '>' if in_tag => {
+                        in_tag = false;
+                        plain.push(' ');
+                    }
+                    _ if !in_tag => plain.push(c),
+                    _ => {}
+                }
+            }
+            plain.split_whitespace().collect::<Vec<_>>().join(" ")
+        }
+    };
+    Some(format!(
+        "{shown} (an HTML page, not the provider's JSON error: probably a proxy in front of it)"
+    ))
 }
 
 /// `text` cut to at most `limit` characters, with `...` appended when cut.
@@ -244,6 +289,24 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn html_error_pages_are_reduced_to_their_title() {
+        let nginx = b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+        let message = provider_message(nginx);
+        assert!(
+            message.starts_with("413 Request Entity Too Large (an HTML page"),
+            "{message}"
+        );
+        assert!(!message.contains('<'), "{message}");
+        let untitled = provider_message(b"<html><body><p>Payload   too\nlarge</p></body></html>");
+        assert!(
+            untitled.starts_with("Payload too large (an HTML page"),
+            "{untitled}"
+        );
+        assert_eq!(provider_message(b"<not html> plain"), "<not html> plain");
+        assert_eq!(provider_message(b"plain text"), "plain text");
+    }
 
     fn fail(status: u16, body: &str) -> Failure {
         failure_from_http(

@@ -2,8 +2,8 @@
 //! in `dsh-anthropic`). An [`Endpoint`] holds the client, URLs, headers and key of one provider
 //! and makes its calls: a streamed model call ([`HttpCall`]: send the request, turn a non-2xx
 //! response into a [`Failure`] through the format's error table, feed the body to the format's
-//! [`BodyDecoder`], honour cancellation and the idle timeout at every await, scrub the key from
-//! every failure) and the model listing ([`get_model_ids`]). What differs per format is the
+//! [`BodyDecoder`], honour cancellation, the idle timeout and the overall reply deadline at every
+//! await, scrub the key from every failure) and the model listing ([`get_model_ids`]). What differs per format is the
 //! request body, the decoder, the error table and how the key is sent.
 
 use std::collections::VecDeque;
@@ -55,6 +55,9 @@ pub struct HttpCall<D> {
     pub url: String,
     /// Longest wait for the response headers or for the next bytes of the body.
     pub idle_timeout: Duration,
+    /// Longest time for the whole reply, from sending the request to its last byte, however
+    /// steadily bytes (keep-alive comments included) arrive.
+    pub reply_timeout: Duration,
     pub cancel: CancellationToken,
     pub decoder: D,
     pub http_failure: HttpFailure,
@@ -119,6 +122,39 @@ pub fn timeout_failure(idle_timeout: Duration, waiting_for: &str) -> Failure {
     )
 }
 
+/// The failure of a reply still unfinished after `reply_timeout`: `TIMEOUT`, retryable like
+/// the idle watchdog's, with a message that names the deadline and how to change it.
+pub fn reply_deadline_failure(reply_timeout: Duration, waiting_for: &str) -> Failure {
+    Failure::new(
+        FailureCode::Timeout,
+        format!(
+            "the reply took longer than the overall deadline of {:.1} s (while waiting for \
+             {waiting_for}); the provider kept the connection open without finishing. Raise \
+             `reply_timeout_secs` for this provider if its replies are really this long",
+            reply_timeout.as_secs_f64()
+        ),
+    )
+}
+
+/// When a wait for `waiting_for` ends: at the idle timeout, or at the reply deadline when that
+/// comes first. Gives the time left and the failure to report if it runs out.
+fn next_wait(call: &Sent<impl Sized>, waiting_for: &str) -> (Duration, Failure) {
+    let left = call
+        .deadline
+        .saturating_duration_since(tokio::time::Instant::now());
+    if left < call.idle_timeout {
+        (
+            left,
+            reply_deadline_failure(call.reply_timeout, waiting_for),
+        )
+    } else {
+        (
+            call.idle_timeout,
+            timeout_failure(call.idle_timeout, waiting_for),
+        )
+    }
+}
+
 enum Phase<D> {
     Start(Box<HttpCall<D>>),
     Streaming(Box<Streaming<D>>),
@@ -129,6 +165,9 @@ enum Phase<D> {
 struct Sent<D> {
     url: String,
     idle_timeout: Duration,
+    reply_timeout: Duration,
+    /// When the reply must be complete (`reply_timeout` after the request was sent).
+    deadline: tokio::time::Instant,
     cancel: CancellationToken,
     decoder: D,
     http_failure: HttpFailure,
@@ -176,6 +215,7 @@ impl<D: BodyDecoder> CallState<D> {
             prepare,
             url,
             idle_timeout,
+            reply_timeout,
             cancel,
             decoder,
             http_failure,
@@ -191,21 +231,21 @@ impl<D: BodyDecoder> CallState<D> {
         let call = Sent {
             url,
             idle_timeout,
+            reply_timeout,
+            deadline: tokio::time::Instant::now() + reply_timeout,
             cancel,
             decoder,
             http_failure,
             scrub,
         };
+        let (wait, late) = next_wait(&call, "the response headers");
         let outcome = tokio::select! {
             biased;
             _ = call.cancel.cancelled() => return self.aborted(),
-            outcome = tokio::time::timeout(call.idle_timeout, request.send()) => outcome,
+            outcome = tokio::time::timeout(wait, request.send()) => outcome,
         };
         let response = match outcome {
-            Err(_elapsed) => {
-                let failure = timeout_failure(call.idle_timeout, "the response headers");
-                return self.finish_with(&call.scrub, failure);
-            }
+            Err(_elapsed) => return self.finish_with(&call.scrub, late),
             Ok(Err(err)) => {
                 let failure = Failure::new(
                     FailureCode::Transport,
@@ -230,10 +270,11 @@ impl<D: BodyDecoder> CallState<D> {
         // The body only adds the provider's wording; a body that stalls, breaks or is cancelled
         // is cut short and the status alone decides the failure.
         loop {
+            let (wait, _) = next_wait(call, "the error body");
             let next = tokio::select! {
                 biased;
                 _ = call.cancel.cancelled() => return self.aborted(),
-                next = tokio::time::timeout(call.idle_timeout, response.chunk()) => next,
+                next = tokio::time::timeout(wait, response.chunk()) => next,
             };
             match next {
                 Ok(Ok(Some(bytes))) if body.len() < ERROR_BODY_LIMIT => {
@@ -253,17 +294,15 @@ impl<D: BodyDecoder> CallState<D> {
 
     async fn read(&mut self, mut streaming: Box<Streaming<D>>) -> Phase<D> {
         let Streaming { response, call } = &mut *streaming;
+        let (wait, late) = next_wait(call, "the next stream event");
         let next = tokio::select! {
             biased;
             _ = call.cancel.cancelled() => return self.aborted(),
-            next = tokio::time::timeout(call.idle_timeout, response.chunk()) => next,
+            next = tokio::time::timeout(wait, response.chunk()) => next,
         };
         let scratch = &mut self.scratch;
         match next {
-            Err(_elapsed) => call.decoder.fail(
-                timeout_failure(call.idle_timeout, "the next stream event"),
-                scratch,
-            ),
+            Err(_elapsed) => call.decoder.fail(late, scratch),
             Ok(Err(err)) => call.decoder.fail(
                 Failure::new(
                     FailureCode::Transport,
@@ -374,6 +413,7 @@ pub struct Endpoint {
     secret: Option<String>,
     key_variable: String,
     idle_timeout: Duration,
+    reply_timeout: Duration,
     http_failure: fn(&HttpErrorParts<'_>, &str) -> Failure,
 }
 
@@ -393,6 +433,8 @@ pub struct EndpointConfig<'a> {
     pub extra_headers: &'a [(String, String)],
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
+    /// Overall deadline of one streamed reply (see [`HttpCall::reply_timeout`]).
+    pub reply_timeout: Duration,
     /// The wire format's error table: a non-2xx response and the key variable to a failure.
     pub http_failure: fn(&HttpErrorParts<'_>, &str) -> Failure,
 }
@@ -446,6 +488,7 @@ impl Endpoint {
             secret,
             key_variable: config.key_variable,
             idle_timeout: config.idle_timeout,
+            reply_timeout: config.reply_timeout,
             http_failure: config.http_failure,
         })
     }
@@ -515,6 +558,7 @@ impl Endpoint {
             prepare,
             url: self.url.clone(),
             idle_timeout: self.idle_timeout,
+            reply_timeout: self.reply_timeout,
             cancel,
             decoder,
             http_failure: Box::new(move |response| {
@@ -548,6 +592,7 @@ impl std::fmt::Debug for Endpoint {
             .field("url", &self.url)
             .field("api_key", &self.secret.as_ref().map(|_| "<redacted>"))
             .field("idle_timeout", &self.idle_timeout)
+            .field("reply_timeout", &self.reply_timeout)
             .finish_non_exhaustive()
     }
 }

@@ -1,8 +1,8 @@
-//! The DeepSeek chat-completions adapter of dsh (SPEC S2.1), usable with any OpenAI-compatible
-//! endpoint (vLLM, llama.cpp server, Ollama).
+//! The DeepSeek chat-completions adapter of dsh (docs/providers.md, "Chat completions"), usable
+//! with any OpenAI-compatible endpoint (vLLM, llama.cpp server, Ollama).
 //!
 //! - [`DeepSeekAdapter`] implements [`dsh_llm::Adapter`]: one streaming HTTP attempt per call,
-//!   idle watchdog, live cancellation, and failures mapped to the codes of SPEC S1.4.
+//!   idle watchdog, live cancellation, and failures mapped to the codes of docs/model-calls.md.
 //! - [`build_request_body`] translates a [`dsh_llm::GenerateRequest`] into the JSON body,
 //!   round-tripping `reasoning_content` and raw tool-call arguments byte for byte.
 //! - [`StreamDecoder`] (an [`SseDecoder`] feeding a [`ReplyDecoder`]) turns response bytes into
@@ -24,7 +24,7 @@ mod sse;
 pub use adapter::{AdapterConfigError, DeepSeekAdapter};
 pub use config::{
     ApiKey, DeepSeekConfig, MaxTokensField, OpenAiQuirks, API_KEY_ENV, BASE_URL_ENV,
-    DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT,
 };
 pub use decode::{ReplyDecoder, StreamDecoder};
 pub use models::{model_info, DEFAULT_MODEL};

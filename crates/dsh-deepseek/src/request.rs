@@ -1,4 +1,5 @@
-//! Request translation (SPEC S2.1): a [`GenerateRequest`] becomes a chat-completions body.
+//! Request translation (docs/providers.md, "Chat completions"): a [`GenerateRequest`] becomes a
+//! chat-completions body.
 //!
 //! The body is serialised from borrowed structs, so the history is not copied on the way out.
 //! Absent values are omitted, never sent as `null`.
@@ -134,16 +135,16 @@ fn thinking_mode(request: &GenerateRequest, model: &str) -> ThinkingMode {
 
 /// Serialises `request` as the JSON body of `POST {base}/chat/completions`.
 ///
-/// Contract (SPEC S2.1): `model` (default `deepseek-v4-flash` when empty), `messages` with the
-/// system prompt first, `stream: true`, `stream_options.include_usage: true`, `thinking` and
-/// `reasoning_effort` from the effort (`off` and the session-title purpose disable thinking and
-/// send no effort), `tools` as functions, then `temperature`, `max_tokens`, `stop` when set.
-/// Assistant messages carry `content` (joined text, `""` when none), `tool_calls` with the raw
-/// argument strings byte for byte, and `reasoning_content` whenever the message has reasoning
-/// blocks — and, with thinking on, `""` for a tool-call message without reasoning, because the
-/// provider rejects thinking-mode tool-call turns that lack the field. Tool results become one
-/// `tool` message each; unknown blocks are skipped. Same as [`build_request_body_with`] with
-/// the default (DeepSeek) quirks.
+/// Contract (docs/providers.md, "Chat completions"): `model` (default `deepseek-v4-flash` when
+/// empty), `messages` with the system prompt first, `stream: true`, `stream_options.include_usage:
+/// true`, `thinking` and `reasoning_effort` from the effort (`off` and the session-title purpose
+/// disable thinking and send no effort), `tools` as functions, then `temperature`, `max_tokens`,
+/// `stop` when set. Assistant messages carry `content` (joined text, `""` when none), `tool_calls`
+/// with the raw argument strings byte for byte, and `reasoning_content` whenever the message has
+/// reasoning blocks — and, with thinking on, `""` for a tool-call message without reasoning,
+/// because the provider rejects thinking-mode tool-call turns that lack the field. Tool results
+/// become one `tool` message each; unknown blocks are skipped. Same as [`build_request_body_with`]
+/// with the default (DeepSeek) quirks.
 pub fn build_request_body(request: &GenerateRequest) -> Result<Vec<u8>, Failure> {
     build_request_body_with(request, &OpenAiQuirks::default())
 }

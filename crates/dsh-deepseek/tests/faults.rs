@@ -1,4 +1,5 @@
-//! SPEC S2.1 error table and stream faults, over real HTTP on loopback.
+//! The error table of docs/providers.md ("Chat completions") and stream faults, over real HTTP on
+//! loopback.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
@@ -291,3 +292,137 @@ async fn missing_key_is_missing_credential_and_sends_nothing() {
     assert_missing_key_sends_nothing(&provider, &adapter, simple_request(), "DEEPSEEK_API_KEY")
         .await;
 }
+
+/// A provider that sends keep-alive comments forever (never silent long enough for the idle
+/// watchdog) is cut by the overall reply deadline: `TIMEOUT`, retryable, naming the setting.
+#[tokio::test]
+async fn keep_alives_forever_are_cut_by_the_reply_deadline() {
+    let reply = SseReply::new()
+        .reasoning("thinking...")
+        .end(StreamEnd::KeepAliveForever(Duration::from_millis(50)));
+    let provider = FakeProvider::start([reply.into()]).await.unwrap();
+    let config = config_for(&provider)
+        .with_idle_timeout(Duration::from_millis(300))
+        .with_reply_timeout(Duration::from_millis(900));
+    let adapter = DeepSeekAdapter::new(config).unwrap();
+    let started = std::time::Instant::now();
+    let failure = call_failure(&adapter, simple_request()).await;
+    let took = started.elapsed();
+    assert_eq!(failure.code, FailureCode::Timeout, "{}", failure.message);
+    assert!(
+        failure.message.contains("overall deadline of 0.9 s")
+            && failure.message.contains("reply_timeout_secs"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert!(matches!(
+        dsh_llm::RetryPolicy::default().decide(&failure, 0, 0.0),
+        dsh_llm::RetryDecision::Retry { .. }
+    ));
+    // The connection was closed: the fake provider's comment loop ended on a write error.
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        provider.wait_for_client_disconnects(1),
+    )
+    .await
+    .expect("the stream was not closed after the deadline");
+}
+
+#[tokio::test]
+async fn the_reply_deadline_also_bounds_the_wait_for_headers() {
+    let (url, silent) = silent_server().await;
+    let config = DeepSeekConfig::new(url, Some(ApiKey::new(TEST_KEY)))
+        .with_idle_timeout(Duration::from_secs(30))
+        .with_reply_timeout(Duration::from_millis(300));
+    let adapter = DeepSeekAdapter::new(config).unwrap();
+    let started = std::time::Instant::now();
+    let failure = call_failure(&adapter, simple_request()).await;
+    assert_eq!(failure.code, FailureCode::Timeout);
+    assert!(
+        failure.message.contains("overall deadline"),
+        "{}",
+        failure.message
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    silent.abort();
+}
+
+/// A 413 from a proxy or provider that answers before reading the (large) body: the failure
+/// carries the provider's JSON error message, not a transport error.
+#[tokio::test]
+async fn http_413_sent_before_the_body_was_read_carries_the_json_message() {
+    let provider = FakeProvider::start([ScriptedReply::http_error(
+        413,
+        "Request body too large: the limit is 64 KiB",
+    )])
+    .await
+    .unwrap();
+    provider.reply_early_above(64 * 1024);
+    let big = "x".repeat(4 * 1024 * 1024);
+    let request = request_with(
+        "deepseek-v4-flash",
+        None,
+        vec![dsh_llm::Message::user_text("u1", &big)],
+    );
+    let failure = call_failure(&adapter_for(&provider), request).await;
+    assert_eq!(
+        failure.code,
+        FailureCode::InvalidRequest,
+        "{}",
+        failure.message
+    );
+    assert_eq!(failure.status, Some(413));
+    assert!(
+        failure
+            .message
+            .contains("Request body too large: the limit is 64 KiB"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        !failure.message.contains("\"error\""),
+        "{}",
+        failure.message
+    );
+}
+
+#[tokio::test]
+async fn http_413_carries_the_json_message() {
+    let failure = status_failure(413, "request entity too large: 9 MB > 8 MB").await;
+    assert_eq!(failure.code, FailureCode::InvalidRequest);
+    assert!(
+        failure
+            .message
+            .contains("request entity too large: 9 MB > 8 MB"),
+        "{}",
+        failure.message
+    );
+}
+
+/// A proxy's HTML 413 page is reduced to its title instead of being quoted as markup.
+#[tokio::test]
+async fn http_413_html_page_from_a_proxy_is_reduced_to_its_title() {
+    let failure = failure_for(ScriptedReply::Http {
+        status: 413,
+        headers: Vec::new(),
+        body: NGINX_413.to_string(),
+    })
+    .await;
+    assert_eq!(failure.code, FailureCode::InvalidRequest);
+    assert!(
+        failure
+            .message
+            .contains("HTTP 413 (request too large): 413 Request Entity Too Large (an HTML page"),
+        "{}",
+        failure.message
+    );
+    assert!(!failure.message.contains('<'), "{}", failure.message);
+}
+
+const NGINX_413: &str = "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n\
+    <body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n\
+    </body>\r\n</html>\r\n";

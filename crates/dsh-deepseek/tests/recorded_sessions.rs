@@ -14,8 +14,7 @@ use dsh_test_support::{
 use futures::StreamExt;
 
 fn fixtures() -> PathBuf {
-    snapshot_fixtures_dir(env!("CARGO_MANIFEST_DIR"))
-        .expect("../shared/fixtures/dsh-acp-snapshots beside the workspace")
+    snapshot_fixtures_dir()
 }
 
 fn sessions() -> Vec<(String, RecordedSession)> {

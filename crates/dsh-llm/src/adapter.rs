@@ -1,4 +1,5 @@
-//! The adapter seam (SPEC S1.6, S1.9): one streaming call per attempt, registered under a route.
+//! The adapter seam (docs/model-calls.md, "Generate requests", "Adapter seam"): one streaming call
+//! per attempt, registered under a route.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -36,7 +37,7 @@ pub enum Purpose {
     SessionTitle,
 }
 
-/// Everything one model call needs (SPEC S1.6).
+/// Everything one model call needs (docs/model-calls.md, "Generate requests").
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
     /// Route, model and sampling, already prepared.

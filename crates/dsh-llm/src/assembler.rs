@@ -1,5 +1,6 @@
-//! The block assembler (SPEC S1.8): the one place where streamed chunks become content blocks.
-//! Every adapter, the loop and log replay use it, so they all agree on what a stream means.
+//! The block assembler (docs/model-calls.md, "Block assembler"): the one place where streamed
+//! chunks become content blocks. Every adapter, the loop and log replay use it, so they all agree
+//! on what a stream means.
 
 use crate::block::{BlockType, ContentBlock};
 use crate::chunk::{Chunk, FinishReason};

@@ -1,4 +1,5 @@
-//! Content blocks (SPEC S1.1): an open set, so unknown kinds are carried through untouched.
+//! Content blocks (docs/model-calls.md, "Content blocks"): an open set, so unknown kinds are
+//! carried through untouched.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -35,7 +36,7 @@ pub enum ContentBlock {
     Unknown(Value),
 }
 
-/// The kind of a block, as announced by `block-start` (SPEC S1.3).
+/// The kind of a block, as announced by `block-start` (docs/model-calls.md, "Stream chunks").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BlockType {

@@ -1,4 +1,5 @@
-//! Stream chunks and finish reasons (SPEC S1.3, S1.4).
+//! Stream chunks and finish reasons (docs/model-calls.md, "Stream chunks", "Finish reasons and
+//! failures").
 
 use serde::{Deserialize, Serialize};
 

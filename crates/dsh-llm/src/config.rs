@@ -1,4 +1,5 @@
-//! Call config (SPEC S1.7): the request-header state that decides prompt-cache reuse.
+//! Call config (docs/model-calls.md, "Call config"): the request-header state that decides
+//! prompt-cache reuse.
 
 use serde::{Deserialize, Serialize};
 

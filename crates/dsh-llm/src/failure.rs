@@ -1,10 +1,10 @@
-//! Failures and their codes (SPEC S1.4).
+//! Failures and their codes (docs/model-calls.md, "Finish reasons and failures").
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The code of a failure. Serialised as the upper-case string of SPEC S1.4.
+/// The code of a failure. Serialised as the upper-case string listed in docs/model-calls.md.
 ///
 /// The set is open: `HTTP_<n>` carries a status, and an unrecognised provider stop value becomes
 /// [`FailureCode::Other`] holding the value upper-cased (e.g. `CONTENT_FILTER`).

@@ -1,4 +1,4 @@
-//! The provider-neutral model-call vocabulary of dsh (SPEC S1).
+//! The provider-neutral model-call vocabulary of dsh (docs/model-calls.md).
 //!
 //! A model call is four parts: the system prompt, the message history, the tool schemas and the
 //! call config (sampling and routing). Its reply is a stream of [`Chunk`]s that ends with exactly

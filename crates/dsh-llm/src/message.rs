@@ -1,4 +1,4 @@
-//! Messages (SPEC S1.2).
+//! Messages (docs/model-calls.md, "Messages").
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

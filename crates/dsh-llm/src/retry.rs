@@ -1,4 +1,5 @@
-//! The retry policy of SPEC S2.3, as a pure function the loop calls after a failed attempt.
+//! The retry policy (docs/agent.md, "Retries"), as a pure function the loop calls after a failed
+//! attempt.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Token usage (SPEC S1.5) and its running totals.
+//! Token usage (docs/model-calls.md, "Usage") and its running totals.
 
 use serde::{Deserialize, Serialize};
 

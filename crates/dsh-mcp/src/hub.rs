@@ -185,6 +185,15 @@ impl McpHub {
         errors
     }
 
+    /// The user's trust in `server` (`trust` of its configuration; the default for an
+    /// unknown name).
+    pub fn trust(&self, server: &str) -> dsh_config::McpTrust {
+        self.servers
+            .get(server)
+            .map(|s| s.config.trust)
+            .unwrap_or_default()
+    }
+
     /// Every listed tool: `(server, tool)`, servers by name, tools in the server's order.
     pub fn tools(&self) -> Vec<(String, McpToolInfo)> {
         self.start();

@@ -1,4 +1,4 @@
-//! The MCP client (SPEC S8): servers configured under `[mcp.servers.<name>]` (stdio child
+//! The MCP client (docs/mcp.md): servers configured under `[mcp.servers.<name>]` (stdio child
 //! processes or streamable-HTTP endpoints) offer their tools to the model as
 //! `mcp__<server>__<tool>`.
 //!
@@ -7,7 +7,9 @@
 //!   tools listed, the first time the tools are needed ([`McpHub::start`], in parallel, each
 //!   bounded by its `startup_timeout_secs`); a server that dies is restarted on its next call,
 //!   with exponential backoff after failed restarts.
-//! - [`McpTools`] is the extension that contributes the tools to an agent.
+//! - [`McpTools`] is the extension that contributes the tools to an agent, and asks the
+//!   approver before calls that may change something ([`approval_reason`]: by preset, the
+//!   tool's `readOnlyHint` and the server's `trust`; docs/mcp.md, "Approvals").
 //! - A stdio server's stderr goes to `<log dir>/mcp-<server>.log`.
 //!
 //! MCP servers run outside dsh's sandbox, with the user's rights; none is configured by default.
@@ -16,4 +18,4 @@ mod hub;
 mod tool;
 
 pub use hub::{McpHub, McpStartError};
-pub use tool::{McpTool, McpTools, MCP_TOOL_PREFIX};
+pub use tool::{approval_reason, McpTool, McpTools, MCP_TOOL_PREFIX};

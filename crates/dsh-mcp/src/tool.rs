@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use dsh_agent::Extension;
-use dsh_tools::{Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
+use dsh_agent::{Extension, ToolCallInfo, ToolVerdict};
+use dsh_config::McpTrust;
+use dsh_tools::{PermissionPreset, Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
 use futures::future::BoxFuture;
 use rmcp::model::CallToolResult;
 use serde_json::Value;
@@ -149,11 +150,20 @@ impl Tool for McpTool {
     }
 }
 
-/// The extension that offers every listed MCP tool. The first step of a session starts the
-/// servers (see [`McpHub::start`]).
+/// What the approval policy knows about one offered tool.
+struct Offered {
+    tool: Arc<dyn Tool>,
+    server: String,
+    remote_name: String,
+    read_only_hint: bool,
+}
+
+/// The extension that offers every listed MCP tool, and asks before calls that may change
+/// something (docs/mcp.md, "Approvals"). The first step of a session starts the servers (see
+/// [`McpHub::start`]).
 pub struct McpTools {
     hub: Arc<McpHub>,
-    tools: std::sync::OnceLock<Vec<Arc<dyn Tool>>>,
+    tools: std::sync::OnceLock<Vec<Offered>>,
 }
 
 impl McpTools {
@@ -164,6 +174,56 @@ impl McpTools {
             tools: std::sync::OnceLock::new(),
         }
     }
+
+    fn offered(&self) -> &[Offered] {
+        self.tools.get_or_init(|| {
+            let hub = Arc::clone(&self.hub);
+            let listed = blocking(move || hub.tools());
+            listed
+                .iter()
+                .map(|(server, info)| Offered {
+                    tool: Arc::new(McpTool::new(Arc::clone(&self.hub), server, info)),
+                    server: server.clone(),
+                    remote_name: info.name.to_string(),
+                    read_only_hint: info
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.read_only_hint)
+                        .unwrap_or(false),
+                })
+                .collect()
+        })
+    }
+}
+
+/// Why a call of an MCP tool needs the user's approval under `preset`, or `None` when it may
+/// run: `danger-full-access` asks nothing; a tool that declares `readOnlyHint` runs unless the
+/// server's trust is `none`; under `workspace-write` a server trusted with `all` runs.
+pub fn approval_reason(
+    preset: PermissionPreset,
+    trust: McpTrust,
+    read_only_hint: bool,
+    server: &str,
+    tool: &str,
+) -> Option<String> {
+    let runs = match preset {
+        PermissionPreset::DangerFullAccess => true,
+        PermissionPreset::WorkspaceWrite => {
+            trust == McpTrust::All || (read_only_hint && trust != McpTrust::None)
+        }
+        PermissionPreset::ReadOnly => read_only_hint && trust != McpTrust::None,
+    };
+    if runs {
+        return None;
+    }
+    let why = if read_only_hint {
+        format!("the server `{server}` is configured with trust = \"none\"")
+    } else {
+        "it does not declare itself read-only (readOnlyHint)".to_string()
+    };
+    Some(format!(
+        "MCP tool `{tool}` of server `{server}` runs outside dsh's sandbox and {why}; the session is {preset}"
+    ))
 }
 
 impl Extension for McpTools {
@@ -172,18 +232,29 @@ impl Extension for McpTools {
     }
 
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        self.tools
-            .get_or_init(|| {
-                let hub = Arc::clone(&self.hub);
-                let listed = blocking(move || hub.tools());
-                listed
-                    .iter()
-                    .map(|(server, info)| {
-                        Arc::new(McpTool::new(Arc::clone(&self.hub), server, info)) as Arc<dyn Tool>
-                    })
-                    .collect()
-            })
-            .clone()
+        self.offered().iter().map(|o| Arc::clone(&o.tool)).collect()
+    }
+
+    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
+        if !call.name.starts_with(MCP_TOOL_PREFIX) {
+            return ToolVerdict::Continue;
+        }
+        let Some(offered) = self.offered().iter().find(|o| o.tool.name() == call.name) else {
+            return ToolVerdict::Continue;
+        };
+        match approval_reason(
+            call.preset,
+            self.hub.trust(&offered.server),
+            offered.read_only_hint,
+            &offered.server,
+            &offered.remote_name,
+        ) {
+            Some(reason) => ToolVerdict::Ask {
+                reason,
+                escalation: None,
+            },
+            None => ToolVerdict::Continue,
+        }
     }
 }
 
@@ -194,5 +265,42 @@ fn blocking<T>(work: impl FnOnce() -> T) -> T {
             tokio::task::block_in_place(work)
         }
         _ => work(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_approval_table() {
+        use McpTrust::{All, None as Distrusted, ReadOnly};
+        use PermissionPreset::{DangerFullAccess, ReadOnly as Ro, WorkspaceWrite};
+        // (preset, trust, readOnlyHint) -> asks?
+        let table = [
+            (Ro, Distrusted, true, true),
+            (Ro, Distrusted, false, true),
+            (Ro, ReadOnly, true, false),
+            (Ro, ReadOnly, false, true),
+            (Ro, All, true, false),
+            (Ro, All, false, true),
+            (WorkspaceWrite, Distrusted, true, true),
+            (WorkspaceWrite, Distrusted, false, true),
+            (WorkspaceWrite, ReadOnly, true, false),
+            (WorkspaceWrite, ReadOnly, false, true),
+            (WorkspaceWrite, All, true, false),
+            (WorkspaceWrite, All, false, false),
+            (DangerFullAccess, Distrusted, false, false),
+            (DangerFullAccess, ReadOnly, false, false),
+            (DangerFullAccess, All, false, false),
+        ];
+        for (preset, trust, hint, asks) in table {
+            let reason = approval_reason(preset, trust, hint, "srv", "tool");
+            assert_eq!(reason.is_some(), asks, "{preset} {trust:?} hint={hint}");
+            if let Some(reason) = reason {
+                assert!(reason.contains("`tool` of server `srv`"), "{reason}");
+                assert!(reason.contains(preset.as_str()), "{reason}");
+            }
+        }
     }
 }

@@ -12,12 +12,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, ReplayAdapter};
-use dsh_config::{McpServerConfig, McpTransport};
+use std::sync::Mutex;
+
+use dsh_agent::{
+    Agent, AgentOptions, AgentParts, ApprovalChoice, ApprovalDecision, ApprovalRequest,
+    ApprovalRules, Approver, ExtensionSet, ReplayAdapter,
+};
+use dsh_config::{McpServerConfig, McpTransport, McpTrust};
 use dsh_llm::{AdapterRegistry, CallConfig, Chunk, ContentBlock};
 use dsh_mcp::{McpHub, McpTools};
 use dsh_session::{load_file, open_store, Event, StoreKind};
-use dsh_tools::{SpillDir, ToolContext, ToolRegistry};
+use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use futures::future::BoxFuture;
 
 const EVERYTHING: &str = "mcp-server-everything";
 
@@ -40,6 +46,9 @@ fn server(name: &str, transport: McpTransport) -> McpServerConfig {
         transport,
         tool_timeout: Duration::from_secs(60),
         startup_timeout: Duration::from_secs(30),
+        // The scripted calls here test the client, not the approval policy: trusted servers
+        // run without asking under the default workspace-write preset.
+        trust: McpTrust::All,
     }
 }
 
@@ -56,6 +65,61 @@ fn stdio(command: &str, args: &[&str]) -> McpTransport {
 /// The text of every tool result, and the final text, after one prompt.
 async fn run_agent(hub: Arc<McpHub>, replies: Vec<Vec<Chunk>>) -> (Vec<String>, String) {
     let home = tempfile::tempdir().unwrap();
+    let run = run_agent_with(
+        hub,
+        replies,
+        PermissionPreset::WorkspaceWrite,
+        None,
+        home.path(),
+    )
+    .await;
+    (run.results, run.final_text)
+}
+
+/// Answers every question with one decision and keeps the questions.
+struct Scripted {
+    decision: ApprovalDecision,
+    asked: Mutex<Vec<ApprovalRequest>>,
+}
+
+impl Scripted {
+    fn new(decision: ApprovalDecision) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            decision,
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn asked(&self) -> Vec<ApprovalRequest> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+impl Approver for Scripted {
+    fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision> {
+        self.asked.lock().unwrap().push(request);
+        let decision = self.decision.clone();
+        Box::pin(async move { decision })
+    }
+}
+
+struct Run {
+    results: Vec<String>,
+    errors: Vec<Option<String>>,
+    final_text: String,
+    /// `(type, data)` of every `approval/*` event.
+    approvals: Vec<(String, serde_json::Value)>,
+}
+
+/// One prompt under `preset`, with `approver` (headless when `None`) and the approval rules
+/// persisted in `home`.
+async fn run_agent_with(
+    hub: Arc<McpHub>,
+    replies: Vec<Vec<Chunk>>,
+    preset: PermissionPreset,
+    approver: Option<Arc<dyn Approver>>,
+    home: &Path,
+) -> Run {
     let cwd = tempfile::tempdir().unwrap();
     let extensions = ExtensionSet::new();
     let _mcp = extensions.register(Arc::new(McpTools::new(hub)));
@@ -63,19 +127,23 @@ async fn run_agent(hub: Arc<McpHub>, replies: Vec<Vec<Chunk>>) -> (Vec<String>, 
     adapters
         .register("scripted", Arc::new(ReplayAdapter::new(replies)))
         .unwrap();
+    let mut options = AgentOptions::new(CallConfig::new("scripted", "m"), cwd.path());
+    options.approval_rules = Arc::new(ApprovalRules::load(home).unwrap());
     let parts = AgentParts {
         adapters,
         tools: Arc::new(ToolRegistry::with_builtins()),
         extensions,
-        tool_context: ToolContext::new(
-            cwd.path(),
-            SpillDir::create(home.path().join("s")).unwrap(),
-        )
-        .unwrap(),
-        options: AgentOptions::new(CallConfig::new("scripted", "m"), cwd.path()),
+        tool_context: ToolContext::new(cwd.path(), SpillDir::create(home.join("s")).unwrap())
+            .unwrap()
+            .with_permission(preset),
+        options,
     };
-    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let sessions = home.join("sessions");
+    let store = open_store(StoreKind::Jsonl, &sessions).unwrap();
     let mut agent = Agent::create(parts, store.as_ref()).unwrap();
+    if let Some(approver) = approver {
+        agent.set_approver(approver);
+    }
     let handle = agent.handle();
     handle.followup("go").unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(120), agent.run_turn())
@@ -85,33 +153,218 @@ async fn run_agent(hub: Arc<McpHub>, replies: Vec<Vec<Chunk>>) -> (Vec<String>, 
         .unwrap();
     let location = handle.location();
     drop(agent);
-    let results = load_file(Path::new(&location))
-        .unwrap()
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::ToolResult(r) => Some(
-                r.message
-                    .content
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::ToolResult { content, .. } => Some(
-                            content
-                                .iter()
-                                .filter_map(|c| match c {
-                                    ContentBlock::Text { text } => Some(text.as_str()),
-                                    _ => None,
-                                })
-                                .collect::<String>(),
-                        ),
-                        _ => None,
-                    })
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect();
-    (results, outcome.final_text)
+    let events = load_file(Path::new(&location)).unwrap().events;
+    let mut run = Run {
+        results: Vec::new(),
+        errors: Vec::new(),
+        final_text: outcome.final_text,
+        approvals: Vec::new(),
+    };
+    for envelope in &events {
+        match &envelope.event {
+            Event::ToolResult(r) => {
+                run.results.push(
+                    r.message
+                        .content
+                        .iter()
+                        .filter_map(|b| match b {
+                            ContentBlock::ToolResult { content, .. } => Some(
+                                content
+                                    .iter()
+                                    .filter_map(|c| match c {
+                                        ContentBlock::Text { text } => Some(text.as_str()),
+                                        _ => None,
+                                    })
+                                    .collect::<String>(),
+                            ),
+                            _ => None,
+                        })
+                        .collect(),
+                );
+                run.errors.push(r.error.as_ref().map(|e| e.code.clone()));
+            }
+            Event::Opaque { event_type, data } if event_type.starts_with("approval/") => {
+                run.approvals.push((event_type.clone(), data.clone()))
+            }
+            _ => {}
+        }
+    }
+    run
+}
+
+fn everything(trust: McpTrust, logs: &Path) -> Arc<McpHub> {
+    let mut config = server("everything", stdio(EVERYTHING, &["stdio"]));
+    config.trust = trust;
+    McpHub::new(vec![config], logs, logs)
+}
+
+/// `toggle-simulated-logging` declares `readOnlyHint: false`, `echo` declares `true`.
+fn toggle_then_echo() -> Vec<Vec<Chunk>> {
+    vec![
+        tool_call("c1", "mcp__everything__toggle-simulated-logging", "{}"),
+        tool_call("c2", "mcp__everything__echo", r#"{"message":"hi"}"#),
+        text("done"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_asks_before_a_tool_without_read_only_hint_and_not_before_one_with_it() {
+    if !everything_installed() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let approver = Scripted::new(ApprovalDecision::AllowOnce);
+    let run = run_agent_with(
+        everything(McpTrust::ReadOnly, home.path()),
+        toggle_then_echo(),
+        PermissionPreset::ReadOnly,
+        Some(approver.clone()),
+        home.path(),
+    )
+    .await;
+    let asked = approver.asked();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(
+        asked[0].tool_name,
+        "mcp__everything__toggle-simulated-logging"
+    );
+    assert!(
+        asked[0].reason.contains("readOnlyHint"),
+        "{}",
+        asked[0].reason
+    );
+    assert_eq!(
+        asked[0].choices,
+        vec![
+            ApprovalChoice::AllowOnce,
+            ApprovalChoice::AllowSession,
+            ApprovalChoice::AllowAlways,
+            ApprovalChoice::Reject
+        ]
+    );
+    assert_eq!(run.errors, vec![None, None], "{:?}", run.results);
+    assert!(
+        run.results[0].contains("simulated, random-leveled logging"),
+        "{:?}",
+        run.results
+    );
+    assert_eq!(run.results[1], "Echo: hi");
+    let types: Vec<&str> = run.approvals.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(types, vec!["approval/asked", "approval/decided"]);
+    assert_eq!(run.approvals[1].1["outcome"], "approved");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_refuses_what_would_ask_and_says_how_to_allow_it() {
+    if !everything_installed() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let run = run_agent_with(
+        everything(McpTrust::ReadOnly, home.path()),
+        toggle_then_echo(),
+        PermissionPreset::ReadOnly,
+        None,
+        home.path(),
+    )
+    .await;
+    assert_eq!(
+        run.errors,
+        vec![Some("PERMISSION_DENIED".to_string()), None],
+        "{:?}",
+        run.results
+    );
+    let refusal = &run.results[0];
+    assert!(
+        refusal.contains("trust = \"all\"") && refusal.contains("[mcp.servers.everything]"),
+        "{refusal}"
+    );
+    assert!(refusal.contains("always allow"), "{refusal}");
+    assert_eq!(run.results[1], "Echo: hi");
+    assert_eq!(run.approvals[1].1["outcome"], "rejected");
+
+    // `trust = "all"` lets it run under workspace-write, but read-only still refuses it.
+    let trusted = run_agent_with(
+        everything(McpTrust::All, home.path()),
+        toggle_then_echo(),
+        PermissionPreset::WorkspaceWrite,
+        None,
+        home.path(),
+    )
+    .await;
+    assert_eq!(trusted.errors, vec![None, None], "{:?}", trusted.results);
+    assert!(trusted.approvals.is_empty(), "{:?}", trusted.approvals);
+    let read_only = run_agent_with(
+        everything(McpTrust::All, home.path()),
+        toggle_then_echo(),
+        PermissionPreset::ReadOnly,
+        None,
+        home.path(),
+    )
+    .await;
+    assert_eq!(read_only.errors[0].as_deref(), Some("PERMISSION_DENIED"));
+
+    // `trust = "none"` asks even for read-only tools; danger-full-access asks nothing.
+    let distrusted = run_agent_with(
+        everything(McpTrust::None, home.path()),
+        toggle_then_echo(),
+        PermissionPreset::WorkspaceWrite,
+        None,
+        home.path(),
+    )
+    .await;
+    assert_eq!(
+        distrusted.errors,
+        vec![
+            Some("PERMISSION_DENIED".to_string()),
+            Some("PERMISSION_DENIED".to_string())
+        ]
+    );
+    let full = run_agent_with(
+        everything(McpTrust::None, home.path()),
+        toggle_then_echo(),
+        PermissionPreset::DangerFullAccess,
+        None,
+        home.path(),
+    )
+    .await;
+    assert_eq!(full.errors, vec![None, None], "{:?}", full.results);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_allow_is_remembered_for_later_headless_sessions() {
+    if !everything_installed() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let approver = Scripted::new(ApprovalDecision::AllowAlways);
+    let first = run_agent_with(
+        everything(McpTrust::ReadOnly, home.path()),
+        toggle_then_echo(),
+        PermissionPreset::ReadOnly,
+        Some(approver.clone()),
+        home.path(),
+    )
+    .await;
+    assert_eq!(first.errors, vec![None, None], "{:?}", first.results);
+    assert_eq!(first.approvals[1].1["scope"], "always");
+    let rules = dsh_agent::read_rules(&dsh_agent::approvals_path(home.path())).unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].tool, "mcp__everything__toggle-simulated-logging");
+
+    // A new agent in the same home, headless: the rule answers, nobody is asked.
+    let second = run_agent_with(
+        everything(McpTrust::ReadOnly, home.path()),
+        toggle_then_echo(),
+        PermissionPreset::ReadOnly,
+        None,
+        home.path(),
+    )
+    .await;
+    assert_eq!(second.errors, vec![None, None], "{:?}", second.results);
+    let types: Vec<&str> = second.approvals.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(types, vec!["approval/decided"]);
+    assert_eq!(second.approvals[0].1["scope"], "rule");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,31 +14,58 @@
 //!   dies with it), `--die-with-parent` (killing `bwrap` kills the sandbox), `--new-session`
 //!   (no terminal injection through `TIOCSTI`).
 //!
+//! * `workspace-write`: the protected entries of each root (`.git/hooks`, `.git/config`,
+//!   `.dsh`, `.env*`, ...; `dsh_tools::existing_protected_entries`) bound read-only on top,
+//!   and `.git` bound onto itself so it cannot be renamed away;
+//! * dsh's home (`ConfinementRequest::hidden_dirs`): an empty read-only tmpfs.
+//!
+//! Privileges: `--unshare-user` where the host allows it (probed), `--cap-drop ALL` (as root,
+//! bubblewrap would otherwise keep uid 0's capabilities inside and `mount -o remount,rw` would
+//! undo the read-only root), and the seccomp filter ([`crate::seccomp`]) passed as a memfd with
+//! `--add-seccomp-fd`. bubblewrap sets `no_new_privs` itself.
+//!
 //! The network namespace is *not* unshared: commands keep network access (package managers,
-//! git fetch). bubblewrap drops every capability of the sandboxed process and sets
-//! `no_new_privs`, so a setuid binary cannot regain privileges to remount.
+//! git fetch).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use dsh_tools::{CommandConfinement, CommandPlan, ConfinementRequest, PermissionPreset, ToolError};
+use dsh_tools::{
+    existing_protected_entries, CommandConfinement, CommandPlan, ConfinementRequest,
+    PermissionPreset, PreExecHook, ToolError, ToolErrorCode,
+};
+
+use crate::seccomp::{Profile, Program};
 
 /// The directory made private (tmpfs) under `read-only`.
 const PRIVATE_TMP: &str = "/tmp";
 
 /// Runs commands inside `bwrap` (see the module docs for the layout).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bubblewrap {
     program: PathBuf,
+    user_namespace: bool,
 }
 
 impl Bubblewrap {
-    /// Confinement through the `bwrap` executable at `program`. Whether it works on this host
-    /// is the probe's business ([`crate::SandboxProbe`]); this type only builds command lines.
+    /// Confinement through the `bwrap` executable at `program`, in a user namespace
+    /// (`--unshare-user`). Whether it works on this host is the probe's business
+    /// ([`crate::SandboxProbe`]); this type only builds command lines.
     pub fn new(program: impl Into<PathBuf>) -> Self {
         Self {
             program: program.into(),
+            user_namespace: true,
         }
+    }
+
+    /// The same without a user namespace (for hosts, e.g. some containers, where creating
+    /// one fails); capabilities are dropped and the seccomp filter loaded all the same.
+    pub fn without_user_namespace(mut self) -> Self {
+        self.user_namespace = false;
+        self
     }
 
     /// The `bwrap` executable used.
@@ -46,27 +73,50 @@ impl Bubblewrap {
         &self.program
     }
 
-    /// The `bwrap` options (everything before `--`) for `request`. Writable roots that do not
-    /// exist are skipped: bubblewrap would fail on them, and nothing can be written there anyway.
-    pub fn options(&self, request: &ConfinementRequest) -> Vec<OsString> {
+    /// Whether commands run in a new user namespace.
+    pub fn user_namespace(&self) -> bool {
+        self.user_namespace
+    }
+
+    /// The `bwrap` options (everything before `--`) for `request`; `seccomp_fd` is the
+    /// descriptor bubblewrap reads the seccomp filter from. Writable roots and hidden
+    /// directories that do not exist are skipped: bubblewrap would fail on them, and there is
+    /// nothing to write or to hide there.
+    pub fn options(&self, request: &ConfinementRequest, seccomp_fd: Option<i32>) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
-        let mut push = |items: &[&std::ffi::OsStr]| {
+        let mut push = |items: &[&OsStr]| {
             args.extend(items.iter().map(|s| s.to_os_string()));
         };
         push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]);
         push(&["--dev".as_ref(), "/dev".as_ref()]);
         push(&["--proc".as_ref(), "/proc".as_ref()]);
+        let hidden = hidden_dirs(request);
+        let under_hidden = |dir: &Path| hidden.iter().any(|h| dir.starts_with(h) && dir != h);
         match request.preset {
             PermissionPreset::ReadOnly => {
                 push(&["--tmpfs".as_ref(), PRIVATE_TMP.as_ref()]);
+                let covered: Vec<&PathBuf> = hidden
+                    .iter()
+                    .filter(|dir| !dir.starts_with(PRIVATE_TMP))
+                    .collect();
+                for dir in &covered {
+                    push(&["--tmpfs".as_ref(), dir.as_os_str()]);
+                }
                 let mut visible: Vec<&Path> = vec![&request.cwd];
                 if request.workdir != request.cwd {
                     visible.push(&request.workdir);
                 }
                 for dir in visible {
-                    if dir.starts_with(PRIVATE_TMP) && dir.is_dir() {
+                    let hidden_here =
+                        dir.starts_with(PRIVATE_TMP) || hidden.iter().any(|h| dir.starts_with(h));
+                    if hidden_here && dir.is_dir() {
                         push(&["--ro-bind".as_ref(), dir.as_os_str(), dir.as_os_str()]);
                     }
+                }
+                // Read-only only now: bubblewrap creates the mount points of the binds above
+                // inside the tmpfs, which it cannot once the tmpfs is read-only.
+                for dir in &covered {
+                    push(&["--remount-ro".as_ref(), dir.as_os_str()]);
                 }
             }
             PermissionPreset::WorkspaceWrite | PermissionPreset::DangerFullAccess => {
@@ -78,19 +128,96 @@ impl Bubblewrap {
                     .collect();
                 roots.sort_by_key(|root| root.components().count());
                 roots.dedup();
-                for root in roots {
-                    push(&["--bind".as_ref(), root.as_os_str(), root.as_os_str()]);
+                for root in &roots {
+                    bind_root(&mut push, root);
+                }
+                for dir in &hidden {
+                    push(&["--tmpfs".as_ref(), dir.as_os_str()]);
+                }
+                // A root inside dsh's home (a session run there) stays usable.
+                for root in roots
+                    .iter()
+                    .filter(|root| under_hidden(root) || hidden.contains(root))
+                {
+                    bind_root(&mut push, root);
+                }
+                // Read-only only now (non-recursive: the roots bound inside stay writable);
+                // bubblewrap cannot create mount points in a tmpfs that is already read-only.
+                for dir in &hidden {
+                    push(&["--remount-ro".as_ref(), dir.as_os_str()]);
                 }
             }
         }
         push(&["--chdir".as_ref(), request.workdir.as_os_str()]);
+        if self.user_namespace {
+            push(&["--unshare-user".as_ref()]);
+        }
         push(&[
+            "--cap-drop".as_ref(),
+            "ALL".as_ref(),
             "--die-with-parent".as_ref(),
             "--new-session".as_ref(),
             "--unshare-pid".as_ref(),
         ]);
+        if let Some(fd) = seccomp_fd {
+            let fd = OsString::from(fd.to_string());
+            push(&["--add-seccomp-fd".as_ref(), fd.as_os_str()]);
+        }
         args
     }
+}
+
+/// Binds writable `root` read-write, then its protected entries (docs/SECURITY.md,
+/// "Protected paths") read-only on top. A `.git` directory without `hooks` gets an empty one
+/// first (git creates it anyway), so planting a hook is blocked too; and `.git` itself is
+/// bound read-write onto itself, which makes it a mount point: it can then be neither renamed
+/// nor removed, so a command cannot move the real `.git` aside and put a new one, with its
+/// own hooks, in its place.
+fn bind_root(push: &mut impl FnMut(&[&OsStr]), root: &Path) {
+    push(&["--bind".as_ref(), root.as_os_str(), root.as_os_str()]);
+    let git = root.join(".git");
+    if std::fs::symlink_metadata(&git).is_ok_and(|meta| meta.is_dir()) {
+        let hooks = git.join("hooks");
+        if std::fs::symlink_metadata(&hooks).is_err() {
+            // Best effort: if it cannot be created, the command cannot create it either
+            // (`.git` is then not writable), or the trust check covers what is planted.
+            let _ = std::fs::create_dir(&hooks);
+        }
+        push(&["--bind".as_ref(), git.as_os_str(), git.as_os_str()]);
+    }
+    for entry in existing_protected_entries(root) {
+        push(&["--ro-bind".as_ref(), entry.as_os_str(), entry.as_os_str()]);
+    }
+}
+
+/// The request's hidden directories that exist, resolved, without `/` itself.
+fn hidden_dirs(request: &ConfinementRequest) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = request
+        .hidden_dirs
+        .iter()
+        .filter_map(|dir| std::fs::canonicalize(dir).ok())
+        .filter(|dir| dir.is_dir() && dir.parent().is_some())
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// In the child before `bwrap` starts: let the seccomp filter file survive `exec` and read it
+/// from its start. Two system calls: async-signal-safe.
+fn seccomp_fd_hook(fd: Arc<OwnedFd>) -> PreExecHook {
+    Arc::new(move || {
+        // SAFETY: fcntl and lseek on a descriptor kept open by the Arc.
+        unsafe {
+            if libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_SET) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    })
 }
 
 impl CommandConfinement for Bubblewrap {
@@ -99,7 +226,8 @@ impl CommandConfinement for Bubblewrap {
     }
 
     /// Wraps `plan` as `bwrap <options> -- <program> <args>`; its `pre_exec` hooks stay and run
-    /// before `bwrap` itself starts. `danger-full-access` returns `plan` unchanged.
+    /// before `bwrap` itself starts, followed by the one that hands bubblewrap the seccomp
+    /// filter. `danger-full-access` returns `plan` unchanged.
     fn confine(
         &self,
         plan: CommandPlan,
@@ -108,14 +236,28 @@ impl CommandConfinement for Bubblewrap {
         if request.preset == PermissionPreset::DangerFullAccess {
             return Ok(plan);
         }
-        let mut args = self.options(request);
+        let unavailable = |reason: String| {
+            ToolError::new(
+                ToolErrorCode::SandboxUnavailable,
+                format!(
+                    "bash cannot run under the {} preset: {reason}; commands never run unconfined outside danger-full-access",
+                    request.preset
+                ),
+            )
+        };
+        let filter = Program::get(Profile::Common)
+            .and_then(Program::memfd)
+            .map_err(unavailable)?;
+        let mut args = self.options(request, Some(filter.as_raw_fd()));
         args.push("--".into());
         args.push(plan.program);
         args.extend(plan.args);
+        let mut pre_exec = plan.pre_exec;
+        pre_exec.push(seccomp_fd_hook(Arc::new(filter)));
         Ok(CommandPlan {
             program: self.program.clone().into_os_string(),
             args,
-            pre_exec: plan.pre_exec,
+            pre_exec,
         })
     }
 }
@@ -132,6 +274,7 @@ mod tests {
             cwd: cwd.to_path_buf(),
             workdir: cwd.to_path_buf(),
             writable_roots: roots,
+            hidden_dirs: Vec::new(),
         }
     }
 
@@ -153,7 +296,7 @@ mod tests {
             &child,
             vec![child.clone(), parent.clone(), parent.join("missing")],
         );
-        let line = text(&Bubblewrap::new("bwrap").options(&req));
+        let line = text(&Bubblewrap::new("bwrap").options(&req, None));
         let p = parent.display();
         let c = child.display();
         assert!(
@@ -165,7 +308,12 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("missing"), "{line}");
-        assert!(line.ends_with("--die-with-parent --new-session --unshare-pid"));
+        assert!(
+            line.ends_with(
+                "--unshare-user --cap-drop ALL --die-with-parent --new-session --unshare-pid"
+            ),
+            "{line}"
+        );
         assert!(!line.contains("--unshare-net"), "network stays: {line}");
     }
 
@@ -174,13 +322,32 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cwd = std::fs::canonicalize(dir.path()).unwrap();
         let req = request(PermissionPreset::ReadOnly, &cwd, vec![cwd.clone()]);
-        let line = text(&Bubblewrap::new("bwrap").options(&req));
+        let line = text(&Bubblewrap::new("bwrap").options(&req, None));
         assert!(!line.contains("--bind "), "{line}");
         assert!(line.contains("--tmpfs /tmp"), "{line}");
         if cwd.starts_with("/tmp") {
             let c = cwd.display();
             assert!(line.contains(&format!("--ro-bind {c} {c}")), "{line}");
         }
+    }
+
+    #[test]
+    fn the_hidden_home_turns_read_only_after_the_roots_inside_it_are_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let home = base.join("home");
+        let ws = home.join("project");
+        std::fs::create_dir_all(&ws).unwrap();
+        let mut req = request(PermissionPreset::WorkspaceWrite, &ws, vec![ws.clone()]);
+        req.hidden_dirs = vec![home.clone()];
+        let line = text(&Bubblewrap::new("bwrap").options(&req, None));
+        let (h, w) = (home.display(), ws.display());
+        // bubblewrap creates the mount point inside the tmpfs, so the tmpfs must still be
+        // writable when the root is bound there.
+        assert!(
+            line.contains(&format!("--tmpfs {h} --bind {w} {w} --remount-ro {h}")),
+            "{line}"
+        );
     }
 
     #[test]

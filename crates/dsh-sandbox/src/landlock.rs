@@ -2,10 +2,14 @@
 //! `exec`, so the command and everything it starts can read and execute everywhere but write
 //! only beneath the writable roots.
 //!
-//! The ruleset is built in the parent for every call (opening the roots needs allocation, which
-//! the child may not do); the child's `pre_exec` hook only makes two system calls:
-//! `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self`. A failure of either aborts the
-//! spawn, so a command never runs with less confinement than planned.
+//! The ruleset and the seccomp filter are built in the parent for every call (opening the
+//! roots needs allocation, which the child may not do). The child's `pre_exec` hook then makes
+//! system calls only, in this order: `PR_SET_PDEATHSIG` (and a check that dsh is still its
+//! parent), `PR_SET_NO_NEW_PRIVS`, dropping every capability (locked securebits as root,
+//! bounding and ambient sets, `capset`), the seccomp filter ([`crate::seccomp`], Landlock
+//! profile), `landlock_restrict_self`, and, with ABI 6+, the split into keeper and command
+//! (see `keep_tree`). A failure of any step aborts the spawn, so a command never runs with less
+//! confinement than planned.
 //!
 //! Enforcement is never best-effort: the ruleset handles every file-system right of the ABI the
 //! kernel reports (capped at [`TARGET_ABI`]) with [`CompatLevel::HardRequirement`], so an
@@ -15,8 +19,18 @@
 //! * the character devices `/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`: writing, so
 //!   `> /dev/null` works under every preset.
 //!
-//! Not restricted by this mechanism: the network (TCP rights are not handled), signals and
-//! abstract Unix sockets (scopes are not handled), and reading.
+//! With ABI 6+ the domain is also scoped: no signals to processes outside it (dsh, the user's
+//! shell) and no connecting to abstract Unix sockets created outside it.
+//!
+//! Landlock does not govern permission bits and timestamps: where the probe found that a mount
+//! namespace can be made, the hook first builds a read-only view of the file system with only
+//! the writable roots writable, the protected entries read-only and dsh's home hidden
+//! ([`crate::mounts`], [`MountNamespace`]). Where it cannot (no `CAP_SYS_ADMIN` and no user
+//! namespaces), permission bits and timestamps of files the user owns outside the workspace,
+//! and the protected entries, are not protected (docs/SECURITY.md, "What is not protected").
+//!
+//! Not restricted by this mechanism: the network (TCP rights are not handled) and reading
+//! (except dsh's home, hidden by the mount layer).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -29,12 +43,15 @@ use dsh_tools::{
 };
 use landlock::{
     path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, ABI,
+    RulesetCreatedAttr, Scope, ABI,
 };
+
+use crate::mounts::{MountNamespace, MountPlan};
+use crate::seccomp::{Profile, Program};
 
 /// The newest Landlock ABI whose rights this crate handles. Newer kernels are used at this ABI
 /// (the kernel keeps older ABIs' semantics); older kernels at theirs.
-pub const TARGET_ABI: i32 = 5;
+pub const TARGET_ABI: i32 = 6;
 
 /// Device files every command may write (they store nothing).
 const WRITABLE_DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
@@ -75,10 +92,12 @@ pub fn kernel_abi() -> Result<i32, String> {
     })
 }
 
-/// Restricts children with Landlock at a fixed ABI (see the module docs).
-#[derive(Debug, Clone, Copy)]
+/// Restricts children with Landlock at a fixed ABI, with or without the mount-namespace layer
+/// (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Landlock {
     abi: i32,
+    mounts: MountNamespace,
 }
 
 impl Landlock {
@@ -87,14 +106,29 @@ impl Landlock {
     pub fn detect() -> Result<Self, String> {
         Ok(Self {
             abi: kernel_abi()?.min(TARGET_ABI),
+            mounts: MountNamespace::Unavailable,
         })
     }
 
     /// Landlock at `abi` (1 to [`TARGET_ABI`]); rulesets fail to build when the kernel lacks it.
+    /// No mount-namespace layer: use [`Landlock::with_mount_namespace`] for one.
     pub fn with_abi(abi: i32) -> Self {
         Self {
             abi: abi.clamp(1, TARGET_ABI),
+            mounts: MountNamespace::Unavailable,
         }
+    }
+
+    /// The same with the mount-namespace layer made the way `mounts` says (the probe found
+    /// which works; a spawn whose layer fails is refused, never run without it).
+    pub fn with_mount_namespace(mut self, mounts: MountNamespace) -> Self {
+        self.mounts = mounts;
+        self
+    }
+
+    /// How the mount-namespace layer is made ([`MountNamespace::Unavailable`]: not at all).
+    pub fn mount_namespace(&self) -> MountNamespace {
+        self.mounts
     }
 
     /// The ABI whose rights are handled.
@@ -118,10 +152,18 @@ impl Landlock {
             PermissionPreset::ReadOnly => Vec::new(),
         };
         let fail = |what: &str, err: &dyn std::fmt::Display| format!("{what}: {err}");
-        let created = Ruleset::default()
+        let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
             .handle_access(all)
-            .map_err(|e| fail("Landlock cannot handle the file-system rights", &e))?
+            .map_err(|e| fail("Landlock cannot handle the file-system rights", &e))?;
+        if self.abi >= 6 {
+            // ABI 6 scopes: no signals to processes outside the sandbox (dsh itself, the
+            // user's shell) and no connecting to abstract Unix sockets created outside it.
+            ruleset = ruleset
+                .scope(Scope::from_all(abi))
+                .map_err(|e| fail("Landlock cannot scope signals and abstract sockets", &e))?;
+        }
+        let created = ruleset
             .create()
             .map_err(|e| fail("cannot create a Landlock ruleset", &e))?
             .add_rules(path_beneath_rules([Path::new("/")], everywhere))
@@ -138,14 +180,129 @@ impl Landlock {
     }
 }
 
-/// The child side: `no_new_privs`, then `landlock_restrict_self` with the parent's ruleset.
-/// Only two system calls: async-signal-safe, no allocation.
-fn restrict_hook(ruleset: Arc<OwnedFd>) -> PreExecHook {
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per capability set.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+/// SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED`: executing a program as uid 0 no
+/// longer grants capabilities, and the child cannot undo that.
+const LOCKED_NOROOT_SECUREBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Drops every capability of the calling process for good: locked securebits (as root, so an
+/// `exec` does not hand root its capabilities back), the bounding set emptied, the ambient set
+/// cleared, then effective/permitted/inheritable set to nothing. A process without
+/// `CAP_SETPCAP` (not root) cannot change its securebits or bounding set, and needs not: it
+/// has no capabilities to regain (`no_new_privs` stops setuid and file capabilities).
+/// Async-signal-safe: only system calls on stack memory.
+fn drop_capabilities() -> io::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, LOCKED_NOROOT_SECUREBITS, 0, 0, 0) } != 0
+        && (root || errno() != libc::EPERM)
+    {
+        return Err(io::Error::last_os_error());
+    }
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            match errno() {
+                // Past the kernel's last capability.
+                libc::EINVAL => break,
+                libc::EPERM if !root => break,
+                _ => return Err(io::Error::last_os_error()),
+            }
+        }
+    }
+    // SAFETY: prctl with integer arguments only. EINVAL: a kernel without ambient sets.
+    if unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } != 0
+        && errno() != libc::EINVAL
+    {
+        return Err(io::Error::last_os_error());
+    }
+    let header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset reads the header and two data records, both alive on this stack frame.
+    if unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The child side, in this order: die with the parent (`PR_SET_PDEATHSIG`; if the parent is
+/// already gone, stop), the mount-namespace layer when planned ([`crate::mounts`]),
+/// `no_new_privs`, drop every capability, install the seccomp filter,
+/// then `landlock_restrict_self` with the parent's ruleset. (The spawner has already made the
+/// child a session leader without a terminal and pointed stdin at `/dev/null`.) Only system
+/// calls on memory prepared by the parent: async-signal-safe, no allocation.
+fn restrict_hook(
+    ruleset: Arc<OwnedFd>,
+    filter: &'static Program,
+    parent: libc::pid_t,
+    keeper: bool,
+    mounts: Option<Arc<MountPlan>>,
+) -> PreExecHook {
     Arc::new(move || {
+        // SAFETY: prctl with integer arguments only.
+        if unsafe {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            )
+        } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: getppid has no preconditions.
+        if unsafe { libc::getppid() } != parent {
+            // The parent died before the death signal was armed.
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        if let Some(mounts) = &mounts {
+            mounts.apply()?;
+        }
         // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(io::Error::last_os_error());
         }
+        drop_capabilities()?;
+        filter.install()?;
         // SAFETY: landlock_restrict_self takes a file descriptor (kept open by the Arc) and flags.
         let rc = unsafe {
             libc::syscall(
@@ -157,8 +314,127 @@ fn restrict_hook(ruleset: Arc<OwnedFd>) -> PreExecHook {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
+        if keeper {
+            keep_tree(parent)?;
+        }
         Ok(())
     })
+}
+
+/// Splits the restricted child in two: the new child goes on to `exec` the command; this
+/// process stays behind as its keeper and never returns. The keeper is what dsh tracks (it
+/// leads the process group), so it ends the command's whole tree, also processes that left
+/// the group with `setsid`, when the command's shell exits, when dsh sends it `SIGTERM`,
+/// `SIGINT` or `SIGHUP`, and when dsh dies: it becomes a subreaper (orphans of the tree are
+/// re-parented to it, not to init) and ends the tree with `kill(-1, SIGKILL)`, which the
+/// Landlock signal scope confines to its own domain, that is to the command's tree. It is
+/// used only when the scope is in force (ABI 6+): without it `kill(-1)` would reach every
+/// process of the user. Async-signal-safe: system calls on stack memory only.
+fn keep_tree(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: every call below is a plain system call on stack memory; sigset functions only
+    // write the set they are given.
+    unsafe {
+        // dsh's death must reach the keeper as a signal it can act on (SIGHUP, watched below),
+        // not as the SIGKILL armed earlier.
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGHUP as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut watched: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut watched);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
+            libc::sigaddset(&mut watched, sig);
+        }
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        if libc::sigprocmask(libc::SIG_BLOCK, &watched, &mut previous) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let shell = libc::fork();
+        if shell < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if shell == 0 {
+            // The command: dies with its keeper, runs with the signal mask it had.
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::sigprocmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(());
+        }
+        // The keeper: it must hold no descriptor of the spawner beyond stdio (the spawner
+        // waits for its exec-status pipe to close), and needs none.
+        if libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        ) != 0
+        {
+            for fd in 3..4096 {
+                libc::close(fd);
+            }
+        }
+        // The tree ends with the shell, a stop request, or dsh.
+        let timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        let mut code = 1;
+        loop {
+            let sig = libc::sigtimedwait(&watched, std::ptr::null_mut(), &timeout);
+            if sig == libc::SIGTERM || sig == libc::SIGINT || sig == libc::SIGHUP {
+                code = 128 + sig;
+                break;
+            }
+            if libc::getppid() != parent {
+                code = 128 + libc::SIGKILL;
+                break;
+            }
+            let mut shell_done = false;
+            loop {
+                let mut status = 0;
+                let pid = libc::waitpid(-1, &mut status, libc::WNOHANG);
+                if pid <= 0 {
+                    break;
+                }
+                if pid == shell {
+                    shell_done = true;
+                    code = if libc::WIFEXITED(status) {
+                        libc::WEXITSTATUS(status)
+                    } else if libc::WIFSIGNALED(status) {
+                        128 + libc::WTERMSIG(status)
+                    } else {
+                        1
+                    };
+                }
+            }
+            if shell_done {
+                break;
+            }
+        }
+        libc::kill(-1, libc::SIGKILL);
+        // Reap what the kill ended, then leave with the shell's status.
+        while libc::waitpid(-1, std::ptr::null_mut(), 0) > 0 {}
+        libc::_exit(code);
+    }
 }
 
 impl CommandConfinement for Landlock {
@@ -176,7 +452,7 @@ impl CommandConfinement for Landlock {
         if request.preset == PermissionPreset::DangerFullAccess {
             return Ok(plan);
         }
-        let fd = self.ruleset(request).map_err(|reason| {
+        let unavailable = |reason: String| {
             ToolError::new(
                 ToolErrorCode::SandboxUnavailable,
                 format!(
@@ -184,8 +460,18 @@ impl CommandConfinement for Landlock {
                     request.preset
                 ),
             )
-        })?;
-        plan.pre_exec.push(restrict_hook(Arc::new(fd)));
+        };
+        let fd = self.ruleset(request).map_err(unavailable)?;
+        let filter = Program::get(Profile::Landlock).map_err(unavailable)?;
+        let parent = libc::pid_t::try_from(std::process::id())
+            .map_err(|_| unavailable("the process id does not fit a pid_t".to_string()))?;
+        // The keeper needs the signal scope (ABI 6+) to end the tree safely.
+        let keeper = self.abi >= 6;
+        let mounts = MountPlan::new(self.mounts, request)
+            .map_err(|reason| unavailable(format!("cannot plan the mount namespace: {reason}")))?
+            .map(Arc::new);
+        plan.pre_exec
+            .push(restrict_hook(Arc::new(fd), filter, parent, keeper, mounts));
         Ok(plan)
     }
 }

@@ -1,11 +1,13 @@
-//! Confinement of dsh's child processes on Linux (SPEC S7), behind the
+//! Confinement of dsh's child processes on Linux (docs/SECURITY.md), behind the
 //! [`dsh_tools::CommandConfinement`] seam that `bash` uses.
 //!
 //! * [`Bubblewrap`]: the command runs in `bwrap` with a read-only root and only the writable
 //!   roots bound read-write (preferred: it also hides host processes and gives `read-only` a
 //!   private `/tmp`).
 //! * [`Landlock`]: the child restricts itself before `exec` (read and execute everywhere,
-//!   write only beneath the writable roots).
+//!   write only beneath the writable roots), inside a read-only mount namespace where the host
+//!   allows one ([`MountNamespace`]: permission bits and timestamps outside, the protected
+//!   entries, dsh's home).
 //! * [`Unavailable`]: neither works; `bash` fails with `SANDBOX_UNAVAILABLE` and the reasons.
 //!
 //! Invariant: a command never runs unconfined unless the preset is `danger-full-access`
@@ -25,7 +27,9 @@
 
 mod bubblewrap;
 mod landlock;
+mod mounts;
 mod probe;
+mod seccomp;
 
 use std::fmt;
 use std::str::FromStr;
@@ -38,6 +42,7 @@ use dsh_tools::{
 
 pub use crate::bubblewrap::Bubblewrap;
 pub use crate::landlock::{kernel_abi, Landlock, TARGET_ABI};
+pub use crate::mounts::MountNamespace;
 pub use crate::probe::SandboxProbe;
 
 /// The environment variable (and setting) choosing the mechanism: `auto` (default),
@@ -167,22 +172,35 @@ impl Sandbox {
             };
         }
         let bubblewrap = || {
-            probe.bubblewrap.as_ref().ok().map(|program| Sandbox {
+            probe.bubblewrap.as_ref().ok().map(|bwrap| Sandbox {
                 mode: SandboxMode::Bubblewrap,
-                detail: format!("bubblewrap ({}); network not restricted", program.display()),
-                confinement: Arc::new(Bubblewrap::new(program)),
+                detail: format!(
+                    "bubblewrap ({}{}); network not restricted",
+                    bwrap.program().display(),
+                    if bwrap.user_namespace() {
+                        ", user namespace"
+                    } else {
+                        ", no user namespace on this host"
+                    }
+                ),
+                confinement: Arc::new(bwrap.clone()),
             })
         };
         let landlock = |why_not_bwrap: Option<&str>| {
-            probe.landlock.as_ref().ok().map(|&abi| Sandbox {
-                mode: SandboxMode::Landlock,
-                detail: match why_not_bwrap {
-                    Some(reason) => {
-                        format!("Landlock ABI {abi}; network not restricted; {reason}")
-                    }
-                    None => format!("Landlock ABI {abi}; network not restricted"),
-                },
-                confinement: Arc::new(Landlock::with_abi(abi)),
+            probe.landlock.as_ref().ok().map(|&landlock| {
+                let head = format!(
+                    "Landlock ABI {} ({}); network not restricted",
+                    landlock.abi(),
+                    landlock.mount_namespace().describe()
+                );
+                Sandbox {
+                    mode: SandboxMode::Landlock,
+                    detail: match why_not_bwrap {
+                        Some(reason) => format!("{head}; {reason}"),
+                        None => head,
+                    },
+                    confinement: Arc::new(landlock),
+                }
             })
         };
         let chosen = match preference {
@@ -241,6 +259,18 @@ pub fn confinement_for(preset: PermissionPreset) -> Result<Sandbox, SandboxSetti
         ));
     }
     Ok(Sandbox::choose(preset, preference, SandboxProbe::cached()))
+}
+
+/// Makes this process non-dumpable (`PR_SET_DUMPABLE 0`), so that a process without
+/// `CAP_SYS_PTRACE`, which every confined command is (they drop all capabilities, also as
+/// root), can read neither `/proc/<dsh>/environ`, where the provider key may be, nor this
+/// process's memory (docs/SECURITY.md, "dsh's own environment"). `dsh` calls it first thing.
+/// Failure is ignored: it leaves the default, and nothing else depends on it.
+pub fn make_undumpable() {
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
 }
 
 /// The confinement when no mechanism works: runs commands unconfined only under

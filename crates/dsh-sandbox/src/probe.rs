@@ -4,6 +4,11 @@
 //! writable directory and must succeed in writing there and fail to write beside it. Presence
 //! of a binary or a kernel feature is not enough (bubblewrap fails in many containers; a
 //! Landlock ruleset can be accepted and still enforce nothing on some kernels).
+//!
+//! Landlock is tried with its mount-namespace layer first (as root without a user namespace,
+//! then in a user namespace; [`MountNamespace`]), where the trial must also fail to change the
+//! permission bits of a file beside the directory; the first way that works is the one every
+//! later spawn uses, and without any, Landlock alone.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -18,6 +23,7 @@ use dsh_tools::{CommandConfinement, CommandPlan, ConfinementRequest, PermissionP
 
 use crate::bubblewrap::Bubblewrap;
 use crate::landlock::Landlock;
+use crate::mounts::MountNamespace;
 
 /// How long one trial may take before the mechanism is declared broken.
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,10 +31,12 @@ const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// What each mechanism's trial found on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxProbe {
-    /// The working `bwrap` executable, or why bubblewrap cannot be used.
-    pub bubblewrap: Result<PathBuf, String>,
-    /// The Landlock ABI in use (1..=[`crate::TARGET_ABI`]), or why Landlock cannot be used.
-    pub landlock: Result<i32, String>,
+    /// The working bubblewrap set-up (executable, and whether a user namespace works), or why
+    /// bubblewrap cannot be used.
+    pub bubblewrap: Result<Bubblewrap, String>,
+    /// The working Landlock set-up (ABI 1..=[`crate::TARGET_ABI`] and how its mount-namespace
+    /// layer is made), or why Landlock cannot be used.
+    pub landlock: Result<Landlock, String>,
 }
 
 impl SandboxProbe {
@@ -45,15 +53,34 @@ impl SandboxProbe {
                         .to_string()
                 })
                 .and_then(|program| {
-                    trial(&Bubblewrap::new(&program))
-                        .map(|()| program)
-                        .map_err(|reason| format!("bubblewrap does not work here: {reason}"))
+                    // With a user namespace when the host allows one, else without (some
+                    // containers forbid them); capabilities are dropped either way.
+                    let with_userns = Bubblewrap::new(&program);
+                    match trial(&with_userns) {
+                        Ok(()) => Ok(with_userns),
+                        Err(first) => {
+                            let without = with_userns.without_user_namespace();
+                            trial(&without).map(|()| without).map_err(|reason| {
+                                format!(
+                                    "bubblewrap does not work here: {reason} (with a user namespace: {first})"
+                                )
+                            })
+                        }
+                    }
                 })
         };
         let landlock = || {
             Landlock::detect().and_then(|landlock| {
-                trial(&landlock)
-                    .map(|()| landlock.abi())
+                // SAFETY: geteuid has no preconditions.
+                let root = unsafe { libc::geteuid() } == 0;
+                let layered = [MountNamespace::Privileged, MountNamespace::UserNamespace];
+                let first = if root { 0 } else { 1 };
+                layered[first..]
+                    .iter()
+                    .map(|&mounts| landlock.with_mount_namespace(mounts))
+                    .find(|layered| landlock_trial(layered).is_ok())
+                    .map(Ok)
+                    .unwrap_or_else(|| landlock_trial(&landlock).map(|()| landlock))
                     .map_err(|reason| format!("Landlock does not work here: {reason}"))
             })
         };
@@ -136,22 +163,40 @@ impl Drop for TrialDir {
 }
 
 /// Runs `sh` under `confinement` (preset `workspace-write`, one writable directory) and checks
-/// that it can write inside and cannot write outside.
+/// that it can write inside and cannot write outside; with a Landlock mount layer, also that
+/// it cannot change the permission bits of a file outside.
 fn trial(confinement: &dyn CommandConfinement) -> Result<(), String> {
+    trial_with(confinement, false)
+}
+
+fn landlock_trial(landlock: &Landlock) -> Result<(), String> {
+    trial_with(
+        landlock,
+        landlock.mount_namespace() != MountNamespace::Unavailable,
+    )
+}
+
+fn trial_with(confinement: &dyn CommandConfinement, check_metadata: bool) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = TrialDir::create()?;
     let ws = dir.0.join("ws");
     let outside = dir.0.join("outside");
+    let meta = outside.join("meta");
+    std::fs::write(&meta, "")
+        .and_then(|()| std::fs::set_permissions(&meta, std::fs::Permissions::from_mode(0o644)))
+        .map_err(|err| format!("cannot create {}: {err}", meta.display()))?;
     let request = ConfinementRequest {
         preset: PermissionPreset::WorkspaceWrite,
         cwd: ws.clone(),
         workdir: ws.clone(),
         writable_roots: vec![ws.clone()],
+        hidden_dirs: Vec::new(),
     };
     let plan = CommandPlan {
         program: "sh".into(),
         args: vec![
             "-c".into(),
-            "echo ok > ok; echo escaped > \"$0/escaped\" 2>/dev/null; exit 0".into(),
+            "echo ok > ok; echo escaped > \"$0/escaped\" 2>/dev/null; chmod 600 \"$0/meta\" 2>/dev/null; exit 0".into(),
             outside.clone().into_os_string(),
         ],
         pre_exec: Vec::new(),
@@ -160,6 +205,12 @@ fn trial(confinement: &dyn CommandConfinement) -> Result<(), String> {
     let stderr = run_plan(&plan, &ws)?;
     if outside.join("escaped").exists() {
         return Err("a write outside the allowed directory was not blocked".to_string());
+    }
+    let mode = std::fs::metadata(&meta).map(|m| m.permissions().mode() & 0o777);
+    if check_metadata && mode.ok() != Some(0o644) {
+        return Err(
+            "a permission change outside the allowed directory was not blocked".to_string(),
+        );
     }
     match std::fs::read_to_string(ws.join("ok")) {
         Ok(text) if text.trim() == "ok" => Ok(()),

@@ -306,7 +306,7 @@ async fn nothing_works_gives_sandbox_unavailable_and_runs_nothing() {
 async fn a_forced_mechanism_that_does_not_work_is_not_replaced() {
     let probe = SandboxProbe {
         bubblewrap: Err("bwrap broken (simulated)".into()),
-        landlock: Ok(1),
+        landlock: Ok(dsh_sandbox::Landlock::with_abi(1)),
     };
     let sandbox = Sandbox::choose(
         PermissionPreset::WorkspaceWrite,
@@ -321,6 +321,13 @@ async fn a_forced_mechanism_that_does_not_work_is_not_replaced() {
         &probe,
     );
     assert_eq!(auto.mode(), SandboxMode::Landlock);
+    // Landlock without its mount layer says what that leaves open.
+    assert!(
+        auto.detail()
+            .contains("no mount namespace: metadata outside not protected"),
+        "{}",
+        auto.detail()
+    );
     let full = Sandbox::choose(
         PermissionPreset::DangerFullAccess,
         SandboxPreference::Bubblewrap,
@@ -344,7 +351,12 @@ async fn the_whole_sandbox_dies_on_timeout() {
             .invoke("bash", &args.to_string(), &s.ctx)
             .await
             .unwrap();
-        assert!(out.text_content().contains("[timed out after 300 ms"));
+        assert!(
+            out.text_content().contains("[timed out after 300 ms"),
+            "{}: {}",
+            sandbox.mode(),
+            out.text_content()
+        );
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "{}",

@@ -1,7 +1,8 @@
-//! Tool approvals answered from the web UI (SPEC S7: allow once / reject, logged).
+//! Tool approvals answered from the web UI (docs/web.md, "Approvals": allow once / reject, logged).
 //!
-//! The agent logs `approval/asked {id, toolName, callId, reason, escalation?}` before it asks;
-//! the UI shows the prompt from that event and answers with
+//! The agent logs `approval/asked {id, toolName, callId, reason, escalation?, choices, rule?}`
+//! before it asks; the UI shows the prompt and one button per choice from that event and
+//! answers with
 //! `POST /api/sessions/:id/approvals/:approval` (see `docs/web.md`); the agent logs
 //! `approval/decided`. A question nobody answers waits (a cancelled turn stops the wait);
 //! a question whose agent is closed by the server is rejected.

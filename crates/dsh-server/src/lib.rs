@@ -1,10 +1,11 @@
 //! `dsh web`: a local HTTP API, a server-sent-event stream of session events, and an embedded
-//! web UI over live agents and stored sessions (SPEC S7 server rules, S8).
+//! web UI over live agents and stored sessions (docs/web.md).
 //!
 //! - [`WebServer::start`] serves on a bound listener; [`check_bind_address`] refuses
 //!   non-loopback addresses unless remote access is asked for.
-//! - Every request passes [`security::gate`]: `Host`/`Origin` checks, the per-launch
-//!   [`AccessToken`], JSON-only mutating requests.
+//! - Every request passes [`security::gate`]: `Host`/`Origin` checks, sign-in (a one-time
+//!   launch code exchanged for an `HttpOnly` cookie, see [`security::Access`]), JSON-only
+//!   mutating requests.
 //! - [`Sessions`] keeps one [`dsh_agent::Agent`] per open session running `serve()` in a task,
 //!   and serves the others from their logs; the front end supplies an [`AgentFactory`]. Each
 //!   live agent gets a [`WebApprover`] (tool approvals) and a [`WebAsker`]
@@ -24,8 +25,9 @@ pub mod security;
 mod sessions;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -40,7 +42,7 @@ pub use axum::http::StatusCode;
 pub use error::ApiError;
 pub use feed::Feed;
 pub use questions::WebAsker;
-pub use security::{check_bind_address, AccessToken, GatePolicy};
+pub use security::{check_bind_address, Access, AccessToken, GatePolicy};
 pub use sessions::{AgentFactory, LiveSession, OpenRequest, OpenedAgent, Sessions};
 
 /// How to run the server.
@@ -56,9 +58,10 @@ pub struct ServerOptions {
     pub default_cwd: PathBuf,
     /// Accept non-loopback IP literals in `Host` (the listener must have been allowed too).
     pub allow_remote: bool,
-    /// The launch token.
-    pub token: AccessToken,
 }
+
+/// How long the code of a launch page stays valid while unused; the page is deleted then.
+pub const LAUNCH_PAGE_TTL: Duration = Duration::from_secs(120);
 
 /// Binds `address`, refusing a non-loopback one unless `allow_remote`.
 pub async fn bind(address: SocketAddr, allow_remote: bool) -> std::io::Result<TcpListener> {
@@ -70,10 +73,19 @@ pub async fn bind(address: SocketAddr, allow_remote: bool) -> std::io::Result<Tc
 /// A running server.
 pub struct WebServer {
     address: SocketAddr,
-    token: AccessToken,
+    access: Arc<Access>,
+    /// The launch code of the printed address: valid until its first use.
+    code: AccessToken,
     sessions: Arc<Sessions>,
     stop: CancellationToken,
-    task: JoinHandle<std::io::Result<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Drop for WebServer {
+    fn drop(&mut self) {
+        // However the server ends, no launch page outlives it.
+        self.access.close();
+    }
 }
 
 impl WebServer {
@@ -85,14 +97,17 @@ impl WebServer {
     ) -> std::io::Result<WebServer> {
         let address = listener.local_addr()?;
         let sessions = Sessions::new(options.home, options.store, factory, options.prices);
+        let access = Arc::new(Access::default());
+        let code = access.issue_code(None, None);
         let policy = Arc::new(GatePolicy {
-            token: options.token.clone(),
+            access: Arc::clone(&access),
             port: address.port(),
             allow_remote: options.allow_remote,
         });
         let state = Arc::new(routes::AppState {
             sessions: Arc::clone(&sessions),
             default_cwd: options.default_cwd,
+            access: Arc::clone(&access),
         });
         let app = router(state, policy);
         let stop = CancellationToken::new();
@@ -104,10 +119,11 @@ impl WebServer {
         });
         Ok(WebServer {
             address,
-            token: options.token,
+            access,
+            code,
             sessions,
             stop,
-            task,
+            task: Some(task),
         })
     }
 
@@ -116,18 +132,76 @@ impl WebServer {
         self.address
     }
 
-    /// The address to open: loopback host, the port, and the token as a query parameter.
+    /// The address `dsh web` prints: loopback host, the port, and the server's first launch
+    /// code, which works once (the redirect it answers sets the sign-in cookie).
     pub fn url(&self) -> String {
+        self.url_with(&self.code)
+    }
+
+    fn url_with(&self, code: &AccessToken) -> String {
         let host = match self.address.ip() {
             ip if ip.is_unspecified() => "127.0.0.1".to_string(),
             std::net::IpAddr::V6(ip) => format!("[{ip}]"),
             std::net::IpAddr::V4(ip) => ip.to_string(),
         };
         format!(
-            "http://{host}:{}/?token={}",
+            "http://{host}:{}/?code={}",
             self.address.port(),
-            self.token.as_str()
+            code.as_str()
         )
+    }
+
+    /// An address with a new one-time launch code (valid until used, or `ttl`).
+    pub fn issue_url(&self, ttl: Option<Duration>) -> String {
+        let code = self.access.issue_code(None, ttl);
+        self.url_with(&code)
+    }
+
+    /// Writes a launch page for a browser opener into `dir` (created mode 0700; the page is
+    /// mode 0600): a redirect to an address with its own launch code, so no code appears on a
+    /// command line. The page is deleted as soon as its code is used, after
+    /// [`LAUNCH_PAGE_TTL`] when it is not, and when the server stops.
+    pub fn write_launch_page(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        let page = dir.join(format!("open-{}.html", self.address.port()));
+        // An earlier page of this server at the same path: its code dies with it. A page left
+        // by an earlier launch holds a dead code; it is replaced.
+        self.access.revoke_page(&page);
+        let _ = std::fs::remove_file(&page);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&page)?;
+        let code = self.access.issue_code(None, Some(LAUNCH_PAGE_TTL));
+        let url = self.url_with(&code);
+        let written = writeln!(
+            file,
+            "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url={url}\">\
+             <title>dsh web</title><p><a href=\"{url}\">Open dsh web</a></p>"
+        );
+        drop(file);
+        // Attached even when the write failed, so the page goes with the code either way.
+        self.access.attach_page(&code, page.clone());
+        if let Err(err) = written {
+            self.access.revoke(&code);
+            return Err(err);
+        }
+        let access = Arc::clone(&self.access);
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(LAUNCH_PAGE_TTL) => access.revoke(&code),
+                _ = stop.cancelled() => {}
+            }
+        });
+        Ok(page)
     }
 
     /// The session registry (for tests and embedding).
@@ -137,10 +211,14 @@ impl WebServer {
 
     /// Cancels running turns, stops every agent (their logs are closed cleanly), ends the
     /// event streams and stops serving.
-    pub async fn shutdown(self) -> std::io::Result<()> {
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        self.access.close();
         self.sessions.shutdown().await;
         self.stop.cancel();
-        match self.task.await {
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
             Ok(result) => result,
             Err(err) => Err(std::io::Error::other(format!("server task failed: {err}"))),
         }
@@ -150,6 +228,7 @@ impl WebServer {
 fn router(state: Arc<routes::AppState>, policy: Arc<GatePolicy>) -> Router {
     let api = Router::new()
         .route("/api/info", get(routes::info))
+        .route("/api/launch", post(routes::launch))
         .route("/api/sessions", get(routes::list).post(routes::create))
         .route("/api/sessions/{id}", get(routes::detail))
         .route("/api/sessions/{id}/events", get(routes::events))

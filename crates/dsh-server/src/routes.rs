@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 use crate::feed::Feed;
 use crate::questions;
+use crate::security::Access;
 use crate::sessions::{check_id, LiveSession, OpenRequest, Sessions};
 
 /// What the handlers share.
@@ -29,7 +30,12 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     /// Where new sessions go when the request names no directory.
     pub default_cwd: PathBuf,
+    /// Launch codes and sign-ins (for `POST /api/launch`).
+    pub access: Arc<Access>,
 }
+
+/// How long a launch code minted by `POST /api/launch` stays valid while unused.
+const SHARED_CODE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 type Shared = State<Arc<AppState>>;
 type ApiResult = Result<Response, ApiError>;
@@ -318,7 +324,8 @@ struct ApprovalBody {
     message: Option<String>,
 }
 
-/// `POST /api/sessions/:id/approvals/:approval {decision: "allow" | "reject", message?}`.
+/// `POST /api/sessions/:id/approvals/:approval {decision: "allow" | "allow_session" |
+/// "allow_always" | "reject", message?}`.
 pub async fn approve(
     State(state): Shared,
     Path((id, approval)): Path<(String, String)>,
@@ -327,7 +334,11 @@ pub async fn approve(
     check_id(&id)?;
     let body: ApprovalBody = parse(&body)?;
     let decision = match body.decision.as_str() {
-        "allow" => ApprovalDecision::AllowOnce,
+        "allow" | "allow_once" => ApprovalDecision::AllowOnce,
+        // Honoured only when the question offered it (`choices` of `approval/asked`);
+        // otherwise the agent treats it as allow once.
+        "allow_session" => ApprovalDecision::AllowSession,
+        "allow_always" => ApprovalDecision::AllowAlways,
         "reject" => ApprovalDecision::Reject {
             message: body
                 .message
@@ -336,7 +347,7 @@ pub async fn approve(
         },
         other => {
             return Err(ApiError::bad_request(format!(
-                "unknown decision `{other}` (expected allow or reject)"
+                "unknown decision `{other}` (expected allow, allow_session, allow_always or reject)"
             )))
         }
     };
@@ -444,14 +455,42 @@ pub async fn rename(State(state): Shared, Path(id): Path<String>, body: Bytes) -
     Ok(Json(json!({"title": title})).into_response())
 }
 
+/// `POST /api/launch`: a new one-time launch code for another browser (only a signed-in
+/// client gets here), valid for ten minutes while unused.
+pub async fn launch(State(state): Shared) -> ApiResult {
+    let code = state.access.issue_code(None, Some(SHARED_CODE_TTL));
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "path": format!("/?code={}", code.as_str()),
+            "expiresInSecs": SHARED_CODE_TTL.as_secs(),
+        })),
+    )
+        .into_response())
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PermissionBody {
     preset: String,
+    /// The user confirmed a widening in the UI.
+    #[serde(default)]
+    confirm: bool,
 }
 
-/// `POST /api/sessions/:id/permission {preset}`: switches the permission preset; logged at
-/// once (`permission/preset`, `sandbox/mode`), applied from the next step on.
+/// How much a preset allows, for telling a widening from a narrowing.
+fn breadth(preset: PermissionPreset) -> u8 {
+    match preset {
+        PermissionPreset::ReadOnly => 0,
+        PermissionPreset::WorkspaceWrite => 1,
+        PermissionPreset::DangerFullAccess => 2,
+    }
+}
+
+/// `POST /api/sessions/:id/permission {preset, confirm?}`: switches the permission preset;
+/// logged at once (`permission/preset`, `sandbox/mode`), applied from the next step on. A
+/// widening (read-only -> workspace-write, anything -> danger-full-access) needs `confirm:
+/// true`, which the UI sends only after the user said yes in a dialog (docs/web.md).
 pub async fn set_permission(
     State(state): Shared,
     Path(id): Path<String>,
@@ -460,6 +499,18 @@ pub async fn set_permission(
     let body: PermissionBody = parse(&body)?;
     let preset: PermissionPreset = body.preset.trim().parse().map_err(ApiError::bad_request)?;
     let live = state.sessions.ensure_live(&id).await?;
+    let current = live.handle.permission();
+    if breadth(preset) > breadth(current) && !body.confirm {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "CONFIRMATION_REQUIRED",
+            format!(
+                "switching from {current} to {preset} widens what the model's tools may do; \
+                 the user must confirm it in the UI, which then sends `\"confirm\": true`. \
+                 The session keeps {current}"
+            ),
+        ));
+    }
     live.handle.set_permission(preset)?;
     Ok(Json(json!({"permission": live.handle.permission().as_str()})).into_response())
 }

@@ -1,15 +1,23 @@
-//! The server's gate (SPEC S7 server rules): loopback binding, `Host` and `Origin` checks
-//! against DNS rebinding, a per-launch token, and JSON-only mutating requests.
+//! The server's gate (docs/web.md, "Security model"): loopback binding, `Host` and `Origin` checks
+//! against DNS rebinding, one-time launch codes exchanged for a sign-in cookie, and JSON-only
+//! mutating requests.
 //!
 //! Every request passes [`gate`] in this order: `Host` (403 `BAD_HOST`), `Origin` when present
-//! (403 `BAD_ORIGIN`), the token (401 `UNAUTHORIZED`), then for methods other than GET, HEAD
-//! and OPTIONS a `Content-Type` of `application/json` (415 `UNSUPPORTED_MEDIA_TYPE`). The token
-//! is accepted as `Authorization: Bearer <token>`, as the launch cookie, or once as the
-//! `token` query parameter of a GET, which answers with a redirect that sets the cookie
-//! (HttpOnly, SameSite=Strict) and drops the token from the address bar.
+//! (403 `BAD_ORIGIN`), sign-in (401 `UNAUTHORIZED`), then for methods other than GET, HEAD and
+//! OPTIONS a `Content-Type` of `application/json` (415 `UNSUPPORTED_MEDIA_TYPE`).
+//!
+//! Sign-in: the address `dsh web` prints (and the launch page it opens) carries a launch code
+//! (`?code=`). A GET with an outstanding code kills the code and answers with a redirect to the
+//! same address without it, setting a fresh sign-in secret as the cookie (HttpOnly,
+//! SameSite=Strict). Requests then authenticate with that cookie, or with the same secret as
+//! `Authorization: Bearer` (for scripts, which exchange a code the same way). Sign-in secrets
+//! live only in the server's memory and in the client that redeemed a code; codes are never
+//! accepted as credentials for anything but that one exchange (docs/web.md).
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -19,19 +27,20 @@ use rand::RngCore;
 
 use crate::error::ApiError;
 
-/// The secret of one launch: 32 random bytes from the operating system, hex-encoded.
+/// A random secret: 32 bytes from the operating system, hex-encoded. Launch codes and
+/// sign-in secrets are both of this kind.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AccessToken(String);
 
 impl AccessToken {
-    /// A fresh random token.
+    /// A fresh random secret.
     pub fn generate() -> AccessToken {
         let mut bytes = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut bytes);
         AccessToken(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
-    /// The token text (for the launch URL; never logged elsewhere).
+    /// The secret's text (for the launch URL and the cookie; never logged).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -52,6 +61,148 @@ impl std::fmt::Debug for AccessToken {
     }
 }
 
+/// One outstanding launch code: dead once redeemed, revoked, or past its deadline.
+struct LaunchCode {
+    code: AccessToken,
+    /// The launch page that holds this code, deleted with it.
+    page: Option<PathBuf>,
+    /// After this instant the code is refused (and its page deleted at the next sweep).
+    expires: Option<Instant>,
+}
+
+/// Who may use the server: outstanding one-time launch codes, and the sign-in secrets that
+/// redeeming them minted (held by browsers as the `HttpOnly` cookie). Nothing here is ever
+/// written to disk except a launch page's code, and that page is deleted when its code dies
+/// (docs/web.md, "Security model").
+#[derive(Default)]
+pub struct Access {
+    codes: Mutex<Vec<LaunchCode>>,
+    signed_in: Mutex<Vec<AccessToken>>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Access(<redacted>)")
+    }
+}
+
+fn remove_page(page: &Path) {
+    // Already gone is fine: the point is that it does not exist afterwards.
+    let _ = std::fs::remove_file(page);
+}
+
+impl Access {
+    /// A new one-time launch code, valid for `ttl` (forever while unused when `None`); when
+    /// `page` is given, that file is deleted as soon as the code dies.
+    pub fn issue_code(&self, page: Option<PathBuf>, ttl: Option<Duration>) -> AccessToken {
+        let code = AccessToken::generate();
+        let mut codes = lock(&self.codes);
+        codes.push(LaunchCode {
+            code: code.clone(),
+            page,
+            expires: ttl.map(|ttl| Instant::now() + ttl),
+        });
+        code
+    }
+
+    /// Records the launch page that holds `code` (written after the code was issued).
+    pub fn attach_page(&self, code: &AccessToken, page: PathBuf) {
+        let mut codes = lock(&self.codes);
+        if let Some(entry) = codes.iter_mut().find(|c| c.code == *code) {
+            entry.page = Some(page);
+        } else {
+            remove_page(&page);
+        }
+    }
+
+    /// Exchanges a launch code for a new sign-in secret; the code (and its page) dies. `None`
+    /// when the code is unknown, used or expired.
+    pub fn redeem(&self, candidate: &str) -> Option<AccessToken> {
+        self.sweep();
+        let entry = {
+            let mut codes = lock(&self.codes);
+            let index = codes.iter().position(|c| c.code.matches(candidate))?;
+            codes.swap_remove(index)
+        };
+        if let Some(page) = &entry.page {
+            remove_page(page);
+        }
+        let secret = AccessToken::generate();
+        lock(&self.signed_in).push(secret.clone());
+        Some(secret)
+    }
+
+    /// Kills `code` (and deletes its page) if it is still outstanding.
+    pub fn revoke(&self, code: &AccessToken) {
+        let removed: Vec<LaunchCode> = {
+            let mut codes = lock(&self.codes);
+            let (dead, live) = std::mem::take(&mut *codes)
+                .into_iter()
+                .partition(|c| c.code == *code);
+            *codes = live;
+            dead
+        };
+        for page in removed.iter().filter_map(|c| c.page.as_deref()) {
+            remove_page(page);
+        }
+    }
+
+    /// Kills every outstanding code whose launch page is `page` (and deletes the page).
+    pub fn revoke_page(&self, page: &Path) {
+        let removed: Vec<LaunchCode> = {
+            let mut codes = lock(&self.codes);
+            let (dead, live) = std::mem::take(&mut *codes)
+                .into_iter()
+                .partition(|c| c.page.as_deref() == Some(page));
+            *codes = live;
+            dead
+        };
+        if !removed.is_empty() {
+            remove_page(page);
+        }
+    }
+
+    /// Drops expired codes and deletes their pages.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        let removed: Vec<LaunchCode> = {
+            let mut codes = lock(&self.codes);
+            let (dead, live) = std::mem::take(&mut *codes)
+                .into_iter()
+                .partition(|c| c.expires.is_some_and(|at| at <= now));
+            *codes = live;
+            dead
+        };
+        for page in removed.iter().filter_map(|c| c.page.as_deref()) {
+            remove_page(page);
+        }
+    }
+
+    /// Kills every outstanding code and deletes every launch page (server exit).
+    pub fn close(&self) {
+        let removed = std::mem::take(&mut *lock(&self.codes));
+        for page in removed.iter().filter_map(|c| c.page.as_deref()) {
+            remove_page(page);
+        }
+        lock(&self.signed_in).clear();
+    }
+
+    /// True when `candidate` is a sign-in secret this server minted.
+    pub fn signed_in(&self, candidate: &str) -> bool {
+        lock(&self.signed_in)
+            .iter()
+            .fold(false, |found, secret| secret.matches(candidate) | found)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding these locks cannot leave them inconsistent (plain pushes and
+    // removals), so a poisoned lock is used as is.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Refuses to serve on a non-loopback address unless `allow_remote` is set.
 pub fn check_bind_address(address: &SocketAddr, allow_remote: bool) -> Result<(), String> {
     if address.ip().is_loopback() || allow_remote {
@@ -60,7 +211,7 @@ pub fn check_bind_address(address: &SocketAddr, allow_remote: bool) -> Result<()
         Err(format!(
             "refusing to listen on {} : it is reachable from other machines. dsh web serves \
              loopback only (127.0.0.1, ::1); pass --allow-remote to override, knowing that \
-             anyone who obtains the token can run commands as you",
+             anyone who obtains a launch code or the sign-in cookie can run commands as you",
             address.ip()
         ))
     }
@@ -69,8 +220,8 @@ pub fn check_bind_address(address: &SocketAddr, allow_remote: bool) -> Result<()
 /// What the gate checks requests against.
 #[derive(Debug, Clone)]
 pub struct GatePolicy {
-    /// The launch token.
-    pub token: AccessToken,
+    /// Launch codes and sign-in secrets.
+    pub access: Arc<Access>,
     /// The port the server is bound to (the only port accepted in `Host`).
     pub port: u16,
     /// Also accept IP-literal `Host` values that are not loopback (`--allow-remote`). Names
@@ -79,7 +230,7 @@ pub struct GatePolicy {
 }
 
 impl GatePolicy {
-    /// The cookie that carries the token; named per port because cookies ignore ports.
+    /// The cookie that carries the sign-in secret; named per port because cookies ignore ports.
     pub fn cookie_name(&self) -> String {
         format!("dsh_web_{}", self.port)
     }
@@ -141,22 +292,29 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// The `token` query parameter and the query without it.
-fn split_token(query: &str) -> (Option<String>, String) {
-    let mut token = None;
+/// The `code` query parameter and the query without it.
+fn split_code(query: &str) -> (Option<String>, String) {
+    let mut code = None;
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.strip_prefix("token=") {
-            Some(value) => token = Some(value.to_string()),
+        match pair.strip_prefix("code=") {
+            Some(value) => code = Some(value.to_string()),
             None => rest.push(pair),
         }
     }
-    (token, rest.join("&"))
+    (code, rest.join("&"))
 }
 
-fn unauthorized(path: &str) -> Response {
-    let message = "missing or wrong access token: open the address that `dsh web` printed \
-                   (it carries the token), or send `Authorization: Bearer <token>`";
+const NOT_SIGNED_IN: &str = "not signed in: open the address that `dsh web` printed in this \
+     browser (its launch code works once and leaves a sign-in cookie); scripts exchange a launch \
+     code the same way and send the cookie or `Authorization: Bearer <its value>`";
+
+const CODE_REFUSED: &str = "this launch code was already used, has expired or was not issued by \
+     this server: a launch code works once. Restart `dsh web` for a new one, or get one from a \
+     signed-in browser (`POST /api/launch`). If you did not use it yourself, something else did: \
+     stop `dsh web`";
+
+fn unauthorized(path: &str, message: &str) -> Response {
     if path.starts_with("/api/") {
         return ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", message).into_response();
     }
@@ -222,24 +380,21 @@ async fn check(policy: &GatePolicy, request: Request, next: Next) -> Response {
         }
     }
     let path = request.uri().path().to_string();
-    let presented = policy.token_from(headers);
-    if !presented
-        .as_deref()
-        .is_some_and(|t| policy.token.matches(t))
-    {
-        let query = request.uri().query().unwrap_or("");
-        let (query_token, rest) = split_token(query);
-        if request.method() == Method::GET && query_token.is_some_and(|t| policy.token.matches(&t))
-        {
-            let location = if rest.is_empty() {
-                path.clone()
-            } else {
-                format!("{path}?{rest}")
-            };
+    let signed_in = policy
+        .token_from(headers)
+        .is_some_and(|t| policy.access.signed_in(&t));
+    let (code, rest) = split_code(request.uri().query().unwrap_or(""));
+    if let (Some(code), true) = (code, request.method() == Method::GET) {
+        let location = if rest.is_empty() {
+            path.clone()
+        } else {
+            format!("{path}?{rest}")
+        };
+        if let Some(secret) = policy.access.redeem(&code) {
             let cookie = format!(
                 "{}={}; Path=/; HttpOnly; SameSite=Strict",
                 policy.cookie_name(),
-                policy.token.as_str()
+                secret.as_str()
             );
             return (
                 StatusCode::SEE_OTHER,
@@ -247,7 +402,14 @@ async fn check(policy: &GatePolicy, request: Request, next: Next) -> Response {
             )
                 .into_response();
         }
-        return unauthorized(&path);
+        if signed_in {
+            // A dead code in the address of a browser that is signed in already: drop it.
+            return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
+        }
+        return unauthorized(&path, CODE_REFUSED);
+    }
+    if !signed_in {
+        return unauthorized(&path, NOT_SIGNED_IN);
     }
     let safe = matches!(
         *request.method(),
@@ -270,7 +432,7 @@ mod tests {
 
     fn policy(allow_remote: bool) -> GatePolicy {
         GatePolicy {
-            token: AccessToken::generate(),
+            access: Arc::new(Access::default()),
             port: 3080,
             allow_remote,
         }
@@ -312,11 +474,57 @@ mod tests {
         assert!(!p.origin_allowed("https://127.0.0.1:3080"));
         assert!(!p.origin_allowed("http://evil.com"));
         assert!(!p.origin_allowed("null"));
-        let token = p.token.as_str().to_string();
-        assert!(p.token.matches(&token));
-        assert!(!p.token.matches(&token[1..]));
+        let secret = AccessToken::generate();
+        let token = secret.as_str().to_string();
+        assert!(secret.matches(&token));
+        assert!(!secret.matches(&token[1..]));
         assert_eq!(token.len(), 64);
-        assert!(!format!("{:?}", p.token).contains(&token));
+        assert!(!format!("{secret:?}").contains(&token));
+    }
+
+    #[test]
+    fn launch_codes_work_once_and_take_their_page_with_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let access = Access::default();
+        let page = dir.path().join("open.html");
+        std::fs::write(&page, "code").unwrap();
+        let code = access.issue_code(Some(page.clone()), None);
+        assert!(!access.signed_in(code.as_str()), "a code is not a sign-in");
+        let secret = access.redeem(code.as_str()).expect("first use");
+        assert!(!page.exists(), "the page dies with its code");
+        assert!(access.signed_in(secret.as_str()));
+        assert!(access.redeem(code.as_str()).is_none(), "second use");
+        assert!(
+            access.redeem(secret.as_str()).is_none(),
+            "a sign-in is not a code"
+        );
+
+        let short = access.issue_code(None, Some(Duration::from_millis(1)));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(access.redeem(short.as_str()).is_none(), "expired");
+
+        let page = dir.path().join("later.html");
+        let revoked = access.issue_code(None, None);
+        std::fs::write(&page, "code").unwrap();
+        access.attach_page(&revoked, page.clone());
+        access.revoke(&revoked);
+        assert!(!page.exists());
+        assert!(access.redeem(revoked.as_str()).is_none());
+
+        let page = dir.path().join("replaced.html");
+        std::fs::write(&page, "code").unwrap();
+        let replaced = access.issue_code(Some(page.clone()), None);
+        access.revoke_page(&page);
+        assert!(!page.exists());
+        assert!(access.redeem(replaced.as_str()).is_none());
+
+        let page = dir.path().join("exit.html");
+        std::fs::write(&page, "code").unwrap();
+        let open = access.issue_code(Some(page.clone()), None);
+        access.close();
+        assert!(!page.exists());
+        assert!(access.redeem(open.as_str()).is_none());
+        assert!(!access.signed_in(secret.as_str()));
     }
 
     #[test]
@@ -329,11 +537,11 @@ mod tests {
     }
 
     #[test]
-    fn query_token_split() {
+    fn query_code_split() {
         assert_eq!(
-            split_token("token=abc&x=1"),
+            split_code("code=abc&x=1"),
             (Some("abc".into()), "x=1".into())
         );
-        assert_eq!(split_token(""), (None, String::new()));
+        assert_eq!(split_code(""), (None, String::new()));
     }
 }

@@ -228,7 +228,6 @@ async fn stored_sessions_are_read_only_until_a_prompt_resumes_them() {
     let listener = dsh_server::bind("127.0.0.1:0".parse().unwrap(), false)
         .await
         .unwrap();
-    let token = dsh_server::AccessToken::generate();
     let factory = std::sync::Arc::new(support::TestFactory {
         base_url: web.provider.base_url(),
         spill: web.home.path().join("spill"),
@@ -241,11 +240,10 @@ async fn stored_sessions_are_read_only_until_a_prompt_resumes_them() {
         prices: dsh_session::PriceTable::default_deepseek(),
         default_cwd: web.cwd.path().to_path_buf(),
         allow_remote: false,
-        token: token.clone(),
     };
     let server = dsh_server::WebServer::start(listener, options, factory).unwrap();
     web.base = format!("http://127.0.0.1:{}", server.address().port());
-    web.token = token.as_str().to_string();
+    web.token = support::sign_in(&web.client, &server.url()).await;
     web.server = Some(server);
 
     let (_, detail) = web.json(web.get(&format!("/api/sessions/{id}"))).await;

@@ -121,3 +121,64 @@ async fn allow_runs_the_call_and_reject_refuses_it() {
     assert!(result.data.to_string().contains("not today"));
     web.stop().await;
 }
+
+#[tokio::test]
+async fn allow_for_the_session_covers_later_calls_the_rule_covers() {
+    let replies = vec![
+        bash("echo one"),
+        text("Ran it."),
+        bash("echo one more"),
+        text("Ran it again."),
+    ];
+    let mut web = Web::start_with(replies, vec![Arc::new(AskForBash) as Arc<dyn Extension>]).await;
+    let id = web.create("run echo").await;
+    let mut stream = web.stream(&id, None).await;
+
+    let asked = stream.until("approval/asked").await;
+    let question = &asked.last().unwrap().data["data"];
+    // The card offers a button per choice and names the rule; rules are not persisted here, so
+    // "always" is not offered.
+    assert_eq!(
+        question["choices"],
+        json!(["allow_once", "allow_session", "reject"])
+    );
+    assert_eq!(question["rule"], "`bash` commands starting with `echo one`");
+    let approval = question["id"].as_str().unwrap().to_string();
+    let (status, body) = web
+        .json(web.post(
+            &format!("/api/sessions/{id}/approvals/{approval}"),
+            json!({"decision": "allow_session"}),
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let rest = stream.until("turn/end").await;
+    let decided = rest
+        .iter()
+        .find(|e| e.kind() == "approval/decided")
+        .unwrap();
+    assert_eq!(decided.data["data"]["scope"], "session");
+
+    // The next matching call is not asked: the session rule answers.
+    web.json(web.post(
+        &format!("/api/sessions/{id}/prompt"),
+        json!({"text": "again"}),
+    ))
+    .await;
+    let rest = stream.until("turn/end").await;
+    assert!(
+        !rest.iter().any(|e| e.kind() == "approval/asked"),
+        "asked again"
+    );
+    let decided = rest
+        .iter()
+        .find(|e| e.kind() == "approval/decided")
+        .unwrap();
+    assert_eq!(decided.data["data"]["scope"], "rule");
+    let result = rest.iter().find(|e| e.kind() == "tool/result").unwrap();
+    assert!(
+        result.data.to_string().contains("one more"),
+        "{}",
+        result.data
+    );
+    web.stop().await;
+}

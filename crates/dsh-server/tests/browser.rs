@@ -115,14 +115,23 @@ async fn prompt_approve_answer_cancel_and_reload_in_chromium() {
         Web::start_with(replies(), vec![Arc::new(AskForBash) as Arc<dyn Extension>]).await;
     let profile = tempfile::tempdir().unwrap();
     let shots = std::env::var_os("DSH_WEB_SCREENSHOTS").map(PathBuf::from);
-    let url = format!("{}/?token={}", web.base, web.token);
+    // A fresh launch code: the harness used the printed one to sign its own client in.
+    let url = web.server.as_ref().unwrap().issue_url(None);
     let base = web.base.clone();
+    let client = web.client.clone();
     tokio::task::block_in_place(|| {
         let mut browser = Browser::start(&binary, profile.path());
         browser.open(&url);
-        // The token in the address became a cookie and left the address bar.
+        // The launch code in the address became a cookie and left the address bar.
         browser.wait_for("document.body.dataset.ready", "the page", 20);
         assert_eq!(browser.eval("location.href"), json!(format!("{base}/")));
+        // The browser used the launch code: it is dead for anyone else.
+        let again = tokio::runtime::Handle::current()
+            .block_on(async { client.get(&url).send().await.unwrap().status().as_u16() });
+        assert_eq!(
+            again, 401,
+            "a second use of the launch code was not refused"
+        );
 
         // New session in the default workspace, then a prompt: streamed Markdown appears.
         browser.eval("document.getElementById('new-session').click(); document.querySelector('#new-form button[type=submit]').click(); true");
@@ -157,6 +166,19 @@ async fn prompt_approve_answer_cancel_and_reload_in_chromium() {
         if let Some(dir) = &shots {
             browser.screenshot(&dir.join("web-approval.png"));
         }
+        // One button per offered choice (rules are not persisted in this server, so no
+        // "Always allow"), and the rule the session button would remember.
+        assert_eq!(
+            browser.eval(
+                "[...document.querySelectorAll('.approval-buttons button')].map((b) => b.textContent).join('|')"
+            ),
+            json!("Allow once|Allow for this session|Reject")
+        );
+        assert!(browser
+            .eval("document.querySelector('.approval-rule').textContent")
+            .as_str()
+            .unwrap()
+            .contains("commands starting with `echo hello-from-bash`"));
         browser.eval("document.querySelector('.approval .primary').click(); true");
         browser.wait_for(
             "document.querySelector('.tool-card.ok .tool-status')?.textContent === 'exit 0'",
@@ -284,6 +306,30 @@ async fn prompt_approve_answer_cancel_and_reload_in_chromium() {
         assert_eq!(
             browser.eval("document.getElementById('permission').value"),
             json!("read-only")
+        );
+
+        // Widening asks first: a "no" keeps the preset, a "yes" switches it.
+        let widen = "{ const p = document.getElementById('permission'); \
+                     p.value = 'danger-full-access'; p.dispatchEvent(new Event('change')); } true";
+        browser.eval("window.confirm = (m) => { window.__asked = m; return false; }; true");
+        browser.eval(widen);
+        let asked = browser.wait_for("window.__asked", "the confirmation dialog", 5);
+        assert!(
+            asked.as_str().unwrap().contains("danger-full-access"),
+            "{asked}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            browser.eval("document.getElementById('permission').value"),
+            json!("read-only")
+        );
+        browser.eval("window.confirm = () => true; true");
+        browser.eval(widen);
+        browser.wait_for(
+            "document.getElementById('permission').value === 'danger-full-access' \
+             && document.getElementById('permission').classList.contains('danger')",
+            "the confirmed widening",
+            10,
         );
     });
     web.stop().await;

@@ -54,6 +54,77 @@ async fn waiting_question(web: &Web, id: &str) -> String {
     }
 }
 
+async fn preset(web: &Web, id: &str) -> Value {
+    let (_, detail) = web.json(web.get(&format!("/api/sessions/{id}"))).await;
+    detail["permission"].clone()
+}
+
+#[tokio::test]
+async fn a_widening_needs_the_confirmation_and_a_narrowing_does_not() {
+    let mut web = Web::start(vec![text("One.")]).await;
+    let id = web.create("hi").await;
+    let mut stream = web.stream(&id, None).await;
+    stream.until("turn/end").await;
+    let path = format!("/api/sessions/{id}/permission");
+    // Narrowing: no confirmation needed.
+    let (status, body) = web
+        .json(web.post(&path, json!({"preset": "read-only"})))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(preset(&web, &id).await, "read-only");
+    // Widening without the confirmation, or with a false one: refused, the preset stays.
+    for body in [
+        json!({"preset": "danger-full-access"}),
+        json!({"preset": "danger-full-access", "confirm": false}),
+        json!({"preset": "workspace-write"}),
+    ] {
+        let (status, answer) = web.json(web.post(&path, body.clone())).await;
+        assert_eq!(status, 403, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], "CONFIRMATION_REQUIRED");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("from read-only to") && message.contains("confirm"),
+            "{message}"
+        );
+        assert_eq!(preset(&web, &id).await, "read-only");
+    }
+    // A non-boolean confirmation is a bad request, not a yes.
+    let (status, _) = web
+        .json(web.post(
+            &path,
+            json!({"preset": "danger-full-access", "confirm": "yes"}),
+        ))
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(preset(&web, &id).await, "read-only");
+    // No `permission/preset` event was logged for any refused widening: the stream holds the
+    // narrowing's events and nothing after them.
+    let mut logged = Vec::new();
+    while let Ok(event) = tokio::time::timeout(Duration::from_millis(300), stream.next()).await {
+        logged.push(event);
+    }
+    let presets: Vec<&Value> = logged
+        .iter()
+        .filter(|e| e.kind() == "permission/preset")
+        .map(|e| &e.data["data"]["preset"])
+        .collect();
+    assert_eq!(presets, [&json!("read-only")], "{logged:?}");
+    // With the confirmation: switched and logged.
+    let (status, body) = web
+        .json(web.post(
+            &path,
+            json!({"preset": "danger-full-access", "confirm": true}),
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["permission"], "danger-full-access");
+    assert_eq!(preset(&web, &id).await, "danger-full-access");
+    let switched = stream.next().await;
+    assert_eq!(switched.kind(), "permission/preset");
+    assert_eq!(switched.data["data"]["preset"], "danger-full-access");
+    web.stop().await;
+}
+
 #[tokio::test]
 async fn permission_switches_are_logged_and_refusals_explained() {
     let mut web = Web::start(vec![
@@ -91,7 +162,7 @@ async fn permission_switches_are_logged_and_refusals_explained() {
 
     // Refused by the host (no sandbox for it): 400 with the reason; the preset stays.
     let (status, body) = web
-        .json(web.post(&path, json!({"preset": "workspace-write"})))
+        .json(web.post(&path, json!({"preset": "workspace-write", "confirm": true})))
         .await;
     assert_eq!(status, 400, "{body}");
     let message = body["error"]["message"].as_str().unwrap();

@@ -252,14 +252,19 @@ function setCall(body) {
 async function setPermission(preset) {
   const current = app.conv.permission || app.detail?.permission;
   if (preset === current) { updateState(); return; }
-  if (preset === "danger-full-access" && !window.confirm(
-    "danger-full-access runs the model's commands without a sandbox, with all your rights (every file, the network). Switch?")) {
+  // A widening needs the user's yes here; the server refuses it without `confirm: true`.
+  const breadth = { "read-only": 0, "workspace-write": 1, "danger-full-access": 2 };
+  const widens = (breadth[preset] ?? 3) > (breadth[current] ?? 0);
+  const warning = preset === "danger-full-access"
+    ? "danger-full-access runs the model's commands without a sandbox, with all your rights (every file, the network)."
+    : `${preset} lets the model's commands and edits change files in the workspace.`;
+  if (widens && !window.confirm(`${warning} Switch this session from ${current} to ${preset}?`)) {
     updateState();
     return;
   }
   app.permissionPending = preset;
   try {
-    await api(`/api/sessions/${app.id}/permission`, { preset });
+    await api(`/api/sessions/${app.id}/permission`, widens ? { preset, confirm: true } : { preset });
     if (!app.detail?.live) refreshDetail();
   } catch (err) {
     app.permissionPending = null;

@@ -4,6 +4,8 @@
 "use strict";
 
 const el = Markdown.el;
+// Button labels of the approval choices the agent offers (`choices` of `approval/asked`).
+const APPROVAL_LABELS = { allow_once: "Allow once", allow_session: "Allow for this session", allow_always: "Always allow", reject: "Reject" };
 
 const fmt = {
   tokens: (n) => (n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e4 ? Math.round(n / 1e3) + "k" : String(n || 0)),
@@ -419,19 +421,32 @@ Conversation.prototype.handlers = {
     box.append(el("div", "approval-q", `Allow ${d.toolName}${d.escalation ? " with " + d.escalation : ""}?`), el("div", "approval-why", d.reason || ""));
     const card = this.cards.get(d.callId);
     if (card) box.append(el("code", "tool-what", card.node.querySelector(".tool-what")?.textContent || ""));
+    // One button per offered choice; "for this session" and "always" remember `d.rule`.
+    const choices = Array.isArray(d.choices) && d.choices.length ? d.choices : ["allow_once", "reject"];
+    if (d.rule && choices.some((c) => c === "allow_session" || c === "allow_always")) {
+      box.append(el("div", "approval-why approval-rule", `"This session" / "Always" would allow ${d.rule}`));
+    }
     const buttons = box.appendChild(el("div", "approval-buttons"));
-    const allow = buttons.appendChild(el("button", "primary", "Allow once"));
-    const reject = buttons.appendChild(el("button", null, "Reject"));
-    allow.addEventListener("click", () => this.hooks.approve(d.id, "allow"));
-    reject.addEventListener("click", () => this.hooks.approve(d.id, "reject"));
+    for (const choice of choices) {
+      const label = APPROVAL_LABELS[choice];
+      if (!label) continue;
+      const button = buttons.appendChild(el("button", choice === "allow_once" ? "primary" : null, label));
+      button.dataset.choice = choice;
+      button.addEventListener("click", () => this.hooks.approve(d.id, choice === "allow_once" ? "allow" : choice));
+    }
     box.dataset.callId = d.callId;
     this.approvals.set(d.id, box);
   },
   "approval/decided"(d) {
+    if (d.scope === "rule") {
+      this.notice(`${d.toolName} allowed without asking by a remembered approval: ${d.rule}`, "info");
+      return;
+    }
     const box = this.approvals.get(d.id);
     if (!box) return;
     box.classList.add("decided");
-    box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, d.outcome === "approved" ? "allowed once" : d.outcome));
+    const allowed = { once: "allowed once", session: "allowed for this session", always: "always allowed" };
+    box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, d.outcome === "approved" ? allowed[d.scope] || "allowed" : d.outcome));
   },
   "session/title"(d) { this.title = d.title; },
   "request/header"(d) { this.model = d.header?.config?.model || this.model; },

@@ -1,4 +1,4 @@
-//! The envelope around each event (SPEC S3.2) and the session header line (SPEC S3.6).
+//! The envelope around each event and the session header line (docs/sessions.md, "File format").
 
 use serde::de::Error as _;
 use serde::ser::SerializeMap;
@@ -14,7 +14,7 @@ pub const FORMAT_VERSION: u64 = 0;
 /// repair trusts the absence of `tool/started` only in logs marked with it.
 pub const WRITER_NAME: &str = "dsh-rs";
 
-/// How a message event changes the projected history (SPEC S3.4).
+/// How a message event changes the projected history (docs/sessions.md, "Projection").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SurfaceOp {
     /// Append the message.

@@ -1,4 +1,5 @@
-//! The event vocabulary of the session log (SPEC S3.3), with dsh's type names and field names.
+//! The event vocabulary of the session log (docs/sessions.md, "Event types"), with dsh's type names
+//! and field names.
 //!
 //! Each variant of [`Event`] is one `type` string; its payload is the line's `data` object.
 //! Event types that dsh writes but that never reach a model (hooks, approvals, title requests)
@@ -66,7 +67,8 @@ pub struct AbortCause {
 pub enum TurnEndReason {
     /// Nothing more was owed.
     Completed,
-    /// Cancelled. dsh writes the cause as `reason`; SPEC S3.3 calls it `cause` (both are read).
+    /// Cancelled. dsh writes the cause as `reason`; `cause` is read too (docs/sessions.md, "Event
+    /// types").
     Aborted {
         /// Who cancelled.
         #[serde(default, alias = "cause", skip_serializing_if = "Option::is_none")]
@@ -171,7 +173,7 @@ pub struct ToolStarted {
     pub call_id: String,
 }
 
-/// The structured error of a failed tool call (`{name?, code}`, SPEC S4.4).
+/// The structured error of a failed tool call (`{name?, code}`, docs/agent.md, "Tool pipeline").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolError {
     /// The error code (`UNKNOWN_TOOL`, `INVALID_ARGS`, `TOOL_TIMEOUT`, `TOOL_NOT_STARTED`, ...).
@@ -226,7 +228,8 @@ pub enum HeaderTools {
     Placeholder(String),
 }
 
-/// The request header (SPEC S1.7): call config, system text and tool schemas.
+/// The request header (docs/model-calls.md, "Call config"): call config, system text and tool
+/// schemas.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestHeader {
     /// The prepared call config.
@@ -316,8 +319,8 @@ pub struct SessionTitle {
 }
 
 /// `agent/inbox/spliced {target, start, removedCount?, inserted, outcome?}`: a change to one of
-/// the durable inbox lists (SPEC S4.1). Not model-visible: claimed items reach the model as
-/// `user/message` events.
+/// the durable inbox lists (docs/agent.md, "Inbox"). Not model-visible: claimed items reach the
+/// model as `user/message` events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InboxSplice {

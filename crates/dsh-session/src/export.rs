@@ -1,5 +1,5 @@
-//! Export (SPEC S3.7): JSON lines, a readable Markdown transcript, and a zip archive with the
-//! sub-agent logs.
+//! Export (docs/sessions.md, "Resume, fork and export"): JSON lines, a readable Markdown
+//! transcript, and a zip archive with the sub-agent logs.
 
 use std::io::{Seek, Write};
 

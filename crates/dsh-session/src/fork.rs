@@ -1,4 +1,5 @@
-//! Fork (SPEC S3.7): a new session seeded with a parent's log up to the end of a closed turn.
+//! Fork (docs/sessions.md, "Resume, fork and export"): a new session seeded with a parent's log up
+//! to the end of a closed turn.
 
 use crate::envelope::{now_ms, Envelope, SessionHeader, WRITER_NAME};
 use crate::error::{Result, SessionError};

@@ -1,4 +1,5 @@
-//! The JSONL store (SPEC S3.6): `$DSH_HOME/sessions/--<cwd>--/<id>/session.jsonl`.
+//! The JSONL store (docs/sessions.md, "Where sessions live"):
+//! `$DSH_HOME/sessions/--<cwd>--/<id>/session.jsonl`.
 //!
 //! Writers take an exclusive `flock` on the session file, buffer appended lines in memory
 //! (packing delta runs into dsh's packed rows), write the buffer when it grows past 1 MiB, and
@@ -352,7 +353,18 @@ impl SessionStore for JsonlStore {
         for (_, path) in self.all_sessions(filter.cwd.as_deref())? {
             match SessionSummary::of_file(&path) {
                 Ok(summary) => listing.sessions.push(summary),
-                Err(e) => listing.problems.push(e.to_string()),
+                Err(e) => {
+                    listing.problems.push(e.to_string());
+                    listing.damaged.push(crate::store::DamagedSession {
+                        path: path.display().to_string(),
+                        updated_at: std::fs::metadata(&path)
+                            .and_then(|m| m.modified())
+                            .ok()
+                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                            .map_or(0, |d| d.as_millis() as u64),
+                        problem: e.to_string(),
+                    });
+                }
             }
         }
         listing

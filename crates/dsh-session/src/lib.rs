@@ -1,4 +1,4 @@
-//! The session log of dsh (SPEC S3): the single source of truth of a session.
+//! The session log of dsh (docs/sessions.md): the single source of truth of a session.
 //!
 //! A session is one append-only log: a header line, then events. Everything a model request
 //! contains is rebuilt from it (the last `request/header` plus the [projected](Projector)
@@ -6,11 +6,12 @@
 //! by the original dsh load here, packed rows included, and the other way round.
 //!
 //! # Pieces
-//! - [`Event`] and its payload types: the vocabulary of SPEC S3.3 with dsh's names;
-//!   [`Envelope`] adds `seq`, `time`, `surfaceOp`, `sourceEventSeqs`, `ignorable`.
+//! - [`Event`] and its payload types: the vocabulary of docs/sessions.md ("Event types") with dsh's
+//!   names; [`Envelope`] adds `seq`, `time`, `surfaceOp`, `sourceEventSeqs`, `ignorable`.
 //! - [`LogReader`] / [`load_file`]: streaming reader with packed-row expansion, seq
 //!   assignment, torn-tail tolerance and precise errors ([`SessionError`]).
-//! - [`Projector`]: incremental projection to `Vec<dsh_llm::Message>` (SPEC S3.4).
+//! - [`Projector`]: incremental projection to `Vec<dsh_llm::Message>` (docs/sessions.md,
+//!   "Projection").
 //! - [`SessionStore`] (create, load, resume, list, search, remove) and [`SessionWriter`]
 //!   (append, flush, repair), implemented by [`JsonlStore`] and [`SqliteStore`]; pick one with
 //!   [`StoreKind`] and [`open_store`].
@@ -80,6 +81,6 @@ pub use reader::{load_file, LoadedLog, LogReader, TornTail};
 pub use sqlite::{SqliteStore, SqliteWriter};
 pub use state::{ClosedTurn, OpenCall, SessionTracker};
 pub use store::{
-    cwd_folder_name, is_flush_point, open_store, session_path, CreateOptions, ListFilter, Listing,
-    Resumed, SearchHit, SessionStore, SessionWriter, StoreKind,
+    cwd_folder_name, is_flush_point, open_store, session_path, CreateOptions, DamagedSession,
+    ListFilter, Listing, Resumed, SearchHit, SessionStore, SessionWriter, StoreKind,
 };

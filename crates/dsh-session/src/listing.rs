@@ -12,7 +12,8 @@ use crate::reader::LogReader;
 use crate::state::SessionTracker;
 use crate::store::SearchHit;
 
-/// Prices of one model in USD per million tokens, per disjoint usage count (SPEC S1.5).
+/// Prices of one model in USD per million tokens, per disjoint usage count (docs/sessions.md,
+/// "Cost").
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelPrice {

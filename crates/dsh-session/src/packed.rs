@@ -1,4 +1,5 @@
-//! Packed delta rows (SPEC S3.6): `reasoning-chunks`, `text-chunks` and `tool-call-chunks`.
+//! Packed delta rows (docs/sessions.md, "File format"): `reasoning-chunks`, `text-chunks` and
+//! `tool-call-chunks`.
 //!
 //! A packed row stands for a run of `assistant/chunk` deltas of one block and counts as one seq
 //! per delta. The reader expands rows into ordinary [`Event::AssistantChunk`] envelopes; the

@@ -1,4 +1,4 @@
-//! Projection of the log to model history (SPEC S3.4).
+//! Projection of the log to model history (docs/sessions.md, "Projection").
 //!
 //! Rules: only message events project (`user/message`, `assistant/message`, `tool/result`);
 //! chunks, boundaries and every other event never do; an assistant message with no non-blank

@@ -1,4 +1,5 @@
-//! Crash repair (SPEC S3.6): closing what a dead process left open, by appending only.
+//! Crash repair (docs/sessions.md, "Durability and crash repair"): closing what a dead process left
+//! open, by appending only.
 //!
 //! Repair never truncates or rewrites history. For a log whose last turn is open it appends,
 //! in order:

@@ -111,6 +111,20 @@ pub struct Listing {
     pub sessions: Vec<SessionSummary>,
     /// One message per unreadable session (what and where).
     pub problems: Vec<String>,
+    /// The unreadable sessions themselves, so that `--continue` can tell whether the newest
+    /// session of a directory is one of them.
+    pub damaged: Vec<DamagedSession>,
+}
+
+/// A session log that could not be read while listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DamagedSession {
+    /// The log file.
+    pub path: String,
+    /// Its modification time, in milliseconds since the Unix epoch (0 when unknown).
+    pub updated_at: u64,
+    /// What is wrong.
+    pub problem: String,
 }
 
 /// A search match.
@@ -220,7 +234,8 @@ pub fn open_store(kind: StoreKind, home: &Path) -> Result<Box<dyn SessionStore>>
     })
 }
 
-/// The folder name for a cwd: `--<cwd with / replaced by ->--` (SPEC S3.6).
+/// The folder name for a cwd: `--<cwd with / replaced by ->--` (docs/sessions.md, "Where sessions
+/// live").
 pub fn cwd_folder_name(cwd: &str) -> String {
     format!("--{}--", cwd.replace('/', "-"))
 }

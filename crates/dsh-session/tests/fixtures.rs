@@ -11,7 +11,7 @@ use dsh_session::{
 };
 
 fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/dsh-acp-snapshots")
+    dsh_test_support::snapshot_fixtures_dir()
 }
 
 fn fixture_logs() -> Vec<PathBuf> {

@@ -2,7 +2,7 @@
 //! for `cargo fuzz` here).
 //!
 //! Inputs: arbitrary bytes, JSONL-shaped token soup, and the recorded dsh sessions of
-//! `shared/fixtures/dsh-acp-snapshots` mutated (bytes flipped, inserted, deleted, lines
+//! `fixtures/dsh/acp-snapshots` mutated (bytes flipped, inserted, deleted, lines
 //! duplicated, swapped or dropped, fields replaced). Properties:
 //! - `LogReader` never panics: it yields events or a clear error, and stops;
 //! - whatever it yields goes through `Projector`, `SessionTracker`, repair and the Markdown
@@ -48,7 +48,7 @@ fn fixtures() -> &'static [(String, Vec<u8>)] {
 }
 
 fn dsh_test_support_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/dsh-acp-snapshots")
+    dsh_test_support::snapshot_fixtures_dir()
 }
 
 /// What reading `bytes` gave: the events before the end or the first error, and the error.

@@ -1,4 +1,4 @@
-//! Property tests of the projection (SPEC S3.4) over random valid logs.
+//! Property tests of the projection (docs/sessions.md, "Projection") over random valid logs.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a test failure
 

@@ -45,19 +45,37 @@ pub use script::{
 };
 pub use server::{FakeProvider, ProviderEvents, RecordedRequest, RequestTiming};
 
-/// Path of the recorded dsh sessions (`shared/fixtures/dsh-acp-snapshots`), found by walking up
-/// from `manifest_dir` (pass `env!("CARGO_MANIFEST_DIR")`) to the first ancestor that has it:
-/// the `shared/` folder that sits beside the workspace root. `None` when there is none.
-pub fn snapshot_fixtures_dir(manifest_dir: impl AsRef<Path>) -> Option<PathBuf> {
-    manifest_dir
-        .as_ref()
-        .ancestors()
-        .map(|dir| {
-            dir.join("shared")
-                .join("fixtures")
-                .join("dsh-acp-snapshots")
-        })
-        .find(|dir| dir.is_dir())
+/// The recorded dsh sessions kept in this repository, one folder per scenario:
+/// `fixtures/dsh/acp-snapshots/` at the workspace root (origin and licence in
+/// `fixtures/dsh/README.md`). Tests read them in place; a test that runs in a recorded
+/// `workspace/` copies it first (see [`copy_dir`]).
+pub fn snapshot_fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/dsh/acp-snapshots")
+}
+
+/// The scenario folders of [`snapshot_fixtures_dir`], sorted by name. An error names the folder
+/// when it cannot be read or holds no scenario, so a runner fails instead of passing over nothing.
+pub fn snapshot_fixture_dirs() -> Result<Vec<PathBuf>, String> {
+    let root = snapshot_fixtures_dir();
+    let entries = std::fs::read_dir(&root).map_err(|error| {
+        format!(
+            "cannot read the recorded sessions in {}: {error} (they are part of the repository)",
+            root.display()
+        )
+    })?;
+    let mut dirs: Vec<PathBuf> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.join("session.jsonl").is_file())
+        .collect();
+    dirs.sort();
+    if dirs.is_empty() {
+        return Err(format!(
+            "no recorded session (*/session.jsonl) in {}",
+            root.display()
+        ));
+    }
+    Ok(dirs)
 }
 
 /// Copies the folder `from` into `to` (created if missing), recursively.

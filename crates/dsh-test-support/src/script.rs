@@ -68,6 +68,9 @@ pub enum StreamEnd {
     DropConnection,
     /// Nothing more is sent and the connection stays open until the client closes it.
     Stall,
+    /// A `: keep-alive` comment every given interval, forever: never a byte of content, but
+    /// never silent long enough for an idle watchdog either. Ends when the client closes.
+    KeepAliveForever(Duration),
 }
 
 /// A streamed (HTTP 200, `text/event-stream`) reply under construction.

@@ -74,6 +74,8 @@ struct Shared {
     replies: Mutex<VecDeque<ScriptedReply>>,
     rejected_fields: Mutex<Vec<String>>,
     models: Mutex<Option<Vec<String>>>,
+    /// Request bodies larger than this are not read: the next reply is sent at once.
+    early_reply_above: Mutex<Option<usize>>,
     requests: Mutex<Vec<RecordedRequest>>,
     timings: Mutex<Vec<RequestTiming>>,
     scripted: Mutex<usize>,
@@ -118,6 +120,7 @@ impl FakeProvider {
             replies: Mutex::new(replies),
             rejected_fields: Mutex::new(Vec::new()),
             models: Mutex::new(None),
+            early_reply_above: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             timings: Mutex::new(Vec::new()),
             scripted: Mutex::new(scripted),
@@ -157,6 +160,14 @@ impl FakeProvider {
     /// OpenAI `{"object": "list", "data": [...]}` and Anthropic shapes).
     pub fn set_models(&self, ids: &[&str]) {
         *lock(&self.shared.models) = Some(ids.iter().map(|id| id.to_string()).collect());
+    }
+
+    /// Acts like a proxy with a body-size limit: a request whose `content-length` exceeds
+    /// `bytes` gets its reply (the next scripted one, typically a 413) right after its head,
+    /// without its body being read, and the connection is closed. It is recorded with an empty
+    /// body.
+    pub fn reply_early_above(&self, bytes: usize) {
+        *lock(&self.shared.early_reply_above) = Some(bytes);
     }
 
     /// Every request received so far, in arrival order.
@@ -240,7 +251,10 @@ fn parse_head(bytes: &[u8]) -> Option<Head> {
     })
 }
 
-async fn read_request(stream: &mut TcpStream) -> Option<(Head, Vec<u8>, Instant)> {
+async fn read_request(
+    stream: &mut TcpStream,
+    early_reply_above: Option<usize>,
+) -> Option<(Head, Vec<u8>, Instant)> {
     let mut buffer = Vec::with_capacity(8192);
     let mut first_byte = None;
     let head_end = loop {
@@ -266,6 +280,9 @@ async fn read_request(stream: &mut TcpStream) -> Option<(Head, Vec<u8>, Instant)
         .and_then(|(_, value)| value.parse().ok())
         .unwrap_or(0);
     let mut body = buffer.split_off(head_end + 4);
+    if early_reply_above.is_some_and(|limit| length > limit) {
+        return Some((head, Vec::new(), first_byte.unwrap_or_else(Instant::now)));
+    }
     while body.len() < length {
         let mut chunk = vec![0u8; (length - body.len()).min(64 * 1024)];
         let read = stream.read(&mut chunk).await.ok()?;
@@ -323,7 +340,8 @@ fn models_reply(ids: &[String]) -> ScriptedReply {
 }
 
 async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
-    let Some((head, body, first_byte)) = read_request(&mut stream).await else {
+    let early = *lock(&shared.early_reply_above);
+    let Some((head, body, first_byte)) = read_request(&mut stream, early).await else {
         return;
     };
     let request_read = Instant::now();
@@ -492,6 +510,18 @@ async fn write_stream(
             Ok(Some(done))
         }
         StreamEnd::DropConnection => Ok(None),
+        StreamEnd::KeepAliveForever(every) => {
+            shared.events.send_modify(|events| events.stalls += 1);
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(err) = write_chunk(stream, b": keep-alive\n\n").await {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        format!("client closed a keep-alive-only stream: {err}"),
+                    ));
+                }
+            }
+        }
         StreamEnd::Stall => {
             shared.events.send_modify(|events| events.stalls += 1);
             // Hold the connection open and wait for the client to close it.

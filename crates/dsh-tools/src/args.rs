@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use crate::error::ToolError;
 
-/// Parses the raw argument string of a tool call. Empty or blank text means `{}` (SPEC S4.4);
-/// anything that is not a JSON object is `INVALID_ARGS`.
+/// Parses the raw argument string of a tool call. Empty or blank text means `{}` (docs/agent.md,
+/// "Tool pipeline"); anything that is not a JSON object is `INVALID_ARGS`.
 pub fn parse_raw_arguments(raw: &str) -> Result<Value, ToolError> {
     if raw.trim().is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));

@@ -58,6 +58,27 @@ pub struct ConfinementRequest {
     pub workdir: PathBuf,
     /// Directories the command may write under `workspace-write` (cwd and temp dirs).
     pub writable_roots: Vec<PathBuf>,
+    /// Directories the command must not see at all where the mechanism can hide them (dsh's
+    /// home: credentials, trust records, the web UI's token page; see [`hidden_dirs`]).
+    pub hidden_dirs: Vec<PathBuf>,
+}
+
+/// The directories confined commands must not see: dsh's home, `$DSH_HOME` when set and not
+/// empty, else `$HOME/.dsh` (the rule of `dsh-cli`'s `home.rs`, docs/SECURITY.md "Process
+/// sandbox"). Relative values are ignored: they name no fixed place.
+pub fn hidden_dirs() -> Vec<PathBuf> {
+    let home = match std::env::var_os("DSH_HOME").filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home),
+        None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            Some(home) => PathBuf::from(home).join(".dsh"),
+            None => return Vec::new(),
+        },
+    };
+    if home.is_absolute() {
+        vec![home]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Turns a plain command plan into a confined one, or refuses.

@@ -14,10 +14,10 @@ use crate::confinement::{CommandConfinement, NoSandbox};
 use crate::error::{ToolError, ToolErrorCode};
 use crate::jobs::JobTable;
 use crate::observe::FileObservations;
-use crate::paths::{absolutize, resolve_real_path};
+use crate::paths::{absolutize, protected_write_target, resolve_real_path, write_root_of};
 use crate::spill::{externalize, SpillDir, DEFAULT_SPILL_THRESHOLD};
 
-/// The permission preset of a session (SPEC S7).
+/// The permission preset of a session (docs/SECURITY.md, "What is protected").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PermissionPreset {
@@ -68,7 +68,8 @@ impl FromStr for PermissionPreset {
 /// [`ToolLimits::validate`] rejects nonsensical settings at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolLimits {
-    /// Results above this many bytes are externalised (SPEC S5.3). Default 50,000.
+    /// Results above this many bytes are externalised (docs/tools.md, "Externalising"). Default
+    /// 50,000.
     pub spill_threshold: usize,
     /// `bash` timeout when the call gives none. Default 60 s.
     pub bash_default_timeout: Duration,
@@ -148,6 +149,7 @@ pub struct ToolContext {
     jobs: Option<JobTable>,
     asker: Arc<dyn Asker>,
     call_id: Option<String>,
+    approved: bool,
 }
 
 impl fmt::Debug for ToolContext {
@@ -158,6 +160,7 @@ impl fmt::Debug for ToolContext {
             .field("permission", &self.permission)
             .field("confinement", &self.confinement.name())
             .field("call_id", &self.call_id)
+            .field("approved", &self.approved)
             .finish_non_exhaustive()
     }
 }
@@ -199,6 +202,7 @@ impl ToolContext {
             jobs: None,
             asker: Arc::new(HeadlessAsker),
             call_id: None,
+            approved: false,
         })
     }
 
@@ -244,6 +248,19 @@ impl ToolContext {
     pub fn with_call_id(mut self, call_id: impl Into<String>) -> Self {
         self.call_id = Some(call_id.into());
         self
+    }
+
+    /// Marks this context's call as approved by the user (an `Ask` verdict answered "allow"),
+    /// which lets `write`/`edit` write protected paths under `workspace-write`
+    /// (docs/SECURITY.md, "Protected paths"). The pipeline sets it for the approved call only.
+    pub fn with_approval(mut self, approved: bool) -> Self {
+        self.approved = approved;
+        self
+    }
+
+    /// True when the user approved this call (see [`ToolContext::with_approval`]).
+    pub fn approved(&self) -> bool {
+        self.approved
     }
 
     /// Replaces the observation map (e.g. to share it across contexts of one session).
@@ -318,6 +335,16 @@ impl ToolContext {
         roots
     }
 
+    /// The writable root a write to the real path `real` is confined to: the longest of
+    /// [`ToolContext::writable_roots`] that contains it, under `workspace-write`. `None` under
+    /// the other presets (`danger-full-access` writes by path; `read-only` writes nothing).
+    pub fn write_root(&self, real: &Path) -> Option<PathBuf> {
+        match self.permission {
+            PermissionPreset::WorkspaceWrite => write_root_of(&self.writable_roots(), real),
+            _ => None,
+        }
+    }
+
     /// `path` (as the model wrote it) made absolute against the cwd.
     pub fn absolute(&self, path: &str) -> PathBuf {
         absolutize(&self.cwd, path)
@@ -326,7 +353,10 @@ impl ToolContext {
     /// Resolves the real target of a write to `path` and checks the preset allows it:
     /// `read-only` refuses every write, `workspace-write` refuses a real path outside the cwd
     /// and temp directories (after following symlinks and `..`), both with
-    /// `PERMISSION_DENIED` and the reason. Returns the real path to write to.
+    /// `PERMISSION_DENIED` and the reason. Under `workspace-write` a real path inside a
+    /// protected entry (`.git/hooks`, `.git/config`, `.dsh`, `.env*`, ...; see
+    /// [`crate::protected_entry`]) is refused too unless the call was approved
+    /// ([`ToolContext::with_approval`]). Returns the real path to write to.
     pub fn check_writable(&self, path: &str) -> Result<PathBuf, ToolError> {
         let requested = self.absolute(path);
         let real = resolve_real_path(&requested)
@@ -346,7 +376,24 @@ impl ToolContext {
                     .iter()
                     .any(|root| real.starts_with(root))
                 {
-                    Ok(real)
+                    match protected_write_target(&self.writable_roots(), &real) {
+                        Some(entry) if !self.approved => {
+                            let via = if real == requested {
+                                String::new()
+                            } else {
+                                format!(" (resolves to {})", real.display())
+                            };
+                            Err(ToolError::new(
+                                ToolErrorCode::PermissionDenied,
+                                format!(
+                                    "writing {}{via} needs the user's approval: it is inside the protected path {}, which configures code that runs later (git hooks/config, dsh settings, .env), and this call was not approved",
+                                    requested.display(),
+                                    entry.display()
+                                ),
+                            ))
+                        }
+                        _ => Ok(real),
+                    }
                 } else {
                     let via = if real == requested {
                         String::new()

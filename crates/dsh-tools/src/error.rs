@@ -6,7 +6,7 @@ use std::io;
 use serde::{Deserialize, Serialize};
 
 /// Why a tool call failed. Serialised in `SCREAMING_SNAKE_CASE` (`"FS_NOT_OBSERVED"`), the
-/// spelling used in session logs and `{name, code}` error records (SPEC S4.4).
+/// spelling used in session logs and `{name, code}` error records (docs/agent.md, "Tool pipeline").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ToolErrorCode {

@@ -1,4 +1,4 @@
-//! The tool seam of dsh (SPEC S4.4, S5.3, S6, S7).
+//! The tool seam of dsh (docs/tools.md; policy in docs/SECURITY.md).
 //!
 //! * [`Tool`]: one capability the model can call (name, description, JSON-schema parameters,
 //!   concurrency flag, optional timeout, boxed-future `execute`).
@@ -45,6 +45,7 @@ mod observe;
 mod output;
 mod paths;
 mod process;
+mod protected;
 mod redact;
 mod registry;
 mod spill;
@@ -57,11 +58,11 @@ pub use ask::{
     UserAnswer, UserQuestion, MAX_OPTIONS, MAX_QUESTIONS,
 };
 pub use builtin::{
-    builtin_tools, BashTool, EditTool, GlobTool, GrepTool, ReadTool, TodoItem, TodoStatus,
-    TodoWriteTool, WriteTool,
+    builtin_tools, is_temp_name, remove_leftover_temps, BashTool, EditTool, GlobTool, GrepTool,
+    ReadTool, TodoItem, TodoStatus, TodoWriteTool, WriteTool, TEMP_PREFIX,
 };
 pub use confinement::{
-    CommandConfinement, CommandPlan, ConfinementRequest, NoSandbox, PreExecHook,
+    hidden_dirs, CommandConfinement, CommandPlan, ConfinementRequest, NoSandbox, PreExecHook,
 };
 pub use context::{PermissionPreset, ToolContext, ToolLimits};
 pub use error::{ToolError, ToolErrorCode};
@@ -71,8 +72,12 @@ pub use jobs::{
 };
 pub use observe::{ContentHasher, FileObservations, Observation};
 pub use output::ToolOutput;
-pub use paths::{absolutize, resolve_real_path};
+pub use paths::{absolutize, protected_write_path, resolve_real_path};
 pub use process::{group_has_live_members, is_secret_name, scrubbed_env, CHILD_ENV_OVERRIDES};
+pub use protected::{
+    existing_protected_entries, protected_entry, PROTECTED_ENV_PREFIX, PROTECTED_GIT_ENTRIES,
+    PROTECTED_NAMES,
+};
 pub use redact::{SecretRedactor, MIN_SECRET_LEN};
 pub use registry::{tool_result_block, ToolRegistry, ToolRegistryError};
 pub use spill::{externalize, Externalized, SpillDir, DEFAULT_SPILL_THRESHOLD};

@@ -53,7 +53,17 @@ fn resolve_inner(path: &Path, hops: &mut usize) -> io::Result<PathBuf> {
                                 candidate.display()
                             )));
                         }
-                        let target = std::fs::read_link(&candidate)?;
+                        let target = std::fs::read_link(&candidate).map_err(|err| {
+                            if err.raw_os_error() == Some(libc::EINVAL) {
+                                // It was a link a moment ago: something replaced it meanwhile.
+                                io::Error::other(format!(
+                                    "{} changed while the path was being resolved; retry",
+                                    candidate.display()
+                                ))
+                            } else {
+                                err
+                            }
+                        })?;
                         let target = if target.is_absolute() {
                             target
                         } else {
@@ -79,12 +89,51 @@ pub(crate) fn display_relative(cwd: &Path, path: &Path) -> String {
     }
 }
 
-/// A sibling temp-file name for atomic replacement of `target`.
+/// A sibling temp-file name for atomic replacement of `target`: `.dsh-tmp-<32 hex digits>`
+/// (the names leftover cleanup looks for, see `builtin::beneath`).
 pub(crate) fn temp_sibling(target: &Path) -> PathBuf {
-    let mut name = OsString::from(".");
-    name.push(target.file_name().unwrap_or_else(|| "file".as_ref()));
-    name.push(format!(".dsh-tmp-{}", uuid::Uuid::new_v4().simple()));
+    let name = OsString::from(format!(
+        "{}{}",
+        crate::builtin::TEMP_PREFIX,
+        uuid::Uuid::new_v4().simple()
+    ));
     target.with_file_name(name)
+}
+
+/// The root of `roots` that `real` lies in; the longest when several do (a cwd inside a temp
+/// directory is its own root).
+pub(crate) fn write_root_of(roots: &[PathBuf], real: &Path) -> Option<PathBuf> {
+    roots
+        .iter()
+        .filter(|root| real.starts_with(root))
+        .max_by_key(|root| root.as_os_str().len())
+        .cloned()
+}
+
+/// The protected entry (docs/SECURITY.md, "Protected paths") that covers the real path `real`,
+/// judged relative to the writable root of `roots` it lies in; `None` when it is outside every
+/// root or not protected.
+pub(crate) fn protected_write_target(roots: &[PathBuf], real: &Path) -> Option<PathBuf> {
+    let root = write_root_of(roots, real)?;
+    crate::protected::protected_entry(&root, real)
+}
+
+/// What a write to `path` (as a tool call gives it, relative to `cwd`) would touch when that is
+/// protected: `(real path, protected entry)`, judged as `write`/`edit` judge it under
+/// `workspace-write` with the writable roots `roots` (symlinks followed first, so `link/hooks/x`
+/// with `link -> .git` is caught). `None` when the path is not protected, lies outside every
+/// root, or cannot be resolved (the tool then reports why).
+pub fn protected_write_path(
+    cwd: &Path,
+    roots: &[PathBuf],
+    path: &str,
+) -> Option<(PathBuf, PathBuf)> {
+    if path.is_empty() {
+        return None;
+    }
+    let real = resolve_real_path(&absolutize(cwd, path)).ok()?;
+    let entry = protected_write_target(roots, &real)?;
+    Some((real, entry))
 }
 
 #[cfg(test)]

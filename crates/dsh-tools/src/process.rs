@@ -23,7 +23,8 @@ pub const CHILD_ENV_OVERRIDES: [(&str, &str); 5] = [
 ];
 
 /// True for environment variable names that may hold secrets: those containing `KEY`, `TOKEN`,
-/// `SECRET` or `PASSWORD`, in any case (SPEC S7). Such variables never reach a child process.
+/// `SECRET` or `PASSWORD`, in any case (docs/SECURITY.md, "What is protected"). Such variables
+/// never reach a child process.
 pub fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     ["KEY", "TOKEN", "SECRET", "PASSWORD"]
@@ -52,8 +53,10 @@ pub fn scrubbed_env() -> Vec<(OsString, OsString)> {
 }
 
 /// A command for `plan` that starts in `workdir` as the leader of its own session and process
-/// group (`setsid`), runs the plan's confinement hooks before `exec`, gets the scrubbed
-/// environment and reads stdin from `/dev/null`. The caller chooses stdout and stderr.
+/// group (`setsid`: no controlling terminal, so no `TIOCSTI` into the user's terminal), dies
+/// with this process (`PR_SET_PDEATHSIG`), runs the plan's confinement hooks before `exec`,
+/// gets the scrubbed environment and reads stdin from `/dev/null`. The caller chooses stdout
+/// and stderr.
 pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&plan.program);
     command
@@ -63,11 +66,29 @@ pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::proces
         .current_dir(workdir)
         .stdin(Stdio::null());
     let hooks = plan.pre_exec.clone();
-    // SAFETY: the closure runs in the forked child before exec. It calls setsid(2), which is
-    // async-signal-safe, and the confinement hooks, whose contract (see `PreExecHook`) is to be
-    // async-signal-safe too. It does not allocate: iterating a Vec of Arcs only reads memory.
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs in the forked child before exec. It calls prctl(2), getppid(2)
+    // and setsid(2), which are async-signal-safe, and the confinement hooks, whose contract
+    // (see `PreExecHook`) is to be async-signal-safe too. It does not allocate: iterating a
+    // Vec of Arcs only reads memory.
     unsafe {
         command.pre_exec(move || {
+            // The death signal follows the forking thread: children are forked on the
+            // spawner thread, which lives as long as the process (`spawn_child`).
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                // This process died before the death signal was armed: run nothing.
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             if libc::setsid() == -1 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -78,6 +99,69 @@ pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::proces
         });
     }
     command
+}
+
+/// One spawn request for the spawner thread: the command, the runtime the child belongs to,
+/// and where to send the result.
+struct SpawnRequest {
+    command: tokio::process::Command,
+    runtime: tokio::runtime::Handle,
+    reply: std::sync::mpsc::SyncSender<std::io::Result<tokio::process::Child>>,
+}
+
+/// Spawns `command` from the process's one spawner thread and returns the child.
+///
+/// Why a dedicated thread: `PR_SET_PDEATHSIG` (armed in [`group_command`] and by the
+/// confinement hooks) fires when the *thread* that forked the child exits, not the process.
+/// tokio retires blocking-pool threads and the threads `block_in_place` hands off, so a child
+/// forked there (a background job, `bwrap --die-with-parent`) would be killed as soon as that
+/// thread ended. The spawner is a plain thread started once and never stopped, so the death
+/// signal fires only when the process dies (docs/SECURITY.md, "Process sandbox"). It enters the
+/// caller's runtime for each spawn, so the child is registered with that runtime's process
+/// driver exactly as a spawn on the caller's thread would be. The fork itself takes about a
+/// millisecond; the caller blocks for that long.
+pub(crate) fn spawn_child(
+    command: tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    use std::sync::mpsc;
+    use std::sync::OnceLock;
+    static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        std::io::Error::other("a child process can only be started from within a tokio runtime")
+    })?;
+    let sender = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        let started = std::thread::Builder::new()
+            .name("dsh-spawner".to_string())
+            .spawn(move || {
+                for mut request in rx {
+                    let _entered = request.runtime.enter();
+                    let result = request.command.spawn();
+                    // The caller may have given up (its future dropped): the child is then
+                    // dropped here, and its process group is ended by the caller's guard.
+                    let _ = request.reply.send(result);
+                }
+            });
+        if let Err(err) = started {
+            // Without the thread every send below fails and says so.
+            eprintln!("dsh: cannot start the process spawner thread: {err}");
+        }
+        tx
+    });
+    let (reply, answer) = mpsc::sync_channel(1);
+    let request = SpawnRequest {
+        command,
+        runtime,
+        reply,
+    };
+    if sender.send(request).is_err() {
+        return Err(std::io::Error::other(
+            "the process spawner thread is not running; restart dsh",
+        ));
+    }
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the process spawner thread stopped; restart dsh"))?
 }
 
 /// A process group this crate started (its leader called `setsid`). Dropping it without

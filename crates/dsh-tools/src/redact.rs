@@ -1,6 +1,7 @@
-//! Secret redaction of tool output (SPEC S7): the value of a secret-looking environment variable
-//! that shows up in a result (a `cat .env`, a program echoing its configuration) is replaced by
-//! `[REDACTED:<NAME>]` before the result is logged or sent to the model.
+//! Secret redaction of tool output (docs/SECURITY.md, "What is protected"): the value of a
+//! secret-looking environment variable that shows up in a result (a `cat .env`, a program echoing
+//! its configuration) is replaced by `[REDACTED:<NAME>]` before the result is logged or sent to the
+//! model.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -26,7 +26,7 @@ pub enum ToolRegistryError {
 }
 
 /// Tools by name. Iteration and [`ToolRegistry::schemas`] are sorted by name, so the tool
-/// list sent to the model is byte-stable (SPEC S5.1).
+/// list sent to the model is byte-stable (docs/agent.md, "Context discipline").
 #[derive(Default, Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,

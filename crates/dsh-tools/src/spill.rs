@@ -1,5 +1,6 @@
-//! Externalising large output (SPEC S5.3): the full text goes to a private file and the model
-//! gets a head/tail preview with the path, which it can page through with `read` or `grep`.
+//! Externalising large output (docs/tools.md, "Externalising"): the full text goes to a private
+//! file and the model gets a head/tail preview with the path, which it can page through with `read`
+//! or `grep`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};

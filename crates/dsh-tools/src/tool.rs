@@ -15,7 +15,7 @@ use crate::output::ToolOutput;
 /// Contract for implementations:
 /// * `name` is stable and unique within a registry; it is what the model writes.
 /// * `parameters` is a JSON Schema object and is deterministic (same bytes every call), so the
-///   tool list stays byte-stable for prompt caching (SPEC S5.1).
+///   tool list stays byte-stable for prompt caching (docs/agent.md, "Context discipline").
 /// * `execute` never panics on any `args` (they come from the model and are untrusted); bad
 ///   arguments give [`ToolErrorCode::InvalidArgs`](crate::ToolErrorCode::InvalidArgs).
 /// * `execute` honours `ctx.cancel`: once it fires, the call stops its work (killing any

@@ -231,12 +231,10 @@ async fn bad_job_arguments_are_invalid() {
 /// The job tools declare what dsh's recorded schemas declare (same required fields and types).
 #[test]
 fn job_schemas_match_the_recorded_dsh_tools() {
-    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/dsh-acp-snapshots/text-turn/tool-schemas.expected.json");
-    let Ok(text) = std::fs::read_to_string(&fixture) else {
-        eprintln!("skipped: {} not present", fixture.display());
-        return;
-    };
+    let fixture =
+        dsh_test_support::snapshot_fixtures_dir().join("text-turn/tool-schemas.expected.json");
+    let text = std::fs::read_to_string(&fixture)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", fixture.display()));
     let recorded: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut compared = 0;
     for tool in job_tools() {
@@ -264,4 +262,74 @@ fn job_schemas_match_the_recorded_dsh_tools() {
         compared += 1;
     }
     assert_eq!(compared, 3);
+}
+
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked a child exits, not the process. A
+/// job started from a thread that then ends (a plain thread entering the runtime, a retired
+/// blocking-pool thread such as `spawn_blocking` and `block_in_place` leave behind) must keep
+/// running: children are forked on dsh's long-lived spawner thread (docs/SECURITY.md,
+/// "Process sandbox"). That they still die with dsh itself is `children_die_with_dsh` in
+/// crates/dsh-sandbox/tests/root_escapes.rs.
+#[test]
+fn a_job_outlives_the_thread_that_started_it() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_keep_alive(Duration::from_millis(50))
+        .enable_all()
+        .build()
+        .unwrap();
+    let (s, jobs) = with_jobs();
+    let s = std::sync::Arc::new(s);
+    let tick = |name: &str| format!("while true; do echo x >> {name}; sleep 0.05; done");
+    // A plain thread that enters the runtime, starts the job, and ends.
+    let handle = runtime.handle().clone();
+    let shared = s.clone();
+    let command = tick("tick-thread");
+    let ended = std::thread::spawn(move || handle.block_on(start(&shared, &command)));
+    let first = ended.join().unwrap();
+    // A blocking-pool thread, retired 50 ms after its task.
+    let shared = s.clone();
+    let command = tick("tick-blocking");
+    let second = runtime.block_on(async move {
+        tokio::task::spawn_blocking(move || {
+            tokio::runtime::Handle::current().block_on(start(&shared, &command))
+        })
+        .await
+        .unwrap()
+    });
+    assert_ne!(first, second);
+    // Both threads are gone well before this; the jobs must still be running and writing.
+    std::thread::sleep(Duration::from_millis(1000));
+    let size = |name: &str| {
+        std::fs::metadata(s.path(name))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let before = (size("tick-thread"), size("tick-blocking"));
+    std::thread::sleep(Duration::from_millis(300));
+    let after = (size("tick-thread"), size("tick-blocking"));
+    assert!(
+        after.0 > before.0 && before.0 > 0,
+        "the job started from an ended thread died: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.1 > before.1 && before.1 > 0,
+        "the job started from a retired blocking thread died: {before:?} -> {after:?}"
+    );
+    let groups = jobs.running_groups();
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert!(groups.iter().all(|g| group_has_live_members(*g)));
+    // Dropping the table ends them (jobs die with their table).
+    drop(jobs);
+    drop(s);
+    for pgid in groups {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while group_has_live_members(pgid) {
+            assert!(
+                Instant::now() < deadline,
+                "job group {pgid} outlived its table"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::Scratch;
@@ -148,12 +147,10 @@ async fn todo_write_counts_renders_and_exposes_the_list() {
 /// property dsh had (except the sandbox escalation pair, which comes with the safety work).
 #[test]
 fn schemas_match_recorded_dsh_tool_list() {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/dsh-acp-snapshots/text-turn/tool-schemas.expected.json");
-    let Ok(text) = std::fs::read_to_string(&fixture) else {
-        eprintln!("skipped: {} not present", fixture.display());
-        return;
-    };
+    let fixture =
+        dsh_test_support::snapshot_fixtures_dir().join("text-turn/tool-schemas.expected.json");
+    let text = std::fs::read_to_string(&fixture)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", fixture.display()));
     let recorded: Value = serde_json::from_str(&text).unwrap();
     let registry = ToolRegistry::with_builtins();
     let mut compared = 0;

@@ -307,3 +307,44 @@ async fn edit_requires_observation_and_detects_staleness() {
     .await;
     assert_eq!(read_file(&path), "beta gamma\n");
 }
+
+#[tokio::test]
+async fn symlinks_inside_the_workspace_keep_working() {
+    let s = scratch();
+    let real = s.put("real.txt", "one\n");
+    symlink("real.txt", s.path("link.txt")).unwrap();
+    std::fs::create_dir(s.path("realdir")).unwrap();
+    symlink("realdir", s.path("ldir")).unwrap();
+    s.ok("read", json!({"file_path": "link.txt"})).await;
+    s.ok(
+        "edit",
+        json!({"file_path": "link.txt", "old_string": "one", "new_string": "two"}),
+    )
+    .await;
+    assert_eq!(read_file(&real), "two\n");
+    assert!(std::fs::symlink_metadata(s.path("link.txt"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    s.ok(
+        "write",
+        json!({"file_path": "ldir/deeper/new.txt", "content": "made\n"}),
+    )
+    .await;
+    assert_eq!(read_file(&s.path("realdir/deeper/new.txt")), "made\n");
+    // A FIFO is refused without blocking; a directory is not a file.
+    let fifo = std::ffi::CString::new(s.path("pipe").to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    s.err(
+        "write",
+        json!({"file_path": "pipe", "content": "x"}),
+        ToolErrorCode::NotAFile,
+    )
+    .await;
+    s.err(
+        "write",
+        json!({"file_path": "realdir", "content": "x"}),
+        ToolErrorCode::NotAFile,
+    )
+    .await;
+}

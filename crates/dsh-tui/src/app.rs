@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use dsh_agent::{ApprovalDecision, ApprovalRequest, AskOutcome, UserCommand};
+use dsh_agent::{ApprovalChoice, ApprovalDecision, ApprovalRequest, AskOutcome, UserCommand};
 use dsh_session::{PriceTable, SessionSummary};
 use dsh_tools::PermissionPreset;
 use tokio::sync::oneshot;
@@ -367,9 +367,19 @@ impl App {
     }
 
     fn approval_key(&mut self, key: KeyEvent) {
+        let offers = |choice: ApprovalChoice| {
+            self.approvals
+                .front()
+                .is_some_and(|pending| pending.request.offers(choice))
+        };
         let decision = match key.code {
-            KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Char('a') | KeyCode::Enter => {
-                ApprovalDecision::AllowOnce
+            KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => ApprovalDecision::AllowOnce,
+            // Keys of choices the request does not offer do nothing (the box does not show them).
+            KeyCode::Char('s') | KeyCode::Char('S') if offers(ApprovalChoice::AllowSession) => {
+                ApprovalDecision::AllowSession
+            }
+            KeyCode::Char('a') | KeyCode::Char('A') if offers(ApprovalChoice::AllowAlways) => {
+                ApprovalDecision::AllowAlways
             }
             KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Char('r') | KeyCode::Esc => {
                 ApprovalDecision::Reject {

@@ -1,5 +1,6 @@
 //! The TUI's [`Approver`]: each question goes to the UI, which shows it in place of the
-//! composer and answers allow once / reject.
+//! composer and answers with one of the offered choices (allow once, for this session, always,
+//! reject).
 
 use dsh_agent::{ApprovalDecision, ApprovalRequest, Approver};
 use futures::future::BoxFuture;

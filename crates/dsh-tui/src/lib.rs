@@ -1,4 +1,4 @@
-//! The interactive terminal UI of dsh (SPEC S8): a conversation view that streams Markdown,
+//! The interactive terminal UI of dsh (docs/tui.md): a conversation view that streams Markdown,
 //! reasoning and tool cards; a multi-line composer whose draft survives turns and cancels;
 //! queued and steering input; approval prompts; answers to `ask_user_question`; slash commands
 //! with completion (the built-ins, `/permission` switching, and the extensions' commands such

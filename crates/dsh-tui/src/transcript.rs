@@ -433,10 +433,22 @@ impl Transcript {
                     _ => return,
                 }
             }
-            "approval/decided" => format!(
-                "approval {}",
-                data["outcome"].as_str().unwrap_or("decided")
-            ),
+            "approval/decided" => {
+                let rule = data["rule"].as_str().unwrap_or("a rule");
+                match (data["outcome"].as_str(), data["scope"].as_str()) {
+                    (Some("approved"), Some("rule")) => format!(
+                        "{} allowed by a remembered approval: {rule}",
+                        data["toolName"].as_str().unwrap_or("a tool")
+                    ),
+                    (Some("approved"), Some("session")) => {
+                        format!("approved; for this session also {rule}")
+                    }
+                    (Some("approved"), Some("always")) => {
+                        format!("approved; remembered for later sessions: {rule}")
+                    }
+                    (outcome, _) => format!("approval {}", outcome.unwrap_or("decided")),
+                }
+            }
             _ => return,
         };
         self.end_preview();

@@ -140,12 +140,28 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
                     .saturating_sub(request.tool_name.len() + 1),
             )
             .collect();
-        let lines = vec![
-            Line::from(vec![
-                Span::styled("[y] allow once", Style::default().fg(Color::Green)),
-                Span::raw("   "),
-                Span::styled("[n] reject", Style::default().fg(Color::Red)),
-            ]),
+        let mut choices = vec![Span::styled(
+            "[y] allow once",
+            Style::default().fg(Color::Green),
+        )];
+        if request.offers(dsh_agent::ApprovalChoice::AllowSession) {
+            choices.push(Span::raw("   "));
+            choices.push(Span::styled(
+                "[s] this session",
+                Style::default().fg(Color::Green),
+            ));
+        }
+        if request.offers(dsh_agent::ApprovalChoice::AllowAlways) {
+            choices.push(Span::raw("   "));
+            choices.push(Span::styled(
+                "[a] always",
+                Style::default().fg(Color::Green),
+            ));
+        }
+        choices.push(Span::raw("   "));
+        choices.push(Span::styled("[n] reject", Style::default().fg(Color::Red)));
+        let mut lines = vec![
+            Line::from(choices),
             Line::from(vec![
                 Span::styled(
                     format!("{} ", request.tool_name),
@@ -158,6 +174,15 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
                 Style::default().fg(Color::Gray),
             )),
         ];
+        if let Some(rule) = request.rule.as_ref().filter(|_| {
+            request.offers(dsh_agent::ApprovalChoice::AllowSession)
+                || request.offers(dsh_agent::ApprovalChoice::AllowAlways)
+        }) {
+            lines.push(Line::from(Span::styled(
+                format!("[s]/[a] would allow {}", rule.describe()),
+                Style::default().fg(Color::Gray),
+            )));
+        }
         let block = Block::default()
             .borders(Borders::ALL)
             .border_style(Style::default().fg(Color::Yellow))

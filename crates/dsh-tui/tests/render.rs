@@ -374,6 +374,8 @@ fn approval_prompt_replaces_the_composer() {
             arguments: json!({"command": "apt-get install jq", "sandbox_permissions": "danger-full-access"}).to_string(),
             reason: "bash asks for danger-full-access instead of workspace-write: install jq".into(),
             escalation: None,
+            choices: vec![dsh_agent::ApprovalChoice::AllowOnce, dsh_agent::ApprovalChoice::Reject],
+            rule: None,
         },
         respond: None,
     });
@@ -391,6 +393,75 @@ fn approval_prompt_replaces_the_composer() {
     assert!(app.on_key(key).is_empty());
     assert!(app.approvals.is_empty());
     assert_eq!(app.composer.text(), "draft stays");
+}
+
+#[test]
+fn approval_prompt_offers_session_and_always_with_the_rule() {
+    use dsh_agent::{ApprovalChoice, ApprovalDecision};
+    let arguments =
+        json!({"command": "cargo test --all", "sandbox_permissions": "danger-full-access"})
+            .to_string();
+    let request = |choices: Vec<ApprovalChoice>| dsh_agent::ApprovalRequest {
+        id: "a1".into(),
+        call_id: "c1".into(),
+        tool_name: "bash".into(),
+        arguments: arguments.clone(),
+        reason: "bash asks for danger-full-access instead of workspace-write: run the tests".into(),
+        escalation: Some(dsh_tools::PermissionPreset::DangerFullAccess),
+        rule: dsh_agent::proposed_rule(
+            "bash",
+            &arguments,
+            std::path::Path::new("/w"),
+            Some(dsh_tools::PermissionPreset::DangerFullAccess),
+        ),
+        choices,
+    };
+    let all = vec![
+        ApprovalChoice::AllowOnce,
+        ApprovalChoice::AllowSession,
+        ApprovalChoice::AllowAlways,
+        ApprovalChoice::Reject,
+    ];
+    let mut app = App::new(status());
+    app.loading = false;
+    app.transcript.running = true;
+    let (respond, mut answer) = tokio::sync::oneshot::channel();
+    app.approvals.push_back(dsh_tui::app::PendingApproval {
+        request: request(all.clone()),
+        respond: Some(respond),
+    });
+    insta::assert_snapshot!("approval_prompt_with_rule", draw_app(&mut app, 100, 12));
+    app.on_key(key(crossterm::event::KeyCode::Char('s')));
+    assert!(app.approvals.is_empty());
+    assert_eq!(answer.try_recv().unwrap(), ApprovalDecision::AllowSession);
+
+    let (respond, mut answer) = tokio::sync::oneshot::channel();
+    app.approvals.push_back(dsh_tui::app::PendingApproval {
+        request: request(all),
+        respond: Some(respond),
+    });
+    app.on_key(key(crossterm::event::KeyCode::Char('a')));
+    assert_eq!(answer.try_recv().unwrap(), ApprovalDecision::AllowAlways);
+
+    // Keys of choices that are not offered do nothing.
+    let (respond, mut answer) = tokio::sync::oneshot::channel();
+    app.approvals.push_back(dsh_tui::app::PendingApproval {
+        request: request(vec![ApprovalChoice::AllowOnce, ApprovalChoice::Reject]),
+        respond: Some(respond),
+    });
+    let screen = draw_app(&mut app, 100, 12);
+    assert!(
+        !screen.contains("[a] always") && !screen.contains("[s] this session"),
+        "{screen}"
+    );
+    app.on_key(key(crossterm::event::KeyCode::Char('a')));
+    app.on_key(key(crossterm::event::KeyCode::Char('s')));
+    assert_eq!(app.approvals.len(), 1);
+    app.on_key(key(crossterm::event::KeyCode::Char('n')));
+    assert!(matches!(
+        answer.try_recv().unwrap(),
+        ApprovalDecision::Reject { .. }
+    ));
 }
 
 fn draw_app(app: &mut App, width: u16, height: u16) -> String {

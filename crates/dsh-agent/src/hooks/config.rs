@@ -186,12 +186,15 @@ impl HooksConfig {
 
     /// The hooks of a session, all of them (none replaces another): the `[hooks]` event maps
     /// of the configuration (`tables`: `(origin, event map)` per file that set one), then
-    /// `$DSH_HOME/hooks.json`, then the project's `.dsh/hooks.json` (the first found from `cwd`
-    /// up to the directory holding `.git`). Every problem of every source is reported.
+    /// `$DSH_HOME/hooks.json`, then `project_file`: the project's `.dsh/hooks.json` with its
+    /// text as pinned, which the caller passes only when the workspace is trusted (dsh-config's
+    /// `WorkspaceTrust::project_hooks`; docs/configuration.md, "Workspace trust"): a planted
+    /// hooks file must never run, and the file is not read again here. Every problem of every
+    /// source is reported.
     pub fn load_session(
         tables: &[(String, Value)],
         home: &Path,
-        cwd: &Path,
+        project_file: Option<(&Path, &str)>,
     ) -> Result<HooksConfig, Vec<HookConfigError>> {
         let mut config = HooksConfig::new();
         let mut errors = Vec::new();
@@ -203,16 +206,12 @@ impl HooksConfig {
             add(HooksConfig::parse(origin, "hooks", map));
         }
         add(HooksConfig::load_file(&home.join(HOOKS_FILE)));
-        for dir in cwd.ancestors() {
-            let candidate = dir.join(".dsh").join(HOOKS_FILE);
-            if candidate.is_file() {
-                if candidate != home.join(HOOKS_FILE) {
-                    add(HooksConfig::load_file(&candidate));
-                }
-                break;
-            }
-            if dir.join(".git").exists() {
-                break;
+        if let Some((project, text)) = project_file {
+            if project != home.join(HOOKS_FILE) {
+                add(HooksConfig::parse_file_text(
+                    &project.display().to_string(),
+                    text,
+                ));
             }
         }
         if errors.is_empty() {
@@ -238,7 +237,14 @@ impl HooksConfig {
                 )])
             }
         };
-        let value: Value = serde_json::from_str(&text).map_err(|err| {
+        HooksConfig::parse_file_text(&origin, &text)
+    }
+
+    /// Parses the text of a hooks file (as [`HooksConfig::load_file`] does after reading it);
+    /// `origin` names it in messages.
+    pub fn parse_file_text(origin: &str, text: &str) -> Result<HooksConfig, Vec<HookConfigError>> {
+        let origin = origin.to_string();
+        let value: Value = serde_json::from_str(text).map_err(|err| {
             vec![error(
                 &origin,
                 "",

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet};
 use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy};
-use dsh_server::{
-    AccessToken, AgentFactory, ApiError, OpenRequest, OpenedAgent, ServerOptions, WebServer,
-};
+use dsh_server::{AgentFactory, ApiError, OpenRequest, OpenedAgent, ServerOptions, WebServer};
 use dsh_session::{SessionStore, StoreKind};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 use dsh_tools::{
@@ -122,6 +120,7 @@ pub struct Web {
     pub cwd: tempfile::TempDir,
     pub provider: FakeProvider,
     pub server: Option<WebServer>,
+    /// The sign-in secret this client got by redeeming the server's printed launch code.
     pub token: String,
     pub base: String,
     pub client: reqwest::Client,
@@ -159,7 +158,6 @@ impl Web {
         let home = tempfile::tempdir().unwrap();
         let cwd = tempfile::tempdir().unwrap();
         let provider = FakeProvider::start(replies).await.unwrap();
-        let token = AccessToken::generate();
         let listener = dsh_server::bind("127.0.0.1:0".parse().unwrap(), false)
             .await
             .unwrap();
@@ -175,7 +173,6 @@ impl Web {
             prices: dsh_session::PriceTable::default_deepseek(),
             default_cwd: std::fs::canonicalize(cwd.path()).unwrap(),
             allow_remote: false,
-            token: token.clone(),
         };
         let server = WebServer::start(listener, options, factory).unwrap();
         let base = format!("http://127.0.0.1:{}", server.address().port());
@@ -183,12 +180,13 @@ impl Web {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap();
+        let token = sign_in(&client, &server.url()).await;
         Web {
             home,
             cwd,
             provider,
             server: Some(server),
-            token: token.as_str().to_string(),
+            token,
             base,
             client,
         }
@@ -246,6 +244,16 @@ impl Web {
             server.shutdown().await.unwrap();
         }
     }
+}
+
+/// Redeems the launch code in `url` as a browser would: the answer must be a redirect to the
+/// address without the code that sets the sign-in cookie; returns the cookie's value.
+pub async fn sign_in(client: &reqwest::Client, url: &str) -> String {
+    let response = client.get(url).send().await.unwrap();
+    assert_eq!(response.status(), 303, "redeeming {url}");
+    let cookie = response.headers()["set-cookie"].to_str().unwrap();
+    let pair = cookie.split(';').next().unwrap();
+    pair.split_once('=').unwrap().1.to_string()
 }
 
 /// One SSE event: its id (the seq) and its data parsed as JSON.

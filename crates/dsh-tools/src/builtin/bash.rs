@@ -14,7 +14,7 @@ use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::jobs::JobSpec;
 use crate::output::ToolOutput;
-use crate::process::{capture, group_command, Captured, ProcessGroup};
+use crate::process::{capture, group_command, spawn_child, Captured, ProcessGroup};
 use crate::tool::Tool;
 
 /// How long a `SIGTERM`ed group gets before `SIGKILL`.
@@ -113,6 +113,7 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         cwd: ctx.cwd().to_path_buf(),
         workdir: workdir.clone(),
         writable_roots: ctx.writable_roots(),
+        hidden_dirs: crate::confinement::hidden_dirs(),
     };
     let plan = ctx.confinement().confine(plan, &request)?;
     if ctx.cancel().is_cancelled() {
@@ -133,7 +134,7 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let mut command = group_command(&plan, &workdir);
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let started = Instant::now();
-    let mut child = command.spawn().map_err(|err| {
+    let mut child = spawn_child(command).map_err(|err| {
         ToolError::new(
             ToolErrorCode::Io,
             format!("cannot start {}: {err}", plan.program.to_string_lossy()),

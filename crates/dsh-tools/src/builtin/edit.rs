@@ -15,7 +15,7 @@ use crate::tool::Tool;
 const DESCRIPTION: &str = "Edits an existing UTF-8 text file by replacing the literal text `old_string` with `new_string` (no regular expressions; whitespace and indentation must match exactly). \
 Without `replace_all`, `old_string` must occur exactly once: if it is missing the call fails with NO_MATCH, if it occurs several times with AMBIGUOUS_MATCH and the count (add surrounding lines to make it unique, or set `replace_all: true` to change every occurrence). \
 The file must have been read with the read tool in this session (or written by you since) and not changed since: otherwise FS_NOT_OBSERVED or FS_STALE_VERSION. \
-The session's permission preset may refuse the path (PERMISSION_DENIED). \
+The session's permission preset may refuse the path (PERMISSION_DENIED); under workspace-write, files that configure code run later (.git/hooks, .git/config, .dsh/, .agents/, .claude/, .mcp.json, .env*) need the user's approval. \
 The write is atomic and keeps the file's permissions. The result states the number of replacements and shows added/removed line counts with a short unified diff. \
 Errors start with `Error:`.";
 

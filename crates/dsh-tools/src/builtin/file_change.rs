@@ -1,14 +1,20 @@
-//! What `write` and `edit` share: the observation check, atomic replacement, and the diff
-//! summary of a change.
+//! What `write` and `edit` share: the observation check, atomic replacement (through
+//! directory descriptors beneath the writable root, see `beneath`), and the diff summary of a
+//! change.
 
+use std::ffi::OsString;
 use std::fs::{OpenOptions, Permissions};
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use similar::{ChangeTag, TextDiff};
 
+use crate::builtin::beneath::{
+    is_swapped, open_dir_beneath, open_root, read_file_at, replace_file_at, Existing,
+};
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::observe::Observation;
@@ -25,6 +31,36 @@ pub(crate) struct Target {
     pub shown: PathBuf,
     /// Current content and metadata, when the file exists.
     pub existing: Option<(Vec<u8>, std::fs::Metadata)>,
+    /// How the file is reached.
+    place: Place,
+}
+
+/// How a target is reached.
+enum Place {
+    /// By path (`danger-full-access`: no root to stay beneath).
+    Path,
+    /// Through descriptors beneath a writable root (`workspace-write`).
+    Beneath {
+        root: PathBuf,
+        /// The real path's directory, relative to `root`.
+        dir: PathBuf,
+        /// The file's name in that directory.
+        name: OsString,
+        /// That directory, opened while preparing when it existed: the content was read
+        /// through it and the new content is written through it.
+        opened: Option<OwnedFd>,
+    },
+}
+
+/// The error for a path whose directories changed between the check and the write.
+fn changed(shown: &Path) -> ToolError {
+    ToolError::new(
+        ToolErrorCode::Io,
+        format!(
+            "the path changed while writing {}: a directory or file on it was replaced (for example by a symbolic link) after the path was checked, so nothing was written; retry",
+            shown.display()
+        ),
+    )
 }
 
 /// Resolves `file_path`, applies the permission preset, loads the current content, and checks
@@ -35,57 +71,160 @@ pub(crate) fn prepare(ctx: &ToolContext, file_path: &str) -> Result<Target, Tool
     }
     let shown = ctx.absolute(file_path);
     let real = ctx.check_writable(file_path)?;
-    let existing = match std::fs::metadata(&real) {
-        Ok(meta) if meta.is_dir() => {
-            return Err(ToolError::new(
-                ToolErrorCode::NotAFile,
-                format!("{} is a directory", shown.display()),
-            ))
-        }
-        Ok(meta) if !meta.is_file() => {
-            return Err(ToolError::new(
-                ToolErrorCode::NotAFile,
-                format!("{} is not a regular file", shown.display()),
-            ))
-        }
-        Ok(meta) => {
-            let content =
-                std::fs::read(&real).map_err(|err| ToolError::io("cannot read", &shown, &err))?;
-            ctx.observations().check_current(&real, &content)?;
-            Some((content, meta))
-        }
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-        Err(err) => return Err(ToolError::io("cannot inspect", &shown, &err)),
+    let (existing, place) = match ctx.write_root(&real) {
+        None => (existing_by_path(&real, &shown)?, Place::Path),
+        Some(root) => existing_beneath(root, &real, &shown)?,
     };
+    if let Some((content, _)) = &existing {
+        ctx.observations().check_current(&real, content)?;
+    }
     Ok(Target {
         real,
         shown,
         existing,
+        place,
     })
+}
+
+fn not_a_file(shown: &Path, directory: bool) -> ToolError {
+    let what = if directory {
+        "is a directory"
+    } else {
+        "is not a regular file"
+    };
+    ToolError::new(
+        ToolErrorCode::NotAFile,
+        format!("{} {what}", shown.display()),
+    )
+}
+
+fn existing_by_path(
+    real: &Path,
+    shown: &Path,
+) -> Result<Option<(Vec<u8>, std::fs::Metadata)>, ToolError> {
+    match std::fs::metadata(real) {
+        Ok(meta) if meta.is_dir() => Err(not_a_file(shown, true)),
+        Ok(meta) if !meta.is_file() => Err(not_a_file(shown, false)),
+        Ok(meta) => {
+            let content =
+                std::fs::read(real).map_err(|err| ToolError::io("cannot read", shown, &err))?;
+            Ok(Some((content, meta)))
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(ToolError::io("cannot inspect", shown, &err)),
+    }
+}
+
+/// Opens the target's directory beneath `root` (when it exists) and reads the file through it.
+#[allow(clippy::type_complexity)]
+fn existing_beneath(
+    root: PathBuf,
+    real: &Path,
+    shown: &Path,
+) -> Result<(Option<(Vec<u8>, std::fs::Metadata)>, Place), ToolError> {
+    let relative = real.strip_prefix(&root).unwrap_or(Path::new(""));
+    let Some(name) = relative.file_name().map(ToOwned::to_owned) else {
+        // The root itself.
+        return Err(not_a_file(shown, true));
+    };
+    let dir = relative.parent().unwrap_or(Path::new("")).to_path_buf();
+    let root_fd = open_root(&root).map_err(|err| ToolError::io("cannot open", &root, &err))?;
+    let opened = match open_dir_beneath(&root_fd, &dir, false) {
+        Ok(fd) => Some(fd),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+        Err(err) if is_swapped(&err) => return Err(changed(shown)),
+        Err(err) => return Err(ToolError::io("cannot open the directory of", shown, &err)),
+    };
+    let existing = match &opened {
+        None => None,
+        Some(fd) => match read_file_at(fd, &name) {
+            Ok(Existing::Missing) => None,
+            Ok(Existing::File(content, meta)) => Some((content, meta)),
+            Ok(Existing::Directory) => return Err(not_a_file(shown, true)),
+            Ok(Existing::Special) => return Err(not_a_file(shown, false)),
+            Err(err) if is_swapped(&err) => return Err(changed(shown)),
+            Err(err) => return Err(ToolError::io("cannot read", shown, &err)),
+        },
+    };
+    Ok((
+        existing,
+        Place::Beneath {
+            root,
+            dir,
+            name,
+            opened,
+        },
+    ))
 }
 
 /// Replaces `target.real` with `content` atomically: a new file in the same directory, fully
 /// written and synced, then renamed over the target, so readers see the old or the new content
 /// and never a mix. An existing file keeps its permission bits; a new one gets `0666 & !umask`.
-/// Missing parent directories are created. The observation is updated to the new content.
+/// Missing parent directories are created. Under `workspace-write` every step goes through
+/// directory descriptors beneath the writable root without following links, so a directory
+/// swapped for a symlink after the check fails the write instead of redirecting it. The
+/// observation is updated to the new content.
 pub(crate) fn commit(ctx: &ToolContext, target: &Target, content: &[u8]) -> Result<(), ToolError> {
+    let shown = &target.shown;
+    let mode = target
+        .existing
+        .as_ref()
+        .map(|(_, meta)| meta.permissions().mode());
+    let meta = match &target.place {
+        Place::Path => commit_by_path(target, content)?,
+        Place::Beneath {
+            root,
+            dir,
+            name,
+            opened,
+        } => {
+            let made;
+            let dir_fd = match opened {
+                Some(fd) => fd,
+                None => {
+                    let root_fd =
+                        open_root(root).map_err(|err| ToolError::io("cannot open", root, &err))?;
+                    made = open_dir_beneath(&root_fd, dir, true).map_err(|err| {
+                        if is_swapped(&err) {
+                            changed(shown)
+                        } else {
+                            ToolError::io("cannot create the directory of", shown, &err)
+                        }
+                    })?;
+                    &made
+                }
+            };
+            replace_file_at(dir_fd, name, content, mode).map_err(|err| {
+                if is_swapped(&err) {
+                    changed(shown)
+                } else {
+                    ToolError::io("cannot write", shown, &err)
+                }
+            })?
+        }
+    };
+    ctx.observations()
+        .record(&target.real, Observation::of(content, Some(&meta)));
+    Ok(())
+}
+
+/// The plain-path replacement of `danger-full-access`.
+fn commit_by_path(target: &Target, content: &[u8]) -> Result<std::fs::Metadata, ToolError> {
     let shown = &target.shown;
     if let Some(parent) = target.real.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|err| ToolError::io("cannot create the directory of", shown, &err))?;
     }
     let temp = temp_sibling(&target.real);
-    let result = write_and_rename(&temp, &target.real, content, target.existing.as_ref());
-    if let Err(err) = result {
-        // Best effort: the temp file is ours and useless now; if removing it fails too, the
-        // original error is the one worth reporting.
-        let _ignored = std::fs::remove_file(&temp);
-        return Err(ToolError::io("cannot write", shown, &err));
+    match write_and_rename(&temp, &target.real, content, target.existing.as_ref()) {
+        Ok(meta) => Ok(meta),
+        Err(err) => {
+            // Best effort: the temp file is ours and useless now; if removing it fails too,
+            // the original error is the one worth reporting.
+            let _ignored = std::fs::remove_file(&temp);
+            Err(ToolError::io("cannot write", shown, &err))
+        }
     }
-    let meta = std::fs::metadata(&target.real).ok();
-    ctx.observations()
-        .record(&target.real, Observation::of(content, meta.as_ref()));
-    Ok(())
 }
 
 fn write_and_rename(
@@ -93,7 +232,7 @@ fn write_and_rename(
     real: &Path,
     content: &[u8],
     existing: Option<&(Vec<u8>, std::fs::Metadata)>,
-) -> std::io::Result<()> {
+) -> std::io::Result<std::fs::Metadata> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -105,8 +244,10 @@ fn write_and_rename(
         file.set_permissions(Permissions::from_mode(meta.permissions().mode() & 0o7777))?;
     }
     file.sync_all()?;
+    let meta = file.metadata()?;
     drop(file);
-    std::fs::rename(temp, real)
+    std::fs::rename(temp, real)?;
+    Ok(meta)
 }
 
 /// Line counts and a short unified diff of a change.

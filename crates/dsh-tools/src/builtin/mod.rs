@@ -1,6 +1,7 @@
-//! The built-in tools (SPEC S6), with dsh's names and parameters.
+//! The built-in tools (docs/tools.md), with dsh's names and parameters.
 
 mod bash;
+mod beneath;
 mod edit;
 mod file_change;
 mod glob;
@@ -13,6 +14,7 @@ mod write;
 use std::sync::Arc;
 
 pub use bash::BashTool;
+pub use beneath::{is_temp_name, remove_leftover_temps, TEMP_PREFIX};
 pub use edit::EditTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;

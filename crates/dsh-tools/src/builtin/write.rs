@@ -17,6 +17,7 @@ Relative paths are resolved against the session working directory; missing paren
 An existing file must have been read with the read tool in this session and not changed since: otherwise the call fails with `Error:` and code FS_NOT_OBSERVED (read it first) or FS_STALE_VERSION (read it again). New files need no read. \
 The write is atomic (a temporary file renamed over the target) and keeps the file's permissions. \
 The session's permission preset may refuse the path (PERMISSION_DENIED): read-only allows no writes, workspace-write only inside the working directory and temp directories, after following symlinks and `..`. \
+Under workspace-write, files that configure code run later (.git/hooks, .git/config, .dsh/, .agents/, .claude/, .mcp.json, .env*) need the user's approval and are refused when nobody can approve. \
 The result reports whether the file was created or replaced, with added/removed line counts and a short unified diff. \
 For a small change to an existing file prefer edit.";
 

@@ -27,7 +27,7 @@ pub use tools::{job_tools, JobKillTool, JobListTool, JobOutputTool};
 use crate::confinement::CommandPlan;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
-use crate::process::{group_command, ProcessGroup};
+use crate::process::{group_command, spawn_child, ProcessGroup};
 use crate::spill::SpillDir;
 
 /// Most background jobs of one agent that may run at the same time.
@@ -440,7 +440,7 @@ impl JobTable {
             .map_err(|err| ToolError::io("cannot share the job log", &log, &err))?;
         let mut command = group_command(&spec.plan, &spec.workdir);
         command.stdout(file).stderr(stderr);
-        let mut child = command.spawn().map_err(|err| {
+        let mut child = spawn_child(command).map_err(|err| {
             ToolError::new(
                 ToolErrorCode::Io,
                 format!(

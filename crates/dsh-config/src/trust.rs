@@ -1,0 +1,551 @@
+//! Workspace trust (docs/configuration.md, "Workspace trust"; docs/SECURITY.md, "Planted
+//! configuration and workspace trust").
+//!
+//! A repository can carry files that dsh reads as configuration: `.dsh/config.toml` and
+//! `.dsh/hooks.json`. Anything that could write into the workspace (a confined command, the
+//! write tool, a cloned repository) could have planted them, so the settings in them that run
+//! commands or widen power apply only when the user trusted the workspace:
+//!
+//! - by `dsh trust` (or the TUI's question), recorded in `$DSH_HOME/trust.toml` under the
+//!   workspace's canonical path and pinned to a SHA-256 of the exact list and content of the
+//!   project files; any change to them (a byte, a new file, a removed file) voids it;
+//! - by a `[trust] workspaces = [...]` path prefix in the user's own `$DSH_HOME/config.toml`;
+//! - for one run, by `--trust-workspace`.
+//!
+//! Untrusted, [`restrict_project_layer`] removes those settings from the project layer and
+//! names each one, so that the front end can say what it ignored.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use toml::{Table, Value};
+
+use crate::load::PROJECT_DIR;
+
+/// File of recorded trust in `$DSH_HOME`.
+pub const TRUST_FILE: &str = "trust.toml";
+
+/// Name of the project hooks file in `.dsh/` (the same name dsh-agent's hooks loader reads).
+pub const PROJECT_HOOKS_FILE: &str = "hooks.json";
+
+/// Why a workspace is trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrustReason {
+    /// `--trust-workspace` on the command line.
+    Flag,
+    /// A `[trust] workspaces` prefix in the user's own config file.
+    UserConfig(PathBuf),
+    /// An entry of `$DSH_HOME/trust.toml` whose pin matches the files as they are now.
+    Recorded,
+}
+
+/// The project files of a workspace and whether their settings may apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkspaceTrust {
+    /// The workspace: the nearest ancestor of the working directory holding `.git`, else the
+    /// working directory itself (canonical).
+    pub workspace: PathBuf,
+    /// The project files found (config file, hooks file), in that order.
+    pub files: Vec<PathBuf>,
+    /// The project hooks file, if there is one.
+    pub hooks_file: Option<PathBuf>,
+    /// `sha256:<hex>` of the list and content of `files`; `None` when a file cannot be read.
+    pub pin: Option<String>,
+    /// `Some` when trusted.
+    pub trusted: Option<TrustReason>,
+    /// The exact text of the config file and of the hooks file as pinned: what applies is
+    /// what was pinned, even if a file changes after the check (see [`Self::project_hooks`]).
+    pub config_text: Option<String>,
+    pub hooks_text: Option<String>,
+    /// What was ignored because the workspace is not trusted: `(file, keys)`; the hooks file
+    /// is listed with no keys (all of it is ignored).
+    pub ignored: Vec<(PathBuf, Vec<String>)>,
+    /// A recorded entry for this workspace exists but its pin no longer matches.
+    pub changed_since_trusted: bool,
+}
+
+impl WorkspaceTrust {
+    /// The project hooks file and its text as pinned: only when the workspace is trusted.
+    /// Callers parse this text rather than reading the file again, so a hooks file rewritten
+    /// after the trust check (by the session itself, say) never runs.
+    pub fn project_hooks(&self) -> Option<(&Path, &str)> {
+        match self.trusted {
+            Some(_) => self.hooks_file.as_deref().zip(self.hooks_text.as_deref()),
+            None => None,
+        }
+    }
+
+    /// True when some project setting was ignored for lack of trust.
+    pub fn has_ignored(&self) -> bool {
+        !self.ignored.is_empty()
+    }
+
+    /// The one warning line of a headless front end (without the `dsh: ` prefix), or `None`
+    /// when nothing was ignored.
+    pub fn warning(&self) -> Option<String> {
+        if self.ignored.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .ignored
+            .iter()
+            .map(|(file, keys)| {
+                if keys.is_empty() {
+                    file.display().to_string()
+                } else {
+                    format!("{} ({})", file.display(), keys.join(", "))
+                }
+            })
+            .collect();
+        let changed = if self.changed_since_trusted {
+            " (they changed since you trusted this workspace)"
+        } else {
+            ""
+        };
+        Some(format!(
+            "ignoring untrusted project settings in {}{changed}; run 'dsh trust' to review and \
+             trust them",
+            parts.join(" and ")
+        ))
+    }
+}
+
+/// The workspace of `cwd`: its nearest ancestor holding `.git`, else `cwd` (canonical when
+/// possible).
+pub fn workspace_root(cwd: &Path) -> PathBuf {
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    cwd.ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .map_or_else(|| cwd.clone(), Path::to_path_buf)
+}
+
+/// The project hooks file that applies in `cwd`: the first `.dsh/hooks.json` found from `cwd`
+/// up to the directory holding `.git`, never `$DSH_HOME/hooks.json` itself.
+pub fn project_hooks_path(cwd: &Path, home: &Path) -> Option<PathBuf> {
+    let user = home.join(PROJECT_HOOKS_FILE);
+    for dir in cwd.ancestors() {
+        let candidate = dir.join(PROJECT_DIR).join(PROJECT_HOOKS_FILE);
+        if candidate.is_file() {
+            return (!same_file(&candidate, &user)).then_some(candidate);
+        }
+        if dir.join(".git").exists() {
+            break;
+        }
+    }
+    None
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// `sha256:<hex>` over the list of `files` and their exact bytes (each: path, NUL, length as
+/// 8 little-endian bytes, content). Fails when a file cannot be read.
+pub fn pin_files(files: &[PathBuf]) -> std::io::Result<String> {
+    read_pinned(files).map(|(pin, _)| pin)
+}
+
+/// [`pin_files`], also returning each file's bytes as hashed.
+fn read_pinned(files: &[PathBuf]) -> std::io::Result<(String, Vec<Vec<u8>>)> {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut contents = Vec::new();
+    for file in files {
+        let bytes = std::fs::read(file)?;
+        context.update(file.to_string_lossy().as_bytes());
+        context.update(&[0]);
+        context.update(&(bytes.len() as u64).to_le_bytes());
+        context.update(&bytes);
+        contents.push(bytes);
+    }
+    let digest = context.finish();
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((format!("sha256:{hex}"), contents))
+}
+
+/// One recorded trust decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustEntry {
+    /// Canonical workspace path.
+    pub workspace: PathBuf,
+    /// The pin the files had when trusted.
+    pub pin: String,
+    /// The files covered.
+    pub files: Vec<PathBuf>,
+    /// Seconds since the Unix epoch.
+    pub trusted_at: u64,
+}
+
+/// `$DSH_HOME/trust.toml`: the workspaces the user trusted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustStore {
+    pub entries: Vec<TrustEntry>,
+}
+
+impl TrustStore {
+    /// Path of the store.
+    pub fn path(home: &Path) -> PathBuf {
+        home.join(TRUST_FILE)
+    }
+
+    /// Reads the store; a missing file is empty. A damaged file is an error naming it (trust
+    /// is then not given: nothing in a damaged file is believed).
+    pub fn load(home: &Path) -> Result<TrustStore, String> {
+        let path = TrustStore::path(home);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(TrustStore::default())
+            }
+            Err(err) => return Err(format!("cannot read {}: {err}", path.display())),
+        };
+        let table: Table = text.parse().map_err(|err: toml::de::Error| {
+            format!(
+                "{} is not valid TOML ({}); fix it or delete it and trust your workspaces again",
+                path.display(),
+                err.message().trim()
+            )
+        })?;
+        let mut store = TrustStore::default();
+        for item in table
+            .get("workspace")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(entry) = item.as_table() else {
+                continue;
+            };
+            let (Some(workspace), Some(pin)) = (
+                entry.get("path").and_then(Value::as_str),
+                entry.get("pin").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            store.entries.push(TrustEntry {
+                workspace: PathBuf::from(workspace),
+                pin: pin.to_string(),
+                files: entry
+                    .get("files")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(PathBuf::from)
+                    .collect(),
+                trusted_at: entry
+                    .get("trusted_at")
+                    .and_then(Value::as_integer)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0),
+            });
+        }
+        Ok(store)
+    }
+
+    /// Writes the store (created with mode 0600, replaced atomically).
+    pub fn save(&self, home: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(home)
+            .map_err(|err| format!("cannot create {}: {err}", home.display()))?;
+        let entries: Vec<Value> = self
+            .entries
+            .iter()
+            .map(|entry| {
+                let mut t = Table::new();
+                t.insert(
+                    "path".into(),
+                    Value::String(entry.workspace.to_string_lossy().into_owned()),
+                );
+                t.insert("pin".into(), Value::String(entry.pin.clone()));
+                t.insert(
+                    "files".into(),
+                    Value::Array(
+                        entry
+                            .files
+                            .iter()
+                            .map(|f| Value::String(f.to_string_lossy().into_owned()))
+                            .collect(),
+                    ),
+                );
+                t.insert(
+                    "trusted_at".into(),
+                    Value::Integer(i64::try_from(entry.trusted_at).unwrap_or(i64::MAX)),
+                );
+                Value::Table(t)
+            })
+            .collect();
+        let mut root = Table::new();
+        root.insert("workspace".into(), Value::Array(entries));
+        let text =
+            format!("# Workspaces trusted with `dsh trust`; see docs/configuration.md.\n{root}");
+        let path = TrustStore::path(home);
+        let tmp = home.join(format!(".{TRUST_FILE}.{}.tmp", std::process::id()));
+        write_private(&tmp, text.as_bytes())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|err| {
+                let _ = std::fs::remove_file(&tmp);
+                format!("cannot write {}: {err}", path.display())
+            })
+    }
+
+    /// The entry of `workspace`, if any.
+    pub fn find(&self, workspace: &Path) -> Option<&TrustEntry> {
+        self.entries.iter().find(|e| e.workspace == workspace)
+    }
+
+    /// Records (or replaces) the trust of `workspace` at `pin`.
+    pub fn record(&mut self, workspace: &Path, pin: &str, files: &[PathBuf]) {
+        self.entries.retain(|e| e.workspace != workspace);
+        self.entries.push(TrustEntry {
+            workspace: workspace.to_path_buf(),
+            pin: pin.to_string(),
+            files: files.to_vec(),
+            trusted_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        });
+    }
+
+    /// Removes the entry of `workspace`; true when there was one.
+    pub fn revoke(&mut self, workspace: &Path) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.workspace != workspace);
+        before != self.entries.len()
+    }
+}
+
+#[cfg(unix)]
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+#[cfg(not(unix))]
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::write(path, bytes)
+}
+
+/// The `[trust] workspaces` prefixes of the user's own config table (already checked).
+pub(crate) fn user_prefixes(user: Option<&Table>) -> Vec<PathBuf> {
+    user.and_then(|t| t.get("trust"))
+        .and_then(Value::as_table)
+        .and_then(|t| t.get("workspaces"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p)))
+        .collect()
+}
+
+/// Finds the project files of `cwd` and decides whether they are trusted (`flag`: the run was
+/// given `--trust-workspace`; `prefixes`: the user's `[trust] workspaces`). `ignored` is
+/// filled later, by the loader.
+pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> WorkspaceTrust {
+    // Canonical paths, so that the pin does not depend on how the directory was named.
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let workspace = workspace_root(&cwd);
+    let config_file = crate::load::project_config_path(&cwd, home);
+    let hooks_file = project_hooks_path(&cwd, home);
+    let files: Vec<PathBuf> = config_file
+        .iter()
+        .chain(hooks_file.iter())
+        .cloned()
+        .collect();
+    let (pin, contents) = match read_pinned(&files) {
+        Ok((pin, contents)) => (Some(pin), contents),
+        Err(_) => (None, Vec::new()),
+    };
+    let mut texts = contents
+        .into_iter()
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    let config_text = config_file.as_ref().and_then(|_| texts.next());
+    let hooks_text = hooks_file.as_ref().and_then(|_| texts.next());
+    let mut changed_since_trusted = false;
+    let trusted = if flag {
+        Some(TrustReason::Flag)
+    } else if let Some(prefix) = prefixes.iter().find(|p| workspace.starts_with(p)) {
+        Some(TrustReason::UserConfig(prefix.clone()))
+    } else {
+        match TrustStore::load(home) {
+            Ok(store) => match (store.find(&workspace), &pin) {
+                (Some(entry), Some(pin)) if entry.pin == *pin => Some(TrustReason::Recorded),
+                (Some(_), _) => {
+                    changed_since_trusted = true;
+                    None
+                }
+                (None, _) => None,
+            },
+            // A damaged store gives no trust; `dsh trust` reports the problem.
+            Err(_) => None,
+        }
+    };
+    WorkspaceTrust {
+        workspace,
+        files,
+        hooks_file,
+        pin,
+        trusted,
+        config_text,
+        hooks_text,
+        ignored: Vec::new(),
+        changed_since_trusted,
+    }
+}
+
+fn rank(preset: &str) -> u8 {
+    match preset {
+        "read-only" => 0,
+        "workspace-write" => 1,
+        _ => 2,
+    }
+}
+
+/// Removes from an untrusted project layer every setting that runs commands or widens power,
+/// and returns the dotted keys removed. `below` is the merge of the layers under the project
+/// file (built-in defaults and the user's file). What stays: a `permission` no wider than the
+/// one below (default `workspace-write`), `provider` when it names a provider defined below,
+/// `model`, `effort`, `compaction`, the model table (minus `provider` fields naming providers
+/// not defined below) and `[tools]` (which a project file can only narrow; see schema.rs).
+pub(crate) fn restrict_project_layer(project: &mut Table, below: &Table) -> Vec<String> {
+    let mut ignored = Vec::new();
+    let below_providers = below.get("providers").and_then(Value::as_table);
+    let known = |name: &str| below_providers.is_some_and(|p| p.contains_key(name));
+    if let Some(value) = project.get("permission").and_then(Value::as_str) {
+        let floor = below
+            .get("permission")
+            .and_then(Value::as_str)
+            .unwrap_or("workspace-write");
+        if rank(value) > rank(floor) {
+            project.remove("permission");
+            ignored.push("permission".to_string());
+        }
+    }
+    if let Some(name) = project.get("provider").and_then(Value::as_str) {
+        if !known(name) {
+            project.remove("provider");
+            ignored.push("provider".to_string());
+        }
+    }
+    if let Some(Value::Table(providers)) = project.remove("providers") {
+        for name in providers.keys() {
+            ignored.push(crate::load::key_path("providers", name));
+        }
+    }
+    if let Some(mcp) = project.remove("mcp") {
+        match mcp
+            .as_table()
+            .and_then(|t| t.get("servers"))
+            .and_then(Value::as_table)
+        {
+            Some(servers) if !servers.is_empty() => {
+                for name in servers.keys() {
+                    ignored.push(crate::load::key_path("mcp.servers", name));
+                }
+            }
+            _ => ignored.push("mcp".to_string()),
+        }
+    }
+    if let Some(hooks) = project.remove("hooks") {
+        match hooks.as_table() {
+            Some(events) if !events.is_empty() => {
+                for event in events.keys() {
+                    ignored.push(crate::load::key_path("hooks", event));
+                }
+            }
+            _ => ignored.push("hooks".to_string()),
+        }
+    }
+    if let Some(Value::Table(models)) = project.get_mut("models") {
+        for (id, row) in models.iter_mut() {
+            let Some(row) = row.as_table_mut() else {
+                continue;
+            };
+            if let Some(provider) = row.get("provider").and_then(Value::as_str) {
+                if !known(provider) {
+                    row.remove("provider");
+                    ignored.push(format!("{}.provider", crate::load::key_path("models", id)));
+                }
+            }
+        }
+    }
+    ignored
+}
+
+/// The trust of the workspace of `cwd` as `dsh trust` reviews it: recorded trust and the
+/// user's `[trust] workspaces` count (not `--trust-workspace`), and `ignored` lists what would
+/// be left out without trust even when the workspace is trusted now. Fails when a project file
+/// cannot be read or parsed.
+pub fn inspect(home: &Path, cwd: &Path) -> Result<WorkspaceTrust, String> {
+    let user = crate::load::read_layer(
+        &crate::load::user_config_path(home),
+        &crate::error::Source::UserFile(crate::load::user_config_path(home)),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut state = assess(home, cwd, false, &user_prefixes(user.as_ref()));
+    let mut below = crate::builtin::builtin_layer();
+    if let Some(user) = user {
+        below = crate::load::merge_layers(&[
+            (crate::error::Source::Default, below),
+            (
+                crate::error::Source::UserFile(crate::load::user_config_path(home)),
+                user,
+            ),
+        ])
+        .0;
+    }
+    if let Some(path) = crate::load::project_config_path(cwd, home) {
+        let source = crate::error::Source::ProjectFile(path.clone());
+        if let Some(mut table) =
+            crate::load::read_layer(&path, &source).map_err(|e| e.to_string())?
+        {
+            let keys = restrict_project_layer(&mut table, &below);
+            if !keys.is_empty() {
+                state.ignored.push((path, keys));
+            }
+        }
+    }
+    if let Some(hooks) = &state.hooks_file {
+        state.ignored.push((hooks.clone(), Vec::new()));
+    }
+    Ok(state)
+}
+
+/// `key = value` lines of `file` (a project config file) under the dotted `keys`, values as
+/// `dsh config show` renders them (secrets redacted): what trusting would apply.
+pub fn describe_keys(file: &Path, keys: &[String]) -> Vec<String> {
+    let source = crate::error::Source::ProjectFile(file.to_path_buf());
+    let Ok(Some(table)) = crate::load::read_layer(file, &source) else {
+        return Vec::new();
+    };
+    let mut leaves = Vec::new();
+    flatten(&table, "", &mut leaves);
+    leaves
+        .into_iter()
+        .filter(|(path, _)| {
+            keys.iter()
+                .any(|k| path == k || path.starts_with(&format!("{k}.")))
+        })
+        .map(|(path, value)| format!("{path} = {}", crate::show::render_value(&path, value)))
+        .collect()
+}
+
+fn flatten<'a>(table: &'a Table, path: &str, out: &mut Vec<(String, &'a Value)>) {
+    for (key, value) in table {
+        let full = crate::load::key_path(path, key);
+        match value {
+            Value::Table(inner) if !inner.is_empty() => flatten(inner, &full, out),
+            other => out.push((full, other)),
+        }
+    }
+}
