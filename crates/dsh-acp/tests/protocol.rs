@@ -42,7 +42,9 @@ impl TestFactory {
 fn permission_source() -> dsh_agent::PermissionSource {
     Arc::new(|preset: PermissionPreset| {
         if preset == PermissionPreset::DangerFullAccess {
-            return Err("not on this test host".to_string());
+            return Err(dsh_agent::PermissionError::SandboxUnavailable(
+                "not on this test host".to_string(),
+            ));
         }
         Ok(dsh_agent::PermissionSetting {
             preset,

@@ -1,5 +1,6 @@
 //! The agent: one session's loop, and the handle front ends use to drive it.
 
+use dsh_llm::LockExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -120,7 +121,7 @@ impl Shared {
     pub(crate) fn log(&self) -> MutexGuard<'_, SessionLog> {
         // A panic while holding the lock cannot leave the log half-written: appends are single
         // calls into the writer. Recover the guard rather than poison every later operation.
-        self.log.lock().unwrap_or_else(|p| p.into_inner())
+        self.log.lock_or_recover()
     }
 }
 
@@ -190,17 +191,8 @@ impl AgentHandle {
     /// Cancels the running turn, if any (docs/agent.md, "Cancellation"). Queued input is cleared
     /// unless `keep_inbox` is set. Returns true when a turn was running.
     pub fn cancel(&self, keep_inbox: bool) -> bool {
-        *self
-            .shared
-            .keep_inbox_on_cancel
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = keep_inbox;
-        let token = self
-            .shared
-            .turn_cancel
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        *self.shared.keep_inbox_on_cancel.lock_or_recover() = keep_inbox;
+        let token = self.shared.turn_cancel.lock_or_recover().clone();
         match token {
             Some(token) => {
                 token.cancel();
@@ -223,11 +215,7 @@ impl AgentHandle {
     /// new config is validated against the model's metadata when it is applied; the change is
     /// logged as a `request/header {reason: change}`.
     pub fn set_call(&self, call: CallConfig) {
-        *self
-            .shared
-            .call_change
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(call);
+        *self.shared.call_change.lock_or_recover() = Some(call);
     }
 
     /// Switches the permission preset (`/permission`): logs `permission/preset` (and
@@ -236,11 +224,7 @@ impl AgentHandle {
     /// Fails when the front end installed no [`crate::PermissionSource`] or the preset cannot
     /// be used on this host; the session keeps its preset then.
     pub fn set_permission(&self, preset: dsh_tools::PermissionPreset) -> Result<(), AgentError> {
-        let mut state = self
-            .shared
-            .permission
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut state = self.shared.permission.lock_or_recover();
         if state.current == preset {
             return Ok(());
         }
@@ -301,23 +285,19 @@ impl AgentHandle {
             .snapshot()
             .iter()
             .find_map(|extension| extension.expand_user_command(name, arguments))
-            .unwrap_or_else(|| Err(format!("unknown command /{name}")));
+            .unwrap_or_else(|| Err(crate::ExtensionError::UnknownCommand(name.to_string())));
         match expanded {
             Ok(text) => self.followup(text),
             Err(message) => Err(AgentError::Config(Failure::new(
                 FailureCode::InvalidRequest,
-                message,
+                message.to_string(),
             ))),
         }
     }
 
     /// The permission preset in force (or waiting for the next step after a switch).
     pub fn permission(&self) -> dsh_tools::PermissionPreset {
-        self.shared
-            .permission
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .current
+        self.shared.permission.lock_or_recover().current
     }
 
     /// Every event appended from now on.
@@ -621,23 +601,13 @@ impl Agent {
     /// Lets front ends switch the permission preset ([`AgentHandle::set_permission`]):
     /// `source` builds what each preset means on this host.
     pub fn set_permission_source(&mut self, source: crate::PermissionSource) {
-        self.shared
-            .permission
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .source = Some(source);
+        self.shared.permission.lock_or_recover().source = Some(source);
     }
 
     /// Applies a preset switch queued by [`AgentHandle::set_permission`] to the tool context;
     /// returns it for the step's extensions.
     pub(crate) fn apply_permission_change(&mut self) -> Option<Arc<crate::PermissionSetting>> {
-        let change = self
-            .shared
-            .permission
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pending
-            .take()?;
+        let change = self.shared.permission.lock_or_recover().pending.take()?;
         self.tool_context = self
             .tool_context
             .clone()
@@ -660,12 +630,7 @@ impl Agent {
 
     /// Applies a call config change queued by [`AgentHandle::set_call`].
     pub(crate) fn apply_call_change(&mut self) -> Result<(), Failure> {
-        let change = self
-            .shared
-            .call_change
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let change = self.shared.call_change.lock_or_recover().take();
         let Some(call) = change else { return Ok(()) };
         let adapter = self.adapter_for(&call.provider)?;
         let info = adapter

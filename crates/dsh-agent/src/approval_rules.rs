@@ -24,6 +24,7 @@
 //!
 //! Other tools get no rule (allow once or reject only).
 
+use dsh_llm::LockExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
@@ -399,8 +400,7 @@ impl ApprovalRules {
     ) -> Option<(ApprovalRule, RuleScope)> {
         let find = |rules: &Mutex<Vec<ApprovalRule>>| {
             rules
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_or_recover()
                 .iter()
                 .find(|r| r.covers(tool, arguments, cwd, escalation))
                 .cloned()
@@ -412,7 +412,7 @@ impl ApprovalRules {
 
     /// Remembers `rule` for this session.
     pub fn allow_for_session(&self, rule: ApprovalRule) {
-        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let mut session = self.session.lock_or_recover();
         if !session.contains(&rule) {
             session.push(rule);
         }
@@ -425,7 +425,7 @@ impl ApprovalRules {
         let Some(file) = &self.file else {
             return Err("these approval rules have no file to be remembered in".into());
         };
-        let mut persisted = self.persisted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut persisted = self.persisted.lock_or_recover();
         let mut on_disk = read_rules(file)?;
         if !on_disk.contains(&rule) {
             on_disk.push(rule.clone());

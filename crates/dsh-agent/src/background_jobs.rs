@@ -46,7 +46,7 @@ impl Extension for BackgroundJobs {
         job_tools()
     }
 
-    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), crate::ExtensionError> {
         let Some(table) = self.table.upgrade() else {
             return Ok(());
         };

@@ -9,6 +9,7 @@
 //!   `CLAUDE.md`, `AGENTS.local.md`, `CLAUDE.local.md`; de-duplicated by real path and by
 //!   content; each file capped, and the whole capped.
 
+use dsh_llm::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -111,8 +112,7 @@ impl ContextMessages {
     fn runtime_text(&self) -> String {
         let permission = self
             .permission
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .clone()
             .unwrap_or_else(|| self.source.permission());
         format!(
@@ -216,7 +216,7 @@ impl Extension for ContextMessages {
     }
 
     fn restore(&self, events: &[Envelope]) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last.lock_or_recover();
         for envelope in events {
             if let Event::UserMessage(message) = &envelope.event {
                 if let MessageSource::Plugin { plugin, .. } = &message.source {
@@ -230,14 +230,13 @@ impl Extension for ContextMessages {
         }
     }
 
-    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), crate::ExtensionError> {
         if let Some(change) = &ctx.permission_change {
-            *self.permission.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some(change.summary.clone());
+            *self.permission.lock_or_recover() = Some(change.summary.clone());
         }
         let runtime = self.runtime_text();
         let instructions = self.instructions_text();
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last.lock_or_recover();
         if last.runtime.as_deref() != Some(runtime.as_str()) {
             ctx.inject
                 .push(context_message(RUNTIME_CONTEXT_PLUGIN, runtime.clone()));

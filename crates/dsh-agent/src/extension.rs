@@ -10,6 +10,7 @@
 //! reminder) -> `turn_stopping` (steer before the turn closes); `on_event` sees every durable
 //! session event.
 
+use dsh_llm::RwLockExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
@@ -225,7 +226,7 @@ pub trait Extension: Send + Sync + 'static {
 
     /// Before each step's request: add model-facing context, or refuse the step with a reason
     /// (the turn then ends `blocked`).
-    fn pre_step(&self, _ctx: &mut PreStepContext) -> Result<(), String> {
+    fn pre_step(&self, _ctx: &mut PreStepContext) -> Result<(), crate::ExtensionError> {
         Ok(())
     }
 
@@ -274,7 +275,11 @@ pub trait Extension: Send + Sync + 'static {
 
     /// The user message for `/name arguments`, when `name` is one of this extension's
     /// [`Extension::user_commands`]; `Some(Err)` is a message for the user.
-    fn expand_user_command(&self, _name: &str, _arguments: &str) -> Option<Result<String, String>> {
+    fn expand_user_command(
+        &self,
+        _name: &str,
+        _arguments: &str,
+    ) -> Option<Result<String, crate::ExtensionError>> {
         None
     }
 }
@@ -317,10 +322,7 @@ impl Drop for ExtensionGuard {
         if let Some(inner) = self.set.upgrade() {
             // A poisoned lock means a handler panicked while registering; the list itself is
             // still consistent (pushes and removes are single operations), so recover it.
-            let mut entries = inner
-                .entries
-                .write()
-                .unwrap_or_else(|poison| poison.into_inner());
+            let mut entries = inner.entries.write_or_recover();
             entries.retain(|e| e.id != self.id);
         }
     }
@@ -337,8 +339,7 @@ impl ExtensionSet {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         self.inner
             .entries
-            .write()
-            .unwrap_or_else(|poison| poison.into_inner())
+            .write_or_recover()
             .push(Entry { id, extension });
         ExtensionGuard {
             id,
@@ -356,8 +357,7 @@ impl ExtensionSet {
     pub fn snapshot(&self) -> Vec<Arc<dyn Extension>> {
         self.inner
             .entries
-            .read()
-            .unwrap_or_else(|poison| poison.into_inner())
+            .read_or_recover()
             .iter()
             .map(|e| Arc::clone(&e.extension))
             .collect()

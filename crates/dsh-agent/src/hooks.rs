@@ -13,6 +13,7 @@
 mod config;
 mod runner;
 
+use dsh_llm::LockExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -87,7 +88,7 @@ impl ClaudeCodeHooks {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // The state is plain data updated in single statements; a panic elsewhere cannot leave
         // it inconsistent, so a poisoned lock is recovered.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_or_recover()
     }
 
     /// Runs every command of every group of `event` that matches `subject` and returns their
@@ -371,9 +372,9 @@ impl Extension for ClaudeCodeHooks {
         }
     }
 
-    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), crate::ExtensionError> {
         if let Some(reason) = self.state().stop_requested.take() {
-            return Err(reason);
+            return Err(crate::ExtensionError::Blocked(reason));
         }
         let (start, prompts) = {
             let mut state = self.state();
@@ -399,12 +400,14 @@ impl Extension for ClaudeCodeHooks {
             payload.insert("prompt".into(), json!(prompt));
             let verdicts = self.run(HookEvent::UserPromptSubmit, None, payload);
             if let Some(blocked) = verdicts.iter().find(|v| v.decision == "block") {
-                return Err(blocked.reason.clone().unwrap_or_else(|| {
-                    "the prompt was blocked by a UserPromptSubmit hook".into()
-                }));
+                return Err(crate::ExtensionError::Blocked(
+                    blocked.reason.clone().unwrap_or_else(|| {
+                        "the prompt was blocked by a UserPromptSubmit hook".into()
+                    }),
+                ));
             }
             if let Some(reason) = verdicts.iter().find_map(|v| v.stop.clone()) {
-                return Err(reason);
+                return Err(crate::ExtensionError::Blocked(reason));
             }
             ctx.inject.extend(
                 verdicts

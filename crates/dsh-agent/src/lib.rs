@@ -14,6 +14,7 @@ mod background_jobs;
 mod cache_report;
 mod compaction;
 mod context;
+mod errors;
 mod extension;
 mod hooks;
 mod inbox;
@@ -49,6 +50,7 @@ pub use dsh_tools::{
     AskOutcome, AskUserQuestionTool, Asker, HeadlessAsker, QuestionOption, QuestionRequest,
     UserAnswer, UserQuestion,
 };
+pub use errors::{ExtensionError, PermissionError, SubagentError};
 pub use extension::{
     ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, Extension, ExtensionGuard,
     ExtensionSet, HeadlessApprover, PreStepContext, RetryExtension, ToolCallInfo, ToolFuture,

@@ -52,8 +52,9 @@ impl PermissionSetting {
 }
 
 /// Builds the setting for a preset, or says why it cannot be used on this host.
-pub type PermissionSource =
-    Arc<dyn Fn(PermissionPreset) -> Result<PermissionSetting, String> + Send + Sync>;
+pub type PermissionSource = Arc<
+    dyn Fn(PermissionPreset) -> Result<PermissionSetting, crate::PermissionError> + Send + Sync,
+>;
 
 pub(crate) fn preset_data(preset: PermissionPreset) -> Value {
     json!({"preset": preset.as_str()})

@@ -4,6 +4,7 @@
 //! identical calls are counted within a turn; at the 3rd, 5th and 8th a reminder is queued for the
 //! next step (as an `inject`, so it lands in the log as an ordinary `user/message`).
 
+use dsh_llm::LockExt;
 use std::sync::Mutex;
 
 use dsh_llm::{ContentBlock, Message, MessageSource, Role};
@@ -74,10 +75,7 @@ impl Extension for RepeatCallGuard {
     fn tool_post(&self, ctx: &mut ToolPostContext<'_>) {
         let arguments = canonical_arguments(&ctx.call.arguments);
         let key = (ctx.call.name.clone(), arguments);
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut state = self.state.lock_or_recover();
         if state.turn != ctx.call.turn {
             *state = RepeatState {
                 turn: ctx.call.turn,

@@ -5,6 +5,7 @@
 //! Used by `dsh replay` (no network, no key: the recorded model drives the loop while tools run
 //! for real) and by the scenario tests (which serve the same replies over HTTP instead).
 
+use dsh_llm::LockExt;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -150,17 +151,13 @@ impl ReplayAdapter {
 
     /// Calls not yet served.
     pub fn remaining(&self) -> usize {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.calls.lock_or_recover().len()
     }
 }
 
 impl Adapter for ReplayAdapter {
     fn stream(&self, request: GenerateRequest) -> ChunkStream {
-        let next = self
-            .calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front();
+        let next = self.calls.lock_or_recover().pop_front();
         let Some(chunks) = next else {
             return Box::pin(futures::stream::iter([Chunk::Finish {
                 reason: FinishReason::Error {

@@ -25,6 +25,7 @@
 //!   or sent, so secret values (from the environment, plus e.g. the provider key) appear as
 //!   `[REDACTED:<NAME>]`.
 
+use dsh_llm::LockExt;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -98,7 +99,7 @@ impl SafetyPolicy {
     }
 
     fn preset(&self) -> PermissionPreset {
-        self.current.lock().unwrap_or_else(|p| p.into_inner()).0
+        self.current.lock_or_recover().0
     }
 
     /// The approval reason for a `write`/`edit` call to a protected path under
@@ -254,7 +255,7 @@ impl Extension for SafetyPolicy {
 
     fn on_event(&self, envelope: &Envelope) {
         if let Event::Opaque { event_type, data } = &envelope.event {
-            let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+            let mut logged = self.logged.lock_or_recover();
             match event_type.as_str() {
                 PERMISSION_PRESET_EVENT => logged.0 = Some(data.clone()),
                 SANDBOX_MODE_EVENT => logged.1 = Some(data.clone()),
@@ -263,15 +264,15 @@ impl Extension for SafetyPolicy {
         }
     }
 
-    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), crate::ExtensionError> {
         let (preset, sandbox) = {
-            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            let mut current = self.current.lock_or_recover();
             if let Some(change) = &ctx.permission_change {
                 *current = (change.preset, change.sandbox_data());
             }
             (crate::permission::preset_data(current.0), current.1.clone())
         };
-        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+        let mut logged = self.logged.lock_or_recover();
         if logged.0.as_ref() != Some(&preset) {
             ctx.log_events.push(Event::Opaque {
                 event_type: PERMISSION_PRESET_EVENT.to_string(),

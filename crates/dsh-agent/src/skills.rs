@@ -7,6 +7,7 @@
 //! (docs/agent.md, "Context discipline"), and loads a skill with the `skill {name}` tool. Users run
 //! a user-invocable skill with `/name` in front ends ([`SkillSet::user_prompt`]).
 
+use dsh_llm::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -355,9 +356,17 @@ impl Extension for Skills {
             .collect()
     }
 
-    fn expand_user_command(&self, name: &str, arguments: &str) -> Option<Result<String, String>> {
+    fn expand_user_command(
+        &self,
+        name: &str,
+        arguments: &str,
+    ) -> Option<Result<String, crate::ExtensionError>> {
         self.skills.get(name)?;
-        Some(self.skills.user_prompt(name, arguments))
+        Some(
+            self.skills
+                .user_prompt(name, arguments)
+                .map_err(crate::ExtensionError::CommandRefused),
+        )
     }
 
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
@@ -371,7 +380,7 @@ impl Extension for Skills {
     }
 
     fn restore(&self, events: &[Envelope]) {
-        let mut last = self.last_catalog.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last_catalog.lock_or_recover();
         for envelope in events {
             if let Event::UserMessage(message) = &envelope.event {
                 if matches!(&message.source, MessageSource::Plugin { plugin, .. } if plugin == SKILLS_PLUGIN)
@@ -382,11 +391,11 @@ impl Extension for Skills {
         }
     }
 
-    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), String> {
+    fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), crate::ExtensionError> {
         let Some(catalog) = self.skills.catalog() else {
             return Ok(());
         };
-        let mut last = self.last_catalog.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last_catalog.lock_or_recover();
         if last.as_deref() != Some(catalog.as_str()) {
             ctx.inject.push(Message {
                 id: uuid::Uuid::new_v4().to_string(),

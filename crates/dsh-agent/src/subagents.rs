@@ -9,6 +9,7 @@
 //! The child's usage is returned in the result's data (`usage`), which the parent adds to its
 //! turn usage.
 
+use dsh_llm::LockExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -20,6 +21,8 @@ use serde_json::{json, Value};
 
 use crate::agent::{Agent, AgentParts};
 use crate::extension::{AttachedAgent, Extension};
+use crate::SubagentError;
+use dsh_session::TurnEndReason;
 
 /// Deepest delegation allowed (a top-level session is depth 0).
 pub const MAX_DELEGATION_DEPTH: u64 = 3;
@@ -27,7 +30,7 @@ pub const MAX_DELEGATION_DEPTH: u64 = 3;
 /// Builds the parts of a child agent at `depth` (tools, adapters, extensions, options), or says
 /// why it cannot. The front end supplies it so that children get the same providers and
 /// policies as the parent.
-pub type ChildFactory = Arc<dyn Fn(u64) -> Result<AgentParts, String> + Send + Sync>;
+pub type ChildFactory = Arc<dyn Fn(u64) -> Result<AgentParts, crate::SubagentError> + Send + Sync>;
 
 /// Where the parent lives and how to reach it; set once the parent agent exists.
 #[derive(Clone)]
@@ -72,13 +75,7 @@ impl Subagents {
 impl Drop for Subagents {
     fn drop(&mut self) {
         // Background children die with the extension (and so with the session).
-        for task in self
-            .shared
-            .background
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
+        for task in self.shared.background.lock_or_recover().drain(..) {
             task.abort();
         }
     }
@@ -113,15 +110,11 @@ impl Extension for Subagents {
             depth: agent.depth,
             handle: agent.handle.clone(),
         };
-        *self.shared.parent.lock().unwrap_or_else(|p| p.into_inner()) = Some(link);
+        *self.shared.parent.lock_or_recover() = Some(link);
     }
 
     fn restore(&self, events: &[Envelope]) {
-        let mut history = self
-            .shared
-            .history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut history = self.shared.history.lock_or_recover();
         for envelope in events {
             // A projection error means a malformed replace span; the child then starts from
             // whatever projected before it, which is still a valid history.
@@ -130,12 +123,7 @@ impl Extension for Subagents {
     }
 
     fn on_event(&self, event: &Envelope) {
-        let _ = self
-            .shared
-            .history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(event);
+        let _ = self.shared.history.lock_or_recover().push(event);
     }
 }
 
@@ -212,17 +200,27 @@ impl SubagentTool {
             dsh_session::SessionWriter::append_envelope(&mut writer, end).map_err(io)?;
         }
         let parts = (shared.factory)(depth).map_err(|why| {
-            ToolError::new(
-                ToolErrorCode::Io,
-                format!("cannot start the subagent: {why}"),
-            )
+            ToolError::new(why.tool_code(), format!("cannot start the subagent: {why}"))
         })?;
-        let mut agent = Agent::with_writer(parts, Box::new(writer), projector)
-            .map_err(|e| ToolError::new(ToolErrorCode::Io, e.to_string()))?;
+        let (outcomes, path) = Self::drive_child(parts, writer, projector, prompt, cancel, path)
+            .await
+            .map_err(|e| ToolError::new(e.tool_code(), e.to_string()))?;
+        Self::child_result(&outcomes, path)
+            .map_err(|e| ToolError::new(e.tool_code(), e.to_string()))
+    }
+
+    /// Runs the child agent on its log until it is idle.
+    async fn drive_child(
+        parts: AgentParts,
+        writer: JsonlWriter,
+        projector: Projector,
+        prompt: String,
+        cancel: tokio_util::sync::CancellationToken,
+        path: PathBuf,
+    ) -> Result<(Vec<crate::TurnOutcome>, PathBuf), SubagentError> {
+        let mut agent = Agent::with_writer(parts, Box::new(writer), projector)?;
         let handle = agent.handle();
-        handle
-            .followup(prompt)
-            .map_err(|e| ToolError::new(ToolErrorCode::Io, e.to_string()))?;
+        handle.followup(prompt)?;
         let canceller = {
             let handle = handle.clone();
             let cancel = cancel.clone();
@@ -233,39 +231,39 @@ impl SubagentTool {
         };
         let outcomes = agent.run_until_idle().await;
         canceller.abort();
-        let outcomes = outcomes.map_err(|e| ToolError::new(ToolErrorCode::Io, e.to_string()))?;
+        Ok((outcomes?, path))
+    }
+
+    /// The child's final text, usage and log path, or why its last turn did not complete
+    /// (with the child's own code, e.g. its model failure's).
+    fn child_result(
+        outcomes: &[crate::TurnOutcome],
+        path: PathBuf,
+    ) -> Result<(String, UsageTotals, String), SubagentError> {
         let Some(outcome) = outcomes.last() else {
-            return Err(ToolError::new(
-                ToolErrorCode::Io,
-                "the subagent ran no turn",
-            ));
+            return Err(SubagentError::NoTurn);
         };
         let mut usage = UsageTotals::default();
-        for o in &outcomes {
+        for o in outcomes {
             usage.merge(&o.usage);
         }
         match &outcome.reason {
-            dsh_session::TurnEndReason::Completed => Ok((
+            TurnEndReason::Completed => Ok((
                 outcome.final_text.clone(),
                 usage,
                 path.display().to_string(),
             )),
-            dsh_session::TurnEndReason::Aborted { .. } => Err(ToolError::new(
-                ToolErrorCode::Aborted,
-                "the subagent was cancelled",
-            )),
-            other => Err(ToolError::new(
-                ToolErrorCode::Io,
-                format!(
-                    "the subagent ended `{}`{}",
-                    other.kind(),
-                    if outcome.final_text.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", outcome.final_text)
-                    }
-                ),
-            )),
+            TurnEndReason::Aborted { .. } => Err(SubagentError::Cancelled),
+            TurnEndReason::Blocked { message } => {
+                Err(SubagentError::Blocked(message.clone().or_else(|| {
+                    (!outcome.final_text.is_empty()).then(|| outcome.final_text.clone())
+                })))
+            }
+            TurnEndReason::Error { error } => Err(SubagentError::ModelFailed(error.clone())),
+            other => Err(SubagentError::Ended {
+                kind: other.kind(),
+                final_text: outcome.final_text.clone(),
+            }),
         }
     }
 }
@@ -331,8 +329,7 @@ impl Tool for SubagentTool {
             let link = self
                 .shared
                 .parent
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_or_recover()
                 .clone()
                 .ok_or_else(|| {
                     ToolError::new(
@@ -341,12 +338,7 @@ impl Tool for SubagentTool {
                     )
                 })?;
             let seed = if self.fork {
-                let history = self
-                    .shared
-                    .history
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .history();
+                let history = self.shared.history.lock_or_recover().history();
                 settled_history(&history)
             } else {
                 Vec::new()
@@ -379,11 +371,7 @@ impl Tool for SubagentTool {
                         text,
                     ));
                 });
-                self.shared
-                    .background
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(task);
+                self.shared.background.lock_or_recover().push(task);
                 return Ok(ToolOutput::text(format!(
                     "Started background subagent {id}. Its answer will arrive as a message in a later step; keep working meanwhile."
                 ))

@@ -1,6 +1,7 @@
 //! One turn: steps of request, stream and tools until nothing more is owed (docs/agent.md, "Turns
 //! and steps").
 
+use dsh_llm::LockExt;
 use std::sync::Arc;
 
 use dsh_llm::{
@@ -42,6 +43,30 @@ enum CallEnd {
     },
 }
 
+/// What a step means for its turn.
+enum StepFlow {
+    /// Another step follows (tool calls, steering, an extension that steered).
+    Next,
+    /// The turn ends for this reason.
+    End(TurnEndReason),
+}
+
+/// What the turn gathered over its steps.
+#[derive(Default)]
+struct TurnTotals {
+    usage: UsageTotals,
+    cache_reports: Vec<crate::CacheReport>,
+    final_text: String,
+}
+
+/// The model-title call of a new session: the task, the seq of the titled message and the
+/// fallback title logged meanwhile.
+struct TitleTask {
+    task: tokio::task::JoinHandle<Option<String>>,
+    seq: u64,
+    fallback: String,
+}
+
 impl Agent {
     /// Runs one turn if input is queued; `None` when the inbox is empty.
     pub async fn run_turn(&mut self) -> Result<Option<TurnOutcome>, AgentError> {
@@ -60,17 +85,9 @@ impl Agent {
             }
             (claimed, turn)
         };
-        *self
-            .shared
-            .turn_cancel
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(cancel.clone());
+        *self.shared.turn_cancel.lock_or_recover() = Some(cancel.clone());
         let result = self.run_steps(turn, claimed, &cancel).await;
-        *self
-            .shared
-            .turn_cancel
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = None;
+        *self.shared.turn_cancel.lock_or_recover() = None;
         let outcome = result?;
         self.shared.log().flush()?;
         Ok(Some(outcome))
@@ -82,18 +99,15 @@ impl Agent {
         mut claimed: Vec<Message>,
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, AgentError> {
-        let mut usage = UsageTotals::default();
-        let mut cache_reports = Vec::new();
-        let mut final_text = String::new();
+        let mut totals = TurnTotals::default();
         let mut step = 0u64;
         let interrupted_before = matches!(
             self.shared.log().last_turn_end(),
             Some(TurnEndReason::Aborted { .. })
         );
-        let mut first_step = true;
-        // The model-title call for a new session: (task, seq of the titled message, fallback).
-        let mut title_task: Option<(tokio::task::JoinHandle<Option<String>>, u64, String)> = None;
-        let reason = 'steps: loop {
+        // The model-title call for a new session.
+        let mut title_task: Option<TitleTask> = None;
+        let reason = loop {
             step += 1;
             if step > self.options.max_steps_per_turn {
                 let failure = Failure::new(
@@ -105,269 +119,353 @@ impl Agent {
                 );
                 break TurnEndReason::Error { error: failure };
             }
-            {
-                let mut log = self.shared.log();
-                if !first_step {
-                    let (more, splices) = log.inbox.claim(false);
-                    for splice in &splices {
-                        log.append_splice(splice)?;
-                    }
-                    claimed.extend(more);
-                }
-                log.append(Event::StepStart(StepRef { turn, step }))?;
-                if first_step && interrupted_before {
-                    log.append(Event::UserMessage(plugin_message(
-                        "interrupted-turn",
-                        "notice",
-                        INTERRUPTED_NOTICE,
-                    )))?;
-                }
-                for message in claimed.drain(..) {
-                    let is_user = matches!(message.source, MessageSource::User);
-                    let seq = log.append(Event::UserMessage(message.clone()))?;
-                    if is_user && log.writer().state().title().is_none() {
-                        let fallback = fallback_title(&message.text());
-                        log.append(Event::SessionTitle(SessionTitle {
-                            title: fallback.clone(),
-                            message_seqs: vec![seq],
-                            source: Some(serde_json::json!({"kind": "fallback"})),
-                        }))?;
-                        title_task = self
-                            .spawn_title(&message.text())
-                            .map(|task| (task, seq, fallback));
-                    }
-                }
+            let first_step = step == 1;
+            self.start_step(
+                StepRef { turn, step },
+                &mut claimed,
+                first_step && interrupted_before,
+                &mut title_task,
+            )?;
+            if let Some(reason) = self.run_pre_step(turn, step)? {
+                break reason;
             }
-            first_step = false;
-
-            // pre-step: extensions add model-facing context or refuse the step.
-            let permission_change = self.apply_permission_change();
-            let mut pre = PreStepContext {
-                turn,
-                step,
-                history_len: 0,
-                inject: Vec::new(),
-                log_events: Vec::new(),
-                permission_change,
-            };
-            let mut blocked = None;
-            for extension in self.extensions.snapshot() {
-                if let Err(reason) = extension.pre_step(&mut pre) {
-                    blocked = Some(reason);
-                    break;
-                }
-            }
-            {
-                let mut log = self.shared.log();
-                for event in pre.log_events {
-                    log.append(event)?;
-                }
-                for message in pre.inject {
-                    log.append(Event::UserMessage(message))?;
-                }
-                if let Some(message) = blocked {
-                    log.append(Event::StepEnd(StepRef { turn, step }))?;
-                    break TurnEndReason::Blocked {
-                        message: Some(message),
-                    };
-                }
-            }
-
-            let requested = self
-                .shared
-                .compact_requested
-                .swap(false, std::sync::atomic::Ordering::SeqCst);
-            if requested || self.needs_compaction() {
-                let trigger = if requested {
-                    CompactionTrigger::Requested
-                } else {
-                    CompactionTrigger::Pressure
-                };
-                self.compact(trigger, cancel).await?;
-            }
-            let mut overflow_compacted = false;
-            let (pending_report, call_end) = loop {
-                let request = match self.build_request(cancel) {
-                    Ok(request) => request,
-                    Err(failure) => {
-                        self.shared
-                            .log()
-                            .append(Event::StepEnd(StepRef { turn, step }))?;
-                        break 'steps TurnEndReason::Error { error: failure };
-                    }
-                };
-                let pending_report = self.cache.observe(turn, step, &request);
-                let end = self.call_model(turn, step, request, cancel).await?;
-                if let CallEnd::Failed(failure) = &end {
-                    if failure.code == FailureCode::ContextWindowExceeded && !overflow_compacted {
-                        overflow_compacted = true;
-                        self.compact(CompactionTrigger::Overflow, cancel).await?;
-                        continue;
-                    }
-                }
-                break (pending_report, end);
-            };
-            match call_end {
-                CallEnd::Failed(failure) => {
-                    self.shared
-                        .log()
-                        .append(Event::StepEnd(StepRef { turn, step }))?;
-                    break TurnEndReason::Error { error: failure };
-                }
-                CallEnd::Cancelled {
-                    partial,
-                    chunk_seqs,
-                } => {
-                    let mut log = self.shared.log();
-                    if !partial.is_empty() {
-                        let message = self.assistant_message(partial);
-                        final_text = message.text();
-                        log.append_envelope(
-                            Envelope::new(Event::AssistantMessage(AssistantMessage {
-                                turn,
-                                step,
-                                message,
-                                usage: None,
-                                interrupted: true,
-                            }))
-                            .with_sources(chunk_seqs),
-                        )?;
-                    }
-                    log.append(Event::StepEnd(StepRef { turn, step }))?;
-                    break self.abort_reason(&mut log)?;
-                }
-                CallEnd::Reply { reply, chunk_seqs } => {
-                    if let Some(u) = &reply.usage {
-                        usage.add(u);
-                    }
-                    let finish = reply.finish.clone();
-                    let report = pending_report.with_usage(
-                        reply.usage.as_ref(),
-                        self.options.prices.models.get(&self.options.call.model),
-                    );
-                    let message = self.assistant_message(reply.blocks);
-                    let text = message.text();
-                    if !text.is_empty() {
-                        final_text = text;
-                    }
-                    let calls: Vec<(String, String, String)> = message
-                        .tool_calls()
-                        .map(|(i, n, a)| (i.to_string(), n.to_string(), a.to_string()))
-                        .collect();
-                    {
-                        let mut log = self.shared.log();
-                        log.append_envelope(
-                            Envelope::new(Event::AssistantMessage(AssistantMessage {
-                                turn,
-                                step,
-                                message,
-                                usage: reply.usage,
-                                interrupted: false,
-                            }))
-                            .with_sources(chunk_seqs),
-                        )?;
-                        let mut envelope = Envelope::new(Event::Opaque {
-                            event_type: crate::CACHE_REPORT_EVENT.to_string(),
-                            data: report.to_value(),
-                        });
-                        envelope.ignorable = true;
-                        log.append_envelope(envelope)?;
-                    }
-                    cache_reports.push(report);
-                    if let Some(u) = reply.usage.filter(|u| u.billed_input() > 0) {
-                        let bytes = self.shared.log().history_bytes();
-                        self.last_usage = Some((u.billed_input() + u.output_tokens, bytes));
-                    }
-                    if matches!(finish, FinishReason::MaxTokens) {
-                        self.shared
-                            .log()
-                            .append(Event::StepEnd(StepRef { turn, step }))?;
-                        break TurnEndReason::MaxTokens;
-                    }
-                    let aborted = if calls.is_empty() {
-                        false
-                    } else {
-                        self.run_tools(turn, step, calls.clone(), cancel).await?
-                    };
-                    usage.merge(&std::mem::take(&mut self.delegated_usage));
-                    let mut log = self.shared.log();
-                    log.append(Event::StepEnd(StepRef { turn, step }))?;
-                    if aborted || cancel.is_cancelled() {
-                        break self.abort_reason(&mut log)?;
-                    }
-                    if !calls.is_empty() || log.inbox.has_next_step() {
-                        continue;
-                    }
-                    drop(log);
-                    let mut steer = None;
-                    for extension in self.extensions.snapshot() {
-                        let ctx = TurnStoppingContext {
-                            turn,
-                            step,
-                            final_text: &final_text,
-                        };
-                        if let Some(message) = extension.turn_stopping(&ctx) {
-                            steer = Some(message);
-                            break;
-                        }
-                    }
-                    match steer {
-                        Some(message) => {
-                            let mut log = self.shared.log();
-                            let splice =
-                                log.inbox.push(crate::inbox::InboxTarget::NextStep, message);
-                            log.append_splice(&splice)?;
-                        }
-                        None => break TurnEndReason::Completed,
-                    }
-                }
+            match self.run_step(turn, step, &mut totals, cancel).await? {
+                StepFlow::Next => continue,
+                StepFlow::End(reason) => break reason,
             }
         };
         self.shared.log().append(Event::TurnEnd(TurnEnd {
             turn,
             reason: reason.clone(),
         }))?;
-        if let Some((task, seq, fallback)) = title_task {
-            // The title call ran alongside the turn; give it a moment more, then keep the
-            // fallback. Dropping the handle does not stop the task, so abort it explicitly.
-            let abort = task.abort_handle();
-            match tokio::time::timeout(std::time::Duration::from_secs(5), task).await {
-                Ok(Ok(Some(title))) => {
-                    let mut log = self.shared.log();
-                    // A title set meanwhile (a user's rename) wins over the model's.
-                    if log.writer().state().title() == Some(fallback.as_str()) {
-                        log.append(Event::SessionTitle(SessionTitle {
-                            title,
-                            message_seqs: vec![seq],
-                            source: Some(serde_json::json!({
-                                "kind": "model",
-                                "model": self.title_route().1,
-                            })),
-                        }))?;
-                        // Logged after the turn's last flush point: make it durable now, so
-                        // readers of the file (session lists) see it.
-                        log.flush()?;
-                    }
-                }
-                _ => abort.abort(),
-            }
+        if let Some(task) = title_task {
+            self.settle_title(task).await?;
         }
         Ok(TurnOutcome {
             turn,
             reason,
-            final_text,
-            usage,
-            cache_reports,
+            final_text: totals.final_text,
+            usage: totals.usage,
+            cache_reports: totals.cache_reports,
         })
+    }
+
+    /// Logs `step/start` with the messages claimed for it: after the first step, whatever the
+    /// inbox holds for the next step; the interrupted-turn notice; and, for the session's first
+    /// user message, the fallback title (starting the model-title call).
+    fn start_step(
+        &mut self,
+        at: StepRef,
+        claimed: &mut Vec<Message>,
+        notice_interrupted: bool,
+        title_task: &mut Option<TitleTask>,
+    ) -> Result<(), AgentError> {
+        let mut log = self.shared.log();
+        if at.step > 1 {
+            let (more, splices) = log.inbox.claim(false);
+            for splice in &splices {
+                log.append_splice(splice)?;
+            }
+            claimed.extend(more);
+        }
+        log.append(Event::StepStart(at))?;
+        if notice_interrupted {
+            log.append(Event::UserMessage(plugin_message(
+                "interrupted-turn",
+                "notice",
+                INTERRUPTED_NOTICE,
+            )))?;
+        }
+        for message in claimed.drain(..) {
+            let is_user = matches!(message.source, MessageSource::User);
+            let seq = log.append(Event::UserMessage(message.clone()))?;
+            if is_user && log.writer().state().title().is_none() {
+                let fallback = fallback_title(&message.text());
+                log.append(Event::SessionTitle(SessionTitle {
+                    title: fallback.clone(),
+                    message_seqs: vec![seq],
+                    source: Some(serde_json::json!({"kind": "fallback"})),
+                }))?;
+                *title_task = self.spawn_title(&message.text()).map(|task| TitleTask {
+                    task,
+                    seq,
+                    fallback,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The pre-step point: extensions add model-facing context (logged here) or refuse the
+    /// step, which then ends the turn `blocked`.
+    fn run_pre_step(&mut self, turn: u64, step: u64) -> Result<Option<TurnEndReason>, AgentError> {
+        let permission_change = self.apply_permission_change();
+        let mut pre = PreStepContext {
+            turn,
+            step,
+            history_len: 0,
+            inject: Vec::new(),
+            log_events: Vec::new(),
+            permission_change,
+        };
+        let mut blocked = None;
+        for extension in self.extensions.snapshot() {
+            if let Err(reason) = extension.pre_step(&mut pre) {
+                blocked = Some(reason.to_string());
+                break;
+            }
+        }
+        let mut log = self.shared.log();
+        for event in pre.log_events {
+            log.append(event)?;
+        }
+        for message in pre.inject {
+            log.append(Event::UserMessage(message))?;
+        }
+        match blocked {
+            Some(message) => {
+                log.append(Event::StepEnd(StepRef { turn, step }))?;
+                Ok(Some(TurnEndReason::Blocked {
+                    message: Some(message),
+                }))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// One step after its pre-step: compaction when due, the model call, and what its end
+    /// means for the turn.
+    async fn run_step(
+        &mut self,
+        turn: u64,
+        step: u64,
+        totals: &mut TurnTotals,
+        cancel: &CancellationToken,
+    ) -> Result<StepFlow, AgentError> {
+        let requested = self
+            .shared
+            .compact_requested
+            .swap(false, std::sync::atomic::Ordering::SeqCst);
+        if requested || self.needs_compaction() {
+            let trigger = if requested {
+                CompactionTrigger::Requested
+            } else {
+                CompactionTrigger::Pressure
+            };
+            self.compact(trigger, cancel).await?;
+        }
+        let (pending_report, call_end) = match self.call_with_overflow(turn, step, cancel).await? {
+            Ok(called) => called,
+            Err(failure) => {
+                self.shared
+                    .log()
+                    .append(Event::StepEnd(StepRef { turn, step }))?;
+                return Ok(StepFlow::End(TurnEndReason::Error { error: failure }));
+            }
+        };
+        match call_end {
+            CallEnd::Failed(failure) => {
+                self.shared
+                    .log()
+                    .append(Event::StepEnd(StepRef { turn, step }))?;
+                Ok(StepFlow::End(TurnEndReason::Error { error: failure }))
+            }
+            CallEnd::Cancelled {
+                partial,
+                chunk_seqs,
+            } => {
+                let mut log = self.shared.log();
+                if !partial.is_empty() {
+                    let message = self.assistant_message(partial);
+                    totals.final_text = message.text();
+                    log.append_envelope(
+                        Envelope::new(Event::AssistantMessage(AssistantMessage {
+                            turn,
+                            step,
+                            message,
+                            usage: None,
+                            interrupted: true,
+                        }))
+                        .with_sources(chunk_seqs),
+                    )?;
+                }
+                log.append(Event::StepEnd(StepRef { turn, step }))?;
+                Ok(StepFlow::End(self.abort_reason(&mut log)?))
+            }
+            CallEnd::Reply { reply, chunk_seqs } => {
+                let at = StepRef { turn, step };
+                self.handle_reply(at, reply, chunk_seqs, pending_report, totals, cancel)
+                    .await
+            }
+        }
+    }
+
+    /// Builds the request and calls the model; a context-window overflow compacts once and
+    /// calls again. `Ok(Err)` is a request that could not be built (the turn ends `error`).
+    async fn call_with_overflow(
+        &mut self,
+        turn: u64,
+        step: u64,
+        cancel: &CancellationToken,
+    ) -> Result<Result<(crate::CacheReport, CallEnd), Failure>, AgentError> {
+        let mut overflow_compacted = false;
+        loop {
+            let request = match self.build_request(cancel) {
+                Ok(request) => request,
+                Err(failure) => return Ok(Err(failure)),
+            };
+            let pending_report = self.cache.observe(turn, step, &request);
+            let end = self.call_model(turn, step, request, cancel).await?;
+            if let CallEnd::Failed(failure) = &end {
+                if failure.code == FailureCode::ContextWindowExceeded && !overflow_compacted {
+                    overflow_compacted = true;
+                    self.compact(CompactionTrigger::Overflow, cancel).await?;
+                    continue;
+                }
+            }
+            return Ok(Ok((pending_report, end)));
+        }
+    }
+
+    /// Stores a reply (message and cache report), runs its tool calls, and decides whether the
+    /// turn goes on: more calls or steering go to the next step, an extension may steer at the
+    /// turn's end, otherwise it completes.
+    async fn handle_reply(
+        &mut self,
+        at: StepRef,
+        reply: AssembledReply,
+        chunk_seqs: Vec<u64>,
+        pending_report: crate::CacheReport,
+        totals: &mut TurnTotals,
+        cancel: &CancellationToken,
+    ) -> Result<StepFlow, AgentError> {
+        let StepRef { turn, step } = at;
+        if let Some(u) = &reply.usage {
+            totals.usage.add(u);
+        }
+        let finish = reply.finish.clone();
+        let report = pending_report.with_usage(
+            reply.usage.as_ref(),
+            self.options.prices.models.get(&self.options.call.model),
+        );
+        let message = self.assistant_message(reply.blocks);
+        let text = message.text();
+        if !text.is_empty() {
+            totals.final_text = text;
+        }
+        let calls: Vec<(String, String, String)> = message
+            .tool_calls()
+            .map(|(i, n, a)| (i.to_string(), n.to_string(), a.to_string()))
+            .collect();
+        {
+            let mut log = self.shared.log();
+            log.append_envelope(
+                Envelope::new(Event::AssistantMessage(AssistantMessage {
+                    turn,
+                    step,
+                    message,
+                    usage: reply.usage,
+                    interrupted: false,
+                }))
+                .with_sources(chunk_seqs),
+            )?;
+            let mut envelope = Envelope::new(Event::Opaque {
+                event_type: crate::CACHE_REPORT_EVENT.to_string(),
+                data: report.to_value(),
+            });
+            envelope.ignorable = true;
+            log.append_envelope(envelope)?;
+        }
+        totals.cache_reports.push(report);
+        if let Some(u) = reply.usage.filter(|u| u.billed_input() > 0) {
+            let bytes = self.shared.log().history_bytes();
+            self.last_usage = Some((u.billed_input() + u.output_tokens, bytes));
+        }
+        if matches!(finish, FinishReason::MaxTokens) {
+            self.shared.log().append(Event::StepEnd(at))?;
+            return Ok(StepFlow::End(TurnEndReason::MaxTokens));
+        }
+        let aborted = if calls.is_empty() {
+            false
+        } else {
+            self.run_tools(turn, step, calls.clone(), cancel).await?
+        };
+        totals
+            .usage
+            .merge(&std::mem::take(&mut self.delegated_usage));
+        let mut log = self.shared.log();
+        log.append(Event::StepEnd(at))?;
+        if aborted || cancel.is_cancelled() {
+            return Ok(StepFlow::End(self.abort_reason(&mut log)?));
+        }
+        if !calls.is_empty() || log.inbox.has_next_step() {
+            return Ok(StepFlow::Next);
+        }
+        drop(log);
+        self.turn_stopping(at, &totals.final_text)
+    }
+
+    /// The turn is about to complete: the first extension that steers queues its message for
+    /// another step; otherwise the turn completes.
+    fn turn_stopping(&mut self, at: StepRef, final_text: &str) -> Result<StepFlow, AgentError> {
+        let mut steer = None;
+        for extension in self.extensions.snapshot() {
+            let ctx = TurnStoppingContext {
+                turn: at.turn,
+                step: at.step,
+                final_text,
+            };
+            if let Some(message) = extension.turn_stopping(&ctx) {
+                steer = Some(message);
+                break;
+            }
+        }
+        match steer {
+            Some(message) => {
+                let mut log = self.shared.log();
+                let splice = log.inbox.push(crate::inbox::InboxTarget::NextStep, message);
+                log.append_splice(&splice)?;
+                Ok(StepFlow::Next)
+            }
+            None => Ok(StepFlow::End(TurnEndReason::Completed)),
+        }
+    }
+
+    /// The title call ran alongside the turn; give it a moment more, then keep the fallback.
+    /// Dropping the handle does not stop the task, so it is aborted explicitly.
+    async fn settle_title(&self, title: TitleTask) -> Result<(), AgentError> {
+        let TitleTask {
+            task,
+            seq,
+            fallback,
+        } = title;
+        let abort = task.abort_handle();
+        match tokio::time::timeout(std::time::Duration::from_secs(5), task).await {
+            Ok(Ok(Some(title))) => {
+                let mut log = self.shared.log();
+                // A title set meanwhile (a user's rename) wins over the model's.
+                if log.writer().state().title() == Some(fallback.as_str()) {
+                    log.append(Event::SessionTitle(SessionTitle {
+                        title,
+                        message_seqs: vec![seq],
+                        source: Some(serde_json::json!({
+                            "kind": "model",
+                            "model": self.title_route().1,
+                        })),
+                    }))?;
+                    // Logged after the turn's last flush point: make it durable now, so
+                    // readers of the file (session lists) see it.
+                    log.flush()?;
+                }
+            }
+            _ => abort.abort(),
+        }
+        Ok(())
     }
 
     /// Clears the inbox unless asked to keep it; the `aborted` reason.
     fn abort_reason(&self, log: &mut crate::log::SessionLog) -> Result<TurnEndReason, AgentError> {
-        let keep = *self
-            .shared
-            .keep_inbox_on_cancel
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let keep = *self.shared.keep_inbox_on_cancel.lock_or_recover();
         if !keep {
             for splice in log.inbox.clear() {
                 log.append_splice(&splice)?;

@@ -261,7 +261,9 @@ impl Tool for Switcher {
 fn source() -> dsh_agent::PermissionSource {
     Arc::new(|preset: PermissionPreset| {
         if preset == PermissionPreset::DangerFullAccess {
-            return Err("not on this host".to_string());
+            return Err(dsh_agent::PermissionError::SandboxUnavailable(
+                "not on this host".to_string(),
+            ));
         }
         Ok(dsh_agent::PermissionSetting {
             preset,

@@ -2,9 +2,8 @@
 
 use std::time::SystemTime;
 
-use dsh_deepseek::http_stream::{Endpoint, EndpointConfig, HttpErrorParts};
-use dsh_deepseek::AdapterConfigError;
-use dsh_llm::{Adapter, ChunkStream, Failure, GenerateRequest, ModelInfo};
+use dsh_http::{AdapterConfigError, Endpoint, EndpointConfig, HttpErrorParts};
+use dsh_llm::{Adapter, ChunkStream, Failure, GenerateRequest, ModelInfo, ModelTable};
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderName, HeaderValue};
 
@@ -25,6 +24,7 @@ use crate::request::build_request_body;
 pub struct AnthropicAdapter {
     endpoint: Endpoint,
     budgets: ThinkingBudgets,
+    models: ModelTable,
 }
 
 impl AnthropicAdapter {
@@ -59,6 +59,7 @@ impl AnthropicAdapter {
         Ok(AnthropicAdapter {
             endpoint,
             budgets: config.thinking_budgets,
+            models: config.models,
         })
     }
 
@@ -78,15 +79,20 @@ impl Adapter for AnthropicAdapter {
             })
     }
 
+    /// The configured table's row of `model` (if any) over the generic description.
     fn model_info(&self, model: &str) -> Option<ModelInfo> {
-        Some(models::model_info(model))
+        Some(self.models.describe(models::model_info(model)))
     }
 
-    /// `GET {base}/v1/models`: the ids the provider lists, each with generic metadata.
+    /// `GET {base}/v1/models`: the ids the provider lists, each with the model table's metadata
+    /// (or the generic description for an id the table does not know).
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
         Box::pin(async move {
             let ids = self.endpoint.model_ids().await?;
-            Ok(ids.iter().map(|id| models::model_info(id)).collect())
+            Ok(ids
+                .iter()
+                .map(|id| self.models.describe(models::model_info(id)))
+                .collect())
         })
     }
 }

@@ -1,8 +1,10 @@
-//! Adapter configuration: endpoint, credential, API version, timeouts, headers, thinking budgets.
+//! Adapter configuration: endpoint, credential, API version, timeouts, headers, thinking budgets
+//! and the model table.
 
 use std::time::Duration;
 
-use dsh_deepseek::{ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT};
+use dsh_http::{ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT};
+use dsh_llm::ModelTable;
 
 /// The default endpoint of Anthropic's API.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -63,6 +65,9 @@ pub struct AnthropicConfig {
     pub extra_headers: Vec<(String, String)>,
     /// Thinking budgets per effort.
     pub thinking_budgets: ThinkingBudgets,
+    /// The configured model table: its rows are read over [`crate::model_info`]
+    /// (docs/configuration.md); empty by default.
+    pub models: ModelTable,
 }
 
 impl Default for AnthropicConfig {
@@ -77,6 +82,7 @@ impl Default for AnthropicConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             extra_headers: Vec::new(),
             thinking_budgets: ThinkingBudgets::default(),
+            models: ModelTable::default(),
         }
     }
 }
@@ -113,6 +119,12 @@ impl AnthropicConfig {
     /// The same config with another overall reply deadline.
     pub fn with_reply_timeout(mut self, reply_timeout: Duration) -> Self {
         self.reply_timeout = reply_timeout;
+        self
+    }
+
+    /// The same config with another model table.
+    pub fn with_models(mut self, models: ModelTable) -> Self {
+        self.models = models;
         self
     }
 

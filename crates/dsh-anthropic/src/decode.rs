@@ -8,8 +8,8 @@
 
 use std::ops::ControlFlow;
 
-use dsh_deepseek::errors::truncate_chars;
-use dsh_deepseek::{SseDecoder, SseEvent};
+use dsh_http::errors::truncate_chars;
+use dsh_http::{SseDecoder, SseEvent};
 use dsh_llm::{BlockType, Chunk, ContentBlock, Failure, FailureCode, FinishReason, Usage};
 use serde::Deserialize;
 use serde_json::Value;
@@ -444,7 +444,7 @@ impl MessagesDecoder {
     }
 }
 
-impl dsh_deepseek::http_stream::BodyDecoder for MessagesDecoder {
+impl dsh_http::BodyDecoder for MessagesDecoder {
     fn push(&mut self, bytes: &[u8], out: &mut Vec<Chunk>) {
         MessagesDecoder::push(self, bytes, out);
     }

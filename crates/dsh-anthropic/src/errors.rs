@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use dsh_deepseek::errors::{parse_retry_after, provider_message, truncate_chars};
+use dsh_http::errors::{parse_retry_after, provider_message, truncate_chars};
 use dsh_llm::{Failure, FailureCode};
 use serde_json::Value;
 

@@ -12,6 +12,10 @@
 //!   without I/O, so tests drive it directly.
 //! - [`errors`] maps HTTP statuses and in-stream errors to failures.
 //!
+//! The HTTP side (client, headers, streamed calls, watchdogs, cancel, scrubbing) is
+//! [`dsh_http::Endpoint`], shared with the chat-completions adapter. The configured model table
+//! ([`dsh_llm::ModelTable`], in [`AnthropicConfig::models`]) is read over [`model_info`].
+//!
 //! The API key is only written into the `x-api-key` header: `Debug` redacts it and failure
 //! messages are scrubbed of it.
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use dsh_anthropic::{AnthropicAdapter, AnthropicConfig};
-use dsh_deepseek::ApiKey;
+use dsh_http::ApiKey;
 use dsh_test_support::provider_checks::{
     assert_cancelled_request_sends_nothing, cancel_after_first_text,
 };

@@ -359,3 +359,39 @@ async fn list_models_reads_the_models_endpoint() {
     assert_eq!(request.path, "/v1/models");
     assert_eq!(request.header("x-api-key"), Some(TEST_KEY));
 }
+
+#[tokio::test]
+async fn the_configured_model_table_is_read_over_the_generic_description() {
+    use dsh_llm::{ModelRow, ModelTable, ReasoningEffort};
+    let provider = FakeProvider::start([]).await.unwrap();
+    provider.set_models(&["claude-opus-4-1", "claude-sonnet-4-5"]);
+    let table: ModelTable = [(
+        "claude-opus-4-1",
+        ModelRow {
+            context_window: Some(1_000_000),
+            efforts: Some(vec![ReasoningEffort::Off, ReasoningEffort::High]),
+            ..ModelRow::default()
+        },
+    )]
+    .into_iter()
+    .collect();
+    let adapter =
+        dsh_anthropic::AnthropicAdapter::new(config_for(&provider).with_models(table)).unwrap();
+    let generic = dsh_anthropic::model_info("claude-opus-4-1");
+    let opus = adapter.model_info("claude-opus-4-1").unwrap();
+    assert_eq!(opus.context_window, 1_000_000);
+    assert_eq!(
+        opus.efforts,
+        vec![ReasoningEffort::Off, ReasoningEffort::High]
+    );
+    // What the row leaves out stays the adapter's own.
+    assert_eq!(opus.default_max_tokens, generic.default_max_tokens);
+    assert_eq!(opus.default_effort, generic.default_effort);
+    assert_eq!(
+        adapter.model_info("claude-sonnet-4-5").unwrap(),
+        dsh_anthropic::model_info("claude-sonnet-4-5")
+    );
+    let listed = adapter.list_models().await.unwrap();
+    assert_eq!(listed[0], opus);
+    assert_eq!(listed[1], dsh_anthropic::model_info("claude-sonnet-4-5"));
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use dsh_anthropic::{AnthropicAdapter, AnthropicConfig};
-use dsh_deepseek::ApiKey;
+use dsh_http::ApiKey;
 use dsh_llm::{ContentBlock, FailureCode, FinishReason};
 use dsh_test_support::provider_checks::{
     assert_dropped_after_partial_text, assert_exhausted_script_answers_500,

@@ -1,17 +1,13 @@
 //! `dsh acp`: an Agent Client Protocol server on stdin/stdout for editors (crate `dsh-acp`),
-//! with agents built exactly as `dsh run` builds them ([`crate::run::resolve`] and
-//! [`crate::run::build_agent`], which also installs the permission source that ACP session
-//! modes switch through).
+//! with agents opened by the process's [`dsh_runtime::Runtime`], which also installs the
+//! permission source that ACP session modes switch through.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
 use dsh_acp::{AgentFactory, OpenRequest, OpenedAgent};
-use dsh_session::{open_store, StoreKind};
-
-use crate::run::{RunArgs, UserError};
+use dsh_runtime::{Choices, Resume, Runtime, SessionSpec};
 
 /// Arguments of `dsh acp`.
 #[derive(Debug, clap::Args)]
@@ -35,79 +31,56 @@ pub struct AcpArgs {
     pub trust_workspace: bool,
 }
 
-/// `dsh run`'s arguments parsed from a command line, so new `run` flags keep their defaults.
-#[derive(Debug, Parser)]
-struct RunCommandLine {
-    #[command(flatten)]
-    args: RunArgs,
+/// Opens the editor's sessions through the process's runtime, in the cwd the editor names.
+struct AcpFactory {
+    runtime: Runtime,
 }
 
-/// Builds session agents with `dsh run`'s resolution, for the cwd the editor names.
-struct RunFactory {
-    flags: Vec<String>,
-}
-
-fn message(err: anyhow::Error) -> String {
-    match err.downcast_ref::<UserError>() {
-        Some(user) => user.to_string(),
-        None => format!("{err:#}"),
-    }
-}
-
-impl AgentFactory for RunFactory {
+impl AgentFactory for AcpFactory {
     fn open(&self, request: &OpenRequest) -> Result<OpenedAgent, String> {
-        let mut argv = vec!["dsh-acp".to_string(), String::new()];
-        argv.extend(self.flags.iter().cloned());
-        argv.push(format!("--cwd={}", request.cwd.display()));
-        if let Some(id) = &request.resume {
-            argv.push(format!("--resume={id}"));
-        }
-        let args = RunCommandLine::try_parse_from(argv)
-            .map_err(|err| err.to_string())?
-            .args;
-        let setup = crate::run::resolve(&args).map_err(message)?;
-        let store = open_store(StoreKind::Jsonl, &setup.home).map_err(|e| e.to_string())?;
-        let (agent, guards) =
-            crate::run::build_agent(&setup, &args, store.as_ref()).map_err(message)?;
-        let history = match &request.resume {
-            Some(_) => {
-                store
-                    .load(&agent.handle().session_id())
-                    .map_err(|e| e.to_string())?
-                    .events
-            }
-            None => Vec::new(),
+        let spec = SessionSpec {
+            cwd: Some(request.cwd.clone()),
+            resume: request
+                .resume
+                .as_ref()
+                .map_or(Resume::New, |id| Resume::Id(id.clone())),
+            // `session/load` replays the session to the editor.
+            history: true,
+            ..SessionSpec::default()
         };
+        let store = self.runtime.store();
+        let opened = self
+            .runtime
+            .open(&spec, store.as_ref())
+            .map_err(|err| err.describe())?;
         Ok(OpenedAgent {
-            agent,
-            keep_alive: Box::new(guards),
-            history,
+            agent: opened.agent,
+            keep_alive: Box::new(()),
+            history: opened.history,
         })
     }
 }
 
 /// Runs `dsh acp` until the editor closes stdin.
 pub fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
-    let mut flags = Vec::new();
-    for (name, value) in [
-        ("provider", &args.provider),
-        ("model", &args.model),
-        ("effort", &args.effort),
-        ("permission", &args.permission),
-    ] {
-        if let Some(value) = value {
-            flags.push(format!("--{name}={value}"));
-        }
-    }
-    if args.trust_workspace {
-        flags.push("--trust-workspace".to_string());
-    }
+    // Sessions name their own cwd; the process's directory is only the runtime's default.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| std::path::PathBuf::from("/"));
+    let runtime = crate::run::runtime(
+        Some(&cwd),
+        Choices {
+            provider: args.provider,
+            model: args.model,
+            effort: args.effort,
+            permission: args.permission,
+            trust_workspace: args.trust_workspace,
+        },
+    )?;
+    let factory = Arc::new(AcpFactory { runtime });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let factory = Arc::new(RunFactory { flags });
     runtime
         .block_on(dsh_acp::serve(
             tokio::io::stdin(),

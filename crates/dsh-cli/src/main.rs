@@ -3,7 +3,6 @@
 mod acp;
 mod approvals;
 mod config_cmd;
-mod credentials;
 mod home;
 mod models;
 mod progress;
@@ -15,6 +14,9 @@ mod tui;
 mod web;
 
 use std::process::ExitCode;
+
+/// Where credentials and other settings come from (`dsh-runtime` owns the lookup).
+use dsh_runtime::credentials;
 
 use clap::{Parser, Subcommand};
 

@@ -5,18 +5,19 @@
 //! completed, 1 otherwise (`dsh: <CODE>: <message>` on stderr), 130 after Ctrl-C.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, TurnOutcome};
-use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy, UsageTotals};
-use dsh_session::{open_store, PriceTable, SessionStore, StoreKind, TurnEndReason};
-use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use dsh_agent::TurnOutcome;
+use dsh_llm::UsageTotals;
+use dsh_runtime::{
+    Choices, Configuration, Resume, Runtime, RuntimeError, RuntimeOptions, SessionSpec, WarningSink,
+};
+use dsh_session::TurnEndReason;
 
-use crate::credentials::Settings;
 use crate::progress::{envelope_json, ProgressPrinter};
 
 /// Arguments of `dsh run`.
@@ -83,378 +84,50 @@ fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
     })
 }
 
-/// Prints `dsh: <line>` on stderr unless this process printed it already (front ends that
-/// resolve once per session, like `dsh web` and `dsh acp`, say it once).
-pub(crate) fn warn_once(line: &str) {
-    static PRINTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut printed = PRINTED.lock().unwrap_or_else(|p| p.into_inner());
-    if !printed.iter().any(|l| l == line) {
-        eprintln!("dsh: {line}");
-        printed.push(line.to_string());
+/// A runtime error as the CLI reports it: the failures a user fixes as `dsh: CODE: message`,
+/// the others with their causes.
+pub(crate) fn runtime_error(err: RuntimeError) -> anyhow::Error {
+    if err.is_user_error() {
+        user_error(err.code(), err.to_string())
+    } else {
+        anyhow::Error::new(err)
     }
 }
 
-/// Everything `dsh run` resolved from flags, environment and files, in one place.
-#[derive(Clone)]
-pub(crate) struct RunSetup {
-    pub(crate) cwd: PathBuf,
-    pub(crate) home: PathBuf,
-    pub(crate) call: CallConfig,
-    pub(crate) permission: PermissionPreset,
-    pub(crate) config: dsh_config::Config,
-    selection: dsh_config::Selection,
-    pub(crate) prices: PriceTable,
-    /// The MCP servers, started by the first agent that needs them and shared by its subagents.
-    mcp: Arc<std::sync::OnceLock<Arc<dsh_mcp::McpHub>>>,
-    /// Remembered approvals (`$DSH_HOME/approvals.json`, loaded at start) plus the rules
-    /// allowed for this session; shared by the session's subagents.
-    approval_rules: Arc<dsh_agent::ApprovalRules>,
-}
-
-/// Resolves `dsh run`'s settings in one step: configuration layers (built-in, user file,
-/// project file, environment, flags), then the provider, model, effort and key to use.
-pub(crate) fn resolve(args: &RunArgs) -> anyhow::Result<RunSetup> {
+/// The process's [`Runtime`] (docs/decisions/0006-composition-root.md): `$DSH_HOME`, the
+/// working directory (`cwd`, else the current one) and the flags; warnings go to stderr.
+pub(crate) fn runtime(cwd: Option<&Path>, choices: Choices) -> anyhow::Result<Runtime> {
     let home = crate::home::dsh_home()?;
-    let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
+    let cwd = match cwd {
+        Some(dir) => dir.to_path_buf(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let cwd = std::fs::canonicalize(&cwd)
-        .with_context(|| format!("working directory {} does not exist", cwd.display()))?;
-    let settings = Settings::load(&cwd, &home);
-    let lookup = |name: &str| settings.get(name);
-    let flags = dsh_config::Flags {
-        provider: args.provider.clone(),
-        model: args.model.clone(),
-        effort: args.effort.clone(),
-        permission: args.permission.clone(),
-        trust_workspace: args.trust_workspace,
-    };
-    let config = dsh_config::Config::load(&home, &cwd, &lookup, &flags)
-        .map_err(|errors| user_error("INVALID_CONFIG", errors.to_string()))?;
-    // Untrusted project settings were left out: one line naming them (once per process).
-    if let Some(warning) = config.trust.warning() {
-        warn_once(&warning);
-    }
-    settings.allow_credentials(config.own_key_variables());
-    let project_lookup = |name: &str| settings.project_value(name);
-    let selection = config.select_keyed(&lookup, &project_lookup);
-    for warning in settings.take_warnings() {
-        warn_once(&format!("warning: {warning}"));
-    }
-    let selection = selection.map_err(|err| match err {
-        dsh_config::SelectError::MissingKey(e) => user_error("MISSING_CREDENTIAL", e.to_string()),
-        dsh_config::SelectError::Invalid(e) => user_error("INVALID_CONFIG", e.to_string()),
-    })?;
-    let mut call = CallConfig::new(selection.provider.name.clone(), selection.model.clone());
-    call.reasoning_effort = selection.effort;
-    let permission = match &config.permission {
-        Some(text) => text
-            .trim()
-            .parse::<PermissionPreset>()
-            .map_err(|msg| user_error("INVALID_CONFIG", msg))?,
-        None => PermissionPreset::default(),
-    };
-    let approval_rules = Arc::new(
-        dsh_agent::ApprovalRules::load(&home).map_err(|e| user_error("INVALID_CONFIG", e))?,
-    );
-    Ok(RunSetup {
-        cwd,
+    let warnings: WarningSink = Arc::new(|line: &str| eprintln!("dsh: {line}"));
+    Runtime::new(RuntimeOptions {
         home,
-        call,
-        permission,
-        prices: config.price_table(),
-        config,
-        selection,
-        mcp: Arc::default(),
-        approval_rules,
+        cwd,
+        choices,
+        warnings,
     })
+    .map_err(runtime_error)
 }
 
-/// The parts of an agent for `setup` at delegation `depth` (0 for the session the user talks
-/// to): the configured adapter, the built-in tools in the confinement the preset needs, and the
-/// standard extensions (retry, guards, safety policy, context messages, skills, delegation).
-/// Subagents are built by the same function, so they get the same providers and policies.
-/// `permission` is the preset to start with; the returned [`SessionParts::permission`] switches
-/// it (`/permission`), and subagents start with the preset in force when they are spawned.
-pub(crate) fn agent_parts(
-    setup: &Arc<RunSetup>,
-    depth: u64,
-    permission: PermissionPreset,
-) -> anyhow::Result<SessionParts> {
-    let provider = &setup.selection.provider;
-    let adapter =
-        dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
-            .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
-    let mut adapters = AdapterRegistry::new();
-    adapters.register(provider.name.clone(), adapter)?;
-
-    let spill_root = setup
-        .home
-        .join("spill")
-        .join(uuid::Uuid::new_v4().to_string());
-    let spill = SpillDir::create(&spill_root)
-        .with_context(|| format!("cannot create {}", spill_root.display()))?;
-    // Process confinement for `bash` (probed once; `danger-full-access` needs none).
-    let sandbox = dsh_sandbox::confinement_for(permission)
-        .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
-    let current_permission = Arc::new(std::sync::Mutex::new(permission));
-    // Background jobs belong to this agent's tool context: they die with the agent.
-    let jobs = dsh_tools::JobTable::new();
-    let tool_context = ToolContext::new(&setup.cwd, spill)
-        .with_context(|| format!("cannot use {} as working directory", setup.cwd.display()))?
-        .with_permission(permission)
-        .with_confinement(sandbox.confinement())
-        .with_jobs(jobs.clone());
-
-    let extensions = ExtensionSet::new();
-    for guard in dsh_agent::register_builtin_extensions(
-        &extensions,
-        RetryPolicy::default(),
-        Duration::from_secs(15 * 60),
-    ) {
-        // The set lives exactly as long as the agent built from these parts.
-        std::mem::forget(guard);
-    }
-    // Safety policy: logs preset and sandbox, asks before escalations, redacts secrets
-    // (the environment's and the provider key, wherever it was read from).
-    // It also asks before write/edit touch protected paths and cleans leftover temp files of
-    // write/edit when the session resumes (docs/SECURITY.md, "Protected paths").
-    let mut safety =
-        dsh_agent::SafetyPolicy::new(permission, sandbox.mode().as_str(), sandbox.detail())
-            .with_workspace(tool_context.cwd(), tool_context.writable_roots());
-    if let Some(key) = &setup.selection.api_key {
-        let name = provider.api_key_env.as_deref().unwrap_or("API_KEY");
-        safety = safety.with_secret(name, key.expose_secret());
-    }
-    extensions.register_for_life(Arc::new(safety));
-    extensions.register_for_life(Arc::new(dsh_agent::ContextMessages::new(
-        &setup.cwd,
-        Some(setup.home.clone()),
-        Box::new(dsh_agent::SystemContext {
-            permission: permission_summary(permission, sandbox.mode().as_str()),
-        }),
-    )));
-    let skills = dsh_agent::SkillSet::discover(&dsh_agent::SkillSet::standard_dirs(
-        &setup.cwd,
-        Some(&setup.home),
-        &[],
-    ));
-    if depth == 0 {
-        for problem in skills.problems() {
-            eprintln!(
-                "dsh: warning: skipped skill {}: {}",
-                problem.path.display(),
-                problem.message
-            );
+impl RunArgs {
+    fn choices(&self) -> Choices {
+        Choices {
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            effort: self.effort.clone(),
+            permission: self.permission.clone(),
+            trust_workspace: self.trust_workspace,
         }
     }
-    extensions.register_for_life(Arc::new(dsh_agent::Skills::new(skills)));
-    // Hooks: `[hooks]` of each config file, then $DSH_HOME/hooks.json, then .dsh/hooks.json.
-    let tables: Vec<(String, serde_json::Value)> = setup
-        .config
-        .hooks
-        .iter()
-        .map(|(event, value)| {
-            let key = format!("hooks.{event}");
-            let origin = setup
-                .config
-                .source_of(&key)
-                .map_or_else(|| "config".to_string(), ToString::to_string);
-            let value = serde_json::to_value(value).unwrap_or_default();
-            (origin, serde_json::json!({ event: value }))
-        })
-        .collect();
-    // The project's `.dsh/hooks.json` only in a trusted workspace (docs/configuration.md).
-    let hooks = dsh_agent::HooksConfig::load_session(
-        &tables,
-        &setup.home,
-        setup.config.trust.project_hooks(),
-    )
-    .map_err(|errors| {
-        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        user_error("INVALID_CONFIG", text.join("\n"))
-    })?;
-    if depth == 0 {
-        for warning in &hooks.warnings {
-            eprintln!("dsh: warning: {warning}");
-        }
-    }
-    if !hooks.is_empty() {
-        extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
-    }
-    // MCP servers (none unless configured): started when the session's agent is built.
-    if !setup.config.mcp_servers.is_empty() {
-        let hub = setup.mcp.get_or_init(|| {
-            dsh_mcp::McpHub::new(
-                setup.config.mcp_servers.clone(),
-                &setup.cwd,
-                &setup.home.join("logs"),
-            )
-        });
-        for error in hub.start() {
-            if depth == 0 {
-                eprintln!("dsh: warning: {error}\n  its tools are not offered in this session");
-            }
-        }
-        extensions.register_for_life(Arc::new(dsh_mcp::McpTools::new(Arc::clone(hub))));
-    }
-    let factory: dsh_agent::ChildFactory = {
-        let setup = Arc::clone(setup);
-        let current = Arc::clone(&current_permission);
-        Arc::new(move |depth| {
-            let preset = *current.lock().unwrap_or_else(|p| p.into_inner());
-            agent_parts(&setup, depth, preset)
-                .map(|session| session.parts)
-                .map_err(|e| format!("{e:#}"))
-        })
-    };
-    extensions.register_for_life(Arc::new(dsh_agent::Subagents::new(depth, factory)));
-    extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
-    let parts = AgentParts {
-        adapters,
-        tools: Arc::new(session_tools(&setup.config)?),
-        extensions,
-        tool_context,
-        options: {
-            let mut options = AgentOptions::new(setup.call.clone(), &setup.cwd);
-            options.compaction.threshold = setup.config.compaction.threshold;
-            options.compaction.keep_tail = setup.config.compaction.keep_tail;
-            options.prices = setup.prices.clone();
-            options.approval_rules = Arc::clone(&setup.approval_rules);
-            options
-        },
-    };
-    Ok(SessionParts {
-        parts,
-        permission: permission_source(current_permission),
-    })
-}
 
-/// An agent's parts and how its session switches permission presets.
-pub(crate) struct SessionParts {
-    pub(crate) parts: AgentParts,
-    pub(crate) permission: dsh_agent::PermissionSource,
-}
-
-impl SessionParts {
-    /// Builds the agent on a new session, or on session `resume`.
-    pub(crate) fn into_agent(
-        self,
-        store: &dyn SessionStore,
-        resume: Option<&str>,
-    ) -> Result<Agent, dsh_agent::AgentError> {
-        let mut agent = match resume {
-            Some(key) => Agent::resume(self.parts, store, key)?,
-            None => Agent::create(self.parts, store)?,
-        };
-        agent.set_permission_source(self.permission);
-        Ok(agent)
-    }
-}
-
-/// What each preset means on this host (`/permission`): the sandbox `bash` runs in and the
-/// sentence the model reads. `current` follows successful switches (subagents start with it).
-fn permission_source(
-    current: Arc<std::sync::Mutex<PermissionPreset>>,
-) -> dsh_agent::PermissionSource {
-    Arc::new(move |preset| {
-        let sandbox = dsh_sandbox::confinement_for(preset).map_err(|e| e.to_string())?;
-        *current.lock().unwrap_or_else(|p| p.into_inner()) = preset;
-        Ok(dsh_agent::PermissionSetting {
-            preset,
-            confinement: sandbox.confinement(),
-            sandbox_mode: sandbox.mode().as_str().to_string(),
-            sandbox_detail: sandbox.detail().to_string(),
-            summary: permission_summary(preset, sandbox.mode().as_str()),
-        })
-    })
-}
-
-/// The built-in tools, `ask_user_question` (answered by the front end's asker; headless runs
-/// get a clear error), and `web_fetch` when `[tools.web_fetch] enabled = true`.
-fn session_tools(config: &dsh_config::Config) -> anyhow::Result<ToolRegistry> {
-    let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(dsh_tools::AskUserQuestionTool))?;
-    let web = config.web_fetch();
-    if web.enabled {
-        tools.register(Arc::new(dsh_tools::WebFetchTool::new(
-            dsh_tools::WebFetchSettings {
-                allowed_hosts: web.allowed_hosts,
-                max_bytes: usize::try_from(web.max_bytes).unwrap_or(usize::MAX),
-                timeout: web.timeout,
-                ..dsh_tools::WebFetchSettings::default()
-            },
-        )))?;
-    }
-    Ok(tools)
-}
-
-/// Builds the agent for `setup` ([`agent_parts`] at depth 0) on a new, resumed or continued
-/// session. The returned guards are empty: the extensions live as long as the agent.
-pub(crate) fn build_agent(
-    setup: &RunSetup,
-    args: &RunArgs,
-    store: &dyn SessionStore,
-) -> anyhow::Result<(Agent, Vec<dsh_agent::ExtensionGuard>)> {
-    let setup = Arc::new(setup.clone());
-    let parts = agent_parts(&setup, 0, setup.permission)?;
-    let guards = Vec::new();
-    let cwd_text = setup.cwd.to_string_lossy().into_owned();
-    let resume = if let Some(key) = &args.resume {
-        Some(key.clone())
-    } else if args.continue_last {
-        let listing = store.list(&dsh_session::ListFilter {
-            cwd: Some(cwd_text.clone()),
-        })?;
-        // A damaged log newer than every readable one is the session the user means: stop
-        // rather than append to an older one.
-        let newest_readable = listing.sessions.first().map(|s| s.updated_at);
-        if let Some(damaged) = listing
-            .damaged
-            .iter()
-            .filter(|d| newest_readable.is_none_or(|t| d.updated_at >= t))
-            .max_by_key(|d| d.updated_at)
-        {
-            return Err(user_error(
-                "SESSION_DAMAGED",
-                format!(
-                    "the newest session of {cwd_text} cannot be read: {} ({}). Repair or \
-                     remove that file, or pick a session with `dsh run --resume <id>` \
-                     (`dsh sessions list` shows them)",
-                    damaged.path, damaged.problem
-                ),
-            ));
-        }
-        let latest = listing.sessions.first().ok_or_else(|| {
-            user_error(
-                "NOT_FOUND",
-                format!("no session to continue in {cwd_text}; start one with `dsh run`"),
-            )
-        })?;
-        Some(latest.id.clone())
-    } else {
-        None
-    };
-    let agent = parts.into_agent(store, resume.as_deref())?;
-    Ok((agent, guards))
-}
-
-/// What the model is told about the permission preset.
-fn permission_summary(preset: PermissionPreset, sandbox_mode: &str) -> String {
-    let commands = match sandbox_mode {
-        "unavailable" => "`bash` is unavailable: no sandbox works on this machine".to_string(),
-        "none" => "commands run unconfined".to_string(),
-        mode => format!("commands run in a {mode} sandbox"),
-    };
-    match preset {
-        PermissionPreset::ReadOnly => format!("read-only: files cannot be modified; {commands}"),
-        PermissionPreset::WorkspaceWrite => format!(
-            "workspace-write: files can be modified inside the working directory and temp \
-             directories only; {commands}; actions outside that are refused"
-        ),
-        PermissionPreset::DangerFullAccess => {
-            "danger-full-access: no file or command restrictions".to_string()
+    fn resume(&self) -> Resume {
+        match (&self.resume, self.continue_last) {
+            (Some(key), _) => Resume::Id(key.clone()),
+            (None, true) => Resume::Latest,
+            (None, false) => Resume::New,
         }
     }
 }
@@ -470,9 +143,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let setup = resolve(&args)?;
-    let store = open_store(StoreKind::Jsonl, &setup.home)?;
-    let (mut agent, _guards) = build_agent(&setup, &args, store.as_ref())?;
+    let runtime = runtime(args.cwd.as_deref(), args.choices())?;
+    let spec = SessionSpec {
+        resume: args.resume(),
+        ..SessionSpec::default()
+    };
+    let store = runtime.store();
+    let opened = runtime.open(&spec, store.as_ref()).map_err(runtime_error)?;
+    let setup = opened.configuration;
+    let mut agent = opened.agent;
     let handle = agent.handle();
     let session_id = handle.session_id();
 
@@ -559,7 +238,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 fn finish(
     args: &RunArgs,
-    setup: &RunSetup,
+    setup: &Configuration,
     session_id: &str,
     outcome: Option<TurnOutcome>,
     interrupted: bool,

@@ -1,17 +1,15 @@
 //! `dsh` with no subcommand, and `dsh resume [id|--last]`: the interactive terminal UI
-//! (`dsh-tui`), with agents built exactly as `dsh run` builds them ([`crate::run::resolve`]
-//! and [`crate::run::build_agent`]).
+//! (`dsh-tui`), with agents opened by the process's [`dsh_runtime::Runtime`] like every front
+//! end's.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
-use dsh_session::{open_store, StoreKind};
+use dsh_runtime::{Choices, Resume, Runtime, SessionSpec};
+use dsh_session::StoreKind;
 use dsh_tui::{AgentFactory, OpenedAgent, StartWith, StatusInfo, TuiOptions};
-
-use crate::run::{RunArgs, RunSetup};
 
 /// Arguments of `dsh resume`.
 #[derive(Debug, clap::Args)]
@@ -23,39 +21,32 @@ pub struct ResumeArgs {
     pub last: bool,
 }
 
-/// `dsh run`'s arguments with every default, parsed rather than built so that options added
-/// to `dsh run` keep their defaults here.
-#[derive(Parser)]
-struct DefaultRunArgs {
-    #[command(flatten)]
-    run: RunArgs,
-}
-
-fn run_args(start: &StartWith) -> anyhow::Result<RunArgs> {
-    let mut argv = vec!["dsh".to_string(), String::new()];
-    match start {
-        StartWith::New => {}
-        StartWith::Resume(key) => argv.extend(["--resume".to_string(), key.clone()]),
-        StartWith::Last => argv.push("--continue".to_string()),
+fn spec(start: &StartWith) -> SessionSpec {
+    SessionSpec {
+        resume: match start {
+            StartWith::New => Resume::New,
+            StartWith::Resume(key) => Resume::Id(key.clone()),
+            StartWith::Last => Resume::Latest,
+        },
+        ..SessionSpec::default()
     }
-    Ok(DefaultRunArgs::try_parse_from(argv)
-        .context("internal: default run arguments")?
-        .run)
 }
 
-/// Builds agents for the UI from one resolved setup.
-struct CliAgentFactory {
-    setup: RunSetup,
+/// Opens the UI's sessions through the process's runtime.
+struct TuiFactory {
+    runtime: Runtime,
 }
 
-impl AgentFactory for CliAgentFactory {
+impl AgentFactory for TuiFactory {
     fn open(&self, start: &StartWith) -> anyhow::Result<OpenedAgent> {
-        let args = run_args(start)?;
-        let store = open_store(StoreKind::Jsonl, &self.setup.home)?;
-        let (agent, guards) = crate::run::build_agent(&self.setup, &args, store.as_ref())?;
+        let store = self.runtime.store();
+        let opened = self
+            .runtime
+            .open(&spec(start), store.as_ref())
+            .map_err(crate::run::runtime_error)?;
         Ok(OpenedAgent {
-            agent,
-            keep_alive: Box::new(guards),
+            agent: opened.agent,
+            keep_alive: Box::new(()),
         })
     }
 }
@@ -83,7 +74,10 @@ fn run(start: StartWith) -> anyhow::Result<ExitCode> {
     let home = crate::home::dsh_home()?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     crate::trust::ask_at_start(&home, &cwd)?;
-    let setup = crate::run::resolve(&run_args(&start)?)?;
+    let sessions = crate::run::runtime(Some(&cwd), Choices::default())?;
+    let setup = sessions
+        .configuration(&spec(&start))
+        .map_err(crate::run::runtime_error)?;
     let options = TuiOptions {
         home: setup.home.clone(),
         cwd: setup.cwd.clone(),
@@ -102,7 +96,7 @@ fn run(start: StartWith) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let factory = Arc::new(CliAgentFactory { setup });
+    let factory = Arc::new(TuiFactory { runtime: sessions });
     let exit = runtime.block_on(dsh_tui::run(options, factory))?;
     // The input thread may still block in a terminal read; do not wait for it.
     runtime.shutdown_background();

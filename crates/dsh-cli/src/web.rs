@@ -1,6 +1,5 @@
-//! `dsh web`: the local web UI and API (crate `dsh-server`), wired to the same agent building
-//! as `dsh run` ([`crate::run::resolve`], [`crate::run::agent_parts`]), with model-written
-//! session titles.
+//! `dsh web`: the local web UI and API (crate `dsh-server`), with agents opened by the
+//! process's [`dsh_runtime::Runtime`] like every front end's, with model-written session titles.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -8,13 +7,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
+use dsh_runtime::{Choices, Resume, Runtime, RuntimeError, SessionSpec};
 use dsh_server::{
     AgentFactory, ApiError, OpenRequest, OpenedAgent, ServerOptions, StatusCode, WebServer,
 };
 use dsh_session::{PriceTable, SessionStore, StoreKind};
 
-use crate::run::{RunArgs, UserError};
+use crate::run::UserError;
 
 /// Prints a line on stdout; a closed stdout (`dsh web | head -1`) must not stop the server.
 macro_rules! say {
@@ -61,67 +60,51 @@ pub struct WebArgs {
     pub trust_workspace: bool,
 }
 
-/// `dsh run`'s arguments parsed from a command line, so new `run` flags keep their defaults.
-#[derive(Debug, Parser)]
-struct RunCommandLine {
-    #[command(flatten)]
-    args: RunArgs,
-}
-
-/// Builds agents exactly as `dsh run` does, with the flags `dsh web` was given.
-struct RunFactory {
-    flags: Vec<String>,
+/// Opens the web UI's sessions through the process's runtime: the session's workspace, model
+/// and effort over `dsh web`'s flags, with model-written titles.
+struct WebFactory {
+    runtime: Runtime,
     models: Vec<String>,
 }
 
-fn api_error(err: anyhow::Error) -> ApiError {
-    if let Some(user) = err.downcast_ref::<UserError>() {
-        return ApiError::new(StatusCode::BAD_REQUEST, &user.code, user.message.clone());
-    }
-    match err.downcast::<dsh_agent::AgentError>() {
-        Ok(agent) => agent.into(),
-        Err(err) => match err.downcast::<dsh_session::SessionError>() {
-            Ok(session) => session.into(),
-            Err(err) => ApiError::internal(format!("{err:#}")),
-        },
+fn api_error(err: RuntimeError) -> ApiError {
+    match err {
+        RuntimeError::Agent(agent) => agent.into(),
+        RuntimeError::Session(session) => session.into(),
+        err if err.is_user_error() => {
+            ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string())
+        }
+        err => ApiError::internal(err.to_string()),
     }
 }
 
-impl AgentFactory for RunFactory {
+impl AgentFactory for WebFactory {
     fn open(
         &self,
         request: &OpenRequest,
         store: &dyn SessionStore,
     ) -> Result<OpenedAgent, ApiError> {
-        let mut argv = vec!["dsh-web".to_string(), String::new()];
-        argv.extend(self.flags.iter().cloned());
-        argv.push(format!("--cwd={}", request.cwd.display()));
-        if let Some(id) = &request.resume {
-            argv.push(format!("--resume={id}"));
-        }
-        if let Some(model) = &request.model {
-            argv.push(format!("--model={model}"));
-        }
-        if let Some(effort) = &request.effort {
-            argv.push(format!("--effort={effort}"));
-        }
-        let args = RunCommandLine::try_parse_from(argv)
-            .map_err(|err| ApiError::bad_request(err.to_string()))?
-            .args;
-        let setup = Arc::new(crate::run::resolve(&args).map_err(api_error)?);
-        let mut session =
-            crate::run::agent_parts(&setup, 0, setup.permission).map_err(api_error)?;
-        // An interactive session is worth a model-written title (one small call, thinking off,
-        // alongside the first turn; the fallback stays if it fails).
-        session.parts.options.titles = dsh_agent::TitleMode::Model {
-            route: None,
-            model: None,
+        let spec = SessionSpec {
+            cwd: Some(request.cwd.clone()),
+            resume: request
+                .resume
+                .as_ref()
+                .map_or(Resume::New, |id| Resume::Id(id.clone())),
+            choices: Choices {
+                model: request.model.clone(),
+                effort: request.effort.clone(),
+                ..Choices::default()
+            },
+            // An interactive session is worth a model-written title (one small call, thinking
+            // off, alongside the first turn; the fallback stays if it fails).
+            model_titles: true,
+            history: false,
         };
-        // `into_agent` installs the permission source, so the UI can switch presets
+        // The permission source is installed, so the UI can switch presets
         // (`POST /api/sessions/:id/permission`); the server installs its approver and asker.
-        let agent = session.into_agent(store, request.resume.as_deref())?;
+        let opened = self.runtime.open(&spec, store).map_err(api_error)?;
         Ok(OpenedAgent {
-            agent,
+            agent: opened.agent,
             guards: Vec::new(),
         })
     }
@@ -169,47 +152,30 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
             address.ip()
         );
     }
-    let home = crate::home::dsh_home()?;
-    let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
-    let cwd = std::fs::canonicalize(&cwd)
-        .with_context(|| format!("working directory {} does not exist", cwd.display()))?;
-    let mut flags = Vec::new();
-    for (name, value) in [
-        ("provider", &args.provider),
-        ("model", &args.model),
-        ("effort", &args.effort),
-        ("permission", &args.permission),
-    ] {
-        if let Some(value) = value {
-            flags.push(format!("--{name}={value}"));
-        }
-    }
-    if args.trust_workspace {
-        flags.push("--trust-workspace".to_string());
-    }
-    // The configuration as `dsh run` resolves it here: prices and models for the UI. Without a
-    // key the UI still browses sessions; prompts then fail with the same message.
-    let probe = RunCommandLine::try_parse_from(
-        [
-            "dsh-web".to_string(),
-            String::new(),
-            format!("--cwd={}", cwd.display()),
-        ]
-        .into_iter()
-        .chain(flags.iter().cloned()),
-    )
-    .map_err(|err| anyhow::anyhow!("{err}"))?;
-    let (prices, models) = match crate::run::resolve(&probe.args) {
+    let runtime = crate::run::runtime(
+        args.cwd.as_deref(),
+        Choices {
+            provider: args.provider.clone(),
+            model: args.model.clone(),
+            effort: args.effort.clone(),
+            permission: args.permission.clone(),
+            trust_workspace: args.trust_workspace,
+        },
+    )?;
+    let home = runtime.home().to_path_buf();
+    let cwd = runtime.cwd().to_path_buf();
+    // The configuration of the default workspace, resolved once: prices and models for the
+    // UI, and the sessions opened there reuse it. Without a key the UI still browses
+    // sessions; prompts then fail with the same message.
+    let (prices, models) = match runtime.configuration(&SessionSpec::default()) {
         Ok(setup) => (
             setup.prices.clone(),
             setup.config.models.keys().cloned().collect(),
         ),
         Err(err) => {
             eprintln!(
-                "dsh web: {err:#}; sessions can be browsed, prompts will fail until this is fixed"
+                "dsh web: {}; sessions can be browsed, prompts will fail until this is fixed",
+                err.describe()
             );
             (PriceTable::default_deepseek(), Vec::new())
         }
@@ -225,7 +191,7 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
         default_cwd: cwd,
         allow_remote: args.allow_remote,
     };
-    let factory = Arc::new(RunFactory { flags, models });
+    let factory = Arc::new(WebFactory { runtime, models });
     let server = dsh_server::WebServer::start(listener, options, factory)?;
     let url = server.url();
     say!("dsh web: serving {url}");

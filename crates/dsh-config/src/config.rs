@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use dsh_deepseek::{ApiKey, MaxTokensField, OpenAiQuirks};
-use dsh_llm::{ModelInfo, ReasoningEffort};
+use dsh_llm::{ModelInfo, ModelRow, ModelTable, ReasoningEffort};
 use dsh_session::{ModelPrice, PriceTable};
 use toml::{Table, Value};
 
@@ -71,19 +71,23 @@ pub struct ModelEntry {
 }
 
 impl ModelEntry {
+    /// What this row tells an adapter: the facts it states, `default_max_tokens` falling back
+    /// to `max_output`.
+    pub fn row(&self) -> ModelRow {
+        ModelRow {
+            context_window: self.context_window,
+            default_max_tokens: self.default_max_tokens.or(self.max_output),
+            efforts: self.efforts.clone(),
+            default_effort: self.default_effort,
+        }
+    }
+
     /// Adapter metadata from this row, with `fallback` (the adapter's own idea of the model)
     /// filling what the row leaves out.
     pub fn model_info(&self, fallback: ModelInfo) -> ModelInfo {
         ModelInfo {
             id: self.id.clone(),
-            context_window: self.context_window.unwrap_or(fallback.context_window),
-            default_max_tokens: self
-                .default_max_tokens
-                .or(self.max_output)
-                .unwrap_or(fallback.default_max_tokens),
-            efforts: self.efforts.clone().unwrap_or(fallback.efforts),
-            default_effort: self.default_effort.or(fallback.default_effort),
-            modalities: fallback.modalities,
+            ..self.row().apply(fallback)
         }
     }
 }
@@ -178,6 +182,248 @@ fn effort(value: Option<&Value>) -> Option<ReasoningEffort> {
     value
         .and_then(Value::as_str)
         .and_then(ReasoningEffort::parse)
+}
+
+/// `[providers.<name>]` sections; a section without `kind` or `base_url` is an error and left
+/// out.
+fn parse_providers(
+    merged: &Table,
+    provenance: &Provenance,
+    errors: &mut Vec<ConfigError>,
+) -> BTreeMap<String, ProviderConfig> {
+    let mut providers = BTreeMap::new();
+    for (name, value) in sub_table(merged, "providers").into_iter().flatten() {
+        let Some(table) = value.as_table() else {
+            continue;
+        };
+        if let Some(provider) = parse_provider(name, table, provenance, errors) {
+            providers.insert(name.clone(), provider);
+        }
+    }
+    providers
+}
+
+/// One provider section.
+fn parse_provider(
+    name: &str,
+    table: &Table,
+    provenance: &Provenance,
+    errors: &mut Vec<ConfigError>,
+) -> Option<ProviderConfig> {
+    let path = key_path("providers", name);
+    let first_source = provenance
+        .iter()
+        .find(|(k, _)| k.starts_with(&format!("{path}.")))
+        .map(|(_, s)| s.clone())
+        .unwrap_or(Source::Default);
+    let kind = match table.get("kind").and_then(Value::as_str) {
+        Some("deepseek") => ProviderKind::DeepSeek,
+        Some("openai-compatible") => ProviderKind::OpenAiCompatible,
+        Some("anthropic") => ProviderKind::Anthropic,
+        _ => {
+            errors.push(ConfigError::new(
+                &first_source,
+                format!("{path}.kind"),
+                "is missing",
+                "add `kind = \"deepseek\"`, `\"openai-compatible\"` or `\"anthropic\"`",
+            ));
+            return None;
+        }
+    };
+    let Some(base_url) = as_string(table.get("base_url")) else {
+        errors.push(ConfigError::new(
+            &first_source,
+            format!("{path}.base_url"),
+            "is missing",
+            "add the endpoint prefix, e.g. `base_url = \"http://localhost:8000/v1\"`",
+        ));
+        return None;
+    };
+    let quirk_table = sub_table(table, "quirks");
+    let flag = |key: &str| {
+        quirk_table
+            .and_then(|q| q.get(key))
+            .and_then(Value::as_bool)
+            .unwrap_or(true)
+    };
+    let max_tokens_field = match quirk_table
+        .and_then(|q| q.get("max_tokens_field"))
+        .and_then(Value::as_str)
+    {
+        Some("max_completion_tokens") => MaxTokensField::MaxCompletionTokens,
+        Some("none") => MaxTokensField::Omit,
+        _ => MaxTokensField::MaxTokens,
+    };
+    Some(ProviderConfig {
+        name: name.to_string(),
+        kind,
+        base_url,
+        api_key_env: as_string(table.get("api_key_env")),
+        default_model: as_string(table.get("default_model")),
+        headers: sub_table(table, "headers")
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect(),
+        idle_timeout: as_u64(table.get("idle_timeout_secs")).map(Duration::from_secs),
+        reply_timeout: as_u64(table.get("reply_timeout_secs")).map(Duration::from_secs),
+        quirks: OpenAiQuirks {
+            send_reasoning_content: flag("send_reasoning_content"),
+            send_stream_options: flag("send_stream_options"),
+            send_thinking: flag("send_thinking"),
+            send_reasoning_effort: flag("send_reasoning_effort"),
+            max_tokens_field,
+        },
+    })
+}
+
+/// `[models.<id>]` rows; checks that each names a known provider and that its defaults lie
+/// within its limits.
+fn parse_models(
+    merged: &Table,
+    providers: &BTreeMap<String, ProviderConfig>,
+    src: &dyn Fn(&str) -> Source,
+    errors: &mut Vec<ConfigError>,
+) -> BTreeMap<String, ModelEntry> {
+    let mut models = BTreeMap::new();
+    for (id, value) in sub_table(merged, "models").into_iter().flatten() {
+        let Some(table) = value.as_table() else {
+            continue;
+        };
+        let entry = parse_model(id, table, providers, src, errors);
+        models.insert(id.clone(), entry);
+    }
+    models
+}
+
+/// One model row.
+fn parse_model(
+    id: &str,
+    table: &Table,
+    providers: &BTreeMap<String, ProviderConfig>,
+    src: &dyn Fn(&str) -> Source,
+    errors: &mut Vec<ConfigError>,
+) -> ModelEntry {
+    let path = key_path("models", id);
+    let provider = as_string(table.get("provider"));
+    if let Some(p) = &provider {
+        if !providers.contains_key(p)
+            && !errors
+                .iter()
+                .any(|e| e.key.starts_with(&format!("providers.{p}")))
+        {
+            let key = format!("{path}.provider");
+            errors.push(ConfigError::new(
+                &src(&key),
+                key,
+                format!("names the unknown provider `{p}`"),
+                format!(
+                    "use one of: {}, or add a `[providers.{p}]` section",
+                    providers.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    let efforts: Option<Vec<ReasoningEffort>> = table
+        .get("efforts")
+        .and_then(Value::as_array)
+        .map(|items| items.iter().filter_map(|v| effort(Some(v))).collect());
+    let default_effort = effort(table.get("default_effort"));
+    if let (Some(efforts), Some(default)) = (&efforts, default_effort) {
+        if !efforts.contains(&default) {
+            let key = format!("{path}.default_effort");
+            errors.push(ConfigError::new(
+                &src(&key),
+                key,
+                format!("`{}` is not among the model's efforts", default.as_str()),
+                "pick one of the `efforts` list, or add it there",
+            ));
+        }
+    }
+    let max_output = as_u64(table.get("max_output"));
+    let default_max_tokens = as_u64(table.get("default_max_tokens"));
+    if let (Some(max), Some(default)) = (max_output, default_max_tokens) {
+        if default > max {
+            let key = format!("{path}.default_max_tokens");
+            errors.push(ConfigError::new(
+                &src(&key),
+                key,
+                format!("{default} is larger than max_output ({max})"),
+                "lower it to at most max_output",
+            ));
+        }
+    }
+    let price = sub_table(table, "price").map(|p| ModelPrice {
+        input_per_mtok: as_f64(p.get("input")).unwrap_or(0.0),
+        cache_read_per_mtok: as_f64(p.get("cache_read")).unwrap_or(0.0),
+        cache_write_per_mtok: as_f64(p.get("cache_write"))
+            .or_else(|| as_f64(p.get("input")))
+            .unwrap_or(0.0),
+        output_per_mtok: as_f64(p.get("output")).unwrap_or(0.0),
+    });
+    ModelEntry {
+        id: id.to_string(),
+        provider,
+        context_window: as_u64(table.get("context_window")),
+        max_output,
+        default_max_tokens,
+        efforts,
+        default_effort,
+        price,
+    }
+}
+
+/// The error for a `provider` key naming no configured provider, unless that provider's own
+/// section already has an error.
+fn unknown_provider(
+    provider: &str,
+    providers: &BTreeMap<String, ProviderConfig>,
+    errors: &[ConfigError],
+    src: &dyn Fn(&str) -> Source,
+) -> Option<ConfigError> {
+    if providers.contains_key(provider)
+        || errors
+            .iter()
+            .any(|e| e.key.starts_with(&format!("providers.{provider}")))
+    {
+        return None;
+    }
+    Some(ConfigError::new(
+        &src("provider"),
+        "provider",
+        format!("names the unknown provider `{provider}`"),
+        format!(
+            "use one of: {}, or add a `[providers.{provider}]` section",
+            providers.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+    ))
+}
+
+/// `[compaction]`, with `keep_tail` checked against `threshold`.
+fn parse_compaction(
+    merged: &Table,
+    src: &dyn Fn(&str) -> Source,
+    errors: &mut Vec<ConfigError>,
+) -> CompactionSettings {
+    let compaction_table = sub_table(merged, "compaction");
+    let compaction = CompactionSettings {
+        threshold: as_f64(compaction_table.and_then(|t| t.get("threshold")))
+            .unwrap_or(crate::DEFAULT_COMPACTION_THRESHOLD),
+        keep_tail: as_f64(compaction_table.and_then(|t| t.get("keep_tail")))
+            .unwrap_or(crate::DEFAULT_KEEP_TAIL),
+    };
+    if compaction.keep_tail >= compaction.threshold {
+        errors.push(ConfigError::new(
+            &src("compaction.keep_tail"),
+            "compaction.keep_tail",
+            format!(
+                "{} is not smaller than compaction.threshold ({})",
+                compaction.keep_tail, compaction.threshold
+            ),
+            "keep_tail must leave room to compact: make it smaller than threshold",
+        ));
+    }
+    compaction
 }
 
 fn sub_table<'a>(table: &'a Table, key: &str) -> Option<&'a Table> {
@@ -277,192 +523,13 @@ impl Config {
     fn from_merged(merged: Table, provenance: Provenance) -> Result<Config, ConfigErrors> {
         let mut errors = Vec::new();
         let src = |key: &str| provenance.get(key).cloned().unwrap_or(Source::Default);
-        let mut providers = BTreeMap::new();
-        for (name, value) in sub_table(&merged, "providers").into_iter().flatten() {
-            let Some(table) = value.as_table() else {
-                continue;
-            };
-            let path = key_path("providers", name);
-            let first_source = provenance
-                .iter()
-                .find(|(k, _)| k.starts_with(&format!("{path}.")))
-                .map(|(_, s)| s.clone())
-                .unwrap_or(Source::Default);
-            let kind = match table.get("kind").and_then(Value::as_str) {
-                Some("deepseek") => ProviderKind::DeepSeek,
-                Some("openai-compatible") => ProviderKind::OpenAiCompatible,
-                Some("anthropic") => ProviderKind::Anthropic,
-                _ => {
-                    errors.push(ConfigError::new(
-                        &first_source,
-                        format!("{path}.kind"),
-                        "is missing",
-                        "add `kind = \"deepseek\"`, `\"openai-compatible\"` or `\"anthropic\"`",
-                    ));
-                    continue;
-                }
-            };
-            let Some(base_url) = as_string(table.get("base_url")) else {
-                errors.push(ConfigError::new(
-                    &first_source,
-                    format!("{path}.base_url"),
-                    "is missing",
-                    "add the endpoint prefix, e.g. `base_url = \"http://localhost:8000/v1\"`",
-                ));
-                continue;
-            };
-            let quirk_table = sub_table(table, "quirks");
-            let flag = |key: &str| {
-                quirk_table
-                    .and_then(|q| q.get(key))
-                    .and_then(Value::as_bool)
-                    .unwrap_or(true)
-            };
-            let max_tokens_field = match quirk_table
-                .and_then(|q| q.get("max_tokens_field"))
-                .and_then(Value::as_str)
-            {
-                Some("max_completion_tokens") => MaxTokensField::MaxCompletionTokens,
-                Some("none") => MaxTokensField::Omit,
-                _ => MaxTokensField::MaxTokens,
-            };
-            providers.insert(
-                name.clone(),
-                ProviderConfig {
-                    name: name.clone(),
-                    kind,
-                    base_url,
-                    api_key_env: as_string(table.get("api_key_env")),
-                    default_model: as_string(table.get("default_model")),
-                    headers: sub_table(table, "headers")
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                        .collect(),
-                    idle_timeout: as_u64(table.get("idle_timeout_secs")).map(Duration::from_secs),
-                    reply_timeout: as_u64(table.get("reply_timeout_secs")).map(Duration::from_secs),
-                    quirks: OpenAiQuirks {
-                        send_reasoning_content: flag("send_reasoning_content"),
-                        send_stream_options: flag("send_stream_options"),
-                        send_thinking: flag("send_thinking"),
-                        send_reasoning_effort: flag("send_reasoning_effort"),
-                        max_tokens_field,
-                    },
-                },
-            );
-        }
-
-        let mut models = BTreeMap::new();
-        for (id, value) in sub_table(&merged, "models").into_iter().flatten() {
-            let Some(table) = value.as_table() else {
-                continue;
-            };
-            let path = key_path("models", id);
-            let provider = as_string(table.get("provider"));
-            if let Some(p) = &provider {
-                if !providers.contains_key(p)
-                    && !errors
-                        .iter()
-                        .any(|e| e.key.starts_with(&format!("providers.{p}")))
-                {
-                    let key = format!("{path}.provider");
-                    errors.push(ConfigError::new(
-                        &src(&key),
-                        key,
-                        format!("names the unknown provider `{p}`"),
-                        format!(
-                            "use one of: {}, or add a `[providers.{p}]` section",
-                            providers.keys().cloned().collect::<Vec<_>>().join(", ")
-                        ),
-                    ));
-                }
-            }
-            let efforts: Option<Vec<ReasoningEffort>> = table
-                .get("efforts")
-                .and_then(Value::as_array)
-                .map(|items| items.iter().filter_map(|v| effort(Some(v))).collect());
-            let default_effort = effort(table.get("default_effort"));
-            if let (Some(efforts), Some(default)) = (&efforts, default_effort) {
-                if !efforts.contains(&default) {
-                    let key = format!("{path}.default_effort");
-                    errors.push(ConfigError::new(
-                        &src(&key),
-                        key,
-                        format!("`{}` is not among the model's efforts", default.as_str()),
-                        "pick one of the `efforts` list, or add it there",
-                    ));
-                }
-            }
-            let max_output = as_u64(table.get("max_output"));
-            let default_max_tokens = as_u64(table.get("default_max_tokens"));
-            if let (Some(max), Some(default)) = (max_output, default_max_tokens) {
-                if default > max {
-                    let key = format!("{path}.default_max_tokens");
-                    errors.push(ConfigError::new(
-                        &src(&key),
-                        key,
-                        format!("{default} is larger than max_output ({max})"),
-                        "lower it to at most max_output",
-                    ));
-                }
-            }
-            let price = sub_table(table, "price").map(|p| ModelPrice {
-                input_per_mtok: as_f64(p.get("input")).unwrap_or(0.0),
-                cache_read_per_mtok: as_f64(p.get("cache_read")).unwrap_or(0.0),
-                cache_write_per_mtok: as_f64(p.get("cache_write"))
-                    .or_else(|| as_f64(p.get("input")))
-                    .unwrap_or(0.0),
-                output_per_mtok: as_f64(p.get("output")).unwrap_or(0.0),
-            });
-            models.insert(
-                id.clone(),
-                ModelEntry {
-                    id: id.clone(),
-                    provider,
-                    context_window: as_u64(table.get("context_window")),
-                    max_output,
-                    default_max_tokens,
-                    efforts,
-                    default_effort,
-                    price,
-                },
-            );
-        }
-
+        let providers = parse_providers(&merged, &provenance, &mut errors);
+        let models = parse_models(&merged, &providers, &src, &mut errors);
         let provider = as_string(merged.get("provider")).unwrap_or_default();
-        if !providers.contains_key(&provider)
-            && !errors
-                .iter()
-                .any(|e| e.key.starts_with(&format!("providers.{provider}")))
-        {
-            errors.push(ConfigError::new(
-                &src("provider"),
-                "provider",
-                format!("names the unknown provider `{provider}`"),
-                format!(
-                    "use one of: {}, or add a `[providers.{provider}]` section",
-                    providers.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            ));
+        if let Some(error) = unknown_provider(&provider, &providers, &errors, &src) {
+            errors.push(error);
         }
-        let compaction_table = sub_table(&merged, "compaction");
-        let compaction = CompactionSettings {
-            threshold: as_f64(compaction_table.and_then(|t| t.get("threshold")))
-                .unwrap_or(crate::DEFAULT_COMPACTION_THRESHOLD),
-            keep_tail: as_f64(compaction_table.and_then(|t| t.get("keep_tail")))
-                .unwrap_or(crate::DEFAULT_KEEP_TAIL),
-        };
-        if compaction.keep_tail >= compaction.threshold {
-            errors.push(ConfigError::new(
-                &src("compaction.keep_tail"),
-                "compaction.keep_tail",
-                format!(
-                    "{} is not smaller than compaction.threshold ({})",
-                    compaction.keep_tail, compaction.threshold
-                ),
-                "keep_tail must leave room to compact: make it smaller than threshold",
-            ));
-        }
+        let compaction = parse_compaction(&merged, &src, &mut errors);
         let (mcp_servers, mcp_errors) = crate::mcp::mcp_servers(sub_table(&merged, "mcp"), &src);
         errors.extend(mcp_errors);
         if !errors.is_empty() {
@@ -484,6 +551,14 @@ impl Config {
             merged,
             provenance,
         })
+    }
+
+    /// The model table (`[models]`) as the adapters read it (docs/configuration.md).
+    pub fn model_table(&self) -> ModelTable {
+        self.models
+            .iter()
+            .map(|(id, entry)| (id.clone(), entry.row()))
+            .collect()
     }
 
     /// The provider named `name`, or an error listing the known ones.

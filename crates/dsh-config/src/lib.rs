@@ -7,7 +7,8 @@
 //!   flag), the key path, what is wrong and how to fix it.
 //! - [`Config::source_of`] tells where each effective value came from ([`Source`]).
 //! - [`Config::select`] picks provider, model, effort and key for a run; [`build_adapter`]
-//!   builds the provider's adapter with the model table in front of its defaults.
+//!   builds the provider's adapter with the model table ([`Config::model_table`]), which the
+//!   adapter reads over its own defaults.
 //! - [`Config::web_fetch`] gives the settings of the opt-in `web_fetch` tool.
 //! - [`trust`] decides whether the project's files may run commands or widen power; untrusted,
 //!   those settings are left out and named in [`Config::trust`].
@@ -15,6 +16,8 @@
 //!
 //! Files never hold keys: a provider names the variable holding its key (`api_key_env`), and a
 //! literal key in a file is refused.
+
+#![warn(clippy::too_many_lines)]
 
 mod adapters;
 mod builtin;
@@ -27,7 +30,7 @@ pub mod show;
 mod tools;
 pub mod trust;
 
-pub use adapters::{build_adapter, ModelTableAdapter};
+pub use adapters::build_adapter;
 pub use builtin::{
     builtin_layer, ANTHROPIC_PROVIDER, DEEPSEEK_PROVIDER, DEFAULT_COMPACTION_THRESHOLD,
     DEFAULT_KEEP_TAIL,

@@ -245,129 +245,18 @@ fn parse_server(
         leaf if leaf != key => source_of(&leaf),
         _ => source,
     };
-    if name.is_empty()
-        || name.contains("__")
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
-        errors.push(err(
-            &source,
-            key,
-            format!("`{name}` is not a usable server name"),
-            "use letters, digits, `-` and single `_` (it becomes part of tool names `mcp__<server>__<tool>`)",
-        ));
-    }
-    let text = |k: &str, errors: &mut Vec<ConfigError>| -> Option<String> {
-        let value = table.get(k)?;
-        match value.as_str() {
-            Some(s) if !s.trim().is_empty() => Some(s.to_string()),
-            _ => {
-                errors.push(err(
-                    &source,
-                    &format!("{key}.{k}"),
-                    "must be a non-empty string",
-                    format!("write `{k} = \"...\"`"),
-                ));
-                None
-            }
-        }
+    check_server_name(name, key, &source, errors);
+    let options = server_options(key, table, &source, source_of, errors);
+    let server = ServerTable {
+        key,
+        table,
+        source: &source,
     };
-    let mut tool_timeout = DEFAULT_MCP_TOOL_TIMEOUT;
-    let mut startup_timeout = DEFAULT_MCP_STARTUP_TIMEOUT;
-    let mut enabled = true;
-    let mut trust = McpTrust::default();
-    for (k, v) in table {
-        let full = format!("{key}.{k}");
-        match k.as_str() {
-            "trust" => {
-                if let Some(level) = parse_trust(key, table, &full, v, source_of, errors) {
-                    trust = level;
-                }
-            }
-            "tool_timeout_secs" => {
-                tool_timeout = seconds(&source, &full, v, errors).unwrap_or(tool_timeout)
-            }
-            "startup_timeout_secs" => {
-                startup_timeout = seconds(&source, &full, v, errors).unwrap_or(startup_timeout)
-            }
-            "enabled" => match v.as_bool() {
-                Some(b) => enabled = b,
-                None => errors.push(err(
-                    &source,
-                    &full,
-                    "must be true or false",
-                    "write `enabled = false` to keep the entry but not start it",
-                )),
-            },
-            known if SERVER_KEYS.contains(&known) => {}
-            other => errors.push(err(
-                &source,
-                &full,
-                format!("unknown key `{other}`"),
-                format!("known keys here: {}", SERVER_KEYS.join(", ")),
-            )),
-        }
-    }
-    let command = text("command", errors);
-    let url = text("url", errors);
+    let command = server.text("command", errors);
+    let url = server.text("url", errors);
     let transport = match (command, url) {
-        (Some(command), None) => {
-            for k in ["headers", "bearer_token_env"] {
-                if table.contains_key(k) {
-                    errors.push(err(
-                        &source,
-                        &format!("{key}.{k}"),
-                        "applies to `url` servers only",
-                        "remove it, or configure the server by `url`",
-                    ));
-                }
-            }
-            McpTransport::Stdio {
-                command,
-                args: table
-                    .get("args")
-                    .map(|v| strings(&source, &format!("{key}.args"), v, errors))
-                    .unwrap_or_default(),
-                env: table
-                    .get("env")
-                    .map(|v| string_table(&source, &format!("{key}.env"), v, errors))
-                    .unwrap_or_default(),
-                env_vars: table
-                    .get("env_vars")
-                    .map(|v| strings(&source, &format!("{key}.env_vars"), v, errors))
-                    .unwrap_or_default(),
-                cwd: text("cwd", errors).map(PathBuf::from),
-            }
-        }
-        (None, Some(url)) => {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                errors.push(err(
-                    &source,
-                    &format!("{key}.url"),
-                    "must start with http:// or https://",
-                    "write e.g. `url = \"http://127.0.0.1:3001/mcp\"`",
-                ));
-            }
-            for k in ["args", "env", "env_vars", "cwd"] {
-                if table.contains_key(k) {
-                    errors.push(err(
-                        &source,
-                        &format!("{key}.{k}"),
-                        "applies to `command` servers only",
-                        "remove it, or configure the server by `command`",
-                    ));
-                }
-            }
-            McpTransport::Http {
-                url,
-                headers: table
-                    .get("headers")
-                    .map(|v| string_table(&source, &format!("{key}.headers"), v, errors))
-                    .unwrap_or_default(),
-                bearer_token_env: text("bearer_token_env", errors),
-            }
-        }
+        (Some(command), None) => server.stdio(command, errors),
+        (None, Some(url)) => server.http(url, errors),
         (Some(_), Some(_)) => {
             errors.push(err(
                 &source,
@@ -389,13 +278,178 @@ fn parse_server(
             return None;
         }
     };
-    (errors.len() == before && enabled).then(|| McpServerConfig {
+    (errors.len() == before && options.enabled).then(|| McpServerConfig {
         name: name.to_string(),
         transport,
-        tool_timeout,
-        startup_timeout,
-        trust,
+        tool_timeout: options.tool_timeout,
+        startup_timeout: options.startup_timeout,
+        trust: options.trust,
     })
+}
+
+/// A server name becomes part of tool names (`mcp__<server>__<tool>`).
+fn check_server_name(name: &str, key: &str, source: &Source, errors: &mut Vec<ConfigError>) {
+    if name.is_empty()
+        || name.contains("__")
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        errors.push(err(
+            source,
+            key,
+            format!("`{name}` is not a usable server name"),
+            "use letters, digits, `-` and single `_` (it becomes part of tool names `mcp__<server>__<tool>`)",
+        ));
+    }
+}
+
+/// The settings of a server beside its transport.
+struct ServerOptions {
+    tool_timeout: Duration,
+    startup_timeout: Duration,
+    enabled: bool,
+    trust: McpTrust,
+}
+
+/// Reads `trust`, the timeouts and `enabled`, and reports unknown keys.
+fn server_options(
+    key: &str,
+    table: &Table,
+    source: &Source,
+    source_of: &dyn Fn(&str) -> Source,
+    errors: &mut Vec<ConfigError>,
+) -> ServerOptions {
+    let mut options = ServerOptions {
+        tool_timeout: DEFAULT_MCP_TOOL_TIMEOUT,
+        startup_timeout: DEFAULT_MCP_STARTUP_TIMEOUT,
+        enabled: true,
+        trust: McpTrust::default(),
+    };
+    for (k, v) in table {
+        let full = format!("{key}.{k}");
+        match k.as_str() {
+            "trust" => {
+                if let Some(level) = parse_trust(key, table, &full, v, source_of, errors) {
+                    options.trust = level;
+                }
+            }
+            "tool_timeout_secs" => {
+                options.tool_timeout =
+                    seconds(source, &full, v, errors).unwrap_or(options.tool_timeout)
+            }
+            "startup_timeout_secs" => {
+                options.startup_timeout =
+                    seconds(source, &full, v, errors).unwrap_or(options.startup_timeout)
+            }
+            "enabled" => match v.as_bool() {
+                Some(b) => options.enabled = b,
+                None => errors.push(err(
+                    source,
+                    &full,
+                    "must be true or false",
+                    "write `enabled = false` to keep the entry but not start it",
+                )),
+            },
+            known if SERVER_KEYS.contains(&known) => {}
+            other => errors.push(err(
+                source,
+                &full,
+                format!("unknown key `{other}`"),
+                format!("known keys here: {}", SERVER_KEYS.join(", ")),
+            )),
+        }
+    }
+    options
+}
+
+/// One `[mcp.servers.<name>]` table being read: its dotted key and the file it came from.
+struct ServerTable<'a> {
+    key: &'a str,
+    table: &'a Table,
+    source: &'a Source,
+}
+
+impl ServerTable<'_> {
+    /// A string value that must not be empty, when present.
+    fn text(&self, k: &str, errors: &mut Vec<ConfigError>) -> Option<String> {
+        let value = self.table.get(k)?;
+        match value.as_str() {
+            Some(s) if !s.trim().is_empty() => Some(s.to_string()),
+            _ => {
+                errors.push(err(
+                    self.source,
+                    &format!("{}.{k}", self.key),
+                    "must be a non-empty string",
+                    format!("write `{k} = \"...\"`"),
+                ));
+                None
+            }
+        }
+    }
+
+    /// Reports each of `keys` that is set but belongs to the other transport.
+    fn refuse(&self, keys: &[&str], problem: &str, fix: &str, errors: &mut Vec<ConfigError>) {
+        for k in keys {
+            if self.table.contains_key(*k) {
+                errors.push(err(self.source, &format!("{}.{k}", self.key), problem, fix));
+            }
+        }
+    }
+
+    /// A local server started with `command`.
+    fn stdio(&self, command: String, errors: &mut Vec<ConfigError>) -> McpTransport {
+        let (key, table, source) = (self.key, self.table, self.source);
+        self.refuse(
+            &["headers", "bearer_token_env"],
+            "applies to `url` servers only",
+            "remove it, or configure the server by `url`",
+            errors,
+        );
+        McpTransport::Stdio {
+            command,
+            args: table
+                .get("args")
+                .map(|v| strings(source, &format!("{key}.args"), v, errors))
+                .unwrap_or_default(),
+            env: table
+                .get("env")
+                .map(|v| string_table(source, &format!("{key}.env"), v, errors))
+                .unwrap_or_default(),
+            env_vars: table
+                .get("env_vars")
+                .map(|v| strings(source, &format!("{key}.env_vars"), v, errors))
+                .unwrap_or_default(),
+            cwd: self.text("cwd", errors).map(PathBuf::from),
+        }
+    }
+
+    /// A streamable-HTTP server at `url`.
+    fn http(&self, url: String, errors: &mut Vec<ConfigError>) -> McpTransport {
+        let (key, table, source) = (self.key, self.table, self.source);
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            errors.push(err(
+                source,
+                &format!("{key}.url"),
+                "must start with http:// or https://",
+                "write e.g. `url = \"http://127.0.0.1:3001/mcp\"`",
+            ));
+        }
+        self.refuse(
+            &["args", "env", "env_vars", "cwd"],
+            "applies to `command` servers only",
+            "remove it, or configure the server by `command`",
+            errors,
+        );
+        McpTransport::Http {
+            url,
+            headers: table
+                .get("headers")
+                .map(|v| string_table(source, &format!("{key}.headers"), v, errors))
+                .unwrap_or_default(),
+            bearer_token_env: self.text("bearer_token_env", errors),
+        }
+    }
 }
 
 /// `trust` of one server. Widening trust (`read-only` is the default, `all` is wider) is the

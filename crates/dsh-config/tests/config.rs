@@ -431,3 +431,27 @@ fn model_table_feeds_model_info_through_the_adapter() {
     let flash = adapter.model_info("deepseek-v4-flash").unwrap();
     assert_eq!(flash.default_max_tokens, 256_000);
 }
+
+#[test]
+fn the_model_table_reaches_the_anthropic_adapter_too() {
+    let dirs = Dirs::new();
+    dirs.user(
+        "[models.\"claude-x\"]\ncontext_window = 1000000\nmax_output = 64000\ndefault_effort = \"high\"\n",
+    );
+    let config = dirs.load().unwrap();
+    let table = config.model_table();
+    assert_eq!(
+        table.get("claude-x").and_then(|row| row.default_max_tokens),
+        Some(64_000),
+        "default_max_tokens falls back to max_output"
+    );
+    let adapter = dsh_config::build_adapter(&config, &config.providers["anthropic"], None).unwrap();
+    let info = adapter.model_info("claude-x").unwrap();
+    assert_eq!(
+        (info.context_window, info.default_max_tokens),
+        (1_000_000, 64_000)
+    );
+    assert_eq!(info.default_effort, Some(ReasoningEffort::High));
+    // The rest is the adapter's generic description.
+    assert_eq!(info.efforts, dsh_anthropic::model_info("claude-x").efforts);
+}

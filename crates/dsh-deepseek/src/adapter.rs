@@ -1,16 +1,15 @@
 //! The HTTP side: one streaming `POST /chat/completions` per call, with watchdog and cancel.
 
-use std::fmt;
 use std::time::SystemTime;
 
-use dsh_llm::{Adapter, ChunkStream, Failure, GenerateRequest, ModelInfo};
+use dsh_http::{AdapterConfigError, Endpoint, EndpointConfig, HttpErrorParts};
+use dsh_llm::{Adapter, ChunkStream, Failure, GenerateRequest, ModelInfo, ModelTable};
 use futures::future::BoxFuture;
 use reqwest::header::AUTHORIZATION;
 
 use crate::config::{DeepSeekConfig, OpenAiQuirks};
 use crate::decode::StreamDecoder;
 use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
-use crate::http_stream::{Endpoint, EndpointConfig, HttpErrorParts};
 use crate::models;
 use crate::request::build_request_body_with;
 
@@ -27,19 +26,8 @@ pub struct DeepSeekAdapter {
     endpoint: Endpoint,
     base_url: String,
     quirks: OpenAiQuirks,
+    models: ModelTable,
 }
-
-/// Why an adapter could not be built. Misconfiguration fails here, at start, not per call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdapterConfigError(pub String);
-
-impl fmt::Display for AdapterConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for AdapterConfigError {}
 
 impl DeepSeekAdapter {
     /// Builds the adapter. Fails when an extra header or the key cannot be sent as an HTTP
@@ -68,6 +56,7 @@ impl DeepSeekAdapter {
             endpoint,
             base_url: config.base_url,
             quirks: config.quirks,
+            models: config.models,
         })
     }
 
@@ -91,8 +80,9 @@ impl Adapter for DeepSeekAdapter {
         })
     }
 
+    /// The configured table's row of `model` (if any) over what [`models`] knows of it.
     fn model_info(&self, model: &str) -> Option<ModelInfo> {
-        Some(models::model_info(model))
+        Some(self.models.describe(models::model_info(model)))
     }
 
     /// `GET {base}/models`: the ids the endpoint lists, each with the model table's metadata
@@ -100,7 +90,10 @@ impl Adapter for DeepSeekAdapter {
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
         Box::pin(async move {
             let ids = self.endpoint.model_ids().await?;
-            Ok(ids.iter().map(|id| models::model_info(id)).collect())
+            Ok(ids
+                .iter()
+                .map(|id| self.models.describe(models::model_info(id)))
+                .collect())
         })
     }
 }

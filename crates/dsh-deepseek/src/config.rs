@@ -1,7 +1,10 @@
-//! Adapter configuration: endpoint, credential, timeouts and extra headers.
+//! Adapter configuration: endpoint, credential, timeouts, extra headers, quirks and the model
+//! table.
 
-use std::fmt;
 use std::time::Duration;
+
+use dsh_http::{ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT};
+use dsh_llm::ModelTable;
 
 /// The default endpoint of the official DeepSeek API (OpenAI chat-completions format).
 pub const DEFAULT_BASE_URL: &str = "https://api.deepseek.com";
@@ -11,57 +14,6 @@ pub const API_KEY_ENV: &str = "DEEPSEEK_API_KEY";
 
 /// Environment variable read for the endpoint by [`DeepSeekConfig::from_env`].
 pub const BASE_URL_ENV: &str = "DEEPSEEK_BASE_URL";
-
-/// Default idle watchdog: a call fails with `TIMEOUT` after this long without a byte
-/// (docs/model-calls.md, "Adapter seam").
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-
-/// Default overall reply deadline: a streamed reply still unfinished after this long fails with
-/// `TIMEOUT`, however steadily bytes (keep-alive comments included) arrive (docs/providers.md).
-pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
-/// Default limit for establishing the TCP (and TLS) connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// An API key. It is only ever written into the `Authorization` header: `Debug` and `Display`
-/// print a redacted placeholder, so the key cannot leak through logs or error messages.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key. Surrounding white space (a common copy-paste accident) is trimmed.
-    pub fn new(key: impl Into<String>) -> Self {
-        let key = key.into();
-        let trimmed = key.trim();
-        if trimmed.len() == key.len() {
-            ApiKey(key)
-        } else {
-            ApiKey(trimmed.to_string())
-        }
-    }
-
-    /// The secret itself. Callers must only put it on the wire.
-    pub fn expose_secret(&self) -> &str {
-        &self.0
-    }
-
-    /// True for an empty key (treated as missing).
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
-
-impl fmt::Display for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
 
 /// Which request field carries the output token limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -128,6 +80,9 @@ pub struct DeepSeekConfig {
     pub quirks: OpenAiQuirks,
     /// Name of the variable the key comes from, used only in failure messages.
     pub key_variable: String,
+    /// The configured model table: its rows are read over [`crate::models::model_info`]
+    /// (docs/configuration.md); empty by default.
+    pub models: ModelTable,
 }
 
 impl Default for DeepSeekConfig {
@@ -141,6 +96,7 @@ impl Default for DeepSeekConfig {
             extra_headers: Vec::new(),
             quirks: OpenAiQuirks::default(),
             key_variable: API_KEY_ENV.to_string(),
+            models: ModelTable::default(),
         }
     }
 }
@@ -189,6 +145,12 @@ impl DeepSeekConfig {
     /// The same config with other quirk switches.
     pub fn with_quirks(mut self, quirks: OpenAiQuirks) -> Self {
         self.quirks = quirks;
+        self
+    }
+
+    /// The same config with another model table.
+    pub fn with_models(mut self, models: ModelTable) -> Self {
+        self.models = models;
         self
     }
 

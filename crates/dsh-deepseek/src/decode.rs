@@ -7,11 +7,12 @@
 use std::borrow::Cow;
 use std::ops::ControlFlow;
 
+use dsh_http::errors::truncate_chars;
+use dsh_http::{SseDecoder, SseEvent};
 use dsh_llm::{BlockType, Chunk, ContentBlock, Failure, FailureCode, FinishReason, Usage};
 use serde::Deserialize;
 
-use crate::errors::{failure_from_stream_error, truncate_chars};
-use crate::sse::{SseDecoder, SseEvent};
+use crate::errors::failure_from_stream_error;
 
 #[derive(Deserialize)]
 struct WireChunk<'a> {
@@ -480,7 +481,7 @@ impl StreamDecoder {
     }
 }
 
-impl crate::http_stream::BodyDecoder for StreamDecoder {
+impl dsh_http::BodyDecoder for StreamDecoder {
     fn push(&mut self, bytes: &[u8], out: &mut Vec<Chunk>) {
         StreamDecoder::push(self, bytes, out);
     }

@@ -177,6 +177,56 @@ async fn list_models_reads_get_models_and_merges_the_table() {
 }
 
 #[tokio::test]
+async fn the_configured_model_table_is_read_over_the_adapters_models() {
+    use dsh_llm::{ModelRow, ModelTable, ReasoningEffort};
+    let provider = FakeProvider::start([]).await.unwrap();
+    provider.set_models(&["deepseek-v4-pro", "qwen2.5-coder:7b", "other"]);
+    let table: ModelTable = [
+        (
+            "qwen2.5-coder:7b",
+            ModelRow {
+                context_window: Some(32_768),
+                efforts: Some(vec![ReasoningEffort::Off]),
+                ..ModelRow::default()
+            },
+        ),
+        (
+            "deepseek-v4-pro",
+            ModelRow {
+                default_max_tokens: Some(100_000),
+                ..ModelRow::default()
+            },
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let adapter = DeepSeekAdapter::new(config_for(&provider).with_models(table)).unwrap();
+    let qwen = adapter.model_info("qwen2.5-coder:7b").unwrap();
+    assert_eq!(
+        (qwen.context_window, qwen.default_max_tokens),
+        (32_768, dsh_deepseek::models::GENERIC_DEFAULT_MAX_TOKENS)
+    );
+    assert_eq!(qwen.efforts, vec![ReasoningEffort::Off]);
+    let pro = adapter.model_info("deepseek-v4-pro").unwrap();
+    assert_eq!(
+        (pro.context_window, pro.default_max_tokens),
+        (1_000_000, 100_000)
+    );
+    assert_eq!(pro.default_effort, Some(ReasoningEffort::High));
+    assert_eq!(
+        adapter.model_info("other").unwrap(),
+        dsh_deepseek::model_info("other")
+    );
+    let listed = adapter.list_models().await.unwrap();
+    assert_eq!(listed, vec![pro, qwen, dsh_deepseek::model_info("other")]);
+    // Without a table the adapter's own descriptions stand.
+    let plain = adapter_for(&provider)
+        .model_info("deepseek-v4-pro")
+        .unwrap();
+    assert_eq!(plain, dsh_deepseek::model_info("deepseek-v4-pro"));
+}
+
+#[tokio::test]
 async fn auth_failures_name_the_configured_key_variable() {
     let provider = FakeProvider::start([ScriptedReply::http_error(401, "bad key")])
         .await

@@ -7,6 +7,8 @@
 //!
 //! Serde names follow the original dsh so that session logs interoperate.
 
+#![warn(clippy::too_many_lines)]
+
 mod adapter;
 mod assembler;
 mod block;
@@ -14,7 +16,9 @@ mod chunk;
 mod config;
 mod failure;
 mod message;
+mod model_table;
 mod retry;
+mod sync;
 mod usage;
 
 pub use adapter::{
@@ -27,5 +31,7 @@ pub use chunk::{Chunk, FinishReason};
 pub use config::{CallConfig, ConfigField, PreparedCallConfig, ReasoningEffort};
 pub use failure::{Failure, FailureCode};
 pub use message::{Message, MessageSource, Role};
+pub use model_table::{ModelRow, ModelTable};
 pub use retry::{RetryDecision, RetryPolicy};
+pub use sync::{LockExt, RwLockExt};
 pub use usage::{Usage, UsageTotals};

@@ -1,6 +1,7 @@
 //! Connections to MCP servers: start, list tools, call with timeout and cancellation, restart
 //! with backoff after a crash.
 
+use dsh_llm::LockExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -86,12 +87,7 @@ pub struct McpHub {
 
 impl Drop for McpHub {
     fn drop(&mut self) {
-        if let Some(runtime) = self
-            .runtime
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(runtime) = self.runtime.lock_or_recover().take() {
             // Dropping a runtime inside another runtime's task would panic; this does not wait.
             runtime.shutdown_background();
         }
@@ -142,7 +138,7 @@ impl McpHub {
     /// are up or have failed (each within its startup timeout). Runs once; later calls return
     /// the first call's errors. Safe to call from inside an async task.
     pub fn start(&self) -> Vec<McpStartError> {
-        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        let mut started = self.started.lock_or_recover();
         if let Some(errors) = &*started {
             return errors.clone();
         }
@@ -199,7 +195,7 @@ impl McpHub {
         self.start();
         let mut out = Vec::new();
         for (name, server) in &self.servers {
-            let tools = server.tools.lock().unwrap_or_else(|p| p.into_inner());
+            let tools = server.tools.lock_or_recover();
             for tool in tools.iter().flatten() {
                 out.push((name.clone(), tool.clone()));
             }
@@ -262,7 +258,7 @@ impl Server {
                 )))
             }
         };
-        *self.tools.lock().unwrap_or_else(|p| p.into_inner()) = Some(tools);
+        *self.tools.lock_or_recover() = Some(tools);
         *self.conn.lock().await = Conn::Up(Arc::new(live));
         Ok(())
     }

@@ -141,39 +141,7 @@ fn render_event(env: &Envelope, out: &mut String) {
             render_blocks(&event.message.content, out);
         }
         Event::ToolCall(_) | Event::ToolStarted(_) => {}
-        Event::ToolResult(result) => {
-            let failed = result.message.content.iter().any(|b| {
-                matches!(
-                    b,
-                    ContentBlock::ToolResult {
-                        is_error: Some(true),
-                        ..
-                    }
-                )
-            });
-            let code = result
-                .error
-                .as_ref()
-                .map(|e| format!(" `{}`", e.code))
-                .unwrap_or_default();
-            out.push_str(&format!(
-                "**Tool result**{}{code}\n\n",
-                if failed { " (error)" } else { "" }
-            ));
-            for block in &result.message.content {
-                if let ContentBlock::ToolResult { content, .. } = block {
-                    let text: String = content
-                        .iter()
-                        .filter_map(|b| match b {
-                            ContentBlock::Text { text } => Some(text.as_str()),
-                            _ => None,
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n");
-                    fenced("", &truncate_middle(&text, TRANSCRIPT_RESULT_LIMIT), out);
-                }
-            }
-        }
+        Event::ToolResult(result) => render_tool_result(result, out),
         Event::AssistantChunk(chunk) => {
             if let Chunk::Finish { reason } = &chunk.chunk {
                 if let Some(failure) = reason.failure() {
@@ -204,6 +172,41 @@ fn render_event(env: &Envelope, out: &mut String) {
             out.push_str(&format!("_{event_type}_\n\n"));
         }
         _ => {}
+    }
+}
+
+/// A tool result: its code when it failed, then its text, fenced and cut in the middle.
+fn render_tool_result(result: &crate::event::ToolResult, out: &mut String) {
+    let failed = result.message.content.iter().any(|b| {
+        matches!(
+            b,
+            ContentBlock::ToolResult {
+                is_error: Some(true),
+                ..
+            }
+        )
+    });
+    let code = result
+        .error
+        .as_ref()
+        .map(|e| format!(" `{}`", e.code))
+        .unwrap_or_default();
+    out.push_str(&format!(
+        "**Tool result**{}{code}\n\n",
+        if failed { " (error)" } else { "" }
+    ));
+    for block in &result.message.content {
+        if let ContentBlock::ToolResult { content, .. } = block {
+            let text: String = content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            fenced("", &truncate_middle(&text, TRANSCRIPT_RESULT_LIMIT), out);
+        }
     }
 }
 

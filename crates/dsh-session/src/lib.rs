@@ -47,6 +47,8 @@
 //! each model call. The loop appends [`Event::ToolStarted`] right before each tool body: that
 //! is how crash repair tells `TOOL_NOT_STARTED` from `TOOL_OUTCOME_UNKNOWN` (see [`repair`]).
 
+#![warn(clippy::too_many_lines)]
+
 pub mod compat;
 mod envelope;
 mod error;

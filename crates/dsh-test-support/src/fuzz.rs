@@ -2,7 +2,7 @@
 //! crates): case counts, and for the stream decoders of the provider adapters, the sliced-feed
 //! driver, the output contract and byte mutations.
 
-use dsh_deepseek::http_stream::BodyDecoder;
+use dsh_http::BodyDecoder;
 use dsh_llm::{AssembledReply, Chunk};
 use proptest::prelude::*;
 

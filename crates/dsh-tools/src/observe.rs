@@ -4,6 +4,7 @@
 //! and is unchanged, and record the version they wrote. This keeps the model from overwriting a
 //! file it never looked at, or one that changed under it (an editor, a formatter, `bash`).
 
+use dsh_llm::LockExt;
 use std::collections::HashMap;
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
@@ -124,8 +125,6 @@ impl FileObservations {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Observation>> {
         // A poisoned lock only means another thread panicked while holding it; the map itself
         // is always in a consistent state (single insert/remove), so keep using it.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        self.inner.lock_or_recover()
     }
 }

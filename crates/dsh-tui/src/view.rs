@@ -12,7 +12,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::app::App;
+use crate::app::{App, PendingApproval};
 use crate::cards::render_cell;
 use crate::commands::PERMISSION_PRESETS;
 use crate::question::QuestionForm;
@@ -98,23 +98,7 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
     app.page = usize::from(conversation.height);
     draw_conversation(frame, app, cache, conversation);
 
-    let queue_lines: Vec<Line<'static>> = app
-        .queue
-        .iter()
-        .take(4)
-        .map(|(steer, text)| {
-            let label = if *steer {
-                "↪ steer: "
-            } else {
-                "⋯ queued: "
-            };
-            Line::from(vec![
-                Span::styled(label, Style::default().fg(Color::Magenta)),
-                Span::raw(text.replace('\n', " ⏎ ")),
-            ])
-        })
-        .collect();
-    frame.render_widget(Paragraph::new(queue_lines), queue);
+    frame.render_widget(Paragraph::new(queue_lines(app)), queue);
 
     let hint_text = match (&app.hint, app.loading, app.transcript.running) {
         (Some(hint), _, _) => hint.clone(),
@@ -130,69 +114,7 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
     );
 
     if let Some(pending) = app.approvals.front() {
-        let request = &pending.request;
-        let args: String = request
-            .arguments
-            .replace('\n', " ")
-            .chars()
-            .take(
-                usize::from(bottom.width.saturating_sub(4))
-                    .saturating_sub(request.tool_name.len() + 1),
-            )
-            .collect();
-        let mut choices = vec![Span::styled(
-            "[y] allow once",
-            Style::default().fg(Color::Green),
-        )];
-        if request.offers(dsh_agent::ApprovalChoice::AllowSession) {
-            choices.push(Span::raw("   "));
-            choices.push(Span::styled(
-                "[s] this session",
-                Style::default().fg(Color::Green),
-            ));
-        }
-        if request.offers(dsh_agent::ApprovalChoice::AllowAlways) {
-            choices.push(Span::raw("   "));
-            choices.push(Span::styled(
-                "[a] always",
-                Style::default().fg(Color::Green),
-            ));
-        }
-        choices.push(Span::raw("   "));
-        choices.push(Span::styled("[n] reject", Style::default().fg(Color::Red)));
-        let mut lines = vec![
-            Line::from(choices),
-            Line::from(vec![
-                Span::styled(
-                    format!("{} ", request.tool_name),
-                    Style::default().add_modifier(Modifier::BOLD),
-                ),
-                Span::raw(args),
-            ]),
-            Line::from(Span::styled(
-                request.reason.clone(),
-                Style::default().fg(Color::Gray),
-            )),
-        ];
-        if let Some(rule) = request.rule.as_ref().filter(|_| {
-            request.offers(dsh_agent::ApprovalChoice::AllowSession)
-                || request.offers(dsh_agent::ApprovalChoice::AllowAlways)
-        }) {
-            lines.push(Line::from(Span::styled(
-                format!("[s]/[a] would allow {}", rule.describe()),
-                Style::default().fg(Color::Gray),
-            )));
-        }
-        let block = Block::default()
-            .borders(Borders::ALL)
-            .border_style(Style::default().fg(Color::Yellow))
-            .title(" approval needed ");
-        frame.render_widget(
-            Paragraph::new(lines)
-                .block(block)
-                .wrap(Wrap { trim: false }),
-            bottom,
-        );
+        draw_approval(frame, pending, bottom);
     } else if let (Some(pending), Some((lines, highlight))) = (app.questions.front(), question) {
         draw_question(frame, &pending.form, lines, highlight, bottom);
     } else if let Some(lines) = confirm {
@@ -235,6 +157,92 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
     }
     frame.render_widget(Paragraph::new(status_line(app)), status);
     draw_picker(frame, app, area);
+}
+
+/// The box asking to approve a tool call, with the choices the request offers and the rule
+/// they would remember.
+fn draw_approval(frame: &mut Frame<'_>, pending: &PendingApproval, bottom: Rect) {
+    let request = &pending.request;
+    let args: String = request
+        .arguments
+        .replace('\n', " ")
+        .chars()
+        .take(
+            usize::from(bottom.width.saturating_sub(4)).saturating_sub(request.tool_name.len() + 1),
+        )
+        .collect();
+    let mut choices = vec![Span::styled(
+        "[y] allow once",
+        Style::default().fg(Color::Green),
+    )];
+    if request.offers(dsh_agent::ApprovalChoice::AllowSession) {
+        choices.push(Span::raw("   "));
+        choices.push(Span::styled(
+            "[s] this session",
+            Style::default().fg(Color::Green),
+        ));
+    }
+    if request.offers(dsh_agent::ApprovalChoice::AllowAlways) {
+        choices.push(Span::raw("   "));
+        choices.push(Span::styled(
+            "[a] always",
+            Style::default().fg(Color::Green),
+        ));
+    }
+    choices.push(Span::raw("   "));
+    choices.push(Span::styled("[n] reject", Style::default().fg(Color::Red)));
+    let mut lines = vec![
+        Line::from(choices),
+        Line::from(vec![
+            Span::styled(
+                format!("{} ", request.tool_name),
+                Style::default().add_modifier(Modifier::BOLD),
+            ),
+            Span::raw(args),
+        ]),
+        Line::from(Span::styled(
+            request.reason.clone(),
+            Style::default().fg(Color::Gray),
+        )),
+    ];
+    if let Some(rule) = request.rule.as_ref().filter(|_| {
+        request.offers(dsh_agent::ApprovalChoice::AllowSession)
+            || request.offers(dsh_agent::ApprovalChoice::AllowAlways)
+    }) {
+        lines.push(Line::from(Span::styled(
+            format!("[s]/[a] would allow {}", rule.describe()),
+            Style::default().fg(Color::Gray),
+        )));
+    }
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(Color::Yellow))
+        .title(" approval needed ");
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        bottom,
+    );
+}
+
+/// Queued followups and steering messages, at most four.
+fn queue_lines(app: &App) -> Vec<Line<'static>> {
+    app.queue
+        .iter()
+        .take(4)
+        .map(|(steer, text)| {
+            let label = if *steer {
+                "↪ steer: "
+            } else {
+                "⋯ queued: "
+            };
+            Line::from(vec![
+                Span::styled(label, Style::default().fg(Color::Magenta)),
+                Span::raw(text.replace('\n', " ⏎ ")),
+            ])
+        })
+        .collect()
 }
 
 /// The inside of the box asking to confirm a switch to `preset` (danger-full-access).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dsh_anthropic::{model_info, AnthropicAdapter, AnthropicConfig};
-use dsh_deepseek::ApiKey;
+use dsh_http::ApiKey;
 use dsh_llm::{CallConfig, GenerateRequest, Message, ReasoningEffort, ToolSchema};
 pub use dsh_test_support::provider_checks::{
     assemble, assert_well_formed, call_failure, collect, error_failure, finish, TEST_DEADLINE,

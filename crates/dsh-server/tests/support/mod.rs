@@ -97,7 +97,9 @@ impl AgentFactory for TestFactory {
 pub fn permission_source() -> dsh_agent::PermissionSource {
     Arc::new(|preset| {
         if preset == PermissionPreset::WorkspaceWrite {
-            return Err("the test host has no sandbox for workspace-write".to_string());
+            return Err(dsh_agent::PermissionError::SandboxUnavailable(
+                "the test host has no sandbox for workspace-write".to_string(),
+            ));
         }
         Ok(dsh_agent::PermissionSetting {
             preset,

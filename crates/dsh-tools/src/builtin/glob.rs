@@ -1,5 +1,6 @@
 //! `glob`: files whose path matches a pattern, newest first.
 
+use dsh_llm::LockExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -109,9 +110,7 @@ pub(crate) fn find_files(
             WalkState::Continue
         })
     });
-    found
-        .into_inner()
-        .unwrap_or_else(|poison| poison.into_inner())
+    found.into_inner_or_recover()
 }
 
 fn glob_files(args: &GlobArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

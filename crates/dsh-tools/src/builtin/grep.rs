@@ -1,5 +1,6 @@
 //! `grep`: lines matching a regular expression, as `path:line:text`.
 
+use dsh_llm::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -158,9 +159,7 @@ pub(crate) fn search(
         })
     });
     let stopped = count.load(Ordering::Relaxed) >= MAX_COLLECTED;
-    let matches = found
-        .into_inner()
-        .unwrap_or_else(|poison| poison.into_inner());
+    let matches = found.into_inner_or_recover();
     (matches, stopped)
 }
 

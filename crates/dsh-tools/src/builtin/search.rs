@@ -1,5 +1,6 @@
 //! What `glob` and `grep` share: the search root, the ignore-aware walker, and path patterns.
 
+use dsh_llm::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -137,10 +138,7 @@ impl<'a, T> Collector<'a, T> {
     fn flush(&mut self) {
         // A poisoned lock means another walker thread panicked mid-append; the Vec is still
         // valid, so keep collecting.
-        self.into
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .append(&mut self.local);
+        self.into.lock_or_recover().append(&mut self.local);
     }
 }
 

@@ -1,10 +1,11 @@
-//! The HTTP side both wire formats share (chat completions here, the Anthropic Messages adapter
-//! in `dsh-anthropic`). An [`Endpoint`] holds the client, URLs, headers and key of one provider
+//! The streamed-call driver and the provider endpoint both wire formats share (the
+//! chat-completions adapter in `dsh-deepseek`, the Anthropic Messages adapter in
+//! `dsh-anthropic`). An [`Endpoint`] holds the client, URLs, headers and key of one provider
 //! and makes its calls: a streamed model call ([`HttpCall`]: send the request, turn a non-2xx
 //! response into a [`Failure`] through the format's error table, feed the body to the format's
 //! [`BodyDecoder`], honour cancellation, the idle timeout and the overall reply deadline at every
-//! await, scrub the key from every failure) and the model listing ([`get_model_ids`]). What differs per format is the
-//! request body, the decoder, the error table and how the key is sent.
+//! await, scrub the key from every failure) and the model listing ([`get_model_ids`]). What
+//! differs per format is the request body, the decoder, the error table and how the key is sent.
 
 use std::collections::VecDeque;
 use std::error::Error as _;

@@ -3,7 +3,8 @@
 //! It accepts `\n` and `\r\n` line ends, lines split across network reads at any byte, events
 //! of several `data:` lines (joined with `\n`, as the SSE standard says) and comment lines
 //! (starting with `:`), which are reported so the caller can reset its idle watchdog. `event:`,
-//! `id:` and `retry:` fields are ignored: chat-completions streams do not use them.
+//! `id:` and `retry:` fields are ignored: neither wire format needs them (an Anthropic
+//! event names its type again inside its JSON data).
 
 use std::ops::ControlFlow;
 

@@ -1,0 +1,357 @@
+//! The shared endpoint driven over real HTTP on loopback (docs/providers.md, "Shared HTTP
+//! layer"), with a minimal wire format of its own: each SSE `data:` payload is a text delta and
+//! `[DONE]` ends the reply. What the adapters add on top (request translation, their decoders
+//! and status tables) is tested in their own crates; this file checks what both inherit: one
+//! finish per call, the error table seam, the key kept out of every failure, cancellation, the
+//! idle watchdog, the reply deadline and the model listing.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
+
+use dsh_http::{
+    AdapterConfigError, ApiKey, BodyDecoder, Endpoint, EndpointConfig, HttpErrorParts, SseDecoder,
+    SseEvent,
+};
+use dsh_llm::{Chunk, Failure, FailureCode, FinishReason};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd};
+use futures::StreamExt;
+use reqwest::header::{HeaderName, HeaderValue, AUTHORIZATION};
+use tokio_util::sync::CancellationToken;
+
+const KEY: &str = "sk-endpoint-secret-4711";
+
+/// Every `data:` payload becomes a text delta; `[DONE]` finishes with `stop`.
+#[derive(Default)]
+struct RawDecoder {
+    sse: SseDecoder,
+    finished: bool,
+}
+
+impl RawDecoder {
+    fn take(finished: &mut bool, event: SseEvent<'_>, out: &mut Vec<Chunk>) -> ControlFlow<()> {
+        match event {
+            SseEvent::Comment => ControlFlow::Continue(()),
+            SseEvent::Data(b"[DONE]") => {
+                *finished = true;
+                out.push(Chunk::Finish {
+                    reason: FinishReason::Stop,
+                });
+                ControlFlow::Break(())
+            }
+            SseEvent::Data(data) => {
+                out.push(Chunk::TextDelta {
+                    index: 0,
+                    text: String::from_utf8_lossy(data).into_owned(),
+                });
+                ControlFlow::Continue(())
+            }
+        }
+    }
+}
+
+impl BodyDecoder for RawDecoder {
+    fn push(&mut self, bytes: &[u8], out: &mut Vec<Chunk>) {
+        let finished = &mut self.finished;
+        let _ = self
+            .sse
+            .push(bytes, |event| RawDecoder::take(finished, event, out));
+    }
+
+    fn end_of_stream(&mut self, out: &mut Vec<Chunk>) {
+        if !self.finished {
+            self.fail(
+                Failure::new(FailureCode::StreamClosed, "the body ended without [DONE]"),
+                out,
+            );
+        }
+    }
+
+    fn fail(&mut self, failure: Failure, out: &mut Vec<Chunk>) {
+        self.finished = true;
+        out.push(Chunk::Finish {
+            reason: FinishReason::Error { failure },
+        });
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished
+    }
+}
+
+/// The test format's error table: the status and the raw body, so an echoed key would show.
+fn error_table(response: &HttpErrorParts<'_>, key_variable: &str) -> Failure {
+    Failure::new(
+        FailureCode::Http(response.status),
+        format!(
+            "HTTP {}: {} (key from {key_variable})",
+            response.status,
+            String::from_utf8_lossy(response.body)
+        ),
+    )
+    .with_status(response.status)
+}
+
+fn config<'a>(
+    base: &str,
+    key: Option<&'a ApiKey>,
+    extra_headers: &'a [(String, String)],
+    idle: Duration,
+    reply: Duration,
+) -> EndpointConfig<'a> {
+    EndpointConfig {
+        url: format!("{base}/chat/completions"),
+        models_url: format!("{base}/models"),
+        format_headers: vec![(
+            HeaderName::from_static("x-format"),
+            HeaderValue::from_static("test"),
+        )],
+        key: key.map(|key| {
+            (
+                key,
+                AUTHORIZATION,
+                format!("Bearer {}", key.expose_secret()),
+            )
+        }),
+        key_variable: "TEST_KEY".into(),
+        extra_headers,
+        connect_timeout: Duration::from_secs(5),
+        idle_timeout: idle,
+        reply_timeout: reply,
+        http_failure: error_table,
+    }
+}
+
+fn endpoint(
+    base: &str,
+    key: Option<&ApiKey>,
+    idle: Duration,
+    reply: Duration,
+) -> Result<Endpoint, AdapterConfigError> {
+    let extra = [("x-extra".to_string(), "yes".to_string())];
+    Endpoint::new(config(base, key, &extra, idle, reply))
+}
+
+fn keyed(provider: &FakeProvider) -> Endpoint {
+    endpoint(
+        &provider.base_url(),
+        Some(&ApiKey::new(KEY)),
+        Duration::from_secs(10),
+        Duration::from_secs(20),
+    )
+    .unwrap()
+}
+
+async fn collect(endpoint: &Endpoint, cancel: CancellationToken) -> Vec<Chunk> {
+    endpoint
+        .stream(cancel, RawDecoder::default(), || {
+            Ok(b"{\"hello\":1}".to_vec())
+        })
+        .collect()
+        .await
+}
+
+/// The failure of the one finish, which must come last.
+fn failure_of(chunks: &[Chunk]) -> Failure {
+    let finishes = chunks
+        .iter()
+        .filter(|c| matches!(c, Chunk::Finish { .. }))
+        .count();
+    assert_eq!(finishes, 1, "exactly one finish: {chunks:?}");
+    match chunks.last() {
+        Some(Chunk::Finish {
+            reason: FinishReason::Error { failure } | FinishReason::Aborted { failure },
+        }) => failure.clone(),
+        other => panic!("expected a failed finish last, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_reply_streams_through_the_decoder_with_the_formats_headers_and_key() {
+    let provider = FakeProvider::start([SseReply::new().data("one").data("two").into()])
+        .await
+        .unwrap();
+    let chunks = collect(&keyed(&provider), CancellationToken::new()).await;
+    let text = |t: &str| Chunk::TextDelta {
+        index: 0,
+        text: t.into(),
+    };
+    let stop = Chunk::Finish {
+        reason: FinishReason::Stop,
+    };
+    assert_eq!(chunks, vec![text("one"), text("two"), stop]);
+    let request = &provider.requests()[0];
+    assert_eq!(
+        (request.method.as_str(), request.path.as_str()),
+        ("POST", "/chat/completions")
+    );
+    assert_eq!(request.raw_body, b"{\"hello\":1}");
+    let bearer = format!("Bearer {KEY}");
+    assert_eq!(request.header("authorization"), Some(bearer.as_str()));
+    assert_eq!(request.header("x-format"), Some("test"));
+    assert_eq!(request.header("x-extra"), Some("yes"));
+    assert_eq!(request.header("accept"), Some("text/event-stream"));
+    assert_eq!(request.header("content-type"), Some("application/json"));
+}
+
+#[tokio::test]
+async fn a_provider_echoing_the_key_never_gets_it_into_a_failure() {
+    let echo = format!("{{\"error\":{{\"message\":\"key {KEY} is revoked\"}}}}");
+    let provider = FakeProvider::start([
+        ScriptedReply::Http {
+            status: 401,
+            headers: Vec::new(),
+            body: echo,
+        },
+        ScriptedReply::Http {
+            status: 503,
+            headers: Vec::new(),
+            body: format!("<html><title>{KEY}</title></html>"),
+        },
+    ])
+    .await
+    .unwrap();
+    let endpoint = keyed(&provider);
+    for status in [401, 503] {
+        let failure = failure_of(&collect(&endpoint, CancellationToken::new()).await);
+        assert_eq!(failure.code, FailureCode::Http(status));
+        assert_eq!(failure.status, Some(status));
+        assert!(!failure.message.contains(KEY), "{}", failure.message);
+        assert!(
+            failure.message.contains("<redacted>"),
+            "{}",
+            failure.message
+        );
+        assert!(failure.message.contains("TEST_KEY"), "{}", failure.message);
+    }
+    assert!(!format!("{endpoint:?}").contains(KEY));
+    assert!(format!("{endpoint:?}").contains("<redacted>"));
+}
+
+#[tokio::test]
+async fn without_a_key_nothing_is_sent() {
+    let provider = FakeProvider::start([SseReply::new().data("x").into()])
+        .await
+        .unwrap();
+    for key in [None, Some(ApiKey::new("   "))] {
+        let endpoint = endpoint(
+            &provider.base_url(),
+            key.as_ref(),
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert!(!endpoint.has_key());
+        let failure = failure_of(&collect(&endpoint, CancellationToken::new()).await);
+        assert_eq!(failure.code, FailureCode::MissingCredential);
+        assert!(failure.message.contains("TEST_KEY"), "{}", failure.message);
+        let listing = endpoint.model_ids().await.unwrap_err();
+        assert_eq!(listing.code, FailureCode::MissingCredential);
+    }
+    assert!(provider.requests().is_empty(), "{:?}", provider.requests());
+}
+
+#[test]
+fn unsendable_headers_fail_at_construction_without_showing_the_key() {
+    let key = ApiKey::new("sk-line\nbreak-secret");
+    let err = endpoint(
+        "http://127.0.0.1:9",
+        Some(&key),
+        Duration::from_secs(1),
+        Duration::from_secs(1),
+    )
+    .unwrap_err();
+    assert!(err.0.contains("TEST_KEY"), "{err}");
+    assert!(!err.0.contains("break-secret"), "{err}");
+    for (name, value, named) in [
+        ("bad name", "v", "`bad name`"),
+        ("x-ok", "line\nbreak", "`x-ok`"),
+    ] {
+        let extra = [(name.to_string(), value.to_string())];
+        let secs = Duration::from_secs(1);
+        let err =
+            Endpoint::new(config("http://127.0.0.1:9", None, &extra, secs, secs)).unwrap_err();
+        assert!(err.0.contains(named), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn cancel_ends_a_streaming_call_with_one_aborted_finish() {
+    let provider =
+        FakeProvider::start([SseReply::new().data("first").end(StreamEnd::Stall).into()])
+            .await
+            .unwrap();
+    let endpoint = keyed(&provider);
+    let cancel = CancellationToken::new();
+    let mut stream = endpoint.stream(cancel.clone(), RawDecoder::default(), || Ok(Vec::new()));
+    assert!(matches!(stream.next().await, Some(Chunk::TextDelta { .. })));
+    let started = Instant::now();
+    cancel.cancel();
+    let rest: Vec<Chunk> = stream.collect().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "cancel was slow"
+    );
+    assert_eq!(failure_of(&rest).code, FailureCode::Aborted);
+    // Cancelled before the first poll: nothing reaches the provider.
+    let before = provider.requests().len();
+    let cancelled = CancellationToken::new();
+    cancelled.cancel();
+    let failure = failure_of(&collect(&endpoint, cancelled).await);
+    assert_eq!(failure.code, FailureCode::Aborted);
+    assert_eq!(provider.requests().len(), before);
+}
+
+#[tokio::test]
+async fn a_stalled_body_trips_the_idle_watchdog_and_keep_alives_the_reply_deadline() {
+    let provider = FakeProvider::start([
+        SseReply::new().data("a").end(StreamEnd::Stall).into(),
+        SseReply::new()
+            .end(StreamEnd::KeepAliveForever(Duration::from_millis(50)))
+            .into(),
+    ])
+    .await
+    .unwrap();
+    let endpoint = endpoint(
+        &provider.base_url(),
+        Some(&ApiKey::new(KEY)),
+        Duration::from_millis(300),
+        Duration::from_millis(900),
+    )
+    .unwrap();
+    let idle = failure_of(&collect(&endpoint, CancellationToken::new()).await);
+    assert_eq!(idle.code, FailureCode::Timeout);
+    assert!(idle.message.contains("no data"), "{}", idle.message);
+    let started = Instant::now();
+    let deadline = failure_of(&collect(&endpoint, CancellationToken::new()).await);
+    assert_eq!(deadline.code, FailureCode::Timeout);
+    assert!(
+        deadline.message.contains("reply_timeout_secs"),
+        "{}",
+        deadline.message
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_model_listing_reads_ids_and_maps_errors_through_the_format() {
+    let provider = FakeProvider::start([]).await.unwrap();
+    let endpoint = keyed(&provider);
+    let missing = endpoint.model_ids().await.unwrap_err();
+    assert_eq!(missing.code, FailureCode::Http(404), "{missing:?}");
+    provider.set_models(&["m-1", "m-2"]);
+    assert_eq!(endpoint.model_ids().await.unwrap(), vec!["m-1", "m-2"]);
+    let listing = provider.requests().pop().unwrap();
+    assert_eq!(
+        (listing.method.as_str(), listing.path.as_str()),
+        ("GET", "/models")
+    );
+    assert_eq!(listing.header("accept"), Some("application/json"));
+    let bearer = format!("Bearer {KEY}");
+    assert_eq!(listing.header("authorization"), Some(bearer.as_str()));
+}

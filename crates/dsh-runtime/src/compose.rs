@@ -1,0 +1,304 @@
+//! Agent composition: the adapter, the tools in the confinement the preset needs, and the
+//! standard extensions (retry, guards, safety policy, context messages, skills, hooks, MCP,
+//! delegation, background jobs), built the same way for every front end and every subagent
+//! (docs/decisions/0006-composition-root.md).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use dsh_agent::{AgentOptions, AgentParts, ExtensionSet};
+use dsh_llm::{AdapterRegistry, LockExt, RetryPolicy};
+use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+
+use crate::{Configuration, RuntimeError, Warnings};
+
+/// What one session shares with its subagents: its resolved configuration, the MCP servers
+/// (started by the first agent that needs them) and its approval rules (remembered ones loaded
+/// at open, plus the ones allowed for this session).
+pub(crate) struct SessionShared {
+    pub(crate) configuration: Arc<Configuration>,
+    pub(crate) mcp: OnceLock<Arc<dsh_mcp::McpHub>>,
+    pub(crate) approval_rules: Arc<dsh_agent::ApprovalRules>,
+    pub(crate) warnings: Warnings,
+}
+
+/// An agent's parts and how its session switches permission presets.
+pub(crate) struct SessionParts {
+    pub(crate) parts: AgentParts,
+    pub(crate) permission: dsh_agent::PermissionSource,
+}
+
+fn invalid(err: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::InvalidConfig(err.to_string())
+}
+
+/// The parts of an agent at delegation `depth` (0 for the session the user talks to).
+/// Subagents are built by the same function, so they get the same providers and policies.
+/// `permission` is the preset to start with; the returned [`SessionParts::permission`] switches
+/// it (`/permission`), and subagents start with the preset in force when they are spawned.
+/// Warnings (skipped skills, hook and MCP problems) are reported for depth 0 only.
+pub(crate) fn agent_parts(
+    shared: &Arc<SessionShared>,
+    depth: u64,
+    permission: PermissionPreset,
+) -> Result<SessionParts, RuntimeError> {
+    let setup = &shared.configuration;
+    let provider = &setup.selection.provider;
+    let adapter =
+        dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
+            .map_err(invalid)?;
+    let mut adapters = AdapterRegistry::new();
+    adapters
+        .register(provider.name.clone(), adapter)
+        .map_err(invalid)?;
+    // Process confinement for `bash` (probed once; `danger-full-access` needs none).
+    let sandbox = dsh_sandbox::confinement_for(permission).map_err(invalid)?;
+    // Background jobs belong to this agent's tool context: they die with the agent.
+    let jobs = dsh_tools::JobTable::new();
+    let tool_context = tool_context(setup, permission, &sandbox)?.with_jobs(jobs.clone());
+    let current_permission = Arc::new(std::sync::Mutex::new(permission));
+
+    let extensions = ExtensionSet::new();
+    for guard in dsh_agent::register_builtin_extensions(
+        &extensions,
+        RetryPolicy::default(),
+        Duration::from_secs(15 * 60),
+    ) {
+        // The set lives exactly as long as the agent built from these parts.
+        std::mem::forget(guard);
+    }
+    register_policies(
+        &extensions,
+        shared,
+        depth,
+        permission,
+        &sandbox,
+        &tool_context,
+    )?;
+    let factory = child_factory(shared, &current_permission);
+    extensions.register_for_life(Arc::new(dsh_agent::Subagents::new(depth, factory)));
+    extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
+    let mut options = AgentOptions::new(setup.call.clone(), &setup.cwd);
+    options.compaction.threshold = setup.config.compaction.threshold;
+    options.compaction.keep_tail = setup.config.compaction.keep_tail;
+    options.prices = setup.prices.clone();
+    options.approval_rules = Arc::clone(&shared.approval_rules);
+    let parts = AgentParts {
+        adapters,
+        tools: Arc::new(session_tools(&setup.config)?),
+        extensions,
+        tool_context,
+        options,
+    };
+    Ok(SessionParts {
+        parts,
+        permission: permission_source(current_permission),
+    })
+}
+
+/// The tools' context: the working directory, a fresh spill folder under the home, the
+/// preset and the confinement `bash` runs in.
+fn tool_context(
+    setup: &Configuration,
+    permission: PermissionPreset,
+    sandbox: &dsh_sandbox::Sandbox,
+) -> Result<ToolContext, RuntimeError> {
+    let spill_root = setup
+        .home
+        .join("spill")
+        .join(uuid::Uuid::new_v4().to_string());
+    let spill = SpillDir::create(&spill_root).map_err(|reason| RuntimeError::Io {
+        what: format!("cannot create {}", spill_root.display()),
+        reason,
+    })?;
+    Ok(ToolContext::new(&setup.cwd, spill)
+        .map_err(|reason| RuntimeError::Workspace {
+            what: format!("cannot use {} as working directory", setup.cwd.display()),
+            reason,
+        })?
+        .with_permission(permission)
+        .with_confinement(sandbox.confinement()))
+}
+
+/// The extensions that carry the configuration's policy: safety, context messages, skills,
+/// hooks and MCP servers.
+fn register_policies(
+    extensions: &ExtensionSet,
+    shared: &SessionShared,
+    depth: u64,
+    permission: PermissionPreset,
+    sandbox: &dsh_sandbox::Sandbox,
+    tool_context: &ToolContext,
+) -> Result<(), RuntimeError> {
+    let setup = &shared.configuration;
+    // Safety policy: logs preset and sandbox, asks before escalations, redacts secrets
+    // (the environment's and the provider key, wherever it was read from).
+    // It also asks before write/edit touch protected paths and cleans leftover temp files of
+    // write/edit when the session resumes (docs/SECURITY.md, "Protected paths").
+    let mut safety =
+        dsh_agent::SafetyPolicy::new(permission, sandbox.mode().as_str(), sandbox.detail())
+            .with_workspace(tool_context.cwd(), tool_context.writable_roots());
+    if let Some(key) = &setup.selection.api_key {
+        let provider = &setup.selection.provider;
+        let name = provider.api_key_env.as_deref().unwrap_or("API_KEY");
+        safety = safety.with_secret(name, key.expose_secret());
+    }
+    extensions.register_for_life(Arc::new(safety));
+    extensions.register_for_life(Arc::new(dsh_agent::ContextMessages::new(
+        &setup.cwd,
+        Some(setup.home.clone()),
+        Box::new(dsh_agent::SystemContext {
+            permission: permission_summary(permission, sandbox.mode().as_str()),
+        }),
+    )));
+    let skills = dsh_agent::SkillSet::discover(&dsh_agent::SkillSet::standard_dirs(
+        &setup.cwd,
+        Some(&setup.home),
+        &[],
+    ));
+    if depth == 0 {
+        for problem in skills.problems() {
+            shared.warnings.say(&format!(
+                "warning: skipped skill {}: {}",
+                problem.path.display(),
+                problem.message
+            ));
+        }
+    }
+    extensions.register_for_life(Arc::new(dsh_agent::Skills::new(skills)));
+    let hooks = session_hooks(setup)?;
+    if depth == 0 {
+        for warning in &hooks.warnings {
+            shared.warnings.say(&format!("warning: {warning}"));
+        }
+    }
+    if !hooks.is_empty() {
+        extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
+    }
+    // MCP servers (none unless configured): started when the session's agent is built.
+    if !setup.config.mcp_servers.is_empty() {
+        let hub = shared.mcp.get_or_init(|| {
+            dsh_mcp::McpHub::new(
+                setup.config.mcp_servers.clone(),
+                &setup.cwd,
+                &setup.home.join("logs"),
+            )
+        });
+        for error in hub.start() {
+            if depth == 0 {
+                shared.warnings.say(&format!(
+                    "warning: {error}\n  its tools are not offered in this session"
+                ));
+            }
+        }
+        extensions.register_for_life(Arc::new(dsh_mcp::McpTools::new(Arc::clone(hub))));
+    }
+    Ok(())
+}
+
+/// How subagents are built: [`agent_parts`] one level deeper, with the preset in force.
+fn child_factory(
+    shared: &Arc<SessionShared>,
+    current: &Arc<std::sync::Mutex<PermissionPreset>>,
+) -> dsh_agent::ChildFactory {
+    let shared = Arc::clone(shared);
+    let current = Arc::clone(current);
+    Arc::new(move |depth| {
+        let preset = *current.lock_or_recover();
+        agent_parts(&shared, depth, preset)
+            .map(|session| session.parts)
+            .map_err(|e| match e {
+                RuntimeError::Agent(agent) => dsh_agent::SubagentError::Agent(agent),
+                e => dsh_agent::SubagentError::Setup {
+                    code: e.code().to_string(),
+                    message: e.to_string(),
+                },
+            })
+    })
+}
+
+/// Hooks: `[hooks]` of each config file (named by the file it came from), then
+/// `$DSH_HOME/hooks.json`, then the project's `.dsh/hooks.json`, which only a trusted
+/// workspace applies (docs/configuration.md, "Workspace trust").
+fn session_hooks(setup: &Configuration) -> Result<dsh_agent::HooksConfig, RuntimeError> {
+    let tables: Vec<(String, serde_json::Value)> = setup
+        .config
+        .hooks
+        .iter()
+        .map(|(event, value)| {
+            let key = format!("hooks.{event}");
+            let origin = setup
+                .config
+                .source_of(&key)
+                .map_or_else(|| "config".to_string(), ToString::to_string);
+            let value = serde_json::to_value(value).unwrap_or_default();
+            (origin, serde_json::json!({ event: value }))
+        })
+        .collect();
+    dsh_agent::HooksConfig::load_session(&tables, &setup.home, setup.config.trust.project_hooks())
+        .map_err(|errors| {
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            RuntimeError::InvalidConfig(text.join("\n"))
+        })
+}
+
+/// What each preset means on this host (`/permission`): the sandbox `bash` runs in and the
+/// sentence the model reads. `current` follows successful switches (subagents start with it).
+fn permission_source(
+    current: Arc<std::sync::Mutex<PermissionPreset>>,
+) -> dsh_agent::PermissionSource {
+    Arc::new(move |preset| {
+        let sandbox = dsh_sandbox::confinement_for(preset)
+            .map_err(|e| dsh_agent::PermissionError::SandboxUnavailable(e.to_string()))?;
+        *current.lock_or_recover() = preset;
+        Ok(dsh_agent::PermissionSetting {
+            preset,
+            confinement: sandbox.confinement(),
+            sandbox_mode: sandbox.mode().as_str().to_string(),
+            sandbox_detail: sandbox.detail().to_string(),
+            summary: permission_summary(preset, sandbox.mode().as_str()),
+        })
+    })
+}
+
+/// The built-in tools, `ask_user_question` (answered by the front end's asker; headless runs
+/// get a clear error), and `web_fetch` when `[tools.web_fetch] enabled = true`.
+fn session_tools(config: &dsh_config::Config) -> Result<ToolRegistry, RuntimeError> {
+    let mut tools = ToolRegistry::with_builtins();
+    tools
+        .register(Arc::new(dsh_tools::AskUserQuestionTool))
+        .map_err(invalid)?;
+    let web = config.web_fetch();
+    if web.enabled {
+        tools
+            .register(Arc::new(dsh_tools::WebFetchTool::new(
+                dsh_tools::WebFetchSettings {
+                    allowed_hosts: web.allowed_hosts,
+                    max_bytes: usize::try_from(web.max_bytes).unwrap_or(usize::MAX),
+                    timeout: web.timeout,
+                    ..dsh_tools::WebFetchSettings::default()
+                },
+            )))
+            .map_err(invalid)?;
+    }
+    Ok(tools)
+}
+
+/// What the model is told about the permission preset (docs/SECURITY.md).
+pub fn permission_summary(preset: PermissionPreset, sandbox_mode: &str) -> String {
+    let commands = match sandbox_mode {
+        "unavailable" => "`bash` is unavailable: no sandbox works on this machine".to_string(),
+        "none" => "commands run unconfined".to_string(),
+        mode => format!("commands run in a {mode} sandbox"),
+    };
+    match preset {
+        PermissionPreset::ReadOnly => format!("read-only: files cannot be modified; {commands}"),
+        PermissionPreset::WorkspaceWrite => format!(
+            "workspace-write: files can be modified inside the working directory and temp \
+             directories only; {commands}; actions outside that are refused"
+        ),
+        PermissionPreset::DangerFullAccess => {
+            "danger-full-access: no file or command restrictions".to_string()
+        }
+    }
+}

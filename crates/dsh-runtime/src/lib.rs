@@ -1,0 +1,361 @@
+//! The composition root of dsh (docs/decisions/0006-composition-root.md): one [`Runtime`] per
+//! process resolves the configuration (files, environment, `.env` credentials, flags) and
+//! builds the agent of every front end (`dsh run`, the TUI, `dsh web`, `dsh acp`) from a typed
+//! [`SessionSpec`]. What front ends differ in is a field of the spec, not a code path of their
+//! glue; no front end rebuilds a command line to get an agent.
+//!
+//! A configuration is resolved once per working directory and set of choices, then reused by
+//! every session that asks for the same (`dsh web` resolves its default workspace once, at
+//! start, and its sessions there reuse that). Each opened session gets its own MCP servers and
+//! approval rules, shared only with its subagents.
+
+#![warn(clippy::too_many_lines)]
+
+pub mod credentials;
+
+mod compose;
+mod error;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use dsh_agent::{Agent, TitleMode};
+use dsh_llm::{CallConfig, LockExt};
+use dsh_session::{Envelope, PriceTable, SessionStore};
+use dsh_tools::PermissionPreset;
+
+pub use compose::permission_summary;
+pub use error::RuntimeError;
+
+use crate::credentials::Settings;
+
+/// Where warnings go (one line each, without the `dsh: ` prefix): untrusted project settings,
+/// `.env` refusals, skipped skills, hook and MCP problems.
+pub type WarningSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The choices a user makes with flags (`--provider`, `--model`, `--effort`, `--permission`,
+/// `--trust-workspace`): the process's defaults in [`RuntimeOptions`], a session's own in
+/// [`SessionSpec`] (the web UI picks model and effort per session).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Choices {
+    /// Provider name from the configuration.
+    pub provider: Option<String>,
+    /// Model id.
+    pub model: Option<String>,
+    /// Reasoning effort: off, low, medium, high or max.
+    pub effort: Option<String>,
+    /// Permission preset: read-only, workspace-write or danger-full-access.
+    pub permission: Option<String>,
+    /// Apply the project's own settings without a recorded `dsh trust`
+    /// (docs/configuration.md, "Workspace trust").
+    pub trust_workspace: bool,
+}
+
+impl Choices {
+    /// These choices where set, else `defaults`'; trust applies when either grants it.
+    fn over(&self, defaults: &Choices) -> Choices {
+        let pick = |mine: &Option<String>, theirs: &Option<String>| {
+            mine.clone().or_else(|| theirs.clone())
+        };
+        Choices {
+            provider: pick(&self.provider, &defaults.provider),
+            model: pick(&self.model, &defaults.model),
+            effort: pick(&self.effort, &defaults.effort),
+            permission: pick(&self.permission, &defaults.permission),
+            trust_workspace: self.trust_workspace || defaults.trust_workspace,
+        }
+    }
+}
+
+/// How a [`Runtime`] is set up, once per process.
+pub struct RuntimeOptions {
+    /// The dsh home (`$DSH_HOME`, else `~/.dsh`).
+    pub home: PathBuf,
+    /// The working directory of sessions whose spec names none.
+    pub cwd: PathBuf,
+    /// The process's flags; a spec's own choices win over them.
+    pub choices: Choices,
+    /// Where warnings are reported.
+    pub warnings: WarningSink,
+}
+
+/// Which session an [`Runtime::open`] starts or continues.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Resume {
+    /// A new session.
+    #[default]
+    New,
+    /// The session with this id, id prefix or path.
+    Id(String),
+    /// The latest session of the working directory (`--continue`, `dsh resume --last`).
+    Latest,
+}
+
+/// One session a front end asks for.
+#[derive(Debug, Clone, Default)]
+pub struct SessionSpec {
+    /// Working directory (default: the runtime's).
+    pub cwd: Option<PathBuf>,
+    /// New, or which session to continue.
+    pub resume: Resume,
+    /// Choices of this session over the process's flags.
+    pub choices: Choices,
+    /// Whether the session gets a model-written title (one small call alongside the first
+    /// turn); off, the title is the first words of the first prompt. The web UI lists sessions
+    /// by title, so it asks for them.
+    pub model_titles: bool,
+    /// Whether [`OpenedSession::history`] carries the events of a resumed session (ACP replays
+    /// them to the editor on `session/load`).
+    pub history: bool,
+}
+
+/// A resolved configuration: what every session in one working directory with one set of
+/// choices is built from.
+#[derive(Clone)]
+pub struct Configuration {
+    /// The working directory (canonical).
+    pub cwd: PathBuf,
+    /// The dsh home.
+    pub home: PathBuf,
+    /// Provider route, model and effort of new requests.
+    pub call: CallConfig,
+    /// The permission preset sessions start with.
+    pub permission: PermissionPreset,
+    /// The merged configuration layers.
+    pub config: dsh_config::Config,
+    /// Prices per model, for cost reports.
+    pub prices: PriceTable,
+    selection: dsh_config::Selection,
+}
+
+/// A built agent, ready for its front end to install its approver and asker
+/// (`Agent::set_approver`, `Agent::set_asker`: they are bound to the session id, which exists
+/// only now) and to run it.
+pub struct OpenedSession {
+    /// The agent; its permission source is installed, so the front end can switch presets.
+    pub agent: Agent,
+    /// The events of the resumed session when [`SessionSpec::history`] asked for them.
+    pub history: Vec<Envelope>,
+    /// The configuration the agent was built from.
+    pub configuration: Arc<Configuration>,
+}
+
+/// Warnings with the process-wide memory of the ones said once.
+#[derive(Clone)]
+pub(crate) struct Warnings {
+    sink: WarningSink,
+    said: Arc<Mutex<Vec<String>>>,
+}
+
+impl Warnings {
+    pub(crate) fn say(&self, line: &str) {
+        (self.sink)(line);
+    }
+
+    /// Says `line` unless it was said already: sessions that resolve again (another
+    /// workspace, another model) would otherwise repeat the same trust or `.env` warning.
+    pub(crate) fn say_once(&self, line: &str) {
+        let mut said = self.said.lock_or_recover();
+        if !said.iter().any(|l| l == line) {
+            (self.sink)(line);
+            said.push(line.to_string());
+        }
+    }
+}
+
+type ConfigKey = (PathBuf, Choices);
+
+/// The composition root: resolves configurations (each once) and opens sessions.
+pub struct Runtime {
+    home: PathBuf,
+    cwd: PathBuf,
+    choices: Choices,
+    warnings: Warnings,
+    resolved: Mutex<HashMap<ConfigKey, Arc<Configuration>>>,
+    store: OnceLock<Arc<dyn SessionStore + Send + Sync>>,
+}
+
+/// `dir` as a canonical path, or the error naming it.
+fn canonical_dir(dir: &Path) -> Result<PathBuf, RuntimeError> {
+    std::fs::canonicalize(dir).map_err(|reason| RuntimeError::Workspace {
+        what: format!("working directory {} does not exist", dir.display()),
+        reason,
+    })
+}
+
+impl Runtime {
+    /// Sets the runtime up. Fails only when the default working directory does not exist;
+    /// configuration problems surface when a session (or [`Runtime::configuration`]) needs it,
+    /// so a front end that can work without one (browsing sessions in `dsh web`) still starts.
+    pub fn new(options: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        Ok(Runtime {
+            cwd: canonical_dir(&options.cwd)?,
+            home: options.home,
+            choices: options.choices,
+            warnings: Warnings {
+                sink: options.warnings,
+                said: Arc::default(),
+            },
+            resolved: Mutex::default(),
+            store: OnceLock::new(),
+        })
+    }
+
+    /// The default working directory (canonical).
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// The dsh home.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// The configuration `spec` is built from, resolved on first use and then reused.
+    pub fn configuration(&self, spec: &SessionSpec) -> Result<Arc<Configuration>, RuntimeError> {
+        let cwd = match &spec.cwd {
+            Some(dir) => canonical_dir(dir)?,
+            None => self.cwd.clone(),
+        };
+        let key = (cwd, spec.choices.over(&self.choices));
+        if let Some(found) = self.resolved.lock_or_recover().get(&key) {
+            return Ok(Arc::clone(found));
+        }
+        // Resolved outside the lock: reading files must not hold up other sessions. Two
+        // sessions racing here resolve twice; the first result is kept.
+        let configuration = Arc::new(self.resolve(&key.0, &key.1)?);
+        let mut resolved = self.resolved.lock_or_recover();
+        Ok(Arc::clone(resolved.entry(key).or_insert(configuration)))
+    }
+
+    /// Resolves in one step: configuration layers (built-in, user file, project file,
+    /// environment, flags), then the provider, model, effort and key to use.
+    fn resolve(&self, cwd: &Path, choices: &Choices) -> Result<Configuration, RuntimeError> {
+        let settings = Settings::load(cwd, &self.home);
+        let lookup = |name: &str| settings.get(name);
+        let flags = dsh_config::Flags {
+            provider: choices.provider.clone(),
+            model: choices.model.clone(),
+            effort: choices.effort.clone(),
+            permission: choices.permission.clone(),
+            trust_workspace: choices.trust_workspace,
+        };
+        let config = dsh_config::Config::load(&self.home, cwd, &lookup, &flags)
+            .map_err(|errors| RuntimeError::InvalidConfig(errors.to_string()))?;
+        // Untrusted project settings were left out: one line naming them.
+        if let Some(warning) = config.trust.warning() {
+            self.warnings.say_once(&warning);
+        }
+        settings.allow_credentials(config.own_key_variables());
+        let project_lookup = |name: &str| settings.project_value(name);
+        let selection = config.select_keyed(&lookup, &project_lookup);
+        for warning in settings.take_warnings() {
+            self.warnings.say_once(&format!("warning: {warning}"));
+        }
+        let selection = selection.map_err(|err| match err {
+            dsh_config::SelectError::MissingKey(e) => {
+                RuntimeError::MissingCredential(e.to_string())
+            }
+            dsh_config::SelectError::Invalid(e) => RuntimeError::InvalidConfig(e.to_string()),
+        })?;
+        let mut call = CallConfig::new(selection.provider.name.clone(), selection.model.clone());
+        call.reasoning_effort = selection.effort;
+        let permission = match &config.permission {
+            Some(text) => text
+                .trim()
+                .parse::<PermissionPreset>()
+                .map_err(RuntimeError::InvalidConfig)?,
+            None => PermissionPreset::default(),
+        };
+        Ok(Configuration {
+            cwd: cwd.to_path_buf(),
+            home: self.home.clone(),
+            call,
+            permission,
+            prices: config.price_table(),
+            config,
+            selection,
+        })
+    }
+
+    /// The session store of the home (JSONL, where every front end keeps its sessions).
+    pub fn store(&self) -> Arc<dyn SessionStore + Send + Sync> {
+        let store = self
+            .store
+            .get_or_init(|| Arc::new(dsh_session::JsonlStore::new(&self.home)));
+        Arc::clone(store)
+    }
+
+    /// Builds the agent `spec` asks for, on a new, resumed or latest session of `store`.
+    pub fn open(
+        &self,
+        spec: &SessionSpec,
+        store: &dyn SessionStore,
+    ) -> Result<OpenedSession, RuntimeError> {
+        let configuration = self.configuration(spec)?;
+        let approval_rules =
+            dsh_agent::ApprovalRules::load(&self.home).map_err(RuntimeError::InvalidConfig)?;
+        let shared = Arc::new(compose::SessionShared {
+            configuration: Arc::clone(&configuration),
+            mcp: OnceLock::new(),
+            approval_rules: Arc::new(approval_rules),
+            warnings: self.warnings.clone(),
+        });
+        let mut session = compose::agent_parts(&shared, 0, configuration.permission)?;
+        if spec.model_titles {
+            session.parts.options.titles = TitleMode::Model {
+                route: None,
+                model: None,
+            };
+        }
+        let resume = match &spec.resume {
+            Resume::New => None,
+            Resume::Id(key) => Some(key.clone()),
+            Resume::Latest => Some(latest_session(store, &configuration.cwd)?),
+        };
+        let mut agent = match &resume {
+            Some(key) => Agent::resume(session.parts, store, key)?,
+            None => Agent::create(session.parts, store)?,
+        };
+        agent.set_permission_source(session.permission);
+        let history = match resume {
+            Some(_) if spec.history => store.load(&agent.handle().session_id())?.events,
+            _ => Vec::new(),
+        };
+        Ok(OpenedSession {
+            agent,
+            history,
+            configuration,
+        })
+    }
+}
+
+/// The id of the latest session of `cwd`. A damaged log newer than every readable one is the
+/// session the user means: stop rather than append to an older one.
+fn latest_session(store: &dyn SessionStore, cwd: &Path) -> Result<String, RuntimeError> {
+    let cwd_text = cwd.to_string_lossy().into_owned();
+    let listing = store.list(&dsh_session::ListFilter {
+        cwd: Some(cwd_text.clone()),
+    })?;
+    let newest_readable = listing.sessions.first().map(|s| s.updated_at);
+    if let Some(damaged) = listing
+        .damaged
+        .iter()
+        .filter(|d| newest_readable.is_none_or(|t| d.updated_at >= t))
+        .max_by_key(|d| d.updated_at)
+    {
+        return Err(RuntimeError::SessionDamaged(format!(
+            "the newest session of {cwd_text} cannot be read: {} ({}). Repair or remove that \
+             file, or pick a session with `dsh run --resume <id>` (`dsh sessions list` shows \
+             them)",
+            damaged.path, damaged.problem
+        )));
+    }
+    let latest = listing.sessions.first().ok_or_else(|| {
+        RuntimeError::NotFound(format!(
+            "no session to continue in {cwd_text}; start one with `dsh run`"
+        ))
+    })?;
+    Ok(latest.id.clone())
+}
