@@ -11,8 +11,9 @@
 //! `current_mode_update`), and slash commands (`available_commands_update`; `/compact`,
 //! `/permission`, and the session's user-invocable skills typed as `/name arguments`).
 //!
-//! Building agents is the front end's business: [`serve`] gets an [`AgentFactory`], so the
-//! `dsh` binary builds them exactly as `dsh run` does and tests can build them as they need.
+//! Building agents is not this crate's business: [`serve`] gets a
+//! [`dsh_runtime::SessionFactory`], so the `dsh` binary builds them exactly as `dsh run` does
+//! and tests can build them as they need.
 //!
 //! The wire protocol is implemented here directly rather than with the `agent-client-protocol`
 //! crate; `docs/decisions/0002-acp-wire-protocol.md` says why.
@@ -25,8 +26,6 @@ mod rpc;
 mod server;
 mod session;
 mod updates;
-
-use std::path::PathBuf;
 
 pub use approver::{AcpApprover, ALLOW_ALWAYS, ALLOW_ONCE, ALLOW_SESSION, REJECT_ONCE};
 pub use asker::{AcpAsker, ANSWER_PREFIX, DECLINE_QUESTION, FREE_TEXT_UNAVAILABLE};
@@ -42,30 +41,3 @@ pub use updates::UpdateMapper;
 /// The ACP protocol version this server speaks (and answers `initialize` with, whatever the
 /// client asked for; a client that cannot speak it disconnects).
 pub const PROTOCOL_VERSION: u64 = 1;
-
-/// What a client asked to open.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenRequest {
-    /// The session's working directory (absolute, as ACP requires).
-    pub cwd: PathBuf,
-    /// The session to resume (`session/load`), or `None` for a new one.
-    pub resume: Option<String>,
-}
-
-/// An agent ready to serve one ACP session.
-pub struct OpenedAgent {
-    /// The agent; the server sets its approver.
-    pub agent: dsh_agent::Agent,
-    /// Dropped when the session ends (extension guards and the like).
-    pub keep_alive: Box<dyn std::any::Any + Send>,
-    /// For a resumed session, its log as it was when opened (replayed to the client); empty
-    /// for a new one.
-    pub history: Vec<dsh_session::Envelope>,
-}
-
-/// Builds the agents of ACP sessions. An error is reported to the client as a JSON-RPC
-/// internal error carrying the message, so it should say what to fix.
-pub trait AgentFactory: Send + Sync {
-    /// Opens a new or resumed session for `request`.
-    fn open(&self, request: &OpenRequest) -> Result<OpenedAgent, String>;
-}

@@ -12,12 +12,13 @@ use tokio::sync::mpsc;
 use crate::rpc::{parse_line, write_lines, Incoming, Outgoing, RpcError, METHOD_NOT_FOUND};
 use crate::session::AcpSession;
 use crate::updates::UpdateMapper;
-use crate::{AgentFactory, OpenRequest, PROTOCOL_VERSION};
+use crate::PROTOCOL_VERSION;
+use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
 
 /// The connection's state: open sessions by id.
 struct Server {
     out: Outgoing,
-    factory: Arc<dyn AgentFactory>,
+    factory: Arc<dyn SessionFactory>,
     agent_name: String,
     agent_version: String,
     sessions: HashMap<String, AcpSession>,
@@ -98,17 +99,26 @@ impl Server {
         })
     }
 
+    /// Asks the composition root for a session in `cwd`; a resumed one comes with its
+    /// history (replayed to the client). Errors reach the client as `CODE: message`.
+    fn open(&self, cwd: &std::path::Path, resume: Resume) -> Result<OpenedSession, RpcError> {
+        let spec = SessionSpec {
+            cwd: Some(cwd.to_path_buf()),
+            resume,
+            history: true,
+            ..SessionSpec::default()
+        };
+        let store = self.factory.store();
+        self.factory
+            .open(&spec, store.as_ref())
+            .map_err(|err| RpcError::internal(err.describe()))
+    }
+
     /// `session/new`: the result and the new session's id.
     fn new_session(&mut self, params: &Value) -> Result<(Value, String), RpcError> {
         let cwd = cwd_param(params)?;
-        let opened = self
-            .factory
-            .open(&OpenRequest {
-                cwd: cwd.clone(),
-                resume: None,
-            })
-            .map_err(RpcError::internal)?;
-        let session = AcpSession::start(opened.agent, opened.keep_alive, cwd, self.out.clone());
+        let opened = self.open(&cwd, Resume::New)?;
+        let session = AcpSession::start(opened.agent, cwd, self.out.clone());
         let id = session.handle.session_id();
         let result = json!({"sessionId": id, "modes": session.modes()});
         self.sessions.insert(id.clone(), session);
@@ -124,20 +134,14 @@ impl Server {
         if let Some(open) = self.sessions.remove(&key) {
             open.stop().await;
         }
-        let opened = self
-            .factory
-            .open(&OpenRequest {
-                cwd: cwd.clone(),
-                resume: Some(key.clone()),
-            })
-            .map_err(RpcError::internal)?;
+        let opened = self.open(&cwd, Resume::Id(key.clone()))?;
         let id = opened.agent.handle().session_id();
         let mut mapper = UpdateMapper::new(&cwd);
         for update in mapper.replay(&opened.history) {
             self.out
                 .notify("session/update", json!({"sessionId": id, "update": update}));
         }
-        let session = AcpSession::start(opened.agent, opened.keep_alive, cwd, self.out.clone());
+        let session = AcpSession::start(opened.agent, cwd, self.out.clone());
         let result = json!({"modes": session.modes()});
         self.sessions.insert(id.clone(), session);
         Ok((result, id))
@@ -229,7 +233,7 @@ impl Server {
 pub async fn serve<R, W>(
     input: R,
     output: W,
-    factory: Arc<dyn AgentFactory>,
+    factory: Arc<dyn SessionFactory>,
     agent_name: &str,
     agent_version: &str,
 ) -> std::io::Result<()>

@@ -72,13 +72,7 @@ pub(crate) fn stop_reason(
 
 impl AcpSession {
     /// Starts the session's task for `agent`, which works in `cwd` and talks through `out`.
-    /// `keep_alive` is dropped with the task (extension guards and the like).
-    pub(crate) fn start(
-        mut agent: Agent,
-        keep_alive: Box<dyn std::any::Any + Send>,
-        cwd: PathBuf,
-        out: Outgoing,
-    ) -> Self {
+    pub(crate) fn start(mut agent: Agent, cwd: PathBuf, out: Outgoing) -> Self {
         let handle = agent.handle();
         let session_id = handle.session_id();
         agent.set_approver(Arc::new(AcpApprover::new(&session_id, out.clone())));
@@ -88,7 +82,6 @@ impl AcpSession {
         let stopping = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn(run_session(
             agent,
-            keep_alive,
             jobs,
             out.clone(),
             UpdateMapper::new(cwd),
@@ -265,7 +258,6 @@ fn lagged(n: u64) {
 
 async fn run_session(
     mut agent: Agent,
-    keep_alive: Box<dyn std::any::Any + Send>,
     mut jobs: mpsc::UnboundedReceiver<PromptJob>,
     out: Outgoing,
     mut mapper: UpdateMapper,
@@ -326,7 +318,6 @@ async fn run_session(
         respond(&out, job.request_id, result, was_cancelled);
     }
     drop(agent);
-    drop(keep_alive);
 }
 
 fn respond(

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_acp::{AgentFactory, OpenRequest, OpenedAgent};
 use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, SafetyPolicy};
 use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy};
-use dsh_session::{open_store, StoreKind};
+use dsh_runtime::{OpenedSession, Resume, RuntimeError, SessionFactory, SessionSpec};
+use dsh_session::{JsonlStore, SessionStore};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
 use serde_json::{json, Value};
@@ -56,25 +56,37 @@ fn permission_source() -> dsh_agent::PermissionSource {
     })
 }
 
-impl AgentFactory for TestFactory {
-    fn open(&self, request: &OpenRequest) -> Result<OpenedAgent, String> {
+impl SessionFactory for TestFactory {
+    fn open(
+        &self,
+        spec: &SessionSpec,
+        store: &dyn SessionStore,
+    ) -> Result<OpenedSession, RuntimeError> {
+        assert!(
+            spec.history,
+            "ACP replays resumed sessions, so it asks for their history"
+        );
+        let cwd = spec.cwd.clone().expect("ACP names the session's cwd");
         let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
             self.base_url.clone(),
             Some(dsh_deepseek::ApiKey::new("sk-acp-test")),
         ))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| RuntimeError::InvalidConfig(e.to_string()))?;
         let mut adapters = AdapterRegistry::new();
         adapters.register("deepseek", Arc::new(adapter)).unwrap();
         let spill = SpillDir::create(self.home.join("spill")).unwrap();
-        let tool_context = ToolContext::new(&request.cwd, spill)
+        let tool_context = ToolContext::new(&cwd, spill)
             .unwrap()
             .with_permission(self.preset);
         let extensions = ExtensionSet::new();
-        let guards = dsh_agent::register_builtin_extensions(
+        for guard in dsh_agent::register_builtin_extensions(
             &extensions,
             RetryPolicy::default(),
             Duration::from_secs(60),
-        );
+        ) {
+            // The set lives as long as the agent.
+            std::mem::forget(guard);
+        }
         extensions.register_for_life(Arc::new(SafetyPolicy::new(self.preset, "none", "")));
         if let Some(dir) = &self.skills {
             extensions.register_for_life(Arc::new(dsh_agent::Skills::new(
@@ -90,29 +102,23 @@ impl AgentFactory for TestFactory {
             tools: Arc::new(tools),
             extensions,
             tool_context,
-            options: AgentOptions::new(
-                CallConfig::new("deepseek", "deepseek-v4-flash"),
-                &request.cwd,
-            ),
+            options: AgentOptions::new(CallConfig::new("deepseek", "deepseek-v4-flash"), &cwd),
         };
-        let store = open_store(StoreKind::Jsonl, &self.home).unwrap();
-        let (mut agent, history) = match &request.resume {
-            Some(key) => {
-                let agent = Agent::resume(parts, store.as_ref(), key).map_err(|e| e.to_string())?;
-                let history = store.load(key).map_err(|e| e.to_string())?.events;
+        let (mut agent, history) = match &spec.resume {
+            Resume::Id(key) => {
+                let agent = Agent::resume(parts, store, key)?;
+                let history = store.load(key)?.events;
                 (agent, history)
             }
-            None => (
-                Agent::create(parts, store.as_ref()).map_err(|e| e.to_string())?,
-                Vec::new(),
-            ),
+            Resume::New => (Agent::create(parts, store)?, Vec::new()),
+            Resume::Latest => panic!("ACP never asks for the latest session"),
         };
         agent.set_permission_source(permission_source());
-        Ok(OpenedAgent {
-            agent,
-            keep_alive: Box::new(guards),
-            history,
-        })
+        Ok(OpenedSession { agent, history })
+    }
+
+    fn store(&self) -> Arc<dyn SessionStore + Send + Sync> {
+        Arc::new(JsonlStore::new(&self.home))
     }
 }
 

@@ -81,7 +81,9 @@ pub enum AgentError {
 /// How a turn ended, for front ends.
 #[derive(Debug, Clone)]
 pub struct TurnOutcome {
+    /// The number of the turn that ended.
     pub turn: u64,
+    /// Why it ended.
     pub reason: TurnEndReason,
     /// Text of the last assistant message of the turn (possibly partial when aborted).
     pub final_text: String,
@@ -353,11 +355,15 @@ pub fn plugin_message(plugin: &str, form: &str, text: impl Into<String>) -> Mess
 
 /// The parts an agent is built from.
 pub struct AgentParts {
+    /// Model adapters by route.
     pub adapters: AdapterRegistry,
+    /// The tools the model may call.
     pub tools: Arc<ToolRegistry>,
+    /// The extensions, consulted in order at every hook.
     pub extensions: ExtensionSet,
     /// The session context for tools (cwd, permission, spill dir, observations).
     pub tool_context: ToolContext,
+    /// Call config, cwd and limits of the agent.
     pub options: AgentOptions,
 }
 

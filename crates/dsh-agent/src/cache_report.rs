@@ -35,7 +35,7 @@ fn part_of(value: &impl Serialize) -> Part {
 
 /// What a request looked like, part by part.
 #[derive(Debug, Clone, Default)]
-pub struct RequestShape {
+pub(crate) struct RequestShape {
     config: Option<Part>,
     system: Option<Part>,
     tools: Option<Part>,
@@ -57,7 +57,9 @@ pub struct PrefixBreak {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CacheReport {
+    /// The turn of the request.
     pub turn: u64,
+    /// The step of the request within its turn.
     pub step: u64,
     /// Serialized size of config, system, tools and messages.
     pub request_bytes: usize,
@@ -72,8 +74,10 @@ pub struct CacheReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_hit_ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Prompt tokens the provider read from its cache, once known.
     pub cache_read_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// All prompt tokens billed, cached or not, once known.
     pub billed_input_tokens: Option<u64>,
     /// What the request cost in USD, when the model has a price.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -60,8 +60,11 @@ impl Default for CompactionSettings {
 /// Why compaction ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompactionTrigger {
+    /// The request would use more of the window than the threshold.
     Pressure,
+    /// The provider refused the request as too long for the window.
     Overflow,
+    /// A front end asked for it.
     Requested,
 }
 
@@ -82,8 +85,9 @@ pub struct CompactionOutcome {
     pub pruned: usize,
     /// Messages replaced by the summary (0 when no summary was made).
     pub summarized: usize,
-    /// Estimated tokens before and after.
+    /// Estimated tokens before.
     pub tokens_before: u64,
+    /// Estimated tokens after.
     pub tokens_after: u64,
     /// Set when the summary stage was needed but failed; the session goes on uncompacted.
     pub warning: Option<String>,
@@ -187,28 +191,7 @@ impl Agent {
         let tail_budget = ((settings.keep_tail * window as f64) as u64).min(history_tokens / 3);
         let entries: Vec<HistoryEntry> = self.shared.log().history_entries().to_vec();
 
-        // The tail: newest messages within the budget, not starting with a tool result (which
-        // would separate it from its call).
-        let mut split = entries.len();
-        let mut tail_tokens = 0u64;
-        while split > 0 {
-            let cost = tokens_of_bytes(message_bytes(&entries[split - 1].message));
-            if tail_tokens + cost > tail_budget && split < entries.len() {
-                break;
-            }
-            tail_tokens += cost;
-            split -= 1;
-        }
-        while split > 0 && split < entries.len() && is_tool_result(&entries[split].message) {
-            split -= 1;
-        }
-        // Never summarise the whole history: the newest user message stays.
-        if split == entries.len() && split > 0 {
-            split -= 1;
-            while split > 0 && is_tool_result(&entries[split].message) {
-                split -= 1;
-            }
-        }
+        let split = split_point(&entries, tail_budget);
 
         self.shared.log().append(Event::Opaque {
             event_type: "compaction/start".into(),
@@ -221,31 +204,7 @@ impl Agent {
         })?;
 
         // Stage 1: prune large old tool results.
-        let mut pruned_count = 0;
-        {
-            let mut log = self.shared.log();
-            for entry in &entries[..split] {
-                if let Some(smaller) = pruned(
-                    &entry.message,
-                    settings.prune_above_bytes,
-                    settings.prune_keep_bytes,
-                ) {
-                    let envelope = Envelope::new(Event::ToolResult(dsh_session::ToolResult {
-                        turn: 0,
-                        step: 0,
-                        message: smaller,
-                        error: None,
-                        meta: Some(json!({"prunedBy": "compaction"})),
-                    }))
-                    .with_surface_op(SurfaceOp::Replace {
-                        start: entry.seq,
-                        end: entry.seq,
-                    });
-                    log.append_envelope(envelope)?;
-                    pruned_count += 1;
-                }
-            }
-        }
+        let pruned_count = self.prune_head(&entries[..split], &settings)?;
         self.last_usage = None;
         let after_prune = self.estimate_context_tokens();
         let need_summary = trigger != CompactionTrigger::Pressure
@@ -318,6 +277,41 @@ impl Agent {
         Ok(outcome)
     }
 
+    /// Stage 1 of a compaction: replaces large old tool results in `head` by pruned copies.
+    /// Returns how many were pruned.
+    fn prune_head(
+        &mut self,
+        head: &[HistoryEntry],
+        settings: &CompactionSettings,
+    ) -> Result<usize, AgentError> {
+        let mut pruned_count = 0;
+        {
+            let mut log = self.shared.log();
+            for entry in head {
+                if let Some(smaller) = pruned(
+                    &entry.message,
+                    settings.prune_above_bytes,
+                    settings.prune_keep_bytes,
+                ) {
+                    let envelope = Envelope::new(Event::ToolResult(dsh_session::ToolResult {
+                        turn: 0,
+                        step: 0,
+                        message: smaller,
+                        error: None,
+                        meta: Some(json!({"prunedBy": "compaction"})),
+                    }))
+                    .with_surface_op(SurfaceOp::Replace {
+                        start: entry.seq,
+                        end: entry.seq,
+                    });
+                    log.append_envelope(envelope)?;
+                    pruned_count += 1;
+                }
+            }
+        }
+        Ok(pruned_count)
+    }
+
     /// One summary call over `head` with the last header's system prompt and tools.
     async fn summarize(
         &mut self,
@@ -378,4 +372,33 @@ impl Agent {
         let usage = serde_json::to_value(reply.usage).unwrap_or(Value::Null);
         Ok((text.trim().to_string(), usage))
     }
+}
+
+/// Where the summarised head ends: the tail keeps the newest messages within `tail_budget`
+/// tokens, does not start with a tool result (which would separate it from its call), and the
+/// newest user message always stays out of the head.
+fn split_point(entries: &[HistoryEntry], tail_budget: u64) -> usize {
+    // The tail: newest messages within the budget, not starting with a tool result (which
+    // would separate it from its call).
+    let mut split = entries.len();
+    let mut tail_tokens = 0u64;
+    while split > 0 {
+        let cost = tokens_of_bytes(message_bytes(&entries[split - 1].message));
+        if tail_tokens + cost > tail_budget && split < entries.len() {
+            break;
+        }
+        tail_tokens += cost;
+        split -= 1;
+    }
+    while split > 0 && split < entries.len() && is_tool_result(&entries[split].message) {
+        split -= 1;
+    }
+    // Never summarise the whole history: the newest user message stays.
+    if split == entries.len() && split > 0 {
+        split -= 1;
+        while split > 0 && is_tool_result(&entries[split].message) {
+            split -= 1;
+        }
+    }
+    split
 }

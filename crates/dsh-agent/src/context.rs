@@ -45,6 +45,7 @@ pub trait ContextSource: Send + Sync {
 
 /// The system clock and a fixed permission description.
 pub struct SystemContext {
+    /// The permission description given to the model.
     pub permission: String,
 }
 

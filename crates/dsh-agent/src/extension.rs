@@ -28,9 +28,13 @@ use crate::prompt::{PromptContext, PromptSection};
 /// One tool call as the pipeline sees it.
 #[derive(Debug, Clone)]
 pub struct ToolCallInfo {
+    /// The turn of the call.
     pub turn: u64,
+    /// The step of the call within its turn.
     pub step: u64,
+    /// The provider's id of the call.
     pub call_id: String,
+    /// The tool's name.
     pub name: String,
     /// The raw argument string the model produced.
     pub arguments: String,
@@ -47,7 +51,10 @@ pub enum ToolVerdict {
     /// No opinion; later handlers and then the tool decide.
     Continue,
     /// Refuse the call; the model gets `Error: <reason>` with code `PERMISSION_DENIED`.
-    Deny { reason: String },
+    Deny {
+        /// Why the call is refused; the model sees it.
+        reason: String,
+    },
     /// Ask the agent's [`Approver`] (the user, in interactive front ends) before running. The
     /// question and the answer are logged (`approval/asked`, `approval/decided`). Allowed once:
     /// the call runs, under `escalation` instead of the session's preset when given. Rejected:
@@ -150,7 +157,9 @@ impl Approver for HeadlessApprover {
 /// What a `pre_step` handler sees and may change.
 #[derive(Debug, Default)]
 pub struct PreStepContext {
+    /// The turn about to take a step.
     pub turn: u64,
+    /// The step about to start.
     pub step: u64,
     /// The history the model would see (projected from the log).
     pub history_len: usize,
@@ -165,7 +174,9 @@ pub struct PreStepContext {
 
 /// What a `tool_post` handler sees and may change.
 pub struct ToolPostContext<'a> {
+    /// The call the result belongs to.
     pub call: &'a ToolCallInfo,
+    /// The result, which the handler may replace.
     pub outcome: &'a mut ToolOutcome,
     /// Messages to queue for the next step (e.g. reminders).
     pub inject_next_step: &'a mut Vec<Message>,
@@ -183,7 +194,9 @@ pub struct AttachedAgent {
     pub handle: crate::WeakAgentHandle,
     /// The session log's location (a file path for the JSONL store).
     pub location: String,
+    /// The session id.
     pub session_id: String,
+    /// The session's working directory.
     pub cwd: std::path::PathBuf,
     /// Delegation depth of the session (0 for a top-level session).
     pub depth: u64,
@@ -192,7 +205,9 @@ pub struct AttachedAgent {
 /// What a `turn_stopping` handler sees.
 #[derive(Debug)]
 pub struct TurnStoppingContext<'a> {
+    /// The turn that is about to end.
     pub turn: u64,
+    /// The last step of that turn.
     pub step: u64,
     /// The final assistant text of the step that wants to end the turn.
     pub final_text: &'a str,

@@ -12,7 +12,9 @@ use dsh_llm::Message;
 /// Which queue an item waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InboxTarget {
+    /// Delivered when the next turn starts.
     NextTurn,
+    /// Delivered at the next step of the running turn (steering).
     NextStep,
 }
 
@@ -37,9 +39,13 @@ pub struct Inbox {
 /// put in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Splice {
+    /// The queue that changed.
     pub target: InboxTarget,
+    /// Index of the first item changed.
     pub start: usize,
+    /// How many items were taken out.
     pub removed: usize,
+    /// The items put in at `start`.
     pub inserted: Vec<Message>,
 }
 

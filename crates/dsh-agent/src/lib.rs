@@ -7,6 +7,10 @@
 //!   -> assistant/message -> tool/call* -> (tool_pre, tool_execute, tool_post) -> tool/result*
 //!   -> step/end -> more steps while tool calls or steering are pending -> turn/end
 //! ```
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
+#![warn(clippy::too_many_lines)]
 
 mod agent;
 mod approval_rules;

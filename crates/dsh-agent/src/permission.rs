@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 /// Everything a preset means for one session.
 #[derive(Clone)]
 pub struct PermissionSetting {
+    /// The preset the session runs under.
     pub preset: PermissionPreset,
     /// How `bash` is confined under `preset`.
     pub confinement: Arc<dyn CommandConfinement>,

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, AgentError, Shared};
-use crate::approval_rules::{proposed_rule, ApprovalChoice};
+use crate::approval_rules::{proposed_rule, ApprovalChoice, ApprovalRule};
 use crate::extension::{
     ApprovalDecision, ApprovalRequest, ToolCallInfo, ToolFuture, ToolOutcome, ToolPostContext,
     ToolVerdict,
@@ -61,22 +61,7 @@ impl Agent {
 
         let mut next = 0;
         while next < infos.len() {
-            // A batch: one unsafe call, or a run of concurrency-safe calls.
-            let safe = |info: &ToolCallInfo| {
-                self.step_tools
-                    .get(&info.name)
-                    .map(|t| t.concurrency_safe())
-                    .unwrap_or(true)
-            };
-            let mut end = next + 1;
-            if safe(&infos[next]) {
-                while end < infos.len()
-                    && end - next < self.options.max_parallel_tools.max(1)
-                    && safe(&infos[end])
-                {
-                    end += 1;
-                }
-            }
+            let end = self.batch_end(&infos, next);
             let batch = &infos[next..end];
             if cancel.is_cancelled() {
                 for info in batch {
@@ -127,27 +112,59 @@ impl Agent {
                     }
                 }
             };
-            for (info, mut outcome) in batch.iter().zip(outcomes) {
-                let mut inject = Vec::new();
-                let mut log_events = Vec::new();
-                for extension in self.extensions.snapshot() {
-                    extension.tool_post(&mut ToolPostContext {
-                        call: info,
-                        outcome: &mut outcome,
-                        inject_next_step: &mut inject,
-                        log_events: &mut log_events,
-                    });
-                }
-                self.log_result(info, outcome, log_events)?;
-                let mut log = self.shared.log();
-                for message in inject {
-                    let splice = log.inbox.push(InboxTarget::NextStep, message);
-                    log.append_splice(&splice)?;
-                }
-            }
+            self.post_process(batch, outcomes)?;
             next = end;
         }
         Ok(cancel.is_cancelled())
+    }
+
+    /// The end of the batch that starts at `next`: one call that is not concurrency-safe, or a
+    /// run of safe calls of at most `max_parallel_tools`.
+    fn batch_end(&self, infos: &[ToolCallInfo], next: usize) -> usize {
+        let safe = |info: &ToolCallInfo| {
+            self.step_tools
+                .get(&info.name)
+                .map(|t| t.concurrency_safe())
+                .unwrap_or(true)
+        };
+        let mut end = next + 1;
+        if safe(&infos[next]) {
+            while end < infos.len()
+                && end - next < self.options.max_parallel_tools.max(1)
+                && safe(&infos[end])
+            {
+                end += 1;
+            }
+        }
+        end
+    }
+
+    /// Runs every extension's `tool_post` on each outcome, logs the results in the model's
+    /// order and queues what the extensions inject for the next step.
+    fn post_process(
+        &mut self,
+        batch: &[ToolCallInfo],
+        outcomes: Vec<ToolOutcome>,
+    ) -> Result<(), AgentError> {
+        for (info, mut outcome) in batch.iter().zip(outcomes) {
+            let mut inject = Vec::new();
+            let mut log_events = Vec::new();
+            for extension in self.extensions.snapshot() {
+                extension.tool_post(&mut ToolPostContext {
+                    call: info,
+                    outcome: &mut outcome,
+                    inject_next_step: &mut inject,
+                    log_events: &mut log_events,
+                });
+            }
+            self.log_result(info, outcome, log_events)?;
+            let mut log = self.shared.log();
+            for message in inject {
+                let splice = log.inbox.push(InboxTarget::NextStep, message);
+                log.append_splice(&splice)?;
+            }
+        }
+        Ok(())
     }
 
     /// Policy, then the body wrapped by every extension's middleware (first registered is
@@ -222,42 +239,11 @@ impl Agent {
                 future.await
             });
         }
-        let rule = proposed_rule(&info.name, &info.arguments, cwd, escalation);
-        let mut choices = vec![ApprovalChoice::AllowOnce];
-        if rule.is_some() {
-            choices.push(ApprovalChoice::AllowSession);
-            if rules.persists() {
-                choices.push(ApprovalChoice::AllowAlways);
-            }
-        }
-        choices.push(ApprovalChoice::Reject);
-        let request = ApprovalRequest {
-            id: uuid::Uuid::new_v4().to_string(),
-            call_id: info.call_id.clone(),
-            tool_name: info.name.clone(),
-            arguments: info.arguments.clone(),
-            reason,
-            escalation,
-            choices,
-            rule,
-        };
+        let request = approval_request(info, reason, escalation, &rules, cwd);
         let approver = Arc::clone(&self.approver);
         let cancel = info.cancel.clone();
         Box::pin(async move {
-            let mut asked = json!({
-                "id": request.id,
-                "toolName": request.tool_name,
-                "callId": request.call_id,
-                "reason": request.reason,
-                "choices": request.choices.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
-            });
-            if let Some(preset) = request.escalation {
-                asked["escalation"] = json!(preset.as_str());
-            }
-            if let Some(rule) = &request.rule {
-                asked["rule"] = json!(rule.describe());
-            }
-            log_approval(&shared, "approval/asked", asked)?;
+            log_approval(&shared, "approval/asked", asked_event(&request))?;
             let id = request.id.clone();
             let offered = request.choices.clone();
             let rule = request.rule.clone();
@@ -265,58 +251,15 @@ impl Agent {
                 decision = approver.decide(request) => Some(decision),
                 _ = cancel.cancelled() => None,
             };
-            // An answer that was not offered counts as "allow once": a rule is never recorded
-            // unless the user was shown it.
-            let offered_rule =
-                |choice: ApprovalChoice| rule.clone().filter(|_| offered.contains(&choice));
             let mut decided = json!({"id": id});
-            let result = match decision {
-                Some(ApprovalDecision::Reject { message }) => {
-                    decided["outcome"] = json!("rejected");
-                    decided["scope"] = json!("once");
-                    Err(ToolError::new(ToolErrorCode::PermissionDenied, message))
+            let result = settle(decision, &offered, rule, &rules, &mut decided);
+            if result.is_ok() {
+                if let Some(preset) = escalation {
+                    // Only this dispatch sets the cell, once; a second set cannot happen.
+                    let _ = escalated.set(preset);
                 }
-                None => {
-                    decided["outcome"] = json!("canceled");
-                    decided["scope"] = json!("once");
-                    Err(ToolError::new(
-                        ToolErrorCode::Aborted,
-                        "the turn was cancelled while waiting for the user's approval",
-                    ))
-                }
-                Some(allowed) => {
-                    decided["outcome"] = json!("approved");
-                    decided["scope"] = json!("once");
-                    match allowed {
-                        ApprovalDecision::AllowSession => {
-                            if let Some(rule) = offered_rule(ApprovalChoice::AllowSession) {
-                                decided["scope"] = json!("session");
-                                decided["rule"] = json!(rule.describe());
-                                rules.allow_for_session(rule);
-                            }
-                        }
-                        ApprovalDecision::AllowAlways => {
-                            if let Some(rule) = offered_rule(ApprovalChoice::AllowAlways) {
-                                decided["scope"] = json!("always");
-                                decided["rule"] = json!(rule.describe());
-                                if let Err(err) = rules.allow_always(rule) {
-                                    // Still remembered for the session; the log says why not
-                                    // for later ones.
-                                    decided["scope"] = json!("session");
-                                    decided["ruleError"] = json!(err);
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                    if let Some(preset) = escalation {
-                        // Only this dispatch sets the cell, once; a second set cannot happen.
-                        let _ = escalated.set(preset);
-                    }
-                    let _ = approved.set(());
-                    Ok(())
-                }
-            };
+                let _ = approved.set(());
+            }
             log_approval(&shared, "approval/decided", decided)?;
             result?;
             future.await
@@ -401,4 +344,109 @@ pub fn is_error_result(block: &ContentBlock) -> bool {
             ..
         }
     )
+}
+
+/// The question put to the approver for `info`: allow once, for the session and (where rules
+/// persist) always when a rule can cover the call, or reject.
+fn approval_request(
+    info: &ToolCallInfo,
+    reason: String,
+    escalation: Option<PermissionPreset>,
+    rules: &crate::ApprovalRules,
+    cwd: &std::path::Path,
+) -> ApprovalRequest {
+    let rule = proposed_rule(&info.name, &info.arguments, cwd, escalation);
+    let mut choices = vec![ApprovalChoice::AllowOnce];
+    if rule.is_some() {
+        choices.push(ApprovalChoice::AllowSession);
+        if rules.persists() {
+            choices.push(ApprovalChoice::AllowAlways);
+        }
+    }
+    choices.push(ApprovalChoice::Reject);
+    ApprovalRequest {
+        id: uuid::Uuid::new_v4().to_string(),
+        call_id: info.call_id.clone(),
+        tool_name: info.name.clone(),
+        arguments: info.arguments.clone(),
+        reason,
+        escalation,
+        choices,
+        rule,
+    }
+}
+
+/// The data of the `approval/asked` event for `request`.
+fn asked_event(request: &ApprovalRequest) -> Value {
+    let mut asked = json!({
+        "id": request.id,
+        "toolName": request.tool_name,
+        "callId": request.call_id,
+        "reason": request.reason,
+        "choices": request.choices.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+    });
+    if let Some(preset) = request.escalation {
+        asked["escalation"] = json!(preset.as_str());
+    }
+    if let Some(rule) = &request.rule {
+        asked["rule"] = json!(rule.describe());
+    }
+    asked
+}
+
+/// Applies the approver's answer (`None`: the turn was cancelled meanwhile): records the rule
+/// an "allow for the session" or "allow always" answer covers, fills `decided` (outcome, scope,
+/// rule) and returns `Ok` when the call may run.
+fn settle(
+    decision: Option<ApprovalDecision>,
+    offered: &[ApprovalChoice],
+    rule: Option<ApprovalRule>,
+    rules: &crate::ApprovalRules,
+    decided: &mut Value,
+) -> Result<(), ToolError> {
+    // An answer that was not offered counts as "allow once": a rule is never recorded unless
+    // the user was shown it.
+    let offered_rule = |choice: ApprovalChoice| rule.clone().filter(|_| offered.contains(&choice));
+    match decision {
+        Some(ApprovalDecision::Reject { message }) => {
+            decided["outcome"] = json!("rejected");
+            decided["scope"] = json!("once");
+            Err(ToolError::new(ToolErrorCode::PermissionDenied, message))
+        }
+        None => {
+            decided["outcome"] = json!("canceled");
+            decided["scope"] = json!("once");
+            Err(ToolError::new(
+                ToolErrorCode::Aborted,
+                "the turn was cancelled while waiting for the user's approval",
+            ))
+        }
+        Some(allowed) => {
+            decided["outcome"] = json!("approved");
+            decided["scope"] = json!("once");
+            match allowed {
+                ApprovalDecision::AllowSession => {
+                    if let Some(rule) = offered_rule(ApprovalChoice::AllowSession) {
+                        decided["scope"] = json!("session");
+                        decided["rule"] = json!(rule.describe());
+                        rules.allow_for_session(rule);
+                    }
+                }
+                ApprovalDecision::AllowAlways => {
+                    if let Some(rule) = offered_rule(ApprovalChoice::AllowAlways) {
+                        decided["scope"] = json!("always");
+                        decided["rule"] = json!(rule.describe());
+                        if let Err(err) = rules.allow_always(rule) {
+                            // Still remembered for the session; the log says why not for
+                            // later ones.
+                            decided["scope"] = json!("session");
+                            decided["ruleError"] = json!(err);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        }
+    }
 }

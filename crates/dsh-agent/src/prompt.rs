@@ -15,14 +15,18 @@ use crate::extension::Extension;
 pub struct PromptSection {
     /// Position; lower comes first. Ties are broken by `name`.
     pub order: u32,
+    /// The section's name, unique within the prompt.
     pub name: String,
+    /// The section's text.
     pub text: String,
 }
 
 /// What sections may depend on: facts fixed for the life of a loop instance.
 #[derive(Debug, Clone)]
 pub struct PromptContext<'a> {
+    /// The model id the prompt is for.
     pub model: &'a str,
+    /// The session's working directory.
     pub cwd: &'a Path,
 }
 

@@ -17,6 +17,7 @@ use dsh_session::{Envelope, Event, TurnEndReason};
 /// One turn as a log records it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedTurn {
+    /// The turn number.
     pub turn: u64,
     /// The user-typed text that started the turn.
     pub prompt: String,
@@ -33,6 +34,7 @@ pub struct RecordedTurn {
 /// What a session log says happened, turn by turn, plus the model replies it recorded.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecordedRun {
+    /// The turns in log order.
     pub turns: Vec<RecordedTurn>,
     /// The chunks of every model call, in order; a call ends at its `finish` chunk (a call cut
     /// short by a cancel has none).
@@ -194,7 +196,9 @@ impl Adapter for ReplayAdapter {
 /// One way a replayed run differs from its recording.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Difference {
+    /// The turn where the difference is.
     pub turn: u64,
+    /// What differs, for a reader.
     pub what: String,
 }
 

@@ -42,7 +42,7 @@ pub const PERMISSION_PRESET_EVENT: &str = "permission/preset";
 pub const SANDBOX_MODE_EVENT: &str = "sandbox/mode";
 
 /// Tools whose `file_path` argument is written (protected-path approvals, leftover cleanup).
-pub const FILE_WRITING_TOOLS: [&str; 2] = ["write", "edit"];
+pub(crate) const FILE_WRITING_TOOLS: [&str; 2] = ["write", "edit"];
 
 /// What protected-path approvals say the write would do.
 const PROTECTED_REASON: &str =

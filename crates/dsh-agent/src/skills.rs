@@ -28,7 +28,9 @@ const MAX_SKILL_BYTES: u64 = 256 * 1024;
 /// One skill.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Skill {
+    /// The skill's name (from its front matter).
     pub name: String,
+    /// When to use it (from its front matter).
     pub description: String,
     /// The folder holding `SKILL.md` (relative resources resolve against it).
     pub dir: PathBuf,
@@ -43,7 +45,9 @@ pub struct Skill {
 /// Why a `SKILL.md` was skipped, for a warning.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SkillProblem {
+    /// The skill file.
     pub path: PathBuf,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -37,8 +37,11 @@ pub type ChildFactory = Arc<dyn Fn(u64) -> Result<AgentParts, crate::SubagentErr
 pub struct ParentLink {
     /// The parent's session log path.
     pub location: PathBuf,
+    /// The parent's session id.
     pub session_id: String,
+    /// The parent's working directory.
     pub cwd: String,
+    /// The parent's delegation depth (0 for a top-level session).
     pub depth: u64,
     /// Used to report background completions (weak: the parent owns this extension).
     pub handle: crate::WeakAgentHandle,

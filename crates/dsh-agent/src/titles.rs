@@ -19,7 +19,9 @@ pub enum TitleMode {
     Fallback,
     /// A model call; `route`/`model` default to the session's own.
     Model {
+        /// The adapter route to call, if not the session's.
         route: Option<String>,
+        /// The model to ask, if not the session's.
         model: Option<String>,
     },
 }

@@ -8,6 +8,10 @@
 //! The session lives on `/dev/shm` when it exists (fsync is then free), so the test measures
 //! the harness rather than the disk; it takes a few seconds in a debug build.
 //! `DSH_LONG_RUN_STEPS=<n>` changes the number of steps (a multiple of 4 turns).
+//!
+//! This file is a test binary of its own, not a module of `tests/it/`: resident memory is a
+//! property of the whole process, so other tests allocating beside it would make the growth it
+//! measures meaningless.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 

@@ -22,9 +22,13 @@ pub const API_VERSION: &str = "2023-06-01";
 /// request's `max_tokens` when the request is built; `off` sends no `thinking` at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThinkingBudgets {
+    /// Budget for `low` effort.
     pub low: u64,
+    /// Budget for `medium` effort.
     pub medium: u64,
+    /// Budget for `high` effort.
     pub high: u64,
+    /// Budget for `max` effort.
     pub max: u64,
 }
 

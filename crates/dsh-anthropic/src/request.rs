@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use dsh_llm::{
     ContentBlock, Failure, FailureCode, GenerateRequest, Message, Purpose, ReasoningEffort, Role,
 };
+use serde::ser::SerializeMap;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -100,7 +101,7 @@ enum BlockKind<'a> {
     ToolUse {
         id: &'a str,
         name: &'a str,
-        input: Cow<'a, RawValue>,
+        input: ToolInput<'a>,
     },
     ToolResult {
         tool_use_id: &'a str,
@@ -264,19 +265,31 @@ fn joined_text<'a>(blocks: &'a [ContentBlock]) -> Cow<'a, str> {
 
 /// The `input` object of a `tool_use` block: the raw arguments when they are a JSON object,
 /// else `{}`.
-fn tool_input(arguments: &str) -> Cow<'_, RawValue> {
+fn tool_input(arguments: &str) -> ToolInput<'_> {
     let trimmed = arguments.trim();
     if trimmed.starts_with('{') {
         if let Ok(raw) = serde_json::from_str::<&RawValue>(arguments) {
-            return Cow::Borrowed(raw);
+            return ToolInput::Raw(raw);
         }
     }
-    Cow::Owned(empty_object())
+    ToolInput::Empty
 }
 
-fn empty_object() -> Box<RawValue> {
-    serde_json::value::to_raw_value(&serde_json::Map::new())
-        .expect("serialising an empty map to JSON cannot fail")
+/// The `input` object of a `tool_use` block as it is sent.
+enum ToolInput<'a> {
+    /// The call's arguments, a JSON object, sent byte for byte.
+    Raw(&'a RawValue),
+    /// `{}`: the arguments were empty or not a JSON object.
+    Empty,
+}
+
+impl Serialize for ToolInput<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Raw(raw) => raw.serialize(serializer),
+            Self::Empty => serializer.serialize_map(Some(0))?.end(),
+        }
+    }
 }
 
 fn push_message<'a>(out: &mut Vec<WireMessage<'a>>, message: &'a Message) {

@@ -14,12 +14,19 @@
 //!
 //! In program arguments, environment values and templates, `{base}` becomes the fake provider's
 //! base URL and `{work}` the per-run work directory (the program's cwd).
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
+#![warn(clippy::too_many_lines)]
 
 mod process;
 mod session;
 mod stats;
 mod step;
+// The session benches' generator, shared as is: its `pub` items and its `expect`s on a
+// bench's own scratch log belong to bench code (a failed write aborts the measurement).
 #[path = "../../dsh-session/benches/common.rs"]
+#[allow(unreachable_pub, clippy::expect_used)]
 mod synthetic_log;
 mod table;
 

@@ -14,7 +14,7 @@ use crate::stats::median;
 
 /// Which wire format the fake provider speaks to the program under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
+pub(crate) enum Api {
     /// DeepSeek chat completions (dsh).
     Chat,
     /// OpenAI Responses (Codex CLI).
@@ -22,7 +22,7 @@ pub enum Api {
 }
 
 impl Api {
-    pub fn parse(text: &str) -> anyhow::Result<Api> {
+    pub(crate) fn parse(text: &str) -> anyhow::Result<Api> {
         match text {
             "chat" => Ok(Api::Chat),
             "responses" => Ok(Api::Responses),
@@ -34,7 +34,7 @@ impl Api {
 /// How to launch the program under test. `{base}` in arguments, environment values and
 /// templates is replaced by the fake provider's base URL, `{work}` by the work directory.
 #[derive(Debug, Clone, Default)]
-pub struct Launch {
+pub(crate) struct Launch {
     pub program: Vec<String>,
     pub env: Vec<(String, String)>,
     /// `(template file, destination)`: written with substitutions before every run.
@@ -80,7 +80,7 @@ impl Launch {
 
 /// The end of one child process: status, peak RSS and CPU time from `wait4`.
 #[derive(Debug, Clone, Copy)]
-pub struct Exit {
+pub(crate) struct Exit {
     pub code: Option<i32>,
     pub peak_rss_kib: u64,
     pub cpu: Duration,
@@ -145,7 +145,7 @@ fn run_measured(mut command: Command, limit: Duration) -> anyhow::Result<(Exit, 
 }
 
 /// Median wall time of `runs` runs of `launch` (no provider), after one warm-up run.
-pub fn spawn_time(launch: &Launch, runs: usize) -> anyhow::Result<Value> {
+pub(crate) fn spawn_time(launch: &Launch, runs: usize) -> anyhow::Result<Value> {
     let work = tempfile::tempdir()?;
     let mut times = Vec::new();
     for k in 0..=runs {
@@ -181,7 +181,7 @@ fn text_reply(api: Api, text: &str) -> ScriptedReply {
 /// Time from spawning `launch` to the first byte of its first model request at the fake
 /// provider, median of `runs` runs (after one warm-up run). Each run is answered with a short
 /// text reply so the program can finish.
-pub async fn first_request(launch: &Launch, api: Api, runs: usize) -> anyhow::Result<Value> {
+pub(crate) async fn first_request(launch: &Launch, api: Api, runs: usize) -> anyhow::Result<Value> {
     let provider = FakeProvider::start(Vec::new()).await?;
     let base = provider.base_url();
     let mut times = Vec::new();
@@ -230,7 +230,7 @@ pub async fn first_request(launch: &Launch, api: Api, runs: usize) -> anyhow::Re
 
 /// The tool call of step `k` (1-based) in each wire format.
 #[derive(Debug, Clone)]
-pub struct TaskTool {
+pub(crate) struct TaskTool {
     pub name: String,
     /// Argument JSON with `{k}` replaced by the step number.
     pub arguments: String,
@@ -264,7 +264,7 @@ fn tool_reply(api: Api, tool: &TaskTool, k: usize) -> ScriptedReply {
 
 /// Runs a scripted task of `steps` tool calls and a final answer; reports peak RSS, CPU and
 /// wall time of the process, and whether every step reached the provider.
-pub async fn task(
+pub(crate) async fn task(
     launch: &Launch,
     api: Api,
     steps: usize,
@@ -373,7 +373,7 @@ fn count_tool_results(body: &Value) -> usize {
 }
 
 /// Serves text replies and prints every request's path and tool names (for probing a client).
-pub async fn serve(api: Api, seconds: u64) -> anyhow::Result<()> {
+pub(crate) async fn serve(api: Api, seconds: u64) -> anyhow::Result<()> {
     let provider = FakeProvider::start(Vec::new()).await?;
     for _ in 0..50 {
         provider.push_reply(text_reply(api, "ok"));

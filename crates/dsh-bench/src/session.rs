@@ -91,7 +91,7 @@ fn load_floor(path: &std::path::Path) -> anyhow::Result<(f64, usize)> {
 }
 
 /// Append and load of `events` events, `runs` times each (median).
-pub fn session(events: usize, runs: usize) -> anyhow::Result<Value> {
+pub(crate) fn session(events: usize, runs: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir_in(std::env::temp_dir())?;
     let synthetic = synthetic_events(events);
     let flushes = synthetic.iter().filter(|e| flushes_after(e)).count();

@@ -1,7 +1,7 @@
 //! Small statistics helpers.
 
 /// The median of `values` (sorted in place); NaN when empty.
-pub fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     if values.is_empty() {
         return f64::NAN;
     }

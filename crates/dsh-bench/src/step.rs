@@ -343,7 +343,7 @@ fn summarise(label: &str, gaps: &[Gap], first_step: u64) -> anyhow::Result<Value
 /// of the flush policy are part of the overhead; on a tmpfs they cost nothing and what remains
 /// is the harness's own work. The long history is built on `/dev/shm` when it exists (for
 /// speed) and copied to `home_root` before the measured resume.
-pub async fn step_overhead(
+pub(crate) async fn step_overhead(
     history_steps: usize,
     sessions: usize,
     home_root: Option<&Path>,

@@ -98,12 +98,23 @@ fn peer(dir: &Path, name: &str) -> Result<Value, String> {
 
 /// Renders the Markdown table of the results in `results` and the criterion estimates in
 /// `criterion`.
-pub fn render(results: &Path, criterion: &Path) -> String {
-    let mut rows = Vec::new();
-    let timed = |v: Result<Value, String>, pointer: &str| {
-        v.and_then(|v| number(&v, pointer)).map(|x| (x, ms(x)))
-    };
+pub(crate) fn render(results: &Path, criterion: &Path) -> String {
+    let mut rows = start_rows(results);
+    rows.extend(task_rows(results));
+    rows.extend(sse_and_session_rows(results, criterion));
+    rows.extend(step_rows(results));
+    rows.extend(search_rows(criterion));
+    markdown(rows)
+}
 
+/// A measured time at `pointer` of a result, with its rendering.
+fn timed(v: Result<Value, String>, pointer: &str) -> Result<(f64, String), String> {
+    v.and_then(|v| number(&v, pointer)).map(|x| (x, ms(x)))
+}
+
+/// Start-up rows: `--version` and the first request byte.
+fn start_rows(results: &Path) -> Vec<Row> {
+    let mut rows = Vec::new();
     let dsh_version = timed(load(results, "version_dsh"), "/median_ms");
     rows.push(row(
         "`--version`, wall time (vs C `true`)",
@@ -130,29 +141,37 @@ pub fn render(results: &Path, criterion: &Path) -> String {
         dsh_first,
         timed(load(results, "version_true"), "/median_ms"),
     ));
+    rows
+}
 
-    let task = |name: &str| -> Result<Value, String> {
-        let v = peer(results, name)?;
-        let requests = number(&v, "/model_requests")?;
-        let expected = number(&v, "/expected_requests")?;
-        if requests < expected {
-            let tail = v["stderr_tail"]
-                .as_array()
-                .and_then(|t| t.first())
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            return Err(format!(
-                "only {requests} of {expected} model requests; exit {}; {tail}",
-                v["exit_code"]
-            ));
-        }
-        let sample = v["first_tool_result"].as_str().unwrap_or("");
-        if sample.trim_start_matches('"').starts_with("Error:") {
-            return Err(format!("the tool failed: {sample}"));
-        }
-        Ok(v)
-    };
+/// The result of a scripted task, refused when it made fewer model requests than expected or
+/// its first tool call failed (then the figures would not measure the task).
+fn checked_task(results: &Path, name: &str) -> Result<Value, String> {
+    let v = peer(results, name)?;
+    let requests = number(&v, "/model_requests")?;
+    let expected = number(&v, "/expected_requests")?;
+    if requests < expected {
+        let tail = v["stderr_tail"]
+            .as_array()
+            .and_then(|t| t.first())
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        return Err(format!(
+            "only {requests} of {expected} model requests; exit {}; {tail}",
+            v["exit_code"]
+        ));
+    }
+    let sample = v["first_tool_result"].as_str().unwrap_or("");
+    if sample.trim_start_matches('"').starts_with("Error:") {
+        return Err(format!("the tool failed: {sample}"));
+    }
+    Ok(v)
+}
+
+/// Scripted task rows: memory, CPU and one-tool turns.
+fn task_rows(results: &Path) -> Vec<Row> {
+    let mut rows = Vec::new();
     let rss = |v: Result<Value, String>| {
         v.and_then(|v| number(&v, "/peak_rss_kib"))
             .map(|k| (k, mib(k)))
@@ -161,30 +180,35 @@ pub fn render(results: &Path, criterion: &Path) -> String {
     rows.push(row(
         "peak RSS, scripted 20-step tool task (vs Codex CLI)",
         "<= 0.2x",
-        rss(task("task_dsh")),
-        rss(task("task_codex")),
+        rss(checked_task(results, "task_dsh")),
+        rss(checked_task(results, "task_codex")),
     ));
     rows.push(row(
         "CPU time (user+sys), same task (vs Codex CLI)",
         "<= 0.1x",
-        cpu(task("task_dsh")),
-        cpu(task("task_codex")),
+        cpu(checked_task(results, "task_dsh")),
+        cpu(checked_task(results, "task_codex")),
     ));
 
     let wall = |v: Result<Value, String>| timed(v, "/wall_ms");
     rows.push(row(
         "one-tool turn (`bash` in its sandbox, then the answer), start to exit (vs Codex CLI)",
         "<= 0.25x",
-        wall(task("turn_dsh")),
-        wall(task("turn_codex")),
+        wall(checked_task(results, "turn_dsh")),
+        wall(checked_task(results, "turn_codex")),
     ));
     rows.push(row(
         "same one-tool turn with `read` (no process, no sandbox) (vs the `bash` turn)",
         "",
-        wall(task("turn_read_dsh")),
-        wall(task("turn_dsh")),
+        wall(checked_task(results, "turn_read_dsh")),
+        wall(checked_task(results, "turn_dsh")),
     ));
+    rows
+}
 
+/// SSE decoding and session log rows.
+fn sse_and_session_rows(results: &Path, criterion: &Path) -> Vec<Row> {
+    let mut rows = Vec::new();
     // SSE: the same bytes, so the throughput ratio is floor time / our time.
     let sse_ours = criterion_ms(criterion, "sse", "dsh_decode_and_assemble");
     let sse_floor = criterion_ms(criterion, "sse", "floor_serde_json_value");
@@ -219,7 +243,12 @@ pub fn render(results: &Path, criterion: &Path) -> String {
         timed(session.clone(), "/load_ms"),
         timed(session, "/load_floor_ms"),
     ));
+    rows
+}
 
+/// Per-step harness overhead rows, log on disk and on tmpfs.
+fn step_rows(results: &Path) -> Vec<Row> {
+    let mut rows = Vec::new();
     for (file, place) in [("steps", "log on disk"), ("steps_tmpfs", "log on tmpfs")] {
         let steps = load(results, file);
         for key in ["step_1", "step_n"] {
@@ -243,20 +272,29 @@ pub fn render(results: &Path, criterion: &Path) -> String {
             ));
         }
     }
+    rows
+}
 
-    rows.push(row(
-        "`grep` tool over the cargo registry sources (vs `rg`)",
-        "<= 1.5x",
-        criterion_ms(criterion, "search", "grep_tool").map(|x| (x, ms(x))),
-        criterion_ms(criterion, "search", "rg_grep").map(|x| (x, ms(x))),
-    ));
-    rows.push(row(
-        "`glob` tool, same tree (vs `rg --files -g`)",
-        "",
-        criterion_ms(criterion, "search", "glob_tool").map(|x| (x, ms(x))),
-        criterion_ms(criterion, "search", "rg_files").map(|x| (x, ms(x))),
-    ));
+/// Search tool rows (criterion estimates).
+fn search_rows(criterion: &Path) -> Vec<Row> {
+    vec![
+        row(
+            "`grep` tool over the cargo registry sources (vs `rg`)",
+            "<= 1.5x",
+            criterion_ms(criterion, "search", "grep_tool").map(|x| (x, ms(x))),
+            criterion_ms(criterion, "search", "rg_grep").map(|x| (x, ms(x))),
+        ),
+        row(
+            "`glob` tool, same tree (vs `rg --files -g`)",
+            "",
+            criterion_ms(criterion, "search", "glob_tool").map(|x| (x, ms(x))),
+            criterion_ms(criterion, "search", "rg_files").map(|x| (x, ms(x))),
+        ),
+    ]
+}
 
+/// The Markdown table of `rows`.
+fn markdown(rows: Vec<Row>) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "| measure | dsh | floor / peer | ratio | goal |");
     let _ = writeln!(out, "|---|---|---|---|---|");

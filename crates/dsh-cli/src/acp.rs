@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use dsh_acp::{AgentFactory, OpenRequest, OpenedAgent};
-use dsh_runtime::{Choices, Resume, Runtime, SessionSpec};
+use dsh_runtime::Choices;
 
 /// Arguments of `dsh acp`.
 #[derive(Debug, clap::Args)]
@@ -31,36 +30,6 @@ pub struct AcpArgs {
     pub trust_workspace: bool,
 }
 
-/// Opens the editor's sessions through the process's runtime, in the cwd the editor names.
-struct AcpFactory {
-    runtime: Runtime,
-}
-
-impl AgentFactory for AcpFactory {
-    fn open(&self, request: &OpenRequest) -> Result<OpenedAgent, String> {
-        let spec = SessionSpec {
-            cwd: Some(request.cwd.clone()),
-            resume: request
-                .resume
-                .as_ref()
-                .map_or(Resume::New, |id| Resume::Id(id.clone())),
-            // `session/load` replays the session to the editor.
-            history: true,
-            ..SessionSpec::default()
-        };
-        let store = self.runtime.store();
-        let opened = self
-            .runtime
-            .open(&spec, store.as_ref())
-            .map_err(|err| err.describe())?;
-        Ok(OpenedAgent {
-            agent: opened.agent,
-            keep_alive: Box::new(()),
-            history: opened.history,
-        })
-    }
-}
-
 /// Runs `dsh acp` until the editor closes stdin.
 pub fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
     // Sessions name their own cwd; the process's directory is only the runtime's default.
@@ -75,7 +44,7 @@ pub fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
             trust_workspace: args.trust_workspace,
         },
     )?;
-    let factory = Arc::new(AcpFactory { runtime });
+    let factory = Arc::new(runtime);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -148,10 +148,12 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         resume: args.resume(),
         ..SessionSpec::default()
     };
+    let setup = runtime.configuration(&spec).map_err(runtime_error)?;
     let store = runtime.store();
-    let opened = runtime.open(&spec, store.as_ref()).map_err(runtime_error)?;
-    let setup = opened.configuration;
-    let mut agent = opened.agent;
+    let mut agent = runtime
+        .open(&spec, store.as_ref())
+        .map_err(runtime_error)?
+        .agent;
     let handle = agent.handle();
     let session_id = handle.session_id();
 

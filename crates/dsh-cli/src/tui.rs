@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use dsh_runtime::{Choices, Resume, Runtime, SessionSpec};
+use dsh_runtime::Choices;
 use dsh_session::StoreKind;
-use dsh_tui::{AgentFactory, OpenedAgent, StartWith, StatusInfo, TuiOptions};
+use dsh_tui::{StartWith, StatusInfo, TuiOptions};
 
 /// Arguments of `dsh resume`.
 #[derive(Debug, clap::Args)]
@@ -19,36 +19,6 @@ pub struct ResumeArgs {
     /// Continue the latest session of this directory.
     #[arg(long, conflicts_with = "id")]
     pub last: bool,
-}
-
-fn spec(start: &StartWith) -> SessionSpec {
-    SessionSpec {
-        resume: match start {
-            StartWith::New => Resume::New,
-            StartWith::Resume(key) => Resume::Id(key.clone()),
-            StartWith::Last => Resume::Latest,
-        },
-        ..SessionSpec::default()
-    }
-}
-
-/// Opens the UI's sessions through the process's runtime.
-struct TuiFactory {
-    runtime: Runtime,
-}
-
-impl AgentFactory for TuiFactory {
-    fn open(&self, start: &StartWith) -> anyhow::Result<OpenedAgent> {
-        let store = self.runtime.store();
-        let opened = self
-            .runtime
-            .open(&spec(start), store.as_ref())
-            .map_err(crate::run::runtime_error)?;
-        Ok(OpenedAgent {
-            agent: opened.agent,
-            keep_alive: Box::new(()),
-        })
-    }
 }
 
 /// Opens the UI on a new session (`dsh`).
@@ -76,7 +46,7 @@ fn run(start: StartWith) -> anyhow::Result<ExitCode> {
     crate::trust::ask_at_start(&home, &cwd)?;
     let sessions = crate::run::runtime(Some(&cwd), Choices::default())?;
     let setup = sessions
-        .configuration(&spec(&start))
+        .configuration(&start.spec())
         .map_err(crate::run::runtime_error)?;
     let options = TuiOptions {
         home: setup.home.clone(),
@@ -96,7 +66,7 @@ fn run(start: StartWith) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let factory = Arc::new(TuiFactory { runtime: sessions });
+    let factory = Arc::new(sessions);
     let exit = runtime.block_on(dsh_tui::run(options, factory))?;
     // The input thread may still block in a terminal read; do not wait for it.
     runtime.shutdown_background();

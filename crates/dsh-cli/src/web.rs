@@ -7,11 +7,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use dsh_runtime::{Choices, Resume, Runtime, RuntimeError, SessionSpec};
-use dsh_server::{
-    AgentFactory, ApiError, OpenRequest, OpenedAgent, ServerOptions, StatusCode, WebServer,
-};
-use dsh_session::{PriceTable, SessionStore, StoreKind};
+use dsh_runtime::{Choices, SessionSpec};
+use dsh_server::{ServerOptions, WebServer};
+use dsh_session::{PriceTable, StoreKind};
 
 use crate::run::UserError;
 
@@ -58,60 +56,6 @@ pub struct WebArgs {
     /// Apply the workspaces' own project settings without a recorded `dsh trust`.
     #[arg(long)]
     pub trust_workspace: bool,
-}
-
-/// Opens the web UI's sessions through the process's runtime: the session's workspace, model
-/// and effort over `dsh web`'s flags, with model-written titles.
-struct WebFactory {
-    runtime: Runtime,
-    models: Vec<String>,
-}
-
-fn api_error(err: RuntimeError) -> ApiError {
-    match err {
-        RuntimeError::Agent(agent) => agent.into(),
-        RuntimeError::Session(session) => session.into(),
-        err if err.is_user_error() => {
-            ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string())
-        }
-        err => ApiError::internal(err.to_string()),
-    }
-}
-
-impl AgentFactory for WebFactory {
-    fn open(
-        &self,
-        request: &OpenRequest,
-        store: &dyn SessionStore,
-    ) -> Result<OpenedAgent, ApiError> {
-        let spec = SessionSpec {
-            cwd: Some(request.cwd.clone()),
-            resume: request
-                .resume
-                .as_ref()
-                .map_or(Resume::New, |id| Resume::Id(id.clone())),
-            choices: Choices {
-                model: request.model.clone(),
-                effort: request.effort.clone(),
-                ..Choices::default()
-            },
-            // An interactive session is worth a model-written title (one small call, thinking
-            // off, alongside the first turn; the fallback stays if it fails).
-            model_titles: true,
-            history: false,
-        };
-        // The permission source is installed, so the UI can switch presets
-        // (`POST /api/sessions/:id/permission`); the server installs its approver and asker.
-        let opened = self.runtime.open(&spec, store).map_err(api_error)?;
-        Ok(OpenedAgent {
-            agent: opened.agent,
-            guards: Vec::new(),
-        })
-    }
-
-    fn models(&self) -> Vec<String> {
-        self.models.clone()
-    }
 }
 
 fn listen_address(args: &WebArgs) -> anyhow::Result<SocketAddr> {
@@ -167,17 +111,14 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
     // The configuration of the default workspace, resolved once: prices and models for the
     // UI, and the sessions opened there reuse it. Without a key the UI still browses
     // sessions; prompts then fail with the same message.
-    let (prices, models) = match runtime.configuration(&SessionSpec::default()) {
-        Ok(setup) => (
-            setup.prices.clone(),
-            setup.config.models.keys().cloned().collect(),
-        ),
+    let prices = match runtime.configuration(&SessionSpec::default()) {
+        Ok(setup) => setup.prices.clone(),
         Err(err) => {
             eprintln!(
                 "dsh web: {}; sessions can be browsed, prompts will fail until this is fixed",
                 err.describe()
             );
-            (PriceTable::default_deepseek(), Vec::new())
+            PriceTable::default_deepseek()
         }
     };
 
@@ -191,8 +132,7 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
         default_cwd: cwd,
         allow_remote: args.allow_remote,
     };
-    let factory = Arc::new(WebFactory { runtime, models });
-    let server = dsh_server::WebServer::start(listener, options, factory)?;
+    let server = dsh_server::WebServer::start(listener, options, Arc::new(runtime))?;
     let url = server.url();
     say!("dsh web: serving {url}");
     say!("dsh web: press Ctrl-C to stop (running turns are cancelled and saved)");

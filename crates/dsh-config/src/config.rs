@@ -39,6 +39,7 @@ impl ProviderKind {
 pub struct ProviderConfig {
     /// The provider's name: its key under `[providers]` and its adapter route.
     pub name: String,
+    /// The wire format, which picks the adapter.
     pub kind: ProviderKind,
     /// Endpoint prefix.
     pub base_url: String,
@@ -59,14 +60,21 @@ pub struct ProviderConfig {
 /// One row of the model table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelEntry {
+    /// The model id as the provider names it.
     pub id: String,
     /// The provider this model belongs to, for listing; `None` for any.
     pub provider: Option<String>,
+    /// Context window in tokens, if configured.
     pub context_window: Option<u64>,
+    /// Largest output the model allows, in tokens.
     pub max_output: Option<u64>,
+    /// Output limit sent when none is asked for.
     pub default_max_tokens: Option<u64>,
+    /// Reasoning efforts the model accepts.
     pub efforts: Option<Vec<ReasoningEffort>>,
+    /// Effort used when none is asked for.
     pub default_effort: Option<ReasoningEffort>,
+    /// Prices per million tokens, for cost reports.
     pub price: Option<ModelPrice>,
 }
 
@@ -95,7 +103,9 @@ impl ModelEntry {
 /// Compaction settings (docs/agent.md, "Context discipline"), shares of the context window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompactionSettings {
+    /// Share of the context window at which a turn compacts.
     pub threshold: f64,
+    /// Share of the window kept verbatim after compaction.
     pub keep_tail: f64,
 }
 
@@ -110,8 +120,11 @@ pub struct Config {
     pub effort: Option<ReasoningEffort>,
     /// Permission preset name, if configured.
     pub permission: Option<String>,
+    /// Compaction thresholds (`[compaction]`).
     pub compaction: CompactionSettings,
+    /// Configured providers by name (`[providers.<name>]`).
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// The model table by model id (`[models.<id>]`).
     pub models: BTreeMap<String, ModelEntry>,
     /// `[mcp]` kept as written.
     pub mcp: Table,
@@ -130,8 +143,11 @@ pub struct Config {
 /// What a run uses: one provider, one model, an effort and the key.
 #[derive(Debug, Clone)]
 pub struct Selection {
+    /// The provider the run calls.
     pub provider: ProviderConfig,
+    /// The model id sent to the provider.
     pub model: String,
+    /// The reasoning effort asked for, if any.
     pub effort: Option<ReasoningEffort>,
     /// The key (redacted in `Debug`); `None` for a keyless provider.
     pub api_key: Option<ApiKey>,

@@ -16,7 +16,9 @@
 //!
 //! Files never hold keys: a provider names the variable holding its key (`api_key_env`), and a
 //! literal key in a file is refused.
-
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
 #![warn(clippy::too_many_lines)]
 
 mod adapters;

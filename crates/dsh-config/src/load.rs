@@ -76,7 +76,7 @@ pub const ENV_KEYS: &[(&str, &[&str])] = &[
 
 /// Reads and parses one file; a missing file is `Ok(None)`. Parse errors give the line and
 /// column but never quote the file's text (it might hold a pasted secret).
-pub fn read_layer(path: &Path, source: &Source) -> Result<Option<Table>, ConfigError> {
+pub(crate) fn read_layer(path: &Path, source: &Source) -> Result<Option<Table>, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -128,7 +128,7 @@ fn nested(path: &[&str], value: Value) -> Table {
 }
 
 /// All layers in precedence order (lowest first), each already checked on its own.
-pub fn collect_layers(
+pub(crate) fn collect_layers(
     home: &Path,
     cwd: &Path,
     lookup: &dyn Fn(&str) -> Option<String>,
@@ -177,11 +177,11 @@ pub fn collect_layers(
 }
 
 /// Provenance of every leaf value, by dotted key path.
-pub type Provenance = BTreeMap<String, Source>;
+pub(crate) type Provenance = BTreeMap<String, Source>;
 
 /// Merges `layers` (lowest precedence first): tables merge key by key, any other value (arrays
 /// included) replaces the one below. Returns the merged table and where each leaf came from.
-pub fn merge_layers(layers: &[(Source, Table)]) -> (Table, Provenance) {
+pub(crate) fn merge_layers(layers: &[(Source, Table)]) -> (Table, Provenance) {
     let mut merged = Table::new();
     let mut provenance = Provenance::new();
     for (source, table) in layers {

@@ -89,6 +89,7 @@ pub enum McpTransport {
 pub struct McpServerConfig {
     /// The name under `[mcp.servers]`; tools appear as `mcp__<name>__<tool>`.
     pub name: String,
+    /// How dsh reaches the server (stdio child or streamable HTTP).
     pub transport: McpTransport,
     /// Limit for one tool call.
     pub tool_timeout: Duration,

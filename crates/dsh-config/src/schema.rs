@@ -538,7 +538,7 @@ fn describe(value: &Value) -> String {
 }
 
 /// Checks one layer (a file, or the environment and flag values written as a table).
-pub fn check_layer(table: &Table, source: &Source) -> Vec<ConfigError> {
+pub(crate) fn check_layer(table: &Table, source: &Source) -> Vec<ConfigError> {
     let mut checker = Checker {
         source,
         errors: Vec::new(),

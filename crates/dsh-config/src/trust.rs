@@ -56,6 +56,7 @@ pub struct WorkspaceTrust {
     /// The exact text of the config file and of the hooks file as pinned: what applies is
     /// what was pinned, even if a file changes after the check (see [`Self::project_hooks`]).
     pub config_text: Option<String>,
+    /// The exact text of the hooks file as pinned.
     pub hooks_text: Option<String>,
     /// What was ignored because the workspace is not trusted: `(file, keys)`; the hooks file
     /// is listed with no keys (all of it is ignored).
@@ -181,6 +182,7 @@ pub struct TrustEntry {
 /// `$DSH_HOME/trust.toml`: the workspaces the user trusted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrustStore {
+    /// One entry per trusted workspace.
     pub entries: Vec<TrustEntry>,
 }
 

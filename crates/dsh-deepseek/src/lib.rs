@@ -13,6 +13,10 @@
 //! The HTTP side (client, headers, streamed calls, watchdogs, cancel, scrubbing) is
 //! [`dsh_http::Endpoint`], shared with the Anthropic adapter. The API key never leaves the
 //! `Authorization` header: `Debug` redacts it and failure messages are scrubbed of it.
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
+#![warn(clippy::too_many_lines)]
 
 mod adapter;
 mod config;

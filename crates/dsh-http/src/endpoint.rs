@@ -33,7 +33,9 @@ pub trait BodyDecoder: Send + Sync + 'static {
 /// A non-2xx response, for the format's error mapping.
 #[derive(Debug)]
 pub struct HttpErrorParts<'a> {
+    /// The HTTP status code.
     pub status: u16,
+    /// The response headers (`Retry-After`, request ids).
     pub headers: &'a HeaderMap,
     /// The start of the body (at most 64 KiB; empty when it stalled or broke).
     pub body: &'a [u8],
@@ -51,6 +53,7 @@ pub type Scrub = Box<dyn Fn(Failure) -> Failure + Send + Sync>;
 
 /// Everything one streamed call needs.
 pub struct HttpCall<D> {
+    /// Builds the request on first poll (credentials and body checked then).
     pub prepare: PrepareRequest,
     /// The endpoint, for "could not reach" messages.
     pub url: String,
@@ -59,9 +62,13 @@ pub struct HttpCall<D> {
     /// Longest time for the whole reply, from sending the request to its last byte, however
     /// steadily bytes (keep-alive comments included) arrive.
     pub reply_timeout: Duration,
+    /// Cancels the call; the stream then ends with an aborted finish.
     pub cancel: CancellationToken,
+    /// The wire format's body decoder: response bytes to chunks.
     pub decoder: D,
+    /// The wire format's error table for non-2xx responses.
     pub http_failure: HttpFailure,
+    /// Removes the key from every failure before it is returned.
     pub scrub: Scrub,
 }
 
@@ -432,7 +439,9 @@ pub struct EndpointConfig<'a> {
     pub key_variable: String,
     /// Headers the user configured.
     pub extra_headers: &'a [(String, String)],
+    /// Longest wait for the TCP and TLS connection to be set up.
     pub connect_timeout: Duration,
+    /// Longest wait for the response headers or for the next bytes of a body.
     pub idle_timeout: Duration,
     /// Overall deadline of one streamed reply (see [`HttpCall::reply_timeout`]).
     pub reply_timeout: Duration,

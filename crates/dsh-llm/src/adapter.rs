@@ -23,7 +23,9 @@ pub type ChunkStream = Pin<Box<dyn Stream<Item = Chunk> + Send>>;
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSchema {
+    /// The name the model calls it by.
     pub name: String,
+    /// What it does and when to use it, for the model.
     pub description: String,
     /// JSON Schema of the arguments object.
     pub parameters: Value,
@@ -33,7 +35,9 @@ pub struct ToolSchema {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Purpose {
+    /// Summarising the history for compaction.
     Compaction,
+    /// Naming the session.
     SessionTitle,
 }
 
@@ -42,13 +46,17 @@ pub enum Purpose {
 pub struct GenerateRequest {
     /// Route, model and sampling, already prepared.
     pub config: PreparedCallConfig,
+    /// The system prompt.
     pub system: String,
     /// The history, shared so that building a request does not copy it.
     pub messages: Arc<Vec<Message>>,
+    /// The tools the model may call, sorted by name.
     pub tools: Arc<Vec<ToolSchema>>,
     /// Live cancellation: cancelling it aborts the call, which then finishes `aborted`.
     pub cancel: CancellationToken,
+    /// The session the call belongs to, where a provider uses it (cache routing).
     pub session_id: Option<String>,
+    /// Why the call is made, when it is not an ordinary step.
     pub purpose: Option<Purpose>,
 }
 
@@ -56,12 +64,17 @@ pub struct GenerateRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
+    /// The model id.
     pub id: String,
+    /// Context window in tokens.
     pub context_window: u64,
+    /// Output limit used when a call asks for none.
     pub default_max_tokens: u64,
     /// Reasoning efforts the model accepts (`Off` included when thinking can be disabled).
     pub efforts: Vec<ReasoningEffort>,
+    /// Effort used when a call asks for none.
     pub default_effort: Option<ReasoningEffort>,
+    /// Input kinds the model accepts (`text`, `image`).
     pub modalities: Vec<String>,
 }
 
@@ -96,6 +109,7 @@ pub struct AdapterRegistry {
 /// A registration that cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
+    /// The route (named) already has an adapter.
     #[error("an adapter is already registered for route `{0}`")]
     DuplicateRoute(String),
 }

@@ -48,6 +48,7 @@ enum Partial {
 /// A chunk that the assembler refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AssemblerError {
+    /// A chunk came after `finish`.
     #[error("a chunk arrived after the reply's finish")]
     AfterFinish,
 }
@@ -55,7 +56,9 @@ pub enum AssemblerError {
 /// The outcome of one reply.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AssembledReply {
+    /// The completed blocks, in order.
     pub blocks: Vec<ContentBlock>,
+    /// The call's token counts, if the stream carried them.
     pub usage: Option<Usage>,
     /// `stop` when the stream carried no finish at all.
     pub finish: FinishReason,

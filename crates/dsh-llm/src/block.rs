@@ -11,25 +11,39 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ContentBlock {
     /// Visible text.
-    Text { text: String },
+    Text {
+        /// The text.
+        text: String,
+    },
     /// Model reasoning ("thinking"). `signature` is the provider's opaque proof, round-tripped
     /// verbatim where a wire format has one (Anthropic).
     Reasoning {
+        /// The reasoning text.
         text: String,
+        /// The provider's signature over it, if the wire format has one.
         signature: Option<String>,
     },
     /// An attachment, kept as opaque JSON until image support lands.
-    Image { attachment: Value },
+    Image {
+        /// The attachment as it was read.
+        attachment: Value,
+    },
     /// A tool call. `arguments` is the raw JSON string the model produced, kept byte for byte.
     ToolCall {
+        /// The provider's id of the call, echoed by its result.
         id: String,
+        /// The tool's name.
         name: String,
+        /// The arguments as the model wrote them (normally a JSON object).
         arguments: String,
     },
     /// The answer to a tool call, carried by a user-role message.
     ToolResult {
+        /// The id of the call this answers.
         tool_call_id: String,
+        /// The result's content (text blocks, normally).
         content: Vec<ContentBlock>,
+        /// `Some(true)` when the tool failed.
         is_error: Option<bool>,
     },
     /// A block of a kind this build does not know, kept as it was read.
@@ -40,10 +54,15 @@ pub enum ContentBlock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BlockType {
+    /// [`ContentBlock::Text`].
     Text,
+    /// [`ContentBlock::Reasoning`].
     Reasoning,
+    /// [`ContentBlock::Image`].
     Image,
+    /// [`ContentBlock::ToolCall`].
     ToolCall,
+    /// [`ContentBlock::ToolResult`].
     ToolResult,
 }
 

@@ -12,36 +12,57 @@ use crate::usage::Usage;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Chunk {
+    /// A block begins.
     #[serde(rename_all = "camelCase")]
     BlockStart {
+        /// The block's position in the reply.
         index: u32,
+        /// Its kind.
         block_type: BlockType,
     },
+    /// More visible text for block `index`.
     TextDelta {
+        /// The block's position in the reply.
         index: u32,
+        /// The text to append.
         text: String,
     },
+    /// More reasoning text for block `index`.
     ReasoningDelta {
+        /// The block's position in the reply.
         index: u32,
+        /// The text to append.
         text: String,
     },
+    /// More of a tool call for block `index`.
     #[serde(rename_all = "camelCase")]
     ToolCallDelta {
+        /// The block's position in the reply.
         index: u32,
+        /// The call's id (empty until the provider sent it).
         #[serde(default)]
         id: String,
+        /// The tool's name, when this delta carries it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
+        /// Raw argument text to append.
         arguments_delta: String,
     },
+    /// Block `index` is complete.
     BlockEnd {
+        /// The block's position in the reply.
         index: u32,
+        /// The whole block.
         block: ContentBlock,
     },
+    /// Token counts of the call.
     Usage {
+        /// The counts.
         usage: Usage,
     },
+    /// The reply ended; always the last chunk.
     Finish {
+        /// How it ended.
         reason: FinishReason,
     },
 }
@@ -50,11 +71,22 @@ pub enum Chunk {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum FinishReason {
+    /// The model finished its answer.
     Stop,
+    /// The model stopped to have tools called.
     ToolCalls,
+    /// The output limit cut the reply.
     MaxTokens,
-    Aborted { failure: Failure },
-    Error { failure: Failure },
+    /// The call was cancelled.
+    Aborted {
+        /// Why, with code `ABORTED`.
+        failure: Failure,
+    },
+    /// The call failed.
+    Error {
+        /// What went wrong.
+        failure: Failure,
+    },
 }
 
 impl FinishReason {

@@ -10,10 +10,15 @@ use crate::failure::{Failure, FailureCode};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReasoningEffort {
+    /// No thinking.
     Off,
+    /// Little thinking.
     Low,
+    /// Moderate thinking.
     Medium,
+    /// Much thinking.
     High,
+    /// As much thinking as the model allows.
     Max,
 }
 
@@ -47,14 +52,20 @@ impl ReasoningEffort {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallConfig {
+    /// The adapter route (the configured provider's name).
     pub provider: String,
+    /// The model id sent to the provider.
     pub model: String,
+    /// How hard the model should think; the model's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<ReasoningEffort>,
+    /// Sampling temperature; the provider's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Output limit in tokens; the model's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// Stop sequences, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<Vec<String>>,
 }
@@ -63,7 +74,9 @@ pub struct CallConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ConfigField {
+    /// [`CallConfig::reasoning_effort`].
     ReasoningEffort,
+    /// [`CallConfig::max_tokens`].
     MaxTokens,
 }
 

@@ -10,23 +10,41 @@ use serde::{Deserialize, Serialize};
 /// [`FailureCode::Other`] holding the value upper-cased (e.g. `CONTENT_FILTER`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum FailureCode {
+    /// `AUTH`: the provider refused the key.
     Auth,
+    /// `QUOTA`: the account has no credit or quota left.
     Quota,
+    /// `RATE_LIMIT`: too many requests; retry later.
     RateLimit,
+    /// `CONTEXT_WINDOW_EXCEEDED`: the request is too long for the model.
     ContextWindowExceeded,
+    /// `INVALID_REQUEST`: the provider rejected the request as malformed.
     InvalidRequest,
+    /// `SERVER`: the provider failed (5xx, overloaded).
     Server,
+    /// `HTTP_<n>`: another HTTP status.
     Http(u16),
+    /// `TRANSPORT`: the connection could not be made or broke.
     Transport,
+    /// `TIMEOUT`: nothing arrived within the idle timeout or the reply deadline passed.
     Timeout,
+    /// `ABORTED`: the call was cancelled.
     Aborted,
+    /// `STREAM_CLOSED`: the stream ended without its terminator.
     StreamClosed,
+    /// `MALFORMED_RESPONSE`: the reply could not be decoded.
     MalformedResponse,
+    /// `EMPTY_RESPONSE`: the reply had no content.
     EmptyResponse,
+    /// `MISSING_CREDENTIAL`: no key is configured.
     MissingCredential,
+    /// `INVALID_CREDENTIAL`: the key cannot be sent (e.g. not valid in a header).
     InvalidCredential,
+    /// `NO_ADAPTER`: no adapter is registered for the route.
     NoAdapter,
+    /// `UNSUPPORTED_REASONING_EFFORT`: the model does not accept the effort asked for.
     UnsupportedReasoningEffort,
+    /// `UNKNOWN`: anything else.
     Unknown,
     /// Any other code, already in upper case.
     Other(String),
@@ -120,12 +138,17 @@ impl<'de> Deserialize<'de> for FailureCode {
 #[serde(rename_all = "camelCase")]
 #[error("{code}: {message}")]
 pub struct Failure {
+    /// What went wrong, for the user.
     pub message: String,
+    /// The failure's code.
     pub code: FailureCode,
+    /// The HTTP status, when the provider answered with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// How long the provider asked to wait (`Retry-After`), in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
+    /// The provider's request id, for support requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
 }

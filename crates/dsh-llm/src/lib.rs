@@ -6,7 +6,9 @@
 //! provider; everything above them (the loop, the session log, the front ends) speaks only this.
 //!
 //! Serde names follow the original dsh so that session logs interoperate.
-
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
 #![warn(clippy::too_many_lines)]
 
 mod adapter;

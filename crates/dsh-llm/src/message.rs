@@ -10,8 +10,11 @@ use crate::block::ContentBlock;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// Instructions with system authority.
     System,
+    /// The user, and tool results.
     User,
+    /// The model.
     Assistant,
 }
 
@@ -26,21 +29,28 @@ pub enum MessageSource {
     User,
     /// Injected by an extension (runtime context, project instructions, reminders).
     Plugin {
+        /// The extension's name.
         plugin: String,
+        /// Which of the extension's kinds of message this is, if it says.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         form: Option<String>,
+        /// Fields this build does not know, kept as read.
         #[serde(flatten)]
         extra: Map<String, Value>,
     },
     /// Produced by a model.
     Model {
+        /// The adapter route that produced it.
         provider: String,
+        /// The model that produced it.
         model: String,
+        /// Fields this build does not know, kept as read.
         #[serde(flatten)]
         extra: Map<String, Value>,
     },
     /// The result of a tool call.
     Tool {
+        /// The id of the call.
         #[serde(rename = "callId")]
         call_id: String,
     },
@@ -49,9 +59,13 @@ pub enum MessageSource {
 /// One message of the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Unique within the session.
     pub id: String,
+    /// Who speaks it.
     pub role: Role,
+    /// Its content blocks, in order.
     pub content: Vec<ContentBlock>,
+    /// Where it came from.
     pub source: MessageSource,
 }
 

@@ -27,9 +27,17 @@ pub struct RetryPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RetryDecision {
     /// Wait `delay`, then try again; this will be retry number `retry` (1-based).
-    Retry { retry: u32, delay: Duration },
+    Retry {
+        /// The number of the coming retry, from 1.
+        retry: u32,
+        /// How long to wait before it.
+        delay: Duration,
+    },
     /// Stop; `reason` explains why, for the user.
-    GiveUp { reason: String },
+    GiveUp {
+        /// The explanation.
+        reason: String,
+    },
 }
 
 impl Default for RetryPolicy {

@@ -8,14 +8,19 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
+    /// Uncached input tokens.
     #[serde(default)]
     pub input_tokens: u64,
+    /// Output tokens, reasoning included.
     #[serde(default)]
     pub output_tokens: u64,
+    /// Input tokens read from the provider's cache.
     #[serde(default)]
     pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's cache.
     #[serde(default)]
     pub cache_write_tokens: u64,
+    /// The part of the output spent on reasoning.
     #[serde(default)]
     pub reasoning_tokens: u64,
 }
@@ -42,8 +47,10 @@ impl Usage {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageTotals {
+    /// The summed counts.
     #[serde(flatten)]
     pub usage: Usage,
+    /// How many requests were summed.
     pub requests: u64,
 }
 

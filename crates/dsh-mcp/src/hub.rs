@@ -369,39 +369,7 @@ impl Server {
                 url,
                 headers,
                 bearer_token_env,
-            } => {
-                use rmcp::transport::streamable_http_client::{
-                    StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
-                };
-                let mut map = reqwest::header::HeaderMap::new();
-                for (name, value) in headers {
-                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                        .map_err(|e| format!("header name `{name}`: {e}"))?;
-                    let value = reqwest::header::HeaderValue::from_str(value)
-                        .map_err(|e| format!("header `{name}` has an invalid value: {e}"))?;
-                    map.insert(name, value);
-                }
-                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
-                if let Some(variable) = bearer_token_env {
-                    let token = std::env::var(variable).map_err(|_| {
-                        format!("the variable {variable} (bearer_token_env) is not set")
-                    })?;
-                    config = config.auth_header(token);
-                }
-                let client = reqwest::Client::builder()
-                    .default_headers(map)
-                    .build()
-                    .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-                let transport = StreamableHttpClientTransport::with_client(client, config);
-                let service = connecting(timeout, ().serve(transport))
-                    .await
-                    .map_err(|e| format!("{e} (url {url})"))?;
-                Ok(Live {
-                    service,
-                    pgid: None,
-                    _child: None,
-                })
-            }
+            } => connect_http(url, headers, bearer_token_env.as_deref(), timeout).await,
         }
     }
 
@@ -561,4 +529,44 @@ fn unix_time() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// Connects to a streamable-HTTP server: configured headers, the bearer token from its
+/// variable, and the MCP handshake within `timeout`.
+async fn connect_http(
+    url: &str,
+    headers: &[(String, String)],
+    bearer_token_env: Option<&str>,
+    timeout: Duration,
+) -> Result<Live, String> {
+    use rmcp::transport::streamable_http_client::{
+        StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+    };
+    let mut map = reqwest::header::HeaderMap::new();
+    for (name, value) in headers {
+        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| format!("header name `{name}`: {e}"))?;
+        let value = reqwest::header::HeaderValue::from_str(value)
+            .map_err(|e| format!("header `{name}` has an invalid value: {e}"))?;
+        map.insert(name, value);
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(variable) = bearer_token_env {
+        let token = std::env::var(variable)
+            .map_err(|_| format!("the variable {variable} (bearer_token_env) is not set"))?;
+        config = config.auth_header(token);
+    }
+    let client = reqwest::Client::builder()
+        .default_headers(map)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let transport = StreamableHttpClientTransport::with_client(client, config);
+    let service = connecting(timeout, ().serve(transport))
+        .await
+        .map_err(|e| format!("{e} (url {url})"))?;
+    Ok(Live {
+        service,
+        pgid: None,
+        _child: None,
+    })
 }

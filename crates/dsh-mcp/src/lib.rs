@@ -13,6 +13,10 @@
 //! - A stdio server's stderr goes to `<log dir>/mcp-<server>.log`.
 //!
 //! MCP servers run outside dsh's sandbox, with the user's rights; none is configured by default.
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
+#![warn(clippy::too_many_lines)]
 
 mod hub;
 mod tool;

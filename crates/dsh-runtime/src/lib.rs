@@ -9,7 +9,7 @@
 //! start, and its sessions there reuse that). Each opened session gets its own MCP servers and
 //! approval rules, shared only with its subagents.
 
-#![warn(clippy::too_many_lines)]
+#![warn(clippy::too_many_lines, missing_docs, unreachable_pub)]
 
 pub mod credentials;
 
@@ -137,8 +137,48 @@ pub struct OpenedSession {
     pub agent: Agent,
     /// The events of the resumed session when [`SessionSpec::history`] asked for them.
     pub history: Vec<Envelope>,
-    /// The configuration the agent was built from.
-    pub configuration: Arc<Configuration>,
+}
+
+/// The one seam between the front ends (`dsh-tui`, `dsh-server`, `dsh-acp`) and composition:
+/// each front end maps its own request (a UI action, an HTTP body, an ACP message) to a
+/// [`SessionSpec`] and asks this for the agent. [`Runtime`] is the implementation the binary
+/// uses; tests of a front end implement it with scripted adapters.
+pub trait SessionFactory: Send + Sync + 'static {
+    /// Builds the agent `spec` asks for in `store`. Called on a blocking thread; may read files.
+    fn open(
+        &self,
+        spec: &SessionSpec,
+        store: &dyn SessionStore,
+    ) -> Result<OpenedSession, RuntimeError>;
+
+    /// The session store the front end should use when it has none of its own.
+    fn store(&self) -> Arc<dyn SessionStore + Send + Sync>;
+
+    /// Model ids a front end may offer for [`Choices::model`] (may be empty).
+    fn models(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl SessionFactory for Runtime {
+    fn open(
+        &self,
+        spec: &SessionSpec,
+        store: &dyn SessionStore,
+    ) -> Result<OpenedSession, RuntimeError> {
+        Runtime::open(self, spec, store)
+    }
+
+    fn store(&self) -> Arc<dyn SessionStore + Send + Sync> {
+        Runtime::store(self)
+    }
+
+    /// The models of the default workspace's configuration (none while it cannot be resolved).
+    fn models(&self) -> Vec<String> {
+        self.configuration(&SessionSpec::default())
+            .map(|setup| setup.config.models.keys().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 /// Warnings with the process-wide memory of the ones said once.
@@ -323,11 +363,7 @@ impl Runtime {
             Some(_) if spec.history => store.load(&agent.handle().session_id())?.events,
             _ => Vec::new(),
         };
-        Ok(OpenedSession {
-            agent,
-            history,
-            configuration,
-        })
+        Ok(OpenedSession { agent, history })
     }
 }
 

@@ -176,7 +176,8 @@ async fn resume_by_id_and_latest_continue_the_same_session_with_history() {
 
 #[tokio::test]
 async fn model_titles_make_one_more_call_when_the_spec_asks() {
-    let provider = FakeProvider::start([text_reply("done"), text_reply("A short title")])
+    // The title call runs alongside the turn, so either may take either reply.
+    let provider = FakeProvider::start([text_reply("done"), text_reply("done")])
         .await
         .unwrap();
     let setup = Setup::new(&provider.base_url(), Some("sk-runtime-test-key"));
@@ -192,6 +193,16 @@ async fn model_titles_make_one_more_call_when_the_spec_asks() {
     )
     .await
     .expect("the title call reaches the provider");
+    let titled = provider
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.body
+                .to_string()
+                .contains("You name coding-assistant sessions")
+        })
+        .count();
+    assert_eq!(titled, 1, "exactly one request is the title call");
 }
 
 #[test]

@@ -321,6 +321,54 @@ fn restrict_hook(
     })
 }
 
+/// The keeper's wait (see [`keep_tree`]): returns the exit code the keeper leaves with once the
+/// tree must end, when the shell `shell` exited (its status), a stop signal of `watched`
+/// arrived (128 + the signal) or dsh (`parent`) died (128 + `SIGKILL`). Reaps the orphans it
+/// adopted meanwhile. Async-signal-safe: system calls on stack memory only.
+fn wait_for_end(watched: &libc::sigset_t, parent: libc::pid_t, shell: libc::pid_t) -> i32 {
+    // SAFETY: plain system calls on stack memory; `watched` is a valid, blocked signal set.
+    unsafe {
+        let timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        let mut code = 1;
+        loop {
+            let sig = libc::sigtimedwait(watched, std::ptr::null_mut(), &timeout);
+            if sig == libc::SIGTERM || sig == libc::SIGINT || sig == libc::SIGHUP {
+                code = 128 + sig;
+                break;
+            }
+            if libc::getppid() != parent {
+                code = 128 + libc::SIGKILL;
+                break;
+            }
+            let mut shell_done = false;
+            loop {
+                let mut status = 0;
+                let pid = libc::waitpid(-1, &mut status, libc::WNOHANG);
+                if pid <= 0 {
+                    break;
+                }
+                if pid == shell {
+                    shell_done = true;
+                    code = if libc::WIFEXITED(status) {
+                        libc::WEXITSTATUS(status)
+                    } else if libc::WIFSIGNALED(status) {
+                        128 + libc::WTERMSIG(status)
+                    } else {
+                        1
+                    };
+                }
+            }
+            if shell_done {
+                break;
+            }
+        }
+        code
+    }
+}
+
 /// Splits the restricted child in two: the new child goes on to `exec` the command; this
 /// process stays behind as its keeper and never returns. The keeper is what dsh tracks (it
 /// leads the process group), so it ends the command's whole tree, also processes that left
@@ -393,43 +441,7 @@ fn keep_tree(parent: libc::pid_t) -> io::Result<()> {
             }
         }
         // The tree ends with the shell, a stop request, or dsh.
-        let timeout = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 50_000_000,
-        };
-        let mut code = 1;
-        loop {
-            let sig = libc::sigtimedwait(&watched, std::ptr::null_mut(), &timeout);
-            if sig == libc::SIGTERM || sig == libc::SIGINT || sig == libc::SIGHUP {
-                code = 128 + sig;
-                break;
-            }
-            if libc::getppid() != parent {
-                code = 128 + libc::SIGKILL;
-                break;
-            }
-            let mut shell_done = false;
-            loop {
-                let mut status = 0;
-                let pid = libc::waitpid(-1, &mut status, libc::WNOHANG);
-                if pid <= 0 {
-                    break;
-                }
-                if pid == shell {
-                    shell_done = true;
-                    code = if libc::WIFEXITED(status) {
-                        libc::WEXITSTATUS(status)
-                    } else if libc::WIFSIGNALED(status) {
-                        128 + libc::WTERMSIG(status)
-                    } else {
-                        1
-                    };
-                }
-            }
-            if shell_done {
-                break;
-            }
-        }
+        let code = wait_for_end(&watched, parent, shell);
         libc::kill(-1, libc::SIGKILL);
         // Reap what the kill ended, then leave with the shell's status.
         while libc::waitpid(-1, std::ptr::null_mut(), 0) > 0 {}

@@ -22,8 +22,10 @@
 //! let ctx = ctx.with_confinement(sandbox.confinement());
 //! # let _ = ctx; Ok(()) }
 //! ```
-
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
+#![warn(clippy::too_many_lines)]
 
 mod bubblewrap;
 mod landlock;

@@ -129,6 +129,67 @@ fn outermost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
     kept
 }
 
+/// The hidden directories of `request` (dsh's home, ...) and, inside each, the directories the
+/// session must still see (writable roots, cwd, workdir), with the directories to create on the
+/// way to them.
+fn hidden_plan(request: &ConfinementRequest, roots: &[PathBuf]) -> Result<Vec<Hidden>, String> {
+    let mut hidden = Vec::new();
+    let hidden_dirs = outermost(
+        request
+            .hidden_dirs
+            .iter()
+            .filter_map(|dir| std::fs::canonicalize(dir).ok())
+            .filter(|dir| dir.is_dir() && dir.parent().is_some())
+            .collect(),
+    );
+    let mut visible: Vec<PathBuf> = roots.to_vec();
+    for dir in [&request.cwd, &request.workdir] {
+        if let Ok(dir) = std::fs::canonicalize(dir) {
+            visible.push(dir);
+        }
+    }
+    for dir in hidden_dirs {
+        if visible.contains(&dir) {
+            // The session runs in dsh's home itself: nothing to hide.
+            continue;
+        }
+        let inside = outermost(
+            visible
+                .iter()
+                .filter(|v| v.starts_with(&dir) && **v != dir)
+                .cloned()
+                .collect(),
+        );
+        if inside.len() > MAX_TREES {
+            return Err(format!(
+                "{} directories to keep inside {}; the mount layer handles at most {MAX_TREES}",
+                inside.len(),
+                dir.display()
+            ));
+        }
+        let mut keep = Vec::new();
+        for path in inside {
+            let mut mkdirs = Vec::new();
+            let mut at = dir.clone();
+            if let Ok(rest) = path.strip_prefix(&dir) {
+                for part in rest.components() {
+                    at.push(part);
+                    mkdirs.push(c_path(&at)?);
+                }
+            }
+            keep.push(Kept {
+                path: c_path(&path)?,
+                mkdirs,
+            });
+        }
+        hidden.push(Hidden {
+            dir: c_path(&dir)?,
+            keep,
+        });
+    }
+    Ok(hidden)
+}
+
 impl MountPlan {
     /// The plan for `request` with `mode` ([`MountNamespace::Unavailable`] gives `None`).
     /// Paths that do not exist are skipped, as bubblewrap does.
@@ -181,60 +242,7 @@ impl MountPlan {
                 roots.len()
             ));
         }
-        let mut hidden = Vec::new();
-        let hidden_dirs = outermost(
-            request
-                .hidden_dirs
-                .iter()
-                .filter_map(|dir| std::fs::canonicalize(dir).ok())
-                .filter(|dir| dir.is_dir() && dir.parent().is_some())
-                .collect(),
-        );
-        let mut visible: Vec<PathBuf> = roots.clone();
-        for dir in [&request.cwd, &request.workdir] {
-            if let Ok(dir) = std::fs::canonicalize(dir) {
-                visible.push(dir);
-            }
-        }
-        for dir in hidden_dirs {
-            if visible.contains(&dir) {
-                // The session runs in dsh's home itself: nothing to hide.
-                continue;
-            }
-            let inside = outermost(
-                visible
-                    .iter()
-                    .filter(|v| v.starts_with(&dir) && **v != dir)
-                    .cloned()
-                    .collect(),
-            );
-            if inside.len() > MAX_TREES {
-                return Err(format!(
-                    "{} directories to keep inside {}; the mount layer handles at most {MAX_TREES}",
-                    inside.len(),
-                    dir.display()
-                ));
-            }
-            let mut keep = Vec::new();
-            for path in inside {
-                let mut mkdirs = Vec::new();
-                let mut at = dir.clone();
-                if let Ok(rest) = path.strip_prefix(&dir) {
-                    for part in rest.components() {
-                        at.push(part);
-                        mkdirs.push(c_path(&at)?);
-                    }
-                }
-                keep.push(Kept {
-                    path: c_path(&path)?,
-                    mkdirs,
-                });
-            }
-            hidden.push(Hidden {
-                dir: c_path(&dir)?,
-                keep,
-            });
-        }
+        let hidden = hidden_plan(request, &roots)?;
         Ok(Some(Self {
             id_maps,
             writable: roots.iter().map(|r| c_path(r)).collect::<Result<_, _>>()?,

@@ -34,7 +34,7 @@ use seccompiler::{
 
 /// Which rules apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Profile {
+pub(crate) enum Profile {
     /// The common rules (bubblewrap: its read-only binds already stop metadata changes).
     Common,
     /// The common rules plus, because Landlock does not govern file metadata: every `chown`
@@ -70,13 +70,13 @@ const TIOCLINUX: u64 = libc::TIOCLINUX as u64;
 
 /// A compiled filter, ready to install or to hand to bubblewrap.
 #[derive(Debug)]
-pub struct Program {
+pub(crate) struct Program {
     instructions: Vec<libc::sock_filter>,
 }
 
 impl Program {
     /// The filter for `profile`, compiled once per process.
-    pub fn get(profile: Profile) -> Result<&'static Program, String> {
+    pub(crate) fn get(profile: Profile) -> Result<&'static Program, String> {
         static COMMON: OnceLock<Result<Program, String>> = OnceLock::new();
         static LANDLOCK: OnceLock<Result<Program, String>> = OnceLock::new();
         let cell = match profile {
@@ -109,7 +109,7 @@ impl Program {
 
     /// An anonymous in-memory file (close-on-exec) holding the program, positioned at its
     /// start, for bubblewrap's `--add-seccomp-fd`. The child must clear close-on-exec on it.
-    pub fn memfd(&self) -> Result<OwnedFd, String> {
+    pub(crate) fn memfd(&self) -> Result<OwnedFd, String> {
         let fail = |what: &str| format!("{what}: {}", io::Error::last_os_error());
         // SAFETY: the name is a NUL-terminated literal; the flags are valid.
         let raw = unsafe { libc::memfd_create(c"dsh-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
@@ -147,7 +147,7 @@ impl Program {
     /// Installs the program on the calling thread. Async-signal-safe (one system call on
     /// memory that already exists): meant for a `pre_exec` hook. Needs `no_new_privs` (or
     /// `CAP_SYS_ADMIN`) first.
-    pub fn install(&self) -> io::Result<()> {
+    pub(crate) fn install(&self) -> io::Result<()> {
         let Ok(len) = u16::try_from(self.instructions.len()) else {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };

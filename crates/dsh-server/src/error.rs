@@ -80,6 +80,19 @@ impl From<dsh_agent::AgentError> for ApiError {
     }
 }
 
+impl From<dsh_runtime::RuntimeError> for ApiError {
+    fn from(err: dsh_runtime::RuntimeError) -> Self {
+        match err {
+            dsh_runtime::RuntimeError::Agent(agent) => agent.into(),
+            dsh_runtime::RuntimeError::Session(session) => session.into(),
+            err if err.is_user_error() => {
+                Self::new(StatusCode::BAD_REQUEST, err.code(), err.to_string())
+            }
+            err => Self::internal(err.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({

@@ -7,9 +7,9 @@
 //!   launch code exchanged for an `HttpOnly` cookie, see [`security::Access`]), JSON-only
 //!   mutating requests.
 //! - [`Sessions`] keeps one [`dsh_agent::Agent`] per open session running `serve()` in a task,
-//!   and serves the others from their logs; the front end supplies an [`AgentFactory`]. Each
-//!   live agent gets a [`WebApprover`] (tool approvals) and a [`WebAsker`]
-//!   (`ask_user_question`), answered through the API.
+//!   and serves the others from their logs; the binary supplies a
+//!   [`dsh_runtime::SessionFactory`]. Each live agent gets a [`WebApprover`] (tool
+//!   approvals) and a [`WebAsker`] (`ask_user_question`), answered through the API.
 //! - Everything the UI shows is rendered from session events (`GET
 //!   /api/sessions/:id/events`), so a reload or a second tab shows the same state.
 //!
@@ -43,7 +43,7 @@ pub use error::ApiError;
 pub use feed::Feed;
 pub use questions::WebAsker;
 pub use security::{check_bind_address, Access, AccessToken, GatePolicy};
-pub use sessions::{AgentFactory, LiveSession, OpenRequest, OpenedAgent, Sessions};
+pub use sessions::{LiveSession, OpenRequest, Sessions};
 
 /// How to run the server.
 #[derive(Debug, Clone)]
@@ -93,7 +93,7 @@ impl WebServer {
     pub fn start(
         listener: TcpListener,
         options: ServerOptions,
-        factory: Arc<dyn AgentFactory>,
+        factory: Arc<dyn dsh_runtime::SessionFactory>,
     ) -> std::io::Result<WebServer> {
         let address = listener.local_addr()?;
         let sessions = Sessions::new(options.home, options.store, factory, options.prices);

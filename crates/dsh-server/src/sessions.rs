@@ -1,4 +1,4 @@
-//! The sessions the server knows: live ones (an [`Agent`] running `serve` in a task) and
+//! The sessions the server knows: live ones (a [`dsh_agent::Agent`] running `serve` in a task) and
 //! stored ones (read from the log, read-only until a prompt reopens them with resume).
 //!
 //! Lifecycle changes (open, close, the rename of a stored session) are serialised by one async
@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use dsh_agent::{Agent, AgentHandle, ExtensionGuard};
+use dsh_agent::AgentHandle;
 use dsh_llm::CallConfig;
+use dsh_runtime::{Choices, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, Envelope, Event, PriceTable, SessionStore, SessionTitle, StoreKind};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -31,27 +32,25 @@ pub struct OpenRequest {
     pub effort: Option<String>,
 }
 
-/// An agent built by an [`AgentFactory`], with what must live as long as it.
-pub struct OpenedAgent {
-    /// The agent (created or resumed in the store the server passed).
-    pub agent: Agent,
-    /// Extension registrations to keep while the agent runs.
-    pub guards: Vec<ExtensionGuard>,
-}
-
-/// The front end's wiring (adapters, tools, extensions, configuration) as the server uses it.
-/// Called on a blocking thread; may read files.
-pub trait AgentFactory: Send + Sync + 'static {
-    /// Builds the agent for `request` in `store`. Errors are shown to the user as they are.
-    fn open(
-        &self,
-        request: &OpenRequest,
-        store: &dyn SessionStore,
-    ) -> Result<OpenedAgent, ApiError>;
-
-    /// Model ids to offer in the UI (may be empty).
-    fn models(&self) -> Vec<String> {
-        Vec::new()
+impl OpenRequest {
+    /// The spec the web UI asks the composition root for: the session's workspace, model and
+    /// effort over `dsh web`'s flags, and a model-written title (the UI lists sessions by
+    /// title).
+    pub fn spec(&self) -> SessionSpec {
+        SessionSpec {
+            cwd: Some(self.cwd.clone()),
+            resume: self
+                .resume
+                .as_ref()
+                .map_or(Resume::New, |id| Resume::Id(id.clone())),
+            choices: Choices {
+                model: self.model.clone(),
+                effort: self.effort.clone(),
+                ..Choices::default()
+            },
+            model_titles: true,
+            history: false,
+        }
     }
 }
 
@@ -82,7 +81,7 @@ impl LiveSession {
 pub struct Sessions {
     home: PathBuf,
     store_kind: StoreKind,
-    factory: Arc<dyn AgentFactory>,
+    factory: Arc<dyn SessionFactory>,
     /// Prices for listing costs.
     pub prices: PriceTable,
     live: Mutex<HashMap<String, Arc<LiveSession>>>,
@@ -132,7 +131,7 @@ impl Sessions {
     pub fn new(
         home: PathBuf,
         store_kind: StoreKind,
-        factory: Arc<dyn AgentFactory>,
+        factory: Arc<dyn SessionFactory>,
         prices: PriceTable,
     ) -> Arc<Sessions> {
         Arc::new_cyclic(|this| Sessions {
@@ -241,7 +240,7 @@ impl Sessions {
             let approver = Arc::clone(&approver);
             let asker = Arc::clone(&asker);
             self.with_store(move |store| {
-                let mut opened = factory.open(&request, store)?;
+                let mut opened = factory.open(&request.spec(), store)?;
                 crate::approvals::install(&mut opened.agent, approver);
                 crate::questions::install(&mut opened.agent, asker);
                 // Everything the agent wrote while opening (resume closers) is durable before
@@ -252,7 +251,7 @@ impl Sessions {
             .await?
         };
         let (opened, events, cwd) = opened;
-        let OpenedAgent { mut agent, guards } = opened;
+        let mut agent = opened.agent;
         let handle = agent.handle();
         let id = handle.session_id();
         // Subscribe before anything else can append: nothing runs until `serve` starts.
@@ -310,7 +309,6 @@ impl Sessions {
         let task_id = id.clone();
         let task_live = Arc::downgrade(&live);
         let task = tokio::spawn(async move {
-            let _guards = guards;
             if let Err(err) = agent.serve(stop).await {
                 eprintln!("dsh web: session {task_id} stopped: {err}");
             }

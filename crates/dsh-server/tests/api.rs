@@ -233,6 +233,7 @@ async fn stored_sessions_are_read_only_until_a_prompt_resumes_them() {
         spill: web.home.path().join("spill"),
         extra: Vec::new(),
         model_titles: false,
+        home: web.home.path().to_path_buf(),
     });
     let options = dsh_server::ServerOptions {
         home: web.home.path().to_path_buf(),

@@ -46,7 +46,9 @@
 //! `turn/start`, `turn/end` and `tool/started`; the loop calls [`SessionWriter::flush`] before
 //! each model call. The loop appends [`Event::ToolStarted`] right before each tool body: that
 //! is how crash repair tells `TOOL_NOT_STARTED` from `TOOL_OUTCOME_UNKNOWN` (see [`repair`]).
-
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
 #![warn(clippy::too_many_lines)]
 
 pub mod compat;

@@ -14,9 +14,13 @@ pub const FAKE_ANTHROPIC_MODEL: &str = "claude-fake-1";
 /// Usage as the Messages API reports it: the counts are already disjoint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AnthropicUsage {
+    /// `usage.input_tokens`: uncached prompt tokens.
     pub input_tokens: u64,
+    /// `usage.output_tokens`.
     pub output_tokens: u64,
+    /// `usage.cache_read_input_tokens`: prompt tokens read from the cache.
     pub cache_read_input_tokens: u64,
+    /// `usage.cache_creation_input_tokens`: prompt tokens written to the cache.
     pub cache_creation_input_tokens: u64,
 }
 

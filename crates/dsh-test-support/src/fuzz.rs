@@ -1,4 +1,4 @@
-//! Helpers of the fuzz targets written as property tests (`tests/fuzz_props.rs` of several
+//! Helpers of the fuzz targets written as property tests (`tests/it/fuzz_props.rs` of several
 //! crates): case counts, and for the stream decoders of the provider adapters, the sliced-feed
 //! driver, the output contract and byte mutations.
 

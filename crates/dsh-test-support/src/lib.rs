@@ -19,15 +19,23 @@
 //!   call with a deadline, the well-formed chunk contract, failure codes of common faults,
 //!   cancellation); [`fuzz`]: case counts and the stream-decoder driver of the fuzz targets.
 //! - [`chunks`]: replies as dsh chunks (text, one tool call) for scripted adapters.
-//! - [`copy_dir`] copies a fixture folder.
+//! - [`copy_dir`] copies a fixture folder; [`scratch_parent`] says where escape tests may put
+//!   files that no sandbox leaves writable.
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
+#![warn(clippy::too_many_lines)]
 
 mod anthropic;
 pub mod chunks;
 pub mod fuzz;
+// Assertions that run only inside adapter tests: a failed `expect` there is a failed test.
+#[allow(clippy::expect_used)]
 pub mod provider_checks;
 mod recording;
 mod render;
 mod responses;
+mod scratch;
 mod script;
 mod server;
 
@@ -40,6 +48,7 @@ pub use recording::{
 };
 pub use render::{render_chunks_as_sse, reply_for_call, sse_reply_from_chunks};
 pub use responses::{ResponsesReply, FAKE_RESPONSES_MODEL};
+pub use scratch::scratch_parent;
 pub use script::{
     chunk_event, ScriptedReply, SseReply, SseStep, StreamEnd, WireUsage, DONE_EVENT, FAKE_MODEL,
 };

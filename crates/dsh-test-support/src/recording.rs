@@ -21,6 +21,7 @@ use crate::script::ScriptedReply;
 pub struct RecordedCall {
     /// Turn and step the chunks were logged under, when the rows said.
     pub turn: Option<u64>,
+    /// Step number within the turn, when the rows said.
     pub step: Option<u64>,
     /// The reply, packed rows expanded into deltas. Ends with `finish` unless the call was cut
     /// short (a cancel while streaming).
@@ -47,16 +48,25 @@ impl RecordedCall {
 pub enum ReplayOverride {
     /// Stream the call's recorded chunks, then stall until cancelled. A scenario runner signals
     /// readiness by creating `ready_file` (relative to the session's working directory).
-    Hang { ready_file: Option<String> },
+    Hang {
+        /// Marker file created when the stall begins, if any.
+        ready_file: Option<String>,
+    },
     /// Fail the call with `code` after streaming `chunks`.
     Throw {
+        /// Chunks streamed before the failure.
         chunks: Vec<Chunk>,
+        /// The failure's message.
         message: String,
+        /// The failure's code.
         code: FailureCode,
     },
     /// Scripted chunks that the original runner served from a separate replay model (for
     /// example the session-title model); they are not applied to the recorded calls.
-    Chunks { chunks: Vec<Chunk> },
+    Chunks {
+        /// The scripted chunks, in order.
+        chunks: Vec<Chunk>,
+    },
     /// An entry of a kind this reader does not know, kept as read.
     Unknown(Value),
 }
@@ -73,13 +83,20 @@ pub struct RecordedSession {
 /// Why a recording could not be loaded.
 #[derive(Debug)]
 pub enum RecordingError {
+    /// A file could not be read.
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         error: std::io::Error,
     },
+    /// A line of a file is not a valid recording row.
     Parse {
+        /// The file.
         path: PathBuf,
+        /// 1-based line number.
         line: usize,
+        /// What is wrong with the line.
         message: String,
     },
 }

@@ -117,18 +117,7 @@ pub fn sse_reply_from_chunks(chunks: &[Chunk]) -> SseReply {
             }
             Chunk::Usage { usage: u } => usage = Some(WireUsage::from_usage(u)),
             Chunk::Finish { reason } => {
-                let finish_reason = match reason {
-                    FinishReason::Stop => "stop".to_string(),
-                    FinishReason::ToolCalls => "tool_calls".to_string(),
-                    FinishReason::MaxTokens => "length".to_string(),
-                    FinishReason::Error { failure } | FinishReason::Aborted { failure } => {
-                        match &failure.code {
-                            FailureCode::Other(code) => code.to_ascii_lowercase(),
-                            _ => "stop".to_string(),
-                        }
-                    }
-                };
-                reply = reply.finish(&finish_reason, usage.take());
+                reply = reply.finish(&wire_finish_reason(reason), usage.take());
             }
         }
     }
@@ -136,6 +125,21 @@ pub fn sse_reply_from_chunks(chunks: &[Chunk]) -> SseReply {
         reply = reply.usage(usage);
     }
     reply
+}
+
+/// The chat-completions `finish_reason` of a finish (see [`sse_reply_from_chunks`]).
+fn wire_finish_reason(reason: &FinishReason) -> String {
+    match reason {
+        FinishReason::Stop => "stop".to_string(),
+        FinishReason::ToolCalls => "tool_calls".to_string(),
+        FinishReason::MaxTokens => "length".to_string(),
+        FinishReason::Error { failure } | FinishReason::Aborted { failure } => {
+            match &failure.code {
+                FailureCode::Other(code) => code.to_ascii_lowercase(),
+                _ => "stop".to_string(),
+            }
+        }
+    }
 }
 
 /// The reply that makes the adapter reproduce a recorded call.

@@ -12,9 +12,13 @@ pub const FAKE_MODEL: &str = "deepseek-v4-flash";
 /// Usage as DeepSeek reports it. `prompt_tokens` includes the cache hits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WireUsage {
+    /// `usage.prompt_tokens`.
     pub prompt_tokens: u64,
+    /// `usage.completion_tokens`.
     pub completion_tokens: u64,
+    /// `usage.prompt_cache_hit_tokens`: prompt tokens served from the cache.
     pub prompt_cache_hit_tokens: u64,
+    /// `usage.completion_tokens_details.reasoning_tokens`.
     pub reasoning_tokens: u64,
 }
 
@@ -79,7 +83,9 @@ pub enum StreamEnd {
 /// Tool-call `index` is the wire index (0 for the first call of the reply), not a dsh block index.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseReply {
+    /// The events to send, in order.
     pub steps: Vec<SseStep>,
+    /// How the stream ends after the steps.
     pub end: StreamEnd,
     /// Pause before every `Data` step (simulates a slow model).
     pub chunk_delay: Option<Duration>,
@@ -250,8 +256,11 @@ pub enum ScriptedReply {
     Stream(SseReply),
     /// A non-success status with headers and a body.
     Http {
+        /// The HTTP status code.
         status: u16,
+        /// Response headers, name and value.
         headers: Vec<(String, String)>,
+        /// The response body.
         body: String,
     },
     /// The connection is closed without any answer.

@@ -25,6 +25,7 @@ const MAX_HEAD: usize = 1024 * 1024;
 /// One request the fake provider received.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedRequest {
+    /// The HTTP method.
     pub method: String,
     /// The request target as sent (path and query).
     pub path: String,

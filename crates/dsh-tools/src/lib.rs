@@ -31,8 +31,10 @@
 //! # let _ = (tools, block);
 //! # Ok(()) }
 //! ```
-
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::expect_used))]
+#![warn(clippy::too_many_lines)]
 
 mod args;
 mod ask;

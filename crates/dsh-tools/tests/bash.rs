@@ -1,8 +1,14 @@
 //! `bash` with real processes: output, markers, timeouts and cancellation killing the whole
 //! process group, output caps, environment scrubbing.
+//!
+//! This file is a test binary of its own, not a module of `tests/it/`: the environment test
+//! (`secrets_do_not_reach_the_child`) changes the test process's environment with
+//! `std::env::set_var`, which races with every other test that reads the environment or
+//! spawns a child at the same time, so it shares its process only with these bash tests.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

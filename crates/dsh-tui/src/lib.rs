@@ -9,8 +9,8 @@
 //! [`dsh_agent::AgentHandle`] and renders the session events it subscribes to. Rendering is
 //! pure ([`cards`], [`markdown`], [`view`]) and tested with ratatui's `TestBackend`; key
 //! handling ([`app`]) returns actions instead of acting, and [`runtime`] connects both to the
-//! terminal and the agent. The binary supplies an [`AgentFactory`] that builds agents the way
-//! `dsh run` does.
+//! terminal and the agent. The binary supplies a [`dsh_runtime::SessionFactory`] (its
+//! `Runtime`) that builds agents the way `dsh run` does.
 
 pub mod app;
 pub mod approval;
@@ -26,5 +26,5 @@ pub mod transcript;
 pub mod view;
 
 pub use app::{Action, App, StatusInfo};
-pub use runtime::{run, AgentFactory, OpenedAgent, StartWith, TuiExit, TuiOptions};
+pub use runtime::{run, StartWith, TuiExit, TuiOptions};
 pub use transcript::{Cell, NoticeLevel, ToolCard, ToolStatus, Transcript};

@@ -5,14 +5,14 @@
 //! resume, its log read) on a blocking thread while the user can already type; what is sent
 //! before it is ready is queued and sent when it is.
 
-use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossterm::event::Event as TermEvent;
-use dsh_agent::{Agent, AgentError, AgentHandle, SessionEvent};
+use dsh_agent::{AgentError, AgentHandle, SessionEvent};
 use dsh_llm::{CallConfig, ReasoningEffort};
+use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, LoadedLog, SessionSummary, StoreKind};
 use dsh_tools::PermissionPreset;
 use ratatui::backend::CrosstermBackend;
@@ -42,19 +42,19 @@ pub enum StartWith {
     Last,
 }
 
-/// An agent and what must outlive it (extension guards).
-pub struct OpenedAgent {
-    /// The agent, not yet serving.
-    pub agent: Agent,
-    /// Dropped after the agent.
-    pub keep_alive: Box<dyn Any + Send>,
-}
-
-/// Builds agents the way the binary configures them (adapters, tools, extensions). Called on
-/// a blocking thread.
-pub trait AgentFactory: Send + Sync + 'static {
-    /// Creates or resumes a session.
-    fn open(&self, start: &StartWith) -> anyhow::Result<OpenedAgent>;
+impl StartWith {
+    /// The session spec the UI asks the composition root for (docs/ARCHITECTURE.md,
+    /// "Bird's-eye view"): the UI differs from `dsh run` only in the session it starts with.
+    pub fn spec(&self) -> SessionSpec {
+        SessionSpec {
+            resume: match self {
+                StartWith::New => Resume::New,
+                StartWith::Resume(key) => Resume::Id(key.clone()),
+                StartWith::Last => Resume::Latest,
+            },
+            ..SessionSpec::default()
+        }
+    }
 }
 
 /// Settings of a TUI run.
@@ -82,7 +82,7 @@ pub struct TuiExit {
 
 /// Results of work done off the UI thread.
 enum Background {
-    Opened(Box<anyhow::Result<(OpenedAgent, LoadedLog)>>),
+    Opened(Box<anyhow::Result<(OpenedSession, LoadedLog)>>),
     Listed(anyhow::Result<Vec<SessionSummary>>),
     Forked(anyhow::Result<String>),
     Exported(anyhow::Result<PathBuf>),
@@ -99,7 +99,7 @@ struct Live {
 }
 
 /// Runs the UI until the user quits. The terminal is restored before this returns.
-pub async fn run(options: TuiOptions, factory: Arc<dyn AgentFactory>) -> anyhow::Result<TuiExit> {
+pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyhow::Result<TuiExit> {
     let guard = TerminalGuard::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     let mut ui = Ui {
@@ -153,7 +153,7 @@ struct Ui {
     /// Live events held back while the transcript is rebuilt after a lag.
     resync: Option<Vec<SessionEvent>>,
     options: TuiOptions,
-    factory: Arc<dyn AgentFactory>,
+    factory: Arc<dyn SessionFactory>,
     background: (
         mpsc::UnboundedSender<Background>,
         mpsc::UnboundedReceiver<Background>,
@@ -237,11 +237,15 @@ impl Ui {
         let (home, kind) = (self.options.home.clone(), self.options.store);
         let done = self.background.0.clone();
         tokio::task::spawn_blocking(move || {
-            let opened = factory.open(&start).and_then(|opened| {
-                let id = opened.agent.handle().session_id();
-                let log = open_store(kind, &home)?.load(&id)?;
-                Ok((opened, log))
-            });
+            let opened = open_store(kind, &home)
+                .map_err(anyhow::Error::from)
+                .and_then(|store| {
+                    let opened = factory
+                        .open(&start.spec(), store.as_ref())
+                        .map_err(|err| anyhow::anyhow!(err.describe()))?;
+                    let log = store.load(&opened.agent.handle().session_id())?;
+                    Ok((opened, log))
+                });
             // The UI may be gone (quit while opening); then nobody needs the agent.
             let _ = done.send(Background::Opened(Box::new(opened)));
         });
@@ -534,16 +538,8 @@ impl Ui {
                     let stop = CancellationToken::new();
                     let task = tokio::spawn({
                         let stop = stop.clone();
-                        let OpenedAgent {
-                            mut agent,
-                            keep_alive,
-                        } = opened;
-                        async move {
-                            let served = agent.serve(stop).await;
-                            drop(agent);
-                            drop(keep_alive);
-                            served
-                        }
+                        let mut agent = opened.agent;
+                        async move { agent.serve(stop).await }
                     });
                     self.live = Some(Live {
                         handle,

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet};
 use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy};
-use dsh_server::{AgentFactory, ApiError, OpenRequest, OpenedAgent, ServerOptions, WebServer};
-use dsh_session::{SessionStore, StoreKind};
+use dsh_runtime::{OpenedSession, Resume, RuntimeError, SessionFactory, SessionSpec};
+use dsh_server::{ServerOptions, WebServer};
+use dsh_session::{JsonlStore, SessionStore, StoreKind};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 use dsh_tools::{
     AskUserQuestionTool, NoSandbox, PermissionPreset, SpillDir, ToolContext, ToolRegistry,
@@ -26,21 +27,28 @@ pub struct TestFactory {
     pub base_url: String,
     pub spill: std::path::PathBuf,
     pub extra: Vec<Arc<dyn dsh_agent::Extension>>,
-    /// Sessions get a model-written title (one more request alongside the first turn).
+    /// Sessions get a model-written title (one more request alongside the first turn) when
+    /// the server asks for them too.
     pub model_titles: bool,
+    /// Home of [`SessionFactory::store`].
+    pub home: std::path::PathBuf,
 }
 
-impl AgentFactory for TestFactory {
+impl SessionFactory for TestFactory {
     fn open(
         &self,
-        request: &OpenRequest,
+        spec: &SessionSpec,
         store: &dyn SessionStore,
-    ) -> Result<OpenedAgent, ApiError> {
+    ) -> Result<OpenedSession, RuntimeError> {
+        let cwd = spec
+            .cwd
+            .clone()
+            .expect("the web server names the session's cwd");
         let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
             self.base_url.clone(),
             Some(dsh_deepseek::ApiKey::new("sk-web-test")),
         ))
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+        .map_err(|e| RuntimeError::InvalidConfig(e.to_string()))?;
         let mut adapters = AdapterRegistry::new();
         adapters.register("deepseek", Arc::new(adapter)).unwrap();
         let extensions = ExtensionSet::new();
@@ -48,25 +56,30 @@ impl AgentFactory for TestFactory {
             base_delay: Duration::from_millis(5),
             ..RetryPolicy::default()
         };
-        let mut guards =
-            dsh_agent::register_builtin_extensions(&extensions, retry, Duration::from_secs(30));
-        for extension in &self.extra {
-            guards.push(extensions.register(Arc::clone(extension)));
+        for guard in
+            dsh_agent::register_builtin_extensions(&extensions, retry, Duration::from_secs(30))
+        {
+            // The set lives as long as the agent.
+            std::mem::forget(guard);
         }
-        let skills = dsh_agent::SkillSet::discover(&[request.cwd.join(".dsh").join("skills")]);
-        guards.push(extensions.register(Arc::new(dsh_agent::Skills::new(skills))));
+        for extension in &self.extra {
+            extensions.register_for_life(Arc::clone(extension));
+        }
+        let skills = dsh_agent::SkillSet::discover(&[cwd.join(".dsh").join("skills")]);
+        extensions.register_for_life(Arc::new(dsh_agent::Skills::new(skills)));
         let mut tools = ToolRegistry::with_builtins();
         tools.register(Arc::new(AskUserQuestionTool)).unwrap();
         let spill = SpillDir::create(self.spill.join(uuid_like())).unwrap();
-        let tool_context = ToolContext::new(&request.cwd, spill)
+        let tool_context = ToolContext::new(&cwd, spill)
             .unwrap()
             .with_permission(PermissionPreset::DangerFullAccess);
-        let model = request
+        let model = spec
+            .choices
             .model
             .clone()
             .unwrap_or_else(|| "deepseek-v4-flash".into());
-        let mut options = AgentOptions::new(CallConfig::new("deepseek", model), &request.cwd);
-        if self.model_titles {
+        let mut options = AgentOptions::new(CallConfig::new("deepseek", model), &cwd);
+        if self.model_titles && spec.model_titles {
             options.titles = dsh_agent::TitleMode::Model {
                 route: None,
                 model: None,
@@ -79,12 +92,20 @@ impl AgentFactory for TestFactory {
             tool_context,
             options,
         };
-        let mut agent = match &request.resume {
-            Some(id) => Agent::resume(parts, store, id)?,
-            None => Agent::create(parts, store)?,
+        let mut agent = match &spec.resume {
+            Resume::Id(id) => Agent::resume(parts, store, id)?,
+            Resume::New => Agent::create(parts, store)?,
+            Resume::Latest => panic!("the web server never asks for the latest session"),
         };
         agent.set_permission_source(permission_source());
-        Ok(OpenedAgent { agent, guards })
+        Ok(OpenedSession {
+            agent,
+            history: Vec::new(),
+        })
+    }
+
+    fn store(&self) -> Arc<dyn SessionStore + Send + Sync> {
+        Arc::new(JsonlStore::new(&self.home))
     }
 
     fn models(&self) -> Vec<String> {
@@ -168,6 +189,7 @@ impl Web {
             spill: home.path().join("spill"),
             extra,
             model_titles,
+            home: home.path().to_path_buf(),
         });
         let options = ServerOptions {
             home: home.path().to_path_buf(),

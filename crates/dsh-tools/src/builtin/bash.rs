@@ -85,37 +85,10 @@ impl Tool for BashTool {
 
 async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let args: BashArgs = parse_args("bash", args)?;
-    if args.command.trim().is_empty() {
-        return Err(ToolError::invalid_args("command must not be empty"));
-    }
-    let background = args.run_in_background == Some(true);
-    if background && ctx.jobs().is_none() {
-        return Err(ToolError::new(
-            ToolErrorCode::Unsupported,
-            "run_in_background is not supported in this session (no background jobs); run the command in the foreground with a timeoutMs of up to 600000 instead",
-        ));
-    }
+    let (background, timeout) = check_args(&args, ctx)?;
     let limits = ctx.limits();
-    let timeout = match args.timeout_ms {
-        None => limits.bash_default_timeout,
-        Some(0) => return Err(ToolError::invalid_args("timeoutMs must be at least 1")),
-        Some(ms) => Duration::from_millis(ms).min(limits.bash_max_timeout),
-    };
     let workdir = resolve_workdir(ctx, args.workdir.as_deref())?;
-
-    let plan = CommandPlan {
-        program: "bash".into(),
-        args: vec!["-c".into(), args.command.clone().into()],
-        pre_exec: Vec::new(),
-    };
-    let request = ConfinementRequest {
-        preset: ctx.permission(),
-        cwd: ctx.cwd().to_path_buf(),
-        workdir: workdir.clone(),
-        writable_roots: ctx.writable_roots(),
-        hidden_dirs: crate::confinement::hidden_dirs(),
-    };
-    let plan = ctx.confinement().confine(plan, &request)?;
+    let (plan, request) = confined_plan(ctx, &args.command, &workdir)?;
     if ctx.cancel().is_cancelled() {
         return Err(aborted());
     }
@@ -131,23 +104,8 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         );
     }
 
-    let mut command = group_command(&plan, &workdir);
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let started = Instant::now();
-    let mut child = spawn_child(command).map_err(|err| {
-        ToolError::new(
-            ToolErrorCode::Io,
-            format!("cannot start {}: {err}", plan.program.to_string_lossy()),
-        )
-    })?;
-    let pid = child.id().and_then(|p| libc::pid_t::try_from(p).ok());
-    let Some(pid) = pid else {
-        return Err(ToolError::new(
-            ToolErrorCode::Io,
-            "the shell exited before it could be tracked",
-        ));
-    };
-    let mut group = ProcessGroup::new(pid);
+    let (mut child, mut group) = spawn_group(&plan, &workdir)?;
     let cap = limits.bash_stream_cap;
     let stdout = child.stdout.take().map(|s| {
         AbortOnDrop(tokio::spawn(capture(
@@ -204,16 +162,8 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let text = ctx.externalize(&text, "bash")?;
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal());
-    let summary = if timed_out {
-        format!("bash: {} (timed out)", args.description)
-    } else {
-        match exit_code {
-            Some(code) => format!("bash: {} (exit {code})", args.description),
-            None => format!("bash: {} (killed)", args.description),
-        }
-    };
     Ok(ToolOutput::text(text)
-        .with_summary(summary)
+        .with_summary(summary(&args.description, timed_out, exit_code))
         .with_data(json!({
             "exitCode": exit_code,
             "signal": signal,
@@ -224,6 +174,86 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
             "stdoutFile": stdout.full_path,
             "stderrFile": stderr.full_path,
         })))
+}
+
+/// Checks the arguments: a command, background runs only where the session has jobs, a
+/// positive timeout (capped at the configured maximum). Returns (background, timeout).
+fn check_args(args: &BashArgs, ctx: &ToolContext) -> Result<(bool, Duration), ToolError> {
+    if args.command.trim().is_empty() {
+        return Err(ToolError::invalid_args("command must not be empty"));
+    }
+    let background = args.run_in_background == Some(true);
+    if background && ctx.jobs().is_none() {
+        return Err(ToolError::new(
+            ToolErrorCode::Unsupported,
+            "run_in_background is not supported in this session (no background jobs); run the command in the foreground with a timeoutMs of up to 600000 instead",
+        ));
+    }
+    let limits = ctx.limits();
+    let timeout = match args.timeout_ms {
+        None => limits.bash_default_timeout,
+        Some(0) => return Err(ToolError::invalid_args("timeoutMs must be at least 1")),
+        Some(ms) => Duration::from_millis(ms).min(limits.bash_max_timeout),
+    };
+    Ok((background, timeout))
+}
+
+/// `bash -c <command>` in `workdir`, confined as the session's preset says; also returns the
+/// confinement request (its sandbox note needs it).
+fn confined_plan(
+    ctx: &ToolContext,
+    command: &str,
+    workdir: &std::path::Path,
+) -> Result<(CommandPlan, ConfinementRequest), ToolError> {
+    let plan = CommandPlan {
+        program: "bash".into(),
+        args: vec!["-c".into(), command.into()],
+        pre_exec: Vec::new(),
+    };
+    let request = ConfinementRequest {
+        preset: ctx.permission(),
+        cwd: ctx.cwd().to_path_buf(),
+        workdir: workdir.to_path_buf(),
+        writable_roots: ctx.writable_roots(),
+        hidden_dirs: crate::confinement::hidden_dirs(),
+    };
+    let plan = ctx.confinement().confine(plan, &request)?;
+    Ok((plan, request))
+}
+
+/// Starts the confined command in its own process group with piped stdout and stderr.
+fn spawn_group(
+    plan: &CommandPlan,
+    workdir: &std::path::Path,
+) -> Result<(tokio::process::Child, ProcessGroup), ToolError> {
+    let mut command = group_command(plan, workdir);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = spawn_child(command).map_err(|err| {
+        ToolError::new(
+            ToolErrorCode::Io,
+            format!("cannot start {}: {err}", plan.program.to_string_lossy()),
+        )
+    })?;
+    let pid = child.id().and_then(|p| libc::pid_t::try_from(p).ok());
+    let Some(pid) = pid else {
+        return Err(ToolError::new(
+            ToolErrorCode::Io,
+            "the shell exited before it could be tracked",
+        ));
+    };
+    Ok((child, ProcessGroup::new(pid)))
+}
+
+/// The one-line summary of a run: exit code, killed, or timed out.
+fn summary(description: &str, timed_out: bool, exit_code: Option<i32>) -> String {
+    if timed_out {
+        format!("bash: {description} (timed out)")
+    } else {
+        match exit_code {
+            Some(code) => format!("bash: {description} (exit {code})"),
+            None => format!("bash: {description} (killed)"),
+        }
+    }
 }
 
 fn aborted() -> ToolError {

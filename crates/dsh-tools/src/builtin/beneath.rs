@@ -29,7 +29,7 @@ static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
 
 /// True when `err` means a path component turned into a symbolic link (or left the root) after
 /// the path was resolved and checked: the caller reports it as a concurrent change.
-pub fn is_swapped(err: &io::Error) -> bool {
+pub(crate) fn is_swapped(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV))
 }
 
@@ -89,7 +89,7 @@ fn loop_error() -> io::Error {
 }
 
 /// Opens the writable root `root` (canonical, absolute) as an `O_PATH` directory descriptor.
-pub fn open_root(root: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_root(root: &Path) -> io::Result<OwnedFd> {
     let path = cstring(root.as_os_str())?;
     // SAFETY: `path` is NUL-terminated; the flags ask for a descriptor only.
     let fd = check(unsafe {
@@ -167,7 +167,11 @@ fn open_child_dir(dir: BorrowedFd<'_>, name: &CString, walk_only: bool) -> io::R
 /// The directory `relative` (plain names only) below the directory `root`, opened component by
 /// component without following links. With `create`, missing directories are made (mode
 /// `0777 & !umask`, as `mkdir -p`).
-pub fn open_dir_beneath(root: &OwnedFd, relative: &Path, create: bool) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir_beneath(
+    root: &OwnedFd,
+    relative: &Path,
+    create: bool,
+) -> io::Result<OwnedFd> {
     walk(root, relative, create, false)
 }
 
@@ -203,7 +207,7 @@ fn walk(root: &OwnedFd, relative: &Path, create: bool, walk_only: bool) -> io::R
 }
 
 /// What a name in a directory is, as far as `write`/`edit` care.
-pub enum Existing {
+pub(crate) enum Existing {
     /// Nothing by that name.
     Missing,
     /// A regular file: its content and metadata.
@@ -215,7 +219,7 @@ pub enum Existing {
 }
 
 /// Reads the regular file `name` in `dir` without following a link (`ELOOP` when it is one).
-pub fn read_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<Existing> {
+pub(crate) fn read_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<Existing> {
     let cname = cstring(name)?;
     let st = match lstat_at(dir.as_fd(), &cname) {
         Ok(st) => st,
@@ -262,7 +266,7 @@ fn temp_name() -> OsString {
 /// (`O_CREAT | O_EXCL | O_NOFOLLOW`), written, given `mode` (when replacing a file) and synced,
 /// then renamed over `name` relative to the same descriptor. Returns the metadata of the new
 /// file. The temp file is removed when any step fails.
-pub fn replace_file_at(
+pub(crate) fn replace_file_at(
     dir: &OwnedFd,
     name: &OsStr,
     content: &[u8],

@@ -78,6 +78,29 @@ impl Tool for ReadTool {
     }
 }
 
+/// Refuses directories, devices, sockets and pipes: `read` shows regular files only.
+fn check_regular_file(path: &std::path::Path, meta: &std::fs::Metadata) -> Result<(), ToolError> {
+    if meta.is_dir() {
+        Err(ToolError::new(
+            ToolErrorCode::NotAFile,
+            format!(
+                "{} is a directory, not a file; use glob to list its files",
+                path.display()
+            ),
+        ))
+    } else if !meta.is_file() {
+        Err(ToolError::new(
+            ToolErrorCode::NotAFile,
+            format!(
+                "{} is not a regular file (a device, socket or pipe); read only shows files",
+                path.display()
+            ),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     if args.file_path.is_empty() {
         return Err(ToolError::invalid_args("file_path must not be empty"));
@@ -95,24 +118,7 @@ fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     };
     let path = ctx.absolute(&args.file_path);
     let meta = std::fs::metadata(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
-    if meta.is_dir() {
-        return Err(ToolError::new(
-            ToolErrorCode::NotAFile,
-            format!(
-                "{} is a directory, not a file; use glob to list its files",
-                path.display()
-            ),
-        ));
-    }
-    if !meta.is_file() {
-        return Err(ToolError::new(
-            ToolErrorCode::NotAFile,
-            format!(
-                "{} is not a regular file (a device, socket or pipe); read only shows files",
-                path.display()
-            ),
-        ));
-    }
+    check_regular_file(&path, &meta)?;
     let file =
         std::fs::File::open(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);

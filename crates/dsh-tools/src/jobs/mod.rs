@@ -478,18 +478,7 @@ impl JobTable {
             let (end, leftovers) = tokio::select! {
                 status = child.wait() => {
                     let leftovers = group.terminate(KILL_GRACE).await;
-                    let end = match status {
-                        Ok(status) => {
-                            use std::os::unix::process::ExitStatusExt;
-                            match (status.code(), status.signal()) {
-                                (Some(code), _) => JobEnd::Exited(code),
-                                (None, Some(signal)) => JobEnd::Signaled(signal),
-                                (None, None) => JobEnd::Unknown("no exit code or signal".into()),
-                            }
-                        }
-                        Err(err) => JobEnd::Unknown(err.to_string()),
-                    };
-                    (end, leftovers)
+                    (job_end(status), leftovers)
                 }
                 _ = job.kill.cancelled() => {
                     group.terminate(KILL_GRACE).await;
@@ -519,6 +508,21 @@ impl JobTable {
         ))
         .with_summary(format!("bash (background {id})"))
         .with_data(data))
+    }
+}
+
+/// How a job's shell ended, from its wait status.
+fn job_end(status: std::io::Result<std::process::ExitStatus>) -> JobEnd {
+    match status {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (status.code(), status.signal()) {
+                (Some(code), _) => JobEnd::Exited(code),
+                (None, Some(signal)) => JobEnd::Signaled(signal),
+                (None, None) => JobEnd::Unknown("no exit code or signal".into()),
+            }
+        }
+        Err(err) => JobEnd::Unknown(err.to_string()),
     }
 }
 

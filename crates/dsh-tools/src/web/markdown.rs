@@ -318,14 +318,7 @@ impl Writer<'_> {
                 self.out.push_str("```\n");
                 self.pre += 1;
             }
-            ("pre", true) if self.pre > 0 => {
-                self.pre -= 1;
-                if !self.out.ends_with('\n') {
-                    self.out.push('\n');
-                }
-                self.out.push_str("```");
-                self.blank_line();
-            }
+            ("pre", true) if self.pre > 0 => self.close_pre(),
             ("code" | "kbd" | "samp" | "tt", _) if self.pre == 0 => self.out.push('`'),
             ("strong" | "b", _) => self.out.push_str("**"),
             ("em" | "i", _) => self.out.push('*'),
@@ -353,19 +346,7 @@ impl Writer<'_> {
                     self.newline();
                 }
             }
-            ("li", false) => {
-                self.newline();
-                let depth = self.lists.len().saturating_sub(1);
-                self.out.push_str(&"  ".repeat(depth));
-                match self.lists.last_mut() {
-                    Some(Some(n)) => {
-                        *n += 1;
-                        let n = *n;
-                        self.out.push_str(&format!("{n}. "));
-                    }
-                    _ => self.out.push_str("- "),
-                }
-            }
+            ("li", false) => self.list_item(),
             ("dt" | "dd" | "tr", false) => self.newline(),
             ("td" | "th", false) if !self.at_line_start() => self.out.push_str(" | "),
             ("a", false) => {
@@ -391,6 +372,31 @@ impl Writer<'_> {
             }
             (other, _) if BLOCKS.contains(&other) => self.blank_line(),
             _ => {}
+        }
+    }
+
+    /// Ends a code block opened by `<pre>`.
+    fn close_pre(&mut self) {
+        self.pre -= 1;
+        if !self.out.ends_with('\n') {
+            self.out.push('\n');
+        }
+        self.out.push_str("```");
+        self.blank_line();
+    }
+
+    /// Starts a list item: indented by list depth, numbered in an `<ol>`, else `- `.
+    fn list_item(&mut self) {
+        self.newline();
+        let depth = self.lists.len().saturating_sub(1);
+        self.out.push_str(&"  ".repeat(depth));
+        match self.lists.last_mut() {
+            Some(Some(n)) => {
+                *n += 1;
+                let n = *n;
+                self.out.push_str(&format!("{n}. "));
+            }
+            _ => self.out.push_str("- "),
         }
     }
 

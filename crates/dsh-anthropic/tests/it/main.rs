@@ -1,0 +1,11 @@
+//! Integration tests of dsh-anthropic: cancellation and secrets, conversations, faults, decoder
+//! fuzzing.
+//!
+//! Every integration test file of this crate is a module of this one binary, so the crate links
+//! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
+
+mod cancel_and_secrets;
+mod common;
+mod conversation;
+mod faults;
+mod fuzz_props;

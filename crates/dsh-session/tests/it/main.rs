@@ -1,0 +1,11 @@
+//! Integration tests of dsh-session: crash safety, recorded fixtures, fuzzing of the loader,
+//! projection, the store.
+//!
+//! Every integration test file of this crate is a module of this one binary, so the crate links
+//! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
+
+mod crash;
+mod fixtures;
+mod fuzz_props;
+mod projection;
+mod store;

@@ -1,0 +1,18 @@
+//! Integration tests of dsh-tools (all but bash.rs, see there): fuzzing, jobs, untrusted arguments,
+//! protected writes, read, registry, search, web_fetch, write/edit and the write race.
+//!
+//! Every integration test file of this crate is a module of this one binary, so the crate links
+//! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
+
+mod common;
+mod fuzz_props;
+mod jobs;
+mod opt_in_untrusted;
+mod protected_writes;
+mod read;
+mod registry;
+mod search;
+mod untrusted_args;
+mod web_fetch;
+mod write_edit;
+mod write_race;
