@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use dsh_config::trust::{self, TrustReason, TrustStore, WorkspaceTrust};
 
-use crate::credentials::{parse_env_file, BUILTIN_KEY_VARIABLES};
 use crate::run::UserError;
 
 /// Arguments of `dsh trust`.
@@ -145,73 +144,10 @@ fn record(home: &Path, cwd: &Path, reviewed: &WorkspaceTrust) -> anyhow::Result<
 }
 
 /// The review: each file, and what trusting it would apply (hook commands, MCP servers with
-/// command and arguments, permission, providers and base URLs), then the `.env` keys.
+/// command and arguments, permission, providers and base URLs), then the `.env` keys. Built by
+/// `dsh_runtime::trust`, which the web UI's trust card shares.
 pub fn review(state: &WorkspaceTrust, cwd: &Path) -> String {
-    let mut out = String::new();
-    out.push_str(&format!("Workspace {}\n", state.workspace.display()));
-    for (file, keys) in &state.ignored {
-        if keys.is_empty() {
-            out.push_str(&format!(
-                "\n{} (hooks: commands run unconfined):\n",
-                file.display()
-            ));
-            out.push_str(&hook_lines(file));
-        } else {
-            out.push_str(&format!("\n{} would set:\n", file.display()));
-            for line in trust::describe_keys(file, keys) {
-                out.push_str(&format!("  {line}\n"));
-            }
-        }
-    }
-    let env_file = cwd.join(".env");
-    if let Ok(text) = std::fs::read_to_string(&env_file) {
-        let mut names: Vec<String> = parse_env_file(&text).into_keys().collect();
-        names.sort();
-        out.push_str(&format!(
-            "\n{} sets {} (not covered by trust: dsh takes only provider keys from it: {} \
-             and the api_key_env variables of $DSH_HOME/config.toml)\n",
-            env_file.display(),
-            if names.is_empty() {
-                "nothing".to_string()
-            } else {
-                names.join(", ")
-            },
-            BUILTIN_KEY_VARIABLES.join(", ")
-        ));
-    }
-    out.push('\n');
-    out
-}
-
-fn hook_lines(file: &Path) -> String {
-    match dsh_agent::HooksConfig::load_file(file) {
-        Ok(hooks) if hooks.is_empty() => "  (no hooks)\n".to_string(),
-        Ok(hooks) => {
-            let mut out = String::new();
-            for event in dsh_agent::HookEvent::ALL {
-                for group in hooks.groups(event) {
-                    let matcher = group
-                        .matcher
-                        .as_deref()
-                        .filter(|m| !m.is_empty())
-                        .map(|m| format!(" (matcher {m})"))
-                        .unwrap_or_default();
-                    for command in &group.commands {
-                        out.push_str(&format!(
-                            "  {}{matcher}: runs `{}`\n",
-                            event.as_str(),
-                            command.command
-                        ));
-                    }
-                }
-            }
-            out
-        }
-        Err(errors) => {
-            let text: Vec<String> = errors.iter().map(|e| format!("  {e}\n")).collect();
-            format!("  cannot be read as hooks:\n{}", text.concat())
-        }
-    }
+    dsh_runtime::trust::review(state, cwd).text()
 }
 
 fn list(home: &Path) -> anyhow::Result<ExitCode> {

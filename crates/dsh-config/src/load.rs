@@ -38,7 +38,8 @@ pub fn project_config_path(cwd: &Path, home: &Path) -> Option<PathBuf> {
     None
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
+/// Whether `a` and `b` name the same file (compared canonically when both exist).
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,

@@ -20,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use toml::{Table, Value};
 
-use crate::load::PROJECT_DIR;
+use crate::load::{same_file, PROJECT_DIR};
 
 /// File of recorded trust in `$DSH_HOME`.
 pub const TRUST_FILE: &str = "trust.toml";
@@ -134,13 +134,6 @@ pub fn project_hooks_path(cwd: &Path, home: &Path) -> Option<PathBuf> {
         }
     }
     None
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
-    }
 }
 
 /// `sha256:<hex>` over the list of `files` and their exact bytes (each: path, NUL, length as

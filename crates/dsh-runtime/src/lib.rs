@@ -12,6 +12,7 @@
 #![warn(clippy::too_many_lines, missing_docs, unreachable_pub)]
 
 pub mod credentials;
+pub mod trust;
 
 mod compose;
 mod error;
@@ -158,6 +159,10 @@ pub trait SessionFactory: Send + Sync + 'static {
     fn models(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The user just trusted `workspace` (docs/configuration.md, "Workspace trust"): forget
+    /// every configuration resolved in it, so the next session there applies its settings.
+    fn trusted(&self, _workspace: &Path) {}
 }
 
 impl SessionFactory for Runtime {
@@ -178,6 +183,10 @@ impl SessionFactory for Runtime {
         self.configuration(&SessionSpec::default())
             .map(|setup| setup.config.models.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    fn trusted(&self, workspace: &Path) {
+        self.forget_workspace(workspace);
     }
 }
 
@@ -317,6 +326,16 @@ impl Runtime {
             config,
             selection,
         })
+    }
+
+    /// Drops the configurations resolved in `workspace` or below it (after its trust changed):
+    /// the next session there resolves again. Open sessions keep what they were built with.
+    pub fn forget_workspace(&self, workspace: &Path) {
+        let workspace =
+            std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+        self.resolved
+            .lock_or_recover()
+            .retain(|(cwd, _), _| !cwd.starts_with(&workspace));
     }
 
     /// The session store of the home (JSONL, where every front end keeps its sessions).

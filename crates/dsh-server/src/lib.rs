@@ -229,6 +229,7 @@ fn router(state: Arc<routes::AppState>, policy: Arc<GatePolicy>) -> Router {
     let api = Router::new()
         .route("/api/info", get(routes::info))
         .route("/api/launch", post(routes::launch))
+        .route("/api/trust", get(routes::trust_review).post(routes::trust))
         .route("/api/sessions", get(routes::list).post(routes::create))
         .route("/api/sessions/{id}", get(routes::detail))
         .route("/api/sessions/{id}/events", get(routes::events))

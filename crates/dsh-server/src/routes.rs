@@ -154,6 +154,166 @@ pub async fn create(State(state): Shared, body: Bytes) -> ApiResult {
     Ok((StatusCode::CREATED, Json(json!({"id": id}))).into_response())
 }
 
+/// The working directory a trust request names (`default_cwd` when none), as an existing
+/// canonical directory.
+fn trust_cwd(state: &AppState, cwd: Option<&str>) -> Result<PathBuf, ApiError> {
+    let cwd = cwd
+        .filter(|c| !c.trim().is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| state.default_cwd.clone());
+    std::fs::canonicalize(&cwd)
+        .ok()
+        .filter(|dir| dir.is_dir())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("{} is not an existing directory", cwd.display()))
+        })
+}
+
+/// `GET /api/trust?cwd=...`: whether the workspace of `cwd` has project settings that apply
+/// only once trusted, the exact review (docs/configuration.md, "Workspace trust") and the pin
+/// to send back with `POST /api/trust`.
+pub async fn trust_review(State(state): Shared, RawQuery(query): RawQuery) -> ApiResult {
+    let cwd = query_value(query.as_deref(), "cwd")
+        .map(percent_decode)
+        .transpose()?;
+    let cwd = trust_cwd(&state, cwd.as_deref())?;
+    let home = state.sessions.home().to_path_buf();
+    let body = tokio::task::spawn_blocking(move || -> Result<Value, ApiError> {
+        let inspected = inspect_trust(&home, &cwd)?;
+        let review = dsh_runtime::trust::review(&inspected, &cwd);
+        let files: Vec<Value> = review
+            .files
+            .iter()
+            .map(|f| {
+                json!({
+                    "file": f.file.to_string_lossy(),
+                    "kind": if f.hooks { "hooks" } else { "config" },
+                    "lines": f.lines,
+                })
+            })
+            .collect();
+        let env = review.env.as_ref().map(|env| {
+            json!({
+                "file": env.file.to_string_lossy(),
+                "names": env.names,
+                "note": dsh_runtime::trust::env_note(env),
+            })
+        });
+        Ok(json!({
+            "cwd": cwd.to_string_lossy(),
+            "workspace": inspected.workspace.to_string_lossy(),
+            "needsTrust": inspected.has_ignored() && inspected.trusted.is_none(),
+            "trusted": inspected.trusted.is_some(),
+            "changedSinceTrusted": inspected.changed_since_trusted,
+            "pin": inspected.pin,
+            "files": files,
+            "env": env,
+            "text": review.text(),
+        }))
+    })
+    .await
+    .map_err(|err| ApiError::internal(format!("a trust task failed: {err}")))??;
+    Ok(Json(body).into_response())
+}
+
+fn inspect_trust(
+    home: &std::path::Path,
+    cwd: &std::path::Path,
+) -> Result<dsh_runtime::trust::WorkspaceTrust, ApiError> {
+    dsh_runtime::trust::inspect(home, cwd).map_err(|message| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "INVALID_CONFIG",
+            format!("{message}; fix the project file, then review again"),
+        )
+    })
+}
+
+/// `%XX` and `+` of a query value decoded (UTF-8).
+fn percent_decode(text: &str) -> Result<String, ApiError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| ApiError::bad_request("bad %-escape in the query"))?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| ApiError::bad_request("the query is not UTF-8"))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TrustBody {
+    cwd: Option<String>,
+    pin: Option<String>,
+    confirm: bool,
+    /// A live session of that workspace to reopen with the settings applied.
+    session: Option<String>,
+}
+
+/// `POST /api/trust {cwd, pin, confirm: true, session?}`: records trust in the workspace of
+/// `cwd` only if its project files still hash to `pin` (else 409 `CHANGED`, nothing recorded);
+/// then forgets the configurations resolved there and reopens `session` if given.
+pub async fn trust(State(state): Shared, body: Bytes) -> ApiResult {
+    let body: TrustBody = parse(&body)?;
+    if !body.confirm {
+        return Err(ApiError::bad_request(
+            "trusting a workspace needs `confirm: true` (the user confirmed the review)",
+        ));
+    }
+    let Some(pin) = body.pin.filter(|p| !p.is_empty()) else {
+        return Err(ApiError::bad_request(
+            "`pin` is missing: send the pin of the review shown (GET /api/trust)",
+        ));
+    };
+    let cwd = trust_cwd(&state, body.cwd.as_deref())?;
+    let home = state.sessions.home().to_path_buf();
+    let recorded =
+        tokio::task::spawn_blocking(move || dsh_runtime::trust::record_pinned(&home, &cwd, &pin))
+            .await
+            .map_err(|err| ApiError::internal(format!("a trust task failed: {err}")))?;
+    let workspace = match recorded {
+        Ok(workspace) => workspace,
+        Err(dsh_runtime::trust::TrustError::Changed) => {
+            return Err(ApiError::conflict(
+                "CHANGED",
+                "the project files changed since shown; review them again",
+            ))
+        }
+        Err(dsh_runtime::trust::TrustError::Invalid(message)) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID_CONFIG",
+                message,
+            ))
+        }
+    };
+    state.sessions.trusted(&workspace);
+    let mut reopened = Value::Null;
+    if let Some(id) = body.session.filter(|s| !s.is_empty()) {
+        state.sessions.reopen(&id).await?;
+        reopened = json!(id);
+    }
+    Ok(Json(json!({
+        "trusted": true,
+        "workspace": workspace.to_string_lossy(),
+        "reopened": reopened,
+    }))
+    .into_response())
+}
+
 /// `GET /api/sessions/:id`: live state of a session (model, effort, permission, queue).
 pub async fn detail(State(state): Shared, Path(id): Path<String>) -> ApiResult {
     let feed = state.sessions.feed(&id).await?;

@@ -152,6 +152,34 @@ impl Sessions {
         self.factory.models()
     }
 
+    /// The dsh home.
+    pub fn home(&self) -> &std::path::Path {
+        &self.home
+    }
+
+    /// After the user trusted `workspace`: the factory forgets what it resolved there, so new
+    /// sessions (and reopened ones) apply the workspace's settings.
+    pub fn trusted(&self, workspace: &std::path::Path) {
+        self.factory.trusted(workspace);
+    }
+
+    /// Stops the live agent of session `id` and opens it again from its log, so it is built
+    /// with the configuration as it is now. Refused while a turn runs.
+    pub async fn reopen(&self, id: &str) -> Result<(), ApiError> {
+        check_id(id)?;
+        {
+            let _lifecycle = self.lifecycle.lock().await;
+            if self.running(id) {
+                return Err(ApiError::conflict(
+                    "BUSY",
+                    "the session is running a turn; reopen it when the turn ends",
+                ));
+            }
+            self.close(id).await;
+        }
+        self.ensure_live(id).await.map(|_| ())
+    }
+
     /// Runs `f` with the store on a blocking thread.
     pub async fn with_store<T, F>(&self, f: F) -> Result<T, ApiError>
     where

@@ -334,3 +334,77 @@ async fn prompt_approve_answer_cancel_and_reload_in_chromium() {
     });
     web.stop().await;
 }
+
+/// The trust card: planted project hooks in the default workspace show a card with the exact
+/// command when the new-session form opens; Review shows the list, Keep ignoring hides it, and
+/// Trust (after the confirmation dialog) records trust in the home.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_trust_card_shows_planted_hooks_and_trusts_after_confirmation() {
+    let Some(binary) = find_chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let mut web = Web::start(Vec::new()).await;
+    let ws = std::fs::canonicalize(web.cwd.path()).unwrap();
+    std::fs::create_dir_all(ws.join(".dsh")).unwrap();
+    std::fs::write(
+        ws.join(".dsh/hooks.json"),
+        r#"{"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "echo planted-hook"}]}]}}"#,
+    )
+    .unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let url = web.server.as_ref().unwrap().issue_url(None);
+    let trust_file = web.home.path().join("trust.toml");
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::start(&binary, profile.path());
+        browser.open(&url);
+        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        browser.eval("document.getElementById('new-session').click(); true");
+        browser.wait_for(
+            "!document.getElementById('trust-card').hidden",
+            "the trust card",
+            10,
+        );
+        assert!(browser
+            .eval("document.getElementById('trust-summary').textContent")
+            .as_str()
+            .unwrap()
+            .contains("settings that run commands"));
+        browser.eval("document.getElementById('trust-show').click(); true");
+        let review = browser.eval(
+            "document.getElementById('trust-review').hidden ? '' : document.getElementById('trust-review').textContent",
+        );
+        assert!(
+            review
+                .as_str()
+                .unwrap()
+                .contains("UserPromptSubmit: runs `echo planted-hook`"),
+            "{review}"
+        );
+        browser.eval("document.getElementById('trust-ignore').click(); true");
+        assert_eq!(
+            browser.eval("document.getElementById('trust-card').hidden"),
+            json!(true)
+        );
+        assert!(!trust_file.exists());
+        // Shown again (a new tab would): the dialog is accepted, trust is recorded.
+        browser.eval("sessionStorage.clear(); window.confirm = () => true; checkTrust(document.getElementById('new-cwd').value); true");
+        browser.wait_for(
+            "!document.getElementById('trust-card').hidden",
+            "the trust card again",
+            10,
+        );
+        browser.eval("document.getElementById('trust-accept').click(); true");
+        browser.wait_for(
+            "document.getElementById('trust-card').hidden",
+            "the card to close after trusting",
+            10,
+        );
+    });
+    let recorded = std::fs::read_to_string(&trust_file).unwrap();
+    assert!(
+        recorded.contains(ws.to_string_lossy().as_ref()),
+        "{recorded}"
+    );
+    web.stop().await;
+}

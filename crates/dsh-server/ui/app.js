@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const app = { info: null, id: null, source: null, conv: null, usageOpen: false, commands: [], permissionPending: null };
+const app = { info: null, id: null, source: null, conv: null, usageOpen: false, commands: [], permissionPending: null, cwds: {}, trust: null };
 
 // Commands of the page itself; they win over session commands (skills) of the same name.
 const BUILTINS = [
@@ -64,6 +64,7 @@ async function loadSessions() {
     add.title = "New session in " + ws.cwd;
     add.addEventListener("click", () => createSession(ws.cwd));
     for (const s of ws.sessions) {
+      app.cwds[s.id] = ws.cwd;
       const row = group.appendChild(el("a", "session" + (s.id === app.id ? " selected" : "")));
       row.href = "#/s/" + s.id;
       row.append(el("span", "s-title", s.title || "untitled"));
@@ -97,7 +98,7 @@ function select(id) {
   $("composer").hidden = false;
   $("export-md").href = `/api/sessions/${id}/export?format=md`;
   $("export-jsonl").href = `/api/sessions/${id}/export?format=jsonl`;
-  refreshDetail();
+  refreshDetail().then(() => checkTrust(app.detail?.cwd || app.cwds[id], id));
   // EventSource reconnects by itself with Last-Event-ID, so the stream resumes where it was.
   const source = new EventSource(`/api/sessions/${encodeURIComponent(id)}/events`);
   app.source = source;
@@ -289,6 +290,45 @@ async function fork(turn) {
   loadSessions();
 }
 
+// Workspace trust (docs/web.md, "Workspace trust"): a workspace's own settings that run
+// commands or widen power apply only once the user trusted its files exactly as reviewed.
+async function checkTrust(cwd, sessionId) {
+  const card = $("trust-card");
+  if (!cwd) { card.hidden = true; return; }
+  let t;
+  try { t = await (await fetch(`/api/trust?cwd=${encodeURIComponent(cwd)}`)).json(); } catch { return; }
+  // A later selection won the race.
+  if (sessionId !== undefined && sessionId !== app.id) return;
+  const ignoredKey = `dsh-trust-ignored:${t.workspace}:${t.pin}`;
+  if (!t.needsTrust || sessionStorage.getItem(ignoredKey)) { card.hidden = true; app.trust = null; return; }
+  app.trust = { cwd, sessionId, pin: t.pin, ignoredKey, text: t.text };
+  const names = (t.files || []).map((f) => f.file.split("/").slice(-2).join("/"));
+  $("trust-summary").textContent = `This project has settings that run commands or widen what dsh may do (${names.join(", ")}); they are ignored until you trust ${t.workspace}.`
+    + (t.changedSinceTrusted ? " They changed since you trusted this workspace." : "");
+  const lines = [];
+  for (const f of t.files || []) {
+    lines.push(f.kind === "hooks" ? `${f.file} (hooks: commands run unconfined):` : `${f.file} would set:`);
+    for (const line of f.lines) lines.push("  " + line);
+  }
+  if (t.env) lines.push("", t.env.note);
+  $("trust-review").textContent = lines.join("\n");
+  $("trust-review").hidden = true;
+  $("trust-show").textContent = "Review";
+  $("trust-accept").textContent = sessionId ? "Trust and reopen" : "Trust";
+  card.hidden = false;
+}
+
+async function acceptTrust() {
+  const t = app.trust;
+  if (!t) return;
+  if (!window.confirm("Trust this workspace and apply these settings? Its hooks and MCP servers will run unconfined.\n\n" + t.text)) return;
+  await api("/api/trust", { cwd: t.cwd, pin: t.pin, confirm: true, session: t.sessionId || undefined });
+  $("trust-card").hidden = true;
+  app.trust = null;
+  toast("workspace trusted");
+  if (t.sessionId && t.sessionId === app.id) { app.id = null; select(t.sessionId); }
+}
+
 function route() {
   const m = /^#\/s\/([\w-]+)$/.exec(location.hash);
   if (m && m[1] !== app.id) select(m[1]);
@@ -315,7 +355,18 @@ async function start() {
   try { app.info = await api("/api/info"); } catch { return; }
   $("models").replaceChildren(...(app.info.models || []).map((m) => Object.assign(el("option"), { value: m })));
   $("new-cwd").value = app.info.defaultCwd;
-  $("new-session").addEventListener("click", () => { $("new-form").hidden = false; $("new-cwd").focus(); });
+  $("new-session").addEventListener("click", () => { $("new-form").hidden = false; $("new-cwd").focus(); checkTrust($("new-cwd").value); });
+  $("new-cwd").addEventListener("change", () => checkTrust($("new-cwd").value));
+  $("trust-show").addEventListener("click", () => {
+    const review = $("trust-review");
+    review.hidden = !review.hidden;
+    $("trust-show").textContent = review.hidden ? "Review" : "Hide review";
+  });
+  $("trust-accept").addEventListener("click", () => acceptTrust().catch(() => {}));
+  $("trust-ignore").addEventListener("click", () => {
+    if (app.trust) sessionStorage.setItem(app.trust.ignoredKey, "1");
+    $("trust-card").hidden = true;
+  });
   $("new-cancel").addEventListener("click", () => { $("new-form").hidden = true; });
   $("new-form").addEventListener("submit", (e) => { e.preventDefault(); createSession($("new-cwd").value).catch(() => {}); });
   $("composer").addEventListener("submit", (e) => { e.preventDefault(); send("followup"); });

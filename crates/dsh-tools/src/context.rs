@@ -378,11 +378,7 @@ impl ToolContext {
                 {
                     match protected_write_target(&self.writable_roots(), &real) {
                         Some(entry) if !self.approved => {
-                            let via = if real == requested {
-                                String::new()
-                            } else {
-                                format!(" (resolves to {})", real.display())
-                            };
+                            let via = resolves_to(&requested, &real);
                             Err(ToolError::new(
                                 ToolErrorCode::PermissionDenied,
                                 format!(
@@ -395,11 +391,7 @@ impl ToolContext {
                         _ => Ok(real),
                     }
                 } else {
-                    let via = if real == requested {
-                        String::new()
-                    } else {
-                        format!(" (resolves to {})", real.display())
-                    };
+                    let via = resolves_to(&requested, &real);
                     Err(ToolError::new(
                         ToolErrorCode::PermissionDenied,
                         format!(
@@ -419,5 +411,14 @@ impl ToolContext {
         externalize(text, self.limits.spill_threshold, &self.spill, label)
             .map(|e| e.text)
             .map_err(|err| ToolError::io("cannot write spill file in", self.spill.path(), &err))
+    }
+}
+
+/// ` (resolves to <real>)` when the real target differs from the path asked for, else nothing.
+fn resolves_to(requested: &Path, real: &Path) -> String {
+    if real == requested {
+        String::new()
+    } else {
+        format!(" (resolves to {})", real.display())
     }
 }

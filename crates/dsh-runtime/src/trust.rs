@@ -1,0 +1,176 @@
+//! The review of a workspace's own settings before the user trusts them (docs/configuration.md,
+//! "Workspace trust"; docs/SECURITY.md, "Planted configuration and workspace trust"): the same
+//! review for `dsh trust`, the TUI's question and the web UI's trust card, and the recording of
+//! trust for the files exactly as reviewed.
+
+use std::path::{Path, PathBuf};
+
+use dsh_config::trust::{self as config_trust, TrustStore};
+
+/// The trust state of a workspace and how to read it (re-exported for front ends).
+pub use dsh_config::trust::{inspect, WorkspaceTrust};
+
+use crate::credentials::{parse_env_file, BUILTIN_KEY_VARIABLES};
+
+/// One project file and what trusting it would apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewFile {
+    /// The file.
+    pub file: PathBuf,
+    /// True for the hooks file (every command in it runs unconfined once trusted).
+    pub hooks: bool,
+    /// One line per setting: `key = value` (secrets redacted) for a config file,
+    /// `<event> (matcher m): runs `<command>`` for a hooks file.
+    pub lines: Vec<String>,
+}
+
+/// The `./.env` of the working directory: not covered by trust, shown so the user sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewEnv {
+    /// The file.
+    pub file: PathBuf,
+    /// The variable names it sets (sorted; values are never shown).
+    pub names: Vec<String>,
+}
+
+/// What trusting a workspace would apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Review {
+    /// The workspace (canonical).
+    pub workspace: PathBuf,
+    /// The files with settings left out for lack of trust.
+    pub files: Vec<ReviewFile>,
+    /// The `./.env` file, if there is one.
+    pub env: Option<ReviewEnv>,
+}
+
+/// The review of `state` (from [`dsh_config::trust::inspect`]) for the working directory `cwd`.
+pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
+    let files = state
+        .ignored
+        .iter()
+        .map(|(file, keys)| {
+            if keys.is_empty() {
+                ReviewFile {
+                    file: file.clone(),
+                    hooks: true,
+                    lines: hook_lines(file),
+                }
+            } else {
+                ReviewFile {
+                    file: file.clone(),
+                    hooks: false,
+                    lines: config_trust::describe_keys(file, keys),
+                }
+            }
+        })
+        .collect();
+    let env_file = cwd.join(".env");
+    let env = std::fs::read_to_string(&env_file).ok().map(|text| {
+        let mut names: Vec<String> = parse_env_file(&text).into_keys().collect();
+        names.sort();
+        ReviewEnv {
+            file: env_file,
+            names,
+        }
+    });
+    Review {
+        workspace: state.workspace.clone(),
+        files,
+        env,
+    }
+}
+
+impl Review {
+    /// The review as `dsh trust` prints it.
+    pub fn text(&self) -> String {
+        let mut out = format!("Workspace {}\n", self.workspace.display());
+        for file in &self.files {
+            if file.hooks {
+                out.push_str(&format!(
+                    "\n{} (hooks: commands run unconfined):\n",
+                    file.file.display()
+                ));
+            } else {
+                out.push_str(&format!("\n{} would set:\n", file.file.display()));
+            }
+            for line in &file.lines {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+        if let Some(env) = &self.env {
+            out.push_str(&format!("\n{}\n", env_note(env)));
+        }
+        out.push('\n');
+        out
+    }
+}
+
+/// The sentence about `./.env` (one line).
+pub fn env_note(env: &ReviewEnv) -> String {
+    format!(
+        "{} sets {} (not covered by trust: dsh takes only provider keys from it: {} and the \
+         api_key_env variables of $DSH_HOME/config.toml)",
+        env.file.display(),
+        if env.names.is_empty() {
+            "nothing".to_string()
+        } else {
+            env.names.join(", ")
+        },
+        BUILTIN_KEY_VARIABLES.join(", ")
+    )
+}
+
+fn hook_lines(file: &Path) -> Vec<String> {
+    match dsh_agent::HooksConfig::load_file(file) {
+        Ok(hooks) if hooks.is_empty() => vec!["(no hooks)".to_string()],
+        Ok(hooks) => {
+            let mut out = Vec::new();
+            for event in dsh_agent::HookEvent::ALL {
+                for group in hooks.groups(event) {
+                    let matcher = group
+                        .matcher
+                        .as_deref()
+                        .filter(|m| !m.is_empty())
+                        .map(|m| format!(" (matcher {m})"))
+                        .unwrap_or_default();
+                    for command in &group.commands {
+                        out.push(format!(
+                            "{}{matcher}: runs `{}`",
+                            event.as_str(),
+                            command.command
+                        ));
+                    }
+                }
+            }
+            out
+        }
+        Err(errors) => {
+            let mut out = vec!["cannot be read as hooks:".to_string()];
+            out.extend(errors.iter().map(ToString::to_string));
+            out
+        }
+    }
+}
+
+/// Why [`record_pinned`] recorded nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrustError {
+    /// The project files no longer hash to the pin that was shown.
+    Changed,
+    /// A project file or the trust store cannot be read or written (the message says which).
+    Invalid(String),
+}
+
+/// Records trust in the workspace of `cwd` only if its project files still hash to `pin` (the
+/// pin of the review the user saw); returns the workspace. Nothing is recorded otherwise.
+pub fn record_pinned(home: &Path, cwd: &Path, pin: &str) -> Result<PathBuf, TrustError> {
+    let now = config_trust::inspect(home, cwd).map_err(TrustError::Invalid)?;
+    if now.pin.as_deref() != Some(pin) || now.files.is_empty() {
+        return Err(TrustError::Changed);
+    }
+    let mut store = TrustStore::load(home).map_err(TrustError::Invalid)?;
+    store.record(&now.workspace, pin, &now.files);
+    store.save(home).map_err(TrustError::Invalid)?;
+    Ok(now.workspace)
+}
