@@ -55,24 +55,49 @@ pub struct UsageTotals {
 }
 
 impl UsageTotals {
-    /// Adds one request's usage.
+    /// Adds one request's usage (saturating: counts read from a foreign or damaged log may be
+    /// absurd, and a sum must never panic).
     pub fn add(&mut self, usage: &Usage) {
-        self.usage.input_tokens += usage.input_tokens;
-        self.usage.output_tokens += usage.output_tokens;
-        self.usage.cache_read_tokens += usage.cache_read_tokens;
-        self.usage.cache_write_tokens += usage.cache_write_tokens;
-        self.usage.reasoning_tokens += usage.reasoning_tokens;
-        self.requests += 1;
+        self.usage.input_tokens = self.usage.input_tokens.saturating_add(usage.input_tokens);
+        self.usage.output_tokens = self.usage.output_tokens.saturating_add(usage.output_tokens);
+        self.usage.cache_read_tokens = self
+            .usage
+            .cache_read_tokens
+            .saturating_add(usage.cache_read_tokens);
+        self.usage.cache_write_tokens = self
+            .usage
+            .cache_write_tokens
+            .saturating_add(usage.cache_write_tokens);
+        self.usage.reasoning_tokens = self
+            .usage
+            .reasoning_tokens
+            .saturating_add(usage.reasoning_tokens);
+        self.requests = self.requests.saturating_add(1);
     }
 
     /// Adds another total (e.g. a subagent's) to this one.
     pub fn merge(&mut self, other: &UsageTotals) {
-        self.usage.input_tokens += other.usage.input_tokens;
-        self.usage.output_tokens += other.usage.output_tokens;
-        self.usage.cache_read_tokens += other.usage.cache_read_tokens;
-        self.usage.cache_write_tokens += other.usage.cache_write_tokens;
-        self.usage.reasoning_tokens += other.usage.reasoning_tokens;
-        self.requests += other.requests;
+        self.usage.input_tokens = self
+            .usage
+            .input_tokens
+            .saturating_add(other.usage.input_tokens);
+        self.usage.output_tokens = self
+            .usage
+            .output_tokens
+            .saturating_add(other.usage.output_tokens);
+        self.usage.cache_read_tokens = self
+            .usage
+            .cache_read_tokens
+            .saturating_add(other.usage.cache_read_tokens);
+        self.usage.cache_write_tokens = self
+            .usage
+            .cache_write_tokens
+            .saturating_add(other.usage.cache_write_tokens);
+        self.usage.reasoning_tokens = self
+            .usage
+            .reasoning_tokens
+            .saturating_add(other.usage.reasoning_tokens);
+        self.requests = self.requests.saturating_add(other.requests);
     }
 }
 
@@ -96,5 +121,22 @@ mod tests {
         };
         assert_eq!(u.billed_input(), 3000);
         assert!((u.cache_hit_ratio() - 2816.0 / 3000.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sums_saturate_instead_of_overflowing() {
+        let huge = Usage {
+            input_tokens: u64::MAX,
+            reasoning_tokens: u64::MAX - 1,
+            ..Usage::default()
+        };
+        let mut total = UsageTotals::default();
+        total.add(&huge);
+        total.add(&huge);
+        let copy = total;
+        total.merge(&copy);
+        assert_eq!(total.usage.input_tokens, u64::MAX);
+        assert_eq!(total.usage.reasoning_tokens, u64::MAX);
+        assert_eq!(total.requests, 4);
     }
 }

@@ -156,12 +156,7 @@ impl SessionSummary {
     pub fn usage(&self) -> UsageTotals {
         let mut total = UsageTotals::default();
         for t in self.usage_by_model.values() {
-            total.usage.input_tokens += t.usage.input_tokens;
-            total.usage.output_tokens += t.usage.output_tokens;
-            total.usage.cache_read_tokens += t.usage.cache_read_tokens;
-            total.usage.cache_write_tokens += t.usage.cache_write_tokens;
-            total.usage.reasoning_tokens += t.usage.reasoning_tokens;
-            total.requests += t.requests;
+            total.merge(t);
         }
         total
     }

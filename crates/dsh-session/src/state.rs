@@ -198,12 +198,7 @@ impl SessionTracker {
     pub fn usage_total(&self) -> UsageTotals {
         let mut total = UsageTotals::default();
         for totals in self.usage_by_model.values() {
-            total.usage.input_tokens += totals.usage.input_tokens;
-            total.usage.output_tokens += totals.usage.output_tokens;
-            total.usage.cache_read_tokens += totals.usage.cache_read_tokens;
-            total.usage.cache_write_tokens += totals.usage.cache_write_tokens;
-            total.usage.reasoning_tokens += totals.usage.reasoning_tokens;
-            total.requests += totals.requests;
+            total.merge(totals);
         }
         total
     }
