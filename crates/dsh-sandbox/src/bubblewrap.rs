@@ -34,8 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_tools::{
-    existing_protected_entries, CommandConfinement, CommandPlan, ConfinementRequest,
-    PermissionPreset, PreExecHook, ToolError, ToolErrorCode,
+    CommandConfinement, CommandPlan, ConfinementRequest, PermissionPreset, PreExecHook, ToolError,
 };
 
 use crate::seccomp::{Profile, Program};
@@ -175,17 +174,11 @@ impl Bubblewrap {
 /// own hooks, in its place.
 fn bind_root(push: &mut impl FnMut(&[&OsStr]), root: &Path) {
     push(&["--bind".as_ref(), root.as_os_str(), root.as_os_str()]);
-    let git = root.join(".git");
-    if std::fs::symlink_metadata(&git).is_ok_and(|meta| meta.is_dir()) {
-        let hooks = git.join("hooks");
-        if std::fs::symlink_metadata(&hooks).is_err() {
-            // Best effort: if it cannot be created, the command cannot create it either
-            // (`.git` is then not writable), or the trust check covers what is planted.
-            let _ = std::fs::create_dir(&hooks);
-        }
+    let protection = crate::RootProtection::of(root);
+    if let Some(git) = &protection.pinned_git {
         push(&["--bind".as_ref(), git.as_os_str(), git.as_os_str()]);
     }
-    for entry in existing_protected_entries(root) {
+    for entry in &protection.read_only {
         push(&["--ro-bind".as_ref(), entry.as_os_str(), entry.as_os_str()]);
     }
 }
@@ -236,15 +229,7 @@ impl CommandConfinement for Bubblewrap {
         if request.preset == PermissionPreset::DangerFullAccess {
             return Ok(plan);
         }
-        let unavailable = |reason: String| {
-            ToolError::new(
-                ToolErrorCode::SandboxUnavailable,
-                format!(
-                    "bash cannot run under the {} preset: {reason}; commands never run unconfined outside danger-full-access",
-                    request.preset
-                ),
-            )
-        };
+        let unavailable = |reason: String| crate::setup_failed(request.preset, &reason);
         let filter = Program::get(Profile::Common)
             .and_then(Program::memfd)
             .map_err(unavailable)?;

@@ -39,7 +39,6 @@ use std::sync::Arc;
 
 use dsh_tools::{
     CommandConfinement, CommandPlan, ConfinementRequest, PermissionPreset, PreExecHook, ToolError,
-    ToolErrorCode,
 };
 use landlock::{
     path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr,
@@ -464,15 +463,7 @@ impl CommandConfinement for Landlock {
         if request.preset == PermissionPreset::DangerFullAccess {
             return Ok(plan);
         }
-        let unavailable = |reason: String| {
-            ToolError::new(
-                ToolErrorCode::SandboxUnavailable,
-                format!(
-                    "bash cannot run under the {} preset: {reason}; commands never run unconfined outside danger-full-access",
-                    request.preset
-                ),
-            )
-        };
+        let unavailable = |reason: String| crate::setup_failed(request.preset, &reason);
         let fd = self.ruleset(request).map_err(unavailable)?;
         let filter = Program::get(Profile::Landlock).map_err(unavailable)?;
         let parent = libc::pid_t::try_from(std::process::id())

@@ -275,6 +275,51 @@ pub fn make_undumpable() {
     }
 }
 
+/// What both mount-based mechanisms do to one writable root (docs/SECURITY.md, "Protected
+/// paths"): `.git`, when it is a directory, is bound onto itself so it cannot be renamed away
+/// (its missing `hooks` folder is created first, so it can be bound read-only); then every
+/// existing protected entry is bound read-only.
+pub(crate) struct RootProtection {
+    /// The `.git` directory to pin, if there is one.
+    pub(crate) pinned_git: Option<std::path::PathBuf>,
+    /// The protected entries to bind read-only.
+    pub(crate) read_only: Vec<std::path::PathBuf>,
+}
+
+impl RootProtection {
+    /// The protection of `root` (creates `.git/hooks` when `.git` exists without it).
+    pub(crate) fn of(root: &std::path::Path) -> Self {
+        let git = root.join(".git");
+        let pinned_git = if std::fs::symlink_metadata(&git).is_ok_and(|meta| meta.is_dir()) {
+            let hooks = git.join("hooks");
+            if std::fs::symlink_metadata(&hooks).is_err() {
+                // Best effort: git creates it anyway; if it cannot be created, the command
+                // cannot create it either (`.git` is then not writable).
+                let _ = std::fs::create_dir(&hooks);
+            }
+            Some(git)
+        } else {
+            None
+        };
+        Self {
+            pinned_git,
+            read_only: dsh_tools::existing_protected_entries(root),
+        }
+    }
+}
+
+/// `SANDBOX_UNAVAILABLE` for a mechanism that works on this host but could not set up one
+/// command (a ruleset, a filter or a descriptor failed): the command is refused, never run with
+/// less confinement.
+pub(crate) fn setup_failed(preset: PermissionPreset, reason: &str) -> ToolError {
+    ToolError::new(
+        ToolErrorCode::SandboxUnavailable,
+        format!(
+            "bash cannot run under the {preset} preset: {reason}; commands never run unconfined outside danger-full-access"
+        ),
+    )
+}
+
 /// The confinement when no mechanism works: runs commands unconfined only under
 /// `danger-full-access`, and refuses them otherwise with `SANDBOX_UNAVAILABLE`, the reasons, and
 /// what to do.

@@ -34,7 +34,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use dsh_tools::{existing_protected_entries, ConfinementRequest, PermissionPreset};
+use dsh_tools::{ConfinementRequest, PermissionPreset};
 
 /// How a confined child gets its private mount namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -221,18 +221,12 @@ impl MountPlan {
         let mut pinned = Vec::new();
         let mut read_only = Vec::new();
         for root in &roots {
-            let git = root.join(".git");
-            if std::fs::symlink_metadata(&git).is_ok_and(|meta| meta.is_dir()) {
-                let hooks = git.join("hooks");
-                if std::fs::symlink_metadata(&hooks).is_err() {
-                    // Best effort, as for bubblewrap: git creates it anyway, and an existing
-                    // directory can be bound read-only (docs/SECURITY.md, "Protected paths").
-                    let _ = std::fs::create_dir(&hooks);
-                }
-                pinned.push(c_path(&git)?);
+            let protection = crate::RootProtection::of(root);
+            if let Some(git) = &protection.pinned_git {
+                pinned.push(c_path(git)?);
             }
-            for entry in existing_protected_entries(root) {
-                read_only.push(c_path(&entry)?);
+            for entry in &protection.read_only {
+                read_only.push(c_path(entry)?);
             }
         }
         let roots = outermost(roots);
