@@ -6,6 +6,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use crate::rpc::Outgoing;
+use crate::session::UpdateBarrier;
 
 /// Option id of "allow this call once" (kind `allow_once`).
 pub const ALLOW_ONCE: &str = "allow_once";
@@ -26,6 +27,7 @@ pub const REJECT_ONCE: &str = "reject_once";
 pub struct AcpApprover {
     session_id: String,
     out: Outgoing,
+    order: Option<UpdateBarrier>,
 }
 
 impl AcpApprover {
@@ -34,7 +36,15 @@ impl AcpApprover {
         AcpApprover {
             session_id: session_id.into(),
             out,
+            order: None,
         }
+    }
+
+    /// Waits for `barrier` before each request, so the session's pending updates (the tool
+    /// call's card) reach the client first.
+    pub(crate) fn ordered(mut self, barrier: UpdateBarrier) -> Self {
+        self.order = Some(barrier);
+        self
     }
 }
 
@@ -114,7 +124,11 @@ impl Approver for AcpApprover {
     fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision> {
         let out = self.out.clone();
         let params = params(&self.session_id, &request);
+        let order = self.order.clone();
         Box::pin(async move {
+            if let Some(order) = &order {
+                order.flushed().await;
+            }
             let answer = out.request("session/request_permission", params).await;
             decision(&request.tool_name, answer)
         })

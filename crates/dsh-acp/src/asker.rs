@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use crate::rpc::Outgoing;
+use crate::session::UpdateBarrier;
 
 /// Option id of "Don't answer" (the questions are declined).
 pub const DECLINE_QUESTION: &str = "decline";
@@ -34,6 +35,7 @@ pub const FREE_TEXT_UNAVAILABLE: &str = "the editor is connected over ACP, which
 pub struct AcpAsker {
     session_id: String,
     out: Outgoing,
+    order: Option<UpdateBarrier>,
 }
 
 impl AcpAsker {
@@ -42,7 +44,15 @@ impl AcpAsker {
         AcpAsker {
             session_id: session_id.into(),
             out,
+            order: None,
         }
+    }
+
+    /// Waits for `barrier` before each request, so the session's pending updates (the tool
+    /// call's card) reach the client first.
+    pub(crate) fn ordered(mut self, barrier: UpdateBarrier) -> Self {
+        self.order = Some(barrier);
+        self
     }
 }
 
@@ -131,7 +141,11 @@ impl Asker for AcpAsker {
         let call_id = request.call_id.clone();
         let out = self.out.clone();
         let session_id = self.session_id.clone();
+        let order = self.order.clone();
         Box::pin(async move {
+            if let Some(order) = &order {
+                order.flushed().await;
+            }
             if request.questions.iter().all(|q| q.options.is_empty()) {
                 return AskOutcome::Unavailable {
                     reason: FREE_TEXT_UNAVAILABLE.to_string(),

@@ -18,13 +18,18 @@
 //! The wire protocol is implemented here directly rather than with the `agent-client-protocol`
 //! crate; `docs/decisions/0002-acp-wire-protocol.md` says why.
 
+#![warn(missing_docs, unreachable_pub)]
+#![warn(clippy::too_many_lines)]
+
 mod approver;
 mod asker;
 mod commands;
 mod modes;
+mod plan;
 mod rpc;
 mod server;
 mod session;
+mod setup;
 mod updates;
 
 pub use approver::{AcpApprover, ALLOW_ALWAYS, ALLOW_ONCE, ALLOW_SESSION, REJECT_ONCE};
@@ -32,10 +37,11 @@ pub use asker::{AcpAsker, ANSWER_PREFIX, DECLINE_QUESTION, FREE_TEXT_UNAVAILABLE
 pub use commands::{COMPACT, PERMISSION};
 pub use modes::MODES;
 pub use rpc::{
-    parse_line, Incoming, Outgoing, RpcError, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
-    METHOD_NOT_FOUND, PARSE_ERROR,
+    parse_line, Incoming, Outgoing, RpcError, AUTH_REQUIRED, INTERNAL_ERROR, INVALID_PARAMS,
+    INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 pub use server::serve;
+pub use setup::{TRUST_NOT_NOW, TRUST_WORKSPACE};
 pub use updates::UpdateMapper;
 
 /// The ACP protocol version this server speaks (and answers `initialize` with, whatever the

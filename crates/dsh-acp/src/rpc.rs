@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use dsh_llm::LockExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
@@ -22,6 +23,8 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 /// Internal error.
 pub const INTERNAL_ERROR: i64 = -32603;
+/// ACP's "Authentication required": `session/new` without a provider key.
+pub const AUTH_REQUIRED: i64 = -32000;
 
 /// A JSON-RPC error object (`{code, message, data?}`).
 #[derive(Debug, Clone, PartialEq)]
@@ -183,10 +186,7 @@ struct PendingGuard {
 
 impl Drop for PendingGuard {
     fn drop(&mut self) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
+        self.pending.lock_or_recover().remove(&self.key);
     }
 }
 
@@ -227,10 +227,7 @@ impl Outgoing {
         let id = Value::String(format!("dsh-{id}"));
         let key = id.to_string();
         let (answer, wait) = oneshot::channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), answer);
+        self.pending.lock_or_recover().insert(key.clone(), answer);
         let _guard = PendingGuard {
             pending: Arc::clone(&self.pending),
             key,
@@ -245,11 +242,7 @@ impl Outgoing {
     /// Routes a response from the peer to the request waiting for it. A response to an
     /// unknown or abandoned request is dropped: nobody waits for it any more.
     pub fn deliver(&self, id: &Value, result: Result<Value, Value>) {
-        let waiter = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id.to_string());
+        let waiter = self.pending.lock_or_recover().remove(&id.to_string());
         if let Some(waiter) = waiter {
             // The waiter may have given up in the meantime; then the answer has no reader.
             let _ = waiter.send(result);
@@ -259,7 +252,7 @@ impl Outgoing {
 
 /// Writes every queued message as one line and flushes after each, until every [`Outgoing`]
 /// is dropped or the output fails (the peer went away).
-pub async fn write_lines<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_lines<W: AsyncWrite + Unpin>(
     mut lines: mpsc::UnboundedReceiver<Value>,
     mut output: W,
 ) -> std::io::Result<()> {

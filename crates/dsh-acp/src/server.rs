@@ -10,10 +10,31 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 
 use crate::rpc::{parse_line, write_lines, Incoming, Outgoing, RpcError, METHOD_NOT_FOUND};
-use crate::session::AcpSession;
+use crate::session::{AcpSession, EFFORT_OPTION, MODEL_OPTION};
+use crate::setup;
 use crate::updates::UpdateMapper;
 use crate::PROTOCOL_VERSION;
-use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
+use dsh_config::McpServerConfig;
+use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec, TrustQuestion};
+
+/// Work that finishes on the connection's loop after an answer from the client.
+enum Deferred {
+    /// The editor answered the trust question of a new session.
+    Trust {
+        session_id: String,
+        cwd: PathBuf,
+        question: TrustQuestion,
+        mcp_servers: Vec<McpServerConfig>,
+        trusted: bool,
+    },
+}
+
+/// A request that waits for the trust question of its session.
+struct Held {
+    id: Value,
+    method: String,
+    params: Value,
+}
 
 /// The connection's state: open sessions by id.
 struct Server {
@@ -22,6 +43,12 @@ struct Server {
     agent_name: String,
     agent_version: String,
     sessions: HashMap<String, AcpSession>,
+    /// Sessions whose trust question is open, with the requests that wait for its answer.
+    awaiting_trust: HashMap<String, Vec<Held>>,
+    /// The trust question of the session just opened, asked once its `session/new` answer
+    /// is out (a request about a session the client does not know yet would be lost).
+    to_ask: Option<(String, PathBuf, TrustQuestion, Vec<McpServerConfig>)>,
+    deferred: mpsc::UnboundedSender<Deferred>,
 }
 
 fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
@@ -93,36 +120,151 @@ impl Server {
             "agentCapabilities": {
                 "loadSession": true,
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                "mcpCapabilities": {"http": true, "sse": false},
             },
-            "authMethods": [],
+            "authMethods": setup::auth_methods(),
             "agentInfo": {"name": self.agent_name, "version": self.agent_version},
         })
     }
 
     /// Asks the composition root for a session in `cwd`; a resumed one comes with its
     /// history (replayed to the client). Errors reach the client as `CODE: message`.
-    fn open(&self, cwd: &std::path::Path, resume: Resume) -> Result<OpenedSession, RpcError> {
+    fn open(
+        &self,
+        cwd: &std::path::Path,
+        resume: Resume,
+        mcp_servers: Vec<McpServerConfig>,
+    ) -> Result<OpenedSession, RpcError> {
         let spec = SessionSpec {
             cwd: Some(cwd.to_path_buf()),
             resume,
             history: true,
+            mcp_servers,
             ..SessionSpec::default()
         };
         let store = self.factory.store();
         self.factory
             .open(&spec, store.as_ref())
-            .map_err(|err| RpcError::internal(err.describe()))
+            .map_err(|err| setup::open_error(&err))
     }
 
-    /// `session/new`: the result and the new session's id.
+    fn start(&self, opened: OpenedSession, cwd: PathBuf) -> AcpSession {
+        AcpSession::start(opened.agent, cwd, self.out.clone(), self.factory.models())
+    }
+
+    /// `session/new`: the result and the new session's id. When the workspace has project
+    /// settings that are not trusted yet, the session starts without them and the editor is
+    /// asked (see [`Server::ask_trust`]).
     fn new_session(&mut self, params: &Value) -> Result<(Value, String), RpcError> {
         let cwd = cwd_param(params)?;
-        let opened = self.open(&cwd, Resume::New)?;
-        let session = AcpSession::start(opened.agent, cwd, self.out.clone());
+        setup::refuse_additional_directories(params)?;
+        let servers = setup::mcp_servers(params)?;
+        let opened = self.open(&cwd, Resume::New, servers.clone())?;
+        let session = self.start(opened, cwd.clone());
         let id = session.handle.session_id();
-        let result = json!({"sessionId": id, "modes": session.modes()});
+        let result = json!({
+            "sessionId": id,
+            "modes": session.modes(),
+            "configOptions": session.config_options(),
+            "models": session.model_state(),
+        });
         self.sessions.insert(id.clone(), session);
+        if let Some(question) = self.factory.trust_question(&cwd) {
+            // Requests for the session wait from now on; the question follows the answer.
+            self.awaiting_trust.insert(id.clone(), Vec::new());
+            self.to_ask = Some((id.clone(), cwd, question, servers));
+        }
         Ok((result, id))
+    }
+
+    /// Asks the editor whether to trust the workspace's own settings (docs/acp.md, "Workspace
+    /// trust"). Until it answers, the session's prompts wait; the answer comes back to the
+    /// connection's loop as [`Deferred::Trust`].
+    fn ask_trust(&mut self) {
+        let Some((session_id, cwd, question, mcp_servers)) = self.to_ask.take() else {
+            return;
+        };
+        let out = self.out.clone();
+        let deferred = self.deferred.clone();
+        tokio::spawn(async move {
+            let params = setup::trust_request(&session_id, &question);
+            let answer = out.request("session/request_permission", params).await;
+            let trusted = setup::trusts(&answer);
+            // The loop is gone only when the connection closed: nothing left to apply.
+            let _ = deferred.send(Deferred::Trust {
+                session_id,
+                cwd,
+                question,
+                mcp_servers,
+                trusted,
+            });
+        });
+    }
+
+    /// Applies the editor's trust answer: when trusted, records the trust at the pin shown
+    /// (as `dsh trust` does) and rebuilds the session's agent with the project settings (the
+    /// session has run nothing yet); then runs the requests that waited.
+    async fn trust_answered(&mut self, answer: Deferred) {
+        let Deferred::Trust {
+            session_id,
+            cwd,
+            question,
+            mcp_servers,
+            trusted,
+        } = answer;
+        let held = self.awaiting_trust.remove(&session_id).unwrap_or_default();
+        if trusted {
+            match self.factory.record_trust(&cwd, &question.pin) {
+                Ok(workspace) => {
+                    eprintln!(
+                        "dsh acp: trusted the project settings of {}",
+                        workspace.display()
+                    );
+                    if let Some(old) = self.sessions.remove(&session_id) {
+                        old.stop().await;
+                    }
+                    match self.open(&cwd, Resume::Id(session_id.clone()), mcp_servers) {
+                        Ok(opened) => {
+                            let session = self.start(opened, cwd);
+                            self.sessions.insert(session_id.clone(), session);
+                        }
+                        Err(error) => {
+                            eprintln!(
+                                "dsh acp: the session could not be reopened with the trusted \
+                                 settings: {}",
+                                error.message
+                            );
+                            // Its waiting requests get the reason instead of "unknown session".
+                            for held in held {
+                                self.out.respond_error(held.id, &error);
+                            }
+                            return;
+                        }
+                    }
+                }
+                Err(message) => eprintln!("dsh acp: workspace not trusted: {message}"),
+            }
+        }
+        for Held { id, method, params } in held {
+            self.request(id, &method, params).await;
+        }
+    }
+
+    /// `session/set_config_option`: sets the model or the effort; answers the new options.
+    fn set_config_option(&self, params: &Value) -> Result<Value, RpcError> {
+        let session = self.session(params)?;
+        let option = str_param(params, "configId")?;
+        let value = str_param(params, "value")?;
+        match option {
+            MODEL_OPTION => session.set_model(value)?,
+            EFFORT_OPTION => session.set_effort(value)?,
+            other => {
+                return Err(RpcError::invalid_params(format!(
+                    "unknown config option `{other}` (this session has `{MODEL_OPTION}` and `{EFFORT_OPTION}`)"
+                )))
+            }
+        }
+        Ok(json!({"configOptions": session.config_options()}))
     }
 
     /// `session/load`: opens the session from its log (unless this connection has it open
@@ -134,28 +276,35 @@ impl Server {
         if let Some(open) = self.sessions.remove(&key) {
             open.stop().await;
         }
-        let opened = self.open(&cwd, Resume::Id(key.clone()))?;
+        setup::refuse_additional_directories(params)?;
+        let servers = setup::mcp_servers(params)?;
+        let opened = self.open(&cwd, Resume::Id(key.clone()), servers)?;
         let id = opened.agent.handle().session_id();
         let mut mapper = UpdateMapper::new(&cwd);
         for update in mapper.replay(&opened.history) {
             self.out
                 .notify("session/update", json!({"sessionId": id, "update": update}));
         }
-        let session = AcpSession::start(opened.agent, cwd, self.out.clone());
-        let result = json!({"modes": session.modes()});
+        let session = self.start(opened, cwd);
+        let result = json!({
+            "modes": session.modes(),
+            "configOptions": session.config_options(),
+            "models": session.model_state(),
+        });
         self.sessions.insert(id.clone(), session);
         Ok((result, id))
     }
 
     /// Answers a `session/new` or `session/load`, then advertises the session's slash
     /// commands (ACP sends them after the session exists).
-    fn opened(&self, id: Value, opened: Result<(Value, String), RpcError>) {
+    fn opened(&mut self, id: Value, opened: Result<(Value, String), RpcError>) {
         match opened {
             Ok((result, session_id)) => {
                 self.out.respond(id, result);
                 if let Some(session) = self.sessions.get(&session_id) {
                     session.advertise_commands();
                 }
+                self.ask_trust();
             }
             Err(error) => self.out.respond_error(id, &error),
         }
@@ -169,6 +318,19 @@ impl Server {
     }
 
     async fn request(&mut self, id: Value, method: &str, params: Value) {
+        let waiting = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .and_then(|s| self.awaiting_trust.get_mut(s));
+        if let Some(held) = waiting {
+            // The session may be rebuilt with the project settings: wait for the answer.
+            held.push(Held {
+                id,
+                method: method.to_string(),
+                params,
+            });
+            return;
+        }
         let answer = match method {
             "initialize" => Ok(self.initialize()),
             "authenticate" => Ok(json!({})),
@@ -182,6 +344,12 @@ impl Server {
             }
             "session/set_mode" => str_param(&params, "modeId").and_then(|mode| {
                 self.session(&params)?.set_mode(mode)?;
+                Ok(json!({}))
+            }),
+            "session/set_config_option" => self.set_config_option(&params),
+            // The earlier (unstable) form of model selection, still sent by some clients.
+            "session/set_model" => str_param(&params, "modelId").and_then(|model| {
+                self.session(&params)?.set_model(model)?;
                 Ok(json!({}))
             }),
             "session/prompt" => {
@@ -205,8 +373,22 @@ impl Server {
         }
     }
 
-    fn notification(&self, method: &str, params: &Value) {
+    fn notification(&mut self, method: &str, params: &Value) {
         if method == "session/cancel" {
+            let waiting = params
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .and_then(|s| self.awaiting_trust.get_mut(s));
+            if let Some(held) = waiting {
+                // Prompts held for the trust answer are answered `cancelled` without running.
+                for request in held.iter_mut().filter(|h| h.method == "session/prompt") {
+                    self.out
+                        .respond(request.id.clone(), json!({"stopReason": "cancelled"}));
+                    request.method.clear();
+                }
+                held.retain(|h| !h.method.is_empty());
+                return;
+            }
             match self.session(params) {
                 Ok(session) => session.cancel(),
                 Err(error) => eprintln!("dsh acp: session/cancel: {}", error.message),
@@ -243,25 +425,36 @@ where
 {
     let (lines, queued) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_lines(queued, output));
+    let (deferred, mut answers) = mpsc::unbounded_channel();
     let mut server = Server {
         out: Outgoing::new(lines),
         factory,
         agent_name: agent_name.to_string(),
         agent_version: agent_version.to_string(),
         sessions: HashMap::new(),
+        awaiting_trust: HashMap::new(),
+        to_ask: None,
+        deferred,
     };
     let mut input = BufReader::new(input);
     let mut buffer = Vec::new();
     loop {
-        buffer.clear();
-        if input.read_until(b'\n', &mut buffer).await? == 0 {
-            break;
+        // `read_until` keeps what it read in `buffer` when the other branch wins, so no
+        // input is lost; the buffer is cleared only after a whole line was handled.
+        tokio::select! {
+            read = input.read_until(b'\n', &mut buffer) => {
+                if read? == 0 {
+                    break;
+                }
+                let line = String::from_utf8_lossy(&buffer).into_owned();
+                buffer.clear();
+                if line.trim().is_empty() {
+                    continue;
+                }
+                server.line(line.trim()).await;
+            }
+            Some(answer) = answers.recv() => server.trust_answered(answer).await,
         }
-        let line = String::from_utf8_lossy(&buffer);
-        if line.trim().is_empty() {
-            continue;
-        }
-        server.line(line.trim()).await;
     }
     let sessions: Vec<AcpSession> = server.sessions.drain().map(|(_, s)| s).collect();
     for session in sessions {

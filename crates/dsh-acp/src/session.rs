@@ -8,13 +8,14 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dsh_agent::{Agent, AgentError, AgentHandle, SessionEvent, TurnOutcome};
+use dsh_llm::{CallConfig, LockExt, ReasoningEffort};
 use dsh_session::TurnEndReason;
 use dsh_tools::PermissionPreset;
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::approver::AcpApprover;
@@ -38,10 +39,47 @@ struct PromptJob {
     text: String,
 }
 
+/// Keeps the client's view in order: before the approver or the asker sends a
+/// `session/request_permission`, the session's task forwards every event already published
+/// (the `tool/call` the question is about among them), so the `tool_call` notification always
+/// precedes its permission request (docs/acp.md, "Ordering").
+#[derive(Clone)]
+pub(crate) struct UpdateBarrier {
+    flushes: mpsc::UnboundedSender<oneshot::Sender<()>>,
+}
+
+impl UpdateBarrier {
+    /// Returns once the session's task has forwarded the events published so far (at once
+    /// when the task is gone: then nothing more is forwarded anyway).
+    pub(crate) async fn flushed(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.flushes.send(done).is_ok() {
+            // An Err means the task dropped the request while stopping: nothing to wait for.
+            let _ = wait.await;
+        }
+    }
+}
+
+/// The model and effort a session's next requests use, and the choices offered for them
+/// (ACP session config options `model` and `effort`, and `session/set_model`).
+struct CallChoices {
+    call: CallConfig,
+    models: Vec<String>,
+    efforts: Vec<ReasoningEffort>,
+}
+
+/// Config option ids (`session/set_config_option`).
+pub(crate) const MODEL_OPTION: &str = "model";
+/// Config option id of the reasoning effort.
+pub(crate) const EFFORT_OPTION: &str = "effort";
+/// The effort value meaning "the model's default".
+const DEFAULT_EFFORT: &str = "default";
+
 /// A running ACP session.
 pub(crate) struct AcpSession {
     pub(crate) handle: AgentHandle,
     out: Outgoing,
+    choices: Mutex<CallChoices>,
     prompts: mpsc::UnboundedSender<PromptJob>,
     cancelled: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
@@ -62,6 +100,17 @@ pub(crate) fn stop_reason(
         TurnEndReason::MaxTokens => Ok("max_tokens"),
         TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted => Ok("cancelled"),
         TurnEndReason::Blocked { .. } => Ok("refusal"),
+        // A budget that ran out is a limit, not a failure (docs/harbor.md, "Budgets").
+        TurnEndReason::Error { error }
+            if [
+                dsh_agent::BUDGET_STEPS,
+                dsh_agent::BUDGET_WALL_TIME,
+                dsh_agent::BUDGET_COST,
+            ]
+            .contains(&error.code.as_str().as_ref()) =>
+        {
+            Ok("max_turn_requests")
+        }
         TurnEndReason::Error { error } => Err(RpcError::internal(format!(
             "turn failed: {}",
             error.message
@@ -72,19 +121,45 @@ pub(crate) fn stop_reason(
 
 impl AcpSession {
     /// Starts the session's task for `agent`, which works in `cwd` and talks through `out`.
-    pub(crate) fn start(mut agent: Agent, cwd: PathBuf, out: Outgoing) -> Self {
+    /// `models` are the model ids the editor may pick from (the one in use is added).
+    pub(crate) fn start(
+        mut agent: Agent,
+        cwd: PathBuf,
+        out: Outgoing,
+        models: Vec<String>,
+    ) -> Self {
         let handle = agent.handle();
         let session_id = handle.session_id();
-        agent.set_approver(Arc::new(AcpApprover::new(&session_id, out.clone())));
-        agent.set_asker(Arc::new(AcpAsker::new(&session_id, out.clone())));
+        let (flushes, flush_requests) = mpsc::unbounded_channel();
+        let barrier = UpdateBarrier { flushes };
+        agent.set_approver(Arc::new(
+            AcpApprover::new(&session_id, out.clone()).ordered(barrier.clone()),
+        ));
+        agent.set_asker(Arc::new(
+            AcpAsker::new(&session_id, out.clone()).ordered(barrier),
+        ));
+        let call = agent.call().clone();
+        let info = agent.model_info().clone();
+        let mut models = models;
+        if !models.contains(&call.model) {
+            models.insert(0, call.model.clone());
+        }
+        let mapper = UpdateMapper::new(cwd).with_usage(
+            agent.prices().clone(),
+            &call.model,
+            info.context_window,
+        );
         let (prompts, jobs) = mpsc::unbounded_channel();
         let cancelled = Arc::new(AtomicBool::new(false));
         let stopping = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn(run_session(
             agent,
-            jobs,
+            Inputs {
+                jobs,
+                flushes: flush_requests,
+            },
             out.clone(),
-            UpdateMapper::new(cwd),
+            mapper,
             Flags {
                 cancelled: Arc::clone(&cancelled),
                 stopping: Arc::clone(&stopping),
@@ -93,6 +168,11 @@ impl AcpSession {
         AcpSession {
             handle,
             out,
+            choices: Mutex::new(CallChoices {
+                call,
+                models,
+                efforts: info.efforts,
+            }),
             prompts,
             cancelled,
             stopping,
@@ -109,13 +189,112 @@ impl AcpSession {
 
     /// The `modes` of the session's `session/new` / `session/load` result.
     pub(crate) fn modes(&self) -> Value {
-        modes::mode_state(self.handle.permission())
+        crate::plan::with_plan_mode(modes::mode_state(self.handle.permission()), &self.handle)
+    }
+
+    /// The session's config options (`configOptions` of `session/new`, `session/load` and
+    /// `session/set_config_option`): the model and the reasoning effort, as selects.
+    pub(crate) fn config_options(&self) -> Value {
+        let choices = self.choices.lock_or_recover();
+        let models: Vec<Value> = choices
+            .models
+            .iter()
+            .map(|m| json!({"value": m, "name": m}))
+            .collect();
+        let mut efforts = vec![json!({"value": DEFAULT_EFFORT, "name": "Model default"})];
+        efforts.extend(
+            choices
+                .efforts
+                .iter()
+                .map(|e| json!({"value": e.as_str(), "name": e.as_str()})),
+        );
+        let effort = choices
+            .call
+            .reasoning_effort
+            .map_or(DEFAULT_EFFORT, ReasoningEffort::as_str);
+        json!([
+            {"id": MODEL_OPTION, "name": "Model", "category": "model", "type": "select",
+             "currentValue": choices.call.model, "options": models},
+            {"id": EFFORT_OPTION, "name": "Reasoning effort", "category": "thought_level",
+             "type": "select", "currentValue": effort, "options": efforts},
+        ])
+    }
+
+    /// The legacy `models` state of `session/new` (`currentModelId`, `availableModels`),
+    /// for clients that switch with `session/set_model`.
+    pub(crate) fn model_state(&self) -> Value {
+        let choices = self.choices.lock_or_recover();
+        let available: Vec<Value> = choices
+            .models
+            .iter()
+            .map(|m| json!({"modelId": m, "name": m}))
+            .collect();
+        json!({"currentModelId": choices.call.model, "availableModels": available})
+    }
+
+    /// Switches the model of the next requests. Offered models only; the effort goes back to
+    /// the new model's default (an effort one model accepts may be refused by another).
+    pub(crate) fn set_model(&self, model: &str) -> Result<(), RpcError> {
+        let mut choices = self.choices.lock_or_recover();
+        if !choices.models.iter().any(|m| m == model) {
+            return Err(RpcError::invalid_params(format!(
+                "unknown model `{model}`; this session offers: {}",
+                choices.models.join(", ")
+            )));
+        }
+        if choices.call.model != model {
+            choices.call.model = model.to_string();
+            choices.call.reasoning_effort = None;
+            self.handle.set_call(choices.call.clone());
+        }
+        Ok(())
+    }
+
+    /// Sets the reasoning effort of the next requests (`default`: the model's own).
+    pub(crate) fn set_effort(&self, value: &str) -> Result<(), RpcError> {
+        let mut choices = self.choices.lock_or_recover();
+        let effort = if value == DEFAULT_EFFORT {
+            None
+        } else {
+            let offered: Vec<&str> = choices.efforts.iter().map(|e| e.as_str()).collect();
+            match ReasoningEffort::parse(value) {
+                Some(e) if choices.efforts.contains(&e) => Some(e),
+                _ => {
+                    return Err(RpcError::invalid_params(format!(
+                        "effort `{value}` is not offered for {}; pick one of: {DEFAULT_EFFORT}, {}",
+                        choices.call.model,
+                        offered.join(", ")
+                    )))
+                }
+            }
+        };
+        if choices.call.reasoning_effort != effort {
+            choices.call.reasoning_effort = effort;
+            self.handle.set_call(choices.call.clone());
+        }
+        Ok(())
     }
 
     /// `session/set_mode`: switches the permission preset (from the next step on) and sends
     /// `current_mode_update` when it changed. A preset this session cannot use is an error
     /// carrying the reason.
     pub(crate) fn set_mode(&self, mode_id: &str) -> Result<(), RpcError> {
+        // Plan mode (docs/agent.md, "Plan mode"): `plan`, or a preset, which leaves it first.
+        let leave_plan = mode_id != crate::plan::PLAN_MODE_ID && self.handle.plan_mode();
+        if mode_id == crate::plan::PLAN_MODE_ID || leave_plan {
+            crate::plan::switch(&self.handle, !leave_plan)
+                .map_err(|message| RpcError::new(INVALID_PARAMS, message))?;
+            if !leave_plan {
+                self.out.notify(
+                    "session/update",
+                    json!({"sessionId": self.handle.session_id(), "update": {
+                        "sessionUpdate": "current_mode_update",
+                        "currentModeId": crate::plan::PLAN_MODE_ID,
+                    }}),
+                );
+                return Ok(());
+            }
+        }
         let preset: PermissionPreset = mode_id
             .parse()
             .map_err(|_| RpcError::invalid_params(format!("unknown mode `{mode_id}` (expected read-only, workspace-write or danger-full-access)")))?;
@@ -237,6 +416,12 @@ fn forward(session_id: &str, mapper: &mut UpdateMapper, out: &Outgoing, event: &
     }
 }
 
+/// What the session's task receives: prompts, and flush requests of the [`UpdateBarrier`].
+struct Inputs {
+    jobs: mpsc::UnboundedReceiver<PromptJob>,
+    flushes: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+}
+
 fn drain(
     session_id: &str,
     mapper: &mut UpdateMapper,
@@ -258,7 +443,7 @@ fn lagged(n: u64) {
 
 async fn run_session(
     mut agent: Agent,
-    mut jobs: mpsc::UnboundedReceiver<PromptJob>,
+    inputs: Inputs,
     out: Outgoing,
     mut mapper: UpdateMapper,
     flags: Flags,
@@ -267,6 +452,10 @@ async fn run_session(
         cancelled,
         stopping,
     } = flags;
+    let Inputs {
+        mut jobs,
+        mut flushes,
+    } = inputs;
     let handle = agent.handle();
     let session_id = handle.session_id();
     while let Some(job) = jobs.recv().await {
@@ -310,21 +499,30 @@ async fn run_session(
                         Err(broadcast::error::RecvError::Lagged(n)) => lagged(n),
                         Err(broadcast::error::RecvError::Closed) => open = false,
                     },
+                    Some(done) = flushes.recv() => {
+                        drain(&session_id, &mut mapper, &out, &mut events);
+                        // The asker may have stopped waiting (cancelled turn): nobody to tell.
+                        let _ = done.send(());
+                    }
                 }
             }
         };
         drain(&session_id, &mut mapper, &out, &mut events);
         let was_cancelled = cancelled.swap(false, Ordering::SeqCst);
-        respond(&out, job.request_id, result, was_cancelled);
+        let usage = mapper.take_turn_usage();
+        respond(&out, job.request_id, result, was_cancelled, usage);
     }
     drop(agent);
 }
 
+/// Answers a prompt: its stop reason and, when the turn's calls reported usage, their token
+/// counts (`usage`, ACP's `PromptResponse.usage`).
 fn respond(
     out: &Outgoing,
     request_id: Value,
     result: Result<Vec<TurnOutcome>, AgentError>,
     cancelled: bool,
+    usage: Option<Value>,
 ) {
     let reason = match result {
         Err(err) if cancelled => {
@@ -339,7 +537,38 @@ fn respond(
         },
     };
     match reason {
-        Ok(reason) => out.respond(request_id, json!({"stopReason": reason})),
+        Ok(reason) => {
+            let mut answer = json!({"stopReason": reason});
+            if let Some(usage) = usage {
+                answer["usage"] = usage;
+            }
+            out.respond(request_id, answer)
+        }
         Err(error) => out.respond_error(request_id, &error),
+    }
+}
+
+#[cfg(test)]
+mod budget_stop_tests {
+    use super::stop_reason;
+    use dsh_llm::{Failure, FailureCode};
+    use dsh_session::TurnEndReason;
+
+    #[test]
+    fn a_budget_ends_the_prompt_with_max_turn_requests_and_other_errors_fail() {
+        for code in [
+            dsh_agent::BUDGET_STEPS,
+            dsh_agent::BUDGET_WALL_TIME,
+            dsh_agent::BUDGET_COST,
+        ] {
+            let reason = TurnEndReason::Error {
+                error: Failure::new(FailureCode::Other(code.into()), "used up"),
+            };
+            assert_eq!(stop_reason(&reason, false).ok(), Some("max_turn_requests"));
+        }
+        let failed = TurnEndReason::Error {
+            error: Failure::new(FailureCode::Server, "overloaded"),
+        };
+        assert!(stop_reason(&failed, false).is_err());
     }
 }

@@ -6,6 +6,13 @@
 //! `tool/result` a `tool_call_update` (completed or failed) with the result text and, for file
 //! changes, the diffs from the result's `meta.diffs`; `todo/write` becomes a `plan`.
 //!
+//! After every model call, `assistant/message` with the provider's usage becomes a
+//! `usage_update`: `used` (tokens in context after the call: its whole input plus its output),
+//! `size` (the model's context window), `cost` (the session's cumulative cost in USD, when the
+//! price table knows every model used) and, under `_meta.dsh`, the cumulative token counts
+//! (input including cache reads, output, cache reads and writes, reasoning) and the last
+//! call's. `session/title` becomes a `session_info_update` with the title.
+//!
 //! Replay (`session/load`): the log's messages instead of its chunks: the user's own messages
 //! as `user_message_chunk`, assistant replies as thought and message chunks, and the tool calls,
 //! results and plans as above. Context injected by extensions is not shown.
@@ -13,8 +20,10 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use dsh_llm::{Chunk, ContentBlock, Message, MessageSource};
-use dsh_session::{Envelope, Event, TodoItem, ToolResult};
+use std::collections::BTreeMap;
+
+use dsh_llm::{Chunk, ContentBlock, Message, MessageSource, Usage, UsageTotals};
+use dsh_session::{Envelope, Event, PriceTable, TodoItem, ToolResult};
 use serde_json::{json, Value};
 
 /// Turns session events into `session/update` payloads (the `update` object of the
@@ -25,6 +34,35 @@ pub struct UpdateMapper {
     cwd: PathBuf,
     streamed: HashSet<(u64, u64, u32)>,
     calls: HashMap<String, (String, Value)>,
+    usage: UsageBook,
+    /// The last logged permission preset (the mode plan mode goes back to).
+    preset: Option<String>,
+}
+
+/// What `usage_update` needs: prices, the model of the calls and the sums so far.
+#[derive(Debug, Default)]
+struct UsageBook {
+    prices: PriceTable,
+    /// The model of the next call (from the latest `request/header`).
+    model: String,
+    context_window: u64,
+    by_model: BTreeMap<String, UsageTotals>,
+    /// The calls of the current prompt (`PromptResponse.usage`).
+    turn: UsageTotals,
+}
+
+/// ACP's token counts (`Usage` of the schema): `inputTokens` counts all input, cache reads
+/// included.
+pub(crate) fn token_counts(usage: &Usage) -> Value {
+    let input = usage.billed_input();
+    json!({
+        "totalTokens": input.saturating_add(usage.output_tokens),
+        "inputTokens": input,
+        "outputTokens": usage.output_tokens,
+        "thoughtTokens": usage.reasoning_tokens,
+        "cachedReadTokens": usage.cache_read_tokens,
+        "cachedWriteTokens": usage.cache_write_tokens,
+    })
 }
 
 fn text_chunk(kind: &str, text: &str) -> Value {
@@ -39,7 +77,7 @@ fn tool_kind(name: &str) -> &'static str {
         "write" | "edit" => "edit",
         "glob" | "grep" => "search",
         "todo_write" => "think",
-        "web_fetch" => "fetch",
+        "web_fetch" | "web_search" => "fetch",
         _ => "other",
     }
 }
@@ -52,6 +90,13 @@ fn arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
 
 /// A short title for the client's tool card.
 fn tool_title(name: &str, args: &Value) -> String {
+    // `web_search`: its queries (the sources are in the result text, docs/tools.md).
+    if let Some(queries) = args.get("queries").and_then(Value::as_array) {
+        let queries: Vec<&str> = queries.iter().filter_map(Value::as_str).collect();
+        if name == "web_search" && !queries.is_empty() {
+            return format!("{name}: {}", queries.join(", "));
+        }
+    }
     let detail = match name {
         "bash" => arg(args, "description").or_else(|| arg(args, "command")),
         "read" | "write" | "edit" => arg(args, "file_path"),
@@ -78,6 +123,10 @@ fn text_of(blocks: &[ContentBlock]) -> String {
     out
 }
 
+fn title_update(title: &str) -> Value {
+    json!({"sessionUpdate": "session_info_update", "title": title})
+}
+
 fn plan(todos: &[TodoItem]) -> Value {
     let entries: Vec<Value> = todos
         .iter()
@@ -101,7 +150,52 @@ impl UpdateMapper {
             cwd: cwd.into(),
             streamed: HashSet::new(),
             calls: HashMap::new(),
+            usage: UsageBook::default(),
+            preset: None,
         }
+    }
+
+    /// Reports `usage_update`s with these prices, for calls to `model` (until a
+    /// `request/header` names another) whose context window is `context_window` tokens.
+    pub fn with_usage(mut self, prices: PriceTable, model: &str, context_window: u64) -> Self {
+        self.usage.prices = prices;
+        self.usage.model = model.to_string();
+        self.usage.context_window = context_window;
+        self
+    }
+
+    /// The token counts of the calls since the last take (one prompt's), in ACP's `Usage`
+    /// shape; `None` when no call reported usage.
+    pub fn take_turn_usage(&mut self) -> Option<Value> {
+        let turn = std::mem::take(&mut self.usage.turn);
+        (turn.requests > 0).then(|| token_counts(&turn.usage))
+    }
+
+    fn usage_update(&mut self, usage: &Usage) -> Value {
+        let book = &mut self.usage;
+        book.by_model
+            .entry(book.model.clone())
+            .or_default()
+            .add(usage);
+        book.turn.add(usage);
+        let mut total = UsageTotals::default();
+        for totals in book.by_model.values() {
+            total.merge(totals);
+        }
+        let mut meta = token_counts(&total.usage);
+        meta["requests"] = json!(total.requests);
+        meta["model"] = json!(book.model);
+        meta["lastCall"] = token_counts(usage);
+        let mut update = json!({
+            "sessionUpdate": "usage_update",
+            "used": usage.billed_input().saturating_add(usage.output_tokens),
+            "size": book.context_window,
+            "_meta": {"dsh": meta},
+        });
+        if let Some(cost) = book.prices.cost(&book.by_model) {
+            update["cost"] = json!({"amount": cost, "currency": "USD"});
+        }
+        update
     }
 
     fn absolute(&self, path: &str) -> String {
@@ -226,6 +320,20 @@ impl UpdateMapper {
             })],
             Event::ToolResult(result) => self.tool_result(result).into_iter().collect(),
             Event::TodoWrite(todos) => vec![plan(&todos.todos)],
+            Event::RequestHeader(header) => {
+                self.usage.model = header.header.config.config().model.clone();
+                Vec::new()
+            }
+            Event::AssistantMessage(reply) => match &reply.usage {
+                Some(usage) => vec![self.usage_update(usage)],
+                None => Vec::new(),
+            },
+            Event::SessionTitle(title) => vec![title_update(&title.title)],
+            Event::Opaque { event_type, data } => {
+                crate::plan::live_update(&mut self.preset, event_type, data)
+                    .into_iter()
+                    .collect()
+            }
             _ => Vec::new(),
         }
     }
@@ -262,6 +370,7 @@ impl UpdateMapper {
                 }
                 Event::ToolResult(result) => out.extend(self.tool_result(result)),
                 Event::TodoWrite(todos) => out.push(plan(&todos.todos)),
+                Event::SessionTitle(title) => out.push(title_update(&title.title)),
                 _ => {}
             }
         }

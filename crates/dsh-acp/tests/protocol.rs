@@ -3,7 +3,7 @@
 //! tool cards with diffs and plans, permission requests answered by the client, and
 //! `session/load` replaying a session from its log.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +24,8 @@ struct TestFactory {
     preset: PermissionPreset,
     /// A folder of skills (`<name>/SKILL.md`) for the session.
     skills: Option<PathBuf>,
+    /// Register plan mode (`dsh_agent::PlanMode`), as `dsh-runtime` does.
+    plan: bool,
 }
 
 impl TestFactory {
@@ -33,6 +35,7 @@ impl TestFactory {
             home: home.to_path_buf(),
             preset,
             skills: None,
+            plan: false,
         }
     }
 }
@@ -92,6 +95,9 @@ impl SessionFactory for TestFactory {
             extensions.register_for_life(Arc::new(dsh_agent::Skills::new(
                 dsh_agent::SkillSet::discover(std::slice::from_ref(dir)),
             )));
+        }
+        if self.plan {
+            extensions.register_for_life(Arc::new(dsh_agent::PlanMode::new()));
         }
         let mut tools = ToolRegistry::with_builtins();
         tools
@@ -197,7 +203,7 @@ impl Client {
     }
 }
 
-fn connect(factory: TestFactory) -> Client {
+fn connect(factory: impl SessionFactory) -> Client {
     let (client, server) = tokio::io::duplex(1 << 20);
     let (server_read, server_write) = tokio::io::split(server);
     let server = tokio::spawn(dsh_acp::serve(
@@ -411,6 +417,24 @@ async fn permission_requests_go_to_the_client() {
         .filter(|l| l["method"] == "session/request_permission")
         .collect();
     assert_eq!(asked.len(), 3, "{asked:?}");
+    // Ordering (docs/acp.md): each call's `tool_call` card precedes its permission request.
+    for question in &asked {
+        let call = &question["params"]["toolCall"]["toolCallId"];
+        let position = |pred: &dyn Fn(&Value) -> bool| client.seen.iter().position(pred).unwrap();
+        let card = position(&|l: &Value| {
+            l["params"]["update"]["sessionUpdate"] == "tool_call"
+                && l["params"]["update"]["toolCallId"] == *call
+        });
+        let request = position(&|l: &Value| {
+            l["method"] == "session/request_permission"
+                && l["params"]["toolCall"]["toolCallId"] == *call
+        });
+        assert!(
+            card < request,
+            "{call}: tool_call at {card}, request at {request}"
+        );
+    }
+    acp_runtime::assert_seen_valid(&client);
     assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "call_allowed");
     assert_eq!(asked[2]["params"]["toolCall"]["toolCallId"], "call_session");
     let options: Vec<(Value, Value)> = asked[0]["params"]["options"]
@@ -904,3 +928,11 @@ async fn user_invocable_skills_are_slash_commands() {
     client.response(id, "").await;
     assert_eq!(advertised(&client).len(), 1);
 }
+
+/// Sessions built by the real composition root ([`dsh_runtime::Runtime`]): fleets (usage,
+/// title, model and effort), the auth error, the editor's MCP servers and workspace trust.
+#[path = "acp_runtime/mod.rs"]
+mod acp_runtime;
+
+#[path = "acp_plan/mod.rs"]
+mod acp_plan;

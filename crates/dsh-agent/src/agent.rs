@@ -34,6 +34,8 @@ pub struct AgentOptions {
     pub keep_inbox_on_cancel: bool,
     /// Most steps in one turn before it ends with an error (a runaway guard).
     pub max_steps_per_turn: u64,
+    /// Budgets of each turn for unattended runs (steps, wall time, cost; see [`crate::TurnBudget`]).
+    pub budget: crate::TurnBudget,
     /// When and how to compact.
     pub compaction: crate::CompactionSettings,
     /// Overrides the model's context window (from configuration).
@@ -58,6 +60,7 @@ impl AgentOptions {
             max_parallel_tools: 10,
             keep_inbox_on_cancel: false,
             max_steps_per_turn: 500,
+            budget: crate::TurnBudget::default(),
             compaction: crate::CompactionSettings::default(),
             context_window: None,
             titles: crate::TitleMode::Fallback,
@@ -107,6 +110,8 @@ pub(crate) struct Shared {
     pub(crate) permission: Mutex<PermissionState>,
     /// The agent's extensions (for commands they offer front ends).
     pub(crate) extensions: ExtensionSet,
+    /// Plan mode is on (kept by `crate::plan::PlanMode`, docs/agent.md, "Plan mode").
+    pub(crate) plan_mode: std::sync::atomic::AtomicBool,
 }
 
 /// The session's preset as last switched, the switch waiting for the next step, and the
@@ -172,6 +177,13 @@ impl AgentHandle {
     /// Queues user text for the next turn and wakes the loop.
     pub fn followup(&self, text: impl Into<String>) -> Result<(), AgentError> {
         self.enqueue(InboxTarget::NextTurn, new_user_message(text), true)
+    }
+
+    /// Queues a model-facing message for a new turn and wakes the loop: how an extension wakes
+    /// an idle agent (a finished background job, docs/agent.md, "Wake-ups"). Logged like any
+    /// queued input (`agent/inbox/spliced`, target `next-turn`).
+    pub fn followup_message(&self, message: Message) -> Result<(), AgentError> {
+        self.enqueue(InboxTarget::NextTurn, message, true)
     }
 
     /// Queues user text for the next step of the running turn and wakes the loop.
@@ -289,12 +301,27 @@ impl AgentHandle {
             .find_map(|extension| extension.expand_user_command(name, arguments))
             .unwrap_or_else(|| Err(crate::ExtensionError::UnknownCommand(name.to_string())));
         match expanded {
+            // A command that only switches something (`/plan`, `/plan off`) queues nothing.
+            Ok(text) if text.trim().is_empty() => Ok(()),
             Ok(text) => self.followup(text),
             Err(message) => Err(AgentError::Config(Failure::new(
                 FailureCode::InvalidRequest,
                 message.to_string(),
             ))),
         }
+    }
+
+    /// Whether plan mode is on (docs/agent.md, "Plan mode"; `/plan` and `/plan off` switch it).
+    pub fn plan_mode(&self) -> bool {
+        self.shared
+            .plan_mode
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_plan_flag(&self, on: bool) {
+        self.shared
+            .plan_mode
+            .store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The permission preset in force (or waiting for the next step after a switch).
@@ -521,6 +548,7 @@ impl Agent {
                     source: None,
                 }),
                 extensions: parts.extensions.clone(),
+                plan_mode: std::sync::atomic::AtomicBool::new(false),
             }),
             adapters: parts.adapters,
             step_tools: Arc::clone(&parts.tools),
@@ -610,6 +638,16 @@ impl Agent {
         self.shared.permission.lock_or_recover().source = Some(source);
     }
 
+    /// Sets the budgets of the following turns (`dsh run --max-steps` and friends).
+    pub fn set_budget(&mut self, budget: crate::TurnBudget) {
+        self.options.budget = budget;
+    }
+
+    /// The budgets of each turn.
+    pub fn budget(&self) -> crate::TurnBudget {
+        self.options.budget
+    }
+
     /// Applies a preset switch queued by [`AgentHandle::set_permission`] to the tool context;
     /// returns it for the step's extensions.
     pub(crate) fn apply_permission_change(&mut self) -> Option<Arc<crate::PermissionSetting>> {
@@ -653,6 +691,11 @@ impl Agent {
         &self.model_info
     }
 
+    /// Prices per model this agent reports costs with (ACP `usage_update`, docs/acp.md).
+    pub fn prices(&self) -> &dsh_session::PriceTable {
+        &self.options.prices
+    }
+
     /// Runs turns while input is queued; returns their outcomes.
     pub async fn run_until_idle(&mut self) -> Result<Vec<TurnOutcome>, AgentError> {
         if self
@@ -671,6 +714,43 @@ impl Agent {
             outcomes.push(outcome);
         }
         Ok(outcomes)
+    }
+
+    /// Runs turns while input is queued, then, while an extension says work it started may
+    /// still wake the agent ([`crate::Extension::keeps_waking`]: a running background job
+    /// within its wake budget), waits for that wake-up and runs again; returns every outcome
+    /// once nothing can wake the agent or `stop` is cancelled (`dsh run`, docs/agent.md,
+    /// "Wake-ups").
+    pub async fn run_until_settled(
+        &mut self,
+        stop: &CancellationToken,
+    ) -> Result<Vec<TurnOutcome>, AgentError> {
+        let mut outcomes = Vec::new();
+        loop {
+            outcomes.extend(self.run_until_idle().await?);
+            if stop.is_cancelled() {
+                return Ok(outcomes);
+            }
+            let queued = self.shared.log().inbox.has_next_turn();
+            let waking = self
+                .shared
+                .extensions
+                .snapshot()
+                .iter()
+                .any(|e| e.keeps_waking());
+            if !queued && !waking {
+                return Ok(outcomes);
+            }
+            if !queued {
+                // A wake-up notifies `wake`; the timeout re-checks the extensions in case the
+                // work ended without one (its wake budget was spent).
+                tokio::select! {
+                    _ = self.shared.wake.notified() => {}
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+                    _ = stop.cancelled() => return Ok(outcomes),
+                }
+            }
+        }
     }
 
     /// Waits until input arrives, then runs turns until idle again. Returns when woken with

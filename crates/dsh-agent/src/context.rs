@@ -8,6 +8,19 @@
 //!   root (nearest ancestor with `.git`, else the cwd) down to the cwd: `AGENTS.md`,
 //!   `CLAUDE.md`, `AGENTS.local.md`, `CLAUDE.local.md`; de-duplicated by real path and by
 //!   content; each file capped, and the whole capped.
+//!
+//! After that first message the instructions change only through touches, as in dsh
+//! (docs/agent.md, "Project instructions"): a successful `read`, `write` or `edit` of a file
+//! below the project root reaches every directory between the root and that file, and before
+//! the next step one message (plugin `project-instructions`, form `update`) reports
+//! - `Additional instructions from: <path>` for an instruction file in a newly reached
+//!   directory,
+//! - `Updated instructions from: <path>` for a loaded file whose content changed,
+//! - `Instructions removed: <path>` for a loaded file that is gone or empty.
+//!
+//! The message's source carries `changes` (`{action: set|replace|remove, path, digest}`), so a
+//! resumed session knows which files the model has; its first touch reports what changed
+//! meanwhile. There is no file watcher: an edit made by `bash` shows at the next touch.
 
 use dsh_llm::LockExt;
 use std::path::{Path, PathBuf};
@@ -92,6 +105,49 @@ pub struct ContextMessages {
 struct LastSent {
     runtime: Option<String>,
     instructions: Option<String>,
+    /// The baseline was checked by this process (the first step after creation or resume).
+    baseline_checked: bool,
+    /// Instruction files the model has, with the digest of the content it got.
+    loaded: std::collections::BTreeMap<PathBuf, String>,
+    /// Directories reached by touches (and the cwd chain), so each is searched once.
+    reached: std::collections::BTreeSet<PathBuf>,
+    /// Directories reached since the last step, not searched yet.
+    new_dirs: Vec<PathBuf>,
+    /// A touch happened since the last step: loaded files are checked again.
+    touched: bool,
+}
+
+/// Tools whose successful calls touch a file (`file_path`), as in dsh.
+const TOUCHING_TOOLS: [&str; 3] = ["read", "write", "edit"];
+
+/// Digest of instruction content without surrounding whitespace (64-bit FNV-1a, hex): stable
+/// across builds, kept in the log.
+fn digest(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.trim().as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// The content of an instruction file as sent: at most [`MAX_FILE_BYTES`], `None` when the
+/// file is missing, unreadable or blank.
+fn read_instruction(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if text.trim().is_empty() {
+        return None;
+    }
+    if text.len() > MAX_FILE_BYTES {
+        let mut cut = MAX_FILE_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("\n[... truncated: the file is longer than dsh sends ...]");
+    }
+    Some(text)
 }
 
 impl ContextMessages {
@@ -130,18 +186,146 @@ impl ContextMessages {
         )
     }
 
+    /// The project root: the nearest ancestor of the cwd with `.git`, else the cwd.
+    fn project_root(&self) -> PathBuf {
+        self.cwd
+            .ancestors()
+            .find(|dir| dir.join(".git").exists())
+            .unwrap_or(&self.cwd)
+            .to_path_buf()
+    }
+
+    /// `path` as the model is shown it: relative to the cwd when below it.
+    fn shown(&self, path: &Path) -> String {
+        path.strip_prefix(&self.cwd)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| path.display().to_string())
+    }
+
+    /// Records a touch of `file` (absolute): every directory from the project root down to
+    /// the file's own is reached.
+    fn touch(&self, file: &Path) {
+        let root = self.project_root();
+        let mut last = self.last.lock_or_recover();
+        last.touched = true;
+        let Some(dir) = file.parent() else {
+            return;
+        };
+        if !dir.starts_with(&root)
+            || dir
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
+            return;
+        }
+        let mut chain: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| d.starts_with(&root))
+            .map(Path::to_path_buf)
+            .collect();
+        chain.reverse();
+        for dir in chain {
+            if last.reached.insert(dir.clone()) {
+                last.new_dirs.push(dir);
+            }
+        }
+    }
+
+    /// The update message for what touches revealed since the last step (see the module
+    /// docs), or `None` when nothing changed.
+    fn instruction_update(&self) -> Option<Message> {
+        let mut last = self.last.lock_or_recover();
+        last.touched = false;
+        let mut parts: Vec<String> = Vec::new();
+        let mut changes: Vec<serde_json::Value> = Vec::new();
+        let mut total = 0usize;
+        let loaded: Vec<(PathBuf, String)> = last
+            .loaded
+            .iter()
+            .map(|(p, d)| (p.clone(), d.clone()))
+            .collect();
+        for (path, old) in loaded {
+            let shown = self.shown(&path);
+            match read_instruction(&path) {
+                None => {
+                    parts.push(format!(
+                        "Instructions removed: {shown}\n\nThe instructions loaded earlier from this file no longer apply."
+                    ));
+                    changes.push(serde_json::json!({"action": "remove", "path": shown}));
+                    last.loaded.remove(&path);
+                }
+                Some(text) if digest(&text) != old => {
+                    if total + text.len() > MAX_TOTAL_BYTES {
+                        continue;
+                    }
+                    total += text.len();
+                    let d = digest(&text);
+                    parts.push(format!(
+                        "Updated instructions from: {shown}\n\nUse this content instead of what was loaded from this file before.\n\n{}",
+                        text.trim_end()
+                    ));
+                    changes
+                        .push(serde_json::json!({"action": "replace", "path": shown, "digest": d}));
+                    last.loaded.insert(path, d);
+                }
+                Some(_) => {}
+            }
+        }
+        let dirs = std::mem::take(&mut last.new_dirs);
+        for dir in dirs {
+            let mut seen_here: Vec<String> = Vec::new();
+            for name in INSTRUCTION_FILES {
+                let path = dir.join(name);
+                let Some(text) = read_instruction(&path) else {
+                    continue;
+                };
+                let d = digest(&text);
+                // Same content as an earlier file of this directory, or already loaded (the
+                // cwd chain's files came with the first message): not again.
+                if seen_here.contains(&d) || last.loaded.contains_key(&path) {
+                    seen_here.push(d);
+                    continue;
+                }
+                seen_here.push(d.clone());
+                if total + text.len() > MAX_TOTAL_BYTES {
+                    // Not sent: reaching the directory again later retries it.
+                    last.reached.remove(&dir);
+                    continue;
+                }
+                total += text.len();
+                let shown = self.shown(&path);
+                let scope = self.shown(&dir);
+                let scope = if scope.is_empty() {
+                    ".".to_string()
+                } else {
+                    scope
+                };
+                parts.push(format!(
+                    "Additional instructions from: {shown}\n\nThey apply to work under `{scope}`; more specific instructions take precedence over broader ones, and none of them override the user's direct requests.\n\n{}",
+                    text.trim_end()
+                ));
+                changes.push(serde_json::json!({"action": "set", "path": shown, "digest": d}));
+                last.loaded.insert(path, d);
+            }
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        let mut message =
+            crate::agent::plugin_message(PROJECT_INSTRUCTIONS_PLUGIN, "update", parts.join("\n\n"));
+        if let MessageSource::Plugin { extra, .. } = &mut message.source {
+            extra.insert("changes".into(), serde_json::Value::Array(changes));
+        }
+        Some(message)
+    }
+
     /// The instruction files in the order they apply, after de-duplication.
     pub fn instruction_files(&self) -> Vec<PathBuf> {
         let mut candidates = Vec::new();
         if let Some(home) = &self.home {
             candidates.push(home.join("AGENTS.md"));
         }
-        let root = self
-            .cwd
-            .ancestors()
-            .find(|dir| dir.join(".git").exists())
-            .unwrap_or(&self.cwd)
-            .to_path_buf();
+        let root = self.project_root();
         let mut chain: Vec<&Path> = self
             .cwd
             .ancestors()
@@ -220,9 +404,37 @@ impl Extension for ContextMessages {
         let mut last = self.last.lock_or_recover();
         for envelope in events {
             if let Event::UserMessage(message) = &envelope.event {
-                if let MessageSource::Plugin { plugin, .. } = &message.source {
+                if let MessageSource::Plugin {
+                    plugin,
+                    form,
+                    extra,
+                } = &message.source
+                {
                     if plugin == RUNTIME_CONTEXT_PLUGIN {
                         last.runtime = Some(message.text());
+                    } else if plugin == PROJECT_INSTRUCTIONS_PLUGIN
+                        && form.as_deref() == Some("update")
+                    {
+                        // Which files touches loaded (docs/agent.md, "Project instructions").
+                        let changes = extra.get("changes").and_then(|c| c.as_array());
+                        for change in changes.into_iter().flatten() {
+                            let Some(path) = change["path"].as_str() else {
+                                continue;
+                            };
+                            let path = dsh_tools::absolutize(&self.cwd, path);
+                            match (change["action"].as_str(), change["digest"].as_str()) {
+                                (Some("remove"), _) => {
+                                    last.loaded.remove(&path);
+                                }
+                                (_, Some(d)) => {
+                                    if let Some(dir) = path.parent() {
+                                        last.reached.insert(dir.to_path_buf());
+                                    }
+                                    last.loaded.insert(path, d.to_string());
+                                }
+                                _ => {}
+                            }
+                        }
                     } else if plugin == PROJECT_INSTRUCTIONS_PLUGIN {
                         last.instructions = Some(message.text());
                     }
@@ -231,26 +443,57 @@ impl Extension for ContextMessages {
         }
     }
 
+    fn tool_post(&self, ctx: &mut crate::extension::ToolPostContext<'_>) {
+        if !TOUCHING_TOOLS.contains(&ctx.call.name.as_str()) || ctx.outcome.is_err() {
+            return;
+        }
+        let Ok(args) = serde_json::from_str::<serde_json::Value>(&ctx.call.arguments) else {
+            return;
+        };
+        if let Some(path) = args["file_path"].as_str() {
+            self.touch(&dsh_tools::absolutize(&self.cwd, path));
+        }
+    }
+
     fn pre_step(&self, ctx: &mut PreStepContext) -> Result<(), crate::ExtensionError> {
         if let Some(change) = &ctx.permission_change {
             *self.permission.lock_or_recover() = Some(change.summary.clone());
         }
         let runtime = self.runtime_text();
-        let instructions = self.instructions_text();
         let mut last = self.last.lock_or_recover();
         if last.runtime.as_deref() != Some(runtime.as_str()) {
             ctx.inject
                 .push(context_message(RUNTIME_CONTEXT_PLUGIN, runtime.clone()));
             last.runtime = Some(runtime);
         }
-        if let Some(instructions) = instructions {
-            if last.instructions.as_deref() != Some(instructions.as_str()) {
-                ctx.inject.push(context_message(
-                    PROJECT_INSTRUCTIONS_PLUGIN,
-                    instructions.clone(),
-                ));
-                last.instructions = Some(instructions);
+        if !last.baseline_checked {
+            // The whole chain once per process: sent when it differs from what the log has
+            // (a new session, or a resumed one whose files changed meanwhile).
+            last.baseline_checked = true;
+            if let Some(instructions) = self.instructions_text() {
+                if last.instructions.as_deref() != Some(instructions.as_str()) {
+                    ctx.inject.push(context_message(
+                        PROJECT_INSTRUCTIONS_PLUGIN,
+                        instructions.clone(),
+                    ));
+                    last.instructions = Some(instructions);
+                }
             }
+            for path in self.instruction_files() {
+                if let Some(text) = read_instruction(&path) {
+                    last.loaded.insert(path, digest(&text));
+                }
+            }
+            let root = self.project_root();
+            for dir in self.cwd.ancestors().take_while(|d| d.starts_with(&root)) {
+                last.reached.insert(dir.to_path_buf());
+            }
+        }
+        drop(last);
+        // Loaded files are checked before every step (after a resume too); new directories
+        // after touches.
+        if let Some(update) = self.instruction_update() {
+            ctx.inject.push(update);
         }
         Ok(())
     }

@@ -282,6 +282,13 @@ pub trait Extension: Send + Sync + 'static {
     /// Every durable session event, after it was appended.
     fn on_event(&self, _event: &Envelope) {}
 
+    /// Whether work this extension started (e.g. a running background job) may still wake the
+    /// idle agent; [`crate::Agent::run_until_settled`] keeps waiting while any extension says
+    /// so (docs/agent.md, "Wake-ups").
+    fn keeps_waking(&self) -> bool {
+        false
+    }
+
     /// Slash commands this extension offers users of interactive front ends (`/name`), e.g.
     /// user-invocable skills. Front ends list them next to their own commands.
     fn user_commands(&self) -> Vec<UserCommand> {

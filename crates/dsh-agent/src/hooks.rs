@@ -1,14 +1,17 @@
-//! Command hooks in the Claude Code format (`hooks` in settings files, `hooks.json`): shell
-//! commands that run at `SessionStart`, `UserPromptSubmit`, `PreToolUse`, `PostToolUse` and
-//! `Stop`, get the event as JSON on stdin, and answer with their exit code (0 ok, 2 block with
-//! stderr as the reason, anything else a non-blocking error) or a JSON object on stdout
-//! (`decision`, `hookSpecificOutput.permissionDecision`, `additionalContext`, `continue`).
+//! Command hooks in two dialects: Claude Code's (`hooks` in settings files, `hooks.json`) and
+//! Codex's (`codex-hooks.json`). Shell commands run at `SessionStart`, `UserPromptSubmit`,
+//! `PreToolUse`, `PostToolUse` and `Stop` (and, Claude Code only, `SubagentStart` and
+//! `SubagentStop` in child sessions), get the event as JSON on stdin, and answer with their exit
+//! code (0 ok, 2 block with stderr as the reason, anything else a non-blocking error) or a JSON
+//! object on stdout (`decision`, `hookSpecificOutput.permissionDecision`, `additionalContext`,
+//! `continue`).
 //!
-//! [`ClaudeCodeHooks`] is one extension on the matching points (docs/agent.md, "Extensions"):
-//! `pre_step` for session start and prompts, `tool_pre` for `PreToolUse` (deny, or ask the
-//! approver), `tool_post` for `PostToolUse`, `turn_stopping` for `Stop`. Every run is logged as
-//! `hook/invoked` and `hook/result` (not model-visible); context a hook adds reaches the model as a
-//! `user/message` from the plugin `hooks-claude-code`.
+//! [`CommandHooks`] is one extension per dialect on the matching points (docs/agent.md,
+//! "Extensions"): `pre_step` for session (or subagent) start and prompts, `tool_pre` for
+//! `PreToolUse` (deny, or ask the approver), `tool_post` for `PostToolUse`, `turn_stopping` for
+//! `Stop` (or `SubagentStop`). Every run is logged as `hook/invoked` and `hook/result` with the
+//! dialect's name (not model-visible); context a hook adds reaches the model as a `user/message`
+//! from the plugin `hooks-claude-code` or `hooks-codex` (docs/hooks.md).
 
 mod config;
 mod runner;
@@ -24,8 +27,8 @@ use dsh_tools::{ToolError, ToolErrorCode};
 use serde_json::{json, Map, Value};
 
 pub use config::{
-    HookCommand, HookConfigError, HookEvent, HookGroup, HooksConfig, DEFAULT_HOOK_TIMEOUT,
-    HOOKS_FILE,
+    HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup, HooksConfig, CODEX_HOOKS_FILE,
+    DEFAULT_CODEX_HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT, HOOKS_FILE,
 };
 use runner::{run_command, RunEnd, RunOutput};
 
@@ -34,11 +37,12 @@ use crate::extension::{
     TurnStoppingContext,
 };
 
-/// The plugin name on messages hooks add to the conversation.
+/// The plugin name on messages Claude Code hooks add to the conversation.
 pub const HOOKS_PLUGIN: &str = "hooks-claude-code";
 
-/// The `dialect` recorded in `hook/invoked`.
-const DIALECT: &str = "claude-code";
+/// The `agent_type` of dsh's subagents in `SubagentStart`/`SubagentStop` payloads (Claude
+/// Code's name for its general delegate).
+const SUBAGENT_TYPE: &str = "general-purpose";
 
 /// A `Stop` hook may keep a turn going at most this many times; then the turn ends anyway.
 const MAX_STOP_CONTINUATIONS: u32 = 8;
@@ -65,24 +69,52 @@ struct State {
     session_started: bool,
     resumed: bool,
     invocations: HashMap<HookEvent, u64>,
+    /// Codex numbers its handlers with one counter across all points.
+    codex_invocations: u64,
     stop_continuations: u32,
     stop_requested: Option<String>,
+    /// The model of the last request header (Codex payloads carry `model`).
+    model: String,
 }
 
-/// The hooks extension. Build it with [`ClaudeCodeHooks::new`] from a checked
-/// [`HooksConfig`]; commands run in the session's working directory.
-pub struct ClaudeCodeHooks {
+/// The hooks extension. Build it with [`CommandHooks::new`] from a checked [`HooksConfig`];
+/// the configuration's dialect decides events, payloads and answers; commands run in the
+/// session's working directory.
+pub struct CommandHooks {
     config: HooksConfig,
     state: Mutex<State>,
 }
 
-impl ClaudeCodeHooks {
+/// The name this extension had when it ran Claude Code hooks only.
+pub type ClaudeCodeHooks = CommandHooks;
+
+impl CommandHooks {
     /// Runs the hooks of `config`.
     pub fn new(config: HooksConfig) -> Self {
-        ClaudeCodeHooks {
+        CommandHooks {
             config,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Names `model` in Codex payloads until a request header names another.
+    pub fn with_model(self, model: impl Into<String>) -> Self {
+        self.state().model = model.into();
+        self
+    }
+
+    fn dialect(&self) -> HookDialect {
+        self.config.dialect()
+    }
+
+    fn codex(&self) -> bool {
+        self.dialect() == HookDialect::Codex
+    }
+
+    /// True in a child session, where Claude Code runs `SubagentStart`/`SubagentStop` in place
+    /// of `SessionStart`/`Stop`.
+    fn in_subagent(&self, attached: Option<&AttachedAgent>) -> bool {
+        !self.codex() && attached.is_some_and(|a| a.depth > 0)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -107,17 +139,27 @@ impl ClaudeCodeHooks {
         if groups.is_empty() {
             return Vec::new();
         }
-        let (attached, turn) = {
+        let (attached, turn, model) = {
             let state = self.state();
-            (state.attached.clone(), state.turn)
+            (state.attached.clone(), state.turn, state.model.clone())
         };
         let Some(attached) = attached else {
             return Vec::new();
         };
+        let dialect = self.dialect();
         payload.insert("session_id".into(), json!(attached.session_id));
         payload.insert("transcript_path".into(), json!(attached.location));
         payload.insert("cwd".into(), json!(attached.cwd.display().to_string()));
         payload.insert("hook_event_name".into(), json!(event.as_str()));
+        if dialect == HookDialect::Codex {
+            // Codex's payload: `model` and `permission_mode` on every event, `turn_id` on the
+            // turn-scoped ones (docs/hooks.md, "The Codex dialect").
+            payload.insert("model".into(), json!(model));
+            payload.insert("permission_mode".into(), json!("default"));
+            if event != HookEvent::SessionStart {
+                payload.insert("turn_id".into(), json!(turn.to_string()));
+            }
+        }
         let input = Value::Object(payload).to_string();
         let mut env = dsh_tools::scrubbed_env();
         for name in ["CLAUDE_PROJECT_DIR", "DSH_PROJECT_DIR"] {
@@ -128,15 +170,18 @@ impl ClaudeCodeHooks {
             for command in &group.commands {
                 let n = {
                     let mut state = self.state();
-                    let counter = state.invocations.entry(event).or_insert(0);
+                    let counter = match dialect {
+                        HookDialect::Codex => &mut state.codex_invocations,
+                        HookDialect::ClaudeCode => state.invocations.entry(event).or_insert(0),
+                    };
                     *counter += 1;
                     *counter
                 };
-                let handler_id = format!("{DIALECT}:{}:{n}", event.as_str());
+                let handler_id = format!("{}:{}:{n}", dialect.as_str(), event.as_str());
                 let mut invoked = json!({
                     "turn": turn,
                     "point": event.as_str(),
-                    "dialect": DIALECT,
+                    "dialect": dialect.as_str(),
                     "handlerId": handler_id,
                 });
                 if let Some(matcher) = &group.matcher {
@@ -152,10 +197,13 @@ impl ClaudeCodeHooks {
                         command.timeout,
                     )
                 });
-                let (verdict, error) = interpret(event, &output, command.timeout);
+                let (verdict, error) = interpret(dialect, event, &output, command.timeout);
+                // `dialect` here too, so that a result names its dialect without its
+                // `hook/invoked`; logs written before it was added simply lack it.
                 let mut result = json!({
                     "turn": turn,
                     "point": event.as_str(),
+                    "dialect": dialect.as_str(),
                     "handlerId": handler_id,
                     "decision": verdict.decision,
                     "durationMs": output.duration.as_secs_f64() * 1000.0,
@@ -211,14 +259,14 @@ fn log(attached: &AttachedAgent, event_type: &str, data: Value) {
     }
 }
 
-/// A model-facing message from the hooks plugin.
-fn hook_message(text: &str) -> Message {
+/// A model-facing message from the hooks plugin of `dialect`.
+fn hook_message(dialect: HookDialect, text: &str) -> Message {
     Message {
         id: uuid::Uuid::new_v4().to_string(),
         role: Role::User,
         content: vec![ContentBlock::text(text)],
         source: MessageSource::Plugin {
-            plugin: HOOKS_PLUGIN.to_string(),
+            plugin: dialect.plugin().to_string(),
             form: None,
             extra: Map::new(),
         },
@@ -226,7 +274,12 @@ fn hook_message(text: &str) -> Message {
 }
 
 /// Turns a run into a verdict, and an error message when the hook failed (non-blocking).
-fn interpret(event: HookEvent, output: &RunOutput, timeout: Duration) -> (Verdict, Option<String>) {
+fn interpret(
+    dialect: HookDialect,
+    event: HookEvent,
+    output: &RunOutput,
+    timeout: Duration,
+) -> (Verdict, Option<String>) {
     let error = |message: String| {
         (
             Verdict {
@@ -246,16 +299,20 @@ fn interpret(event: HookEvent, output: &RunOutput, timeout: Duration) -> (Verdic
         RunEnd::Exited(Some(2)) => (
             Verdict {
                 decision: "block",
-                reason: Some(if stderr.is_empty() {
-                    format!("blocked by a {} hook", event.as_str())
+                // Codex's bridge keeps no reason for an empty stderr: the caller's fallback text
+                // applies.
+                reason: if !stderr.is_empty() {
+                    Some(stderr.to_string())
+                } else if dialect == HookDialect::Codex {
+                    None
                 } else {
-                    stderr.to_string()
-                }),
+                    Some(format!("blocked by a {} hook", event.as_str()))
+                },
                 ..Verdict::default()
             },
             None,
         ),
-        RunEnd::Exited(Some(0)) => interpret_stdout(event, output.stdout.trim()),
+        RunEnd::Exited(Some(0)) => interpret_stdout(dialect, event, output.stdout.trim()),
         RunEnd::Exited(code) => {
             let how = code.map_or("was killed by a signal".to_string(), |c| {
                 format!("exited with code {c}")
@@ -269,7 +326,11 @@ fn interpret(event: HookEvent, output: &RunOutput, timeout: Duration) -> (Verdic
     }
 }
 
-fn interpret_stdout(event: HookEvent, stdout: &str) -> (Verdict, Option<String>) {
+fn interpret_stdout(
+    dialect: HookDialect,
+    event: HookEvent,
+    stdout: &str,
+) -> (Verdict, Option<String>) {
     let pass = Verdict {
         decision: "pass",
         ..Verdict::default()
@@ -279,8 +340,11 @@ fn interpret_stdout(event: HookEvent, stdout: &str) -> (Verdict, Option<String>)
     }
     if !stdout.starts_with('{') {
         // Plain text: context for the events where Claude Code adds stdout to the context.
-        let context = matches!(event, HookEvent::UserPromptSubmit | HookEvent::SessionStart)
-            .then(|| stdout.to_string());
+        let context = matches!(
+            event,
+            HookEvent::UserPromptSubmit | HookEvent::SessionStart | HookEvent::SubagentStart
+        )
+        .then(|| stdout.to_string());
         return (Verdict { context, ..pass }, None);
     }
     let value: Value = match serde_json::from_str(stdout) {
@@ -298,7 +362,11 @@ fn interpret_stdout(event: HookEvent, stdout: &str) -> (Verdict, Option<String>)
         }
     };
     let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
-    let specific = value.get("hookSpecificOutput");
+    let specific = value.get("hookSpecificOutput").filter(|s| {
+        // Codex's event-scoped answers count only when they name the event that ran.
+        dialect == HookDialect::ClaudeCode
+            || s.get("hookEventName").and_then(Value::as_str) == Some(event.as_str())
+    });
     let mut verdict = pass;
     verdict.context = text(specific.and_then(|s| s.get("additionalContext")));
     match value.get("decision").and_then(Value::as_str) {
@@ -345,9 +413,60 @@ fn tool_input(arguments: &str) -> Value {
     serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()))
 }
 
-impl Extension for ClaudeCodeHooks {
+/// Codex's `tool_input`: `{command}`, the call's `command` argument or `""`.
+fn codex_tool_input(arguments: &str) -> Value {
+    let command = tool_input(arguments)
+        .get("command")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    json!({ "command": command })
+}
+
+impl CommandHooks {
+    /// `tool_name`, `tool_input` and `tool_use_id` of a tool event, in the dialect's shape.
+    fn tool_payload(&self, call: &ToolCallInfo) -> Map<String, Value> {
+        let mut payload = Map::new();
+        payload.insert("tool_name".into(), json!(call.name));
+        let input = if self.codex() {
+            codex_tool_input(&call.arguments)
+        } else {
+            tool_input(&call.arguments)
+        };
+        payload.insert("tool_input".into(), input);
+        payload.insert("tool_use_id".into(), json!(call.call_id));
+        payload
+    }
+
+    /// `SessionStart` (or, in a child session, `SubagentStart`) before the first step.
+    fn session_start(&self, ctx: &mut PreStepContext, resumed: bool) {
+        let attached = self.state().attached.clone();
+        let verdicts = if self.in_subagent(attached.as_ref()) {
+            let mut payload = Map::new();
+            let id = attached.map(|a| a.session_id).unwrap_or_default();
+            payload.insert("agent_id".into(), json!(id));
+            payload.insert("agent_type".into(), json!(SUBAGENT_TYPE));
+            self.run(HookEvent::SubagentStart, Some(SUBAGENT_TYPE), payload)
+        } else {
+            let source = if resumed { "resume" } else { "startup" };
+            let mut payload = Map::new();
+            payload.insert("source".into(), json!(source));
+            self.run(HookEvent::SessionStart, Some(source), payload)
+        };
+        let dialect = self.dialect();
+        ctx.inject.extend(
+            verdicts
+                .iter()
+                .filter_map(|v| v.context.as_deref())
+                .map(|c| hook_message(dialect, c)),
+        );
+        self.note_stop(&verdicts);
+    }
+}
+
+impl Extension for CommandHooks {
     fn name(&self) -> &str {
-        HOOKS_PLUGIN
+        self.dialect().plugin()
     }
 
     fn attach(&self, agent: &AttachedAgent) {
@@ -368,6 +487,9 @@ impl Extension for ClaudeCodeHooks {
             Event::UserMessage(message) if matches!(message.source, MessageSource::User) => {
                 self.state().pending_prompts.push(message.text());
             }
+            Event::RequestHeader(header) => {
+                self.state().model = header.header.config.config().model.clone();
+            }
             _ => {}
         }
     }
@@ -383,23 +505,17 @@ impl Extension for ClaudeCodeHooks {
             (start, std::mem::take(&mut state.pending_prompts))
         };
         if let Some(resumed) = start {
-            let source = if resumed { "resume" } else { "startup" };
-            let mut payload = Map::new();
-            payload.insert("source".into(), json!(source));
-            let verdicts = self.run(HookEvent::SessionStart, Some(source), payload);
-            ctx.inject.extend(
-                verdicts
-                    .iter()
-                    .filter_map(|v| v.context.as_deref())
-                    .map(hook_message),
-            );
-            self.note_stop(&verdicts);
+            self.session_start(ctx, resumed);
         }
+        let dialect = self.dialect();
         for prompt in prompts {
             let mut payload = Map::new();
             payload.insert("prompt".into(), json!(prompt));
             let verdicts = self.run(HookEvent::UserPromptSubmit, None, payload);
-            if let Some(blocked) = verdicts.iter().find(|v| v.decision == "block") {
+            if let Some(blocked) = verdicts
+                .iter()
+                .find(|v| matches!(v.decision, "block" | "deny"))
+            {
                 return Err(crate::ExtensionError::Blocked(
                     blocked.reason.clone().unwrap_or_else(|| {
                         "the prompt was blocked by a UserPromptSubmit hook".into()
@@ -413,19 +529,17 @@ impl Extension for ClaudeCodeHooks {
                 verdicts
                     .iter()
                     .filter_map(|v| v.context.as_deref())
-                    .map(hook_message),
+                    .map(|c| hook_message(dialect, c)),
             );
         }
         Ok(())
     }
 
     fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
-        let mut payload = Map::new();
-        payload.insert("tool_name".into(), json!(call.name));
-        payload.insert("tool_input".into(), tool_input(&call.arguments));
-        payload.insert("tool_use_id".into(), json!(call.call_id));
+        let payload = self.tool_payload(call);
         let verdicts = self.run(HookEvent::PreToolUse, Some(&call.name), payload);
         self.note_stop(&verdicts);
+        let dialect = self.dialect();
         let contexts: Vec<&str> = verdicts
             .iter()
             .filter_map(|v| v.context.as_deref())
@@ -439,7 +553,7 @@ impl Extension for ClaudeCodeHooks {
             if let Some(handle) = handle {
                 for context in contexts {
                     // Queued for the next step; a log that refuses it fails the step itself.
-                    let _ = handle.inject(hook_message(context));
+                    let _ = handle.inject(hook_message(dialect, context));
                 }
             }
         }
@@ -449,10 +563,19 @@ impl Extension for ClaudeCodeHooks {
                 .reason
                 .clone()
                 .or_else(|| denied.stop.clone())
-                .unwrap_or_else(|| format!("`{}` was refused by a PreToolUse hook", call.name));
+                .unwrap_or_else(|| match dialect {
+                    HookDialect::Codex => "blocked by PreToolUse hook".into(),
+                    HookDialect::ClaudeCode => {
+                        format!("`{}` was refused by a PreToolUse hook", call.name)
+                    }
+                });
             return ToolVerdict::Deny { reason };
         }
-        if let Some(ask) = verdicts.iter().find(|v| v.decision == "ask") {
+        // Codex honours blocking only: its hooks cannot ask for (or grant) approval.
+        if let Some(ask) = verdicts
+            .iter()
+            .find(|v| v.decision == "ask" && dialect == HookDialect::ClaudeCode)
+        {
             return ToolVerdict::Ask {
                 reason: ask
                     .reason
@@ -468,66 +591,84 @@ impl Extension for ClaudeCodeHooks {
         let Ok(output) = &*ctx.outcome else {
             return;
         };
-        let text: String = output
-            .content
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        let mut payload = Map::new();
-        payload.insert("tool_name".into(), json!(ctx.call.name));
-        payload.insert("tool_input".into(), tool_input(&ctx.call.arguments));
-        payload.insert("tool_use_id".into(), json!(ctx.call.call_id));
-        payload.insert(
-            "tool_response".into(),
-            json!({"output": text, "data": output.data}),
-        );
+        let texts = output.content.iter().filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        });
+        let dialect = self.dialect();
+        let mut payload = self.tool_payload(ctx.call);
+        let response = match dialect {
+            // Codex's `tool_response` is the result's text.
+            HookDialect::Codex => json!(texts.collect::<String>()),
+            HookDialect::ClaudeCode => json!({
+                "output": texts.collect::<Vec<_>>().join("\n"),
+                "data": output.data,
+            }),
+        };
+        payload.insert("tool_response".into(), response);
         let verdicts = self.run(HookEvent::PostToolUse, Some(&ctx.call.name), payload);
         self.note_stop(&verdicts);
         ctx.inject_next_step.extend(
             verdicts
                 .iter()
                 .filter_map(|v| v.context.as_deref())
-                .map(hook_message),
+                .map(|c| hook_message(dialect, c)),
         );
-        if let Some(blocked) = verdicts.iter().find(|v| v.decision == "block") {
-            let reason = blocked.reason.clone().unwrap_or_else(|| {
-                format!(
+        if let Some(blocked) = verdicts.iter().find(|v| {
+            v.decision == "block" || (dialect == HookDialect::Codex && v.decision == "deny")
+        }) {
+            let reason = blocked.reason.clone().unwrap_or_else(|| match dialect {
+                HookDialect::Codex => "blocked by PostToolUse hook".into(),
+                HookDialect::ClaudeCode => format!(
                     "the output of `{}` was rejected by a PostToolUse hook",
                     ctx.call.name
-                )
+                ),
             });
             *ctx.outcome = Err(ToolError::new(ToolErrorCode::PermissionDenied, reason));
         }
     }
 
     fn turn_stopping(&self, ctx: &TurnStoppingContext<'_>) -> Option<Message> {
-        let active = {
+        let (active, attached) = {
             let state = self.state();
             if state.stop_requested.is_some() {
                 return None;
             }
-            state.stop_continuations
+            (state.stop_continuations, state.attached.clone())
         };
         let mut payload = Map::new();
         payload.insert("stop_hook_active".into(), json!(active > 0));
         payload.insert("last_assistant_message".into(), json!(ctx.final_text));
-        let verdicts = self.run(HookEvent::Stop, None, payload);
+        let verdicts = if self.in_subagent(attached.as_ref()) {
+            if let Some(child) = &attached {
+                payload.insert("agent_id".into(), json!(child.session_id));
+                payload.insert("agent_transcript_path".into(), json!(child.location));
+            }
+            payload.insert("agent_type".into(), json!(SUBAGENT_TYPE));
+            self.run(HookEvent::SubagentStop, Some(SUBAGENT_TYPE), payload)
+        } else {
+            self.run(HookEvent::Stop, None, payload)
+        };
         if verdicts.iter().any(|v| v.stop.is_some()) {
             return None;
         }
+        let dialect = self.dialect();
         let reason = verdicts
             .iter()
-            .find(|v| v.decision == "block")
-            .map(|v| v.reason.clone().unwrap_or_else(|| "Continue.".into()))?;
+            .find(|v| {
+                v.decision == "block" || (dialect == HookDialect::Codex && v.decision == "deny")
+            })
+            .map(|v| {
+                v.reason.clone().unwrap_or_else(|| match dialect {
+                    HookDialect::Codex => "continue: blocked by Stop hook".into(),
+                    HookDialect::ClaudeCode => "Continue.".into(),
+                })
+            })?;
         let mut state = self.state();
         if state.stop_continuations >= MAX_STOP_CONTINUATIONS {
             return None;
         }
         state.stop_continuations += 1;
-        Some(hook_message(&reason))
+        Some(hook_message(dialect, &reason))
     }
 }

@@ -8,13 +8,12 @@
 //!   -> step/end -> more steps while tool calls or steering are pending -> turn/end
 //! ```
 #![warn(missing_docs, unreachable_pub)]
-#![deny(clippy::expect_used)]
-#![cfg_attr(test, allow(clippy::expect_used))]
 #![warn(clippy::too_many_lines)]
 
 mod agent;
 mod approval_rules;
 mod background_jobs;
+mod budget;
 mod cache_report;
 mod compaction;
 mod context;
@@ -25,6 +24,7 @@ mod inbox;
 mod log;
 mod permission;
 mod pipeline;
+mod plan;
 mod prompt;
 mod repeat_guard;
 mod replay;
@@ -43,7 +43,8 @@ pub use approval_rules::{
     approvals_path, proposed_rule, read_rules, write_rules, ApprovalChoice, ApprovalRule,
     ApprovalRules, RuleScope, APPROVALS_FILE,
 };
-pub use background_jobs::{BackgroundJobs, BACKGROUND_JOBS_PLUGIN};
+pub use background_jobs::{BackgroundJobs, BACKGROUND_JOBS_PLUGIN, MAX_CONSECUTIVE_WAKES};
+pub use budget::{parse_duration, TurnBudget, BUDGET_COST, BUDGET_STEPS, BUDGET_WALL_TIME};
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};
 pub use compaction::{CompactionOutcome, CompactionSettings, CompactionTrigger, COMPACTION_PLUGIN};
 pub use context::{
@@ -62,19 +63,27 @@ pub use extension::{
     UserCommand,
 };
 pub use hooks::{
-    ClaudeCodeHooks, HookCommand, HookConfigError, HookEvent, HookGroup, HooksConfig,
-    DEFAULT_HOOK_TIMEOUT, HOOKS_FILE, HOOKS_PLUGIN,
+    ClaudeCodeHooks, CommandHooks, HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup,
+    HooksConfig, CODEX_HOOKS_FILE, DEFAULT_CODEX_HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT, HOOKS_FILE,
+    HOOKS_PLUGIN,
 };
 pub use inbox::{Inbox, InboxTarget, Splice};
 pub use log::{SessionEvent, SessionLog};
 pub use permission::{PermissionSetting, PermissionSource};
 pub use pipeline::{is_error_result, ABORTED_BEFORE_DISPATCH};
+pub use plan::{
+    decision_of, fold_plan_mode, last_presented_plan, plan_mode_of, plan_title, review_request,
+    PlanDecision, PlanMode, APPROVE_LABEL, EXIT_PLAN_MODE, KEEP_PLANNING_LABEL, PLAN_COMMAND,
+    PLAN_EDITS_QUESTION, PLAN_MODE_EVENT, PLAN_MODE_REFUSAL, PLAN_PLUGIN, PLAN_REVIEW_QUESTION,
+};
 pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
 pub use repeat_guard::RepeatCallGuard;
 pub use replay::{compare_runs, Difference, RecordedRun, RecordedTurn, ReplayAdapter};
 pub use safety::{SafetyPolicy, PERMISSION_PRESET_EVENT, SANDBOX_MODE_EVENT};
 pub use skills::{parse_skill, Skill, SkillProblem, SkillSet, Skills, SKILLS_PLUGIN};
-pub use subagents::{ChildFactory, ParentLink, Subagents, MAX_DELEGATION_DEPTH};
+pub use subagents::{
+    ChildFactory, ParentLink, Subagents, DEFAULT_MAX_CONCURRENT, MAX_DELEGATION_DEPTH,
+};
 pub use titles::TitleMode;
 pub use todo_events::TodoEvents;
 /// The cancellation token type taken by [`Agent::compact`].

@@ -1,10 +1,12 @@
 //! System prompt assembly (docs/agent.md, "Context discipline"): ordered sections contributed by
 //! extensions.
 //!
-//! The result must be byte-stable within a session: sections are sorted by `(order, name)`, and no
-//! section may contain a timestamp, a random id or an unordered collection. Facts that change
-//! during a session (date, permission changes, project instructions) enter as user messages, not
-//! here.
+//! The result must be byte-stable within a session and across sessions: sections are sorted by
+//! `(order, name)`, and no section may contain a timestamp, a random id, an unordered collection,
+//! or a fact of the session's place (working directory, home, git state). Those facts, and the ones
+//! that change during a session (date, permission changes, project instructions), enter as user
+//! messages after the system prompt and tools, so sessions in different directories share the
+//! provider's prefix cache over system prompt and tool schemas.
 
 use std::path::Path;
 
@@ -67,11 +69,15 @@ impl Extension for BasePrompt {
             PromptSection {
                 order: 0,
                 name: "identity".to_string(),
+                // No working directory, date or machine fact here: they are in the runtime
+                // context message after the tools, so that every session's first request shares
+                // the system prompt and tool schemas byte for byte (docs/agent.md, "Context
+                // discipline"; docs/harbor.md, "Prompt cache across sessions").
                 text: format!(
-                    "You are dsh, a coding agent running on the {} model. You work in the directory {} \
-                     on the user's machine, using the tools you are given.",
-                    ctx.model,
-                    ctx.cwd.display()
+                    "You are dsh, a coding agent running on the {} model. You work in the session's \
+                     working directory (the runtime context message names it), using the tools you \
+                     are given.",
+                    ctx.model
                 ),
             },
             PromptSection {

@@ -2,12 +2,15 @@
 //! (or, for `subagent_fork`, the parent's history) and return its final text.
 //!
 //! A child runs the same loop with its own session log in the parent's session folder
-//! (`subagents/<child-id>/session.jsonl`, header `parentSession` and `delegationDepth`). At the
-//! maximum depth (3) children get no delegation tools. Foreground children block the parent's
-//! step; background children (`run_in_background`) return an id at once and report through a
-//! message injected into the parent's next step. Cancelling the parent's call cancels the child.
-//! The child's usage is returned in the result's data (`usage`), which the parent adds to its
-//! turn usage.
+//! (`subagents/<child-id>/session.jsonl`, header `parentSession` and `delegationDepth`). A call
+//! that would start a child deeper than [`MAX_DELEGATION_DEPTH`] is refused. Delegation calls
+//! are concurrency-safe: several in one reply run together, at most `max_concurrent` children
+//! of one parent at a time (docs/agent.md, "Delegation"). Foreground children block the
+//! parent's step; background children (`run_in_background`) are jobs of the parent's
+//! [`JobTable`](dsh_tools::JobTable) (`subagent-N`, read with `job_output`, stopped with
+//! `job_kill`, announced and waking the parent like a `bash` job). Cancelling the parent's call
+//! cancels the child. The child's usage is returned in the result's data (`usage`), which the
+//! parent adds to its turn usage.
 
 use dsh_llm::LockExt;
 use std::path::PathBuf;
@@ -15,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use dsh_llm::{Message, UsageTotals};
 use dsh_session::{Envelope, Event, JsonlWriter, Projector, SessionHeader};
-use dsh_tools::{Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
+use dsh_tools::{TaskDone, TaskSpec, Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
@@ -26,6 +29,10 @@ use dsh_session::TurnEndReason;
 
 /// Deepest delegation allowed (a top-level session is depth 0).
 pub const MAX_DELEGATION_DEPTH: u64 = 3;
+
+/// Most children of one parent that run at the same time unless configured
+/// (`[agents] max_concurrent`).
+pub const DEFAULT_MAX_CONCURRENT: usize = 4;
 
 /// Builds the parts of a child agent at `depth` (tools, adapters, extensions, options), or says
 /// why it cannot. The front end supplies it so that children get the same providers and
@@ -51,35 +58,38 @@ struct Shared {
     factory: ChildFactory,
     parent: Mutex<Option<ParentLink>>,
     history: Mutex<Projector>,
-    background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-/// The delegation extension: contributes `subagent` and `subagent_fork` below the depth limit.
-pub struct Subagents {
-    shared: Arc<Shared>,
+    /// One permit per running child (foreground or background).
+    slots: Arc<tokio::sync::Semaphore>,
+    max_concurrent: usize,
+    /// The depth this extension was built for (the attached agent's may be deeper).
     depth: u64,
 }
 
+/// The delegation extension: contributes `subagent` and `subagent_fork`.
+pub struct Subagents {
+    shared: Arc<Shared>,
+}
+
 impl Subagents {
-    /// Delegation for an agent at `depth`, building children with `factory`.
+    /// Delegation for an agent at `depth`, building children with `factory`, running at
+    /// most [`DEFAULT_MAX_CONCURRENT`] children at once.
     pub fn new(depth: u64, factory: ChildFactory) -> Self {
+        Self::with_max_concurrent(depth, factory, DEFAULT_MAX_CONCURRENT)
+    }
+
+    /// Like [`Subagents::new`] with at most `max_concurrent` (at least 1) children running at
+    /// once; further calls wait for a slot.
+    pub fn with_max_concurrent(depth: u64, factory: ChildFactory, max_concurrent: usize) -> Self {
+        let max_concurrent = max_concurrent.max(1);
         Subagents {
             shared: Arc::new(Shared {
                 factory,
                 parent: Mutex::new(None),
                 history: Mutex::new(Projector::new()),
-                background: Mutex::new(Vec::new()),
+                slots: Arc::new(tokio::sync::Semaphore::new(max_concurrent)),
+                max_concurrent,
+                depth,
             }),
-            depth,
-        }
-    }
-}
-
-impl Drop for Subagents {
-    fn drop(&mut self) {
-        // Background children die with the extension (and so with the session).
-        for task in self.shared.background.lock_or_recover().drain(..) {
-            task.abort();
         }
     }
 }
@@ -90,9 +100,8 @@ impl Extension for Subagents {
     }
 
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        if self.depth >= MAX_DELEGATION_DEPTH {
-            return Vec::new();
-        }
+        // Offered at every depth, as in dsh: a call past the limit is refused with a result
+        // that says so (see `SubagentTool::execute`).
         vec![
             Arc::new(SubagentTool {
                 shared: Arc::clone(&self.shared),
@@ -165,7 +174,20 @@ impl SubagentTool {
         prompt: String,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<(String, UsageTotals, String), ToolError> {
-        let depth = link.depth + 1;
+        let depth = link.depth.max(shared.depth) + 1;
+        // Wait for a slot (docs/agent.md, "Delegation"); a cancel while waiting starts nothing.
+        let slots = Arc::clone(&shared.slots);
+        let _slot = tokio::select! {
+            permit = slots.acquire_owned() => permit.map_err(|_| {
+                ToolError::new(ToolErrorCode::Aborted, "delegation was shut down")
+            })?,
+            _ = cancel.cancelled() => {
+                return Err(ToolError::new(
+                    ToolErrorCode::Aborted,
+                    "the subagent was cancelled before it started",
+                ));
+            }
+        };
         let child_id = uuid::Uuid::new_v4().to_string();
         let folder = link
             .location
@@ -210,6 +232,67 @@ impl SubagentTool {
             .map_err(|e| ToolError::new(e.tool_code(), e.to_string()))?;
         Self::child_result(&outcomes, path)
             .map_err(|e| ToolError::new(e.tool_code(), e.to_string()))
+    }
+
+    /// Starts a child as a job of the parent's job table (`subagent-N`): `job_output` reads
+    /// its answer, `job_kill` cancels it, and its end is announced (and wakes an idle parent)
+    /// like a `bash` job's (docs/agent.md, "Wake-ups").
+    fn start_background(
+        shared: &Arc<Shared>,
+        link: ParentLink,
+        seed: Vec<Message>,
+        prompt: String,
+        description: String,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let jobs = ctx.jobs().ok_or_else(|| {
+            ToolError::new(
+                ToolErrorCode::Unsupported,
+                "background subagents are jobs, and background jobs are not enabled in this session; call `subagent` without `run_in_background`",
+            )
+        })?;
+        let first_line = prompt.lines().next().unwrap_or("").to_string();
+        let spec = TaskSpec {
+            command: format!(
+                "{}: {first_line}",
+                if seed.is_empty() {
+                    "subagent"
+                } else {
+                    "subagent_fork"
+                }
+            ),
+            description: description.clone(),
+            data: json!({"kind": "subagent"}),
+        };
+        let shared = Arc::clone(shared);
+        let (id, data) = jobs.start_task("subagent", spec, ctx.spill(), move |kill| {
+            Box::pin(async move {
+                match Self::run_child(shared, link, seed, prompt, kill).await {
+                    Ok((answer, usage, log)) => Ok(TaskDone {
+                        text: if answer.trim().is_empty() {
+                            "(the subagent finished without a final answer)".to_string()
+                        } else {
+                            answer
+                        },
+                        // Not `usage`: the parent's turn usage counts foreground children only
+                        // (a job's result may be read more than once).
+                        data: json!({
+                            "childUsage": serde_json::to_value(usage).unwrap_or(Value::Null),
+                            "childLog": log,
+                        }),
+                    }),
+                    Err(err) => Err(TaskDone {
+                        text: format!("Error: {}", err.message),
+                        data: json!({"errorCode": err.code.as_str()}),
+                    }),
+                }
+            })
+        })?;
+        Ok(ToolOutput::text(format!(
+            "Started background subagent job {id}. Read its answer with job_output {{\"job_id\": \"{id}\"}} (add \"wait\": true to block until it ends), stop it with job_kill. You will be told when it finishes; keep working meanwhile."
+        ))
+        .with_summary(format!("subagent (background {id}): {description}"))
+        .with_data(data))
     }
 
     /// Runs the child agent on its log until it is idle.
@@ -272,6 +355,11 @@ impl SubagentTool {
 }
 
 impl Tool for SubagentTool {
+    fn concurrency_safe(&self) -> bool {
+        // Children never write the parent's log; several run together up to the cap.
+        true
+    }
+
     fn name(&self) -> &str {
         if self.fork {
             "subagent_fork"
@@ -284,14 +372,17 @@ impl Tool for SubagentTool {
         if self.fork {
             "Hand a subtask to a child agent that starts with a copy of this conversation (so it \
              knows the context) but works in its own context from then on. Returns the child's \
-             final answer. Use `run_in_background: true` to keep working while it runs; its \
-             answer then arrives as a message in a later step."
+             final answer. Use `run_in_background: true` to run it as a job (returns a job id; \
+             read the answer with `job_output`, stop it with `job_kill`). Several calls in one \
+             reply run at the same time."
         } else {
             "Hand a self-contained subtask to a child agent with a fresh context and the same \
              tools. Write `prompt` as a complete brief: the child sees nothing of this \
              conversation. Returns the child's final answer (its intermediate work stays out of \
-             your context). Use `run_in_background: true` to keep working while it runs; its \
-             answer then arrives as a message in a later step. Delegation nests at most 3 deep."
+             your context). Several calls in one reply run at the same time. Use \
+             `run_in_background: true` to run it as a job (returns a job id; read the answer \
+             with `job_output`, stop it with `job_kill`; you are told when it finishes). \
+             Delegation nests at most 3 deep."
         }
     }
 
@@ -301,7 +392,7 @@ impl Tool for SubagentTool {
             "properties": {
                 "description": {"type": "string", "description": "A short (3-5 word) label for the subtask."},
                 "prompt": {"type": "string", "description": "The complete task for the child agent."},
-                "run_in_background": {"type": "boolean", "description": "Return at once and report the answer later."}
+                "run_in_background": {"type": "boolean", "description": "Run as a background job and return its id at once; collect the answer with job_output, stop it with job_kill."}
             },
             "required": ["description", "prompt"],
             "additionalProperties": false
@@ -340,6 +431,19 @@ impl Tool for SubagentTool {
                         "delegation is not set up in this session",
                     )
                 })?;
+            // The deeper of the two counts wins: a depth can be deepened, never lowered.
+            let current = link.depth.max(self.shared.depth);
+            let attempted = current.saturating_add(1);
+            if attempted > MAX_DELEGATION_DEPTH {
+                // dsh's wording (`subagent depth <attempted> exceeds maxDepth <max>`).
+                return Err(ToolError::new(
+                    ToolErrorCode::LimitReached,
+                    format!(
+                        "subagent depth {attempted} exceeds maxDepth {MAX_DELEGATION_DEPTH}: this agent is already a subagent {} levels deep; do this subtask yourself",
+                        current
+                    ),
+                ));
+            }
             let seed = if self.fork {
                 let history = self.shared.history.lock_or_recover().history();
                 settled_history(&history)
@@ -347,38 +451,7 @@ impl Tool for SubagentTool {
                 Vec::new()
             };
             if background {
-                let id = format!("subagent-{}", &uuid::Uuid::new_v4().to_string()[..8]);
-                let shared = Arc::clone(&self.shared);
-                let parent = link.handle.clone();
-                let task_id = id.clone();
-                let task = tokio::spawn(async move {
-                    let cancel = tokio_util::sync::CancellationToken::new();
-                    let result = Self::run_child(shared, link, seed, prompt, cancel).await;
-                    let text = match result {
-                        Ok((answer, _, log)) => format!(
-                            "Background subagent {task_id} ({description}) finished.\nLog: {log}\n\nIts answer:\n{answer}"
-                        ),
-                        Err(err) => format!(
-                            "Background subagent {task_id} ({description}) failed: {}",
-                            err.message
-                        ),
-                    };
-                    // Queued for the parent's next step; wakes an idle parent. A parent that
-                    // is gone has nobody to tell.
-                    let Some(parent) = parent.upgrade() else {
-                        return;
-                    };
-                    let _ = parent.steer_message(crate::agent::plugin_message(
-                        "subagents",
-                        "completion",
-                        text,
-                    ));
-                });
-                self.shared.background.lock_or_recover().push(task);
-                return Ok(ToolOutput::text(format!(
-                    "Started background subagent {id}. Its answer will arrive as a message in a later step; keep working meanwhile."
-                ))
-                .with_summary(format!("started {id}")));
+                return Self::start_background(&self.shared, link, seed, prompt, description, ctx);
             }
             let (answer, usage, log) = Self::run_child(
                 Arc::clone(&self.shared),
@@ -395,7 +468,12 @@ impl Tool for SubagentTool {
                 answer
             })
             .with_summary(format!("subagent: {description}"))
-            .with_data(json!({"usage": usage_value, "log": log})))
+            .with_data(json!({
+                "usage": usage_value,
+                "log": log,
+                "description": description,
+                "maxConcurrent": self.shared.max_concurrent,
+            })))
         })
     }
 }

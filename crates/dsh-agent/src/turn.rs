@@ -107,8 +107,33 @@ impl Agent {
         );
         // The model-title call for a new session.
         let mut title_task: Option<TitleTask> = None;
+        // The wall-time budget cancels the turn when it passes (docs/harbor.md, "Budgets").
+        let budget = self.options.budget;
+        let wall_time_hit = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let wall_timer = budget.max_wall_time.map(|limit| {
+            let cancel = cancel.clone();
+            let hit = Arc::clone(&wall_time_hit);
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                hit.store(true, std::sync::atomic::Ordering::SeqCst);
+                cancel.cancel();
+            })
+        });
         let reason = loop {
             step += 1;
+            if wall_time_hit.load(std::sync::atomic::Ordering::SeqCst) {
+                break TurnEndReason::Error {
+                    error: budget.wall_time_failure(),
+                };
+            }
+            if let Some(error) = budget.check_before_step(
+                step,
+                &totals.usage,
+                &self.options.call.model,
+                &self.options.prices,
+            ) {
+                break TurnEndReason::Error { error };
+            }
             if step > self.options.max_steps_per_turn {
                 let failure = Failure::new(
                     FailureCode::Other("MAX_STEPS".into()),
@@ -133,6 +158,20 @@ impl Agent {
                 StepFlow::Next => continue,
                 StepFlow::End(reason) => break reason,
             }
+        };
+        if let Some(timer) = wall_timer {
+            timer.abort();
+        }
+        // A turn the wall-time budget cancelled ends with the budget's reason, not `aborted`.
+        let reason = match reason {
+            TurnEndReason::Aborted { .. }
+                if wall_time_hit.load(std::sync::atomic::Ordering::SeqCst) =>
+            {
+                TurnEndReason::Error {
+                    error: budget.wall_time_failure(),
+                }
+            }
+            other => other,
         };
         self.shared.log().append(Event::TurnEnd(TurnEnd {
             turn,

@@ -6,11 +6,22 @@
 //! Adding a case is adding data: a fixture folder (recorded by dsh) and, here, an optional
 //! `tests/scenarios/<fixture>.json` with our settings for it:
 //! `{"skip": "reason"}`, `"spillThreshold": N`, `"expectFiles": {"path": "content"}`,
-//! `"hooks": "<file in the workspace>"` (Claude Code hooks to run), `"expectHooksError": "text"`
+//! `"hooks": "<file in the workspace>"` (Claude Code hooks to run; `"hooksDialect": "codex"` for
+//! a Codex hooks file), `"expectHooksError": "text"`
 //! (loading the hooks must fail with a message containing it; nothing is replayed) and
 //! `"expectBlocked": "message"` (dsh refused the prompt before logging anything; ours logs a turn
 //! that ends `blocked` with this message, checked and then left out of the comparison).
 //! A fixture without a settings file runs with the defaults.
+//!
+//! More recordings of dsh, vendored for later features, live in `fixtures/dsh/more/acp/`; one
+//! of them runs here when it has a settings file. Their settings may also give
+//! `"preset"` (the session's permission preset; the answers to approval questions come from
+//! the recording's `permissionAnswers`, and as many questions must be asked as dsh asked),
+//! `"backgroundJobs": true` (the job tools, ids `bash-N`), `"globMaxResults": N` (sampling
+//! over the cap on), `"links": {"path": "target"}` (symbolic links the fixture folder holds as
+//! plain files), `"expectResults": ["text"]` (each must occur in some tool result) and
+//! `"expectContext": [{"step": N, "contains": "text"}]` (a context message logged at step N of
+//! the first turn must contain the text).
 //!
 //! For each run it checks: turn end reasons, final assistant texts, the executed tool calls and
 //! their order, which tool results were errors, the hook results (point and decision) when hooks
@@ -32,6 +43,7 @@ use dsh_agent::{
 use dsh_llm::{AdapterRegistry, CallConfig, Chunk, RetryPolicy};
 use dsh_session::TurnEndReason;
 use dsh_session::{open_store, Event, StoreKind};
+use dsh_test_support::fixture_runner::{self, Outcome};
 use dsh_test_support::{
     copy_dir, snapshot_fixture_dirs, FakeProvider, RecordedSession, ReplayOverride,
 };
@@ -58,15 +70,125 @@ struct Settings {
     expect_title: Option<String>,
     /// Claude Code hooks file (relative to the fixture's workspace) to run with.
     hooks: Option<String>,
+    /// `"codex"`: `hooks` is a Codex-dialect hooks file.
+    hooks_dialect: Option<String>,
     /// Loading `hooks` must fail with an error containing this text.
     expect_hooks_error: Option<String>,
     /// A turn must end `blocked` with this message; it is not compared with the recording.
     expect_blocked: Option<String>,
+    /// The session's permission preset (default danger-full-access).
+    preset: Option<String>,
+    /// Offer the background job tools.
+    #[serde(default)]
+    background_jobs: bool,
+    /// `glob`'s result cap (sampling across top-level entries over it).
+    glob_max_results: Option<usize>,
+    /// Symbolic links to create in the workspace (path relative to the cwd, target).
+    #[serde(default)]
+    links: BTreeMap<String, String>,
+    /// Texts that must each occur in some tool result of ours.
+    #[serde(default)]
+    expect_results: Vec<String>,
+    /// Context messages that must be logged at a step of the first turn.
+    #[serde(default)]
+    expect_context: Vec<ExpectContext>,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ExpectContext {
+    step: u64,
+    contains: String,
+}
+
+/// An answer the recording's user gave to an approval question (`permissionAnswers`).
+#[derive(Debug, Clone, Deserialize)]
+struct PermissionAnswer {
+    kind: String,
+}
+
+/// Answers approval questions in order with the recording's answers.
+struct RecordedAnswers(std::sync::Mutex<std::collections::VecDeque<PermissionAnswer>>);
+
+impl dsh_agent::Approver for RecordedAnswers {
+    fn decide(
+        &self,
+        _request: dsh_agent::ApprovalRequest,
+    ) -> futures::future::BoxFuture<'static, dsh_agent::ApprovalDecision> {
+        let answer = self.0.lock().unwrap().pop_front();
+        let decision = match answer.as_ref().map(|a| a.kind.as_str()) {
+            Some("allow_once") => dsh_agent::ApprovalDecision::AllowOnce,
+            Some("allow_always") => dsh_agent::ApprovalDecision::AllowSession,
+            Some(other) => dsh_agent::ApprovalDecision::Reject {
+                message: format!("the user answered {other}"),
+            },
+            None => dsh_agent::ApprovalDecision::Reject {
+                message: "the recording has no answer for this question".into(),
+            },
+        };
+        Box::pin(async move { decision })
+    }
+}
+
+/// The recorded sessions of `fixtures/dsh/more/acp/` that have a settings file.
+fn more_fixture_dirs(settings_dir: &Path) -> Vec<PathBuf> {
+    let root = dsh_test_support::snapshot_fixtures_dir().join("../more/acp");
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("session.jsonl").is_file())
+        .filter(|p| {
+            p.file_name().is_some_and(|n| {
+                settings_dir
+                    .join(format!("{}.json", n.to_string_lossy()))
+                    .is_file()
+            })
+        })
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// The plugin-sourced user messages of `events` with the step they were logged in (first turn).
+fn context_by_step(events: &[dsh_session::Envelope]) -> Vec<(u64, String)> {
+    let mut step = 0;
+    let mut turn = 0;
+    let mut out = Vec::new();
+    for envelope in events {
+        match &envelope.event {
+            Event::TurnStart(start) => turn = start.turn,
+            Event::StepStart(start) => step = start.step,
+            Event::UserMessage(message)
+                if turn == 1 && matches!(message.source, dsh_llm::MessageSource::Plugin { .. }) =>
+            {
+                out.push((step, message.text()));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every tool result text of `events`.
+fn result_texts(events: &[dsh_session::Envelope]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(result) => Some(dsh_test_support::tool_result_text(&result.message)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Input {
     steps: Vec<Step>,
+    #[serde(default)]
+    permission_answers: Vec<PermissionAnswer>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -201,8 +323,20 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
         }
         std::fs::write(&target, content).map_err(|e| format!("{}: {e}", target.display()))?;
     }
+    for (path, target) in &settings.links {
+        let link = cwd.path().join(path);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(target, &link).map_err(|e| format!("{path}: {e}"))?;
+    }
+    let preset: PermissionPreset = match &settings.preset {
+        Some(name) => name.parse()?,
+        None => PermissionPreset::DangerFullAccess,
+    };
     let hooks = match &settings.hooks {
-        Some(file) => match HooksConfig::load_file(&cwd.path().join(file)) {
+        Some(file) => match match settings.hooks_dialect.as_deref() {
+            Some("codex") => HooksConfig::load_codex_file(&cwd.path().join(file)),
+            _ => HooksConfig::load_file(&cwd.path().join(file)),
+        } {
             Ok(config) if settings.expect_hooks_error.is_none() => Some(config),
             Ok(_) => return Err(format!("{file} loaded, but an error was expected")),
             Err(errors) => {
@@ -224,8 +358,14 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     let spill = SpillDir::create(home.path().join("spill")).map_err(|e| e.to_string())?;
     let tool_context = ToolContext::new(cwd.path(), spill)
         .map_err(|e| e.to_string())?
-        .with_permission(PermissionPreset::DangerFullAccess)
+        .with_permission(preset)
         .with_limits(limits);
+    let jobs = dsh_tools::JobTable::new();
+    let tool_context = if settings.background_jobs {
+        tool_context.with_jobs(jobs.clone())
+    } else {
+        tool_context
+    };
     let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
         provider.base_url(),
         Some(dsh_deepseek::ApiKey::new("sk-scenario")),
@@ -257,6 +397,21 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
         }),
     )));
     let _skills = extensions.register(Arc::new(Skills::new(skills)));
+    let _jobs = settings
+        .background_jobs
+        .then(|| extensions.register(Arc::new(dsh_agent::BackgroundJobs::new(&jobs))));
+    let _safety = settings.preset.as_ref().map(|_| {
+        extensions.register(Arc::new(dsh_agent::SafetyPolicy::new(
+            preset, "none", "scenario",
+        )))
+    });
+    let mut tools = ToolRegistry::with_builtins();
+    if let Some(max) = settings.glob_max_results {
+        tools.unregister("glob");
+        tools
+            .register(Arc::new(dsh_tools::GlobTool::new(max, true)))
+            .map_err(|e| e.to_string())?;
+    }
     let _hooks = hooks.map(|config| extensions.register(Arc::new(ClaudeCodeHooks::new(config))));
     let mut options =
         AgentOptions::new(CallConfig::new("deepseek", "deepseek-v4-flash"), cwd.path());
@@ -281,7 +436,7 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     let mut agent = Agent::create(
         AgentParts {
             adapters,
-            tools: Arc::new(ToolRegistry::with_builtins()),
+            tools: Arc::new(tools),
             extensions,
             tool_context,
             options,
@@ -289,6 +444,11 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
         store.as_ref(),
     )
     .map_err(|e| e.to_string())?;
+    if !input.permission_answers.is_empty() {
+        agent.set_approver(Arc::new(RecordedAnswers(std::sync::Mutex::new(
+            input.permission_answers.iter().cloned().collect(),
+        ))));
+    }
     let handle = agent.handle();
     let location = handle.location();
 
@@ -359,6 +519,37 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     }
     check_requests(&provider)?;
     check_reasoning_round_trip(&provider, &recorded)?;
+    let asked = |events: &[dsh_session::Envelope]| {
+        events
+            .iter()
+            .filter(|e| matches!(&e.event, Event::Opaque { event_type, .. } if event_type == "approval/asked"))
+            .count()
+    };
+    if settings.preset.is_some() && asked(&recording_log.events) != asked(&ours.events) {
+        return Err(format!(
+            "approval questions: recorded {}, ours {}",
+            asked(&recording_log.events),
+            asked(&ours.events)
+        ));
+    }
+    let results = result_texts(&ours.events);
+    for needle in &settings.expect_results {
+        if !results.iter().any(|r| r.contains(needle.as_str())) {
+            return Err(format!("no tool result contains {needle:?}: {results:?}"));
+        }
+    }
+    let context = context_by_step(&ours.events);
+    for expected in &settings.expect_context {
+        let found = context
+            .iter()
+            .any(|(step, text)| *step == expected.step && text.contains(&expected.contains));
+        if !found {
+            return Err(format!(
+                "no context message at step {} contains {:?}: {context:?}",
+                expected.step, expected.contains
+            ));
+        }
+    }
     if let Some(expected) = &settings.expect_title {
         let title = ours.events.iter().rev().find_map(|e| match &e.event {
             Event::SessionTitle(t) => Some(t.title.clone()),
@@ -379,7 +570,7 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
 }
 
 fn main() {
-    let dirs = match snapshot_fixture_dirs() {
+    let mut dirs = match snapshot_fixture_dirs() {
         Ok(dirs) => dirs,
         Err(message) => {
             eprintln!("scenarios: {message}");
@@ -387,7 +578,7 @@ fn main() {
         }
     };
     let settings_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
-    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    dirs.extend(more_fixture_dirs(&settings_dir));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -399,48 +590,17 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for dir in dirs {
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
-            continue;
+    let filter = fixture_runner::filter_from_args();
+    let report = fixture_runner::run_all("scenario", dirs, filter.as_deref(), |name, dir| {
+        let settings: Settings = fixture_runner::load_settings(&settings_dir, name)?;
+        if let Some(reason) = settings.skip {
+            return Ok(Outcome::Skipped(reason));
         }
-        let settings_path = settings_dir.join(format!("{name}.json"));
-        let settings: Settings = match std::fs::read_to_string(&settings_path) {
-            Ok(text) => match serde_json::from_str(&text) {
-                Ok(settings) => settings,
-                Err(err) => {
-                    println!(
-                        "scenario {name} ... FAILED: bad {}: {err}",
-                        settings_path.display()
-                    );
-                    failed += 1;
-                    continue;
-                }
-            },
-            Err(_) => Settings::default(),
-        };
-        if let Some(reason) = &settings.skip {
-            println!("scenario {name} ... skipped: {reason}");
-            skipped += 1;
-            continue;
-        }
-        match runtime.block_on(run_fixture(&dir, &settings)) {
-            Ok(()) => {
-                println!("scenario {name} ... ok");
-                passed += 1;
-            }
-            Err(err) => {
-                println!("scenario {name} ... FAILED: {err}");
-                failed += 1;
-            }
-        }
-    }
-    println!("scenarios: {passed} passed, {failed} failed, {skipped} skipped");
-    if failed > 0 {
+        runtime.block_on(run_fixture(dir, &settings))?;
+        Ok(Outcome::Passed)
+    });
+    if let Err(message) = report.finish() {
+        eprintln!("{message}");
         std::process::exit(1);
     }
 }

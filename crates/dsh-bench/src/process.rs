@@ -186,6 +186,8 @@ pub(crate) async fn first_request(launch: &Launch, api: Api, runs: usize) -> any
     let base = provider.base_url();
     let mut times = Vec::new();
     let mut failures = Vec::new();
+    // The first model request's body of each run; every run has its own work directory.
+    let mut bodies: Vec<Vec<u8>> = Vec::new();
     for k in 0..=runs {
         for _ in 0..4 {
             provider.push_reply(text_reply(api, "ok"));
@@ -200,12 +202,15 @@ pub(crate) async fn first_request(launch: &Launch, api: Api, runs: usize) -> any
         let (exit, stderr) = measured;
         let requests = provider.requests();
         let timings = provider.timings();
-        let first = requests
+        let first_model = requests
             .iter()
             .zip(&timings)
             .skip(seen)
-            .find(|(r, _)| is_model_path(&r.path))
-            .map(|(_, t)| t.first_byte);
+            .find(|(r, _)| is_model_path(&r.path));
+        if let Some((request, _)) = first_model {
+            bodies.push(request.raw_body.clone());
+        }
+        let first = first_model.map(|(_, t)| t.first_byte);
         match first {
             Some(at) if k > 0 => times.push((at - start).as_secs_f64() * 1000.0),
             Some(_) => {}
@@ -221,11 +226,42 @@ pub(crate) async fn first_request(launch: &Launch, api: Api, runs: usize) -> any
     if times.is_empty() {
         bail!("no run reached the provider: {}", failures.join("; "));
     }
+    // Bytes the first requests of two sessions in different directories share from the start:
+    // what a provider's prefix cache can reuse across sessions (docs/harbor.md, "Prompt cache
+    // across sessions").
+    let common = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let shared = match bodies.as_slice() {
+        [a, b, ..] => Some(common(&model_order(a), &model_order(b))),
+        _ => None,
+    };
+    let shared_raw = match bodies.as_slice() {
+        [a, b, ..] => Some(common(a, b)),
+        _ => None,
+    };
     Ok(json!({
         "median_ms": median(&mut times),
         "runs": times.len(),
         "failures": failures,
+        "shared_prefix_bytes": shared,
+        "shared_body_prefix_bytes": shared_raw,
+        "first_request_bytes": bodies.first().map(Vec::len),
     }))
+}
+
+/// A chat-completions body in the order the model reads it: the system message, the tool
+/// schemas, then the other messages (the JSON body puts `tools` after `messages`, but providers
+/// render tools into the prompt before the conversation). Other bodies as they are.
+fn model_order(body: &[u8]) -> Vec<u8> {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return body.to_vec();
+    };
+    match (value["messages"].as_array(), value.get("tools")) {
+        (Some(messages), Some(tools)) if !messages.is_empty() => {
+            serde_json::to_vec(&json!([messages[0], tools, messages[1..]]))
+                .unwrap_or_else(|_| body.to_vec())
+        }
+        _ => body.to_vec(),
+    }
 }
 
 /// The tool call of step `k` (1-based) in each wire format.

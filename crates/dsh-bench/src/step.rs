@@ -16,7 +16,7 @@ use dsh_agent::{
 };
 use dsh_llm::{
     Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, FinishReason, GenerateRequest,
-    RetryPolicy,
+    LockExt, RetryPolicy,
 };
 use dsh_session::{open_store, StoreKind, TurnEndReason};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
@@ -48,11 +48,7 @@ impl Extension for ToolClockExtension {
             let start = Instant::now();
             let outcome = next.await;
             let spent = start.elapsed();
-            clock
-                .spent
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((step, spent));
+            clock.spent.lock_or_recover().push((step, spent));
             outcome
         })
     }
@@ -60,7 +56,7 @@ impl Extension for ToolClockExtension {
 
 impl ToolClock {
     fn take(&self) -> Vec<(u64, Duration)> {
-        std::mem::take(&mut *self.spent.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.spent.lock_or_recover())
     }
 }
 
@@ -73,7 +69,7 @@ struct ReadLoop {
 
 impl Adapter for ReadLoop {
     fn stream(&self, _request: GenerateRequest) -> ChunkStream {
-        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let mut calls = self.calls.lock_or_recover();
         *calls += 1;
         let chunks = if *calls <= self.steps {
             vec![

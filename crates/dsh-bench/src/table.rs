@@ -103,6 +103,7 @@ pub(crate) fn render(results: &Path, criterion: &Path) -> String {
     rows.extend(task_rows(results));
     rows.extend(sse_and_session_rows(results, criterion));
     rows.extend(step_rows(results));
+    rows.extend(listing_rows(results));
     rows.extend(search_rows(criterion));
     markdown(rows)
 }
@@ -141,7 +142,21 @@ fn start_rows(results: &Path) -> Vec<Row> {
         dsh_first,
         timed(load(results, "version_true"), "/median_ms"),
     ));
+    rows.push(row(
+        "bytes shared by the first requests of two sessions in different directories (vs Codex CLI)",
+        "",
+        shared_prefix(load(results, "first_dsh")),
+        shared_prefix(peer(results, "first_codex")),
+    ));
     rows
+}
+
+/// The shared prefix of two sessions' first requests, as `N of M B`.
+fn shared_prefix(v: Result<Value, String>) -> Result<(f64, String), String> {
+    let v = v?;
+    let shared = number(&v, "/shared_prefix_bytes")?;
+    let total = number(&v, "/first_request_bytes")?;
+    Ok((shared, format!("{shared:.0} of {total:.0} B")))
 }
 
 /// The result of a scripted task, refused when it made fewer model requests than expected or
@@ -273,6 +288,42 @@ fn step_rows(results: &Path) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// Session listing rows (docs/PERFORMANCE.md, "Session listing").
+fn listing_rows(results: &Path) -> Vec<Row> {
+    let listing = load(results, "sessions_list");
+    let count = |field: &str| {
+        listing
+            .as_ref()
+            .ok()
+            .and_then(|v| v[field].as_u64())
+            .unwrap_or(0)
+    };
+    let (sessions, dirs) = (count("sessions"), count("dirs"));
+    let find = timed(listing.clone(), "/find/median_ms");
+    vec![
+        row(
+            &format!(
+                "`sessions list --all`, {sessions} sessions in {dirs} dirs, warm catalog (vs `find` over the same folders)"
+            ),
+            "<= 3x, < 100 ms",
+            timed(listing.clone(), "/list_warm/median_ms"),
+            find.clone(),
+        ),
+        row(
+            "same listing without a catalog: every log read, catalog rebuilt (vs `find`)",
+            "",
+            timed(listing.clone(), "/list_cold/median_ms"),
+            find.clone(),
+        ),
+        row(
+            "web `GET /api/sessions?limit=50`, same home, request to last byte (vs `find`)",
+            "< 50 ms",
+            timed(listing, "/web_first_page/median_ms"),
+            find,
+        ),
+    ]
 }
 
 /// Search tool rows (criterion estimates).

@@ -10,28 +10,28 @@ use dsh_runtime::Choices;
 
 /// Arguments of `dsh acp`.
 #[derive(Debug, clap::Args)]
-pub struct AcpArgs {
+pub(crate) struct AcpArgs {
     /// Provider for the sessions (default: the configured one).
     #[arg(long)]
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// Model for the sessions (default: the configured one).
     #[arg(long)]
-    pub model: Option<String>,
-    /// Reasoning effort: off, low, medium, high or max.
+    pub(crate) model: Option<String>,
+    /// Reasoning effort, one the model supports (`dsh models` lists them).
     #[arg(long)]
-    pub effort: Option<String>,
+    pub(crate) effort: Option<String>,
     /// Permission preset the sessions start with (default: $DSH_PERMISSION_MODE, else
     /// workspace-write). Actions outside it are asked of the editor's user; the editor can
     /// switch it per session (the presets are the sessions' ACP modes).
     #[arg(long)]
-    pub permission: Option<String>,
+    pub(crate) permission: Option<String>,
     /// Apply the workspaces' own project settings without a recorded `dsh trust`.
     #[arg(long)]
-    pub trust_workspace: bool,
+    pub(crate) trust_workspace: bool,
 }
 
 /// Runs `dsh acp` until the editor closes stdin.
-pub fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
     // Sessions name their own cwd; the process's directory is only the runtime's default.
     let cwd = std::env::current_dir().unwrap_or_else(|_| std::path::PathBuf::from("/"));
     let runtime = crate::run::runtime(

@@ -9,7 +9,7 @@ use crate::run::UserError;
 
 /// Arguments of `dsh approvals`.
 #[derive(Debug, clap::Args)]
-pub struct ApprovalsArgs {
+pub(crate) struct ApprovalsArgs {
     #[command(subcommand)]
     command: ApprovalsCommand,
 }
@@ -33,7 +33,7 @@ fn user_error(message: String) -> anyhow::Error {
 }
 
 /// Runs `dsh approvals`.
-pub fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
     let home = crate::home::dsh_home()?;
     let path = approvals_path(&home);
     // `remove all` also clears a damaged file (the way out its error message names).

@@ -9,14 +9,14 @@ use crate::run::UserError;
 
 /// Arguments of `dsh config`.
 #[derive(Debug, clap::Args)]
-pub struct ConfigArgs {
+pub(crate) struct ConfigArgs {
     #[command(subcommand)]
-    pub command: ConfigCommand,
+    pub(crate) command: ConfigCommand,
 }
 
 /// `dsh config` subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Print the effective configuration, where each value came from, and whether each
     /// provider's key variable is set. Secrets are never printed.
     Show,
@@ -32,7 +32,7 @@ fn config_error(message: String) -> anyhow::Error {
 }
 
 /// Runs `dsh config`.
-pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
     let home = crate::home::dsh_home()?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     match args.command {

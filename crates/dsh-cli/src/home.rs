@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 /// Resolves the home directory. Does not create it.
-pub fn dsh_home() -> anyhow::Result<PathBuf> {
+pub(crate) fn dsh_home() -> anyhow::Result<PathBuf> {
     if let Some(home) = std::env::var_os("DSH_HOME").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(home));
     }

@@ -1,8 +1,13 @@
 //! The `dsh` binary: wiring only. Logic lives in the library crates.
+//!
+//! Lints as in the library crates (docs/ARCHITECTURE.md, "Lints and formatting").
+#![warn(missing_docs, unreachable_pub)]
+#![warn(clippy::too_many_lines)]
 
 mod acp;
 mod approvals;
 mod config_cmd;
+mod headless;
 mod home;
 mod models;
 mod progress;
@@ -20,9 +25,14 @@ use dsh_runtime::credentials;
 
 use clap::{Parser, Subcommand};
 
+/// The first line of `dsh --help`: what dsh is and how to start, for a user (the crate's
+/// description in Cargo.toml is written for developers).
+const ABOUT: &str = "dsh: a coding agent for your terminal, working with DeepSeek, Anthropic and \
+OpenAI-compatible models. Run `dsh` to chat, or `dsh run \"task\"` for one task.";
+
 /// dsh: a coding agent for DeepSeek and OpenAI-compatible models.
 #[derive(Debug, Parser)]
-#[command(name = "dsh", version, about)]
+#[command(name = "dsh", version, about = ABOUT)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

@@ -1,9 +1,11 @@
 //! `dsh models [--provider NAME]`: the provider's model list merged with the model table.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use dsh_config::ProviderConfig;
 use dsh_llm::ModelInfo;
 
 use crate::credentials::Settings;
@@ -11,10 +13,10 @@ use crate::run::UserError;
 
 /// Arguments of `dsh models`.
 #[derive(Debug, clap::Args)]
-pub struct ModelsArgs {
+pub(crate) struct ModelsArgs {
     /// Provider name from the configuration (default: the configured default provider).
     #[arg(long)]
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
 }
 
 fn user_error(code: &str, message: String) -> anyhow::Error {
@@ -27,16 +29,44 @@ fn user_error(code: &str, message: String) -> anyhow::Error {
 /// Runs `dsh models`: asks the provider's `/models` endpoint when a key is available (a
 /// failure there is a warning, not an error) and prints one line per model with the table's
 /// facts; `SOURCE` says whether the provider listed it, the table has it, or both.
-pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
     let home = crate::home::dsh_home()?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let settings = Settings::load(&cwd, &home);
+    let (config, provider) = load_config(&home, &cwd, &settings, args.provider)?;
+    if let Some(warning) = config.trust.warning() {
+        eprintln!("dsh: {warning}");
+    }
+    settings.allow_credentials(config.own_key_variables());
+    let key = provider_key(&config, &provider, &settings);
+    settings.print_warnings();
+    let listed = match key {
+        None => {
+            eprintln!(
+                "dsh: warning: {} is not set; showing the model table only",
+                provider.api_key_env.as_deref().unwrap_or("the key")
+            );
+            Vec::new()
+        }
+        Some(key) => list_models(&config, &provider, key)?,
+    };
+    print_table(&config, &merge_rows(&config, &provider, listed));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The configuration with `--provider` applied, and the provider it selects.
+fn load_config(
+    home: &Path,
+    cwd: &Path,
+    settings: &Settings,
+    provider: Option<String>,
+) -> anyhow::Result<(dsh_config::Config, ProviderConfig)> {
     let lookup = |name: &str| settings.get(name);
     let flags = dsh_config::Flags {
-        provider: args.provider.clone(),
+        provider,
         ..dsh_config::Flags::default()
     };
-    let config = dsh_config::Config::load(&home, &cwd, &lookup, &flags)
+    let config = dsh_config::Config::load(home, cwd, &lookup, &flags)
         .map_err(|errors| user_error("INVALID_CONFIG", errors.to_string()))?;
     let provider = config
         .provider_named(
@@ -48,49 +78,63 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         )
         .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?
         .clone();
+    Ok((config, provider))
+}
 
-    let mut listed: Vec<ModelInfo> = Vec::new();
-    if let Some(warning) = config.trust.warning() {
-        eprintln!("dsh: {warning}");
-    }
-    settings.allow_credentials(config.own_key_variables());
-    // A provider whose endpoint the project set never gets the user's key (docs/configuration.md).
-    let key = match &provider.api_key_env {
-        Some(variable) if config.redirected_by_project(&provider) => settings
+/// The key to list the provider's models with, if any. A provider whose endpoint the project
+/// set never gets the user's key (docs/configuration.md).
+fn provider_key(
+    config: &dsh_config::Config,
+    provider: &ProviderConfig,
+    settings: &Settings,
+) -> Option<dsh_deepseek::ApiKey> {
+    match &provider.api_key_env {
+        Some(variable) if config.redirected_by_project(provider) => settings
             .project_value(variable)
             .map(dsh_deepseek::ApiKey::new),
-        Some(variable) => lookup(variable).map(dsh_deepseek::ApiKey::new),
+        Some(variable) => settings.get(variable).map(dsh_deepseek::ApiKey::new),
         None => Some(dsh_deepseek::ApiKey::new(dsh_config::KEYLESS_PLACEHOLDER)),
-    };
-    settings.print_warnings();
-    match key {
-        None => eprintln!(
-            "dsh: warning: {} is not set; showing the model table only",
-            provider.api_key_env.as_deref().unwrap_or("the key")
-        ),
-        Some(key) => {
-            let adapter = dsh_config::build_adapter(&config, &provider, Some(key))
-                .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            match runtime.block_on(adapter.list_models()) {
-                Ok(models) => {
-                    listed = models
-                        .into_iter()
-                        .map(|m| adapter.model_info(&m.id).unwrap_or(m))
-                        .collect()
-                }
-                Err(failure) => eprintln!(
-                    "dsh: warning: could not list the models of provider `{}`: {}; showing the model table only",
-                    provider.name, failure
-                ),
-            }
+    }
+}
+
+/// The provider's own model list, each model described by the adapter where it knows it. A
+/// failing endpoint is a warning and an empty list; a bad provider configuration is an error.
+fn list_models(
+    config: &dsh_config::Config,
+    provider: &ProviderConfig,
+    key: dsh_deepseek::ApiKey,
+) -> anyhow::Result<Vec<ModelInfo>> {
+    let adapter = dsh_config::build_adapter(config, provider, Some(key))
+        .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    match runtime.block_on(adapter.list_models()) {
+        Ok(models) => Ok(models
+            .into_iter()
+            .map(|m| adapter.model_info(&m.id).unwrap_or(m))
+            .collect()),
+        Err(failure) => {
+            eprintln!(
+                "dsh: warning: could not list the models of provider `{}`: {}; showing the model table only",
+                provider.name, failure
+            );
+            Ok(Vec::new())
         }
     }
+}
 
-    let mut rows: BTreeMap<String, (Option<ModelInfo>, bool)> = BTreeMap::new();
+/// One row per model id: what the provider listed (if it did) and whether the table of this
+/// provider has it.
+type Rows = BTreeMap<String, (Option<ModelInfo>, bool)>;
+
+fn merge_rows(
+    config: &dsh_config::Config,
+    provider: &ProviderConfig,
+    listed: Vec<ModelInfo>,
+) -> Rows {
+    let mut rows = Rows::new();
     for info in listed {
         rows.insert(info.id.clone(), (Some(info), false));
     }
@@ -104,12 +148,17 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         }
         rows.entry(entry.id.clone()).or_insert((None, false)).1 = true;
     }
+    rows
+}
+
+/// Prints the table; the configured model table's facts win over the provider's.
+fn print_table(config: &dsh_config::Config, rows: &Rows) {
     println!(
         "{:<28} {:>9} {:>9}  {:<20} {:<30} SOURCE",
         "MODEL", "CONTEXT", "MAX OUT", "EFFORTS", "USD/MTOK in/read/write/out"
     );
     for (id, (info, in_table)) in rows {
-        let entry = config.models.get(&id);
+        let entry = config.models.get(id);
         let context = entry
             .and_then(|e| e.context_window)
             .or(info.as_ref().map(|i| i.context_window));
@@ -149,5 +198,4 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
             if efforts.is_empty() { "-" } else { &efforts },
         );
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -7,18 +7,30 @@ use dsh_llm::Chunk;
 use dsh_session::{Envelope, Event};
 
 /// Human progress on stderr.
-pub struct ProgressPrinter {
-    pub show_reasoning: bool,
+pub(crate) struct ProgressPrinter {
+    pub(crate) show_reasoning: bool,
+    /// ANSI colours on (`--color`, `NO_COLOR`; see `headless.rs`).
+    color: bool,
     /// The kind of the block being streamed: 0 none, 1 text, 2 reasoning.
     streaming: u8,
 }
 
 impl ProgressPrinter {
-    /// A printer; reasoning is shown only when asked.
-    pub fn new(show_reasoning: bool) -> Self {
+    /// A printer; reasoning is shown only when asked, colours only when `color`.
+    pub(crate) fn new(show_reasoning: bool, color: bool) -> Self {
         ProgressPrinter {
             show_reasoning,
+            color,
             streaming: 0,
+        }
+    }
+
+    /// `text` in the SGR style `style` (e.g. `2` dim, `31` red) when colours are on.
+    fn paint(&self, style: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{style}m{text}\x1b[0m")
+        } else {
+            text.to_string()
         }
     }
 
@@ -30,7 +42,7 @@ impl ProgressPrinter {
     }
 
     /// Prints one event.
-    pub fn print(&mut self, envelope: &Envelope) {
+    pub(crate) fn print(&mut self, envelope: &Envelope) {
         let mut err = std::io::stderr().lock();
         match &envelope.event {
             Event::AssistantChunk(chunk) => match &chunk.chunk {
@@ -44,17 +56,18 @@ impl ProgressPrinter {
                 Chunk::ReasoningDelta { text, .. } if self.show_reasoning => {
                     if self.streaming != 2 {
                         self.end_stream(&mut err);
-                        let _ = write!(err, "\x1b[2m[reasoning] ");
+                        let _ = write!(err, "{}", self.paint("2", "[reasoning] "));
                         self.streaming = 2;
                     }
-                    let _ = write!(err, "\x1b[2m{text}\x1b[0m");
+                    let _ = write!(err, "{}", self.paint("2", text));
                 }
                 Chunk::Finish { .. } => self.end_stream(&mut err),
                 _ => {}
             },
             Event::ToolCall(call) => {
                 self.end_stream(&mut err);
-                let _ = writeln!(err, "-> {} {}", call.name, one_line(&call.arguments, 160));
+                let name = self.paint("36", &call.name);
+                let _ = writeln!(err, "-> {name} {}", one_line(&call.arguments, 160));
             }
             Event::ToolResult(result) => {
                 self.end_stream(&mut err);
@@ -62,7 +75,8 @@ impl ProgressPrinter {
                     Some(error) => {
                         let _ = writeln!(
                             err,
-                            "   failed: {} {}",
+                            "   {} {} {}",
+                            self.paint("31", "failed:"),
                             error.code,
                             one_line(error.message.as_deref().unwrap_or(""), 160)
                         );
@@ -77,7 +91,8 @@ impl ProgressPrinter {
                 self.end_stream(&mut err);
                 let _ = writeln!(
                     err,
-                    "dsh: retry {} in {:.1} s after {}: {}",
+                    "dsh: {} {} in {:.1} s after {}: {}",
+                    self.paint("33", "retry"),
                     retry.retry,
                     retry.delay_ms as f64 / 1000.0,
                     retry.failure.code,
@@ -134,7 +149,7 @@ fn text_of_result(message: &dsh_llm::Message) -> String {
 }
 
 /// The first `max` characters of `text` on one line.
-pub fn one_line(text: &str, max: usize) -> String {
+pub(crate) fn one_line(text: &str, max: usize) -> String {
     let flat: String = text
         .chars()
         .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
@@ -149,7 +164,7 @@ pub fn one_line(text: &str, max: usize) -> String {
 }
 
 /// The envelope as a JSON value (the same shape as a session-log line).
-pub fn envelope_json(envelope: &Envelope) -> serde_json::Value {
+pub(crate) fn envelope_json(envelope: &Envelope) -> serde_json::Value {
     let mut line = Vec::new();
     match envelope.encode_line(&mut line) {
         Ok(()) => serde_json::from_slice(&line).unwrap_or(serde_json::Value::Null),

@@ -1,7 +1,7 @@
 //! `dsh replay <session.jsonl>`: re-runs a recorded session (ours or the original dsh's) with
 //! the recorded model replies and real tools, then reports what differed. No network, no key.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,26 +13,27 @@ use dsh_agent::{
 use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy};
 use dsh_session::{open_store, StoreKind};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use tokio::sync::Notify;
 
 /// The route the replay adapter is registered under.
 const REPLAY_ROUTE: &str = "replay";
 
 /// Arguments of `dsh replay`.
 #[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// A session log (`session.jsonl`), or a folder holding one.
-    pub session: PathBuf,
+    pub(crate) session: PathBuf,
     /// Directory the tools work in (default: a new temporary directory, seeded with the
     /// `workspace/` folder next to the log when there is one).
     #[arg(long)]
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Permission preset for the replayed tool calls (default: workspace-write). The recorded
     /// commands really run: use danger-full-access only for recordings you trust.
     #[arg(long, default_value = "workspace-write")]
-    pub permission: String,
+    pub(crate) permission: String,
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -47,7 +48,7 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()>
 }
 
 /// Runs `dsh replay`.
-pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -57,13 +58,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let file = if args.session.is_dir() {
-        args.session.join("session.jsonl")
-    } else {
-        args.session.clone()
-    };
-    let recording = dsh_session::load_file(&file)
-        .with_context(|| format!("cannot replay {}", file.display()))?;
+    let (file, recording) = load_recording(&args.session)?;
     let recorded = RecordedRun::from_events(&recording.events);
     if recorded.turns.is_empty() {
         anyhow::bail!("{} holds no turns to replay", file.display());
@@ -72,24 +67,61 @@ async fn run_async(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .permission
         .parse()
         .map_err(|msg: String| anyhow::anyhow!(msg))?;
-
     let home = crate::home::dsh_home()?;
-    let temp;
-    let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
+    let cwd = working_directory(args.cwd.as_deref(), &file)?;
+    let (mut agent, hanging) = replay_agent(&home, &cwd, permission, &recording, &recorded)?;
+    let location = agent.handle().location();
+    eprintln!(
+        "dsh: replaying {} turn(s) in {}",
+        recorded.turns.len(),
+        cwd.display()
+    );
+    replay_turns(&mut agent, &hanging, &recorded).await?;
+    drop(agent);
+    report(&location, &cwd, &recorded)
+}
+
+/// The log `session` names (a file, or a folder holding `session.jsonl`) and its events.
+fn load_recording(session: &Path) -> anyhow::Result<(PathBuf, dsh_session::LoadedLog)> {
+    let file = if session.is_dir() {
+        session.join("session.jsonl")
+    } else {
+        session.to_path_buf()
+    };
+    let recording = dsh_session::load_file(&file)
+        .with_context(|| format!("cannot replay {}", file.display()))?;
+    Ok((file, recording))
+}
+
+/// The directory the tools work in: `--cwd`, or a new temporary directory seeded with the
+/// `workspace/` folder next to the log.
+fn working_directory(cwd: Option<&Path>, file: &Path) -> anyhow::Result<PathBuf> {
+    let cwd = match cwd {
+        Some(dir) => dir.to_path_buf(),
         None => {
-            temp = tempdir_in_system("dsh-replay")?;
+            let temp = tempdir_in_system("dsh-replay")?;
             let workspace = file.parent().map(|p| p.join("workspace"));
             if let Some(workspace) = workspace.filter(|w| w.is_dir()) {
                 copy_dir(&workspace, &temp)
                     .with_context(|| format!("cannot copy {}", workspace.display()))?;
             }
-            temp.clone()
+            temp
         }
     };
-    let cwd = std::fs::canonicalize(&cwd)
-        .with_context(|| format!("working directory {} does not exist", cwd.display()))?;
+    std::fs::canonicalize(&cwd)
+        .with_context(|| format!("working directory {} does not exist", cwd.display()))
+}
 
+/// An agent whose only model is the recording's replies (the route [`REPLAY_ROUTE`]), with
+/// the built-in tools and extensions, logging to a new session under `home`. Also returns the
+/// signal the adapter gives when a recorded reply ends without a finish (a cancelled call).
+fn replay_agent(
+    home: &Path,
+    cwd: &Path,
+    permission: PermissionPreset,
+    recording: &dsh_session::LoadedLog,
+    recorded: &RecordedRun,
+) -> anyhow::Result<(Agent, Arc<Notify>)> {
     let adapter = Arc::new(ReplayAdapter::new(recorded.calls.clone()));
     let hanging = adapter.hanging();
     let mut adapters = AdapterRegistry::new();
@@ -111,32 +143,35 @@ async fn run_async(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         dsh_agent::register_builtin_extensions(&extensions, retry, Duration::from_secs(600));
     let spill_root = home.join("spill").join(uuid::Uuid::new_v4().to_string());
     let tool_context =
-        ToolContext::new(&cwd, SpillDir::create(&spill_root)?)?.with_permission(permission);
-    let store = open_store(StoreKind::Jsonl, &home)?;
-    let mut agent = Agent::create(
+        ToolContext::new(cwd, SpillDir::create(&spill_root)?)?.with_permission(permission);
+    let store = open_store(StoreKind::Jsonl, home)?;
+    let agent = Agent::create(
         AgentParts {
             adapters,
             tools: Arc::new(ToolRegistry::with_builtins()),
             extensions,
             tool_context,
-            options: AgentOptions::new(CallConfig::new(REPLAY_ROUTE, model), &cwd),
+            options: AgentOptions::new(CallConfig::new(REPLAY_ROUTE, model), cwd),
         },
         store.as_ref(),
     )?;
-    let handle = agent.handle();
-    let location = handle.location();
-    eprintln!(
-        "dsh: replaying {} turn(s) in {}",
-        recorded.turns.len(),
-        cwd.display()
-    );
+    Ok((agent, hanging))
+}
 
+/// Sends each recorded prompt and runs its turn; a turn the recording ended by cancelling is
+/// cancelled when its reply runs out.
+async fn replay_turns(
+    agent: &mut Agent,
+    hanging: &Arc<Notify>,
+    recorded: &RecordedRun,
+) -> anyhow::Result<()> {
+    let handle = agent.handle();
     for turn in &recorded.turns {
         handle.followup(turn.prompt.clone())?;
         let was_cancelled = matches!(turn.end, Some(dsh_session::TurnEndReason::Aborted { .. }));
         let canceller = was_cancelled.then(|| {
             let handle = handle.clone();
-            let hanging = Arc::clone(&hanging);
+            let hanging = Arc::clone(hanging);
             tokio::spawn(async move {
                 hanging.notified().await;
                 handle.cancel(false);
@@ -155,11 +190,15 @@ async fn run_async(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    drop(agent);
+    Ok(())
+}
 
-    let ours = dsh_session::load_file(std::path::Path::new(&location))?;
+/// Compares the replayed log at `location` with the recording and prints the differences;
+/// exit code 1 when there are any.
+fn report(location: &str, cwd: &Path, recorded: &RecordedRun) -> anyhow::Result<ExitCode> {
+    let ours = dsh_session::load_file(Path::new(location))?;
     let replayed = RecordedRun::from_events(&ours.events);
-    let differences = compare_runs(&recorded, &replayed);
+    let differences = compare_runs(recorded, &replayed);
     println!("replay session: {location}");
     println!("working directory: {}", cwd.display());
     if differences.is_empty() {

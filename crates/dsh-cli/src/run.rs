@@ -18,55 +18,112 @@ use dsh_runtime::{
 };
 use dsh_session::TurnEndReason;
 
+use crate::headless::{json_prints, task_text, ColorChoice};
 use crate::progress::{envelope_json, ProgressPrinter};
 
 /// Arguments of `dsh run`.
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
-    /// The task for the agent.
-    pub prompt: String,
+pub(crate) struct RunArgs {
+    /// The task for the agent; `-` (or no argument with input piped in) reads it from standard
+    /// input.
+    pub(crate) prompt: Option<String>,
     /// Provider name from the configuration (default: `provider` in config.toml, else deepseek).
     #[arg(long)]
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// Model id (default: the configured model, else the provider's default_model).
     #[arg(long)]
-    pub model: Option<String>,
-    /// Reasoning effort: off, low, medium, high or max.
+    pub(crate) model: Option<String>,
+    /// Reasoning effort, one the model supports (`dsh models` lists them; the DeepSeek models
+    /// take off, low, high or max).
     #[arg(long)]
-    pub effort: Option<String>,
+    pub(crate) effort: Option<String>,
+    /// Colours in progress on stderr: auto (when stderr is a terminal and NO_COLOR is unset),
+    /// always or never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub(crate) color: ColorChoice,
     /// Stream reasoning to stderr too.
     #[arg(long)]
-    pub show_reasoning: bool,
+    pub(crate) show_reasoning: bool,
     /// Show progress on stderr even when it is not a terminal.
     #[arg(long, short)]
-    pub verbose: bool,
-    /// Print one JSON object per session event, then a `result` object, on stdout.
+    pub(crate) verbose: bool,
+    /// Print one JSON object per session event, then a `result` object, on stdout (streamed
+    /// token deltas left out; the finished message carries the text).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
+    /// With `--json`: print every streamed token delta too.
+    #[arg(long, requires = "json")]
+    pub(crate) json_deltas: bool,
     /// Add the turn to this session (id, id prefix or path).
     #[arg(long, conflicts_with = "continue_last")]
-    pub resume: Option<String>,
+    pub(crate) resume: Option<String>,
     /// Add the turn to the latest session of this directory.
     #[arg(long = "continue")]
-    pub continue_last: bool,
+    pub(crate) continue_last: bool,
     /// Working directory of the session (default: the current directory).
     #[arg(long)]
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Permission preset: read-only, workspace-write or danger-full-access
     /// (default: $DSH_PERMISSION_MODE, else workspace-write).
     #[arg(long)]
-    pub permission: Option<String>,
+    pub(crate) permission: Option<String>,
     /// Apply the project's own settings (`.dsh/config.toml` hooks, MCP servers, permission,
     /// providers; `.dsh/hooks.json`) for this run without a recorded `dsh trust`.
     #[arg(long)]
-    pub trust_workspace: bool,
+    pub(crate) trust_workspace: bool,
+    /// End the turn when it has run this long (e.g. `90s`, `15m`, `2h`; plain numbers are
+    /// seconds). Overrides `budget.max_wall_time_secs`.
+    #[arg(long, value_parser = parse_wall_time)]
+    pub(crate) max_wall_time: Option<Duration>,
+    /// End the turn before its step N+1 (one step is one model call). Overrides
+    /// `budget.max_steps`.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_steps: Option<u64>,
+    /// End the turn before the next step once it has spent this many US dollars (its own calls
+    /// and its sub-agents', at the configured prices). Overrides `budget.max_cost_usd`.
+    #[arg(long, value_parser = parse_cost)]
+    pub(crate) max_cost_usd: Option<f64>,
+    /// Plan mode (docs/agent.md, "Plan mode"): the agent explores read-only and presents a
+    /// plan, which is printed on stdout; no file is changed.
+    #[arg(long)]
+    pub(crate) plan: bool,
+}
+
+fn parse_wall_time(text: &str) -> Result<Duration, String> {
+    dsh_agent::parse_duration(text)
+}
+
+fn parse_cost(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd >= 0.0 => Ok(usd),
+        _ => Err(format!(
+            "`{text}` is not an amount of US dollars: write e.g. 0.50"
+        )),
+    }
+}
+
+/// Version of the `--json` result line's schema (docs/run-json.md). Raised when a field changes
+/// meaning or goes away; new fields do not raise it.
+pub(crate) const RESULT_SCHEMA_VERSION: u32 = 1;
+
+/// The budget name of a turn end that a budget caused (`steps`, `wall_time`, `cost`).
+fn budget_of(reason: &TurnEndReason) -> Option<&'static str> {
+    let TurnEndReason::Error { error } = reason else {
+        return None;
+    };
+    match error.code.as_str().as_ref() {
+        dsh_agent::BUDGET_STEPS => Some("steps"),
+        dsh_agent::BUDGET_WALL_TIME => Some("wall_time"),
+        dsh_agent::BUDGET_COST => Some("cost"),
+        _ => None,
+    }
 }
 
 /// A failure worth a `dsh: CODE: message` line and exit status 1.
 #[derive(Debug)]
-pub struct UserError {
-    pub code: String,
-    pub message: String,
+pub(crate) struct UserError {
+    pub(crate) code: String,
+    pub(crate) message: String,
 }
 
 impl std::fmt::Display for UserError {
@@ -132,8 +189,17 @@ impl RunArgs {
     }
 }
 
+/// Flags override `[budget]` one limit at a time (docs/run-json.md, "Budgets").
+fn apply_budget(agent: &mut dsh_agent::Agent, args: &RunArgs) {
+    let mut budget = agent.budget();
+    budget.max_steps = args.max_steps.or(budget.max_steps);
+    budget.max_wall_time = args.max_wall_time.or(budget.max_wall_time);
+    budget.max_cost_usd = args.max_cost_usd.or(budget.max_cost_usd);
+    agent.set_budget(budget);
+}
+
 /// Runs `dsh run`.
-pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -143,6 +209,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // The task first: a missing one is refused before any configuration is read.
+    let prompt = task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?;
     let runtime = runtime(args.cwd.as_deref(), args.choices())?;
     let spec = SessionSpec {
         resume: args.resume(),
@@ -154,67 +222,41 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         .open(&spec, store.as_ref())
         .map_err(runtime_error)?
         .agent;
+    apply_budget(&mut agent, &args);
     let handle = agent.handle();
     let session_id = handle.session_id();
 
-    let show_progress = !args.json && (args.verbose || std::io::stderr().is_terminal());
-    let mut events = handle.subscribe();
-    let json = args.json;
-    let show_reasoning = args.show_reasoning;
     // Prints events as they are logged; once the run is over (`finished`), prints what is
     // still buffered and stops.
     let finished = tokio_util::sync::CancellationToken::new();
-    let printer = tokio::spawn({
-        let session_id = session_id.clone();
-        let finished = finished.clone();
-        async move {
-            let mut progress = ProgressPrinter::new(show_reasoning);
-            let mut stdout = std::io::stdout();
-            let mut print = |envelope: &dsh_session::Envelope| {
-                if json {
-                    let line = serde_json::json!({
-                        "type": "session_event",
-                        "sessionId": session_id,
-                        "event": envelope_json(envelope),
-                    });
-                    let _ = writeln!(stdout, "{line}");
-                } else if show_progress {
-                    progress.print(envelope);
-                }
-            };
-            loop {
-                let received = tokio::select! {
-                    received = events.recv() => received,
-                    () = finished.cancelled() => {
-                        while let Ok(envelope) = events.try_recv() {
-                            print(&envelope);
-                        }
-                        break;
-                    }
-                };
-                match received {
-                    Ok(envelope) => print(&envelope),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        if show_progress {
-                            eprintln!("dsh: progress display skipped {n} events");
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                }
-            }
-        }
-    });
+    let printer = spawn_printer(
+        &args,
+        session_id.clone(),
+        handle.subscribe(),
+        finished.clone(),
+    );
 
-    handle.followup(args.prompt.clone())?;
+    if args.plan {
+        // `/plan <task>`: read-only from the first step, then the task (docs/agent.md, "Plan mode").
+        handle
+            .run_user_command(dsh_agent::PLAN_COMMAND, &prompt)
+            .map_err(|err| user_error("PLAN_MODE", err.to_string()))?;
+    } else {
+        handle.followup(prompt)?;
+    }
 
     // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Stops waiting for background jobs' wake-ups (docs/agent.md, "Wake-ups").
+    let settle_stop = tokio_util::sync::CancellationToken::new();
     let signal_task = tokio::spawn({
         let handle = handle.clone();
         let interrupted = Arc::clone(&interrupted);
+        let settle_stop = settle_stop.clone();
         async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                settle_stop.cancel();
                 eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
                 handle.cancel(false);
                 if tokio::signal::ctrl_c().await.is_ok() {
@@ -224,7 +266,9 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     });
 
-    let outcomes = agent.run_until_idle().await;
+    // A finished background job wakes the agent (at most 3 turns in a row); `dsh run` waits
+    // for the jobs it started while they can still do so.
+    let outcomes = agent.run_until_settled(&settle_stop).await;
     signal_task.abort();
     drop(handle);
     drop(agent);
@@ -233,9 +277,71 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
 
     let outcomes = outcomes?;
-    let outcome = outcomes.last().cloned();
+    let mut outcome = outcomes.last().cloned();
+    if args.plan {
+        // The plan, not the model's closing words, is what `dsh run --plan` prints.
+        let events = store
+            .load(&session_id)
+            .map(|log| log.events)
+            .unwrap_or_default();
+        if let (Some(plan), Some(outcome)) = (dsh_agent::last_presented_plan(&events), &mut outcome)
+        {
+            outcome.final_text = plan;
+        }
+    }
     let was_interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
     finish(&args, &setup, &session_id, outcome, was_interrupted)
+}
+
+/// Prints the run's events as they are logged: JSON lines on stdout (`--json`) or progress on
+/// stderr. Once `finished` is cancelled it prints what is still buffered and stops.
+fn spawn_printer(
+    args: &RunArgs,
+    session_id: String,
+    mut events: tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
+    finished: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let show_progress = !args.json && (args.verbose || std::io::stderr().is_terminal());
+    let json = args.json;
+    let show_reasoning = args.show_reasoning;
+    let json_deltas = args.json_deltas;
+    let color = args.color.for_stderr();
+    tokio::spawn(async move {
+        let mut progress = ProgressPrinter::new(show_reasoning, color);
+        let mut stdout = std::io::stdout();
+        let mut print = |envelope: &dsh_session::Envelope| {
+            if json && json_prints(envelope, json_deltas) {
+                let line = serde_json::json!({
+                    "type": "session_event",
+                    "sessionId": session_id,
+                    "event": envelope_json(envelope),
+                });
+                let _ = writeln!(stdout, "{line}");
+            } else if show_progress {
+                progress.print(envelope);
+            }
+        };
+        loop {
+            let received = tokio::select! {
+                received = events.recv() => received,
+                () = finished.cancelled() => {
+                    while let Ok(envelope) = events.try_recv() {
+                        print(&envelope);
+                    }
+                    break;
+                }
+            };
+            match received {
+                Ok(envelope) => print(&envelope),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    if show_progress {
+                        eprintln!("dsh: progress display skipped {n} events");
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    })
 }
 
 fn finish(
@@ -256,15 +362,21 @@ fn finish(
     if args.json {
         let line = serde_json::json!({
             "type": "result",
+            "schemaVersion": RESULT_SCHEMA_VERSION,
             "sessionId": session_id,
             "output": outcome.final_text,
+            "stop": outcome.reason.kind(),
+            "budget": budget_of(&outcome.reason),
+            "turn": outcome.turn,
             "reason": outcome.reason,
             "usage": usage_json(&outcome.usage),
             "costUsd": cost,
             "cache": cache_json(&outcome.cache_reports),
         });
         println!("{line}");
-    } else if !outcome.final_text.is_empty() {
+    } else if !outcome.final_text.is_empty() && !interrupted {
+        // After Ctrl-C stdout stays empty, so a pipeline never consumes half an answer; the
+        // partial reply stays in the session log.
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{}", outcome.final_text.trim_end());
     }

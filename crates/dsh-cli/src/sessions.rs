@@ -12,7 +12,7 @@ use dsh_session::{
 
 /// Arguments of `dsh sessions`.
 #[derive(Debug, clap::Args)]
-pub struct SessionsArgs {
+pub(crate) struct SessionsArgs {
     /// Session store: `jsonl` (default) or `sqlite`.
     #[arg(
         long,
@@ -49,7 +49,8 @@ enum SessionsCommand {
         /// Output format.
         #[arg(long, value_enum, default_value = "jsonl")]
         format: ExportFormat,
-        /// Output file (default: standard output; for zip: `<id>.zip`).
+        /// Output file (default: standard output; for zip, `<id>.zip` when standard output is
+        /// a terminal).
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
@@ -84,10 +85,12 @@ enum ExportFormat {
     Jsonl,
     Md,
     Zip,
+    /// ATIF trajectory JSON (docs/harbor.md, "Trajectories"), sub-agents embedded.
+    Atif,
 }
 
 /// Runs `dsh sessions`.
-pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
     let kind = StoreKind::parse(&args.store).with_context(|| {
         format!(
             "unknown session store `{}`: use jsonl or sqlite",
@@ -104,7 +107,7 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
             if cache {
                 cache_table(&log, &mut out)?;
             } else {
-                out.write_all(export_markdown(&log).as_bytes())?;
+                out.write_all(human_dates(&log, export_markdown(&log)).as_bytes())?;
             }
         }
         SessionsCommand::Export {
@@ -144,19 +147,23 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A session by path (any `session.jsonl`, or its folder) or from the store by id.
+/// A session by path (any `session.jsonl` or `session.jsonl.zstd`, or its folder) or from the
+/// store by id.
 fn load_any(store: &dyn SessionStore, key: &str) -> anyhow::Result<LoadedLog> {
     let path = Path::new(key);
     if path.is_file() {
         return Ok(load_file(path)?);
     }
-    if path.join("session.jsonl").is_file() {
-        return Ok(load_file(&path.join("session.jsonl"))?);
+    if let Some(file) = dsh_session::session_file_in(path) {
+        return Ok(load_file(&file)?);
     }
     Ok(store.load(key)?)
 }
 
-fn list(store: &dyn SessionStore, all: bool, out: &mut impl Write) -> anyhow::Result<()> {
+fn list(store: &dyn SessionStore, all: bool, stdout: &mut impl Write) -> anyhow::Result<()> {
+    // One write per buffer, not per line: a listing can be thousands of lines
+    // (docs/PERFORMANCE.md, "Session listing").
+    let out = &mut std::io::BufWriter::with_capacity(1 << 16, stdout);
     let cwd = if all {
         None
     } else {
@@ -207,6 +214,7 @@ fn list(store: &dyn SessionStore, all: bool, out: &mut impl Write) -> anyhow::Re
             title
         )?;
     }
+    out.flush()?;
     Ok(())
 }
 
@@ -232,9 +240,10 @@ fn export(
         })
     };
     match format {
-        ExportFormat::Jsonl | ExportFormat::Md => {
+        ExportFormat::Jsonl | ExportFormat::Md | ExportFormat::Atif => {
             let bytes = match format {
                 ExportFormat::Jsonl => jsonl()?,
+                ExportFormat::Atif => atif_bytes(store, key, &log)?,
                 _ => export_markdown(&log).into_bytes(),
             };
             match output {
@@ -244,19 +253,68 @@ fn export(
             }
         }
         ExportFormat::Zip => {
-            let path = output.unwrap_or_else(|| PathBuf::from(format!("{}.zip", log.header.id)));
             let subs = if raw.is_some() {
                 Vec::new()
             } else {
                 store.sub_agent_logs(&log.header.id)?
             };
+            // Into a pipe or file when stdout is one (`... > s.zip`); a terminal gets no
+            // binary, the zip goes to `<id>.zip` then.
+            let path = match output {
+                Some(path) => path,
+                None if !std::io::stdout().is_terminal() => {
+                    let mut bytes = std::io::Cursor::new(Vec::new());
+                    export_zip(&mut bytes, &jsonl()?, &subs)?;
+                    stdout.write_all(bytes.get_ref())?;
+                    stdout.flush()?;
+                    return Ok(());
+                }
+                None => PathBuf::from(format!("{}.zip", log.header.id)),
+            };
             let file = std::fs::File::create(&path)
                 .with_context(|| format!("creating {}", path.display()))?;
             export_zip(file, &jsonl()?, &subs)?;
-            writeln!(stdout, "wrote {}", path.display())?;
+            eprintln!("dsh: wrote {}", path.display());
         }
     }
     Ok(())
+}
+
+/// The session as an ATIF trajectory (docs/harbor.md, "Trajectories"): its sub-agents are the
+/// other logs below the session file's folder (given a path) or the store's sub-agent logs.
+fn atif_bytes(store: &dyn SessionStore, key: &str, log: &LoadedLog) -> anyhow::Result<Vec<u8>> {
+    let path = Path::new(key);
+    let subs = if path.exists() {
+        let main = if path.is_file() {
+            path.to_path_buf()
+        } else {
+            dsh_session::session_file_in(path).unwrap_or_else(|| path.join("session.jsonl"))
+        };
+        let dir = main.parent().unwrap_or(Path::new("."));
+        let (logs, problems) = dsh_session::load_sub_agent_logs(dir, &main);
+        for problem in problems {
+            eprintln!("dsh: warning: not a sub-agent log: {problem}");
+        }
+        logs
+    } else {
+        let mut logs = Vec::new();
+        for (name, bytes) in store.sub_agent_logs(&log.header.id)? {
+            match dsh_session::load_log_bytes(&bytes, &name) {
+                Ok(sub) => logs.push(sub),
+                Err(err) => eprintln!("dsh: warning: sub-agent log {name} left out: {err}"),
+            }
+        }
+        logs
+    };
+    let options = dsh_session::AtifOptions {
+        agent_name: "dsh".into(),
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        prices: PriceTable::default_deepseek(),
+    };
+    let trajectory = dsh_session::export_atif(log, &subs, &options);
+    let mut bytes = serde_json::to_vec_pretty(&trajectory)?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
 
 /// Asks on the terminal; refuses when standard input is not a terminal.
@@ -269,6 +327,22 @@ fn confirm(id: &str) -> anyhow::Result<bool> {
     let mut answer = String::new();
     std::io::stdin().read_line(&mut answer)?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// The transcript of `dsh sessions show` with dates a person reads: the header's creation time
+/// (ms since the epoch in the log) as a UTC date, and the time of the last event.
+fn human_dates(log: &LoadedLog, markdown: String) -> String {
+    let created = log.header.created_at;
+    let mut dates = format!("- created: {} UTC\n", format_utc_seconds(created));
+    if let Some(last) = log.events.iter().rev().find_map(|e| e.time) {
+        dates.push_str(&format!("- updated: {} UTC\n", format_utc_seconds(last)));
+    }
+    markdown.replacen(&format!("- created: {created}\n"), &dates, 1)
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC for ms since the epoch.
+fn format_utc_seconds(ms: u64) -> String {
+    format!("{}:{:02}", format_utc(ms), (ms / 1000) % 60)
 }
 
 /// `YYYY-MM-DD HH:MM` in UTC for ms since the epoch.

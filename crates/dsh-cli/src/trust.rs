@@ -12,19 +12,19 @@ use crate::run::UserError;
 
 /// Arguments of `dsh trust`.
 #[derive(Debug, clap::Args)]
-pub struct TrustArgs {
+pub(crate) struct TrustArgs {
     /// Workspace to review (default: the current directory's).
     #[arg(long)]
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Trust without asking (for scripts; the review is still printed).
     #[arg(long, short)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// List the trusted workspaces and whether their files still match.
     #[arg(long, conflicts_with_all = ["yes", "revoke"])]
-    pub list: bool,
+    pub(crate) list: bool,
     /// Remove the trust of a workspace (default: the current directory's).
     #[arg(long, value_name = "PATH", num_args = 0..=1, conflicts_with = "yes")]
-    pub revoke: Option<Option<PathBuf>>,
+    pub(crate) revoke: Option<Option<PathBuf>>,
 }
 
 fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
@@ -44,7 +44,7 @@ fn current_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 }
 
 /// Runs `dsh trust`.
-pub fn run(args: TrustArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: TrustArgs) -> anyhow::Result<ExitCode> {
     let home = crate::home::dsh_home()?;
     if args.list {
         return list(&home);
@@ -146,7 +146,7 @@ fn record(home: &Path, cwd: &Path, reviewed: &WorkspaceTrust) -> anyhow::Result<
 /// The review: each file, and what trusting it would apply (hook commands, MCP servers with
 /// command and arguments, permission, providers and base URLs), then the `.env` keys. Built by
 /// `dsh_runtime::trust`, which the web UI's trust card shares.
-pub fn review(state: &WorkspaceTrust, cwd: &Path) -> String {
+pub(crate) fn review(state: &WorkspaceTrust, cwd: &Path) -> String {
     dsh_runtime::trust::review(state, cwd).text()
 }
 
@@ -182,7 +182,7 @@ fn list(home: &Path) -> anyhow::Result<ExitCode> {
 
 /// Before the TUI starts: when the workspace has untrusted settings, shows the review and asks
 /// on the terminal; `y` records trust. Any other answer starts with them ignored.
-pub fn ask_at_start(home: &Path, cwd: &Path) -> anyhow::Result<()> {
+pub(crate) fn ask_at_start(home: &Path, cwd: &Path) -> anyhow::Result<()> {
     let Ok(state) = trust::inspect(home, cwd) else {
         // Unreadable project files are reported by the configuration loader.
         return Ok(());

@@ -13,21 +13,21 @@ use dsh_tui::{StartWith, StatusInfo, TuiOptions};
 
 /// Arguments of `dsh resume`.
 #[derive(Debug, clap::Args)]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     /// Session id, id prefix or path (default: the latest session of this directory).
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// Continue the latest session of this directory.
     #[arg(long, conflicts_with = "id")]
-    pub last: bool,
+    pub(crate) last: bool,
 }
 
 /// Opens the UI on a new session (`dsh`).
-pub fn run_new() -> anyhow::Result<ExitCode> {
+pub(crate) fn run_new() -> anyhow::Result<ExitCode> {
     run(StartWith::New)
 }
 
 /// Opens the UI on an existing session (`dsh resume`).
-pub fn run_resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run_resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     match args.id {
         Some(id) => run(StartWith::Resume(id)),
         None => run(StartWith::Last),

@@ -10,6 +10,7 @@ use anyhow::Context;
 use dsh_runtime::{Choices, SessionSpec};
 use dsh_server::{ServerOptions, WebServer};
 use dsh_session::{PriceTable, StoreKind};
+use tokio::signal::unix::{signal, SignalKind};
 
 use crate::run::UserError;
 
@@ -23,39 +24,39 @@ macro_rules! say {
 
 /// Arguments of `dsh web`.
 #[derive(Debug, clap::Args)]
-pub struct WebArgs {
+pub(crate) struct WebArgs {
     /// Address to listen on (loopback only unless --allow-remote).
     #[arg(long, default_value = "127.0.0.1")]
-    pub host: String,
+    pub(crate) host: String,
     /// Port to listen on (0: any free port).
     #[arg(long, default_value_t = 3080)]
-    pub port: u16,
+    pub(crate) port: u16,
     /// Do not open a browser.
     #[arg(long)]
-    pub no_open: bool,
+    pub(crate) no_open: bool,
     /// Allow a non-loopback --host. Anyone who can reach the port and gets the launch code
     /// or the sign-in cookie can run commands as you.
     #[arg(long)]
-    pub allow_remote: bool,
+    pub(crate) allow_remote: bool,
     /// Provider for new sessions (default: the configured one).
     #[arg(long)]
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// Model for new sessions (default: the configured one).
     #[arg(long)]
-    pub model: Option<String>,
-    /// Reasoning effort for new sessions: off, low, medium, high or max.
+    pub(crate) model: Option<String>,
+    /// Reasoning effort for new sessions, one the model supports (`dsh models` lists them).
     #[arg(long)]
-    pub effort: Option<String>,
+    pub(crate) effort: Option<String>,
     /// Permission preset of the sessions' tools (default: $DSH_PERMISSION_MODE, else
     /// workspace-write).
     #[arg(long)]
-    pub permission: Option<String>,
+    pub(crate) permission: Option<String>,
     /// Default workspace for new sessions (default: the current directory).
     #[arg(long)]
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Apply the workspaces' own project settings without a recorded `dsh trust`.
     #[arg(long)]
-    pub trust_workspace: bool,
+    pub(crate) trust_workspace: bool,
 }
 
 fn listen_address(args: &WebArgs) -> anyhow::Result<SocketAddr> {
@@ -71,7 +72,7 @@ fn listen_address(args: &WebArgs) -> anyhow::Result<SocketAddr> {
 }
 
 /// Runs `dsh web` until Ctrl-C.
-pub fn run(args: WebArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: WebArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -132,6 +133,11 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
         default_cwd: cwd,
         allow_remote: args.allow_remote,
     };
+    // Both stop signals are caught from before the server starts: a signal that arrived between
+    // the printed address (or the launch page) and a later handler would kill the process
+    // without its shutdown, leaving a launch page that signs in (docs/web.md).
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot wait for Ctrl-C")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot wait for SIGTERM")?;
     let server = dsh_server::WebServer::start(listener, options, Arc::new(runtime))?;
     let url = server.url();
     say!("dsh web: serving {url}");
@@ -139,10 +145,8 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
     if !args.no_open {
         open_browser(&home, &server);
     }
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot wait for SIGTERM")?;
     tokio::select! {
-        signal = tokio::signal::ctrl_c() => signal.context("cannot wait for Ctrl-C")?,
+        _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
     }
     // Shutdown also deletes the launch page and kills every unused launch code.

@@ -122,6 +122,10 @@ pub struct Config {
     pub permission: Option<String>,
     /// Compaction thresholds (`[compaction]`).
     pub compaction: CompactionSettings,
+    /// Turn budgets (`[budget]`).
+    pub budget: BudgetSettings,
+    /// Delegation settings (`[agents]`).
+    pub agents: AgentsSettings,
     /// Configured providers by name (`[providers.<name>]`).
     pub providers: BTreeMap<String, ProviderConfig>,
     /// The model table by model id (`[models.<id>]`).
@@ -442,6 +446,52 @@ fn parse_compaction(
     compaction
 }
 
+/// Turn budgets of unattended runs (`[budget]`, docs/harbor.md, "Budgets"); `None` is
+/// no limit. `dsh run --max-steps`, `--max-wall-time` and `--max-cost-usd` override them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BudgetSettings {
+    /// `budget.max_steps`: most model calls in one turn.
+    pub max_steps: Option<u64>,
+    /// `budget.max_wall_time_secs`: longest turn in seconds.
+    pub max_wall_time_secs: Option<f64>,
+    /// `budget.max_cost_usd`: most USD one turn may spend.
+    pub max_cost_usd: Option<f64>,
+}
+
+/// Delegation (`[agents]`, docs/configuration.md, "Subagents").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentsSettings {
+    /// `agents.max_concurrent`: most children of one agent running at once (default 4).
+    pub max_concurrent: usize,
+}
+
+impl Default for AgentsSettings {
+    fn default() -> Self {
+        AgentsSettings { max_concurrent: 4 }
+    }
+}
+
+/// `[agents]` (its values were checked by the schema).
+fn parse_agents(merged: &Table) -> AgentsSettings {
+    let table = sub_table(merged, "agents");
+    let mut settings = AgentsSettings::default();
+    if let Some(n) = as_f64(table.and_then(|t| t.get("max_concurrent"))) {
+        settings.max_concurrent = n.max(1.0) as usize;
+    }
+    settings
+}
+
+/// `[budget]` (its values were checked by the schema).
+fn parse_budget(merged: &Table) -> BudgetSettings {
+    let table = sub_table(merged, "budget");
+    let get = |key: &str| as_f64(table.and_then(|t| t.get(key)));
+    BudgetSettings {
+        max_steps: get("max_steps").map(|n| n.max(1.0) as u64),
+        max_wall_time_secs: get("max_wall_time_secs"),
+        max_cost_usd: get("max_cost_usd"),
+    }
+}
+
 fn sub_table<'a>(table: &'a Table, key: &str) -> Option<&'a Table> {
     table.get(key).and_then(Value::as_table)
 }
@@ -558,6 +608,8 @@ impl Config {
             effort: effort(merged.get("effort")),
             permission: as_string(merged.get("permission")),
             compaction,
+            budget: parse_budget(&merged),
+            agents: parse_agents(&merged),
             providers,
             models,
             mcp: sub_table(&merged, "mcp").cloned().unwrap_or_default(),

@@ -24,6 +24,8 @@ const ROOT_KEYS: &[&str] = &[
     "effort",
     "permission",
     "compaction",
+    "budget",
+    "agents",
     "providers",
     "models",
     "mcp",
@@ -33,7 +35,21 @@ const ROOT_KEYS: &[&str] = &[
 ];
 const TRUST_KEYS: &[&str] = &["workspaces"];
 const COMPACTION_KEYS: &[&str] = &["threshold", "keep_tail"];
-const TOOLS_KEYS: &[&str] = &["web_fetch"];
+const BUDGET_KEYS: &[&str] = &["max_steps", "max_wall_time_secs", "max_cost_usd"];
+const AGENTS_KEYS: &[&str] = &["max_concurrent"];
+const TOOLS_KEYS: &[&str] = &["web_fetch", "web_search", "glob", "grep"];
+const GLOB_KEYS: &[&str] = &["max_results", "sample_over_cap"];
+const GREP_KEYS: &[&str] = &["max_results"];
+const WEB_SEARCH_KEYS: &[&str] = &[
+    "enabled",
+    "base_url",
+    "model",
+    "max_uses",
+    "max_results",
+    "max_queries",
+    "max_tokens",
+    "timeout_secs",
+];
 const WEB_FETCH_KEYS: &[&str] = &["enabled", "allowed_hosts", "max_bytes", "timeout_secs"];
 const PROVIDER_KEYS: &[&str] = &[
     "kind",
@@ -233,6 +249,16 @@ impl Checker<'_> {
                         self.compaction(t);
                     }
                 }
+                "budget" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.budget(t);
+                    }
+                }
+                "agents" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.agents(t);
+                    }
+                }
                 "providers" => {
                     if let Some(t) = self.expect_table(key, value) {
                         for (name, provider) in t {
@@ -332,6 +358,50 @@ impl Checker<'_> {
         }
     }
 
+    /// `[budget]`: the turn budgets of unattended runs (docs/harbor.md, "Budgets").
+    fn budget(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("budget", key);
+            match key.as_str() {
+                "max_steps" => self.expect_number(
+                    &path,
+                    value,
+                    (1.0, 1e9),
+                    "write a whole number of steps, e.g. `max_steps = 50`",
+                ),
+                "max_wall_time_secs" => self.expect_number(
+                    &path,
+                    value,
+                    (0.001, 1e9),
+                    "write seconds, e.g. `max_wall_time_secs = 1800`",
+                ),
+                "max_cost_usd" => self.expect_number(
+                    &path,
+                    value,
+                    (0.0, 1e9),
+                    "write US dollars, e.g. `max_cost_usd = 2.5`",
+                ),
+                other => self.unknown("budget", other, BUDGET_KEYS),
+            }
+        }
+    }
+
+    /// `[agents]`: delegation (docs/configuration.md, "Subagents").
+    fn agents(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("agents", key);
+            match key.as_str() {
+                "max_concurrent" => self.expect_number(
+                    &path,
+                    value,
+                    (1.0, 64.0),
+                    "write a whole number of children from 1 to 64, e.g. `max_concurrent = 4`",
+                ),
+                other => self.unknown("agents", other, AGENTS_KEYS),
+            }
+        }
+    }
+
     fn tools(&mut self, table: &Table) {
         for (key, value) in table {
             let path = join("tools", key);
@@ -341,7 +411,78 @@ impl Checker<'_> {
                         self.web_fetch(&path, t);
                     }
                 }
+                "web_search" => {
+                    if let Some(t) = self.expect_table(&path, value) {
+                        self.web_search(&path, t);
+                    }
+                }
+                "glob" | "grep" => {
+                    if let Some(t) = self.expect_table(&path, value) {
+                        self.search_tool(&path, key == "glob", t);
+                    }
+                }
                 other => self.unknown("tools", other, TOOLS_KEYS),
+            }
+        }
+    }
+
+    /// `[tools.glob]` (`max_results`, `sample_over_cap`) and `[tools.grep]` (`max_results`).
+    fn search_tool(&mut self, path: &str, glob: bool, table: &Table) {
+        for (key, value) in table {
+            let full = join(path, key);
+            match key.as_str() {
+                "max_results" => self.expect_positive_int(&full, value),
+                "sample_over_cap" if glob => self.expect_bool(&full, value),
+                other if glob => self.unknown(path, other, GLOB_KEYS),
+                other => self.unknown(path, other, GREP_KEYS),
+            }
+        }
+    }
+
+    /// `[tools.web_search]` (docs/tools.md, "web_search"). A project's own file may turn it off
+    /// and tune it, but not turn it on nor point it at another endpoint: the search request
+    /// carries the user's DeepSeek key.
+    fn web_search(&mut self, path: &str, table: &Table) {
+        let from_project = matches!(self.source, Source::ProjectFile(_));
+        for (key, value) in table {
+            let full = join(path, key);
+            match key.as_str() {
+                "enabled" => {
+                    self.expect_bool(&full, value);
+                    if from_project && value.as_bool() == Some(true) {
+                        self.error(
+                            &full,
+                            "a project's configuration cannot turn web_search on",
+                            "set it in $DSH_HOME/config.toml if you want web_search for this project",
+                        );
+                    }
+                }
+                "base_url" => {
+                    if from_project {
+                        self.error(
+                            &full,
+                            "a project's configuration cannot set the web_search endpoint (it would receive your DeepSeek key)",
+                            "set base_url in $DSH_HOME/config.toml or DEEPSEEK_SEARCH_BASE_URL in the environment",
+                        );
+                        continue;
+                    }
+                    if let Some(url) = self.expect_str(&full, value) {
+                        if !(url.starts_with("http://") || url.starts_with("https://")) {
+                            self.error(
+                                &full,
+                                "must start with http:// or https://",
+                                "write the Messages endpoint base, e.g. `base_url = \"https://api.deepseek.com/anthropic/v1\"`",
+                            );
+                        }
+                    }
+                }
+                "model" => {
+                    self.expect_str(&full, value);
+                }
+                "max_uses" | "max_results" | "max_queries" | "max_tokens" | "timeout_secs" => {
+                    self.expect_positive_int(&full, value)
+                }
+                other => self.unknown(path, other, WEB_SEARCH_KEYS),
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Settings of opt-in tools: `[tools.web_fetch]`.
+//! Settings of tools: `[tools.web_fetch]`, `[tools.glob]`, `[tools.grep]`.
 
 use std::time::Duration;
 
@@ -38,7 +38,57 @@ impl Default for WebFetchConfig {
     }
 }
 
+/// Default `tools.glob.max_results` (dsh's `globMaxResults`).
+pub const DEFAULT_GLOB_MAX_RESULTS: usize = 100;
+/// Default `tools.grep.max_results` (dsh's `grepMaxMatches`).
+pub const DEFAULT_GREP_MAX_RESULTS: usize = 250;
+
+/// `[tools.glob]` and `[tools.grep]`: how many results the search tools show, and whether an
+/// over-cap `glob` page is sampled across top-level entries (docs/tools.md, "glob").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchToolsConfig {
+    /// Paths one `glob` call shows (default 100).
+    pub glob_max_results: usize,
+    /// Over the cap, pick paths in turns across the search directory's top-level entries
+    /// instead of the newest ones (default true).
+    pub glob_sample_over_cap: bool,
+    /// Matches one `grep` call shows (default 250).
+    pub grep_max_results: usize,
+}
+
+impl Default for SearchToolsConfig {
+    fn default() -> Self {
+        SearchToolsConfig {
+            glob_max_results: DEFAULT_GLOB_MAX_RESULTS,
+            glob_sample_over_cap: true,
+            grep_max_results: DEFAULT_GREP_MAX_RESULTS,
+        }
+    }
+}
+
 impl Config {
+    /// The effective `[tools.glob]` and `[tools.grep]`, defaults filled in (values were
+    /// checked at load).
+    pub fn search_tools(&self) -> SearchToolsConfig {
+        let mut settings = SearchToolsConfig::default();
+        for (key, value, _source) in self.values() {
+            let count = |n: &i64| usize::try_from(*n).ok().filter(|n| *n > 0);
+            match (key.as_str(), value) {
+                ("tools.glob.max_results", Value::Integer(n)) => {
+                    settings.glob_max_results = count(n).unwrap_or(settings.glob_max_results);
+                }
+                ("tools.glob.sample_over_cap", Value::Boolean(on)) => {
+                    settings.glob_sample_over_cap = *on;
+                }
+                ("tools.grep.max_results", Value::Integer(n)) => {
+                    settings.grep_max_results = count(n).unwrap_or(settings.grep_max_results);
+                }
+                _ => {}
+            }
+        }
+        settings
+    }
+
     /// The effective `[tools.web_fetch]`, defaults filled in (values were checked at load).
     pub fn web_fetch(&self) -> WebFetchConfig {
         let mut settings = WebFetchConfig::default();

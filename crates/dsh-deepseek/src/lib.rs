@@ -14,8 +14,6 @@
 //! [`dsh_http::Endpoint`], shared with the Anthropic adapter. The API key never leaves the
 //! `Authorization` header: `Debug` redacts it and failure messages are scrubbed of it.
 #![warn(missing_docs, unreachable_pub)]
-#![deny(clippy::expect_used)]
-#![cfg_attr(test, allow(clippy::expect_used))]
 #![warn(clippy::too_many_lines)]
 
 mod adapter;

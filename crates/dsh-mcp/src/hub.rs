@@ -334,10 +334,12 @@ impl Server {
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::from(log))
-                    .kill_on_drop(true)
-                    .process_group(0);
-                let mut child = process
-                    .spawn()
+                    .kill_on_drop(true);
+                // Its own process group under a keeper, forked on the spawner thread: the
+                // server and what it starts in its group die with dsh, also on SIGKILL
+                // (docs/mcp.md, docs/SECURITY.md "Process sandbox").
+                dsh_tools::guard_group(&mut process);
+                let mut child = dsh_tools::spawn_child(process)
                     .map_err(|e| format!("cannot start `{command}`: {e} (check `command` in [mcp.servers.{}] and PATH)", self.config.name))?;
                 let pgid = child.id();
                 let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {

@@ -8,6 +8,8 @@
 #![allow(clippy::unwrap_used)]
 
 use dsh_test_support::chunks::{text, tool_call};
+use dsh_test_support::process::{alive, poll_until, spawn_helper_test, wait_for_pid};
+use dsh_test_support::tool_result_text;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use dsh_agent::{
     ApprovalRules, Approver, ExtensionSet, ReplayAdapter,
 };
 use dsh_config::{McpServerConfig, McpTransport, McpTrust};
-use dsh_llm::{AdapterRegistry, CallConfig, Chunk, ContentBlock};
+use dsh_llm::{AdapterRegistry, CallConfig, Chunk};
 use dsh_mcp::{McpHub, McpTools};
 use dsh_session::{load_file, open_store, Event, StoreKind};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
@@ -163,24 +165,7 @@ async fn run_agent_with(
     for envelope in &events {
         match &envelope.event {
             Event::ToolResult(r) => {
-                run.results.push(
-                    r.message
-                        .content
-                        .iter()
-                        .filter_map(|b| match b {
-                            ContentBlock::ToolResult { content, .. } => Some(
-                                content
-                                    .iter()
-                                    .filter_map(|c| match c {
-                                        ContentBlock::Text { text } => Some(text.as_str()),
-                                        _ => None,
-                                    })
-                                    .collect::<String>(),
-                            ),
-                            _ => None,
-                        })
-                        .collect(),
-                );
+                run.results.push(tool_result_text(&r.message));
                 run.errors.push(r.error.as_ref().map(|e| e.code.clone()));
             }
             Event::Opaque { event_type, data } if event_type.starts_with("approval/") => {
@@ -573,4 +558,70 @@ async fn servers_that_fail_to_start_give_clear_errors() {
     assert!(all.contains("boom: config not found"), "{all}");
     assert!(all.contains("mcp-dies.log"), "{all}");
     assert!(hub.tools().is_empty());
+}
+
+/// Env var naming the scratch dir of [`helper_starts_a_server_and_waits`]; unset, it does
+/// nothing.
+const MCP_HELPER_ENV: &str = "DSH_MCP_DEATH_HELPER_DIR";
+
+/// A stdio MCP server, and a process it started, die when dsh is killed with SIGKILL
+/// (docs/mcp.md; the keeper of `dsh_tools::guard_group`). The helper playing dsh is this test
+/// binary: it starts the server through `McpHub` and waits.
+#[test]
+fn a_stdio_server_and_its_children_die_with_dsh() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut helper = spawn_helper_test(
+        "helper_starts_a_server_and_waits",
+        MCP_HELPER_ENV,
+        dir.path(),
+    )
+    .unwrap();
+    let server = wait_for_pid(&dir.path().join("server.pid"));
+    let child = wait_for_pid(&dir.path().join("child.pid"));
+    let ready = dir.path().join("ready");
+    assert!(
+        poll_until(Duration::from_secs(20), || ready.exists()),
+        "never ready"
+    );
+    assert!(alive(server) && alive(child), "the server is not running");
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    assert!(
+        poll_until(Duration::from_secs(5), || !alive(server) && !alive(child)),
+        "the server {server} or its child {child} outlived dsh"
+    );
+}
+
+/// The dsh stand-in of [`a_stdio_server_and_its_children_die_with_dsh`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper process of a_stdio_server_and_its_children_die_with_dsh"]
+async fn helper_starts_a_server_and_waits() {
+    let Some(dir) = std::env::var_os(MCP_HELPER_ENV) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let script = dir.join("server.sh");
+    let d = dir.display();
+    let body = FAKE_SERVER.replacen(
+        "echo \"fake server starting\" >&2\n",
+        &format!(
+            "echo \"fake server starting\" >&2\nsleep 300 & echo $! > '{d}/child.pid'\necho $$ > '{d}/server.pid'\n"
+        ),
+        1,
+    );
+    std::fs::write(&script, body).unwrap();
+    let hub = McpHub::new(
+        vec![server("fake", stdio("bash", &[script.to_str().unwrap()]))],
+        &dir,
+        &dir.join("logs"),
+    );
+    let errors = tokio::task::spawn_blocking({
+        let hub = hub.clone();
+        move || hub.start()
+    })
+    .await
+    .unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    std::fs::write(dir.join("ready"), "").unwrap();
+    tokio::time::sleep(Duration::from_secs(600)).await;
 }

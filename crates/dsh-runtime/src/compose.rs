@@ -18,6 +18,8 @@ use crate::{Configuration, RuntimeError, Warnings};
 pub(crate) struct SessionShared {
     pub(crate) configuration: Arc<Configuration>,
     pub(crate) mcp: OnceLock<Arc<dsh_mcp::McpHub>>,
+    /// MCP servers of this session only ([`crate::SessionSpec::mcp_servers`]).
+    pub(crate) extra_mcp: Vec<dsh_config::McpServerConfig>,
     pub(crate) approval_rules: Arc<dsh_agent::ApprovalRules>,
     pub(crate) warnings: Warnings,
 }
@@ -26,6 +28,8 @@ pub(crate) struct SessionShared {
 pub(crate) struct SessionParts {
     pub(crate) parts: AgentParts,
     pub(crate) permission: dsh_agent::PermissionSource,
+    /// Plan mode of a top-level session (docs/agent.md, "Plan mode"); subagents have none.
+    pub(crate) plan: Option<dsh_agent::PlanMode>,
 }
 
 fn invalid(err: impl std::fmt::Display) -> RuntimeError {
@@ -76,16 +80,33 @@ pub(crate) fn agent_parts(
         &tool_context,
     )?;
     let factory = child_factory(shared, &current_permission);
-    extensions.register_for_life(Arc::new(dsh_agent::Subagents::new(depth, factory)));
+    extensions.register_for_life(Arc::new(dsh_agent::Subagents::with_max_concurrent(
+        depth,
+        factory,
+        setup.config.agents.max_concurrent,
+    )));
     extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
+    let plan = (depth == 0).then(dsh_agent::PlanMode::new);
+    if let Some(plan) = &plan {
+        extensions.register_for_life(Arc::new(plan.clone()));
+    }
     let mut options = AgentOptions::new(setup.call.clone(), &setup.cwd);
     options.compaction.threshold = setup.config.compaction.threshold;
     options.compaction.keep_tail = setup.config.compaction.keep_tail;
+    // `[budget]` (docs/harbor.md, "Budgets"); front ends may override per session.
+    let budget = setup.config.budget;
+    options.budget = dsh_agent::TurnBudget {
+        max_steps: budget.max_steps,
+        max_wall_time: budget
+            .max_wall_time_secs
+            .map(std::time::Duration::from_secs_f64),
+        max_cost_usd: budget.max_cost_usd,
+    };
     options.prices = setup.prices.clone();
     options.approval_rules = Arc::clone(&shared.approval_rules);
     let parts = AgentParts {
         adapters,
-        tools: Arc::new(session_tools(&setup.config)?),
+        tools: Arc::new(session_tools(setup, &extensions)?),
         extensions,
         tool_context,
         options,
@@ -93,6 +114,7 @@ pub(crate) fn agent_parts(
     Ok(SessionParts {
         parts,
         permission: permission_source(current_permission),
+        plan,
     })
 }
 
@@ -175,15 +197,37 @@ fn register_policies(
     if !hooks.is_empty() {
         extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
     }
-    // MCP servers (none unless configured): started when the session's agent is built.
-    if !setup.config.mcp_servers.is_empty() {
-        let hub = shared.mcp.get_or_init(|| {
-            dsh_mcp::McpHub::new(
-                setup.config.mcp_servers.clone(),
-                &setup.cwd,
-                &setup.home.join("logs"),
-            )
-        });
+    // The Codex dialect: `$DSH_HOME/codex-hooks.json`, the user's own file (docs/hooks.md,
+    // "The Codex dialect").
+    let codex =
+        dsh_agent::HooksConfig::load_codex_file(&setup.home.join(dsh_agent::CODEX_HOOKS_FILE))
+            .map_err(|errors| {
+                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                RuntimeError::InvalidConfig(text.join("\n"))
+            })?;
+    if depth == 0 {
+        for warning in &codex.warnings {
+            shared.warnings.say(&format!("warning: {warning}"));
+        }
+    }
+    if !codex.is_empty() {
+        let hooks = dsh_agent::CommandHooks::new(codex).with_model(setup.call.model.clone());
+        extensions.register_for_life(Arc::new(hooks));
+    }
+    // MCP servers (none unless configured or given by the front end): started when the
+    // session's agent is built. A session's own server replaces a configured one of its name.
+    let mut servers: Vec<dsh_config::McpServerConfig> = setup
+        .config
+        .mcp_servers
+        .iter()
+        .filter(|s| !shared.extra_mcp.iter().any(|e| e.name == s.name))
+        .cloned()
+        .collect();
+    servers.extend(shared.extra_mcp.iter().cloned());
+    if !servers.is_empty() {
+        let hub = shared
+            .mcp
+            .get_or_init(|| dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs")));
         for error in hub.start() {
             if depth == 0 {
                 shared.warnings.say(&format!(
@@ -262,9 +306,32 @@ fn permission_source(
 }
 
 /// The built-in tools, `ask_user_question` (answered by the front end's asker; headless runs
-/// get a clear error), and `web_fetch` when `[tools.web_fetch] enabled = true`.
-fn session_tools(config: &dsh_config::Config) -> Result<ToolRegistry, RuntimeError> {
+/// get a clear error), `web_fetch` when `[tools.web_fetch] enabled = true`, and `web_search`
+/// when a DeepSeek key is configured (its request log is an extension of this agent).
+fn session_tools(
+    setup: &Configuration,
+    extensions: &ExtensionSet,
+) -> Result<ToolRegistry, RuntimeError> {
+    let config = &setup.config;
     let mut tools = ToolRegistry::with_builtins();
+    if let Some(search) = setup.search.as_ref() {
+        let (tool, log) = crate::web_search::tool(search).map_err(invalid)?;
+        tools.register(Arc::new(tool)).map_err(invalid)?;
+        extensions.register_for_life(log);
+    }
+    // `[tools.glob]` / `[tools.grep]` (docs/tools.md): replace the default search tools.
+    let search = config.search_tools();
+    tools.unregister("glob");
+    tools.unregister("grep");
+    tools
+        .register(Arc::new(dsh_tools::GlobTool::new(
+            search.glob_max_results,
+            search.glob_sample_over_cap,
+        )))
+        .map_err(invalid)?;
+    tools
+        .register(Arc::new(dsh_tools::GrepTool::new(search.grep_max_results)))
+        .map_err(invalid)?;
     tools
         .register(Arc::new(dsh_tools::AskUserQuestionTool))
         .map_err(invalid)?;

@@ -12,6 +12,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use dsh_llm::LockExt;
+
 /// Key variables of the built-in providers, always accepted from `./.env`.
 pub const BUILTIN_KEY_VARIABLES: [&str; 2] = ["DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY"];
 
@@ -70,7 +72,7 @@ impl Settings {
 
     /// Accepts `names` (credential variables the user's configuration knows) from `./.env`.
     pub fn allow_credentials(&self, names: impl IntoIterator<Item = String>) {
-        lock(&self.credentials).extend(names);
+        self.credentials.lock_or_recover().extend(names);
     }
 
     /// The value of `name`: environment first, then `./.env` (credentials only), then
@@ -80,10 +82,10 @@ impl Settings {
             return Some(value);
         }
         if let Some(value) = self.project_value(name) {
-            if lock(&self.credentials).contains(name) {
+            if self.credentials.lock_or_recover().contains(name) {
                 return Some(value);
             }
-            lock(&self.refused).insert(name.to_string());
+            self.refused.lock_or_recover().insert(name.to_string());
         }
         self.home
             .get(name)
@@ -106,8 +108,8 @@ impl Settings {
         let Some((path, _)) = &self.project else {
             return Vec::new();
         };
-        let refused = lock(&self.refused).clone();
-        let mut reported = lock(&self.reported);
+        let refused = self.refused.lock_or_recover().clone();
+        let mut reported = self.reported.lock_or_recover();
         refused
             .into_iter()
             .filter(|name| reported.insert(name.clone()))
@@ -127,10 +129,6 @@ impl Settings {
             eprintln!("dsh: warning: {warning}");
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Parses `KEY=VALUE` lines: `#` comments, optional `export `, optional single or double quotes.

@@ -16,6 +16,7 @@ pub mod trust;
 
 mod compose;
 mod error;
+mod web_search;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -109,6 +110,9 @@ pub struct SessionSpec {
     /// Whether [`OpenedSession::history`] carries the events of a resumed session (ACP replays
     /// them to the editor on `session/load`).
     pub history: bool,
+    /// MCP servers of this session only, on top of the configured ones (an ACP editor's
+    /// `mcpServers`, docs/acp.md). A server with the name of a configured one replaces it.
+    pub mcp_servers: Vec<dsh_config::McpServerConfig>,
 }
 
 /// A resolved configuration: what every session in one working directory with one set of
@@ -128,6 +132,8 @@ pub struct Configuration {
     /// Prices per model, for cost reports.
     pub prices: PriceTable,
     selection: dsh_config::Selection,
+    /// `web_search`, when it is on (a DeepSeek key is configured).
+    search: Option<web_search::SearchSetup>,
 }
 
 /// A built agent, ready for its front end to install its approver and asker
@@ -160,9 +166,41 @@ pub trait SessionFactory: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// What the configured provider says about `model` (its efforts and default effort, from
+    /// the model table), so a front end offers and accepts only the efforts it takes; `None`
+    /// when unknown.
+    fn model_info(&self, _model: &str) -> Option<dsh_llm::ModelInfo> {
+        None
+    }
+
     /// The user just trusted `workspace` (docs/configuration.md, "Workspace trust"): forget
     /// every configuration resolved in it, so the next session there applies its settings.
     fn trusted(&self, _workspace: &Path) {}
+
+    /// The trust question a session in `cwd` raises: `Some` when the workspace has project
+    /// settings that are left out until the user trusts them (and the process was not started
+    /// with `--trust-workspace`). Front ends that can ask (ACP at `session/new`) show it.
+    fn trust_question(&self, _cwd: &Path) -> Option<TrustQuestion> {
+        None
+    }
+
+    /// Records trust in the workspace of `cwd` at `pin` (the pin of the question shown), as
+    /// `dsh trust` does, and forgets the configurations resolved there. Nothing is recorded
+    /// when the files changed since: the error says so.
+    fn record_trust(&self, _cwd: &Path, _pin: &str) -> Result<PathBuf, String> {
+        Err("this front end's sessions cannot record workspace trust".to_string())
+    }
+}
+
+/// What a front end shows before the user trusts a workspace's own settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustQuestion {
+    /// The workspace (canonical).
+    pub workspace: PathBuf,
+    /// The review: every setting trusting would apply ([`trust::Review::text`]).
+    pub review: String,
+    /// The pin of the reviewed files; trust is recorded only at this pin.
+    pub pin: String,
 }
 
 impl SessionFactory for Runtime {
@@ -185,8 +223,46 @@ impl SessionFactory for Runtime {
             .unwrap_or_default()
     }
 
+    /// The adapter of the default workspace's provider, asked about `model`.
+    fn model_info(&self, model: &str) -> Option<dsh_llm::ModelInfo> {
+        let setup = self.configuration(&SessionSpec::default()).ok()?;
+        let provider = &setup.selection.provider;
+        let adapter =
+            dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
+                .ok()?;
+        adapter.model_info(model)
+    }
+
     fn trusted(&self, workspace: &Path) {
         self.forget_workspace(workspace);
+    }
+
+    fn trust_question(&self, cwd: &Path) -> Option<TrustQuestion> {
+        if self.choices.trust_workspace {
+            return None;
+        }
+        let state = trust::inspect(&self.home, cwd).ok()?;
+        if state.trusted.is_some() || !state.has_ignored() {
+            return None;
+        }
+        let pin = state.pin.clone()?;
+        Some(TrustQuestion {
+            workspace: state.workspace.clone(),
+            review: trust::review(&state, cwd).text(),
+            pin,
+        })
+    }
+
+    fn record_trust(&self, cwd: &Path, pin: &str) -> Result<PathBuf, String> {
+        let workspace = trust::record_pinned(&self.home, cwd, pin).map_err(|err| match err {
+            trust::TrustError::Changed => format!(
+                "the project settings of {} changed after they were shown; nothing was trusted",
+                cwd.display()
+            ),
+            trust::TrustError::Invalid(message) => message,
+        })?;
+        self.forget_workspace(&workspace);
+        Ok(workspace)
     }
 }
 
@@ -297,6 +373,7 @@ impl Runtime {
             self.warnings.say_once(&warning);
         }
         settings.allow_credentials(config.own_key_variables());
+        let search = web_search::setup(&config, &lookup);
         let project_lookup = |name: &str| settings.project_value(name);
         let selection = config.select_keyed(&lookup, &project_lookup);
         for warning in settings.take_warnings() {
@@ -325,6 +402,7 @@ impl Runtime {
             prices: config.price_table(),
             config,
             selection,
+            search,
         })
     }
 
@@ -358,6 +436,7 @@ impl Runtime {
         let shared = Arc::new(compose::SessionShared {
             configuration: Arc::clone(&configuration),
             mcp: OnceLock::new(),
+            extra_mcp: spec.mcp_servers.clone(),
             approval_rules: Arc::new(approval_rules),
             warnings: self.warnings.clone(),
         });
@@ -378,6 +457,12 @@ impl Runtime {
             None => Agent::create(session.parts, store)?,
         };
         agent.set_permission_source(session.permission);
+        // A resumed session in plan mode is read-only again (docs/agent.md, "Plan mode").
+        if let Some(plan) = &session.plan {
+            plan.reapply().map_err(|err| {
+                RuntimeError::InvalidConfig(format!("cannot restore plan mode: {err}"))
+            })?;
+        }
         let history = match resume {
             Some(_) if spec.history => store.load(&agent.handle().session_id())?.events,
             _ => Vec::new(),

@@ -2,7 +2,7 @@
 //! over loopback, real session files. Credentials and the provider address come from
 //! `$DSH_HOME/.env`, so the tests change no process environment.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -315,4 +315,153 @@ fn untrusted_project_settings_are_reported_once_per_process() {
     });
     let applied = trusted.configuration(&SessionSpec::default()).unwrap();
     assert_eq!(applied.permission.to_string(), "danger-full-access");
+}
+
+/// `web_search` end to end (docs/tools.md, "web_search"): on because a DeepSeek key is set;
+/// `DEEPSEEK_SEARCH_BASE_URL` (not `DEEPSEEK_BASE_URL`) routes the search; the auxiliary
+/// request is logged without the key before the tool result, and its usage counts in the
+/// session's usage (and so its cost).
+#[tokio::test]
+async fn web_search_is_logged_without_the_key_and_counted_in_the_session_usage() {
+    use dsh_test_support::web_search::{search_reply, SearchHit, SEARCH_REPLY_USAGE};
+    const KEY: &str = "sk-runtime-search-key";
+    const QUERY: &str = "DeepSeek Harness snapshot search";
+    let chat = FakeProvider::start([
+        sse_reply_from_chunks(&chunks::tool_call(
+            "call_web_search",
+            "web_search",
+            &format!("{{\"queries\":[\"{QUERY}\"]}}"),
+        ))
+        .into(),
+        text_reply("done"),
+    ])
+    .await
+    .unwrap();
+    let search = FakeProvider::start(Vec::<ScriptedReply>::new())
+        .await
+        .unwrap();
+    search.answer_search(
+        QUERY,
+        search_reply(
+            QUERY,
+            &[SearchHit::new(
+                "https://docs.example.test/search/1/1",
+                "Snapshot Search 1 Result 1",
+                "An excerpt.",
+                "2026-07-01",
+            )],
+        ),
+    );
+    let setup = Setup::new(&chat.base_url(), Some(KEY));
+    let mut env = std::fs::read_to_string(setup.home.path().join(".env")).unwrap();
+    env.push_str(&format!("DEEPSEEK_SEARCH_BASE_URL={}\n", search.base_url()));
+    std::fs::write(setup.home.path().join(".env"), env).unwrap();
+    let runtime = setup.runtime(full_access());
+    let id = one_turn(&runtime, &SessionSpec::default(), "search it").await;
+
+    // The chat model was offered the tool and read the sources.
+    let chat_requests = chat.requests();
+    assert_eq!(chat_requests.len(), 2);
+    assert!(chat_requests[0].body["tools"]
+        .to_string()
+        .contains("\"web_search\""));
+    let second = chat_requests[1].body.to_string();
+    assert!(
+        second.contains("[Snapshot Search 1 Result 1](https://docs.example.test/search/1/1)"),
+        "{second}"
+    );
+    // The search went to the search base, with the key in its headers only.
+    let searches = search.requests();
+    assert_eq!(searches.len(), 1);
+    assert_eq!(searches[0].path, "/messages");
+    assert_eq!(searches[0].header("x-api-key"), Some(KEY));
+
+    let store = runtime.store();
+    let loaded = store.load(&id).unwrap();
+    let position = |wanted: &dyn Fn(&Event) -> bool| {
+        loaded.events.iter().position(|e| wanted(&e.event)).unwrap()
+    };
+    let logged = position(&|e| e.event_type() == dsh_tools::SEARCH_REQUEST_EVENT);
+    let result = position(&|e| matches!(e, Event::ToolResult(_)));
+    assert!(logged < result, "the request is logged before the result");
+    let Event::Opaque { data, .. } = &loaded.events[logged].event else {
+        panic!("not opaque")
+    };
+    assert_eq!(data["body"], searches[0].body);
+    assert_eq!(
+        data["endpoint"],
+        serde_json::json!(format!("{}/messages", search.base_url()))
+    );
+    assert!(!data.to_string().contains(KEY));
+    // No file under the home but `.env` holds the key (session logs, spill files).
+    let mut dirs = vec![setup.home.path().to_path_buf()];
+    let mut files = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name().is_some_and(|n| n != ".env") {
+                files += 1;
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(KEY),
+                    "the key reached {}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(files > 0, "no session file was written");
+
+    // Usage: the chat replies plus the search request, under the search model.
+    let summary = store
+        .list(&dsh_session::ListFilter::default())
+        .unwrap()
+        .sessions
+        .into_iter()
+        .find(|s| s.id == id)
+        .unwrap();
+    let search_usage = summary.usage_by_model.get("deepseek-v4-flash").unwrap();
+    // The scripted chat replies carry no usage: this is the search request's alone.
+    assert_eq!(search_usage.requests, 1, "{search_usage:?}");
+    assert_eq!(search_usage.usage.input_tokens, SEARCH_REPLY_USAGE.0);
+    assert_eq!(search_usage.usage.output_tokens, SEARCH_REPLY_USAGE.1);
+    assert!(summary
+        .cost(&dsh_session::PriceTable::default_deepseek())
+        .is_some());
+}
+
+/// `[tools.glob]` and `[tools.grep]` of the user's file reach the tools the model is offered:
+/// their caps are in the descriptions sent with the request.
+#[tokio::test]
+async fn search_tool_settings_reach_the_tool_descriptions() {
+    let provider = FakeProvider::start([text_reply("done")]).await.unwrap();
+    let setup = Setup::new(&provider.base_url(), Some("sk-runtime-test-key"));
+    std::fs::write(
+        setup.home.path().join("config.toml"),
+        "[tools.glob]\nmax_results = 7\nsample_over_cap = false\n[tools.grep]\nmax_results = 9\n",
+    )
+    .unwrap();
+    let runtime = setup.runtime(full_access());
+    one_turn(&runtime, &SessionSpec::default(), "say done").await;
+    let requests = provider.requests();
+    let tools = requests[0].body["tools"].as_array().unwrap();
+    let description = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["function"]["name"] == name)
+            .map(|t| t["function"]["description"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let glob = description("glob");
+    assert!(glob.contains("the 7 newest are shown"), "{glob}");
+    assert!(!glob.contains("top-level entry"), "{glob}");
+    assert!(description("grep").contains("At most 9 matches"));
+    // The escalation parameters are offered on bash.
+    let bash = tools
+        .iter()
+        .find(|t| t["function"]["name"] == "bash")
+        .unwrap();
+    assert!(bash["function"]["parameters"]["properties"]["sandbox_permissions"].is_object());
 }

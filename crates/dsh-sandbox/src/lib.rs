@@ -1,14 +1,20 @@
-//! Confinement of dsh's child processes on Linux (docs/SECURITY.md), behind the
+//! Confinement of dsh's child processes (docs/SECURITY.md, "Platforms"), behind the
 //! [`dsh_tools::CommandConfinement`] seam that `bash` uses.
 //!
-//! * [`Bubblewrap`]: the command runs in `bwrap` with a read-only root and only the writable
+//! On Linux:
+//!
+//! * `Bubblewrap`: the command runs in `bwrap` with a read-only root and only the writable
 //!   roots bound read-write (preferred: it also hides host processes and gives `read-only` a
 //!   private `/tmp`).
-//! * [`Landlock`]: the child restricts itself before `exec` (read and execute everywhere,
+//! * `Landlock`: the child restricts itself before `exec` (read and execute everywhere,
 //!   write only beneath the writable roots), inside a read-only mount namespace where the host
-//!   allows one ([`MountNamespace`]: permission bits and timestamps outside, the protected
+//!   allows one (`MountNamespace`: permission bits and timestamps outside, the protected
 //!   entries, dsh's home).
 //! * [`Unavailable`]: neither works; `bash` fails with `SANDBOX_UNAVAILABLE` and the reasons.
+//!
+//! On macOS, [`Seatbelt`]: the command runs under `/usr/bin/sandbox-exec` with a profile made
+//! by [`seatbelt_profile`] (a pure function, built and tested on every platform). Everywhere
+//! else, [`Unavailable`]. The Linux mechanisms and their probe are compiled on Linux only.
 //!
 //! Invariant: a command never runs unconfined unless the preset is `danger-full-access`
 //! (decision record `docs/decisions/0001-sandbox.md`). Network access and reading are not
@@ -23,14 +29,18 @@
 //! # let _ = ctx; Ok(()) }
 //! ```
 #![warn(missing_docs, unreachable_pub)]
-#![deny(clippy::expect_used)]
-#![cfg_attr(test, allow(clippy::expect_used))]
 #![warn(clippy::too_many_lines)]
 
+#[cfg(target_os = "linux")]
 mod bubblewrap;
+#[cfg(target_os = "linux")]
 mod landlock;
+#[cfg(target_os = "linux")]
 mod mounts;
+#[cfg(target_os = "linux")]
 mod probe;
+mod seatbelt;
+#[cfg(target_os = "linux")]
 mod seccomp;
 
 use std::fmt;
@@ -42,40 +52,51 @@ use dsh_tools::{
     ToolErrorCode,
 };
 
+#[cfg(target_os = "linux")]
 pub use crate::bubblewrap::Bubblewrap;
+#[cfg(target_os = "linux")]
 pub use crate::landlock::{kernel_abi, Landlock, TARGET_ABI};
+#[cfg(target_os = "linux")]
 pub use crate::mounts::MountNamespace;
-pub use crate::probe::SandboxProbe;
+#[cfg(target_os = "linux")]
+pub use crate::probe::{remove_stale_trial_dirs, SandboxProbe};
+pub use crate::seatbelt::{
+    seatbelt_profile, GitEntry, Seatbelt, SeatbeltPolicy, SeatbeltRoot, SANDBOX_EXEC,
+};
 
 /// The environment variable (and setting) choosing the mechanism: `auto` (default),
-/// `bubblewrap` or `landlock`. A forced mechanism that does not work is not replaced by the
-/// other one: `bash` then fails with `SANDBOX_UNAVAILABLE`.
+/// `bubblewrap`, `landlock` (Linux) or `seatbelt` (macOS). A forced mechanism that does not work
+/// (or does not exist on this platform) is not replaced by another one: `bash` then fails with
+/// `SANDBOX_UNAVAILABLE`.
 pub const SANDBOX_ENV: &str = "DSH_SANDBOX";
 
 /// Which mechanism to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxPreference {
-    /// Bubblewrap when it works, else Landlock.
+    /// Bubblewrap when it works, else Landlock (Linux); Seatbelt (macOS).
     #[default]
     Auto,
     /// Bubblewrap only.
     Bubblewrap,
     /// Landlock only.
     Landlock,
+    /// Seatbelt only (macOS).
+    Seatbelt,
 }
 
 impl FromStr for SandboxPreference {
     type Err = SandboxSettingError;
 
-    /// Parses `auto`, `bubblewrap` (or `bwrap`) and `landlock`, ignoring case and surrounding
+    /// Parses `auto`, `bubblewrap` (or `bwrap`), `landlock` and `seatbelt`, ignoring case and surrounding
     /// blanks; anything else is an error naming the accepted values.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
             "" | "auto" => Ok(Self::Auto),
             "bubblewrap" | "bwrap" => Ok(Self::Bubblewrap),
             "landlock" => Ok(Self::Landlock),
+            "seatbelt" => Ok(Self::Seatbelt),
             other => Err(SandboxSettingError(format!(
-                "unknown {SANDBOX_ENV} value `{other}` (expected auto, bubblewrap or landlock)"
+                "unknown {SANDBOX_ENV} value `{other}` (expected auto, bubblewrap, landlock or seatbelt)"
             ))),
         }
     }
@@ -100,6 +121,8 @@ pub enum SandboxMode {
     Bubblewrap,
     /// Landlock.
     Landlock,
+    /// Seatbelt (macOS `sandbox-exec`).
+    Seatbelt,
     /// No mechanism works: commands are refused with `SANDBOX_UNAVAILABLE`.
     Unavailable,
     /// `danger-full-access`: commands run unconfined, as asked.
@@ -107,11 +130,12 @@ pub enum SandboxMode {
 }
 
 impl SandboxMode {
-    /// The spelling in logs: `bubblewrap`, `landlock`, `unavailable`, `none`.
+    /// The spelling in logs: `bubblewrap`, `landlock`, `seatbelt`, `unavailable`, `none`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Bubblewrap => "bubblewrap",
             Self::Landlock => "landlock",
+            Self::Seatbelt => "seatbelt",
             Self::Unavailable => "unavailable",
             Self::Unconfined => "none",
         }
@@ -158,20 +182,70 @@ impl Sandbox {
         Arc::clone(&self.confinement)
     }
 
+    /// `danger-full-access`: no mechanism, commands run as asked.
+    fn unconfined() -> Sandbox {
+        Sandbox {
+            mode: SandboxMode::Unconfined,
+            detail: "danger-full-access: commands run without a sandbox".to_string(),
+            confinement: Arc::new(NoSandbox),
+        }
+    }
+
+    /// No mechanism: every command outside `danger-full-access` is refused with `reasons`.
+    fn unavailable(reasons: String) -> Sandbox {
+        Sandbox {
+            mode: SandboxMode::Unavailable,
+            confinement: Arc::new(Unavailable {
+                reason: reasons.clone(),
+            }),
+            detail: reasons,
+        }
+    }
+
+    /// Chooses on macOS for `preset` from the outcome of Seatbelt's trial
+    /// ([`Seatbelt::cached`]) honouring `preference`: a forced Linux mechanism is unavailable.
+    /// Compiled everywhere, so its choices are tested on Linux too.
+    pub fn choose_seatbelt(
+        preset: PermissionPreset,
+        preference: SandboxPreference,
+        seatbelt: Result<Seatbelt, String>,
+    ) -> Sandbox {
+        if preset == PermissionPreset::DangerFullAccess {
+            return Self::unconfined();
+        }
+        match (preference, seatbelt) {
+            (SandboxPreference::Auto | SandboxPreference::Seatbelt, Ok(seatbelt)) => Sandbox {
+                mode: SandboxMode::Seatbelt,
+                detail: format!(
+                    "Seatbelt ({}); network not restricted",
+                    seatbelt.program().display()
+                ),
+                confinement: Arc::new(seatbelt),
+            },
+            (SandboxPreference::Auto, Err(reason)) => Self::unavailable(reason),
+            (SandboxPreference::Seatbelt, Err(reason)) => {
+                Self::unavailable(format!("{SANDBOX_ENV}=seatbelt: {reason}"))
+            }
+            (SandboxPreference::Bubblewrap, _) => Self::unavailable(format!(
+                "{SANDBOX_ENV}=bubblewrap: bubblewrap is used on Linux only"
+            )),
+            (SandboxPreference::Landlock, _) => Self::unavailable(format!(
+                "{SANDBOX_ENV}=landlock: Landlock exists only on Linux"
+            )),
+        }
+    }
+
     /// Chooses for `preset` from `probe` honouring `preference`. `danger-full-access` needs no
     /// mechanism ([`SandboxMode::Unconfined`], whatever the probe says); otherwise the
     /// preferred working mechanism, or [`SandboxMode::Unavailable`] with every reason.
+    #[cfg(target_os = "linux")]
     pub fn choose(
         preset: PermissionPreset,
         preference: SandboxPreference,
         probe: &SandboxProbe,
     ) -> Sandbox {
         if preset == PermissionPreset::DangerFullAccess {
-            return Sandbox {
-                mode: SandboxMode::Unconfined,
-                detail: "danger-full-access: commands run without a sandbox".to_string(),
-                confinement: Arc::new(NoSandbox),
-            };
+            return Self::unconfined();
         }
         let bubblewrap = || {
             probe.bubblewrap.as_ref().ok().map(|bwrap| Sandbox {
@@ -211,6 +285,7 @@ impl Sandbox {
             }
             SandboxPreference::Bubblewrap => bubblewrap(),
             SandboxPreference::Landlock => landlock(None),
+            SandboxPreference::Seatbelt => None,
         };
         chosen.unwrap_or_else(|| {
             let reasons = match preference {
@@ -223,26 +298,26 @@ impl Sandbox {
                 SandboxPreference::Landlock => {
                     format!("{SANDBOX_ENV}=landlock: {}", reason(&probe.landlock))
                 }
+                SandboxPreference::Seatbelt => {
+                    format!("{SANDBOX_ENV}=seatbelt: Seatbelt exists only on macOS")
+                }
             };
-            Sandbox {
-                mode: SandboxMode::Unavailable,
-                confinement: Arc::new(Unavailable {
-                    reason: reasons.clone(),
-                }),
-                detail: reasons,
-            }
+            Self::unavailable(reasons)
         })
     }
 }
 
 /// The failure text of a probe result (empty when it worked).
+#[cfg(target_os = "linux")]
 fn reason<T>(result: &Result<T, String>) -> String {
     result.as_ref().err().cloned().unwrap_or_default()
 }
 
 /// The sandbox for a session with `preset` on this host: the preference from [`SANDBOX_ENV`]
-/// and the process-wide [`SandboxProbe::cached`] (probed on first use, not at all for
-/// `danger-full-access`). An invalid [`SANDBOX_ENV`] value is an error.
+/// and the process-wide probe (Linux: `SandboxProbe::cached`; macOS: [`Seatbelt::cached`];
+/// probed on first use, not at all for `danger-full-access`). Other platforms have no
+/// mechanism yet: every preset but `danger-full-access` is [`SandboxMode::Unavailable`]. An
+/// invalid [`SANDBOX_ENV`] value is an error.
 pub fn confinement_for(preset: PermissionPreset) -> Result<Sandbox, SandboxSettingError> {
     let preference = match std::env::var(SANDBOX_ENV) {
         Ok(value) => value.parse()?,
@@ -254,21 +329,39 @@ pub fn confinement_for(preset: PermissionPreset) -> Result<Sandbox, SandboxSetti
         }
     };
     if preset == PermissionPreset::DangerFullAccess {
-        return Ok(Sandbox::choose(
-            preset,
-            preference,
-            &SandboxProbe::nothing_works("not probed", "not probed"),
-        ));
+        return Ok(Sandbox::unconfined());
     }
-    Ok(Sandbox::choose(preset, preference, SandboxProbe::cached()))
+    Ok(platform_sandbox(preset, preference))
+}
+
+#[cfg(target_os = "linux")]
+fn platform_sandbox(preset: PermissionPreset, preference: SandboxPreference) -> Sandbox {
+    Sandbox::choose(preset, preference, SandboxProbe::cached())
+}
+
+#[cfg(target_os = "macos")]
+fn platform_sandbox(preset: PermissionPreset, preference: SandboxPreference) -> Sandbox {
+    Sandbox::choose_seatbelt(preset, preference, Seatbelt::cached())
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn platform_sandbox(_preset: PermissionPreset, _preference: SandboxPreference) -> Sandbox {
+    Sandbox::unavailable(format!(
+        "dsh has no process sandbox for {} yet (docs/SECURITY.md, \"Platforms\")",
+        std::env::consts::OS
+    ))
 }
 
 /// Makes this process non-dumpable (`PR_SET_DUMPABLE 0`), so that a process without
 /// `CAP_SYS_PTRACE`, which every confined command is (they drop all capabilities, also as
 /// root), can read neither `/proc/<dsh>/environ`, where the provider key may be, nor this
 /// process's memory (docs/SECURITY.md, "dsh's own environment"). `dsh` calls it first thing.
-/// Failure is ignored: it leaves the default, and nothing else depends on it.
+/// Failure is ignored: it leaves the default, and nothing else depends on it. Linux only:
+/// elsewhere it does nothing (on macOS a process of the same user can read another's initial
+/// environment through `sysctl(KERN_PROCARGS2)`, which no Seatbelt rule stops; docs/SECURITY.md,
+/// "Platforms").
 pub fn make_undumpable() {
+    #[cfg(target_os = "linux")]
     // SAFETY: prctl with integer arguments only.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -279,6 +372,7 @@ pub fn make_undumpable() {
 /// paths"): `.git`, when it is a directory, is bound onto itself so it cannot be renamed away
 /// (its missing `hooks` folder is created first, so it can be bound read-only); then every
 /// existing protected entry is bound read-only.
+#[cfg(target_os = "linux")]
 pub(crate) struct RootProtection {
     /// The `.git` directory to pin, if there is one.
     pub(crate) pinned_git: Option<std::path::PathBuf>,
@@ -286,6 +380,7 @@ pub(crate) struct RootProtection {
     pub(crate) read_only: Vec<std::path::PathBuf>,
 }
 
+#[cfg(target_os = "linux")]
 impl RootProtection {
     /// The protection of `root` (creates `.git/hooks` when `.git` exists without it).
     pub(crate) fn of(root: &std::path::Path) -> Self {
@@ -320,6 +415,16 @@ pub(crate) fn setup_failed(preset: PermissionPreset, reason: &str) -> ToolError 
     )
 }
 
+/// What makes a mechanism work on this platform, for the `SANDBOX_UNAVAILABLE` message.
+#[cfg(target_os = "linux")]
+const INSTALL_ADVICE: &str =
+    "install bubblewrap (Debian/Ubuntu package `bubblewrap`) or enable Landlock";
+#[cfg(target_os = "macos")]
+const INSTALL_ADVICE: &str = "dsh needs /usr/bin/sandbox-exec, which macOS ships, to work";
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+const INSTALL_ADVICE: &str =
+    "this platform has no dsh sandbox yet (docs/decisions/0007-windows-confinement.md)";
+
 /// The confinement when no mechanism works: runs commands unconfined only under
 /// `danger-full-access`, and refuses them otherwise with `SANDBOX_UNAVAILABLE`, the reasons, and
 /// what to do.
@@ -345,7 +450,7 @@ impl CommandConfinement for Unavailable {
                 Err(ToolError::new(
                     ToolErrorCode::SandboxUnavailable,
                     format!(
-                        "bash cannot run under the {preset} preset: no process sandbox works on this host ({}). Commands never run unconfined outside danger-full-access: install bubblewrap (Debian/Ubuntu package `bubblewrap`) or enable Landlock, or ask the user to restart with --permission danger-full-access",
+                        "bash cannot run under the {preset} preset: no process sandbox works on this host ({}). Commands never run unconfined outside danger-full-access: {INSTALL_ADVICE}, or ask the user to restart with --permission danger-full-access",
                         self.reason
                     ),
                 ))

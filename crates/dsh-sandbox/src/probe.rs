@@ -9,6 +9,12 @@
 //! then in a user namespace; [`MountNamespace`]), where the trial must also fail to change the
 //! permission bits of a file beside the directory; the first way that works is the one every
 //! later spawn uses, and without any, Landlock alone.
+//!
+//! A trial leaves nothing behind: it leads its own process group and dies with this process
+//! (`PR_SET_PDEATHSIG`; a bubblewrap trial also runs under dsh_tools' group keeper, so what
+//! `bwrap` started in the group dies too), a trial past its timeout is killed with its whole
+//! group, and each probe first removes the scratch directories of earlier probes whose process
+//! is gone (the pid is part of the directory name).
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -28,6 +34,59 @@ use crate::mounts::MountNamespace;
 /// How long one trial may take before the mechanism is declared broken.
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A trial directory of a dead process is removed only when it is at least this old, so a
+/// directory of a live trial in another pid namespace sharing the temp dir is left alone.
+const STALE_AGE: Duration = Duration::from_secs(60);
+
+/// The prefix of every trial directory's name: `dsh-sandbox-probe-<pid>-<n>-<nanos>`.
+const TRIAL_PREFIX: &str = "dsh-sandbox-probe-";
+
+/// Removes the trial directories in `temp_dir` left by probes of processes that are gone:
+/// names `dsh-sandbox-probe-<pid>-...` whose `<pid>` is no live process (`kill(pid, 0)` says
+/// `ESRCH`) and that were last modified at least `min_age` ago. Directories of live processes,
+/// younger ones and anything else are kept. Returns the directories removed. Runs at the start
+/// of every [`SandboxProbe::run`] (with a minimum age of one minute).
+pub fn remove_stale_trial_dirs(temp_dir: &Path, min_age: Duration) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(temp_dir) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(TRIAL_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid <= 0 || process_exists(pid) {
+            continue;
+        }
+        // Not followed: a symlink with that name is not ours to remove through.
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        let old_enough = meta
+            .modified()
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_some_and(|age| age >= min_age);
+        if meta.is_dir() && old_enough && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed
+}
+
+/// True unless `kill(pid, 0)` says no such process (`EPERM` means it exists).
+fn process_exists(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// What each mechanism's trial found on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxProbe {
@@ -44,6 +103,7 @@ impl SandboxProbe {
     /// `None` means no bubblewrap). Takes a few tens of milliseconds; use [`SandboxProbe::cached`]
     /// for the process-wide answer.
     pub fn run(search_path: Option<&OsStr>) -> Self {
+        remove_stale_trial_dirs(&std::env::temp_dir(), STALE_AGE);
         // The two trials are independent processes: run them side by side, so start-up waits
         // for the slower one only.
         let bubblewrap = || {
@@ -140,7 +200,7 @@ impl TrialDir {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         let name = format!(
-            "dsh-sandbox-probe-{}-{}-{nanos}",
+            "{TRIAL_PREFIX}{}-{}-{nanos}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
@@ -166,17 +226,24 @@ impl Drop for TrialDir {
 /// that it can write inside and cannot write outside; with a Landlock mount layer, also that
 /// it cannot change the permission bits of a file outside.
 fn trial(confinement: &dyn CommandConfinement) -> Result<(), String> {
-    trial_with(confinement, false)
+    trial_with(confinement, false, true)
 }
 
 fn landlock_trial(landlock: &Landlock) -> Result<(), String> {
     trial_with(
         landlock,
         landlock.mount_namespace() != MountNamespace::Unavailable,
+        false,
     )
 }
 
-fn trial_with(confinement: &dyn CommandConfinement, check_metadata: bool) -> Result<(), String> {
+/// `keeper`: run the trial under dsh_tools' group keeper (bubblewrap); Landlock's own hooks
+/// must run in a direct child of this process and arm the death signal themselves.
+fn trial_with(
+    confinement: &dyn CommandConfinement,
+    check_metadata: bool,
+    keeper: bool,
+) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let dir = TrialDir::create()?;
     let ws = dir.0.join("ws");
@@ -202,7 +269,7 @@ fn trial_with(confinement: &dyn CommandConfinement, check_metadata: bool) -> Res
         pre_exec: Vec::new(),
     };
     let plan = confinement.confine(plan, &request).map_err(|e| e.message)?;
-    let stderr = run_plan(&plan, &ws)?;
+    let stderr = run_plan(&plan, &ws, keeper)?;
     if outside.join("escaped").exists() {
         return Err("a write outside the allowed directory was not blocked".to_string());
     }
@@ -226,7 +293,10 @@ fn first_line(text: &str) -> Option<&str> {
 }
 
 /// Spawns `plan` in `cwd` with a minimal environment; returns its stderr.
-fn run_plan(plan: &CommandPlan, cwd: &Path) -> Result<String, String> {
+/// The trial leads its own process group and dies with this process (under the group keeper
+/// when `keeper`); past [`TRIAL_TIMEOUT`] the whole group is killed.
+fn run_plan(plan: &CommandPlan, cwd: &Path, keeper: bool) -> Result<String, String> {
+    let timeout = TRIAL_TIMEOUT;
     let mut command = Command::new(&plan.program);
     command
         .args(&plan.args)
@@ -239,6 +309,38 @@ fn run_plan(plan: &CommandPlan, cwd: &Path) -> Result<String, String> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    if keeper {
+        // bubblewrap: under the group keeper, so what `bwrap` starts in its group dies when
+        // this process dies, also before `--die-with-parent` is in force.
+        dsh_tools::guard_group_std(&mut command);
+    } else {
+        // Landlock: its own hooks arm the death signal (and on ABI 6+ fork their own keeper,
+        // which must be this process's child); the trial only gets its own group first.
+        let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+        // SAFETY: runs in the forked child before exec; prctl, getppid and setpgid are
+        // async-signal-safe system calls.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let hooks = plan.pre_exec.clone();
     // SAFETY: runs in the forked child before exec; the hooks' contract (`PreExecHook`) is to be
     // async-signal-safe, and iterating the Vec only reads memory.
@@ -250,10 +352,20 @@ fn run_plan(plan: &CommandPlan, cwd: &Path) -> Result<String, String> {
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
+    // The spawner thread lives as long as the process, so the death signal fires only when the
+    // process dies, not when the probe's scoped thread ends.
+    let mut child = dsh_tools::spawn_std_child(command)
         .map_err(|err| format!("cannot start {}: {err}", Path::new(&plan.program).display()))?;
-    let deadline = Instant::now() + TRIAL_TIMEOUT;
+    let group = libc::pid_t::try_from(child.id()).unwrap_or(0);
+    let kill_group = || {
+        if group > 1 {
+            // SAFETY: kill(2) on the trial's own process group; ESRCH (gone) is fine.
+            unsafe {
+                libc::kill(-group, libc::SIGKILL);
+            }
+        }
+    };
+    let deadline = Instant::now() + timeout;
     // Poll often at first (a working trial ends within milliseconds), then back off.
     let mut pause = Duration::from_micros(250);
     loop {
@@ -264,17 +376,25 @@ fn run_plan(plan: &CommandPlan, cwd: &Path) -> Result<String, String> {
                 pause = (pause * 2).min(Duration::from_millis(20));
             }
             Ok(None) => {
+                kill_group();
                 // Best effort: the child may exit between the check and the kill.
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!(
                     "the trial did not finish within {} s",
-                    TRIAL_TIMEOUT.as_secs()
+                    timeout.as_secs()
                 ));
             }
-            Err(err) => return Err(format!("cannot wait for the trial: {err}")),
+            Err(err) => {
+                kill_group();
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("cannot wait for the trial: {err}"));
+            }
         }
     }
+    // Whatever the trial left in its group (it should leave nothing) ends with it.
+    kill_group();
     let mut stderr = String::new();
     if let Some(mut pipe) = child.stderr.take() {
         // A read error leaves the diagnostics empty; the verdict comes from the files.

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use dsh_agent::{Agent, ApprovalDecision, ApprovalRequest, Approver};
+use dsh_llm::LockExt;
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
@@ -23,11 +24,7 @@ pub struct WebApprover {
 impl WebApprover {
     /// Answers question `id`. Returns false when no such question is waiting.
     pub fn answer(&self, id: &str, decision: ApprovalDecision) -> bool {
-        let sender = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        let sender = self.waiting.lock_or_recover().remove(id);
         // A receiver that is gone means the turn was cancelled meanwhile: nothing to answer.
         sender.is_some_and(|sender| sender.send(decision).is_ok())
     }
@@ -35,8 +32,7 @@ impl WebApprover {
     /// Ids of the questions waiting for an answer.
     pub fn waiting(&self) -> Vec<String> {
         self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .iter()
             .filter(|(_, sender)| !sender.is_closed())
             .map(|(id, _)| id.clone())
@@ -47,7 +43,7 @@ impl WebApprover {
 impl Approver for WebApprover {
     fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision> {
         let (sender, receiver) = oneshot::channel();
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = self.waiting.lock_or_recover();
         // Questions of cancelled turns stopped waiting: forget them.
         waiting.retain(|_, sender| !sender.is_closed());
         waiting.insert(request.id.clone(), sender);

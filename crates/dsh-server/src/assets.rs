@@ -17,6 +17,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../ui/style.css"),
     ),
     (
+        "highlight.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../ui/highlight.js"),
+    ),
+    (
         "markdown.js",
         "text/javascript; charset=utf-8",
         include_str!("../ui/markdown.js"),
@@ -48,11 +53,11 @@ fn file(name: &str) -> Response {
 }
 
 /// `GET /`: the page.
-pub async fn index() -> Response {
+pub(crate) async fn index() -> Response {
     file("index.html")
 }
 
 /// `GET /ui/:file`: a script, style sheet or icon.
-pub async fn asset(Path(name): Path<String>) -> Response {
+pub(crate) async fn asset(Path(name): Path<String>) -> Response {
     file(&name)
 }

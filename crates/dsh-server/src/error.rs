@@ -62,6 +62,7 @@ impl From<SessionError> for ApiError {
             SessionError::Ambiguous { .. } => Self::bad_request(message),
             SessionError::Locked { .. } => Self::conflict("SESSION_LOCKED", message),
             SessionError::ForkPoint { .. } => Self::bad_request(message),
+            SessionError::BadCursor(_) => Self::bad_request(message),
             _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "SESSION_LOG", message),
         }
     }

@@ -9,9 +9,10 @@
 //! the log file, which holds everything up to that point.
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use axum::response::sse;
+use dsh_llm::LockExt;
 use dsh_session::{Envelope, Event};
 use futures::Stream;
 use tokio::sync::watch;
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What the server derived from a session's events so far.
 #[derive(Debug, Clone, Default)]
-pub struct FeedState {
+pub(crate) struct FeedState {
     /// Every event, in seq order; `events[i].seq == i`.
     pub events: Vec<Arc<Envelope>>,
     /// A turn has started and not ended.
@@ -50,15 +51,10 @@ impl Feed {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, FeedState> {
-        // Pushes are single steps; a panic elsewhere cannot leave the vector half-changed.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Adds events read from the log: those past the feed's end are taken, the rest are
     /// already known (the log is append-only) and skipped. Clears a gap.
     pub fn extend_from_log(&self, events: Vec<Envelope>) {
-        let mut state = self.lock();
+        let mut state = self.state.lock_or_recover();
         for envelope in events {
             if envelope.seq as usize == state.events.len() {
                 Self::push(&mut state, Arc::new(envelope));
@@ -71,7 +67,7 @@ impl Feed {
     /// Adds one live event. Returns false when it does not follow the feed's last event (the
     /// forwarder lagged): the caller must re-read the log at the next flush point.
     pub fn push_live(&self, envelope: Arc<Envelope>) -> bool {
-        let mut state = self.lock();
+        let mut state = self.state.lock_or_recover();
         let next = state.events.len() as u64;
         if envelope.seq < next {
             return true;
@@ -96,7 +92,7 @@ impl Feed {
 
     /// Number of events.
     pub fn len(&self) -> usize {
-        self.lock().events.len()
+        self.state.lock_or_recover().events.len()
     }
 
     /// True when the feed holds no event.
@@ -106,12 +102,12 @@ impl Feed {
 
     /// True while a turn is open.
     pub fn running(&self) -> bool {
-        self.lock().running
+        self.state.lock_or_recover().running
     }
 
     /// Events from seq `from` on (at most `limit`).
     pub fn since(&self, from: usize, limit: usize) -> Vec<Arc<Envelope>> {
-        let state = self.lock();
+        let state = self.state.lock_or_recover();
         state
             .events
             .iter()
@@ -123,7 +119,7 @@ impl Feed {
 
     /// All events so far.
     pub fn snapshot(&self) -> Vec<Arc<Envelope>> {
-        self.lock().events.clone()
+        self.state.lock_or_recover().events.clone()
     }
 
     /// The SSE stream from seq `from`: stored events, then live ones as they come; ends when
@@ -171,7 +167,7 @@ impl Feed {
 }
 
 /// One envelope as an SSE event.
-pub fn sse_event(envelope: &Envelope) -> sse::Event {
+pub(crate) fn sse_event(envelope: &Envelope) -> sse::Event {
     let mut line = Vec::with_capacity(256);
     let data = match envelope.encode_line(&mut line) {
         Ok(()) => String::from_utf8_lossy(&line).trim_end().to_string(),

@@ -15,8 +15,12 @@
 //!
 //! The API reference and the security model are in `docs/web.md`.
 
+#![warn(missing_docs, unreachable_pub)]
+#![warn(clippy::too_many_lines)]
+
 mod approvals;
 mod assets;
+mod effort;
 mod error;
 mod feed;
 mod questions;

@@ -8,19 +8,19 @@
 //! A cancelled turn drops the tool's future and with it the waiting question.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use dsh_agent::{AskOutcome, Asker, QuestionRequest, UserAnswer};
-use dsh_llm::MessageSource;
+use dsh_llm::{LockExt, MessageSource};
 use dsh_session::{Envelope, Event};
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
 /// The tool whose calls this module answers.
-pub const ASK_TOOL: &str = "ask_user_question";
+pub(crate) const ASK_TOOL: &str = "ask_user_question";
 
 /// Most characters of one typed answer.
-pub const MAX_ANSWER_CHARS: usize = 10_000;
+pub(crate) const MAX_ANSWER_CHARS: usize = 10_000;
 
 /// A request the user has not answered yet, and where its answer goes.
 struct Waiting {
@@ -53,14 +53,9 @@ pub enum Reply {
 }
 
 impl WebAsker {
-    fn lock(&self) -> MutexGuard<'_, Vec<Waiting>> {
-        // Vector operations are single steps; a panic elsewhere cannot leave it half-changed.
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Answers the waiting request of the `ask_user_question` call `call_id`.
     pub fn answer(&self, call_id: &str, reply: Reply) -> Result<(), AnswerError> {
-        let mut waiting = self.lock();
+        let mut waiting = self.waiting.lock_or_recover();
         waiting.retain(|w| !w.sender.is_closed());
         let index = waiting
             .iter()
@@ -84,7 +79,8 @@ impl WebAsker {
 
     /// True when the request of the `ask_user_question` call `call_id` is waiting.
     pub fn is_waiting(&self, call_id: &str) -> bool {
-        self.lock()
+        self.waiting
+            .lock_or_recover()
             .iter()
             .any(|w| w.request.call_id == call_id && !w.sender.is_closed())
     }
@@ -93,7 +89,7 @@ impl WebAsker {
 impl Asker for WebAsker {
     fn ask(&self, request: QuestionRequest) -> BoxFuture<'static, AskOutcome> {
         let (sender, receiver) = oneshot::channel();
-        let mut waiting = self.lock();
+        let mut waiting = self.waiting.lock_or_recover();
         // Questions of cancelled turns stopped waiting: forget them.
         waiting.retain(|w| !w.sender.is_closed());
         waiting.push(Waiting { request, sender });
@@ -162,7 +158,7 @@ fn check_answers(
 }
 
 /// The ids of the `ask_user_question` calls of `events` that have no result yet, in log order.
-pub fn open_calls(events: &[Arc<Envelope>]) -> Vec<String> {
+pub(crate) fn open_calls(events: &[Arc<Envelope>]) -> Vec<String> {
     let mut open: Vec<String> = Vec::new();
     for envelope in events {
         match &envelope.event {

@@ -11,7 +11,7 @@ use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use dsh_agent::{ApprovalDecision, UserAnswer};
-use dsh_llm::ReasoningEffort;
+use dsh_llm::{LockExt, ReasoningEffort};
 use dsh_session::SessionTitle;
 use dsh_tools::PermissionPreset;
 use serde::de::DeserializeOwned;
@@ -25,7 +25,7 @@ use crate::security::Access;
 use crate::sessions::{check_id, LiveSession, OpenRequest, Sessions};
 
 /// What the handlers share.
-pub struct AppState {
+pub(crate) struct AppState {
     /// The session registry.
     pub sessions: Arc<Sessions>,
     /// Where new sessions go when the request names no directory.
@@ -50,23 +50,39 @@ fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
 }
 
 /// `GET /api/info`.
-pub async fn info(State(state): Shared) -> ApiResult {
+pub(crate) async fn info(State(state): Shared) -> ApiResult {
     Ok(Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "defaultCwd": state.default_cwd.to_string_lossy(),
         "models": state.sessions.models(),
         "efforts": ["off", "low", "medium", "high", "max"],
+        "modelEfforts": crate::effort::model_efforts(&state.sessions),
         "permissions": ["read-only", "workspace-write", "danger-full-access"],
         "prices": state.sessions.prices.models,
     }))
     .into_response())
 }
 
-/// `GET /api/sessions`: sessions grouped by workspace, most recently updated first.
-pub async fn list(State(state): Shared) -> ApiResult {
+/// `GET /api/sessions[?limit=N&after=CURSOR]`: sessions grouped by workspace, most recently
+/// updated first; with `limit`, one page of them and `next`, the cursor of the following page
+/// (`null` after the last). The pages come from the session catalog (docs/sessions.md, "Paged
+/// listing"), so the first one costs a walk of the session folders, not a read of every log.
+pub(crate) async fn list(State(state): Shared, RawQuery(query): RawQuery) -> ApiResult {
+    let limit = query_value(query.as_deref(), "limit")
+        .map(|v| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| ApiError::bad_request("`limit` must be a positive number"))
+        })
+        .transpose()?;
+    let after = query_value(query.as_deref(), "after")
+        .map(percent_decode)
+        .transpose()?;
+    let page = dsh_session::ListPage { limit, after };
     let listing = state
         .sessions
-        .with_store(|store| Ok(store.list(&dsh_session::ListFilter::default())?))
+        .with_store(move |store| Ok(store.list_page(&dsh_session::ListFilter::default(), &page)?))
         .await?;
     let prices = &state.sessions.prices;
     let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -101,7 +117,12 @@ pub async fn list(State(state): Shared) -> ApiResult {
             json!({"cwd": cwd, "sessions": sessions})
         })
         .collect();
-    Ok(Json(json!({"workspaces": workspaces, "problems": listing.problems})).into_response())
+    Ok(Json(json!({
+        "workspaces": workspaces,
+        "problems": listing.problems,
+        "next": listing.next,
+    }))
+    .into_response())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -123,7 +144,7 @@ fn check_effort(effort: &Option<String>) -> Result<(), ApiError> {
 }
 
 /// `POST /api/sessions {cwd?, model?, effort?, prompt?}`: a new live session.
-pub async fn create(State(state): Shared, body: Bytes) -> ApiResult {
+pub(crate) async fn create(State(state): Shared, body: Bytes) -> ApiResult {
     let body: CreateBody = parse(&body)?;
     check_effort(&body.effort)?;
     let cwd = body
@@ -172,7 +193,7 @@ fn trust_cwd(state: &AppState, cwd: Option<&str>) -> Result<PathBuf, ApiError> {
 /// `GET /api/trust?cwd=...`: whether the workspace of `cwd` has project settings that apply
 /// only once trusted, the exact review (docs/configuration.md, "Workspace trust") and the pin
 /// to send back with `POST /api/trust`.
-pub async fn trust_review(State(state): Shared, RawQuery(query): RawQuery) -> ApiResult {
+pub(crate) async fn trust_review(State(state): Shared, RawQuery(query): RawQuery) -> ApiResult {
     let cwd = query_value(query.as_deref(), "cwd")
         .map(percent_decode)
         .transpose()?;
@@ -266,7 +287,7 @@ struct TrustBody {
 /// `POST /api/trust {cwd, pin, confirm: true, session?}`: records trust in the workspace of
 /// `cwd` only if its project files still hash to `pin` (else 409 `CHANGED`, nothing recorded);
 /// then forgets the configurations resolved there and reopens `session` if given.
-pub async fn trust(State(state): Shared, body: Bytes) -> ApiResult {
+pub(crate) async fn trust(State(state): Shared, body: Bytes) -> ApiResult {
     let body: TrustBody = parse(&body)?;
     if !body.confirm {
         return Err(ApiError::bad_request(
@@ -315,7 +336,7 @@ pub async fn trust(State(state): Shared, body: Bytes) -> ApiResult {
 }
 
 /// `GET /api/sessions/:id`: live state of a session (model, effort, permission, queue).
-pub async fn detail(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+pub(crate) async fn detail(State(state): Shared, Path(id): Path<String>) -> ApiResult {
     let feed = state.sessions.feed(&id).await?;
     let Some(live) = state.sessions.live(&id) else {
         return Ok(Json(json!({
@@ -347,7 +368,7 @@ pub async fn detail(State(state): Shared, Path(id): Path<String>) -> ApiResult {
 
 /// `GET /api/sessions/:id/events`: the log as server-sent events (`id: <seq>`), then live
 /// events. `Last-Event-ID: n` (or `?from=n+1`) resumes after seq `n`.
-pub async fn events(
+pub(crate) async fn events(
     State(state): Shared,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -397,7 +418,7 @@ struct PromptBody {
 
 /// `POST /api/sessions/:id/prompt {text, mode?: "followup" | "steer"}`: queues input, opening
 /// a stored session first (resume).
-pub async fn prompt(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub(crate) async fn prompt(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
     let body: PromptBody = parse(&body)?;
     if body.text.trim().is_empty() {
         return Err(ApiError::bad_request("the prompt is empty"));
@@ -423,7 +444,7 @@ struct CancelBody {
 }
 
 /// `POST /api/sessions/:id/cancel {keepInbox?}`: cancels the running turn.
-pub async fn cancel(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub(crate) async fn cancel(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
     check_id(&id)?;
     let body: CancelBody = parse(&body)?;
     let cancelled = match state.sessions.live(&id) {
@@ -434,7 +455,7 @@ pub async fn cancel(State(state): Shared, Path(id): Path<String>, body: Bytes) -
 }
 
 /// `POST /api/sessions/:id/compact`: compacts before the next step (or at once when idle).
-pub async fn compact(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+pub(crate) async fn compact(State(state): Shared, Path(id): Path<String>) -> ApiResult {
     let live = state.sessions.ensure_live(&id).await?;
     live.handle.request_compaction();
     Ok((StatusCode::ACCEPTED, Json(json!({"requested": true}))).into_response())
@@ -449,7 +470,11 @@ struct CallBody {
 
 /// `POST /api/sessions/:id/call {model?, effort?}`: switches model or effort from the next
 /// request on (`effort: "default"` returns to the model's default).
-pub async fn set_call(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub(crate) async fn set_call(
+    State(state): Shared,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let body: CallBody = parse(&body)?;
     let effort = match body.effort.as_deref() {
         None => None,
@@ -462,17 +487,23 @@ pub async fn set_call(State(state): Shared, Path(id): Path<String>, body: Bytes)
     };
     let live = state.sessions.ensure_live(&id).await?;
     let mut call = live.call();
-    if let Some(model) = body.model.filter(|m| !m.trim().is_empty()) {
-        call.model = model.trim().to_string();
-    }
-    if let Some(effort) = effort {
-        call.reasoning_effort = effort;
-    }
+    let switched = match body.model.filter(|m| !m.trim().is_empty()) {
+        Some(model) => {
+            let switched = model.trim() != call.model;
+            call.model = model.trim().to_string();
+            switched
+        }
+        None => false,
+    };
+    // Only efforts the model takes: refused before any request, and a model switch carries a
+    // valid one (docs/web.md, "Model and effort").
+    let note = crate::effort::settle(&state.sessions, &mut call, effort, switched)?;
     live.handle.set_call(call.clone());
-    *live.call.lock().unwrap_or_else(|p| p.into_inner()) = call.clone();
+    *live.call.lock_or_recover() = call.clone();
     Ok(Json(json!({
         "model": call.model,
         "effort": call.reasoning_effort.map(|e| e.as_str()),
+        "note": note,
     }))
     .into_response())
 }
@@ -486,7 +517,7 @@ struct ApprovalBody {
 
 /// `POST /api/sessions/:id/approvals/:approval {decision: "allow" | "allow_session" |
 /// "allow_always" | "reject", message?}`.
-pub async fn approve(
+pub(crate) async fn approve(
     State(state): Shared,
     Path((id, approval)): Path<(String, String)>,
     body: Bytes,
@@ -531,7 +562,7 @@ struct ForkBody {
 
 /// `POST /api/sessions/:id/fork {atTurn?}`: a new session seeded up to the end of that turn
 /// (default: the last closed turn).
-pub async fn fork(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub(crate) async fn fork(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
     check_id(&id)?;
     let body: ForkBody = parse(&body)?;
     let header = state
@@ -549,7 +580,7 @@ pub async fn fork(State(state): Shared, Path(id): Path<String>, body: Bytes) -> 
 }
 
 /// `GET /api/sessions/:id/export?format=md|jsonl`: a download of the stored log.
-pub async fn export(
+pub(crate) async fn export(
     State(state): Shared,
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
@@ -595,7 +626,7 @@ struct TitleBody {
 
 /// `POST /api/sessions/:id/title {title}`: renames (a `session/title` event, source user),
 /// through the live agent when there is one.
-pub async fn rename(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub(crate) async fn rename(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
     let body: TitleBody = parse(&body)?;
     let title: String = body.title.split_whitespace().collect::<Vec<_>>().join(" ");
     if title.is_empty() || title.chars().count() > 200 {
@@ -617,7 +648,7 @@ pub async fn rename(State(state): Shared, Path(id): Path<String>, body: Bytes) -
 
 /// `POST /api/launch`: a new one-time launch code for another browser (only a signed-in
 /// client gets here), valid for ten minutes while unused.
-pub async fn launch(State(state): Shared) -> ApiResult {
+pub(crate) async fn launch(State(state): Shared) -> ApiResult {
     let code = state.access.issue_code(None, Some(SHARED_CODE_TTL));
     Ok((
         StatusCode::CREATED,
@@ -651,7 +682,7 @@ fn breadth(preset: PermissionPreset) -> u8 {
 /// logged at once (`permission/preset`, `sandbox/mode`), applied from the next step on. A
 /// widening (read-only -> workspace-write, anything -> danger-full-access) needs `confirm:
 /// true`, which the UI sends only after the user said yes in a dialog (docs/web.md).
-pub async fn set_permission(
+pub(crate) async fn set_permission(
     State(state): Shared,
     Path(id): Path<String>,
     body: Bytes,
@@ -700,7 +731,7 @@ struct QuestionBody {
 
 /// `POST /api/sessions/:id/questions/:callId {answers: [{id, answers}]} | {decline}`: answers
 /// (or dismisses) the questions of a waiting `ask_user_question` call.
-pub async fn answer_question(
+pub(crate) async fn answer_question(
     State(state): Shared,
     Path((id, call_id)): Path<(String, String)>,
     body: Bytes,
@@ -736,7 +767,7 @@ pub async fn answer_question(
 
 /// `GET /api/sessions/:id/commands`: the slash commands the session's extensions offer
 /// (user-invocable skills); empty for a stored session, whose extensions are not loaded.
-pub async fn commands(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+pub(crate) async fn commands(State(state): Shared, Path(id): Path<String>) -> ApiResult {
     check_id(&id)?;
     // Unknown ids are 404 like everywhere else.
     state.sessions.feed(&id).await?;
@@ -761,7 +792,11 @@ struct CommandBody {
 
 /// `POST /api/sessions/:id/commands {name, arguments?}`: runs `/name arguments`, queued as the
 /// next turn's input like a follow-up; opens a stored session first.
-pub async fn run_command(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub(crate) async fn run_command(
+    State(state): Shared,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let body: CommandBody = parse(&body)?;
     let name = body.name.trim().trim_start_matches('/').to_string();
     if name.is_empty() || name.contains(char::is_whitespace) {
@@ -780,6 +815,6 @@ pub async fn run_command(State(state): Shared, Path(id): Path<String>, body: Byt
 }
 
 /// Any other path.
-pub async fn not_found() -> ApiError {
+pub(crate) async fn not_found() -> ApiError {
     ApiError::not_found("no such API route")
 }

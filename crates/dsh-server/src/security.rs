@@ -23,6 +23,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use dsh_llm::LockExt;
 use rand::RngCore;
 
 use crate::error::ApiError;
@@ -96,7 +97,7 @@ impl Access {
     /// `page` is given, that file is deleted as soon as the code dies.
     pub fn issue_code(&self, page: Option<PathBuf>, ttl: Option<Duration>) -> AccessToken {
         let code = AccessToken::generate();
-        let mut codes = lock(&self.codes);
+        let mut codes = self.codes.lock_or_recover();
         codes.push(LaunchCode {
             code: code.clone(),
             page,
@@ -107,7 +108,7 @@ impl Access {
 
     /// Records the launch page that holds `code` (written after the code was issued).
     pub fn attach_page(&self, code: &AccessToken, page: PathBuf) {
-        let mut codes = lock(&self.codes);
+        let mut codes = self.codes.lock_or_recover();
         if let Some(entry) = codes.iter_mut().find(|c| c.code == *code) {
             entry.page = Some(page);
         } else {
@@ -120,7 +121,7 @@ impl Access {
     pub fn redeem(&self, candidate: &str) -> Option<AccessToken> {
         self.sweep();
         let entry = {
-            let mut codes = lock(&self.codes);
+            let mut codes = self.codes.lock_or_recover();
             let index = codes.iter().position(|c| c.code.matches(candidate))?;
             codes.swap_remove(index)
         };
@@ -128,14 +129,14 @@ impl Access {
             remove_page(page);
         }
         let secret = AccessToken::generate();
-        lock(&self.signed_in).push(secret.clone());
+        self.signed_in.lock_or_recover().push(secret.clone());
         Some(secret)
     }
 
     /// Kills `code` (and deletes its page) if it is still outstanding.
     pub fn revoke(&self, code: &AccessToken) {
         let removed: Vec<LaunchCode> = {
-            let mut codes = lock(&self.codes);
+            let mut codes = self.codes.lock_or_recover();
             let (dead, live) = std::mem::take(&mut *codes)
                 .into_iter()
                 .partition(|c| c.code == *code);
@@ -150,7 +151,7 @@ impl Access {
     /// Kills every outstanding code whose launch page is `page` (and deletes the page).
     pub fn revoke_page(&self, page: &Path) {
         let removed: Vec<LaunchCode> = {
-            let mut codes = lock(&self.codes);
+            let mut codes = self.codes.lock_or_recover();
             let (dead, live) = std::mem::take(&mut *codes)
                 .into_iter()
                 .partition(|c| c.page.as_deref() == Some(page));
@@ -166,7 +167,7 @@ impl Access {
     pub fn sweep(&self) {
         let now = Instant::now();
         let removed: Vec<LaunchCode> = {
-            let mut codes = lock(&self.codes);
+            let mut codes = self.codes.lock_or_recover();
             let (dead, live) = std::mem::take(&mut *codes)
                 .into_iter()
                 .partition(|c| c.expires.is_some_and(|at| at <= now));
@@ -180,27 +181,20 @@ impl Access {
 
     /// Kills every outstanding code and deletes every launch page (server exit).
     pub fn close(&self) {
-        let removed = std::mem::take(&mut *lock(&self.codes));
+        let removed = std::mem::take(&mut *self.codes.lock_or_recover());
         for page in removed.iter().filter_map(|c| c.page.as_deref()) {
             remove_page(page);
         }
-        lock(&self.signed_in).clear();
+        self.signed_in.lock_or_recover().clear();
     }
 
     /// True when `candidate` is a sign-in secret this server minted.
     pub fn signed_in(&self, candidate: &str) -> bool {
-        lock(&self.signed_in)
+        self.signed_in
+            .lock_or_recover()
             .iter()
             .fold(false, |found, secret| secret.matches(candidate) | found)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding these locks cannot leave them inconsistent (plain pushes and
-    // removals), so a poisoned lock is used as is.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Refuses to serve on a non-loopback address unless `allow_remote` is set.

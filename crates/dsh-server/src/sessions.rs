@@ -7,10 +7,10 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use dsh_agent::AgentHandle;
-use dsh_llm::CallConfig;
+use dsh_llm::{CallConfig, LockExt};
 use dsh_runtime::{Choices, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, Envelope, Event, PriceTable, SessionStore, SessionTitle, StoreKind};
 use tokio::task::JoinHandle;
@@ -50,6 +50,7 @@ impl OpenRequest {
             },
             model_titles: true,
             history: false,
+            ..SessionSpec::default()
         }
     }
 }
@@ -73,7 +74,7 @@ pub struct LiveSession {
 impl LiveSession {
     /// The current call config.
     pub fn call(&self) -> CallConfig {
-        self.call.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.call.lock_or_recover().clone()
     }
 }
 
@@ -92,11 +93,6 @@ pub struct Sessions {
     this: Weak<Sessions>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Map operations are single steps; a panic elsewhere cannot leave a map half-changed.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The preset of the last `permission/preset` event in `events`.
 fn last_preset(events: &[Envelope]) -> Option<String> {
     events
@@ -113,7 +109,7 @@ fn last_preset(events: &[Envelope]) -> Option<String> {
 }
 
 /// Refuses ids that are not plain session ids (the stores also accept paths; the API must not).
-pub fn check_id(id: &str) -> Result<(), ApiError> {
+pub(crate) fn check_id(id: &str) -> Result<(), ApiError> {
     let plain = !id.is_empty()
         && id.len() <= 128
         && id
@@ -150,6 +146,11 @@ impl Sessions {
     /// Model ids the factory offers.
     pub fn models(&self) -> Vec<String> {
         self.factory.models()
+    }
+
+    /// What the factory's provider says about `model` (efforts it takes, default effort).
+    pub fn model_info(&self, model: &str) -> Option<dsh_llm::ModelInfo> {
+        self.factory.model_info(model)
     }
 
     /// The dsh home.
@@ -198,23 +199,28 @@ impl Sessions {
 
     /// The live session `id`, if open.
     pub fn live(&self, id: &str) -> Option<Arc<LiveSession>> {
-        lock(&self.live).get(id).cloned()
+        self.live.lock_or_recover().get(id).cloned()
     }
 
     /// Ids of the live sessions.
     pub fn live_ids(&self) -> Vec<String> {
-        lock(&self.live).keys().cloned().collect()
+        self.live.lock_or_recover().keys().cloned().collect()
     }
 
     /// True when the session `id` is live and a turn is open.
     pub fn running(&self, id: &str) -> bool {
-        self.live(id).is_some() && lock(&self.feeds).get(id).is_some_and(|feed| feed.running())
+        self.live(id).is_some()
+            && self
+                .feeds
+                .lock_or_recover()
+                .get(id)
+                .is_some_and(|feed| feed.running())
     }
 
     /// The feed of `id`: the live one, or one refreshed from the log.
     pub async fn feed(&self, id: &str) -> Result<Arc<Feed>, ApiError> {
         check_id(id)?;
-        let existing = lock(&self.feeds).get(id).cloned();
+        let existing = self.feeds.lock_or_recover().get(id).cloned();
         if let Some(feed) = &existing {
             if self.live(id).is_some() {
                 return Ok(Arc::clone(feed));
@@ -224,7 +230,7 @@ impl Sessions {
         let loaded = self.with_store(move |store| Ok(store.load(&key)?)).await?;
         let feed = existing.unwrap_or_default();
         feed.extend_from_log(loaded.events);
-        let mut feeds = lock(&self.feeds);
+        let mut feeds = self.feeds.lock_or_recover();
         let entry = feeds.entry(loaded.header.id.clone()).or_insert(feed);
         Ok(Arc::clone(entry))
     }
@@ -285,7 +291,7 @@ impl Sessions {
         // Subscribe before anything else can append: nothing runs until `serve` starts.
         let mut receiver = handle.subscribe();
         let logged_preset = last_preset(&events);
-        let feed = Arc::clone(lock(&self.feeds).entry(id.clone()).or_default());
+        let feed = Arc::clone(self.feeds.lock_or_recover().entry(id.clone()).or_default());
         feed.extend_from_log(events);
 
         let forwarder_feed = Arc::clone(&feed);
@@ -343,14 +349,14 @@ impl Sessions {
             drop(agent);
             // Forget this agent (not a newer one for the same id) so a prompt reopens it.
             if let (Some(sessions), Some(live)) = (this.upgrade(), task_live.upgrade()) {
-                let mut map = lock(&sessions.live);
+                let mut map = sessions.live.lock_or_recover();
                 if map.get(&task_id).is_some_and(|l| Arc::ptr_eq(l, &live)) {
                     map.remove(&task_id);
                 }
             }
         });
-        *lock(&live.task) = Some(task);
-        lock(&self.live).insert(id.clone(), live);
+        *live.task.lock_or_recover() = Some(task);
+        self.live.lock_or_recover().insert(id.clone(), live);
         Ok(id)
     }
 
@@ -366,11 +372,11 @@ impl Sessions {
     /// Stops the agent of `id` (after its running turn, if any) and releases the session's
     /// writer.
     async fn close(&self, id: &str) {
-        let Some(live) = lock(&self.live).remove(id) else {
+        let Some(live) = self.live.lock_or_recover().remove(id) else {
             return;
         };
         live.stop.cancel();
-        let task = lock(&live.task).take();
+        let task = live.task.lock_or_recover().take();
         if let Some(task) = task {
             // A panicked serve task has dropped its agent already; nothing more to release.
             let _ = task.await;

@@ -3,13 +3,13 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const app = { info: null, id: null, source: null, conv: null, usageOpen: false, commands: [], permissionPending: null, cwds: {}, trust: null };
+const app = { info: null, id: null, workspaces: [], nextSessions: null, source: null, conv: null, usageOpen: false, commands: [], permissionPending: null, cwds: {}, trust: null };
 
 // Commands of the page itself; they win over session commands (skills) of the same name.
 const BUILTINS = [
-  { name: "compact", args: "", description: "Summarise the older history now", run: () => api(`/api/sessions/${app.id}/compact`, {}).then(() => toast("compaction requested")) },
+  { name: "compact", args: "", description: "Summarise the older history now", run: () => api(`/api/sessions/${app.id}/compact`, {}).then(() => toast("compaction requested", "info")) },
   { name: "model", args: "<model>", description: "Switch the model from the next request", run: (a) => (a ? setCall({ model: a }) : usage("/model <model>")) },
-  { name: "effort", args: "<default|off|low|medium|high|max>", description: "Switch the reasoning effort from the next request", run: (a) => (a ? setCall({ effort: a }) : usage("/effort <level>")) },
+  { name: "effort", args: "<default|level the model takes>", description: "Switch the reasoning effort from the next request (the menu lists the model's)", run: (a) => (a ? setCall({ effort: a }) : usage("/effort <level>")) },
   { name: "permission", args: "<read-only|workspace-write|danger-full-access>", description: "Switch the permission preset from the next step", run: (a) => (a ? setPermission(a) : usage("/permission <preset>")) },
   { name: "fork", args: "", description: "New session with the history up to the last finished turn", run: () => fork(null) },
   { name: "rename", args: "<title>", description: "Rename the session", run: (a) => (a ? rename(a) : usage("/rename <title>")) },
@@ -34,9 +34,12 @@ async function api(path, body) {
   return data;
 }
 
-function toast(text) {
+// `kind` "error" (the default: API failures) or "info" (confirmations), styled apart.
+function toast(text, kind = "error") {
   const t = $("toast");
   t.textContent = text;
+  t.className = kind;
+  t.setAttribute("role", kind === "error" ? "alert" : "status");
   t.hidden = false;
   clearTimeout(toast.timer);
   toast.timer = setTimeout(() => { t.hidden = true; }, 6000);
@@ -50,15 +53,40 @@ function ago(ms) {
   return new Date(ms).toLocaleDateString();
 }
 
+// The sidebar shows the first page of sessions at once and fetches later pages on demand
+// (docs/web.md; the pages come from the session catalog, docs/sessions.md "Paged listing").
+const SESSION_PAGE = 100;
+
 async function loadSessions() {
   let data;
-  try { data = await api("/api/sessions"); } catch { return; }
+  try { data = await api(`/api/sessions?limit=${SESSION_PAGE}`); } catch { return; }
+  app.workspaces = data.workspaces;
+  app.nextSessions = data.next;
+  renderSessions();
+}
+
+async function moreSessions() {
+  if (!app.nextSessions) return;
+  let data;
+  try { data = await api(`/api/sessions?limit=${SESSION_PAGE}&after=${encodeURIComponent(app.nextSessions)}`); } catch { return; }
+  for (const ws of data.workspaces) {
+    const known = app.workspaces.find((w) => w.cwd === ws.cwd);
+    if (known) known.sessions.push(...ws.sessions);
+    else app.workspaces.push(ws);
+  }
+  app.nextSessions = data.next;
+  renderSessions();
+}
+
+function renderSessions() {
   const nav = $("session-list");
   nav.replaceChildren();
-  for (const ws of data.workspaces) {
+  for (const ws of app.workspaces) {
     const group = nav.appendChild(el("section", "workspace"));
     const head = group.appendChild(el("div", "ws-head"));
-    head.append(el("span", "ws-name", ws.cwd.split("/").filter(Boolean).pop() || "/"), el("span", "ws-path", ws.cwd));
+    // The path box is right-to-left (the ellipsis eats the start); the marks keep the path's
+    // own left-to-right order, leading `/` included.
+    head.append(el("span", "ws-name", ws.cwd.split("/").filter(Boolean).pop() || "/"), el("span", "ws-path", "\u200e" + ws.cwd + "\u200e"));
     head.title = ws.cwd;
     const add = head.appendChild(el("button", "link", "+"));
     add.title = "New session in " + ws.cwd;
@@ -75,7 +103,47 @@ async function loadSessions() {
       row.title = `${s.id}\n${s.turns} turns · ${fmt.tokens(s.tokens)} tokens` + (s.parentSession ? `\nforked from ${s.parentSession}` : "");
     }
   }
-  if (!data.workspaces.length) nav.append(el("div", "empty", "No sessions yet."));
+  if (!app.workspaces.length) nav.append(el("div", "empty", "No sessions yet."));
+  renderStart();
+  if (app.nextSessions) {
+    const more = nav.appendChild(el("button", "link more-sessions", "Older sessions…"));
+    more.addEventListener("click", () => moreSessions());
+  }
+}
+
+// The start panel (no session selected): a prompt box that starts a session in the default
+// directory, and that directory's recent sessions.
+function renderStart() {
+  const cwd = app.info?.defaultCwd || "";
+  $("start-cwd").textContent = "in \u200e" + cwd;
+  const here = ((app.workspaces || []).find((ws) => ws.cwd === cwd)?.sessions || []).slice(0, 10);
+  const box = $("start-recent");
+  box.replaceChildren(...here.map((s) => {
+    const row = el("a", "start-session");
+    row.href = "#/s/" + s.id;
+    row.append(el("span", "s-title", s.title || "untitled"), el("span", "s-meta", `${ago(s.updatedAt)} · ${s.turns} turns · ${fmt.cost(s.costUsd)}`));
+    return row;
+  }));
+  if (!here.length) box.append(el("div", "empty", "No sessions in this directory yet."));
+}
+
+async function startFromPanel() {
+  const text = $("start-input").value;
+  if (!text.trim()) return;
+  const data = await api("/api/sessions", { cwd: app.info?.defaultCwd, prompt: text });
+  $("start-input").value = "";
+  location.hash = "#/s/" + data.id;
+  loadSessions();
+}
+
+// The effort menu offers what the model takes (from /api/info's model table), plus "default".
+function fillEfforts(model, current) {
+  const known = app.info?.modelEfforts?.[model];
+  const efforts = known ? known.efforts : (app.info?.efforts || []);
+  const label = known?.default ? `default (${known.default})` : "default";
+  const options = [Object.assign(el("option", null, label), { value: "default" }), ...efforts.map((e) => Object.assign(el("option", null, e), { value: e }))];
+  $("effort").replaceChildren(...options);
+  $("effort").value = current && efforts.includes(current) ? current : "default";
 }
 
 async function createSession(cwd) {
@@ -94,6 +162,8 @@ function select(id) {
   document.querySelectorAll(".session.selected").forEach((n) => n.classList.remove("selected"));
   document.querySelector(`.session[href="#/s/${CSS.escape(id)}"]`)?.classList.add("selected");
   app.conv.reset();
+  $("start-panel").hidden = true;
+  $("conversation").hidden = false;
   $("session-head").hidden = false;
   $("composer").hidden = false;
   $("export-md").href = `/api/sessions/${id}/export?format=md`;
@@ -134,7 +204,7 @@ async function refreshDetail() {
   if (id !== app.id) return;
   if (d.live) {
     $("model").value = d.model || "";
-    $("effort").value = d.effort || "default";
+    fillEfforts(d.model, d.effort);
   }
   app.detail = d;
   updateState();
@@ -148,6 +218,11 @@ async function refreshDetail() {
 function updateState() {
   const c = app.conv;
   $("title").textContent = c.title || "untitled";
+  // What the session last used, from its log (a stored session too): model, effort, preset.
+  const model = c.model || app.detail?.model;
+  const effort = c.effort || app.detail?.effort || "default effort";
+  const preset = c.permission || app.detail?.permission;
+  $("session-meta").textContent = [model, model && effort, preset].filter(Boolean).join(" · ");
   document.title = (c.title || "dsh") + " · dsh";
   $("state").textContent = c.running ? "running" : app.detail?.live ? "idle" : "stored (read-only until you send)";
   $("state").className = "badge " + (c.running ? "running" : "");
@@ -245,8 +320,8 @@ function completeCommand(name) {
 function setCall(body) {
   return api(`/api/sessions/${app.id}/call`, body).then((r) => {
     $("model").value = r.model || "";
-    $("effort").value = r.effort || "default";
-    toast(`from the next request: ${r.model}, effort ${r.effort || "default"}`);
+    fillEfforts(r.model, r.effort);
+    toast(`from the next request: ${r.model}, effort ${r.effort || "default"}` + (r.note ? ` (${r.note})` : ""), "info");
   });
 }
 
@@ -325,7 +400,7 @@ async function acceptTrust() {
   await api("/api/trust", { cwd: t.cwd, pin: t.pin, confirm: true, session: t.sessionId || undefined });
   $("trust-card").hidden = true;
   app.trust = null;
-  toast("workspace trusted");
+  toast("workspace trusted", "info");
   if (t.sessionId && t.sessionId === app.id) { app.id = null; select(t.sessionId); }
 }
 
@@ -367,6 +442,12 @@ async function start() {
     if (app.trust) sessionStorage.setItem(app.trust.ignoredKey, "1");
     $("trust-card").hidden = true;
   });
+  $("start-form").addEventListener("submit", (e) => { e.preventDefault(); startFromPanel().catch(() => {}); });
+  $("start-input").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); startFromPanel().catch(() => {}); }
+  });
+  $("model").addEventListener("change", () => fillEfforts($("model").value.trim(), $("effort").value));
+  fillEfforts(app.info.models?.[0], null);
   $("new-cancel").addEventListener("click", () => { $("new-form").hidden = true; });
   $("new-form").addEventListener("submit", (e) => { e.preventDefault(); createSession($("new-cwd").value).catch(() => {}); });
   $("composer").addEventListener("submit", (e) => { e.preventDefault(); send("followup"); });

@@ -64,9 +64,15 @@ const Markdown = (() => {
         i++;
         while (i < lines.length && !lines[i].trim().startsWith(fence)) body.push(lines[i++]);
         i++;
-        const pre = parent.appendChild(el("pre", "md-code"));
+        // A labelled block: the language over the code, highlighted where highlight.js knows
+        // the language, scrolled sideways rather than wrapped.
+        const block = parent.appendChild(el("div", "md-codeblock"));
+        if (m[3]) block.appendChild(el("div", "code-lang", m[3]));
+        const pre = block.appendChild(el("pre", "md-code"));
         if (m[3]) pre.dataset.lang = m[3];
-        pre.appendChild(el("code", null, body.join("\n")));
+        const code = pre.appendChild(el("code"));
+        if (typeof Highlight !== "undefined") Highlight.render(code, body.join("\n"), m[3]);
+        else code.textContent = body.join("\n");
         continue;
       }
       if (!line.trim()) { flush(); i++; continue; }

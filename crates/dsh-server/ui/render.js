@@ -206,6 +206,7 @@ class Conversation {
     const what = name === "bash" ? "$ " + (a.command || "")
       : ["write", "edit", "read"].includes(name) ? a.file_path || ""
       : ["glob", "grep"].includes(name) ? `${a.pattern || ""}${a.path ? "  in " + a.path : ""}${a.include ? "  (" + a.include + ")" : ""}`
+      : name === "web_search" ? (Array.isArray(a.queries) ? a.queries.join(", ") : "")
       : name === "todo_write" ? `${(a.todos || []).length} items`
       : name === "ask_user_question" ? questionSummary(a)
       : (args || "").slice(0, 200);
@@ -332,6 +333,23 @@ class Conversation {
       card.node.classList.add("ok", "quiet");
       const box = card.body.appendChild(el("details"));
       box.append(el("summary", null, "results"), el("pre", "out", text));
+    } else if (card.name === "web_search") {
+      // The sources from meta.sources (docs/tools.md, "web_search"); only http(s) links.
+      const sources = Array.isArray(meta.sources) ? meta.sources : [];
+      card.status.textContent = `${sources.length} sources${meta.truncated ? " (cut)" : ""}`;
+      card.node.classList.add("ok");
+      const ol = card.body.appendChild(el("ol", "sources"));
+      for (const src of sources) {
+        const url = String(src.url || "");
+        const li = ol.appendChild(el("li"));
+        if (/^https?:\/\//i.test(url)) {
+          const link = li.appendChild(el("a", null, src.title || url));
+          link.href = url;
+          link.target = "_blank";
+          link.rel = "noopener noreferrer";
+        } else li.append(el("span", null, src.title || url));
+        if (src.publishedAt) li.append(el("span", "summary", " " + src.publishedAt));
+      }
     } else if (card.name === "todo_write") {
       card.status.textContent = "updated";
       card.node.classList.add("ok");
@@ -449,7 +467,11 @@ Conversation.prototype.handlers = {
     box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, d.outcome === "approved" ? allowed[d.scope] || "allowed" : d.outcome));
   },
   "session/title"(d) { this.title = d.title; },
-  "request/header"(d) { this.model = d.header?.config?.model || this.model; },
+  "request/header"(d) {
+    this.model = d.header?.config?.model || this.model;
+    // The effort the request asked for; absent means the model's default.
+    if (d.header?.config) this.effort = d.header.config.reasoningEffort || null;
+  },
   "request/cache"(d) {
     const req = [...this.requests].reverse().find((r) => r.turn === d.turn && r.step === d.step && !r.cache);
     if (req) req.cache = d;

@@ -1,5 +1,9 @@
 //! A synthetic session log shared by the benchmark and the peak-memory example.
 
+// Bench code: a failed write aborts the measurement (docs/ARCHITECTURE.md, "Lints and
+// formatting").
+#![allow(clippy::expect_used)]
+
 use dsh_llm::{Chunk, ContentBlock, Message, MessageSource, Role, Usage};
 use dsh_session::*;
 

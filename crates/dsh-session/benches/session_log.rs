@@ -1,6 +1,10 @@
 //! Session log benchmarks: append throughput with the real flush policy, and load + project of
 //! a 100,000-event log. Peak memory is measured by `examples/load_peak_rss.rs`.
 
+// Test code: a failed unwrap or expect is a failed test (docs/ARCHITECTURE.md, "Lints and
+// formatting").
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use dsh_session::*;
 

@@ -134,6 +134,9 @@ pub enum SessionError {
     /// Writing a zip archive failed.
     #[error("writing zip archive: {0}")]
     Zip(String),
+    /// A listing page cursor that no listing gave out.
+    #[error("unknown page cursor `{0}`: pass the `next` value of the previous page, or none for the first page")]
+    BadCursor(String),
 }
 
 /// Result alias of this crate.

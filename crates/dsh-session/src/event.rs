@@ -3,10 +3,14 @@
 //!
 //! Each variant of [`Event`] is one `type` string; its payload is the line's `data` object.
 //! Event types that dsh writes but that never reach a model (hooks, approvals, title requests)
-//! are *known and opaque*: they load as [`Event::Opaque`] and are written back unchanged.
+//! are *known and opaque*: they load as [`Event::Opaque`] and are written back unchanged. The
+//! rest of dsh's persistence catalog, the types this build has no feature for (goals, slash
+//! commands, teams, workflows, ...), load as [`Event::DshOnly`] with their data kept byte for
+//! byte (docs/sessions.md, "dsh-only events").
 
 use dsh_llm::{Chunk, Failure, Message, PreparedCallConfig, ToolSchema, Usage};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Error code of a crash-repair tool result for a call whose body never started.
@@ -29,6 +33,107 @@ pub const KNOWN_OPAQUE_TYPES: &[&str] = &[
     "compaction/start",
     "compaction/summary",
     "compaction/end",
+    // Written by `web_search` before each auxiliary search request (docs/tools.md, "web_search").
+    "web/deepseek-search-llm-request",
+    // Plan mode on/off (`dsh_agent::PlanMode`, docs/agent.md, "Plan mode").
+    "plan/mode",
+];
+
+/// Event types of dsh's persistence catalog (dsh 0.1.1-rc.2) that this build has no feature
+/// for. They load as [`Event::DshOnly`], never reach the model, and are written back with their
+/// data unchanged (docs/sessions.md, "dsh-only events"). Every other catalog type is decoded
+/// ([`Event`]'s typed variants) or in [`KNOWN_OPAQUE_TYPES`].
+pub const DSH_ONLY_TYPES: &[&str] = &[
+    "agent-preset/selected",
+    "command/done",
+    "command/run",
+    "compaction/prune",
+    "feedback/record",
+    "goal/change",
+    "schedule/change",
+    "subagent/descriptor",
+    "team/member",
+    "team/message/delivered",
+    "team/message/queued",
+    "team/task",
+    "tool/code-dispatch",
+    "tool/code-dispatch-start",
+    "tool-workflow/agent-end",
+    "tool-workflow/agent-start",
+    "tool-workflow/run-end",
+    "tool-workflow/run-start",
+];
+
+/// An event of dsh's persistence catalog that this build has no feature for (see
+/// [`DSH_ONLY_TYPES`]): its type and its `data` exactly as read, so fork, export and the
+/// SQLite store write the same bytes back.
+#[derive(Debug, Clone)]
+pub struct DshOnlyEvent {
+    event_type: String,
+    data: Box<RawValue>,
+}
+
+impl DshOnlyEvent {
+    /// Keeps `data` (a JSON text) of an event of type `event_type` verbatim. Fails when `data`
+    /// is not one JSON value.
+    pub fn new(event_type: impl Into<String>, data: &str) -> Result<Self, serde_json::Error> {
+        Ok(DshOnlyEvent {
+            event_type: event_type.into(),
+            data: RawValue::from_string(data.to_string())?,
+        })
+    }
+
+    /// The event type (one of [`DSH_ONLY_TYPES`]).
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// The `data` JSON text, byte for byte as read.
+    pub fn raw_data(&self) -> &str {
+        self.data.get()
+    }
+
+    /// The `data` parsed (`Value::Null` cannot fail to parse: the text was checked on read).
+    pub fn data(&self) -> Value {
+        serde_json::from_str(self.data.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for DshOnlyEvent {
+    fn eq(&self, other: &Self) -> bool {
+        self.event_type == other.event_type && self.data.get() == other.data.get()
+    }
+}
+
+/// True when `event_type` is a type this build reads: a typed variant of [`Event`], one of
+/// [`KNOWN_OPAQUE_TYPES`] or of [`DSH_ONLY_TYPES`]. Packed rows (`text-chunks`, ...) are read
+/// too but are not event types.
+pub fn is_known_type(event_type: &str) -> bool {
+    TYPED_TYPES.contains(&event_type)
+        || KNOWN_OPAQUE_TYPES.contains(&event_type)
+        || DSH_ONLY_TYPES.contains(&event_type)
+}
+
+/// The types [`Event`] decodes into typed variants.
+const TYPED_TYPES: &[&str] = &[
+    "turn/start",
+    "turn/end",
+    "step/start",
+    "step/end",
+    "user/message",
+    "assistant/chunk",
+    "assistant/message",
+    "tool/call",
+    "tool/started",
+    "tool/result",
+    "request/header",
+    "request/context",
+    "llm/retry",
+    "llm/retry-started",
+    "session/title",
+    "agent/inbox/spliced",
+    "todo/write",
+    "session/end-seed",
 ];
 
 fn is_false(value: &bool) -> bool {
@@ -217,15 +322,27 @@ impl ToolResult {
     }
 }
 
-/// The tool list of a request header: the schemas, or a placeholder string (the recorded
-/// fixtures store `{{tools}}`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The tool list of a request header: the schemas, or what dsh's recordings store instead (a
+/// placeholder string such as `{{tools}}`, a list of tool names, or nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(untagged)]
 pub enum HeaderTools {
     /// The tool schemas, in request order.
     Schemas(Vec<ToolSchema>),
     /// A stand-in string.
     Placeholder(String),
+    /// Only the tool names (some of dsh's recordings).
+    Names(Vec<String>),
+    /// No `tools` field (some of dsh's recordings); written back without one.
+    #[default]
+    Absent,
+}
+
+impl HeaderTools {
+    /// True for [`HeaderTools::Absent`].
+    pub fn is_absent(&self) -> bool {
+        matches!(self, HeaderTools::Absent)
+    }
 }
 
 /// The request header (docs/model-calls.md, "Call config"): call config, system text and tool
@@ -237,6 +354,7 @@ pub struct RequestHeader {
     /// The system prompt.
     pub system: String,
     /// The tool schemas.
+    #[serde(default, skip_serializing_if = "HeaderTools::is_absent")]
     pub tools: HeaderTools,
 }
 
@@ -406,6 +524,9 @@ pub enum Event {
     TodoWrite(TodoWrite),
     /// `session/end-seed`.
     EndSeed(EndSeed),
+    /// A type of dsh's persistence catalog this build has no feature for (see
+    /// [`DSH_ONLY_TYPES`]), kept byte for byte. Never model-visible.
+    DshOnly(DshOnlyEvent),
     /// A known non-model-visible type (see [`KNOWN_OPAQUE_TYPES`]) or an unknown type marked
     /// `ignorable`, kept verbatim.
     Opaque {
@@ -438,6 +559,7 @@ impl Event {
             Event::InboxSpliced(_) => "agent/inbox/spliced",
             Event::TodoWrite(_) => "todo/write",
             Event::EndSeed(_) => "session/end-seed",
+            Event::DshOnly(event) => event.event_type(),
             Event::Opaque { event_type, .. } => event_type,
         }
     }
@@ -462,12 +584,26 @@ impl Event {
     /// Message sources of kinds `dsh-llm` does not name are read as described in
     /// [`crate::compat`].
     pub fn decode(event_type: &str, data: &str) -> Result<Option<Event>, serde_json::Error> {
+        Event::decode_at(event_type, data, None)
+    }
+
+    /// [`Event::decode`] for the event at `seq`: user messages dsh wrote without `id` or `role`
+    /// get them as described in [`crate::compat::fill_missing_fields`].
+    pub(crate) fn decode_at(
+        event_type: &str,
+        data: &str,
+        seq: Option<u64>,
+    ) -> Result<Option<Event>, serde_json::Error> {
         match Event::decode_strict(event_type, data) {
             Err(err) => {
                 let Ok(mut value) = serde_json::from_str::<Value>(data) else {
                     return Err(err);
                 };
-                if !crate::compat::normalise_sources(&mut value) {
+                let mut changed = crate::compat::normalise_sources(&mut value);
+                if let Some(seq) = seq {
+                    changed |= crate::compat::fill_missing_fields(event_type, &mut value, seq);
+                }
+                if !changed {
                     return Err(err);
                 }
                 Event::decode_strict(event_type, &value.to_string()).map_err(|_| err)
@@ -497,6 +633,9 @@ impl Event {
             "agent/inbox/spliced" => Event::InboxSpliced(from_str(data)?),
             "todo/write" => Event::TodoWrite(from_str(data)?),
             "session/end-seed" => Event::EndSeed(from_str(data)?),
+            other if DSH_ONLY_TYPES.contains(&other) => {
+                Event::DshOnly(DshOnlyEvent::new(other, data)?)
+            }
             other if KNOWN_OPAQUE_TYPES.contains(&other) => Event::Opaque {
                 event_type: other.to_string(),
                 data: from_str(data)?,
@@ -527,6 +666,11 @@ impl Event {
             Event::InboxSpliced(d) => to_writer(out, d),
             Event::TodoWrite(d) => to_writer(out, d),
             Event::EndSeed(d) => to_writer(out, d),
+            Event::DshOnly(d) => {
+                let mut out = out;
+                out.write_all(d.raw_data().as_bytes())
+                    .map_err(serde_json::Error::io)
+            }
             Event::Opaque { data, .. } => to_writer(out, data),
         }
     }

@@ -67,7 +67,8 @@ pub fn export_zip<W: Write + Seek>(
 /// Renders a readable Markdown transcript: turns, user messages, assistant text, reasoning in
 /// collapsed quoted blocks, tool calls with their arguments, tool results (truncated to
 /// [`TRANSCRIPT_RESULT_LIMIT`]), retries, compactions and turn ends. Injected context
-/// (plugin messages) is collapsed.
+/// (plugin messages) is collapsed. Each dsh-only event ([`Event::DshOnly`]) gets a one-line note
+/// naming its type.
 pub fn export_markdown(log: &LoadedLog) -> String {
     let mut out = String::new();
     let title = log
@@ -168,6 +169,10 @@ fn render_event(env: &Envelope, out: &mut String) {
         Event::EndSeed(_) => {
             out.push_str("_(end of the events inherited from the parent session)_\n\n")
         }
+        Event::DshOnly(event) => out.push_str(&format!(
+            "_(dsh event `{}`: no feature for it in this build; kept as written)_\n\n",
+            event.event_type()
+        )),
         Event::Opaque { event_type, .. } if event_type.starts_with("compaction/") => {
             out.push_str(&format!("_{event_type}_\n\n"));
         }

@@ -10,22 +10,29 @@
 //! `session.jsonl.torn-<offset>` next to the log and the file is cut back to the last
 //! complete line, so the next append does not glue onto half a line. A torn line is not
 //! history (it was never completely written, hence never flushed).
+//!
+//! dsh's zstd-compressed logs (`session.jsonl.zstd`, also `.jsonl.zst`) are found, listed and
+//! read like plain ones. Resuming one never writes into the compressed file: the log is
+//! decompressed once into a plain `session.jsonl` beside it (written whole, fsynced, renamed
+//! into place), and appends go there; from then on the plain file is the session and the
+//! compressed one stays as dsh wrote it (docs/sessions.md, "Compressed logs").
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use crate::catalog::CatalogLink;
 use crate::envelope::{Envelope, SessionHeader};
 use crate::error::{io_err, Result, SessionError};
 use crate::listing::SessionSummary;
 use crate::lock::lock_exclusive;
 use crate::packed::PackRun;
 use crate::projection::Projector;
-use crate::reader::{load_file, LoadedLog, LogReader};
+use crate::reader::{is_zstd_path, load_file, open_input, LoadedLog, LogReader};
 use crate::state::SessionTracker;
 use crate::store::{
-    cwd_folder_name, finish_resume, is_flush_point, pick_id, session_path, ListFilter, Listing,
-    Resumed, SearchHit, SessionStore, SessionWriter,
+    cwd_folder_name, finish_resume, is_flush_point, pick_id, session_path, ListFilter, ListPage,
+    Listing, Resumed, SearchHit, SessionStore, SessionWriter,
 };
 
 const WRITE_THRESHOLD: usize = 1 << 20;
@@ -40,6 +47,11 @@ pub struct JsonlWriter {
     run: Option<PackRun>,
     pack: bool,
     broken: bool,
+    /// Bytes of the file as this writer left it (header and every written buffer).
+    len: u64,
+    /// Where the writer records its summary, when it belongs to a store (docs/sessions.md,
+    /// "The session catalog").
+    catalog: Option<CatalogLink>,
 }
 
 impl JsonlWriter {
@@ -64,6 +76,8 @@ impl JsonlWriter {
             run: None,
             pack: true,
             broken: false,
+            len: 0,
+            catalog: None,
         };
         writer
             .header
@@ -84,8 +98,17 @@ impl JsonlWriter {
     }
 
     /// Opens an existing session file for appending: locks it, reads it through (checking every
-    /// line), sets a torn tail aside, and returns the writer with the history projected.
+    /// line), sets a torn tail aside, and returns the writer with the history projected. A
+    /// zstd-compressed log is continued in its plain copy (see [`plain_continuation`]); the
+    /// writer's [`JsonlWriter::path`] is then that copy.
     pub fn open(path: &Path) -> Result<(JsonlWriter, Projector)> {
+        let plain;
+        let path = if is_zstd_path(path) {
+            plain = plain_continuation(path)?;
+            plain.as_path()
+        } else {
+            path
+        };
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -101,11 +124,14 @@ impl JsonlWriter {
         }
         let header = reader.header().clone();
         let valid_len = reader.valid_len();
+        let mut len = valid_len;
         if let Some(torn) = reader.torn_tail() {
             set_aside(&mut file, path, torn.offset, torn.len)?;
             file.set_len(torn.offset)
                 .map_err(io_err("cutting torn tail of", path))?;
             file.sync_data().map_err(io_err("syncing", path))?;
+        } else {
+            len = file.metadata().map_err(io_err("reading", path))?.len();
         }
         let mut writer = JsonlWriter {
             path: path.to_path_buf(),
@@ -116,6 +142,8 @@ impl JsonlWriter {
             run: None,
             pack: true,
             broken: false,
+            len,
+            catalog: None,
         };
         if !ends_with_newline(&mut writer.file, path, valid_len)? {
             writer.buf.push(b'\n');
@@ -132,6 +160,28 @@ impl JsonlWriter {
     /// The session file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Makes the writer record its summary in the catalog of the store at `home` (at turn
+    /// ends, when dropped, and at most once a second at other flush points).
+    pub(crate) fn link_catalog(&mut self, home: &Path) {
+        self.catalog = Some(CatalogLink::new(home));
+    }
+
+    /// Records the summary in the catalog when one is linked and a record is due; only called
+    /// right after a successful flush (the file then holds every appended event).
+    fn record(&mut self, boundary: bool) {
+        if let Some(link) = self.catalog.as_mut() {
+            if link.due(boundary) && self.buf.is_empty() && self.run.is_none() {
+                link.record(
+                    &self.path,
+                    &self.file,
+                    self.len,
+                    &self.header,
+                    &self.tracker,
+                );
+            }
+        }
     }
 
     fn encode_error(env: &Envelope, e: serde_json::Error) -> SessionError {
@@ -161,6 +211,7 @@ impl JsonlWriter {
             self.broken = true;
             return Err(io_err("writing session log", &self.path)(e));
         }
+        self.len += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
     }
@@ -175,6 +226,71 @@ impl JsonlWriter {
         }
         Ok(())
     }
+}
+
+/// The plain log that continues the zstd-compressed log at `zstd_path`: `session.jsonl.zstd`
+/// -> `session.jsonl` in the same folder. Made on first use, under a lock on the compressed
+/// file, by decompressing it whole into a temporary file that is fsynced and renamed into place,
+/// so the plain log is either absent or complete; an existing one is returned as is (it already
+/// holds everything the compressed log holds, and what was appended since). The compressed
+/// file is never changed.
+pub fn plain_continuation(zstd_path: &Path) -> Result<PathBuf> {
+    let plain = plain_name(zstd_path);
+    let guard = File::open(zstd_path).map_err(io_err("opening session log", zstd_path))?;
+    lock_exclusive(&guard, zstd_path)?;
+    if plain.is_file() {
+        return Ok(plain);
+    }
+    let dir = zstd_path.parent().unwrap_or(Path::new("."));
+    let tmp = plain.with_file_name(format!(
+        ".{}.from-zstd-{}",
+        plain
+            .file_name()
+            .map_or_else(|| "session.jsonl".into(), |n| n.to_string_lossy()),
+        std::process::id()
+    ));
+    let result = (|| -> Result<()> {
+        let mut input = open_input(zstd_path)?;
+        let mut out = File::create(&tmp).map_err(io_err("creating", &tmp))?;
+        std::io::copy(&mut input, &mut out).map_err(io_err("decompressing", zstd_path))?;
+        out.sync_all().map_err(io_err("syncing", &tmp))?;
+        fs::rename(&tmp, &plain).map_err(io_err("renaming into place", &plain))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err("syncing session folder", dir))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map(|()| plain)
+}
+
+/// `x.jsonl.zstd` / `x.jsonl.zst` -> `x.jsonl` (any other name gets `.jsonl` added).
+fn plain_name(zstd_path: &Path) -> PathBuf {
+    let stem = zstd_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned());
+    let name = match stem {
+        Some(stem) if stem.ends_with(".jsonl") => stem,
+        Some(stem) => format!("{stem}.jsonl"),
+        None => "session.jsonl".to_string(),
+    };
+    zstd_path.with_file_name(name)
+}
+
+/// The file names a session folder's log may have, in order of preference: the plain log
+/// (which, when a compressed one is beside it, is that log's continuation), then dsh's
+/// compressed spellings.
+pub(crate) const SESSION_FILE_NAMES: [&str; 3] =
+    ["session.jsonl", "session.jsonl.zstd", "session.jsonl.zst"];
+
+/// The session log in the session folder `dir`: `session.jsonl`, else dsh's compressed
+/// `session.jsonl.zstd` or `session.jsonl.zst` (docs/sessions.md, "Compressed logs").
+pub fn session_file_in(dir: &Path) -> Option<PathBuf> {
+    SESSION_FILE_NAMES
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
 }
 
 /// Copies the torn bytes to a side file so nothing read from disk is destroyed.
@@ -241,6 +357,7 @@ impl SessionWriter for JsonlWriter {
         }
         if flush_now {
             self.flush()?;
+            self.record(matches!(env.event, crate::event::Event::TurnEnd(_)));
         }
         Ok(seq)
     }
@@ -251,15 +368,17 @@ impl SessionWriter for JsonlWriter {
         self.write_buf()?;
         self.file
             .sync_data()
-            .map_err(io_err("syncing session log", &self.path))
+            .map_err(io_err("syncing session log", &self.path))?;
+        self.record(false);
+        Ok(())
     }
 }
 
 impl Drop for JsonlWriter {
     fn drop(&mut self) {
         // Best effort: an error here cannot be reported; callers that care flush first.
-        if !self.broken {
-            let _ = self.flush();
+        if !self.broken && self.flush().is_ok() {
+            self.record(true);
         }
     }
 }
@@ -302,8 +421,7 @@ impl JsonlStore {
                 continue;
             };
             for id in ids.flatten() {
-                let path = id.path().join("session.jsonl");
-                if path.is_file() {
+                if let Some(path) = session_file_in(&id.path()) {
                     out.push((id.file_name().to_string_lossy().into_owned(), path));
                 }
             }
@@ -311,18 +429,15 @@ impl JsonlStore {
         Ok(out)
     }
 
-    /// The session file for `key`: a path to a `session.jsonl` (or its folder), an id, or a
-    /// unique id prefix.
+    /// The session file for `key`: a path to a `session.jsonl` or `session.jsonl.zstd` (or
+    /// their folder), an id, or a unique id prefix.
     pub fn find(&self, key: &str) -> Result<PathBuf> {
         let as_path = Path::new(key);
-        if key.contains('/') || key.ends_with(".jsonl") {
+        if key.contains('/') || key.ends_with(".jsonl") || is_zstd_path(as_path) {
             if as_path.is_file() {
                 return Ok(as_path.to_path_buf());
             }
-            if as_path.join("session.jsonl").is_file() {
-                return Ok(as_path.join("session.jsonl"));
-            }
-            return Err(SessionError::NotFound(key.to_string()));
+            return session_file_in(as_path).ok_or_else(|| SessionError::NotFound(key.to_string()));
         }
         let all = self.all_sessions(None)?;
         let id = pick_id(key, all.iter().map(|(id, _)| id.clone()))?;
@@ -331,24 +446,9 @@ impl JsonlStore {
             .map(|(_, path)| path)
             .ok_or_else(|| SessionError::NotFound(key.to_string()))
     }
-}
 
-impl SessionStore for JsonlStore {
-    fn create_with_header(&self, header: SessionHeader) -> Result<Box<dyn SessionWriter>> {
-        let path = session_path(&self.home, &header.cwd, &header.id);
-        Ok(Box::new(JsonlWriter::create(&path, header)?))
-    }
-
-    fn load(&self, key: &str) -> Result<LoadedLog> {
-        load_file(&self.find(key)?)
-    }
-
-    fn resume(&self, key: &str) -> Result<Resumed> {
-        let (writer, history) = JsonlWriter::open(&self.find(key)?)?;
-        finish_resume(Box::new(writer), history)
-    }
-
-    fn list(&self, filter: &ListFilter) -> Result<Listing> {
+    /// The listing made by reading every log (what the catalog must always agree with).
+    pub fn scan_list(&self, filter: &ListFilter) -> Result<Listing> {
         let mut listing = Listing::default();
         for (_, path) in self.all_sessions(filter.cwd.as_deref())? {
             match SessionSummary::of_file(&path) {
@@ -373,7 +473,9 @@ impl SessionStore for JsonlStore {
         Ok(listing)
     }
 
-    fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>> {
+    /// Search by reading every log: messages whose text contains `query` (case-insensitive),
+    /// at most `limit` (what the catalog's index must agree with).
+    pub fn scan_search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>> {
         let needle = query.to_lowercase();
         let mut hits = Vec::new();
         for (_, path) in self.all_sessions(None)? {
@@ -392,6 +494,50 @@ impl SessionStore for JsonlStore {
             }
         }
         Ok(hits)
+    }
+}
+
+impl SessionStore for JsonlStore {
+    fn create_with_header(&self, header: SessionHeader) -> Result<Box<dyn SessionWriter>> {
+        let path = session_path(&self.home, &header.cwd, &header.id);
+        let mut writer = JsonlWriter::create(&path, header)?;
+        writer.link_catalog(&self.home);
+        Ok(Box::new(writer))
+    }
+
+    fn load(&self, key: &str) -> Result<LoadedLog> {
+        load_file(&self.find(key)?)
+    }
+
+    fn resume(&self, key: &str) -> Result<Resumed> {
+        let (mut writer, history) = JsonlWriter::open(&self.find(key)?)?;
+        writer.link_catalog(&self.home);
+        finish_resume(Box::new(writer), history)
+    }
+
+    fn list(&self, filter: &ListFilter) -> Result<Listing> {
+        self.list_page(filter, &ListPage::default())
+    }
+
+    /// Reads the catalog (docs/sessions.md, "The session catalog"), which heals itself from
+    /// the logs first; when the catalog cannot be used at all, reads every log instead.
+    fn list_page(&self, filter: &ListFilter, page: &ListPage) -> Result<Listing> {
+        match crate::catalog::list_via_catalog(&self.home, &self.root(), filter, page) {
+            Err(SessionError::BadCursor(cursor)) => Err(SessionError::BadCursor(cursor)),
+            Ok(listing) => Ok(listing),
+            Err(_) => self.scan_list(filter)?.into_page(page),
+        }
+    }
+
+    /// Searches the catalog's full-text index (docs/sessions.md, "The session catalog") when
+    /// it can be used and the query is long enough for it, else every log.
+    fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>> {
+        if let Ok(Some(hits)) =
+            crate::catalog::search_via_catalog(&self.home, &self.root(), query, limit)
+        {
+            return Ok(hits);
+        }
+        self.scan_search(query, limit)
     }
 
     fn remove(&self, key: &str) -> Result<()> {
@@ -412,7 +558,7 @@ impl SessionStore for JsonlStore {
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut out = Vec::new();
         collect_jsonl(dir, dir, &mut out)?;
-        out.retain(|(name, _)| name != "session.jsonl");
+        out.retain(|(name, _)| !SESSION_FILE_NAMES.contains(&name.as_str()));
         out.sort();
         Ok(out)
     }
@@ -422,14 +568,15 @@ impl SessionStore for JsonlStore {
     }
 }
 
-/// Every `*.jsonl` below `dir` (recursively), named relative to `base`.
+/// Every `*.jsonl` (and zstd-compressed `*.jsonl.zstd`, `*.jsonl.zst`, as they are) below
+/// `dir` (recursively), named relative to `base`.
 fn collect_jsonl(base: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> Result<()> {
     let entries = fs::read_dir(dir).map_err(io_err("listing", dir))?;
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
             collect_jsonl(base, &path, out)?;
-        } else if path.extension().is_some_and(|e| e == "jsonl") {
+        } else if path.extension().is_some_and(|e| e == "jsonl") || is_zstd_path(&path) {
             let name = path
                 .strip_prefix(base)
                 .unwrap_or(&path)

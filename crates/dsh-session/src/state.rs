@@ -54,6 +54,14 @@ pub struct SessionTracker {
     turn_count: u64,
 }
 
+/// The `{model, usage}` of a tool result's `meta.auxiliaryUsage`, when present and readable.
+fn auxiliary_usage(meta: &serde_json::Value) -> Option<(String, UsageTotals)> {
+    let record = meta.get("auxiliaryUsage")?;
+    let model = record.get("model")?.as_str()?.to_string();
+    let usage = serde_json::from_value(record.get("usage")?.clone()).ok()?;
+    Some((model, usage))
+}
+
 impl SessionTracker {
     /// An empty tracker (a log with no events).
     pub fn new() -> Self {
@@ -136,6 +144,12 @@ impl SessionTracker {
             Event::ToolResult(result) => {
                 if let Some(id) = result.call_id() {
                     self.open_calls.retain(|c| c.call_id != id);
+                }
+                // Model calls a tool made on the session's behalf (`web_search`) count in
+                // its usage and cost: `meta.auxiliaryUsage = {model, usage}` (docs/tools.md,
+                // "web_search").
+                if let Some((model, usage)) = result.meta.as_ref().and_then(auxiliary_usage) {
+                    self.usage_by_model.entry(model).or_default().merge(&usage);
                 }
             }
             Event::SessionTitle(title) => self.title = Some(title.title.clone()),

@@ -103,6 +103,24 @@ pub struct ListFilter {
     pub cwd: Option<String>,
 }
 
+/// Which page of a listing to return (docs/sessions.md, "Paged listing"). The default is
+/// everything at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// At most this many sessions (`None`: all).
+    pub limit: Option<usize>,
+    /// Start after this cursor: the [`Listing::next`] of the previous page (`None`: the first
+    /// page).
+    pub after: Option<String>,
+}
+
+/// `"<updated_at>:<id>"` (a [`Listing::next`]) -> its parts.
+pub(crate) fn parse_cursor(text: &str) -> Result<(u64, String)> {
+    text.split_once(':')
+        .and_then(|(time, id)| Some((time.parse().ok()?, id.to_string())))
+        .ok_or_else(|| SessionError::BadCursor(text.to_string()))
+}
+
 /// The result of listing: the sessions that could be read, and a message for each that could
 /// not (listing never fails because one log is damaged).
 #[derive(Debug, Clone, Default)]
@@ -114,6 +132,34 @@ pub struct Listing {
     /// The unreadable sessions themselves, so that `--continue` can tell whether the newest
     /// session of a directory is one of them.
     pub damaged: Vec<DamagedSession>,
+    /// The cursor of the next page, when this page was cut at its limit.
+    pub next: Option<String>,
+}
+
+impl Listing {
+    /// Cuts a whole listing (most recently updated first) down to `page`: the sessions after
+    /// the cursor, at most `limit` of them; damaged sessions are reported on the first page only.
+    pub fn into_page(mut self, page: &ListPage) -> Result<Listing> {
+        if let Some(after) = &page.after {
+            let (time, id) = parse_cursor(after)?;
+            self.sessions
+                .retain(|s| s.updated_at < time || (s.updated_at == time && s.id > id));
+            self.problems.clear();
+            self.damaged.clear();
+        }
+        if let Some(limit) = page.limit {
+            if self.sessions.len() > limit {
+                self.sessions.truncate(limit);
+            }
+            if self.sessions.len() == limit {
+                self.next = self
+                    .sessions
+                    .last()
+                    .map(|s| format!("{}:{}", s.updated_at, s.id));
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// A session log that could not be read while listing.
@@ -165,6 +211,11 @@ pub trait SessionStore {
 
     /// Summaries of the stored sessions.
     fn list(&self, filter: &ListFilter) -> Result<Listing>;
+
+    /// One page of [`SessionStore::list`]: the same order, cut by `page`.
+    fn list_page(&self, filter: &ListFilter, page: &ListPage) -> Result<Listing> {
+        self.list(filter)?.into_page(page)
+    }
 
     /// Messages whose text contains `query` (case-insensitive), at most `limit`.
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>>;

@@ -19,16 +19,28 @@
 //!   call with a deadline, the well-formed chunk contract, failure codes of common faults,
 //!   cancellation); [`fuzz`]: case counts and the stream-decoder driver of the fuzz targets.
 //! - [`chunks`]: replies as dsh chunks (text, one tool call) for scripted adapters.
+//! - [`fixture_runner`]: the loop of data-driven runners (every case runs, every failure is
+//!   reported by name, one failure at the end), used by the scenario and ACP fixture runners.
 //! - [`copy_dir`] copies a fixture folder; [`scratch_parent`] says where escape tests may put
 //!   files that no sandbox leaves writable.
+//! - [`process`]: pid files, liveness and polling for the "dies with dsh" tests, and starting
+//!   an ignored test of the running binary as a helper process.
+//! - [`tool_result_text`]: the text of a tool-result message, for assertions on logs.
+//! - [`vendored_dsh_logs`]: every session log vendored from dsh under `fixtures/dsh/`, and the
+//!   ones dsh refuses ([`EXPECTED_REFUSALS`]).
+//! - `BlockingTool` / `BlockingGate` (feature `tools`): a tool whose calls block until the test
+//!   releases them or they are cancelled, for cancel, steering and concurrency tests.
 #![warn(missing_docs, unreachable_pub)]
-#![deny(clippy::expect_used)]
-#![cfg_attr(test, allow(clippy::expect_used))]
 #![warn(clippy::too_many_lines)]
 
 mod anthropic;
+#[cfg(feature = "tools")]
+mod blocking;
 pub mod chunks;
+pub mod fixture_runner;
 pub mod fuzz;
+mod messages;
+pub mod process;
 // Assertions that run only inside adapter tests: a failed `expect` there is a failed test.
 #[allow(clippy::expect_used)]
 pub mod provider_checks;
@@ -38,10 +50,15 @@ mod responses;
 mod scratch;
 mod script;
 mod server;
+mod vendored;
+pub mod web_search;
 
 use std::path::{Path, PathBuf};
 
 pub use anthropic::{AnthropicReply, AnthropicUsage, FAKE_ANTHROPIC_MODEL};
+#[cfg(feature = "tools")]
+pub use blocking::{BlockingGate, BlockingTool, RELEASED_PREFIX};
+pub use messages::tool_result_text;
 pub use recording::{
     load_recorded_calls, parse_calls, parse_overrides, RecordedCall, RecordedSession,
     RecordingError, ReplayOverride,
@@ -53,6 +70,10 @@ pub use script::{
     chunk_event, ScriptedReply, SseReply, SseStep, StreamEnd, WireUsage, DONE_EVENT, FAKE_MODEL,
 };
 pub use server::{FakeProvider, ProviderEvents, RecordedRequest, RequestTiming};
+pub use vendored::{
+    dsh_fixtures_dir, expected_refusal, vendored_dsh_logs, EXPECTED_REFUSALS, NOT_LOGS,
+    VENDORED_DSH_LOG_COUNT,
+};
 
 /// The recorded dsh sessions kept in this repository, one folder per scenario:
 /// `fixtures/dsh/acp-snapshots/` at the workspace root (origin and licence in

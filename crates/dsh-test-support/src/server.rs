@@ -8,9 +8,10 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use dsh_llm::LockExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -73,6 +74,8 @@ pub struct ProviderEvents {
 
 struct Shared {
     replies: Mutex<VecDeque<ScriptedReply>>,
+    /// Replies by web search query (`FakeProvider::answer_search`), outside the script.
+    search_routes: Mutex<Vec<(String, ScriptedReply)>>,
     rejected_fields: Mutex<Vec<String>>,
     models: Mutex<Option<Vec<String>>>,
     /// Request bodies larger than this are not read: the next reply is sent at once.
@@ -81,13 +84,6 @@ struct Shared {
     timings: Mutex<Vec<RequestTiming>>,
     scripted: Mutex<usize>,
     events: watch::Sender<ProviderEvents>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking test thread may poison the lock; the data is still the script, so go on.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A scripted provider on `127.0.0.1` (random port) speaking DeepSeek's chat-completions and
@@ -119,6 +115,7 @@ impl FakeProvider {
         let scripted = replies.len();
         let shared = Arc::new(Shared {
             replies: Mutex::new(replies),
+            search_routes: Mutex::new(Vec::new()),
             rejected_fields: Mutex::new(Vec::new()),
             models: Mutex::new(None),
             early_reply_above: Mutex::new(None),
@@ -147,20 +144,37 @@ impl FakeProvider {
 
     /// Appends a reply to the script.
     pub fn push_reply(&self, reply: impl Into<ScriptedReply>) {
-        lock(&self.shared.replies).push_back(reply.into());
-        *lock(&self.shared.scripted) += 1;
+        self.shared
+            .replies
+            .lock_or_recover()
+            .push_back(reply.into());
+        *self.shared.scripted.lock_or_recover() += 1;
+    }
+
+    /// Answers every `POST /messages` (or `/v1/messages`) whose user text is exactly
+    /// `Perform a web search for the query: <query>` (the `web_search` tool's request) with
+    /// `reply`, outside the script (see [`crate::web_search`] for the replies). Later routes
+    /// for the same query replace earlier ones.
+    pub fn answer_search(&self, query: &str, reply: ScriptedReply) {
+        let text = format!("Perform a web search for the query: {query}");
+        let mut routes = self.shared.search_routes.lock_or_recover();
+        routes.retain(|(q, _)| *q != text);
+        routes.push((text, reply));
     }
 
     /// Makes the provider answer 400 (`unknown field `<name>``) to any model request whose JSON
     /// body contains an object key `name` at any depth, as strict OpenAI-compatible servers do.
     pub fn reject_field(&self, name: &str) {
-        lock(&self.shared.rejected_fields).push(name.to_string());
+        self.shared
+            .rejected_fields
+            .lock_or_recover()
+            .push(name.to_string());
     }
 
     /// Makes `GET /models` and `GET /v1/models` answer with these model ids (in both the
     /// OpenAI `{"object": "list", "data": [...]}` and Anthropic shapes).
     pub fn set_models(&self, ids: &[&str]) {
-        *lock(&self.shared.models) = Some(ids.iter().map(|id| id.to_string()).collect());
+        *self.shared.models.lock_or_recover() = Some(ids.iter().map(|id| id.to_string()).collect());
     }
 
     /// Acts like a proxy with a body-size limit: a request whose `content-length` exceeds
@@ -168,17 +182,17 @@ impl FakeProvider {
     /// without its body being read, and the connection is closed. It is recorded with an empty
     /// body.
     pub fn reply_early_above(&self, bytes: usize) {
-        *lock(&self.shared.early_reply_above) = Some(bytes);
+        *self.shared.early_reply_above.lock_or_recover() = Some(bytes);
     }
 
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        lock(&self.shared.requests).clone()
+        self.shared.requests.lock_or_recover().clone()
     }
 
     /// When each request arrived and its reply ended, in the order of [`requests`](Self::requests).
     pub fn timings(&self) -> Vec<RequestTiming> {
-        lock(&self.shared.timings).clone()
+        self.shared.timings.lock_or_recover().clone()
     }
 
     /// The current counters.
@@ -310,6 +324,22 @@ fn is_model_request(head: &Head) -> bool {
         )
 }
 
+/// The reply routed to a web search request by its user text, if any.
+fn search_route(head: &Head, body: &Value, shared: &Shared) -> Option<ScriptedReply> {
+    let path = head.path.split('?').next().unwrap_or("");
+    if head.method != "POST" || !matches!(path, "/messages" | "/v1/messages") {
+        return None;
+    }
+    let text = body
+        .pointer("/messages/0/content/0/text")
+        .and_then(Value::as_str)?;
+    let routes = shared.search_routes.lock_or_recover();
+    routes
+        .iter()
+        .find(|(query, _)| query == text)
+        .map(|(_, reply)| reply.clone())
+}
+
 fn is_models_listing(head: &Head) -> bool {
     let path = head.path.split('?').next().unwrap_or("");
     head.method == "GET" && matches!(path, "/models" | "/v1/models")
@@ -341,15 +371,17 @@ fn models_reply(ids: &[String]) -> ScriptedReply {
 }
 
 async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
-    let early = *lock(&shared.early_reply_above);
+    let early = *shared.early_reply_above.lock_or_recover();
     let Some((head, body, first_byte)) = read_request(&mut stream, early).await else {
         return;
     };
     let request_read = Instant::now();
     let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let rejected = find_key(&json_body, &lock(&shared.rejected_fields)).map(str::to_string);
+    let rejected =
+        find_key(&json_body, &shared.rejected_fields.lock_or_recover()).map(str::to_string);
+    let routed = search_route(&head, &json_body, &shared);
     let number = {
-        let mut requests = lock(&shared.requests);
+        let mut requests = shared.requests.lock_or_recover();
         requests.push(RecordedRequest {
             method: head.method.clone(),
             path: head.path.clone(),
@@ -357,7 +389,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             body: json_body,
             raw_body: body,
         });
-        lock(&shared.timings).push(RequestTiming {
+        shared.timings.lock_or_recover().push(RequestTiming {
             first_byte,
             request_read,
             reply_done: None,
@@ -365,8 +397,10 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         requests.len()
     };
     shared.events.send_modify(|events| events.requests += 1);
-    let models = lock(&shared.models).clone();
-    let reply = if let (true, Some(field)) = (is_model_request(&head), rejected) {
+    let models = shared.models.lock_or_recover().clone();
+    let reply = if let Some(routed) = routed {
+        routed
+    } else if let (true, Some(field)) = (is_model_request(&head), rejected) {
         ScriptedReply::http_error(
             400,
             &format!("fake provider: unknown field `{field}` is not accepted by this endpoint"),
@@ -374,9 +408,9 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     } else if let (true, Some(ids)) = (is_models_listing(&head), models) {
         models_reply(&ids)
     } else if is_model_request(&head) {
-        let next = lock(&shared.replies).pop_front();
+        let next = shared.replies.lock_or_recover().pop_front();
         next.unwrap_or_else(|| {
-            let scripted = *lock(&shared.scripted);
+            let scripted = *shared.scripted.lock_or_recover();
             let message = format!(
                 "fake provider: no scripted reply left for request #{number} (the script had {scripted} replies)"
             );
@@ -394,7 +428,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     };
     // Write errors mean the client went away; there is nobody left to tell.
     if let Ok(Some(done)) = write_reply(&mut stream, reply, &shared).await {
-        if let Some(timing) = lock(&shared.timings).get_mut(number - 1) {
+        if let Some(timing) = shared.timings.lock_or_recover().get_mut(number - 1) {
             timing.reply_done = Some(done);
         }
     }

@@ -61,10 +61,10 @@ fn bench(c: &mut Criterion) {
 
     // One warm-up pass that also reports the sizes compared.
     let grep_out = runtime
-        .block_on(GrepTool.execute(grep_args.clone(), &ctx))
+        .block_on(GrepTool::default().execute(grep_args.clone(), &ctx))
         .unwrap();
     let glob_out = runtime
-        .block_on(GlobTool.execute(glob_args.clone(), &ctx))
+        .block_on(GlobTool::default().execute(glob_args.clone(), &ctx))
         .unwrap();
     eprintln!(
         "tree {}: grep matches {}, glob files {}",
@@ -111,14 +111,14 @@ fn bench(c: &mut Criterion) {
     group.bench_function("grep_tool", |b| {
         b.iter(|| {
             runtime
-                .block_on(GrepTool.execute(grep_args.clone(), &ctx))
+                .block_on(GrepTool::default().execute(grep_args.clone(), &ctx))
                 .unwrap()
         })
     });
     group.bench_function("glob_tool", |b| {
         b.iter(|| {
             runtime
-                .block_on(GlobTool.execute(glob_args.clone(), &ctx))
+                .block_on(GlobTool::default().execute(glob_args.clone(), &ctx))
                 .unwrap()
         })
     });

@@ -2,8 +2,8 @@
 //!
 //! The model's argument string is untrusted. Parsing never panics: every problem becomes an
 //! `INVALID_ARGS` error whose message names the offending field (`todos[1].status`), so the
-//! model can correct itself. Unknown fields are ignored, because dsh's schemas carry optional
-//! fields (`sandbox_permissions`, `justification`) that this build does not act on.
+//! model can correct itself. Unknown fields are ignored: the escalation fields (`sandbox_permissions`,
+//! `justification`) are read by the agent's safety policy before the call, not by the tool.
 
 use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;

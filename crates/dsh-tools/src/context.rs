@@ -83,10 +83,6 @@ pub struct ToolLimits {
     pub read_max_line_chars: usize,
     /// Bytes per `read` result. Default 50 KB (51,200).
     pub read_max_bytes: usize,
-    /// Paths per `glob` result. Default 100.
-    pub glob_max_results: usize,
-    /// Matches per `grep` result. Default 250.
-    pub grep_max_matches: usize,
 }
 
 impl Default for ToolLimits {
@@ -99,8 +95,6 @@ impl Default for ToolLimits {
             read_max_lines: 2_000,
             read_max_line_chars: 2_000,
             read_max_bytes: 50 * 1024,
-            glob_max_results: 100,
-            grep_max_matches: 250,
         }
     }
 }
@@ -114,8 +108,6 @@ impl ToolLimits {
             ("read_max_lines", self.read_max_lines),
             ("read_max_line_chars", self.read_max_line_chars),
             ("read_max_bytes", self.read_max_bytes),
-            ("glob_max_results", self.glob_max_results),
-            ("grep_max_matches", self.grep_max_matches),
         ];
         for (name, value) in counts {
             if value == 0 {

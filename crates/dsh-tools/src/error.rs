@@ -42,6 +42,13 @@ pub enum ToolErrorCode {
     SandboxUnavailable,
     /// A per-session limit is reached (e.g. 10 running background jobs).
     LimitReached,
+    /// `web_search`: the search provider failed (HTTP error, redirect, unreadable reply, no
+    /// search result block).
+    WebProviderError,
+    /// `web_search`: the search provider answered 429 (rate limited).
+    WebRateLimited,
+    /// `web_search`: the search provider refused the key (401/403).
+    WebProviderAuth,
 }
 
 impl ToolErrorCode {
@@ -64,6 +71,9 @@ impl ToolErrorCode {
             ToolErrorCode::Io => "IO",
             ToolErrorCode::SandboxUnavailable => "SANDBOX_UNAVAILABLE",
             ToolErrorCode::LimitReached => "LIMIT_REACHED",
+            ToolErrorCode::WebProviderError => "WEB_PROVIDER_ERROR",
+            ToolErrorCode::WebRateLimited => "WEB_RATE_LIMITED",
+            ToolErrorCode::WebProviderAuth => "WEB_PROVIDER_AUTH",
         }
     }
 }

@@ -13,8 +13,9 @@
 //! * [`SecretRedactor`]: secret values in tool output replaced by `[REDACTED:<NAME>]`.
 //! * The built-ins: `bash`, `read`, `write`, `edit`, `glob`, `grep`, `todo_write`.
 //! * Opt-in tools: background jobs ([`JobTable`], `job_output`, `job_list`, `job_kill`),
-//!   `ask_user_question` (answered by a front end's [`Asker`]) and `web_fetch`
-//!   ([`WebFetchTool`], off unless configured).
+//!   `ask_user_question` (answered by a front end's [`Asker`]), `web_fetch`
+//!   ([`WebFetchTool`], off unless configured) and `web_search` ([`WebSearchTool`], on when a
+//!   DeepSeek key is configured).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,8 +33,6 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs, unreachable_pub)]
-#![deny(clippy::expect_used)]
-#![cfg_attr(test, allow(clippy::expect_used))]
 #![warn(clippy::too_many_lines)]
 
 mod args;
@@ -61,7 +60,8 @@ pub use ask::{
 };
 pub use builtin::{
     builtin_tools, is_temp_name, remove_leftover_temps, BashTool, EditTool, GlobTool, GrepTool,
-    ReadTool, TodoItem, TodoStatus, TodoWriteTool, WriteTool, TEMP_PREFIX,
+    ReadTool, TodoItem, TodoStatus, TodoWriteTool, WriteTool, GLOB_MAX_RESULTS, GREP_MAX_RESULTS,
+    TEMP_PREFIX,
 };
 pub use confinement::{
     hidden_dirs, CommandConfinement, CommandPlan, ConfinementRequest, NoSandbox, PreExecHook,
@@ -69,13 +69,17 @@ pub use confinement::{
 pub use context::{PermissionPreset, ToolContext, ToolLimits};
 pub use error::{ToolError, ToolErrorCode};
 pub use jobs::{
-    job_tools, JobEnd, JobKillTool, JobListTool, JobNotice, JobOutputTool, JobStatus, JobTable,
-    WeakJobTable, MAX_RUNNING_JOBS,
+    job_tools, FinishCallback, JobEnd, JobKillTool, JobListTool, JobNotice, JobOutputTool,
+    JobStatus, JobTable, TaskBody, TaskDone, TaskSpec, WeakJobTable, MAX_RUNNING_JOBS,
+    TASK_KILL_GRACE,
 };
 pub use observe::{ContentHasher, FileObservations, Observation};
 pub use output::ToolOutput;
 pub use paths::{absolutize, protected_write_path, resolve_real_path};
-pub use process::{group_has_live_members, is_secret_name, scrubbed_env, CHILD_ENV_OVERRIDES};
+pub use process::{
+    group_has_live_members, guard_group, guard_group_std, is_secret_name, scrubbed_env,
+    spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
+};
 pub use protected::{
     existing_protected_entries, protected_entry, PROTECTED_ENV_PREFIX, PROTECTED_GIT_ENTRIES,
     PROTECTED_NAMES,
@@ -85,6 +89,7 @@ pub use registry::{tool_result_block, ToolRegistry, ToolRegistryError};
 pub use spill::{externalize, Externalized, SpillDir, DEFAULT_SPILL_THRESHOLD};
 pub use tool::Tool;
 pub use web::{
-    decode_entities, html_to_markdown, refused_address, HostResolver, SystemResolver,
-    WebFetchSettings, WebFetchTool,
+    decode_entities, html_to_markdown, refused_address, HostResolver, SearchRecorder,
+    SystemResolver, WebFetchSettings, WebFetchTool, WebSearchSettings, WebSearchTool,
+    DEFAULT_SEARCH_BASE_URL, SEARCH_PROMPT_PREFIX, SEARCH_REQUEST_EVENT,
 };

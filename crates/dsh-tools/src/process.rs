@@ -1,4 +1,5 @@
-//! Child processes for `bash`: environment scrubbing, process groups, bounded output capture.
+//! Child processes: environment scrubbing, process groups, the spawner thread, the keeper of
+//! unconfined children (hooks, MCP servers), bounded output capture.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -75,16 +76,7 @@ pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::proces
         command.pre_exec(move || {
             // The death signal follows the forking thread: children are forked on the
             // spawner thread, which lives as long as the process (`spawn_child`).
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
+            arm_death_signal(libc::SIGKILL)?;
             if libc::getppid() != parent {
                 // This process died before the death signal was armed: run nothing.
                 return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
@@ -101,45 +93,32 @@ pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::proces
     command
 }
 
-/// One spawn request for the spawner thread: the command, the runtime the child belongs to,
-/// and where to send the result.
-struct SpawnRequest {
-    command: tokio::process::Command,
-    runtime: tokio::runtime::Handle,
-    reply: std::sync::mpsc::SyncSender<std::io::Result<tokio::process::Child>>,
-}
+/// One job for the spawner thread: a closure that forks and sends its result back itself.
+type SpawnJob = Box<dyn FnOnce() + Send + 'static>;
 
-/// Spawns `command` from the process's one spawner thread and returns the child.
+/// Runs `job` on the process's one spawner thread and returns its result.
 ///
-/// Why a dedicated thread: `PR_SET_PDEATHSIG` (armed in [`group_command`] and by the
-/// confinement hooks) fires when the *thread* that forked the child exits, not the process.
-/// tokio retires blocking-pool threads and the threads `block_in_place` hands off, so a child
-/// forked there (a background job, `bwrap --die-with-parent`) would be killed as soon as that
-/// thread ended. The spawner is a plain thread started once and never stopped, so the death
-/// signal fires only when the process dies (docs/SECURITY.md, "Process sandbox"). It enters the
-/// caller's runtime for each spawn, so the child is registered with that runtime's process
-/// driver exactly as a spawn on the caller's thread would be. The fork itself takes about a
-/// millisecond; the caller blocks for that long.
-pub(crate) fn spawn_child(
-    command: tokio::process::Command,
-) -> std::io::Result<tokio::process::Child> {
+/// Why a dedicated thread: `PR_SET_PDEATHSIG` (armed in [`group_command`], by the confinement
+/// hooks and by [`guard_group`]) fires when the *thread* that forked the child exits, not the
+/// process. tokio retires blocking-pool threads and the threads `block_in_place` hands off, so
+/// a child forked there (a background job, `bwrap --die-with-parent`, a hook run from
+/// `block_in_place`) would be killed as soon as that thread ended. The spawner is a plain
+/// thread started once and never stopped, so the death signal fires only when the process dies
+/// (docs/SECURITY.md, "Process sandbox"). The fork itself takes about a millisecond; the caller
+/// blocks for that long.
+fn on_spawner_thread<T: Send + 'static>(
+    job: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<T> {
     use std::sync::mpsc;
     use std::sync::OnceLock;
-    static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
-    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-        std::io::Error::other("a child process can only be started from within a tokio runtime")
-    })?;
+    static SPAWNER: OnceLock<mpsc::Sender<SpawnJob>> = OnceLock::new();
     let sender = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        let (tx, rx) = mpsc::channel::<SpawnJob>();
         let started = std::thread::Builder::new()
             .name("dsh-spawner".to_string())
             .spawn(move || {
-                for mut request in rx {
-                    let _entered = request.runtime.enter();
-                    let result = request.command.spawn();
-                    // The caller may have given up (its future dropped): the child is then
-                    // dropped here, and its process group is ended by the caller's guard.
-                    let _ = request.reply.send(result);
+                for job in rx {
+                    job();
                 }
             });
         if let Err(err) = started {
@@ -149,19 +128,260 @@ pub(crate) fn spawn_child(
         tx
     });
     let (reply, answer) = mpsc::sync_channel(1);
-    let request = SpawnRequest {
-        command,
-        runtime,
-        reply,
-    };
-    if sender.send(request).is_err() {
+    let job: SpawnJob = Box::new(move || {
+        // The caller may have given up (its future dropped): the result (a child) is then
+        // dropped here, and its process group is ended by the caller's guard.
+        let _ = reply.send(job());
+    });
+    if sender.send(job).is_err() {
         return Err(std::io::Error::other(
             "the process spawner thread is not running; restart dsh",
         ));
     }
     answer
         .recv()
-        .map_err(|_| std::io::Error::other("the process spawner thread stopped; restart dsh"))?
+        .map_err(|_| std::io::Error::other("the process spawner thread stopped; restart dsh"))
+}
+
+/// Spawns `command` from the process's one long-lived spawner thread and returns the child.
+///
+/// Every child that arms `PR_SET_PDEATHSIG` must be forked here: the death signal follows the
+/// thread that forked, not the process, and tokio retires the threads of its blocking pool and
+/// those `block_in_place` hands off, which would kill such a child long before dsh exits (see
+/// `on_spawner_thread`, docs/SECURITY.md, "Process sandbox"). The spawner enters the
+/// caller's runtime for the spawn, so the child is registered with that runtime's process
+/// driver exactly as a spawn on the caller's thread would be. Must be called from within a
+/// tokio runtime.
+pub fn spawn_child(command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        std::io::Error::other("a child process can only be started from within a tokio runtime")
+    })?;
+    let mut command = command;
+    on_spawner_thread(move || {
+        let _entered = runtime.enter();
+        command.spawn()
+    })?
+}
+
+/// [`spawn_child`] for a synchronous `std::process::Command` (no runtime needed): forked on the
+/// same spawner thread, for the same reason.
+pub fn spawn_std_child(command: std::process::Command) -> std::io::Result<std::process::Child> {
+    let mut command = command;
+    on_spawner_thread(move || command.spawn())?
+}
+
+/// Makes `command` (an unconfined child such as a hook or an MCP server) lead its own process
+/// group and die with dsh, together with everything it starts in that group. Spawn it with
+/// [`spawn_child`] so the death signal is tied to the long-lived spawner thread.
+///
+/// In the forked child, before `exec`: `PR_SET_PDEATHSIG(SIGHUP)`, a check that dsh is still
+/// there, `setpgid(0, 0)`, then a second fork. The new process goes on to `exec` the command
+/// (with `PR_SET_PDEATHSIG(SIGKILL)` towards the first); the first stays behind as a *keeper*
+/// and never returns: it closes every descriptor (so pipes see end-of-file when the command's
+/// tree closes them), moves itself back into dsh's process group (so a kill of the command's
+/// group spares it and it can report the status), and waits. When the command exits, when
+/// dsh dies (the `SIGHUP`), or on `SIGTERM`, it sends `SIGKILL` to the command's
+/// group and leaves with the command's status (the same exit code, or the same signal).
+/// The pid dsh sees is the keeper's, and the command's process group id is that pid, so
+/// `kill(-pid)` ends the command's tree. Processes that leave the group (`setsid`) are not
+/// followed (docs/SECURITY.md, "Process sandbox").
+pub fn guard_group(command: &mut tokio::process::Command) {
+    let hook = keeper_hook();
+    // SAFETY: the closure runs in the forked child before exec; see `keeper_hook`: system
+    // calls on stack memory only, no allocation.
+    unsafe {
+        command.pre_exec(hook);
+    }
+}
+
+/// [`guard_group`] for a `std::process::Command`; spawn it with [`spawn_std_child`].
+pub fn guard_group_std(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let hook = keeper_hook();
+    // SAFETY: as in `guard_group`.
+    unsafe {
+        command.pre_exec(hook);
+    }
+}
+
+/// The pre-exec closure of [`guard_group`]. Async-signal-safe: plain system calls on stack
+/// memory; `parent` is read before the fork.
+fn keeper_hook() -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    move || {
+        // SAFETY: every call is a plain system call on stack memory; sigset functions only
+        // write the set they are given.
+        unsafe {
+            arm_death_signal(libc::SIGHUP)?;
+            if libc::getppid() != parent {
+                // dsh died before the death signal was armed: run nothing.
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            let home_group = libc::getpgrp();
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let group = libc::getpid();
+            let mut watched: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut watched);
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
+                libc::sigaddset(&mut watched, sig);
+            }
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            if libc::sigprocmask(libc::SIG_BLOCK, &watched, &mut previous) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let command = libc::fork();
+            if command < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if command == 0 {
+                // The command: dies with its keeper, runs with the signal mask it had.
+                arm_death_signal(libc::SIGKILL)?;
+                if libc::getppid() != group {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                if libc::sigprocmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                return Ok(());
+            }
+            keep_group(&watched, parent, home_group, group, command)
+        }
+    }
+}
+
+/// Arms the parent-death signal `sig` of the calling (forked) process. Linux only
+/// (`PR_SET_PDEATHSIG`); other platforms have no such signal and this does nothing there: the
+/// keeper of [`guard_group`] still notices dsh's death by polling `getppid`, a plain `bash`
+/// child does not (docs/SECURITY.md, "Platforms"). Async-signal-safe.
+///
+/// # Safety
+/// Call only in a forked child before `exec`.
+unsafe fn arm_death_signal(sig: libc::c_int) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = sig;
+    Ok(())
+}
+
+/// Waits up to `timeout` for one of the blocked signals in `watched` and returns it (else a
+/// negative value). Linux: `sigtimedwait`. Elsewhere (macOS has no `sigtimedwait`): checks the
+/// pending set for `SIGTERM` and `SIGHUP`, sleeps a tenth of the timeout, checks again (a
+/// pending `SIGINT` is not reported there, see below). Async-signal-safe.
+///
+/// # Safety
+/// Call with `watched` blocked.
+unsafe fn wait_for_signal(watched: &libc::sigset_t, timeout: &libc::timespec) -> libc::c_int {
+    #[cfg(target_os = "linux")]
+    {
+        libc::sigtimedwait(watched, std::ptr::null_mut(), timeout)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let pending_watched = || {
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            if libc::sigpending(&mut pending) != 0 {
+                return -1;
+            }
+            // Only the signals that end the keeper: `sigpending` does not take a signal off
+            // the pending set, so a Ctrl-C's SIGINT (which the keeper ignores) would be found
+            // again on every call and the keeper's loop would spin without sleeping. A blocked
+            // SIGINT may stay pending; nothing else reads it.
+            for sig in [libc::SIGTERM, libc::SIGHUP] {
+                if libc::sigismember(watched, sig) == 1 && libc::sigismember(&pending, sig) == 1 {
+                    return sig;
+                }
+            }
+            -1
+        };
+        let found = pending_watched();
+        if found > 0 {
+            return found;
+        }
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: (timeout.tv_sec as libc::c_long * 1_000_000_000 + timeout.tv_nsec) / 10,
+        };
+        libc::nanosleep(&pause, std::ptr::null_mut());
+        pending_watched()
+    }
+}
+
+/// The keeper of [`guard_group`]: never returns. Async-signal-safe.
+///
+/// # Safety
+/// Call only in a forked child, with `watched` blocked.
+unsafe fn keep_group(
+    watched: &libc::sigset_t,
+    parent: libc::pid_t,
+    home_group: libc::pid_t,
+    group: libc::pid_t,
+    command: libc::pid_t,
+) -> ! {
+    // Hold no descriptor: neither the spawner's exec-status pipe (the spawner waits for it to
+    // close) nor the command's stdio pipes (their readers wait for end-of-file).
+    #[cfg(target_os = "linux")]
+    let closed = libc::syscall(
+        libc::SYS_close_range,
+        0 as libc::c_uint,
+        libc::c_uint::MAX,
+        0 as libc::c_uint,
+    ) == 0;
+    #[cfg(not(target_os = "linux"))]
+    let closed = false;
+    if !closed {
+        for fd in 0..4096 {
+            libc::close(fd);
+        }
+    }
+    // Out of the command's group, so ending the group spares the keeper. If that fails the
+    // keeper stays a member and dies with the group; the command still dies with it.
+    libc::setpgid(0, home_group);
+    let timeout = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 500_000_000,
+    };
+    let mut status = 0;
+    let mut finished = false;
+    loop {
+        let sig = wait_for_signal(watched, &timeout);
+        // SIGINT is taken and ignored: the keeper sits in dsh's process group, so a Ctrl-C in
+        // dsh's terminal (which `dsh run` answers by cancelling the turn) must not end the
+        // command.
+        if sig == libc::SIGTERM || sig == libc::SIGHUP {
+            break;
+        }
+        if libc::getppid() != parent {
+            break;
+        }
+        if libc::waitpid(command, &mut status, libc::WNOHANG) == command {
+            finished = true;
+            break;
+        }
+    }
+    libc::kill(-group, libc::SIGKILL);
+    if !finished {
+        libc::waitpid(command, &mut status, 0);
+    }
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        // Leave by the same signal: default action, unblocked, sent to itself.
+        libc::signal(sig, libc::SIG_DFL);
+        let mut only: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut only);
+        libc::sigaddset(&mut only, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &only, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+        libc::_exit(128 + sig);
+    }
+    if libc::WIFEXITED(status) {
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+    libc::_exit(1)
 }
 
 /// A process group this crate started (its leader called `setsid`). Dropping it without
@@ -252,6 +472,9 @@ pub fn group_has_live_members(pgid: libc::pid_t) -> bool {
     let exists = unsafe { libc::kill(-pgid, 0) } == 0;
     if !exists {
         return false;
+    }
+    if !cfg!(target_os = "linux") {
+        return true;
     }
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return true;

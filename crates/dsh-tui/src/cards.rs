@@ -165,6 +165,7 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
                 None => pattern.to_string(),
             }
         }
+        "web_search" => search_subject(&args),
         _ => truncate(&card.arguments, 120),
     };
     let mut header = vec![
@@ -213,6 +214,7 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
                     };
                     header.push(Span::styled(text, dim()));
                 }
+                "web_search" => search_body(meta, &mut header, &mut body),
                 _ => {
                     for line in output.lines().take(3) {
                         body.push(body_line(truncate(line, 160), dim()));
@@ -224,6 +226,31 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
     let mut lines = vec![Line::from(header)];
     lines.extend(body);
     lines
+}
+
+/// `web_search`: its queries.
+fn search_subject(args: &Value) -> String {
+    let queries: Vec<&str> = args
+        .get("queries")
+        .and_then(Value::as_array)
+        .map(|q| q.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    truncate(&queries.join(", "), 200)
+}
+
+/// `web_search`: the sources (title and URL) from `meta.sources` (docs/tools.md, "web_search").
+fn search_body(meta: &Value, header: &mut Vec<Span<'static>>, body: &mut Vec<Line<'static>>) {
+    let sources = meta.get("sources").and_then(Value::as_array);
+    let sources = sources.map(Vec::as_slice).unwrap_or_default();
+    header.push(Span::styled(format!("  {} sources", sources.len()), dim()));
+    for source in sources {
+        let url = source.get("url").and_then(Value::as_str).unwrap_or("?");
+        let line = match source.get("title").and_then(Value::as_str) {
+            Some(title) => format!("{title} — {url}"),
+            None => url.to_string(),
+        };
+        body.push(body_line(truncate(&line, 160), dim()));
+    }
 }
 
 fn body_line(text: String, style: Style) -> Line<'static> {

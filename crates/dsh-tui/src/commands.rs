@@ -45,7 +45,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("/model", "show or switch the model: /model deepseek-v4-pro"),
     (
         "/effort",
-        "show or switch reasoning effort: off, low, medium, high, max",
+        "show or switch the reasoning effort (the ones the model takes)",
     ),
     ("/cost", "token usage, cache hits and cost of this session"),
     (

@@ -12,11 +12,15 @@
 //! terminal and the agent. The binary supplies a [`dsh_runtime::SessionFactory`] (its
 //! `Runtime`) that builds agents the way `dsh run` does.
 
+#![warn(missing_docs, unreachable_pub)]
+#![warn(clippy::too_many_lines)]
+
 pub mod app;
 pub mod approval;
 pub mod cards;
 pub mod commands;
 pub mod composer;
+mod effort;
 pub mod highlight;
 pub mod markdown;
 pub mod question;

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use crossterm::event::Event as TermEvent;
 use dsh_agent::{AgentError, AgentHandle, SessionEvent};
-use dsh_llm::{CallConfig, ReasoningEffort};
+use dsh_llm::CallConfig;
 use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
-use dsh_session::{open_store, LoadedLog, SessionSummary, StoreKind};
+use dsh_session::{open_store, LoadedLog, SessionStore, SessionSummary, StoreKind};
 use dsh_tools::PermissionPreset;
 use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
@@ -84,6 +84,8 @@ pub struct TuiExit {
 enum Background {
     Opened(Box<anyhow::Result<(OpenedSession, LoadedLog)>>),
     Listed(anyhow::Result<Vec<SessionSummary>>),
+    /// A later page of the `/resume` listing (the picker fills as pages arrive).
+    ListedMore(Vec<SessionSummary>),
     Forked(anyhow::Result<String>),
     Exported(anyhow::Result<PathBuf>),
     Reloaded(anyhow::Result<LoadedLog>),
@@ -135,6 +137,34 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
     drop(terminal);
     drop(guard);
     result.map(|()| exit)
+}
+
+/// Shows `text` as an informational notice in the transcript.
+fn info(app: &mut App, text: String) {
+    app.transcript.notice(NoticeLevel::Info, text);
+}
+
+/// `/cost`: requests, tokens by kind, cache hits and cost of the session so far.
+fn show_cost(app: &mut App) {
+    let stats = &app.transcript.stats;
+    let total = stats.total();
+    let u = total.usage;
+    let cost = stats
+        .cost(&app.status.prices)
+        .map_or("unknown (a model has no price)".to_string(), |c| {
+            format!("${c:.4}")
+        });
+    let text = format!(
+        "{} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {}) · cache hits {:.0}% · cost {cost}",
+        total.requests,
+        short_tokens(u.input_tokens),
+        short_tokens(u.cache_read_tokens),
+        short_tokens(u.cache_write_tokens),
+        short_tokens(u.output_tokens),
+        short_tokens(u.reasoning_tokens),
+        u.cache_hit_ratio() * 100.0,
+    );
+    info(app, text);
 }
 
 async fn next_event(live: &mut Option<Live>) -> Result<SessionEvent, broadcast::error::RecvError> {
@@ -326,14 +356,11 @@ impl Ui {
         false
     }
 
+    /// Carries out a slash command (docs/tui.md, "Slash commands"). Each command is one step
+    /// below; the ones that touch the store run off the UI thread and report as [`Background`].
     fn command(&mut self, command: SlashCommand) {
-        let notice = |app: &mut App, text: String| app.transcript.notice(NoticeLevel::Info, text);
         if command == SlashCommand::Help {
-            if let Some(live) = &self.live {
-                self.app.user_commands = live.handle.user_commands();
-            }
-            let text = help_text(&self.app.user_commands);
-            return notice(&mut self.app, text);
+            return self.show_help();
         }
         if command == SlashCommand::New && self.live.is_none() && !self.app.loading {
             return self.open(StartWith::New);
@@ -347,86 +374,27 @@ impl Ui {
             SlashCommand::Help | SlashCommand::Quit => {}
             SlashCommand::Compact => {
                 live.handle.request_compaction();
-                notice(&mut self.app, "compaction requested".to_string());
+                info(&mut self.app, "compaction requested".to_string());
             }
-            SlashCommand::Model(None) => notice(
+            SlashCommand::Model(model) => crate::effort::switch_model(
                 &mut self.app,
-                format!(
-                    "model: {} (switch with /model <id>, e.g. deepseek-v4-flash, deepseek-v4-pro)",
-                    live.call.model
-                ),
+                &mut live.call,
+                &live.handle,
+                &*self.factory,
+                model,
             ),
-            SlashCommand::Model(Some(model)) => {
-                live.call.model = model.clone();
-                live.handle.set_call(live.call.clone());
-                self.app.status.model = model.clone();
-                self.app.transcript.stats.model = Some(model.clone());
-                notice(
-                    &mut self.app,
-                    format!("model set to {model} from the next request"),
-                );
-            }
-            SlashCommand::Effort(None) => notice(
+            SlashCommand::Effort(text) => crate::effort::switch_effort(
                 &mut self.app,
-                format!(
-                    "reasoning effort: {} (switch with /effort off|low|medium|high|max)",
-                    live.call
-                        .reasoning_effort
-                        .map_or("model default", |e| e.as_str())
-                ),
+                &mut live.call,
+                &live.handle,
+                &*self.factory,
+                text,
             ),
-            SlashCommand::Effort(Some(text)) => match ReasoningEffort::parse(&text) {
-                Some(effort) => {
-                    live.call.reasoning_effort = Some(effort);
-                    live.handle.set_call(live.call.clone());
-                    self.app.status.effort = Some(effort.as_str().to_string());
-                    self.app.transcript.stats.effort = Some(effort.as_str().to_string());
-                    notice(
-                        &mut self.app,
-                        format!("effort set to {} from the next request", effort.as_str()),
-                    );
-                }
-                None => {
-                    self.app.hint = Some(format!(
-                        "unknown effort `{text}`: off, low, medium, high or max"
-                    ))
-                }
-            },
-            SlashCommand::Cost => {
-                let stats = &self.app.transcript.stats;
-                let total = stats.total();
-                let u = total.usage;
-                let cost = stats
-                    .cost(&self.app.status.prices)
-                    .map_or("unknown (a model has no price)".to_string(), |c| {
-                        format!("${c:.4}")
-                    });
-                let text = format!(
-                    "{} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {}) · cache hits {:.0}% · cost {cost}",
-                    total.requests,
-                    short_tokens(u.input_tokens),
-                    short_tokens(u.cache_read_tokens),
-                    short_tokens(u.cache_write_tokens),
-                    short_tokens(u.output_tokens),
-                    short_tokens(u.reasoning_tokens),
-                    u.cache_hit_ratio() * 100.0,
-                );
-                notice(&mut self.app, text);
-            }
+            SlashCommand::Cost => show_cost(&mut self.app),
             SlashCommand::Permission(None) => {
                 self.app.permission_menu = Some(PermissionMenu::new(live.handle.permission()));
             }
-            SlashCommand::Permission(Some(text)) => match text.parse::<PermissionPreset>() {
-                Ok(preset)
-                    if preset == PermissionPreset::DangerFullAccess
-                        && live.handle.permission() != preset =>
-                {
-                    // It removes the sandbox: ask first (y switches, see `App::confirm_key`).
-                    self.app.confirm_permission = Some(preset);
-                }
-                Ok(preset) => self.set_permission(preset),
-                Err(message) => self.app.transcript.notice(NoticeLevel::Error, message),
-            },
+            SlashCommand::Permission(Some(text)) => self.permission_command(&text),
             SlashCommand::User { name, arguments } => {
                 match live.handle.run_user_command(&name, &arguments) {
                     Ok(()) => self.app.scroll = 0,
@@ -436,55 +404,138 @@ impl Ui {
                         .notice(NoticeLevel::Error, format!("/{name}: {err}")),
                 }
             }
-            SlashCommand::Resume => {
-                let (home, kind) = (self.options.home.clone(), self.options.store);
-                let cwd = self.options.cwd.to_string_lossy().into_owned();
-                let done = self.background.0.clone();
-                tokio::task::spawn_blocking(move || {
-                    let listed = open_store(kind, &home)
-                        .and_then(|store| store.list(&dsh_session::ListFilter { cwd: Some(cwd) }))
-                        .map(|listing| listing.sessions)
-                        .map_err(anyhow::Error::from);
-                    let _ = done.send(Background::Listed(listed));
-                });
-            }
+            SlashCommand::Resume => self.list_sessions(),
             SlashCommand::New | SlashCommand::Fork if busy => {
                 self.app.hint = Some("a turn is running: cancel it first (Ctrl-C)".to_string())
             }
             SlashCommand::New => self.switch(StartWith::New),
             SlashCommand::Fork => {
                 let id = live.handle.session_id();
-                let (home, kind) = (self.options.home.clone(), self.options.store);
-                let done = self.background.0.clone();
-                tokio::task::spawn_blocking(move || {
-                    let forked = open_store(kind, &home)
-                        .and_then(|store| dsh_session::fork(store.as_ref(), &id, None))
-                        .map(|header| header.id)
-                        .map_err(anyhow::Error::from);
-                    let _ = done.send(Background::Forked(forked));
-                });
+                self.fork_session(id);
             }
             SlashCommand::Export(path) => {
                 let id = live.handle.session_id();
-                let short: String = id.chars().take(8).collect();
-                let path = self
-                    .options
-                    .cwd
-                    .join(path.unwrap_or_else(|| format!("dsh-{short}.md")));
-                let (home, kind) = (self.options.home.clone(), self.options.store);
-                let done = self.background.0.clone();
-                tokio::task::spawn_blocking(move || {
-                    let exported = open_store(kind, &home)
-                        .and_then(|store| store.load(&id))
-                        .map_err(anyhow::Error::from)
-                        .and_then(|log| {
-                            std::fs::write(&path, dsh_session::export_markdown(&log))?;
-                            Ok(path)
-                        });
-                    let _ = done.send(Background::Exported(exported));
-                });
+                self.export_session(id, path);
             }
         }
+    }
+
+    /// `/help`: the built-in commands and the session's own (skills, ...).
+    fn show_help(&mut self) {
+        if let Some(live) = &self.live {
+            self.app.user_commands = live.handle.user_commands();
+        }
+        let text = help_text(&self.app.user_commands);
+        info(&mut self.app, text);
+    }
+
+    /// `/permission <preset>`: switching to `danger-full-access` removes the sandbox, so it
+    /// asks first (y switches, see `App::confirm_key`); other presets switch at once.
+    fn permission_command(&mut self, text: &str) {
+        let current = self.live.as_ref().map(|live| live.handle.permission());
+        match text.parse::<PermissionPreset>() {
+            Ok(preset)
+                if preset == PermissionPreset::DangerFullAccess && current != Some(preset) =>
+            {
+                self.app.confirm_permission = Some(preset);
+            }
+            Ok(preset) => self.set_permission(preset),
+            Err(message) => self.app.transcript.notice(NoticeLevel::Error, message),
+        }
+    }
+
+    /// Runs `work` on a blocking thread with the session store open; its result comes back to
+    /// the UI loop as the [`Background`] that `report` makes of it.
+    fn with_store<T, W>(&self, work: W, report: fn(anyhow::Result<T>) -> Background)
+    where
+        T: Send + 'static,
+        W: FnOnce(&dyn SessionStore) -> anyhow::Result<T> + Send + 'static,
+    {
+        let (home, kind) = (self.options.home.clone(), self.options.store);
+        let done = self.background.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let result = open_store(kind, &home)
+                .map_err(anyhow::Error::from)
+                .and_then(|store| work(store.as_ref()));
+            // The UI may be gone (quit meanwhile); then nobody needs the result.
+            let _ = done.send(report(result));
+        });
+    }
+
+    /// `/resume`: lists the sessions of the working directory for the picker, page by page
+    /// (docs/sessions.md, "Paged listing"): the picker opens with the first page and fills as
+    /// the next ones arrive.
+    fn list_sessions(&self) {
+        const PAGE: usize = 100;
+        let cwd = self.options.cwd.to_string_lossy().into_owned();
+        let (home, kind) = (self.options.home.clone(), self.options.store);
+        let done = self.background.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = match open_store(kind, &home) {
+                Ok(store) => store,
+                Err(err) => {
+                    let _ = done.send(Background::Listed(Err(err.into())));
+                    return;
+                }
+            };
+            let filter = dsh_session::ListFilter { cwd: Some(cwd) };
+            let mut page = dsh_session::ListPage {
+                limit: Some(PAGE),
+                after: None,
+            };
+            loop {
+                let first = page.after.is_none();
+                let listing = match store.list_page(&filter, &page) {
+                    Ok(listing) => listing,
+                    Err(err) => {
+                        // A failure after the first page leaves the picker with what it has.
+                        if first {
+                            let _ = done.send(Background::Listed(Err(err.into())));
+                        }
+                        return;
+                    }
+                };
+                let message = if first {
+                    Background::Listed(Ok(listing.sessions))
+                } else {
+                    Background::ListedMore(listing.sessions)
+                };
+                // The UI may be gone (quit meanwhile); then nobody needs the rest.
+                if done.send(message).is_err() {
+                    return;
+                }
+                match listing.next {
+                    Some(next) => page.after = Some(next),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// `/fork`: copies session `id` into a new session, which the UI then switches to.
+    fn fork_session(&self, id: String) {
+        self.with_store(
+            move |store| Ok(dsh_session::fork(store, &id, None)?.id),
+            Background::Forked,
+        );
+    }
+
+    /// `/export [path]`: writes session `id` as Markdown, by default to `dsh-<id>.md` in the
+    /// working directory.
+    fn export_session(&self, id: String, path: Option<String>) {
+        let short: String = id.chars().take(8).collect();
+        let path = self
+            .options
+            .cwd
+            .join(path.unwrap_or_else(|| format!("dsh-{short}.md")));
+        self.with_store(
+            move |store| {
+                let log = store.load(&id)?;
+                std::fs::write(&path, dsh_session::export_markdown(&log))?;
+                Ok(path)
+            },
+            Background::Exported,
+        );
     }
 
     /// Switches the permission preset (already confirmed). The logged `permission/preset`
@@ -510,50 +561,54 @@ impl Ui {
         }
     }
 
+    /// An opened session starts serving: the UI answers its approvals and questions, shows
+    /// its log, and sends what the user typed while it was opening.
+    fn start_serving(&mut self, mut opened: OpenedSession, log: LoadedLog) {
+        opened
+            .agent
+            .set_approver(Arc::new(TuiApprover::new(self.questions.0.clone())));
+        opened
+            .agent
+            .set_asker(Arc::new(TuiAsker::new(self.asks.0.clone())));
+        let handle = opened.agent.handle();
+        let events = handle.subscribe();
+        let call = opened.agent.call().clone();
+        self.app.status.context_window = opened.agent.model_info().context_window;
+        self.app.status.model = call.model.clone();
+        self.app.session_id = Some(handle.session_id());
+        for envelope in &log.events {
+            self.app.transcript.apply(envelope);
+        }
+        // The preset in force (a resumed session starts with the configured one,
+        // whatever its log recorded last); a logged switch from it is a notice.
+        let permission = handle.permission().as_str().to_string();
+        self.app.status.permission = permission.clone();
+        self.app.transcript.stats.permission = Some(permission);
+        self.app.user_commands = handle.user_commands();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            let mut agent = opened.agent;
+            async move { agent.serve(stop).await }
+        });
+        self.live = Some(Live {
+            handle,
+            events,
+            stop,
+            task,
+            call,
+        });
+        self.app.loading = false;
+        self.app.queue.clear();
+        for action in std::mem::take(&mut self.early) {
+            self.act(action);
+        }
+    }
+
     fn on_background(&mut self, done: Background) {
         match done {
             Background::Opened(opened) => match *opened {
-                Ok((mut opened, log)) => {
-                    opened
-                        .agent
-                        .set_approver(Arc::new(TuiApprover::new(self.questions.0.clone())));
-                    opened
-                        .agent
-                        .set_asker(Arc::new(TuiAsker::new(self.asks.0.clone())));
-                    let handle = opened.agent.handle();
-                    let events = handle.subscribe();
-                    let call = opened.agent.call().clone();
-                    self.app.status.context_window = opened.agent.model_info().context_window;
-                    self.app.status.model = call.model.clone();
-                    self.app.session_id = Some(handle.session_id());
-                    for envelope in &log.events {
-                        self.app.transcript.apply(envelope);
-                    }
-                    // The preset in force (a resumed session starts with the configured one,
-                    // whatever its log recorded last); a logged switch from it is a notice.
-                    let permission = handle.permission().as_str().to_string();
-                    self.app.status.permission = permission.clone();
-                    self.app.transcript.stats.permission = Some(permission);
-                    self.app.user_commands = handle.user_commands();
-                    let stop = CancellationToken::new();
-                    let task = tokio::spawn({
-                        let stop = stop.clone();
-                        let mut agent = opened.agent;
-                        async move { agent.serve(stop).await }
-                    });
-                    self.live = Some(Live {
-                        handle,
-                        events,
-                        stop,
-                        task,
-                        call,
-                    });
-                    self.app.loading = false;
-                    self.app.queue.clear();
-                    for action in std::mem::take(&mut self.early) {
-                        self.act(action);
-                    }
-                }
+                Ok((opened, log)) => self.start_serving(opened, log),
                 Err(err) => {
                     self.app.loading = false;
                     self.app.transcript.notice(
@@ -569,6 +624,17 @@ impl Ui {
                     sessions,
                     selected: 0,
                 });
+            }
+            Background::ListedMore(mut sessions) => {
+                let current = self.app.session_id.clone();
+                sessions.retain(|s| Some(&s.id) != current.as_ref());
+                if let Some(picker) = self.app.picker.as_mut() {
+                    // A page of an earlier `/resume` may still arrive: never list a session twice.
+                    let shown: std::collections::HashSet<String> =
+                        picker.sessions.iter().map(|s| s.id.clone()).collect();
+                    sessions.retain(|s| !shown.contains(&s.id));
+                    picker.sessions.extend(sessions);
+                }
             }
             Background::Forked(Ok(id)) => {
                 self.app

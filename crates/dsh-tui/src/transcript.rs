@@ -252,6 +252,7 @@ impl Transcript {
             | Event::LlmRetryStarted(_)
             | Event::InboxSpliced(_)
             | Event::TodoWrite(_)
+            | Event::DshOnly(_)
             | Event::EndSeed(_) => {}
         }
     }

@@ -1,6 +1,7 @@
-//! The Claude Code hook format: `{"hooks": {<Event>: [{matcher, hooks: [{type, command,
-//! timeout}]}]}}`, parsed and checked. Every problem names its origin (a file, or a config key),
-//! the key path, what is wrong and how to fix it.
+//! The hook formats: Claude Code's (`{"hooks": {<Event>: [{matcher, hooks: [{type, command,
+//! timeout}]}]}}`) and Codex's (the same shape, bare or wrapped, five events, unanchored regex
+//! matchers, `timeoutSec`), parsed and checked. Every problem names its origin (a file, or a
+//! config key), the key path, what is wrong and how to fix it (docs/hooks.md).
 
 use std::fmt;
 use std::path::Path;
@@ -12,8 +13,51 @@ use serde_json::Value;
 /// File name of the hooks files in `$DSH_HOME` and in a project's `.dsh` folder.
 pub const HOOKS_FILE: &str = "hooks.json";
 
+/// File name of the Codex-dialect hooks file in `$DSH_HOME` (dsh's `codex-hooks.json`).
+pub const CODEX_HOOKS_FILE: &str = "codex-hooks.json";
+
 /// Timeout of a hook command that does not set `timeout` (seconds, as in Claude Code).
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Timeout of a Codex-dialect hook command that sets neither `timeout` nor `timeoutSec`.
+pub const DEFAULT_CODEX_HOOK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Which hook format a configuration was written in; it decides the events, matchers,
+/// payloads and answers (docs/hooks.md, "The Codex dialect").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HookDialect {
+    /// Claude Code's hooks (`hooks.json`, `[hooks]`).
+    #[default]
+    ClaudeCode,
+    /// Codex's hooks (`codex-hooks.json`).
+    Codex,
+}
+
+impl HookDialect {
+    /// The name logged in `hook/invoked` and `hook/result` (`claude-code`, `codex`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookDialect::ClaudeCode => "claude-code",
+            HookDialect::Codex => "codex",
+        }
+    }
+
+    /// The plugin named on messages its hooks add to the conversation.
+    pub fn plugin(self) -> &'static str {
+        match self {
+            HookDialect::ClaudeCode => "hooks-claude-code",
+            HookDialect::Codex => "hooks-codex",
+        }
+    }
+
+    /// The events this dialect runs.
+    pub fn events(self) -> &'static [HookEvent] {
+        match self {
+            HookDialect::ClaudeCode => &HookEvent::ALL,
+            HookDialect::Codex => &HookEvent::ALL[..5],
+        }
+    }
+}
 
 /// The points a hook can run at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -28,16 +72,24 @@ pub enum HookEvent {
     PostToolUse,
     /// When a turn is about to end.
     Stop,
+    /// Once, before the first step of a subagent (Claude Code dialect; in place of
+    /// `SessionStart` in a child session).
+    SubagentStart,
+    /// When a subagent's turn is about to end (Claude Code dialect; in place of `Stop` in a
+    /// child session).
+    SubagentStop,
 }
 
 impl HookEvent {
-    /// Every supported event.
-    pub const ALL: [HookEvent; 5] = [
+    /// Every supported event (the first five are the Codex dialect's).
+    pub const ALL: [HookEvent; 7] = [
         HookEvent::SessionStart,
         HookEvent::UserPromptSubmit,
         HookEvent::PreToolUse,
         HookEvent::PostToolUse,
         HookEvent::Stop,
+        HookEvent::SubagentStart,
+        HookEvent::SubagentStop,
     ];
 
     /// The Claude Code spelling (`PreToolUse`).
@@ -48,28 +100,30 @@ impl HookEvent {
             HookEvent::PreToolUse => "PreToolUse",
             HookEvent::PostToolUse => "PostToolUse",
             HookEvent::Stop => "Stop",
+            HookEvent::SubagentStart => "SubagentStart",
+            HookEvent::SubagentStop => "SubagentStop",
         }
     }
 
-    fn parse(name: &str) -> Option<HookEvent> {
-        HookEvent::ALL.into_iter().find(|e| e.as_str() == name)
+    fn parse(name: &str, dialect: HookDialect) -> Option<HookEvent> {
+        dialect
+            .events()
+            .iter()
+            .copied()
+            .find(|e| e.as_str() == name)
     }
 
-    /// True when the event filters on its matcher (tool events, and `SessionStart` on the
-    /// start source); `UserPromptSubmit` and `Stop` ignore matchers, as Claude Code does.
+    /// True when the event filters on its matcher (tool events, `SessionStart` on the start
+    /// source, the subagent events on the agent type); `UserPromptSubmit` and `Stop` ignore
+    /// matchers, as Claude Code and Codex do.
     fn uses_matcher(self) -> bool {
-        matches!(
-            self,
-            HookEvent::PreToolUse | HookEvent::PostToolUse | HookEvent::SessionStart
-        )
+        !matches!(self, HookEvent::UserPromptSubmit | HookEvent::Stop)
     }
 }
 
 /// Claude Code events that dsh does not run; a file naming them loads with a warning.
 const UNSUPPORTED_EVENTS: &[&str] = &[
     "Notification",
-    "SubagentStart",
-    "SubagentStop",
     "PreCompact",
     "PostCompact",
     "SessionEnd",
@@ -91,6 +145,9 @@ const CLAUDE_CODE_TOOL_NAMES: &[(&str, &str)] = &[
     ("subagent", "Task"),
 ];
 
+/// Codex's name for dsh's shell tool: a Codex matcher `"Bash"` matches `bash` too.
+const CODEX_TOOL_NAMES: &[(&str, &str)] = &[("bash", "Bash")];
+
 /// One command to run.
 #[derive(Debug, Clone)]
 pub struct HookCommand {
@@ -106,6 +163,8 @@ pub struct HookGroup {
     /// The matcher as written (`None`, `""` and `"*"` match everything).
     pub matcher: Option<String>,
     regex: Option<Regex>,
+    /// Other names of dsh's tools the matcher may name (per dialect).
+    aliases: &'static [(&'static str, &'static str)],
     /// Commands, run in order.
     pub commands: Vec<HookCommand>,
 }
@@ -119,7 +178,7 @@ impl HookGroup {
         if regex.is_match(subject) {
             return true;
         }
-        CLAUDE_CODE_TOOL_NAMES
+        self.aliases
             .iter()
             .any(|(ours, theirs)| *ours == subject && regex.is_match(theirs))
     }
@@ -154,6 +213,7 @@ impl std::error::Error for HookConfigError {}
 /// Every configured hook, by event, in the order the sources and files list them.
 #[derive(Debug, Clone, Default)]
 pub struct HooksConfig {
+    dialect: HookDialect,
     groups: Vec<(HookEvent, HookGroup)>,
     /// Non-fatal remarks (events dsh does not run), for the front end to show.
     pub warnings: Vec<String>,
@@ -163,6 +223,11 @@ impl HooksConfig {
     /// No hooks.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The dialect the hooks were written in.
+    pub fn dialect(&self) -> HookDialect {
+        self.dialect
     }
 
     /// True when no hook is configured.
@@ -179,6 +244,7 @@ impl HooksConfig {
     }
 
     /// Adds `other`'s hooks after these (hooks from every source run; none replaces another).
+    /// Both must be of one dialect; the Codex file is a configuration of its own.
     pub fn extend(&mut self, other: HooksConfig) {
         self.groups.extend(other.groups);
         self.warnings.extend(other.warnings);
@@ -283,7 +349,7 @@ impl HooksConfig {
         };
         for (name, groups) in events {
             let event_key = format!("{key}.{name}");
-            let Some(event) = HookEvent::parse(name) else {
+            let Some(event) = HookEvent::parse(name, HookDialect::ClaudeCode) else {
                 if UNSUPPORTED_EVENTS.contains(&name.as_str()) {
                     config.warnings.push(format!(
                         "{origin}: `{event_key}`: dsh does not run {name} hooks; they are ignored"
@@ -425,6 +491,7 @@ fn parse_group(
     (errors.len() == before).then_some(HookGroup {
         matcher,
         regex,
+        aliases: CLAUDE_CODE_TOOL_NAMES,
         commands,
     })
 }
@@ -497,4 +564,242 @@ fn parse_command(
         command: command.to_string(),
         timeout,
     })
+}
+
+impl HooksConfig {
+    /// Reads a Codex-dialect hooks file (`$DSH_HOME/codex-hooks.json`); a missing file is no
+    /// hooks (docs/hooks.md, "The Codex dialect").
+    pub fn load_codex_file(path: &Path) -> Result<HooksConfig, Vec<HookConfigError>> {
+        let origin = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => HooksConfig::parse_codex_text(&origin, &text),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(HooksConfig {
+                dialect: HookDialect::Codex,
+                ..HooksConfig::default()
+            }),
+            Err(err) => Err(vec![error(
+                &origin,
+                "",
+                format!("cannot be read: {err}"),
+                "check the file's permissions, or remove it",
+            )]),
+        }
+    }
+
+    /// Parses the text of a Codex hooks file; `origin` names it in messages.
+    pub fn parse_codex_text(origin: &str, text: &str) -> Result<HooksConfig, Vec<HookConfigError>> {
+        let value: Value = serde_json::from_str(text).map_err(|err| {
+            vec![error(
+                origin,
+                "",
+                format!("is not valid JSON: {err}"),
+                "fix the syntax (a Codex hooks file is {\"hooks\": {...}} or the event map itself)",
+            )]
+        })?;
+        HooksConfig::parse_codex(origin, &value)
+    }
+
+    /// Parses a Codex hooks document: `{"hooks": {<Event>: [...]}}` or the bare event map.
+    /// Only `PreToolUse`, `PostToolUse`, `SessionStart`, `UserPromptSubmit` and `Stop` run;
+    /// other events, hooks of another `type` and `async: true` hooks are skipped with a warning,
+    /// as dsh's Codex bridge does. Every problem is reported.
+    pub fn parse_codex(origin: &str, value: &Value) -> Result<HooksConfig, Vec<HookConfigError>> {
+        let mut config = HooksConfig {
+            dialect: HookDialect::Codex,
+            ..HooksConfig::default()
+        };
+        let Some(root) = value.as_object() else {
+            return Err(vec![error(
+                origin,
+                "",
+                "is not a JSON object",
+                "write {\"hooks\": {\"PreToolUse\": [...]}}",
+            )]);
+        };
+        let (key, events) = match root.get("hooks").and_then(Value::as_object) {
+            Some(map) => ("hooks", map),
+            None => ("", root),
+        };
+        let mut errors = Vec::new();
+        for (name, groups) in events {
+            let event_key = if key.is_empty() {
+                name.clone()
+            } else {
+                format!("{key}.{name}")
+            };
+            let Some(event) = HookEvent::parse(name, HookDialect::Codex) else {
+                if groups.is_array() {
+                    config.warnings.push(format!(
+                        "{origin}: `{event_key}`: the Codex dialect runs {} hooks only; {name} is ignored",
+                        codex_list()
+                    ));
+                }
+                continue;
+            };
+            let Some(groups) = groups.as_array() else {
+                errors.push(error(
+                    origin,
+                    &event_key,
+                    "must be an array of matcher groups",
+                    "write [{\"matcher\": \"...\", \"hooks\": [{\"type\": \"command\", \"command\": \"...\"}]}]",
+                ));
+                continue;
+            };
+            for (i, group) in groups.iter().enumerate() {
+                let group_key = format!("{event_key}[{i}]");
+                let parsed = parse_codex_group(origin, &group_key, event, group, &mut config);
+                match parsed {
+                    Ok(Some(group)) => config.groups.push((event, group)),
+                    Ok(None) => {}
+                    Err(problem) => errors.push(problem),
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+fn codex_list() -> String {
+    HookDialect::Codex
+        .events()
+        .iter()
+        .map(|e| e.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One Codex matcher group: `None` when none of its hooks can run (all skipped).
+fn parse_codex_group(
+    origin: &str,
+    key: &str,
+    event: HookEvent,
+    group: &Value,
+    config: &mut HooksConfig,
+) -> Result<Option<HookGroup>, HookConfigError> {
+    let Some(items) = group.get("hooks").and_then(Value::as_array) else {
+        return Err(error(
+            origin,
+            &format!("{key}.hooks"),
+            "is missing or not an array (or the group is not an object)",
+            "write {\"matcher\": \"...\", \"hooks\": [{\"type\": \"command\", \"command\": \"...\"}]}",
+        ));
+    };
+    let mut commands = Vec::new();
+    for (j, item) in items.iter().enumerate() {
+        let item_key = format!("{key}.hooks[{j}]");
+        let Some(hook) = item.as_object() else {
+            return Err(error(
+                origin,
+                &item_key,
+                "must be an object",
+                "write {\"type\": \"command\", \"command\": \"...\"}",
+            ));
+        };
+        let kind = hook
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("command");
+        if kind != "command" {
+            config.warnings.push(format!(
+                "{origin}: `{item_key}`: skipping the unsupported \"{kind}\" hook (only command hooks run)"
+            ));
+            continue;
+        }
+        if hook.get("async") == Some(&Value::Bool(true)) {
+            config.warnings.push(format!(
+                "{origin}: `{item_key}`: skipping the async hook (only synchronous command hooks run)"
+            ));
+            continue;
+        }
+        let Some(command) = hook
+            .get("command")
+            .and_then(Value::as_str)
+            .filter(|c| !c.trim().is_empty())
+        else {
+            return Err(error(
+                origin,
+                &format!("{item_key}.command"),
+                "is missing or empty",
+                "add the shell command to run, e.g. \"command\": \"./check.sh\"",
+            ));
+        };
+        // Codex accepts `timeout` or its alias `timeoutSec`, in seconds.
+        let (timeout_key, timeout) = match (hook.get("timeout"), hook.get("timeoutSec")) {
+            (Some(value), _) if !value.is_null() => ("timeout", Some(value)),
+            (_, Some(value)) if !value.is_null() => ("timeoutSec", Some(value)),
+            _ => ("timeout", None),
+        };
+        let timeout = match timeout.map(Value::as_f64) {
+            None => DEFAULT_CODEX_HOOK_TIMEOUT,
+            Some(Some(secs)) if secs > 0.0 && secs <= 86_400.0 => Duration::from_secs_f64(secs),
+            Some(_) => {
+                return Err(error(
+                    origin,
+                    &format!("{item_key}.{timeout_key}"),
+                    "must be a positive number of seconds (at most 86400)",
+                    "write e.g. \"timeout\": 30, or leave it out for 600 s",
+                ))
+            }
+        };
+        commands.push(HookCommand {
+            command: command.to_string(),
+            timeout,
+        });
+    }
+    if commands.is_empty() {
+        return Ok(None);
+    }
+    let (matcher, regex) = codex_matcher(origin, key, event, group)?;
+    Ok(Some(HookGroup {
+        matcher,
+        regex,
+        aliases: CODEX_TOOL_NAMES,
+        commands,
+    }))
+}
+
+/// The matcher of a Codex group as written and compiled: `None` for match-all, and for
+/// `UserPromptSubmit` and `Stop`, which have no matcher subject and discard it unread.
+fn codex_matcher(
+    origin: &str,
+    key: &str,
+    event: HookEvent,
+    group: &Value,
+) -> Result<(Option<String>, Option<Regex>), HookConfigError> {
+    let matcher = if event.uses_matcher() {
+        match group.get("matcher") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(m)) => Some(m.clone()),
+            Some(_) => {
+                return Err(error(
+                    origin,
+                    &format!("{key}.matcher"),
+                    "must be a string",
+                    "write a regular expression, e.g. \"bash|Bash\"",
+                ))
+            }
+        }
+    } else {
+        None
+    };
+    let regex = match &matcher {
+        // Codex matchers are unanchored regular expressions: "as" matches "bash".
+        Some(m) if !m.is_empty() && m != "*" => Some(Regex::new(m).map_err(|err| {
+            let detail = err.to_string();
+            let last = detail.lines().last().unwrap_or_default().trim().to_string();
+            error(
+                origin,
+                &format!("{key}.matcher"),
+                format!("`{m}` is not a valid regular expression ({last})"),
+                "write a tool name (\"bash\"), alternatives (\"bash|write\"), \"*\" for every \
+                 tool, or escape special characters (\"\\\\[\")",
+            )
+        })?),
+        _ => None,
+    };
+    Ok((matcher, regex))
 }

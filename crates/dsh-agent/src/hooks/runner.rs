@@ -1,12 +1,16 @@
 //! Running one hook command: `bash -c <command>` in its own process group, the event's JSON on
 //! stdin, stdout and stderr captured (bounded), killed with its whole group at the timeout.
 //!
+//! The command is forked on dsh_tools' spawner thread under a keeper
+//! ([`dsh_tools::guard_group_std`]): it and everything it starts in its group die when dsh dies
+//! (also by `SIGKILL`), and whatever it leaves running in its group is ended when it exits
+//! (docs/hooks.md, "How a hook runs").
+//!
 //! The runner is synchronous: the extension points that call it are synchronous, and a hook is
 //! a short process. On a multi-threaded runtime the caller moves it off the async workers with
 //! `block_in_place`.
 
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -86,7 +90,8 @@ pub(crate) fn run_command(
     timeout: Duration,
 ) -> RunOutput {
     let started = Instant::now();
-    let mut child = match Command::new(shell())
+    let mut process = Command::new(shell());
+    process
         .arg("-c")
         .arg(command)
         .current_dir(cwd)
@@ -94,10 +99,9 @@ pub(crate) fn run_command(
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-    {
+        .stderr(Stdio::piped());
+    dsh_tools::guard_group_std(&mut process);
+    let mut child = match dsh_tools::spawn_std_child(process) {
         Ok(child) => child,
         Err(err) => {
             return RunOutput {

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
 use dsh_test_support::chunks::{text, tool_call};
+use dsh_test_support::tool_result_text;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,7 @@ use dsh_agent::{
     approvals_path, read_rules, Agent, AgentOptions, AgentParts, ApprovalChoice, ApprovalDecision,
     ApprovalRequest, ApprovalRules, Approver, ExtensionSet, ReplayAdapter, SafetyPolicy,
 };
-use dsh_llm::{AdapterRegistry, CallConfig, Chunk, ContentBlock};
+use dsh_llm::{AdapterRegistry, CallConfig, Chunk};
 use dsh_session::{load_file, open_store, Event, StoreKind};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
 use futures::future::BoxFuture;
@@ -112,23 +113,7 @@ async fn run(home: &Path, calls: Vec<Vec<Chunk>>, approver: Option<Arc<dyn Appro
     for envelope in &events {
         match &envelope.event {
             Event::ToolResult(r) => {
-                let text = r
-                    .message
-                    .content
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::ToolResult { content, .. } => Some(
-                            content
-                                .iter()
-                                .filter_map(|c| match c {
-                                    ContentBlock::Text { text } => Some(text.clone()),
-                                    _ => None,
-                                })
-                                .collect::<String>(),
-                        ),
-                        _ => None,
-                    })
-                    .collect::<String>();
+                let text = tool_result_text(&r.message);
                 outcome
                     .results
                     .push((text, r.error.as_ref().map(|e| e.code.clone())));

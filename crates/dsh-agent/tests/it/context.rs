@@ -125,3 +125,141 @@ async fn changed_agents_md_adds_one_message_and_keeps_the_system_prompt() {
     assert!(!requests[2].system.contains("Use spaces."));
     assert!(!requests[2].system.contains("2026"));
 }
+
+/// Nested instruction files arrive when a tool first touches their directory, and changes or
+/// removals of loaded files are reported, each once (as dsh's agent-instructions plugin does);
+/// a resumed session knows which nested files the model already has.
+#[tokio::test]
+async fn nested_instructions_load_on_touch_and_changes_are_reported() {
+    use dsh_test_support::chunks::tool_call;
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let cwd = project.path().to_path_buf();
+    std::fs::create_dir(cwd.join(".git")).unwrap();
+    std::fs::create_dir_all(cwd.join("pkg/deep")).unwrap();
+    std::fs::create_dir_all(cwd.join("other")).unwrap();
+    std::fs::write(cwd.join("AGENTS.md"), "Root rule.").unwrap();
+    std::fs::write(cwd.join("pkg/AGENTS.md"), "Package rule.").unwrap();
+    // Same content as its sibling: loaded once.
+    std::fs::write(cwd.join("pkg/CLAUDE.md"), "Package rule.\n").unwrap();
+    std::fs::write(cwd.join("pkg/deep/task.txt"), "task").unwrap();
+    std::fs::write(cwd.join("other/AGENTS.md"), "Other rule.").unwrap();
+
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let spy = Arc::new(Spy {
+        inner: ReplayAdapter::new(vec![
+            tool_call("c1", "read", r#"{"file_path":"pkg/deep/task.txt"}"#),
+            text("read it"),
+            text("second turn"),
+            tool_call("c2", "read", r#"{"file_path":"pkg/deep/task.txt"}"#),
+            text("third turn"),
+        ]),
+        requests: requests.clone(),
+    });
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("spy", spy).unwrap();
+    let extensions = ExtensionSet::new();
+    let day = Arc::new(Mutex::new("2026-11-30".to_string()));
+    let _context = extensions.register(Arc::new(ContextMessages::new(
+        &cwd,
+        None,
+        Box::new(FixedDay(day.clone())),
+    )));
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut agent = Agent::create(
+        AgentParts {
+            adapters,
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            extensions,
+            tool_context: ToolContext::new(&cwd, SpillDir::create(home.path().join("s")).unwrap())
+                .unwrap(),
+            options: AgentOptions::new(CallConfig::new("spy", "m"), &cwd),
+        },
+        store.as_ref(),
+    )
+    .unwrap();
+    let handle = agent.handle();
+    handle.followup("one").unwrap();
+    agent.run_until_idle().await.unwrap();
+    {
+        let requests = requests.lock().unwrap();
+        let first = plugin_messages(&requests[0].messages, PROJECT_INSTRUCTIONS_PLUGIN);
+        assert_eq!(first.len(), 1);
+        assert!(first[0].contains("Root rule."));
+        assert!(!first[0].contains("Package rule."), "not touched yet");
+        let second = plugin_messages(&requests[1].messages, PROJECT_INSTRUCTIONS_PLUGIN);
+        assert_eq!(second.len(), 2, "{second:#?}");
+        let added = &second[1];
+        assert!(
+            added.starts_with("Additional instructions from: pkg/AGENTS.md"),
+            "{added}"
+        );
+        assert!(added.contains("under `pkg`"), "{added}");
+        assert_eq!(added.matches("Package rule.").count(), 1, "{added}");
+        assert!(
+            !added.contains("Other rule."),
+            "an untouched directory: {added}"
+        );
+    }
+
+    // Between turns: the package file changes and the root file goes away.
+    std::fs::write(cwd.join("pkg/AGENTS.md"), "Package rule, revised.").unwrap();
+    std::fs::write(cwd.join("pkg/CLAUDE.md"), "").unwrap();
+    std::fs::remove_file(cwd.join("AGENTS.md")).unwrap();
+    handle.followup("two").unwrap();
+    agent.run_until_idle().await.unwrap();
+    let location = handle.location();
+    {
+        let requests = requests.lock().unwrap();
+        let all = plugin_messages(&requests[2].messages, PROJECT_INSTRUCTIONS_PLUGIN);
+        assert_eq!(all.len(), 3, "{all:#?}");
+        let update = &all[2];
+        assert!(
+            update.contains("Instructions removed: AGENTS.md"),
+            "{update}"
+        );
+        assert!(
+            update.contains("Updated instructions from: pkg/AGENTS.md"),
+            "{update}"
+        );
+        assert!(update.contains("Package rule, revised."), "{update}");
+        assert!(!update.contains("Root rule."), "{update}");
+    }
+    drop(agent);
+
+    // Resumed: the model has pkg/AGENTS.md; touching pkg again adds nothing, a change made
+    // while the session was closed is reported at the first step.
+    std::fs::write(cwd.join("pkg/AGENTS.md"), "Package rule, third.").unwrap();
+    let log = dsh_session::load_file(std::path::Path::new(&location)).unwrap();
+    let update = log
+        .events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            dsh_session::Event::UserMessage(m) => match &m.source {
+                MessageSource::Plugin { plugin, extra, .. }
+                    if plugin == PROJECT_INSTRUCTIONS_PLUGIN =>
+                {
+                    extra.get("changes").cloned()
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(update[0]["action"], "remove", "{update}");
+    assert_eq!(update[1]["action"], "replace", "{update}");
+    assert_eq!(update[1]["path"], "pkg/AGENTS.md", "{update}");
+
+    let context = ContextMessages::new(&cwd, None, Box::new(FixedDay(day)));
+    dsh_agent::Extension::restore(&context, &log.events);
+    let mut step = dsh_agent::PreStepContext::default();
+    dsh_agent::Extension::pre_step(&context, &mut step).unwrap();
+    let texts: Vec<String> = step.inject.iter().map(Message::text).collect();
+    assert_eq!(texts.len(), 1, "{texts:#?}");
+    assert!(
+        texts[0].starts_with("Updated instructions from: pkg/AGENTS.md"),
+        "{texts:#?}"
+    );
+    assert!(texts[0].contains("Package rule, third."));
+}

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
 use dsh_test_support::chunks::{text, tool_call};
+use dsh_test_support::tool_result_text;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,8 +13,8 @@ use dsh_agent::{
     ToolVerdict, TurnStoppingContext,
 };
 use dsh_llm::{
-    Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, ContentBlock, FinishReason,
-    GenerateRequest, Message,
+    Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, FinishReason, GenerateRequest,
+    Message,
 };
 use dsh_session::{load_file, open_store, Event, StoreKind, TurnEndReason};
 use dsh_tools::{SpillDir, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
@@ -186,22 +187,7 @@ async fn extension_tools_and_adapters_come_and_go_with_their_guard() {
         .iter()
         .filter_map(|e| match &e.event {
             Event::ToolResult(r) => Some((
-                r.message
-                    .content
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::ToolResult { content, .. } => Some(
-                            content
-                                .iter()
-                                .map(|c| match c {
-                                    ContentBlock::Text { text } => text.clone(),
-                                    _ => String::new(),
-                                })
-                                .collect::<String>(),
-                        ),
-                        _ => None,
-                    })
-                    .collect(),
+                tool_result_text(&r.message),
                 r.error.as_ref().map(|e| e.code.clone()),
             )),
             _ => None,

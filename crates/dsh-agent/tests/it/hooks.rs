@@ -5,14 +5,17 @@
 #![allow(clippy::unwrap_used)]
 
 use dsh_test_support::chunks::{text, tool_call};
+use dsh_test_support::process::{alive, alive_with, poll_until, spawn_helper_test, wait_for_pid};
+use dsh_test_support::tool_result_text;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use dsh_agent::{
     Agent, AgentOptions, AgentParts, ApprovalDecision, ApprovalRequest, Approver, ClaudeCodeHooks,
     ExtensionSet, HooksConfig, ReplayAdapter, HOOKS_PLUGIN,
 };
-use dsh_llm::{AdapterRegistry, CallConfig, Chunk, ContentBlock, MessageSource};
+use dsh_llm::{AdapterRegistry, CallConfig, Chunk, MessageSource};
 use dsh_session::{load_file, open_store, Envelope, Event, StoreKind, TurnEndReason};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
 use futures::future::BoxFuture;
@@ -43,22 +46,7 @@ impl Run {
         self.events
             .iter()
             .filter_map(|e| match &e.event {
-                Event::ToolResult(r) => Some(
-                    r.message
-                        .content
-                        .iter()
-                        .map(|b| match b {
-                            ContentBlock::ToolResult { content, .. } => content
-                                .iter()
-                                .map(|c| match c {
-                                    ContentBlock::Text { text } => text.clone(),
-                                    _ => String::new(),
-                                })
-                                .collect::<String>(),
-                            _ => String::new(),
-                        })
-                        .collect(),
-                ),
+                Event::ToolResult(r) => Some(tool_result_text(&r.message)),
                 _ => None,
             })
             .collect()
@@ -416,16 +404,10 @@ async fn a_hanging_hook_is_killed_at_its_timeout_with_its_process_group() {
         .unwrap();
     // The background child of the hook is gone too (killed with the group, then reaped by
     // init); give the kernel a moment.
-    let mut alive = true;
-    for _ in 0..50 {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        alive = !status.is_empty() && !status.contains(") Z ");
-        if !alive {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(!alive, "the hook's child {pid} survived the timeout");
+    assert!(
+        poll_until(Duration::from_secs(1), || !alive(pid)),
+        "the hook's child {pid} survived the timeout"
+    );
 }
 
 #[tokio::test]
@@ -504,4 +486,73 @@ fn invalid_matchers_and_shapes_fail_with_file_key_and_fix() {
     assert!(HooksConfig::load_file(&dir.path().join("missing.json"))
         .unwrap()
         .is_empty());
+}
+
+/// Env var naming the scratch dir of [`helper_runs_a_hanging_hook`]; unset, it does nothing.
+const HOOK_HELPER_ENV: &str = "DSH_HOOK_DEATH_HELPER_DIR";
+
+/// A hook still running when dsh is killed with SIGKILL dies with it, and so does what the
+/// hook started in its group (`sleep &`): the keeper of `dsh_tools::guard_group_std`
+/// (docs/hooks.md, "How a hook runs"). The helper playing dsh is this test binary.
+#[test]
+fn a_running_hook_and_its_children_die_with_dsh() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut helper = spawn_helper_test(
+        "hooks::helper_runs_a_hanging_hook",
+        HOOK_HELPER_ENV,
+        dir.path(),
+    )
+    .unwrap();
+    let hook = wait_for_pid(&dir.path().join("hook.pid"));
+    let child = wait_for_pid(&dir.path().join("child.pid"));
+    assert!(alive_with(child, "300"), "the hook's child is not running");
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    assert!(
+        poll_until(Duration::from_secs(5), || !alive(hook)
+            && !alive_with(child, "300")),
+        "hook {hook} or its child {child} outlived dsh"
+    );
+}
+
+/// The dsh stand-in of [`a_running_hook_and_its_children_die_with_dsh`]: a session whose
+/// `PreToolUse` hook starts a background `sleep` and then sleeps itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper process of a_running_hook_and_its_children_die_with_dsh"]
+async fn helper_runs_a_hanging_hook() {
+    let Some(dir) = std::env::var_os(HOOK_HELPER_ENV) else {
+        return;
+    };
+    let dir = Path::new(&dir).display().to_string();
+    let command = format!(
+        "echo $$ > '{dir}/hook.tmp'; sleep 300 & echo $! > '{dir}/child.tmp'; mv '{dir}/child.tmp' '{dir}/child.pid'; mv '{dir}/hook.tmp' '{dir}/hook.pid'; sleep 299; true"
+    );
+    let hooks = json!({"PreToolUse": [{"hooks": [{"type": "command", "command": command, "timeout": 600}]}]});
+    run(
+        hooks,
+        &[],
+        vec![tool_call("c1", "bash", ECHO_HELLO), text("ok")],
+        false,
+    )
+    .await;
+}
+
+/// A hook that exits leaves nothing running in its process group: a background child that
+/// does not hold the output pipes is ended with the hook.
+#[tokio::test]
+async fn what_a_finished_hook_left_in_its_group_is_ended() {
+    let hooks = json!({"PreToolUse": [{"hooks": [{"type": "command", "command": "sleep 300 >/dev/null 2>&1 & echo $! > child.pid; exit 0"}]}]});
+    let run = run(
+        hooks,
+        &[],
+        vec![tool_call("c1", "bash", ECHO_HELLO), text("ok")],
+        false,
+    )
+    .await;
+    assert!(run.tool_results()[0].contains("HELLO"));
+    let child = wait_for_pid(&run.cwd.path().join("child.pid"));
+    assert!(
+        poll_until(Duration::from_secs(5), || !alive_with(child, "300")),
+        "the hook's background child {child} outlived the hook"
+    );
 }

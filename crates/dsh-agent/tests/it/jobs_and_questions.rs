@@ -17,6 +17,7 @@ use dsh_llm::{
     Message, MessageSource, RetryPolicy,
 };
 use dsh_session::{open_store, StoreKind, TurnEndReason};
+use dsh_test_support::tool_result_text;
 use dsh_tools::{
     group_has_live_members, AskUserQuestionTool, JobTable, PermissionPreset, SpillDir, ToolContext,
     ToolRegistry,
@@ -142,21 +143,7 @@ fn tool_results(messages: &[Message]) -> Vec<String> {
     messages
         .iter()
         .filter(|m| matches!(m.source, MessageSource::Tool { .. }))
-        .map(|m| {
-            m.content
-                .iter()
-                .map(|b| match b {
-                    dsh_llm::ContentBlock::ToolResult { content, .. } => content
-                        .iter()
-                        .map(|c| match c {
-                            dsh_llm::ContentBlock::Text { text } => text.clone(),
-                            _ => String::new(),
-                        })
-                        .collect::<String>(),
-                    _ => String::new(),
-                })
-                .collect()
-        })
+        .map(tool_result_text)
         .collect()
 }
 
@@ -191,7 +178,7 @@ async fn a_background_job_finishes_while_the_agent_works_and_the_model_is_told()
     assert!(
         outcome
             .final_text
-            .starts_with("saw: Background job job-1 finished: completed (exit code 0)"),
+            .starts_with("saw: Background job bash-1 finished: completed (exit code 0)"),
         "{}",
         outcome.final_text
     );
@@ -206,7 +193,7 @@ async fn a_background_job_finishes_while_the_agent_works_and_the_model_is_told()
     assert!(requests[1].0 - started < Duration::from_millis(1500));
     let results = tool_results(&requests[1].1);
     assert!(
-        results[0].starts_with("Started background job job-1."),
+        results[0].starts_with("Started background job bash-1."),
         "{results:?}"
     );
     // The notice was not there while the job ran, and came after the other call's result.
@@ -330,4 +317,112 @@ async fn a_front_end_asker_answers() {
         seen.questions[0].options[1].description.as_deref(),
         Some("embedded")
     );
+}
+
+/// A job that finishes while the agent is idle wakes it with a new turn (dsh's
+/// `completionDelivery: wakeup`), at most `MAX_CONSECUTIVE_WAKES` turns in a row: here every
+/// woken turn starts another job, and the fourth completion no longer opens a turn. The user's
+/// next message refills the budget. `run_until_settled` (what `dsh run` uses) waits for the
+/// wake-ups and returns once nothing can wake the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_wake_the_idle_agent_at_most_three_times_in_a_row() {
+    let background = |id: &'static str| -> Reply {
+        Box::new(move |_| {
+            call(
+                id,
+                "bash",
+                serde_json::json!({"command": "sleep 0.3", "description": "short", "run_in_background": true}),
+            )
+        })
+    };
+    let idle = |text: &'static str| -> Reply { Box::new(move |_| say(text)) };
+    let replies: Vec<Reply> = vec![
+        background("c1"),
+        idle("turn 1 waits"),
+        background("c2"),
+        idle("wake 1"),
+        background("c3"),
+        idle("wake 2"),
+        background("c4"),
+        idle("wake 3"),
+        // After the user speaks again.
+        background("c5"),
+        idle("turn 5 waits"),
+        Box::new(|request| match request.messages.last() {
+            Some(m) if notice_in(std::slice::from_ref(m)).is_some() => say(&format!(
+                "woken by: {}",
+                m.text().lines().next().unwrap_or("")
+            )),
+            _ => say("no notice"),
+        }),
+    ];
+    assert_eq!(dsh_agent::MAX_CONSECUTIVE_WAKES, 3);
+    let mut s = setup(replies);
+    let handle = s.agent.handle();
+    let stop = tokio_util::sync::CancellationToken::new();
+    handle.followup("go").unwrap();
+    let outcomes = tokio::time::timeout(Duration::from_secs(30), s.agent.run_until_settled(&stop))
+        .await
+        .unwrap()
+        .unwrap();
+    let texts: Vec<&str> = outcomes.iter().map(|o| o.final_text.as_str()).collect();
+    assert_eq!(texts, ["turn 1 waits", "wake 1", "wake 2", "wake 3"]);
+    // The fourth job ends without opening a turn: the budget is spent.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.jobs.any_running() {
+        assert!(Instant::now() < deadline, "bash-4 did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.adapter.requests.lock().unwrap().len(), 8);
+    let (_, next_turn) = handle.pending();
+    assert!(next_turn.is_empty(), "no wake-up was queued: {next_turn:?}");
+
+    // Each woken turn started from the notice of the job before it.
+    {
+        let requests = s.adapter.requests.lock().unwrap();
+        for (k, job) in [(2, "bash-1"), (4, "bash-2"), (6, "bash-3")] {
+            let notice = requests[k]
+                .1
+                .iter()
+                .rev()
+                .find_map(|m| match &m.source {
+                    MessageSource::Plugin { plugin, .. } if plugin == BACKGROUND_JOBS_PLUGIN => {
+                        Some(m.text())
+                    }
+                    _ => None,
+                })
+                .unwrap();
+            assert!(
+                notice.starts_with(&format!("Background job {job} finished")),
+                "{notice}"
+            );
+        }
+    }
+
+    // The user's message refills the budget: its job wakes the agent again, and the notice of
+    // bash-4, left unreported, reaches the model in the user's turn.
+    handle.followup("again").unwrap();
+    let outcomes = tokio::time::timeout(Duration::from_secs(30), s.agent.run_until_settled(&stop))
+        .await
+        .unwrap()
+        .unwrap();
+    let texts: Vec<&str> = outcomes.iter().map(|o| o.final_text.as_str()).collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(texts[0], "turn 5 waits");
+    assert!(
+        texts[1].starts_with("woken by: Background job bash-5 finished: completed (exit code 0)"),
+        "{texts:?}"
+    );
+
+    // The log: each wake-up is queued input for a new turn with the plugin's source.
+    let log = dsh_session::load_file(std::path::Path::new(&handle.location())).unwrap();
+    let wakes = log
+        .events
+        .iter()
+        .filter(|e| matches!(&e.event, dsh_session::Event::UserMessage(m)
+            if matches!(&m.source, MessageSource::Plugin { plugin, .. } if plugin == BACKGROUND_JOBS_PLUGIN)))
+        .count();
+    // 4 wake-ups, plus bash-4's notice injected into the user's turn 5.
+    assert_eq!(wakes, 5);
 }

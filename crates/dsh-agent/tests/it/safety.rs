@@ -5,13 +5,14 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
 use dsh_test_support::chunks::{text, tool_call};
+use dsh_test_support::tool_result_text;
 use std::sync::{Arc, Mutex};
 
 use dsh_agent::{
     Agent, AgentOptions, AgentParts, ApprovalDecision, ApprovalRequest, Approver, ExtensionSet,
     ReplayAdapter, SafetyPolicy,
 };
-use dsh_llm::{AdapterRegistry, CallConfig, ContentBlock};
+use dsh_llm::{AdapterRegistry, CallConfig};
 use dsh_session::{load_file, open_store, Envelope, Event, StoreKind};
 use dsh_tools::{
     PermissionPreset, SpillDir, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
@@ -132,26 +133,10 @@ fn results(events: &[Envelope]) -> Vec<(String, Option<String>)> {
     events
         .iter()
         .filter_map(|e| match &e.event {
-            Event::ToolResult(r) => {
-                let text = r
-                    .message
-                    .content
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::ToolResult { content, .. } => Some(
-                            content
-                                .iter()
-                                .filter_map(|c| match c {
-                                    ContentBlock::Text { text } => Some(text.clone()),
-                                    _ => None,
-                                })
-                                .collect::<String>(),
-                        ),
-                        _ => None,
-                    })
-                    .collect();
-                Some((text, r.error.as_ref().map(|e| e.code.clone())))
-            }
+            Event::ToolResult(r) => Some((
+                tool_result_text(&r.message),
+                r.error.as_ref().map(|e| e.code.clone()),
+            )),
             _ => None,
         })
         .collect()

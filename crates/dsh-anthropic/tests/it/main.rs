@@ -4,6 +4,10 @@
 //! Every integration test file of this crate is a module of this one binary, so the crate links
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
 
+// Test code: a failed unwrap or expect is a failed test (docs/ARCHITECTURE.md, "Lints and
+// formatting").
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cancel_and_secrets;
 mod common;
 mod conversation;

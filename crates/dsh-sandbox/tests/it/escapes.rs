@@ -391,7 +391,7 @@ fn preference_parsing() {
 }
 
 /// A folder for scratch areas outside every directory the sandbox leaves writable
-/// (see `dsh_test_support::scratch_parent`).
-fn scratch_parent() -> std::path::PathBuf {
+/// (see `dsh_test_support::scratch_parent`); root_escapes.rs uses it too.
+pub(crate) fn scratch_parent() -> std::path::PathBuf {
     dsh_test_support::scratch_parent(std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap()
 }

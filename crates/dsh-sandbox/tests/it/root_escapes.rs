@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::escapes::scratch_parent;
 use dsh_sandbox::{MountNamespace, Sandbox, SandboxMode, SandboxPreference, SandboxProbe};
 use dsh_tools::{
     CommandConfinement, NoSandbox, PermissionPreset, SpillDir, ToolContext, ToolError, ToolOutput,
@@ -983,12 +984,6 @@ fn spawn_helper_none(cwd: &Path, command: &str, envs: &[(&str, &str)]) -> std::p
         cmd.env(k, v);
     }
     cmd.spawn().unwrap()
-}
-
-/// A folder for scratch areas outside every directory the sandbox leaves writable
-/// (see `dsh_test_support::scratch_parent`).
-fn scratch_parent() -> std::path::PathBuf {
-    dsh_test_support::scratch_parent(std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap()
 }
 
 /// Not a check: prints the mean wall time of a confined `bash` call running `true` for each

@@ -8,7 +8,10 @@
 //! - whatever it yields goes through `Projector`, `SessionTracker`, repair and the Markdown
 //!   export without panicking;
 //! - a real log cut at any byte loads a prefix of the full log's events (the torn line is
-//!   dropped and reported), never an error, never an invented event.
+//!   dropped and reported), never an error, never an invented event;
+//! - a zstd-compressed log (every vendored dsh log, compressed as dsh does, see
+//!   `dsh_logs::dsh_style_zstd`) damaged anywhere, or arbitrary bytes under a `.jsonl.zstd`
+//!   name, give events or a clear error, never a panic.
 //!
 //! Case counts are bounded for CI; `DSH_FUZZ_CASES=<n>` runs each property `n` times instead
 //! (for example `DSH_FUZZ_CASES=100000 cargo test --release -p dsh-session --test it fuzz_props`).
@@ -252,6 +255,106 @@ fn mutate(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
         }
     }
     bytes
+}
+
+/// Every vendored dsh log that loads (fixtures/dsh), compressed as dsh writes it, read once.
+fn zstd_corpus() -> &'static [(String, Vec<u8>)] {
+    static CORPUS: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        crate::dsh_logs::vendored_dsh_logs()
+            .into_iter()
+            .filter(|p| {
+                let name = p.display().to_string();
+                !crate::dsh_logs::EXPECTED_REFUSALS
+                    .iter()
+                    .any(|(suffix, _)| name.ends_with(suffix))
+            })
+            .map(|p| {
+                let plain = std::fs::read(&p).unwrap();
+                (
+                    p.display().to_string(),
+                    crate::dsh_logs::dsh_style_zstd(&plain),
+                )
+            })
+            .collect()
+    })
+}
+
+/// Reads `bytes` as a `session.jsonl.zstd` file through [`LogReader::open`].
+fn read_zstd_file(bytes: &[u8]) -> Read {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session.jsonl.zstd");
+    std::fs::write(&path, bytes).unwrap();
+    let mut reader = match LogReader::open(&path) {
+        Ok(reader) => reader,
+        Err(err) => {
+            assert!(!err.to_string().is_empty());
+            return Read {
+                events: Vec::new(),
+                error: Some(err.to_string()),
+                torn: false,
+                header: None,
+            };
+        }
+    };
+    let mut events = Vec::new();
+    let mut error = None;
+    // Decompression can grow the input a lot: bound by events, not bytes.
+    for _ in 0..1_000_000 {
+        match reader.next_event() {
+            Ok(Some(env)) => events.push(env),
+            Ok(None) => break,
+            Err(err) => {
+                assert!(!err.to_string().is_empty());
+                error = Some(err.to_string());
+                break;
+            }
+        }
+    }
+    Read {
+        torn: reader.torn_tail().is_some(),
+        header: Some(reader.header().clone()),
+        events,
+        error,
+    }
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    #[test]
+    fn damaged_zstd_logs_never_panic(
+        which in any::<prop::sample::Index>(),
+        mutations in prop::collection::vec(mutation(), 1..4),
+    ) {
+        let (_, compressed) = which.get(zstd_corpus());
+        consume(&read_zstd_file(&mutate(compressed.clone(), &mutations)));
+    }
+
+    #[test]
+    fn arbitrary_bytes_as_zstd_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..800)) {
+        consume(&read_zstd_file(&bytes));
+    }
+
+    #[test]
+    fn a_zstd_log_cut_anywhere_loads_a_prefix_or_says_why(
+        which in any::<prop::sample::Index>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let (name, compressed) = which.get(zstd_corpus());
+        let full = read_zstd_file(compressed);
+        prop_assert!(full.error.is_none(), "{}: {:?}", name, full.error);
+        let at = cut.index(compressed.len() + 1);
+        let partial = read_zstd_file(&compressed[..at]);
+        // Cut inside the header frame: nothing to read, refused with a clear error. Elsewhere:
+        // the complete frames (and what the cut frame gave) load as a prefix.
+        if partial.header.is_some() {
+            prop_assert!(partial.error.is_none(), "{} cut at {}: {:?}", name, at, partial.error);
+            prop_assert!(partial.events[..] == full.events[..partial.events.len()], "{} cut at {}", name, at);
+        } else {
+            prop_assert!(partial.error.is_some());
+        }
+    }
 }
 
 proptest! {

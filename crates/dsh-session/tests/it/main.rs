@@ -4,7 +4,14 @@
 //! Every integration test file of this crate is a module of this one binary, so the crate links
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
 
+// Test code: a failed unwrap or expect is a failed test (docs/ARCHITECTURE.md, "Lints and
+// formatting").
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod atif;
+mod catalog;
 mod crash;
+mod dsh_logs;
 mod fixtures;
 mod fuzz_props;
 mod projection;

@@ -23,7 +23,7 @@ const KILL_GRACE: Duration = Duration::from_millis(1500);
 /// the group (its own `setsid`) can hold the pipes open that long.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
-const DESCRIPTION: &str = "Runs a shell command with `bash -c` and returns its output. \
+const BASE_DESCRIPTION: &str = "Runs a shell command with `bash -c` and returns its output. \
 Every call starts a new shell in the session's working directory: `cd`, variables and functions do not carry over, so pass `workdir` rather than chaining `cd`. \
 Stdin is empty (/dev/null) and there is no terminal, so interactive programs fail; pagers and colors are disabled. \
 The command gets `timeoutMs` (default 60000, at most 600000); on expiry it and every process it started are killed and the result ends with `[timed out after N ms: ...]`. \
@@ -34,6 +34,14 @@ Variables whose names contain KEY, TOKEN, SECRET or PASSWORD are removed from th
 Failures of the call itself start with `Error:` (for example a missing workdir, or no sandbox available for the session's permission preset). \
 With `run_in_background: true` the call returns a job id at once and the command keeps running (same sandbox, no timeout, stdout and stderr merged into one log): read new output with `job_output` (`wait: true` blocks until it ends), list jobs with `job_list`, stop one with `job_kill`. At most 10 background jobs run at a time; they are killed when the session ends. When a job finishes you are told in your next step, so keep working instead of polling. \
 Prefer the read, write, edit, glob and grep tools over cat, sed, find and grep in the shell.";
+
+/// The description: the base text and the escalation rules (docs/tools.md).
+static DESCRIPTION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{BASE_DESCRIPTION} {}",
+        crate::builtin::escalation_text("command")
+    )
+});
 
 /// The `bash` tool. See the module docs and `docs/tools.md`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,21 +65,24 @@ impl Tool for BashTool {
     }
 
     fn description(&self) -> &str {
-        DESCRIPTION
+        DESCRIPTION.as_str()
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The command line, run as `bash -c <command>`."},
-                "description": {"type": "string", "description": "What the command does, in 5-10 words, shown to the user (e.g. \"Run the unit tests\")."},
-                "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at 600000. The command and its children are killed when it expires."},
-                "workdir": {"type": "string", "description": "Directory to run in; relative paths are resolved against the session working directory. Defaults to it."},
-                "run_in_background": {"type": "boolean", "description": "Run in the background and return a job id immediately (read output with job_output, stop with job_kill). No timeout applies."}
-            },
-            "required": ["command", "description"]
-        })
+        crate::builtin::with_escalation(
+            json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "The command line, run as `bash -c <command>`."},
+                    "description": {"type": "string", "description": "What the command does, in 5-10 words, shown to the user (e.g. \"Run the unit tests\")."},
+                    "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at 600000. The command and its children are killed when it expires."},
+                    "workdir": {"type": "string", "description": "Directory to run in; relative paths are resolved against the session working directory. Defaults to it."},
+                    "run_in_background": {"type": "boolean", "description": "Run in the background and return a job id immediately (read output with job_output, stop with job_kill). No timeout applies."}
+                },
+                "required": ["command", "description"]
+            }),
+            "command",
+        )
     }
 
     fn execute<'a>(
@@ -350,7 +361,7 @@ fn sandbox_note(
         ),
     };
     Some(format!(
-        "[sandbox: commands run confined ({}) under the {} preset: {allowed}; a write elsewhere fails with the error above. Work inside the allowed directories; a wider mode needs the user's approval.]",
+        "[sandbox: commands run confined ({}) under the {} preset: {allowed}; a write elsewhere fails with the error above. Work inside the allowed directories, or retry this exact command once with `sandbox_permissions` (the narrowest wider preset that suffices) and a `justification`: the user is asked to approve it.]",
         ctx.confinement().name(),
         request.preset
     ))

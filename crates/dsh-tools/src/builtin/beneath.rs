@@ -17,6 +17,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path};
+#[cfg(target_os = "linux")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Prefix of the temp files `write`/`edit` create beside their target; the rest of the name is
@@ -24,7 +25,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// [`remove_leftover_temps`]).
 pub const TEMP_PREFIX: &str = ".dsh-tmp-";
 
+/// The flag of a descriptor used only to walk and to name a directory: `O_PATH` on Linux;
+/// elsewhere (macOS) a read-only open, the closest portable form (docs/SECURITY.md,
+/// "Platforms").
+#[cfg(target_os = "linux")]
+const DIR_HANDLE: libc::c_int = libc::O_PATH;
+#[cfg(not(target_os = "linux"))]
+const DIR_HANDLE: libc::c_int = libc::O_RDONLY;
+
 /// Set once `openat2` returned `ENOSYS`: later walks go straight to the `O_NOFOLLOW` walk.
+#[cfg(target_os = "linux")]
 static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
 
 /// True when `err` means a path component turned into a symbolic link (or left the root) after
@@ -95,7 +105,7 @@ pub(crate) fn open_root(root: &Path) -> io::Result<OwnedFd> {
     let fd = check(unsafe {
         libc::open(
             path.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            DIR_HANDLE | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     })?;
     Ok(owned(fd))
@@ -104,6 +114,10 @@ pub(crate) fn open_root(root: &Path) -> io::Result<OwnedFd> {
 /// Opens the directory `name` inside `dir` without following a symbolic link, as an `O_PATH`
 /// descriptor. A symbolic link gives `ELOOP`.
 fn open_child_dir(dir: BorrowedFd<'_>, name: &CString, walk_only: bool) -> io::Result<OwnedFd> {
+    // `openat2` is Linux's; elsewhere every walk is the `O_NOFOLLOW` walk.
+    #[cfg(not(target_os = "linux"))]
+    let _ = walk_only;
+    #[cfg(target_os = "linux")]
     if !walk_only && !OPENAT2_MISSING.load(Ordering::Relaxed) {
         // SAFETY: an all-zero `open_how` is valid (no flags, no mode, no resolve rules).
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -141,7 +155,7 @@ fn open_child_dir(dir: BorrowedFd<'_>, name: &CString, walk_only: bool) -> io::R
         libc::openat(
             dir.as_raw_fd(),
             name.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            DIR_HANDLE | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     };
     match check(rc) {

@@ -12,12 +12,20 @@ use crate::output::ToolOutput;
 use crate::paths::display_relative;
 use crate::tool::Tool;
 
-const DESCRIPTION: &str = "Edits an existing UTF-8 text file by replacing the literal text `old_string` with `new_string` (no regular expressions; whitespace and indentation must match exactly). \
+const BASE_DESCRIPTION: &str = "Edits an existing UTF-8 text file by replacing the literal text `old_string` with `new_string` (no regular expressions; whitespace and indentation must match exactly). \
 Without `replace_all`, `old_string` must occur exactly once: if it is missing the call fails with NO_MATCH, if it occurs several times with AMBIGUOUS_MATCH and the count (add surrounding lines to make it unique, or set `replace_all: true` to change every occurrence). \
 The file must have been read with the read tool in this session (or written by you since) and not changed since: otherwise FS_NOT_OBSERVED or FS_STALE_VERSION. \
 The session's permission preset may refuse the path (PERMISSION_DENIED); under workspace-write, files that configure code run later (.git/hooks, .git/config, .dsh/, .agents/, .claude/, .mcp.json, .env*) need the user's approval. \
 The write is atomic and keeps the file's permissions. The result states the number of replacements and shows added/removed line counts with a short unified diff. \
 Errors start with `Error:`.";
+
+/// The description: the base text and the escalation rules (docs/tools.md).
+static DESCRIPTION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{BASE_DESCRIPTION} {}",
+        crate::builtin::escalation_text("file edit")
+    )
+});
 
 /// The `edit` tool. See `docs/tools.md`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -38,20 +46,23 @@ impl Tool for EditTool {
     }
 
     fn description(&self) -> &str {
-        DESCRIPTION
+        DESCRIPTION.as_str()
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "file_path": {"type": "string", "description": "File to edit, absolute or relative to the session working directory."},
-                "old_string": {"type": "string", "description": "Exact text to replace; must occur exactly once unless replace_all is true."},
-                "new_string": {"type": "string", "description": "Replacement text; an empty string deletes old_string."},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of requiring a unique one. Default false."}
-            },
-            "required": ["file_path", "old_string", "new_string"]
-        })
+        crate::builtin::with_escalation(
+            json!({
+                "type": "object",
+                "properties": {
+                    "file_path": {"type": "string", "description": "File to edit, absolute or relative to the session working directory."},
+                    "old_string": {"type": "string", "description": "Exact text to replace; must occur exactly once unless replace_all is true."},
+                    "new_string": {"type": "string", "description": "Replacement text; an empty string deletes old_string."},
+                    "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of requiring a unique one. Default false."}
+                },
+                "required": ["file_path", "old_string", "new_string"]
+            }),
+            "file edit",
+        )
     }
 
     fn execute<'a>(

@@ -26,16 +26,45 @@ const MAX_LINE_CHARS: usize = 500;
 /// Matches collected at most (for the spill file); the walk stops past this.
 const MAX_COLLECTED: usize = 100_000;
 
-const DESCRIPTION: &str = "Searches file contents for a regular expression (Rust regex syntax, like ripgrep: `fn\\s+main`, `(?i)todo`; escape literal braces and dots) and returns matching lines as `path:line:text`, sorted by path and line number. \
-`path` is a file or directory to search (default: the session working directory); `include` limits the files searched by a glob (`*.rs`, `*.{ts,tsx}`, or a path pattern with `/` such as `src/**/*.go`). \
+/// Default of `[tools.grep] max_results`.
+pub const GREP_MAX_RESULTS: usize = 250;
+
+/// The description for a cap of `max` matches (byte-stable for a given cap).
+fn describe(max: usize) -> String {
+    format!(
+        "Searches file contents for a regular expression (Rust regex syntax, like ripgrep: `fn\\s+main`, `(?i)todo`; escape literal braces and dots) and returns matching lines as `path:line:text`, sorted by path and line number. \
+`path` is a file or directory to search (default: the session working directory); `include` limits the files searched by a glob (`*.rs`, `*.{{ts,tsx}}`, or a path pattern with `/` such as `src/**/*.go`). \
 Files ignored by .gitignore/.ignore, `.git`, and binary files are skipped; hidden files are searched. \
 Matching lines longer than 500 characters are cut. Paths inside the working directory are shown relative to it. \
-At most 250 matches are returned; when there are more, a final `(Showing 250 of N matches ...)` note names a file holding the full list (read or grep it). \
-No match gives `No matches found ...`. Errors start with `Error:`: an invalid regex or include glob (INVALID_ARGS) or a missing path (NOT_FOUND). To find files by name use glob.";
+At most {max} matches are returned; when there are more, a final `(Showing {max} of N matches ...)` note names a file holding the full list (read or grep it). \
+No match gives `No matches found ...`. Errors start with `Error:`: an invalid regex or include glob (INVALID_ARGS) or a missing path (NOT_FOUND). To find files by name use glob."
+    )
+}
 
 /// The `grep` tool. See `docs/tools.md`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GrepTool;
+#[derive(Debug, Clone)]
+pub struct GrepTool {
+    max_results: usize,
+    description: String,
+}
+
+impl Default for GrepTool {
+    /// 250 matches.
+    fn default() -> Self {
+        Self::new(GREP_MAX_RESULTS)
+    }
+}
+
+impl GrepTool {
+    /// A `grep` that shows at most `max_results` matches (at least 1; `[tools.grep]`).
+    pub fn new(max_results: usize) -> Self {
+        let max_results = max_results.max(1);
+        GrepTool {
+            max_results,
+            description: describe(max_results),
+        }
+    }
+}
 
 #[derive(Debug, Deserialize)]
 struct GrepArgs {
@@ -52,7 +81,7 @@ impl Tool for GrepTool {
     }
 
     fn description(&self) -> &str {
-        DESCRIPTION
+        &self.description
     }
 
     fn parameters(&self) -> Value {
@@ -79,7 +108,8 @@ impl Tool for GrepTool {
         Box::pin(async move {
             let args: GrepArgs = parse_args("grep", args)?;
             let ctx = ctx.clone();
-            tokio::task::spawn_blocking(move || grep_files(&args, &ctx))
+            let max = self.max_results;
+            tokio::task::spawn_blocking(move || grep_files(&args, &ctx, max))
                 .await
                 .map_err(|err| ToolError::new(ToolErrorCode::Io, format!("grep failed: {err}")))?
         })
@@ -170,7 +200,7 @@ fn clip(text: &str) -> String {
     }
 }
 
-fn grep_files(args: &GrepArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+fn grep_files(args: &GrepArgs, ctx: &ToolContext, max: usize) -> Result<ToolOutput, ToolError> {
     if args.pattern.is_empty() {
         return Err(ToolError::invalid_args("pattern must not be empty"));
     }
@@ -211,7 +241,6 @@ fn grep_files(args: &GrepArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
             )
         })
         .collect();
-    let max = ctx.limits().grep_max_matches;
     let shown = total.min(max);
     let mut text = lines[..shown].join("\n");
     if total > max {

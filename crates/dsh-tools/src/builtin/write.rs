@@ -12,7 +12,7 @@ use crate::output::ToolOutput;
 use crate::paths::display_relative;
 use crate::tool::Tool;
 
-const DESCRIPTION: &str = "Creates a UTF-8 text file, or replaces the entire content of an existing one, with `content`. \
+const BASE_DESCRIPTION: &str = "Creates a UTF-8 text file, or replaces the entire content of an existing one, with `content`. \
 Relative paths are resolved against the session working directory; missing parent directories are created. \
 An existing file must have been read with the read tool in this session and not changed since: otherwise the call fails with `Error:` and code FS_NOT_OBSERVED (read it first) or FS_STALE_VERSION (read it again). New files need no read. \
 The write is atomic (a temporary file renamed over the target) and keeps the file's permissions. \
@@ -20,6 +20,14 @@ The session's permission preset may refuse the path (PERMISSION_DENIED): read-on
 Under workspace-write, files that configure code run later (.git/hooks, .git/config, .dsh/, .agents/, .claude/, .mcp.json, .env*) need the user's approval and are refused when nobody can approve. \
 The result reports whether the file was created or replaced, with added/removed line counts and a short unified diff. \
 For a small change to an existing file prefer edit.";
+
+/// The description: the base text and the escalation rules (docs/tools.md).
+static DESCRIPTION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{BASE_DESCRIPTION} {}",
+        crate::builtin::escalation_text("file write")
+    )
+});
 
 /// The `write` tool. See `docs/tools.md`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -37,18 +45,21 @@ impl Tool for WriteTool {
     }
 
     fn description(&self) -> &str {
-        DESCRIPTION
+        DESCRIPTION.as_str()
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "file_path": {"type": "string", "description": "File to create or replace, absolute or relative to the session working directory."},
-                "content": {"type": "string", "description": "The complete new content of the file."}
-            },
-            "required": ["file_path", "content"]
-        })
+        crate::builtin::with_escalation(
+            json!({
+                "type": "object",
+                "properties": {
+                    "file_path": {"type": "string", "description": "File to create or replace, absolute or relative to the session working directory."},
+                    "content": {"type": "string", "description": "The complete new content of the file."}
+                },
+                "required": ["file_path", "content"]
+            }),
+            "file write",
+        )
     }
 
     fn execute<'a>(

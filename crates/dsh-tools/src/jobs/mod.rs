@@ -10,14 +10,22 @@
 //! its contexts are gone), every running job's process group gets `SIGKILL`: jobs die with the
 //! session. Finished jobs that the model has not yet heard about are returned by
 //! [`JobTable::take_finished`], which an agent extension turns into a message for the next step.
+//!
+//! Work that is not a process can be a job too ([`JobTable::start_task`]): a background
+//! subagent is one (docs/agent.md, "Delegation"). Its id is named after its kind
+//! (`subagent-1`), its log stays empty while it runs and receives the final output when it
+//! settles, and `job_kill` fires the cancel token its body was given.
 
 mod tools;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use dsh_llm::LockExt;
+use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +43,34 @@ pub const MAX_RUNNING_JOBS: usize = 10;
 
 /// How long a job's group gets between `SIGTERM` and `SIGKILL` on `job_kill`.
 const KILL_GRACE: Duration = Duration::from_millis(1500);
+
+/// How long a task job's body may take to stop after `job_kill` before it is dropped.
+pub const TASK_KILL_GRACE: Duration = Duration::from_secs(6);
+
+/// What a task job's body settles with: the text for the model and data for front ends
+/// (merged into the job's data).
+#[derive(Debug, Clone, Default)]
+pub struct TaskDone {
+    /// The final output (an answer, or what went wrong).
+    pub text: String,
+    /// Fields added to the job's data (`Value::Null` for none).
+    pub data: Value,
+}
+
+/// A task job's body: `Ok` ends the job `completed`, `Err` ends it `failed`.
+pub type TaskBody = BoxFuture<'static, Result<TaskDone, TaskDone>>;
+
+/// How a task job is shown: a one-line `command` (`job_list`), a `description`, and data
+/// for front ends (an object, or `Value::Null`).
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    /// What runs, in one line (e.g. `subagent: <prompt>`).
+    pub command: String,
+    /// A short label.
+    pub description: String,
+    /// Fields added to the job's data.
+    pub data: Value,
+}
 
 /// What `bash` hands over to start a job: the confined plan and where to run it.
 pub(crate) struct JobSpec {
@@ -55,6 +91,10 @@ pub enum JobEnd {
     Killed,
     /// The shell could not be waited for (its status is unknown).
     Unknown(String),
+    /// A task job's body finished with a result (its output is in the log).
+    Completed,
+    /// A task job's body failed (what went wrong is in the log).
+    Failed,
 }
 
 /// A job's state, as reported to the model and to front ends.
@@ -92,6 +132,8 @@ impl JobStatus {
                     JobEnd::Signaled(signal) => format!("killed (signal {signal})"),
                     JobEnd::Killed => "killed (job_kill)".to_string(),
                     JobEnd::Unknown(why) => format!("unknown ({why})"),
+                    JobEnd::Completed => "completed".to_string(),
+                    JobEnd::Failed => "failed".to_string(),
                 };
                 let extra = if *leftovers {
                     "; processes it left running were killed"
@@ -110,8 +152,8 @@ impl JobStatus {
         match self {
             JobStatus::Running => "running",
             JobStatus::Finished { end, .. } => match end {
-                JobEnd::Exited(0) => "completed",
-                JobEnd::Exited(_) => "failed",
+                JobEnd::Exited(0) | JobEnd::Completed => "completed",
+                JobEnd::Exited(_) | JobEnd::Failed => "failed",
                 JobEnd::Signaled(_) | JobEnd::Killed => "killed",
                 JobEnd::Unknown(_) => "unknown",
             },
@@ -126,7 +168,10 @@ pub(crate) struct Job {
     pub description: String,
     pub log: PathBuf,
     started: Instant,
-    pgid: libc::pid_t,
+    /// The process group of a shell job; `None` for a task job.
+    pgid: Option<libc::pid_t>,
+    /// What the job's starter adds to [`Job::data`] (a task job's child log, usage, ...).
+    extra: Mutex<Value>,
     status: Mutex<JobStatus>,
     /// Bytes of the log already returned by `job_output`.
     read_offset: Mutex<u64>,
@@ -137,19 +182,13 @@ pub(crate) struct Job {
     done: watch::Receiver<bool>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section is a single read or assignment: a panic elsewhere cannot leave
-    // the value half-updated, so a poisoned lock is recovered.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Job {
     pub(crate) fn status(&self) -> JobStatus {
-        lock(&self.status).clone()
+        self.status.lock_or_recover().clone()
     }
 
     pub(crate) fn is_running(&self) -> bool {
-        matches!(*lock(&self.status), JobStatus::Running)
+        matches!(*self.status.lock_or_recover(), JobStatus::Running)
     }
 
     pub(crate) fn mark_reported(&self) {
@@ -173,7 +212,7 @@ impl Job {
     /// skipped.
     pub(crate) fn read_new(&self, cap: usize) -> std::io::Result<(String, u64)> {
         use std::io::{Read, Seek, SeekFrom};
-        let mut offset = lock(&self.read_offset);
+        let mut offset = self.read_offset.lock_or_recover();
         let mut file = std::fs::File::open(&self.log)?;
         let len = file.metadata()?.len();
         if len <= *offset {
@@ -233,13 +272,21 @@ impl Job {
 
     /// Structured view for front ends.
     pub(crate) fn data(&self) -> Value {
-        json!({
+        let mut data = json!({
             "jobId": self.id,
             "command": self.command,
             "description": self.description,
             "status": self.status().word(),
             "log": self.log,
-        })
+        });
+        if let (Some(data), Value::Object(extra)) =
+            (data.as_object_mut(), &*self.extra.lock_or_recover())
+        {
+            for (key, value) in extra {
+                data.insert(key.clone(), value.clone());
+            }
+        }
+        data
     }
 }
 
@@ -258,24 +305,34 @@ fn one_line(text: &str, max_chars: usize) -> String {
 
 struct Inner {
     jobs: Mutex<Vec<Arc<Job>>>,
-    next_id: AtomicU64,
+    /// Per-kind counters: ids are `<kind>-<n>` (`bash-1`, `subagent-1`), as in dsh.
+    counters: Mutex<BTreeMap<String, u64>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Called after each job ends (see [`JobTable::on_finish`]).
+    on_finish: Mutex<Option<FinishCallback>>,
 }
+
+/// What [`JobTable::on_finish`] calls when a job ends.
+pub type FinishCallback = Arc<dyn Fn() + Send + Sync>;
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Jobs die with the session: kill every running group now (synchronously, so nothing
         // survives even if the runtime is shutting down), then stop the waiting tasks.
-        for job in lock(&self.jobs).iter() {
-            if job.is_running() && job.pgid > 1 {
+        for job in self.jobs.lock_or_recover().iter() {
+            let Some(pgid) = job.pgid else {
+                // Task jobs stop when their task is aborted below (dropping the body).
+                continue;
+            };
+            if job.is_running() && pgid > 1 {
                 // SAFETY: kill(2) has no memory-safety preconditions; a negative pid addresses
                 // the job's group, which its waiting task still owns (not reaped while running).
                 unsafe {
-                    libc::kill(-job.pgid, libc::SIGKILL);
+                    libc::kill(-pgid, libc::SIGKILL);
                 }
             }
         }
-        for task in lock(&self.tasks).drain(..) {
+        for task in self.tasks.lock_or_recover().drain(..) {
             task.abort();
         }
     }
@@ -304,7 +361,7 @@ impl WeakJobTable {
 /// A finished job the model has not been told about, as [`JobTable::take_finished`] gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobNotice {
-    /// The job id (`job-1`, ...).
+    /// The job id (`bash-1`, `subagent-1`, ...).
     pub job_id: String,
     /// The message for the model: which job, how it ended, and the last lines of unread output.
     pub text: String,
@@ -319,7 +376,7 @@ impl Default for JobTable {
 impl std::fmt::Debug for JobTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobTable")
-            .field("jobs", &lock(&self.inner.jobs).len())
+            .field("jobs", &self.inner.jobs.lock_or_recover().len())
             .finish()
     }
 }
@@ -330,10 +387,35 @@ impl JobTable {
         JobTable {
             inner: Arc::new(Inner {
                 jobs: Mutex::new(Vec::new()),
-                next_id: AtomicU64::new(1),
+                counters: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
+                on_finish: Mutex::new(None),
             }),
         }
+    }
+
+    /// Calls `callback` (on the job's task) each time a job ends, after its status is final:
+    /// how an idle agent learns that a completion is waiting (docs/tools.md, "Background
+    /// jobs"). Replaces an earlier callback. The callback must not hold the table strongly.
+    pub fn on_finish(&self, callback: FinishCallback) {
+        *self.inner.on_finish.lock_or_recover() = Some(callback);
+    }
+
+    /// Whether any job is still running.
+    pub fn any_running(&self) -> bool {
+        self.inner
+            .jobs
+            .lock_or_recover()
+            .iter()
+            .any(|j| j.is_running())
+    }
+
+    /// Whether a finished job's end has not been reported yet (see
+    /// [`JobTable::take_finished`]).
+    pub fn has_unreported(&self) -> bool {
+        self.all()
+            .iter()
+            .any(|j| !j.is_running() && !j.reported.load(Ordering::SeqCst))
     }
 
     /// A reference that does not keep the jobs alive.
@@ -344,7 +426,7 @@ impl JobTable {
     }
 
     pub(crate) fn get(&self, id: &str) -> Result<Arc<Job>, ToolError> {
-        let jobs = lock(&self.inner.jobs);
+        let jobs = self.inner.jobs.lock_or_recover();
         jobs.iter()
             .find(|job| job.id == id.trim())
             .cloned()
@@ -365,15 +447,17 @@ impl JobTable {
     }
 
     pub(crate) fn all(&self) -> Vec<Arc<Job>> {
-        lock(&self.inner.jobs).clone()
+        self.inner.jobs.lock_or_recover().clone()
     }
 
     /// Process group ids of the running jobs (for tests and diagnostics).
     pub fn running_groups(&self) -> Vec<libc::pid_t> {
-        lock(&self.inner.jobs)
+        self.inner
+            .jobs
+            .lock_or_recover()
             .iter()
             .filter(|j| j.is_running())
-            .map(|j| j.pgid)
+            .filter_map(|j| j.pgid)
             .collect()
     }
 
@@ -416,9 +500,12 @@ impl JobTable {
         notices
     }
 
-    /// Starts `spec` in the background and returns the tool output naming the job.
-    pub(crate) fn start(&self, spec: JobSpec, spill: &SpillDir) -> Result<ToolOutput, ToolError> {
-        let running = lock(&self.inner.jobs)
+    /// Refuses a new job while [`MAX_RUNNING_JOBS`] run.
+    fn check_capacity(&self) -> Result<(), ToolError> {
+        let running = self
+            .inner
+            .jobs
+            .lock_or_recover()
             .iter()
             .filter(|j| j.is_running())
             .count();
@@ -430,8 +517,114 @@ impl JobTable {
                 ),
             ));
         }
-        let number = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
-        let id = format!("job-{number}");
+        Ok(())
+    }
+
+    /// The next id of `kind`: dsh names jobs after the kind that started them with one
+    /// counter per kind (`bash-1`, `bash-2`, `subagent-1`); recorded sessions call
+    /// `job_kill bash-1` (docs/tools.md, "Background jobs").
+    fn next_id(&self, kind: &str) -> String {
+        let mut counters = self.inner.counters.lock_or_recover();
+        let counter = counters.entry(kind.to_string()).or_insert(0);
+        *counter += 1;
+        format!("{kind}-{counter}")
+    }
+
+    /// Calls the finish callback, if the table still exists.
+    fn notify_finish(table: &WeakJobTable) {
+        let callback = table
+            .inner
+            .upgrade()
+            .and_then(|inner| inner.on_finish.lock_or_recover().clone());
+        if let Some(callback) = callback {
+            callback();
+        }
+    }
+
+    /// Starts work that is not a process as a job of `kind` (its id is `<kind>-<n>`).
+    /// `body` gets the job's kill token (fired by `job_kill`) and is polled on its own task;
+    /// when it settles, its text is written to the job's log (read by `job_output`, previewed
+    /// in the finish notice) and the job ends `completed` (`Ok`) or `failed` (`Err`). After a
+    /// kill the body has [`TASK_KILL_GRACE`] to stop before it is dropped. Dropping the table
+    /// drops every running body. Returns the job id and its data for front ends.
+    pub fn start_task(
+        &self,
+        kind: &str,
+        task: TaskSpec,
+        spill: &SpillDir,
+        body: impl FnOnce(CancellationToken) -> TaskBody,
+    ) -> Result<(String, Value), ToolError> {
+        self.check_capacity()?;
+        let id = self.next_id(kind);
+        let (_file, log) = spill
+            .create_file(&format!("{id}-output"))
+            .map_err(|err| ToolError::io("cannot create the job log in", spill.path(), &err))?;
+        let (done_tx, done_rx) = watch::channel(false);
+        let job = Arc::new(Job {
+            id: id.clone(),
+            command: task.command,
+            description: task.description,
+            log,
+            started: Instant::now(),
+            pgid: None,
+            extra: Mutex::new(task.data),
+            status: Mutex::new(JobStatus::Running),
+            read_offset: Mutex::new(0),
+            reported: AtomicBool::new(false),
+            kill: CancellationToken::new(),
+            done: done_rx,
+        });
+        let mut body = body(job.kill.clone());
+        let task_job = Arc::clone(&job);
+        let table = self.downgrade();
+        let handle = tokio::spawn(async move {
+            let job = task_job;
+            let (end, outcome) = tokio::select! {
+                outcome = &mut body => {
+                    let end = if outcome.is_ok() { JobEnd::Completed } else { JobEnd::Failed };
+                    (end, Some(outcome))
+                }
+                _ = job.kill.cancelled() => {
+                    let outcome = tokio::time::timeout(TASK_KILL_GRACE, &mut body).await.ok();
+                    (JobEnd::Killed, outcome)
+                }
+            };
+            let (text, data) = match outcome {
+                Some(Ok(done)) | Some(Err(done)) => (done.text, done.data),
+                None => (String::new(), Value::Null),
+            };
+            if let Value::Object(data) = data {
+                if let Value::Object(extra) = &mut *job.extra.lock_or_recover() {
+                    extra.extend(data);
+                }
+            }
+            if !text.is_empty() {
+                // A log that cannot be written leaves the job without output; its status
+                // still says how it ended.
+                let _ = std::fs::write(&job.log, text);
+            }
+            *job.status.lock_or_recover() = JobStatus::Finished {
+                end,
+                elapsed: job.started.elapsed(),
+                leftovers: false,
+            };
+            let _ = done_tx.send(true);
+            Self::notify_finish(&table);
+        });
+        {
+            let mut tasks = self.inner.tasks.lock_or_recover();
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(handle);
+        }
+        let data = job.data();
+        self.inner.jobs.lock_or_recover().push(job);
+        Ok((id, data))
+    }
+
+    /// Starts `spec` in the background and returns the tool output naming the job.
+    pub(crate) fn start(&self, spec: JobSpec, spill: &SpillDir) -> Result<ToolOutput, ToolError> {
+        self.check_capacity()?;
+        let id = self.next_id("bash");
         let (file, log) = spill
             .create_file(&format!("{id}-output"))
             .map_err(|err| ToolError::io("cannot create the job log in", spill.path(), &err))?;
@@ -462,7 +655,8 @@ impl JobTable {
             description: spec.description,
             log: log.clone(),
             started: Instant::now(),
-            pgid,
+            pgid: Some(pgid),
+            extra: Mutex::new(Value::Null),
             status: Mutex::new(JobStatus::Running),
             read_offset: Mutex::new(0),
             reported: AtomicBool::new(false),
@@ -472,9 +666,10 @@ impl JobTable {
         // The task owns the group (killed on drop if the task is aborted) and holds only the
         // job, never the table, so the table can drop and kill everything.
         let task_job = Arc::clone(&job);
+        let table = self.downgrade();
         let task = tokio::spawn(async move {
             let job = task_job;
-            let mut group = ProcessGroup::new(job.pgid);
+            let mut group = ProcessGroup::new(pgid);
             let (end, leftovers) = tokio::select! {
                 status = child.wait() => {
                     let leftovers = group.terminate(KILL_GRACE).await;
@@ -487,21 +682,22 @@ impl JobTable {
                 }
             };
             group.mark_finished();
-            *lock(&job.status) = JobStatus::Finished {
+            *job.status.lock_or_recover() = JobStatus::Finished {
                 end,
                 elapsed: job.started.elapsed(),
                 leftovers,
             };
             // Receivers may all be gone; the status above is what counts.
             let _ = done_tx.send(true);
+            Self::notify_finish(&table);
         });
         {
-            let mut tasks = lock(&self.inner.tasks);
+            let mut tasks = self.inner.tasks.lock_or_recover();
             tasks.retain(|t| !t.is_finished());
             tasks.push(task);
         }
         let data = job.data();
-        lock(&self.inner.jobs).push(job);
+        self.inner.jobs.lock_or_recover().push(job);
         Ok(ToolOutput::text(format!(
             "Started background job {id}. Its output goes to {}. Read new output with job_output {{\"job_id\": \"{id}\"}} (add \"wait\": true to block until it ends), stop it with job_kill. You will be told when it finishes; keep working meanwhile.",
             log.display()
@@ -530,7 +726,7 @@ fn job_end(status: std::io::Result<std::process::ExitStatus>) -> JobEnd {
 /// many unread bytes there are; `None` when the log cannot be read.
 fn unread_tail(job: &Job, max_bytes: usize, max_lines: usize) -> Option<(String, u64)> {
     use std::io::{Read, Seek, SeekFrom};
-    let offset = *lock(&job.read_offset);
+    let offset = *job.read_offset.lock_or_recover();
     let mut file = std::fs::File::open(&job.log).ok()?;
     let len = file.metadata().ok()?.len();
     let unread = len.saturating_sub(offset);

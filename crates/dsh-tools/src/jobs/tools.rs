@@ -61,7 +61,7 @@ impl Tool for JobOutputTool {
     }
 
     fn description(&self) -> &str {
-        "Read a background job started with `bash` `run_in_background: true`: returns the output (stdout and stderr merged) written since your previous read, then a last line `[status: ...]` (`running`, `completed (exit code 0)`, `failed (exit code N)`, `killed (...)`). Without `wait` it returns at once. With `wait: true` it blocks until the job ends or `timeout_ms` passes (default 30000, at most 600000); a timed-out wait returns `[status: running]` and leaves the job alive. More than 64 KB of new output shows only its last 64 KB with a line naming the log file that holds everything."
+        "Read a background job (started with `bash` or `subagent` `run_in_background: true`): returns the output (stdout and stderr merged) written since your previous read, then a last line `[status: ...]` (`running`, `completed (exit code 0)`, `failed (exit code N)`, `killed (...)`; a subagent job has no output until it ends, then its answer). Without `wait` it returns at once. With `wait: true` it blocks until the job ends or `timeout_ms` passes (default 30000, at most 600000); a timed-out wait returns `[status: running]` and leaves the job alive. More than 64 KB of new output shows only its last 64 KB with a line naming the log file that holds everything."
     }
 
     fn parameters(&self) -> Value {
@@ -188,7 +188,7 @@ impl Tool for JobKillTool {
     }
 
     fn description(&self) -> &str {
-        "Stop a running background job by job id: its whole process group gets SIGTERM, then SIGKILL after 1.5 s. Returns once every process of the job is gone, with the job's final `[status: ...]`. Killing a finished job just reports its status."
+        "Stop a running background job by job id: a shell job's whole process group gets SIGTERM, then SIGKILL after 1.5 s; a subagent job is cancelled with every process it started. Returns once every process of the job is gone, with the job's final `[status: ...]`. Killing a finished job just reports its status."
     }
 
     fn parameters(&self) -> Value {

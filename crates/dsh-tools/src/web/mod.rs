@@ -10,6 +10,7 @@
 
 mod address;
 mod markdown;
+mod search;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,10 @@ use serde_json::{json, Value};
 
 pub use address::{refused_address, HostResolver, SystemResolver};
 pub use markdown::{decode_entities, html_to_markdown};
+pub use search::{
+    SearchRecorder, WebSearchSettings, WebSearchTool, DEFAULT_SEARCH_BASE_URL,
+    SEARCH_PROMPT_PREFIX, SEARCH_REQUEST_EVENT,
+};
 
 use crate::args::parse_args;
 use crate::context::ToolContext;

@@ -51,7 +51,7 @@ async fn a_background_job_returns_at_once_and_reports_its_output() {
     let started = Instant::now();
     let id = start(&s, "echo first; sleep 2; echo done >&2").await;
     assert!(started.elapsed() < Duration::from_secs(1), "bash waited");
-    assert_eq!(id, "job-1");
+    assert_eq!(id, "bash-1");
 
     // Meanwhile another call completes.
     let other = s
@@ -62,20 +62,20 @@ async fn a_background_job_returns_at_once_and_reports_its_output() {
         .await;
     assert_eq!(other, "meanwhile\n");
     let list = s.ok("job_list", json!({})).await;
-    assert!(list.starts_with("job-1  running"), "{list}");
+    assert!(list.starts_with("bash-1  running"), "{list}");
     assert!(jobs.take_finished().is_empty());
 
     let out = s
         .ok(
             "job_output",
-            json!({"job_id": "job-1", "wait": true, "timeout_ms": 100}),
+            json!({"job_id": "bash-1", "wait": true, "timeout_ms": 100}),
         )
         .await;
     assert!(out.contains("first\n"), "{out}");
     assert!(out.ends_with("[status: running]"), "{out}");
 
     let out = s
-        .ok("job_output", json!({"job_id": "job-1", "wait": true}))
+        .ok("job_output", json!({"job_id": "bash-1", "wait": true}))
         .await;
     assert!(!out.contains("first"), "only new output: {out}");
     assert!(out.contains("done\n"), "{out}");
@@ -86,10 +86,13 @@ async fn a_background_job_returns_at_once_and_reports_its_output() {
     // job_output told the model the end: no separate notice.
     assert!(jobs.take_finished().is_empty());
 
-    let again = s.ok("job_output", json!({"job_id": "job-1"})).await;
+    let again = s.ok("job_output", json!({"job_id": "bash-1"})).await;
     assert!(again.starts_with("(no new output)"), "{again}");
     let list = s.ok("job_list", json!({})).await;
-    assert!(list.starts_with("job-1  completed (exit code 0)"), "{list}");
+    assert!(
+        list.starts_with("bash-1  completed (exit code 0)"),
+        "{list}"
+    );
 }
 
 #[tokio::test]
@@ -105,7 +108,7 @@ async fn a_finished_job_gives_one_notice_with_its_unread_output() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(notices.len(), 1);
-    assert_eq!(notices[0].job_id, "job-1");
+    assert_eq!(notices[0].job_id, "bash-1");
     assert!(
         notices[0].text.contains("failed (exit code 3)"),
         "{}",
@@ -114,7 +117,7 @@ async fn a_finished_job_gives_one_notice_with_its_unread_output() {
     assert!(notices[0].text.contains("\ndone\n"), "{}", notices[0].text);
     assert!(jobs.take_finished().is_empty(), "each notice once");
     // The notice did not consume the output.
-    let out = s.ok("job_output", json!({"job_id": "job-1"})).await;
+    let out = s.ok("job_output", json!({"job_id": "bash-1"})).await;
     assert!(out.starts_with("done\n"), "{out}");
 }
 
@@ -129,20 +132,20 @@ async fn job_kill_leaves_no_process_behind() {
     let pgid = groups[0];
     assert!(group_has_live_members(pgid));
     let out = s
-        .ok("job_kill", json!({"job_id": "job-1", "reason": "test"}))
+        .ok("job_kill", json!({"job_id": "bash-1", "reason": "test"}))
         .await;
-    assert!(out.starts_with("Killed background job job-1."), "{out}");
+    assert!(out.starts_with("Killed background job bash-1."), "{out}");
     assert!(out.contains("[status: killed (job_kill)"), "{out}");
     assert!(
         !group_has_live_members(pgid),
         "a process of the job survived"
     );
     assert!(jobs.running_groups().is_empty());
-    let again = s.ok("job_kill", json!({"job_id": "job-1"})).await;
+    let again = s.ok("job_kill", json!({"job_id": "bash-1"})).await;
     assert!(again.contains("had already finished"), "{again}");
     s.err(
         "job_kill",
-        json!({"job_id": "job-9"}),
+        json!({"job_id": "bash-9"}),
         ToolErrorCode::NotFound,
     )
     .await;
@@ -165,7 +168,7 @@ async fn the_running_job_limit_holds_and_jobs_die_with_the_table() {
     let groups = jobs.running_groups();
     assert_eq!(groups.len(), MAX_RUNNING_JOBS);
     // A killed job frees a slot.
-    s.ok("job_kill", json!({"job_id": "job-3"})).await;
+    s.ok("job_kill", json!({"job_id": "bash-3"})).await;
     start(&s, "sleep 60").await;
 
     let groups = jobs.running_groups();
@@ -188,7 +191,7 @@ async fn large_output_shows_its_tail_and_names_the_log() {
     )
     .await;
     let out = s
-        .ok("job_output", json!({"job_id": "job-1", "wait": true}))
+        .ok("job_output", json!({"job_id": "bash-1", "wait": true}))
         .await;
     assert!(
         out.contains("earlier bytes of new output not shown"),
@@ -212,7 +215,7 @@ async fn bad_job_arguments_are_invalid() {
     .await;
     s.err(
         "job_output",
-        json!({"job_id": "job-1", "timeout_ms": -1}),
+        json!({"job_id": "bash-1", "timeout_ms": -1}),
         ToolErrorCode::InvalidArgs,
     )
     .await;

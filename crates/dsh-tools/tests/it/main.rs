@@ -1,5 +1,5 @@
 //! Integration tests of dsh-tools (all but bash.rs, see there): fuzzing, jobs, untrusted arguments,
-//! protected writes, read, registry, search, web_fetch, write/edit and the write race.
+//! protected writes, read, registry, search, web_fetch, web_search, write/edit and the write race.
 //!
 //! Every integration test file of this crate is a module of this one binary, so the crate links
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
@@ -14,5 +14,6 @@ mod registry;
 mod search;
 mod untrusted_args;
 mod web_fetch;
+mod web_search;
 mod write_edit;
 mod write_race;

@@ -45,7 +45,7 @@ fn leaf() -> impl Strategy<Value = Value> {
         any::<f64>().prop_map(|f| json!(f)),
         // No `:` so no string is an absolute URL: nothing is fetched.
         "[a-z.*?{}\\[\\]()\\\\ é-]{0,12}".prop_map(Value::String),
-        Just(json!("job-1")),
+        Just(json!("bash-1")),
     ]
 }
 

@@ -144,7 +144,7 @@ async fn todo_write_counts_renders_and_exposes_the_list() {
 }
 
 /// Our schemas accept what dsh's recorded schemas declare: same required fields, and every
-/// property dsh had (except the sandbox escalation pair, which comes with the safety work).
+/// property dsh had, the escalation pair of `bash`, `edit` and `write` included.
 #[test]
 fn schemas_match_recorded_dsh_tool_list() {
     let fixture =
@@ -154,6 +154,7 @@ fn schemas_match_recorded_dsh_tool_list() {
     let recorded: Value = serde_json::from_str(&text).unwrap();
     let registry = ToolRegistry::with_builtins();
     let mut compared = 0;
+    let mut escalatable = Vec::new();
     for dsh in recorded["initial"].as_array().unwrap() {
         let name = dsh["name"].as_str().unwrap();
         let Ok(ours) = registry.get(name) else {
@@ -163,17 +164,58 @@ fn schemas_match_recorded_dsh_tool_list() {
         let ours = ours.parameters();
         assert_eq!(ours["required"], dsh["parameters"]["required"], "{name}");
         for (prop, spec) in dsh["parameters"]["properties"].as_object().unwrap() {
-            if prop == "sandbox_permissions" || prop == "justification" {
-                continue;
-            }
             assert_eq!(
                 ours["properties"][prop]["type"], spec["type"],
                 "{name}.{prop}"
             );
+            if prop == "sandbox_permissions" {
+                escalatable.push(name.to_string());
+                assert_eq!(ours["properties"][prop]["enum"], spec["enum"], "{name}");
+            }
         }
     }
     assert_eq!(
         compared, 5,
         "bash, edit, read, todo_write, write are in the recording"
     );
+    assert_eq!(escalatable, ["bash", "edit", "write"]);
+}
+
+/// The escalatable tools teach the same-turn retry in their descriptions, and their schemas
+/// are byte-identical from one registry to the next (the prompt prefix is cached).
+#[test]
+fn escalation_is_taught_and_schemas_are_deterministic() {
+    let first = serde_json::to_string(&ToolRegistry::with_builtins().schemas()).unwrap();
+    let second = serde_json::to_string(&ToolRegistry::with_builtins().schemas()).unwrap();
+    assert_eq!(first, second);
+    let registry = ToolRegistry::with_builtins();
+    for name in ["bash", "write", "edit"] {
+        let tool = registry.get(name).unwrap();
+        let description = tool.description();
+        for needle in [
+            "`sandbox_permissions`",
+            "`justification`",
+            "same turn",
+            "rejected escalation is final",
+        ] {
+            assert!(description.contains(needle), "{name}: {needle}");
+        }
+        let params = tool.parameters();
+        assert_eq!(
+            params["properties"]["justification"]["type"], "string",
+            "{name}"
+        );
+        assert!(params["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r != "sandbox_permissions" && r != "justification"));
+    }
+    for name in ["read", "glob", "grep", "todo_write"] {
+        let params = registry.get(name).unwrap().parameters();
+        assert!(
+            params["properties"].get("sandbox_permissions").is_none(),
+            "{name}"
+        );
+    }
 }

@@ -193,3 +193,85 @@ async fn grep_errors() {
     )
     .await;
 }
+
+/// Over the cap, `glob` picks in turns across the search directory's top-level entries (as
+/// dsh's recording `fs-glob-sampling` shows): 8 files in 6 entries with a cap of 4 reach 4
+/// entries, one file each, and the note gives both counts.
+#[tokio::test]
+async fn glob_over_the_cap_samples_across_top_level_entries() {
+    use dsh_tools::Tool;
+    let s = scratch();
+    for file in [
+        "tree/archive/a.ts",
+        "tree/archive/b.ts",
+        "tree/archive/c.ts",
+        "tree/docs/guide.md",
+        "tree/src/index.ts",
+        "tree/test/spec.ts",
+        "tree/top.txt",
+        "tree/notes.md",
+    ] {
+        s.put(file, "fixture\n");
+    }
+    let glob = dsh_tools::GlobTool::new(4, true);
+    let out = glob
+        .execute(json!({"pattern": "*", "path": "tree"}), &s.ctx)
+        .await
+        .unwrap();
+    let text = out.text_content();
+    let listed: Vec<&str> = text.lines().take_while(|l| !l.is_empty()).collect();
+    assert_eq!(listed.len(), 4, "{text}");
+    let mut entries: Vec<&str> = listed
+        .iter()
+        .map(|l| l.trim_start_matches("tree/").split('/').next().unwrap())
+        .collect();
+    entries.dedup();
+    assert_eq!(entries.len(), 4, "one path from each of 4 entries: {text}");
+    assert!(
+        text.contains(
+            "(Showing 4 of 8 files, sampled across 4 of the 6 top-level entries under tree"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("narrow `path`"), "{text}");
+    let data = out.data.unwrap();
+    assert_eq!(
+        (&data["entriesShown"], &data["entriesTotal"]),
+        (&json!(4), &json!(6))
+    );
+
+    // Head mode keeps the newest four.
+    let head = dsh_tools::GlobTool::new(4, false)
+        .execute(json!({"pattern": "*", "path": "tree"}), &s.ctx)
+        .await
+        .unwrap()
+        .text_content();
+    assert!(
+        head.contains("(Showing 4 of 8 files, newest first."),
+        "{head}"
+    );
+
+    // Within the cap nothing is sampled or noted.
+    let all = dsh_tools::GlobTool::new(8, true)
+        .execute(json!({"pattern": "*", "path": "tree"}), &s.ctx)
+        .await
+        .unwrap()
+        .text_content();
+    assert_eq!(all.lines().count(), 8, "{all}");
+}
+
+#[tokio::test]
+async fn grep_cap_follows_its_setting() {
+    use dsh_tools::Tool;
+    let s = scratch();
+    s.put("many.txt", &"needle\n".repeat(12));
+    let grep = dsh_tools::GrepTool::new(5);
+    assert!(grep.description().contains("At most 5 matches"));
+    let text = grep
+        .execute(json!({"pattern": "needle"}), &s.ctx)
+        .await
+        .unwrap()
+        .text_content();
+    assert_eq!(text.lines().take_while(|l| !l.is_empty()).count(), 5);
+    assert!(text.contains("(Showing 5 of 12 matches"), "{text}");
+}

@@ -1,0 +1,119 @@
+//! Plan mode over ACP (docs/acp.md, "Plan mode"): the session mode `plan`, the review of
+//! `exit_plan_mode` as `session/request_permission`, and the mode reported back when the plan
+//! is approved.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_is_a_session_mode_and_the_review_is_a_permission_request() {
+    let plan = "# Add a greeting flag\n\n- parse `--greeting`";
+    let provider = FakeProvider::start(vec![
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(
+                    0,
+                    "call_w",
+                    "write",
+                    r#"{"file_path":"out.txt","content":"x\n"}"#,
+                )
+                .finish("tool_calls", None),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(
+                    0,
+                    "call_plan",
+                    "exit_plan_mode",
+                    &json!({ "plan": plan }).to_string(),
+                )
+                .finish("tool_calls", None),
+        ),
+        ScriptedReply::from(SseReply::new().text("ok").finish("stop", None)),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd = std::fs::canonicalize(cwd.path()).unwrap();
+    let mut factory = TestFactory::new(
+        provider.base_url(),
+        home.path(),
+        PermissionPreset::WorkspaceWrite,
+    );
+    factory.plan = true;
+    let mut client = connect(factory);
+    let id = client
+        .request(
+            "session/new",
+            json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
+        )
+        .await;
+    let answer = client.response(id, "").await;
+    let session = answer["result"]["sessionId"].as_str().unwrap().to_string();
+    let modes = &answer["result"]["modes"];
+    assert_eq!(modes["currentModeId"], "workspace-write", "{answer}");
+    let ids: Vec<&str> = modes["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["read-only", "workspace-write", "danger-full-access", "plan"]
+    );
+
+    let id = client
+        .request(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "plan"}),
+        )
+        .await;
+    assert_eq!(client.response(id, "").await["result"], json!({}));
+    let switched = updates_of(&client, "current_mode_update");
+    assert_eq!(switched.last().unwrap()["currentModeId"], "plan");
+
+    // In plan mode the write is refused with the plan-mode message; the plan is reviewed with
+    // a permission request on the exit_plan_mode card, and approving it leaves plan mode.
+    let id = client
+        .request("session/prompt", prompt(&session, "plan a flag"))
+        .await;
+    let answer = client
+        .response_with(id, |_| {
+            Some(json!({"outcome": {"outcome": "selected", "optionId": "answer-0"}}))
+        })
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let (text, status) = tool_result(&client, "call_w");
+    assert_eq!(status, "failed");
+    assert!(text.contains("plan mode"), "{text}");
+    assert!(!cwd.join("out.txt").exists());
+    let asked: Vec<&Value> = client
+        .seen
+        .iter()
+        .filter(|l| l["method"] == "session/request_permission")
+        .collect();
+    assert_eq!(asked.len(), 1);
+    let params = &asked[0]["params"];
+    assert_eq!(params["toolCall"]["toolCallId"], "call_plan");
+    let names: Vec<&str> = params["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Approve", "Keep planning", "Don't answer"]);
+    assert!(
+        params.to_string().contains("parse `--greeting`"),
+        "{params}"
+    );
+    let (text, status) = tool_result(&client, "call_plan");
+    assert_eq!(status, "completed");
+    assert!(text.contains("Plan approved"), "{text}");
+    let switched = updates_of(&client, "current_mode_update");
+    assert_eq!(
+        switched.last().unwrap()["currentModeId"],
+        "workspace-write",
+        "{switched:?}"
+    );
+}

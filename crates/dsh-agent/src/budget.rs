@@ -1,0 +1,146 @@
+//! Turn budgets for unattended runs (docs/harbor.md, "Budgets"): most steps, most wall time and
+//! most cost of one turn. A budget that runs out ends the turn with `turn/end {kind: "error"}`
+//! whose failure code names the budget (`BUDGET_STEPS`, `BUDGET_WALL_TIME`, `BUDGET_COST`), so
+//! the log, `dsh run --json`'s result line and ACP all tell which one it was.
+
+use std::time::Duration;
+
+use dsh_llm::{Failure, FailureCode, UsageTotals};
+use dsh_session::PriceTable;
+
+/// Failure code of a turn that used its step budget.
+pub const BUDGET_STEPS: &str = "BUDGET_STEPS";
+/// Failure code of a turn that used its wall-time budget.
+pub const BUDGET_WALL_TIME: &str = "BUDGET_WALL_TIME";
+/// Failure code of a turn that used its cost budget.
+pub const BUDGET_COST: &str = "BUDGET_COST";
+
+/// Limits of one turn; `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TurnBudget {
+    /// Most model calls (steps) in the turn.
+    pub max_steps: Option<u64>,
+    /// Longest time the turn may run; the running step is cancelled when it passes.
+    pub max_wall_time: Option<Duration>,
+    /// Most USD the turn may spend (its own calls and its sub-agents'), priced with the session's
+    /// price table. Checked before each step: the step that crosses the limit finishes, the next
+    /// one does not start.
+    pub max_cost_usd: Option<f64>,
+}
+
+impl TurnBudget {
+    /// True when no limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        *self == TurnBudget::default()
+    }
+
+    /// The failure that ends the turn before step `step` (1-based), if a budget is used up: more
+    /// steps than allowed, or the cost so far at or above the limit. A cost limit on a model
+    /// without a price ends the turn too: the budget cannot be kept without knowing the cost.
+    pub fn check_before_step(
+        &self,
+        step: u64,
+        usage: &UsageTotals,
+        model: &str,
+        prices: &PriceTable,
+    ) -> Option<Failure> {
+        if let Some(max) = self.max_steps {
+            if step > max {
+                return Some(Failure::new(
+                    FailureCode::Other(BUDGET_STEPS.into()),
+                    format!("the step budget ({max} steps) is used up; the turn stopped"),
+                ));
+            }
+        }
+        let max = self.max_cost_usd?;
+        let Some(price) = prices.models.get(model) else {
+            return Some(Failure::new(
+                FailureCode::Other(BUDGET_COST.into()),
+                format!(
+                    "a cost budget is set but model `{model}` has no price; add it under \
+                     [prices] in the configuration or drop the cost budget"
+                ),
+            ));
+        };
+        let spent = price.cost(&usage.usage);
+        (spent >= max).then(|| {
+            Failure::new(
+                FailureCode::Other(BUDGET_COST.into()),
+                format!(
+                    "the cost budget (${max:.4}) is used up: ${spent:.4} spent; the turn stopped"
+                ),
+            )
+        })
+    }
+
+    /// The failure of a turn cancelled because its wall time passed.
+    pub fn wall_time_failure(&self) -> Failure {
+        let secs = self.max_wall_time.map_or(0.0, |d| d.as_secs_f64());
+        Failure::new(
+            FailureCode::Other(BUDGET_WALL_TIME.into()),
+            format!(
+                "the wall-time budget ({secs:.1} s) is used up; the running step was cancelled"
+            ),
+        )
+    }
+}
+
+/// Parses a duration such as `90`, `90s`, `15m`, `2h` or `500ms` (plain numbers are seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration: use e.g. 90s, 15m or 2h"))?;
+    let secs = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{text}`: use ms, s, m or h"
+            ))
+        }
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("`{text}` is not a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn cost_budget_without_a_price_refuses() {
+        let budget = TurnBudget {
+            max_cost_usd: Some(1.0),
+            ..TurnBudget::default()
+        };
+        let failure = budget
+            .check_before_step(
+                1,
+                &UsageTotals::default(),
+                "no-such-model",
+                &PriceTable::default(),
+            )
+            .unwrap();
+        assert_eq!(failure.code.as_str(), BUDGET_COST);
+    }
+}

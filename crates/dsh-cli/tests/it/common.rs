@@ -1,0 +1,94 @@
+//! Helpers several test modules share: starting the real `dsh` binary in a clean environment
+//! and reading what it printed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+/// How long one `dsh` invocation may take before the test fails as hung.
+pub(crate) const DSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The `dsh` binary with an empty environment except `PATH`, `HOME` and `DSH_HOME` (both
+/// `home`), run in `cwd` with stdin closed.
+pub(crate) fn dsh_command(home: &Path, cwd: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh"));
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("DSH_HOME", home)
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` to its end; a run longer than [`DSH_TIMEOUT`] fails the test.
+pub(crate) async fn output(cmd: Command) -> Output {
+    let mut cmd = tokio::process::Command::from(cmd);
+    tokio::time::timeout(DSH_TIMEOUT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("dsh did not finish within {DSH_TIMEOUT:?}"))
+        .unwrap_or_else(|error| panic!("cannot run dsh: {error}"))
+}
+
+/// Runs `cmd` to its end with `input` on its stdin (then closed); a run longer than
+/// [`DSH_TIMEOUT`] fails the test.
+pub(crate) async fn output_with_input(mut cmd: Command, input: &str) -> Output {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = tokio::process::Command::from(cmd)
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run dsh: {error}"));
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin
+        .write_all(input.as_bytes())
+        .await
+        .unwrap_or_else(|error| panic!("cannot write to dsh's stdin: {error}"));
+    drop(stdin);
+    tokio::time::timeout(DSH_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("dsh did not finish within {DSH_TIMEOUT:?}"))
+        .unwrap_or_else(|error| panic!("cannot wait for dsh: {error}"))
+}
+
+/// Stdout and stderr as text.
+pub(crate) fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every `session.jsonl` under `home/sessions` (any depth), sorted by path; empty when there is
+/// none or the folder is missing.
+pub(crate) fn session_files(home: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![home.join("sessions")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "session.jsonl") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The one session file of a test that ran one session; fails the test when there is none or
+/// more than one.
+pub(crate) fn session_file(home: &Path) -> PathBuf {
+    let mut files = session_files(home);
+    assert_eq!(
+        files.len(),
+        1,
+        "expected one session file under {}: {files:?}",
+        home.display()
+    );
+    files.remove(0)
+}

@@ -1,0 +1,30 @@
+//! Integration tests of the `dsh` binary, each driving the real executable: the ACP fixture
+//! runner, approvals, configuration and models, opt-in tools, cancellation, `dsh run`, safety
+//! (secrets and sandbox escapes), sessions, refused starts (table-driven), workspace trust, the
+//! TUI in a pseudo-terminal and `dsh web`. `common` holds the helpers they share.
+//!
+//! Every integration test file of this crate is a module of this one binary, so the crate links
+//! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries");
+//! `cargo test -p dsh-cli --test it <module>::` runs one file's tests.
+
+// All of this crate is test code: a failed unwrap or expect is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod acp_fixtures;
+mod approvals_cli;
+mod budgets;
+mod common;
+mod config_cli;
+mod dsh_logs;
+mod headless_cli;
+mod opt_in_tools;
+mod plan_cli;
+mod run_cancel;
+mod run_cli;
+mod safety_cli;
+mod sessions_cli;
+mod shared_prefix;
+mod start_errors;
+mod trust_cli;
+mod tui_pty;
+mod web_cli;

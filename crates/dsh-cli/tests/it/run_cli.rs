@@ -1,0 +1,362 @@
+//! `dsh run` end to end: the real binary against the fake provider over loopback.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::{dsh_command, output as run, session_files};
+
+use dsh_test_support::{
+    snapshot_fixtures_dir, FakeProvider, RecordedSession, ScriptedReply, SseReply, WireUsage,
+};
+
+fn fixtures() -> PathBuf {
+    snapshot_fixtures_dir()
+}
+
+struct Env {
+    home: tempfile::TempDir,
+    cwd: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            home: tempfile::tempdir().unwrap(),
+            cwd: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn command(&self, base_url: &str, key: Option<&str>) -> Command {
+        let mut cmd = dsh_command(self.home.path(), self.cwd.path());
+        cmd.env("DEEPSEEK_BASE_URL", base_url);
+        if let Some(key) = key {
+            cmd.env("DEEPSEEK_API_KEY", key);
+        }
+        cmd
+    }
+}
+
+#[tokio::test]
+async fn replays_recorded_text_turn_and_prints_only_the_final_text() {
+    let recording = RecordedSession::load(&fixtures().join("text-turn")).unwrap();
+    let provider = FakeProvider::start(recording.replies()).await.unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-test-secret-123"));
+    cmd.args([
+        "run",
+        "Reply with exactly the word: PONG. Do not use any tools.",
+    ]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "PONG\n");
+    assert!(!stderr.contains("sk-test-secret-123"));
+
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1);
+    let body = &requests[0].body;
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["model"], "deepseek-v4-flash");
+    // A session that never entered plan mode tells the model nothing about it.
+    assert!(
+        !body["messages"].to_string().contains("plan mode"),
+        "a plan-mode notice reached a plain session: {}",
+        body["messages"]
+    );
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("Bearer sk-test-secret-123")
+    );
+
+    let files = session_files(env.home.path());
+    assert_eq!(files.len(), 1);
+    let log = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        !log.contains("sk-test-secret-123"),
+        "the key reached the log"
+    );
+    assert!(log.contains("\"turn/end\""));
+    assert!(log.contains("\"completed\""));
+}
+
+#[tokio::test]
+async fn key_from_dotenv_file_in_home() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("hello from env file")
+            .finish("stop", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.home.path().join(".env"),
+        "DEEPSEEK_API_KEY=sk-from-file\n",
+    )
+    .unwrap();
+    let mut cmd = env.command(&provider.base_url(), None);
+    cmd.args(["run", "hi"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        provider.requests()[0].header("authorization"),
+        Some("Bearer sk-from-file")
+    );
+}
+
+#[tokio::test]
+async fn retries_are_visible_and_errors_exit_one_with_code() {
+    let provider = FakeProvider::start([
+        ScriptedReply::http_error(500, "upstream exploded"),
+        ScriptedReply::http_error(401, "bad key"),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--verbose", "hi"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("dsh: retry 1"), "{stderr}");
+    assert!(stderr.contains("dsh: AUTH:"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test]
+async fn json_mode_prints_events_and_a_result_line() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new().reasoning("think").text("answer").finish(
+            "stop",
+            Some(WireUsage {
+                prompt_tokens: 3000,
+                prompt_cache_hit_tokens: 2816,
+                completion_tokens: 10,
+                reasoning_tokens: 4,
+            }),
+        ),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--json", "hi"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() > 5);
+    assert!(lines[..lines.len() - 1]
+        .iter()
+        .all(|l| l["type"] == "session_event" && l["event"]["type"].is_string()));
+    let result = lines.last().unwrap();
+    assert_eq!(result["type"], "result");
+    assert_eq!(result["output"], "answer");
+    assert_eq!(result["reason"]["kind"], "completed");
+    assert_eq!(result["usage"]["inputTokens"], 184);
+    assert_eq!(result["usage"]["cacheReadTokens"], 2816);
+    assert!(result["costUsd"].as_f64().unwrap() > 0.0);
+}
+
+#[tokio::test]
+async fn max_tokens_in_the_middle_of_a_tool_call_runs_nothing_and_exits_one() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("Writing the file now.")
+            .tool_call(
+                0,
+                "call_w",
+                "write",
+                "{\"file_path\": \"out.txt\", \"content\": \"hal",
+            )
+            .finish("length", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--permission", "danger-full-access", "write it"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("dsh: MAX_TOKENS:") && stderr.contains("output token limit"),
+        "{stderr}"
+    );
+    assert!(
+        !env.cwd.path().join("out.txt").exists(),
+        "a truncated call ran"
+    );
+    let log = std::fs::read_to_string(&session_files(env.home.path())[0]).unwrap();
+    assert!(
+        !log.contains("\"tool/call\""),
+        "a truncated call was dispatched"
+    );
+    assert!(log.contains("\"max-tokens\""));
+    assert_eq!(provider.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn sessions_show_cache_reports_every_request() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "c1", "glob", "{\"pattern\": \"*\"}")
+                .finish(
+                    "tool_calls",
+                    Some(WireUsage {
+                        prompt_tokens: 1000,
+                        prompt_cache_hit_tokens: 0,
+                        completion_tokens: 5,
+                        reasoning_tokens: 0,
+                    }),
+                ),
+        ),
+        ScriptedReply::from(SseReply::new().text("done").finish(
+            "stop",
+            Some(WireUsage {
+                prompt_tokens: 1100,
+                prompt_cache_hit_tokens: 990,
+                completion_tokens: 5,
+                reasoning_tokens: 0,
+            }),
+        )),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "list files"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = session_files(env.home.path()).remove(0);
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["sessions", "show", "--cache"]).arg(&file);
+    let out = run(cmd).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(rows[0].contains("(first request)"), "{table}");
+    assert!(
+        rows[1].contains("yes") && rows[1].contains("90%"),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn the_shipped_example_replays_without_differences() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello");
+    let env = Env::new();
+    let mut cmd = env.command("http://127.0.0.1:9", None);
+    cmd.arg("replay")
+        .arg(&example)
+        .arg("--cwd")
+        .arg(env.cwd.path());
+    let out = run(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("no differences"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(env.cwd.path().join("hello.txt")).unwrap(),
+        "Hello from dsh! Have a great day.\n"
+    );
+}
+
+/// A background job that is still running when the turn ends keeps `dsh run` waiting; when it
+/// finishes it wakes the agent for one more turn, whose answer is what stdout gets
+/// (docs/agent.md, "Wake-ups"). The job waits for a file the test creates only after the
+/// first turn has ended, so it cannot finish inside that turn however slow the machine is.
+#[tokio::test]
+async fn a_background_job_finishing_after_the_turn_wakes_dsh_run() {
+    let env = Env::new();
+    let go = env.cwd.path().join("go");
+    let started = serde_json::json!({
+        "command": format!(
+            "while [ ! -e {} ]; do sleep 0.05; done; echo job-finished-marker",
+            go.display()
+        ),
+        "description": "A job that outlives the turn",
+        "run_in_background": true,
+    });
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "call_bg", "bash", &started.to_string())
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("Started it; waiting.")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("The job printed its marker.")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--permission", "danger-full-access", "start the job"]);
+    let running = tokio::spawn(run(cmd));
+    // An async wait: the fake provider serves from this test's runtime.
+    let first_turn_ended = || {
+        session_files(env.home.path()).first().is_some_and(|file| {
+            std::fs::read_to_string(file).is_ok_and(|log| log.contains("\"turn/end\""))
+        })
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !first_turn_ended() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let turn_ended = first_turn_ended();
+    std::fs::write(&go, "").unwrap();
+    let out = running.await.unwrap();
+    assert!(turn_ended, "the first turn never ended");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    let log = std::fs::read_to_string(&session_files(env.home.path())[0]).unwrap();
+    let requests = provider.requests();
+    assert_eq!(
+        requests.len(),
+        3,
+        "the finished job did not wake the agent: {log}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "The job printed its marker.\n"
+    );
+    let woken = requests[2].body.to_string();
+    assert!(
+        woken.contains("bash-1") && woken.contains("job-finished-marker"),
+        "the wake turn does not carry the job's end: {woken}"
+    );
+    assert!(log.contains("background-jobs"), "the wake is not logged");
+}

@@ -1,0 +1,408 @@
+//! Headless Chromium drives the UI against the fake provider: load the page with the token,
+//! create a session, send a prompt and see the streamed Markdown, approve a tool call, answer a
+//! model's question, see the `/` command menu, cancel a stalled turn, switch the permission
+//! preset, reload and see the same transcript and preset. Skips (passing) when no `chromium` is on
+//! PATH. With `DSH_WEB_SCREENSHOTS=<dir>` it writes screenshots of the main views there.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::cdp::{find_chromium, Browser};
+use crate::support::Web;
+use dsh_agent::{Extension, ToolCallInfo, ToolVerdict};
+use dsh_test_support::{ScriptedReply, SseReply, StreamEnd, WireUsage};
+use serde_json::json;
+
+struct AskForBash;
+
+impl Extension for AskForBash {
+    fn name(&self) -> &str {
+        "ask-for-bash"
+    }
+
+    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
+        if call.name == "bash" {
+            ToolVerdict::Ask {
+                reason: "the test policy asks before every command".into(),
+                escalation: None,
+            }
+        } else {
+            ToolVerdict::Continue
+        }
+    }
+}
+
+fn replies() -> Vec<ScriptedReply> {
+    // Realistic counts so the usage panel has something to show: the prompt cache warms up.
+    let mut step = 0u64;
+    let mut usage = move || {
+        step += 1;
+        let prompt = 9_000 + 1_500 * step;
+        Some(WireUsage {
+            prompt_tokens: prompt,
+            completion_tokens: 120 + 40 * step,
+            prompt_cache_hit_tokens: if step == 1 { 0 } else { prompt - 1_200 },
+            reasoning_tokens: 30,
+        })
+    };
+    let args = json!({"command": "echo hello-from-bash", "description": "say hello"}).to_string();
+    let question = json!({"questions": [{"id": "lang", "header": "Language",
+        "question": "Which language should the tool use?",
+        "options": [{"label": "Rust", "description": "the workspace's language"}, "Go"]}]})
+    .to_string();
+    vec![
+        SseReply::new()
+            .reasoning("The user wants a greeting.")
+            .text("## Greeting\n\nHello, **web**! Here is ")
+            .chunk_delay(Duration::from_millis(20))
+            .text("some `code`:\n\n```sh\necho hi\n```\n\n- one\n- two\n")
+            .finish("stop", usage())
+            .into(),
+        SseReply::new()
+            .tool_call(0, "call-1", "bash", &args)
+            .finish("tool_calls", usage())
+            .into(),
+        SseReply::new()
+            .text("The command ran.")
+            .finish("stop", usage())
+            .into(),
+        SseReply::new()
+            .tool_call(0, "call-ask", "ask_user_question", &question)
+            .finish("tool_calls", usage())
+            .into(),
+        SseReply::new()
+            .text("Noted, Rust it is.")
+            .finish("stop", usage())
+            .into(),
+        SseReply::new()
+            .text("Thinking about it")
+            .end(StreamEnd::Stall)
+            .into(),
+    ]
+}
+
+const CONVERSATION: &str = "document.getElementById('conversation').innerText";
+
+fn send(browser: &mut Browser, text: &str) {
+    browser.eval(&format!(
+        "document.getElementById('input').value = {}; document.getElementById('send').click(); true",
+        json!(text)
+    ));
+}
+
+fn count(browser: &mut Browser, selector: &str) -> u64 {
+    browser
+        .eval(&format!(
+            "document.querySelectorAll({}).length",
+            json!(selector)
+        ))
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_approve_answer_cancel_and_reload_in_chromium() {
+    let Some(binary) = find_chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let mut web =
+        Web::start_with(replies(), vec![Arc::new(AskForBash) as Arc<dyn Extension>]).await;
+    let profile = tempfile::tempdir().unwrap();
+    let shots = std::env::var_os("DSH_WEB_SCREENSHOTS").map(PathBuf::from);
+    // A fresh launch code: the harness used the printed one to sign its own client in.
+    let url = web.server.as_ref().unwrap().issue_url(None);
+    let base = web.base.clone();
+    let client = web.client.clone();
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::start(&binary, profile.path());
+        browser.open(&url);
+        // The launch code in the address became a cookie and left the address bar.
+        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        assert_eq!(browser.eval("location.href"), json!(format!("{base}/")));
+        // The browser used the launch code: it is dead for anyone else.
+        let again = tokio::runtime::Handle::current()
+            .block_on(async { client.get(&url).send().await.unwrap().status().as_u16() });
+        assert_eq!(
+            again, 401,
+            "a second use of the launch code was not refused"
+        );
+
+        // New session in the default workspace, then a prompt: streamed Markdown appears.
+        browser.eval("document.getElementById('new-session').click(); document.querySelector('#new-form button[type=submit]').click(); true");
+        browser.wait_for("location.hash.startsWith('#/s/')", "the new session", 10);
+        send(&mut browser, "greet me");
+        browser.wait_for(
+            "document.querySelector('#conversation .md strong')?.textContent === 'web'",
+            "the streamed Markdown",
+            15,
+        );
+        browser.wait_for(
+            "document.querySelector('.turn-end.completed')",
+            "the first turn end",
+            10,
+        );
+        assert_eq!(count(&mut browser, "#conversation pre.md-code"), 1);
+        assert_eq!(count(&mut browser, "#conversation details.reasoning"), 1);
+        assert_eq!(count(&mut browser, "#conversation .md li"), 2);
+        browser.wait_for(
+            "document.querySelector('.s-title')?.textContent === 'greet me'",
+            "the sidebar title",
+            10,
+        );
+
+        // A tool call that needs approval: the prompt shows, Allow once runs it.
+        send(&mut browser, "run a command");
+        browser.wait_for(
+            "document.querySelector('.approval .primary')",
+            "the approval prompt",
+            15,
+        );
+        if let Some(dir) = &shots {
+            browser.screenshot(&dir.join("web-approval.png"));
+        }
+        // One button per offered choice (rules are not persisted in this server, so no
+        // "Always allow"), and the rule the session button would remember.
+        assert_eq!(
+            browser.eval(
+                "[...document.querySelectorAll('.approval-buttons button')].map((b) => b.textContent).join('|')"
+            ),
+            json!("Allow once|Allow for this session|Reject")
+        );
+        assert!(browser
+            .eval("document.querySelector('.approval-rule').textContent")
+            .as_str()
+            .unwrap()
+            .contains("commands starting with `echo hello-from-bash`"));
+        browser.eval("document.querySelector('.approval .primary').click(); true");
+        browser.wait_for(
+            "document.querySelector('.tool-card.ok .tool-status')?.textContent === 'exit 0'",
+            "the bash card with its exit marker",
+            15,
+        );
+        browser.wait_for(
+            &format!("{CONVERSATION}.includes('The command ran.')"),
+            "the answer after the tool",
+            10,
+        );
+        assert!(browser
+            .eval(CONVERSATION)
+            .as_str()
+            .unwrap()
+            .contains("hello-from-bash"));
+        assert!(browser
+            .eval("document.querySelector('.approval').innerText")
+            .as_str()
+            .unwrap()
+            .contains("allowed once"));
+
+        // The model asks a question: the card offers the options; the answer reaches the model.
+        send(&mut browser, "ask me");
+        browser.wait_for(
+            "document.querySelector('form.question input[value=\"Rust\"]')",
+            "the question card",
+            15,
+        );
+        if let Some(dir) = &shots {
+            browser.screenshot(&dir.join("web-question.png"));
+        }
+        browser.eval(
+            "document.querySelector('form.question input[value=\"Rust\"]').click(); \
+             document.querySelector('form.question button.primary').click(); true",
+        );
+        browser.wait_for(
+            &format!("{CONVERSATION}.includes('Noted, Rust it is.')"),
+            "the answer after the question",
+            15,
+        );
+        assert!(browser
+            .eval("document.querySelector('.tool-card .answers').textContent")
+            .as_str()
+            .unwrap()
+            .contains("(lang): Rust"));
+        assert_eq!(count(&mut browser, "form.question"), 0);
+
+        // Typing `/` offers the commands.
+        browser.eval(
+            "{ const i = document.getElementById('input'); i.value = '/comp'; \
+             i.dispatchEvent(new Event('input')); } true",
+        );
+        assert_eq!(
+            browser.eval("document.querySelector('#slash-menu .slash-name').textContent"),
+            json!("/compact")
+        );
+        if let Some(dir) = &shots {
+            browser.eval(
+                "{ const i = document.getElementById('input'); i.value = '/'; \
+                 i.dispatchEvent(new Event('input')); } true",
+            );
+            browser.screenshot(&dir.join("web-commands.png"));
+        }
+        browser.eval(
+            "document.getElementById('input').value = ''; \
+             document.getElementById('slash-menu').hidden = true; true",
+        );
+
+        // A stalled turn: Cancel ends it, logged as cancelled.
+        send(&mut browser, "take forever");
+        browser.wait_for(
+            &format!("{CONVERSATION}.includes('Thinking about it')"),
+            "the partial reply",
+            15,
+        );
+        browser.wait_for(
+            "!document.getElementById('cancel').disabled",
+            "the cancel button",
+            5,
+        );
+        browser.eval("document.getElementById('cancel').click(); true");
+        browser.wait_for(
+            "document.querySelector('.turn-end.aborted')",
+            "the cancelled turn",
+            15,
+        );
+
+        if let Some(dir) = &shots {
+            browser.eval("document.getElementById('toggle-usage').click(); true");
+            browser.eval("document.getElementById('conversation').scrollTop = 0; true");
+            browser.screenshot(&dir.join("web-conversation.png"));
+        }
+
+        // The permission control switches the preset; it shows the logged one.
+        assert_eq!(
+            browser.eval("document.getElementById('permission').value"),
+            json!("danger-full-access")
+        );
+        browser.eval(
+            "{ const p = document.getElementById('permission'); p.value = 'read-only'; \
+             p.dispatchEvent(new Event('change')); } true",
+        );
+        browser.wait_for(
+            "document.getElementById('sandbox').textContent === 'sandbox none' \
+             && document.getElementById('permission').value === 'read-only'",
+            "the switched preset",
+            10,
+        );
+
+        // Reload: the same transcript, rebuilt from the session's events.
+        std::thread::sleep(Duration::from_millis(300));
+        let before = browser.eval(CONVERSATION);
+        let turns = count(&mut browser, ".turn-end");
+        browser.eval("location.reload(); true");
+        std::thread::sleep(Duration::from_millis(300));
+        browser.wait_for("document.body.dataset.ready", "the reloaded page", 20);
+        browser.wait_for(
+            &format!("document.querySelectorAll('.turn-end').length === {turns}"),
+            "the reloaded transcript",
+            15,
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(browser.eval(CONVERSATION), before);
+        assert_eq!(
+            browser.eval("document.getElementById('permission').value"),
+            json!("read-only")
+        );
+
+        // Widening asks first: a "no" keeps the preset, a "yes" switches it.
+        let widen = "{ const p = document.getElementById('permission'); \
+                     p.value = 'danger-full-access'; p.dispatchEvent(new Event('change')); } true";
+        browser.eval("window.confirm = (m) => { window.__asked = m; return false; }; true");
+        browser.eval(widen);
+        let asked = browser.wait_for("window.__asked", "the confirmation dialog", 5);
+        assert!(
+            asked.as_str().unwrap().contains("danger-full-access"),
+            "{asked}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            browser.eval("document.getElementById('permission').value"),
+            json!("read-only")
+        );
+        browser.eval("window.confirm = () => true; true");
+        browser.eval(widen);
+        browser.wait_for(
+            "document.getElementById('permission').value === 'danger-full-access' \
+             && document.getElementById('permission').classList.contains('danger')",
+            "the confirmed widening",
+            10,
+        );
+    });
+    web.stop().await;
+}
+
+/// The trust card: planted project hooks in the default workspace show a card with the exact
+/// command when the new-session form opens; Review shows the list, Keep ignoring hides it, and
+/// Trust (after the confirmation dialog) records trust in the home.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_trust_card_shows_planted_hooks_and_trusts_after_confirmation() {
+    let Some(binary) = find_chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let mut web = Web::start(Vec::new()).await;
+    let ws = std::fs::canonicalize(web.cwd.path()).unwrap();
+    std::fs::create_dir_all(ws.join(".dsh")).unwrap();
+    std::fs::write(
+        ws.join(".dsh/hooks.json"),
+        r#"{"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "echo planted-hook"}]}]}}"#,
+    )
+    .unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let url = web.server.as_ref().unwrap().issue_url(None);
+    let trust_file = web.home.path().join("trust.toml");
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::start(&binary, profile.path());
+        browser.open(&url);
+        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        browser.eval("document.getElementById('new-session').click(); true");
+        browser.wait_for(
+            "!document.getElementById('trust-card').hidden",
+            "the trust card",
+            10,
+        );
+        assert!(browser
+            .eval("document.getElementById('trust-summary').textContent")
+            .as_str()
+            .unwrap()
+            .contains("settings that run commands"));
+        browser.eval("document.getElementById('trust-show').click(); true");
+        let review = browser.eval(
+            "document.getElementById('trust-review').hidden ? '' : document.getElementById('trust-review').textContent",
+        );
+        assert!(
+            review
+                .as_str()
+                .unwrap()
+                .contains("UserPromptSubmit: runs `echo planted-hook`"),
+            "{review}"
+        );
+        browser.eval("document.getElementById('trust-ignore').click(); true");
+        assert_eq!(
+            browser.eval("document.getElementById('trust-card').hidden"),
+            json!(true)
+        );
+        assert!(!trust_file.exists());
+        // Shown again (a new tab would): the dialog is accepted, trust is recorded.
+        browser.eval("sessionStorage.clear(); window.confirm = () => true; checkTrust(document.getElementById('new-cwd').value); true");
+        browser.wait_for(
+            "!document.getElementById('trust-card').hidden",
+            "the trust card again",
+            10,
+        );
+        browser.eval("document.getElementById('trust-accept').click(); true");
+        browser.wait_for(
+            "document.getElementById('trust-card').hidden",
+            "the card to close after trusting",
+            10,
+        );
+    });
+    let recorded = std::fs::read_to_string(&trust_file).unwrap();
+    assert!(
+        recorded.contains(ws.to_string_lossy().as_ref()),
+        "{recorded}"
+    );
+    web.stop().await;
+}

@@ -1,0 +1,22 @@
+//! Integration tests of dsh-server over real HTTP on loopback with the fake provider as the
+//! model: the API and its event stream, tool approvals, session controls, the sign-in gate,
+//! workspace trust, and the web UI driven by headless Chromium (skipped, passing, when no
+//! `chromium` is on PATH; see browser.rs).
+//!
+//! Every integration test file of this crate is a module of this one binary, so the crate links
+//! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries"). The
+//! shared server harness is `support`.
+
+// Test code: a failed unwrap or expect is a failed test (docs/ARCHITECTURE.md, "Lints and
+// formatting").
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod api;
+mod approvals;
+mod browser;
+mod controls;
+mod security;
+mod trust;
+mod web_polish;

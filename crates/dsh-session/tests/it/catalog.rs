@@ -1,0 +1,501 @@
+//! The session catalog (docs/sessions.md, "The session catalog") against the full scan it
+//! stands for: after random appends, deletions, logs changed behind its back, zstd logs, a
+//! damaged catalog file, and a writer SIGKILLed (a real child process) while it records.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a test failure
+
+use std::collections::BTreeSet;
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use dsh_llm::{ContentBlock, Message, MessageSource, Role, Usage};
+use dsh_session::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const CHILD_ENV: &str = "DSH_SESSION_CATALOG_CHILD";
+const CWDS: [&str; 4] = ["/w/alpha", "/w/beta", "/w/gamma space", "/w/delta"];
+
+fn reply(turn: u64, model: &str, tokens: u64) -> Event {
+    Event::AssistantMessage(AssistantMessage {
+        turn,
+        step: 1,
+        message: Message {
+            id: format!("a{turn}"),
+            role: Role::Assistant,
+            content: vec![ContentBlock::text("done")],
+            source: MessageSource::Model {
+                provider: "deepseek".into(),
+                model: model.into(),
+                extra: Default::default(),
+            },
+        },
+        usage: Some(Usage {
+            input_tokens: tokens,
+            output_tokens: tokens / 10,
+            ..Usage::default()
+        }),
+        interrupted: false,
+    })
+}
+
+/// One turn; `close` false leaves it open (a live writer, or a crash to repair).
+fn turn(w: &mut dyn SessionWriter, rng: &mut impl Rng, close: bool) {
+    let turn = w.state().next_turn();
+    w.append(Event::TurnStart(TurnStart { turn })).unwrap();
+    w.append(Event::StepStart(StepRef { turn, step: 1 }))
+        .unwrap();
+    w.append(Event::UserMessage(Message::user_text(
+        format!("u{turn}-{}", rng.gen::<u32>()),
+        format!("question {turn}"),
+    )))
+    .unwrap();
+    if rng.gen_bool(0.3) {
+        w.append(Event::SessionTitle(SessionTitle {
+            title: format!("title {}", rng.gen::<u16>()),
+            message_seqs: Vec::new(),
+            source: None,
+        }))
+        .unwrap();
+    }
+    let model = ["deepseek-v4-flash", "deepseek-v4-pro", "other"][rng.gen_range(0..3)];
+    w.append(reply(turn, model, rng.gen_range(1..100_000)))
+        .unwrap();
+    if close {
+        w.append(Event::StepEnd(StepRef { turn, step: 1 })).unwrap();
+        w.append(Event::TurnEnd(TurnEnd {
+            turn,
+            reason: TurnEndReason::Completed,
+        }))
+        .unwrap();
+    } else {
+        w.flush().unwrap();
+    }
+}
+
+fn new_session(store: &JsonlStore, rng: &mut impl Rng) -> String {
+    let cwd = CWDS[rng.gen_range(0..CWDS.len())];
+    let mut w = store.create(cwd, CreateOptions::default()).unwrap();
+    for _ in 0..rng.gen_range(0..3) {
+        turn(w.as_mut(), rng, true);
+    }
+    w.header().id.clone()
+}
+
+fn damaged_set(listing: &Listing) -> BTreeSet<(String, String)> {
+    listing
+        .damaged
+        .iter()
+        .map(|d| (d.path.clone(), d.problem.clone()))
+        .collect()
+}
+
+/// The catalog's listing (whole, per cwd, and page by page) equals the full scan, and the
+/// catalog holds one row per session folder afterwards (so the listing came from it).
+fn assert_matches_scan(store: &JsonlStore, what: &str) {
+    assert_listing_matches_scan(store, what);
+    for query in ["question 1", "DONE", "do", "by hand"] {
+        let hits = |list: Vec<SearchHit>| -> BTreeSet<(String, u64, String)> {
+            list.into_iter()
+                .map(|h| (h.session_id, h.seq, h.event_type))
+                .collect()
+        };
+        assert_eq!(
+            hits(store.search(query, 100_000).unwrap()),
+            hits(store.scan_search(query, 100_000).unwrap()),
+            "{what}: search {query:?}"
+        );
+    }
+    let home = store.root().parent().unwrap().to_path_buf();
+    let rows = Catalog::open(&home).unwrap().len().unwrap();
+    assert_eq!(rows, all_logs(&home).len(), "{what}: catalog rows");
+}
+
+fn assert_listing_matches_scan(store: &JsonlStore, what: &str) {
+    let filters = std::iter::once(None).chain(CWDS.iter().map(|c| Some(c.to_string())));
+    for cwd in filters {
+        let filter = ListFilter { cwd: cwd.clone() };
+        let catalog = store.list(&filter).unwrap();
+        let scan = store.scan_list(&filter).unwrap();
+        assert_eq!(catalog.sessions, scan.sessions, "{what}: cwd {cwd:?}");
+        assert_eq!(damaged_set(&catalog), damaged_set(&scan), "{what}: {cwd:?}");
+        let mut paged = Vec::new();
+        let mut page = ListPage {
+            limit: Some(3),
+            after: None,
+        };
+        loop {
+            let part = store.list_page(&filter, &page).unwrap();
+            assert!(part.sessions.len() <= 3);
+            paged.extend(part.sessions);
+            match part.next {
+                Some(next) => page.after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(paged, scan.sessions, "{what}: pages of {cwd:?}");
+    }
+}
+
+fn all_logs(home: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(folders) = std::fs::read_dir(home.join("sessions")) else {
+        return out;
+    };
+    for folder in folders.flatten() {
+        let Ok(dirs) = std::fs::read_dir(folder.path()) else {
+            continue;
+        };
+        for dir in dirs.flatten() {
+            if let Some(path) = session_file_in(&dir.path()) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Sets a file's mtime back to what it was (so only size, ctime or inode can give a change
+/// away).
+fn restore_mtime(path: &Path, before: &std::fs::Metadata) {
+    use std::os::unix::fs::MetadataExt;
+    let times = [
+        libc::timespec {
+            tv_sec: before.atime(),
+            tv_nsec: before.atime_nsec(),
+        },
+        libc::timespec {
+            tv_sec: before.mtime(),
+            tv_nsec: before.mtime_nsec(),
+        },
+    ];
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path and two timespecs, as utimensat requires.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(rc, 0, "utimensat: {}", std::io::Error::last_os_error());
+}
+
+/// Changes a log behind the catalog's back, in one of several ways.
+fn tamper(path: &Path, rng: &mut impl Rng) -> &'static str {
+    let before = std::fs::metadata(path).unwrap();
+    let text = std::fs::read(path).unwrap();
+    match rng.gen_range(0..5) {
+        0 => {
+            // A title appended by hand, same mtime.
+            let mut file = OpenOptions::new().append(true).open(path).unwrap();
+            let line = format!(
+                "{{\"type\":\"session/title\",\"data\":{{\"title\":\"by hand {}\"}}}}\n",
+                rng.gen::<u16>()
+            );
+            file.write_all(line.as_bytes()).unwrap();
+            drop(file);
+            restore_mtime(path, &before);
+            "title appended by hand"
+        }
+        1 => {
+            // Same size and mtime, different content: a digit of a token count changed.
+            let mut bytes = text.clone();
+            if let Some(at) = bytes.windows(14).position(|w| w == b"\"inputTokens\":") {
+                let digit = &mut bytes[at + 14];
+                *digit = if *digit == b'9' { b'1' } else { *digit + 1 };
+            }
+            std::fs::write(path, &bytes).unwrap();
+            restore_mtime(path, &before);
+            "same size, same mtime"
+        }
+        2 => {
+            // Garbage in the middle: the session becomes damaged.
+            let mut bytes = text.clone();
+            let at = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+            bytes.splice(at..at, b"not json at all\n".iter().copied());
+            std::fs::write(path, &bytes).unwrap();
+            "garbage line"
+        }
+        3 => {
+            // A torn last line (a crash mid-write).
+            let mut file = OpenOptions::new().append(true).open(path).unwrap();
+            file.write_all(b"{\"type\":\"turn/sta").unwrap();
+            "torn tail"
+        }
+        _ => {
+            // Replaced by an older copy through a rename (new inode).
+            let cut = text
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(i, _)| i + 1)
+                .nth(1)
+                .unwrap_or(text.len());
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, &text[..cut]).unwrap();
+            std::fs::rename(&tmp, path).unwrap();
+            "replaced by a shorter copy"
+        }
+    }
+}
+
+#[test]
+fn catalog_equals_full_scan_through_appends_deletions_and_tampering() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let mut rng = StdRng::seed_from_u64(23);
+    for _ in 0..25 {
+        new_session(&store, &mut rng);
+    }
+    assert_matches_scan(&store, "initial");
+    let mut seen = BTreeSet::new();
+    for round in 0..60 {
+        let logs = all_logs(home.path());
+        let what = match rng.gen_range(0..6) {
+            0 => {
+                new_session(&store, &mut rng);
+                "new session"
+            }
+            1 | 2 => {
+                let path = &logs[rng.gen_range(0..logs.len())];
+                match store.resume(&path.to_string_lossy()) {
+                    Ok(mut resumed) => {
+                        let close = rng.gen_bool(0.7);
+                        turn(resumed.writer.as_mut(), &mut rng, close);
+                        "appended a turn"
+                    }
+                    Err(_) => "resume refused (damaged log)",
+                }
+            }
+            3 => {
+                let path = &logs[rng.gen_range(0..logs.len())];
+                std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+                "deleted a session folder"
+            }
+            _ => tamper(&logs[rng.gen_range(0..logs.len())], &mut rng),
+        };
+        seen.insert(what);
+        assert_matches_scan(&store, &format!("round {round} ({what})"));
+    }
+    assert!(seen.len() >= 7, "every kind of change was tried: {seen:?}");
+}
+
+#[test]
+fn writers_record_their_session_at_turn_end_without_a_listing() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut w = store.create("/w/alpha", CreateOptions::default()).unwrap();
+    turn(w.as_mut(), &mut rng, true);
+    // The turn end recorded the session: the catalog has its row before anything listed.
+    assert_eq!(Catalog::open(home.path()).unwrap().len().unwrap(), 1);
+    turn(w.as_mut(), &mut rng, false);
+    drop(w);
+    assert_matches_scan(&store, "after a writer closed");
+}
+
+#[test]
+fn zstd_logs_are_catalogued_and_their_plain_continuation_replaces_them() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let mut rng = StdRng::seed_from_u64(9);
+    let id = new_session(&store, &mut rng);
+    let plain = store.find(&id).unwrap();
+    let bytes = std::fs::read(&plain).unwrap();
+    std::fs::write(
+        plain.with_file_name("session.jsonl.zstd"),
+        zstd::encode_all(&bytes[..], 3).unwrap(),
+    )
+    .unwrap();
+    std::fs::remove_file(&plain).unwrap();
+    assert_matches_scan(&store, "compressed log");
+    let listing = store.list(&ListFilter::default()).unwrap();
+    assert!(listing.sessions[0].location.ends_with("session.jsonl.zstd"));
+    let mut resumed = store.resume(&id).unwrap();
+    turn(resumed.writer.as_mut(), &mut rng, true);
+    drop(resumed);
+    assert_matches_scan(&store, "plain continuation");
+    let listing = store.list(&ListFilter::default()).unwrap();
+    assert!(listing.sessions[0].location.ends_with("session.jsonl"));
+}
+
+#[test]
+fn a_damaged_or_foreign_catalog_file_is_rebuilt() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let mut rng = StdRng::seed_from_u64(11);
+    for _ in 0..6 {
+        new_session(&store, &mut rng);
+    }
+    let db = home.path().join(CATALOG_FILE);
+    assert_matches_scan(&store, "before");
+    // Garbage over the whole file.
+    std::fs::write(&db, vec![0x5a; 8192]).unwrap();
+    for side in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{side}", db.display()));
+    }
+    assert_matches_scan(&store, "garbage catalog");
+    assert_eq!(Catalog::open(home.path()).unwrap().len().unwrap(), 6);
+    // A valid database of another schema version (an older or newer dsh).
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("PRAGMA user_version = 99;").unwrap();
+    drop(conn);
+    assert_matches_scan(&store, "other schema version");
+    // Rows lost (a crash before the last commit reached the disk).
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("DELETE FROM entries WHERE rowid % 2 = 0;")
+        .unwrap();
+    drop(conn);
+    assert_matches_scan(&store, "rows lost");
+    // A catalog that cannot be written at all (a directory in its place): listing reads the
+    // logs instead, and is still right.
+    for side in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{side}", db.display()));
+    }
+    std::fs::create_dir(&db).unwrap();
+    assert!(Catalog::open(home.path()).is_err());
+    assert_listing_matches_scan(&store, "catalog unusable");
+}
+
+#[test]
+fn a_bad_page_cursor_is_refused_with_a_fix() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let err = store
+        .list_page(
+            &ListFilter::default(),
+            &ListPage {
+                limit: Some(5),
+                after: Some("yesterday".into()),
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, SessionError::BadCursor(_)), "{err}");
+    assert!(err.to_string().contains("`next` value"), "{err}");
+}
+
+/// Child mode: appends turns to sessions of the store at `$CHILD_ENV` (through the writers,
+/// which record at turn ends) and lists in between (which mends rows), until killed.
+#[test]
+fn catalog_child() {
+    let Some(home) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let store = JsonlStore::new(Path::new(&home));
+    let mut rng = StdRng::from_entropy();
+    let mut n = 0u64;
+    loop {
+        let logs = all_logs(Path::new(&home));
+        if logs.is_empty() || rng.gen_bool(0.1) {
+            new_session(&store, &mut rng);
+        } else if rng.gen_bool(0.2) {
+            store.list(&ListFilter::default()).unwrap();
+        } else {
+            let path = &logs[rng.gen_range(0..logs.len())];
+            if let Ok(mut resumed) = store.resume(&path.to_string_lossy()) {
+                for _ in 0..rng.gen_range(1..4) {
+                    let close = rng.gen_bool(0.8);
+                    turn(resumed.writer.as_mut(), &mut rng, close);
+                }
+            }
+        }
+        n += 1;
+        println!("S {n}");
+    }
+}
+
+#[test]
+fn catalog_equals_full_scan_after_sigkill_mid_update() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let home = if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm")
+    } else {
+        tempfile::tempdir()
+    }
+    .unwrap();
+    let store = JsonlStore::new(home.path());
+    let child_err = home.path().join("child.stderr");
+    let mut rng = StdRng::seed_from_u64(5);
+    for trial in 0..25 {
+        let mut child = Command::new(&exe)
+            .args([
+                "catalog::catalog_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, home.path())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&child_err).unwrap())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let steps = rng.gen_range(1..15);
+        let mut done = 0;
+        while done < steps {
+            match lines.next() {
+                Some(Ok(line)) if line.starts_with("S ") => done += 1,
+                Some(Ok(_)) => {}
+                _ => panic!(
+                    "trial {trial}: the child stopped before it was killed: {}",
+                    std::fs::read_to_string(&child_err).unwrap_or_default()
+                ),
+            }
+        }
+        std::thread::sleep(Duration::from_micros(rng.gen_range(0..2000)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_matches_scan(&store, &format!("after SIGKILL {trial}"));
+    }
+    let listing = store.list(&ListFilter::default()).unwrap();
+    assert!(listing.sessions.len() >= 5, "the child made sessions");
+}
+
+#[test]
+fn search_reads_the_catalogs_full_text_index_and_follows_changes() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let mut rng = StdRng::seed_from_u64(3);
+    for _ in 0..5 {
+        new_session(&store, &mut rng);
+    }
+    let mut catalog = Catalog::open(home.path()).unwrap();
+    let hits = catalog
+        .search(&store.root(), "QUESTION 1", 100)
+        .unwrap()
+        .expect("a query of three or more characters uses the index");
+    assert!(!hits.is_empty(), "the index found the messages");
+    assert!(
+        hits.iter().all(|h| h.snippet.contains("question 1")),
+        "{hits:?}"
+    );
+    // Too short for trigrams: the caller reads the logs instead.
+    assert!(catalog.search(&store.root(), "qu", 100).unwrap().is_none());
+    // A message appended by a writer is found by the next search.
+    let id = new_session(&store, &mut rng);
+    let mut resumed = store.resume(&id).unwrap();
+    resumed
+        .writer
+        .append(Event::UserMessage(Message::user_text(
+            "z",
+            "zebra crossing",
+        )))
+        .unwrap();
+    drop(resumed);
+    let hits = catalog
+        .search(&store.root(), "bra cross", 100)
+        .unwrap()
+        .unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].session_id, id);
+    // Deleted with its session.
+    store.remove(&id).unwrap();
+    let hits = catalog
+        .search(&store.root(), "bra cross", 100)
+        .unwrap()
+        .unwrap();
+    assert!(hits.is_empty(), "{hits:?}");
+}
