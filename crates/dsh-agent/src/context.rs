@@ -78,17 +78,7 @@ impl ContextSource for SystemContext {
 
 /// `YYYY-MM-DD` for a count of days since 1970-01-01 (proleptic Gregorian).
 pub fn civil_date(days: u64) -> String {
-    // Howard Hinnant's days-to-civil algorithm, for non-negative day counts.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    dsh_llm::calendar::iso_date(i64::try_from(days).unwrap_or(i64::MAX / 2))
 }
 
 /// The runtime-context and project-instructions extension.

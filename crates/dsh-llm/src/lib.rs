@@ -12,6 +12,7 @@
 mod adapter;
 mod assembler;
 mod block;
+pub mod calendar;
 mod chunk;
 mod config;
 mod effort;
