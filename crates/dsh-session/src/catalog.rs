@@ -169,11 +169,14 @@ impl Catalog {
             path: path.clone(),
             source,
         };
-        fs::create_dir_all(home).map_err(crate::error::io_err("creating", home))?;
+        crate::private::create_dir_all(home).map_err(crate::error::io_err("creating", home))?;
+        crate::private::precreate_file(&path).map_err(crate::error::io_err("creating", &path))?;
         let conn = match connect(&path) {
             Ok(conn) => conn,
             Err(e) if is_damage(&e) => {
                 remove_files(&path);
+                crate::private::precreate_file(&path)
+                    .map_err(crate::error::io_err("creating", &path))?;
                 connect(&path).map_err(sql)?
             }
             Err(e) => return Err(sql(e)),

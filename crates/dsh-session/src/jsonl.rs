@@ -59,8 +59,8 @@ impl JsonlWriter {
     /// locks it and writes and fsyncs the header.
     pub fn create(path: &Path, header: SessionHeader) -> Result<JsonlWriter> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        fs::create_dir_all(dir).map_err(io_err("creating session folder", dir))?;
-        let file = OpenOptions::new()
+        crate::private::create_dir_all(dir).map_err(io_err("creating session folder", dir))?;
+        let file = crate::private::open_options()
             .read(true)
             .append(true)
             .create_new(true)
@@ -251,7 +251,12 @@ pub fn plain_continuation(zstd_path: &Path) -> Result<PathBuf> {
     ));
     let result = (|| -> Result<()> {
         let mut input = open_input(zstd_path)?;
-        let mut out = File::create(&tmp).map_err(io_err("creating", &tmp))?;
+        let mut out = crate::private::open_options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io_err("creating", &tmp))?;
         std::io::copy(&mut input, &mut out).map_err(io_err("decompressing", zstd_path))?;
         out.sync_all().map_err(io_err("syncing", &tmp))?;
         fs::rename(&tmp, &plain).map_err(io_err("renaming into place", &plain))?;

@@ -61,6 +61,7 @@ mod jsonl;
 mod listing;
 mod lock;
 mod packed;
+mod private;
 mod projection;
 mod reader;
 pub mod repair;

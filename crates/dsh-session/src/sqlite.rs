@@ -6,7 +6,7 @@
 //! so both stores read through the same decoder. Writers lock
 //! `sessions.db.locks/<id>.lock` with `flock`, like the JSONL store locks its file.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -54,8 +54,9 @@ fn open_connection(path: &Path) -> Result<Connection> {
         source,
     };
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+        crate::private::create_dir_all(dir).map_err(io_err("creating", dir))?;
     }
+    crate::private::precreate_file(path).map_err(io_err("creating", path))?;
     let conn = Connection::open(path).map_err(sql)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(sql)?;
@@ -98,9 +99,9 @@ impl SqliteStore {
     fn lock(&self, id: &str) -> Result<File> {
         let path = self.lock_path(id);
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+            crate::private::create_dir_all(dir).map_err(io_err("creating", dir))?;
         }
-        let file = OpenOptions::new()
+        let file = crate::private::open_options()
             .create(true)
             .truncate(false)
             .write(true)

@@ -499,3 +499,43 @@ fn search_reads_the_catalogs_full_text_index_and_follows_changes() {
         .unwrap();
     assert!(hits.is_empty(), "{hits:?}");
 }
+
+/// A home that a listing creates first (before any session) and everything written into it
+/// later stay private to the user: folders 0700, logs and the catalog 0600, under the usual
+/// 022 umask (docs/SECURITY.md, "Other local users").
+#[test]
+fn a_fresh_home_its_logs_and_the_catalog_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let home = parent.path().join("home");
+    let store = JsonlStore::new(&home);
+    store.list(&ListFilter::default()).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut w = store
+        .create("/w/private", CreateOptions::default())
+        .unwrap();
+    turn(w.as_mut(), &mut rng, true);
+    drop(w);
+    store.list(&ListFilter::default()).unwrap();
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let mut checked = 0;
+    for entry in walkdir(&home) {
+        let expected = if entry.is_dir() { 0o700 } else { 0o600 };
+        assert_eq!(mode(&entry), expected, "{} is not private", entry.display());
+        checked += 1;
+    }
+    assert!(checked >= 4, "only {checked} entries under the home");
+}
+
+fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walkdir(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
