@@ -439,6 +439,19 @@ impl Checker<'_> {
         }
     }
 
+    /// `enabled` of a tool that reaches the network: a boolean, and a project's own file may
+    /// only turn it off (opening network access is the user's decision, not the repository's).
+    fn network_tool_enabled(&mut self, full: &str, value: &Value, tool: &str) {
+        self.expect_bool(full, value);
+        if matches!(self.source, Source::ProjectFile(_)) && value.as_bool() == Some(true) {
+            self.error(
+                full,
+                format!("a project's configuration cannot turn {tool} on"),
+                format!("set it in $DSH_HOME/config.toml if you want {tool} for this project"),
+            );
+        }
+    }
+
     /// `[tools.web_search]` (docs/tools.md, "web_search"). A project's own file may turn it off
     /// and tune it, but not turn it on nor point it at another endpoint: the search request
     /// carries the user's DeepSeek key.
@@ -447,16 +460,7 @@ impl Checker<'_> {
         for (key, value) in table {
             let full = join(path, key);
             match key.as_str() {
-                "enabled" => {
-                    self.expect_bool(&full, value);
-                    if from_project && value.as_bool() == Some(true) {
-                        self.error(
-                            &full,
-                            "a project's configuration cannot turn web_search on",
-                            "set it in $DSH_HOME/config.toml if you want web_search for this project",
-                        );
-                    }
-                }
+                "enabled" => self.network_tool_enabled(&full, value, "web_search"),
                 "base_url" => {
                     if from_project {
                         self.error(
@@ -494,16 +498,7 @@ impl Checker<'_> {
         for (key, value) in table {
             let full = join(path, key);
             match key.as_str() {
-                "enabled" => {
-                    self.expect_bool(&full, value);
-                    if from_project && value.as_bool() == Some(true) {
-                        self.error(
-                            &full,
-                            "a project's configuration cannot turn web_fetch on",
-                            "set it in $DSH_HOME/config.toml if you want web_fetch for this project",
-                        );
-                    }
-                }
+                "enabled" => self.network_tool_enabled(&full, value, "web_fetch"),
                 "allowed_hosts" => {
                     if from_project {
                         self.error(
