@@ -359,7 +359,7 @@ impl HooksConfig {
                         origin,
                         &event_key,
                         format!("unknown hook event `{name}`"),
-                        format!("use one of: {}", supported_list()),
+                        format!("use one of: {}", event_list(&HookEvent::ALL)),
                     ));
                 }
                 continue;
@@ -388,8 +388,9 @@ impl HooksConfig {
     }
 }
 
-fn supported_list() -> String {
-    HookEvent::ALL
+/// `events`' names, comma-separated, for "use one of: ..." errors.
+fn event_list(events: &[HookEvent]) -> String {
+    events
         .iter()
         .map(|e| e.as_str())
         .collect::<Vec<_>>()
@@ -631,7 +632,7 @@ impl HooksConfig {
                 if groups.is_array() {
                     config.warnings.push(format!(
                         "{origin}: `{event_key}`: the Codex dialect runs {} hooks only; {name} is ignored",
-                        codex_list()
+                        event_list(HookDialect::Codex.events())
                     ));
                 }
                 continue;
@@ -661,15 +662,6 @@ impl HooksConfig {
             Err(errors)
         }
     }
-}
-
-fn codex_list() -> String {
-    HookDialect::Codex
-        .events()
-        .iter()
-        .map(|e| e.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// One Codex matcher group: `None` when none of its hooks can run (all skipped).
