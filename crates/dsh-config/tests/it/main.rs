@@ -10,6 +10,7 @@
 
 mod agents_config;
 mod config;
+mod config_dirs;
 mod mcp_config;
 mod reply_timeout;
 mod search_tools_config;

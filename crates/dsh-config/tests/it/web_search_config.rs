@@ -5,41 +5,9 @@
 
 use std::time::Duration;
 
-use dsh_config::{Config, ConfigError, Flags, WebSearchConfig};
+use dsh_config::WebSearchConfig;
 
-struct Dirs {
-    home: tempfile::TempDir,
-    project: tempfile::TempDir,
-}
-
-impl Dirs {
-    fn new() -> Dirs {
-        let dirs = Dirs {
-            home: tempfile::tempdir().unwrap(),
-            project: tempfile::tempdir().unwrap(),
-        };
-        std::fs::create_dir(dirs.project.path().join(".git")).unwrap();
-        dirs
-    }
-    fn user(self, text: &str) -> Self {
-        std::fs::write(self.home.path().join("config.toml"), text).unwrap();
-        self
-    }
-    fn project(self, text: &str) -> Self {
-        std::fs::create_dir_all(self.project.path().join(".dsh")).unwrap();
-        std::fs::write(self.project.path().join(".dsh/config.toml"), text).unwrap();
-        self
-    }
-    fn load(&self) -> Result<Config, Vec<ConfigError>> {
-        Config::load(
-            self.home.path(),
-            self.project.path(),
-            &|_| None,
-            &Flags::default(),
-        )
-        .map_err(|e| e.0)
-    }
-}
+use crate::config_dirs::Dirs;
 
 #[test]
 fn on_by_default_with_deepseeks_endpoint() {
