@@ -3,7 +3,13 @@
 //! choice plus "Don't answer", attached to the `ask_user_question` tool card. Free-text
 //! questions (no options) cannot be shown that way and are not asked.
 
-use dsh_agent::{AskOutcome, Asker, QuestionRequest, UserAnswer, UserQuestion};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dsh_agent::{
+    AskOutcome, Asker, QuestionRequest, UserAnswer, UserQuestion, APPROVE_LABEL,
+    KEEP_PLANNING_LABEL,
+};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
@@ -36,6 +42,7 @@ pub struct AcpAsker {
     session_id: String,
     out: Outgoing,
     order: Option<UpdateBarrier>,
+    forms: Arc<AtomicBool>,
 }
 
 impl AcpAsker {
@@ -45,7 +52,16 @@ impl AcpAsker {
             session_id: session_id.into(),
             out,
             order: None,
+            forms: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Shares the flag that says the client renders `elicitation/create` forms (its
+    /// `clientCapabilities.elicitation.form` at `initialize`); with it the plan review offers
+    /// "Approve with edits" and asks for feedback (docs/acp.md, "Plan mode").
+    pub(crate) fn with_forms(mut self, forms: Arc<AtomicBool>) -> Self {
+        self.forms = forms;
+        self
     }
 
     /// Waits for `barrier` before each request, so the session's pending updates (the tool
@@ -136,15 +152,210 @@ fn choice(question: &UserQuestion, answer: Result<Value, Value>) -> Choice {
     }
 }
 
+/// Whether the `initialize` params say the client renders `elicitation/create` forms.
+pub(crate) fn elicits_forms(params: &Value) -> bool {
+    params
+        .pointer("/clientCapabilities/elicitation/form")
+        .is_some_and(Value::is_object)
+}
+
+/// Option id of the plan review's "Approve with edits" (offered with forms only).
+pub(crate) const PLAN_EDIT_OPTION: &str = "plan-edit";
+
+/// The review of `exit_plan_mode` (docs/acp.md, "Plan mode"): one permission request with
+/// Approve, Approve with edits (when the client renders forms), Keep planning and Don't
+/// answer; the edits and the feedback are asked with an `elicitation/create` form whose text
+/// field is prefilled with the plan.
+async fn plan_review(
+    out: &Outgoing,
+    session_id: &str,
+    call_id: &str,
+    review: &UserQuestion,
+    forms: bool,
+) -> AskOutcome {
+    let mut request = params(session_id, call_id, review);
+    if forms {
+        if let Some(options) = request["options"].as_array_mut() {
+            options.insert(
+                1,
+                json!({"optionId": PLAN_EDIT_OPTION, "name": "Approve with edits",
+                    "kind": "allow_once"}),
+            );
+        }
+    }
+    let answer = out.request("session/request_permission", request).await;
+    let selected = answer
+        .as_ref()
+        .ok()
+        .and_then(|r| r.pointer("/outcome/optionId"))
+        .and_then(Value::as_str);
+    let edit = selected == Some(PLAN_EDIT_OPTION)
+        && answer
+            .as_ref()
+            .ok()
+            .and_then(|r| r.pointer("/outcome/outcome"))
+            == Some(&json!("selected"));
+    let label = if edit {
+        APPROVE_LABEL.to_string()
+    } else {
+        match choice(review, answer) {
+            Choice::Picked(label) => label,
+            Choice::Declined => {
+                return AskOutcome::Declined {
+                    message: String::new(),
+                }
+            }
+            Choice::Failed(reason) => return AskOutcome::Unavailable { reason },
+        }
+    };
+    let verdict = |extra: Option<String>| review_answers(&review.id, &label, extra);
+    if edit {
+        return approve_with_edits(out, session_id, call_id, review).await;
+    }
+    if label == KEEP_PLANNING_LABEL && forms {
+        let form = elicit(
+            out,
+            session_id,
+            call_id,
+            "What should change in the plan? (optional)",
+            json!({"feedback": {"type": "string", "title": "Feedback",
+                "description": "Goes to the agent, which revises the plan"}}),
+            &[],
+        )
+        .await;
+        let feedback = form.ok().flatten().and_then(|content| {
+            content
+                .get("feedback")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        return verdict(feedback);
+    }
+    verdict(None)
+}
+
+/// The answers to the review questions: `label` for the review, `extra` (edited plan or
+/// feedback) for the free-text question when there is one.
+fn review_answers(review_id: &str, label: &str, extra: Option<String>) -> AskOutcome {
+    let mut answers = vec![UserAnswer {
+        id: review_id.to_string(),
+        answers: vec![label.to_string()],
+    }];
+    if let Some(text) = extra.filter(|t| !t.trim().is_empty()) {
+        answers.push(UserAnswer {
+            id: dsh_agent::PLAN_EDITS_QUESTION.to_string(),
+            answers: vec![text],
+        });
+    }
+    AskOutcome::Answered(answers)
+}
+
+/// "Approve with edits": the plan editor as a form prefilled with the plan; the accepted text
+/// is the approved plan.
+async fn approve_with_edits(
+    out: &Outgoing,
+    session_id: &str,
+    call_id: &str,
+    review: &UserQuestion,
+) -> AskOutcome {
+    let plan = review
+        .question
+        .split_once("\n\n")
+        .map(|(_, plan)| plan)
+        .unwrap_or_default();
+    let form = elicit(
+        out,
+        session_id,
+        call_id,
+        "Edit the plan. Your version replaces the one shown and is what the agent carries out.",
+        json!({"plan": {"type": "string", "title": "Plan",
+            "description": "The plan as Markdown, starting with a # heading",
+            "default": plan}}),
+        &["plan"],
+    )
+    .await;
+    match form {
+        Ok(Some(content)) => {
+            let edited = content
+                .get("plan")
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .unwrap_or_default()
+                .to_string();
+            // An unchanged (or emptied) plan is a plain approval.
+            review_answers(
+                &review.id,
+                APPROVE_LABEL,
+                (edited != plan.trim()).then_some(edited),
+            )
+        }
+        // Backing out of the editor dismisses the review: the session stays in plan mode.
+        Ok(None) => AskOutcome::Declined {
+            message: String::new(),
+        },
+        Err(reason) => AskOutcome::Declined {
+            message: format!("the editor could not show the plan editor: {reason}"),
+        },
+    }
+}
+
+/// Asks the client for a form (`elicitation/create`, mode `form`, tied to the call): the
+/// accepted content, `None` when the user declined or cancelled, or why it failed.
+async fn elicit(
+    out: &Outgoing,
+    session_id: &str,
+    call_id: &str,
+    message: &str,
+    properties: Value,
+    required: &[&str],
+) -> Result<Option<serde_json::Map<String, Value>>, String> {
+    let params = json!({
+        "sessionId": session_id,
+        "toolCallId": call_id,
+        "mode": "form",
+        "message": message,
+        "requestedSchema": {"type": "object", "properties": properties, "required": required},
+    });
+    let answer = out
+        .request("elicitation/create", params)
+        .await
+        .map_err(|error| {
+            error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("no message")
+                .to_string()
+        })?;
+    match answer.get("action").and_then(Value::as_str) {
+        Some("accept") => Ok(Some(
+            answer
+                .get("content")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+        )),
+        Some("decline" | "cancel") => Ok(None),
+        _ => Err(format!("the editor's answer has no known action: {answer}")),
+    }
+}
+
 impl Asker for AcpAsker {
     fn ask(&self, request: QuestionRequest) -> BoxFuture<'static, AskOutcome> {
         let call_id = request.call_id.clone();
         let out = self.out.clone();
         let session_id = self.session_id.clone();
         let order = self.order.clone();
+        let forms = self.forms.load(Ordering::SeqCst);
         Box::pin(async move {
             if let Some(order) = &order {
                 order.flushed().await;
+            }
+            if let Some(review) = request
+                .questions
+                .first()
+                .filter(|q| q.id == dsh_agent::PLAN_REVIEW_QUESTION)
+            {
+                return plan_review(&out, &session_id, &call_id, review, forms).await;
             }
             if request.questions.iter().all(|q| q.options.is_empty()) {
                 return AskOutcome::Unavailable {

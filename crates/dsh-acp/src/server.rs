@@ -15,6 +15,7 @@ use crate::setup;
 use crate::updates::UpdateMapper;
 use crate::PROTOCOL_VERSION;
 use dsh_config::McpServerConfig;
+use dsh_llm::{ContentBlock, ImageAttachment};
 use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec, TrustQuestion};
 
 /// Work that finishes on the connection's loop after an answer from the client.
@@ -49,6 +50,9 @@ struct Server {
     /// is out (a request about a session the client does not know yet would be lost).
     to_ask: Option<(String, PathBuf, TrustQuestion, Vec<McpServerConfig>)>,
     deferred: mpsc::UnboundedSender<Deferred>,
+    /// The client said at `initialize` that it renders `elicitation/create` forms (the plan
+    /// review's "Approve with edits", docs/acp.md, "Plan mode").
+    elicits_forms: bool,
 }
 
 fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
@@ -69,10 +73,17 @@ fn cwd_param(params: &Value) -> Result<PathBuf, RpcError> {
     Ok(cwd)
 }
 
-/// The prompt's content blocks as one user message text. Text is taken as is; resource links
-/// and embedded text resources are referenced or inlined; images and audio are refused (the
-/// `initialize` answer says they are not supported).
-fn prompt_text(params: &Value) -> Result<String, RpcError> {
+/// A `session/prompt`'s content: its text (what commands are read from) and, when it has an
+/// image, the whole prompt as content blocks in order (docs/acp.md, "Images").
+struct PromptInput {
+    text: String,
+    content: Option<Vec<ContentBlock>>,
+}
+
+/// The prompt's content blocks as one user message. Text is taken as is; resource links and
+/// embedded text resources are referenced or inlined; images (`data` base64 with `mimeType`,
+/// PNG/JPEG/GIF/WebP up to 20 MB) become image blocks in place; audio is refused.
+fn prompt_input(params: &Value) -> Result<PromptInput, RpcError> {
     let blocks = params
         .get("prompt")
         .and_then(Value::as_array)
@@ -80,37 +91,74 @@ fn prompt_text(params: &Value) -> Result<String, RpcError> {
             RpcError::invalid_params("`prompt` (an array of content blocks) is required")
         })?;
     let mut parts: Vec<String> = Vec::new();
+    let mut content: Vec<ContentBlock> = Vec::new();
+    let mut pending: Vec<String> = Vec::new();
     for block in blocks {
         let kind = block
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        match kind {
-            "text" => parts.push(str_param(block, "text")?.to_string()),
+        let part = match kind {
+            "text" => str_param(block, "text")?.to_string(),
             "resource_link" => {
                 let uri = str_param(block, "uri")?;
                 let name = block.get("name").and_then(Value::as_str).unwrap_or(uri);
-                parts.push(format!("[{name}]({uri})"));
+                format!("[{name}]({uri})")
             }
             "resource" => {
                 let resource = block.get("resource").unwrap_or(&Value::Null);
                 let uri = resource.get("uri").and_then(Value::as_str).unwrap_or("");
                 match resource.get("text").and_then(Value::as_str) {
-                    Some(text) => parts.push(format!("<resource uri=\"{uri}\">\n{text}\n</resource>")),
-                    None => parts.push(format!("[{uri}]({uri})")),
+                    Some(text) => format!("<resource uri=\"{uri}\">\n{text}\n</resource>"),
+                    None => format!("[{uri}]({uri})"),
                 }
+            }
+            "image" => {
+                if !pending.is_empty() {
+                    content.push(ContentBlock::text(pending.join("\n")));
+                    pending.clear();
+                }
+                content.push(ContentBlock::Image {
+                    attachment: prompt_image(block)?,
+                });
+                continue;
             }
             other => {
                 return Err(RpcError::invalid_params(format!(
-                    "prompt content of type `{other}` is not supported (text, resource_link and resource are)"
+                    "prompt content of type `{other}` is not supported (text, image, resource_link and resource are)"
                 )))
             }
-        }
+        };
+        pending.push(part.clone());
+        parts.push(part);
     }
-    if parts.iter().all(|p| p.trim().is_empty()) {
+    let has_image = !content.is_empty();
+    if !has_image && parts.iter().all(|p| p.trim().is_empty()) {
         return Err(RpcError::invalid_params("the prompt is empty"));
     }
-    Ok(parts.join("\n"))
+    if has_image && !pending.is_empty() {
+        content.push(ContentBlock::text(pending.join("\n")));
+    }
+    Ok(PromptInput {
+        text: parts.join("\n"),
+        content: has_image.then_some(content),
+    })
+}
+
+/// An ACP image block (`{type: image, data, mimeType}`) as an image attachment.
+fn prompt_image(block: &Value) -> Result<ImageAttachment, RpcError> {
+    use base64::Engine as _;
+    let data = str_param(block, "data")?;
+    let mime = str_param(block, "mimeType")?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| {
+            RpcError::invalid_params(format!(
+                "the image's `data` is not standard base64 ({e}); send the file's bytes base64-encoded"
+            ))
+        })?;
+    ImageAttachment::from_declared(bytes, mime, None)
+        .map_err(|e| RpcError::invalid_params(format!("prompt image refused: {e}")))
 }
 
 impl Server {
@@ -119,7 +167,7 @@ impl Server {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": true,
-                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
                 "mcpCapabilities": {"http": true, "sse": false},
             },
             "authMethods": setup::auth_methods(),
@@ -149,7 +197,9 @@ impl Server {
     }
 
     fn start(&self, opened: OpenedSession, cwd: PathBuf) -> AcpSession {
-        AcpSession::start(opened.agent, cwd, self.out.clone(), self.factory.models())
+        let session = AcpSession::start(opened.agent, cwd, self.out.clone(), self.factory.models());
+        session.elicit_forms(self.elicits_forms);
+        session
     }
 
     /// `session/new`: the result and the new session's id. When the workspace has project
@@ -332,7 +382,10 @@ impl Server {
             return;
         }
         let answer = match method {
-            "initialize" => Ok(self.initialize()),
+            "initialize" => {
+                self.elicits_forms = crate::asker::elicits_forms(&params);
+                Ok(self.initialize())
+            }
             "authenticate" => Ok(json!({})),
             "session/new" => {
                 let opened = self.new_session(&params);
@@ -354,9 +407,11 @@ impl Server {
             }),
             "session/prompt" => {
                 // Answered by the session's task when the turn ends.
-                let queued = prompt_text(&params)
-                    .and_then(|text| self.session(&params).map(|s| (s, text)))
-                    .and_then(|(session, text)| session.prompt(id.clone(), text));
+                let queued = prompt_input(&params)
+                    .and_then(|input| self.session(&params).map(|s| (s, input)))
+                    .and_then(|(session, input)| {
+                        session.prompt(id.clone(), input.text, input.content)
+                    });
                 match queued {
                     Ok(()) => return,
                     Err(error) => Err(error),
@@ -435,6 +490,7 @@ where
         awaiting_trust: HashMap::new(),
         to_ask: None,
         deferred,
+        elicits_forms: false,
     };
     let mut input = BufReader::new(input);
     let mut buffer = Vec::new();

@@ -37,6 +37,9 @@ struct Flags {
 struct PromptJob {
     request_id: Value,
     text: String,
+    /// The whole prompt as content blocks when it has an image (docs/acp.md, "Images"); such a
+    /// prompt is never read as a command.
+    content: Option<Vec<dsh_llm::ContentBlock>>,
 }
 
 /// Keeps the client's view in order: before the approver or the asker sends a
@@ -84,6 +87,9 @@ pub(crate) struct AcpSession {
     cancelled: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
     task: JoinHandle<()>,
+    /// The client renders `elicitation/create` forms (set after `initialize`, read by the
+    /// session's `AcpAsker` for the plan review).
+    forms: Arc<AtomicBool>,
 }
 
 /// The ACP answer for how a turn ended: a stop reason, or an error for a failed turn.
@@ -135,8 +141,11 @@ impl AcpSession {
         agent.set_approver(Arc::new(
             AcpApprover::new(&session_id, out.clone()).ordered(barrier.clone()),
         ));
+        let forms = Arc::new(AtomicBool::new(false));
         agent.set_asker(Arc::new(
-            AcpAsker::new(&session_id, out.clone()).ordered(barrier),
+            AcpAsker::new(&session_id, out.clone())
+                .ordered(barrier)
+                .with_forms(Arc::clone(&forms)),
         ));
         let call = agent.call().clone();
         let info = agent.model_info().clone();
@@ -177,13 +186,28 @@ impl AcpSession {
             cancelled,
             stopping,
             task,
+            forms,
         }
     }
 
+    /// Whether the client renders `elicitation/create` forms (docs/acp.md, "Plan mode").
+    pub(crate) fn elicit_forms(&self, on: bool) {
+        self.forms.store(on, Ordering::SeqCst);
+    }
+
     /// Queues a prompt; its response is sent when its turn ends.
-    pub(crate) fn prompt(&self, request_id: Value, text: String) -> Result<(), RpcError> {
+    pub(crate) fn prompt(
+        &self,
+        request_id: Value,
+        text: String,
+        content: Option<Vec<dsh_llm::ContentBlock>>,
+    ) -> Result<(), RpcError> {
         self.prompts
-            .send(PromptJob { request_id, text })
+            .send(PromptJob {
+                request_id,
+                text,
+                content,
+            })
             .map_err(|_| RpcError::internal("the session has stopped"))
     }
 
@@ -466,7 +490,11 @@ async fn run_session(
         cancelled.store(false, Ordering::SeqCst);
         // Subscribed before the input is queued, so no event of the turn is missed.
         let mut events = handle.subscribe();
-        match commands::parse(&job.text) {
+        let command = match job.content {
+            None => commands::parse(&job.text),
+            Some(_) => None,
+        };
+        match command {
             Some(command) if command.name == COMPACT && command.arguments.is_empty() => {
                 // `/compact` compacts the conversation now instead of sending a prompt.
                 let text = compact_command(&mut agent).await;
@@ -483,7 +511,15 @@ async fn run_session(
             }
             _ => {}
         }
-        if let Err(error) = queue_input(&handle, job.text) {
+        let queued = match job.content {
+            Some(content) => {
+                let mut message = dsh_agent::new_user_message("");
+                message.content = content;
+                handle.followup_message(message).map_err(RpcError::internal)
+            }
+            None => queue_input(&handle, job.text),
+        };
+        if let Err(error) = queued {
             out.respond_error(job.request_id, &error);
             continue;
         }

@@ -26,6 +26,8 @@ struct TestFactory {
     skills: Option<PathBuf>,
     /// Register plan mode (`dsh_agent::PlanMode`), as `dsh-runtime` does.
     plan: bool,
+    /// The session's model.
+    model: &'static str,
 }
 
 impl TestFactory {
@@ -36,6 +38,7 @@ impl TestFactory {
             preset,
             skills: None,
             plan: false,
+            model: "deepseek-v4-flash",
         }
     }
 }
@@ -108,7 +111,7 @@ impl SessionFactory for TestFactory {
             tools: Arc::new(tools),
             extensions,
             tool_context,
-            options: AgentOptions::new(CallConfig::new("deepseek", "deepseek-v4-flash"), &cwd),
+            options: AgentOptions::new(CallConfig::new("deepseek", self.model), &cwd),
         };
         let (mut agent, history) = match &spec.resume {
             Resume::Id(key) => {
@@ -175,7 +178,10 @@ impl Client {
                 .expect("server closed");
             let value: Value = serde_json::from_str(&line).unwrap();
             self.seen.push(value.clone());
-            if value["method"] == "session/request_permission" {
+            // Forms (`elicitation/create`, the plan review's edits) are answered the same way.
+            if value["method"] == "session/request_permission"
+                || value["method"] == "elicitation/create"
+            {
                 let result = match answer(&value) {
                     Some(result) => result,
                     None => {
@@ -936,3 +942,88 @@ mod acp_runtime;
 
 #[path = "acp_plan/mod.rs"]
 mod acp_plan;
+
+/// dsh's `red.png` (1x1, 69 bytes), as the `inline-image-prompt` recording sends it.
+const RED_PNG_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
+const RED_HEX: &str = "b1ff9c8ea3a780bad09b346c423d2d0e46815926879b18e841d928376a946640";
+
+/// `promptCapabilities.image` is on; an image block of `session/prompt` reaches the model as an
+/// image in the user message, and the log stores it once as a file beside the session
+/// (docs/acp.md, "Images"); bad images are refused with what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_images_reach_the_model_and_the_blob_store() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new().text("DONE").finish("stop", None),
+    )])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut factory =
+        TestFactory::new(provider.base_url(), home.path(), PermissionPreset::ReadOnly);
+    factory.model = "deepseek-v4-flash-vision-exp";
+    let mut client = connect(factory);
+    let id = client
+        .request("initialize", json!({"protocolVersion": 1}))
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(
+        answer["result"]["agentCapabilities"]["promptCapabilities"]["image"],
+        true
+    );
+    let session = new_session(&mut client, cwd.path()).await;
+
+    // Not an image, and a declared type that is not the bytes': refused, nothing queued.
+    for (data, mime, needle) in [
+        ("aGVsbG8=", "image/png", "not a PNG, JPEG, GIF or WebP"),
+        (RED_PNG_BASE64, "image/gif", "declared image/gif"),
+        ("%%%", "image/png", "not standard base64"),
+    ] {
+        let id = client
+            .request(
+                "session/prompt",
+                json!({"sessionId": session, "prompt": [{"type": "image", "data": data, "mimeType": mime}]}),
+            )
+            .await;
+        let answer = client.response(id, "").await;
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{message}");
+    }
+
+    let id = client
+        .request(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [
+                {"type": "text", "text": "Inspect this image, then reply with exactly "},
+                {"type": "image", "data": RED_PNG_BASE64, "mimeType": "image/png"},
+                {"type": "text", "text": "the single word DONE."}
+            ]}),
+        )
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+
+    let body = &provider.requests()[0].body;
+    let user = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user" && m["content"].is_array())
+        .expect("a user message with parts");
+    assert_eq!(
+        user["content"][2]["image_url"]["url"],
+        format!("data:image/png;base64,{RED_PNG_BASE64}")
+    );
+    assert_eq!(user["content"][3]["text"], "the single word DONE.");
+
+    // The image file beside the session, and only a reference in the log.
+    let store = JsonlStore::new(home.path());
+    let blobs = store.blobs(&session).unwrap();
+    let stored = std::fs::read(blobs.dir().join(format!("{RED_HEX}.png"))).unwrap();
+    assert_eq!(stored.len(), 69);
+    let log = std::fs::read_to_string(store.find(&session).unwrap()).unwrap();
+    assert!(log.contains(&format!("sha256:{RED_HEX}")));
+    assert!(!log.contains(RED_PNG_BASE64), "no base64 in the log");
+}

@@ -315,6 +315,7 @@ pub fn read_rules(path: &Path) -> Result<Vec<ApprovalRule>, String> {
 /// 0600).
 pub fn write_rules(path: &Path, rules: &[ApprovalRule]) -> Result<(), String> {
     use std::io::Write;
+    #[cfg(unix)]
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -323,10 +324,12 @@ pub fn write_rules(path: &Path, rules: &[ApprovalRule]) -> Result<(), String> {
     })
     .map_err(|e| format!("cannot encode the approval rules: {e}"))?;
     let tmp = dir.join(format!(".{APPROVALS_FILE}.{}.tmp", uuid::Uuid::new_v4()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    // Windows: the folder's inherited ACL.
+    #[cfg(unix)]
+    options.mode(0o600);
+    let written = options
         .open(&tmp)
         .and_then(|mut file| {
             file.write_all(text.as_bytes())?;

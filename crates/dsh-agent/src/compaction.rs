@@ -324,7 +324,15 @@ impl Agent {
         let mut request = self
             .build_request(cancel)
             .map_err(|f| format!("cannot build the summary request: {f}"))?;
-        let mut messages: Vec<Message> = head.iter().map(|e| e.message.clone()).collect();
+        // Images of the summarised head reach the summary as text placeholders: the summary
+        // replaces them, and the summariser need not take images (docs/agent.md, "Compaction").
+        let mut messages: Vec<Message> = head
+            .iter()
+            .map(|e| Message {
+                content: dsh_llm::images_to_placeholders(&e.message.content),
+                ..e.message.clone()
+            })
+            .collect();
         messages.push(crate::agent::plugin_message(
             COMPACTION_PLUGIN,
             "request",

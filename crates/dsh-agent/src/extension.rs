@@ -282,6 +282,13 @@ pub trait Extension: Send + Sync + 'static {
     /// Every durable session event, after it was appended.
     fn on_event(&self, _event: &Envelope) {}
 
+    /// Model usage spent on the agent's behalf since the last call that no tool result
+    /// carried (a failed or background subagent's run); added to the running turn's usage
+    /// at the end of each step (docs/agent.md, "Delegation").
+    fn take_delegated_usage(&self) -> Option<dsh_llm::UsageTotals> {
+        None
+    }
+
     /// Whether work this extension started (e.g. a running background job) may still wake the
     /// idle agent; [`crate::Agent::run_until_settled`] keeps waiting while any extension says
     /// so (docs/agent.md, "Wake-ups").

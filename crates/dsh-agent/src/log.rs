@@ -30,6 +30,10 @@ pub struct SessionLog {
     last_turn_end: Option<TurnEndReason>,
     /// Serialized size of the projected history, kept up to date on every append.
     history_bytes: usize,
+    /// The projected history as the last request carried it, extended on every append, so a
+    /// request shares it instead of copying every message (`None`: rebuild from the projector,
+    /// after a compaction's replace). Equal to `projector.history()` whenever it is `Some`.
+    shared_history: Option<Arc<Vec<Message>>>,
 }
 
 /// Serialized size of one message, the unit of the history-size bookkeeping.
@@ -50,6 +54,7 @@ impl SessionLog {
         let history_bytes = projector.messages().map(message_bytes).sum();
         SessionLog {
             history_bytes,
+            shared_history: None,
             writer,
             projector,
             extensions,
@@ -96,10 +101,18 @@ impl SessionLog {
         match envelope.surface_op {
             Some(dsh_session::SurfaceOp::Replace { .. }) => {
                 self.history_bytes = self.projector.messages().map(message_bytes).sum();
+                self.shared_history = None;
             }
             _ if self.projector.len() > before => {
                 if let Some(entry) = self.projector.entries().last() {
                     self.history_bytes += message_bytes(&entry.message);
+                    match self.shared_history.as_mut() {
+                        // Unshared once the previous request is gone, so this pushes in place.
+                        Some(shared) if shared.len() + 1 == self.projector.len() => {
+                            Arc::make_mut(shared).push(entry.message.clone());
+                        }
+                        _ => self.shared_history = None,
+                    }
                 }
             }
             _ => {}
@@ -150,5 +163,19 @@ impl SessionLog {
     /// The history the next request sends.
     pub fn history(&self) -> Vec<Message> {
         self.projector.history()
+    }
+
+    /// The same history, shared: the request holds it without a copy of every message, and
+    /// the next append extends it in place once that request is dropped (docs/PERFORMANCE.md,
+    /// "Per-step overhead").
+    pub fn shared_history(&mut self) -> Arc<Vec<Message>> {
+        match &self.shared_history {
+            Some(shared) if shared.len() == self.projector.len() => Arc::clone(shared),
+            _ => {
+                let built = Arc::new(self.projector.history());
+                self.shared_history = Some(Arc::clone(&built));
+                built
+            }
+        }
     }
 }

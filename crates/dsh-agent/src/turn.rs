@@ -432,6 +432,11 @@ impl Agent {
         totals
             .usage
             .merge(&std::mem::take(&mut self.delegated_usage));
+        for extension in self.extensions.snapshot() {
+            if let Some(usage) = extension.take_delegated_usage() {
+                totals.usage.merge(&usage);
+            }
+        }
         let mut log = self.shared.log();
         log.append(Event::StepEnd(at))?;
         if aborted || cancel.is_cancelled() {
@@ -583,7 +588,7 @@ impl Agent {
         let mut request = GenerateRequest {
             config,
             system,
-            messages: Arc::new(log.history()),
+            messages: log.shared_history(),
             tools: Arc::new(tools),
             cancel: cancel.clone(),
             session_id: Some(log.session_id().to_string()),

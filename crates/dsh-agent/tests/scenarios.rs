@@ -22,6 +22,10 @@
 //! plain files), `"expectResults": ["text"]` (each must occur in some tool result) and
 //! `"expectContext": [{"step": N, "contains": "text"}]` (a context message logged at step N of
 //! the first turn must contain the text).
+//! `"subagents": true` offers delegation: the recording's child logs (`session.N.jsonl`) are
+//! served to our children by prompt and compared with our child logs (`scenarios/subagents.rs`);
+//! `"maxDepth": N` is dsh's depth cap of the recording, `"childDelayMs": N` delays each child
+//! reply (a background child answers after its parent's turn went on, as recorded).
 //!
 //! For each run it checks: turn end reasons, final assistant texts, the executed tool calls and
 //! their order, which tool results were errors, the hook results (point and decision) when hooks
@@ -30,6 +34,10 @@
 //! message per call.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+#[path = "scenarios/subagents.rs"]
+#[allow(clippy::expect_used)] // test code: a failed expect is a failed scenario
+mod subagent_replay;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -92,6 +100,13 @@ struct Settings {
     /// Context messages that must be logged at a step of the first turn.
     #[serde(default)]
     expect_context: Vec<ExpectContext>,
+    /// Offer delegation; serve and compare the recording's children.
+    #[serde(default)]
+    subagents: bool,
+    /// dsh's delegation depth cap in the recording.
+    max_depth: Option<u64>,
+    /// Delay of each child reply, in milliseconds.
+    child_delay_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -196,11 +211,25 @@ struct Input {
 enum Step {
     Initialize,
     NewSession,
-    Prompt { text: String },
-    PromptExpectError { text: String },
-    PromptAndCancel { text: String },
+    Prompt {
+        text: String,
+    },
+    PromptExpectError {
+        text: String,
+    },
+    PromptAndCancel {
+        text: String,
+    },
     WaitForTurnEnd,
     WaitForTitleAfterTurnEnd,
+    /// A prompt whose reply the client waited for (the run waits until settled anyway).
+    PromptAndWaitForAgentMessage {
+        text: String,
+    },
+    /// dsh's client waited for a child or a later turn: our run waits until settled.
+    WaitForSubagentTurnEnd,
+    WaitForTurnStart,
+    WaitForFile,
 }
 
 /// Checks the wire contract of every request: an assistant turn that had reasoning sends it
@@ -251,11 +280,11 @@ fn check_requests(provider: &FakeProvider) -> Result<(), String> {
 }
 
 /// Reasoning the recording produced must come back in later requests verbatim.
+/// `requests`: the top-level agent's (a child's requests carry its own history).
 fn check_reasoning_round_trip(
-    provider: &FakeProvider,
+    requests: Vec<dsh_test_support::RecordedRequest>,
     recorded: &RecordedRun,
 ) -> Result<(), String> {
-    let requests = provider.requests();
     let mut sent_back = String::new();
     for request in requests.iter().skip(1) {
         sent_back.push_str(&request.body.to_string());
@@ -310,6 +339,15 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     let provider = FakeProvider::start(session.replies())
         .await
         .map_err(|e| e.to_string())?;
+    let child_prompts = if settings.subagents {
+        subagent_replay::route_children(
+            dir,
+            &provider,
+            settings.child_delay_ms.map(Duration::from_millis),
+        )?
+    } else {
+        Vec::new()
+    };
 
     let home = tempfile::tempdir().map_err(|e| e.to_string())?;
     let cwd = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -413,6 +451,17 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     let _hooks = hooks.map(|config| extensions.register(Arc::new(ClaudeCodeHooks::new(config))));
+    let _subagents = settings.subagents.then(|| {
+        let children = subagent_replay::Children {
+            base_url: provider.base_url(),
+            home: home.path().to_path_buf(),
+            cwd: cwd.path().to_path_buf(),
+            preset,
+            background_jobs: settings.background_jobs,
+            max_depth: settings.max_depth,
+        };
+        extensions.register(Arc::new(children.delegation(0)))
+    });
     let mut options =
         AgentOptions::new(CallConfig::new("deepseek", "deepseek-v4-flash"), cwd.path());
     if settings.expect_title.is_some() {
@@ -457,10 +506,25 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
             Step::Initialize
             | Step::NewSession
             | Step::WaitForTurnEnd
-            | Step::WaitForTitleAfterTurnEnd => {}
-            Step::Prompt { text } | Step::PromptExpectError { text } => {
+            | Step::WaitForTitleAfterTurnEnd
+            | Step::WaitForSubagentTurnEnd
+            | Step::WaitForTurnStart
+            | Step::WaitForFile => {}
+            Step::Prompt { text }
+            | Step::PromptExpectError { text }
+            | Step::PromptAndWaitForAgentMessage { text } => {
                 handle.followup(text).map_err(|e| e.to_string())?;
-                tokio::time::timeout(Duration::from_secs(60), agent.run_until_idle())
+                // Background children wake the agent again (docs/agent.md, "Wake-ups"), and
+                // the recording waited for that; other scenarios stop when idle.
+                let stop = tokio_util::sync::CancellationToken::new();
+                let run = async {
+                    if settings.subagents {
+                        agent.run_until_settled(&stop).await
+                    } else {
+                        agent.run_until_idle().await
+                    }
+                };
+                tokio::time::timeout(Duration::from_secs(60), run)
                     .await
                     .map_err(|_| "turn did not finish within 60 s".to_string())?
                     .map_err(|e| e.to_string())?;
@@ -517,8 +581,14 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
             ));
         }
     }
+    if settings.subagents {
+        subagent_replay::compare_children(dir, Path::new(&location))?;
+    }
     check_requests(&provider)?;
-    check_reasoning_round_trip(&provider, &recorded)?;
+    check_reasoning_round_trip(
+        subagent_replay::parent_requests(&provider, &child_prompts),
+        &recorded,
+    )?;
     let asked = |events: &[dsh_session::Envelope]| {
         events
             .iter()

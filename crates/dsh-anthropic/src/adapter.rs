@@ -73,8 +73,18 @@ impl Adapter for AnthropicAdapter {
     fn stream(&self, request: GenerateRequest) -> ChunkStream {
         let cancel = request.cancel.clone();
         let budgets = self.budgets;
+        let model = request.config.config().model.clone();
+        let info = self.model_info(&model);
+        let image_models = self.models.image_models();
         self.endpoint
             .stream(cancel, MessagesDecoder::new(), move || {
+                // Images go only to a model that takes them (docs/model-calls.md, "Images").
+                dsh_llm::check_image_input(
+                    &model,
+                    info.as_ref(),
+                    &request.messages,
+                    &image_models,
+                )?;
                 build_request_body(&request, &budgets)
             })
     }

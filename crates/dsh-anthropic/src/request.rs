@@ -105,10 +105,41 @@ enum BlockKind<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: Cow<'a, str>,
+        content: ResultContent<'a>,
         #[serde(skip_serializing_if = "Option::is_none")]
         is_error: Option<bool>,
     },
+    Image {
+        source: ImageSource<'a>,
+    },
+}
+
+/// A `tool_result`'s content: a string, or blocks when the result holds an image.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<BlockKind<'a>>),
+}
+
+/// An image's `source`: always base64 (docs/providers.md, "Images").
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    data: String,
+}
+
+fn image_kind(attachment: &dsh_llm::ImageAttachment) -> BlockKind<'_> {
+    BlockKind::Image {
+        source: ImageSource {
+            kind: "base64",
+            media_type: &attachment.media_type,
+            // check_images_loaded ran before the body is built: every image has its bytes.
+            data: attachment.base64().unwrap_or_default(),
+        },
+    }
 }
 
 impl<'a> WireBlock<'a> {
@@ -213,6 +244,7 @@ pub fn build_request_body(
         tool.cache_control = Some(EPHEMERAL);
     }
 
+    dsh_llm::check_images_loaded(&request.messages)?;
     let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
     for message in request.messages.iter() {
         push_message(&mut messages, message);
@@ -345,16 +377,38 @@ fn user_blocks(message: &Message) -> Vec<WireBlock<'_>> {
                 content,
                 is_error,
             } => {
-                let text = joined_text(content);
-                results.push(WireBlock::known(BlockKind::ToolResult {
-                    tool_use_id: tool_call_id,
-                    content: if text.is_empty() {
+                let content = if dsh_llm::content_has_image(content) {
+                    // Text and images in order; Messages takes images inside a tool result.
+                    ResultContent::Blocks(
+                        content
+                            .iter()
+                            .filter_map(|block| match block {
+                                ContentBlock::Text { text } if !text.is_empty() => {
+                                    Some(BlockKind::Text {
+                                        text: Cow::Borrowed(text),
+                                    })
+                                }
+                                ContentBlock::Image { attachment } => Some(image_kind(attachment)),
+                                _ => None,
+                            })
+                            .collect(),
+                    )
+                } else {
+                    let text = joined_text(content);
+                    ResultContent::Text(if text.is_empty() {
                         Cow::Borrowed(EMPTY_TOOL_OUTPUT_PLACEHOLDER)
                     } else {
                         text
-                    },
+                    })
+                };
+                results.push(WireBlock::known(BlockKind::ToolResult {
+                    tool_use_id: tool_call_id,
+                    content,
                     is_error: is_error.filter(|e| *e),
                 }));
+            }
+            ContentBlock::Image { attachment } => {
+                others.push(WireBlock::known(image_kind(attachment)));
             }
             ContentBlock::Text { text } if !text.is_empty() => {
                 others.push(WireBlock::known(BlockKind::Text {

@@ -9,6 +9,8 @@
 //! dsh-bench step-overhead --steps N --sessions S [--home DIR]
 //! dsh-bench session       --events N --runs R
 //! dsh-bench sessions-list --sessions N --dirs D --runs R [--home DIR] -- DSH
+//! dsh-bench bash-call     --runs N
+//! dsh-bench tui           --cells N --tokens-per-s R --tokens T --runs R
 //! dsh-bench serve         --api chat|responses --seconds N
 //! dsh-bench table         --results DIR --criterion DIR
 //! ```
@@ -20,6 +22,9 @@
 
 mod listing;
 mod process;
+// Bubblewrap and Landlock exist on Linux only (docs/SECURITY.md, "Platforms").
+#[cfg(target_os = "linux")]
+mod sandbox;
 mod session;
 mod stats;
 mod step;
@@ -29,6 +34,7 @@ mod step;
 #[allow(unreachable_pub)]
 mod synthetic_log;
 mod table;
+mod tui;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -173,6 +179,18 @@ fn measure(args: &Args) -> anyhow::Result<Value> {
                 home.as_deref(),
             )
         }
+        #[cfg(target_os = "linux")]
+        "bash-call" => runtime()?.block_on(sandbox::bash_call(args.number("runs", 40)?)),
+        "tui" => tui::tui(
+            args.number("cells", 2_000)?,
+            args.number("tokens-per-s", 200)? as f64,
+            args.number("tokens", 2_000)?,
+            args.number("runs", 10)?,
+            (
+                u16::try_from(args.number("width", 120)?).context("--width")?,
+                u16::try_from(args.number("height", 40)?).context("--height")?,
+            ),
+        ),
         "serve" => {
             runtime()?.block_on(process::serve(
                 args.api()?,

@@ -411,7 +411,8 @@ pub(crate) async fn step_overhead(
     )?;
     agent.handle().followup("once more")?;
     check_completed(&agent.run_until_idle().await?)?;
-    let late = gaps(&provider, &builder.clock.take())?;
+    // The resumed agent's tools ran under `bench`'s clock (the builder's is empty by now).
+    let late = gaps(&provider, &bench.clock.take())?;
     let history_bytes = late.first().map_or(0, |g| g.next_body.len());
 
     let step_1 = summarise("step 1", &first, 1)?;

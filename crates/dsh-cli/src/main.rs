@@ -18,6 +18,7 @@ mod trust;
 mod tui;
 mod web;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Where credentials and other settings come from (`dsh-runtime` owns the lookup).
@@ -36,6 +37,10 @@ OpenAI-compatible models. Run `dsh` to chat, or `dsh run \"task\"` for one task.
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// The interactive UI full-screen on the alternate screen instead of inline in the
+    /// terminal's scrollback (also `[tui] alt_screen = true` in config.toml).
+    #[arg(long)]
+    alt_screen: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,13 +69,28 @@ enum Command {
     Approvals(approvals::ApprovalsArgs),
 }
 
+/// True when the only argument is `--version` or `-V` (anything more goes through clap).
+fn version_only() -> bool {
+    let mut args = std::env::args_os().skip(1);
+    match (args.next(), args.next()) {
+        (Some(arg), None) => arg == "--version" || arg == "-V",
+        _ => false,
+    }
+}
+
 fn main() -> ExitCode {
     // First: confined commands must not read dsh's environment (the API key) or memory.
     dsh_sandbox::make_undumpable();
+    if version_only() {
+        // The line clap prints, without building the whole command tree first
+        // (docs/PERFORMANCE.md, "Start-up floors"). A closed stdout is ignored, as clap does.
+        let _ = writeln!(std::io::stdout(), "dsh {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
-        None => tui::run_new(),
-        Some(Command::Resume(args)) => tui::run_resume(args),
+        None => tui::run_new(cli.alt_screen),
+        Some(Command::Resume(args)) => tui::run_resume(args, cli.alt_screen),
         Some(Command::Run(args)) => run::run(args),
         Some(Command::Replay(args)) => replay::run(args),
         Some(Command::Sessions(args)) => sessions::run(args),

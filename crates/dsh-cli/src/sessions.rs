@@ -41,6 +41,13 @@ enum SessionsCommand {
         /// prefix reuse, the provider's cache-hit share, and what broke the prefix.
         #[arg(long)]
         cache: bool,
+        /// Instead of the transcript, list the session's subagents: name, state, model,
+        /// usage and cost (docs/sessions.md, "Children").
+        #[arg(long, conflicts_with = "cache")]
+        children: bool,
+        /// Show the transcript of this subagent (its name `agent-N`, id or id prefix).
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["cache", "children"])]
+        child: Option<String>,
     },
     /// Export a session as JSON lines, a Markdown transcript, or a zip with sub-agent logs.
     Export {
@@ -102,7 +109,17 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match args.command {
         SessionsCommand::List { all } => list(store.as_ref(), all, &mut out)?,
-        SessionsCommand::Show { session, cache } => {
+        SessionsCommand::Show {
+            session,
+            cache,
+            children,
+            child,
+        } => {
+            if children || child.is_some() {
+                let folder = session_folder(&home, kind, &session)?;
+                return show_children(&folder, child.as_deref(), &mut out)
+                    .map(|()| ExitCode::SUCCESS);
+            }
             let log = load_any(store.as_ref(), &session)?;
             if cache {
                 cache_table(&log, &mut out)?;
@@ -158,6 +175,82 @@ fn load_any(store: &dyn SessionStore, key: &str) -> anyhow::Result<LoadedLog> {
         return Ok(load_file(&file)?);
     }
     Ok(store.load(key)?)
+}
+
+/// The folder of a session's log (its children live in `subagents/` there): a path, an id of
+/// the JSONL store, or for the SQLite store its children's folder beside the database
+/// (docs/sessions.md, "Where sessions live").
+fn session_folder(home: &Path, kind: StoreKind, key: &str) -> anyhow::Result<PathBuf> {
+    let path = Path::new(key);
+    let file = if path.is_file() {
+        path.to_path_buf()
+    } else if let Some(file) = dsh_session::session_file_in(path) {
+        file
+    } else if kind == StoreKind::Sqlite {
+        let store = open_store(kind, home)?;
+        let id = store.resolve(key)?;
+        let db = home.join("sessions.db");
+        dsh_session::sub_agent_anchor(&format!("sqlite:{}#{id}", db.display()))
+    } else {
+        dsh_session::JsonlStore::new(home).find(key).with_context(|| {
+            format!("cannot find session `{key}` in the jsonl store (subagent logs are read from session folders; pass the path of the session.jsonl)")
+        })?
+    };
+    Ok(file
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf))
+}
+
+/// `show --children`: one line per subagent of the session in `folder`; `show --child NAME`:
+/// that subagent's transcript.
+fn show_children(folder: &Path, child: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
+    let children = dsh_agent::read_children(folder);
+    if let Some(key) = child {
+        let found = children
+            .iter()
+            .find(|c| c.name.as_deref() == Some(key) || c.id == key)
+            .or_else(|| {
+                let mut matches = children.iter().filter(|c| key.len() >= 4 && c.id.starts_with(key));
+                match (matches.next(), matches.next()) {
+                    (Some(one), None) => Some(one),
+                    _ => None,
+                }
+            })
+            .with_context(|| {
+                format!("the session has no subagent `{key}`; `dsh sessions show <session> --children` lists them")
+            })?;
+        let log = load_file(&found.log)?;
+        out.write_all(human_dates(&log, export_markdown(&log)).as_bytes())?;
+        return Ok(());
+    }
+    if children.is_empty() {
+        writeln!(out, "This session started no subagents.")?;
+        return Ok(());
+    }
+    let cwd = load_file(&children[0].log)
+        .map(|l| PathBuf::from(l.header.cwd))
+        .unwrap_or_default();
+    let prices = configured_prices(&cwd);
+    let mut text = String::from("NAME      STATE        MODEL                 REQUESTS  INPUT     OUTPUT    COST       ID                                    LABEL\n");
+    for c in &children {
+        let cost = prices
+            .cost(&c.usage_by_model)
+            .map_or_else(|| "-".to_string(), |cost| format!("${cost:.4}"));
+        text.push_str(&format!(
+            "{:<9} {:<12} {:<21} {:<9} {:<9} {:<9} {:<10} {:<37} {}\n",
+            c.name.as_deref().unwrap_or("-"),
+            c.state(),
+            if c.model.is_empty() { "-" } else { &c.model },
+            c.usage.requests,
+            c.usage.usage.input_tokens,
+            c.usage.usage.output_tokens,
+            cost,
+            c.id,
+            c.label
+        ));
+    }
+    out.write_all(text.as_bytes())?;
+    Ok(())
 }
 
 fn list(store: &dyn SessionStore, all: bool, stdout: &mut impl Write) -> anyhow::Result<()> {
@@ -253,11 +346,21 @@ fn export(
             }
         }
         ExportFormat::Zip => {
-            let subs = if raw.is_some() {
+            let mut subs = if raw.is_some() {
                 Vec::new()
             } else {
                 store.sub_agent_logs(&log.header.id)?
             };
+            // The session's image files ride along (docs/sessions.md, "Images").
+            let blobs = if raw.is_some() {
+                dsh_session::blobs_beside(raw_path)
+            } else {
+                store.blobs(&log.header.id)?
+            };
+            subs.extend(dsh_session::zip_image_entries(
+                &blobs,
+                log.events.iter().map(|env| &env.event),
+            ));
             // Into a pipe or file when stdout is one (`... > s.zip`); a terminal gets no
             // binary, the zip goes to `<id>.zip` then.
             let path = match output {
@@ -309,12 +412,38 @@ fn atif_bytes(store: &dyn SessionStore, key: &str, log: &LoadedLog) -> anyhow::R
     let options = dsh_session::AtifOptions {
         agent_name: "dsh".into(),
         agent_version: env!("CARGO_PKG_VERSION").into(),
-        prices: PriceTable::default_deepseek(),
+        prices: configured_prices(Path::new(&log.header.cwd)),
     };
     let trajectory = dsh_session::export_atif(log, &subs, &options);
     let mut bytes = serde_json::to_vec_pretty(&trajectory)?;
     bytes.push(b'\n');
     Ok(bytes)
+}
+
+/// The prices of the configured model table (docs/configuration.md, "Models"): the built-in
+/// rows with the `[models.*]` of the user's config (and of the project's, once trusted) over
+/// them, as read in the session's directory (the current one when that is gone). A
+/// configuration that does not load gives the built-in prices, with a warning.
+fn configured_prices(session_cwd: &Path) -> PriceTable {
+    let cwd = if session_cwd.is_dir() {
+        session_cwd.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+    };
+    let lookup = |name: &str| std::env::var(name).ok();
+    let loaded = crate::home::dsh_home()
+        .map_err(|err| err.to_string())
+        .and_then(|home| {
+            dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default())
+                .map_err(|errors| errors.to_string())
+        });
+    match loaded {
+        Ok(config) => config.price_table(),
+        Err(err) => {
+            eprintln!("dsh: warning: built-in prices used: the configuration does not load: {err}");
+            PriceTable::default_deepseek()
+        }
+    }
 }
 
 /// Asks on the terminal; refuses when standard input is not a terminal.
@@ -337,7 +466,33 @@ fn human_dates(log: &LoadedLog, markdown: String) -> String {
     if let Some(last) = log.events.iter().rev().find_map(|e| e.time) {
         dates.push_str(&format!("- updated: {} UTC\n", format_utc_seconds(last)));
     }
-    markdown.replacen(&format!("- created: {created}\n"), &dates, 1)
+    let markdown = markdown.replacen(&format!("- created: {created}\n"), &dates, 1);
+    turn_dates(log, markdown)
+}
+
+/// Each `## Turn N` heading of the transcript with the time its turn started, in the same form
+/// as the header's dates (`## Turn 2 · 2026-12-01 18:31:19 UTC`). Headings are matched in log
+/// order, so turn numbers that repeat (a resumed log) each get their own date.
+fn turn_dates(log: &LoadedLog, markdown: String) -> String {
+    let mut out = String::with_capacity(markdown.len() + 32 * log.events.len().min(64));
+    let mut rest = markdown.as_str();
+    for envelope in &log.events {
+        let dsh_session::Event::TurnStart(turn) = &envelope.event else {
+            continue;
+        };
+        let heading = format!("## Turn {}\n", turn.turn);
+        let Some(at) = rest.find(&heading) else {
+            continue;
+        };
+        let end = at + heading.len() - 1;
+        out.push_str(&rest[..end]);
+        if let Some(ms) = envelope.time {
+            out.push_str(&format!(" · {} UTC", format_utc_seconds(ms)));
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC for ms since the epoch.

@@ -19,22 +19,28 @@ pub(crate) struct ResumeArgs {
     /// Continue the latest session of this directory.
     #[arg(long, conflicts_with = "id")]
     pub(crate) last: bool,
+    /// Full-screen on the alternate screen instead of inline (also `[tui] alt_screen = true`).
+    #[arg(long)]
+    pub(crate) alt_screen: bool,
 }
 
 /// Opens the UI on a new session (`dsh`).
-pub(crate) fn run_new() -> anyhow::Result<ExitCode> {
-    run(StartWith::New)
+pub(crate) fn run_new(alt_screen: bool) -> anyhow::Result<ExitCode> {
+    run(StartWith::New, alt_screen)
 }
 
 /// Opens the UI on an existing session (`dsh resume`).
-pub(crate) fn run_resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
+/// `alt_screen`: `dsh --alt-screen resume`; `dsh resume --alt-screen` works too.
+pub(crate) fn run_resume(args: ResumeArgs, alt_screen: bool) -> anyhow::Result<ExitCode> {
+    let alt_screen = alt_screen || args.alt_screen;
     match args.id {
-        Some(id) => run(StartWith::Resume(id)),
-        None => run(StartWith::Last),
+        Some(id) => run(StartWith::Resume(id), alt_screen),
+        None => run(StartWith::Last, alt_screen),
     }
 }
 
-fn run(start: StartWith) -> anyhow::Result<ExitCode> {
+/// `alt_screen` from the flag; the configuration's `[tui] alt_screen` turns it on too.
+fn run(start: StartWith, alt_screen: bool) -> anyhow::Result<ExitCode> {
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         anyhow::bail!(
             "the interactive UI needs a terminal; for scripts use `dsh run \"task\"` (see `dsh --help`)"
@@ -60,6 +66,7 @@ fn run(start: StartWith) -> anyhow::Result<ExitCode> {
             prices: setup.prices.clone(),
         },
         start,
+        alt_screen: alt_screen || setup.config.tui().alt_screen,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

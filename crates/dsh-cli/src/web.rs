@@ -10,7 +10,6 @@ use anyhow::Context;
 use dsh_runtime::{Choices, SessionSpec};
 use dsh_server::{ServerOptions, WebServer};
 use dsh_session::{PriceTable, StoreKind};
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::run::UserError;
 
@@ -136,8 +135,7 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
     // Both stop signals are caught from before the server starts: a signal that arrived between
     // the printed address (or the launch page) and a later handler would kill the process
     // without its shutdown, leaving a launch page that signs in (docs/web.md).
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot wait for Ctrl-C")?;
-    let mut terminate = signal(SignalKind::terminate()).context("cannot wait for SIGTERM")?;
+    let mut stop = StopSignals::new()?;
     let server = dsh_server::WebServer::start(listener, options, Arc::new(runtime))?;
     let url = server.url();
     say!("dsh web: serving {url}");
@@ -145,14 +143,61 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
     if !args.no_open {
         open_browser(&home, &server);
     }
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
-    }
+    stop.recv().await;
     // Shutdown also deletes the launch page and kills every unused launch code.
     eprintln!("\ndsh web: stopping");
     server.shutdown().await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What stops `dsh web`: Ctrl-C or `SIGTERM` (Unix); Ctrl-C, Ctrl-Break or closing the console
+/// window (Windows).
+#[cfg(unix)]
+struct StopSignals(tokio::signal::unix::Signal, tokio::signal::unix::Signal);
+
+#[cfg(unix)]
+impl StopSignals {
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let interrupt = signal(SignalKind::interrupt()).context("cannot wait for Ctrl-C")?;
+        let terminate = signal(SignalKind::terminate()).context("cannot wait for SIGTERM")?;
+        Ok(Self(interrupt, terminate))
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.0.recv() => {}
+            _ = self.1.recv() => {}
+        }
+    }
+}
+
+/// What stops `dsh web` (see the Unix form above).
+#[cfg(windows)]
+struct StopSignals(
+    tokio::signal::windows::CtrlC,
+    tokio::signal::windows::CtrlBreak,
+    tokio::signal::windows::CtrlClose,
+);
+
+#[cfg(windows)]
+impl StopSignals {
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::windows::{ctrl_break, ctrl_c, ctrl_close};
+        Ok(Self(
+            ctrl_c().context("cannot wait for Ctrl-C")?,
+            ctrl_break().context("cannot wait for Ctrl-Break")?,
+            ctrl_close().context("cannot wait for the console to close")?,
+        ))
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.0.recv() => {}
+            _ = self.1.recv() => {}
+            _ = self.2.recv() => {}
+        }
+    }
 }
 
 /// Opens the UI in a browser unless this is an SSH session or no opener exists. No launch code

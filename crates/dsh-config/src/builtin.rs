@@ -83,6 +83,10 @@ pub fn builtin_layer() -> Table {
         if let Some(effort) = info.default_effort {
             row.insert("default_effort".into(), string(effort_name(effort)));
         }
+        row.insert(
+            "input".into(),
+            Value::Array(spec.input.iter().map(|i| string(i)).collect()),
+        );
         if let Some(price) = prices.models.get(spec.id) {
             row.insert(
                 "price".into(),

@@ -76,6 +76,8 @@ pub struct ModelEntry {
     pub default_effort: Option<ReasoningEffort>,
     /// Prices per million tokens, for cost reports.
     pub price: Option<ModelPrice>,
+    /// Input kinds (`["text", "image"]`), if configured (docs/model-calls.md, "Images").
+    pub input: Option<Vec<String>>,
 }
 
 impl ModelEntry {
@@ -87,6 +89,7 @@ impl ModelEntry {
             default_max_tokens: self.default_max_tokens.or(self.max_output),
             efforts: self.efforts.clone(),
             default_effort: self.default_effort,
+            input: self.input.clone(),
         }
     }
 
@@ -390,6 +393,13 @@ fn parse_model(
         efforts,
         default_effort,
         price,
+        input: table.get("input").and_then(Value::as_array).map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        }),
     }
 }
 

@@ -30,6 +30,7 @@ mod schema;
 pub mod show;
 mod tools;
 pub mod trust;
+mod tui;
 mod web_search;
 
 pub use adapters::build_adapter;
@@ -53,4 +54,5 @@ pub use tools::{
     SearchToolsConfig, WebFetchConfig, DEFAULT_GLOB_MAX_RESULTS, DEFAULT_GREP_MAX_RESULTS,
     DEFAULT_WEB_FETCH_MAX_BYTES, DEFAULT_WEB_FETCH_TIMEOUT,
 };
+pub use tui::TuiConfig;
 pub use web_search::{WebSearchConfig, DEFAULT_WEB_SEARCH_BASE_URL, WEB_SEARCH_BASE_URL_ENV};

@@ -32,8 +32,10 @@ const ROOT_KEYS: &[&str] = &[
     "hooks",
     "tools",
     "trust",
+    "tui",
 ];
 const TRUST_KEYS: &[&str] = &["workspaces"];
+const TUI_KEYS: &[&str] = &["alt_screen"];
 const COMPACTION_KEYS: &[&str] = &["threshold", "keep_tail"];
 const BUDGET_KEYS: &[&str] = &["max_steps", "max_wall_time_secs", "max_cost_usd"];
 const AGENTS_KEYS: &[&str] = &["max_concurrent"];
@@ -76,7 +78,10 @@ const MODEL_KEYS: &[&str] = &[
     "efforts",
     "default_effort",
     "price",
+    "input",
 ];
+/// Input kinds of a model row (`models.<id>.input`; docs/model-calls.md, "Images").
+const INPUTS: &[&str] = &["text", "image"];
 const PRICE_KEYS: &[&str] = &["input", "cache_read", "cache_write", "output"];
 
 struct Checker<'a> {
@@ -259,6 +264,11 @@ impl Checker<'_> {
                         self.agents(t);
                     }
                 }
+                "tui" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.tui(t);
+                    }
+                }
                 "providers" => {
                     if let Some(t) = self.expect_table(key, value) {
                         for (name, provider) in t {
@@ -398,6 +408,17 @@ impl Checker<'_> {
                     "write a whole number of children from 1 to 64, e.g. `max_concurrent = 4`",
                 ),
                 other => self.unknown("agents", other, AGENTS_KEYS),
+            }
+        }
+    }
+
+    /// `[tui]` (docs/tui.md, "Modes").
+    fn tui(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("tui", key);
+            match key.as_str() {
+                "alt_screen" => self.expect_bool(&path, value),
+                other => self.unknown("tui", other, TUI_KEYS),
             }
         }
     }
@@ -642,6 +663,21 @@ impl Checker<'_> {
                     ),
                 },
                 "default_effort" => self.expect_one_of(&full, value, EFFORTS, "effort"),
+                "input" => match value {
+                    Value::Array(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            self.expect_one_of(&format!("{full}[{i}]"), item, INPUTS, "input kind");
+                        }
+                    }
+                    other => self.error(
+                        &full,
+                        format!(
+                            "must be an array of input kinds, found {}",
+                            type_name(other)
+                        ),
+                        "write e.g. `input = [\"text\", \"image\"]`",
+                    ),
+                },
                 "price" => {
                     if let Some(price) = self.expect_table(&full, value) {
                         for (p, v) in price {

@@ -75,7 +75,15 @@ impl Adapter for DeepSeekAdapter {
     fn stream(&self, request: GenerateRequest) -> ChunkStream {
         let cancel = request.cancel.clone();
         let quirks = self.quirks;
+        let model = request.config.config().model.clone();
+        let info = self.model_info(&model);
+        let mut image_models: Vec<String> = models::image_models().map(String::from).collect();
+        image_models.extend(self.models.image_models());
+        image_models.sort();
+        image_models.dedup();
         self.endpoint.stream(cancel, StreamDecoder::new(), move || {
+            // Images go only to a model that takes them (docs/model-calls.md, "Images").
+            dsh_llm::check_image_input(&model, info.as_ref(), &request.messages, &image_models)?;
             build_request_body_with(&request, &quirks)
         })
     }

@@ -22,7 +22,12 @@ pub struct ModelSpec {
     pub default_max_tokens: u64,
     /// Largest `max_tokens` the provider accepts.
     pub max_output_tokens: u64,
+    /// Input kinds the model takes (docs/model-calls.md, "Images").
+    pub input: &'static [&'static str],
 }
+
+const TEXT: &[&str] = &["text"];
+const TEXT_AND_IMAGE: &[&str] = &["text", "image"];
 
 /// The known DeepSeek models.
 pub const MODELS: &[ModelSpec] = &[
@@ -31,12 +36,22 @@ pub const MODELS: &[ModelSpec] = &[
         context_window: 1_000_000,
         default_max_tokens: 256_000,
         max_output_tokens: 384_000,
+        input: TEXT,
     },
     ModelSpec {
         id: "deepseek-v4-pro",
         context_window: 1_000_000,
         default_max_tokens: 256_000,
         max_output_tokens: 384_000,
+        input: TEXT,
+    },
+    // dsh's llm-deepseek README lists this id as its image-capable default model.
+    ModelSpec {
+        id: "deepseek-v4-flash-vision-exp",
+        context_window: 1_000_000,
+        default_max_tokens: 256_000,
+        max_output_tokens: 384_000,
+        input: TEXT_AND_IMAGE,
     },
 ];
 
@@ -54,6 +69,14 @@ pub const GENERIC_CONTEXT_WINDOW: u64 = 128_000;
 /// `max_tokens` default for a model this table does not know.
 pub const GENERIC_DEFAULT_MAX_TOKENS: u64 = 8_192;
 
+/// The known models that take images.
+pub fn image_models() -> impl Iterator<Item = &'static str> {
+    MODELS
+        .iter()
+        .filter(|spec| spec.input.contains(&dsh_llm::IMAGE_INPUT))
+        .map(|spec| spec.id)
+}
+
 /// The table row of `model`, if it is a known DeepSeek model.
 pub fn model_spec(model: &str) -> Option<&'static ModelSpec> {
     MODELS.iter().find(|spec| spec.id == model)
@@ -70,7 +93,7 @@ pub fn model_info(model: &str) -> ModelInfo {
             default_max_tokens: spec.default_max_tokens,
             efforts: DEEPSEEK_EFFORTS.to_vec(),
             default_effort: Some(ReasoningEffort::High),
-            modalities: vec!["text".to_string()],
+            modalities: spec.input.iter().map(|i| i.to_string()).collect(),
         },
         None => ModelInfo {
             id: model.to_string(),

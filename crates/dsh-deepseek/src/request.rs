@@ -76,7 +76,7 @@ enum WireMessage<'a> {
         content: Cow<'a, str>,
     },
     User {
-        content: Cow<'a, str>,
+        content: UserContent<'a>,
     },
     Assistant {
         content: Cow<'a, str>,
@@ -89,6 +89,87 @@ enum WireMessage<'a> {
         tool_call_id: &'a str,
         content: Cow<'a, str>,
     },
+}
+
+/// A user message's content: a string, or parts when it carries an image.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<Part<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Part<'a> {
+    Text { text: Cow<'a, str> },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Serialize)]
+struct ImageUrl {
+    url: String,
+}
+
+/// The user message that follows tool results holding images, as dsh writes it (tool messages
+/// carry text only).
+const TOOL_RESULT_IMAGE_TEXT: &str = "Attached image(s) from tool result:";
+
+fn image_url<'b>(attachment: &dsh_llm::ImageAttachment) -> Part<'b> {
+    Part::ImageUrl {
+        image_url: ImageUrl {
+            // check_images_loaded ran before the body is built: every image has its bytes.
+            url: attachment.data_url().unwrap_or_default(),
+        },
+    }
+}
+
+/// The text dsh puts before each image of a user message: its id and pixel size.
+fn image_handle(attachment: &dsh_llm::ImageAttachment, after_content: bool) -> Part<'static> {
+    let lead = if after_content { "\n" } else { "" };
+    let text = match (attachment.width, attachment.height) {
+        (Some(w), Some(h)) => format!(
+            "{lead}Image {}; request image {w}x{h}px.",
+            attachment.attachment_id
+        ),
+        _ => format!("{lead}Image {}.", attachment.attachment_id),
+    };
+    Part::Text {
+        text: Cow::Owned(text),
+    }
+}
+
+/// The parts of a user message that has an image: text and images in order.
+fn user_parts(content: &[ContentBlock]) -> Vec<Part<'_>> {
+    let mut parts = Vec::new();
+    for block in content {
+        match block {
+            ContentBlock::Text { text } if !text.is_empty() => parts.push(Part::Text {
+                text: Cow::Borrowed(text),
+            }),
+            ContentBlock::Image { attachment } => {
+                let handle = image_handle(attachment, !parts.is_empty());
+                parts.push(handle);
+                parts.push(image_url(attachment));
+            }
+            _ => {}
+        }
+    }
+    parts
+}
+
+/// Sends the images of the tool results just written as one user message.
+fn flush_tool_images<'a>(out: &mut Vec<WireMessage<'a>>, pending: &mut Vec<Part<'a>>) {
+    if pending.is_empty() {
+        return;
+    }
+    let mut parts = vec![Part::Text {
+        text: Cow::Borrowed(TOOL_RESULT_IMAGE_TEXT),
+    }];
+    parts.append(pending);
+    out.push(WireMessage::User {
+        content: UserContent::Parts(parts),
+    });
 }
 
 #[derive(Serialize)]
@@ -165,20 +246,24 @@ pub fn build_request_body_with(
     let mode = thinking_mode(request, model);
     let thinking_on = matches!(mode, ThinkingMode::Enabled(_));
 
+    dsh_llm::check_images_loaded(&request.messages)?;
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.is_empty() {
         messages.push(WireMessage::System {
             content: Cow::Borrowed(request.system.as_str()),
         });
     }
+    let mut tool_images = Vec::new();
     for message in request.messages.iter() {
         push_message(
             &mut messages,
+            &mut tool_images,
             message,
             thinking_on,
             quirks.send_reasoning_content,
         );
     }
+    flush_tool_images(&mut messages, &mut tool_images);
 
     let tools = request
         .tools
@@ -224,6 +309,14 @@ pub fn build_request_body_with(
     })
 }
 
+/// The image parts of a tool result's content.
+fn content_images<'a>(content: &'a [ContentBlock]) -> impl Iterator<Item = Part<'a>> + 'a {
+    content.iter().filter_map(|block| match block {
+        ContentBlock::Image { attachment } => Some(image_url(attachment)),
+        _ => None,
+    })
+}
+
 /// Joins the text blocks of `blocks` with `separator`, borrowing when there is only one.
 fn joined_text<'a>(blocks: &'a [ContentBlock], separator: &str) -> Cow<'a, str> {
     let mut texts = blocks.iter().filter_map(|block| match block {
@@ -249,10 +342,18 @@ fn joined_text<'a>(blocks: &'a [ContentBlock], separator: &str) -> Cow<'a, str> 
 
 fn push_message<'a>(
     out: &mut Vec<WireMessage<'a>>,
+    tool_images: &mut Vec<Part<'a>>,
     message: &'a Message,
     thinking_on: bool,
     send_reasoning: bool,
 ) {
+    let only_tool_results = message
+        .content
+        .iter()
+        .all(|b| matches!(b, ContentBlock::ToolResult { .. }));
+    if !(message.role == Role::User && only_tool_results) {
+        flush_tool_images(out, tool_images);
+    }
     match message.role {
         Role::System => {
             let content = joined_text(&message.content, USER_TEXT_SEPARATOR);
@@ -264,11 +365,11 @@ fn push_message<'a>(
             for block in &message.content {
                 if let ContentBlock::ToolResult {
                     tool_call_id,
-                    content,
+                    content: blocks,
                     ..
                 } = block
                 {
-                    let text = joined_text(content, USER_TEXT_SEPARATOR);
+                    let text = joined_text(blocks, USER_TEXT_SEPARATOR);
                     let content = if text.is_empty() {
                         Cow::Borrowed(EMPTY_TOOL_OUTPUT_PLACEHOLDER)
                     } else {
@@ -278,11 +379,26 @@ fn push_message<'a>(
                         tool_call_id,
                         content,
                     });
+                    tool_images.extend(content_images(blocks));
                 }
+            }
+            if message
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::Image { .. }))
+            {
+                flush_tool_images(out, tool_images);
+                out.push(WireMessage::User {
+                    content: UserContent::Parts(user_parts(&message.content)),
+                });
+                return;
             }
             let text = joined_text(&message.content, USER_TEXT_SEPARATOR);
             if !text.is_empty() {
-                out.push(WireMessage::User { content: text });
+                flush_tool_images(out, tool_images);
+                out.push(WireMessage::User {
+                    content: UserContent::Text(text),
+                });
             }
         }
         Role::Assistant => {

@@ -292,11 +292,15 @@ impl<D: BodyDecoder> CallState<D> {
             }
         }
         body.truncate(ERROR_BODY_LIMIT);
-        let failure = (call.http_failure)(&HttpErrorParts {
-            status: response.status().as_u16(),
-            headers: response.headers(),
-            body: &body,
-        });
+        let status = response.status().as_u16();
+        let failure =
+            redirect_failure(&call.url, status, response.headers()).unwrap_or_else(|| {
+                (call.http_failure)(&HttpErrorParts {
+                    status,
+                    headers: response.headers(),
+                    body: &body,
+                })
+            });
         self.finish_with(&call.scrub, failure)
     }
 
@@ -379,6 +383,9 @@ pub async fn get_model_ids(
         }
         Err(_) => return Err(timeout_failure(idle_timeout, "the model list")),
     };
+    if let Some(failure) = redirect_failure(url, status, &headers) {
+        return Err(failure);
+    }
     if !(200..300).contains(&status) {
         return Err(http_failure(&HttpErrorParts {
             status,
@@ -406,6 +413,29 @@ pub async fn get_model_ids(
         .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
         .map(str::to_string)
         .collect())
+}
+
+/// The failure for a 3xx answer (redirects are not followed, see `Endpoint::new`), naming where
+/// it pointed so the user can configure that address; `None` for any other status.
+fn redirect_failure(url: &str, status: u16, headers: &HeaderMap) -> Option<Failure> {
+    if !(300..400).contains(&status) {
+        return None;
+    }
+    let target = headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|value| value.to_str().ok())
+        .map_or_else(
+            || "no Location".to_string(),
+            |location| format!("`{location}`"),
+        );
+    Some(Failure::new(
+        FailureCode::Http(status),
+        format!(
+            "the provider at {url} answered HTTP {status} redirecting to {target}; dsh does not \
+             follow redirects so the API key never reaches another address. Set the base URL \
+             (e.g. DEEPSEEK_BASE_URL or the provider's `base_url`) to the final address."
+        ),
+    ))
 }
 
 /// How an adapter reaches its provider: the client, the two URLs, the headers (the key's
@@ -486,8 +516,12 @@ impl Endpoint {
             })?;
             headers.insert(header_name, header_value);
         }
+        // Redirects are never followed: reqwest drops `Authorization` on a cross-host hop but not
+        // `x-api-key` or an extra header, so a redirecting endpoint could carry the key to another
+        // address. A 3xx is reported with its target instead (docs/providers.md, "Redirects").
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|err| AdapterConfigError(format!("could not start the HTTP client: {err}")))?;
         Ok(Endpoint {

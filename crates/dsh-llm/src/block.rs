@@ -4,6 +4,8 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::image::ImageAttachment;
+
 /// One piece of a message's content.
 ///
 /// The set of kinds is open: a block whose `type` this build does not know is kept verbatim as
@@ -23,10 +25,12 @@ pub enum ContentBlock {
         /// The provider's signature over it, if the wire format has one.
         signature: Option<String>,
     },
-    /// An attachment, kept as opaque JSON until image support lands.
+    /// An image, by reference to its stored bytes (docs/model-calls.md, "Images"). An `image`
+    /// block whose attachment is not a reference this build reads is kept as
+    /// [`ContentBlock::Unknown`].
     Image {
-        /// The attachment as it was read.
-        attachment: Value,
+        /// The reference (and, when loaded, the bytes).
+        attachment: ImageAttachment,
     },
     /// A tool call. `arguments` is the raw JSON string the model produced, kept byte for byte.
     ToolCall {
@@ -107,7 +111,7 @@ enum KnownBlock {
         signature: Option<String>,
     },
     Image {
-        attachment: Value,
+        attachment: ImageAttachment,
     },
     ToolCall {
         id: String,
@@ -138,7 +142,7 @@ enum KnownBlockRef<'a> {
         signature: &'a Option<String>,
     },
     Image {
-        attachment: &'a Value,
+        attachment: &'a ImageAttachment,
     },
     ToolCall {
         id: &'a str,
@@ -191,6 +195,10 @@ impl<'de> Deserialize<'de> for ContentBlock {
         let value = Value::deserialize(deserializer)?;
         let kind = value.get("type").and_then(Value::as_str);
         match kind {
+            Some("image") => Ok(match serde_json::from_value::<KnownBlock>(value.clone()) {
+                Ok(KnownBlock::Image { attachment }) => ContentBlock::Image { attachment },
+                _ => ContentBlock::Unknown(value),
+            }),
             Some(kind) if KNOWN_TYPES.contains(&kind) => {
                 let known: KnownBlock =
                     serde_json::from_value(value).map_err(serde::de::Error::custom)?;
@@ -257,6 +265,18 @@ mod tests {
         let block: ContentBlock = serde_json::from_value(raw.clone()).unwrap();
         assert!(matches!(block, ContentBlock::Unknown(_)));
         assert_eq!(serde_json::to_value(&block).unwrap(), raw);
+    }
+
+    #[test]
+    fn image_reference_round_trips_and_a_foreign_image_stays_verbatim() {
+        let raw = json!({"type":"image","attachment":{"attachmentId":"sha256:00","mediaType":"image/png","bytes":69,"width":1,"height":1,"originalDimensions":{"width":9,"height":9}}});
+        let block: ContentBlock = serde_json::from_value(raw.clone()).unwrap();
+        assert!(matches!(block, ContentBlock::Image { .. }));
+        assert_eq!(serde_json::to_value(&block).unwrap(), raw);
+        let foreign = json!({"type":"image","attachment":{"url":"https://example.com/x.png"}});
+        let block: ContentBlock = serde_json::from_value(foreign.clone()).unwrap();
+        assert!(matches!(block, ContentBlock::Unknown(_)));
+        assert_eq!(serde_json::to_value(&block).unwrap(), foreign);
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod chunk;
 mod config;
 mod effort;
 mod failure;
+mod image;
 mod message;
 mod model_table;
 mod retry;
@@ -33,6 +34,11 @@ pub use chunk::{Chunk, FinishReason};
 pub use config::{CallConfig, ConfigField, PreparedCallConfig, ReasoningEffort};
 pub use effort::{effort_names, CarriedEffort};
 pub use failure::{Failure, FailureCode};
+pub use image::{
+    attachment_id, check_image_input, check_images_loaded, content_has_image,
+    images_to_placeholders, media_type_extension, messages_have_images, takes_images,
+    ImageAttachment, ImageError, IMAGE_INPUT, MAX_IMAGE_BYTES, UNSUPPORTED_CONTENT,
+};
 pub use message::{Message, MessageSource, Role};
 pub use model_table::{ModelRow, ModelTable};
 pub use retry::{RetryDecision, RetryPolicy};

@@ -19,6 +19,8 @@ pub struct ModelRow {
     pub efforts: Option<Vec<ReasoningEffort>>,
     /// Effort used when the caller names none.
     pub default_effort: Option<ReasoningEffort>,
+    /// Input kinds the model takes (`["text", "image"]`; docs/model-calls.md, "Images").
+    pub input: Option<Vec<String>>,
 }
 
 impl ModelRow {
@@ -30,7 +32,7 @@ impl ModelRow {
             default_max_tokens: self.default_max_tokens.unwrap_or(own.default_max_tokens),
             efforts: self.efforts.clone().unwrap_or(own.efforts),
             default_effort: self.default_effort.or(own.default_effort),
-            modalities: own.modalities,
+            modalities: self.input.clone().unwrap_or(own.modalities),
         }
     }
 }
@@ -55,6 +57,19 @@ impl ModelTable {
     /// The row of model `id`, if the table has one.
     pub fn get(&self, id: &str) -> Option<&ModelRow> {
         self.rows.get(id)
+    }
+
+    /// The ids of the rows that say the model takes images, sorted.
+    pub fn image_models(&self) -> Vec<String> {
+        self.rows
+            .iter()
+            .filter(|(_, row)| {
+                row.input
+                    .as_ref()
+                    .is_some_and(|input| input.iter().any(|i| i == crate::image::IMAGE_INPUT))
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Number of rows.

@@ -49,12 +49,9 @@ struct Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        if let Some(pgid) = self.pgid.and_then(|p| libc::pid_t::try_from(p).ok()) {
-            // SAFETY: kill(2) on the process group this module created; no memory effects. A
-            // group that is already gone gives ESRCH, which is the wanted state.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
+        // The process group this module created; a group already gone is the wanted state.
+        if let Some(pgid) = self.pgid.and_then(|p| i32::try_from(p).ok()) {
+            dsh_tools::kill_group_now(pgid);
         }
     }
 }
@@ -558,8 +555,12 @@ async fn connect_http(
             .map_err(|_| format!("the variable {variable} (bearer_token_env) is not set"))?;
         config = config.auth_header(token);
     }
+    // Configured headers may hold a secret that reqwest would carry across hosts (it drops only
+    // `Authorization` and cookies): redirects are followed within the server's origin only
+    // (docs/mcp.md, "HTTP servers").
     let client = reqwest::Client::builder()
         .default_headers(map)
+        .redirect(same_origin_redirects())
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let transport = StreamableHttpClientTransport::with_client(client, config);
@@ -570,5 +571,27 @@ async fn connect_http(
         service,
         pgid: None,
         _child: None,
+    })
+}
+
+/// Up to five redirects, each to the origin (scheme, host, port) of the request that was
+/// redirected; a hop to another origin is an error naming it.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt
+            .previous()
+            .last()
+            .is_some_and(|from| from.origin() == attempt.url().origin());
+        if attempt.previous().len() > 5 {
+            attempt.error("more than 5 redirects")
+        } else if same_origin {
+            attempt.follow()
+        } else {
+            let target = attempt.url().to_string();
+            attempt.error(format!(
+                "the server redirected to another origin ({target}); dsh does not follow it, \
+                 so configured headers never reach another address: set `url` to that address"
+            ))
+        }
     })
 }

@@ -239,6 +239,97 @@ async fn read_only_asks_before_a_tool_without_read_only_hint_and_not_before_one_
     assert_eq!(run.approvals[1].1["outcome"], "approved");
 }
 
+/// Plan mode (docs/agent.md, "Plan mode"; docs/mcp.md, "Approvals"): the session is
+/// read-only, so a tool without `readOnlyHint` is asked before it runs (not refused), and one
+/// that declares it runs without a question. Needs `mcp-server-everything` (`.ci/run` installs
+/// it): fails when it is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_asks_before_a_tool_without_read_only_hint_and_runs_one_with_it() {
+    assert!(
+        everything_installed(),
+        "this test needs `{EVERYTHING}` on PATH"
+    );
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let extensions = ExtensionSet::new();
+    let plan = dsh_agent::PlanMode::new();
+    let _plan = extensions.register(Arc::new(plan.clone()));
+    let _mcp = extensions.register(Arc::new(McpTools::new(everything(
+        McpTrust::ReadOnly,
+        home.path(),
+    ))));
+    let mut adapters = AdapterRegistry::new();
+    adapters
+        .register("scripted", Arc::new(ReplayAdapter::new(toggle_then_echo())))
+        .unwrap();
+    let mut options = AgentOptions::new(CallConfig::new("scripted", "m"), cwd.path());
+    options.approval_rules = Arc::new(ApprovalRules::load(home.path()).unwrap());
+    let parts = AgentParts {
+        adapters,
+        tools: Arc::new(ToolRegistry::with_builtins()),
+        extensions,
+        tool_context: ToolContext::new(
+            cwd.path(),
+            SpillDir::create(home.path().join("s")).unwrap(),
+        )
+        .unwrap()
+        .with_permission(PermissionPreset::WorkspaceWrite),
+        options,
+    };
+    let store = open_store(StoreKind::Jsonl, &home.path().join("sessions")).unwrap();
+    let mut agent = Agent::create(parts, store.as_ref()).unwrap();
+    let approver = Scripted::new(ApprovalDecision::AllowOnce);
+    agent.set_approver(approver.clone());
+    agent.set_permission_source(Arc::new(|preset| {
+        Ok(dsh_agent::PermissionSetting {
+            preset,
+            confinement: Arc::new(dsh_tools::NoSandbox),
+            sandbox_mode: "none".into(),
+            sandbox_detail: "test".into(),
+            summary: format!("The tools run under {preset}."),
+        })
+    }));
+    let handle = agent.handle();
+    handle.run_user_command("plan", "look around").unwrap();
+    assert!(plan.is_active());
+    assert_eq!(handle.permission(), PermissionPreset::ReadOnly);
+    tokio::time::timeout(Duration::from_secs(120), agent.run_until_idle())
+        .await
+        .unwrap()
+        .unwrap();
+    let asked = approver.asked();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(
+        asked[0].tool_name,
+        "mcp__everything__toggle-simulated-logging"
+    );
+    assert!(
+        asked[0].reason.contains("readOnlyHint") && asked[0].reason.contains("read-only"),
+        "{}",
+        asked[0].reason
+    );
+    let location = handle.location();
+    drop(agent);
+    let events = load_file(Path::new(&location)).unwrap().events;
+    let results: Vec<(String, Option<String>)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(r) => Some((
+                tool_result_text(&r.message),
+                r.error.as_ref().map(|e| e.code.clone()),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(
+        results[0].1, None,
+        "asked and allowed, so it ran: {results:?}"
+    );
+    assert_eq!(results[1], ("Echo: hi".to_string(), None));
+    assert!(plan.is_active(), "still in plan mode");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headless_refuses_what_would_ask_and_says_how_to_allow_it() {
     if !everything_installed() {
@@ -624,4 +715,62 @@ async fn helper_starts_a_server_and_waits() {
     assert!(errors.is_empty(), "{errors:?}");
     std::fs::write(dir.join("ready"), "").unwrap();
     tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// Answers every HTTP request on `listener` with `307` to `location`; returns the request heads.
+fn redirect_everything(
+    listener: std::net::TcpListener,
+    location: String,
+) -> std::sync::mpsc::Receiver<String> {
+    use std::io::{Read, Write};
+    let (sent, heads) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut buf = [0u8; 8192];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let _ = sent.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let reply = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(reply.as_bytes());
+        }
+    });
+    heads
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_redirecting_to_another_origin_gets_no_headers_there() {
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let elsewhere_url = format!("http://{}/mcp", elsewhere.local_addr().unwrap());
+    let elsewhere_heads = redirect_everything(elsewhere, "http://127.0.0.1:1/".into());
+    let server_socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", server_socket.local_addr().unwrap());
+    let server_heads = redirect_everything(server_socket, elsewhere_url.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let hub = McpHub::new(
+        vec![server(
+            "redirecting",
+            McpTransport::Http {
+                url,
+                headers: vec![("X-Api-Key".into(), "mcp-secret-value".into())],
+                bearer_token_env: None,
+            },
+        )],
+        dir.path(),
+        dir.path(),
+    );
+    let errors = hub.start();
+    let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(errors.len(), 1, "{all:?}");
+    let head = server_heads
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the configured server is asked");
+    assert!(head.contains("mcp-secret-value"), "{head}");
+    assert!(
+        elsewhere_heads
+            .recv_timeout(Duration::from_millis(300))
+            .is_err(),
+        "the redirect to another origin was followed"
+    );
 }

@@ -51,6 +51,10 @@ pub(crate) fn agent_parts(
     let adapter =
         dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
             .map_err(invalid)?;
+    // `read_image` is offered only to a model that takes images (docs/tools.md, "read_image").
+    let takes_images = adapter
+        .model_info(&setup.call.model)
+        .is_some_and(|info| dsh_llm::takes_images(&info));
     let mut adapters = AdapterRegistry::new();
     adapters
         .register(provider.name.clone(), adapter)
@@ -80,11 +84,18 @@ pub(crate) fn agent_parts(
         &tool_context,
     )?;
     let factory = child_factory(shared, &current_permission);
-    extensions.register_for_life(Arc::new(dsh_agent::Subagents::with_max_concurrent(
-        depth,
-        factory,
-        setup.config.agents.max_concurrent,
-    )));
+    // A child's `model` must be a configured one (docs/agent.md, "Delegation").
+    let models = (setup.config.models.iter())
+        .map(|(id, entry)| (id.clone(), entry.provider.clone()))
+        .collect();
+    extensions.register_for_life(Arc::new(
+        dsh_agent::Subagents::with_max_concurrent(
+            depth,
+            factory,
+            setup.config.agents.max_concurrent,
+        )
+        .with_models(models),
+    ));
     extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
     let plan = (depth == 0).then(dsh_agent::PlanMode::new);
     if let Some(plan) = &plan {
@@ -106,7 +117,7 @@ pub(crate) fn agent_parts(
     options.approval_rules = Arc::clone(&shared.approval_rules);
     let parts = AgentParts {
         adapters,
-        tools: Arc::new(session_tools(setup, &extensions)?),
+        tools: Arc::new(session_tools(setup, &extensions, takes_images)?),
         extensions,
         tool_context,
         options,
@@ -306,14 +317,20 @@ fn permission_source(
 }
 
 /// The built-in tools, `ask_user_question` (answered by the front end's asker; headless runs
-/// get a clear error), `web_fetch` when `[tools.web_fetch] enabled = true`, and `web_search`
+/// get a clear error), `read_image` when the session's model takes images, `web_fetch` when `[tools.web_fetch] enabled = true`, and `web_search`
 /// when a DeepSeek key is configured (its request log is an extension of this agent).
 fn session_tools(
     setup: &Configuration,
     extensions: &ExtensionSet,
+    takes_images: bool,
 ) -> Result<ToolRegistry, RuntimeError> {
     let config = &setup.config;
     let mut tools = ToolRegistry::with_builtins();
+    if takes_images {
+        tools
+            .register(Arc::new(dsh_tools::ReadImageTool))
+            .map_err(invalid)?;
+    }
     if let Some(search) = setup.search.as_ref() {
         let (tool, log) = crate::web_search::tool(search).map_err(invalid)?;
         tools.register(Arc::new(tool)).map_err(invalid)?;

@@ -173,6 +173,13 @@ pub trait SessionFactory: Send + Sync + 'static {
         None
     }
 
+    /// The model a session opened from `spec` would use (its `--model`, else the configured
+    /// default), so a front end can check an effort before it creates anything; `None` when
+    /// unknown.
+    fn default_model(&self, spec: &SessionSpec) -> Option<String> {
+        spec.choices.model.clone()
+    }
+
     /// The user just trusted `workspace` (docs/configuration.md, "Workspace trust"): forget
     /// every configuration resolved in it, so the next session there applies its settings.
     fn trusted(&self, _workspace: &Path) {}
@@ -231,6 +238,11 @@ impl SessionFactory for Runtime {
             dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
                 .ok()?;
         adapter.model_info(model)
+    }
+
+    fn default_model(&self, spec: &SessionSpec) -> Option<String> {
+        let setup = self.configuration(spec).ok()?;
+        Some(setup.call.model.clone())
     }
 
     fn trusted(&self, workspace: &Path) {

@@ -406,6 +406,91 @@ async fn dismissed_review_stays_in_plan_mode_and_resume_restores_it() {
     assert_eq!(mode_trail(&events).last().unwrap(), "plan=false");
 }
 
+/// Resume restores plan mode, and approving the plan afterwards goes back to the preset of the
+/// process that resumed (its flags or configuration), not to the one logged before plan mode.
+#[tokio::test]
+async fn after_a_resume_leaving_plan_mode_goes_back_to_the_resuming_process_preset() {
+    let provider = FakeProvider::start([
+        present("c1", PLAN),
+        text_reply("waiting"),
+        present("c2", PLAN),
+        touch("c3", "after-approval.txt"),
+        text_reply("done"),
+    ])
+    .await
+    .unwrap();
+    let setup = Setup::new(&provider);
+    let with_permission = |permission: Option<&str>| {
+        let warnings: WarningSink = Arc::new(|_line: &str| {});
+        Runtime::new(RuntimeOptions {
+            home: setup.home.path().to_path_buf(),
+            cwd: setup.cwd.path().to_path_buf(),
+            choices: Choices {
+                permission: permission.map(str::to_string),
+                ..Choices::default()
+            },
+            warnings,
+        })
+        .unwrap()
+    };
+
+    // The first process runs with danger-full-access and enters plan mode; the review is
+    // dismissed, so the session is left in plan mode.
+    let id = {
+        let runtime = with_permission(Some("danger-full-access"));
+        let store = runtime.store();
+        let mut opened = runtime
+            .open(&SessionSpec::default(), store.as_ref())
+            .unwrap();
+        opened
+            .agent
+            .set_asker(ScriptedUser::new(vec![AskOutcome::Declined {
+                message: String::new(),
+            }]));
+        let handle = opened.agent.handle();
+        assert_eq!(handle.permission().as_str(), "danger-full-access");
+        handle
+            .run_user_command("plan", "add a greeting flag")
+            .unwrap();
+        opened.agent.run_until_idle().await.unwrap();
+        handle.session_id()
+    };
+    let trail = mode_trail(&events_of(setup.home.path(), &id));
+    assert_eq!(trail, ["preset=read-only", "plan=true"], "{trail:?}");
+
+    // A second process with the default preset (workspace-write) resumes it: plan mode and
+    // read-only again; the approval returns to workspace-write, not danger-full-access.
+    let runtime = with_permission(None);
+    let store = runtime.store();
+    let spec = SessionSpec {
+        resume: Resume::Id(id.clone()),
+        ..SessionSpec::default()
+    };
+    let mut opened = runtime.open(&spec, store.as_ref()).unwrap();
+    opened
+        .agent
+        .set_asker(ScriptedUser::new(vec![review("Approve", "")]));
+    let handle = opened.agent.handle();
+    assert!(handle.plan_mode());
+    assert_eq!(handle.permission().as_str(), "read-only");
+    handle.followup("present it again").unwrap();
+    let outcomes = opened.agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes.last().unwrap().final_text, "done");
+    assert!(!handle.plan_mode());
+    assert_eq!(handle.permission().as_str(), "workspace-write");
+    let events = events_of(setup.home.path(), &id);
+    let trail = mode_trail(&events);
+    assert_eq!(
+        &trail[trail.len() - 2..],
+        ["preset=workspace-write", "plan=false"],
+        "{trail:?}"
+    );
+    // The approved step ran under workspace-write (in the sandbox, inside the workspace).
+    let results = results(&events);
+    assert_eq!(results.last().unwrap().1, "ok", "{results:?}");
+    assert!(setup.cwd.path().join("after-approval.txt").exists());
+}
+
 #[tokio::test]
 async fn cancelling_the_turn_during_the_review_keeps_plan_mode() {
     let provider = FakeProvider::start([present("c1", PLAN)]).await.unwrap();

@@ -272,7 +272,7 @@ fn restrict_hook(
     filter: &'static Program,
     parent: libc::pid_t,
     keeper: bool,
-    mounts: Option<Arc<MountPlan>>,
+    mounts: Option<Layer>,
 ) -> PreExecHook {
     Arc::new(move || {
         // SAFETY: prctl with integer arguments only.
@@ -293,8 +293,10 @@ fn restrict_hook(
             // The parent died before the death signal was armed.
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
-        if let Some(mounts) = &mounts {
-            mounts.apply()?;
+        match &mounts {
+            Some(Layer::Build(plan)) => plan.apply()?,
+            Some(Layer::Enter(namespace)) => crate::prepared::enter(namespace)?,
+            None => {}
         }
         // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
@@ -318,6 +320,25 @@ fn restrict_hook(
         }
         Ok(())
     })
+}
+
+/// How the child gets its read-only mount layer ([`crate::mounts`]).
+enum Layer {
+    /// Builds it itself (a user namespace, or no prepared namespace could be made).
+    Build(Arc<MountPlan>),
+    /// Enters the namespace prepared for an equal plan ([`crate::prepared`]).
+    Enter(Arc<OwnedFd>),
+}
+
+/// The layer for `plan`: the prepared namespace where one can be used, else the plan itself.
+fn layer(plan: MountPlan) -> Layer {
+    let plan = Arc::new(plan);
+    if plan.privileged() {
+        if let Some(namespace) = crate::prepared::namespace_for(&plan) {
+            return Layer::Enter(namespace);
+        }
+    }
+    Layer::Build(plan)
 }
 
 /// The keeper's wait (see [`keep_tree`]): returns the exit code the keeper leaves with once the
@@ -472,7 +493,7 @@ impl CommandConfinement for Landlock {
         let keeper = self.abi >= 6;
         let mounts = MountPlan::new(self.mounts, request)
             .map_err(|reason| unavailable(format!("cannot plan the mount namespace: {reason}")))?
-            .map(Arc::new);
+            .map(layer);
         plan.pre_exec
             .push(restrict_hook(Arc::new(fd), filter, parent, keeper, mounts));
         Ok(plan)

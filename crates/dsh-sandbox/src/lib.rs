@@ -38,6 +38,8 @@ mod landlock;
 #[cfg(target_os = "linux")]
 mod mounts;
 #[cfg(target_os = "linux")]
+mod prepared;
+#[cfg(target_os = "linux")]
 mod probe;
 mod seatbelt;
 #[cfg(target_os = "linux")]

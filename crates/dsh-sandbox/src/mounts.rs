@@ -84,21 +84,23 @@ struct MountAttr {
 
 /// A directory kept visible inside a hidden one: its path and the directories to create in
 /// the covering tmpfs so it has a mount point, outermost first.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 struct Kept {
     path: CString,
     mkdirs: Vec<CString>,
 }
 
 /// A hidden directory and what stays visible inside it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 struct Hidden {
     dir: CString,
     keep: Vec<Kept>,
 }
 
-/// Everything the child needs, prepared in the parent (the child may not allocate).
-#[derive(Debug)]
+/// Everything the child needs, prepared in the parent (the child may not allocate). Two equal
+/// plans build the same layout over the same files (`identity`), which is what lets a prepared
+/// namespace stand in for a new one ([`crate::prepared`]).
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct MountPlan {
     /// `Some((uid_map, gid_map))` for [`MountNamespace::UserNamespace`].
     id_maps: Option<(Vec<u8>, Vec<u8>)>,
@@ -109,6 +111,20 @@ pub(crate) struct MountPlan {
     /// Protected entries bound read-only.
     read_only: Vec<CString>,
     hidden: Vec<Hidden>,
+    /// Device and inode of every path above, without and with following a symbolic link
+    /// (`(0, 0)` when missing): a replaced file or directory makes a different plan.
+    identity: Vec<[(u64, u64); 2]>,
+}
+
+/// The identity of `path` as [`MountPlan::identity`] records it.
+fn identity_of(path: &std::ffi::CStr) -> [(u64, u64); 2] {
+    use std::os::unix::fs::MetadataExt;
+    let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    let id = |meta: std::io::Result<std::fs::Metadata>| meta.map_or((0, 0), |m| (m.dev(), m.ino()));
+    [
+        id(std::fs::symlink_metadata(path)),
+        id(std::fs::metadata(path)),
+    ]
 }
 
 fn c_path(path: &Path) -> Result<CString, String> {
@@ -237,13 +253,27 @@ impl MountPlan {
             ));
         }
         let hidden = hidden_plan(request, &roots)?;
+        let writable: Vec<CString> = roots.iter().map(|r| c_path(r)).collect::<Result<_, _>>()?;
+        let named = writable.iter().chain(&pinned).chain(&read_only).chain(
+            hidden
+                .iter()
+                .flat_map(|h| std::iter::once(&h.dir).chain(h.keep.iter().map(|k| &k.path))),
+        );
+        let identity = named.map(|path| identity_of(path)).collect();
         Ok(Some(Self {
             id_maps,
-            writable: roots.iter().map(|r| c_path(r)).collect::<Result<_, _>>()?,
+            writable,
             pinned,
             read_only,
             hidden,
+            identity,
         }))
+    }
+
+    /// True when the layout is made with dsh's own privilege (no user namespace), so a
+    /// prepared namespace can be entered with `setns` ([`crate::prepared`]).
+    pub(crate) fn privileged(&self) -> bool {
+        self.id_maps.is_none()
     }
 
     /// Builds the layout (module docs) in the calling process. Runs in the forked child before

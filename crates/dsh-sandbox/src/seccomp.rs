@@ -196,6 +196,17 @@ fn target_arch() -> Result<(TargetArch, u32), String> {
     }
 }
 
+/// `kexec_file_load`: the `libc` crate names it for x86_64 but not for aarch64 musl (the static
+/// release build, docs/harbor.md "Release archives"); elsewhere the number is the one of the
+/// kernel's generic system call table (`asm-generic/unistd.h`), which aarch64 uses.
+#[cfg(target_arch = "x86_64")]
+const SYS_KEXEC_FILE_LOAD: libc::c_long = libc::SYS_kexec_file_load;
+#[cfg(not(target_arch = "x86_64"))]
+const SYS_KEXEC_FILE_LOAD: libc::c_long = 294;
+/// `fchmodat2` (Linux 6.6): the same number on every architecture; missing from `libc` for
+/// aarch64 musl.
+const SYS_FCHMODAT2: libc::c_long = 452;
+
 /// System calls denied whatever their arguments.
 fn always_denied(profile: Profile) -> Vec<i64> {
     let mut list = vec![
@@ -216,7 +227,7 @@ fn always_denied(profile: Profile) -> Vec<i64> {
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
         libc::SYS_kexec_load,
-        libc::SYS_kexec_file_load,
+        SYS_KEXEC_FILE_LOAD,
         libc::SYS_bpf,
         libc::SYS_perf_event_open,
         libc::SYS_keyctl,
@@ -286,7 +297,7 @@ fn compile(profile: Profile) -> Result<Program, String> {
         rules.insert(libc::SYS_chmod, mode_rules(1)?);
         rules.insert(libc::SYS_fchmod, mode_rules(1)?);
         rules.insert(libc::SYS_fchmodat, mode_rules(2)?);
-        rules.insert(libc::SYS_fchmodat2, mode_rules(2)?);
+        rules.insert(SYS_FCHMODAT2, mode_rules(2)?);
     }
     let filter = SeccompFilter::new(
         rules,

@@ -167,22 +167,26 @@ impl WebServer {
     /// [`LAUNCH_PAGE_TTL`] when it is not, and when the server stops.
     pub fn write_launch_page(&self, dir: &Path) -> std::io::Result<PathBuf> {
         use std::io::Write;
+        #[cfg(unix)]
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        // Windows: no modes; the folder and page get the ACL inherited from the parent.
+        #[cfg(unix)]
+        builder.mode(0o700);
+        builder.create(dir)?;
+        #[cfg(unix)]
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         let page = dir.join(format!("open-{}.html", self.address.port()));
         // An earlier page of this server at the same path: its code dies with it. A page left
         // by an earlier launch holds a dead code; it is replaced.
         self.access.revoke_page(&page);
         let _ = std::fs::remove_file(&page);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&page)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        options.mode(0o600);
+        let mut file = options.open(&page)?;
         let code = self.access.issue_code(None, Some(LAUNCH_PAGE_TTL));
         let url = self.url_with(&code);
         let written = writeln!(
@@ -236,8 +240,15 @@ fn router(state: Arc<routes::AppState>, policy: Arc<GatePolicy>) -> Router {
         .route("/api/trust", get(routes::trust_review).post(routes::trust))
         .route("/api/sessions", get(routes::list).post(routes::create))
         .route("/api/sessions/{id}", get(routes::detail))
+        .route("/api/sessions/{id}/images/{file}", get(routes::image))
         .route("/api/sessions/{id}/events", get(routes::events))
-        .route("/api/sessions/{id}/prompt", post(routes::prompt))
+        .route(
+            "/api/sessions/{id}/prompt",
+            // Prompts may carry images (docs/web.md, "Images"): base64 makes 4 bytes of 3.
+            post(routes::prompt).layer(axum::extract::DefaultBodyLimit::max(
+                routes::MAX_PROMPT_BODY_BYTES,
+            )),
+        )
         .route("/api/sessions/{id}/cancel", post(routes::cancel))
         .route("/api/sessions/{id}/compact", post(routes::compact))
         .route("/api/sessions/{id}/call", post(routes::set_call))

@@ -157,7 +157,8 @@ fn check_answers(
     Ok(out)
 }
 
-/// The ids of the `ask_user_question` calls of `events` that have no result yet, in log order.
+/// The ids of the `ask_user_question` and `exit_plan_mode` calls of `events` that have no result
+/// yet, in log order.
 pub(crate) fn open_calls(events: &[Arc<Envelope>]) -> Vec<String> {
     let mut open: Vec<String> = Vec::new();
     for envelope in events {
@@ -165,7 +166,9 @@ pub(crate) fn open_calls(events: &[Arc<Envelope>]) -> Vec<String> {
             Event::ToolCall(call) => {
                 // Call ids may repeat across turns: a new call replaces an older one.
                 open.retain(|id| *id != call.call_id);
-                if call.name == ASK_TOOL {
+                // The plan review of `exit_plan_mode` is asked the same way (docs/web.md,
+                // "Plan mode").
+                if call.name == ASK_TOOL || call.name == dsh_agent::EXIT_PLAN_MODE {
                     open.push(call.call_id.clone());
                 }
             }

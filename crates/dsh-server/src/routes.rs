@@ -143,6 +143,36 @@ fn check_effort(effort: &Option<String>) -> Result<(), ApiError> {
     }
 }
 
+/// Refuses an effort the session's model does not take, with the supported list, before the
+/// session is created (docs/web.md, "Model and effort"); unknown models are not checked here.
+async fn check_model_effort(state: &AppState, request: &OpenRequest) -> Result<(), ApiError> {
+    let Some(effort) = request.effort.as_deref().and_then(ReasoningEffort::parse) else {
+        return Ok(());
+    };
+    let sessions = Arc::clone(&state.sessions);
+    let request = request.clone();
+    // Resolving the configuration may read files.
+    let info = tokio::task::spawn_blocking(move || {
+        let model = request
+            .model
+            .clone()
+            .or_else(|| sessions.default_model(&request))?;
+        sessions.model_info(&model)
+    })
+    .await
+    .map_err(|err| ApiError::internal(format!("checking the effort failed: {err}")))?;
+    match info {
+        Some(info) => info.check_effort(effort).map_err(|message| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "UNSUPPORTED_REASONING_EFFORT",
+                message,
+            )
+        }),
+        None => Ok(()),
+    }
+}
+
 /// `POST /api/sessions {cwd?, model?, effort?, prompt?}`: a new live session.
 pub(crate) async fn create(State(state): Shared, body: Bytes) -> ApiResult {
     let body: CreateBody = parse(&body)?;
@@ -158,15 +188,14 @@ pub(crate) async fn create(State(state): Shared, body: Bytes) -> ApiResult {
         .ok_or_else(|| {
             ApiError::bad_request(format!("{} is not an existing directory", cwd.display()))
         })?;
-    let id = state
-        .sessions
-        .create(OpenRequest {
-            cwd,
-            resume: None,
-            model: body.model.filter(|m| !m.trim().is_empty()),
-            effort: body.effort,
-        })
-        .await?;
+    let request = OpenRequest {
+        cwd,
+        resume: None,
+        model: body.model.filter(|m| !m.trim().is_empty()),
+        effort: body.effort,
+    };
+    check_model_effort(&state, &request).await?;
+    let id = state.sessions.create(request).await?;
     if let Some(prompt) = body.prompt.filter(|p| !p.trim().is_empty()) {
         if let Some(live) = state.sessions.live(&id) {
             live.handle.followup(prompt)?;
@@ -414,17 +443,82 @@ fn query_value<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
 struct PromptBody {
     text: String,
     mode: Option<String>,
+    #[serde(default)]
+    images: Vec<PromptImage>,
 }
 
-/// `POST /api/sessions/:id/prompt {text, mode?: "followup" | "steer"}`: queues input, opening
-/// a stored session first (resume).
+/// One image of a prompt, as dsh's web client sends it (`EncodedImageAttachment`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PromptImage {
+    media_type: String,
+    data: String,
+    name: Option<String>,
+}
+
+/// Most images one prompt carries.
+pub(crate) const MAX_PROMPT_IMAGES: usize = 20;
+
+/// Largest prompt body: room for a few 20 MB images in base64 (docs/web.md, "Images").
+pub(crate) const MAX_PROMPT_BODY_BYTES: usize = 100 * 1024 * 1024;
+
+/// The prompt's images as image blocks, each checked like every image (`docs/model-calls.md`,
+/// "Images"); the first bad one refuses the whole prompt, naming it.
+fn prompt_images(images: Vec<PromptImage>) -> Result<Vec<dsh_llm::ContentBlock>, ApiError> {
+    use base64::Engine as _;
+    if images.len() > MAX_PROMPT_IMAGES {
+        return Err(ApiError::bad_request(format!(
+            "{} images attached; a prompt takes at most {MAX_PROMPT_IMAGES}",
+            images.len()
+        )));
+    }
+    images
+        .into_iter()
+        .enumerate()
+        .map(|(i, image)| {
+            let label = image
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("image {}", i + 1));
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(image.data.trim())
+                .map_err(|e| {
+                    ApiError::bad_request(format!("{label}: `data` is not standard base64 ({e})"))
+                })?;
+            dsh_llm::ImageAttachment::from_declared(bytes, &image.media_type, image.name.as_deref())
+                .map(|attachment| dsh_llm::ContentBlock::Image { attachment })
+                .map_err(|e| ApiError::bad_request(format!("{label}: {e}")))
+        })
+        .collect()
+}
+
+/// `POST /api/sessions/:id/prompt {text, mode?: "followup" | "steer", images?}`: queues input,
+/// opening a stored session first (resume).
 pub(crate) async fn prompt(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
     let body: PromptBody = parse(&body)?;
-    if body.text.trim().is_empty() {
+    let images = prompt_images(body.images)?;
+    if body.text.trim().is_empty() && images.is_empty() {
         return Err(ApiError::bad_request("the prompt is empty"));
     }
     let mode = body.mode.unwrap_or_else(|| "followup".into());
     let live = state.sessions.ensure_live(&id).await?;
+    if !images.is_empty() {
+        let mut message = dsh_agent::new_user_message(body.text.clone());
+        if body.text.trim().is_empty() {
+            message.content.clear();
+        }
+        message.content.extend(images);
+        match mode.as_str() {
+            "followup" => live.handle.followup_message(message)?,
+            "steer" => live.handle.steer_message(message)?,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown mode `{other}` (expected followup or steer)"
+                )))
+            }
+        }
+        return Ok((StatusCode::ACCEPTED, Json(json!({"queued": mode}))).into_response());
+    }
     match mode.as_str() {
         "followup" => live.handle.followup(body.text)?,
         "steer" => live.handle.steer(body.text)?,
@@ -435,6 +529,54 @@ pub(crate) async fn prompt(State(state): Shared, Path(id): Path<String>, body: B
         }
     }
     Ok((StatusCode::ACCEPTED, Json(json!({"queued": mode}))).into_response())
+}
+
+/// `GET /api/sessions/:id/images/:hex.:ext`: an image file of the session (the transcript's
+/// thumbnails; docs/web.md, "Images"). Only names of the form `<64 hex>.<png|jpg|gif|webp>` are
+/// served, from that session's image folder, with their media type.
+pub(crate) async fn image(
+    State(state): Shared,
+    Path((id, file)): Path<(String, String)>,
+) -> ApiResult {
+    crate::sessions::check_id(&id)?;
+    let (hex, ext) = file.split_once('.').unwrap_or(("", ""));
+    let media_type = match ext {
+        "png" => "image/png",
+        "jpg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        _ => "",
+    };
+    let valid = hex.len() == 64
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && !media_type.is_empty();
+    if !valid {
+        return Err(ApiError::bad_request(format!(
+            "`{file}` is not an image file name (`<sha256 hex>.<png|jpg|gif|webp>`)"
+        )));
+    }
+    let data = state
+        .sessions
+        .with_store(move |store| {
+            let path = store.blobs(&id)?.dir().join(&file);
+            std::fs::read(&path)
+                .map_err(|_| ApiError::not_found(format!("session {id} has no image {file}")))
+        })
+        .await?;
+    Ok((
+        StatusCode::OK,
+        [
+            (axum::http::header::CONTENT_TYPE, media_type),
+            (
+                axum::http::header::CACHE_CONTROL,
+                "private, max-age=31536000, immutable",
+            ),
+        ],
+        data,
+    )
+        .into_response())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -758,10 +900,41 @@ pub(crate) async fn answer_question(
     };
     let live = state.sessions.live(&id).ok_or_else(not_waiting)?;
     let answered = matches!(reply, questions::Reply::Answers(_));
-    match live.questions.answer(&call_id, reply) {
-        Ok(()) => Ok(Json(json!({"answered": answered, "declined": !answered})).into_response()),
-        Err(questions::AnswerError::NotWaiting) => Err(not_waiting()),
-        Err(questions::AnswerError::Invalid(message)) => Err(ApiError::bad_request(message)),
+    // The UI shows the question from the logged `tool/call`, a moment before the tool asks:
+    // an answer in that moment waits for the question (docs/web.md, "Questions
+    // (`ask_user_question`)").
+    let deadline = tokio::time::Instant::now() + QUESTION_GRACE;
+    loop {
+        match live.questions.answer(&call_id, reply.clone()) {
+            Ok(()) => {
+                return Ok(
+                    Json(json!({"answered": answered, "declined": !answered})).into_response()
+                )
+            }
+            Err(questions::AnswerError::NotWaiting)
+                if tokio::time::Instant::now() < deadline
+                    && question_open(&state, &id, &call_id).await =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(questions::AnswerError::NotWaiting) => return Err(not_waiting()),
+            Err(questions::AnswerError::Invalid(message)) => {
+                return Err(ApiError::bad_request(message))
+            }
+        }
+    }
+}
+
+/// How long an answer waits for a question whose call is logged but not asked yet.
+const QUESTION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether the question call `call_id` of session `id` is logged and has no result yet.
+async fn question_open(state: &AppState, id: &str, call_id: &str) -> bool {
+    match state.sessions.feed(id).await {
+        Ok(feed) => questions::open_calls(&feed.snapshot())
+            .iter()
+            .any(|open| open == call_id),
+        Err(_) => false,
     }
 }
 

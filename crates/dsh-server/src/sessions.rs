@@ -153,6 +153,12 @@ impl Sessions {
         self.factory.model_info(model)
     }
 
+    /// The model a session opened for `request` would use (see
+    /// [`SessionFactory::default_model`]).
+    pub fn default_model(&self, request: &OpenRequest) -> Option<String> {
+        self.factory.default_model(&request.spec())
+    }
+
     /// The dsh home.
     pub fn home(&self) -> &std::path::Path {
         &self.home

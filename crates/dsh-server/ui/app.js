@@ -266,14 +266,70 @@ function renderUsage() {
   }
 }
 
+// Images attached to the next message (docs/web.md, "Images"): pasted, dropped or picked.
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
+const MAX_IMAGES = 20;
+app.images = [];
+
+function attachFiles(files) {
+  for (const file of files) {
+    if (!IMAGE_TYPES.includes(file.type)) { toast(`${file.name || "file"}: not a PNG, JPEG, GIF or WebP image`); continue; }
+    if (file.size > MAX_IMAGE_BYTES) { toast(`${file.name || "image"}: ${file.size} bytes, over the 20 MB image limit`); continue; }
+    if (app.images.length >= MAX_IMAGES) { toast(`a message takes at most ${MAX_IMAGES} images`); break; }
+    const image = { name: file.name || "pasted image", mediaType: file.type, url: URL.createObjectURL(file), data: null };
+    app.images.push(image);
+    image.ready = new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => { image.data = String(reader.result).replace(/^data:[^,]*,/, ""); resolve(); };
+      reader.onerror = () => reject(reader.error);
+      reader.readAsDataURL(file);
+    });
+  }
+  renderAttachments();
+}
+
+function renderAttachments() {
+  const box = $("attachments");
+  box.replaceChildren();
+  box.hidden = app.images.length === 0;
+  app.images.forEach((image, i) => {
+    const thumb = box.appendChild(el("span", "thumb"));
+    const img = thumb.appendChild(document.createElement("img"));
+    img.src = image.url;
+    img.alt = image.name;
+    const remove = thumb.appendChild(el("button", null, "×"));
+    remove.type = "button";
+    remove.title = `Remove ${image.name}`;
+    remove.addEventListener("click", () => { URL.revokeObjectURL(image.url); app.images.splice(i, 1); renderAttachments(); });
+    thumb.append(el("span", "name", image.name));
+  });
+}
+
+function clearAttachments() {
+  for (const image of app.images) URL.revokeObjectURL(image.url);
+  app.images = [];
+  renderAttachments();
+}
+
+async function sendPrompt(text, mode) {
+  const images = app.images.slice();
+  await Promise.all(images.map((i) => i.ready));
+  const body = { text, mode };
+  if (images.length) body.images = images.map((i) => ({ mediaType: i.mediaType, data: i.data, name: i.name }));
+  const result = await api(`/api/sessions/${app.id}/prompt`, body);
+  clearAttachments();
+  return result;
+}
+
 function send(mode) {
   const input = $("input");
   const text = input.value;
-  if (!text.trim() || !app.id) return;
+  if ((!text.trim() && !app.images.length) || !app.id) return;
   // `/name args` runs a command; a message that starts with a space is sent as it is.
-  const slash = /^\/([\w.:-]+)(?:\s+([\s\S]*))?$/.exec(text.trimEnd());
+  const slash = app.images.length ? null : /^\/([\w.:-]+)(?:\s+([\s\S]*))?$/.exec(text.trimEnd());
   const sent = slash ? runCommand(slash[1], (slash[2] || "").trim())
-    : api(`/api/sessions/${app.id}/prompt`, { text, mode });
+    : sendPrompt(text, mode);
   Promise.resolve(sent).then(() => {
     input.value = "";
     $("slash-menu").hidden = true;
@@ -451,6 +507,21 @@ async function start() {
   $("new-cancel").addEventListener("click", () => { $("new-form").hidden = true; });
   $("new-form").addEventListener("submit", (e) => { e.preventDefault(); createSession($("new-cwd").value).catch(() => {}); });
   $("composer").addEventListener("submit", (e) => { e.preventDefault(); send("followup"); });
+  $("attach").addEventListener("click", () => $("image-picker").click());
+  $("image-picker").addEventListener("change", (e) => { attachFiles([...e.target.files]); e.target.value = ""; });
+  $("input").addEventListener("paste", (e) => {
+    const files = [...(e.clipboardData?.files || [])];
+    if (files.length) { e.preventDefault(); attachFiles(files); }
+  });
+  $("composer").addEventListener("dragover", (e) => {
+    if ([...(e.dataTransfer?.types || [])].includes("Files")) { e.preventDefault(); $("composer").classList.add("dropping"); }
+  });
+  $("composer").addEventListener("dragleave", () => $("composer").classList.remove("dropping"));
+  $("composer").addEventListener("drop", (e) => {
+    $("composer").classList.remove("dropping");
+    const files = [...(e.dataTransfer?.files || [])];
+    if (files.length) { e.preventDefault(); attachFiles(files); }
+  });
   $("input").addEventListener("keydown", (e) => {
     const menu = $("slash-menu");
     if (!menu.hidden && (e.key === "Tab" || e.key === "Enter") && !e.shiftKey) {

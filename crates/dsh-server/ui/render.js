@@ -38,6 +38,27 @@ function questionList(args) {
   }));
 }
 
+// The first Markdown heading of a plan (its title), as `dsh_agent::plan_title` reads it.
+function planTitle(plan) {
+  for (const line of plan.split("\n")) {
+    const m = /^#{1,6} +(.*\S)/.exec(line);
+    if (m) return m[1].trim();
+  }
+  return "plan";
+}
+
+// A plan as Markdown with its own heading levels (`# ` is an h1 here; chat replies start at h3).
+function planMarkdown(source) {
+  const box = el("div", "md plan-body");
+  box.append(Markdown.render(source));
+  for (const h of box.querySelectorAll("h3, h4, h5, h6")) {
+    const up = el("h" + (Number(h.tagName[1]) - 2));
+    up.append(...h.childNodes);
+    h.replaceWith(up);
+  }
+  return box;
+}
+
 function questionSummary(args) {
   const qs = questionList(args);
   const first = qs[0] ? qs[0].header || qs[0].question : "";
@@ -209,6 +230,7 @@ class Conversation {
       : name === "web_search" ? (Array.isArray(a.queries) ? a.queries.join(", ") : "")
       : name === "todo_write" ? `${(a.todos || []).length} items`
       : name === "ask_user_question" ? questionSummary(a)
+      : name === "exit_plan_mode" ? planTitle(typeof a.plan === "string" ? a.plan : "")
       : (args || "").slice(0, 200);
     head.append(el("code", "tool-what", what));
     const status = head.appendChild(el("span", "tool-status", "…"));
@@ -285,6 +307,112 @@ class Conversation {
     card.node.classList.add("asking");
   }
 
+  // The review of an `exit_plan_mode` call (docs/web.md, "Plan mode"): the plan rendered as
+  // Markdown and three ways to answer the two review questions (`plan-review`, `plan-edits`,
+  // docs/tools.md, "exit_plan_mode"): Approve; Approve with edits, in an editor prefilled with
+  // the plan (the edited text is what the tool logs and the model carries out); Reject with
+  // feedback, which keeps the session in plan mode.
+  planReview(callId, args) {
+    const card = this.cards.get(callId);
+    if (!card || card.done) return;
+    const plan = String(parseArgs(args).plan || "").trim();
+    const box = el("section", "plan-review");
+    box.setAttribute("role", "region");
+    box.setAttribute("aria-label", "Approve this plan and leave plan mode?");
+    box.dataset.callId = callId;
+    box.append(el("div", "plan-label", "Plan review"));
+    const body = box.appendChild(planMarkdown(plan));
+    const editor = el("textarea", "plan-editor");
+    editor.rows = Math.min(24, Math.max(6, plan.split("\n").length + 1));
+    editor.spellcheck = false;
+    editor.setAttribute("aria-label", "Edited plan");
+    editor.hidden = true;
+    const feedback = el("textarea", "plan-feedback");
+    feedback.rows = 3;
+    feedback.placeholder = "What should change? The agent revises the plan and presents it again.";
+    feedback.setAttribute("aria-label", "Feedback on the plan");
+    feedback.hidden = true;
+    const status = el("div", "plan-status");
+    status.setAttribute("role", "status");
+    box.append(editor, feedback, status);
+    const buttons = box.appendChild(el("div", "approval-buttons plan-buttons"));
+    const button = (label, cls) => {
+      const b = buttons.appendChild(el("button", cls, label));
+      b.type = "button";
+      return b;
+    };
+    const approve = button("Approve", "primary plan-approve");
+    const edit = button("Approve with edits", "plan-edit");
+    const reject = button("Reject with feedback", "plan-reject");
+    const confirm = button("", "primary plan-confirm");
+    const back = button("Back", "plan-back");
+    confirm.hidden = back.hidden = true;
+    let mode = "review";
+    const show = (next) => {
+      mode = next;
+      const reviewing = next === "review";
+      approve.hidden = edit.hidden = reject.hidden = !reviewing;
+      confirm.hidden = back.hidden = reviewing;
+      editor.hidden = next !== "edit";
+      feedback.hidden = next !== "reject";
+      body.hidden = next === "edit";
+      confirm.textContent = next === "edit" ? "Approve edited plan" : "Send feedback";
+      status.textContent = "";
+      if (next === "edit") { if (!editor.value) editor.value = plan; editor.focus(); }
+      if (next === "reject") feedback.focus();
+    };
+    const send = (review, extra) => {
+      for (const b of buttons.querySelectorAll("button")) b.disabled = true;
+      const answers = [{ id: "plan-review", answers: [review] }];
+      if (extra) answers.push({ id: "plan-edits", answers: [extra] });
+      const unlock = () => { for (const b of buttons.querySelectorAll("button")) b.disabled = false; };
+      Promise.resolve(this.hooks.answer(callId, { answers })).then((sent) => {
+        if (sent) status.textContent = "sent; waiting for the agent";
+        else unlock();
+      }, (err) => { unlock(); status.textContent = "not sent: " + (err?.message || err || "error"); });
+    };
+    approve.addEventListener("click", () => send("Approve"));
+    edit.addEventListener("click", () => show("edit"));
+    reject.addEventListener("click", () => show("reject"));
+    back.addEventListener("click", () => show("review"));
+    confirm.addEventListener("click", () => {
+      if (mode === "edit") {
+        const edited = editor.value.trim();
+        if (!/^#{1,6} \S/.test(edited)) { status.textContent = "The plan must start with a `# ` heading that names it."; return; }
+        // An unchanged plan is a plain approval.
+        send("Approve", edited === plan ? "" : edited);
+      } else {
+        const text = feedback.value.trim();
+        if (!text) { status.textContent = "Say what should change."; return; }
+        send("Keep planning", text);
+      }
+    });
+    card.body.replaceChildren(box);
+    card.node.classList.add("asking");
+  }
+
+  // The outcome of a plan review: the plan that was approved (the user's edit, when there was
+  // one) or the feedback that sent the agent back to planning.
+  planResult(card, d, text) {
+    const meta = d.meta || {};
+    const md = planMarkdown;
+    const box = card.body.appendChild(el("section", "plan-review decided"));
+    if (d.error) {
+      const kept = d.error.code === "PERMISSION_DENIED";
+      card.status.textContent = kept ? "kept planning" : d.error.code === "ABORTED" ? "dismissed" : d.error.code || "error";
+      card.node.classList.add(kept ? "ok" : "failed");
+      box.append(el("div", "plan-label", kept ? "Rejected: back to planning" : "Not approved"), output(d.error.message || text, kept ? "" : "err"));
+      const presented = typeof card.args.plan === "string" ? card.args.plan : "";
+      if (presented) { const more = box.appendChild(el("details")); more.append(el("summary", null, "the plan"), md(presented)); }
+      return;
+    }
+    const decision = meta.decision || "";
+    card.status.textContent = { approved: "approved", "approved-with-edits": "approved with edits", unreviewed: "not reviewed" }[decision] || "done";
+    card.node.classList.add("ok");
+    box.append(el("div", "plan-label", decision === "approved-with-edits" ? "Approved with your edits" : decision === "unreviewed" ? "Plan (not reviewed)" : "Approved plan"));
+    box.append(md(String(meta.plan || card.args.plan || "")));
+  }
+
   toolResult(d) {
     const callId = d.message?.source?.callId || (d.message?.content || [])[0]?.toolCallId;
     let card = this.cards.get(callId);
@@ -301,6 +429,7 @@ class Conversation {
     card.done = true;
     card.node.classList.remove("running", "asking");
     card.body.replaceChildren();
+    if (card.name === "exit_plan_mode") { this.planResult(card, d, text); return; }
     if (d.error) {
       card.node.classList.add("failed");
       card.status.textContent = d.error.code || "error";
@@ -389,6 +518,20 @@ Conversation.prototype.handlers = {
     if (src.kind === "user") {
       const msg = this.container().appendChild(el("div", "user"));
       msg.append(Markdown.render(messageText(d)));
+      // Images: thumbnails from the session's image folder (docs/web.md, "Images").
+      const images = (d.content || []).filter((b) => b.type === "image" && b.attachment);
+      if (images.length) {
+        const row = msg.appendChild(el("div", "images"));
+        for (const b of images) {
+          const a = b.attachment;
+          const hex = String(a.attachmentId || "").replace(/^sha256:/, "");
+          const ext = { "image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp" }[a.mediaType] || "bin";
+          const img = row.appendChild(document.createElement("img"));
+          img.src = `/api/sessions/${encodeURIComponent((typeof app !== "undefined" && app.id) || "")}/images/${hex}.${ext}`;
+          img.alt = `[image: ${a.name || "image"}${a.width ? ` ${a.width}x${a.height}` : ""}]`;
+          img.title = img.alt;
+        }
+      }
     } else if (ev.surfaceOp && ev.surfaceOp.op === "replace") {
       const box = this.container().appendChild(el("details", "context compaction"));
       const md = el("div", "md");
@@ -419,10 +562,12 @@ Conversation.prototype.handlers = {
     if (!known || known.done) this.container().append(this.card(d.callId, d.name, d.arguments));
     // The question waits for an answer until the call's result is logged.
     if (d.name === "ask_user_question") this.questionForm(d.callId, d.arguments);
+    if (d.name === "exit_plan_mode") this.planReview(d.callId, d.arguments);
   },
   "tool/started"(d) {
     const card = this.cards.get(d.callId);
-    if (card) card.status.textContent = card.name === "ask_user_question" ? "waiting for your answer" : "running…";
+    if (card) card.status.textContent = card.name === "ask_user_question" ? "waiting for your answer"
+      : card.name === "exit_plan_mode" ? "waiting for your review" : "running…";
   },
   "tool/result"(d) { this.toolResult(d); },
   "llm/retry"(d) {

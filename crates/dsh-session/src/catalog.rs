@@ -13,12 +13,22 @@
 //! wrote. A catalog SQLite calls damaged (or of another schema version) is deleted and rebuilt;
 //! any other failure makes listing fall back to reading every log (slow, still right).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+#[cfg(unix)]
+use std::ffi::CStr;
+use std::ffi::OsString;
 use std::fs::{self, File};
+#[cfg(unix)]
+use std::os::fd::AsRawFd;
+#[cfg(unix)]
+use std::os::unix::ffi::OsStrExt;
+#[cfg(unix)]
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use dsh_llm::{LockExt, Usage, UsageTotals};
 use rusqlite::{params, Connection, ErrorCode};
 
 use crate::envelope::SessionHeader;
@@ -83,6 +93,7 @@ pub(crate) struct FileKey {
 }
 
 impl FileKey {
+    #[cfg(unix)]
     pub(crate) fn of(meta: &fs::Metadata) -> FileKey {
         FileKey {
             size: i64::try_from(meta.size()).unwrap_or(i64::MAX),
@@ -98,9 +109,57 @@ impl FileKey {
             ino: meta.ino() as i64,
         }
     }
+
+    /// Windows: size, last write and creation times (FILETIME, converted to nanoseconds since
+    /// 1970 so listing shows the right dates); no inode number (std reads the file index only
+    /// through an open handle), so a replaced file of the same size and times is not noticed.
+    #[cfg(windows)]
+    pub(crate) fn of(meta: &fs::Metadata) -> FileKey {
+        use std::os::windows::fs::MetadataExt;
+        // 100 ns ticks between 1601-01-01 and 1970-01-01.
+        const UNIX_EPOCH_TICKS: i64 = 116_444_736_000_000_000;
+        let ns = |ticks: u64| {
+            i64::try_from(ticks)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(UNIX_EPOCH_TICKS)
+                .saturating_mul(100)
+        };
+        FileKey {
+            size: i64::try_from(meta.file_size()).unwrap_or(i64::MAX),
+            mtime_ns: ns(meta.last_write_time()),
+            ctime_ns: ns(meta.creation_time()),
+            ino: 0,
+        }
+    }
 }
 
-/// A session folder found by walking the store, with the state of its log.
+/// A session log seen by the walk: its working-directory folder (an index into the walk's
+/// folders), session folder, file name (an index into `SESSION_FILE_NAMES`) and state. Kept
+/// small: a listing makes one per session, and builds a [`Found`] only for the stale ones.
+struct Seen {
+    folder: usize,
+    name: OsString,
+    file: usize,
+    key: FileKey,
+}
+
+/// The working-directory folders a walk visited: name, path, and the path as text.
+struct Folder {
+    name: String,
+    path: PathBuf,
+    text: String,
+}
+
+/// True when `path` (a row's) is `<folder>/<name>/<file>`, compared without building it.
+fn path_is(path: &str, folder: &str, name: &str, file: &str) -> bool {
+    path.strip_prefix(folder)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .and_then(|rest| rest.strip_prefix(name))
+        .and_then(|rest| rest.strip_prefix('/'))
+        == Some(file)
+}
+
+/// A session folder whose row is written, with the state of its log.
 struct Found {
     /// `<cwd folder>/<session folder>`, relative to `$DSH_HOME/sessions`.
     dir: String,
@@ -206,13 +265,37 @@ impl Catalog {
 
     /// Walks the session folders (one folder when `folder` is set) and mends the rows.
     fn sync(&mut self, root: &Path, folder: Option<&str>) -> Result<()> {
-        let found = scan(root, folder);
-        let mut known = self.keys(folder)?;
+        let Some((folders, seen)) = scan(root, folder) else {
+            return Err(SessionError::Io {
+                action: "walking the session folders in",
+                path: root.to_path_buf(),
+                source: std::io::Error::other("a stat thread stopped; listing reads every log"),
+            });
+        };
+        let mut known = self.keys(folder, seen.len())?;
         let mut stale = Vec::new();
-        for entry in found {
-            match known.remove(&entry.dir) {
-                Some((path, key)) if path == entry.path.to_string_lossy() && key == entry.key => {}
-                _ => stale.push(entry),
+        let mut dir = String::with_capacity(128);
+        for entry in seen {
+            let Folder {
+                name: folder_name,
+                path: folder_path,
+                text: folder_text,
+            } = &folders[entry.folder];
+            let name = entry.name.to_string_lossy();
+            let file = SESSION_FILE_NAMES[entry.file];
+            dir.clear();
+            dir.push_str(folder_name);
+            dir.push('/');
+            dir.push_str(&name);
+            match known.remove(dir.as_str()) {
+                Some((path, key))
+                    if key == entry.key && path_is(&path, folder_text, &name, file) => {}
+                _ => stale.push(Found {
+                    dir: dir.clone(),
+                    folder: folder_name.clone(),
+                    path: folder_path.join(&entry.name).join(file),
+                    key: entry.key,
+                }),
             }
         }
         if stale.is_empty() && known.is_empty() {
@@ -232,8 +315,12 @@ impl Catalog {
         tx.commit().map_err(self.sql())
     }
 
-    /// `dir -> (path, key)` of the stored rows.
-    fn keys(&self, folder: Option<&str>) -> Result<HashMap<String, (String, FileKey)>> {
+    /// `dir -> (path, key)` of the stored rows (`expected`: about how many there are).
+    fn keys(
+        &self,
+        folder: Option<&str>,
+        expected: usize,
+    ) -> Result<HashMap<String, (String, FileKey)>> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -257,8 +344,12 @@ impl Catalog {
                 ))
             })
             .map_err(self.sql())?;
-        rows.collect::<rusqlite::Result<HashMap<_, _>>>()
-            .map_err(self.sql())
+        let mut keys = HashMap::with_capacity(expected);
+        for row in rows {
+            let (dir, value) = row.map_err(self.sql())?;
+            keys.insert(dir, value);
+        }
+        Ok(keys)
     }
 
     /// One page of readable sessions (and, on the first page, every damaged one).
@@ -293,8 +384,7 @@ impl Catalog {
                     created_at: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
                     updated_at: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
                     turns: u64::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
-                    usage_by_model: serde_json::from_str(&r.get::<_, String>(7)?)
-                        .unwrap_or_default(),
+                    usage_by_model: parse_usage(r.get_ref(7)?.as_str().unwrap_or("{}")),
                     parent_session: r.get(8)?,
                     open: r.get(9)?,
                 })
@@ -454,46 +544,199 @@ impl Catalog {
     }
 }
 
-/// The log of a session folder, in the order of preference of
-/// [`crate::jsonl::session_file_in`], with its metadata.
-fn log_in(dir: &Path) -> Option<(PathBuf, fs::Metadata)> {
-    SESSION_FILE_NAMES.iter().find_map(|name| {
-        let path = dir.join(name);
-        let meta = fs::metadata(&path).ok()?;
-        meta.is_file().then_some((path, meta))
-    })
+/// A session folder seen by `readdir`, before its log is looked at.
+struct Candidate {
+    /// Index into the scan's list of working-directory folders.
+    folder: usize,
+    name: OsString,
 }
 
 /// Every session folder under `root` (only `folder` when set) and the state of its log.
 /// Unreadable folders are skipped, as listing always did.
-fn scan(root: &Path, folder: Option<&str>) -> Vec<Found> {
-    let mut out = Vec::new();
-    let folders: Vec<(String, PathBuf)> = match folder {
-        Some(name) => vec![(name.to_string(), root.join(name))],
+///
+/// This is the part of every listing that grows with the history (docs/PERFORMANCE.md,
+/// "Session listing"), so it is cheap: one `readdir` per working-directory folder, then one
+/// `fstatat` per session relative to an open descriptor of its folder (a two-component path
+/// walk instead of the whole path from `/`), spread over the cores when there are many.
+///
+/// `None` when a stat thread stopped before its work was done (the walk is then incomplete).
+fn scan(root: &Path, folder: Option<&str>) -> Option<(Vec<Folder>, Vec<Seen>)> {
+    let folder_of = |name: String, path: PathBuf| Folder {
+        text: path.to_string_lossy().into_owned(),
+        name,
+        path,
+    };
+    let folders: Vec<Folder> = match folder {
+        Some(name) => vec![folder_of(name.to_string(), root.join(name))],
         None => match fs::read_dir(root) {
             Ok(entries) => entries
                 .flatten()
-                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                .map(|e| folder_of(e.file_name().to_string_lossy().into_owned(), e.path()))
                 .collect(),
-            Err(_) => return out,
+            Err(_) => return Some((Vec::new(), Vec::new())),
         },
     };
-    for (name, path) in folders {
-        let Ok(ids) = fs::read_dir(&path) else {
+    let mut candidates = Vec::new();
+    for (index, folder) in folders.iter().enumerate() {
+        let Ok(ids) = fs::read_dir(&folder.path) else {
             continue;
         };
         for id in ids.flatten() {
-            if let Some((log, meta)) = log_in(&id.path()) {
-                out.push(Found {
-                    dir: format!("{name}/{}", id.file_name().to_string_lossy()),
-                    folder: name.clone(),
-                    path: log,
-                    key: FileKey::of(&meta),
-                });
+            // A plain file is no session folder (a symlink may point at one: it is followed,
+            // as `stat` of the whole path would).
+            if id.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            candidates.push(Candidate {
+                folder: index,
+                name: id.file_name(),
+            });
+        }
+    }
+    let helpers = if candidates.len() < PARALLEL_SCAN_MIN {
+        0
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(4)) - 1
+    };
+    if helpers == 0 {
+        let seen = stat_all(&folders, candidates);
+        return Some((folders, seen));
+    }
+    // Blocks taken from one queue by this thread and its helpers: on a busy machine, where a
+    // helper may not get a core for a while, this thread does most blocks itself instead of
+    // waiting for a fixed share (measured: a fixed split was slower than one thread under load).
+    let total = candidates.len();
+    let mut blocks = Vec::with_capacity(total.div_ceil(SCAN_BLOCK));
+    while candidates.len() > SCAN_BLOCK {
+        let rest = candidates.split_off(SCAN_BLOCK);
+        blocks.push(std::mem::replace(&mut candidates, rest));
+    }
+    blocks.push(candidates);
+    let queue = std::sync::Mutex::new(blocks);
+    let folders_ref = &folders;
+    let work = || {
+        let mut seen = Vec::new();
+        while let Some(block) = queue.lock_or_recover().pop() {
+            seen.extend(stat_all(folders_ref, block));
+        }
+        seen
+    };
+    let seen = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..helpers).map(|_| scope.spawn(work)).collect();
+        let mut seen = Vec::with_capacity(total);
+        seen.extend(work());
+        for handle in handles {
+            // A helper that panicked (it has no reason to) took blocks with it: the walk is
+            // incomplete, and rows of sessions it did not see would be deleted as gone.
+            seen.extend(handle.join().ok()?);
+        }
+        Some(seen)
+    })?;
+    Some((folders, seen))
+}
+
+/// Session folders per block of the scan's queue.
+const SCAN_BLOCK: usize = 256;
+
+/// Below this many session folders the scan stays on one thread (starting threads costs more
+/// than the `fstatat`s they would share).
+const PARALLEL_SCAN_MIN: usize = 512;
+
+/// Windows: the logs of `candidates` (in order) by path, in the order of preference of
+/// [`crate::jsonl::session_file_in`].
+#[cfg(windows)]
+fn stat_all(folders: &[Folder], candidates: Vec<Candidate>) -> Vec<Seen> {
+    let mut out = Vec::with_capacity(candidates.len());
+    for candidate in candidates {
+        let dir = folders[candidate.folder].path.join(&candidate.name);
+        for (file, name) in SESSION_FILE_NAMES.iter().enumerate() {
+            match fs::metadata(dir.join(name)) {
+                Ok(meta) if meta.is_file() => {
+                    out.push(Seen {
+                        folder: candidate.folder,
+                        name: candidate.name,
+                        file,
+                        key: FileKey::of(&meta),
+                    });
+                    break;
+                }
+                _ => {}
             }
         }
     }
     out
+}
+
+/// The logs of `candidates` (in order), each looked up relative to its folder's descriptor,
+/// in the order of preference of [`crate::jsonl::session_file_in`].
+#[cfg(unix)]
+fn stat_all(folders: &[Folder], candidates: Vec<Candidate>) -> Vec<Seen> {
+    let mut out = Vec::with_capacity(candidates.len());
+    let mut open: Option<(usize, Option<File>)> = None;
+    let mut rel = Vec::with_capacity(128);
+    for candidate in candidates {
+        if open
+            .as_ref()
+            .is_none_or(|(index, _)| *index != candidate.folder)
+        {
+            open = Some((
+                candidate.folder,
+                File::open(&folders[candidate.folder].path).ok(),
+            ));
+        }
+        let Some((_, Some(dir))) = &open else {
+            continue;
+        };
+        for (file, name) in SESSION_FILE_NAMES.iter().enumerate() {
+            rel.clear();
+            rel.extend_from_slice(candidate.name.as_bytes());
+            rel.push(b'/');
+            rel.extend_from_slice(name.as_bytes());
+            rel.push(0);
+            if let Some(key) = stat_file_at(dir, &rel) {
+                out.push(Seen {
+                    folder: candidate.folder,
+                    name: candidate.name,
+                    file,
+                    key,
+                });
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// `fstatat(dir, rel)` (following symlinks, like `fs::metadata`): the key of `rel` when it is a
+/// regular file. `rel` ends with its NUL.
+#[cfg(unix)]
+fn stat_file_at(dir: &File, rel: &[u8]) -> Option<FileKey> {
+    let rel = CStr::from_bytes_with_nul(rel).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `rel` is NUL-terminated, `dir` is an open descriptor for the whole call, and
+    // `st` is written by the kernel before it is read (only when the call succeeded).
+    let rc = unsafe { libc::fstatat(dir.as_raw_fd(), rel.as_ptr(), st.as_mut_ptr(), 0) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: fstatat returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    Some(FileKey {
+        size: st.st_size,
+        mtime_ns: st
+            .st_mtime
+            .saturating_mul(1_000_000_000)
+            .saturating_add(st.st_mtime_nsec),
+        ctime_ns: st
+            .st_ctime
+            .saturating_mul(1_000_000_000)
+            .saturating_add(st.st_ctime_nsec),
+        // As in `FileKey::of`: the bit pattern of the u64 inode number.
+        ino: st.st_ino as i64,
+    })
 }
 
 /// Writes the row of `entry`: its summary, or the problem that kept its log from being read.
@@ -556,6 +799,52 @@ fn upsert(
     Ok(())
 }
 
+/// One model's totals as the `usage` column stores them: the JSON of [`UsageTotals`], read
+/// without serde's `flatten` (which buffers each value before reading it, and made this decode
+/// a fifth of the time of a full listing; docs/PERFORMANCE.md, "Session listing").
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredTotals {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cache_read_tokens: u64,
+    #[serde(default)]
+    cache_write_tokens: u64,
+    #[serde(default)]
+    reasoning_tokens: u64,
+    requests: u64,
+}
+
+/// The `usage` column of a row; empty when it does not parse (as before: the numbers then come
+/// back when the log is read again).
+fn parse_usage(text: &str) -> BTreeMap<String, UsageTotals> {
+    let Ok(stored) = serde_json::from_str::<BTreeMap<String, StoredTotals>>(text) else {
+        return BTreeMap::new();
+    };
+    stored
+        .into_iter()
+        .map(|(model, t)| {
+            let usage = Usage {
+                input_tokens: t.input_tokens,
+                output_tokens: t.output_tokens,
+                cache_read_tokens: t.cache_read_tokens,
+                cache_write_tokens: t.cache_write_tokens,
+                reasoning_tokens: t.reasoning_tokens,
+            };
+            (
+                model,
+                UsageTotals {
+                    usage,
+                    requests: t.requests,
+                },
+            )
+        })
+        .collect()
+}
+
 fn clamp(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
@@ -572,17 +861,22 @@ pub(crate) struct CatalogLink {
 
 impl CatalogLink {
     /// A link to the catalog of the store at `home` (`$DSH_HOME`).
+    ///
+    /// The throttle starts now, as if a record had just been made: the flush points between
+    /// creating a session and its first model call (header, turn start, the prompt) must not
+    /// open the catalog (in a new home: create it, with its fsyncs) on the way to the first
+    /// request (docs/sessions.md, "The session catalog").
     pub(crate) fn new(home: &Path) -> CatalogLink {
         CatalogLink {
             home: home.to_path_buf(),
             conn: None,
-            last: None,
+            last: Some(Instant::now()),
             failed: false,
         }
     }
 
     /// True when a record is due: always at a turn end or close (`boundary`), else when the
-    /// last record is older than a second.
+    /// last record (or the link's creation) is older than a second.
     pub(crate) fn due(&self, boundary: bool) -> bool {
         !self.failed && (boundary || self.last.is_none_or(|t| t.elapsed() >= RECORD_INTERVAL))
     }
@@ -602,7 +896,7 @@ impl CatalogLink {
         let Ok(meta) = file.metadata() else {
             return;
         };
-        if meta.size() != expected_len {
+        if meta.len() != expected_len {
             return;
         }
         let dir = path.parent();
@@ -674,5 +968,122 @@ pub(crate) fn list_via_catalog(
             Catalog::open(home)?.list(root, filter, page)
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The catalog's own decoding of the `usage` column reads exactly what serde's derive of
+    /// `UsageTotals` wrote, and what it would read (missing counts are 0; a missing `requests`
+    /// fails, so the column reads as empty, as it did).
+    #[test]
+    fn the_usage_column_reads_back_what_was_written() {
+        let mut map = BTreeMap::new();
+        for (k, model) in ["deepseek-v4-flash", "other \"quoted\" é", ""]
+            .iter()
+            .enumerate()
+        {
+            let n = k as u64 + 1;
+            let mut totals = UsageTotals::default();
+            totals.add(&Usage {
+                input_tokens: 1000 * n,
+                output_tokens: 7 * n,
+                cache_read_tokens: u64::MAX - n,
+                cache_write_tokens: 3,
+                reasoning_tokens: n,
+            });
+            map.insert(model.to_string(), totals);
+        }
+        let text = serde_json::to_string(&map).unwrap();
+        assert_eq!(parse_usage(&text), map);
+        assert_eq!(parse_usage("{}"), BTreeMap::new());
+        for text in [
+            r#"{"m":{"inputTokens":5,"requests":2}}"#,
+            r#"{"m":{"inputTokens":5}}"#,
+            "not json",
+            r#"{"m":{"inputTokens":-1,"requests":1}}"#,
+        ] {
+            let derived: BTreeMap<String, UsageTotals> =
+                serde_json::from_str(text).unwrap_or_default();
+            assert_eq!(parse_usage(text), derived, "{text}");
+        }
+    }
+
+    /// The scan's `fstatat` key must equal the key a writer records from `File::metadata`
+    /// (`FileKey::of`): if they differed, every row a writer recorded would look stale and be
+    /// read again on each listing (never wrong, but the cost the catalog exists to avoid).
+    #[test]
+    fn the_scan_key_equals_the_writer_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("--w--");
+        let session = folder.join("abc");
+        fs::create_dir_all(&session).unwrap();
+        let log = session.join("session.jsonl");
+        fs::write(&log, b"{}\n").unwrap();
+        let (folders, seen) = scan(dir.path(), None).unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(folders[seen[0].folder].name, "--w--");
+        assert_eq!(seen[0].name, "abc");
+        assert_eq!(SESSION_FILE_NAMES[seen[0].file], "session.jsonl");
+        assert!(path_is(
+            &log.to_string_lossy(),
+            &folders[seen[0].folder].text,
+            "abc",
+            "session.jsonl"
+        ));
+        let meta = File::open(&log).unwrap().metadata().unwrap();
+        assert_eq!(seen[0].key, FileKey::of(&meta));
+    }
+
+    /// Over `PARALLEL_SCAN_MIN` folders the scan runs on several threads (when the machine has
+    /// more than one core); it must find exactly the logs there are, with the plain log
+    /// preferred to a compressed one, skipping stray files and folders without a log.
+    #[test]
+    fn the_parallel_scan_finds_what_one_thread_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut expected = Vec::new();
+        for k in 0..(PARALLEL_SCAN_MIN * 2 + 7) {
+            let folder = format!("--w{}--", k % 5);
+            let session = dir.path().join(&folder).join(format!("s{k:04}"));
+            fs::create_dir_all(&session).unwrap();
+            let name = match k % 7 {
+                0 => "session.jsonl.zstd",
+                1 => "session.jsonl.zst",
+                2 => {
+                    // Both: the plain log wins.
+                    fs::write(session.join("session.jsonl.zstd"), b"z").unwrap();
+                    "session.jsonl"
+                }
+                3 => {
+                    // No log at all: not a session.
+                    fs::write(dir.path().join(&folder).join(format!("stray{k}")), b"x").unwrap();
+                    continue;
+                }
+                _ => "session.jsonl",
+            };
+            fs::write(session.join(name), format!("{k}\n")).unwrap();
+            expected.push(session.join(name));
+        }
+        let paths = |(folders, seen): (Vec<Folder>, Vec<Seen>)| -> Vec<PathBuf> {
+            seen.into_iter()
+                .map(|s| {
+                    folders[s.folder]
+                        .path
+                        .join(&s.name)
+                        .join(SESSION_FILE_NAMES[s.file])
+                })
+                .collect()
+        };
+        let mut found = paths(scan(dir.path(), None).unwrap());
+        found.sort();
+        expected.sort();
+        assert_eq!(found, expected);
+        let w1 = dir.path().join("--w1--");
+        let one_folder = paths(scan(dir.path(), Some("--w1--")).unwrap());
+        assert!(one_folder.iter().all(|p| p.starts_with(&w1)));
+        let in_w1 = expected.iter().filter(|p| p.starts_with(&w1)).count();
+        assert_eq!(one_folder.len(), in_w1);
     }
 }

@@ -94,11 +94,13 @@ pub struct Envelope {
 
 impl Envelope {
     /// Wraps an event for appending: message events get `surfaceOp: append`, and
-    /// `tool/started` is marked ignorable (readers that do not know it skip it). The store
-    /// assigns `seq` and `time`.
+    /// `tool/started` and `files/undo` (ours, not in dsh's catalog) are marked ignorable:
+    /// readers that do not know them skip them, and ours load `files/undo` as
+    /// [`Event::Opaque`] (docs/sessions.md). The store assigns `seq` and `time`.
     pub fn new(event: Event) -> Self {
         let surface_op = event.is_message().then_some(SurfaceOp::Append);
-        let ignorable = matches!(event, Event::ToolStarted(_));
+        let ignorable = matches!(event, Event::ToolStarted(_))
+            || matches!(&event, Event::Opaque { event_type, .. } if event_type == "files/undo");
         Envelope {
             seq: 0,
             time: None,

@@ -134,6 +134,9 @@ pub enum SessionError {
     /// Writing a zip archive failed.
     #[error("writing zip archive: {0}")]
     Zip(String),
+    /// An image could not be stored beside the session (docs/sessions.md, "Images").
+    #[error("storing an image of the session: {0}")]
+    Blob(String),
     /// A listing page cursor that no listing gave out.
     #[error("unknown page cursor `{0}`: pass the `next` value of the previous page, or none for the first page")]
     BadCursor(String),

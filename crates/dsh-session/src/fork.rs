@@ -68,12 +68,28 @@ pub fn fork_log(log: &LoadedLog, at_turn: Option<u64>) -> Result<(SessionHeader,
     Ok((header, events))
 }
 
+/// The key of the session a fork was made from.
+fn header_parent(header: &SessionHeader, key: &str) -> String {
+    header
+        .parent_session
+        .clone()
+        .unwrap_or_else(|| key.to_string())
+}
+
 /// Forks session `key` of `store` at `at_turn` into a new session of the same store and
 /// returns the new session's header. The new log is flushed when this returns.
 pub fn fork(store: &dyn SessionStore, key: &str, at_turn: Option<u64>) -> Result<SessionHeader> {
     let log = store.load(key)?;
     let (header, events) = fork_log(&log, at_turn)?;
     let mut writer = store.create_with_header(header.clone())?;
+    // The copied events name images by reference: the fork gets its own copy of their files
+    // (docs/sessions.md, "Images").
+    let images = crate::blobs::BlobStore::referenced(events.iter().map(|env| &env.event));
+    if !images.is_empty() {
+        writer
+            .blobs()
+            .copy_from(&store.blobs(&header_parent(&header, key))?, &images)?;
+    }
     for env in events {
         writer.append_verbatim(env)?;
     }

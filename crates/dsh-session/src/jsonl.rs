@@ -341,8 +341,16 @@ impl SessionWriter for JsonlWriter {
         &self.tracker
     }
 
+    fn blobs(&self) -> crate::blobs::BlobStore {
+        crate::blobs::BlobStore::new(blob_dir_of(&self.path))
+    }
+
     fn append_verbatim(&mut self, mut env: Envelope) -> Result<u64> {
         self.check_usable()?;
+        // An event's image files are written before the event (docs/sessions.md, "Images").
+        if crate::blobs::carries_images(&env.event) {
+            self.blobs().store_event(&env.event)?;
+        }
         env.seq = self.tracker.next_seq();
         self.tracker.push(&env);
         let seq = env.seq;
@@ -502,7 +510,17 @@ impl JsonlStore {
     }
 }
 
+/// `blobs/` in the folder of the session file `path`.
+pub(crate) fn blob_dir_of(path: &Path) -> PathBuf {
+    path.parent()
+        .map_or_else(|| PathBuf::from("blobs"), |dir| dir.join("blobs"))
+}
+
 impl SessionStore for JsonlStore {
+    fn blobs(&self, key: &str) -> Result<crate::blobs::BlobStore> {
+        Ok(crate::blobs::BlobStore::new(blob_dir_of(&self.find(key)?)))
+    }
+
     fn create_with_header(&self, header: SessionHeader) -> Result<Box<dyn SessionWriter>> {
         let path = session_path(&self.home, &header.cwd, &header.id);
         let mut writer = JsonlWriter::create(&path, header)?;
@@ -575,7 +593,11 @@ impl SessionStore for JsonlStore {
 
 /// Every `*.jsonl` (and zstd-compressed `*.jsonl.zstd`, `*.jsonl.zst`, as they are) below
 /// `dir` (recursively), named relative to `base`.
-fn collect_jsonl(base: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> Result<()> {
+pub(crate) fn collect_jsonl(
+    base: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, Vec<u8>)>,
+) -> Result<()> {
     let entries = fs::read_dir(dir).map_err(io_err("listing", dir))?;
     for entry in entries.flatten() {
         let path = entry.path();

@@ -50,6 +50,7 @@
 #![warn(clippy::too_many_lines)]
 
 mod atif;
+mod blobs;
 mod catalog;
 pub mod compat;
 mod envelope;
@@ -72,6 +73,7 @@ mod store;
 pub use atif::{
     export_atif, load_log_bytes, load_sub_agent_logs, AtifOptions, ATIF_SCHEMA_VERSION,
 };
+pub use blobs::{blobs_beside, zip_image_entries, BlobProblem, BlobStore};
 pub use catalog::{Catalog, CATALOG_FILE};
 pub use envelope::{now_ms, Envelope, SessionHeader, SurfaceOp, FORMAT_VERSION, WRITER_NAME};
 pub use error::{Location, Result, SessionError};
@@ -88,7 +90,7 @@ pub use jsonl::{plain_continuation, session_file_in, JsonlStore, JsonlWriter};
 pub use listing::{message_text, ModelPrice, PriceTable, SessionSummary};
 pub use projection::{project, HistoryEntry, Projector};
 pub use reader::{is_zstd_path, load_file, LoadedLog, LogInput, LogReader, TornTail, ZstdInput};
-pub use sqlite::{SqliteStore, SqliteWriter};
+pub use sqlite::{sub_agent_anchor, SqliteStore, SqliteWriter};
 pub use state::{ClosedTurn, OpenCall, SessionTracker};
 pub use store::{
     cwd_folder_name, is_flush_point, open_store, session_path, CreateOptions, DamagedSession,

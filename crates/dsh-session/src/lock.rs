@@ -2,6 +2,7 @@
 //! when the process dies, so a crash never leaves a stale lock).
 
 use std::fs::File;
+#[cfg(unix)]
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use crate::error::{Result, SessionError};
 /// Takes an exclusive lock on `file` (opened from `path`) without waiting. A lock held by
 /// another open file description (another process, or another writer in this process) gives
 /// [`SessionError::Locked`] naming `path`.
+#[cfg(unix)]
 pub(crate) fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
     loop {
         // SAFETY: flock only reads the descriptor, which `file` keeps open for the call.
@@ -33,5 +35,22 @@ pub(crate) fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
                 })
             }
         }
+    }
+}
+
+/// Windows: `LockFileEx` through `File::try_lock`, also released when the file is closed or the
+/// process dies.
+#[cfg(windows)]
+pub(crate) fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SessionError::Locked {
+            path: path.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(source)) => Err(SessionError::Io {
+            action: "locking",
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }

@@ -5,19 +5,32 @@
 
 use std::fs::{DirBuilder, OpenOptions};
 use std::io;
+#[cfg(unix)]
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
-/// Creates `dir` and any missing parent with mode 0700.
+/// Creates `dir` and any missing parent with mode 0700 (on Windows: with the ACL inherited
+/// from the parent, which for a home under the user's profile is the user's alone).
 pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
-    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    let mut builder = DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    builder.mode(0o700);
+    builder.create(dir)
 }
 
 /// `OpenOptions` whose newly created file gets mode 0600.
 pub(crate) fn open_options() -> OpenOptions {
-    let mut options = OpenOptions::new();
-    options.mode(0o600);
-    options
+    #[cfg(unix)]
+    {
+        let mut options = OpenOptions::new();
+        options.mode(0o600);
+        options
+    }
+    #[cfg(not(unix))]
+    {
+        OpenOptions::new()
+    }
 }
 
 /// Creates `path` empty with mode 0600 when it does not exist (for files another library

@@ -92,6 +92,21 @@ impl Projector {
         Some((first, last))
     }
 
+    /// Loads the bytes of every image of the history that has none from `blobs`; an image that
+    /// cannot be read becomes a text placeholder (docs/sessions.md, "Images").
+    pub fn load_images(
+        &mut self,
+        blobs: &crate::blobs::BlobStore,
+    ) -> Vec<crate::blobs::BlobProblem> {
+        let mut problems = Vec::new();
+        for entry in &mut self.entries {
+            if dsh_llm::content_has_image(&entry.message.content) {
+                problems.extend(blobs.load_into(std::slice::from_mut(&mut entry.message)));
+            }
+        }
+        problems
+    }
+
     /// The history entries, oldest first.
     pub fn entries(&self) -> &[HistoryEntry] {
         &self.entries

@@ -68,6 +68,22 @@ fn open_connection(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
+/// A path whose folder is where the sub-agents of the session written at `location` (a
+/// writer's `location()`) keep their logs: the log file itself for a JSONL session (children go
+/// to `<folder>/subagents/<child>/`); for a SQLite session (`sqlite:<db>#<id>`) a file name in
+/// `<db>.subagents/<id>/`, the folder [`SqliteStore`]'s `sub_agent_logs` reads.
+pub fn sub_agent_anchor(location: &str) -> PathBuf {
+    if let Some((db, id)) = location
+        .strip_prefix("sqlite:")
+        .and_then(|rest| rest.rsplit_once('#'))
+    {
+        let mut name = std::ffi::OsString::from(db);
+        name.push(".subagents");
+        return PathBuf::from(name).join(id).join("session.jsonl");
+    }
+    PathBuf::from(location)
+}
+
 /// The SQLite store.
 pub struct SqliteStore {
     path: PathBuf,
@@ -88,6 +104,13 @@ impl SqliteStore {
             path: self.path.clone(),
             source,
         }
+    }
+
+    /// Where sub-agents of session `id` keep their JSONL logs: `<db>.subagents/<id>/`.
+    fn sub_agent_dir(&self, id: &str) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".subagents");
+        PathBuf::from(name).join(id)
     }
 
     fn lock_path(&self, id: &str) -> PathBuf {
@@ -152,7 +175,19 @@ impl SqliteStore {
     }
 }
 
+/// `blobs/<id>/` beside the database `db` (docs/sessions.md, "Images").
+fn sqlite_blobs(db: &Path, id: &str) -> crate::blobs::BlobStore {
+    let root = db
+        .parent()
+        .map_or_else(|| PathBuf::from("blobs"), |dir| dir.join("blobs"));
+    crate::blobs::BlobStore::new(root.join(id))
+}
+
 impl SessionStore for SqliteStore {
+    fn blobs(&self, key: &str) -> Result<crate::blobs::BlobStore> {
+        Ok(sqlite_blobs(&self.path, &self.resolve(key)?))
+    }
+
     fn create_with_header(&self, header: SessionHeader) -> Result<Box<dyn SessionWriter>> {
         let lock = self.lock(&header.id)?;
         let conn = open_connection(&self.path)?;
@@ -305,6 +340,8 @@ impl SessionStore for SqliteStore {
             .map_err(self.sql())?;
         tx.commit().map_err(self.sql())?;
         let _ = fs::remove_file(self.lock_path(&id)); // only a lock file; absence is harmless
+                                                      // Its sub-agents' logs go with it (absent when it had none).
+        let _ = fs::remove_dir_all(self.sub_agent_dir(&id));
         Ok(())
     }
 
@@ -321,9 +358,44 @@ impl SessionStore for SqliteStore {
         pick_id(key, ids)
     }
 
-    fn sub_agent_logs(&self, _key: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        // Sub-agent sessions are ordinary sessions in the database; nothing is stored beside.
-        Ok(Vec::new())
+    /// The sub-agent logs of a session of this store (docs/sessions.md, "SQLite store"): the
+    /// JSONL logs sub-agents write in `<db>.subagents/<id>/` (see [`sub_agent_anchor`]), and
+    /// any sub-agent session kept in the database itself (a header naming this session, or one
+    /// of its sub-agents, as `parentSession` with a delegation depth above 0), encoded as JSONL.
+    fn sub_agent_logs(&self, key: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let id = self.resolve(key)?;
+        let mut out = Vec::new();
+        let dir = self.sub_agent_dir(&id);
+        if dir.is_dir() {
+            crate::jsonl::collect_jsonl(&dir, &dir, &mut out)?;
+        }
+        let mut parents = vec![id];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(parent) = parents.pop() {
+            let mut stmt = self
+                .conn
+                .prepare(
+                    "SELECT id FROM sessions WHERE json_extract(header, '$.parentSession') = ?1 \
+                     AND COALESCE(json_extract(header, '$.delegationDepth'), 0) > 0",
+                )
+                .map_err(self.sql())?;
+            let children = stmt
+                .query_map([&parent], |r| r.get::<_, String>(0))
+                .map_err(self.sql())?
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(self.sql())?;
+            for child in children {
+                if !seen.insert(child.clone()) {
+                    continue;
+                }
+                let log = self.load(&child)?;
+                let bytes = crate::export::encode_jsonl(&log.header, &log.events, false)?;
+                out.push((format!("sqlite/{child}.jsonl"), bytes));
+                parents.push(child);
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     fn describe(&self) -> String {
@@ -426,7 +498,15 @@ impl SessionWriter for SqliteWriter {
         &self.tracker
     }
 
+    fn blobs(&self) -> crate::blobs::BlobStore {
+        sqlite_blobs(&self.path, &self.header.id)
+    }
+
     fn append_verbatim(&mut self, mut env: Envelope) -> Result<u64> {
+        // An event's image files are written before the event (docs/sessions.md, "Images").
+        if crate::blobs::carries_images(&env.event) {
+            self.blobs().store_event(&env.event)?;
+        }
         env.seq = self.tracker.next_seq();
         self.tracker.push(&env);
         let seq = env.seq;

@@ -41,6 +41,10 @@ pub trait SessionWriter: Send {
     /// The structure of the log so far (open turn, open calls, next seq, ...).
     fn state(&self) -> &SessionTracker;
 
+    /// Where this session's image files live (docs/sessions.md, "Images"). Appending an event
+    /// that carries images stores their bytes there first.
+    fn blobs(&self) -> crate::blobs::BlobStore;
+
     /// Appends `env` exactly as given except for `seq`, which the writer assigns; `time` stays
     /// as given (even `None`). Used to copy events (fork, import). Returns the seq.
     fn append_verbatim(&mut self, env: Envelope) -> Result<u64>;
@@ -85,6 +89,9 @@ pub struct Resumed {
     pub repaired: Vec<u64>,
     /// The number the next turn must use.
     pub next_turn: u64,
+    /// Images of the history whose files could not be read; each became a text placeholder in
+    /// `history` (docs/sessions.md, "Images"). Front ends tell the user.
+    pub image_problems: Vec<crate::blobs::BlobProblem>,
 }
 
 /// Options for a new session.
@@ -192,6 +199,9 @@ pub trait SessionStore {
     /// writer. The header is durable when this returns.
     fn create_with_header(&self, header: SessionHeader) -> Result<Box<dyn SessionWriter>>;
 
+    /// The image files of session `key` (id, prefix or path; docs/sessions.md, "Images").
+    fn blobs(&self, key: &str) -> Result<crate::blobs::BlobStore>;
+
     /// Creates a new session for `cwd`.
     fn create(&self, cwd: &str, options: CreateOptions) -> Result<Box<dyn SessionWriter>> {
         let id = options
@@ -239,6 +249,7 @@ pub(crate) fn finish_resume(
     mut writer: Box<dyn SessionWriter>,
     mut history: Projector,
 ) -> Result<Resumed> {
+    let image_problems = history.load_images(&writer.blobs());
     let mut repaired = Vec::new();
     for mut env in closers(writer.header(), writer.state()) {
         env.time = Some(now_ms());
@@ -253,6 +264,7 @@ pub(crate) fn finish_resume(
         history,
         repaired,
         next_turn,
+        image_problems,
     })
 }
 

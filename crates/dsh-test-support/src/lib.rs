@@ -10,6 +10,8 @@
 //!   `response.completed`), served on `/v1/responses`; only the Codex CLI comparison of
 //!   `bench/run` uses it. [`FakeProvider::timings`] says when each request's first byte
 //!   arrived and when its reply ended.
+//! - [`FakeProvider::route`] serves replies by request content ([`RequestMatch`]: system
+//!   prompt, first or last user message, tool set), so concurrent subagents get their own.
 //! - [`SseReply`] builds streamed replies inline; [`render_chunks_as_sse`] renders any dsh
 //!   chunk list as DeepSeek SSE bytes.
 //! - [`RecordedSession`] loads a recorded dsh `session.jsonl` (and its optional
@@ -47,6 +49,7 @@ pub mod provider_checks;
 mod recording;
 mod render;
 mod responses;
+mod routes;
 mod scratch;
 mod script;
 mod server;
@@ -65,6 +68,7 @@ pub use recording::{
 };
 pub use render::{render_chunks_as_sse, reply_for_call, sse_reply_from_chunks};
 pub use responses::{ResponsesReply, FAKE_RESPONSES_MODEL};
+pub use routes::RequestMatch;
 pub use scratch::scratch_parent;
 pub use script::{
     chunk_event, ScriptedReply, SseReply, SseStep, StreamEnd, WireUsage, DONE_EVENT, FAKE_MODEL,

@@ -149,6 +149,31 @@ pub async fn assert_missing_key_sends_nothing(
     assert!(provider.requests().is_empty());
 }
 
+/// For an adapter of `provider`, whose script answers the call with a 3xx pointing at `elsewhere`
+/// (e.g. `web_search::redirect_reply(&elsewhere.base_url())`): asserts the call fails with
+/// `HTTP_<status>`, the message names the target and says redirects are not followed, and
+/// `elsewhere` received nothing (so no key went there).
+pub async fn assert_redirect_not_followed(
+    elsewhere: &FakeProvider,
+    adapter: &impl Adapter,
+    request: GenerateRequest,
+) {
+    let failure = call_failure(adapter, request).await;
+    assert!(
+        matches!(failure.code, FailureCode::Http(300..=399)),
+        "{:?}: {}",
+        failure.code,
+        failure.message
+    );
+    assert!(
+        failure.message.contains(&elsewhere.base_url())
+            && failure.message.contains("does not follow redirects"),
+        "{}",
+        failure.message
+    );
+    assert!(elsewhere.requests().is_empty(), "the redirect was followed");
+}
+
 /// Cancels `request` before the call starts: asserts an `Aborted` finish and that `provider`
 /// received no request.
 pub async fn assert_cancelled_request_sends_nothing(

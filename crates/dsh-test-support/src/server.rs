@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::routes::{take_routed, RequestMatch, Route};
 use crate::script::{ScriptedReply, SseReply, SseStep, StreamEnd, DONE_EVENT};
 
 /// Largest request head accepted, in bytes.
@@ -76,6 +77,8 @@ struct Shared {
     replies: Mutex<VecDeque<ScriptedReply>>,
     /// Replies by web search query (`FakeProvider::answer_search`), outside the script.
     search_routes: Mutex<Vec<(String, ScriptedReply)>>,
+    /// Replies by request content (`FakeProvider::route`), taken before the script.
+    content_routes: Mutex<Vec<Route>>,
     rejected_fields: Mutex<Vec<String>>,
     models: Mutex<Option<Vec<String>>>,
     /// Request bodies larger than this are not read: the next reply is sent at once.
@@ -116,6 +119,7 @@ impl FakeProvider {
         let shared = Arc::new(Shared {
             replies: Mutex::new(replies),
             search_routes: Mutex::new(Vec::new()),
+            content_routes: Mutex::new(Vec::new()),
             rejected_fields: Mutex::new(Vec::new()),
             models: Mutex::new(None),
             early_reply_above: Mutex::new(None),
@@ -160,6 +164,18 @@ impl FakeProvider {
         let mut routes = self.shared.search_routes.lock_or_recover();
         routes.retain(|(q, _)| *q != text);
         routes.push((text, reply));
+    }
+
+    /// Serves `replies`, in order, to the model requests that match `matcher`, before the
+    /// script: concurrent agents (a parent and its subagents) each get their own replies.
+    /// Routes are tried in the order they were added; a route whose replies are used up is
+    /// passed over, so its next matching request falls through to the script. Requests taken
+    /// by a route are recorded like any other.
+    pub fn route(&self, matcher: RequestMatch, replies: impl IntoIterator<Item = ScriptedReply>) {
+        self.shared.content_routes.lock_or_recover().push(Route {
+            matcher,
+            replies: replies.into_iter().collect(),
+        });
     }
 
     /// Makes the provider answer 400 (`unknown field `<name>``) to any model request whose JSON
@@ -380,6 +396,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let rejected =
         find_key(&json_body, &shared.rejected_fields.lock_or_recover()).map(str::to_string);
     let routed = search_route(&head, &json_body, &shared);
+    let content_routed = if is_model_request(&head) && rejected.is_none() {
+        take_routed(&mut shared.content_routes.lock_or_recover(), &json_body)
+    } else {
+        None
+    };
     let number = {
         let mut requests = shared.requests.lock_or_recover();
         requests.push(RecordedRequest {
@@ -407,6 +428,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         )
     } else if let (true, Some(ids)) = (is_models_listing(&head), models) {
         models_reply(&ids)
+    } else if let Some(routed) = content_routed {
+        routed
     } else if is_model_request(&head) {
         let next = shared.replies.lock_or_recover().pop_front();
         next.unwrap_or_else(|| {

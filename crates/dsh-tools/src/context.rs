@@ -15,6 +15,7 @@ use crate::error::{ToolError, ToolErrorCode};
 use crate::jobs::JobTable;
 use crate::observe::FileObservations;
 use crate::paths::{absolutize, protected_write_target, resolve_real_path, write_root_of};
+use crate::snapshot::SnapshotDir;
 use crate::spill::{externalize, SpillDir, DEFAULT_SPILL_THRESHOLD};
 
 /// The permission preset of a session (docs/SECURITY.md, "What is protected").
@@ -142,6 +143,7 @@ pub struct ToolContext {
     asker: Arc<dyn Asker>,
     call_id: Option<String>,
     approved: bool,
+    snapshots: SnapshotDir,
 }
 
 impl fmt::Debug for ToolContext {
@@ -182,6 +184,7 @@ impl ToolContext {
                 }
             }
         }
+        let snapshots = SnapshotDir::new(spill.path().join("snapshots"));
         Ok(Self {
             cwd,
             cancel: CancellationToken::new(),
@@ -195,6 +198,7 @@ impl ToolContext {
             asker: Arc::new(HeadlessAsker),
             call_id: None,
             approved: false,
+            snapshots,
         })
     }
 
@@ -228,6 +232,18 @@ impl ToolContext {
     pub fn with_asker(mut self, asker: Arc<dyn Asker>) -> Self {
         self.asker = asker;
         self
+    }
+
+    /// Keeps the snapshots `write` and `edit` take before changing a file in `dir` (default:
+    /// `snapshots/` in the spill directory; docs/tools.md, "Snapshots").
+    pub fn with_snapshot_dir(mut self, dir: SnapshotDir) -> Self {
+        self.snapshots = dir;
+        self
+    }
+
+    /// Where `write` and `edit` keep a file's content before they change it.
+    pub fn snapshots(&self) -> &SnapshotDir {
+        &self.snapshots
     }
 
     /// Replaces the cancel token.

@@ -9,6 +9,8 @@
 //!   confinement seam ([`CommandConfinement`]).
 //! * [`ToolOutput`] / [`ToolError`]: content for the model, a human summary and structured
 //!   data; or `Error: <message>` with a [`ToolErrorCode`].
+//! * [`SnapshotDir`] / [`FileSnapshot`]: a file's content before `write`/`edit` changed it,
+//!   for `/undo` ([`plan_undo`], [`apply_undo`]) and `/diff` ([`session_diff`]).
 //! * [`externalize`]: large output to a private file with a head/tail preview.
 //! * [`SecretRedactor`]: secret values in tool output replaced by `[REDACTED:<NAME>]`.
 //! * The built-ins: `bash`, `read`, `write`, `edit`, `glob`, `grep`, `todo_write`.
@@ -43,12 +45,14 @@ mod context;
 mod error;
 mod jobs;
 mod observe;
+mod os;
 mod output;
 mod paths;
 mod process;
 mod protected;
 mod redact;
 mod registry;
+mod snapshot;
 mod spill;
 mod tool;
 mod web;
@@ -60,8 +64,8 @@ pub use ask::{
 };
 pub use builtin::{
     builtin_tools, is_temp_name, remove_leftover_temps, BashTool, EditTool, GlobTool, GrepTool,
-    ReadTool, TodoItem, TodoStatus, TodoWriteTool, WriteTool, GLOB_MAX_RESULTS, GREP_MAX_RESULTS,
-    TEMP_PREFIX,
+    ReadImageTool, ReadTool, TodoItem, TodoStatus, TodoWriteTool, WriteTool, GLOB_MAX_RESULTS,
+    GREP_MAX_RESULTS, TEMP_PREFIX,
 };
 pub use confinement::{
     hidden_dirs, CommandConfinement, CommandPlan, ConfinementRequest, NoSandbox, PreExecHook,
@@ -77,8 +81,8 @@ pub use observe::{ContentHasher, FileObservations, Observation};
 pub use output::ToolOutput;
 pub use paths::{absolutize, protected_write_path, resolve_real_path};
 pub use process::{
-    group_has_live_members, guard_group, guard_group_std, is_secret_name, scrubbed_env,
-    spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
+    group_has_live_members, guard_group, guard_group_std, is_secret_name, kill_group_now,
+    scrubbed_env, spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
 };
 pub use protected::{
     existing_protected_entries, protected_entry, PROTECTED_ENV_PREFIX, PROTECTED_GIT_ENTRIES,
@@ -86,6 +90,10 @@ pub use protected::{
 };
 pub use redact::{SecretRedactor, MIN_SECRET_LEN};
 pub use registry::{tool_result_block, ToolRegistry, ToolRegistryError};
+pub use snapshot::{
+    apply_undo, plan_undo, session_diff, sha256_hex, FileDiff, FileSnapshot, SnapshotDir,
+    UndoConflict, UndoStep, SNAPSHOT_DATA_KEY,
+};
 pub use spill::{externalize, Externalized, SpillDir, DEFAULT_SPILL_THRESHOLD};
 pub use tool::Tool;
 pub use web::{

@@ -4,14 +4,53 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+#[cfg(unix)]
+use std::path::Path;
+use std::path::PathBuf;
+#[cfg(unix)]
 use std::process::Stdio;
+#[cfg(unix)]
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+#[cfg(unix)]
 use crate::confinement::CommandPlan;
 use crate::spill::SpillDir;
+
+// Windows has no process groups, fork or parent-death signal: `process_windows.rs` gives the
+// same interface with a documented weaker guarantee (docs/SECURITY.md, "Platforms").
+#[cfg(windows)]
+#[path = "process_windows.rs"]
+mod windows;
+#[cfg(windows)]
+pub(crate) use windows::{check_program, group_command, Pid, ProcessGroup};
+#[cfg(windows)]
+pub use windows::{group_has_live_members, guard_group, guard_group_std, kill_group_now};
+
+/// A process id (and process group id): `pid_t`.
+#[cfg(unix)]
+pub(crate) type Pid = libc::pid_t;
+
+/// Sends `SIGKILL` to the process group `pgid` now (a group this process created; a group
+/// already gone is fine). Windows: ends the process tree of `pgid`.
+#[cfg(unix)]
+pub fn kill_group_now(pgid: i32) {
+    if pgid > 1 {
+        // SAFETY: kill(2) has no memory-safety preconditions; a negative pid addresses the
+        // group. Failure (ESRCH: group already gone) needs no handling.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Whether `plan`'s program can start: always on Unix (`bash` comes from `PATH`; Windows
+/// checks for a POSIX shell, `process_windows.rs`).
+#[cfg(unix)]
+pub(crate) fn check_program(_plan: &CommandPlan) -> Result<(), String> {
+    Ok(())
+}
 
 /// Variables set in every child environment (after scrubbing), so tools print plain text and
 /// never wait on a pager or a credential prompt.
@@ -58,6 +97,7 @@ pub fn scrubbed_env() -> Vec<(OsString, OsString)> {
 /// with this process (`PR_SET_PDEATHSIG`), runs the plan's confinement hooks before `exec`,
 /// gets the scrubbed environment and reads stdin from `/dev/null`. The caller chooses stdout
 /// and stderr.
+#[cfg(unix)]
 pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&plan.program);
     command
@@ -185,6 +225,7 @@ pub fn spawn_std_child(command: std::process::Command) -> std::io::Result<std::p
 /// The pid dsh sees is the keeper's, and the command's process group id is that pid, so
 /// `kill(-pid)` ends the command's tree. Processes that leave the group (`setsid`) are not
 /// followed (docs/SECURITY.md, "Process sandbox").
+#[cfg(unix)]
 pub fn guard_group(command: &mut tokio::process::Command) {
     let hook = keeper_hook();
     // SAFETY: the closure runs in the forked child before exec; see `keeper_hook`: system
@@ -195,6 +236,7 @@ pub fn guard_group(command: &mut tokio::process::Command) {
 }
 
 /// [`guard_group`] for a `std::process::Command`; spawn it with [`spawn_std_child`].
+#[cfg(unix)]
 pub fn guard_group_std(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let hook = keeper_hook();
@@ -206,6 +248,7 @@ pub fn guard_group_std(command: &mut std::process::Command) {
 
 /// The pre-exec closure of [`guard_group`]. Async-signal-safe: plain system calls on stack
 /// memory; `parent` is read before the fork.
+#[cfg(unix)]
 fn keeper_hook() -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
     let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
     move || {
@@ -258,6 +301,7 @@ fn keeper_hook() -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static 
 ///
 /// # Safety
 /// Call only in a forked child before `exec`.
+#[cfg(unix)]
 unsafe fn arm_death_signal(sig: libc::c_int) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) != 0 {
@@ -275,6 +319,7 @@ unsafe fn arm_death_signal(sig: libc::c_int) -> std::io::Result<()> {
 ///
 /// # Safety
 /// Call with `watched` blocked.
+#[cfg(unix)]
 unsafe fn wait_for_signal(watched: &libc::sigset_t, timeout: &libc::timespec) -> libc::c_int {
     #[cfg(target_os = "linux")]
     {
@@ -315,6 +360,7 @@ unsafe fn wait_for_signal(watched: &libc::sigset_t, timeout: &libc::timespec) ->
 ///
 /// # Safety
 /// Call only in a forked child, with `watched` blocked.
+#[cfg(unix)]
 unsafe fn keep_group(
     watched: &libc::sigset_t,
     parent: libc::pid_t,
@@ -387,12 +433,14 @@ unsafe fn keep_group(
 /// A process group this crate started (its leader called `setsid`). Dropping it without
 /// [`ProcessGroup::mark_finished`] sends `SIGKILL` to the whole group, so an abandoned call
 /// (its future dropped, e.g. by a pipeline timeout) leaves no processes behind.
+#[cfg(unix)]
 #[derive(Debug)]
 pub(crate) struct ProcessGroup {
     pgid: libc::pid_t,
     finished: bool,
 }
 
+#[cfg(unix)]
 impl ProcessGroup {
     /// Takes charge of the group whose id is `pgid` (the leader's pid).
     pub(crate) fn new(pgid: libc::pid_t) -> Self {
@@ -440,6 +488,7 @@ impl ProcessGroup {
     }
 }
 
+#[cfg(unix)]
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         if !self.finished && self.is_alive() {
@@ -448,6 +497,7 @@ impl Drop for ProcessGroup {
     }
 }
 
+#[cfg(unix)]
 async fn wait_until_dead(pgid: libc::pid_t, limit: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
@@ -464,6 +514,7 @@ async fn wait_until_dead(pgid: libc::pid_t, limit: Duration) -> bool {
 /// True when process group `pgid` has a member that is not a zombie. `kill(-pgid, 0)` alone
 /// also counts zombies, which an init that does not reap would keep forever, so on Linux the
 /// answer is confirmed from `/proc`.
+#[cfg(unix)]
 pub fn group_has_live_members(pgid: libc::pid_t) -> bool {
     if pgid <= 1 {
         return false;
@@ -499,6 +550,7 @@ pub fn group_has_live_members(pgid: libc::pid_t) -> bool {
 
 /// State and process group from a `/proc/<pid>/stat` line (`pid (comm) state ppid pgrp ...`;
 /// `comm` may itself contain spaces and parentheses, so parsing starts after the last `)`).
+#[cfg(unix)]
 fn parse_stat(stat: &str) -> Option<(char, libc::pid_t)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();

@@ -2,9 +2,9 @@
 //! file and the model gets a head/tail preview with the path, which it can page through with `read`
 //! or `grep`.
 
+use crate::os::{DirBuilderExt, OpenOptionsExt};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Default size above which tool output is externalised, in bytes.
@@ -33,7 +33,7 @@ impl SpillDir {
                 path.display()
             )));
         }
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
+        crate::os::set_path_mode(&path, 0o700)?;
         Ok(Self { path })
     }
 
@@ -62,7 +62,7 @@ impl SpillDir {
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(crate::os::O_NOFOLLOW)
             .open(&path)?;
         Ok((file, path))
     }
@@ -168,6 +168,7 @@ pub(crate) fn cut_tail(text: &str, budget: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn small_text_is_kept() {

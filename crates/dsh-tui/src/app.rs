@@ -15,6 +15,9 @@ use crate::composer::Composer;
 use crate::question::QuestionForm;
 use crate::transcript::Transcript;
 
+/// The hint shown from a cancel until the turn has ended (the runtime then clears it).
+pub const CANCELLING: &str = "cancelling the turn…";
+
 /// What the runtime must do after a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -55,6 +58,8 @@ pub struct PendingApproval {
     pub request: ApprovalRequest,
     /// Where the answer goes (the loop waits on it).
     pub respond: Option<oneshot::Sender<ApprovalDecision>>,
+    /// Rows of the arguments scrolled past (Up/Down/PgUp/PgDn; the view clamps it).
+    pub scroll: usize,
 }
 
 /// Questions from `ask_user_question` waiting for the user's answers.
@@ -141,6 +146,14 @@ pub struct App {
     pub page: usize,
     /// Set when the session is still being opened.
     pub loading: bool,
+    /// The `@` file finder (docs/tui.md, "File mentions").
+    pub finder: crate::finder::Finder,
+    /// The scrollable view `/diff` opens.
+    pub pager: Option<crate::pager::Pager>,
+    /// A first `/init` found an AGENTS.md; a second one asks the agent to rewrite it.
+    pub init_armed: bool,
+    /// Esc closed the command list; it stays closed until the draft changes.
+    pub completions_closed: bool,
 }
 
 impl App {
@@ -165,11 +178,18 @@ impl App {
             armed: None,
             page: 20,
             loading: true,
+            finder: crate::finder::Finder::default(),
+            pager: None,
+            init_armed: false,
+            completions_closed: false,
         }
     }
 
     /// Commands matching the draft (for the completion popup): `(completion, description)`.
     pub fn completions(&self) -> Vec<(String, String)> {
+        if self.completions_closed {
+            return Vec::new();
+        }
         completions(&self.composer.text(), &self.user_commands)
     }
 
@@ -180,6 +200,7 @@ impl App {
             || self.confirm_permission.is_some()
             || self.permission_menu.is_some()
             || self.picker.is_some()
+            || self.pager.is_some()
     }
 
     /// Applies a key; returns what the runtime must do.
@@ -200,20 +221,18 @@ impl App {
         if ctrl && matches!(key.code, KeyCode::Char('d') | KeyCode::Char('D')) {
             return vec![Action::Quit];
         }
-        // Scrolling works under every prompt, to reread what led to it.
-        match key.code {
-            KeyCode::PageUp => {
-                self.scroll += self.page.max(2) - 1;
-                return Vec::new();
-            }
-            KeyCode::PageDown => {
-                self.scroll = self.scroll.saturating_sub(self.page.max(2) - 1);
-                return Vec::new();
-            }
-            _ => {}
-        }
         if !self.approvals.is_empty() {
             self.approval_key(key);
+            return Vec::new();
+        }
+        // `/diff`'s view takes the keys while it is open (a question hides it, crate::pager).
+        if self.questions.is_empty() {
+            if let Some(actions) = crate::pager::Pager::on_key(self, &key) {
+                return actions;
+            }
+        }
+        // Scrolling works under every other prompt, to reread what led to it.
+        if self.scroll_key(key.code) {
             return Vec::new();
         }
         if !self.questions.is_empty() {
@@ -230,6 +249,9 @@ impl App {
             return self.picker_key(key);
         }
         self.hint = None;
+        if let Some(actions) = crate::finder::Finder::on_key(self, &key) {
+            return actions;
+        }
         match key.code {
             KeyCode::Enter if alt || shift => self.composer.insert('\n'),
             KeyCode::Char('j') | KeyCode::Char('J') if ctrl => self.composer.insert('\n'),
@@ -246,10 +268,12 @@ impl App {
             KeyCode::Char(c) if !ctrl => {
                 self.composer.insert(c);
                 self.completion = 0;
+                self.completions_closed = false;
             }
             KeyCode::Backspace => {
                 self.composer.backspace();
                 self.completion = 0;
+                self.completions_closed = false;
             }
             KeyCode::Delete => self.composer.delete(),
             KeyCode::Left => self.composer.left(),
@@ -278,8 +302,34 @@ impl App {
                     self.completion = 0;
                 }
             }
-            KeyCode::Esc => self.scroll = 0,
+            KeyCode::Esc => return self.esc(),
             _ => {}
+        }
+        Vec::new()
+    }
+
+    /// PgUp/PgDn scroll the conversation by a page; true when `code` was one of them.
+    fn scroll_key(&mut self, code: KeyCode) -> bool {
+        let page = self.page.max(2) - 1;
+        match code {
+            KeyCode::PageUp => self.scroll += page,
+            KeyCode::PageDown => self.scroll = self.scroll.saturating_sub(page),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Esc: closes the command list when it is open; else interrupts a running turn like
+    /// Ctrl-C; else returns the conversation to its bottom.
+    fn esc(&mut self) -> Vec<Action> {
+        if !self.completions().is_empty() {
+            self.completions_closed = true;
+            return Vec::new();
+        }
+        self.scroll = 0;
+        if self.transcript.running {
+            self.hint = Some(CANCELLING.to_string());
+            return vec![Action::Cancel];
         }
         Vec::new()
     }
@@ -311,7 +361,7 @@ impl App {
             self.approvals.clear();
             self.questions.clear();
             self.armed = None;
-            self.hint = Some("cancelling the turn…".to_string());
+            self.hint = Some(CANCELLING.to_string());
             return vec![Action::Cancel];
         }
         if !self.composer.is_empty() {
@@ -367,6 +417,18 @@ impl App {
     }
 
     fn approval_key(&mut self, key: KeyEvent) {
+        let page = self.page.max(2) / 2;
+        if let Some(pending) = self.approvals.front_mut() {
+            let scroll = &mut pending.scroll;
+            match key.code {
+                KeyCode::Up => return *scroll = scroll.saturating_sub(1),
+                KeyCode::Down => return *scroll += 1,
+                KeyCode::PageUp => return *scroll = scroll.saturating_sub(page),
+                KeyCode::PageDown => return *scroll += page,
+                KeyCode::Home => return *scroll = 0,
+                _ => {}
+            }
+        }
         let offers = |choice: ApprovalChoice| {
             self.approvals
                 .front()

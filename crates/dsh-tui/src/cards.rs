@@ -8,7 +8,7 @@ use serde_json::Value;
 use similar::{ChangeTag, TextDiff};
 
 use crate::markdown::render_markdown;
-use crate::transcript::{Cell, NoticeLevel, ToolCard, ToolStatus};
+use crate::transcript::{Cell, Header, NoticeLevel, ToolCard, ToolStatus};
 
 /// Most diff lines a write/edit card shows.
 const MAX_DIFF_LINES: usize = 40;
@@ -63,6 +63,7 @@ pub fn render_cell(cell: &Cell, expand_reasoning: bool) -> Vec<Line<'static>> {
         }
         Cell::Reasoning { text, streaming } => render_reasoning(text, *streaming, expand_reasoning),
         Cell::Tool(card) => render_tool(card),
+        Cell::Header(header) => render_header(header),
         Cell::Notice { level, text } => {
             let (mark, style) = match level {
                 NoticeLevel::Info => ("ℹ ", Style::default().fg(Color::Blue)),
@@ -80,6 +81,91 @@ pub fn render_cell(cell: &Cell, expand_reasoning: bool) -> Vec<Line<'static>> {
                 .collect()
         }
     }
+}
+
+/// `path` with the home directory shortened to `~`.
+pub fn short_path(path: &std::path::Path, home: Option<&std::path::Path>) -> String {
+    match home.and_then(|home| path.strip_prefix(home).ok()) {
+        Some(rest) if rest.as_os_str().is_empty() => "~".to_string(),
+        Some(rest) => format!("~/{}", rest.display()),
+        None => path.display().to_string(),
+    }
+}
+
+/// Three tips under the welcome header.
+pub const TIPS: [&str; 3] = [
+    "/ opens the commands (/help lists them and the keys)",
+    "Esc or Ctrl-C interrupts a running turn; Enter while it runs queues a followup",
+    "Ctrl-T shows the model's reasoning; `dsh resume` continues a session later",
+];
+
+/// The welcome header: a box with the version, model and effort, preset and directory, then
+/// the tips.
+pub fn render_header(header: &Header) -> Vec<Line<'static>> {
+    let border = Style::default().fg(Color::DarkGray);
+    let label = dim();
+    let effort = header
+        .effort
+        .as_deref()
+        .map_or(String::new(), |e| format!(" · effort {e}"));
+    let mut rows: Vec<Vec<Span<'static>>> = vec![
+        vec![
+            Span::styled(
+                ">_ dsh ",
+                Style::default()
+                    .fg(Color::Cyan)
+                    .add_modifier(Modifier::BOLD),
+            ),
+            Span::styled(format!("v{}", header.version), label),
+        ],
+        vec![
+            Span::styled("model:     ", label),
+            Span::styled(header.model.clone(), Style::default().fg(Color::Cyan)),
+            Span::raw(effort),
+        ],
+        vec![
+            Span::styled("preset:    ", label),
+            Span::raw(header.preset.clone()),
+        ],
+        vec![
+            Span::styled("directory: ", label),
+            Span::raw(header.cwd.clone()),
+        ],
+    ];
+    if let Some(id) = &header.resumed {
+        rows.push(vec![
+            Span::styled("resumed:   ", label),
+            Span::raw(id.clone()),
+        ]);
+    }
+    let width = rows
+        .iter()
+        .map(|r| r.iter().map(|s| s.width()).sum::<usize>())
+        .max()
+        .unwrap_or(0);
+    let mut lines = vec![Line::from(Span::styled(
+        format!("╭{}╮", "─".repeat(width + 2)),
+        border,
+    ))];
+    for row in rows {
+        let used: usize = row.iter().map(|s| s.width()).sum();
+        let mut spans = vec![Span::styled("│ ", border)];
+        spans.extend(row);
+        spans.push(Span::raw(" ".repeat(width - used)));
+        spans.push(Span::styled(" │", border));
+        lines.push(Line::from(spans));
+    }
+    lines.push(Line::from(Span::styled(
+        format!("╰{}╯", "─".repeat(width + 2)),
+        border,
+    )));
+    for tip in TIPS {
+        lines.push(Line::from(vec![
+            Span::styled("  tip: ", label),
+            Span::raw(tip),
+        ]));
+    }
+    lines
 }
 
 fn render_reasoning(text: &str, streaming: bool, expand: bool) -> Vec<Line<'static>> {
@@ -147,6 +233,8 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
             let offset = args.get("offset").and_then(Value::as_u64);
             let limit = args.get("limit").and_then(Value::as_u64);
             match (offset, limit) {
+                // Done: the body tells the lines actually read.
+                _ if matches!(card.status, ToolStatus::Done { .. }) => path.to_string(),
                 (None, None) => path.to_string(),
                 (offset, limit) => {
                     let from = offset.unwrap_or(1).max(1);
@@ -195,10 +283,7 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
             match card.name.as_str() {
                 "bash" => bash_body(output, meta, &mut header, &mut body),
                 "write" | "edit" => diff_body(meta, &mut header, &mut body),
-                "read" => {
-                    let lines = output.lines().count();
-                    header.push(Span::styled(format!("  {lines} lines"), dim()));
-                }
+                "read" => read_body(output, meta, &mut header),
                 "glob" | "grep" => {
                     let total = meta.get("total").and_then(Value::as_u64);
                     let shown = meta.get("shown").and_then(Value::as_u64);
@@ -251,6 +336,35 @@ fn search_body(meta: &Value, header: &mut Vec<Span<'static>>, body: &mut Vec<Lin
         };
         body.push(body_line(truncate(&line, 160), dim()));
     }
+}
+
+/// `read`: the lines actually read, from the result (`meta.linesShown`, `offset` and
+/// `totalLines`, docs/tools.md, "read"; else the numbered lines of its output), not from the
+/// request's `limit`, which a short file or the byte cap cuts.
+fn read_body(output: &str, meta: &Value, header: &mut Vec<Span<'static>>) {
+    let shown = meta
+        .get("linesShown")
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| {
+            output
+                .lines()
+                .filter(|l| {
+                    let digits = l.chars().take_while(char::is_ascii_digit).count();
+                    digits > 0 && (l[digits..].starts_with(": ") || l[digits..].starts_with('\t'))
+                })
+                .count() as u64
+        });
+    let offset = meta.get("offset").and_then(Value::as_u64);
+    let total = meta.get("totalLines").and_then(Value::as_u64);
+    let noun = if shown == 1 { "line" } else { "lines" };
+    let text = match (offset, total) {
+        (Some(from), Some(total)) if shown > 0 && shown < total => format!(
+            "  {shown} {noun} read ({from}-{} of {total})",
+            from + shown - 1
+        ),
+        _ => format!("  {shown} {noun} read"),
+    };
+    header.push(Span::styled(text, dim()));
 }
 
 fn body_line(text: String, style: Style) -> Line<'static> {

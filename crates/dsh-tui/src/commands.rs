@@ -26,6 +26,14 @@ pub enum SlashCommand {
     Export(Option<String>),
     /// `/new`: start a new session.
     New,
+    /// `/undo`: revert the files the last turn changed (docs/tui.md, "Undo and diff").
+    Undo,
+    /// `/diff`: the session's file changes, and `git diff`, in a scrollable view.
+    Diff,
+    /// `/init`: ask the agent to write AGENTS.md for the repository.
+    Init,
+    /// `/status`: session, model, preset, sandbox, usage, MCP servers.
+    Status,
     /// `/help`: keys and commands.
     Help,
     /// `/quit`: leave.
@@ -56,9 +64,38 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("/fork", "continue in a copy of this session"),
     ("/export", "write a Markdown transcript: /export [path]"),
     ("/new", "start a new session"),
+    (
+        "/undo",
+        "revert the files the last turn changed with write/edit",
+    ),
+    (
+        "/diff",
+        "this session's file changes (and git diff), scrollable",
+    ),
+    (
+        "/init",
+        "have the agent write AGENTS.md for this repository",
+    ),
+    (
+        "/status",
+        "session, model, preset, sandbox, tokens, context, MCP",
+    ),
     ("/help", "keys and commands"),
     ("/quit", "leave dsh"),
 ];
+
+/// What `/init` asks the agent (docs/tui.md, "Commands"): our own wording of the task Codex's
+/// `/init` gives its agent.
+pub const INIT_PROMPT: &str = "Write an AGENTS.md file at the root of this repository: the guide a coding agent (or a new contributor) reads before changing anything here. \
+First look around: the README and docs, the build and package files, the CI configuration, the layout of the source and test folders, and a few representative files. \
+Then write AGENTS.md in Markdown, concise (about 200 to 400 words) and specific to this repository, with these sections: \
+`## Layout` (the main folders and what lives where), \
+`## Build and test` (the exact commands, including how to run a single test, and any lint or format checks CI runs), \
+`## Conventions` (coding style, naming, error handling, and patterns the code follows that are not obvious), \
+`## Before you finish` (what to check before considering a change done). \
+Only state what you found in the repository; do not invent commands or rules. \
+If an AGENTS.md already exists, read it first and improve it, keeping what is still true. \
+When done, reply with a two-line summary of what you wrote.";
 
 /// Other spellings of built-in commands (they also shadow extension commands).
 const ALIASES: &[&str] = &["/permissions", "/clear", "/?", "/exit"];
@@ -110,6 +147,10 @@ pub fn parse(input: &str, user: &[UserCommand]) -> Result<SlashCommand, String> 
         "/fork" => no_arg(SlashCommand::Fork),
         "/export" => Ok(SlashCommand::Export(arg)),
         "/new" | "/clear" => no_arg(SlashCommand::New),
+        "/undo" => no_arg(SlashCommand::Undo),
+        "/diff" => no_arg(SlashCommand::Diff),
+        "/init" => no_arg(SlashCommand::Init),
+        "/status" => no_arg(SlashCommand::Status),
         "/help" | "/?" => no_arg(SlashCommand::Help),
         "/quit" | "/exit" => no_arg(SlashCommand::Quit),
         other => {

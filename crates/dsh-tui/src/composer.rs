@@ -73,6 +73,31 @@ impl Composer {
         self.cursor += 1;
     }
 
+    /// The word that ends at the cursor (after the last space or newline before it), if the
+    /// cursor is right after it: what an `@` mention being typed looks like.
+    pub fn word_before_cursor(&self) -> Option<String> {
+        let start = self.text[..self.cursor]
+            .iter()
+            .rposition(|c| c.is_whitespace())
+            .map_or(0, |i| i + 1);
+        let at_end = self.text.get(self.cursor).is_none_or(|c| c.is_whitespace());
+        (start < self.cursor && at_end).then(|| self.text[start..self.cursor].iter().collect())
+    }
+
+    /// Replaces the word before the cursor (see [`Composer::word_before_cursor`]) by `text`.
+    pub fn replace_word_before_cursor(&mut self, text: &str) {
+        let start = self.text[..self.cursor]
+            .iter()
+            .rposition(|c| c.is_whitespace())
+            .map_or(0, |i| i + 1);
+        self.text.drain(start..self.cursor);
+        self.cursor = start;
+        for c in text.chars() {
+            self.text.insert(self.cursor, c);
+            self.cursor += 1;
+        }
+    }
+
     /// Deletes the character before the cursor.
     pub fn backspace(&mut self) {
         if self.cursor > 0 {

@@ -17,18 +17,26 @@
 
 pub mod app;
 pub mod approval;
+pub mod attach;
 pub mod cards;
 pub mod commands;
 pub mod composer;
 mod effort;
+pub mod finder;
 pub mod highlight;
+pub mod inline;
 pub mod markdown;
+pub mod mentions;
+pub mod pager;
 pub mod question;
 pub mod runtime;
+pub mod status;
 pub mod terminal;
 pub mod transcript;
 pub mod view;
+pub mod worktree;
+pub mod wrap;
 
 pub use app::{Action, App, StatusInfo};
 pub use runtime::{run, StartWith, TuiExit, TuiOptions};
-pub use transcript::{Cell, NoticeLevel, ToolCard, ToolStatus, Transcript};
+pub use transcript::{Cell, Header, NoticeLevel, ToolCard, ToolStatus, Transcript};

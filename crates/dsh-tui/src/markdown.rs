@@ -63,7 +63,12 @@ fn block_line(line: &str) -> Line<'static> {
     let trimmed = line.trim_start();
     let indent = line.len() - trimmed.len();
     if let Some(level) = heading_level(trimmed) {
+        // `## Title ##`: the closing run of `#` is not part of the title.
         let text = trimmed[level..].trim();
+        let text = match text.trim_end_matches('#') {
+            rest if rest.is_empty() || rest.ends_with(' ') => rest.trim_end(),
+            _ => text,
+        };
         let style = match level {
             1 => Style::default()
                 .fg(Color::Cyan)
@@ -71,7 +76,10 @@ fn block_line(line: &str) -> Line<'static> {
             2 => Style::default()
                 .fg(Color::Cyan)
                 .add_modifier(Modifier::BOLD),
-            _ => Style::default().add_modifier(Modifier::BOLD),
+            3 => Style::default()
+                .fg(Color::LightBlue)
+                .add_modifier(Modifier::BOLD),
+            _ => Style::default().add_modifier(Modifier::BOLD | Modifier::ITALIC),
         };
         return Line::from(inline(text, style));
     }
@@ -133,7 +141,8 @@ fn block_line(line: &str) -> Line<'static> {
 
 fn heading_level(line: &str) -> Option<usize> {
     let level = line.chars().take_while(|c| *c == '#').count();
-    if (1..=6).contains(&level) && line[level..].starts_with(' ') {
+    let rest = &line[level..];
+    if (1..=6).contains(&level) && (rest.starts_with(' ') || rest.trim().is_empty()) {
         Some(level)
     } else {
         None

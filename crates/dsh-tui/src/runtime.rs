@@ -16,20 +16,27 @@ use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, LoadedLog, SessionStore, SessionSummary, StoreKind};
 use dsh_tools::PermissionPreset;
 use ratatui::backend::CrosstermBackend;
-use ratatui::Terminal;
+use ratatui::layout::Rect;
+use ratatui::text::Line;
+use ratatui::{Terminal, TerminalOptions, Viewport};
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{
-    Action, App, PendingApproval, PendingQuestion, PermissionMenu, Picker, StatusInfo,
+    Action, App, PendingApproval, PendingQuestion, PermissionMenu, Picker, StatusInfo, CANCELLING,
 };
 use crate::approval::{ApprovalQuestion, TuiApprover};
+use crate::cards::{render_cell, short_path};
 use crate::commands::{help_text, SlashCommand};
+use crate::inline::{hyperlinks_supported, InlineScreen};
 use crate::question::{AskQuestion, QuestionForm, TuiAsker};
 use crate::terminal::TerminalGuard;
-use crate::transcript::{NoticeLevel, Transcript};
-use crate::view::{draw, short_tokens, ViewCache};
+use crate::transcript::{Cell, Header, NoticeLevel, Transcript};
+use crate::view::{draw, draw_live, live_height, short_tokens, ViewCache};
+
+/// The terminal the UI draws on.
+type Term = Terminal<CrosstermBackend<std::io::Stdout>>;
 
 /// Which session the UI opens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +76,9 @@ pub struct TuiOptions {
     pub status: StatusInfo,
     /// The session to open.
     pub start: StartWith,
+    /// Full-screen on the alternate screen (`--alt-screen`, `[tui] alt_screen = true`)
+    /// instead of the inline mode (docs/tui.md, "Modes").
+    pub alt_screen: bool,
 }
 
 /// How the UI ended.
@@ -88,6 +98,8 @@ enum Background {
     ListedMore(Vec<SessionSummary>),
     Forked(anyhow::Result<String>),
     Exported(anyhow::Result<PathBuf>),
+    /// What `/undo`, `/diff` or `/status` found (crate::worktree, crate::status).
+    Report(Box<dyn FnOnce(&mut App) + Send>),
     Reloaded(anyhow::Result<LoadedLog>),
 }
 
@@ -102,10 +114,37 @@ struct Live {
 
 /// Runs the UI until the user quits. The terminal is restored before this returns.
 pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyhow::Result<TuiExit> {
-    let guard = TerminalGuard::enter()?;
-    let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+    let guard = TerminalGuard::enter(options.alt_screen)?;
+    let inline = if options.alt_screen {
+        None
+    } else {
+        let (cols, rows) = crossterm::terminal::size()?;
+        let hyperlinks = hyperlinks_supported(
+            std::env::var("NO_COLOR").ok().as_deref(),
+            std::env::var("TERM").ok().as_deref(),
+        );
+        // A terminal that did not say where the cursor is: start at the bottom, so that the
+        // first frame scrolls whatever is on screen up instead of drawing over it.
+        let top = guard.cursor_row.unwrap_or(rows.saturating_sub(1));
+        Some(InlineScreen::new(cols, rows, top, hyperlinks))
+    };
+    let viewport = match &inline {
+        Some(screen) => Viewport::Fixed(screen.area(1)),
+        None => Viewport::Fullscreen,
+    };
+    let mut terminal = Terminal::with_options(
+        CrosstermBackend::new(std::io::stdout()),
+        TerminalOptions { viewport },
+    )?;
     let mut ui = Ui {
-        app: App::new(options.status.clone()),
+        inline,
+        live_area: Rect::default(),
+        redraw: true,
+        header: None,
+        app: App {
+            finder: crate::finder::Finder::new(&options.cwd),
+            ..App::new(options.status.clone())
+        },
         cache: ViewCache::default(),
         live: None,
         early: Vec::new(),
@@ -116,7 +155,7 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         questions: mpsc::unbounded_channel(),
         asks: mpsc::unbounded_channel(),
     };
-    terminal.draw(|f| draw(f, &mut ui.app, &mut ui.cache))?;
+    ui.render(&mut terminal)?;
 
     let (input_tx, mut input) = mpsc::unbounded_channel();
     // Reads the terminal until the UI goes away; blocking reads need their own thread.
@@ -134,6 +173,15 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         draft: ui.app.composer.text(),
     };
     ui.shutdown().await;
+    if let Some(screen) = ui.inline.as_mut() {
+        // The conversation stays in the terminal: what is still live is written as history
+        // (as it stands), and the live area is cleared for the shell.
+        let first = screen.emitted.min(ui.app.transcript.cells.len());
+        let lines = history_lines(&ui.app, first, ui.app.transcript.cells.len());
+        let out = terminal.backend_mut();
+        let _ = screen.write_history(out, &lines);
+        let _ = screen.finish(out);
+    }
     drop(terminal);
     drop(guard);
     result.map(|()| exit)
@@ -174,7 +222,25 @@ async fn next_event(live: &mut Option<Live>) -> Result<SessionEvent, broadcast::
     }
 }
 
+/// The lines of cells `from..to` as history: each cell after a blank line, as in the view.
+fn history_lines(app: &App, from: usize, to: usize) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    for cell in &app.transcript.cells[from..to] {
+        lines.push(Line::default());
+        lines.extend(render_cell(cell, app.expand_reasoning));
+    }
+    lines
+}
+
 struct Ui {
+    /// The inline mode's screen (`None` on the alternate screen).
+    inline: Option<InlineScreen>,
+    /// The inline live area of the last frame.
+    live_area: Rect,
+    /// The next frame clears and redraws the live area (after a resize).
+    redraw: bool,
+    /// The welcome header of the open session.
+    header: Option<Header>,
     app: App,
     cache: ViewCache,
     live: Option<Live>,
@@ -199,21 +265,61 @@ struct Ui {
 }
 
 impl Ui {
+    /// Draws a frame. Inline: cells that became final are written into the terminal's
+    /// history first, then the live area is sized and drawn below them.
+    fn render(&mut self, terminal: &mut Term) -> std::io::Result<()> {
+        let Some(screen) = self.inline.as_mut() else {
+            terminal.draw(|f| draw(f, &mut self.app, &mut self.cache))?;
+            return Ok(());
+        };
+        let cells = self.app.transcript.cells.len();
+        screen.emitted = screen.emitted.min(cells);
+        let settled = self.app.transcript.settled_len().min(cells);
+        let mut moved = std::mem::take(&mut self.redraw);
+        if settled > screen.emitted {
+            let lines = history_lines(&self.app, screen.emitted, settled);
+            screen.write_history(terminal.backend_mut(), &lines)?;
+            screen.emitted = settled;
+            moved = true;
+        }
+        let height = live_height(
+            &self.app,
+            &mut self.cache,
+            screen.cols,
+            screen.rows,
+            screen.emitted,
+        );
+        screen.make_room(terminal.backend_mut(), height)?;
+        let area = screen.area(height);
+        if moved || area != self.live_area {
+            // Clears from the live area's first row to the bottom of the screen.
+            terminal.resize(area)?;
+            self.live_area = area;
+        }
+        let (first, rows) = (screen.emitted, screen.rows);
+        terminal.draw(|f| draw_live(f, &mut self.app, &mut self.cache, first, rows))?;
+        Ok(())
+    }
+
     async fn run_loop(
         &mut self,
-        terminal: &mut Terminal<CrosstermBackend<std::io::Stdout>>,
+        terminal: &mut Term,
         input: &mut mpsc::UnboundedReceiver<TermEvent>,
     ) -> anyhow::Result<()> {
+        // The working indicator's spinner and clock move while a turn runs.
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             let mut quit = false;
             tokio::select! {
+                _ = tick.tick(), if self.app.transcript.running => {}
                 event = input.recv() => match event {
                     Some(event) => quit = self.on_terminal(event),
                     None => quit = true,
                 },
                 event = next_event(&mut self.live) => self.on_session_event(event),
                 Some((request, respond)) = self.questions.1.recv() => {
-                    self.app.approvals.push_back(PendingApproval { request, respond: Some(respond) });
+                    self.app.approvals.push_back(PendingApproval { request, respond: Some(respond), scroll: 0 });
                 }
                 Some((request, respond)) = self.asks.1.recv() => {
                     self.app.questions.push_back(PendingQuestion {
@@ -240,6 +346,10 @@ impl Ui {
             if quit {
                 return Ok(());
             }
+            // The cancel is done once the turn has ended: its hint goes.
+            if !self.app.transcript.running && self.app.hint.as_deref() == Some(CANCELLING) {
+                self.app.hint = None;
+            }
             // A prompt whose asker stopped waiting (its turn was cancelled) goes away.
             self.app
                 .approvals
@@ -250,13 +360,17 @@ impl Ui {
             if let Some(live) = &self.live {
                 self.app.status.permission = live.handle.permission().as_str().to_string();
                 let (turn, step) = live.handle.pending();
+                // Only what the user typed: notes for the model (`/undo`'s, background
+                // jobs') are not the user's queued input.
                 self.app.queue = step
                     .iter()
-                    .map(|m| (true, m.text()))
-                    .chain(turn.iter().map(|m| (false, m.text())))
+                    .filter(|m| matches!(m.source, dsh_llm::MessageSource::User))
+                    .map(|m| (true, crate::mentions::typed_part(m)))
+                    .chain(turn.iter().map(|m| (false, crate::mentions::typed_part(m))))
                     .collect();
             }
-            terminal.draw(|f| draw(f, &mut self.app, &mut self.cache))?;
+            crate::finder::Finder::refresh(&mut self.app);
+            self.render(terminal)?;
         }
     }
 
@@ -286,6 +400,13 @@ impl Ui {
             TermEvent::Key(key) => self.app.on_key(key),
             TermEvent::Paste(text) => {
                 self.app.on_paste(&text);
+                Vec::new()
+            }
+            TermEvent::Resize(cols, rows) => {
+                if let Some(screen) = self.inline.as_mut() {
+                    screen.resize(cols, rows);
+                    self.redraw = true;
+                }
                 Vec::new()
             }
             _ => Vec::new(),
@@ -327,12 +448,37 @@ impl Ui {
             return false;
         };
         let result = match action {
-            Action::Send(text) => live.handle.followup(text),
+            Action::Send(text) => {
+                // `@path` mentions attach the files (docs/tui.md, "File mentions").
+                let (mut message, attached) =
+                    crate::mentions::user_message(&text, &self.options.cwd);
+                if !attached.skipped.is_empty() {
+                    let text = attached.skipped.join("\n");
+                    self.app.transcript.notice(NoticeLevel::Warn, text);
+                }
+                // Image paths and `@image.png` mentions attach images (docs/tui.md, "Images").
+                let images = crate::attach::attach_images(
+                    &mut message,
+                    &text,
+                    &attached.images,
+                    &self.options.cwd,
+                );
+                if !images.problems.is_empty() {
+                    let text = images.problems.join("\n");
+                    self.app.transcript.notice(NoticeLevel::Warn, text);
+                }
+                live.handle.followup_message(message)
+            }
             Action::Steer(text) => live.handle.steer(text),
             Action::Cancel => {
                 let (turn, step) = live.handle.pending();
                 live.handle.cancel(false);
-                let queued: Vec<String> = step.iter().chain(&turn).map(|m| m.text()).collect();
+                let queued: Vec<String> = step
+                    .iter()
+                    .chain(&turn)
+                    .filter(|m| matches!(m.source, dsh_llm::MessageSource::User))
+                    .map(crate::mentions::typed_part)
+                    .collect();
                 if !queued.is_empty() {
                     let mut text = queued.join("\n\n");
                     if !self.app.composer.is_empty() {
@@ -417,7 +563,75 @@ impl Ui {
                 let id = live.handle.session_id();
                 self.export_session(id, path);
             }
+            SlashCommand::Undo | SlashCommand::Diff | SlashCommand::Status | SlashCommand::Init => {
+                let handle = live.handle.clone();
+                self.session_command(command, handle);
+            }
         }
+    }
+
+    /// `/undo`, `/diff`, `/status` and `/init` (docs/tui.md, "Undo and diff"). The first three
+    /// read the session log off the UI thread and report back as [`Background::Report`].
+    fn session_command(&mut self, command: SlashCommand, handle: AgentHandle) {
+        let cwd = self.options.cwd.clone();
+        if command == SlashCommand::Init {
+            return crate::worktree::init(&mut self.app, &handle, &cwd);
+        }
+        if command == SlashCommand::Undo && self.app.transcript.running {
+            self.app.hint = Some("a turn is running: cancel it first (Ctrl-C), then /undo".into());
+            return;
+        }
+        let id = handle.session_id();
+        let preset = handle.permission().as_str().to_string();
+        self.with_store(
+            move |store| {
+                let events = store.load(&id)?.events;
+                let show: Box<dyn FnOnce(&mut App) + Send> = match command {
+                    SlashCommand::Undo => {
+                        let report = crate::worktree::undo_last_turn(&events, &handle, &cwd);
+                        Box::new(move |app: &mut App| {
+                            let level = if report.done {
+                                NoticeLevel::Info
+                            } else {
+                                NoticeLevel::Error
+                            };
+                            app.transcript.notice(level, report.message);
+                        })
+                    }
+                    SlashCommand::Diff => {
+                        let lines = crate::worktree::diff_lines(&events, &cwd);
+                        Box::new(move |app: &mut App| {
+                            app.pager = Some(crate::pager::Pager::new("/diff", lines));
+                        })
+                    }
+                    _ => {
+                        let location = handle.location();
+                        Box::new(move |app: &mut App| {
+                            let facts = crate::status::StatusFacts {
+                                session_id: id,
+                                location,
+                                preset,
+                                cwd: &cwd,
+                                events: &events,
+                            };
+                            let text = crate::status::status_text(app, &facts);
+                            info(app, text);
+                        })
+                    }
+                };
+                Ok(show)
+            },
+            |result| {
+                Background::Report(result.unwrap_or_else(|err| {
+                    Box::new(move |app: &mut App| {
+                        app.transcript.notice(
+                            NoticeLevel::Error,
+                            format!("cannot read the session log: {err:#}"),
+                        )
+                    })
+                }))
+            },
+        );
     }
 
     /// `/help`: the built-in commands and the session's own (skills, ...).
@@ -576,6 +790,24 @@ impl Ui {
         self.app.status.context_window = opened.agent.model_info().context_window;
         self.app.status.model = call.model.clone();
         self.app.session_id = Some(handle.session_id());
+        let header = Header {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            model: call.model.clone(),
+            effort: call.reasoning_effort.map(|e| e.as_str().to_string()),
+            preset: handle.permission().as_str().to_string(),
+            cwd: short_path(
+                &self.options.cwd,
+                std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+            ),
+            // A session with turns in its log is a resumed one.
+            resumed: log
+                .events
+                .iter()
+                .any(|e| matches!(e.event, dsh_session::Event::TurnStart(_)))
+                .then(|| handle.session_id()),
+        };
+        self.app.transcript.cells.push(Cell::Header(header.clone()));
+        self.header = Some(header);
         for envelope in &log.events {
             self.app.transcript.apply(envelope);
         }
@@ -648,6 +880,9 @@ impl Ui {
             ),
             Background::Reloaded(Ok(log)) => {
                 let mut transcript = Transcript::new();
+                if let Some(header) = &self.header {
+                    transcript.cells.push(Cell::Header(header.clone()));
+                }
                 for envelope in &log.events {
                     transcript.apply(envelope);
                 }
@@ -666,6 +901,7 @@ impl Ui {
                     format!("the display missed events and could not reload the log: {err:#}"),
                 );
             }
+            Background::Report(show) => show(&mut self.app),
             Background::Listed(Err(err))
             | Background::Forked(Err(err))
             | Background::Exported(Err(err)) => self
@@ -736,6 +972,10 @@ impl Ui {
             drop(live.task);
         }
         self.app.transcript = Transcript::new();
+        if let Some(screen) = self.inline.as_mut() {
+            screen.emitted = 0;
+        }
+        self.header = None;
         self.app.session_id = None;
         self.app.queue.clear();
         self.app.user_commands.clear();

@@ -1,8 +1,10 @@
-//! Entering and leaving the terminal's interactive mode. The terminal is restored on every
-//! way out: normal exit and errors (the guard's `Drop`) and panics (a hook that restores
-//! before the default hook prints).
+//! Entering and leaving the terminal's interactive mode, inline (the normal screen, the
+//! default) or on the alternate screen (`--alt-screen`, docs/tui.md, "Modes"). The terminal is
+//! restored on every way out: normal exit and errors (the guard's `Drop`) and panics (a hook
+//! that restores before the default hook prints).
 
 use std::io::{stdout, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossterm::event::{
     DisableBracketedPaste, EnableBracketedPaste, KeyboardEnhancementFlags,
@@ -13,32 +15,39 @@ use crossterm::terminal::{
     disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
 };
 
-/// Raw mode, alternate screen, bracketed paste and disambiguated keys while alive.
+/// Raw mode, bracketed paste, disambiguated keys and, with `--alt-screen`, the alternate
+/// screen while alive.
 pub struct TerminalGuard {
-    _private: (),
+    /// The cursor's row when the UI started (where the inline mode's live area begins), if
+    /// the terminal answered the query.
+    pub cursor_row: Option<u16>,
 }
 
-/// Puts the terminal back: leaves the alternate screen, pops the keyboard flags, disables
-/// bracketed paste and raw mode, shows the cursor. Safe to call more than once; errors are
-/// ignored because there is nothing better to do with them on the way out.
+/// Whether the alternate screen was entered (so that only then it is left: leaving it when
+/// it was never entered restores a stale saved cursor on some terminals).
+static ON_ALT_SCREEN: AtomicBool = AtomicBool::new(false);
+
+/// Puts the terminal back: leaves the alternate screen if it was entered, pops the keyboard
+/// flags, disables bracketed paste and raw mode, shows the cursor. Safe to call more than
+/// once; errors are ignored because there is nothing better to do with them on the way out.
 pub fn restore_terminal() {
     let mut out = stdout();
-    let _ = execute!(
-        out,
-        PopKeyboardEnhancementFlags,
-        DisableBracketedPaste,
-        LeaveAlternateScreen,
-        crossterm::cursor::Show
-    );
+    let _ = execute!(out, PopKeyboardEnhancementFlags, DisableBracketedPaste);
+    if ON_ALT_SCREEN.swap(false, Ordering::SeqCst) {
+        let _ = execute!(out, LeaveAlternateScreen);
+    }
+    let _ = execute!(out, crossterm::cursor::Show);
     let _ = disable_raw_mode();
     let _ = out.flush();
 }
 
 impl TerminalGuard {
-    /// Enters interactive mode and installs the panic hook. Keyboard enhancement (so that
-    /// Shift-Enter is seen) is requested without querying support: terminals that lack it
-    /// ignore the request, and a query would block start-up on a round trip.
-    pub fn enter() -> std::io::Result<TerminalGuard> {
+    /// Enters interactive mode (on the alternate screen when `alt_screen`) and installs the
+    /// panic hook. Keyboard enhancement (so that Shift-Enter is seen) is requested without
+    /// querying support: terminals that lack it ignore the request, and a query would block
+    /// start-up on a round trip. The inline mode asks for the cursor row instead (one round
+    /// trip, given up after crossterm's timeout when a terminal does not answer).
+    pub fn enter(alt_screen: bool) -> std::io::Result<TerminalGuard> {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             restore_terminal();
@@ -46,9 +55,18 @@ impl TerminalGuard {
         }));
         enable_raw_mode()?;
         let mut out = stdout();
+        let cursor_row = if alt_screen {
+            ON_ALT_SCREEN.store(true, Ordering::SeqCst);
+            if let Err(err) = execute!(out, EnterAlternateScreen) {
+                restore_terminal();
+                return Err(err);
+            }
+            None
+        } else {
+            crossterm::cursor::position().ok().map(|(_, row)| row)
+        };
         let entered = execute!(
             out,
-            EnterAlternateScreen,
             EnableBracketedPaste,
             PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
         );
@@ -56,7 +74,7 @@ impl TerminalGuard {
             restore_terminal();
             return Err(err);
         }
-        Ok(TerminalGuard { _private: () })
+        Ok(TerminalGuard { cursor_row })
     }
 }
 

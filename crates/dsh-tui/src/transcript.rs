@@ -83,6 +83,9 @@ pub enum Cell {
     },
     /// A tool call card.
     Tool(ToolCard),
+    /// The welcome header: version, model and effort, preset, working directory and tips
+    /// (docs/tui.md, "Header"), first in a new or resumed session.
+    Header(Header),
     /// A retry, compaction, approval, turn end or command output.
     Notice {
         /// Colour.
@@ -90,6 +93,23 @@ pub enum Cell {
         /// The text.
         text: String,
     },
+}
+
+/// What the welcome header shows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Header {
+    /// dsh's version.
+    pub version: String,
+    /// The model new requests use.
+    pub model: String,
+    /// Its reasoning effort, if one is set.
+    pub effort: Option<String>,
+    /// The permission preset.
+    pub preset: String,
+    /// The working directory, the home directory shortened to `~`.
+    pub cwd: String,
+    /// The id of the resumed session (`None` for a new one).
+    pub resumed: Option<String>,
 }
 
 /// What the status line shows, kept up to date by [`Transcript::apply`].
@@ -149,6 +169,10 @@ pub struct Transcript {
     last_seq: Option<u64>,
     /// Bumped on every change, so views can cache.
     pub revision: u64,
+    /// When the running turn started (as this view saw its `turn/start`).
+    pub turn_started: Option<std::time::Instant>,
+    /// Text and reasoning deltas streamed by the running turn (about one token each).
+    pub streamed: u64,
 }
 
 impl Transcript {
@@ -167,6 +191,27 @@ impl Transcript {
         self.revision += 1;
     }
 
+    /// How many leading cells are final: they will not change any more (no streaming text,
+    /// no running tool, nothing a retry or the final message could replace), so the inline
+    /// view can write them into the terminal's scrollback (docs/tui.md, "Modes").
+    pub fn settled_len(&self) -> usize {
+        if !self.running {
+            return self.cells.len();
+        }
+        let end = self
+            .preview_start
+            .unwrap_or(self.cells.len())
+            .min(self.cells.len());
+        self.cells[..end]
+            .iter()
+            .position(|cell| match cell {
+                Cell::Tool(card) => card.status == ToolStatus::Running,
+                Cell::Assistant { streaming, .. } | Cell::Reasoning { streaming, .. } => *streaming,
+                _ => false,
+            })
+            .unwrap_or(end)
+    }
+
     /// Folds one session event in. Events at or below the highest seq already applied are
     /// ignored, so history and live events may overlap.
     pub fn apply(&mut self, envelope: &Envelope) {
@@ -176,9 +221,14 @@ impl Transcript {
         self.last_seq = Some(envelope.seq);
         self.revision += 1;
         match &envelope.event {
-            Event::TurnStart(_) => self.running = true,
+            Event::TurnStart(_) => {
+                self.running = true;
+                self.turn_started = Some(std::time::Instant::now());
+                self.streamed = 0;
+            }
             Event::TurnEnd(end) => {
                 self.running = false;
+                self.turn_started = None;
                 self.end_preview();
                 self.turn_end(&end.reason);
             }
@@ -186,7 +236,7 @@ impl Transcript {
                 if matches!(message.source, MessageSource::User) {
                     self.end_preview();
                     self.cells.push(Cell::User {
-                        text: message.text(),
+                        text: crate::mentions::typed_text(message),
                     });
                 }
             }
@@ -263,6 +313,7 @@ impl Transcript {
             Chunk::ReasoningDelta { index, text } => (*index, text, true),
             _ => return,
         };
+        self.streamed += 1;
         if self.preview_start.is_none() {
             self.preview_start = Some(self.cells.len());
         }

@@ -17,6 +17,7 @@ use crate::cards::render_cell;
 use crate::commands::PERMISSION_PRESETS;
 use crate::question::QuestionForm;
 use crate::transcript::{Cell, ToolStatus};
+use crate::wrap::wrap_lines;
 
 /// Rendered lines of one cell, valid while its key and the width are unchanged.
 #[derive(Default)]
@@ -54,6 +55,7 @@ fn cell_key(cell: &Cell, expand: bool) -> u64 {
             (3u8, status, &card.call_id).hash(&mut h)
         }
         Cell::Notice { text, .. } => (4u8, text.len()).hash(&mut h),
+        Cell::Header(header) => (5u8, header).hash(&mut h),
     }
     h.finish()
 }
@@ -64,8 +66,100 @@ fn wrapped_height(lines: &[Line<'static>], width: u16) -> usize {
         .line_count(width)
 }
 
-/// Draws the whole screen.
+/// Rows of the parts below the conversation, for one frame.
+struct Parts {
+    popup: u16,
+    queue: u16,
+    hint: u16,
+    bottom: u16,
+}
+
+/// The most rows a box replacing the composer may take on a screen of `rows`.
+fn box_limit(rows: u16) -> u16 {
+    (rows.saturating_mul(2) / 3).max(5)
+}
+
+fn parts(app: &App, width: u16, rows: u16, inline: bool) -> Parts {
+    let (composer_rows, _) = app.composer.layout(width.saturating_sub(2));
+    let bottom = if let Some(pending) = app.approvals.front() {
+        let (fixed, body) = approval_lines(pending);
+        let inner = wrapped_height(&fixed, width.saturating_sub(2))
+            + wrapped_height(&body, width.saturating_sub(2));
+        (u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)).clamp(4, box_limit(rows))
+    } else if let Some(q) = app.questions.front() {
+        let (lines, _) = question_lines(&q.form);
+        let inner = wrapped_height(&lines, width.saturating_sub(2));
+        (u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)).clamp(3, box_limit(rows))
+    } else if let Some(preset) = app.confirm_permission {
+        let inner = wrapped_height(&confirm_lines(app, preset), width.saturating_sub(2));
+        u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)
+    } else {
+        (composer_rows.len() as u16).clamp(1, 8) + 2
+    };
+    // Popups over the conversation in the full-screen mode; rows of their own inline.
+    let popup = if !inline || app.modal() && app.permission_menu.is_none() && app.picker.is_none() {
+        0
+    } else if app.permission_menu.is_some() {
+        PERMISSION_PRESETS.len() as u16 + 2
+    } else if let Some(picker) = &app.picker {
+        (picker.sessions.len() as u16 + 2).clamp(3, (rows / 2).max(3))
+    } else {
+        (app.completions().len() as u16)
+            .max(app.finder.popup_rows())
+            .min(10)
+    };
+    Parts {
+        popup,
+        queue: app.queue.len().min(4) as u16,
+        hint: u16::from(app.hint.is_some() || app.transcript.running || app.loading),
+        bottom,
+    }
+}
+
+/// Draws the whole screen (the full-screen mode, `--alt-screen`).
 pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
+    let rows = frame.area().height;
+    draw_screen(frame, app, cache, 0, false, rows);
+}
+
+/// Rows the inline mode's live area wants on a screen of `cols` x `rows`: the cells from
+/// `first` on (those not yet written as history), popups, queue, hint, the composer or the
+/// box in its place, and the status line; at most `rows`.
+pub fn live_height(app: &App, cache: &mut ViewCache, cols: u16, rows: u16, first: usize) -> u16 {
+    if app.pager.is_some() {
+        // `/diff`'s view takes the whole screen (crate::pager).
+        return rows.max(1);
+    }
+    let parts = parts(app, cols.max(4), rows, true);
+    let conversation = cells_height(app, cache, cols.max(4), first);
+    let fixed = parts.popup + parts.queue + parts.hint + parts.bottom + 1;
+    let want = u16::try_from(conversation)
+        .unwrap_or(u16::MAX)
+        .saturating_add(fixed);
+    want.clamp(1, rows.max(1))
+}
+
+/// Draws the inline mode's live area: the cells from `first` on, then the rest as in
+/// [`draw`], with popups on rows of their own. `rows` is the screen's height (boxes are sized
+/// for it, as in [`live_height`]).
+pub fn draw_live(
+    frame: &mut Frame<'_>,
+    app: &mut App,
+    cache: &mut ViewCache,
+    first: usize,
+    rows: u16,
+) {
+    draw_screen(frame, app, cache, first, true, rows);
+}
+
+fn draw_screen(
+    frame: &mut Frame<'_>,
+    app: &mut App,
+    cache: &mut ViewCache,
+    first: usize,
+    inline: bool,
+    rows: u16,
+) {
     let area = frame.area();
     let width = area.width.max(4);
     let (composer_rows, cursor) = app.composer.layout(width.saturating_sub(2));
@@ -73,47 +167,23 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
     let confirm = app
         .confirm_permission
         .map(|preset| confirm_lines(app, preset));
-    let bottom_height: u16 = if !app.approvals.is_empty() {
-        6
-    } else if let Some((lines, _)) = &question {
-        let inner = wrapped_height(lines, width.saturating_sub(2));
-        let most = (area.height.saturating_mul(2) / 3).max(5);
-        (u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)).clamp(3, most)
-    } else if let Some(lines) = &confirm {
-        let inner = wrapped_height(lines, width.saturating_sub(2));
-        u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)
-    } else {
-        (composer_rows.len() as u16).clamp(1, 8) + 2
-    };
-    let queue_height = app.queue.len().min(4) as u16;
-    let hint_height = u16::from(app.hint.is_some() || app.transcript.running || app.loading);
-    let [conversation, queue, hint, bottom, status] = Layout::vertical([
-        Constraint::Min(1),
-        Constraint::Length(queue_height),
-        Constraint::Length(hint_height),
-        Constraint::Length(bottom_height),
+    let parts = parts(app, width, rows, inline);
+    let [conversation, popup, queue, hint, bottom, status] = Layout::vertical([
+        Constraint::Min(0),
+        Constraint::Length(parts.popup),
+        Constraint::Length(parts.queue),
+        Constraint::Length(parts.hint),
+        Constraint::Length(parts.bottom),
         Constraint::Length(1),
     ])
     .areas(area);
     app.page = usize::from(conversation.height);
-    draw_conversation(frame, app, cache, conversation);
+    draw_conversation(frame, app, cache, conversation, first);
 
     frame.render_widget(Paragraph::new(queue_lines(app)), queue);
+    frame.render_widget(Paragraph::new(hint_line(app)), hint);
 
-    let hint_text = match (&app.hint, app.loading, app.transcript.running) {
-        (Some(hint), _, _) => hint.clone(),
-        (None, true, _) => "opening the session…".to_string(),
-        (None, false, true) => {
-            "working… Ctrl-C cancels · Enter queues a followup · Ctrl-S steers".to_string()
-        }
-        _ => String::new(),
-    };
-    frame.render_widget(
-        Paragraph::new(Span::styled(hint_text, Style::default().fg(Color::Yellow))),
-        hint,
-    );
-
-    if let Some(pending) = app.approvals.front() {
+    if let Some(pending) = app.approvals.front_mut() {
         draw_approval(frame, pending, bottom);
     } else if let (Some(pending), Some((lines, highlight))) = (app.questions.front(), question) {
         draw_question(frame, &pending.form, lines, highlight, bottom);
@@ -130,7 +200,7 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
         );
     } else {
         let visible = usize::from(bottom.height.saturating_sub(2)).max(1);
-        let first = usize::from(cursor.0).saturating_sub(visible - 1);
+        let first_row = usize::from(cursor.0).saturating_sub(visible - 1);
         let rows: Vec<Line<'static>> = if app.composer.is_empty() {
             vec![Line::from(Span::styled(
                 "Ask dsh anything · /help for commands",
@@ -139,7 +209,7 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
         } else {
             composer_rows
                 .iter()
-                .skip(first)
+                .skip(first_row)
                 .map(|r| Line::from(r.clone()))
                 .collect()
         };
@@ -149,81 +219,184 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
         frame.render_widget(Paragraph::new(rows).block(block), bottom);
         if app.picker.is_none() && app.permission_menu.is_none() {
             let x = bottom.x + cursor.1.min(bottom.width.saturating_sub(1));
-            let y = bottom.y + 1 + cursor.0.saturating_sub(first as u16);
+            let y = bottom.y + 1 + cursor.0.saturating_sub(first_row as u16);
             frame.set_cursor_position(Position::new(x, y));
         }
-        draw_completions(frame, app, bottom);
-        draw_permission_menu(frame, app, bottom);
+        // Inline: the popup has its own rows. Full screen: over the conversation, never
+        // over its first line.
+        let room = if inline {
+            popup
+        } else {
+            let free = bottom.y.saturating_sub(conversation.y + 1);
+            Rect::new(bottom.x, bottom.y - free, bottom.width, free)
+        };
+        draw_completions(frame, app, room);
+        draw_permission_menu(frame, app, room);
+        crate::finder::draw_finder(frame, app, room);
     }
     frame.render_widget(Paragraph::new(status_line(app)), status);
-    draw_picker(frame, app, area);
+    if inline {
+        draw_picker(frame, app, popup, true);
+    } else {
+        draw_picker(frame, app, area, false);
+    }
+    crate::pager::draw_pager(frame, app, area);
 }
 
-/// The box asking to approve a tool call, with the choices the request offers and the rule
-/// they would remember.
-fn draw_approval(frame: &mut Frame<'_>, pending: &PendingApproval, bottom: Rect) {
+/// The line above the composer: a hint when there is one, else the working indicator while
+/// a turn runs (spinner, elapsed time, streamed tokens, how to interrupt).
+pub fn hint_line(app: &App) -> Line<'static> {
+    let yellow = Style::default().fg(Color::Yellow);
+    if let Some(hint) = &app.hint {
+        return Line::from(Span::styled(hint.clone(), yellow));
+    }
+    if app.loading {
+        return Line::from(Span::styled("opening the session…", yellow));
+    }
+    if !app.transcript.running {
+        return Line::default();
+    }
+    let elapsed = app
+        .transcript
+        .turn_started
+        .map(|t| t.elapsed())
+        .unwrap_or_default();
+    const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+    let frame = SPINNER[(elapsed.as_millis() / 100) as usize % SPINNER.len()];
+    let secs = elapsed.as_secs();
+    let time = if secs < 60 {
+        format!("{secs}s")
+    } else {
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    };
+    let dim = Style::default().fg(Color::DarkGray);
+    Line::from(vec![
+        Span::styled(format!("{frame} "), Style::default().fg(Color::Cyan)),
+        Span::styled("Working", Style::default().add_modifier(Modifier::BOLD)),
+        Span::styled(
+            format!(
+                " ({time} · ↓ {} tokens · Esc to interrupt)",
+                short_tokens(app.transcript.streamed)
+            ),
+            dim,
+        ),
+        Span::styled(" · Enter queues a followup · Ctrl-S steers", dim),
+    ])
+}
+
+/// The approval box's lines: the fixed ones (choices, tool and reason, the rule) and the
+/// scrollable body (every argument of the call, each `key: value`, long values wrapped).
+pub fn approval_lines(pending: &PendingApproval) -> (Vec<Line<'static>>, Vec<Line<'static>>) {
     let request = &pending.request;
-    let args: String = request
-        .arguments
-        .replace('\n', " ")
-        .chars()
-        .take(
-            usize::from(bottom.width.saturating_sub(4)).saturating_sub(request.tool_name.len() + 1),
-        )
-        .collect();
     let mut choices = vec![Span::styled(
         "[y] allow once",
         Style::default().fg(Color::Green),
     )];
     if request.offers(dsh_agent::ApprovalChoice::AllowSession) {
-        choices.push(Span::raw("   "));
+        choices.push(Span::raw("  "));
         choices.push(Span::styled(
-            "[s] this session",
+            "[s] for this session",
             Style::default().fg(Color::Green),
         ));
     }
     if request.offers(dsh_agent::ApprovalChoice::AllowAlways) {
-        choices.push(Span::raw("   "));
+        choices.push(Span::raw("  "));
         choices.push(Span::styled(
             "[a] always",
             Style::default().fg(Color::Green),
         ));
     }
-    choices.push(Span::raw("   "));
-    choices.push(Span::styled("[n] reject", Style::default().fg(Color::Red)));
-    let mut lines = vec![
-        Line::from(choices),
-        Line::from(vec![
-            Span::styled(
-                format!("{} ", request.tool_name),
-                Style::default().add_modifier(Modifier::BOLD),
-            ),
-            Span::raw(args),
-        ]),
-        Line::from(Span::styled(
-            request.reason.clone(),
-            Style::default().fg(Color::Gray),
-        )),
-    ];
+    choices.push(Span::raw("  "));
+    choices.push(Span::styled("[n] deny", Style::default().fg(Color::Red)));
+    // The reason names the tool as a rule; else the tool goes first.
+    let mut why = Vec::new();
+    if !request.reason.starts_with(&request.tool_name) {
+        why.push(Span::styled(
+            format!("{}: ", request.tool_name),
+            Style::default().add_modifier(Modifier::BOLD),
+        ));
+    }
+    why.push(Span::styled(
+        request.reason.clone(),
+        Style::default().fg(Color::Gray),
+    ));
+    let mut fixed = vec![Line::from(choices), Line::from(why)];
     if let Some(rule) = request.rule.as_ref().filter(|_| {
         request.offers(dsh_agent::ApprovalChoice::AllowSession)
             || request.offers(dsh_agent::ApprovalChoice::AllowAlways)
     }) {
-        lines.push(Line::from(Span::styled(
+        fixed.push(Line::from(Span::styled(
             format!("[s]/[a] would allow {}", rule.describe()),
             Style::default().fg(Color::Gray),
         )));
     }
-    let block = Block::default()
+    let key_style = Style::default().fg(Color::Cyan);
+    let loud = Style::default()
+        .fg(Color::Yellow)
+        .add_modifier(Modifier::BOLD);
+    let mut body = Vec::new();
+    match serde_json::from_str::<serde_json::Value>(&request.arguments) {
+        Ok(serde_json::Value::Object(map)) => {
+            for (key, value) in &map {
+                let style = if key == "sandbox_permissions" || key == "justification" {
+                    loud
+                } else {
+                    Style::default()
+                };
+                let text = match value {
+                    serde_json::Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                for (i, part) in text.split('\n').enumerate() {
+                    let label = if i == 0 {
+                        format!("{key}: ")
+                    } else {
+                        " ".repeat(key.chars().count() + 2)
+                    };
+                    body.push(Line::from(vec![
+                        Span::styled(label, key_style),
+                        Span::styled(part.to_string(), style),
+                    ]));
+                }
+            }
+        }
+        _ => {
+            for part in request.arguments.split('\n') {
+                body.push(Line::from(part.to_string()));
+            }
+        }
+    }
+    (fixed, body)
+}
+
+/// The box asking to approve a tool call: the choices the request offers, the tool, the reason
+/// and the rule on top; every argument below, scrolled with Up/Down/PgUp/PgDn.
+fn draw_approval(frame: &mut Frame<'_>, pending: &mut PendingApproval, bottom: Rect) {
+    let (fixed, body) = approval_lines(pending);
+    let inner_width = bottom.width.saturating_sub(2);
+    let fixed = wrap_lines(&fixed, inner_width);
+    let body = wrap_lines(&body, inner_width);
+    let inner_height = usize::from(bottom.height.saturating_sub(2));
+    let room = inner_height.saturating_sub(fixed.len()).max(1);
+    let most = body.len().saturating_sub(room);
+    pending.scroll = pending.scroll.min(most);
+    let mut block = Block::default()
         .borders(Borders::ALL)
         .border_style(Style::default().fg(Color::Yellow))
         .title(" approval needed ");
-    frame.render_widget(
-        Paragraph::new(lines)
-            .block(block)
-            .wrap(Wrap { trim: false }),
-        bottom,
-    );
+    if most > 0 {
+        block = block.title_bottom(format!(
+            " ↑↓ PgUp PgDn scroll · lines {}-{} of {} ",
+            pending.scroll + 1,
+            (pending.scroll + room).min(body.len()),
+            body.len()
+        ));
+    }
+    let lines: Vec<Line<'static>> = fixed
+        .into_iter()
+        .chain(body.into_iter().skip(pending.scroll).take(room))
+        .collect();
+    frame.render_widget(Paragraph::new(lines).block(block), bottom);
 }
 
 /// Queued followups and steering messages, at most four.
@@ -396,17 +569,17 @@ fn draw_question(
     );
 }
 
-/// A popup of `height` rows (at most what fits) right above the composer, as wide as it.
-fn above(composer: Rect, height: u16) -> Rect {
-    let height = height.min(composer.y);
-    Rect::new(composer.x, composer.y - height, composer.width, height)
+/// The bottom `height` rows of `room` (a popup right above the composer).
+fn above(room: Rect, height: u16) -> Rect {
+    let height = height.min(room.height);
+    Rect::new(room.x, room.y + room.height - height, room.width, height)
 }
 
-fn draw_permission_menu(frame: &mut Frame<'_>, app: &App, composer: Rect) {
+fn draw_permission_menu(frame: &mut Frame<'_>, app: &App, room: Rect) {
     let Some(menu) = &app.permission_menu else {
         return;
     };
-    let area = above(composer, PERMISSION_PRESETS.len() as u16 + 2);
+    let area = above(room, PERMISSION_PRESETS.len() as u16 + 2);
     let lines: Vec<Line<'static>> = PERMISSION_PRESETS
         .iter()
         .enumerate()
@@ -437,27 +610,52 @@ fn draw_permission_menu(frame: &mut Frame<'_>, app: &App, composer: Rect) {
     frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 
-fn draw_conversation(frame: &mut Frame<'_>, app: &App, cache: &mut ViewCache, area: Rect) {
+/// Lays out the cells from `first` on (cached per cell) and returns their total height;
+/// stops once `want` rows are laid out, counting from the last cell.
+fn layout_cells(
+    app: &App,
+    cache: &mut ViewCache,
+    width: u16,
+    first: usize,
+    want: usize,
+) -> (usize, usize) {
     let cells = &app.transcript.cells;
     cache.cells.resize_with(cells.len(), CachedCell::default);
-    let want = usize::from(area.height) + app.scroll;
+    let first = first.min(cells.len());
     let mut total = 0;
-    let mut first = cells.len();
-    while first > 0 && total < want {
-        first -= 1;
-        let key = cell_key(&cells[first], app.expand_reasoning);
-        let entry = &mut cache.cells[first];
-        if entry.key != key || entry.width != area.width || entry.lines.is_empty() {
+    let mut start = cells.len();
+    while start > first && total < want {
+        start -= 1;
+        let key = cell_key(&cells[start], app.expand_reasoning);
+        let entry = &mut cache.cells[start];
+        if entry.key != key || entry.width != width || entry.lines.is_empty() {
             let mut lines = vec![Line::default()];
-            lines.extend(render_cell(&cells[first], app.expand_reasoning));
-            entry.height = wrapped_height(&lines, area.width);
-            entry.lines = lines;
+            lines.extend(render_cell(&cells[start], app.expand_reasoning));
+            entry.lines = wrap_lines(&lines, width);
+            entry.height = entry.lines.len();
             entry.key = key;
-            entry.width = area.width;
+            entry.width = width;
         }
         total += entry.height;
     }
-    let lines: Vec<Line<'static>> = cache.cells[first..]
+    (start, total)
+}
+
+/// Rows the cells from `first` on take at `width`.
+fn cells_height(app: &App, cache: &mut ViewCache, width: u16, first: usize) -> usize {
+    layout_cells(app, cache, width, first, usize::MAX).1
+}
+
+fn draw_conversation(
+    frame: &mut Frame<'_>,
+    app: &App,
+    cache: &mut ViewCache,
+    area: Rect,
+    first: usize,
+) {
+    let want = usize::from(area.height) + app.scroll;
+    let (start, total) = layout_cells(app, cache, area.width, first, want);
+    let lines: Vec<Line<'static>> = cache.cells[start..]
         .iter()
         .flat_map(|c| c.lines.iter().cloned())
         .collect();
@@ -465,20 +663,15 @@ fn draw_conversation(frame: &mut Frame<'_>, app: &App, cache: &mut ViewCache, ar
     // When scrolled past the top, clamp to the first line.
     let top = total.saturating_sub(view + app.scroll);
     let top = u16::try_from(top).unwrap_or(u16::MAX);
-    frame.render_widget(
-        Paragraph::new(lines)
-            .wrap(Wrap { trim: false })
-            .scroll((top, 0)),
-        area,
-    );
+    frame.render_widget(Paragraph::new(lines).scroll((top, 0)), area);
 }
 
-fn draw_completions(frame: &mut Frame<'_>, app: &App, composer: Rect) {
+fn draw_completions(frame: &mut Frame<'_>, app: &App, room: Rect) {
     let matches = app.completions();
-    if matches.is_empty() {
+    if matches.is_empty() || app.permission_menu.is_some() {
         return;
     }
-    let area = above(composer, matches.len() as u16);
+    let area = above(room, matches.len() as u16);
     let lines: Vec<Line<'static>> = matches
         .iter()
         .enumerate()
@@ -498,20 +691,27 @@ fn draw_completions(frame: &mut Frame<'_>, app: &App, composer: Rect) {
     frame.render_widget(Paragraph::new(lines), area);
 }
 
-fn draw_picker(frame: &mut Frame<'_>, app: &App, screen: Rect) {
+/// The `/resume` picker: inline, in the rows given to it; full screen, centred below the
+/// conversation's first line.
+fn draw_picker(frame: &mut Frame<'_>, app: &App, screen: Rect, inline: bool) {
     let Some(picker) = &app.picker else { return };
-    let width = screen.width.saturating_sub(4).min(100);
-    let height = screen
-        .height
-        .saturating_sub(4)
-        .min(picker.sessions.len() as u16 + 2)
-        .max(3);
-    let area = Rect::new(
-        screen.x + (screen.width - width) / 2,
-        screen.y + 1,
-        width,
-        height,
-    );
+    let area = if inline {
+        screen
+    } else {
+        let width = screen.width.saturating_sub(4).min(100);
+        let height = screen
+            .height
+            .saturating_sub(4)
+            .min(picker.sessions.len() as u16 + 2)
+            .max(3);
+        Rect::new(
+            screen.x + (screen.width - width) / 2,
+            screen.y + 1,
+            width,
+            height,
+        )
+    };
+    let height = area.height;
     let rows = usize::from(height.saturating_sub(2)).max(1);
     let first = picker.selected.saturating_sub(rows - 1);
     let lines: Vec<Line<'static>> = if picker.sessions.is_empty() {

@@ -117,3 +117,129 @@ async fn plan_is_a_session_mode_and_the_review_is_a_permission_request() {
         "{switched:?}"
     );
 }
+
+/// A client that renders forms (`clientCapabilities.elicitation.form`) gets "Approve with
+/// edits": the plan editor is an `elicitation/create` form prefilled with the plan, and the
+/// edited plan is what the model reads; "Keep planning" asks for feedback the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_with_edits_is_an_elicitation_form_prefilled_with_the_plan() {
+    let plan = "# Add a greeting flag\n\n- parse `--greeting`";
+    let edited = "# Add a greeting flag\n\n- parse `--greeting`\n- document it in the README";
+    let present = |id: &str| {
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(
+                    0,
+                    id,
+                    "exit_plan_mode",
+                    &json!({ "plan": plan }).to_string(),
+                )
+                .finish("tool_calls", None),
+        )
+    };
+    let provider = FakeProvider::start(vec![
+        present("call_p1"),
+        present("call_p2"),
+        ScriptedReply::from(SseReply::new().text("ok").finish("stop", None)),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd_dir = tempfile::tempdir().unwrap();
+    let cwd = std::fs::canonicalize(cwd_dir.path()).unwrap();
+    let mut factory = TestFactory::new(
+        provider.base_url(),
+        home.path(),
+        PermissionPreset::WorkspaceWrite,
+    );
+    factory.plan = true;
+    let mut client = connect(factory);
+    let id = client
+        .request(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {"elicitation": {"form": {}}}}),
+        )
+        .await;
+    client.response(id, "").await;
+    let session = new_session(&mut client, &cwd).await;
+    let id = client
+        .request(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "plan"}),
+        )
+        .await;
+    client.response(id, "").await;
+
+    // First review: Keep planning, with feedback typed in the form. Second: Approve with
+    // edits, the form's plan replaced by the user's version.
+    let id = client
+        .request("session/prompt", prompt(&session, "plan a flag"))
+        .await;
+    let mut reviews = 0;
+    let answer = client
+        .response_with(id, |request| {
+            if request["method"] == "elicitation/create" {
+                return Some(if reviews == 1 {
+                    json!({"action": "accept", "content": {"feedback": "mention the README"}})
+                } else {
+                    json!({"action": "accept", "content": {"plan": edited}})
+                });
+            }
+            reviews += 1;
+            let option = if reviews == 1 {
+                "answer-1"
+            } else {
+                "plan-edit"
+            };
+            Some(json!({"outcome": {"outcome": "selected", "optionId": option}}))
+        })
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+
+    let asked: Vec<&Value> = client
+        .seen
+        .iter()
+        .filter(|l| l["method"] == "session/request_permission")
+        .collect();
+    assert_eq!(asked.len(), 2);
+    let names: Vec<&str> = asked[0]["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "Approve",
+            "Approve with edits",
+            "Keep planning",
+            "Don't answer"
+        ]
+    );
+    let forms: Vec<&Value> = client
+        .seen
+        .iter()
+        .filter(|l| l["method"] == "elicitation/create")
+        .collect();
+    assert_eq!(forms.len(), 2);
+    assert_eq!(forms[1]["params"]["toolCallId"], "call_p2");
+    assert_eq!(forms[1]["params"]["mode"], "form");
+    assert_eq!(
+        forms[1]["params"]["requestedSchema"]["properties"]["plan"]["default"],
+        plan
+    );
+    assert_eq!(forms[1]["params"]["sessionId"], json!(session));
+
+    let (text, status) = tool_result(&client, "call_p1");
+    assert_eq!(status, "failed");
+    assert!(text.contains("mention the README"), "{text}");
+    let (text, status) = tool_result(&client, "call_p2");
+    assert_eq!(status, "completed");
+    assert!(text.contains("document it in the README"), "{text}");
+    // The model read the edited plan in the tool result.
+    let last = provider.requests().last().unwrap().body.to_string();
+    assert!(last.contains("document it in the README"), "{last}");
+    let switched = updates_of(&client, "current_mode_update");
+    assert_eq!(switched.last().unwrap()["currentModeId"], "workspace-write");
+}

@@ -72,12 +72,9 @@ fn reader<R: Read + Send + 'static>(mut stream: R) -> mpsc::Receiver<Vec<u8>> {
 }
 
 fn kill_group(pgid: u32) {
-    if let Ok(pgid) = libc::pid_t::try_from(pgid) {
-        // SAFETY: kill(2) with a negative pid signals the process group we created; it has no
-        // memory effects. A group that already exited gives ESRCH, which is fine.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+    // The process group we created (`guard_group_std`); a group already gone is fine.
+    if let Ok(pgid) = i32::try_from(pgid) {
+        dsh_tools::kill_group_now(pgid);
     }
 }
 

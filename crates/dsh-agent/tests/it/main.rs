@@ -1,6 +1,7 @@
 //! Integration tests of dsh-agent (all but the scenario runner, scenarios.rs, and long_run.rs, see
 //! there): approvals, billing, compaction, context, extensions, faults, hooks (both dialects), jobs and questions,
-//! the loop, prefix stability, protected paths, safety, subagents, user commands, steering and
+//! the loop, prefix stability, protected paths, safety, subagents (scripted in-process in
+//! subagents.rs, over HTTP in subagents_http.rs), user commands, steering and
 //! cancelling while a tool call blocks (blocking_tools.rs).
 //!
 //! Every integration test file of this crate is a module of this one binary, so the crate links
@@ -26,4 +27,5 @@ mod prefix_stability;
 mod protected_paths;
 mod safety;
 mod subagents;
+mod subagents_http;
 mod user_commands;

@@ -55,3 +55,16 @@ async fn invalid_header_values_fail_at_construction_without_echoing_the_key() {
     config.extra_headers.push(("bad header".into(), "x".into()));
     assert!(AnthropicAdapter::new(config).is_err());
 }
+
+#[tokio::test]
+async fn a_redirect_is_refused_and_the_key_goes_nowhere_else() {
+    let elsewhere = FakeProvider::start([]).await.unwrap();
+    let redirect = dsh_test_support::web_search::redirect_reply(&elsewhere.base_url());
+    let provider = FakeProvider::start([redirect]).await.unwrap();
+    dsh_test_support::provider_checks::assert_redirect_not_followed(
+        &elsewhere,
+        &adapter_for(&provider),
+        simple_request(),
+    )
+    .await;
+}

@@ -13,3 +13,4 @@ mod common;
 mod conversation;
 mod faults;
 mod fuzz_props;
+mod images;

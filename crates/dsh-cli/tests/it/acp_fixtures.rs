@@ -70,6 +70,9 @@ struct Settings {
     /// (call id -> `completed` | `failed`); say why in `why`.
     #[serde(default)]
     tool_statuses: BTreeMap<String, String>,
+    /// `dsh acp --model <model>`: the recording's model when it is not the default one (e.g.
+    /// dsh's vision model for the image recordings).
+    model: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,9 +85,19 @@ struct Input {
 enum Step {
     Initialize,
     NewSession,
-    Prompt { text: String },
-    PromptExpectError { text: String },
-    PromptAndCancel { text: String },
+    Prompt {
+        text: String,
+    },
+    /// A prompt of ACP content blocks as recorded (images among them).
+    PromptContent {
+        content: Value,
+    },
+    PromptExpectError {
+        text: String,
+    },
+    PromptAndCancel {
+        text: String,
+    },
     WaitForTurnEnd,
     WaitForTitleAfterTurnEnd,
 }
@@ -168,9 +181,15 @@ impl Client {
     }
 }
 
-fn start_dsh(cwd: &Path, home: &Path, base_url: &str) -> Result<Client, String> {
+fn start_dsh(
+    cwd: &Path,
+    home: &Path,
+    base_url: &str,
+    model: Option<&str>,
+) -> Result<Client, String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
         .arg("acp")
+        .args(model.map(|m| ["--model", m]).into_iter().flatten())
         .current_dir(cwd)
         .env("DEEPSEEK_BASE_URL", base_url)
         .env("DEEPSEEK_API_KEY", "sk-acp-fixture")
@@ -237,6 +256,11 @@ fn run_steps(client: &mut Client, steps: &[Step], cwd: &Path) -> Result<(), Stri
             }
             Step::Prompt { text } | Step::PromptExpectError { text } => {
                 let params = client.prompt_params(text);
+                let id = client.request("session/prompt", params)?;
+                client.response(id)?;
+            }
+            Step::PromptContent { content } => {
+                let params = json!({"sessionId": client.session_id, "prompt": content});
                 let id = client.request("session/prompt", params)?;
                 client.response(id)?;
             }
@@ -494,7 +518,12 @@ fn run_fixture(
             .map_err(|e| format!("{}: {e}", from.display()))?;
     }
 
-    let mut client = start_dsh(&cwd, &home_path, &provider.base_url())?;
+    let mut client = start_dsh(
+        &cwd,
+        &home_path,
+        &provider.base_url(),
+        settings.model.as_deref(),
+    )?;
     let steps = run_steps(&mut client, &input.steps, &cwd);
     let session_id = client.session_id.clone().unwrap_or_default();
     let mut ours = client.finish()?;

@@ -320,4 +320,14 @@ async fn zip_export_goes_to_a_pipe_or_to_the_named_file_and_show_prints_dates() 
     assert!(date.ends_with(" UTC") && date.len() == 23, "{created}");
     assert_eq!(&date[4..5], "-");
     assert!(shown.contains("- updated: "), "{shown}");
+    // Each turn heading carries the time the turn started, in the same form.
+    let turn = shown
+        .lines()
+        .find(|l| l.starts_with("## Turn 1"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    let when = turn
+        .strip_prefix("## Turn 1 · ")
+        .unwrap_or_else(|| panic!("no date on the turn heading: {turn}"));
+    assert!(when.ends_with(" UTC") && when.len() == 23, "{turn}");
+    assert_eq!(&when[..10], &date[..10], "{turn} vs {created}");
 }

@@ -12,6 +12,7 @@
 
 mod acp_fixtures;
 mod approvals_cli;
+mod atif_cli;
 mod budgets;
 mod common;
 mod config_cli;
@@ -26,5 +27,8 @@ mod sessions_cli;
 mod shared_prefix;
 mod start_errors;
 mod trust_cli;
+mod tui_harness;
+mod tui_inline;
 mod tui_pty;
+mod version_cli;
 mod web_cli;

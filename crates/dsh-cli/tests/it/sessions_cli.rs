@@ -195,3 +195,74 @@ fn a_damaged_log_gives_a_located_error() {
         text(&out.stderr)
     );
 }
+
+/// `show --children` lists a session's subagents from `subagents/<id>/session.jsonl` beside
+/// its log (name, state, model, usage, cost), and `show --child` prints one's transcript
+/// (docs/sessions.md, "Children"). The children are dsh's recorded ones (`subagent-multi`), one
+/// given this build's descriptor name.
+#[test]
+fn show_children_lists_subagents_and_shows_one_transcript() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let id = seed_session(home.path(), cwd.path(), "jsonl", "parent");
+    let parent = dsh_session::session_path(home.path(), &cwd.path().to_string_lossy(), &id);
+    let recorded = dsh_test_support::snapshot_fixtures_dir().join("../more/acp/subagent-multi");
+    for (n, folder) in [(1, "c-alpha"), (2, "c-beta")] {
+        let text = std::fs::read_to_string(recorded.join(format!("session.{n}.jsonl"))).unwrap();
+        let text = if n == 1 {
+            text.replace(
+                r#""version":2,"mode""#,
+                r#""version":2,"name":"agent-1","mode""#,
+            )
+        } else {
+            text
+        };
+        let dir = parent.parent().unwrap().join("subagents").join(folder);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("session.jsonl"), text).unwrap();
+    }
+    let out = dsh(home.path(), cwd.path(), &["show", &id, "--children"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listing = text(&out.stdout);
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), 3, "{listing}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("COST"),
+        "{listing}"
+    );
+    assert!(lines[1].starts_with("agent-1 "), "{listing}");
+    assert!(
+        lines[1].contains("idle") && lines[1].contains("Return ALPHA only"),
+        "{listing}"
+    );
+    assert!(
+        lines[1].contains("deepseek-v4-flash") && lines[1].contains('$'),
+        "{listing}"
+    );
+    assert!(
+        lines[2].starts_with("- ") && lines[2].contains("Return BETA only"),
+        "{listing}"
+    );
+
+    let out = dsh(
+        home.path(),
+        cwd.path(),
+        &["show", &id, "--child", "agent-1"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let transcript = text(&out.stdout);
+    assert!(transcript.contains("ALPHA"), "{transcript}");
+    assert!(!transcript.contains("BETA"), "{transcript}");
+
+    let out = dsh(
+        home.path(),
+        cwd.path(),
+        &["show", &id, "--child", "agent-7"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("has no subagent `agent-7`"),
+        "{}",
+        text(&out.stderr)
+    );
+}

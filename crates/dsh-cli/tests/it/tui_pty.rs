@@ -9,110 +9,13 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
-use std::io::{Read, Write};
-use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dsh_session::{load_file, Event, TurnEndReason};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd, WireUsage};
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
 use crate::common::session_file;
-
-const COLS: u16 = 100;
-const ROWS: u16 = 30;
-
-/// The child in a pty, with a terminal emulator fed by a reader thread.
-struct Tui {
-    screen: Arc<Mutex<vt100::Parser>>,
-    raw: Arc<Mutex<Vec<u8>>>,
-    writer: Box<dyn Write + Send>,
-    child: Box<dyn portable_pty::Child + Send + Sync>,
-    started: Instant,
-}
-
-impl Tui {
-    fn start(base_url: &str, home: &Path, cwd: &Path) -> Tui {
-        Tui::start_with(base_url, home, cwd, &[])
-    }
-
-    fn start_with(base_url: &str, home: &Path, cwd: &Path, args: &[&str]) -> Tui {
-        let pty = native_pty_system()
-            .openpty(PtySize {
-                rows: ROWS,
-                cols: COLS,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .unwrap();
-        let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_dsh"));
-        cmd.args(args);
-        cmd.env_clear();
-        cmd.env("PATH", std::env::var_os("PATH").unwrap_or_default());
-        cmd.env("HOME", home);
-        cmd.env("DSH_HOME", home);
-        cmd.env("TERM", "xterm-256color");
-        cmd.env("DEEPSEEK_BASE_URL", base_url);
-        cmd.env("DEEPSEEK_API_KEY", "sk-tui-test");
-        cmd.cwd(cwd);
-        let started = Instant::now();
-        let child = pty.slave.spawn_command(cmd).unwrap();
-        drop(pty.slave);
-        let mut reader = pty.master.try_clone_reader().unwrap();
-        let writer = pty.master.take_writer().unwrap();
-        let screen = Arc::new(Mutex::new(vt100::Parser::new(ROWS, COLS, 0)));
-        let raw = Arc::new(Mutex::new(Vec::new()));
-        std::thread::spawn({
-            let screen = Arc::clone(&screen);
-            let raw = Arc::clone(&raw);
-            // The master must stay open while the child runs; the thread owns it.
-            let master = pty.master;
-            move || {
-                let _master = master;
-                let mut buf = [0u8; 8192];
-                while let Ok(n) = reader.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    screen.lock().unwrap().process(&buf[..n]);
-                    raw.lock().unwrap().extend_from_slice(&buf[..n]);
-                }
-            }
-        });
-        Tui {
-            screen,
-            raw,
-            writer,
-            child,
-            started,
-        }
-    }
-
-    fn contents(&self) -> String {
-        self.screen.lock().unwrap().screen().contents()
-    }
-
-    fn wait_for(&self, what: &str) -> Duration {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if self.contents().contains(what) {
-                return self.started.elapsed();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "`{what}` never appeared; screen:\n{}",
-                self.contents()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn type_text(&mut self, text: &str) {
-        self.writer.write_all(text.as_bytes()).unwrap();
-        self.writer.flush().unwrap();
-    }
-}
+use crate::tui_harness::Tui;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn type_stream_cancel_keep_draft() {
@@ -155,7 +58,13 @@ async fn type_stream_cancel_keep_draft() {
     .unwrap();
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
-    let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
+    // The full-screen mode (the inline one, the default, is tested in tui_inline.rs).
+    let mut tui = Tui::start_with(
+        &provider.base_url(),
+        home.path(),
+        cwd.path(),
+        &["--alt-screen"],
+    );
 
     let first_frame = tui.wait_for("workspace-write");
     eprintln!("time to first frame (spawn to status line): {first_frame:?}");

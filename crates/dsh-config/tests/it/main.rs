@@ -15,5 +15,6 @@ mod mcp_config;
 mod reply_timeout;
 mod search_tools_config;
 mod trust;
+mod tui_config;
 mod web_fetch_config;
 mod web_search_config;

@@ -127,3 +127,16 @@ fn invalid_extra_header_fails_at_construction() {
     let err = DeepSeekAdapter::new(bad_key).unwrap_err();
     assert!(!err.to_string().contains("secret"));
 }
+
+#[tokio::test]
+async fn a_redirect_is_refused_and_the_key_goes_nowhere_else() {
+    let elsewhere = FakeProvider::start([]).await.unwrap();
+    let redirect = dsh_test_support::web_search::redirect_reply(&elsewhere.base_url());
+    let provider = FakeProvider::start([redirect]).await.unwrap();
+    dsh_test_support::provider_checks::assert_redirect_not_followed(
+        &elsewhere,
+        &adapter_for(&provider),
+        simple_request(),
+    )
+    .await;
+}

@@ -13,5 +13,6 @@ mod common;
 mod conversation;
 mod faults;
 mod fuzz_props;
+mod images;
 mod quirks;
 mod recorded_sessions;

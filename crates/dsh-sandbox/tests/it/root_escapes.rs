@@ -986,6 +986,155 @@ fn spawn_helper_none(cwd: &Path, command: &str, envs: &[(&str, &str)]) -> std::p
     cmd.spawn().unwrap()
 }
 
+/// Serialises the tests of prepared namespaces: one of them mounts on the host, which starts
+/// new namespaces for the others.
+static HOST_MOUNTS: std::sync::LazyLock<tokio::sync::Mutex<()>> =
+    std::sync::LazyLock::new(|| tokio::sync::Mutex::new(()));
+
+/// The mount namespace of the next confined `bash` call, as `/proc/self/ns/mnt` names it.
+async fn namespace_of(s: &Scratch) -> String {
+    let out = s.bash("readlink /proc/self/ns/mnt").await;
+    assert!(out.starts_with("mnt:["), "{out}");
+    out.trim().to_string()
+}
+
+/// The Landlock path as root prepares its read-only mount namespace once per layout and lets
+/// later calls enter it (docs/SECURITY.md, "A prepared mount namespace per layout"). A call
+/// cannot change that namespace for the next one: every way of altering a mount fails, and the
+/// next call still finds the layout intact.
+#[tokio::test]
+async fn landlock_prepared_namespace_is_shared_but_cannot_be_changed() {
+    if !require_root("landlock_prepared_namespace_is_shared_but_cannot_be_changed") {
+        return;
+    }
+    let sandbox = Mechanism::Landlock.sandbox(PermissionPreset::WorkspaceWrite);
+    let s = Scratch::new(PermissionPreset::WorkspaceWrite, sandbox.confinement());
+    std::fs::write(s.cwd.join(".env"), "A=1\n").unwrap();
+    let _serial = HOST_MOUNTS.lock().await;
+    let first = namespace_of(&s).await;
+    let own = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    assert_ne!(first, own.display().to_string(), "not dsh's own namespace");
+    let out = s.outside.display();
+    let ws = s.cwd.display();
+    // This test process plays dsh: entering its mount namespace would leave the layout.
+    let dsh = std::process::id();
+    let changes = [
+        format!("umount {ws}/.env && echo ESCAPED"),
+        format!("umount -l {ws}/.env && echo ESCAPED"),
+        "umount -l / && echo ESCAPED".to_string(),
+        format!("mount -o remount,rw,bind {out} && echo ESCAPED"),
+        "mount -o remount,rw,bind / && echo ESCAPED".to_string(),
+        format!("mount -t tmpfs none {out} && echo ESCAPED"),
+        format!("mount --bind {ws} {out} && echo ESCAPED"),
+        "unshare -m true && echo ESCAPED".to_string(),
+        format!("nsenter -t {dsh} -m true && echo ESCAPED"),
+        python(&format!("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nfd = open('/proc/{dsh}/ns/mnt')\nprint('ESCAPED' if libc.setns(fd.fileno(), 0x20000) == 0 else 'refused')")),
+    ];
+    let next = format!(
+        "echo x > {out}/f && echo ESCAPED; echo y >> .env && echo ESCAPED; chmod 777 {out} && echo ESCAPED; echo ok > inside.txt && cat inside.txt"
+    );
+    for change in &changes {
+        // The change and the next call must have run in the same namespace for this to show
+        // anything; a mount elsewhere on the host (another test) may start a new one between
+        // them, so such a pair is tried again.
+        let mut shared = false;
+        for _ in 0..5 {
+            let confined = s
+                .bash(&format!("readlink /proc/self/ns/mnt; {change}"))
+                .await;
+            assert!(
+                !confined.contains("ESCAPED"),
+                "`{change}` worked: {confined}"
+            );
+            let after = s.bash(&format!("readlink /proc/self/ns/mnt; {next}")).await;
+            assert!(!after.contains("ESCAPED"), "after `{change}`: {after}");
+            assert!(after.contains("\nok"), "after `{change}`: {after}");
+            if confined.lines().next() == after.lines().next() {
+                shared = true;
+                break;
+            }
+        }
+        assert!(
+            shared,
+            "`{change}` and the next call never shared a namespace"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(s.cwd.join(".env")).unwrap(),
+        "A=1\n"
+    );
+    assert!(std::fs::read_dir(&s.outside).unwrap().next().is_none());
+    // The control: unconfined, mount, umount and nsenter work (the attempts are real).
+    let control = s
+        .free(&format!(
+            "unshare -m sh -c 'mount -t tmpfs none {out} && umount -l {out}' && nsenter -t {dsh} -m true && echo ESCAPED"
+        ))
+        .await;
+    assert!(control.contains("ESCAPED"), "{control}");
+}
+
+/// A layout that changes between calls gets its own namespace: a protected entry created by
+/// one call (`.env`, a new `.git`) is read-only in the next, a `.git` replaced behind the
+/// sandbox's back is pinned again, and a mount made on the host shows up (read-only).
+#[tokio::test]
+async fn landlock_prepared_namespace_follows_the_layout() {
+    if !require_root("landlock_prepared_namespace_follows_the_layout") {
+        return;
+    }
+    let _serial = HOST_MOUNTS.lock().await;
+    let sandbox = Mechanism::Landlock.sandbox(PermissionPreset::WorkspaceWrite);
+    let s = Scratch::new(PermissionPreset::WorkspaceWrite, sandbox.confinement());
+    // A protected entry that did not exist: the command may create it (nothing is bound
+    // there yet), and from the next call on it is read-only.
+    let made = s
+        .bash("echo A=1 > .env && mkdir -p .git/hooks && echo made")
+        .await;
+    assert!(made.contains("made"), "{made}");
+    let write = s
+        .bash("echo B=2 >> .env && echo ESCAPED; echo x > .git/hooks/pre-commit && echo ESCAPED")
+        .await;
+    assert!(!write.contains("ESCAPED"), "{write}");
+    assert_eq!(
+        std::fs::read_to_string(s.cwd.join(".env")).unwrap(),
+        "A=1\n"
+    );
+    // `.git` replaced by dsh or the user (unconfined): the new one is pinned and protected.
+    s.free("rm -rf .git && mkdir -p .git/hooks && echo '[core]' > .git/config")
+        .await;
+    let replaced = s
+        .bash("echo x > .git/hooks/pre-commit && echo ESCAPED; echo evil >> .git/config && echo ESCAPED; cat .git/config")
+        .await;
+    assert!(!replaced.contains("ESCAPED"), "{replaced}");
+    assert!(
+        replaced.contains("[core]"),
+        "the new .git is the one seen: {replaced}"
+    );
+    // A mount on the host after the namespace was made: the next call sees it, read-only.
+    // (Namespace numbers are not compared here: a dropped namespace's number is reused.)
+    namespace_of(&s).await;
+    let mounted = s.outside.join("mounted");
+    std::fs::create_dir_all(&mounted).unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "bench-tmpfs"])
+        .arg(&mounted)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount a tmpfs on the host");
+    std::fs::write(mounted.join("marker"), "host\n").unwrap();
+    let seen = s
+        .bash(&format!(
+            "cat {m}/marker; echo x > {m}/f && echo ESCAPED",
+            m = mounted.display()
+        ))
+        .await;
+    let _ = Command::new("umount").arg(&mounted).status();
+    assert!(
+        seen.contains("host"),
+        "the host's new mount is visible: {seen}"
+    );
+    assert!(!seen.contains("ESCAPED"), "{seen}");
+}
+
 /// Not a check: prints the mean wall time of a confined `bash` call running `true` for each
 /// mechanism (`cargo test -p dsh-sandbox --test it -- --ignored --nocapture
 /// confined_true_timing`), the figure docs/PERFORMANCE.md quotes.

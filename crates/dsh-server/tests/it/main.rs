@@ -17,6 +17,8 @@ mod api;
 mod approvals;
 mod browser;
 mod controls;
+mod images;
+mod plan_review;
 mod security;
 mod trust;
 mod web_polish;

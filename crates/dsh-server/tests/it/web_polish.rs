@@ -240,3 +240,46 @@ async fn start_panel_highlighted_code_and_stored_session_header_in_chromium() {
         assert_eq!(effort_menu, json!("default,off,low,high,max"));
     });
 }
+
+#[tokio::test]
+async fn creating_a_session_with_an_effort_its_model_does_not_take_fails_with_the_list() {
+    let web = Web::start(vec![]).await;
+    let logs = || {
+        let mut found = 0;
+        let mut dirs = vec![web.home.path().to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.to_string_lossy().ends_with(".jsonl") {
+                    found += 1;
+                }
+            }
+        }
+        found
+    };
+    // The default model (deepseek-v4-flash) takes off, low, high and max: `medium` is refused
+    // at creation, before any session exists or any request is sent.
+    for body in [
+        json!({"effort": "medium", "prompt": "hi"}),
+        json!({"model": "deepseek-v4-pro", "effort": "medium"}),
+    ] {
+        let (status, answer) = web.json(web.post("/api/sessions", body.clone())).await;
+        assert_eq!(status, 400, "{body} -> {answer}");
+        assert_eq!(answer["error"]["code"], "UNSUPPORTED_REASONING_EFFORT");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("off, low, high, max"), "{message}");
+    }
+    assert_eq!(logs(), 0, "a refused session left a log behind");
+    assert!(web.provider.requests().is_empty());
+
+    // An effort the model takes is accepted and used from the first request.
+    let (status, created) = web
+        .json(web.post("/api/sessions", json!({"effort": "low"})))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let (_, detail) = web.json(web.get(&format!("/api/sessions/{id}"))).await;
+    assert_eq!(detail["effort"], "low", "{detail}");
+}

@@ -294,6 +294,38 @@ fn writers_record_their_session_at_turn_end_without_a_listing() {
     assert_matches_scan(&store, "after a writer closed");
 }
 
+/// The catalog stays off the path to the first request (docs/sessions.md, "The session
+/// catalog"): creating a session and the flush points before its first model call (turn start,
+/// the prompt, an explicit flush) neither create nor write the catalog; the turn end does.
+#[test]
+fn nothing_is_recorded_before_the_first_turn_end() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let db = home.path().join(CATALOG_FILE);
+    let mut w = store.create("/w/alpha", CreateOptions::default()).unwrap();
+    w.append(Event::TurnStart(TurnStart { turn: 1 })).unwrap();
+    w.append(Event::StepStart(StepRef { turn: 1, step: 1 }))
+        .unwrap();
+    w.append(Event::UserMessage(Message::user_text("u1", "first prompt")))
+        .unwrap();
+    w.flush().unwrap();
+    assert!(
+        !db.exists(),
+        "the catalog was touched before the first model call"
+    );
+    w.append(reply(1, "deepseek-v4-flash", 10)).unwrap();
+    w.append(Event::StepEnd(StepRef { turn: 1, step: 1 }))
+        .unwrap();
+    w.append(Event::TurnEnd(TurnEnd {
+        turn: 1,
+        reason: TurnEndReason::Completed,
+    }))
+    .unwrap();
+    assert_eq!(Catalog::open(home.path()).unwrap().len().unwrap(), 1);
+    drop(w);
+    assert_matches_scan(&store, "after the first turn");
+}
+
 #[test]
 fn zstd_logs_are_catalogued_and_their_plain_continuation_replaces_them() {
     let home = tempfile::tempdir().unwrap();

@@ -14,5 +14,6 @@ mod crash;
 mod dsh_logs;
 mod fixtures;
 mod fuzz_props;
+mod images;
 mod projection;
 mod store;

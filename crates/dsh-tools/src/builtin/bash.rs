@@ -1,6 +1,5 @@
 //! `bash`: one fresh `bash -c` per call, in its own session and process group.
 
-use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -13,8 +12,9 @@ use crate::confinement::{CommandPlan, ConfinementRequest};
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::jobs::JobSpec;
+use crate::os::ExitStatusExt;
 use crate::output::ToolOutput;
-use crate::process::{capture, group_command, spawn_child, Captured, ProcessGroup};
+use crate::process::{capture, group_command, spawn_child, Captured, Pid, ProcessGroup};
 use crate::tool::Tool;
 
 /// How long a `SIGTERM`ed group gets before `SIGKILL`.
@@ -237,6 +237,7 @@ fn spawn_group(
     plan: &CommandPlan,
     workdir: &std::path::Path,
 ) -> Result<(tokio::process::Child, ProcessGroup), ToolError> {
+    crate::process::check_program(plan).map_err(|msg| ToolError::new(ToolErrorCode::Io, msg))?;
     let mut command = group_command(plan, workdir);
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = spawn_child(command).map_err(|err| {
@@ -245,7 +246,7 @@ fn spawn_group(
             format!("cannot start {}: {err}", plan.program.to_string_lossy()),
         )
     })?;
-    let pid = child.id().and_then(|p| libc::pid_t::try_from(p).ok());
+    let pid = child.id().and_then(|p| Pid::try_from(p).ok());
     let Some(pid) = pid else {
         return Err(ToolError::new(
             ToolErrorCode::Io,

@@ -135,7 +135,7 @@ fn edit_file(args: &EditArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError
     } else {
         old.replacen(args.old_string.as_str(), &args.new_string, 1)
     };
-    commit(ctx, &target, new.as_bytes())?;
+    let snapshot = commit(ctx, &target, new.as_bytes())?;
     let label = display_relative(ctx.cwd(), &target.shown);
     let d = diff(old, &new, &label);
     let plural = if count == 1 { "" } else { "s" };
@@ -148,5 +148,5 @@ fn edit_file(args: &EditArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError
     );
     Ok(ToolOutput::text(text.trim_end().to_string())
         .with_summary(format!("edited {label} (+{} -{})", d.added, d.removed))
-        .with_data(change_data(&label, Some(old), &new, &d)))
+        .with_data(change_data(&label, Some(old), &new, &d, &snapshot)))
 }

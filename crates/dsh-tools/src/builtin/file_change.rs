@@ -3,22 +3,26 @@
 //! change.
 
 use std::ffi::OsString;
-use std::fs::{OpenOptions, Permissions};
+use std::fs::OpenOptions;
 use std::io::Write;
+#[cfg(unix)]
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use similar::{ChangeTag, TextDiff};
 
+#[cfg(windows)]
+use crate::builtin::beneath::OwnedFd;
 use crate::builtin::beneath::{
     is_swapped, open_dir_beneath, open_root, read_file_at, replace_file_at, Existing,
 };
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::observe::Observation;
+use crate::os::{OpenOptionsExt, PermissionsExt};
 use crate::paths::temp_sibling;
+use crate::snapshot::{FileSnapshot, SNAPSHOT_DATA_KEY};
 
 /// Most diff lines shown in a result.
 const MAX_DIFF_LINES: usize = 60;
@@ -164,8 +168,30 @@ fn existing_beneath(
 /// directory descriptors beneath the writable root without following links, so a directory
 /// swapped for a symlink after the check fails the write instead of redirecting it. The
 /// observation is updated to the new content.
-pub(crate) fn commit(ctx: &ToolContext, target: &Target, content: &[u8]) -> Result<(), ToolError> {
+///
+/// Before anything is written, the file's current content (or its absence) is kept in the
+/// session's snapshot folder (docs/tools.md, "Snapshots"); the returned record goes into the
+/// result data so `/undo` and `/diff` find it in the log. No snapshot, no write.
+pub(crate) fn commit(
+    ctx: &ToolContext,
+    target: &Target,
+    content: &[u8],
+) -> Result<FileSnapshot, ToolError> {
     let shown = &target.shown;
+    let before = target.existing.as_ref().map(|(bytes, _)| bytes.as_slice());
+    let snapshot = ctx
+        .snapshots()
+        .take(&target.real, before, content)
+        .map_err(|err| {
+            ToolError::new(
+                ToolErrorCode::Io,
+                format!(
+                    "cannot keep the snapshot of {} in {} ({err}), so nothing was written: /undo could not revert it; free space or fix that folder and retry",
+                    shown.display(),
+                    ctx.snapshots().path().display()
+                ),
+            )
+        })?;
     let mode = target
         .existing
         .as_ref()
@@ -205,7 +231,7 @@ pub(crate) fn commit(ctx: &ToolContext, target: &Target, content: &[u8]) -> Resu
     };
     ctx.observations()
         .record(&target.real, Observation::of(content, Some(&meta)));
-    Ok(())
+    Ok(snapshot)
 }
 
 /// The plain-path replacement of `danger-full-access`.
@@ -237,11 +263,11 @@ fn write_and_rename(
         .write(true)
         .create_new(true)
         .mode(0o666)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(crate::os::O_NOFOLLOW)
         .open(temp)?;
     file.write_all(content)?;
     if let Some((_, meta)) = existing {
-        file.set_permissions(Permissions::from_mode(meta.permissions().mode() & 0o7777))?;
+        crate::os::set_file_mode(&file, meta.permissions().mode() & 0o7777)?;
     }
     file.sync_all()?;
     let meta = file.metadata()?;
@@ -300,7 +326,15 @@ const MAX_DATA_TEXT: usize = 256 * 1024;
 
 /// Structured data for a change: dsh's `meta.diffs` shape (`path`, `oldText`, `newText`; the
 /// texts only for changes up to 256 KB), plus line counts and the shown unified diff.
-pub(crate) fn change_data(label: &str, old: Option<&str>, new: &str, d: &DiffSummary) -> Value {
+///
+/// `data.snapshot` of the result is the [`FileSnapshot`] of the change.
+pub(crate) fn change_data(
+    label: &str,
+    old: Option<&str>,
+    new: &str,
+    d: &DiffSummary,
+    snapshot: &FileSnapshot,
+) -> Value {
     let small = old.map_or(0, str::len) + new.len() <= MAX_DATA_TEXT;
     let diffs = if small {
         json!([{"path": label, "oldText": old, "newText": new}])
@@ -313,5 +347,6 @@ pub(crate) fn change_data(label: &str, old: Option<&str>, new: &str, d: &DiffSum
         "removed": d.removed,
         "created": old.is_none(),
         "unifiedDiff": d.unified,
+        SNAPSHOT_DATA_KEY: snapshot.to_value(),
     })
 }

@@ -1,12 +1,15 @@
 //! The built-in tools (docs/tools.md), with dsh's names and parameters.
 
 mod bash;
+// Windows has no descriptor walk: `beneath_windows.rs` is the same interface by path.
+#[cfg_attr(windows, path = "beneath_windows.rs")]
 mod beneath;
 mod edit;
 mod file_change;
 mod glob;
 mod grep;
 mod read;
+mod read_image;
 mod search;
 mod todo;
 mod write;
@@ -19,6 +22,7 @@ pub use edit::EditTool;
 pub use glob::{GlobTool, GLOB_MAX_RESULTS};
 pub use grep::{GrepTool, GREP_MAX_RESULTS};
 pub use read::ReadTool;
+pub use read_image::ReadImageTool;
 pub use todo::{TodoItem, TodoStatus, TodoWriteTool};
 pub use write::WriteTool;
 

@@ -79,7 +79,10 @@ impl Tool for ReadTool {
 }
 
 /// Refuses directories, devices, sockets and pipes: `read` shows regular files only.
-fn check_regular_file(path: &std::path::Path, meta: &std::fs::Metadata) -> Result<(), ToolError> {
+pub(crate) fn check_regular_file(
+    path: &std::path::Path,
+    meta: &std::fs::Metadata,
+) -> Result<(), ToolError> {
     if meta.is_dir() {
         Err(ToolError::new(
             ToolErrorCode::NotAFile,

@@ -84,7 +84,7 @@ fn write_file(args: &WriteArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         .existing
         .as_ref()
         .map(|(bytes, _)| String::from_utf8_lossy(bytes).into_owned());
-    commit(ctx, &target, args.content.as_bytes())?;
+    let snapshot = commit(ctx, &target, args.content.as_bytes())?;
     let d = diff(old.as_deref().unwrap_or(""), &args.content, &label);
     let lines = args.content.lines().count();
     let (status, summary) = match &old {
@@ -110,5 +110,11 @@ fn write_file(args: &WriteArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     }
     Ok(ToolOutput::text(text)
         .with_summary(summary)
-        .with_data(change_data(&label, old.as_deref(), &args.content, &d)))
+        .with_data(change_data(
+            &label,
+            old.as_deref(),
+            &args.content,
+            &d,
+            &snapshot,
+        )))
 }

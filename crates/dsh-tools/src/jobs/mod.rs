@@ -35,7 +35,7 @@ pub use tools::{job_tools, JobKillTool, JobListTool, JobOutputTool};
 use crate::confinement::CommandPlan;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
-use crate::process::{group_command, spawn_child, ProcessGroup};
+use crate::process::{group_command, spawn_child, Pid, ProcessGroup};
 use crate::spill::SpillDir;
 
 /// Most background jobs of one agent that may run at the same time.
@@ -169,7 +169,7 @@ pub(crate) struct Job {
     pub log: PathBuf,
     started: Instant,
     /// The process group of a shell job; `None` for a task job.
-    pgid: Option<libc::pid_t>,
+    pgid: Option<Pid>,
     /// What the job's starter adds to [`Job::data`] (a task job's child log, usage, ...).
     extra: Mutex<Value>,
     status: Mutex<JobStatus>,
@@ -325,11 +325,8 @@ impl Drop for Inner {
                 continue;
             };
             if job.is_running() && pgid > 1 {
-                // SAFETY: kill(2) has no memory-safety preconditions; a negative pid addresses
-                // the job's group, which its waiting task still owns (not reaped while running).
-                unsafe {
-                    libc::kill(-pgid, libc::SIGKILL);
-                }
+                // The job's group, which its waiting task still owns (not reaped while running).
+                crate::process::kill_group_now(pgid);
             }
         }
         for task in self.tasks.lock_or_recover().drain(..) {
@@ -451,7 +448,7 @@ impl JobTable {
     }
 
     /// Process group ids of the running jobs (for tests and diagnostics).
-    pub fn running_groups(&self) -> Vec<libc::pid_t> {
+    pub fn running_groups(&self) -> Vec<i32> {
         self.inner
             .jobs
             .lock_or_recover()
@@ -631,6 +628,8 @@ impl JobTable {
         let stderr = file
             .try_clone()
             .map_err(|err| ToolError::io("cannot share the job log", &log, &err))?;
+        crate::process::check_program(&spec.plan)
+            .map_err(|msg| ToolError::new(ToolErrorCode::Io, msg))?;
         let mut command = group_command(&spec.plan, &spec.workdir);
         command.stdout(file).stderr(stderr);
         let mut child = spawn_child(command).map_err(|err| {
@@ -642,7 +641,7 @@ impl JobTable {
                 ),
             )
         })?;
-        let Some(pgid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) else {
+        let Some(pgid) = child.id().and_then(|p| Pid::try_from(p).ok()) else {
             return Err(ToolError::new(
                 ToolErrorCode::Io,
                 "the shell exited before it could be tracked",
@@ -711,7 +710,7 @@ impl JobTable {
 fn job_end(status: std::io::Result<std::process::ExitStatus>) -> JobEnd {
     match status {
         Ok(status) => {
-            use std::os::unix::process::ExitStatusExt;
+            use crate::os::ExitStatusExt;
             match (status.code(), status.signal()) {
                 (Some(code), _) => JobEnd::Exited(code),
                 (None, Some(signal)) => JobEnd::Signaled(signal),

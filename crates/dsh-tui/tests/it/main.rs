@@ -9,5 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod keys;
+mod mentions;
 mod plan_review;
+mod polish;
 mod render;
+mod undo_diff;

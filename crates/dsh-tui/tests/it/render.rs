@@ -378,6 +378,7 @@ fn approval_prompt_replaces_the_composer() {
             rule: None,
         },
         respond: None,
+        scroll: 0,
     });
     let mut terminal = Terminal::new(TestBackend::new(90, 12)).unwrap();
     let mut cache = dsh_tui::view::ViewCache::default();
@@ -429,6 +430,7 @@ fn approval_prompt_offers_session_and_always_with_the_rule() {
     app.approvals.push_back(dsh_tui::app::PendingApproval {
         request: request(all.clone()),
         respond: Some(respond),
+        scroll: 0,
     });
     insta::assert_snapshot!("approval_prompt_with_rule", draw_app(&mut app, 100, 12));
     app.on_key(key(crossterm::event::KeyCode::Char('s')));
@@ -439,6 +441,7 @@ fn approval_prompt_offers_session_and_always_with_the_rule() {
     app.approvals.push_back(dsh_tui::app::PendingApproval {
         request: request(all),
         respond: Some(respond),
+        scroll: 0,
     });
     app.on_key(key(crossterm::event::KeyCode::Char('a')));
     assert_eq!(answer.try_recv().unwrap(), ApprovalDecision::AllowAlways);
@@ -448,6 +451,7 @@ fn approval_prompt_offers_session_and_always_with_the_rule() {
     app.approvals.push_back(dsh_tui::app::PendingApproval {
         request: request(vec![ApprovalChoice::AllowOnce, ApprovalChoice::Reject]),
         respond: Some(respond),
+        scroll: 0,
     });
     let screen = draw_app(&mut app, 100, 12);
     assert!(

@@ -78,7 +78,14 @@ impl SessionFactory for TestFactory {
             .model
             .clone()
             .unwrap_or_else(|| "deepseek-v4-flash".into());
-        let mut options = AgentOptions::new(CallConfig::new("deepseek", model), &cwd);
+        let mut call = CallConfig::new("deepseek", model);
+        // The effort chosen at creation, as the runtime applies it.
+        call.reasoning_effort = spec
+            .choices
+            .effort
+            .as_deref()
+            .and_then(dsh_llm::ReasoningEffort::parse);
+        let mut options = AgentOptions::new(call, &cwd);
         if self.model_titles && spec.model_titles {
             options.titles = dsh_agent::TitleMode::Model {
                 route: None,
@@ -106,6 +113,16 @@ impl SessionFactory for TestFactory {
 
     fn store(&self) -> Arc<dyn SessionStore + Send + Sync> {
         Arc::new(JsonlStore::new(&self.home))
+    }
+
+    /// The model [`SessionFactory::open`] picks.
+    fn default_model(&self, spec: &SessionSpec) -> Option<String> {
+        Some(
+            spec.choices
+                .model
+                .clone()
+                .unwrap_or_else(|| "deepseek-v4-flash".into()),
+        )
     }
 
     fn models(&self) -> Vec<String> {

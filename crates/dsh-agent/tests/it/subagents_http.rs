@@ -1,0 +1,807 @@
+//! Delegation over real HTTP (docs/agent.md, "Delegation"): a parent and its children talk to
+//! one `FakeProvider` through the DeepSeek adapter, each served its own replies by request
+//! content (`FakeProvider::route`). Concurrency, background children as jobs, continuation
+//! with `send_message` (the child's next request extends its previous one byte for byte),
+//! `list_agents`, `interrupt_agent`, `report`, per-child model and effort, usage of failed
+//! children, the depth limit, cancel, and resume.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dsh_agent::{
+    Agent, AgentOptions, AgentParts, BackgroundJobs, ChildFactory, ExtensionSet, Subagents,
+};
+use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy};
+use dsh_session::{load_file, open_store, Event, StoreKind, TurnEndReason};
+use dsh_test_support::process::{alive, wait_for_pid};
+use dsh_test_support::{FakeProvider, RequestMatch, ScriptedReply, SseReply, WireUsage};
+use dsh_tools::{JobTable, PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use serde_json::{json, Value};
+
+const MODEL: &str = "deepseek-v4-flash";
+
+fn usage(input: u64, output: u64) -> Option<WireUsage> {
+    Some(WireUsage {
+        prompt_tokens: input,
+        completion_tokens: output,
+        ..Default::default()
+    })
+}
+
+fn say(text: &str) -> ScriptedReply {
+    SseReply::new()
+        .text(text)
+        .finish("stop", usage(10, 1))
+        .into()
+}
+
+fn call(id: &str, name: &str, args: Value) -> ScriptedReply {
+    calls(&[(id, name, args)])
+}
+
+fn calls(list: &[(&str, &str, Value)]) -> ScriptedReply {
+    let mut reply = SseReply::new();
+    for (index, (id, name, args)) in list.iter().enumerate() {
+        reply = reply.tool_call(index as u32, id, name, &args.to_string());
+    }
+    reply.finish("tool_calls", usage(10, 1)).into()
+}
+
+fn bash(id: &str, command: &str) -> ScriptedReply {
+    call(
+        id,
+        "bash",
+        json!({"command": command, "description": "work"}),
+    )
+}
+
+fn first_user(text: &str) -> RequestMatch {
+    RequestMatch::FirstUser(text.to_string())
+}
+
+/// How a test's agents are built.
+#[derive(Clone)]
+struct Setup {
+    base_url: String,
+    home: PathBuf,
+    cwd: PathBuf,
+    /// Whether agents get a job table (background children, continuation as jobs).
+    jobs: bool,
+    /// The `[models]` allow-list handed to `Subagents::with_models`.
+    models: Option<Vec<(String, Option<String>)>>,
+}
+
+impl Setup {
+    fn new(provider: &FakeProvider, home: &Path, cwd: &Path) -> Setup {
+        Setup {
+            base_url: provider.base_url(),
+            home: home.to_path_buf(),
+            cwd: cwd.to_path_buf(),
+            jobs: true,
+            models: None,
+        }
+    }
+
+    /// An agent's parts at `depth`, talking to the fake provider through the DeepSeek
+    /// adapter, with delegation (and job tools when `jobs`).
+    fn parts(&self, depth: u64) -> AgentParts {
+        static SPILLS: AtomicUsize = AtomicUsize::new(0);
+        let spill = self
+            .home
+            .join(format!("spill-{}", SPILLS.fetch_add(1, Ordering::SeqCst)));
+        let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
+            self.base_url.clone(),
+            Some(dsh_deepseek::ApiKey::new("sk-subagents")),
+        ))
+        .unwrap();
+        let mut adapters = AdapterRegistry::new();
+        adapters.register("deepseek", Arc::new(adapter)).unwrap();
+        let extensions = ExtensionSet::new();
+        for guard in dsh_agent::register_builtin_extensions(
+            &extensions,
+            RetryPolicy::default(),
+            Duration::from_secs(60),
+        ) {
+            std::mem::forget(guard);
+        }
+        let factory: ChildFactory = {
+            let setup = self.clone();
+            Arc::new(move |d| Ok(setup.parts(d)))
+        };
+        let mut subagents = Subagents::new(depth, factory);
+        if let Some(models) = &self.models {
+            subagents = subagents.with_models(models.clone());
+        }
+        extensions.register_for_life(Arc::new(subagents));
+        let mut tool_context = ToolContext::new(&self.cwd, SpillDir::create(spill).unwrap())
+            .unwrap()
+            .with_permission(PermissionPreset::DangerFullAccess);
+        if self.jobs {
+            let jobs = JobTable::new();
+            extensions.register_for_life(Arc::new(BackgroundJobs::new(&jobs)));
+            tool_context = tool_context.with_jobs(jobs);
+        }
+        AgentParts {
+            adapters,
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            extensions,
+            tool_context,
+            options: AgentOptions::new(CallConfig::new("deepseek", MODEL), &self.cwd),
+        }
+    }
+
+    fn agent(&self) -> Agent {
+        let store = open_store(StoreKind::Jsonl, &self.home).unwrap();
+        Agent::create(self.parts(0), store.as_ref()).unwrap()
+    }
+}
+
+struct Dirs {
+    home: tempfile::TempDir,
+    cwd: tempfile::TempDir,
+}
+
+fn dirs() -> Dirs {
+    Dirs {
+        home: tempfile::tempdir().unwrap(),
+        cwd: tempfile::tempdir().unwrap(),
+    }
+}
+
+/// The requests whose first user message contains `marker`, as JSON bodies.
+fn requests_of(provider: &FakeProvider, marker: &str) -> Vec<Value> {
+    let matcher = first_user(marker);
+    provider
+        .requests()
+        .into_iter()
+        .map(|r| serde_json::from_slice::<Value>(&r.raw_body).unwrap())
+        .filter(|body| matcher.matches(body))
+        .collect()
+}
+
+/// The parent's tool results in log order: (text, error code).
+fn results(path: &Path) -> Vec<(String, Option<String>)> {
+    load_file(path)
+        .unwrap()
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(r) => Some((
+                dsh_test_support::tool_result_text(&r.message),
+                r.error.as_ref().map(|e| e.code.clone()),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+fn child_logs(parent: &Path) -> Vec<PathBuf> {
+    dsh_agent::read_children(parent.parent().unwrap())
+        .into_iter()
+        .map(|c| c.log)
+        .collect()
+}
+
+async fn wait_gone(pid: i32) -> bool {
+    for _ in 0..200 {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn two_children_that_each_sleep_one_second_finish_well_under_two_seconds() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("two at once"),
+        [
+            calls(&[
+                (
+                    "pa",
+                    "subagent",
+                    json!({"description": "a", "prompt": "CHILD A: sleep"}),
+                ),
+                (
+                    "pb",
+                    "subagent",
+                    json!({"description": "b", "prompt": "CHILD B: sleep"}),
+                ),
+            ]),
+            say("parent done"),
+        ],
+    );
+    for letter in ["A", "B"] {
+        provider.route(
+            first_user(&format!("CHILD {letter}")),
+            [
+                bash(&format!("c{letter}"), "sleep 1"),
+                say(&format!("answer {letter}")),
+            ],
+        );
+    }
+    let d = dirs();
+    let mut agent = Setup::new(&provider, d.home.path(), d.cwd.path()).agent();
+    let handle = agent.handle();
+    handle.followup("two at once").unwrap();
+    let started = Instant::now();
+    let outcomes = agent.run_until_idle().await.unwrap();
+    let elapsed = started.elapsed();
+    println!("two children of `sleep 1` over HTTP: {elapsed:?}");
+    assert_eq!(outcomes[0].final_text, "parent done");
+    assert!(
+        elapsed < Duration::from_millis(1700),
+        "the children ran one after another: {elapsed:?}"
+    );
+    let results = results(Path::new(&handle.location()));
+    assert_eq!(results.len(), 2);
+    assert!(results[0].0.contains("answer A"), "{results:?}");
+    assert!(results[1].0.contains("answer B"), "{results:?}");
+    // 2 parent requests + 2 per child, all counted in the parent's turn.
+    assert_eq!(outcomes[0].usage.requests, 6);
+}
+
+#[tokio::test]
+async fn send_message_continues_a_finished_child_whose_next_request_extends_the_previous() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("delegate and continue"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "remember", "prompt": "CHILD: remember the number 7"}),
+            ),
+            call(
+                "p2",
+                "send_message",
+                json!({"subagent_id": "agent-1", "message": "Which number was it?"}),
+            ),
+            say("parent done"),
+        ],
+    );
+    provider.route(
+        first_user("CHILD: remember"),
+        [say("noted"), say("it was 7")],
+    );
+    let d = dirs();
+    let mut setup = Setup::new(&provider, d.home.path(), d.cwd.path());
+    // Without a job table the continued turn runs in the foreground: its answer is the result.
+    setup.jobs = false;
+    let mut agent = setup.agent();
+    let handle = agent.handle();
+    handle.followup("delegate and continue").unwrap();
+    let outcomes = agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].final_text, "parent done");
+    let results = results(Path::new(&handle.location()));
+    assert_eq!(results[0].0, "noted");
+    assert_eq!(results[1].0, "it was 7", "{results:?}");
+
+    let child = requests_of(&provider, "CHILD: remember");
+    assert_eq!(child.len(), 2, "one request per child turn");
+    for field in [
+        "model",
+        "tools",
+        "thinking",
+        "reasoning_effort",
+        "max_tokens",
+    ] {
+        assert_eq!(
+            child[0].get(field),
+            child[1].get(field),
+            "`{field}` changed"
+        );
+    }
+    let before = child[0]["messages"].as_array().unwrap();
+    let after = child[1]["messages"].as_array().unwrap();
+    for (i, message) in before.iter().enumerate() {
+        assert_eq!(
+            message.to_string(),
+            after[i].to_string(),
+            "message {i} of the continued child's request differs"
+        );
+    }
+    let added: Vec<String> = after[before.len()..]
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    assert_eq!(added.len(), 2, "{added:?}");
+    assert!(added[0].contains("noted") && added[0].contains("assistant"));
+    assert!(added[1].contains("Which number was it?"));
+    // One child log with both turns.
+    let logs = child_logs(Path::new(&handle.location()));
+    assert_eq!(logs.len(), 1);
+}
+
+#[tokio::test]
+async fn a_background_child_is_waited_for_with_job_output_and_another_killed_with_job_kill() {
+    let d = dirs();
+    let pid_file = d.cwd.path().join("k.pid");
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("background work"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "w", "prompt": "CHILD W", "run_in_background": true}),
+            ),
+            call(
+                "p2",
+                "job_output",
+                json!({"job_id": "subagent-1", "wait": true, "timeout_ms": 20000}),
+            ),
+            call(
+                "p3",
+                "subagent",
+                json!({"description": "k", "prompt": "CHILD K", "run_in_background": true}),
+            ),
+            bash(
+                "p4",
+                "for i in $(seq 400); do test -s k.pid && break; sleep 0.05; done",
+            ),
+            call("p5", "job_kill", json!({"job_id": "subagent-2"})),
+            say("parent done"),
+            say("noted the end"),
+            say("noted the end"),
+        ],
+    );
+    provider.route(first_user("CHILD W"), [say("W says 42")]);
+    provider.route(
+        first_user("CHILD K"),
+        [bash(
+            "k1",
+            "echo $$ > k.tmp && mv k.tmp k.pid && exec sleep 30",
+        )],
+    );
+    let mut agent = Setup::new(&provider, d.home.path(), d.cwd.path()).agent();
+    let handle = agent.handle();
+    handle.followup("background work").unwrap();
+    let outcomes = tokio::time::timeout(Duration::from_secs(60), agent.run_until_idle())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcomes[0].final_text, "parent done");
+    let results = results(Path::new(&handle.location()));
+    assert!(results[0].0.contains("agent-1"), "{results:?}");
+    assert!(results[1].0.contains("W says 42"), "{results:?}");
+    assert!(results[4].0.to_lowercase().contains("kill"), "{results:?}");
+    let pid = wait_for_pid(&pid_file);
+    assert!(
+        wait_gone(pid).await,
+        "the killed child's sleep {pid} still runs"
+    );
+}
+
+#[tokio::test]
+async fn depth_four_is_refused_with_a_clear_error_over_http() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("go deeper"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "deep", "prompt": "CHILD deeper"}),
+            ),
+            say("did it myself"),
+        ],
+    );
+    let d = dirs();
+    let setup = Setup::new(&provider, d.home.path(), d.cwd.path());
+    let store = open_store(StoreKind::Jsonl, d.home.path()).unwrap();
+    let mut agent = Agent::create(setup.parts(3), store.as_ref()).unwrap();
+    let handle = agent.handle();
+    handle.followup("go deeper").unwrap();
+    let outcomes = agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].final_text, "did it myself");
+    let results = results(Path::new(&handle.location()));
+    assert_eq!(results[0].1.as_deref(), Some("LIMIT_REACHED"));
+    assert!(
+        results[0].0.contains("subagent depth 4 exceeds maxDepth 3"),
+        "{results:?}"
+    );
+    assert!(requests_of(&provider, "CHILD deeper").is_empty());
+}
+
+#[tokio::test]
+async fn cancelling_the_parent_leaves_no_child_process_running() {
+    let d = dirs();
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("start and cancel"),
+        [calls(&[
+            (
+                "p1",
+                "subagent",
+                json!({"description": "fg", "prompt": "CHILD FG"}),
+            ),
+            (
+                "p2",
+                "subagent",
+                json!({"description": "bg", "prompt": "CHILD BG", "run_in_background": true}),
+            ),
+        ])],
+    );
+    for (marker, file) in [("CHILD FG", "fg"), ("CHILD BG", "bg")] {
+        provider.route(
+            first_user(marker),
+            [bash(
+                "c1",
+                &format!("echo $$ > {file}.tmp && mv {file}.tmp {file}.pid && exec sleep 30"),
+            )],
+        );
+    }
+    let mut agent = Setup::new(&provider, d.home.path(), d.cwd.path()).agent();
+    let handle = agent.handle();
+    handle.followup("start and cancel").unwrap();
+    let run = tokio::spawn(async move {
+        let outcomes = agent.run_until_idle().await;
+        (outcomes, agent)
+    });
+    let (fg_file, bg_file) = (d.cwd.path().join("fg.pid"), d.cwd.path().join("bg.pid"));
+    let (fg, bg) =
+        tokio::task::spawn_blocking(move || (wait_for_pid(&fg_file), wait_for_pid(&bg_file)))
+            .await
+            .unwrap();
+    assert!(handle.cancel(false));
+    let (outcomes, agent) = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        outcomes.unwrap()[0].reason,
+        TurnEndReason::Aborted { .. }
+    ));
+    assert!(
+        wait_gone(fg).await,
+        "the foreground child's sleep {fg} survived the cancel"
+    );
+    // A background child is a job: it ends with the parent's session, as bash jobs do.
+    drop(agent);
+    assert!(
+        wait_gone(bg).await,
+        "the background child's sleep {bg} survived the parent"
+    );
+}
+
+#[tokio::test]
+async fn list_agents_and_interrupt_agent_steer_a_running_background_child() {
+    let d = dirs();
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("start and steer"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "long job", "prompt": "CHILD L", "run_in_background": true}),
+            ),
+            bash(
+                "p2",
+                "for i in $(seq 400); do test -s l.pid && break; sleep 0.05; done",
+            ),
+            call("p3", "list_agents", json!({})),
+            call("p4", "interrupt_agent", json!({"agent_id": "agent-1"})),
+            call(
+                "p5",
+                "job_output",
+                json!({"job_id": "subagent-1", "wait": true, "timeout_ms": 20000}),
+            ),
+            call("p6", "list_agents", json!({})),
+            call("p7", "interrupt_agent", json!({"agent_id": "agent-9"})),
+            say("parent done"),
+        ],
+    );
+    provider.route(
+        first_user("CHILD L"),
+        [bash(
+            "l1",
+            "echo $$ > l.tmp && mv l.tmp l.pid && exec sleep 30",
+        )],
+    );
+    let mut agent = Setup::new(&provider, d.home.path(), d.cwd.path()).agent();
+    let handle = agent.handle();
+    handle.followup("start and steer").unwrap();
+    let outcomes = tokio::time::timeout(Duration::from_secs(60), agent.run_until_idle())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcomes[0].final_text, "parent done");
+    let results = results(Path::new(&handle.location()));
+    let listed = &results[2].0;
+    assert!(
+        listed.contains("agent-1") && listed.contains("running") && listed.contains("long job"),
+        "{listed}"
+    );
+    assert!(results[3].0.contains("interrupt requested"), "{results:?}");
+    assert!(results[4].0.contains("cancelled"), "{results:?}");
+    let relisted = &results[5].0;
+    assert!(
+        relisted.contains("agent-1") && relisted.contains("cancelled"),
+        "{relisted}"
+    );
+    assert!(relisted.contains("1 requests"), "{relisted}");
+    assert_eq!(results[6].1.as_deref(), Some("NOT_FOUND"));
+    assert!(
+        results[6].0.contains("\"agent-9\" is unavailable"),
+        "{results:?}"
+    );
+    let pid = wait_for_pid(&d.cwd.path().join("l.pid"));
+    assert!(
+        wait_gone(pid).await,
+        "the interrupted child's sleep {pid} still runs"
+    );
+}
+
+#[tokio::test]
+async fn a_childs_report_reaches_the_parent_before_the_child_ends() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("get a report"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "reporter", "prompt": "CHILD R"}),
+            ),
+            say("parent done"),
+        ],
+    );
+    provider.route(
+        first_user("CHILD R"),
+        [
+            call("r1", "report", json!({"output": "FOUND_THE_BUG in a.rs"})),
+            say("Reported."),
+        ],
+    );
+    let d = dirs();
+    let mut agent = Setup::new(&provider, d.home.path(), d.cwd.path()).agent();
+    let handle = agent.handle();
+    handle.followup("get a report").unwrap();
+    let outcomes = agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].final_text, "parent done");
+    // The child's tool result says where the report went.
+    let logs = child_logs(Path::new(&handle.location()));
+    let child_results = results(&logs[0]);
+    assert!(
+        child_results[0]
+            .0
+            .starts_with("report accepted by the agent that started you as message "),
+        "{child_results:?}"
+    );
+    // The child's own tools include `report`; the parent's do not.
+    let child = requests_of(&provider, "CHILD R");
+    assert!(RequestMatch::Tool("report".into()).matches(&child[0]));
+    let parent = requests_of(&provider, "get a report");
+    assert!(RequestMatch::NoTool("report".into()).matches(&parent[0]));
+    // The parent's next request carries the report, after the subagent's result.
+    let last = parent[1]["messages"].to_string();
+    assert!(last.contains("Subagent agent-1 reported:"), "{last}");
+    assert!(last.contains("FOUND_THE_BUG in a.rs"), "{last}");
+}
+
+#[tokio::test]
+async fn a_child_runs_the_model_and_effort_it_was_given_and_unknown_ones_are_refused() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("pick models"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "pro", "prompt": "CHILD PRO", "model": "deepseek-v4-pro", "effort": "low"}),
+            ),
+            call(
+                "p2",
+                "subagent",
+                json!({"description": "bad", "prompt": "CHILD BAD", "model": "gpt-imaginary"}),
+            ),
+            call(
+                "p3",
+                "subagent",
+                json!({"description": "bad effort", "prompt": "CHILD BAD", "effort": "medium"}),
+            ),
+            say("parent done"),
+        ],
+    );
+    provider.route(first_user("CHILD PRO"), [say("pro answer")]);
+    let d = dirs();
+    let mut setup = Setup::new(&provider, d.home.path(), d.cwd.path());
+    setup.models = Some(vec![
+        ("deepseek-v4-flash".into(), None),
+        ("deepseek-v4-pro".into(), Some("deepseek".into())),
+    ]);
+    let mut agent = setup.agent();
+    let handle = agent.handle();
+    handle.followup("pick models").unwrap();
+    let outcomes = agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].final_text, "parent done");
+    let results = results(Path::new(&handle.location()));
+    assert_eq!(results[0].0, "pro answer");
+    let child = requests_of(&provider, "CHILD PRO");
+    assert_eq!(child[0]["model"], "deepseek-v4-pro");
+    assert_eq!(child[0]["reasoning_effort"], "low", "{}", child[0]);
+    assert_eq!(results[1].1.as_deref(), Some("INVALID_ARGS"));
+    assert!(
+        results[1]
+            .0
+            .contains("`gpt-imaginary` is not a configured model")
+            && results[1].0.contains("deepseek-v4-pro"),
+        "{results:?}"
+    );
+    assert_eq!(results[2].1.as_deref(), Some("INVALID_ARGS"));
+    assert!(
+        results[2].0.contains("does not support effort `medium`"),
+        "{results:?}"
+    );
+    assert!(
+        requests_of(&provider, "CHILD BAD").is_empty(),
+        "refused before starting"
+    );
+    // The descriptor of the child's log names its model.
+    let stored = dsh_agent::read_children(Path::new(&handle.location()).parent().unwrap());
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].model, "deepseek-v4-pro");
+    assert_eq!(stored[0].effort.as_deref(), Some("low"));
+    assert_eq!(stored[0].name.as_deref(), Some("agent-1"));
+}
+
+#[tokio::test]
+async fn a_failed_childs_usage_is_rolled_into_the_parent() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("fail a child"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "fails", "prompt": "CHILD F"}),
+            ),
+            say("parent done"),
+        ],
+    );
+    provider.route(
+        first_user("CHILD F"),
+        [
+            SseReply::new()
+                .tool_call(
+                    0,
+                    "f1",
+                    "bash",
+                    r#"{"command": "true", "description": "x"}"#,
+                )
+                .finish("tool_calls", usage(1000, 7))
+                .into(),
+            ScriptedReply::http_error(400, "bad request for the child"),
+        ],
+    );
+    let d = dirs();
+    let mut agent = Setup::new(&provider, d.home.path(), d.cwd.path()).agent();
+    let handle = agent.handle();
+    handle.followup("fail a child").unwrap();
+    let outcomes = agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].final_text, "parent done");
+    let results = results(Path::new(&handle.location()));
+    assert!(results[0].1.is_some(), "{results:?}");
+    // Parent: 2 requests of 10 input tokens; the failed child: 1 request of 1000.
+    assert_eq!(outcomes[0].usage.requests, 3, "{:?}", outcomes[0].usage);
+    assert_eq!(outcomes[0].usage.usage.input_tokens, 1020);
+}
+
+#[tokio::test]
+async fn a_resumed_parent_knows_its_children_and_continues_one() {
+    let d = dirs();
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("first session"),
+        [
+            calls(&[
+                (
+                    "p1",
+                    "subagent",
+                    json!({"description": "done one", "prompt": "CHILD DONE"}),
+                ),
+                (
+                    "p2",
+                    "subagent",
+                    json!({"description": "cut one", "prompt": "CHILD CUT", "run_in_background": true}),
+                ),
+            ]),
+            bash(
+                "p3",
+                "for i in $(seq 400); do test -s cut.pid && break; sleep 0.05; done; sleep 30",
+            ),
+        ],
+    );
+    provider.route(
+        first_user("CHILD DONE"),
+        [say("first answer"), say("second answer")],
+    );
+    provider.route(
+        first_user("CHILD CUT"),
+        [bash(
+            "c1",
+            "echo $$ > cut.tmp && mv cut.tmp cut.pid && exec sleep 30",
+        )],
+    );
+    let mut setup = Setup::new(&provider, d.home.path(), d.cwd.path());
+    setup.jobs = false;
+    let with_jobs = Setup {
+        jobs: true,
+        ..setup.clone()
+    };
+    let mut agent = with_jobs.agent();
+    let handle = agent.handle();
+    let location = handle.location();
+    handle.followup("first session").unwrap();
+    // The process "dies" while the background child runs: the run is dropped mid-turn.
+    let run = tokio::spawn(async move { agent.run_until_idle().await });
+    let pid_file = d.cwd.path().join("cut.pid");
+    let pid = tokio::task::spawn_blocking(move || wait_for_pid(&pid_file))
+        .await
+        .unwrap();
+    run.abort();
+    let _ = run.await;
+    drop(handle);
+    assert!(
+        wait_gone(pid).await,
+        "the background child outlived its parent"
+    );
+
+    provider.route(
+        first_user("first session"),
+        [
+            call("q1", "list_agents", json!({})),
+            call(
+                "q2",
+                "send_message",
+                json!({"subagent_id": "agent-1", "message": "And again?"}),
+            ),
+            say("resumed parent done"),
+        ],
+    );
+    let store = open_store(StoreKind::Jsonl, d.home.path()).unwrap();
+    let mut resumed = Agent::resume(setup.parts(0), store.as_ref(), &location).unwrap();
+    resumed
+        .handle()
+        .followup("what are my children doing?")
+        .unwrap();
+    let outcomes = tokio::time::timeout(Duration::from_secs(30), resumed.run_until_idle())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcomes.last().unwrap().final_text, "resumed parent done");
+    let results = results(Path::new(&location));
+    let listed = &results[results.len() - 2].0;
+    assert!(
+        listed.contains("agent-1") && listed.contains("idle") && listed.contains("done one"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("agent-2") && listed.contains("interrupted") && listed.contains("cut one"),
+        "{listed}"
+    );
+    assert_eq!(results.last().unwrap().0, "second answer");
+    // The continued child's request carries its first turn.
+    let child = requests_of(&provider, "CHILD DONE");
+    assert_eq!(child.len(), 2);
+    let text = child[1]["messages"].to_string();
+    assert!(
+        text.contains("first answer") && text.contains("And again?"),
+        "{text}"
+    );
+    // Partial logs are kept: the interrupted child's log still has its started tool call.
+    let stored = dsh_agent::read_children(Path::new(&location).parent().unwrap());
+    let cut = stored.iter().find(|c| c.label == "cut one").unwrap();
+    assert_eq!(cut.state(), "interrupted");
+    assert!(load_file(&cut.log)
+        .unwrap()
+        .events
+        .iter()
+        .any(|e| matches!(&e.event, Event::ToolCall(c) if c.name == "bash")));
+}

@@ -1,0 +1,183 @@
+//! The inline mode end to end (docs/tui.md, "Modes"): the real `dsh` in a pseudo-terminal
+//! against the fake provider, its output fed to a terminal emulator with scrollback that also
+//! answers the cursor-position query as a terminal does. Finished cells go into the terminal's
+//! scrollback above the live area and stay there after quitting, exactly once each, with no
+//! copy of the live area among them; Esc interrupts a running turn and the "cancelling" hint
+//! goes once it has ended; a resize redraws one clean live area.
+
+use std::time::Duration;
+
+use dsh_session::{load_file, Event, TurnEndReason};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd, WireUsage};
+
+use crate::common::session_file;
+use crate::tui_harness::Tui;
+
+/// Lines of the long reply: more than the screen, less than two.
+const FINDINGS: usize = 32;
+
+fn long_reply() -> String {
+    let mut text = String::from("## Findings\n\nSee [the guide](https://example.com/guide).\n\n");
+    // Escape sequences in model text must not reach the terminal: a hyperlink of its own, a
+    // window title, a screen clear.
+    text.push_str("trap \u{1b}]8;;https://evil.example/\u{7}click\u{1b}]8;;\u{7} \u{1b}]0;pwned\u{7}\u{1b}[2Jend\n\n");
+    for i in 1..=FINDINGS {
+        text.push_str(&format!("- finding number {i}\n"));
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_mode_leaves_the_conversation_in_the_scrollback() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .text(&long_reply())
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("the second answer")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let (history, screen, raw) = tokio::task::spawn_blocking(move || {
+        let mut tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        tui.wait_for(">_ dsh");
+        tui.type_text("say hello\r");
+        tui.wait_for(&format!("finding number {FINDINGS}"));
+        tui.type_text("and more\r");
+        tui.wait_for("the second answer");
+        tui.wait_for("Ask dsh anything");
+        tui.quit();
+        let (history, screen) = tui.scrollback_and_screen();
+        let raw = String::from_utf8_lossy(&tui.raw.lock().unwrap()).into_owned();
+        (history, screen, raw)
+    })
+    .await
+    .unwrap();
+    let all: Vec<&String> = history.iter().chain(&screen).collect();
+    let joined = all
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The header, the first prompt and the start of the long reply scrolled into the
+    // terminal's own scrollback.
+    let scrolled = history.join("\n");
+    for expected in [
+        ">_ dsh",
+        "model:",
+        "› say hello",
+        "Findings",
+        "finding number 1",
+    ] {
+        assert!(
+            scrolled.contains(expected),
+            "`{expected}` not in scrollback:\n{scrolled}"
+        );
+    }
+    // After quitting everything is still there, once, in order.
+    for i in 1..=FINDINGS {
+        let line = format!("• finding number {i}");
+        let count = all.iter().filter(|l| l.trim_end() == line).count();
+        assert_eq!(count, 1, "`{line}` {count} times:\n{joined}");
+    }
+    let at = |what: &str| all.iter().position(|l| l.contains(what)).unwrap();
+    assert!(at("› say hello") < at("finding number 1"));
+    assert!(at(&format!("finding number {FINDINGS}")) < at("› and more"));
+    assert!(at("› and more") < at("the second answer"));
+    // Headings lose their `#`; the link is a terminal hyperlink.
+    assert!(!joined.contains("## Findings"), "{joined}");
+    assert!(
+        raw.contains("\x1b]8;;https://example.com/guide\x1b\\the guide\x1b]8;;\x1b\\"),
+        "no OSC 8 hyperlink"
+    );
+    // The model's escape sequences arrived as text at most, never as sequences.
+    assert!(
+        !raw.contains("\x1b]8;;https://evil"),
+        "a hyperlink from the model text"
+    );
+    assert!(
+        !raw.contains("\x1b]0;pwned"),
+        "a window title from the model text"
+    );
+    assert!(joined.contains("trap"), "{joined}");
+    // No copy of the live area in the history, and it was cleared on the way out.
+    assert!(!joined.contains("Ask dsh anything"), "{joined}");
+    assert!(!joined.contains("· ctx "), "{joined}");
+    // The normal screen all along.
+    assert!(
+        !raw.contains("\x1b[?1049h"),
+        "the alternate screen was entered"
+    );
+    assert!(
+        raw.contains("dsh resume "),
+        "the resume hint is printed after the UI"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn esc_interrupts_the_turn_and_a_resize_redraws_one_live_area() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new().text("partial answer").end(StreamEnd::Stall),
+    )])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let waiter = tokio::task::spawn_blocking(move || {
+        let mut tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("stall please\r");
+        tui.wait_for("partial answer");
+        tui.wait_for("Esc to interrupt");
+        tui.wait_for("Working (");
+        tui.type_text("\x1b");
+        tui.wait_for("turn cancelled");
+        // The hint of the cancel goes once the turn has ended.
+        tui.wait_until("the cancelling hint went away", |s| {
+            !s.contains("cancelling the turn") && !s.contains("Esc to interrupt")
+        });
+        let one_live_area = |s: &str| {
+            s.matches("Ask dsh anything").count() == 1 && s.matches("· ctx ").count() == 1
+        };
+        tui.wait_until("one live area", one_live_area);
+        for (rows, cols) in [(20, 70), (40, 120), (24, 90)] {
+            tui.resize(rows, cols);
+            std::thread::sleep(Duration::from_millis(300));
+            tui.wait_until(&format!("one live area at {cols}x{rows}"), one_live_area);
+            let screen = tui.contents();
+            let last = screen.lines().rfind(|l| !l.trim().is_empty());
+            let last = last.unwrap_or_default().to_string();
+            assert!(
+                last.contains("· ctx "),
+                "the status line ends the screen: {screen}"
+            );
+        }
+        tui.quit();
+    });
+    waiter.await.unwrap();
+    let log = load_file(&session_file(home.path())).unwrap();
+    let ends: Vec<TurnEndReason> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TurnEnd(end) => Some(end.reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(ends.as_slice(), [TurnEndReason::Aborted { .. }]),
+        "{ends:?}"
+    );
+}

@@ -1,0 +1,35 @@
+//! `dsh --version` is answered before clap builds its command tree (docs/PERFORMANCE.md,
+//! "Start-up floors"): the line must stay the one clap prints, for the same flags.
+
+use crate::common::{dsh_command, output, text};
+
+#[tokio::test]
+async fn version_prints_clap_s_line_for_clap_s_flags_and_touches_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let expected = format!("dsh {}\n", env!("CARGO_PKG_VERSION"));
+    for flag in ["--version", "-V"] {
+        let mut cmd = dsh_command(home.path(), home.path());
+        cmd.arg(flag);
+        let out = output(cmd).await;
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{flag}: {stderr}");
+        assert_eq!(stdout, expected, "{flag}");
+        assert_eq!(stderr, "", "{flag}");
+    }
+    // The flags the shortcut answers are the ones clap documents.
+    let mut cmd = dsh_command(home.path(), home.path());
+    cmd.arg("--help");
+    let (help, _) = text(&output(cmd).await);
+    assert!(help.contains("-V, --version"), "{help}");
+    // With one more argument the shortcut stands aside and clap answers (it prints the version
+    // as soon as it meets the flag): its line must be the shortcut's.
+    let mut cmd = dsh_command(home.path(), home.path());
+    cmd.args(["--version", "extra"]);
+    let out = output(cmd).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, expected, "clap's own version line");
+    // Nothing was set up for a version line.
+    let left: Vec<_> = std::fs::read_dir(home.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -1,0 +1,454 @@
+//! File snapshots for `/undo` and `/diff` (docs/tools.md, "Snapshots").
+//!
+//! Before `write` or `edit` replaces a file, the file's previous content (or the fact that it did
+//! not exist) is kept in a private folder of the session, and the change is described by a
+//! [`FileSnapshot`] in the tool result's structured data (`data.snapshot`, logged with the
+//! result as `tool/result.meta`). A front end rebuilds the changes of a turn from the log and
+//! hands them to [`plan_undo`], which refuses when a file changed since the tool wrote it, and
+//! [`apply_undo`], which puts the old contents back and deletes the files the turn created.
+//! [`session_diff`] diffs the first recorded content of each file against what is on disk now.
+//!
+//! `bash` is not covered: a shell command can change anything, and nothing records it.
+
+use crate::os::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::collections::HashMap;
+use std::fs::{DirBuilder, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use similar::{ChangeTag, TextDiff};
+
+/// Key of the snapshot in a `write`/`edit` result's data (`tool/result.meta.snapshot`).
+pub const SNAPSHOT_DATA_KEY: &str = "snapshot";
+
+/// A private folder of the session holding the previous contents of changed files. Created
+/// with mode `0700` when the first snapshot is taken; each snapshot file is created fresh
+/// (`O_EXCL|O_NOFOLLOW`) with mode `0600`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotDir {
+    path: PathBuf,
+}
+
+impl SnapshotDir {
+    /// Snapshots will go to `path` (not created until the first one is taken).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps the content of `real` before a change: `before` is its content, `None` when the
+    /// file does not exist yet. `after` is what the tool is about to write. Returns the record
+    /// the tool puts into its result data.
+    pub fn take(
+        &self,
+        real: &Path,
+        before: Option<&[u8]>,
+        after: &[u8],
+    ) -> io::Result<FileSnapshot> {
+        let before = match before {
+            None => None,
+            Some(content) => Some(self.store(content)?),
+        };
+        Ok(FileSnapshot {
+            path: real.to_path_buf(),
+            before,
+            after_sha256: sha256_hex(after),
+        })
+    }
+
+    fn store(&self, content: &[u8]) -> io::Result<PathBuf> {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.path)?;
+        let meta = std::fs::symlink_metadata(&self.path)?;
+        if !meta.is_dir() {
+            return Err(io::Error::other(format!(
+                "snapshot folder {} is not a directory",
+                self.path.display()
+            )));
+        }
+        crate::os::set_path_mode(&self.path, 0o700)?;
+        let name = format!("{}.before", uuid::Uuid::new_v4().simple());
+        let path = self.path.join(name);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(crate::os::O_NOFOLLOW)
+            .open(&path)?;
+        file.write_all(content)?;
+        file.sync_all()?;
+        Ok(path)
+    }
+}
+
+/// One file change made by `write` or `edit`: which file, where its previous content is kept
+/// (`None`: the change created the file) and the SHA-256 of the content written, which tells
+/// whether the file changed again since.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSnapshot {
+    /// The real path that was written.
+    pub path: PathBuf,
+    /// The snapshot file with the previous content; `None` when the file did not exist.
+    pub before: Option<PathBuf>,
+    /// Lowercase hex SHA-256 of the content the tool wrote.
+    pub after_sha256: String,
+}
+
+impl FileSnapshot {
+    /// The snapshot recorded in a tool result's data (`data.snapshot`), if any.
+    pub fn from_data(data: &Value) -> Option<Self> {
+        serde_json::from_value(data.get(SNAPSHOT_DATA_KEY)?.clone()).ok()
+    }
+
+    /// This snapshot as JSON, for the result data.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One step of an undo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UndoStep {
+    /// Put the content of `from` (a snapshot file) back into `path`.
+    Restore {
+        /// The file to restore.
+        path: PathBuf,
+        /// The snapshot with its content before the turn.
+        from: PathBuf,
+    },
+    /// Delete `path`: the turn created it.
+    Delete {
+        /// The file to delete.
+        path: PathBuf,
+    },
+}
+
+impl UndoStep {
+    /// The file this step changes.
+    pub fn path(&self) -> &Path {
+        match self {
+            UndoStep::Restore { path, .. } | UndoStep::Delete { path } => path,
+        }
+    }
+}
+
+/// A file an undo refuses to touch, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndoConflict {
+    /// The file.
+    pub path: PathBuf,
+    /// What changed since the tool wrote it.
+    pub reason: String,
+}
+
+/// What the current content of `path` is, read without following a symbolic link.
+enum Current {
+    Missing,
+    File(Vec<u8>),
+    Other(&'static str),
+}
+
+fn read_current(path: &Path) -> io::Result<Current> {
+    match std::fs::symlink_metadata(path) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Current::Missing),
+        Err(err) => return Err(err),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Ok(Current::Other("is now a symbolic link"))
+        }
+        Ok(meta) if meta.is_dir() => return Ok(Current::Other("is now a directory")),
+        Ok(meta) if !meta.is_file() => return Ok(Current::Other("is not a regular file")),
+        Ok(_) => {}
+    }
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(crate::os::O_NOFOLLOW)
+        .open(path)?;
+    let mut content = Vec::new();
+    file.read_to_end(&mut content)?;
+    Ok(Current::File(content))
+}
+
+/// The steps that revert `changes` (the file changes of one turn, in the order they were made),
+/// or the files that changed since the turn wrote them (by another tool call, `bash`, an editor).
+/// For each file the first change gives the content to go back to and the last change the
+/// content that must still be there.
+pub fn plan_undo(changes: &[FileSnapshot]) -> Result<Vec<UndoStep>, Vec<UndoConflict>> {
+    let mut order: Vec<&Path> = Vec::new();
+    let mut first: HashMap<&Path, &FileSnapshot> = HashMap::new();
+    let mut last: HashMap<&Path, &FileSnapshot> = HashMap::new();
+    for change in changes {
+        let path = change.path.as_path();
+        if !first.contains_key(path) {
+            order.push(path);
+            first.insert(path, change);
+        }
+        last.insert(path, change);
+    }
+    let mut steps = Vec::new();
+    let mut conflicts = Vec::new();
+    for path in order {
+        let (Some(first), Some(last)) = (first.get(path), last.get(path)) else {
+            continue;
+        };
+        let conflict = |reason: String| UndoConflict {
+            path: path.to_path_buf(),
+            reason,
+        };
+        match read_current(path) {
+            Ok(Current::Missing) => conflicts.push(conflict("was deleted since".into())),
+            Ok(Current::Other(what)) => conflicts.push(conflict(what.into())),
+            Ok(Current::File(content)) if sha256_hex(&content) != last.after_sha256 => {
+                conflicts.push(conflict("was changed since".into()))
+            }
+            Ok(Current::File(_)) => {}
+            Err(err) => conflicts.push(conflict(format!("cannot be read: {err}"))),
+        }
+        match &first.before {
+            None => steps.push(UndoStep::Delete {
+                path: path.to_path_buf(),
+            }),
+            Some(from) if from.is_file() => steps.push(UndoStep::Restore {
+                path: path.to_path_buf(),
+                from: from.clone(),
+            }),
+            Some(from) => conflicts.push(conflict(format!(
+                "has no snapshot any more ({} is missing)",
+                from.display()
+            ))),
+        }
+    }
+    if conflicts.is_empty() {
+        Ok(steps)
+    } else {
+        Err(conflicts)
+    }
+}
+
+/// The folder of `path`, which must still be the real one recorded (no component replaced by
+/// a symbolic link since), so an undo writes where the tool wrote and nowhere else.
+fn checked_parent(path: &Path) -> io::Result<&Path> {
+    let parent = path
+        .parent()
+        .ok_or_else(|| io::Error::other("the path has no parent folder"))?;
+    let real = std::fs::canonicalize(parent)?;
+    if real != parent {
+        return Err(io::Error::other(format!(
+            "its folder now resolves to {} (a symbolic link was put on the path)",
+            real.display()
+        )));
+    }
+    Ok(parent)
+}
+
+/// Carries out `steps` (from [`plan_undo`]). Each file is restored atomically (a new file in
+/// the same folder renamed over it, keeping the current permission bits) or deleted. Returns
+/// the files undone; the first failure stops it and says which file and why (the files before
+/// it are already undone).
+pub fn apply_undo(steps: &[UndoStep]) -> Result<Vec<PathBuf>, (Vec<PathBuf>, String)> {
+    let mut done = Vec::new();
+    for step in steps {
+        let result = match step {
+            UndoStep::Delete { path } => {
+                checked_parent(path).and_then(|_| match std::fs::remove_file(path) {
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+                    other => other,
+                })
+            }
+            UndoStep::Restore { path, from } => restore(path, from),
+        };
+        match result {
+            Ok(()) => done.push(step.path().to_path_buf()),
+            Err(err) => {
+                let message = format!("cannot undo {}: {err}", step.path().display());
+                return Err((done, message));
+            }
+        }
+    }
+    Ok(done)
+}
+
+fn restore(path: &Path, from: &Path) -> io::Result<()> {
+    let parent = checked_parent(path)?;
+    let content = std::fs::read(from)?;
+    let mode = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.permissions().mode() & 0o7777);
+    let temp = parent.join(format!(
+        "{}{}",
+        crate::builtin::TEMP_PREFIX,
+        uuid::Uuid::new_v4().simple()
+    ));
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .custom_flags(crate::os::O_NOFOLLOW)
+            .open(&temp)?;
+        file.write_all(&content)?;
+        if let Some(mode) = mode {
+            crate::os::set_file_mode(&file, mode)?;
+        }
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        // Best effort: the temp file is ours; the write error is the one worth reporting.
+        let _ignored = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// The session's change to one file, for `/diff`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileDiff {
+    /// The file.
+    pub path: PathBuf,
+    /// Unified diff (3 lines of context) from the first recorded content to the current one;
+    /// empty when they are equal.
+    pub unified: String,
+    /// Lines added.
+    pub added: usize,
+    /// Lines removed.
+    pub removed: usize,
+    /// A note instead of (or next to) the diff: `new file`, `deleted`, `binary`...
+    pub note: Option<String>,
+}
+
+/// For every file in `changes` (all the session's snapshots, in order): its content before
+/// the session first changed it, diffed against its content now. Files back to their first
+/// content are left out.
+pub fn session_diff(changes: &[FileSnapshot], label_base: &Path) -> Vec<FileDiff> {
+    let mut order: Vec<&Path> = Vec::new();
+    let mut first: HashMap<&Path, &FileSnapshot> = HashMap::new();
+    for change in changes {
+        if !first.contains_key(change.path.as_path()) {
+            order.push(&change.path);
+            first.insert(&change.path, change);
+        }
+    }
+    let mut out = Vec::new();
+    for path in order {
+        let Some(first) = first.get(path) else {
+            continue;
+        };
+        let old = match &first.before {
+            None => None,
+            Some(from) => match std::fs::read(from) {
+                Ok(content) => Some(content),
+                Err(err) => {
+                    out.push(FileDiff {
+                        path: path.to_path_buf(),
+                        unified: String::new(),
+                        added: 0,
+                        removed: 0,
+                        note: Some(format!("snapshot unreadable: {err}")),
+                    });
+                    continue;
+                }
+            },
+        };
+        let new = match read_current(path) {
+            Ok(Current::File(content)) => Some(content),
+            Ok(Current::Missing) => None,
+            Ok(Current::Other(what)) => {
+                out.push(FileDiff {
+                    path: path.to_path_buf(),
+                    unified: String::new(),
+                    added: 0,
+                    removed: 0,
+                    note: Some(what.to_string()),
+                });
+                continue;
+            }
+            Err(err) => {
+                out.push(FileDiff {
+                    path: path.to_path_buf(),
+                    unified: String::new(),
+                    added: 0,
+                    removed: 0,
+                    note: Some(format!("cannot be read: {err}")),
+                });
+                continue;
+            }
+        };
+        if old == new {
+            continue;
+        }
+        let label = path
+            .strip_prefix(label_base)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        out.push(file_diff(path, &label, old.as_deref(), new.as_deref()));
+    }
+    out
+}
+
+fn file_diff(path: &Path, label: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> FileDiff {
+    let note = match (old, new) {
+        (None, _) => Some("new file".to_string()),
+        (_, None) => Some("deleted".to_string()),
+        _ => None,
+    };
+    let old_text = old.map(std::str::from_utf8);
+    let new_text = new.map(std::str::from_utf8);
+    let (Ok(old_text), Ok(new_text)) = (
+        old_text.transpose().map(Option::unwrap_or_default),
+        new_text.transpose().map(Option::unwrap_or_default),
+    ) else {
+        return FileDiff {
+            path: path.to_path_buf(),
+            unified: String::new(),
+            added: 0,
+            removed: 0,
+            note: Some("binary content changed".to_string()),
+        };
+    };
+    let diff = TextDiff::from_lines(old_text, new_text);
+    let (mut added, mut removed) = (0, 0);
+    for change in diff.iter_all_changes() {
+        match change.tag() {
+            ChangeTag::Insert => added += 1,
+            ChangeTag::Delete => removed += 1,
+            ChangeTag::Equal => {}
+        }
+    }
+    let old_label = if old.is_some() {
+        format!("a/{label}")
+    } else {
+        "/dev/null".to_string()
+    };
+    let new_label = if new.is_some() {
+        format!("b/{label}")
+    } else {
+        "/dev/null".to_string()
+    };
+    let unified = diff
+        .unified_diff()
+        .context_radius(3)
+        .header(&old_label, &new_label)
+        .to_string();
+    FileDiff {
+        path: path.to_path_buf(),
+        unified,
+        added,
+        removed,
+        note,
+    }
+}

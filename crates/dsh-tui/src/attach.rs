@@ -1,0 +1,182 @@
+//! Image attachments in the composer (docs/tui.md, "Images"): a sent message whose text names an
+//! image file (typed, pasted, a `file://` URI from a copied file, or an `@image.png` mention)
+//! carries that image as an image block after its text, and the transcript shows it as a chip
+//! `[image: name 1200x800]`. The image is checked like every image (`docs/model-calls.md`,
+//! "Images": PNG/JPEG/GIF/WebP from the bytes, at most 20 MB) and logged once beside the session
+//! (`docs/sessions.md`, "Images"). Paths are read as the user's own input: they may lie outside
+//! the working directory (the user chose the file), but an `@` mention keeps the mention rules.
+
+use std::path::{Path, PathBuf};
+
+use dsh_llm::{ContentBlock, ImageAttachment, Message};
+
+/// Most images one message attaches.
+pub const MAX_IMAGES: usize = 20;
+
+/// What attaching the images of a message did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ImageAttach {
+    /// One chip per attached image.
+    pub chips: Vec<String>,
+    /// One line per image that could not be attached, with the reason.
+    pub problems: Vec<String>,
+}
+
+/// The chip of an attached image: `[image: name 1200x800]`.
+pub fn chip(image: &ImageAttachment) -> String {
+    let name = image.name.as_deref().unwrap_or("image");
+    match image.dimensions() {
+        Some(dims) => format!("[image: {name} {dims}]"),
+        None => format!("[image: {name}]"),
+    }
+}
+
+/// The chips of the images of a user message, on one line (`None` without images).
+pub fn chip_line(message: &Message) -> Option<String> {
+    let chips: Vec<String> = message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Image { attachment } => Some(chip(attachment)),
+            _ => None,
+        })
+        .collect();
+    (!chips.is_empty()).then(|| chips.join(" "))
+}
+
+/// Words of `text` that may name an image file: bare or quoted paths, `~/` paths and `file://`
+/// URIs (what a terminal pastes for a copied file), with an image extension.
+fn candidate_paths(text: &str, cwd: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for word in text.split_whitespace() {
+        if word.starts_with('@') {
+            continue; // mentions come from the mention parser
+        }
+        let word = word.trim_matches(['"', '\'']);
+        let word = word.strip_prefix("file://").unwrap_or(word);
+        let word = percent_decode(word);
+        let path = match word.strip_prefix("~/") {
+            Some(rest) => match std::env::var_os("HOME") {
+                Some(home) => PathBuf::from(home).join(rest),
+                None => continue,
+            },
+            None => cwd.join(&word),
+        };
+        if crate::mentions::is_image(&path) && path.is_file() && !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// `%20` and friends of a `file://` URI decoded (anything malformed is kept as it is).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = text.get(i + 1..i + 3).unwrap_or("");
+            if let Ok(byte) = u8::from_str_radix(hex, 16) {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| text.to_string())
+}
+
+/// Reads one image file into an attachment, refusing what is not an image or too large.
+pub fn load(path: &Path) -> Result<ImageAttachment, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.len() > dsh_llm::MAX_IMAGE_BYTES {
+        return Err(format!(
+            "{}: {} bytes, over the 20 MB image limit; attach a smaller copy",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let name = path.file_name().and_then(|n| n.to_str());
+    ImageAttachment::from_bytes(data, name).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Adds the images `text` names (and the `mentioned` image paths) to `message`, after its text.
+pub fn attach_images(
+    message: &mut Message,
+    text: &str,
+    mentioned: &[PathBuf],
+    cwd: &Path,
+) -> ImageAttach {
+    let mut out = ImageAttach::default();
+    let mut paths: Vec<PathBuf> = mentioned.to_vec();
+    for path in candidate_paths(text, cwd) {
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+    }
+    let mut seen: Vec<String> = Vec::new();
+    for path in paths {
+        if seen.len() >= MAX_IMAGES {
+            out.problems.push(format!(
+                "{}: not attached, a message takes at most {MAX_IMAGES} images",
+                path.display()
+            ));
+            continue;
+        }
+        match load(&path) {
+            Ok(image) => {
+                if seen.contains(&image.attachment_id) {
+                    continue;
+                }
+                seen.push(image.attachment_id.clone());
+                out.chips.push(chip(&image));
+                message
+                    .content
+                    .push(ContentBlock::Image { attachment: image });
+            }
+            Err(reason) => out.problems.push(format!("{reason}, not attached")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RED_PNG: &[u8] = &[
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44,
+        0x52, 0x00, 0x00, 0x04, 0xb0, 0x00, 0x00, 0x03, 0x20, 0x08, 0x02, 0x00, 0x00, 0x00, 0x90,
+    ];
+
+    #[test]
+    fn typed_pasted_and_mentioned_images_attach_with_chips() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("shot one.png"), RED_PNG).unwrap();
+        std::fs::write(dir.path().join("b.png"), RED_PNG).unwrap();
+        std::fs::write(dir.path().join("fake.png"), b"not an image").unwrap();
+        let uri = format!("file://{}/shot%20one.png", dir.path().display());
+        let text = format!("compare {uri} and fake.png");
+        let mut message = dsh_agent::new_user_message(&text);
+        let result = attach_images(&mut message, &text, &[dir.path().join("b.png")], dir.path());
+        // Same bytes twice: one image block.
+        assert_eq!(result.chips, vec!["[image: b.png 1200x800]"]);
+        assert_eq!(message.content.len(), 2);
+        assert!(
+            result.problems[0].contains("fake.png") && result.problems[0].contains("not a PNG")
+        );
+        assert_eq!(
+            chip_line(&message).as_deref(),
+            Some("[image: b.png 1200x800]")
+        );
+        let text = "look at b.png";
+        let mut message = dsh_agent::new_user_message(text);
+        let result = attach_images(&mut message, text, &[], dir.path());
+        assert_eq!(result.chips.len(), 1);
+        assert!(matches!(message.content[1], ContentBlock::Image { .. }));
+    }
+}

@@ -1,0 +1,112 @@
+//! `/status` (docs/tui.md, "Commands"): the session's facts in one notice.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use dsh_session::{Envelope, Event, HeaderTools};
+
+use crate::app::App;
+use crate::view::short_tokens;
+
+/// What `/status` reads outside the [`App`]: the agent's answers and the log.
+pub struct StatusFacts<'a> {
+    /// The session id.
+    pub session_id: String,
+    /// Where the log is stored.
+    pub location: String,
+    /// The preset in force.
+    pub preset: String,
+    /// The working directory.
+    pub cwd: &'a Path,
+    /// The session's events (for the MCP servers of the last request).
+    pub events: &'a [Envelope],
+}
+
+/// MCP servers and their tool counts, from the tools of the last request header
+/// (`mcp__<server>__<tool>`); `None` before the first request.
+pub fn mcp_servers(events: &[Envelope]) -> Option<BTreeMap<String, usize>> {
+    let header = events.iter().rev().find_map(|e| match &e.event {
+        Event::RequestHeader(header) => Some(header),
+        _ => None,
+    })?;
+    let names: Vec<String> = match &header.header.tools {
+        HeaderTools::Schemas(schemas) => schemas.iter().map(|s| s.name.clone()).collect(),
+        HeaderTools::Names(names) => names.clone(),
+        HeaderTools::Placeholder(_) | HeaderTools::Absent => Vec::new(),
+    };
+    let mut servers = BTreeMap::new();
+    for name in names {
+        if let Some(rest) = name.strip_prefix("mcp__") {
+            if let Some((server, _)) = rest.split_once("__") {
+                *servers.entry(server.to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    Some(servers)
+}
+
+/// The `/status` text.
+pub fn status_text(app: &App, facts: &StatusFacts<'_>) -> String {
+    let stats = &app.transcript.stats;
+    let model = stats
+        .model
+        .clone()
+        .unwrap_or_else(|| app.status.model.clone());
+    let effort = stats
+        .effort
+        .clone()
+        .or_else(|| app.status.effort.clone())
+        .unwrap_or_else(|| "default".to_string());
+    let sandbox = stats
+        .sandbox
+        .clone()
+        .unwrap_or_else(|| "not reported yet".to_string());
+    let total = stats.total();
+    let u = total.usage;
+    let cost = stats
+        .cost(&app.status.prices)
+        .map_or("unknown (a model has no price)".to_string(), |c| {
+            format!("${c:.4}")
+        });
+    let window = app.status.context_window.max(1);
+    let percent = stats.context_tokens as f64 * 100.0 / window as f64;
+    let last_hit = stats
+        .last_cache_hit
+        .map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+    let mcp = match mcp_servers(facts.events) {
+        None => "known after the first request".to_string(),
+        Some(servers) if servers.is_empty() => "none".to_string(),
+        Some(servers) => servers
+            .iter()
+            .map(|(name, tools)| format!("{name} ({tools} tools)"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    [
+        format!("session   {}", facts.session_id),
+        format!("log       {}", facts.location),
+        format!("model     {model} · effort {effort}"),
+        format!("preset    {} · sandbox {sandbox}", facts.preset),
+        format!("cwd       {}", facts.cwd.display()),
+        format!(
+            "tokens    {} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {}) · cost {cost}",
+            total.requests,
+            short_tokens(u.input_tokens),
+            short_tokens(u.cache_read_tokens),
+            short_tokens(u.cache_write_tokens),
+            short_tokens(u.output_tokens),
+            short_tokens(u.reasoning_tokens),
+        ),
+        format!(
+            "context   {}/{} ({percent:.0}%)",
+            short_tokens(stats.context_tokens),
+            short_tokens(window)
+        ),
+        format!(
+            "cache     {:.0}% of input read from cache this session · last request {last_hit}",
+            u.cache_hit_ratio() * 100.0
+        ),
+        format!("mcp       {mcp}"),
+    ]
+    .join("\n")
+}

@@ -1,0 +1,286 @@
+//! `/undo` and `/diff` (docs/tui.md, "Undo and diff"), from the snapshots `write` and `edit` keep
+//! before changing a file (docs/tools.md, "Snapshots"). Both read the session log: every
+//! successful `tool/result` whose `meta.snapshot` names a change, numbered by its turn, and the
+//! `files/undo` events of earlier undos.
+//!
+//! `/undo` reverts the latest turn with file changes that was not undone yet: it refuses, and
+//! changes nothing, when one of its files changed since (another tool call, `bash`, an editor);
+//! otherwise it restores the files, deletes the ones the turn created, logs `files/undo`
+//! (docs/sessions.md) and queues a note for the model's next turn. Changes made by `bash` are not
+//! covered, and the message says so.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+
+use dsh_agent::AgentHandle;
+use dsh_session::{Envelope, Event};
+use dsh_tools::{apply_undo, plan_undo, session_diff, FileSnapshot};
+use serde_json::json;
+
+/// The event `/undo` logs.
+pub const UNDO_EVENT: &str = "files/undo";
+
+/// The file changes of the log: `(turn, change)` in log order, and the turns undone since.
+pub fn changes(events: &[Envelope]) -> (Vec<(u64, FileSnapshot)>, HashSet<u64>) {
+    let mut changes = Vec::new();
+    let mut undone = HashSet::new();
+    for envelope in events {
+        match &envelope.event {
+            Event::ToolResult(result) if result.error.is_none() => {
+                if let Some(snapshot) = result.meta.as_ref().and_then(FileSnapshot::from_data) {
+                    changes.push((result.turn, snapshot));
+                }
+            }
+            Event::Opaque { event_type, data } if event_type == UNDO_EVENT => {
+                if let Some(turn) = data.get("turn").and_then(|t| t.as_u64()) {
+                    undone.insert(turn);
+                }
+            }
+            _ => {}
+        }
+    }
+    (changes, undone)
+}
+
+/// What `/undo` did, for the transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndoReport {
+    /// True when files were reverted (an info notice); false for a refusal (an error notice).
+    pub done: bool,
+    /// The message.
+    pub message: String,
+}
+
+const BASH_NOTE: &str = "changes made by bash commands are not tracked and were not reverted";
+
+/// `/undo` on the session behind `handle`, whose log holds `events`; files are shown relative
+/// to `cwd`.
+pub fn undo_last_turn(events: &[Envelope], handle: &AgentHandle, cwd: &Path) -> UndoReport {
+    let (changes, undone) = changes(events);
+    let Some(turn) = changes
+        .iter()
+        .map(|(turn, _)| *turn)
+        .filter(|turn| !undone.contains(turn))
+        .max()
+    else {
+        return UndoReport {
+            done: false,
+            message: format!("nothing to undo: no turn of this session changed files with write or edit that was not undone already ({BASH_NOTE})"),
+        };
+    };
+    let turn_changes: Vec<FileSnapshot> = changes
+        .into_iter()
+        .filter(|(t, _)| *t == turn)
+        .map(|(_, change)| change)
+        .collect();
+    let show = |path: &Path| path.strip_prefix(cwd).unwrap_or(path).display().to_string();
+    let steps = match plan_undo(&turn_changes) {
+        Ok(steps) => steps,
+        Err(conflicts) => {
+            let list: Vec<String> = conflicts
+                .iter()
+                .map(|c| format!("{} {}", show(&c.path), c.reason))
+                .collect();
+            return UndoReport {
+                done: false,
+                message: format!(
+                    "cannot undo turn {turn}: {}; nothing was reverted. Revert those files by hand (/diff shows the session's changes)",
+                    list.join(", ")
+                ),
+            };
+        }
+    };
+    let (done, failure) = match apply_undo(&steps) {
+        Ok(done) => (done, None),
+        Err((done, message)) => (done, Some(message)),
+    };
+    let files: Vec<serde_json::Value> = steps
+        .iter()
+        .filter(|step| done.iter().any(|d| d == step.path()))
+        .map(|step| {
+            let action = match step {
+                dsh_tools::UndoStep::Restore { .. } => "restored",
+                dsh_tools::UndoStep::Delete { .. } => "deleted",
+            };
+            json!({"path": step.path(), "action": action})
+        })
+        .collect();
+    let described: Vec<String> = steps
+        .iter()
+        .filter(|step| done.iter().any(|d| d == step.path()))
+        .map(|step| match step {
+            dsh_tools::UndoStep::Restore { path, .. } => format!("{} (restored)", show(path)),
+            dsh_tools::UndoStep::Delete { path } => {
+                format!("{} (deleted: the turn created it)", show(path))
+            }
+        })
+        .collect();
+    if !done.is_empty() {
+        let event = Event::Opaque {
+            event_type: UNDO_EVENT.to_string(),
+            data: json!({"turn": turn, "files": files, "complete": failure.is_none()}),
+        };
+        let note = format!(
+            "The user ran /undo: the file changes your write/edit calls made in turn {turn} were reverted: {}. Changes made by bash commands were not reverted. Read these files again before you change them.",
+            described.join(", ")
+        );
+        let logged = handle
+            .log_event(event)
+            .and_then(|_| handle.inject(dsh_agent::plugin_message("tui", UNDO_EVENT, note)));
+        if let Err(err) = logged {
+            return UndoReport {
+                done: false,
+                message: format!(
+                    "reverted {} but could not log it ({err}); the model does not know, tell it",
+                    described.join(", ")
+                ),
+            };
+        }
+    }
+    match failure {
+        None => UndoReport {
+            done: true,
+            message: format!("undid turn {turn}: {}; {BASH_NOTE}", described.join(", ")),
+        },
+        Some(message) => UndoReport {
+            done: false,
+            message: if described.is_empty() {
+                format!("{message}; nothing was reverted")
+            } else {
+                format!("{message}; already reverted: {}", described.join(", "))
+            },
+        },
+    }
+}
+
+/// `/init`: asks the agent to write AGENTS.md (queued like a typed message, so it waits for a
+/// running turn). When `cwd` already has one, the first `/init` only says so; a second one
+/// in a row asks the agent to improve it.
+pub fn init(app: &mut crate::App, handle: &AgentHandle, cwd: &Path) {
+    let existing = cwd.join("AGENTS.md");
+    if existing.exists() && !app.init_armed {
+        app.init_armed = true;
+        app.transcript.notice(
+            crate::NoticeLevel::Warn,
+            format!(
+                "{} already exists: run /init again to have the agent revise it (it reads the current one first)",
+                existing.display()
+            ),
+        );
+        return;
+    }
+    app.init_armed = false;
+    match handle.followup(crate::commands::INIT_PROMPT) {
+        Ok(()) => app.scroll = 0,
+        Err(err) => app
+            .transcript
+            .notice(crate::NoticeLevel::Error, format!("/init: {err}")),
+    }
+}
+
+/// One line of the `/diff` view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiffLine {
+    /// A heading (a section or a file).
+    Heading(String),
+    /// An added line.
+    Added(String),
+    /// A removed line.
+    Removed(String),
+    /// A hunk header (`@@ ... @@`).
+    Hunk(String),
+    /// Anything else (context, notes).
+    Plain(String),
+}
+
+fn classify(line: &str) -> DiffLine {
+    if line.starts_with("+++") || line.starts_with("---") {
+        DiffLine::Heading(line.to_string())
+    } else if line.starts_with('+') {
+        DiffLine::Added(line.to_string())
+    } else if line.starts_with('-') {
+        DiffLine::Removed(line.to_string())
+    } else if line.starts_with("@@") {
+        DiffLine::Hunk(line.to_string())
+    } else {
+        DiffLine::Plain(line.to_string())
+    }
+}
+
+/// The `/diff` view: the session's changes from its snapshots, then `git diff` when `cwd` is
+/// in a git work tree.
+pub fn diff_lines(events: &[Envelope], cwd: &Path) -> Vec<DiffLine> {
+    let (changes, _) = changes(events);
+    let snapshots: Vec<FileSnapshot> = changes.into_iter().map(|(_, c)| c).collect();
+    let diffs = session_diff(&snapshots, cwd);
+    let mut out = vec![DiffLine::Heading(
+        "Changes made by write/edit in this session (content before its first change → now; bash changes are not tracked)".to_string(),
+    )];
+    if diffs.is_empty() {
+        out.push(DiffLine::Plain("  (none)".to_string()));
+    }
+    for diff in &diffs {
+        let shown = diff.path.strip_prefix(cwd).unwrap_or(&diff.path).display();
+        let note = diff
+            .note
+            .as_deref()
+            .map_or(String::new(), |n| format!(", {n}"));
+        out.push(DiffLine::Plain(String::new()));
+        out.push(DiffLine::Heading(format!(
+            "{shown}  +{} -{}{note}",
+            diff.added, diff.removed
+        )));
+        out.extend(diff.unified.lines().map(classify));
+    }
+    out.push(DiffLine::Plain(String::new()));
+    match git_diff(cwd) {
+        Some(Ok(text)) => {
+            out.push(DiffLine::Heading(
+                "git diff (the work tree against the index, whoever made the changes)".to_string(),
+            ));
+            if text.trim().is_empty() {
+                out.push(DiffLine::Plain("  (no unstaged changes)".to_string()));
+            }
+            out.extend(text.lines().map(classify));
+        }
+        Some(Err(message)) => out.push(DiffLine::Plain(format!("git diff: {message}"))),
+        None => out.push(DiffLine::Plain(
+            "(not a git work tree: no git diff)".to_string(),
+        )),
+    }
+    out
+}
+
+/// `git diff` of `cwd`: `None` when it is not in a git work tree (or git is not installed).
+fn git_diff(cwd: &Path) -> Option<Result<String, String>> {
+    let inside = Command::new("git")
+        .arg("-C")
+        .arg(cwd)
+        .args(["rev-parse", "--is-inside-work-tree"])
+        .output()
+        .ok()?;
+    if !inside.status.success() || String::from_utf8_lossy(&inside.stdout).trim() != "true" {
+        return None;
+    }
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(cwd)
+        // No pager, external diff, textconv filter or fsmonitor hook: /diff runs no program
+        // a repository's configuration names (docs/SECURITY.md, "Protected paths").
+        .args([
+            "-c",
+            "core.fsmonitor=false",
+            "--no-pager",
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+        ])
+        .output();
+    Some(match output {
+        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        Err(err) => Err(err.to_string()),
+    })
+}

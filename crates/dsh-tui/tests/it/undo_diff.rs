@@ -1,0 +1,363 @@
+//! `/undo`, `/diff` and `/status` against a real agent: the real `write`/`edit`/`read` tools
+//! change files in a temp workspace during scripted turns, and the commands read the session
+//! log back from the store (docs/tui.md, "Undo and diff").
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, ReplayAdapter};
+use dsh_llm::{AdapterRegistry, CallConfig, Chunk, MessageSource};
+use dsh_session::{load_file, open_store, Envelope, Event, StoreKind};
+use dsh_test_support::chunks::{text, tool_call};
+use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use dsh_tui::pager::Pager;
+use dsh_tui::status::{status_text, StatusFacts};
+use dsh_tui::worktree::{diff_lines, undo_last_turn, DiffLine, UNDO_EVENT};
+use dsh_tui::{App, StatusInfo};
+use ratatui::backend::TestBackend;
+use ratatui::style::Color;
+use ratatui::Terminal;
+use serde_json::json;
+
+struct Session {
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    cwd: PathBuf,
+    agent: Agent,
+}
+
+impl Session {
+    /// A workspace holding `kept.txt`, and an agent that will serve `replies`.
+    fn new(replies: Vec<Vec<Chunk>>) -> Session {
+        let work = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let cwd = std::fs::canonicalize(work.path()).unwrap();
+        std::fs::write(cwd.join("kept.txt"), "alpha\nbeta\n").unwrap();
+        let mut adapters = AdapterRegistry::new();
+        adapters
+            .register("scripted", Arc::new(ReplayAdapter::new(replies)))
+            .unwrap();
+        let tool_context =
+            ToolContext::new(&cwd, SpillDir::create(home.path().join("spill")).unwrap())
+                .unwrap()
+                .with_permission(PermissionPreset::WorkspaceWrite);
+        let parts = AgentParts {
+            adapters,
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            extensions: ExtensionSet::new(),
+            tool_context,
+            options: AgentOptions::new(CallConfig::new("scripted", "m"), &cwd),
+        };
+        let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+        let agent = Agent::create(parts, store.as_ref()).unwrap();
+        Session {
+            _dirs: (work, home),
+            cwd,
+            agent,
+        }
+    }
+
+    async fn turn(&mut self, prompt: &str) {
+        self.agent.handle().followup(prompt).unwrap();
+        self.agent.run_turn().await.unwrap().unwrap();
+    }
+
+    fn events(&self) -> Vec<Envelope> {
+        load_file(Path::new(&self.agent.handle().location()))
+            .unwrap()
+            .events
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.cwd.join(name)).unwrap()
+    }
+}
+
+/// Turn 1 creates `made/new.txt` and edits `kept.txt` twice; turn 2 replies only.
+fn replies() -> Vec<Vec<Chunk>> {
+    let call =
+        |id: &str, name: &str, args: serde_json::Value| tool_call(id, name, &args.to_string());
+    vec![
+        call("r", "read", json!({"file_path": "kept.txt"})),
+        call(
+            "w",
+            "write",
+            json!({"file_path": "made/new.txt", "content": "fresh\n"}),
+        ),
+        call(
+            "e1",
+            "edit",
+            json!({"file_path": "kept.txt", "old_string": "beta", "new_string": "BETA"}),
+        ),
+        call(
+            "e2",
+            "edit",
+            json!({"file_path": "kept.txt", "old_string": "alpha", "new_string": "ALPHA"}),
+        ),
+        text("done"),
+        text("noted"),
+    ]
+}
+
+fn undo_events(events: &[Envelope]) -> Vec<serde_json::Value> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Opaque { event_type, data } if event_type == UNDO_EVENT => Some(data.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn undo_reverts_the_last_turn_logs_it_and_tells_the_model() {
+    let mut s = Session::new(replies());
+    s.turn("change things").await;
+    assert_eq!(s.read("kept.txt"), "ALPHA\nBETA\n");
+    assert_eq!(s.read("made/new.txt"), "fresh\n");
+    let handle = s.agent.handle();
+
+    let report = undo_last_turn(&s.events(), &handle, &s.cwd);
+    assert!(report.done, "{}", report.message);
+    assert_eq!(s.read("kept.txt"), "alpha\nbeta\n");
+    assert!(!s.cwd.join("made/new.txt").exists());
+    assert!(
+        report
+            .message
+            .contains("made/new.txt (deleted: the turn created it)")
+            && report.message.contains("kept.txt (restored)")
+            && report.message.contains("bash commands are not tracked"),
+        "{}",
+        report.message
+    );
+    // Logged, with what was done to which file.
+    let logged = undo_events(&s.events());
+    assert_eq!(logged.len(), 1);
+    assert_eq!(logged[0]["turn"], 1);
+    assert_eq!(logged[0]["complete"], true);
+    let actions: Vec<_> = logged[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["action"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(actions, ["deleted", "restored"]);
+    // Ours, not dsh's: written ignorable so dsh can still load the log.
+    let raw = std::fs::read_to_string(handle.location()).unwrap();
+    let line = raw.lines().find(|l| l.contains("\"files/undo\"")).unwrap();
+    assert!(line.contains("\"ignorable\":true"), "{line}");
+
+    // The note reaches the model with its next turn: a logged, model-visible user message.
+    s.turn("what now?").await;
+    let events = s.events();
+    let note = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::UserMessage(m) if matches!(m.source, MessageSource::Plugin { .. }) => {
+                Some(m.text())
+            }
+            _ => None,
+        })
+        .find(|t| t.contains("The user ran /undo"))
+        .expect("the undo note was logged as a model-visible message");
+    assert!(note.contains("turn 1") && note.contains("bash"), "{note}");
+
+    // Nothing left to undo: turn 1 is undone and turn 2 changed nothing.
+    let again = undo_last_turn(&events, &handle, &s.cwd);
+    assert!(!again.done);
+    assert!(
+        again.message.starts_with("nothing to undo"),
+        "{}",
+        again.message
+    );
+    assert_eq!(undo_events(&s.events()).len(), 1);
+}
+
+#[tokio::test]
+async fn undo_refuses_when_a_file_changed_since_and_logs_nothing() {
+    let mut s = Session::new(replies());
+    s.turn("change things").await;
+    // Someone (an editor, a bash command) changed a file the turn wrote.
+    std::fs::write(s.cwd.join("kept.txt"), "mine now\n").unwrap();
+    let report = undo_last_turn(&s.events(), &s.agent.handle(), &s.cwd);
+    assert!(!report.done);
+    assert!(
+        report
+            .message
+            .contains("cannot undo turn 1: kept.txt was changed since")
+            && report.message.contains("nothing was reverted"),
+        "{}",
+        report.message
+    );
+    assert_eq!(s.read("kept.txt"), "mine now\n");
+    assert_eq!(s.read("made/new.txt"), "fresh\n", "no file may be undone");
+    assert!(undo_events(&s.events()).is_empty());
+    assert!(s.agent.handle().pending().1.is_empty(), "no note queued");
+}
+
+fn git(cwd: &Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .arg("-C")
+        .arg(cwd)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .status()
+        .expect("git must be installed for the /diff tests (.ci/run installs it)");
+    assert!(status.success(), "git {args:?}");
+}
+
+#[tokio::test]
+async fn diff_shows_session_changes_and_git_diff_in_a_coloured_pager() {
+    let mut s = Session::new(replies());
+    let outside_git = diff_lines(&s.events(), &s.cwd);
+    assert!(outside_git
+        .iter()
+        .any(|l| *l == DiffLine::Plain("(not a git work tree: no git diff)".into())));
+    git(&s.cwd, &["init", "-q"]);
+    git(&s.cwd, &["add", "kept.txt"]);
+    git(&s.cwd, &["commit", "-q", "-m", "start"]);
+    s.turn("change things").await;
+    let lines = diff_lines(&s.events(), &s.cwd);
+    let has = |want: &DiffLine| lines.iter().any(|l| l == want);
+    assert!(
+        has(&DiffLine::Heading("kept.txt  +1 -2".into()))
+            || has(&DiffLine::Heading("kept.txt  +2 -2".into())),
+        "{lines:#?}"
+    );
+    assert!(has(&DiffLine::Removed("-alpha".into())), "{lines:#?}");
+    assert!(has(&DiffLine::Added("+ALPHA".into())), "{lines:#?}");
+    assert!(
+        has(&DiffLine::Heading("made/new.txt  +1 -0, new file".into())),
+        "{lines:#?}"
+    );
+    assert!(
+        has(&DiffLine::Heading("+++ b/made/new.txt".into())),
+        "{lines:#?}"
+    );
+    let git_at = lines
+        .iter()
+        .position(|l| matches!(l, DiffLine::Heading(h) if h.starts_with("git diff")))
+        .expect("a git diff section");
+    assert!(
+        lines[git_at..].contains(&DiffLine::Removed("-beta".into())),
+        "{lines:#?}"
+    );
+
+    // The pager shows it, coloured, and scrolls.
+    let mut app = App::new(StatusInfo::default());
+    app.loading = false;
+    app.pager = Some(Pager::new("/diff", lines.clone()));
+    let mut terminal = Terminal::new(TestBackend::new(80, 20)).unwrap();
+    terminal
+        .draw(|f| dsh_tui::view::draw(f, &mut app, &mut Default::default()))
+        .unwrap();
+    let screen = terminal.backend().buffer().clone();
+    let rows: Vec<String> = (0..20)
+        .map(|y| (0..80).map(|x| screen[(x, y)].symbol()).collect::<String>())
+        .collect();
+    assert_eq!(lines.len(), 27, "{lines:#?}");
+    assert!(rows[0].contains("/diff · lines 1-18 of 27"), "{rows:#?}");
+    let minus = rows
+        .iter()
+        .position(|r| r.contains("-alpha"))
+        .expect("-alpha shown");
+    let x = rows[minus].find("-alpha").unwrap() as u16;
+    assert_eq!(screen[(x, minus as u16)].fg, Color::Red);
+    app.on_key(crossterm::event::KeyEvent::from(
+        crossterm::event::KeyCode::PageDown,
+    ));
+    let top = app.pager.as_ref().unwrap().top;
+    assert_eq!(top, 9, "a page down stops at the last full page");
+    app.on_key(crossterm::event::KeyEvent::from(
+        crossterm::event::KeyCode::Esc,
+    ));
+    assert!(app.pager.is_none());
+}
+
+#[tokio::test]
+async fn status_names_the_session_and_its_settings() {
+    let mut s = Session::new(replies());
+    s.turn("change things").await;
+    let handle = s.agent.handle();
+    let mut app = App::new(StatusInfo {
+        model: "m".into(),
+        context_window: 1000,
+        ..StatusInfo::default()
+    });
+    let events = s.events();
+    for e in &events {
+        app.transcript.apply(e);
+    }
+    let facts = StatusFacts {
+        session_id: handle.session_id(),
+        location: handle.location(),
+        preset: handle.permission().as_str().to_string(),
+        cwd: &s.cwd,
+        events: &events,
+    };
+    let text = status_text(&app, &facts);
+    for want in [
+        format!("session   {}", handle.session_id()),
+        format!("log       {}", handle.location()),
+        "model     m · effort".to_string(),
+        "preset    workspace-write · sandbox".to_string(),
+        format!("cwd       {}", s.cwd.display()),
+        "tokens    0 requests".to_string(),
+        "context   ".to_string(),
+        "cache     ".to_string(),
+        "mcp       none".to_string(),
+    ] {
+        assert!(text.contains(&want), "{want:?} missing in:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn init_asks_the_agent_and_confirms_over_an_existing_agents_md() {
+    let s = Session::new(vec![]);
+    let handle = s.agent.handle();
+    let mut app = App::new(StatusInfo::default());
+    // No AGENTS.md: the prompt is queued at once, as typed input.
+    dsh_tui::worktree::init(&mut app, &handle, &s.cwd);
+    let queued: Vec<String> = handle.pending().0.iter().map(|m| m.text()).collect();
+    assert_eq!(queued, [dsh_tui::commands::INIT_PROMPT]);
+    // With one: the first /init only warns, the second queues the prompt.
+    std::fs::write(s.cwd.join("AGENTS.md"), "# old\n").unwrap();
+    dsh_tui::worktree::init(&mut app, &handle, &s.cwd);
+    assert_eq!(handle.pending().0.len(), 1, "nothing more queued");
+    let warned = format!("{:?}", app.transcript.cells.last().unwrap());
+    assert!(
+        warned.contains("already exists: run /init again"),
+        "{warned}"
+    );
+    dsh_tui::worktree::init(&mut app, &handle, &s.cwd);
+    assert_eq!(handle.pending().0.len(), 2);
+}
+
+#[test]
+fn the_new_commands_parse_and_complete() {
+    use dsh_tui::commands::{completions, parse, SlashCommand};
+    for (text, command) in [
+        ("/undo", SlashCommand::Undo),
+        ("/diff", SlashCommand::Diff),
+        ("/init", SlashCommand::Init),
+        ("/status", SlashCommand::Status),
+    ] {
+        assert_eq!(parse(text, &[]), Ok(command));
+        assert!(
+            parse(&format!("{text} x"), &[]).is_err(),
+            "{text} takes no argument"
+        );
+    }
+    let names: Vec<_> = completions("/st", &[]).into_iter().map(|c| c.0).collect();
+    assert_eq!(names, ["/status"]);
+    let mut app = App::new(StatusInfo::default());
+    app.loading = false;
+    for c in "/undo".chars() {
+        app.on_key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char(c),
+        ));
+    }
+    let actions = app.on_key(crossterm::event::KeyEvent::from(
+        crossterm::event::KeyCode::Enter,
+    ));
+    assert_eq!(actions, [dsh_tui::Action::Command(SlashCommand::Undo)]);
+}
