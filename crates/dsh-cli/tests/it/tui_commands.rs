@@ -1,0 +1,236 @@
+//! The TUI's commands end to end (docs/tui.md, "File mentions", "Undo and diff", "Commands"):
+//! the real `dsh` binary in a pseudo-terminal against the fake provider. An `@` mention picked
+//! in the finder attaches the file's content to the request; `/diff` shows a `write` call's
+//! changed line; `/undo` puts the old content back on disk and logs `files/undo`; `/status`
+//! shows the session id and the model the requests used.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+use dsh_session::{load_file, Event};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+
+use crate::common::session_file;
+use crate::tui_harness::Tui;
+
+fn text_reply(text: &str) -> ScriptedReply {
+    ScriptedReply::from(
+        SseReply::new()
+            .text(text)
+            .finish("stop", Some(WireUsage::default())),
+    )
+}
+
+fn tool_reply(id: &str, name: &str, args: &serde_json::Value) -> ScriptedReply {
+    ScriptedReply::from(
+        SseReply::new()
+            .tool_call(0, id, name, &args.to_string())
+            .finish("tool_calls", Some(WireUsage::default())),
+    )
+}
+
+/// Waits (polling) for the child to exit after Ctrl-D, as `Tui::quit` does, off the runtime.
+async fn quit(tui: Tui) -> Tui {
+    tokio::task::spawn_blocking(move || {
+        let mut tui = tui;
+        tui.quit();
+        tui
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_mention_from_the_finder_attaches_the_file() {
+    let provider = FakeProvider::start([text_reply("the parser looks fine")])
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(cwd.path().join("src")).unwrap();
+    let content = "fn parse_mention_marker() -> u32 { 4711 }\n";
+    std::fs::write(cwd.path().join("src/parser_module.rs"), content).unwrap();
+    std::fs::write(cwd.path().join("README.md"), "unrelated\n").unwrap();
+
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let tui = tokio::task::spawn_blocking(move || {
+        let tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("explain @parser_mo");
+        // The composer holds `@parser_mo`; the full path can only come from the finder.
+        tui.wait_for("@src/parser_module.rs");
+        tui.wait_for("Tab/Enter insert");
+        let screen = tui.contents();
+        assert!(!screen.contains("README.md"), "{screen}");
+        // Enter inserts the highlighted path (and a space), it does not send.
+        tui.type_text("\r");
+        tui.wait_until("finder closed", |s| !s.contains("Tab/Enter insert"));
+        tui.wait_for("explain @src/parser_module.rs");
+        tui.type_text("please\r");
+        tui.wait_for("the parser looks fine");
+        tui.wait_for("(1 mention attached)");
+        tui
+    })
+    .await
+    .unwrap();
+    let _tui = quit(tui).await;
+
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1, "one model call");
+    let body = requests[0].body.to_string();
+    assert!(
+        body.contains("explain @src/parser_module.rs please"),
+        "the typed text was not sent: {body}"
+    );
+    assert!(
+        body.contains("parse_mention_marker() -> u32 { 4711 }"),
+        "the mentioned file's content was not attached: {body}"
+    );
+    assert!(body.contains("<attached path="), "{body}");
+
+    let log = load_file(&session_file(home.path())).unwrap();
+    let user = log
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::UserMessage(m) => Some(serde_json::to_string(m).unwrap()),
+            _ => None,
+        })
+        .expect("a logged user message");
+    assert!(user.contains("parse_mention_marker"), "{user}");
+    assert!(user.contains("Files the user mentioned with @"), "{user}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_then_diff_shows_the_change_and_undo_restores_it() {
+    let provider = FakeProvider::start([
+        tool_reply(
+            "call_read",
+            "read",
+            &serde_json::json!({"file_path": "notes.txt"}),
+        ),
+        tool_reply(
+            "call_write",
+            "write",
+            &serde_json::json!({
+                "file_path": "notes.txt",
+                "content": "alpha\nbeta rewritten by the model\ngamma\n",
+            }),
+        ),
+        text_reply("rewrote the notes"),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let original = "alpha\nbeta as the user wrote it\ngamma\n";
+    let notes = cwd.path().join("notes.txt");
+    std::fs::write(&notes, original).unwrap();
+
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let notes_path = notes.clone();
+    let (tui, diff_screen) = tokio::task::spawn_blocking(move || {
+        let tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        // workspace-write (the default preset) lets `read` and `write` in the cwd run unasked.
+        tui.type_text("rewrite the notes\r");
+        tui.wait_for("rewrote the notes");
+        tui.wait_for("Ask dsh anything");
+        assert_eq!(
+            std::fs::read_to_string(&notes_path).unwrap(),
+            "alpha\nbeta rewritten by the model\ngamma\n"
+        );
+
+        tui.type_text("/diff\r");
+        tui.wait_for("Changes made by write/edit in this session");
+        tui.wait_for("notes.txt  +1 -1");
+        let diff_screen = tui.contents();
+        tui.type_text("q");
+        tui.wait_until("pager closed", |s| {
+            !s.contains("Changes made by write/edit in this session")
+        });
+
+        tui.type_text("/undo\r");
+        tui.wait_for("undid turn");
+        (tui, diff_screen)
+    })
+    .await
+    .unwrap();
+    // The pager draws a box: take the rows without its border.
+    let rows: Vec<&str> = diff_screen
+        .lines()
+        .map(|row| row.trim_matches(|c: char| c == '│' || c.is_whitespace()))
+        .collect();
+    assert!(
+        rows.contains(&"-beta as the user wrote it"),
+        "/diff lacks the removed line:\n{diff_screen}"
+    );
+    assert!(
+        rows.contains(&"+beta rewritten by the model"),
+        "/diff lacks the added line:\n{diff_screen}"
+    );
+    let screen = tui.contents();
+    assert!(screen.contains("notes.txt (restored)"), "{screen}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), original);
+    let _tui = quit(tui).await;
+
+    let log = load_file(&session_file(home.path())).unwrap();
+    let undo = log
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::Opaque { event_type, data } if event_type == "files/undo" => Some(data.clone()),
+            _ => None,
+        })
+        .expect("a files/undo event in the log");
+    assert_eq!(undo["complete"], true, "{undo}");
+    let files = undo["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{undo}");
+    assert_eq!(files[0]["action"], "restored", "{undo}");
+    assert!(
+        files[0]["path"].as_str().unwrap().ends_with("notes.txt"),
+        "{undo}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_session_id_and_the_model() {
+    let provider = FakeProvider::start([text_reply("hello there")])
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let tui = tokio::task::spawn_blocking(move || {
+        let tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("hi\r");
+        tui.wait_for("hello there");
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("/status\r");
+        tui.wait_for("session   ");
+        tui.wait_for("model     ");
+        tui
+    })
+    .await
+    .unwrap();
+
+    let log = load_file(&session_file(home.path())).unwrap();
+    let model = provider.requests()[0].body["model"]
+        .as_str()
+        .expect("the request names a model")
+        .to_string();
+    let screen = tui.contents();
+    assert!(
+        screen.contains(&format!("session   {}", log.header.id)),
+        "/status lacks the session id {}:\n{screen}",
+        log.header.id
+    );
+    assert!(
+        screen.contains(&format!("model     {model} · effort")),
+        "/status lacks the model {model}:\n{screen}"
+    );
+    let _tui = quit(tui).await;
+}
