@@ -14,6 +14,24 @@ use super::{run, start_job, string_arg, Shared};
 use crate::agent::AgentParts;
 use crate::extension::Extension;
 
+/// The required, non-empty string argument `key` of a tool call, or an error naming it.
+fn required_string(args: &Value, key: &str) -> Result<String, ToolError> {
+    string_arg(args, key)
+        .ok_or_else(|| ToolError::invalid_args(format!("`{key}` must be a non-empty string")))
+}
+
+/// The parameter schema of a tool whose one argument is the required string `key`.
+fn one_string_schema(key: &str, description: &str) -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            key: {"type": "string", "description": description}
+        },
+        "required": [key],
+        "additionalProperties": false
+    })
+}
+
 fn unavailable(key: &str) -> ToolError {
     // dsh's wording, plus what to do.
     ToolError::new(
@@ -69,11 +87,8 @@ impl Tool for SendMessage {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let key = string_arg(&args, "subagent_id").ok_or_else(|| {
-                ToolError::invalid_args("`subagent_id` must be a non-empty string")
-            })?;
-            let message = string_arg(&args, "message")
-                .ok_or_else(|| ToolError::invalid_args("`message` must be a non-empty string"))?;
+            let key = required_string(&args, "subagent_id")?;
+            let message = required_string(&args, "message")?;
             // Delegation must be set up (the child's loop is reopened through it).
             link(&self.shared)?;
             let child = self
@@ -319,14 +334,10 @@ impl Tool for InterruptAgent {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "agent_id": {"type": "string", "description": "The name or id of the running subagent to interrupt."}
-            },
-            "required": ["agent_id"],
-            "additionalProperties": false
-        })
+        one_string_schema(
+            "agent_id",
+            "The name or id of the running subagent to interrupt.",
+        )
     }
 
     fn execute<'a>(
@@ -335,8 +346,7 @@ impl Tool for InterruptAgent {
         _ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let key = string_arg(&args, "agent_id")
-                .ok_or_else(|| ToolError::invalid_args("`agent_id` must be a non-empty string"))?;
+            let key = required_string(&args, "agent_id")?;
             let child = self
                 .shared
                 .registry
@@ -412,14 +422,11 @@ impl Tool for Report {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "output": {"type": "string", "description": "Actionable content for your parent; summarize conclusions and reference relevant shared paths."}
-            },
-            "required": ["output"],
-            "additionalProperties": false
-        })
+        one_string_schema(
+            "output",
+            "Actionable content for your parent; summarize conclusions and reference relevant \
+             shared paths.",
+        )
     }
 
     fn execute<'a>(
@@ -428,8 +435,7 @@ impl Tool for Report {
         _ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let output = string_arg(&args, "output")
-                .ok_or_else(|| ToolError::invalid_args("`output` must be a non-empty string"))?;
+            let output = required_string(&args, "output")?;
             let parent = self.parent.upgrade().ok_or_else(|| {
                 ToolError::new(
                     ToolErrorCode::Unsupported,

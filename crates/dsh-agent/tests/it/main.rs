@@ -1,7 +1,7 @@
 //! Integration tests of dsh-agent (all but the scenario runner, scenarios.rs, and long_run.rs, see
 //! there): approvals, billing, compaction, context, extensions, faults, hooks (both dialects), jobs and questions,
 //! the loop, prefix stability, protected paths, safety, subagents (scripted in-process in
-//! subagents.rs, over HTTP in subagents_http.rs), user commands, steering and
+//! subagents.rs, over HTTP in subagents_http.rs, their shared setup in delegation.rs), user commands, steering and
 //! cancelling while a tool call blocks (blocking_tools.rs).
 //!
 //! Every integration test file of this crate is a module of this one binary, so the crate links
@@ -18,6 +18,7 @@ mod billed_input;
 mod blocking_tools;
 mod compaction;
 mod context;
+mod delegation;
 mod extensions;
 mod fault_matrix;
 mod hooks;

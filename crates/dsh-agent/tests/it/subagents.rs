@@ -7,18 +7,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use dsh_agent::{
-    Agent, AgentOptions, AgentParts, BackgroundJobs, ChildFactory, ExtensionSet, Subagents,
-};
+use dsh_agent::{Agent, AgentParts, ChildFactory, Subagents};
 use dsh_llm::{
     Adapter, AdapterRegistry, CallConfig, Chunk, ChunkStream, FinishReason, GenerateRequest,
-    MessageSource, RetryPolicy,
+    MessageSource,
 };
 use dsh_session::{load_file, open_store, Event, StoreKind, TurnEndReason};
-use dsh_tools::{JobTable, PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use dsh_test_support::process::alive;
+
+use crate::delegation::{tool_results, wait_gone};
 
 /// Answers by looking at the conversation: a rule maps the first user text and the number of
 /// tool results so far to a reply.
@@ -125,18 +124,8 @@ fn parts_with(
     cwd: PathBuf,
     max: usize,
 ) -> AgentParts {
-    static SPILLS: AtomicUsize = AtomicUsize::new(0);
-    let spill = home.join(format!("spill-{}", SPILLS.fetch_add(1, Ordering::SeqCst)));
     let mut adapters = AdapterRegistry::new();
     adapters.register("m", adapter.clone()).unwrap();
-    let extensions = ExtensionSet::new();
-    for guard in dsh_agent::register_builtin_extensions(
-        &extensions,
-        RetryPolicy::default(),
-        Duration::from_secs(30),
-    ) {
-        std::mem::forget(guard);
-    }
     let factory: ChildFactory = {
         let (adapter, home, cwd) = (adapter.clone(), home.clone(), cwd.clone());
         Arc::new(move |d| {
@@ -149,21 +138,15 @@ fn parts_with(
             ))
         })
     };
-    extensions.register_for_life(Arc::new(Subagents::with_max_concurrent(
-        depth, factory, max,
-    )));
-    let jobs = JobTable::new();
-    extensions.register_for_life(Arc::new(BackgroundJobs::new(&jobs)));
-    AgentParts {
+    crate::delegation::parts(
         adapters,
-        tools: Arc::new(ToolRegistry::with_builtins()),
-        extensions,
-        tool_context: ToolContext::new(&cwd, SpillDir::create(spill).unwrap())
-            .unwrap()
-            .with_permission(PermissionPreset::DangerFullAccess)
-            .with_jobs(jobs),
-        options: AgentOptions::new(CallConfig::new("m", "m"), &cwd),
-    }
+        Subagents::with_max_concurrent(depth, factory, max),
+        CallConfig::new("m", "m"),
+        Duration::from_secs(30),
+        true,
+        &home,
+        &cwd,
+    )
 }
 
 fn child_logs(parent: &Path) -> Vec<PathBuf> {
@@ -311,17 +294,9 @@ fn all_logs(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn tool_errors(path: &Path) -> Vec<(String, String)> {
-    load_file(path)
-        .unwrap()
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::ToolResult(r) => r
-                .error
-                .as_ref()
-                .map(|e| (e.code.clone(), e.message.clone().unwrap_or_default())),
-            _ => None,
-        })
+    tool_results(path)
+        .into_iter()
+        .filter_map(|r| r.error.map(|e| (e.code, e.message.unwrap_or_default())))
         .collect()
 }
 
@@ -380,27 +355,6 @@ async fn depth_four_is_refused_with_a_clear_error() {
     );
 }
 
-/// Whether `pid` has exited (gone or a zombie).
-fn gone(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-async fn wait_gone(pid: i32) -> bool {
-    for _ in 0..200 {
-        if gone(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
 fn read_pid(path: &Path) -> i32 {
     std::fs::read_to_string(path)
         .unwrap()
@@ -453,12 +407,10 @@ fn two_children(command: &'static str, b_fails: bool) -> Arc<ByPrompt> {
 
 /// The parent's tool results in log order: (call id, text, error code).
 fn parent_results(path: &Path) -> Vec<(String, String, Option<String>)> {
-    load_file(path)
-        .unwrap()
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::ToolResult(r) => Some((
+    tool_results(path)
+        .into_iter()
+        .map(|r| {
+            (
                 r.message
                     .content
                     .iter()
@@ -470,11 +422,28 @@ fn parent_results(path: &Path) -> Vec<(String, String, Option<String>)> {
                     })
                     .unwrap_or_default(),
                 serde_json::to_string(&r.message).unwrap(),
-                r.error.as_ref().map(|e| e.code.clone()),
-            )),
-            _ => None,
+                r.error.map(|e| e.code),
+            )
         })
         .collect()
+}
+
+/// Each child marks that it started, sleeps 1 s, then records how many children had started by
+/// then: children that run at the same time both see 2, children run one after another do not.
+/// Proves the overlap without a wall-time bound that a loaded machine would break.
+const OVERLAP_PROBE: &str = "touch started.{}; sleep 1; ls started.* | wc -l > seen.{}";
+
+fn assert_children_overlapped(cwd: &Path) {
+    for letter in ["A", "B"] {
+        let seen = std::fs::read_to_string(cwd.join(format!("seen.{letter}"))).unwrap();
+        assert_eq!(
+            seen.trim(),
+            "2",
+            "child {letter} saw {} started child(ren) after its 1 s sleep: the children ran one \
+             after another",
+            seen.trim()
+        );
+    }
 }
 
 #[tokio::test]
@@ -485,7 +454,7 @@ async fn two_children_in_one_reply_run_at_the_same_time() {
     let mut agent = Agent::create(
         parts_at(
             0,
-            two_children("sleep 1", false),
+            two_children(OVERLAP_PROBE, false),
             home.path().into(),
             cwd.path().into(),
         ),
@@ -496,12 +465,9 @@ async fn two_children_in_one_reply_run_at_the_same_time() {
     handle.followup("two at once").unwrap();
     let started = Instant::now();
     let outcomes = agent.run_until_idle().await.unwrap();
-    let wall = started.elapsed();
+    println!("two children of `sleep 1`: {:?}", started.elapsed());
     assert_eq!(outcomes[0].final_text, "parent done");
-    assert!(
-        wall < Duration::from_millis(1800),
-        "two 1 s children took {wall:?}"
-    );
+    assert_children_overlapped(cwd.path());
     let results = parent_results(Path::new(&handle.location()));
     let ids: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(ids, ["pa", "pb"], "results in the model's call order");
@@ -851,27 +817,14 @@ async fn cancelling_the_parent_cancels_the_child() {
         .unwrap();
     canceller.await.unwrap();
     assert!(matches!(outcomes[0].reason, TurnEndReason::Aborted { .. }));
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let gone = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| r.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true)
-    };
+    let pid = read_pid(&pid_file);
     for _ in 0..100 {
-        if gone(pid) {
+        if !alive(pid) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(gone(pid), "the child's process survived");
+    assert!(!alive(pid), "the child's process survived");
     let children = child_logs(Path::new(&handle.location()));
     assert_eq!(children.len(), 1);
     assert!(matches!(

@@ -1,7 +1,7 @@
 //! `read`: a window of a text file, line-numbered as dsh does (`N: text`).
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
@@ -78,11 +78,23 @@ impl Tool for ReadTool {
     }
 }
 
+/// The path prologue of `read` and `read_image`: `file_path` (not empty) resolved against the
+/// session's cwd, with its metadata, when it names a regular file.
+pub(crate) fn regular_file(
+    ctx: &ToolContext,
+    file_path: &str,
+) -> Result<(PathBuf, std::fs::Metadata), ToolError> {
+    if file_path.is_empty() {
+        return Err(ToolError::invalid_args("file_path must not be empty"));
+    }
+    let path = ctx.absolute(file_path);
+    let meta = std::fs::metadata(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
+    check_regular_file(&path, &meta)?;
+    Ok((path, meta))
+}
+
 /// Refuses directories, devices, sockets and pipes: `read` shows regular files only.
-pub(crate) fn check_regular_file(
-    path: &std::path::Path,
-    meta: &std::fs::Metadata,
-) -> Result<(), ToolError> {
+fn check_regular_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), ToolError> {
     if meta.is_dir() {
         Err(ToolError::new(
             ToolErrorCode::NotAFile,
@@ -105,9 +117,6 @@ pub(crate) fn check_regular_file(
 }
 
 fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    if args.file_path.is_empty() {
-        return Err(ToolError::invalid_args("file_path must not be empty"));
-    }
     let limits = ctx.limits();
     let offset = match args.offset {
         None | Some(0) => 1,
@@ -119,9 +128,7 @@ fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         Some(0) => return Err(ToolError::invalid_args("limit must be at least 1")),
         Some(n) => n.min(max_lines),
     };
-    let path = ctx.absolute(&args.file_path);
-    let meta = std::fs::metadata(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
-    check_regular_file(&path, &meta)?;
+    let (path, meta) = regular_file(ctx, &args.file_path)?;
     let file =
         std::fs::File::open(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);

@@ -74,12 +74,7 @@ impl Tool for ReadImageTool {
 }
 
 fn read_image(file_path: &str, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    if file_path.is_empty() {
-        return Err(ToolError::invalid_args("file_path must not be empty"));
-    }
-    let path = ctx.absolute(file_path);
-    let meta = std::fs::metadata(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
-    super::read::check_regular_file(&path, &meta)?;
+    let (path, meta) = super::read::regular_file(ctx, file_path)?;
     let too_large = |bytes: u64| {
         ToolError::new(
             ToolErrorCode::LimitReached,
