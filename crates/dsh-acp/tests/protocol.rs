@@ -943,10 +943,7 @@ mod acp_runtime;
 #[path = "acp_plan/mod.rs"]
 mod acp_plan;
 
-/// dsh's `red.png` (1x1, 69 bytes), as the `inline-image-prompt` recording sends it.
-const RED_PNG_BASE64: &str =
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
-const RED_HEX: &str = "b1ff9c8ea3a780bad09b346c423d2d0e46815926879b18e841d928376a946640";
+use dsh_test_support::images::{RED_PNG_BASE64, RED_PNG_SHA256 as RED_HEX};
 
 /// `promptCapabilities.image` is on; an image block of `session/prompt` reaches the model as an
 /// image in the user message, and the log stores it once as a file beside the session

@@ -41,6 +41,9 @@ mod blocking;
 pub mod chunks;
 pub mod fixture_runner;
 pub mod fuzz;
+// The shared test image; a failed `expect` there is a failed test.
+#[allow(clippy::expect_used)]
+pub mod images;
 mod messages;
 pub mod process;
 // Assertions that run only inside adapter tests: a failed `expect` there is a failed test.

@@ -6,20 +6,10 @@
 use crate::common;
 
 use common::*;
-use dsh_llm::{ContentBlock, ImageAttachment, Message, MessageSource, ModelRow, ModelTable, Role};
+use dsh_llm::{ContentBlock, Message, MessageSource, ModelRow, ModelTable, Role};
 use dsh_test_support::{AnthropicReply, FakeProvider};
 
-/// dsh's `red.png` fixture: a 1x1 PNG of 69 bytes.
-const RED_PNG: &str =
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
-
-fn red() -> ImageAttachment {
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(RED_PNG)
-        .unwrap();
-    ImageAttachment::from_bytes(bytes, Some("red.png")).unwrap()
-}
+use dsh_test_support::images::{red_png as red, RED_PNG_BASE64 as RED_PNG};
 
 fn history() -> Vec<Message> {
     vec![

@@ -5,22 +5,12 @@
 use crate::common;
 
 use common::*;
-use dsh_llm::{ContentBlock, ImageAttachment, Message, MessageSource, Role};
+use dsh_llm::{ContentBlock, Message, MessageSource, Role};
 use dsh_test_support::{FakeProvider, SseReply};
 
-/// dsh's `red.png` fixture: a 1x1 PNG of 69 bytes.
-pub(crate) const RED_PNG: &str =
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
+use dsh_test_support::images::{red_png as red, RED_PNG_BASE64 as RED_PNG};
 const RED_ID: &str = "sha256:b1ff9c8ea3a780bad09b346c423d2d0e46815926879b18e841d928376a946640";
 const VISION: &str = "deepseek-v4-flash-vision-exp";
-
-fn red() -> ImageAttachment {
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(RED_PNG)
-        .unwrap();
-    ImageAttachment::from_bytes(bytes, Some("red.png")).unwrap()
-}
 
 fn history() -> Vec<Message> {
     vec![

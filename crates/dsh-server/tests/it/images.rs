@@ -11,9 +11,7 @@ use crate::support::cdp::{find_chromium, Browser};
 use crate::support::{text, Web};
 use serde_json::json;
 
-/// dsh's `red.png` (1x1, 69 bytes).
-const RED_PNG_BASE64: &str =
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
+use dsh_test_support::images::RED_PNG_BASE64;
 
 /// JavaScript making a `DataTransfer` holding red.png as `name`.
 fn transfer(name: &str) -> String {
