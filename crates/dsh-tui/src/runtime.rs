@@ -197,11 +197,7 @@ fn show_cost(app: &mut App) {
     let stats = &app.transcript.stats;
     let total = stats.total();
     let u = total.usage;
-    let cost = stats
-        .cost(&app.status.prices)
-        .map_or("unknown (a model has no price)".to_string(), |c| {
-            format!("${c:.4}")
-        });
+    let cost = crate::status::cost_text(app);
     let text = format!(
         "{} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {}) · cache hits {:.0}% · cost {cost}",
         total.requests,

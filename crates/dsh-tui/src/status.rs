@@ -45,8 +45,8 @@ pub fn mcp_servers(events: &[Envelope]) -> Option<BTreeMap<String, usize>> {
     Some(servers)
 }
 
-/// The `/status` text.
-pub fn status_text(app: &App, facts: &StatusFacts<'_>) -> String {
+/// The model and effort the session uses now: the last request's, else the configured ones.
+pub fn model_and_effort(app: &App) -> (String, String) {
     let stats = &app.transcript.stats;
     let model = stats
         .model
@@ -57,17 +57,30 @@ pub fn status_text(app: &App, facts: &StatusFacts<'_>) -> String {
         .clone()
         .or_else(|| app.status.effort.clone())
         .unwrap_or_else(|| "default".to_string());
+    (model, effort)
+}
+
+/// The session's cost so far, in dollars, or why it is unknown.
+pub fn cost_text(app: &App) -> String {
+    app.transcript
+        .stats
+        .cost(&app.status.prices)
+        .map_or("unknown (a model has no price)".to_string(), |c| {
+            format!("${c:.4}")
+        })
+}
+
+/// The `/status` text.
+pub fn status_text(app: &App, facts: &StatusFacts<'_>) -> String {
+    let stats = &app.transcript.stats;
+    let (model, effort) = model_and_effort(app);
     let sandbox = stats
         .sandbox
         .clone()
         .unwrap_or_else(|| "not reported yet".to_string());
     let total = stats.total();
     let u = total.usage;
-    let cost = stats
-        .cost(&app.status.prices)
-        .map_or("unknown (a model has no price)".to_string(), |c| {
-            format!("${c:.4}")
-        });
+    let cost = cost_text(app);
     let window = app.status.context_window.max(1);
     let percent = stats.context_tokens as f64 * 100.0 / window as f64;
     let last_hit = stats

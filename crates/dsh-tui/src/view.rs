@@ -760,15 +760,7 @@ pub fn short_tokens(n: u64) -> String {
 /// of the last request, session cost.
 pub fn status_line(app: &App) -> Line<'static> {
     let stats = &app.transcript.stats;
-    let model = stats
-        .model
-        .clone()
-        .unwrap_or_else(|| app.status.model.clone());
-    let effort = stats
-        .effort
-        .clone()
-        .or_else(|| app.status.effort.clone())
-        .unwrap_or_else(|| "default".to_string());
+    let (model, effort) = crate::status::model_and_effort(app);
     let window = app.status.context_window.max(1);
     let used = stats.context_tokens;
     let percent = used as f64 * 100.0 / window as f64;
