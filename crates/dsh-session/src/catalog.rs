@@ -934,6 +934,20 @@ impl CatalogLink {
     }
 }
 
+/// Runs `use_it` on the catalog of `home`, rebuilding the catalog once when SQLite finds it
+/// damaged midway.
+fn with_catalog<T>(home: &Path, use_it: impl Fn(&mut Catalog) -> Result<T>) -> Result<T> {
+    let mut catalog = Catalog::open(home)?;
+    match use_it(&mut catalog) {
+        Err(SessionError::Sqlite { source, .. }) if is_damage(&source) => {
+            drop(catalog);
+            remove_files(&home.join(CATALOG_FILE));
+            use_it(&mut Catalog::open(home)?)
+        }
+        other => other,
+    }
+}
+
 /// Searches through the catalog of `home` (see [`Catalog::search`]), rebuilding it once when
 /// SQLite finds it damaged midway.
 pub(crate) fn search_via_catalog(
@@ -942,15 +956,7 @@ pub(crate) fn search_via_catalog(
     query: &str,
     limit: usize,
 ) -> Result<Option<Vec<SearchHit>>> {
-    let mut catalog = Catalog::open(home)?;
-    match catalog.search(root, query, limit) {
-        Err(SessionError::Sqlite { source, .. }) if is_damage(&source) => {
-            drop(catalog);
-            remove_files(&home.join(CATALOG_FILE));
-            Catalog::open(home)?.search(root, query, limit)
-        }
-        other => other,
-    }
+    with_catalog(home, |catalog| catalog.search(root, query, limit))
 }
 
 /// Lists through the catalog of `home`, rebuilding it once when SQLite finds it damaged midway.
@@ -960,15 +966,7 @@ pub(crate) fn list_via_catalog(
     filter: &ListFilter,
     page: &ListPage,
 ) -> Result<Listing> {
-    let mut catalog = Catalog::open(home)?;
-    match catalog.list(root, filter, page) {
-        Err(SessionError::Sqlite { source, .. }) if is_damage(&source) => {
-            drop(catalog);
-            remove_files(&home.join(CATALOG_FILE));
-            Catalog::open(home)?.list(root, filter, page)
-        }
-        other => other,
-    }
+    with_catalog(home, |catalog| catalog.list(root, filter, page))
 }
 
 #[cfg(test)]

@@ -330,6 +330,19 @@ pub struct FileDiff {
     pub note: Option<String>,
 }
 
+impl FileDiff {
+    /// A file whose diff cannot be shown, with the reason.
+    fn unshown(path: &Path, why: String) -> FileDiff {
+        FileDiff {
+            path: path.to_path_buf(),
+            unified: String::new(),
+            added: 0,
+            removed: 0,
+            note: Some(why),
+        }
+    }
+}
+
 /// For every file in `changes` (all the session's snapshots, in order): its content before
 /// the session first changed it, diffed against its content now. Files back to their first
 /// content are left out.
@@ -352,13 +365,10 @@ pub fn session_diff(changes: &[FileSnapshot], label_base: &Path) -> Vec<FileDiff
             Some(from) => match std::fs::read(from) {
                 Ok(content) => Some(content),
                 Err(err) => {
-                    out.push(FileDiff {
-                        path: path.to_path_buf(),
-                        unified: String::new(),
-                        added: 0,
-                        removed: 0,
-                        note: Some(format!("snapshot unreadable: {err}")),
-                    });
+                    out.push(FileDiff::unshown(
+                        path,
+                        format!("snapshot unreadable: {err}"),
+                    ));
                     continue;
                 }
             },
@@ -367,23 +377,11 @@ pub fn session_diff(changes: &[FileSnapshot], label_base: &Path) -> Vec<FileDiff
             Ok(Current::File(content)) => Some(content),
             Ok(Current::Missing) => None,
             Ok(Current::Other(what)) => {
-                out.push(FileDiff {
-                    path: path.to_path_buf(),
-                    unified: String::new(),
-                    added: 0,
-                    removed: 0,
-                    note: Some(what.to_string()),
-                });
+                out.push(FileDiff::unshown(path, what.to_string()));
                 continue;
             }
             Err(err) => {
-                out.push(FileDiff {
-                    path: path.to_path_buf(),
-                    unified: String::new(),
-                    added: 0,
-                    removed: 0,
-                    note: Some(format!("cannot be read: {err}")),
-                });
+                out.push(FileDiff::unshown(path, format!("cannot be read: {err}")));
                 continue;
             }
         };
