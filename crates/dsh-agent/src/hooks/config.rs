@@ -364,13 +364,7 @@ impl HooksConfig {
                 }
                 continue;
             };
-            let Some(groups) = groups.as_array() else {
-                errors.push(error(
-                    origin,
-                    &event_key,
-                    "must be an array of matcher groups",
-                    "write [{\"matcher\": \"...\", \"hooks\": [{\"type\": \"command\", \"command\": \"...\"}]}]",
-                ));
+            let Some(groups) = matcher_groups(origin, &event_key, groups, &mut errors) else {
                 continue;
             };
             for (i, group) in groups.iter().enumerate() {
@@ -386,6 +380,26 @@ impl HooksConfig {
             Err(errors)
         }
     }
+}
+
+/// The matcher groups of one event (both dialects write them as an array), or an error naming
+/// the event's key.
+fn matcher_groups<'a>(
+    origin: &str,
+    event_key: &str,
+    groups: &'a Value,
+    errors: &mut Vec<HookConfigError>,
+) -> Option<&'a Vec<Value>> {
+    let groups = groups.as_array();
+    if groups.is_none() {
+        errors.push(error(
+            origin,
+            event_key,
+            "must be an array of matcher groups",
+            "write [{\"matcher\": \"...\", \"hooks\": [{\"type\": \"command\", \"command\": \"...\"}]}]",
+        ));
+    }
+    groups
 }
 
 /// `events`' names, comma-separated, for "use one of: ..." errors.
@@ -637,13 +651,7 @@ impl HooksConfig {
                 }
                 continue;
             };
-            let Some(groups) = groups.as_array() else {
-                errors.push(error(
-                    origin,
-                    &event_key,
-                    "must be an array of matcher groups",
-                    "write [{\"matcher\": \"...\", \"hooks\": [{\"type\": \"command\", \"command\": \"...\"}]}]",
-                ));
+            let Some(groups) = matcher_groups(origin, &event_key, groups, &mut errors) else {
                 continue;
             };
             for (i, group) in groups.iter().enumerate() {
