@@ -123,7 +123,11 @@ impl SessionFactory for TestFactory {
             Resume::Latest => panic!("ACP never asks for the latest session"),
         };
         agent.set_permission_source(permission_source());
-        Ok(OpenedSession { agent, history })
+        Ok(OpenedSession {
+            agent,
+            history,
+            children: dsh_agent::ChildFeed::default(),
+        })
     }
 
     fn store(&self) -> Arc<dyn SessionStore + Send + Sync> {

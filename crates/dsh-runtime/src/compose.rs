@@ -30,6 +30,8 @@ pub(crate) struct SessionParts {
     pub(crate) permission: dsh_agent::PermissionSource,
     /// Plan mode of a top-level session (docs/agent.md, "Plan mode"); subagents have none.
     pub(crate) plan: Option<dsh_agent::PlanMode>,
+    /// The live events of this agent's children (docs/agent.md, "Watching children").
+    pub(crate) children: dsh_agent::ChildFeed,
 }
 
 fn invalid(err: impl std::fmt::Display) -> RuntimeError {
@@ -88,14 +90,14 @@ pub(crate) fn agent_parts(
     let models = (setup.config.models.iter())
         .map(|(id, entry)| (id.clone(), entry.provider.clone()))
         .collect();
-    extensions.register_for_life(Arc::new(
-        dsh_agent::Subagents::with_max_concurrent(
-            depth,
-            factory,
-            setup.config.agents.max_concurrent,
-        )
-        .with_models(models),
-    ));
+    let subagents = dsh_agent::Subagents::with_max_concurrent(
+        depth,
+        factory,
+        setup.config.agents.max_concurrent,
+    )
+    .with_models(models);
+    let children = subagents.feed();
+    extensions.register_for_life(Arc::new(subagents));
     extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
     let plan = (depth == 0).then(dsh_agent::PlanMode::new);
     if let Some(plan) = &plan {
@@ -126,6 +128,7 @@ pub(crate) fn agent_parts(
         parts,
         permission: permission_source(current_permission),
         plan,
+        children,
     })
 }
 

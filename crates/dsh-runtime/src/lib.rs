@@ -144,6 +144,9 @@ pub struct OpenedSession {
     pub agent: Agent,
     /// The events of the resumed session when [`SessionSpec::history`] asked for them.
     pub history: Vec<Envelope>,
+    /// The live events of the session's subagents, for the front end to show while they run
+    /// (docs/agent.md, "Watching children").
+    pub children: dsh_agent::ChildFeed,
 }
 
 /// The one seam between the front ends (`dsh-tui`, `dsh-server`, `dsh-acp`) and composition:
@@ -326,6 +329,9 @@ impl Runtime {
     /// configuration problems surface when a session (or [`Runtime::configuration`]) needs it,
     /// so a front end that can work without one (browsing sessions in `dsh web`) still starts.
     pub fn new(options: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        // The sandbox probe's verdict is kept in the home (docs/SECURITY.md, "Probe verdict
+        // cache"), so a new process need not try each mechanism before its first request.
+        dsh_sandbox::use_probe_cache(&options.home);
         Ok(Runtime {
             cwd: canonical_dir(&options.cwd)?,
             home: options.home,
@@ -479,7 +485,11 @@ impl Runtime {
             Some(_) if spec.history => store.load(&agent.handle().session_id())?.events,
             _ => Vec::new(),
         };
-        Ok(OpenedSession { agent, history })
+        Ok(OpenedSession {
+            agent,
+            history,
+            children: session.children,
+        })
     }
 }
 

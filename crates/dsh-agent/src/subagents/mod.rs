@@ -15,6 +15,7 @@
 //! conversation. Every child's usage, failed and cancelled runs included, is added to the
 //! parent's turn usage exactly once.
 
+mod feed;
 mod registry;
 mod team;
 
@@ -33,6 +34,7 @@ use crate::extension::{AttachedAgent, Extension};
 use crate::SubagentError;
 use dsh_session::TurnEndReason;
 
+pub use feed::{ChildActivity, ChildFeed, ChildIdentity};
 pub use registry::{read_children, StoredChild};
 use registry::{Child, ChildState, Registry, Status};
 
@@ -88,6 +90,8 @@ pub(crate) struct Shared {
     /// Children's `report`s not yet shown to this agent: each is added before its next step,
     /// as dsh delivers them (they do not wake an idle agent; a child's end does).
     reports: Arc<Mutex<Vec<Message>>>,
+    /// Children's events, live, for front ends (docs/agent.md, "Watching children").
+    feed: ChildFeed,
 }
 
 /// The delegation extension: contributes `subagent`, `subagent_fork`, `send_message`,
@@ -120,6 +124,7 @@ impl Subagents {
                 pending_usage: Mutex::new(UsageTotals::default()),
                 models: Mutex::new(None),
                 reports: Arc::new(Mutex::new(Vec::new())),
+                feed: ChildFeed::default(),
             }),
         }
     }
@@ -131,6 +136,11 @@ impl Subagents {
             .max_depth
             .store(max_depth, std::sync::atomic::Ordering::Relaxed);
         self
+    }
+
+    /// The live events of this agent's children, for its front ends.
+    pub fn feed(&self) -> ChildFeed {
+        self.shared.feed.clone()
     }
 
     /// Limits a child's `model` to these ids (the configured `[models]` table, each with its
@@ -409,10 +419,19 @@ impl SubagentTool {
         link: ParentLink,
         launch: Launch,
         cancel: tokio_util::sync::CancellationToken,
+        call_id: Option<String>,
     ) -> Result<(Arc<Child>, RunOutput), RunFailure> {
         let (child, agent) =
             Self::create_child(&shared, &link, &launch).map_err(RunFailure::plain)?;
-        let output = run(&shared, &child, Some(agent), Some(launch.prompt), cancel).await?;
+        let output = run(
+            &shared,
+            &child,
+            Some(agent),
+            Some(launch.prompt),
+            cancel,
+            RunOrigin::call(call_id),
+        )
+        .await?;
         Ok((child, output))
     }
 
@@ -475,9 +494,13 @@ fn start_job(
     jobs: &dsh_tools::JobTable,
 ) -> Result<(String, Value), ToolError> {
     let (shared, child) = (Arc::clone(shared), Arc::clone(child));
+    let origin = RunOrigin {
+        call_id: ctx.call_id().map(str::to_string),
+        background: true,
+    };
     jobs.start_task("subagent", spec, ctx.spill(), move |kill| {
         Box::pin(async move {
-            let result = run(&shared, &child, agent, Some(message), kill).await;
+            let result = run(&shared, &child, agent, Some(message), kill, origin).await;
             let usage = match &result {
                 Ok(output) => output.usage,
                 Err(failure) => failure.usage,
@@ -510,16 +533,36 @@ fn start_job(
     })
 }
 
+/// What started a run of a child, for the live feed.
+pub(crate) struct RunOrigin {
+    /// The parent's tool call the run answers.
+    pub(crate) call_id: Option<String>,
+    /// No tool call waits for the run (it is a job).
+    pub(crate) background: bool,
+}
+
+impl RunOrigin {
+    /// A run a tool call waits for.
+    pub(crate) fn call(call_id: Option<String>) -> Self {
+        RunOrigin {
+            call_id,
+            background: false,
+        }
+    }
+}
+
 /// Runs `child` until it is idle: queues `message` as its next turn, runs turns while input
 /// is queued (messages sent meanwhile included) and records the outcome in its status.
 /// `agent` is its loop when the caller holds it; otherwise it is taken from the child, or
-/// reopened from its log (after a resume, or after a run was dropped).
+/// reopened from its log (after a resume, or after a run was dropped). Its events go to the
+/// parent's [`ChildFeed`] while it runs.
 pub(crate) async fn run(
     shared: &Arc<Shared>,
     child: &Arc<Child>,
     agent: Option<Agent>,
     message: Option<String>,
     cancel: tokio_util::sync::CancellationToken,
+    origin: RunOrigin,
 ) -> Result<RunOutput, RunFailure> {
     let fail = |error: ToolError| {
         child.status.lock_or_recover().state = ChildState::Failed(error.message.clone());
@@ -548,6 +591,13 @@ pub(crate) async fn run(
     // the child `interrupted`; its next run reopens it from its log.
     let mut guard = RunGuard { child, done: false };
     let handle = agent.handle();
+    // Subscribed before the first input is queued, so the feed sees the whole run.
+    let forwarding = shared.feed.forward(
+        Arc::new(child.identity()),
+        origin.call_id,
+        origin.background,
+        handle.subscribe(),
+    );
     {
         let mut status = child.status.lock_or_recover();
         status.state = ChildState::Running;
@@ -590,6 +640,7 @@ pub(crate) async fn run(
         }
     }
     canceller.abort();
+    forwarding.finish().await;
     let mut usage = UsageTotals::default();
     for outcome in &outcomes {
         usage.merge(&outcome.usage);
@@ -804,9 +855,14 @@ impl Tool for SubagentTool {
             if background {
                 return Self::start_background(&self.shared, link, launch, ctx);
             }
-            let started =
-                Self::start_child(Arc::clone(&self.shared), link, launch, ctx.cancel().clone())
-                    .await;
+            let started = Self::start_child(
+                Arc::clone(&self.shared),
+                link,
+                launch,
+                ctx.cancel().clone(),
+                ctx.call_id().map(str::to_string),
+            )
+            .await;
             let (child, output) = match started {
                 Ok(done) => done,
                 Err(failure) => {

@@ -87,6 +87,18 @@ pub(crate) struct Child {
 }
 
 impl Child {
+    /// Who the child is, for the live feed.
+    pub(crate) fn identity(&self) -> super::ChildIdentity {
+        super::ChildIdentity {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            label: self.label.clone(),
+            model: self.model.clone(),
+            depth: self.depth,
+            log: self.log.clone(),
+        }
+    }
+
     /// Its cost so far by its price table, when the table prices its model.
     pub(crate) fn cost(&self) -> Option<f64> {
         let usage = self.status.lock_or_recover().usage;

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
 use super::registry::{read_children, ChildState};
-use super::{run, start_job, string_arg, Shared};
+use super::{run, start_job, string_arg, RunOrigin, Shared};
 use crate::agent::AgentParts;
 use crate::extension::Extension;
 
@@ -126,6 +126,7 @@ impl Tool for SendMessage {
                     None,
                     Some(message),
                     ctx.cancel().clone(),
+                    RunOrigin::call(ctx.call_id().map(str::to_string)),
                 )
                 .await;
                 return match output {

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dsh_agent::{Agent, AgentParts, ChildFactory, Subagents, TurnOutcome};
+use dsh_agent::{
+    Agent, AgentParts, ChildActivity, ChildFactory, ChildFeed, Subagents, TurnOutcome,
+};
 use dsh_llm::{AdapterRegistry, CallConfig};
 use dsh_session::{load_file, open_store, Event, StoreKind, TurnEndReason};
 use dsh_test_support::process::wait_for_pid;
@@ -101,6 +103,8 @@ struct Setup {
     jobs: bool,
     /// The `[models]` allow-list handed to `Subagents::with_models`.
     models: Option<Vec<(String, Option<String>)>>,
+    /// The live feed of the top-level agent's children, once its parts are built.
+    feed: Arc<std::sync::Mutex<Option<ChildFeed>>>,
 }
 
 impl Setup {
@@ -111,6 +115,7 @@ impl Setup {
             cwd: cwd.to_path_buf(),
             jobs: true,
             models: None,
+            feed: Arc::default(),
         }
     }
 
@@ -131,6 +136,9 @@ impl Setup {
         let mut subagents = Subagents::new(depth, factory);
         if let Some(models) = &self.models {
             subagents = subagents.with_models(models.clone());
+        }
+        if depth == 0 {
+            *self.feed.lock().unwrap() = Some(subagents.feed());
         }
         crate::delegation::parts(
             adapters,
@@ -335,6 +343,80 @@ async fn send_message_continues_a_finished_child_whose_next_request_extends_the_
     // One child log with both turns.
     let logs = child_logs(Path::new(&handle.location()));
     assert_eq!(logs.len(), 1);
+}
+
+#[tokio::test]
+async fn the_child_feed_carries_each_run_of_a_child_tagged_with_the_call_it_answers() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("watch the child"),
+        [
+            subagent("p1", "remember", "CHILD: remember the number 7"),
+            call(
+                "p2",
+                "send_message",
+                json!({"subagent_id": "agent-1", "message": "Which number was it?"}),
+            ),
+            say("parent done"),
+        ],
+    );
+    provider.route(
+        first_user("CHILD: remember"),
+        [bash("c1", "echo seven"), say("noted"), say("it was 7")],
+    );
+    let d = dirs();
+    let mut setup = Setup::new(&provider, d.home.path(), d.cwd.path());
+    setup.jobs = false;
+    let agent = setup.agent();
+    let feed = setup.feed.lock().unwrap().clone().unwrap();
+    let mut watcher = feed.subscribe();
+    let location = agent.handle().location();
+    let (outcomes, _) = run_parent(agent, "watch the child").await;
+    assert_eq!(outcomes[0].final_text, "parent done");
+
+    let mut seen: Vec<ChildActivity> = Vec::new();
+    while let Ok(activity) = watcher.try_recv() {
+        seen.push(activity);
+    }
+    let logs = child_logs(Path::new(&location));
+    assert_eq!(logs.len(), 1);
+    assert!(seen.iter().all(|a| a.child.name == "agent-1"
+        && a.child.log == logs[0]
+        && a.child.label == "remember"
+        && a.child.depth == 1
+        && !a.background));
+    // Both runs, in order, each tagged with the parent's call that waits for it.
+    let by_call = |id: &str| -> Vec<String> {
+        seen.iter()
+            .filter(|a| a.call_id.as_deref() == Some(id))
+            .map(|a| a.event.event.event_type().to_string())
+            .collect()
+    };
+    let first = by_call("p1");
+    let second = by_call("p2");
+    assert_eq!(first.len() + second.len(), seen.len(), "{seen:?}");
+    for run in [&first, &second] {
+        assert!(run.iter().any(|k| k == "turn/start"), "{run:?}");
+        assert_eq!(run.last().map(String::as_str), Some("turn/end"), "{run:?}");
+    }
+    // The first run shows the child's tool work as it happens.
+    for kind in ["tool/call", "tool/result", "assistant/chunk"] {
+        assert!(first.iter().any(|k| k == kind), "no {kind} in {first:?}");
+    }
+    // What the feed carried is what the child's log holds, event for event.
+    let logged: Vec<u64> = load_file(&logs[0])
+        .unwrap()
+        .events
+        .iter()
+        .filter(|e| e.event.event_type() == "turn/start")
+        .map(|e| e.seq)
+        .collect();
+    let fed: Vec<u64> = seen
+        .iter()
+        .filter(|a| a.event.event.event_type() == "turn/start")
+        .map(|a| a.event.seq)
+        .collect();
+    assert_eq!(logged, fed);
 }
 
 #[tokio::test]
@@ -664,9 +746,11 @@ async fn a_resumed_parent_knows_its_children_and_continues_one() {
                     json!({"description": "cut one", "prompt": "CHILD CUT", "run_in_background": true}),
                 ),
             ]),
+            // Marks that the parent got this far (so no reply of this route is left for the
+            // resumed session), then waits with the child.
             bash(
                 "p3",
-                &format!("{}; sleep 30", until_pid_file("cut")),
+                &format!("touch parent.waiting; {}; sleep 30", until_pid_file("cut")),
             ),
         ],
     );
@@ -691,6 +775,14 @@ async fn a_resumed_parent_knows_its_children_and_continues_one() {
     let pid = tokio::task::spawn_blocking(move || wait_for_pid(&pid_file))
         .await
         .unwrap();
+    let waiting = d.cwd.path().join("parent.waiting");
+    for _ in 0..400 {
+        if waiting.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(waiting.exists(), "the parent never reached its last call");
     run.abort();
     let _ = run.await;
     drop(handle);

@@ -108,6 +108,7 @@ impl SessionFactory for TestFactory {
         Ok(OpenedSession {
             agent,
             history: Vec::new(),
+            children: dsh_agent::ChildFeed::default(),
         })
     }
 
