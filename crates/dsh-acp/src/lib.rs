@@ -9,7 +9,9 @@
 //! questions of the safety policy ([`AcpApprover`]) and for `ask_user_question` choices
 //! ([`AcpAsker`]), the permission presets as session modes (`modes`, `session/set_mode`,
 //! `current_mode_update`), and slash commands (`available_commands_update`; `/compact`,
-//! `/permission`, and the session's user-invocable skills typed as `/name arguments`).
+//! `/permission`, and the session's user-invocable skills typed as `/name arguments`), and the
+//! live progress of subagents as `tool_call_update`s on the card of the call that waits for
+//! them (docs/acp.md, "Subagents").
 //!
 //! Building agents is not this crate's business: [`serve`] gets a
 //! [`dsh_runtime::SessionFactory`], so the `dsh` binary builds them exactly as `dsh run` does
@@ -23,6 +25,7 @@
 
 mod approver;
 mod asker;
+mod children;
 mod commands;
 mod modes;
 mod plan;

@@ -197,7 +197,13 @@ impl Server {
     }
 
     fn start(&self, opened: OpenedSession, cwd: PathBuf) -> AcpSession {
-        let session = AcpSession::start(opened.agent, cwd, self.out.clone(), self.factory.models());
+        let session = AcpSession::start(
+            opened.agent,
+            &opened.children,
+            cwd,
+            self.out.clone(),
+            self.factory.models(),
+        );
         session.elicit_forms(self.elicits_forms);
         session
     }

@@ -5,14 +5,21 @@
 //! forwards every appended event as `session/update` notifications; after the turn it forwards
 //! whatever is still queued and only then answers the prompt, so the response is always the
 //! last line of its turn.
+//!
+//! The task also forwards the live events of the agent's subagents, as progress on the card of
+//! the call that waits for them ([`crate::children`]; docs/acp.md, "Subagents"), between
+//! prompts too (background children).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use dsh_agent::{Agent, AgentError, AgentHandle, SessionEvent, TurnOutcome};
+use dsh_agent::{
+    Agent, AgentError, AgentHandle, ChildActivity, ChildFeed, SessionEvent, TurnOutcome,
+};
 use dsh_llm::{CallConfig, LockExt, ReasoningEffort};
-use dsh_session::TurnEndReason;
+use dsh_session::{Event, TurnEndReason};
 use dsh_tools::PermissionPreset;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -20,6 +27,7 @@ use tokio::task::JoinHandle;
 
 use crate::approver::AcpApprover;
 use crate::asker::AcpAsker;
+use crate::children::ChildProgress;
 use crate::commands::{self, COMPACT, PERMISSION};
 use crate::modes;
 use crate::rpc::{Outgoing, RpcError, INVALID_PARAMS};
@@ -127,9 +135,11 @@ pub(crate) fn stop_reason(
 
 impl AcpSession {
     /// Starts the session's task for `agent`, which works in `cwd` and talks through `out`.
-    /// `models` are the model ids the editor may pick from (the one in use is added).
+    /// `models` are the model ids the editor may pick from (the one in use is added);
+    /// `children` is the live feed of the agent's subagents (docs/acp.md, "Subagents").
     pub(crate) fn start(
         mut agent: Agent,
+        children: &ChildFeed,
         cwd: PathBuf,
         out: Outgoing,
         models: Vec<String>,
@@ -161,14 +171,22 @@ impl AcpSession {
         let (prompts, jobs) = mpsc::unbounded_channel();
         let cancelled = Arc::new(AtomicBool::new(false));
         let stopping = Arc::new(AtomicBool::new(false));
+        let view = View {
+            session_id: session_id.clone(),
+            out: out.clone(),
+            mapper,
+            progress: ChildProgress::new(),
+            // Subscribed before any prompt runs, so no child event is missed.
+            children: children.subscribe(),
+            children_open: true,
+        };
         let task = tokio::spawn(run_session(
             agent,
             Inputs {
                 jobs,
                 flushes: flush_requests,
             },
-            out.clone(),
-            mapper,
+            view,
             Flags {
                 cancelled: Arc::clone(&cancelled),
                 stopping: Arc::clone(&stopping),
@@ -431,12 +449,80 @@ fn queue_input(handle: &AgentHandle, text: String) -> Result<(), RpcError> {
     handle.followup(text).map_err(RpcError::internal)
 }
 
-fn forward(session_id: &str, mapper: &mut UpdateMapper, out: &Outgoing, event: &SessionEvent) {
-    for update in mapper.live(event) {
-        out.notify(
-            "session/update",
-            json!({"sessionId": session_id, "update": update}),
-        );
+/// What the client is shown of the session: its own events through the [`UpdateMapper`], its
+/// children's through the [`ChildProgress`] (docs/acp.md, "Subagents").
+struct View {
+    session_id: String,
+    out: Outgoing,
+    mapper: UpdateMapper,
+    progress: ChildProgress,
+    children: broadcast::Receiver<ChildActivity>,
+    /// False once the feed closed (no subagents left to report).
+    children_open: bool,
+}
+
+impl View {
+    fn send(&self, updates: Vec<Value>) {
+        for update in updates {
+            self.out.notify(
+                "session/update",
+                json!({"sessionId": self.session_id, "update": update}),
+            );
+        }
+    }
+
+    /// One event of the session's own log.
+    fn event(&mut self, event: &SessionEvent) {
+        if let Event::ToolResult(result) = &event.event {
+            if let Some(call) = result.call_id() {
+                // A child's run ends before the call's result is logged, so the feed holds
+                // all of it: its last progress goes out before the result completes the card.
+                self.drain_children();
+                let held = self.progress.settle(call, Instant::now());
+                self.send(held);
+            }
+        }
+        let updates = self.mapper.live(event);
+        self.send(updates);
+    }
+
+    /// One event of a child (or what the feed says instead).
+    fn child(&mut self, received: Result<ChildActivity, broadcast::error::RecvError>) {
+        match received {
+            Ok(activity) => {
+                let updates = self.progress.observe(&activity, Instant::now());
+                self.send(updates);
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => lagged_children(n),
+            Err(broadcast::error::RecvError::Closed) => self.children_open = false,
+        }
+    }
+
+    fn drain_children(&mut self) {
+        loop {
+            match self.children.try_recv() {
+                Ok(activity) => self.child(Ok(activity)),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => lagged_children(n),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Sends the children's held progress whose time has come.
+    fn due(&mut self) {
+        let updates = self.progress.due(Instant::now());
+        self.send(updates);
+    }
+
+    /// When [`View::due`] has something to send (far in the future when nothing is held).
+    fn next_due(&self) -> (tokio::time::Instant, bool) {
+        match self.progress.next_due() {
+            Some(at) => (at.into(), true),
+            None => (
+                tokio::time::Instant::now() + Duration::from_secs(3600),
+                false,
+            ),
+        }
     }
 }
 
@@ -446,32 +532,80 @@ struct Inputs {
     flushes: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
 }
 
-fn drain(
-    session_id: &str,
-    mapper: &mut UpdateMapper,
-    out: &Outgoing,
-    events: &mut broadcast::Receiver<SessionEvent>,
-) {
+/// Forwards every event published so far: the session's own, then its children's.
+fn drain(view: &mut View, events: &mut broadcast::Receiver<SessionEvent>) {
     loop {
         match events.try_recv() {
-            Ok(event) => forward(session_id, mapper, out, &event),
+            Ok(event) => view.event(&event),
             Err(broadcast::error::TryRecvError::Lagged(n)) => lagged(n),
             Err(_) => break,
         }
     }
+    view.drain_children();
 }
 
 fn lagged(n: u64) {
     eprintln!("dsh acp: the client view skipped {n} session events (the log has them all)");
 }
 
-async fn run_session(
-    mut agent: Agent,
-    inputs: Inputs,
-    out: Outgoing,
-    mut mapper: UpdateMapper,
-    flags: Flags,
-) {
+fn lagged_children(n: u64) {
+    eprintln!(
+        "dsh acp: the client view skipped {n} events of subagents (their logs have them all)"
+    );
+}
+
+/// Waits for the next prompt; meanwhile shows what background children do. `None` when the
+/// connection is gone.
+async fn next_job(
+    jobs: &mut mpsc::UnboundedReceiver<PromptJob>,
+    view: &mut View,
+) -> Option<PromptJob> {
+    loop {
+        let (due, held) = view.next_due();
+        tokio::select! {
+            biased;
+            job = jobs.recv() => return job,
+            received = view.children.recv(), if view.children_open => view.child(received),
+            _ = tokio::time::sleep_until(due), if held => view.due(),
+        }
+    }
+}
+
+/// Runs one queued prompt's turns until the agent is idle, forwarding their events (and the
+/// children's) as they come.
+async fn run_turns(
+    agent: &mut Agent,
+    view: &mut View,
+    events: &mut broadcast::Receiver<SessionEvent>,
+    flushes: &mut mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+) -> Result<Vec<TurnOutcome>, AgentError> {
+    let run = agent.run_until_idle();
+    tokio::pin!(run);
+    let mut open = true;
+    loop {
+        let (due, held) = view.next_due();
+        // Biased: the session's own events go before its children's, so a subagent call's
+        // `tool_call` always precedes the progress shown on it.
+        tokio::select! {
+            biased;
+            result = &mut run => break result,
+            event = events.recv(), if open => match event {
+                Ok(event) => view.event(&event),
+                Err(broadcast::error::RecvError::Lagged(n)) => lagged(n),
+                Err(broadcast::error::RecvError::Closed) => open = false,
+            },
+            Some(done) = flushes.recv() => {
+                drain(view, events);
+                // The asker may have stopped waiting (cancelled turn): nobody to tell.
+                let _ = done.send(());
+            }
+            received = view.children.recv(), if view.children_open => view.child(received),
+            _ = tokio::time::sleep_until(due), if held => view.due(),
+        }
+    }
+}
+
+async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Flags) {
     let Flags {
         cancelled,
         stopping,
@@ -482,7 +616,8 @@ async fn run_session(
     } = inputs;
     let handle = agent.handle();
     let session_id = handle.session_id();
-    while let Some(job) = jobs.recv().await {
+    let out = view.out.clone();
+    while let Some(job) = next_job(&mut jobs, &mut view).await {
         if stopping.load(Ordering::SeqCst) {
             out.respond(job.request_id, json!({"stopReason": "cancelled"}));
             continue;
@@ -498,7 +633,7 @@ async fn run_session(
             Some(command) if command.name == COMPACT && command.arguments.is_empty() => {
                 // `/compact` compacts the conversation now instead of sending a prompt.
                 let text = compact_command(&mut agent).await;
-                drain(&session_id, &mut mapper, &out, &mut events);
+                drain(&mut view, &mut events);
                 say(&session_id, &out, &text);
                 out.respond(job.request_id, json!({"stopReason": "end_turn"}));
                 continue;
@@ -523,29 +658,10 @@ async fn run_session(
             out.respond_error(job.request_id, &error);
             continue;
         }
-        let result = {
-            let run = agent.run_until_idle();
-            tokio::pin!(run);
-            let mut open = true;
-            loop {
-                tokio::select! {
-                    result = &mut run => break result,
-                    event = events.recv(), if open => match event {
-                        Ok(event) => forward(&session_id, &mut mapper, &out, &event),
-                        Err(broadcast::error::RecvError::Lagged(n)) => lagged(n),
-                        Err(broadcast::error::RecvError::Closed) => open = false,
-                    },
-                    Some(done) = flushes.recv() => {
-                        drain(&session_id, &mut mapper, &out, &mut events);
-                        // The asker may have stopped waiting (cancelled turn): nobody to tell.
-                        let _ = done.send(());
-                    }
-                }
-            }
-        };
-        drain(&session_id, &mut mapper, &out, &mut events);
+        let result = run_turns(&mut agent, &mut view, &mut events, &mut flushes).await;
+        drain(&mut view, &mut events);
         let was_cancelled = cancelled.swap(false, Ordering::SeqCst);
-        let usage = mapper.take_turn_usage();
+        let usage = view.mapper.take_turn_usage();
         respond(&out, job.request_id, result, was_cancelled, usage);
     }
     drop(agent);

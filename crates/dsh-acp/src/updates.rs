@@ -89,7 +89,7 @@ fn arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 /// A short title for the client's tool card.
-fn tool_title(name: &str, args: &Value) -> String {
+pub(crate) fn tool_title(name: &str, args: &Value) -> String {
     // `web_search`: its queries (the sources are in the result text, docs/tools.md).
     if let Some(queries) = args.get("queries").and_then(Value::as_array) {
         let queries: Vec<&str> = queries.iter().filter_map(Value::as_str).collect();
@@ -109,6 +109,20 @@ fn tool_title(name: &str, args: &Value) -> String {
         Some(detail) => format!("{name}: {detail}"),
         None => name.to_string(),
     }
+}
+
+/// Whether a tool result reports a failure (an error, or a result block marked as one).
+pub(crate) fn result_failed(result: &ToolResult) -> bool {
+    result.error.is_some()
+        || result.message.content.iter().any(|block| {
+            matches!(
+                block,
+                ContentBlock::ToolResult {
+                    is_error: Some(true),
+                    ..
+                }
+            )
+        })
 }
 
 fn text_of(blocks: &[ContentBlock]) -> String {
@@ -232,16 +246,7 @@ impl UpdateMapper {
 
     fn tool_result(&self, result: &ToolResult) -> Option<Value> {
         let call_id = result.call_id()?;
-        let failed = result.error.is_some()
-            || result.message.content.iter().any(|block| {
-                matches!(
-                    block,
-                    ContentBlock::ToolResult {
-                        is_error: Some(true),
-                        ..
-                    }
-                )
-            });
+        let failed = result_failed(result);
         let mut content = Vec::new();
         if !failed {
             let diffs = result

@@ -18,6 +18,7 @@ use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
 
+#[derive(Clone)]
 struct TestFactory {
     base_url: String,
     home: PathBuf,
@@ -28,6 +29,9 @@ struct TestFactory {
     plan: bool,
     /// The session's model.
     model: &'static str,
+    /// Background jobs (`dsh_tools::JobTable`, `dsh_agent::BackgroundJobs`) for every agent,
+    /// so children can run in the background.
+    jobs: bool,
 }
 
 impl TestFactory {
@@ -39,7 +43,90 @@ impl TestFactory {
             skills: None,
             plan: false,
             model: "deepseek-v4-flash",
+            jobs: false,
         }
+    }
+}
+
+impl TestFactory {
+    /// An agent's parts at delegation `depth`, with a real `dsh_agent::Subagents` whose
+    /// children are built by this same function one level deeper; and its children's feed.
+    fn parts(
+        &self,
+        cwd: &Path,
+        depth: u64,
+    ) -> Result<(AgentParts, dsh_agent::ChildFeed), RuntimeError> {
+        static SPILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
+            self.base_url.clone(),
+            Some(dsh_deepseek::ApiKey::new("sk-acp-test")),
+        ))
+        .map_err(|e| RuntimeError::InvalidConfig(e.to_string()))?;
+        let mut adapters = AdapterRegistry::new();
+        adapters.register("deepseek", Arc::new(adapter)).unwrap();
+        let spill = match depth {
+            0 => self.home.join("spill"),
+            _ => {
+                let n = SPILLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                self.home.join(format!("spill-child-{n}"))
+            }
+        };
+        let spill = SpillDir::create(spill).unwrap();
+        let mut tool_context = ToolContext::new(cwd, spill)
+            .unwrap()
+            .with_permission(self.preset);
+        let extensions = ExtensionSet::new();
+        if self.jobs {
+            let jobs = dsh_tools::JobTable::new();
+            extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
+            tool_context = tool_context.with_jobs(jobs);
+        }
+        for guard in dsh_agent::register_builtin_extensions(
+            &extensions,
+            RetryPolicy::default(),
+            Duration::from_secs(60),
+        ) {
+            // The set lives as long as the agent.
+            std::mem::forget(guard);
+        }
+        extensions.register_for_life(Arc::new(SafetyPolicy::new(self.preset, "none", "")));
+        let factory: dsh_agent::ChildFactory = {
+            let this = self.clone();
+            let cwd = cwd.to_path_buf();
+            Arc::new(move |d| {
+                this.parts(&cwd, d).map(|(parts, _)| parts).map_err(|e| {
+                    dsh_agent::SubagentError::Setup {
+                        code: "INVALID_CONFIG".into(),
+                        message: e.to_string(),
+                    }
+                })
+            })
+        };
+        let subagents = dsh_agent::Subagents::new(depth, factory);
+        let children = subagents.feed();
+        extensions.register_for_life(Arc::new(subagents));
+        if depth == 0 {
+            if let Some(dir) = &self.skills {
+                extensions.register_for_life(Arc::new(dsh_agent::Skills::new(
+                    dsh_agent::SkillSet::discover(std::slice::from_ref(dir)),
+                )));
+            }
+            if self.plan {
+                extensions.register_for_life(Arc::new(dsh_agent::PlanMode::new()));
+            }
+        }
+        let mut tools = ToolRegistry::with_builtins();
+        tools
+            .register(Arc::new(dsh_tools::AskUserQuestionTool))
+            .unwrap();
+        let parts = AgentParts {
+            adapters,
+            tools: Arc::new(tools),
+            extensions,
+            tool_context,
+            options: AgentOptions::new(CallConfig::new("deepseek", self.model), cwd),
+        };
+        Ok((parts, children))
     }
 }
 
@@ -73,46 +160,7 @@ impl SessionFactory for TestFactory {
             "ACP replays resumed sessions, so it asks for their history"
         );
         let cwd = spec.cwd.clone().expect("ACP names the session's cwd");
-        let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
-            self.base_url.clone(),
-            Some(dsh_deepseek::ApiKey::new("sk-acp-test")),
-        ))
-        .map_err(|e| RuntimeError::InvalidConfig(e.to_string()))?;
-        let mut adapters = AdapterRegistry::new();
-        adapters.register("deepseek", Arc::new(adapter)).unwrap();
-        let spill = SpillDir::create(self.home.join("spill")).unwrap();
-        let tool_context = ToolContext::new(&cwd, spill)
-            .unwrap()
-            .with_permission(self.preset);
-        let extensions = ExtensionSet::new();
-        for guard in dsh_agent::register_builtin_extensions(
-            &extensions,
-            RetryPolicy::default(),
-            Duration::from_secs(60),
-        ) {
-            // The set lives as long as the agent.
-            std::mem::forget(guard);
-        }
-        extensions.register_for_life(Arc::new(SafetyPolicy::new(self.preset, "none", "")));
-        if let Some(dir) = &self.skills {
-            extensions.register_for_life(Arc::new(dsh_agent::Skills::new(
-                dsh_agent::SkillSet::discover(std::slice::from_ref(dir)),
-            )));
-        }
-        if self.plan {
-            extensions.register_for_life(Arc::new(dsh_agent::PlanMode::new()));
-        }
-        let mut tools = ToolRegistry::with_builtins();
-        tools
-            .register(Arc::new(dsh_tools::AskUserQuestionTool))
-            .unwrap();
-        let parts = AgentParts {
-            adapters,
-            tools: Arc::new(tools),
-            extensions,
-            tool_context,
-            options: AgentOptions::new(CallConfig::new("deepseek", self.model), &cwd),
-        };
+        let (parts, children) = self.parts(&cwd, 0)?;
         let (mut agent, history) = match &spec.resume {
             Resume::Id(key) => {
                 let agent = Agent::resume(parts, store, key)?;
@@ -126,7 +174,7 @@ impl SessionFactory for TestFactory {
         Ok(OpenedSession {
             agent,
             history,
-            children: dsh_agent::ChildFeed::default(),
+            children,
         })
     }
 
@@ -946,6 +994,9 @@ mod acp_runtime;
 
 #[path = "acp_plan/mod.rs"]
 mod acp_plan;
+
+#[path = "acp_children/mod.rs"]
+mod acp_children;
 
 use dsh_test_support::images::{RED_PNG_BASE64, RED_PNG_SHA256 as RED_HEX};
 

@@ -166,7 +166,17 @@ impl AgentHandle {
             let mut log = self.shared.log();
             let splice = log.inbox.push(target, message);
             log.append_splice(&splice)?;
-            log.flush()?;
+            // A message for the next turn while no turn is open is claimed by that turn, whose
+            // flush before its model call syncs it: written through now. Anything else (a steer
+            // while a tool runs) is synced at once (docs/sessions.md, "Durability and crash
+            // repair").
+            let idle =
+                target == InboxTarget::NextTurn && log.writer().state().open_turn().is_none();
+            if idle {
+                log.write_through()?;
+            } else {
+                log.flush()?;
+            }
         }
         if wake {
             self.shared.wake.notify_one();

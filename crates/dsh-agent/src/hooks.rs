@@ -50,6 +50,28 @@ const MAX_STOP_CONTINUATIONS: u32 = 8;
 /// Longest stderr kept in `hook/result.stderrSummary`.
 const SUMMARY_CHARS: usize = 2000;
 
+/// The parent of the child whose log is `location` (docs/sessions.md, "Children"): its session
+/// id (the header's `parentSession`) and, when it is a JSONL log, its path
+/// (`<parent folder>/subagents/<child id>/session.jsonl`; a SQLite parent's is
+/// `sqlite:<db>#<id>`).
+fn parent_of(location: &str) -> Option<(String, Option<String>)> {
+    use std::io::BufRead;
+    let path = std::path::Path::new(location);
+    let file = std::fs::File::open(path).ok()?;
+    let mut first = String::new();
+    std::io::BufReader::new(file).read_line(&mut first).ok()?;
+    let header: Value = serde_json::from_str(&first).ok()?;
+    let id = header.get("parentSession")?.as_str()?.to_string();
+    let folder = path.parent()?.parent()?.parent()?;
+    let log = dsh_session::session_file_in(folder)
+        .map(|p| p.display().to_string())
+        .or_else(|| {
+            let db = folder.parent()?.to_str()?.strip_suffix(".subagents")?;
+            Some(format!("sqlite:{db}#{id}"))
+        });
+    Some((id, log))
+}
+
 /// What one hook run decided.
 #[derive(Debug, Default, Clone)]
 struct Verdict {
@@ -75,6 +97,10 @@ struct State {
     stop_requested: Option<String>,
     /// The model of the last request header (Codex payloads carry `model`).
     model: String,
+    /// In a child session: the parent's session id and log, which Claude Code puts in
+    /// `session_id` and `transcript_path` of `SubagentStart`/`SubagentStop` (the child is
+    /// `agent_id` and `agent_transcript_path`).
+    parent: Option<(String, Option<String>)>,
 }
 
 /// The hooks extension. Build it with [`CommandHooks::new`] from a checked [`HooksConfig`];
@@ -123,6 +149,17 @@ impl CommandHooks {
         self.state.lock_or_recover()
     }
 
+    /// `session_id` and `transcript_path` of a payload: the session's own, except that Claude
+    /// Code's `SubagentStart`/`SubagentStop` name the main (parent) session (docs/hooks.md).
+    fn session_fields(&self, event: HookEvent, attached: &AttachedAgent) -> (String, String) {
+        let parent = self.state().parent.clone();
+        let subagent_event = matches!(event, HookEvent::SubagentStart | HookEvent::SubagentStop);
+        match parent.filter(|_| subagent_event && !self.codex()) {
+            Some((id, log)) => (id, log.unwrap_or_else(|| attached.location.clone())),
+            None => (attached.session_id.clone(), attached.location.clone()),
+        }
+    }
+
     /// Runs every command of every group of `event` that matches `subject` and returns their
     /// verdicts, logging `hook/invoked` and `hook/result` for each.
     fn run(
@@ -147,8 +184,9 @@ impl CommandHooks {
             return Vec::new();
         };
         let dialect = self.dialect();
-        payload.insert("session_id".into(), json!(attached.session_id));
-        payload.insert("transcript_path".into(), json!(attached.location));
+        let (session_id, transcript) = self.session_fields(event, &attached);
+        payload.insert("session_id".into(), json!(session_id));
+        payload.insert("transcript_path".into(), json!(transcript));
         payload.insert("cwd".into(), json!(attached.cwd.display().to_string()));
         payload.insert("hook_event_name".into(), json!(event.as_str()));
         if dialect == HookDialect::Codex {
@@ -470,7 +508,12 @@ impl Extension for CommandHooks {
     }
 
     fn attach(&self, agent: &AttachedAgent) {
-        self.state().attached = Some(agent.clone());
+        let parent = (agent.depth > 0)
+            .then(|| parent_of(&agent.location))
+            .flatten();
+        let mut state = self.state();
+        state.attached = Some(agent.clone());
+        state.parent = parent;
     }
 
     fn restore(&self, _events: &[Envelope]) {

@@ -139,6 +139,12 @@ impl SessionLog {
         self.writer.flush()
     }
 
+    /// Puts everything appended so far into the store without syncing it (a flush follows
+    /// before anything leaves dsh; docs/sessions.md, "Durability and crash repair").
+    pub fn write_through(&mut self) -> dsh_session::Result<()> {
+        self.writer.write_through()
+    }
+
     /// Logs an inbox change.
     pub fn append_splice(&mut self, splice: &Splice) -> dsh_session::Result<u64> {
         self.append(Event::InboxSpliced(dsh_session::InboxSplice {

@@ -25,7 +25,9 @@
 //! `"subagents": true` offers delegation: the recording's child logs (`session.N.jsonl`) are
 //! served to our children by prompt and compared with our child logs (`scenarios/subagents.rs`);
 //! `"maxDepth": N` is dsh's depth cap of the recording, `"childDelayMs": N` delays each child
-//! reply (a background child answers after its parent's turn went on, as recorded).
+//! reply (a background child answers after its parent's turn went on, as recorded). Our
+//! children take the recorded children's session ids, and each of dsh's settlement notices
+//! (`Background subagent <id> finished ...`) must be in our parent's log word for word.
 //!
 //! For each run it checks: turn end reasons, final assistant texts, the executed tool calls and
 //! their order, which tool results were errors, the hook results (point and decision) when hooks
@@ -451,6 +453,7 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     let _hooks = hooks.map(|config| extensions.register(Arc::new(ClaudeCodeHooks::new(config))));
+    let child_ids = subagent_replay::recorded_ids(dir)?;
     let _subagents = settings.subagents.then(|| {
         let children = subagent_replay::Children {
             base_url: provider.base_url(),
@@ -459,6 +462,7 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
             preset,
             background_jobs: settings.background_jobs,
             max_depth: settings.max_depth,
+            ids: Arc::clone(&child_ids),
         };
         extensions.register(Arc::new(children.delegation(0)))
     });
@@ -583,6 +587,7 @@ async fn run_fixture(dir: &Path, settings: &Settings) -> Result<(), String> {
     }
     if settings.subagents {
         subagent_replay::compare_children(dir, Path::new(&location))?;
+        subagent_replay::compare_settlements(dir, &ours.events)?;
     }
     check_requests(&provider)?;
     check_reasoning_round_trip(

@@ -9,18 +9,18 @@ use std::time::Instant;
 
 use anyhow::Context;
 use dsh_session::{
-    is_flush_point, session_path, Envelope, Event, JsonlWriter, LogReader, Projector,
-    SessionHeader, SessionWriter,
+    is_sync_point, session_path, Envelope, Event, JsonlWriter, LogReader, Projector, SessionHeader,
+    SessionWriter,
 };
 use serde_json::{json, Value};
 
 use crate::stats::median;
 use crate::synthetic_log::synthetic_events;
 
-/// Whether the loop would fsync after appending `event` (writer flush points, and the flush
+/// Whether the loop would fsync after appending `event` (writer sync points, and the flush
 /// before each model call, which follows `step/start`).
 fn flushes_after(event: &Event) -> bool {
-    is_flush_point(event) || matches!(event, Event::StepStart(_))
+    is_sync_point(event) || matches!(event, Event::StepStart(_))
 }
 
 fn append_dsh(

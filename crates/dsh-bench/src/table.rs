@@ -145,6 +145,12 @@ fn start_rows(results: &Path) -> Vec<Row> {
         timed(load(results, "version_true"), "/median_ms"),
     ));
     rows.push(row(
+        "same, in a home kept across runs: probe verdict cached (vs C `true` start-to-exit)",
+        "",
+        timed(load(results, "first_dsh_kept"), "/median_ms"),
+        timed(load(results, "version_true"), "/median_ms"),
+    ));
+    rows.push(row(
         "bytes shared by the first requests of two sessions in different directories (vs Codex CLI)",
         "",
         shared_prefix(load(results, "first_dsh")),

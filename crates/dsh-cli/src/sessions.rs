@@ -231,18 +231,20 @@ fn show_children(folder: &Path, child: Option<&str>, out: &mut impl Write) -> an
         .map(|l| PathBuf::from(l.header.cwd))
         .unwrap_or_default();
     let prices = configured_prices(&cwd);
-    let mut text = String::from("NAME      STATE        MODEL                 REQUESTS  INPUT     OUTPUT    COST       ID                                    LABEL\n");
+    let mut text = String::from("NAME      STATE        MODEL                 REQUESTS  INPUT     CACHED    OUTPUT    COST       ID                                    LABEL\n");
     for c in &children {
+        // Six decimals: a short child costs a few millionths of a dollar.
         let cost = prices
             .cost(&c.usage_by_model)
-            .map_or_else(|| "-".to_string(), |cost| format!("${cost:.4}"));
+            .map_or_else(|| "-".to_string(), |cost| format!("${cost:.6}"));
         text.push_str(&format!(
-            "{:<9} {:<12} {:<21} {:<9} {:<9} {:<9} {:<10} {:<37} {}\n",
+            "{:<9} {:<12} {:<21} {:<9} {:<9} {:<9} {:<9} {:<10} {:<37} {}\n",
             c.name.as_deref().unwrap_or("-"),
             c.state(),
             if c.model.is_empty() { "-" } else { &c.model },
             c.usage.requests,
             c.usage.usage.input_tokens,
+            c.usage.usage.cache_read_tokens,
             c.usage.usage.output_tokens,
             cost,
             c.id,
@@ -254,6 +256,7 @@ fn show_children(folder: &Path, child: Option<&str>, out: &mut impl Write) -> an
 }
 
 fn list(store: &dyn SessionStore, all: bool, stdout: &mut impl Write) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
     // One write per buffer, not per line: a listing can be thousands of lines
     // (docs/PERFORMANCE.md, "Session listing").
     let out = &mut std::io::BufWriter::with_capacity(1 << 16, stdout);
@@ -283,31 +286,41 @@ fn list(store: &dyn SessionStore, all: bool, stdout: &mut impl Write) -> anyhow:
         "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  TITLE",
         "ID", "UPDATED (UTC)", "TURNS", "TOKENS", "COST"
     )?;
+    // Two buffers reused for every line instead of four new strings per line (a listing can
+    // be 10,000 lines; docs/PERFORMANCE.md, "Session listing").
+    let (mut when, mut cost) = (String::with_capacity(16), String::with_capacity(16));
     for s in &listing.sessions {
         let usage = s.usage().usage;
         let tokens = usage.billed_input() + usage.output_tokens;
-        let cost = s
-            .cost(&prices)
-            .map_or_else(|| "?".to_string(), |c| format!("${c:.4}"));
-        let mut title = s.title.clone().unwrap_or_else(|| "(untitled)".into());
-        if s.open {
-            title.push_str(" [open]");
+        cost.clear();
+        match s.cost(&prices) {
+            Some(c) => write!(cost, "${c:.4}")?,
+            None => cost.push('?'),
         }
-        if all {
-            title = format!("{title}  ({})", s.cwd);
-        }
-        writeln!(
+        when.clear();
+        write_utc(&mut when, s.updated_at)?;
+        write!(
             out,
             "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  {}",
             s.id,
-            format_utc(s.updated_at),
+            when,
             s.turns,
             tokens,
             cost,
-            title
+            s.title.as_deref().unwrap_or("(untitled)")
         )?;
+        if s.open {
+            out.write_all(b" [open]")?;
+        }
+        if all {
+            write!(out, "  ({})", s.cwd)?;
+        }
+        out.write_all(b"\n")?;
     }
     out.flush()?;
+    // The process ends right after this command: the kernel takes the memory back at once,
+    // where dropping the listing would free its 10,000 summaries one allocation at a time.
+    std::mem::forget(listing);
     Ok(())
 }
 
@@ -502,11 +515,20 @@ fn format_utc_seconds(ms: u64) -> String {
 
 /// `YYYY-MM-DD HH:MM` in UTC for ms since the epoch.
 fn format_utc(ms: u64) -> String {
+    let mut text = String::with_capacity(16);
+    // Writing into a String cannot fail.
+    let _ = write_utc(&mut text, ms);
+    text
+}
+
+/// [`format_utc`] into `out`.
+fn write_utc(out: &mut String, ms: u64) -> std::fmt::Result {
+    use std::fmt::Write as _;
     let secs = ms / 1000;
     let days = (secs / 86_400) as i64;
     let (hour, minute) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
     let (year, month, day) = dsh_llm::calendar::civil_from_days(days);
-    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}")
+    write!(out, "{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}")
 }
 
 /// Prints one line per `request/cache` event of the log.

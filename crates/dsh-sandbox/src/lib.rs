@@ -41,6 +41,8 @@ mod mounts;
 mod prepared;
 #[cfg(target_os = "linux")]
 mod probe;
+#[cfg(target_os = "linux")]
+mod probe_cache;
 mod seatbelt;
 #[cfg(target_os = "linux")]
 mod seccomp;
@@ -62,6 +64,10 @@ pub use crate::landlock::{kernel_abi, Landlock, TARGET_ABI};
 pub use crate::mounts::MountNamespace;
 #[cfg(target_os = "linux")]
 pub use crate::probe::{remove_stale_trial_dirs, SandboxProbe};
+#[cfg(target_os = "linux")]
+pub use crate::probe_cache::{
+    load_cached_probe, probe_through_cache, store_probe, ProbeKey, ProbeOrigin, PROBE_CACHE_FILE,
+};
 pub use crate::seatbelt::{
     seatbelt_profile, GitEntry, Seatbelt, SeatbeltPolicy, SeatbeltRoot, SANDBOX_EXEC,
 };
@@ -249,8 +255,8 @@ impl Sandbox {
         if preset == PermissionPreset::DangerFullAccess {
             return Self::unconfined();
         }
-        let bubblewrap = || {
-            probe.bubblewrap.as_ref().ok().map(|bwrap| Sandbox {
+        match choice_of(preference, probe) {
+            probe_cache::Choice::Bubblewrap(bwrap) => Sandbox {
                 mode: SandboxMode::Bubblewrap,
                 detail: format!(
                     "bubblewrap ({}{}); network not restricted",
@@ -261,11 +267,9 @@ impl Sandbox {
                         ", no user namespace on this host"
                     }
                 ),
-                confinement: Arc::new(bwrap.clone()),
-            })
-        };
-        let landlock = |why_not_bwrap: Option<&str>| {
-            probe.landlock.as_ref().ok().map(|&landlock| {
+                confinement: Arc::new(bwrap),
+            },
+            probe_cache::Choice::Landlock(landlock) => {
                 let head = format!(
                     "Landlock ABI {} ({}); network not restricted",
                     landlock.abi(),
@@ -273,40 +277,118 @@ impl Sandbox {
                 );
                 Sandbox {
                     mode: SandboxMode::Landlock,
-                    detail: match why_not_bwrap {
-                        Some(reason) => format!("{head}; {reason}"),
-                        None => head,
+                    detail: match preference {
+                        SandboxPreference::Auto => {
+                            format!("{head}; {}", reason(&probe.bubblewrap))
+                        }
+                        _ => head,
                     },
                     confinement: Arc::new(landlock),
                 }
-            })
-        };
-        let chosen = match preference {
-            SandboxPreference::Auto => {
-                bubblewrap().or_else(|| landlock(Some(&reason(&probe.bubblewrap))))
             }
-            SandboxPreference::Bubblewrap => bubblewrap(),
-            SandboxPreference::Landlock => landlock(None),
-            SandboxPreference::Seatbelt => None,
-        };
-        chosen.unwrap_or_else(|| {
-            let reasons = match preference {
-                SandboxPreference::Auto => {
-                    format!("{}; {}", reason(&probe.bubblewrap), reason(&probe.landlock))
-                }
-                SandboxPreference::Bubblewrap => {
-                    format!("{SANDBOX_ENV}=bubblewrap: {}", reason(&probe.bubblewrap))
-                }
-                SandboxPreference::Landlock => {
-                    format!("{SANDBOX_ENV}=landlock: {}", reason(&probe.landlock))
-                }
-                SandboxPreference::Seatbelt => {
-                    format!("{SANDBOX_ENV}=seatbelt: Seatbelt exists only on macOS")
-                }
-            };
-            Self::unavailable(reasons)
-        })
+            probe_cache::Choice::Unavailable => {
+                let reasons = match preference {
+                    SandboxPreference::Auto => {
+                        format!("{}; {}", reason(&probe.bubblewrap), reason(&probe.landlock))
+                    }
+                    SandboxPreference::Bubblewrap => {
+                        format!("{SANDBOX_ENV}=bubblewrap: {}", reason(&probe.bubblewrap))
+                    }
+                    SandboxPreference::Landlock => {
+                        format!("{SANDBOX_ENV}=landlock: {}", reason(&probe.landlock))
+                    }
+                    SandboxPreference::Seatbelt => {
+                        format!("{SANDBOX_ENV}=seatbelt: Seatbelt exists only on macOS")
+                    }
+                };
+                Self::unavailable(reasons)
+            }
+        }
     }
+
+    /// [`Sandbox::choose`] for a probe whose verdict came from `origin`. From a trial, the same
+    /// as [`Sandbox::choose`]. From the cache, the chosen confinement (also "no mechanism")
+    /// first waits for a fresh trial with `search_path` (once per returned sandbox and its
+    /// clones) and confines commands only when that trial chooses the same mechanism with the
+    /// same set-up; otherwise it refuses them with `SANDBOX_UNAVAILABLE` and the cache file gets
+    /// the fresh verdict (docs/SECURITY.md, "Probe verdict cache").
+    #[cfg(target_os = "linux")]
+    pub fn choose_cached(
+        preset: PermissionPreset,
+        preference: SandboxPreference,
+        probe: &SandboxProbe,
+        origin: &ProbeOrigin,
+        search_path: Option<&std::ffi::OsStr>,
+    ) -> Sandbox {
+        let ProbeOrigin::Cache(file) = origin else {
+            return Self::choose(preset, preference, probe);
+        };
+        let once = Arc::new(std::sync::OnceLock::<SandboxProbe>::new());
+        let (cached, file_for_trial) = (probe.clone(), file.clone());
+        let search_path = search_path.map(std::ffi::OsStr::to_os_string);
+        let verify: probe_cache::Verifier = Arc::new(move || {
+            once.get_or_init(|| {
+                let fresh = SandboxProbe::run(search_path.as_deref());
+                if choice_of(preference, &fresh) != choice_of(preference, &cached) {
+                    let key = ProbeKey::current(search_path.as_deref());
+                    let _ = store_probe(&file_for_trial, &key, &fresh);
+                }
+                fresh
+            })
+            .clone()
+        });
+        Self::unverified(preset, preference, probe, file, verify)
+    }
+
+    /// [`Sandbox::choose`] with the confinement wrapped in [`probe_cache::Unverified`].
+    #[cfg(target_os = "linux")]
+    fn unverified(
+        preset: PermissionPreset,
+        preference: SandboxPreference,
+        probe: &SandboxProbe,
+        file: &std::path::Path,
+        verify: probe_cache::Verifier,
+    ) -> Sandbox {
+        let chosen = Self::choose(preset, preference, probe);
+        if chosen.mode == SandboxMode::Unconfined {
+            return chosen;
+        }
+        Sandbox {
+            confinement: Arc::new(probe_cache::Unverified {
+                inner: chosen.confinement,
+                choice: choice_of(preference, probe),
+                preference,
+                verify,
+                file: file.to_path_buf(),
+            }),
+            ..chosen
+        }
+    }
+}
+
+/// What `preference` picks from `probe`: the preferred working mechanism, or none.
+#[cfg(target_os = "linux")]
+pub(crate) fn choice_of(
+    preference: SandboxPreference,
+    probe: &SandboxProbe,
+) -> probe_cache::Choice {
+    use probe_cache::Choice;
+    let bubblewrap = || {
+        probe
+            .bubblewrap
+            .as_ref()
+            .ok()
+            .cloned()
+            .map(Choice::Bubblewrap)
+    };
+    let landlock = || probe.landlock.as_ref().ok().copied().map(Choice::Landlock);
+    match preference {
+        SandboxPreference::Auto => bubblewrap().or_else(landlock),
+        SandboxPreference::Bubblewrap => bubblewrap(),
+        SandboxPreference::Landlock => landlock(),
+        SandboxPreference::Seatbelt => None,
+    }
+    .unwrap_or(Choice::Unavailable)
 }
 
 /// The failure text of a probe result (empty when it worked).
@@ -336,9 +418,24 @@ pub fn confinement_for(preset: PermissionPreset) -> Result<Sandbox, SandboxSetti
     Ok(platform_sandbox(preset, preference))
 }
 
+/// Linux: from the process-wide probe. A verdict read from the cache is tried again before the
+/// first confined command (once per process, shared by all its sandboxes); once that trial ran,
+/// later sandboxes are chosen from it.
 #[cfg(target_os = "linux")]
 fn platform_sandbox(preset: PermissionPreset, preference: SandboxPreference) -> Sandbox {
-    Sandbox::choose(preset, preference, SandboxProbe::cached())
+    if let Some(fresh) = probe_cache::fresh_probe() {
+        return Sandbox::choose(preset, preference, fresh);
+    }
+    let (probe, origin) = SandboxProbe::cached_with_origin();
+    let ProbeOrigin::Cache(file) = origin else {
+        return Sandbox::choose(preset, preference, probe);
+    };
+    let file_for_trial = file.clone();
+    let verify: probe_cache::Verifier = Arc::new(move || {
+        let path = std::env::var_os("PATH");
+        probe_cache::verified_probe(probe, &file_for_trial, path.as_deref()).clone()
+    });
+    Sandbox::unverified(preset, preference, probe, file, verify)
 }
 
 #[cfg(target_os = "macos")]
@@ -352,6 +449,19 @@ fn platform_sandbox(_preset: PermissionPreset, _preference: SandboxPreference) -
         "dsh has no process sandbox for {} yet (docs/SECURITY.md, \"Platforms\")",
         std::env::consts::OS
     ))
+}
+
+/// Keeps the sandbox probe's verdict in `home` (`$DSH_HOME`, file [`PROBE_CACHE_FILE`] on
+/// Linux) for this process: the process-wide probe ([`SandboxProbe::cached`]) reads it from there
+/// when it holds a verdict for this host, or stores its trial there, so a new process need not
+/// try each mechanism before its first request. A cached verdict is tried again before the first
+/// confined command (docs/SECURITY.md, "Probe verdict cache"). Call before the first sandbox is
+/// chosen; later calls change nothing. Elsewhere than on Linux it does nothing.
+pub fn use_probe_cache(home: &std::path::Path) {
+    #[cfg(target_os = "linux")]
+    probe_cache::set_cache_home(home);
+    #[cfg(not(target_os = "linux"))]
+    let _ = home;
 }
 
 /// Makes this process non-dumpable (`PR_SET_DUMPABLE 0`), so that a process without

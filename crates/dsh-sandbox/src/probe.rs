@@ -30,6 +30,7 @@ use dsh_tools::{CommandConfinement, CommandPlan, ConfinementRequest, PermissionP
 use crate::bubblewrap::Bubblewrap;
 use crate::landlock::Landlock;
 use crate::mounts::MountNamespace;
+use crate::probe_cache::ProbeOrigin;
 
 /// How long one trial may take before the mechanism is declared broken.
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -157,12 +158,24 @@ impl SandboxProbe {
         })
     }
 
-    /// The probe of this process, run once on first use with this process's `PATH`.
+    /// The probe of this process, made once on first use with this process's `PATH`: read
+    /// from the cache file named by [`crate::use_probe_cache`] when it holds a verdict for this
+    /// host, else a trial (then stored there). See [`SandboxProbe::cached_with_origin`].
     pub fn cached() -> &'static SandboxProbe {
-        static PROBE: OnceLock<SandboxProbe> = OnceLock::new();
+        &Self::cached_with_origin().0
+    }
+
+    /// [`SandboxProbe::cached`] and where its verdict came from. A verdict from the cache is
+    /// tried again before the first confined command of the process (docs/SECURITY.md, "Probe
+    /// verdict cache").
+    pub fn cached_with_origin() -> &'static (SandboxProbe, ProbeOrigin) {
+        static PROBE: OnceLock<(SandboxProbe, ProbeOrigin)> = OnceLock::new();
         PROBE.get_or_init(|| {
             let path = std::env::var_os("PATH");
-            SandboxProbe::run(path.as_deref())
+            match crate::probe_cache::cache_file() {
+                Some(file) => crate::probe_cache::probe_through_cache(file, path.as_deref()),
+                None => (SandboxProbe::run(path.as_deref()), ProbeOrigin::Trial),
+            }
         })
     }
 
@@ -177,7 +190,7 @@ impl SandboxProbe {
 }
 
 /// The first executable file called `name` in the `PATH`-style list `search_path`.
-fn find_program(name: &str, search_path: Option<&OsStr>) -> Option<PathBuf> {
+pub(crate) fn find_program(name: &str, search_path: Option<&OsStr>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     std::env::split_paths(search_path?)
         .filter(|dir| dir.is_absolute())

@@ -32,6 +32,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../ui/render.js"),
     ),
     (
+        "children.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../ui/children.js"),
+    ),
+    (
         "app.js",
         "text/javascript; charset=utf-8",
         include_str!("../ui/app.js"),

@@ -8,6 +8,7 @@
 //! stops taking events until the next flush-point event, then re-reads the missing ones from
 //! the log file, which holds everything up to that point.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +18,8 @@ use dsh_session::{Envelope, Event};
 use futures::Stream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+use crate::children::ChildEvents;
 
 /// What the server derived from a session's events so far.
 #[derive(Debug, Clone, Default)]
@@ -34,6 +37,8 @@ pub(crate) struct FeedState {
 pub struct Feed {
     state: Mutex<FeedState>,
     length: watch::Sender<usize>,
+    /// The live events of the session's children (docs/web.md, "Children").
+    children: ChildEvents,
 }
 
 impl Default for Feed {
@@ -48,7 +53,13 @@ impl Feed {
         Feed {
             state: Mutex::new(FeedState::default()),
             length: watch::Sender::new(0),
+            children: ChildEvents::default(),
         }
+    }
+
+    /// The events of the session's children received while it was live.
+    pub(crate) fn children(&self) -> &ChildEvents {
+        &self.children
     }
 
     /// Adds events read from the log: those past the feed's end are taken, the rest are
@@ -124,52 +135,78 @@ impl Feed {
 
     /// The SSE stream from seq `from`: stored events, then live ones as they come; ends when
     /// `shutdown` is cancelled. Each SSE event has `id: <seq>` and the envelope's JSON line
-    /// (the log's own encoding) as data.
+    /// (the log's own encoding) as data. The children's events received so far, then live,
+    /// are interleaved as SSE events named `child` without an id (docs/web.md, "Children"),
+    /// so `Last-Event-ID` stays the session's seq.
     pub fn stream(
         self: Arc<Self>,
         from: usize,
         shutdown: CancellationToken,
     ) -> impl Stream<Item = Result<sse::Event, Infallible>> + Send + 'static {
-        let receiver = self.length.subscribe();
-        let state = (
-            self,
-            receiver,
-            from,
-            std::collections::VecDeque::new(),
+        let cursor = StreamCursor {
+            length: self.length.subscribe(),
+            child_count: self.children.watch(),
+            feed: self,
+            next: from,
+            next_child: 0,
+            queue: VecDeque::new(),
             shutdown,
-        );
-        futures::stream::unfold(
-            state,
-            |(feed, mut receiver, mut cursor, mut queue, shutdown)| async move {
-                loop {
-                    if let Some(event) = queue.pop_front() {
-                        return Some((Ok(event), (feed, receiver, cursor, queue, shutdown)));
-                    }
-                    // Mark the current length seen before reading, so a push after the read wakes us.
-                    receiver.borrow_and_update();
-                    let batch = feed.since(cursor, 256);
-                    if !batch.is_empty() {
-                        cursor += batch.len();
-                        queue.extend(batch.iter().map(|e| sse_event(e)));
-                        continue;
-                    }
-                    tokio::select! {
-                        changed = receiver.changed() => {
-                            // The sender lives in the feed, which this stream holds.
-                            if changed.is_err() { return None; }
-                        }
-                        _ = shutdown.cancelled() => return None,
-                    }
-                }
-            },
-        )
+        };
+        futures::stream::unfold(cursor, |mut cursor| async move {
+            cursor.next_event().await.map(|event| (Ok(event), cursor))
+        })
     }
 }
 
-/// One envelope as an SSE event.
-pub(crate) fn sse_event(envelope: &Envelope) -> sse::Event {
+/// Where one SSE client is in a feed.
+struct StreamCursor {
+    feed: Arc<Feed>,
+    length: watch::Receiver<usize>,
+    child_count: watch::Receiver<u64>,
+    /// The next session seq to send.
+    next: usize,
+    /// The index of the next child event to send.
+    next_child: u64,
+    queue: VecDeque<sse::Event>,
+    shutdown: CancellationToken,
+}
+
+impl StreamCursor {
+    async fn next_event(&mut self) -> Option<sse::Event> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                return Some(event);
+            }
+            // Mark the current lengths seen before reading, so a push after the read wakes us.
+            self.length.borrow_and_update();
+            self.child_count.borrow_and_update();
+            let batch = self.feed.since(self.next, 256);
+            self.next += batch.len();
+            self.queue.extend(batch.iter().map(|e| sse_event(e)));
+            let (next_child, children) = self.feed.children.since(self.next_child, 256);
+            self.next_child = next_child;
+            self.queue.extend(
+                children
+                    .iter()
+                    .map(|data| sse::Event::default().event("child").data(&**data)),
+            );
+            if !self.queue.is_empty() {
+                continue;
+            }
+            tokio::select! {
+                // The senders live in the feed, which this cursor holds.
+                changed = self.length.changed() => changed.ok()?,
+                changed = self.child_count.changed() => changed.ok()?,
+                _ = self.shutdown.cancelled() => return None,
+            }
+        }
+    }
+}
+
+/// An envelope's JSON line (the log's own encoding) without its line end.
+pub(crate) fn envelope_json(envelope: &Envelope) -> String {
     let mut line = Vec::with_capacity(256);
-    let data = match envelope.encode_line(&mut line) {
+    match envelope.encode_line(&mut line) {
         Ok(()) => String::from_utf8_lossy(&line).trim_end().to_string(),
         // Encoding an event that was appended (and so encoded once) cannot fail; should it,
         // the client still gets the seq and the reason instead of a hole.
@@ -177,8 +214,12 @@ pub(crate) fn sse_event(envelope: &Envelope) -> sse::Event {
             "type": "server/encode-error", "seq": envelope.seq, "data": {"message": err.to_string()}
         })
         .to_string(),
-    };
+    }
+}
+
+/// One envelope as an SSE event.
+pub(crate) fn sse_event(envelope: &Envelope) -> sse::Event {
     sse::Event::default()
         .id(envelope.seq.to_string())
-        .data(data)
+        .data(envelope_json(envelope))
 }

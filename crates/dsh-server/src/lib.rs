@@ -10,6 +10,8 @@
 //!   and serves the others from their logs; the binary supplies a
 //!   [`dsh_runtime::SessionFactory`]. Each live agent gets a [`WebApprover`] (tool
 //!   approvals) and a [`WebAsker`] (`ask_user_question`), answered through the API.
+//! - The children (subagents) of a live session stream on its event stream as `child` events;
+//!   stored children are read through a path-confined API (`children.rs`).
 //! - Everything the UI shows is rendered from session events (`GET
 //!   /api/sessions/:id/events`), so a reload or a second tab shows the same state.
 //!
@@ -20,6 +22,7 @@
 
 mod approvals;
 mod assets;
+mod children;
 mod effort;
 mod error;
 mod feed;
@@ -242,6 +245,11 @@ fn router(state: Arc<routes::AppState>, policy: Arc<GatePolicy>) -> Router {
         .route("/api/sessions/{id}", get(routes::detail))
         .route("/api/sessions/{id}/images/{file}", get(routes::image))
         .route("/api/sessions/{id}/events", get(routes::events))
+        .route("/api/sessions/{id}/children", get(children::list_route))
+        .route(
+            "/api/sessions/{id}/children/{child}",
+            get(children::events_route),
+        )
         .route(
             "/api/sessions/{id}/prompt",
             // Prompts may carry images (docs/web.md, "Images"): base64 makes 4 bytes of 3.

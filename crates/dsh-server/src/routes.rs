@@ -66,7 +66,8 @@ pub(crate) async fn info(State(state): Shared) -> ApiResult {
 /// `GET /api/sessions[?limit=N&after=CURSOR]`: sessions grouped by workspace, most recently
 /// updated first; with `limit`, one page of them and `next`, the cursor of the following page
 /// (`null` after the last). The pages come from the session catalog (docs/sessions.md, "Paged
-/// listing"), so the first one costs a walk of the session folders, not a read of every log.
+/// listing"), which this server keeps in line with the logs by watching the session folders
+/// ("Watched listing"): a page costs the events since the last one, not a walk of every folder.
 pub(crate) async fn list(State(state): Shared, RawQuery(query): RawQuery) -> ApiResult {
     let limit = query_value(query.as_deref(), "limit")
         .map(|v| {
@@ -80,10 +81,7 @@ pub(crate) async fn list(State(state): Shared, RawQuery(query): RawQuery) -> Api
         .map(percent_decode)
         .transpose()?;
     let page = dsh_session::ListPage { limit, after };
-    let listing = state
-        .sessions
-        .with_store(move |store| Ok(store.list_page(&dsh_session::ListFilter::default(), &page)?))
-        .await?;
+    let listing = state.sessions.list_page(page).await?;
     let prices = &state.sessions.prices;
     let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     let mut order: Vec<(u64, String)> = Vec::new();

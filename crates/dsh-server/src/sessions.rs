@@ -88,6 +88,9 @@ pub struct Sessions {
     live: Mutex<HashMap<String, Arc<LiveSession>>>,
     feeds: Mutex<HashMap<String, Arc<Feed>>>,
     lifecycle: tokio::sync::Mutex<()>,
+    /// The catalog `GET /api/sessions` lists through, kept in line with the logs by watches
+    /// (docs/sessions.md, "Watched listing"); used for the JSONL store only.
+    listing: Arc<Mutex<dsh_session::WatchedCatalog>>,
     /// Cancelled when the server stops: ends SSE streams.
     pub shutdown: CancellationToken,
     this: Weak<Sessions>,
@@ -131,6 +134,7 @@ impl Sessions {
         prices: PriceTable,
     ) -> Arc<Sessions> {
         Arc::new_cyclic(|this| Sessions {
+            listing: Arc::new(Mutex::new(dsh_session::WatchedCatalog::new(&home))),
             home,
             store_kind,
             factory,
@@ -164,6 +168,11 @@ impl Sessions {
         &self.home
     }
 
+    /// Which store the sessions are in.
+    pub(crate) fn store_kind(&self) -> StoreKind {
+        self.store_kind
+    }
+
     /// After the user trusted `workspace`: the factory forgets what it resolved there, so new
     /// sessions (and reopened ones) apply the workspace's settings.
     pub fn trusted(&self, workspace: &std::path::Path) {
@@ -185,6 +194,25 @@ impl Sessions {
             self.close(id).await;
         }
         self.ensure_live(id).await.map(|_| ())
+    }
+
+    /// One page of the stored sessions, most recently updated first: for the JSONL store
+    /// through the watched catalog this server keeps (a listing reads the events of the
+    /// session folders instead of walking them all), else from the store.
+    pub async fn list_page(
+        &self,
+        page: dsh_session::ListPage,
+    ) -> Result<dsh_session::Listing, ApiError> {
+        let all = dsh_session::ListFilter::default();
+        if self.store_kind != StoreKind::Jsonl {
+            return self
+                .with_store(move |store| Ok(store.list_page(&all, &page)?))
+                .await;
+        }
+        let listing = Arc::clone(&self.listing);
+        tokio::task::spawn_blocking(move || Ok(listing.lock_or_recover().list_page(&all, &page)?))
+            .await
+            .map_err(|err| ApiError::internal(format!("a listing task failed: {err}")))?
     }
 
     /// Runs `f` with the store on a blocking thread.
@@ -291,6 +319,8 @@ impl Sessions {
             .await?
         };
         let (opened, events, cwd) = opened;
+        // Taken before the agent serves, so no child event is missed (docs/web.md, "Children").
+        let children = opened.children.subscribe();
         let mut agent = opened.agent;
         let handle = agent.handle();
         let id = handle.session_id();
@@ -299,6 +329,7 @@ impl Sessions {
         let logged_preset = last_preset(&events);
         let feed = Arc::clone(self.feeds.lock_or_recover().entry(id.clone()).or_default());
         feed.extend_from_log(events);
+        crate::children::forward(children, Arc::clone(&feed));
 
         let forwarder_feed = Arc::clone(&feed);
         let this = self.this.clone();

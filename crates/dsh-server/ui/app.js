@@ -179,6 +179,14 @@ function select(id) {
     batch.push(ev);
     if (batch.length === 1) queueMicrotask(() => flushEvents(batch.splice(0)));
   };
+  // Children's events (docs/web.md, "Children"): named `child`, drawn under their parent.
+  source.addEventListener("child", (message) => {
+    let data;
+    try { data = JSON.parse(message.data); } catch { return; }
+    app.children.live(data);
+  });
+  app.children.reset();
+  app.children.load();
   source.onerror = () => { $("status").textContent = "reconnecting…"; };
   source.onopen = () => updateState();
 }
@@ -187,10 +195,14 @@ function flushEvents(events) {
   const box = $("conversation");
   const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
   let listChanged = false;
+  let childrenChanged = false;
   for (const ev of events) {
     app.conv.apply(ev);
     if (ev.type === "turn/end" || ev.type === "turn/start" || ev.type === "session/title") listChanged = true;
+    if (ev.type === "tool/result" && (ev.data?.meta?.childId || ev.data?.meta?.agent)) childrenChanged = true;
   }
+  app.children.placeAll();
+  if (childrenChanged) { clearTimeout(flushEvents.childTimer); flushEvents.childTimer = setTimeout(() => app.children.load(), 200); }
   updateState();
   if (atBottom) box.scrollTop = box.scrollHeight;
   if (listChanged) { clearTimeout(flushEvents.timer); flushEvents.timer = setTimeout(loadSessions, 300); }
@@ -483,6 +495,7 @@ async function start() {
     },
     fork: (turn) => fork(turn).catch(() => {}),
   });
+  app.children = new Children($("children-panel"), (callId) => app.conv.cards.get(callId)?.node || null, () => app.id);
   try { app.info = await api("/api/info"); } catch { return; }
   $("models").replaceChildren(...(app.info.models || []).map((m) => Object.assign(el("option"), { value: m })));
   $("new-cwd").value = app.info.defaultCwd;

@@ -231,6 +231,8 @@ class Conversation {
       : name === "todo_write" ? `${(a.todos || []).length} items`
       : name === "ask_user_question" ? questionSummary(a)
       : name === "exit_plan_mode" ? planTitle(typeof a.plan === "string" ? a.plan : "")
+      : name === "subagent" || name === "subagent_fork" ? (a.description || "") + (a.run_in_background ? "  (background)" : "")
+      : name === "send_message" ? `to ${a.subagent_id || "?"}: ${a.message || ""}`
       : (args || "").slice(0, 200);
     head.append(el("code", "tool-what", what));
     const status = head.appendChild(el("span", "tool-status", "…"));

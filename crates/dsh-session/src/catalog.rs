@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use dsh_llm::{LockExt, Usage, UsageTotals};
-use rusqlite::{params, Connection, ErrorCode};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 use crate::envelope::SessionHeader;
 use crate::error::{Result, SessionError};
@@ -37,6 +37,9 @@ use crate::jsonl::SESSION_FILE_NAMES;
 use crate::listing::{message_text, SessionSummary};
 use crate::reader::LogReader;
 use crate::state::SessionTracker;
+mod watch;
+pub use watch::WatchedCatalog;
+
 use crate::store::{
     cwd_folder_name, parse_cursor, DamagedSession, ListFilter, ListPage, Listing, SearchHit,
 };
@@ -168,6 +171,154 @@ struct Found {
     key: FileKey,
 }
 
+/// One row of the catalog as a listing uses it: the session folder, the key of the log it was
+/// made from, and the summary (for a log that could not be read: a placeholder summary with the
+/// file's path and mtime, and the problem).
+struct Row {
+    dir: String,
+    key: FileKey,
+    summary: SessionSummary,
+    problem: Option<String>,
+}
+
+impl Row {
+    /// A row as `Catalog::rows` selects it.
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        let time = |i| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
+        Ok(Row {
+            dir: r.get(0)?,
+            key: FileKey {
+                size: r.get(2)?,
+                mtime_ns: r.get(3)?,
+                ctime_ns: r.get(4)?,
+                ino: r.get(5)?,
+            },
+            summary: SessionSummary {
+                location: r.get(1)?,
+                id: r.get(6)?,
+                cwd: r.get(7)?,
+                title: r.get(8)?,
+                created_at: time(9)?,
+                updated_at: time(10)?,
+                turns: time(11)?,
+                usage_by_model: parse_usage(r.get_ref(12)?.as_str().unwrap_or("{}")),
+                parent_session: r.get(13)?,
+                open: r.get(14)?,
+            },
+            problem: r.get(15)?,
+        })
+    }
+
+    /// The row `upsert` writes for `entry` and `summary`, as `Row::read` would read it back.
+    fn of(entry: Found, summary: std::result::Result<SessionSummary, String>) -> Row {
+        match summary {
+            Ok(summary) => Row {
+                dir: entry.dir,
+                key: entry.key,
+                summary,
+                problem: None,
+            },
+            Err(problem) => {
+                let mtime_ms = u64::try_from(entry.key.mtime_ns.max(0) / 1_000_000).unwrap_or(0);
+                Row {
+                    summary: SessionSummary {
+                        id: entry.dir.rsplit('/').next().unwrap_or_default().to_string(),
+                        title: None,
+                        cwd: String::new(),
+                        turns: 0,
+                        usage_by_model: BTreeMap::new(),
+                        created_at: mtime_ms,
+                        updated_at: mtime_ms,
+                        parent_session: None,
+                        location: entry.path.to_string_lossy().into_owned(),
+                        open: false,
+                    },
+                    dir: entry.dir,
+                    key: entry.key,
+                    problem: Some(problem),
+                }
+            }
+        }
+    }
+}
+
+/// A walk's logs against the stored rows: the logs to summarise again (with the index of the
+/// row they replace, if any: no row, a different key, or another file of the folder), and the
+/// indices of the rows whose folder is gone.
+fn compare(
+    rows: &[Row],
+    folders: &[Folder],
+    seen: Vec<Seen>,
+) -> (Vec<(Option<usize>, Found)>, Vec<usize>) {
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        index.insert(row.dir.as_str(), i);
+    }
+    let mut stale = Vec::new();
+    let mut dir = String::with_capacity(128);
+    for entry in seen {
+        let Folder {
+            name: folder_name,
+            path: folder_path,
+            text: folder_text,
+        } = &folders[entry.folder];
+        let name = entry.name.to_string_lossy();
+        let file = SESSION_FILE_NAMES[entry.file];
+        dir.clear();
+        dir.push_str(folder_name);
+        dir.push('/');
+        dir.push_str(&name);
+        match index.remove(dir.as_str()) {
+            Some(i)
+                if rows[i].key == entry.key
+                    && path_is(&rows[i].summary.location, folder_text, &name, file) => {}
+            found => stale.push((
+                found,
+                Found {
+                    dir: dir.clone(),
+                    folder: folder_name.clone(),
+                    path: folder_path.join(&entry.name).join(file),
+                    key: entry.key,
+                },
+            )),
+        }
+    }
+    (stale, index.into_values().collect())
+}
+
+/// The whole listing of `rows`: readable sessions most recently updated first (ties by id, as
+/// the `entries_by_time` index orders them), damaged ones by path.
+fn listing_of(rows: Vec<Row>) -> Listing {
+    let mut listing = Listing::default();
+    let mut readable = Vec::with_capacity(rows.len());
+    for row in rows {
+        match row.problem {
+            None => readable.push(Some(row.summary)),
+            Some(problem) => listing.damaged.push(DamagedSession {
+                path: row.summary.location,
+                updated_at: row.summary.updated_at,
+                problem,
+            }),
+        }
+    }
+    // Sorted by index, then each summary moved once: sorting the summaries themselves moved
+    // each of them many times (a tenth of a 10,000-row listing's time went to memmove).
+    let mut order: Vec<(u64, usize)> = readable
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| Some((s.as_ref()?.updated_at, i)))
+        .collect();
+    let id = |i: usize| readable[i].as_ref().map(|s| s.id.as_str());
+    order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| id(a.1).cmp(&id(b.1))));
+    listing.sessions = order
+        .iter()
+        .filter_map(|&(_, i)| readable[i].take())
+        .collect();
+    listing.damaged.sort_by(|a, b| a.path.cmp(&b.path));
+    listing.problems = listing.damaged.iter().map(|d| d.problem.clone()).collect();
+    listing
+}
+
 /// True when SQLite says the file is not a usable database (then it is rebuilt).
 fn is_damage(err: &rusqlite::Error) -> bool {
     matches!(
@@ -257,99 +408,145 @@ impl Catalog {
 
     /// Brings the rows of `filter`'s sessions under `root` (`$DSH_HOME/sessions`) in line with
     /// the logs, then returns one page of them, most recently updated first.
+    ///
+    /// The rows are read whole in one pass over the table while the session folders are walked
+    /// on other threads, and the page is cut from them in memory: one sequential read instead
+    /// of a read of the keys and then one index-ordered read of the page (docs/PERFORMANCE.md,
+    /// "Session listing", third pass).
     pub fn list(&mut self, root: &Path, filter: &ListFilter, page: &ListPage) -> Result<Listing> {
+        if let Some(after) = page.after.as_deref() {
+            // A bad cursor is refused before any work.
+            parse_cursor(after)?;
+        }
         let folder = filter.cwd.as_deref().map(cwd_folder_name);
-        self.sync(root, folder.as_deref())?;
-        self.page(folder.as_deref(), page)
+        let rows = self.sync(root, folder.as_deref())?;
+        listing_of(rows).into_page(page)
     }
 
-    /// Walks the session folders (one folder when `folder` is set) and mends the rows.
-    fn sync(&mut self, root: &Path, folder: Option<&str>) -> Result<()> {
-        let Some((folders, seen)) = scan(root, folder) else {
+    /// Walks the session folders (one folder when `folder` is set) and mends the rows; returns
+    /// the rows as they now are (unordered).
+    fn sync(&mut self, root: &Path, folder: Option<&str>) -> Result<Vec<Row>> {
+        let (rows, walk) = std::thread::scope(|scope| {
+            let walker = scope.spawn(|| scan(root, folder));
+            let rows = self.rows(folder);
+            // A walker that panicked (it has no reason to) saw nothing: listing fails over to
+            // reading every log rather than deleting the rows it did not see.
+            (rows, walker.join().ok().flatten())
+        });
+        let Some((folders, seen)) = walk else {
             return Err(SessionError::Io {
                 action: "walking the session folders in",
                 path: root.to_path_buf(),
                 source: std::io::Error::other("a stat thread stopped; listing reads every log"),
             });
         };
-        let mut known = self.keys(folder, seen.len())?;
-        let mut stale = Vec::new();
-        let mut dir = String::with_capacity(128);
-        for entry in seen {
-            let Folder {
-                name: folder_name,
-                path: folder_path,
-                text: folder_text,
-            } = &folders[entry.folder];
-            let name = entry.name.to_string_lossy();
-            let file = SESSION_FILE_NAMES[entry.file];
-            dir.clear();
-            dir.push_str(folder_name);
-            dir.push('/');
-            dir.push_str(&name);
-            match known.remove(dir.as_str()) {
-                Some((path, key))
-                    if key == entry.key && path_is(&path, folder_text, &name, file) => {}
-                _ => stale.push(Found {
-                    dir: dir.clone(),
-                    folder: folder_name.clone(),
-                    path: folder_path.join(&entry.name).join(file),
-                    key: entry.key,
-                }),
-            }
-        }
-        if stale.is_empty() && known.is_empty() {
-            return Ok(());
+        let mut rows = rows?;
+        let (stale, mut gone) = compare(&rows, &folders, seen);
+        if stale.is_empty() && gone.is_empty() {
+            return Ok(rows);
         }
         let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
-        for dir in known.keys() {
+        for &index in &gone {
+            let dir = &rows[index].dir;
             tx.execute("DELETE FROM entries WHERE dir = ?1", [dir])
                 .map_err(self.sql())?;
             tx.execute("DELETE FROM texts WHERE dir = ?1", [dir])
                 .map_err(self.sql())?;
         }
-        for entry in &stale {
+        let mut fresh = Vec::with_capacity(stale.len());
+        for (index, entry) in stale {
             let summary = SessionSummary::of_file(&entry.path).map_err(|e| e.to_string());
-            upsert(&tx, entry, &summary).map_err(self.sql())?;
+            upsert(&tx, &entry, &summary).map_err(self.sql())?;
+            fresh.push((index, Row::of(entry, summary)));
+        }
+        tx.commit().map_err(self.sql())?;
+        for (index, row) in fresh {
+            match index {
+                Some(index) => rows[index] = row,
+                None => rows.push(row),
+            }
+        }
+        // Highest index first, so each removal leaves the indices still to remove in place.
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for index in gone {
+            rows.swap_remove(index);
+        }
+        Ok(rows)
+    }
+
+    /// Mends the rows of the given session folders only (`(working-directory folder, session
+    /// folder)`), for a caller that knows which ones changed (catalog/watch.rs): each log is
+    /// `stat`ed, read again when its key differs from its row, and the row of a folder without
+    /// a log is deleted.
+    fn sync_sessions(&mut self, root: &Path, sessions: &[(String, OsString)]) -> Result<()> {
+        let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
+        for (folder, name) in sessions {
+            let dir = format!("{folder}/{}", name.to_string_lossy());
+            let session = root.join(folder).join(name);
+            // The first log of the folder in the order of `crate::jsonl::session_file_in`.
+            let found = SESSION_FILE_NAMES.iter().find_map(|file| {
+                let path = session.join(file);
+                let meta = fs::metadata(&path).ok().filter(fs::Metadata::is_file)?;
+                Some(Found {
+                    dir: dir.clone(),
+                    folder: folder.clone(),
+                    key: FileKey::of(&meta),
+                    path,
+                })
+            });
+            let row = tx
+                .query_row(
+                    "SELECT path, size, mtime_ns, ctime_ns, ino FROM entries WHERE dir = ?1",
+                    [&dir],
+                    |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            FileKey {
+                                size: r.get(1)?,
+                                mtime_ns: r.get(2)?,
+                                ctime_ns: r.get(3)?,
+                                ino: r.get(4)?,
+                            },
+                        ))
+                    },
+                )
+                .optional()
+                .map_err(self.sql())?;
+            match (found, row) {
+                (Some(found), Some((path, key)))
+                    if key == found.key && *path == *found.path.to_string_lossy() => {}
+                (Some(found), _) => {
+                    let summary = SessionSummary::of_file(&found.path).map_err(|e| e.to_string());
+                    upsert(&tx, &found, &summary).map_err(self.sql())?;
+                }
+                (None, Some(_)) => {
+                    tx.execute("DELETE FROM entries WHERE dir = ?1", [&dir])
+                        .map_err(self.sql())?;
+                    tx.execute("DELETE FROM texts WHERE dir = ?1", [&dir])
+                        .map_err(self.sql())?;
+                }
+                (None, None) => {}
+            }
         }
         tx.commit().map_err(self.sql())
     }
 
-    /// `dir -> (path, key)` of the stored rows (`expected`: about how many there are).
-    fn keys(
-        &self,
-        folder: Option<&str>,
-        expected: usize,
-    ) -> Result<HashMap<String, (String, FileKey)>> {
+    /// Every row (of `folder` when set), in table order.
+    fn rows(&self, folder: Option<&str>) -> Result<Vec<Row>> {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT dir, path, size, mtime_ns, ctime_ns, ino FROM entries
-                 WHERE (?1 IS NULL OR folder = ?1)",
+                "SELECT dir, path, size, mtime_ns, ctime_ns, ino, id, cwd, title, created_at,
+                 updated_at, turns, usage, parent, open, problem
+                 FROM entries WHERE (?1 IS NULL OR folder = ?1)",
             )
             .map_err(self.sql())?;
-        let rows = stmt
-            .query_map([folder], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    (
-                        r.get::<_, String>(1)?,
-                        FileKey {
-                            size: r.get(2)?,
-                            mtime_ns: r.get(3)?,
-                            ctime_ns: r.get(4)?,
-                            ino: r.get(5)?,
-                        },
-                    ),
-                ))
-            })
-            .map_err(self.sql())?;
-        let mut keys = HashMap::with_capacity(expected);
-        for row in rows {
-            let (dir, value) = row.map_err(self.sql())?;
-            keys.insert(dir, value);
+        let mut rows = stmt.query([folder]).map_err(self.sql())?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(self.sql())? {
+            out.push(Row::read(r).map_err(self.sql())?);
         }
-        Ok(keys)
+        Ok(out)
     }
 
     /// One page of readable sessions (and, on the first page, every damaged one).
@@ -527,6 +724,14 @@ impl Catalog {
             .map_err(self.sql())?;
         }
         tx.commit().map_err(self.sql())
+    }
+
+    /// True when the file still has this build's schema version (another process may have
+    /// rebuilt it for another one).
+    fn has_current_schema(&self) -> bool {
+        self.conn
+            .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+            .is_ok_and(|v| v == SCHEMA_VERSION)
     }
 
     /// Number of rows (for tests and the bench).
@@ -821,6 +1026,9 @@ struct StoredTotals {
 /// The `usage` column of a row; empty when it does not parse (as before: the numbers then come
 /// back when the log is read again).
 fn parse_usage(text: &str) -> BTreeMap<String, UsageTotals> {
+    if let Some(map) = parse_usage_as_written(text) {
+        return map;
+    }
     let Ok(stored) = serde_json::from_str::<BTreeMap<String, StoredTotals>>(text) else {
         return BTreeMap::new();
     };
@@ -843,6 +1051,66 @@ fn parse_usage(text: &str) -> BTreeMap<String, UsageTotals> {
             )
         })
         .collect()
+}
+
+/// The `usage` column in exactly the form serde writes it (fields in declaration order, no
+/// spaces, model ids without escapes), read without serde: a tenth of the listing thread's time
+/// went to decoding this column (docs/PERFORMANCE.md, "Session listing", third pass). `None`
+/// for any other text, which [`parse_usage`] then gives to serde.
+fn parse_usage_as_written(text: &str) -> Option<BTreeMap<String, UsageTotals>> {
+    const FIELDS: [&str; 6] = [
+        "\"inputTokens\":",
+        ",\"outputTokens\":",
+        ",\"cacheReadTokens\":",
+        ",\"cacheWriteTokens\":",
+        ",\"reasoningTokens\":",
+        ",\"requests\":",
+    ];
+    let mut map = BTreeMap::new();
+    let mut rest = text.strip_prefix('{')?;
+    if rest == "}" {
+        return Some(map);
+    }
+    loop {
+        rest = rest.strip_prefix('"')?;
+        let end = rest.find('"')?;
+        let model = &rest[..end];
+        if model.contains('\\') {
+            return None;
+        }
+        rest = rest[end + 1..].strip_prefix(":{")?;
+        let mut values = [0u64; 6];
+        for (value, field) in values.iter_mut().zip(FIELDS) {
+            rest = rest.strip_prefix(field)?;
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            // JSON numbers have no leading zeros; serde would refuse them, so must this.
+            if digits == 0 || (digits > 1 && rest.starts_with('0')) {
+                return None;
+            }
+            *value = rest[..digits].parse().ok()?;
+            rest = &rest[digits..];
+        }
+        rest = rest.strip_prefix('}')?;
+        let usage = Usage {
+            input_tokens: values[0],
+            output_tokens: values[1],
+            cache_read_tokens: values[2],
+            cache_write_tokens: values[3],
+            reasoning_tokens: values[4],
+        };
+        let totals = UsageTotals {
+            usage,
+            requests: values[5],
+        };
+        // A repeated model id: left to serde's rules.
+        if map.insert(model.to_string(), totals).is_some() {
+            return None;
+        }
+        match rest.strip_prefix(',') {
+            Some(more) => rest = more,
+            None => return (rest == "}").then_some(map),
+        }
+    }
 }
 
 fn clamp(value: u64) -> i64 {
@@ -997,11 +1265,43 @@ mod tests {
         let text = serde_json::to_string(&map).unwrap();
         assert_eq!(parse_usage(&text), map);
         assert_eq!(parse_usage("{}"), BTreeMap::new());
+        // What the hand-read path must take as written, or leave to serde with the same result.
+        let mut plain = map.clone();
+        plain.retain(|model, _| !model.contains('"'));
+        assert_eq!(
+            parse_usage_as_written(&serde_json::to_string(&plain).unwrap()),
+            Some(plain)
+        );
+        // An escaped model id is left to serde.
+        assert_eq!(parse_usage_as_written(&text), None);
+        let full = r#""inputTokens":1,"outputTokens":2,"cacheReadTokens":3,"cacheWriteTokens":4,"reasoningTokens":5,"requests":6"#;
         for text in [
             r#"{"m":{"inputTokens":5,"requests":2}}"#,
             r#"{"m":{"inputTokens":5}}"#,
             "not json",
             r#"{"m":{"inputTokens":-1,"requests":1}}"#,
+            "",
+            "{",
+            "{}",
+            "{} ",
+            &format!(r#"{{"m":{{{full}}}}}"#),
+            &format!(r#"{{"m":{{{full}}},"n":{{{full}}}}}"#),
+            &format!(r#"{{"m":{{{full}}},"m":{{{full}}}}}"#),
+            &format!(r#"{{"m\"x":{{{full}}}}}"#),
+            &format!(r#"{{"m\u00e9":{{{full}}}}}"#),
+            &format!(r#"{{"é ü":{{{full}}}}}"#),
+            &format!(r#"{{ "m":{{{full}}}}}"#),
+            &format!(r#"{{"m":{{{full}}} }}"#),
+            &format!(r#"{{"m":{{{full}}}}}x"#),
+            &format!(r#"{{"m":{{{full}}},}}"#),
+            &format!(r#"{{"m":{{{full},"extra":1}}}}"#),
+            &format!(r#"{{"m":{{{}}}}}"#, full.replace(":1,", ":01,")),
+            &format!(r#"{{"m":{{{}}}}}"#, full.replace(":1,", ":1.5,")),
+            &format!(
+                r#"{{"m":{{{}}}}}"#,
+                full.replace(":1,", ":99999999999999999999,")
+            ),
+            r#"{"m":{"outputTokens":2,"inputTokens":1,"cacheReadTokens":3,"cacheWriteTokens":4,"reasoningTokens":5,"requests":6}}"#,
         ] {
             let derived: BTreeMap<String, UsageTotals> =
                 serde_json::from_str(text).unwrap_or_default();

@@ -94,13 +94,14 @@ pub struct Envelope {
 
 impl Envelope {
     /// Wraps an event for appending: message events get `surfaceOp: append`, and
-    /// `tool/started` and `files/undo` (ours, not in dsh's catalog) are marked ignorable:
-    /// readers that do not know them skip them, and ours load `files/undo` as
+    /// `tool/started`, `files/undo` and `subagent/usage` (ours, not in dsh's catalog) are marked
+    /// ignorable: readers that do not know them skip them, and ours load the last two as
     /// [`Event::Opaque`] (docs/sessions.md). The store assigns `seq` and `time`.
     pub fn new(event: Event) -> Self {
         let surface_op = event.is_message().then_some(SurfaceOp::Append);
         let ignorable = matches!(event, Event::ToolStarted(_))
-            || matches!(&event, Event::Opaque { event_type, .. } if event_type == "files/undo");
+            || matches!(&event, Event::Opaque { event_type, .. }
+                if event_type == "files/undo" || event_type == "subagent/usage");
         Envelope {
             seq: 0,
             time: None,

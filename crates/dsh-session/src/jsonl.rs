@@ -2,9 +2,11 @@
 //! `$DSH_HOME/sessions/--<cwd>--/<id>/session.jsonl`.
 //!
 //! Writers take an exclusive `flock` on the session file, buffer appended lines in memory
-//! (packing delta runs into dsh's packed rows), write the buffer when it grows past 1 MiB, and
-//! write + `fdatasync` on [`SessionWriter::flush`] and at the flush points of
-//! [`crate::is_flush_point`].
+//! (packing delta runs into dsh's packed rows), write the buffer when it grows past 1 MiB and
+//! at the flush points of [`crate::is_flush_point`], and `fdatasync` on
+//! [`SessionWriter::flush`] and at the sync points of [`crate::is_sync_point`]. A new log's
+//! header is written at creation and synced, with the folder's new entry, at the first flush
+//! (docs/sessions.md, "Durability and crash repair").
 //!
 //! Resume sets a torn last line aside: its bytes are copied to
 //! `session.jsonl.torn-<offset>` next to the log and the file is cut back to the last
@@ -31,8 +33,8 @@ use crate::projection::Projector;
 use crate::reader::{is_zstd_path, load_file, open_input, LoadedLog, LogReader};
 use crate::state::SessionTracker;
 use crate::store::{
-    cwd_folder_name, finish_resume, is_flush_point, pick_id, session_path, ListFilter, ListPage,
-    Listing, Resumed, SearchHit, SessionStore, SessionWriter,
+    cwd_folder_name, finish_resume, is_flush_point, is_sync_point, pick_id, session_path,
+    ListFilter, ListPage, Listing, Resumed, SearchHit, SessionStore, SessionWriter,
 };
 
 const WRITE_THRESHOLD: usize = 1 << 20;
@@ -52,11 +54,15 @@ pub struct JsonlWriter {
     /// Where the writer records its summary, when it belongs to a store (docs/sessions.md,
     /// "The session catalog").
     catalog: Option<CatalogLink>,
+    /// The folder of a new log whose entry is not synced yet (done at the first flush).
+    unsynced_dir: Option<PathBuf>,
 }
 
 impl JsonlWriter {
     /// Creates a new session file at `path` (its folder is created; the file must not exist),
-    /// locks it and writes and fsyncs the header.
+    /// locks it and writes the header. The header and the folder's new entry are synced by the
+    /// first flush, which the loop does before its first model call: nothing leaves dsh before
+    /// then (docs/sessions.md, "Durability and crash repair").
     pub fn create(path: &Path, header: SessionHeader) -> Result<JsonlWriter> {
         let dir = path.parent().unwrap_or(Path::new("."));
         crate::private::create_dir_all(dir).map_err(io_err("creating session folder", dir))?;
@@ -78,6 +84,7 @@ impl JsonlWriter {
             broken: false,
             len: 0,
             catalog: None,
+            unsynced_dir: None,
         };
         writer
             .header
@@ -86,14 +93,9 @@ impl JsonlWriter {
                 event_type: "session".into(),
                 reason: e.to_string(),
             })?;
-        writer.flush()?;
-        if let Ok(dir_handle) = File::open(dir) {
-            // Makes the new directory entry durable; a failure here only weakens durability of
-            // the file's existence, which the next fsync of the file does not cover, so report.
-            dir_handle
-                .sync_all()
-                .map_err(io_err("syncing session folder", dir))?;
-        }
+        // In the file now (readers, and a process killed before the first flush, see it).
+        writer.write_buf()?;
+        writer.unsynced_dir = Some(dir.to_path_buf());
         Ok(writer)
     }
 
@@ -144,6 +146,7 @@ impl JsonlWriter {
             broken: false,
             len,
             catalog: None,
+            unsynced_dir: None,
         };
         if !ends_with_newline(&mut writer.file, path, valid_len)? {
             writer.buf.push(b'\n');
@@ -368,11 +371,20 @@ impl SessionWriter for JsonlWriter {
         if self.buf.len() >= WRITE_THRESHOLD {
             self.write_buf()?;
         }
-        if flush_now {
+        if flush_now && is_sync_point(&env.event) {
             self.flush()?;
             self.record(matches!(env.event, crate::event::Event::TurnEnd(_)));
+        } else if flush_now {
+            // A turn or step start: written through, synced by the flush before the model call.
+            self.write_through()?;
         }
         Ok(seq)
+    }
+
+    fn write_through(&mut self) -> Result<()> {
+        self.check_usable()?;
+        self.close_run()?;
+        self.write_buf()
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -382,6 +394,16 @@ impl SessionWriter for JsonlWriter {
         self.file
             .sync_data()
             .map_err(io_err("syncing session log", &self.path))?;
+        if let Some(dir) = &self.unsynced_dir {
+            if let Ok(dir_handle) = File::open(dir) {
+                // Makes the new log's directory entry durable, which the file's own sync does
+                // not cover; a failure is reported (and tried again at the next flush).
+                dir_handle
+                    .sync_all()
+                    .map_err(io_err("syncing session folder", dir))?;
+            }
+            self.unsynced_dir = None;
+        }
         self.record(false);
         Ok(())
     }

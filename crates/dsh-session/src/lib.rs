@@ -74,7 +74,7 @@ pub use atif::{
     export_atif, load_log_bytes, load_sub_agent_logs, AtifOptions, ATIF_SCHEMA_VERSION,
 };
 pub use blobs::{blobs_beside, zip_image_entries, BlobProblem, BlobStore};
-pub use catalog::{Catalog, CATALOG_FILE};
+pub use catalog::{Catalog, WatchedCatalog, CATALOG_FILE};
 pub use envelope::{now_ms, Envelope, SessionHeader, SurfaceOp, FORMAT_VERSION, WRITER_NAME};
 pub use error::{Location, Result, SessionError};
 pub use event::{
@@ -93,6 +93,7 @@ pub use reader::{is_zstd_path, load_file, LoadedLog, LogInput, LogReader, TornTa
 pub use sqlite::{sub_agent_anchor, SqliteStore, SqliteWriter};
 pub use state::{ClosedTurn, OpenCall, SessionTracker};
 pub use store::{
-    cwd_folder_name, is_flush_point, open_store, session_path, CreateOptions, DamagedSession,
-    ListFilter, ListPage, Listing, Resumed, SearchHit, SessionStore, SessionWriter, StoreKind,
+    cwd_folder_name, is_flush_point, is_sync_point, open_store, session_path, CreateOptions,
+    DamagedSession, ListFilter, ListPage, Listing, Resumed, SearchHit, SessionStore, SessionWriter,
+    StoreKind,
 };

@@ -11,9 +11,10 @@ use crate::reader::LoadedLog;
 use crate::repair::closers;
 use crate::state::SessionTracker;
 
-/// True for events after which writers fsync on their own: step and turn boundaries, and
-/// `tool/started` (the flush "before every tool body"). The loop must still call
-/// [`SessionWriter::flush`] right before each model call.
+/// True for events after which writers put everything appended so far into the store on their
+/// own (a reader of the file, and a process killed right after, keep it): step and turn
+/// boundaries, and `tool/started`. Most of them are also synced ([`is_sync_point`]); the loop
+/// must still call [`SessionWriter::flush`] right before each model call.
 pub fn is_flush_point(event: &Event) -> bool {
     matches!(
         event,
@@ -25,10 +26,20 @@ pub fn is_flush_point(event: &Event) -> bool {
     )
 }
 
+/// True for the flush points the JSONL writer also fsyncs: step and turn ends and
+/// `tool/started` (the sync "before every tool body"). A `turn/start` or `step/start` is
+/// written through but not synced: nothing leaves dsh between it and the loop's
+/// [`SessionWriter::flush`] before the model call, which syncs it (docs/sessions.md,
+/// "Durability and crash repair").
+pub fn is_sync_point(event: &Event) -> bool {
+    is_flush_point(event) && !matches!(event, Event::TurnStart(_) | Event::StepStart(_))
+}
+
 /// The append side of one session, holding its exclusive writer lock until dropped.
 ///
 /// Appends are buffered; [`SessionWriter::flush`] makes everything appended so far durable
-/// (fsync). Writers flush by themselves after [`is_flush_point`] events; the loop calls
+/// (fsync). Writers write through after [`is_flush_point`] events and sync after
+/// [`is_sync_point`] ones by themselves; the loop calls
 /// `flush()` before every model call. Dropping a writer flushes on a best-effort basis (an
 /// error at that point cannot be reported; call `flush()` first to see it).
 pub trait SessionWriter: Send {
@@ -65,6 +76,14 @@ pub trait SessionWriter: Send {
     /// Writes everything buffered and fsyncs it. After `Ok`, every appended event survives a
     /// crash.
     fn flush(&mut self) -> Result<()>;
+
+    /// Writes everything buffered without syncing it: readers and a crash of dsh itself keep
+    /// it, a power loss may not until the next [`SessionWriter::flush`]. For events that a
+    /// flush follows before anything leaves dsh (docs/sessions.md, "Durability and crash
+    /// repair"). Stores without a cheaper step flush.
+    fn write_through(&mut self) -> Result<()> {
+        self.flush()
+    }
 
     /// Appends the crash-repair closers for whatever is open (see [`crate::repair`]) and
     /// flushes. Returns their seqs (empty when nothing was open).

@@ -154,6 +154,9 @@ pub struct App {
     pub init_armed: bool,
     /// Esc closed the command list; it stays closed until the draft changes.
     pub completions_closed: bool,
+    /// The session's sub-agents: the panel, `/agents` and the followed child
+    /// (docs/tui.md, "Children").
+    pub children: crate::children::Children,
 }
 
 impl App {
@@ -182,6 +185,7 @@ impl App {
             pager: None,
             init_armed: false,
             completions_closed: false,
+            children: crate::children::Children::default(),
         }
     }
 
@@ -201,6 +205,7 @@ impl App {
             || self.permission_menu.is_some()
             || self.picker.is_some()
             || self.pager.is_some()
+            || self.children.menu.is_some()
     }
 
     /// Applies a key; returns what the runtime must do.
@@ -239,14 +244,8 @@ impl App {
             self.question_key(key);
             return Vec::new();
         }
-        if self.confirm_permission.is_some() {
-            return self.confirm_key(key);
-        }
-        if self.permission_menu.is_some() {
-            return self.permission_menu_key(key);
-        }
-        if self.picker.is_some() {
-            return self.picker_key(key);
+        if let Some(actions) = self.menu_key(key) {
+            return actions;
         }
         self.hint = None;
         if let Some(actions) = crate::finder::Finder::on_key(self, &key) {
@@ -350,6 +349,7 @@ impl App {
 
     fn ctrl_c(&mut self) -> Vec<Action> {
         let closed = self.picker.take().is_some()
+            | self.children.menu.take().is_some()
             | self.permission_menu.take().is_some()
             | self.confirm_permission.take().is_some();
         if closed && self.approvals.is_empty() && self.questions.is_empty() {
@@ -511,6 +511,57 @@ impl App {
                 return vec![Action::Command(SlashCommand::Permission(Some(
                     chosen.as_str().to_string(),
                 )))];
+            }
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    /// The keys of the open confirmation, list or picker; `None` when none is open (and the
+    /// key is not Esc leaving a followed child).
+    fn menu_key(&mut self, key: KeyEvent) -> Option<Vec<Action>> {
+        if self.confirm_permission.is_some() {
+            return Some(self.confirm_key(key));
+        }
+        if self.permission_menu.is_some() {
+            return Some(self.permission_menu_key(key));
+        }
+        if self.picker.is_some() {
+            return Some(self.picker_key(key));
+        }
+        self.children_key(&key)
+    }
+
+    /// The keys of the `/agents` list while it is open, and Esc while a child is followed
+    /// (it returns to the parent first, docs/tui.md, "Children"); `None` for other keys.
+    fn children_key(&mut self, key: &KeyEvent) -> Option<Vec<Action>> {
+        if self.children.menu.is_some() {
+            return Some(self.agents_menu_key(*key));
+        }
+        if key.code == KeyCode::Esc && self.children.followed.is_some() {
+            self.children.followed = None;
+            self.scroll = 0;
+            return Some(Vec::new());
+        }
+        None
+    }
+
+    /// The `/agents` list: Up/Down choose, Enter follows the child, Esc closes.
+    fn agents_menu_key(&mut self, key: KeyEvent) -> Vec<Action> {
+        let Some(selected) = self.children.menu.as_mut() else {
+            return Vec::new();
+        };
+        let last = self.children.list.len().saturating_sub(1);
+        match key.code {
+            KeyCode::Up => *selected = selected.saturating_sub(1),
+            KeyCode::Down => *selected = (*selected + 1).min(last),
+            KeyCode::Esc => self.children.menu = None,
+            KeyCode::Enter => {
+                let name = self.children.list.get(*selected).map(|c| c.name.clone());
+                self.children.menu = None;
+                if let Some(name) = name {
+                    return vec![Action::Command(SlashCommand::Agents(Some(name)))];
+                }
             }
             _ => {}
         }

@@ -215,21 +215,15 @@ fn truncate(text: &str, max: usize) -> String {
     }
 }
 
-/// Renders a tool card: a header line (status mark, tool, its subject) and a body.
-pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
-    let args: Value = serde_json::from_str(&card.arguments).unwrap_or(Value::Null);
-    let (mark, mark_style) = match &card.status {
-        ToolStatus::Running => ("◌", Style::default().fg(Color::Yellow)),
-        ToolStatus::Done { .. } => ("●", Style::default().fg(Color::Green)),
-        ToolStatus::Failed { .. } => ("●", Style::default().fg(Color::Red)),
-    };
-    let subject = match card.name.as_str() {
+/// The tool's subject as its card's header shows it: the command, the path, the pattern, ...
+fn subject(card: &ToolCard, args: &Value) -> String {
+    match card.name.as_str() {
         "bash" => format!(
             "$ {}",
-            truncate(arg_str(&args, "command").unwrap_or(""), 200)
+            truncate(arg_str(args, "command").unwrap_or(""), 200)
         ),
         "read" => {
-            let path = arg_str(&args, "file_path").unwrap_or("?");
+            let path = arg_str(args, "file_path").unwrap_or("?");
             let offset = args.get("offset").and_then(Value::as_u64);
             let limit = args.get("limit").and_then(Value::as_u64);
             match (offset, limit) {
@@ -245,17 +239,44 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
                 }
             }
         }
-        "write" | "edit" => arg_str(&args, "file_path").unwrap_or("?").to_string(),
+        "write" | "edit" => arg_str(args, "file_path").unwrap_or("?").to_string(),
         "glob" | "grep" => {
-            let pattern = arg_str(&args, "pattern").unwrap_or("?");
-            match arg_str(&args, "path") {
+            let pattern = arg_str(args, "pattern").unwrap_or("?");
+            match arg_str(args, "path") {
                 Some(path) => format!("{pattern} in {path}"),
                 None => pattern.to_string(),
             }
         }
-        "web_search" => search_subject(&args),
+        "web_search" => search_subject(args),
+        "subagent" | "subagent_fork" => arg_str(args, "description")
+            .map_or_else(|| truncate(&card.arguments, 120), |d| truncate(d, 120)),
         _ => truncate(&card.arguments, 120),
+    }
+}
+
+/// A one-line title of a tool call (`bash $ cargo test`), as the children panel shows a
+/// child's latest activity (docs/tui.md, "Children").
+pub fn tool_title(name: &str, arguments: &str) -> String {
+    let card = ToolCard {
+        call_id: String::new(),
+        name: name.to_string(),
+        arguments: arguments.to_string(),
+        status: ToolStatus::Running,
+        progress: None,
     };
+    let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
+    truncate(&format!("{name} {}", subject(&card, &args)), 80)
+}
+
+/// Renders a tool card: a header line (status mark, tool, its subject) and a body.
+pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
+    let args: Value = serde_json::from_str(&card.arguments).unwrap_or(Value::Null);
+    let (mark, mark_style) = match &card.status {
+        ToolStatus::Running => ("◌", Style::default().fg(Color::Yellow)),
+        ToolStatus::Done { .. } => ("●", Style::default().fg(Color::Green)),
+        ToolStatus::Failed { .. } => ("●", Style::default().fg(Color::Red)),
+    };
+    let subject = subject(card, &args);
     let mut header = vec![
         Span::styled(format!("{mark} "), mark_style),
         Span::styled(
@@ -267,7 +288,11 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
     ];
     let mut body = Vec::new();
     match &card.status {
-        ToolStatus::Running => header.push(Span::styled("  running…", dim())),
+        ToolStatus::Running => match &card.progress {
+            // A child's latest activity on its `subagent` card (docs/tui.md, "Children").
+            Some(progress) => header.push(Span::styled(format!("  {progress}"), dim())),
+            None => header.push(Span::styled("  running…", dim())),
+        },
         ToolStatus::Failed { code, message } => {
             header.push(Span::styled(
                 format!("  {code}"),

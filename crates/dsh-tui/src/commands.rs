@@ -34,6 +34,9 @@ pub enum SlashCommand {
     Init,
     /// `/status`: session, model, preset, sandbox, usage, MCP servers.
     Status,
+    /// `/agents [name]`: list the session's sub-agents, or follow the one named
+    /// (docs/tui.md, "Children").
+    Agents(Option<String>),
     /// `/help`: keys and commands.
     Help,
     /// `/quit`: leave.
@@ -79,6 +82,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (
         "/status",
         "session, model, preset, sandbox, tokens, context, MCP",
+    ),
+    (
+        "/agents",
+        "the session's sub-agents; Enter follows one live: /agents [name]",
     ),
     ("/help", "keys and commands"),
     ("/quit", "leave dsh"),
@@ -151,6 +158,7 @@ pub fn parse(input: &str, user: &[UserCommand]) -> Result<SlashCommand, String> 
         "/diff" => no_arg(SlashCommand::Diff),
         "/init" => no_arg(SlashCommand::Init),
         "/status" => no_arg(SlashCommand::Status),
+        "/agents" => Ok(SlashCommand::Agents(arg)),
         "/help" | "/?" => no_arg(SlashCommand::Help),
         "/quit" | "/exit" => no_arg(SlashCommand::Quit),
         other => {

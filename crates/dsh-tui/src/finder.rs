@@ -63,6 +63,11 @@ impl FileIndex {
         });
     }
 
+    /// True while the walk has started and not finished.
+    pub fn walking(&self) -> bool {
+        self.started.load(Ordering::SeqCst) && !self.done()
+    }
+
     /// True once the walk has finished.
     pub fn done(&self) -> bool {
         self.done.load(Ordering::SeqCst)
@@ -184,6 +189,12 @@ impl Finder {
             index: FileIndex::new(root),
             ..Finder::default()
         }
+    }
+
+    /// True while an `@` query waits on a workspace walk that has not ended: its matches may
+    /// still grow, and the walk's end sends no event, so the UI keeps redrawing meanwhile.
+    pub fn waiting_for_walk(&self) -> bool {
+        self.searched.is_some() && self.index.walking()
     }
 
     /// Rows the popup takes (its matches and a border), 0 while it is closed.

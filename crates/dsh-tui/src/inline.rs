@@ -155,7 +155,8 @@ fn write_row(
     Ok(())
 }
 
-fn apply(out: &mut impl Write, style: Style) -> std::io::Result<()> {
+/// Sets `style` on the terminal (colours and attributes; reset first by the caller).
+pub(crate) fn apply(out: &mut impl Write, style: Style) -> std::io::Result<()> {
     if let Some(fg) = style.fg.filter(|c| *c != Color::Reset) {
         queue!(out, SetForegroundColor(fg.into()))?;
     }

@@ -5,12 +5,13 @@
 //! resume, its log read) on a blocking thread while the user can already type; what is sent
 //! before it is ready is queued and sent when it is.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossterm::event::Event as TermEvent;
-use dsh_agent::{AgentError, AgentHandle, SessionEvent};
+use dsh_agent::{AgentError, AgentHandle, ChildActivity, SessionEvent};
 use dsh_llm::CallConfig;
 use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, LoadedLog, SessionStore, SessionSummary, StoreKind};
@@ -30,6 +31,7 @@ use crate::approval::{ApprovalQuestion, TuiApprover};
 use crate::cards::{render_cell, short_path};
 use crate::commands::{help_text, SlashCommand};
 use crate::inline::{hyperlinks_supported, InlineScreen};
+use crate::links::LinkOverlay;
 use crate::question::{AskQuestion, QuestionForm, TuiAsker};
 use crate::terminal::TerminalGuard;
 use crate::transcript::{Cell, Header, NoticeLevel, Transcript};
@@ -110,19 +112,22 @@ struct Live {
     stop: CancellationToken,
     task: JoinHandle<Result<(), AgentError>>,
     call: CallConfig,
+    /// The children's live events (docs/agent.md, "Watching children"); `None` once the feed
+    /// closed.
+    children: Option<broadcast::Receiver<ChildActivity>>,
 }
 
 /// Runs the UI until the user quits. The terminal is restored before this returns.
 pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyhow::Result<TuiExit> {
     let guard = TerminalGuard::enter(options.alt_screen)?;
+    let hyperlinks = hyperlinks_supported(
+        std::env::var("NO_COLOR").ok().as_deref(),
+        std::env::var("TERM").ok().as_deref(),
+    );
     let inline = if options.alt_screen {
         None
     } else {
         let (cols, rows) = crossterm::terminal::size()?;
-        let hyperlinks = hyperlinks_supported(
-            std::env::var("NO_COLOR").ok().as_deref(),
-            std::env::var("TERM").ok().as_deref(),
-        );
         // A terminal that did not say where the cursor is: start at the bottom, so that the
         // first frame scrolls whatever is on screen up instead of drawing over it.
         let top = guard.cursor_row.unwrap_or(rows.saturating_sub(1));
@@ -137,6 +142,8 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         TerminalOptions { viewport },
     )?;
     let mut ui = Ui {
+        // Full screen: links are bracketed with OSC 8 after each frame (crate::links).
+        links: (inline.is_none() && hyperlinks).then(LinkOverlay::default),
         inline,
         live_area: Rect::default(),
         redraw: true,
@@ -211,10 +218,24 @@ fn show_cost(app: &mut App) {
     info(app, text);
 }
 
-async fn next_event(live: &mut Option<Live>) -> Result<SessionEvent, broadcast::error::RecvError> {
-    match live {
-        Some(live) => live.events.recv().await,
-        None => std::future::pending().await,
+/// What a serving agent sent.
+enum FromLive {
+    /// An event of the session's log.
+    Session(Result<SessionEvent, broadcast::error::RecvError>),
+    /// An event of a child (docs/agent.md, "Watching children").
+    Child(Result<ChildActivity, broadcast::error::RecvError>),
+}
+
+async fn next_live(live: &mut Option<Live>) -> FromLive {
+    let Some(live) = live else {
+        return std::future::pending().await;
+    };
+    match live.children.as_mut() {
+        Some(children) => tokio::select! {
+            event = live.events.recv() => FromLive::Session(event),
+            activity = children.recv() => FromLive::Child(activity),
+        },
+        None => FromLive::Session(live.events.recv().await),
     }
 }
 
@@ -231,6 +252,8 @@ fn history_lines(app: &App, from: usize, to: usize) -> Vec<Line<'static>> {
 struct Ui {
     /// The inline mode's screen (`None` on the alternate screen).
     inline: Option<InlineScreen>,
+    /// The full-screen mode's hyperlinks, when the terminal gets them.
+    links: Option<LinkOverlay>,
     /// The inline live area of the last frame.
     live_area: Rect,
     /// The next frame clears and redraws the live area (after a resize).
@@ -265,7 +288,22 @@ impl Ui {
     /// history first, then the live area is sized and drawn below them.
     fn render(&mut self, terminal: &mut Term) -> std::io::Result<()> {
         let Some(screen) = self.inline.as_mut() else {
-            terminal.draw(|f| draw(f, &mut self.app, &mut self.cache))?;
+            let frame = terminal.draw(|f| draw(f, &mut self.app, &mut self.cache))?;
+            let Some(links) = self.links.as_mut() else {
+                return Ok(());
+            };
+            let mut bytes = Vec::new();
+            links.after_frame(
+                frame.buffer,
+                &self.cache.links,
+                self.cache.cursor,
+                &mut bytes,
+            )?;
+            if !bytes.is_empty() {
+                let out = terminal.backend_mut();
+                out.write_all(&bytes)?;
+                out.flush()?;
+            }
             return Ok(());
         };
         let cells = self.app.transcript.cells.len();
@@ -308,12 +346,17 @@ impl Ui {
         loop {
             let mut quit = false;
             tokio::select! {
-                _ = tick.tick(), if self.app.transcript.running => {}
+                _ = tick.tick(), if self.app.transcript.running
+                    || self.app.children.any_running()
+                    || self.app.finder.waiting_for_walk() => {}
                 event = input.recv() => match event {
                     Some(event) => quit = self.on_terminal(event),
                     None => quit = true,
                 },
-                event = next_event(&mut self.live) => self.on_session_event(event),
+                event = next_live(&mut self.live) => match event {
+                    FromLive::Session(event) => self.on_session_event(event),
+                    FromLive::Child(activity) => self.on_child(activity),
+                },
                 Some((request, respond)) = self.questions.1.recv() => {
                     self.app.approvals.push_back(PendingApproval { request, respond: Some(respond), scroll: 0 });
                 }
@@ -336,6 +379,18 @@ impl Ui {
                         self.on_session_event(Err(broadcast::error::RecvError::Lagged(n)))
                     }
                     Err(_) => break,
+                }
+            }
+            while let Some(children) = self.live.as_mut().and_then(|l| l.children.as_mut()) {
+                match children.try_recv() {
+                    Ok(activity) => self.on_child(Ok(activity)),
+                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                        self.on_child(Err(broadcast::error::RecvError::Lagged(n)))
+                    }
+                    Err(broadcast::error::TryRecvError::Closed) => {
+                        self.on_child(Err(broadcast::error::RecvError::Closed))
+                    }
+                    Err(broadcast::error::TryRecvError::Empty) => break,
                 }
             }
             self.check_served().await;
@@ -558,6 +613,10 @@ impl Ui {
             SlashCommand::Export(path) => {
                 let id = live.handle.session_id();
                 self.export_session(id, path);
+            }
+            SlashCommand::Agents(name) => {
+                let location = live.handle.location();
+                self.agents_command(name, location);
             }
             SlashCommand::Undo | SlashCommand::Diff | SlashCommand::Status | SlashCommand::Init => {
                 let handle = live.handle.clone();
@@ -782,6 +841,7 @@ impl Ui {
             .set_asker(Arc::new(TuiAsker::new(self.asks.0.clone())));
         let handle = opened.agent.handle();
         let events = handle.subscribe();
+        let children = Some(opened.children.subscribe());
         let call = opened.agent.call().clone();
         self.app.status.context_window = opened.agent.model_info().context_window;
         self.app.status.model = call.model.clone();
@@ -825,6 +885,7 @@ impl Ui {
             stop,
             task,
             call,
+            children,
         });
         self.app.loading = false;
         self.app.queue.clear();
@@ -909,10 +970,18 @@ impl Ui {
 
     fn on_session_event(&mut self, event: Result<SessionEvent, broadcast::error::RecvError>) {
         match event {
-            Ok(envelope) => match &mut self.resync {
-                Some(held) => held.push(envelope),
-                None => self.app.transcript.apply(&envelope),
-            },
+            Ok(envelope) => {
+                if let dsh_session::Event::ToolResult(result) = &envelope.event {
+                    if let Some(call) = result.call_id() {
+                        let failed = result.error.is_some();
+                        self.app.children.call_settled(call, failed);
+                    }
+                }
+                match &mut self.resync {
+                    Some(held) => held.push(envelope),
+                    None => self.app.transcript.apply(&envelope),
+                }
+            }
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 if self.resync.is_some() {
                     return;
@@ -932,6 +1001,80 @@ impl Ui {
             }
             // The agent is gone; `check_served` reports why.
             Err(broadcast::error::RecvError::Closed) => {}
+        }
+    }
+
+    /// One event of a child (docs/tui.md, "Children"): folded into the child's view; its
+    /// activity shown on the parent's `subagent` card.
+    fn on_child(&mut self, activity: Result<ChildActivity, broadcast::error::RecvError>) {
+        match activity {
+            Ok(activity) => {
+                if let Some((call, progress)) = self.app.children.apply(&activity) {
+                    self.app.transcript.set_progress(&call, &progress);
+                }
+            }
+            // Missed events are in the child's log; the panel catches up with the next ones.
+            Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => {
+                if let Some(live) = self.live.as_mut() {
+                    live.children = None;
+                }
+            }
+        }
+    }
+
+    /// `/agents [name]` (docs/tui.md, "Children"): without a name, the list of the session's
+    /// children (those seen live and those in its folder, for a resumed session); with one,
+    /// follows that child, reading its log first when its events were not seen live.
+    fn agents_command(&mut self, name: Option<String>, location: String) {
+        let Some(name) = name else {
+            let done = self.background.0.clone();
+            tokio::task::spawn_blocking(move || {
+                let stored = std::path::Path::new(&location)
+                    .parent()
+                    .filter(|_| !location.starts_with("sqlite:"))
+                    .map(dsh_agent::read_children)
+                    .unwrap_or_default();
+                let _ = done.send(Background::Report(Box::new(move |app: &mut App| {
+                    app.children.add_stored(stored);
+                    app.children.menu = Some(0);
+                })));
+            });
+            return;
+        };
+        let found = self
+            .app
+            .children
+            .list
+            .iter()
+            .find(|c| c.name == name || c.id == name)
+            .map(|c| (c.id.clone(), c.loaded, c.log.clone()));
+        match found {
+            None => self.app.hint = Some(format!("no sub-agent {name}: /agents lists them")),
+            Some((id, true, _)) => {
+                self.app.scroll = 0;
+                self.app.children.follow(&id);
+            }
+            Some((id, false, log)) => {
+                let done = self.background.0.clone();
+                tokio::task::spawn_blocking(move || {
+                    let report: Box<dyn FnOnce(&mut App) + Send> =
+                        match dsh_session::load_file(&log) {
+                            Ok(loaded) => Box::new(move |app: &mut App| {
+                                app.children.load(&id, &loaded.events);
+                                app.scroll = 0;
+                                app.children.follow(&id);
+                            }),
+                            Err(err) => Box::new(move |app: &mut App| {
+                                app.transcript.notice(
+                                    NoticeLevel::Error,
+                                    format!("cannot read the log of {name}: {err}"),
+                                )
+                            }),
+                        };
+                    let _ = done.send(Background::Report(report));
+                });
+            }
         }
     }
 
@@ -968,6 +1111,7 @@ impl Ui {
             drop(live.task);
         }
         self.app.transcript = Transcript::new();
+        self.app.children = crate::children::Children::default();
         if let Some(screen) = self.inline.as_mut() {
             screen.emitted = 0;
         }

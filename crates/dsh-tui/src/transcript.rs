@@ -55,6 +55,9 @@ pub struct ToolCard {
     pub arguments: String,
     /// Progress and result.
     pub status: ToolStatus,
+    /// Live progress of a running call, when something reports it (a `subagent` call shows
+    /// its child's latest activity, docs/tui.md, "Children").
+    pub progress: Option<String>,
 }
 
 /// One entry of the conversation view.
@@ -272,6 +275,7 @@ impl Transcript {
                     name: call.name.clone(),
                     arguments: call.arguments.clone(),
                     status: ToolStatus::Running,
+                    progress: None,
                 }));
             }
             Event::ToolResult(result) => self.tool_result(result),
@@ -304,6 +308,24 @@ impl Transcript {
             | Event::TodoWrite(_)
             | Event::DshOnly(_)
             | Event::EndSeed(_) => {}
+        }
+    }
+
+    /// Shows `progress` on the running card of tool call `call_id`; false when there is none.
+    pub fn set_progress(&mut self, call_id: &str, progress: &str) -> bool {
+        let card = self.cells.iter_mut().rev().find_map(|cell| match cell {
+            Cell::Tool(card) if card.call_id == call_id => Some(card),
+            _ => None,
+        });
+        match card {
+            Some(card) if card.status == ToolStatus::Running => {
+                if card.progress.as_deref() != Some(progress) {
+                    card.progress = Some(progress.to_string());
+                    self.revision += 1;
+                }
+                true
+            }
+            _ => false,
         }
     }
 

@@ -15,9 +15,10 @@ use ratatui::Frame;
 use crate::app::{App, PendingApproval};
 use crate::cards::render_cell;
 use crate::commands::PERMISSION_PRESETS;
+use crate::links::LinkArea;
 use crate::question::QuestionForm;
-use crate::transcript::{Cell, ToolStatus};
-use crate::wrap::wrap_lines;
+use crate::transcript::{Cell, ToolStatus, Transcript};
+use crate::wrap::{wrap_lines, wrap_lines_with_links, LinkSpot};
 
 /// Rendered lines of one cell, valid while its key and the width are unchanged.
 #[derive(Default)]
@@ -26,12 +27,19 @@ struct CachedCell {
     width: u16,
     lines: Vec<Line<'static>>,
     height: usize,
+    /// Link labels in `lines` (docs/tui.md, "Links").
+    links: Vec<LinkSpot>,
 }
 
 /// Per-cell layout cache owned by the runtime across frames.
 #[derive(Default)]
 pub struct ViewCache {
     cells: Vec<CachedCell>,
+    /// The link labels the last frame's conversation showed, in screen cells (the full-screen
+    /// mode brackets them with OSC 8, [`crate::links`]).
+    pub links: Vec<LinkArea>,
+    /// Where the last frame put the cursor (`None`: hidden).
+    pub cursor: Option<Position>,
 }
 
 /// A cheap fingerprint of what a cell shows: texts only grow while streaming, so lengths and
@@ -52,7 +60,7 @@ fn cell_key(cell: &Cell, expand: bool) -> u64 {
                 ToolStatus::Done { output, .. } => (1, output.len()),
                 ToolStatus::Failed { message, .. } => (2, message.len()),
             };
-            (3u8, status, &card.call_id).hash(&mut h)
+            (3u8, status, &card.call_id, &card.progress).hash(&mut h)
         }
         Cell::Notice { text, .. } => (4u8, text.len()).hash(&mut h),
         Cell::Header(header) => (5u8, header).hash(&mut h),
@@ -70,6 +78,8 @@ fn wrapped_height(lines: &[Line<'static>], width: u16) -> usize {
 struct Parts {
     popup: u16,
     queue: u16,
+    /// The children panel (docs/tui.md, "Children").
+    children: u16,
     hint: u16,
     bottom: u16,
 }
@@ -97,10 +107,14 @@ fn parts(app: &App, width: u16, rows: u16, inline: bool) -> Parts {
         (composer_rows.len() as u16).clamp(1, 8) + 2
     };
     // Popups over the conversation in the full-screen mode; rows of their own inline.
-    let popup = if !inline || app.modal() && app.permission_menu.is_none() && app.picker.is_none() {
+    let menus =
+        app.permission_menu.is_none() && app.picker.is_none() && app.children.menu.is_none();
+    let popup = if !inline || app.modal() && menus {
         0
     } else if app.permission_menu.is_some() {
         PERMISSION_PRESETS.len() as u16 + 2
+    } else if app.children.menu.is_some() {
+        (app.children.list.len() as u16 + 2).clamp(3, (rows / 2).max(3))
     } else if let Some(picker) = &app.picker {
         (picker.sessions.len() as u16 + 2).clamp(3, (rows / 2).max(3))
     } else {
@@ -111,6 +125,7 @@ fn parts(app: &App, width: u16, rows: u16, inline: bool) -> Parts {
     Parts {
         popup,
         queue: app.queue.len().min(4) as u16,
+        children: app.children.panel_rows(),
         hint: u16::from(app.hint.is_some() || app.transcript.running || app.loading),
         bottom,
     }
@@ -126,13 +141,14 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache) {
 /// `first` on (those not yet written as history), popups, queue, hint, the composer or the
 /// box in its place, and the status line; at most `rows`.
 pub fn live_height(app: &App, cache: &mut ViewCache, cols: u16, rows: u16, first: usize) -> u16 {
-    if app.pager.is_some() {
-        // `/diff`'s view takes the whole screen (crate::pager).
+    if app.pager.is_some() || app.children.followed().is_some() {
+        // `/diff`'s view and a followed child take the whole screen (crate::pager,
+        // crate::children).
         return rows.max(1);
     }
     let parts = parts(app, cols.max(4), rows, true);
     let conversation = cells_height(app, cache, cols.max(4), first);
-    let fixed = parts.popup + parts.queue + parts.hint + parts.bottom + 1;
+    let fixed = parts.popup + parts.queue + parts.children + parts.hint + parts.bottom + 1;
     let want = u16::try_from(conversation)
         .unwrap_or(u16::MAX)
         .saturating_add(fixed);
@@ -161,6 +177,7 @@ fn draw_screen(
     rows: u16,
 ) {
     let area = frame.area();
+    cache.cursor = None;
     let width = area.width.max(4);
     let (composer_rows, cursor) = app.composer.layout(width.saturating_sub(2));
     let question = app.questions.front().map(|q| question_lines(&q.form));
@@ -168,10 +185,11 @@ fn draw_screen(
         .confirm_permission
         .map(|preset| confirm_lines(app, preset));
     let parts = parts(app, width, rows, inline);
-    let [conversation, popup, queue, hint, bottom, status] = Layout::vertical([
+    let [conversation, popup, queue, children, hint, bottom, status] = Layout::vertical([
         Constraint::Min(0),
         Constraint::Length(parts.popup),
         Constraint::Length(parts.queue),
+        Constraint::Length(parts.children),
         Constraint::Length(parts.hint),
         Constraint::Length(parts.bottom),
         Constraint::Length(1),
@@ -181,6 +199,7 @@ fn draw_screen(
     draw_conversation(frame, app, cache, conversation, first);
 
     frame.render_widget(Paragraph::new(queue_lines(app)), queue);
+    frame.render_widget(Paragraph::new(app.children.panel_lines()), children);
     frame.render_widget(Paragraph::new(hint_line(app)), hint);
 
     if let Some(pending) = app.approvals.front_mut() {
@@ -221,6 +240,7 @@ fn draw_screen(
             let x = bottom.x + cursor.1.min(bottom.width.saturating_sub(1));
             let y = bottom.y + 1 + cursor.0.saturating_sub(first_row as u16);
             frame.set_cursor_position(Position::new(x, y));
+            cache.cursor = Some(Position::new(x, y));
         }
         // Inline: the popup has its own rows. Full screen: over the conversation, never
         // over its first line.
@@ -232,6 +252,7 @@ fn draw_screen(
         };
         draw_completions(frame, app, room);
         draw_permission_menu(frame, app, room);
+        draw_agents_menu(frame, app, room);
         crate::finder::draw_finder(frame, app, room);
     }
     frame.render_widget(Paragraph::new(status_line(app)), status);
@@ -575,6 +596,26 @@ fn above(room: Rect, height: u16) -> Rect {
     Rect::new(room.x, room.y + room.height - height, room.width, height)
 }
 
+/// The `/agents` list right above the composer (docs/tui.md, "Children").
+fn draw_agents_menu(frame: &mut Frame<'_>, app: &App, room: Rect) {
+    let Some(selected) = app.children.menu else {
+        return;
+    };
+    let lines = crate::children::menu_lines(&app.children, selected);
+    let height = (lines.len() as u16 + 2).min(room.height);
+    let area = above(room, height);
+    let rows = usize::from(height.saturating_sub(2)).max(1);
+    let first = selected.saturating_sub(rows - 1);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" sub-agents · Enter follows · Esc closes ");
+    frame.render_widget(Clear, area);
+    frame.render_widget(
+        Paragraph::new(lines.into_iter().skip(first).collect::<Vec<_>>()).block(block),
+        area,
+    );
+}
+
 fn draw_permission_menu(frame: &mut Frame<'_>, app: &App, room: Rect) {
     let Some(menu) = &app.permission_menu else {
         return;
@@ -613,25 +654,26 @@ fn draw_permission_menu(frame: &mut Frame<'_>, app: &App, room: Rect) {
 /// Lays out the cells from `first` on (cached per cell) and returns their total height;
 /// stops once `want` rows are laid out, counting from the last cell.
 fn layout_cells(
-    app: &App,
+    transcript: &Transcript,
+    expand: bool,
     cache: &mut ViewCache,
     width: u16,
     first: usize,
     want: usize,
 ) -> (usize, usize) {
-    let cells = &app.transcript.cells;
+    let cells = &transcript.cells;
     cache.cells.resize_with(cells.len(), CachedCell::default);
     let first = first.min(cells.len());
     let mut total = 0;
     let mut start = cells.len();
     while start > first && total < want {
         start -= 1;
-        let key = cell_key(&cells[start], app.expand_reasoning);
+        let key = cell_key(&cells[start], expand);
         let entry = &mut cache.cells[start];
         if entry.key != key || entry.width != width || entry.lines.is_empty() {
             let mut lines = vec![Line::default()];
-            lines.extend(render_cell(&cells[start], app.expand_reasoning));
-            entry.lines = wrap_lines(&lines, width);
+            lines.extend(render_cell(&cells[start], expand));
+            (entry.lines, entry.links) = wrap_lines_with_links(&lines, width);
             entry.height = entry.lines.len();
             entry.key = key;
             entry.width = width;
@@ -643,18 +685,36 @@ fn layout_cells(
 
 /// Rows the cells from `first` on take at `width`.
 fn cells_height(app: &App, cache: &mut ViewCache, width: u16, first: usize) -> usize {
-    layout_cells(app, cache, width, first, usize::MAX).1
+    layout_cells(
+        &app.transcript,
+        app.expand_reasoning,
+        cache,
+        width,
+        first,
+        usize::MAX,
+    )
+    .1
 }
 
 fn draw_conversation(
     frame: &mut Frame<'_>,
-    app: &App,
+    app: &mut App,
     cache: &mut ViewCache,
     area: Rect,
     first: usize,
 ) {
+    if app.children.followed().is_some() {
+        return draw_followed(frame, app, cache, area);
+    }
     let want = usize::from(area.height) + app.scroll;
-    let (start, total) = layout_cells(app, cache, area.width, first, want);
+    let (start, total) = layout_cells(
+        &app.transcript,
+        app.expand_reasoning,
+        cache,
+        area.width,
+        first,
+        want,
+    );
     let lines: Vec<Line<'static>> = cache.cells[start..]
         .iter()
         .flat_map(|c| c.lines.iter().cloned())
@@ -662,8 +722,86 @@ fn draw_conversation(
     let view = usize::from(area.height);
     // When scrolled past the top, clamp to the first line.
     let top = total.saturating_sub(view + app.scroll);
+    cache.links = visible_links(&cache.cells[start..], top, area);
     let top = u16::try_from(top).unwrap_or(u16::MAX);
     frame.render_widget(Paragraph::new(lines).scroll((top, 0)), area);
+}
+
+/// The followed child (docs/tui.md, "Children"): a title row, then its transcript, drawn as the
+/// parent's is, from its own layout cache.
+fn draw_followed(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache, area: Rect) {
+    cache.links.clear();
+    let mut child_cache = std::mem::take(&mut app.children.cache);
+    if let Some(child) = app.children.followed() {
+        let title = Line::from(vec![
+            Span::styled(
+                format!(" following {} ", child.name),
+                Style::default().bg(Color::Blue).fg(Color::White),
+            ),
+            Span::styled(
+                format!(
+                    " {} · {} · Esc returns · PgUp/PgDn scroll",
+                    child.label,
+                    child.state.as_str()
+                ),
+                Style::default().fg(Color::DarkGray),
+            ),
+        ]);
+        frame.render_widget(
+            Paragraph::new(title),
+            Rect::new(area.x, area.y, area.width, 1),
+        );
+        let body = Rect::new(
+            area.x,
+            area.y.saturating_add(1),
+            area.width,
+            area.height.saturating_sub(1),
+        );
+        let want = usize::from(body.height) + app.scroll;
+        let (start, total) = layout_cells(
+            &child.transcript,
+            app.expand_reasoning,
+            &mut child_cache,
+            body.width,
+            0,
+            want,
+        );
+        let lines: Vec<Line<'static>> = child_cache.cells[start..]
+            .iter()
+            .flat_map(|c| c.lines.iter().cloned())
+            .collect();
+        let top = total.saturating_sub(usize::from(body.height) + app.scroll);
+        cache.links = visible_links(&child_cache.cells[start..], top, body);
+        frame.render_widget(
+            Paragraph::new(lines).scroll((u16::try_from(top).unwrap_or(u16::MAX), 0)),
+            body,
+        );
+    }
+    app.children.cache = child_cache;
+}
+
+/// The link labels of `cells` (laid out from row 0) that rows `top..top + area.height` show,
+/// in screen cells.
+fn visible_links(cells: &[CachedCell], top: usize, area: Rect) -> Vec<LinkArea> {
+    let mut out = Vec::new();
+    let mut first_row = 0;
+    for cell in cells {
+        for spot in &cell.links {
+            let row = first_row + spot.row;
+            if row < top || row >= top + usize::from(area.height) {
+                continue;
+            }
+            out.push(LinkArea {
+                x: area.x + spot.col,
+                y: area.y + u16::try_from(row - top).unwrap_or(u16::MAX),
+                width: spot.width,
+                text: spot.text.clone(),
+                url: spot.url.clone(),
+            });
+        }
+        first_row += cell.height;
+    }
+    out
 }
 
 fn draw_completions(frame: &mut Frame<'_>, app: &App, room: Rect) {

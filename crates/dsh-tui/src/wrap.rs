@@ -34,6 +34,56 @@ pub fn wrap_lines(lines: &[Line<'static>], width: u16) -> Vec<Line<'static>> {
     out
 }
 
+/// Where a link's label landed in wrapped rows (docs/tui.md, "Links"): the row, its first
+/// column and width in columns, the label's text there, and the address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSpot {
+    /// Index of the wrapped row.
+    pub row: usize,
+    /// First column of the label on that row.
+    pub col: u16,
+    /// Columns the label takes on that row.
+    pub width: u16,
+    /// The label's text on that row.
+    pub text: String,
+    /// The address (checked by [`link_targets`]).
+    pub url: String,
+}
+
+/// [`wrap_lines`] that also says where link labels landed: the rows are the same text in the
+/// same styles (a label may only be split from a neighbour of the same style, which draws
+/// alike), and each label piece of a row is a [`LinkSpot`].
+pub fn wrap_lines_with_links(
+    lines: &[Line<'static>],
+    width: u16,
+) -> (Vec<Line<'static>>, Vec<LinkSpot>) {
+    let mut out = Vec::new();
+    let mut spots = Vec::new();
+    for line in lines {
+        let tagged = link_targets(line);
+        for row in wrap_tagged(&tagged, width) {
+            let mut col = 0usize;
+            let mut spans = Vec::with_capacity(row.len());
+            for (text, style, url) in row {
+                let w = span_width(&text);
+                if let Some(url) = url {
+                    spots.push(LinkSpot {
+                        row: out.len(),
+                        col: u16::try_from(col).unwrap_or(u16::MAX),
+                        width: u16::try_from(w).unwrap_or(u16::MAX),
+                        text: text.clone(),
+                        url,
+                    });
+                }
+                col += w;
+                spans.push(Span::styled(text, style));
+            }
+            out.push(Line::from(spans).style(line.style));
+        }
+    }
+    (out, spots)
+}
+
 /// Wraps one line of tagged spans into rows of at most `width` columns.
 pub fn wrap_tagged<T: Clone + PartialEq>(
     spans: &[(Span<'static>, T)],
@@ -184,6 +234,29 @@ mod tests {
         let long = Line::from("abcdefghijkl");
         assert_eq!(texts(&wrap_lines(&[long], 5)), ["abcde", "fghij", "kl"]);
         assert_eq!(texts(&wrap_lines(&[Line::default()], 5)), [""]);
+    }
+
+    #[test]
+    fn wrapping_with_links_keeps_the_rows_and_finds_the_labels() {
+        let label = Style::default()
+            .fg(Color::Blue)
+            .add_modifier(Modifier::UNDERLINED);
+        let line = Line::from(vec![
+            Span::raw("read the "),
+            Span::styled("long guide", label),
+            Span::raw(" (https://example.com/g)"),
+            Span::raw(" now"),
+        ]);
+        let lines = [line, Line::from("plain")];
+        let (rows, spots) = wrap_lines_with_links(&lines, 14);
+        assert_eq!(texts(&rows), texts(&wrap_lines(&lines, 14)));
+        let found: Vec<(usize, u16, u16, &str)> = spots
+            .iter()
+            .map(|s| (s.row, s.col, s.width, s.text.as_str()))
+            .collect();
+        // "read the long " / "guide (https:/" ...: the label wraps over two rows.
+        assert_eq!(found, [(0, 9, 5, "long "), (1, 0, 5, "guide")], "{rows:?}");
+        assert!(spots.iter().all(|s| s.url == "https://example.com/g"));
     }
 
     #[test]

@@ -551,3 +551,75 @@ async fn trusting_at_session_new_records_the_pin_and_applies_the_settings() {
         .count();
     assert_eq!(asked, 1, "asked once, for the first session only");
 }
+
+/// The real composition root hands the session's `ChildFeed` to ACP: a child's progress reaches
+/// the editor on the parent's `subagent` card before its result (docs/acp.md, "Subagents").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_progress_reaches_the_editor_through_the_real_runtime() {
+    let reply = |id: &str, name: &str, args: Value| -> ScriptedReply {
+        SseReply::new()
+            .tool_call(0, id, name, &args.to_string())
+            .finish("tool_calls", None)
+            .into()
+    };
+    let provider = FakeProvider::start(vec![
+        reply(
+            "p1",
+            "subagent",
+            json!({"description": "count files", "prompt": "CHILD: count the files"}),
+        ),
+        SseReply::new()
+            .text("parent done")
+            .finish("stop", None)
+            .into(),
+    ])
+    .await
+    .unwrap();
+    provider.route(
+        dsh_test_support::RequestMatch::FirstUser("CHILD: count".into()),
+        [
+            reply(
+                "c1",
+                "bash",
+                json!({"command": "sleep 0.3; echo counted", "description": "count them"}),
+            ),
+            SseReply::new()
+                .text("there are 3 files")
+                .finish("stop", None)
+                .into(),
+        ],
+    );
+    let env = Env::new(&user_config(&provider));
+    let mut client = connect(env.runtime("danger-full-access"));
+    let opened = call(
+        &mut client,
+        "session/new",
+        json!({"cwd": env.cwd_text(), "mcpServers": []}),
+    )
+    .await;
+    let session = opened["result"]["sessionId"].as_str().unwrap().to_string();
+    let id = client
+        .request("session/prompt", prompt(&session, "delegate the count"))
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_seen_valid(&client);
+
+    let card: Vec<&Value> = client
+        .updates()
+        .into_iter()
+        .filter(|u| u["toolCallId"] == "p1")
+        .collect();
+    let progress: Vec<usize> = (0..card.len())
+        .filter(|&i| card[i]["_meta"]["dsh"]["child"]["name"] == "agent-1")
+        .collect();
+    assert!(!progress.is_empty(), "{card:#?}");
+    let last = &card[*progress.last().unwrap()];
+    let text = last["content"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.starts_with("agent-1: finished"), "{text}");
+    assert!(text.contains("- bash: count them (done)"), "{text}");
+    // Progress comes after the card opened and before the result completes it.
+    assert_eq!(card[0]["sessionUpdate"], "tool_call");
+    assert_eq!(*progress.last().unwrap(), card.len() - 2, "{card:#?}");
+    assert_eq!(card.last().unwrap()["status"], "completed", "{card:#?}");
+}

@@ -68,10 +68,17 @@ pub struct ParentLink {
 /// A model a child may be given: its id and, when its `[models]` row names one, its provider.
 pub type ModelChoice = (String, Option<String>);
 
+/// Gives the session id of each new child, or `None` for a fresh UUID (replays of recordings
+/// whose model quotes the recorded ids; see [`Subagents::with_child_ids`]).
+pub type ChildIds = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 pub(crate) struct Shared {
     factory: ChildFactory,
     parent: Mutex<Option<ParentLink>>,
     history: Mutex<Projector>,
+    /// The parent's history as of its last `turn/end`: what a fork is seeded with (dsh's
+    /// completed-turn prefix; the turn that asks for the fork is not part of it).
+    settled: Mutex<Vec<Message>>,
     /// One permit per running child (foreground or background).
     slots: Arc<tokio::sync::Semaphore>,
     max_concurrent: usize,
@@ -84,6 +91,12 @@ pub(crate) struct Shared {
     /// Usage of children not yet added to a parent turn: failed foreground runs and every
     /// background run (a successful foreground run's usage travels in its result's data).
     pending_usage: Mutex<UsageTotals>,
+    /// `subagent/usage` records of that usage, logged in the parent's log before its next step
+    /// (docs/sessions.md, "Children").
+    usage_records: Mutex<Vec<Value>>,
+    /// Per child (session id, or name), the usage the parent's log already accounts for (its
+    /// foreground results' `usage` and its `subagent/usage` records), read on resume.
+    accounted: Mutex<std::collections::HashMap<String, UsageTotals>>,
     /// The models a child may be given (`[models]` ids, each with its provider if it names
     /// one); `None`: any model an adapter of the child's parts describes.
     models: Mutex<Option<Vec<ModelChoice>>>,
@@ -92,6 +105,91 @@ pub(crate) struct Shared {
     reports: Arc<Mutex<Vec<Message>>>,
     /// Children's events, live, for front ends (docs/agent.md, "Watching children").
     feed: ChildFeed,
+    /// Where new children's session ids come from (fresh UUIDs when `None`).
+    child_ids: Mutex<Option<ChildIds>>,
+}
+
+/// The event type of a child's usage added to its parent's turn (docs/sessions.md,
+/// "Children").
+pub const SUBAGENT_USAGE_EVENT: &str = "subagent/usage";
+
+impl Shared {
+    /// Adds `usage` that `child` spent to the parent's next step (failed foreground runs,
+    /// every background run) and records it for the parent's log.
+    fn account(&self, child: &Child, usage: &UsageTotals, recovered: bool) {
+        if usage.requests == 0 && usage.usage == dsh_llm::Usage::default() {
+            return;
+        }
+        self.pending_usage.lock_or_recover().merge(usage);
+        let mut record = json!({
+            "childId": child.id,
+            "agent": child.name,
+            "usage": serde_json::to_value(usage).unwrap_or(Value::Null),
+        });
+        if recovered {
+            record["recovered"] = json!(true);
+        }
+        self.usage_records.lock_or_recover().push(record);
+    }
+
+    /// On resume: the usage each child's log holds beyond what the parent's log accounts for
+    /// (a background run that ended, or was cut, after the parent's last step) is added to the
+    /// parent's next step and recorded then, once. dsh's children (no name in their
+    /// descriptor) are left as dsh accounted them.
+    fn recover_unaccounted(&self) {
+        let accounted = std::mem::take(&mut *self.accounted.lock_or_recover());
+        for child in self.registry.all() {
+            let stored = child.status.lock_or_recover().usage;
+            if !child.named {
+                continue;
+            }
+            let done = accounted.get(&child.id).copied().unwrap_or_default();
+            let missing = usage_minus(&stored, &done);
+            if missing.requests > 0 {
+                self.account(&child, &missing, true);
+            }
+        }
+    }
+}
+
+/// `a - b`, count by count (never below zero).
+fn usage_minus(a: &UsageTotals, b: &UsageTotals) -> UsageTotals {
+    let (x, y) = (&a.usage, &b.usage);
+    UsageTotals {
+        usage: dsh_llm::Usage {
+            input_tokens: x.input_tokens.saturating_sub(y.input_tokens),
+            output_tokens: x.output_tokens.saturating_sub(y.output_tokens),
+            cache_read_tokens: x.cache_read_tokens.saturating_sub(y.cache_read_tokens),
+            cache_write_tokens: x.cache_write_tokens.saturating_sub(y.cache_write_tokens),
+            reasoning_tokens: x.reasoning_tokens.saturating_sub(y.reasoning_tokens),
+        },
+        requests: a.requests.saturating_sub(b.requests),
+    }
+}
+
+/// The usage a parent's log accounts for per child: foreground results' `usage` (with
+/// `childId`) and `subagent/usage` records.
+fn accounted_usage(events: &[Envelope]) -> std::collections::HashMap<String, UsageTotals> {
+    let mut out: std::collections::HashMap<String, UsageTotals> = std::collections::HashMap::new();
+    for envelope in events {
+        let (id, usage) = match &envelope.event {
+            Event::ToolResult(result) => {
+                let Some(meta) = &result.meta else { continue };
+                (meta.get("childId"), meta.get("usage"))
+            }
+            Event::Opaque { event_type, data } if event_type == SUBAGENT_USAGE_EVENT => {
+                (data.get("childId"), data.get("usage"))
+            }
+            _ => continue,
+        };
+        let (Some(id), Some(usage)) = (id.and_then(Value::as_str), usage) else {
+            continue;
+        };
+        if let Ok(usage) = serde_json::from_value::<UsageTotals>(usage.clone()) {
+            out.entry(id.to_string()).or_default().merge(&usage);
+        }
+    }
+    out
 }
 
 /// The delegation extension: contributes `subagent`, `subagent_fork`, `send_message`,
@@ -116,15 +214,19 @@ impl Subagents {
                 factory,
                 parent: Mutex::new(None),
                 history: Mutex::new(Projector::new()),
+                settled: Mutex::new(Vec::new()),
                 slots: Arc::new(tokio::sync::Semaphore::new(max_concurrent)),
                 max_concurrent,
                 depth,
                 max_depth: std::sync::atomic::AtomicU64::new(MAX_DELEGATION_DEPTH),
                 registry: Registry::default(),
                 pending_usage: Mutex::new(UsageTotals::default()),
+                usage_records: Mutex::new(Vec::new()),
+                accounted: Mutex::new(std::collections::HashMap::new()),
                 models: Mutex::new(None),
                 reports: Arc::new(Mutex::new(Vec::new())),
                 feed: ChildFeed::default(),
+                child_ids: Mutex::new(None),
             }),
         }
     }
@@ -135,6 +237,14 @@ impl Subagents {
         self.shared
             .max_depth
             .store(max_depth, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// Takes each new child's session id from `ids` (a UUID when it gives none, or one a child
+    /// of this agent already has). For replaying a recording whose model names its children
+    /// by the recorded ids; sessions use fresh UUIDs.
+    pub fn with_child_ids(self, ids: ChildIds) -> Self {
+        *self.shared.child_ids.lock_or_recover() = Some(ids);
         self
     }
 
@@ -198,24 +308,44 @@ impl Extension for Subagents {
             );
         }
         *self.shared.parent.lock_or_recover() = Some(link);
+        self.shared.recover_unaccounted();
     }
 
     fn restore(&self, events: &[Envelope]) {
+        *self.shared.accounted.lock_or_recover() = accounted_usage(events);
         let mut history = self.shared.history.lock_or_recover();
-        for envelope in events {
+        let settled_end = events
+            .iter()
+            .rposition(|e| matches!(e.event, Event::TurnEnd(_)))
+            .map_or(0, |k| k + 1);
+        for (index, envelope) in events.iter().enumerate() {
             // A projection error means a malformed replace span; the child then starts from
             // whatever projected before it, which is still a valid history.
             let _ = history.push(envelope);
+            if index + 1 == settled_end {
+                *self.shared.settled.lock_or_recover() = history.history();
+            }
         }
     }
 
     fn on_event(&self, event: &Envelope) {
-        let _ = self.shared.history.lock_or_recover().push(event);
+        let mut history = self.shared.history.lock_or_recover();
+        let _ = history.push(event);
+        if matches!(event.event, Event::TurnEnd(_)) {
+            *self.shared.settled.lock_or_recover() = history.history();
+        }
     }
 
     fn pre_step(&self, ctx: &mut crate::PreStepContext) -> Result<(), crate::ExtensionError> {
         ctx.inject
             .extend(std::mem::take(&mut *self.shared.reports.lock_or_recover()));
+        // The usage this step's end adds to the turn, recorded in the parent's log.
+        for data in std::mem::take(&mut *self.shared.usage_records.lock_or_recover()) {
+            ctx.log_events.push(Event::Opaque {
+                event_type: SUBAGENT_USAGE_EVENT.to_string(),
+                data,
+            });
+        }
         Ok(())
     }
 
@@ -230,33 +360,13 @@ struct SubagentTool {
     fork: bool,
 }
 
-/// The parent's history without its unfinished last step (an assistant message whose calls
-/// have no results yet, and anything after it).
-fn settled_history(history: &[Message]) -> Vec<Message> {
-    let mut end = history.len();
-    for (index, message) in history.iter().enumerate().rev() {
-        if message.tool_calls().next().is_some() {
-            let answered = message.tool_calls().all(|(id, _, _)| {
-                history[index + 1..].iter().any(|m| {
-                    m.content.iter().any(|b| {
-                        matches!(b, dsh_llm::ContentBlock::ToolResult { tool_call_id, .. } if tool_call_id == id)
-                    })
-                })
-            });
-            if !answered {
-                end = index;
-            }
-            break;
-        }
-    }
-    history[..end].to_vec()
-}
-
 /// What a child is started with.
 struct Launch {
     prompt: String,
     description: String,
     seed: Vec<Message>,
+    /// Started by `subagent_fork` (its seed may still be empty: nothing settled yet).
+    fork: bool,
     model: Option<String>,
     effort: Option<String>,
 }
@@ -266,21 +376,77 @@ pub(crate) struct RunOutput {
     answer: String,
     usage: UsageTotals,
     log: String,
+    /// The last assistant text of the run (dsh's "closing message").
+    closing: Option<String>,
 }
 
 /// A failed run: the error for the parent and the usage the run spent anyway.
 pub(crate) struct RunFailure {
     error: ToolError,
     usage: UsageTotals,
+    /// How the run ended, as dsh names a child's stop reason (`error`, `aborted`,
+    /// `max-tokens`, `refusal`).
+    stop: &'static str,
+    /// The last assistant text of the run, if it produced any.
+    closing: Option<String>,
 }
 
 impl RunFailure {
     fn plain(error: ToolError) -> Self {
+        let stop = if error.code == ToolErrorCode::Aborted {
+            "aborted"
+        } else {
+            "error"
+        };
         RunFailure {
             error,
             usage: UsageTotals::default(),
+            stop,
+            closing: None,
         }
     }
+}
+
+/// dsh's stop reason for a child run that ended with `err`.
+fn stop_reason(err: &SubagentError) -> &'static str {
+    match err {
+        SubagentError::Cancelled => "aborted",
+        SubagentError::Blocked(_) => "refusal",
+        SubagentError::Ended { kind, .. } if *kind == "max-tokens" => "max-tokens",
+        _ => "error",
+    }
+}
+
+/// The message that tells the parent a background child settled, in dsh's words: the outcome
+/// (`Background subagent <id> finished and will do no further work unless you send it
+/// more.`, or the line for a child that was stopped, ran out of room, declined or failed),
+/// then `Its closing message:` and the child's last text, or `It left no closing message.`
+/// (docs/agent.md, "Delegation").
+pub(crate) fn settlement_notice(child_id: &str, stop: &str, closing: Option<&str>) -> String {
+    let subject = format!("Background subagent {child_id}");
+    let summary = match stop {
+        "completed" => {
+            format!("{subject} finished and will do no further work unless you send it more.")
+        }
+        "aborted" => format!("{subject} was stopped before it finished."),
+        "max-tokens" => format!("{subject} ran out of room before it finished."),
+        "refusal" => format!("{subject} declined the task."),
+        "error" => format!("{subject} failed before it finished."),
+        other => format!("{subject} ended abnormally ({other}) before it finished."),
+    };
+    match closing.filter(|text| !text.trim().is_empty()) {
+        Some(text) => format!("{summary}\nIts closing message:\n{text}"),
+        None => format!("{summary}\nIt left no closing message."),
+    }
+}
+
+/// The last non-empty final text among a run's turns.
+fn closing_text(outcomes: &[crate::TurnOutcome]) -> Option<String> {
+    outcomes
+        .iter()
+        .rev()
+        .map(|o| o.final_text.clone())
+        .find(|text| !text.trim().is_empty())
 }
 
 fn io_error(e: dsh_session::SessionError) -> ToolError {
@@ -326,7 +492,11 @@ impl SubagentTool {
             launch.model.as_deref(),
             launch.effort.as_deref(),
         )?;
-        let child_id = uuid::Uuid::new_v4().to_string();
+        let source = shared.child_ids.lock_or_recover().clone();
+        let child_id = source
+            .and_then(|ids| ids())
+            .filter(|id| !id.is_empty() && shared.registry.find(id).is_none())
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let folder = link
             .location
             .parent()
@@ -343,7 +513,7 @@ impl SubagentTool {
         let descriptor = json!({
             "version": 2,
             "mode": "continuable",
-            "provider": if launch.seed.is_empty() { "spawn" } else { "fork" },
+            "provider": if launch.fork { "fork" } else { "spawn" },
             "label": launch.description,
             "agentProvider": call.provider,
             "agentModel": call.model,
@@ -369,6 +539,7 @@ impl SubagentTool {
             model: call.model.clone(),
             effort: call.reasoning_effort.map(|e| e.as_str().to_string()),
             depth,
+            named: true,
             prices,
             status: Mutex::new(Status {
                 state: ChildState::Running,
@@ -377,6 +548,7 @@ impl SubagentTool {
                 last_text: String::new(),
                 handle: Some(agent.handle()),
                 queued: Vec::new(),
+                parked: false,
             }),
             agent: tokio::sync::Mutex::new(None),
         });
@@ -420,10 +592,10 @@ impl SubagentTool {
         launch: Launch,
         cancel: tokio_util::sync::CancellationToken,
         call_id: Option<String>,
-    ) -> Result<(Arc<Child>, RunOutput), RunFailure> {
-        let (child, agent) =
-            Self::create_child(&shared, &link, &launch).map_err(RunFailure::plain)?;
-        let output = run(
+    ) -> Result<(Arc<Child>, RunOutput), (Option<Arc<Child>>, RunFailure)> {
+        let (child, agent) = Self::create_child(&shared, &link, &launch)
+            .map_err(|e| (None, RunFailure::plain(e)))?;
+        match run(
             &shared,
             &child,
             Some(agent),
@@ -431,8 +603,11 @@ impl SubagentTool {
             cancel,
             RunOrigin::call(call_id),
         )
-        .await?;
-        Ok((child, output))
+        .await
+        {
+            Ok(output) => Ok((child, output)),
+            Err(failure) => Err((Some(child), failure)),
+        }
     }
 
     /// Starts a child as a job of the parent's job table (`subagent-N`): `job_output` reads
@@ -455,10 +630,10 @@ impl SubagentTool {
         let spec = TaskSpec {
             command: format!(
                 "{}: {first_line}",
-                if launch.seed.is_empty() {
-                    "subagent"
-                } else {
+                if launch.fork {
                     "subagent_fork"
+                } else {
+                    "subagent"
                 }
             ),
             description: launch.description.clone(),
@@ -472,9 +647,9 @@ impl SubagentTool {
                 return Err(err);
             }
         };
-        let name = &child.name;
+        let (name, child_id) = (&child.name, &child.id);
         Ok(ToolOutput::text(format!(
-            "started subagent {name} (background job {id}). Read its answer with job_output {{\"job_id\": \"{id}\"}} (add \"wait\": true to block until it ends), stop it with job_kill; continue it later with send_message {{\"subagent_id\": \"{name}\"}}. You will be told when it finishes; keep working meanwhile."
+            "started subagent {name} (id {child_id}, background job {id}). Read its answer with job_output {{\"job_id\": \"{id}\"}} (add \"wait\": true to block until it ends), stop it with job_kill; continue it later with send_message {{\"subagent_id\": \"{name}\"}}. You will be told when it finishes; keep working meanwhile."
         ))
         .with_summary(format!("subagent {name} (background {id}): {}", launch.description))
         .with_data(data))
@@ -505,8 +680,14 @@ fn start_job(
                 Ok(output) => output.usage,
                 Err(failure) => failure.usage,
             };
-            shared.pending_usage.lock_or_recover().merge(&usage);
+            shared.account(&child, &usage, false);
             let usage_value = serde_json::to_value(usage).unwrap_or(Value::Null);
+            let notice = match &result {
+                Ok(output) => settlement_notice(&child.id, "completed", output.closing.as_deref()),
+                Err(failure) => {
+                    settlement_notice(&child.id, failure.stop, failure.closing.as_deref())
+                }
+            };
             match result {
                 Ok(output) => Ok(TaskDone {
                     text: if output.answer.trim().is_empty() {
@@ -519,6 +700,7 @@ fn start_job(
                         "childLog": output.log,
                         "agent": child.name,
                     }),
+                    notice: Some(notice),
                 }),
                 Err(failure) => Err(TaskDone {
                     text: format!("Error: {}", failure.error.message),
@@ -527,6 +709,7 @@ fn start_job(
                         "childUsage": usage_value,
                         "agent": child.name,
                     }),
+                    notice: Some(notice),
                 }),
             }
         })
@@ -617,28 +800,8 @@ pub(crate) async fn run(
             handle.cancel(false);
         })
     };
-    let mut outcomes = Vec::new();
-    let mut loop_error = None;
-    loop {
-        match agent.run_until_idle().await {
-            Ok(more) => outcomes.extend(more),
-            Err(err) => {
-                loop_error = Some(err);
-                break;
-            }
-        }
-        // Messages sent while the last turn ran are run now; the status lock makes
-        // `send_message` either queue before this check or find the child idle.
-        let mut status = child.status.lock_or_recover();
-        let queued = std::mem::take(&mut status.queued);
-        let waiting = agent.handle().pending().1.len() + queued.len();
-        for text in queued {
-            let _ = handle.followup(text);
-        }
-        if waiting == 0 || cancel.is_cancelled() {
-            break;
-        }
-    }
+    let (outcomes, loop_error) = run_turns(&mut agent, child, &handle, &cancel).await;
+    let parked = std::mem::take(&mut child.status.lock_or_recover().parked);
     canceller.abort();
     forwarding.finish().await;
     let mut usage = UsageTotals::default();
@@ -647,6 +810,8 @@ pub(crate) async fn run(
     }
     let result = match loop_error {
         Some(err) => Err(SubagentError::from(err)),
+        // Interrupted before a turn of this run started: nothing ran.
+        None if parked && outcomes.is_empty() => Err(SubagentError::Cancelled),
         None => child_result(&outcomes),
     };
     {
@@ -664,16 +829,56 @@ pub(crate) async fn run(
     }
     *held = Some(agent);
     guard.done = true;
+    let closing = closing_text(&outcomes);
     match result {
         Ok(answer) => Ok(RunOutput {
             answer,
             usage,
             log: child.log.display().to_string(),
+            closing,
         }),
         Err(err) => Err(RunFailure {
             error: ToolError::new(err.tool_code(), err.to_string()),
             usage,
+            stop: stop_reason(&err),
+            closing,
         }),
+    }
+}
+
+/// Runs the child's queued turns one at a time, so that an interrupt parks what is still
+/// queued (docs/agent.md, "Delegation": it runs on the next `send_message`, as dsh's
+/// `keepInbox` cancel). Messages sent while a turn ran are queued and run in turn.
+async fn run_turns(
+    agent: &mut Agent,
+    child: &Child,
+    handle: &crate::AgentHandle,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> (Vec<crate::TurnOutcome>, Option<crate::AgentError>) {
+    let mut outcomes = Vec::new();
+    loop {
+        if child.status.lock_or_recover().parked {
+            return (outcomes, None);
+        }
+        match agent.run_turn().await {
+            Ok(Some(outcome)) => {
+                outcomes.push(outcome);
+                continue;
+            }
+            Ok(None) => {}
+            Err(err) => return (outcomes, Some(err)),
+        }
+        // The status lock makes `send_message` either queue before this check or find the
+        // child idle.
+        let mut status = child.status.lock_or_recover();
+        let queued = std::mem::take(&mut status.queued);
+        let waiting = agent.handle().pending().1.len() + queued.len();
+        for text in queued {
+            let _ = handle.followup(text);
+        }
+        if waiting == 0 || cancel.is_cancelled() {
+            return (outcomes, None);
+        }
     }
 }
 
@@ -839,9 +1044,10 @@ impl Tool for SubagentTool {
                     ),
                 ));
             }
+            // dsh's completed-turn prefix: the history as of the parent's last `turn/end`
+            // (docs/agent.md, "Delegation"); empty before the first turn ended.
             let seed = if self.fork {
-                let history = self.shared.history.lock_or_recover().history();
-                settled_history(&history)
+                self.shared.settled.lock_or_recover().clone()
             } else {
                 Vec::new()
             };
@@ -849,6 +1055,7 @@ impl Tool for SubagentTool {
                 prompt,
                 description: description.clone(),
                 seed,
+                fork: self.fork,
                 model: string_arg(&args, "model"),
                 effort: string_arg(&args, "effort"),
             };
@@ -865,13 +1072,12 @@ impl Tool for SubagentTool {
             .await;
             let (child, output) = match started {
                 Ok(done) => done,
-                Err(failure) => {
+                Err((child, failure)) => {
                     // The error result carries no data: the spent usage reaches the parent's
                     // turn through the extension (docs/agent.md, "Delegation").
-                    self.shared
-                        .pending_usage
-                        .lock_or_recover()
-                        .merge(&failure.usage);
+                    if let Some(child) = child {
+                        self.shared.account(&child, &failure.usage, false);
+                    }
                     return Err(failure.error);
                 }
             };

@@ -59,6 +59,9 @@ pub(crate) struct Status {
     /// Messages sent before a run that was already claimed got hold of the loop; that run
     /// queues them.
     pub(crate) queued: Vec<String>,
+    /// `interrupt_agent` stopped the current run: it ends after the interrupted turn, and the
+    /// input still queued stays parked until the next `send_message` (dsh's `keepInbox`).
+    pub(crate) parked: bool,
 }
 
 /// One child of this agent.
@@ -77,6 +80,8 @@ pub(crate) struct Child {
     pub(crate) effort: Option<String>,
     /// Its delegation depth.
     pub(crate) depth: u64,
+    /// Its descriptor names it (started by this build; dsh's children have no name).
+    pub(crate) named: bool,
     /// Prices to report its cost with (the parts' table; none for a child read back from a
     /// log before it runs again).
     pub(crate) prices: dsh_session::PriceTable,
@@ -186,6 +191,7 @@ impl Registry {
             if stored.parent.as_deref() != Some(parent_id) || known.contains(&stored.id) {
                 continue;
             }
+            let named = stored.name.is_some();
             let name = stored.name.clone().unwrap_or_else(|| self.next_name());
             self.insert(Arc::new(Child {
                 name,
@@ -195,6 +201,7 @@ impl Registry {
                 model: stored.model,
                 effort: stored.effort,
                 depth,
+                named,
                 prices: dsh_session::PriceTable::default(),
                 status: Mutex::new(Status {
                     state: stored.state,
@@ -203,6 +210,7 @@ impl Registry {
                     last_text: stored.last_text,
                     handle: None,
                     queued: Vec::new(),
+                    parked: false,
                 }),
                 agent: tokio::sync::Mutex::new(None),
             }));

@@ -130,13 +130,11 @@ impl Tool for SendMessage {
                 )
                 .await;
                 return match output {
-                    Ok(output) => Ok(ToolOutput::text(output.answer)
-                        .with_data(json!({"agent": name, "usage": output.usage}))),
+                    Ok(output) => Ok(ToolOutput::text(output.answer).with_data(
+                        json!({"agent": name, "childId": child.id, "usage": output.usage}),
+                    )),
                     Err(failure) => {
-                        self.shared
-                            .pending_usage
-                            .lock_or_recover()
-                            .merge(&failure.usage);
+                        self.shared.account(&child, &failure.usage, false);
                         Err(failure.error)
                     }
                 };
@@ -327,9 +325,9 @@ impl Tool for InterruptAgent {
 
     fn description(&self) -> &str {
         "Request cancellation of a subagent's current turn by its name (agent-N) or id. Only \
-         the current turn stops: messages queued for it are dropped, agents it started as \
-         background jobs keep running, and the subagent itself stays available for \
-         send_message. This call returns as soon as the stop request is accepted, so the \
+         the current turn stops: messages queued for it stay parked and run after your next \
+         send_message to it, agents it started as background jobs keep running, and the \
+         subagent itself stays available for send_message. This call returns as soon as the stop request is accepted, so the \
          target may keep running briefly; interrupting an agent that is not running is an \
          accepted no-op."
     }
@@ -355,22 +353,30 @@ impl Tool for InterruptAgent {
                 .ok_or_else(|| unavailable(&key))?;
             let mut status = child.status.lock_or_recover();
             let running = status.state == ChildState::Running;
-            status.queued.clear();
-            let stopped = running && status.handle.as_ref().is_some_and(|h| h.cancel(false));
-            let text = if stopped {
-                format!(
-                    "interrupt requested for subagent {}; it stays available for send_message",
+            // As dsh (`cancel` with `keepInbox`): only the current turn stops; messages
+            // queued for the child stay parked and run with the next `send_message`.
+            if running {
+                status.parked = true;
+                if let Some(handle) = &status.handle {
+                    handle.cancel(true);
+                }
+            }
+            // dsh's acceptance line, for a running child and an idle one alike.
+            let mut text = format!("interrupt requested for agent {key}");
+            if running {
+                text.push_str(&format!(
+                    "\nSubagent {} stops its current turn; messages queued for it wait for your next send_message, and it stays available.",
                     child.name
-                )
+                ));
             } else {
-                format!(
-                    "subagent {} is not running (state: {}); nothing to interrupt",
+                text.push_str(&format!(
+                    "\nSubagent {} is not running (state: {}); nothing was stopped.",
                     child.name,
                     status.state.as_str()
-                )
-            };
+                ));
+            }
             Ok(ToolOutput::text(text)
-                .with_data(json!({"agent": child.name, "interrupted": stopped})))
+                .with_data(json!({"agent": child.name, "interrupted": running})))
         })
     }
 }

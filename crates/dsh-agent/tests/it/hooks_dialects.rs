@@ -454,10 +454,18 @@ async fn subagent_start_and_stop_run_claude_code_hooks_in_the_child() {
     assert_eq!(start["agent_type"], "general-purpose");
     let child_id = start["agent_id"].as_str().unwrap().to_string();
     assert!(!child_id.is_empty() && child_id != parent_id);
+    // As in Claude Code, a subagent's hooks name the main session; the child is `agent_id`.
+    assert_eq!(start["session_id"], parent_id.as_str());
+    assert_eq!(start["transcript_path"], handle.location().as_str());
     let child_stops = lines("subagent-stop.jsonl");
     assert_eq!(child_stops.len(), 2);
     assert_eq!(child_stops[0]["hook_event_name"], "SubagentStop");
     assert_eq!(child_stops[0]["agent_id"], child_id.as_str());
+    assert_eq!(child_stops[0]["session_id"], parent_id.as_str());
+    assert_eq!(
+        child_stops[0]["transcript_path"],
+        handle.location().as_str()
+    );
     assert_eq!(child_stops[0]["stop_hook_active"], false);
     assert_eq!(child_stops[0]["last_assistant_message"], "child first");
     assert_eq!(child_stops[1]["stop_hook_active"], true);

@@ -589,6 +589,84 @@ async fn list_agents_and_interrupt_agent_steer_a_running_background_child() {
     );
 }
 
+/// dsh's `interrupt_agent` stops only the current turn (`keepInbox`): a message queued for the
+/// child stays parked and runs when the parent next sends it a message, before that message.
+#[tokio::test]
+async fn interrupt_agent_parks_queued_messages_until_the_next_send_message() {
+    let d = dirs();
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("park and resume"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "parker", "prompt": "CHILD P", "run_in_background": true}),
+            ),
+            bash("p2", &until_pid_file("p")),
+            call(
+                "p3",
+                "send_message",
+                json!({"subagent_id": "agent-1", "message": "QUEUED ONE"}),
+            ),
+            call("p4", "interrupt_agent", json!({"agent_id": "agent-1"})),
+            wait_for_job("p5", "subagent-1"),
+            call(
+                "p6",
+                "send_message",
+                json!({"subagent_id": "agent-1", "message": "AFTER"}),
+            ),
+            wait_for_job("p7", "subagent-2"),
+            say("parent done"),
+        ],
+    );
+    provider.route(
+        first_user("CHILD P"),
+        [
+            write_pid_and_sleep("c1", "p"),
+            say("parked ran"),
+            say("after ran"),
+        ],
+    );
+    let agent = Setup::new(&provider, d.home.path(), d.cwd.path()).agent();
+    let (outcomes, results) = run_parent(agent, "park and resume").await;
+    assert_eq!(outcomes[0].final_text, "parent done");
+    assert!(
+        results[2].0.contains("message queued as the next turn"),
+        "{results:?}"
+    );
+    assert!(
+        results[3]
+            .0
+            .starts_with("interrupt requested for agent agent-1"),
+        "{results:?}"
+    );
+    // The interrupted run ended with the interrupted turn: the queued message did not run then.
+    assert!(
+        results[4].0.contains("cancelled") && !results[4].0.contains("parked ran"),
+        "{results:?}"
+    );
+    // The next send_message ran the parked message first, then its own.
+    assert!(results[6].0.starts_with("after ran"), "{results:?}");
+    let child = requests_of(&provider, "CHILD P");
+    assert_eq!(child.len(), 3, "{child:?}");
+    let second = child[1]["messages"].to_string();
+    assert!(
+        second.contains("QUEUED ONE") && !second.contains("AFTER"),
+        "{second}"
+    );
+    let third = child[2]["messages"].to_string();
+    assert!(
+        third.contains("parked ran") && third.contains("AFTER"),
+        "{third}"
+    );
+    let pid = wait_for_pid(&d.cwd.path().join("p.pid"));
+    assert!(
+        wait_gone(pid).await,
+        "the interrupted child's sleep {pid} still runs"
+    );
+}
+
 #[tokio::test]
 async fn a_childs_report_reaches_the_parent_before_the_child_ends() {
     let provider = FakeProvider::start(Vec::new()).await.unwrap();
@@ -842,4 +920,223 @@ async fn a_resumed_parent_knows_its_children_and_continues_one() {
         .events
         .iter()
         .any(|e| matches!(&e.event, Event::ToolCall(c) if c.name == "bash")));
+}
+
+/// A SQLite-store parent keeps its children's logs beside the database
+/// (`<db>.subagents/<parent id>/subagents/<child id>/session.jsonl`, docs/sessions.md,
+/// "Children"); resumed from the database, it knows the child and continues it with
+/// `send_message`, the child's request extending its first one.
+#[tokio::test]
+async fn a_sqlite_parent_keeps_children_beside_the_database_and_continues_one_after_resume() {
+    let d = dirs();
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("sqlite first"),
+        [
+            subagent("p1", "keeper", "CHILD Q: remember 9"),
+            say("first done"),
+        ],
+    );
+    provider.route(first_user("CHILD Q"), [say("remembered"), say("it was 9")]);
+    let mut setup = Setup::new(&provider, d.home.path(), d.cwd.path());
+    // Without a job table, the continued turn runs in the foreground and answers the call.
+    setup.jobs = false;
+    let store = open_store(StoreKind::Sqlite, d.home.path()).unwrap();
+    let mut agent = Agent::create(setup.parts(0), store.as_ref()).unwrap();
+    let handle = agent.handle();
+    let location = handle.location();
+    let session_id = handle.session_id().to_string();
+    assert!(location.starts_with("sqlite:"), "{location}");
+    handle.followup("sqlite first").unwrap();
+    let outcomes = agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].final_text, "first done");
+    drop(agent);
+    drop(handle);
+
+    let folder = dsh_session::sub_agent_anchor(&location)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    assert!(
+        folder.starts_with(d.home.path()) && folder.to_string_lossy().contains(".subagents"),
+        "{}",
+        folder.display()
+    );
+    let children = dsh_agent::read_children(&folder);
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0].state(), "idle");
+    assert_eq!(children[0].last_text, "remembered");
+    assert!(children[0].log.is_file());
+
+    provider.route(
+        first_user("sqlite first"),
+        [
+            call(
+                "q1",
+                "send_message",
+                json!({"subagent_id": "agent-1", "message": "Which number?"}),
+            ),
+            say("resumed done"),
+        ],
+    );
+    let store = open_store(StoreKind::Sqlite, d.home.path()).unwrap();
+    let mut resumed = Agent::resume(setup.parts(0), store.as_ref(), &session_id).unwrap();
+    resumed.handle().followup("continue it").unwrap();
+    let outcomes = tokio::time::timeout(Duration::from_secs(30), resumed.run_until_idle())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcomes.last().unwrap().final_text, "resumed done");
+    // The continued child answered the call, and its request extends its first one.
+    let sent = provider.requests();
+    let child: Vec<&dsh_test_support::RecordedRequest> = sent
+        .iter()
+        .filter(|r| first_user("CHILD Q").matches(&r.body))
+        .collect();
+    assert_eq!(child.len(), 2);
+    let (first, second) = (&child[0].raw_body, &child[1].raw_body);
+    let messages = |raw: &[u8]| -> Vec<Value> {
+        serde_json::from_slice::<Value>(raw).unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let (before, after) = (messages(first), messages(second));
+    assert_eq!(
+        after[..before.len()],
+        before[..],
+        "the child's history was not kept"
+    );
+    assert!(after
+        .iter()
+        .any(|m| m.to_string().contains("Which number?")));
+    // The same child, still the only one, now idle with both turns in its log.
+    let children = dsh_agent::read_children(&folder);
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0].last_text, "it was 9");
+    assert_eq!(children[0].usage.requests, 2);
+    // The resumed parent's tool result is the child's answer.
+    let texts: Vec<String> = load_file_sqlite(d.home.path(), &session_id);
+    assert!(texts.iter().any(|t| t == "it was 9"), "{texts:?}");
+}
+
+/// The tool result texts of the SQLite session `id`.
+fn load_file_sqlite(home: &Path, id: &str) -> Vec<String> {
+    let store = open_store(StoreKind::Sqlite, home).unwrap();
+    let loaded = store.load(id).unwrap();
+    loaded
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(r) => Some(dsh_test_support::tool_result_text(&r.message)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A background child's usage is not lost when its parent's process ends first: the resumed
+/// parent finds what the child's log spent beyond what the parent's log accounts for, adds it
+/// to its next step and records it (`subagent/usage`, `recovered`) in its log, once.
+#[tokio::test]
+async fn a_background_childs_usage_reaches_the_parent_resumed_after_its_process_ended() {
+    let d = dirs();
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    provider.route(
+        first_user("usage session"),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "spender", "prompt": "CHILD U", "run_in_background": true}),
+            ),
+            bash(
+                "p2",
+                &format!("touch parent.waiting; {}; sleep 30", until_pid_file("u")),
+            ),
+        ],
+    );
+    provider.route(
+        first_user("CHILD U"),
+        [SseReply::new()
+            .tool_call(
+                0,
+                "u1",
+                "bash",
+                &json!({"command": "echo $$ > u.tmp && mv u.tmp u.pid && exec sleep 30", "description": "spend"}).to_string(),
+            )
+            .finish("tool_calls", usage(1000, 7))
+            .into()],
+    );
+    let setup = Setup::new(&provider, d.home.path(), d.cwd.path());
+    let mut agent = setup.agent();
+    let handle = agent.handle();
+    let location = handle.location();
+    handle.followup("usage session").unwrap();
+    let run = tokio::spawn(async move { agent.run_until_idle().await });
+    let pid_file = d.cwd.path().join("u.pid");
+    let pid = tokio::task::spawn_blocking(move || wait_for_pid(&pid_file))
+        .await
+        .unwrap();
+    let waiting = d.cwd.path().join("parent.waiting");
+    for _ in 0..400 {
+        if waiting.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(waiting.exists(), "the parent never reached its last call");
+    // The parent's process "ends" while the child runs: its usage never reached a parent step.
+    run.abort();
+    let _ = run.await;
+    drop(handle);
+    assert!(
+        wait_gone(pid).await,
+        "the background child outlived its parent"
+    );
+    let records = |path: &str| -> Vec<Value> {
+        load_file(Path::new(path))
+            .unwrap()
+            .events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Opaque { event_type, data }
+                    if event_type == dsh_agent::SUBAGENT_USAGE_EVENT =>
+                {
+                    Some(data.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(records(&location).is_empty());
+
+    let store = open_store(StoreKind::Jsonl, d.home.path()).unwrap();
+    for (round, expected_requests, expected_input) in [(1, 2, 1010), (2, 1, 10)] {
+        provider.route(first_user("usage session"), [say("resumed")]);
+        let mut resumed = Agent::resume(setup.parts(0), store.as_ref(), &location).unwrap();
+        resumed.handle().followup("how much?").unwrap();
+        let outcomes = tokio::time::timeout(Duration::from_secs(30), resumed.run_until_idle())
+            .await
+            .unwrap()
+            .unwrap();
+        // Round 1: the parent's request and the child's recovered one; round 2: only the
+        // parent's (the child's usage was recorded once).
+        let usage = outcomes[0].usage;
+        assert_eq!(
+            usage.requests, expected_requests,
+            "round {round}: {usage:?}"
+        );
+        assert_eq!(
+            usage.usage.input_tokens, expected_input,
+            "round {round}: {usage:?}"
+        );
+    }
+    let logged = records(&location);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0]["agent"], "agent-1");
+    assert_eq!(logged[0]["recovered"], true);
+    assert_eq!(logged[0]["usage"]["inputTokens"], 1000);
+    assert_eq!(logged[0]["usage"]["requests"], 1);
+    let children = dsh_agent::read_children(Path::new(&location).parent().unwrap());
+    assert_eq!(logged[0]["childId"], children[0].id.as_str());
 }

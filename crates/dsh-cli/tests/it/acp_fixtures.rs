@@ -411,6 +411,8 @@ fn check_additions(
     let our_calls: Vec<&str> = updates
         .iter()
         .filter(|u| u["sessionUpdate"] == "tool_call")
+        // A background child's own card is not a call of the parent (docs/acp.md, "Subagents").
+        .filter(|u| !u["_meta"]["dsh"]["child"].is_object())
         .filter_map(|u| u["toolCallId"].as_str())
         .collect();
     if our_calls != recorded_calls {

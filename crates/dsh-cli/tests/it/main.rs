@@ -27,6 +27,7 @@ mod sessions_cli;
 mod shared_prefix;
 mod start_errors;
 mod trust_cli;
+mod tui_children;
 mod tui_commands;
 mod tui_harness;
 mod tui_inline;

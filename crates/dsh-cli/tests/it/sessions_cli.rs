@@ -206,44 +206,9 @@ fn show_children_lists_subagents_and_shows_one_transcript() {
     let cwd = tempfile::tempdir().unwrap();
     let id = seed_session(home.path(), cwd.path(), "jsonl", "parent");
     let parent = dsh_session::session_path(home.path(), &cwd.path().to_string_lossy(), &id);
-    let recorded = dsh_test_support::snapshot_fixtures_dir().join("../more/acp/subagent-multi");
-    for (n, folder) in [(1, "c-alpha"), (2, "c-beta")] {
-        let text = std::fs::read_to_string(recorded.join(format!("session.{n}.jsonl"))).unwrap();
-        let text = if n == 1 {
-            text.replace(
-                r#""version":2,"mode""#,
-                r#""version":2,"name":"agent-1","mode""#,
-            )
-        } else {
-            text
-        };
-        let dir = parent.parent().unwrap().join("subagents").join(folder);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("session.jsonl"), text).unwrap();
-    }
+    write_recorded_children(parent.parent().unwrap());
     let out = dsh(home.path(), cwd.path(), &["show", &id, "--children"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let listing = text(&out.stdout);
-    let lines: Vec<&str> = listing.lines().collect();
-    assert_eq!(lines.len(), 3, "{listing}");
-    assert!(
-        lines[0].starts_with("NAME") && lines[0].contains("COST"),
-        "{listing}"
-    );
-    assert!(lines[1].starts_with("agent-1 "), "{listing}");
-    assert!(
-        lines[1].contains("idle") && lines[1].contains("Return ALPHA only"),
-        "{listing}"
-    );
-    assert!(
-        lines[1].contains("deepseek-v4-flash") && lines[1].contains('$'),
-        "{listing}"
-    );
-    assert!(
-        lines[2].starts_with("- ") && lines[2].contains("Return BETA only"),
-        "{listing}"
-    );
-
+    check_children_listing(&out);
     let out = dsh(
         home.path(),
         cwd.path(),
@@ -265,4 +230,92 @@ fn show_children_lists_subagents_and_shows_one_transcript() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// dsh's two recorded children of `subagent-multi` in `folder/subagents/`, the first given this
+/// build's descriptor name `agent-1`.
+fn write_recorded_children(folder: &Path) {
+    let recorded = dsh_test_support::snapshot_fixtures_dir().join("../more/acp/subagent-multi");
+    for (n, name) in [(1, "c-alpha"), (2, "c-beta")] {
+        let text = std::fs::read_to_string(recorded.join(format!("session.{n}.jsonl"))).unwrap();
+        let text = if n == 1 {
+            text.replace(
+                r#""version":2,"mode""#,
+                r#""version":2,"name":"agent-1","mode""#,
+            )
+        } else {
+            text
+        };
+        let dir = folder.join("subagents").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("session.jsonl"), text).unwrap();
+    }
+}
+
+/// The `--children` listing of [`write_recorded_children`]: each child's requests, uncached
+/// input, cache reads, output and cost by the default price table, from its recorded usage
+/// (ALPHA: 49 input, 2,816 cache read, 23 output on deepseek-v4-flash at 0.14 / 0.0028 / 0.28
+/// USD per million = $0.0000212; BETA: 48, 2,816, 21 = $0.0000205).
+fn check_children_listing(out: &Output) {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listing = text(&out.stdout);
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), 3, "{listing}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("CACHED") && lines[0].contains("COST"),
+        "{listing}"
+    );
+    let columns = |line: &str| -> Vec<String> {
+        line.split_whitespace()
+            .take(8)
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        columns(lines[1]),
+        [
+            "agent-1",
+            "idle",
+            "deepseek-v4-flash",
+            "1",
+            "49",
+            "2816",
+            "23",
+            "$0.000021"
+        ],
+        "{listing}"
+    );
+    assert!(lines[1].ends_with("Return ALPHA only"), "{listing}");
+    assert_eq!(
+        columns(lines[2]),
+        [
+            "-",
+            "idle",
+            "deepseek-v4-flash",
+            "1",
+            "48",
+            "2816",
+            "21",
+            "$0.000020"
+        ],
+        "{listing}"
+    );
+    assert!(lines[2].ends_with("Return BETA only"), "{listing}");
+}
+
+/// A SQLite session's children are read beside the database,
+/// `$DSH_HOME/sessions.db.subagents/<session id>/subagents/` (docs/sessions.md, "Children").
+#[test]
+fn show_children_of_a_sqlite_session_reads_them_beside_the_database() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let id = seed_session(home.path(), cwd.path(), "sqlite", "parent");
+    let folder = home.path().join("sessions.db.subagents").join(&id);
+    write_recorded_children(&folder);
+    let out = dsh(
+        home.path(),
+        cwd.path(),
+        &["--store", "sqlite", "show", &id, "--children"],
+    );
+    check_children_listing(&out);
 }

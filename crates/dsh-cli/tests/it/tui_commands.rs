@@ -40,6 +40,45 @@ async fn quit(tui: Tui) -> Tui {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matches_found_after_the_last_key_still_open_the_finder() {
+    // A workspace big enough that its walk outlasts typing the query: the match is mostly
+    // listed after the last key, and the walk's end must redraw the popup by itself.
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    for dir in 0..20 {
+        let folder = cwd.path().join(format!("pkg{dir:02}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        for file in 0..1000 {
+            std::fs::write(folder.join(format!("m{file:04}.rs")), "").unwrap();
+        }
+    }
+    std::fs::write(cwd.path().join("pkg13/walk_end_marker.rs"), "").unwrap();
+
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let tui = tokio::task::spawn_blocking(move || {
+        let tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("explain @walk_end_mark");
+        let typed = std::time::Instant::now();
+        tui.wait_for("@pkg13/walk_end_marker.rs");
+        // Without a redraw at the walk's end the popup waits for an unrelated wake-up (over
+        // 10 s here); with it, for the walk (well under a second on an idle machine).
+        let waited = typed.elapsed();
+        assert!(
+            waited < std::time::Duration::from_secs(8),
+            "the popup opened {waited:?} after the last key"
+        );
+        tui.wait_for("Tab/Enter insert");
+        tui
+    })
+    .await
+    .unwrap();
+    let _tui = quit(tui).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_mention_from_the_finder_attaches_the_file() {
     let provider = FakeProvider::start([text_reply("the parser looks fine")])
         .await

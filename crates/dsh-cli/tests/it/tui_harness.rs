@@ -31,6 +31,17 @@ impl Tui {
 
     /// `dsh <args>`, as [`Tui::start`].
     pub fn start_with(base_url: &str, home: &Path, cwd: &Path, args: &[&str]) -> Tui {
+        Tui::start_env(base_url, home, cwd, args, &[])
+    }
+
+    /// `dsh <args>` with `env` set over the usual environment (`TERM` included).
+    pub fn start_env(
+        base_url: &str,
+        home: &Path,
+        cwd: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Tui {
         let pty = native_pty_system()
             .openpty(PtySize {
                 rows: ROWS,
@@ -48,6 +59,9 @@ impl Tui {
         cmd.env("TERM", "xterm-256color");
         cmd.env("DEEPSEEK_BASE_URL", base_url);
         cmd.env("DEEPSEEK_API_KEY", "sk-tui-test");
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
         cmd.cwd(cwd);
         let started = Instant::now();
         let child = pty.slave.spawn_command(cmd).unwrap();

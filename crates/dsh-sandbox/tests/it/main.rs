@@ -1,10 +1,12 @@
 //! Escape tests of dsh-sandbox: escapes.rs (workspace-write and read-only, any user) and
 //! root_escapes.rs (privileged escapes, run as root), probe.rs (probe trials leave no process
-//! and no stale scratch directory).
+//! and no stale scratch directory), probe_cache.rs (planted probe verdicts end confined or
+//! refused).
 //!
 //! Every integration test file of this crate is a module of this one binary, so the crate links
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
 
 mod escapes;
 mod probe;
+mod probe_cache;
 mod root_escapes;

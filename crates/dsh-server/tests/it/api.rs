@@ -324,6 +324,76 @@ async fn steer_and_model_switch() {
     web.stop().await;
 }
 
+/// The server lists through a catalog it keeps in line by watching the session folders
+/// (docs/sessions.md, "Watched listing"): a log appended behind its back (by another program,
+/// no writer of ours), a session made and one deleted behind its back all show on the next
+/// first page.
+#[tokio::test]
+async fn the_first_page_follows_logs_changed_behind_the_servers_back() {
+    use std::io::Write as _;
+    let mut web = Web::start(Vec::new()).await;
+    let store = dsh_session::JsonlStore::new(web.home.path());
+    let mut logs = Vec::new();
+    for k in 0..6 {
+        let writer = dsh_session::SessionStore::create(
+            &store,
+            &format!("/stored/p{}", k % 2),
+            Default::default(),
+        )
+        .unwrap();
+        logs.push((
+            writer.header().id.clone(),
+            store.find(&writer.header().id).unwrap(),
+        ));
+    }
+    let first_ids = |page: &serde_json::Value| -> Vec<String> {
+        page["workspaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|ws| ws["sessions"].as_array().unwrap().clone())
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (status, page) = web.json(web.get("/api/sessions?limit=2")).await;
+    assert_eq!(status, 200, "{page}");
+    let (old_id, old_log) = logs
+        .iter()
+        .find(|(id, _)| !first_ids(&page).contains(id))
+        .unwrap()
+        .clone();
+    let later = dsh_session::now_ms() + 3_600_000;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&old_log)
+        .unwrap();
+    writeln!(
+        file,
+        r#"{{"type":"session/title","time":{later},"data":{{"title":"continued elsewhere"}}}}"#
+    )
+    .unwrap();
+    drop(file);
+    let (_, page) = web.json(web.get("/api/sessions?limit=2")).await;
+    let top = &page["workspaces"][0]["sessions"][0];
+    assert_eq!(top["id"], old_id.as_str(), "{page}");
+    assert_eq!(top["title"], "continued elsewhere", "{page}");
+    assert_eq!(top["updatedAt"], later, "{page}");
+    // Deleted behind its back: gone from the listing.
+    std::fs::remove_dir_all(old_log.parent().unwrap()).unwrap();
+    let (_, all) = web.json(web.get("/api/sessions")).await;
+    assert!(!first_ids(&all).contains(&old_id), "{all}");
+    assert_eq!(first_ids(&all).len(), 5, "{all}");
+    // Made behind its back, in a new working directory: listed.
+    let other = dsh_session::JsonlStore::new(web.home.path());
+    let writer =
+        dsh_session::SessionStore::create(&other, "/stored/new", Default::default()).unwrap();
+    let new_id = writer.header().id.clone();
+    drop(writer);
+    let (_, all) = web.json(web.get("/api/sessions")).await;
+    assert!(first_ids(&all).contains(&new_id), "{all}");
+    web.stop().await;
+}
+
 #[tokio::test]
 async fn session_list_pages_follow_the_cursor_to_the_end() {
     let mut web = Web::start(Vec::new()).await;

@@ -1,6 +1,6 @@
 //! Integration tests of dsh-server over real HTTP on loopback with the fake provider as the
-//! model: the API and its event stream, tool approvals, session controls, the sign-in gate,
-//! workspace trust, and the web UI driven by headless Chromium (skipped, passing, when no
+//! model: the API and its event stream, children (subagents) live and stored, tool approvals,
+//! session controls, the sign-in gate, workspace trust, and the web UI driven by headless Chromium (skipped, passing, when no
 //! `chromium` is on PATH; see browser.rs).
 //!
 //! Every integration test file of this crate is a module of this one binary, so the crate links
@@ -16,6 +16,7 @@ mod support;
 mod api;
 mod approvals;
 mod browser;
+mod children;
 mod controls;
 mod images;
 mod plan_review;

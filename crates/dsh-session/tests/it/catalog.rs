@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const CHILD_ENV: &str = "DSH_SESSION_CATALOG_CHILD";
-const CWDS: [&str; 4] = ["/w/alpha", "/w/beta", "/w/gamma space", "/w/delta"];
+pub(crate) const CWDS: [&str; 4] = ["/w/alpha", "/w/beta", "/w/gamma space", "/w/delta"];
 
 fn reply(turn: u64, model: &str, tokens: u64) -> Event {
     Event::AssistantMessage(AssistantMessage {
@@ -44,7 +44,7 @@ fn reply(turn: u64, model: &str, tokens: u64) -> Event {
 }
 
 /// One turn; `close` false leaves it open (a live writer, or a crash to repair).
-fn turn(w: &mut dyn SessionWriter, rng: &mut impl Rng, close: bool) {
+pub(crate) fn turn(w: &mut dyn SessionWriter, rng: &mut impl Rng, close: bool) {
     let turn = w.state().next_turn();
     w.append(Event::TurnStart(TurnStart { turn })).unwrap();
     w.append(Event::StepStart(StepRef { turn, step: 1 }))
@@ -77,7 +77,7 @@ fn turn(w: &mut dyn SessionWriter, rng: &mut impl Rng, close: bool) {
     }
 }
 
-fn new_session(store: &JsonlStore, rng: &mut impl Rng) -> String {
+pub(crate) fn new_session(store: &JsonlStore, rng: &mut impl Rng) -> String {
     let cwd = CWDS[rng.gen_range(0..CWDS.len())];
     let mut w = store.create(cwd, CreateOptions::default()).unwrap();
     for _ in 0..rng.gen_range(0..3) {
@@ -86,7 +86,7 @@ fn new_session(store: &JsonlStore, rng: &mut impl Rng) -> String {
     w.header().id.clone()
 }
 
-fn damaged_set(listing: &Listing) -> BTreeSet<(String, String)> {
+pub(crate) fn damaged_set(listing: &Listing) -> BTreeSet<(String, String)> {
     listing
         .damaged
         .iter()
@@ -141,7 +141,7 @@ fn assert_listing_matches_scan(store: &JsonlStore, what: &str) {
     }
 }
 
-fn all_logs(home: &Path) -> Vec<PathBuf> {
+pub(crate) fn all_logs(home: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let Ok(folders) = std::fs::read_dir(home.join("sessions")) else {
         return out;
@@ -181,7 +181,7 @@ fn restore_mtime(path: &Path, before: &std::fs::Metadata) {
 }
 
 /// Changes a log behind the catalog's back, in one of several ways.
-fn tamper(path: &Path, rng: &mut impl Rng) -> &'static str {
+pub(crate) fn tamper(path: &Path, rng: &mut impl Rng) -> &'static str {
     let before = std::fs::metadata(path).unwrap();
     let text = std::fs::read(path).unwrap();
     match rng.gen_range(0..5) {

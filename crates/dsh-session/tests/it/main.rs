@@ -1,5 +1,5 @@
 //! Integration tests of dsh-session: crash safety, recorded fixtures, fuzzing of the loader,
-//! projection, the store.
+//! projection, the store, the syncs before the first model call.
 //!
 //! Every integration test file of this crate is a module of this one binary, so the crate links
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
@@ -10,6 +10,7 @@
 
 mod atif;
 mod catalog;
+mod catalog_watch;
 mod crash;
 mod dsh_logs;
 mod fixtures;
@@ -17,3 +18,4 @@ mod fuzz_props;
 mod images;
 mod projection;
 mod store;
+mod syncs;

@@ -55,6 +55,10 @@ pub struct TaskDone {
     pub text: String,
     /// Fields added to the job's data (`Value::Null` for none).
     pub data: Value,
+    /// The whole message that announces the job's end to the model, in place of the generic
+    /// `Background job <id> finished: ...` notice (a background subagent's settlement,
+    /// docs/agent.md, "Delegation").
+    pub notice: Option<String>,
 }
 
 /// A task job's body: `Ok` ends the job `completed`, `Err` ends it `failed`.
@@ -180,6 +184,8 @@ pub(crate) struct Job {
     /// Fired by `job_kill`.
     kill: CancellationToken,
     done: watch::Receiver<bool>,
+    /// A task job's own end notice ([`TaskDone::notice`]).
+    notice: Mutex<Option<String>>,
 }
 
 impl Job {
@@ -468,6 +474,13 @@ impl JobTable {
             if job.is_running() || job.reported.swap(true, Ordering::SeqCst) {
                 continue;
             }
+            if let Some(text) = job.notice.lock_or_recover().clone() {
+                notices.push(JobNotice {
+                    job_id: job.id.clone(),
+                    text,
+                });
+                continue;
+            }
             let status = job.status();
             let preview = unread_tail(&job, 2_000, 20);
             let mut text = format!(
@@ -570,6 +583,7 @@ impl JobTable {
             reported: AtomicBool::new(false),
             kill: CancellationToken::new(),
             done: done_rx,
+            notice: Mutex::new(None),
         });
         let mut body = body(job.kill.clone());
         let task_job = Arc::clone(&job);
@@ -587,7 +601,10 @@ impl JobTable {
                 }
             };
             let (text, data) = match outcome {
-                Some(Ok(done)) | Some(Err(done)) => (done.text, done.data),
+                Some(Ok(done)) | Some(Err(done)) => {
+                    *job.notice.lock_or_recover() = done.notice;
+                    (done.text, done.data)
+                }
                 None => (String::new(), Value::Null),
             };
             if let Value::Object(data) = data {
@@ -661,6 +678,7 @@ impl JobTable {
             reported: AtomicBool::new(false),
             kill: CancellationToken::new(),
             done: done_rx,
+            notice: Mutex::new(None),
         });
         // The task owns the group (killed on drop if the task is aborted) and holds only the
         // job, never the table, so the table can drop and kill everything.

@@ -8,7 +8,9 @@
 // formatting").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod children;
 mod keys;
+mod links;
 mod mentions;
 mod plan_review;
 mod polish;

@@ -231,6 +231,7 @@ fn wrapped_code_and_tool_lines_keep_their_gutter() {
             output: "error: the configuration value is out of range for this machine".into(),
             meta: Some(json!({"exitCode": 0})),
         },
+        progress: None,
     });
     let mut out = String::new();
     for cell in [reply, bash] {
@@ -257,6 +258,7 @@ fn read_card_counts_the_lines_read() {
                 output: output.into(),
                 meta: Some(meta),
             },
+            progress: None,
         })
     };
     // Asked for 2000 lines of a 3-line file: 3 were read.

@@ -58,6 +58,7 @@ fn tool(name: &str, args: serde_json::Value, status: ToolStatus) -> Cell {
         name: name.into(),
         arguments: args.to_string(),
         status,
+        progress: None,
     })
 }
 

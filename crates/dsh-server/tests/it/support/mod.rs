@@ -23,6 +23,7 @@ pub mod cdp;
 /// Builds agents against the fake provider: the built-in tools plus `ask_user_question`, the
 /// skills of `<cwd>/.dsh/skills`, a permission source (see [`permission_source`]), and the
 /// `extra` extensions.
+#[derive(Clone)]
 pub struct TestFactory {
     pub base_url: String,
     pub spill: std::path::PathBuf,
@@ -34,16 +35,19 @@ pub struct TestFactory {
     pub home: std::path::PathBuf,
 }
 
-impl SessionFactory for TestFactory {
-    fn open(
-        &self,
-        spec: &SessionSpec,
-        store: &dyn SessionStore,
-    ) -> Result<OpenedSession, RuntimeError> {
-        let cwd = spec
-            .cwd
-            .clone()
-            .expect("the web server names the session's cwd");
+impl TestFactory {
+    /// An agent's parts at delegation `depth`: the DeepSeek adapter on the fake provider, the
+    /// built-in tools plus `ask_user_question`, the skills of `<cwd>/.dsh/skills`, delegation
+    /// (`subagent` and the team tools, children built by this same method one level deeper),
+    /// and for the top-level agent the `extra` extensions. Returns the live feed of the agent's
+    /// children too (docs/agent.md, "Watching children").
+    fn parts(
+        self: &TestFactory,
+        cwd: &Path,
+        call: CallConfig,
+        titles: bool,
+        depth: u64,
+    ) -> Result<(AgentParts, dsh_agent::ChildFeed), RuntimeError> {
         let adapter = dsh_deepseek::DeepSeekAdapter::new(dsh_deepseek::DeepSeekConfig::new(
             self.base_url.clone(),
             Some(dsh_deepseek::ApiKey::new("sk-web-test")),
@@ -62,31 +66,35 @@ impl SessionFactory for TestFactory {
             // The set lives as long as the agent.
             std::mem::forget(guard);
         }
-        for extension in &self.extra {
-            extensions.register_for_life(Arc::clone(extension));
+        if depth == 0 {
+            for extension in &self.extra {
+                extensions.register_for_life(Arc::clone(extension));
+            }
         }
+        let child_factory: dsh_agent::ChildFactory = {
+            let factory = self.clone();
+            let cwd = cwd.to_path_buf();
+            let call = call.clone();
+            Arc::new(move |child_depth| {
+                factory
+                    .parts(&cwd, call.clone(), false, child_depth)
+                    .map(|(parts, _)| parts)
+                    .map_err(|e| dsh_agent::SubagentError::setup("INVALID_CONFIG", e.to_string()))
+            })
+        };
+        let subagents = dsh_agent::Subagents::new(depth, child_factory);
+        let children = subagents.feed();
+        extensions.register_for_life(Arc::new(subagents));
         let skills = dsh_agent::SkillSet::discover(&[cwd.join(".dsh").join("skills")]);
         extensions.register_for_life(Arc::new(dsh_agent::Skills::new(skills)));
         let mut tools = ToolRegistry::with_builtins();
         tools.register(Arc::new(AskUserQuestionTool)).unwrap();
         let spill = SpillDir::create(self.spill.join(uuid_like())).unwrap();
-        let tool_context = ToolContext::new(&cwd, spill)
+        let tool_context = ToolContext::new(cwd, spill)
             .unwrap()
             .with_permission(PermissionPreset::DangerFullAccess);
-        let model = spec
-            .choices
-            .model
-            .clone()
-            .unwrap_or_else(|| "deepseek-v4-flash".into());
-        let mut call = CallConfig::new("deepseek", model);
-        // The effort chosen at creation, as the runtime applies it.
-        call.reasoning_effort = spec
-            .choices
-            .effort
-            .as_deref()
-            .and_then(dsh_llm::ReasoningEffort::parse);
-        let mut options = AgentOptions::new(call, &cwd);
-        if self.model_titles && spec.model_titles {
+        let mut options = AgentOptions::new(call, cwd);
+        if titles {
             options.titles = dsh_agent::TitleMode::Model {
                 route: None,
                 model: None,
@@ -99,6 +107,34 @@ impl SessionFactory for TestFactory {
             tool_context,
             options,
         };
+        Ok((parts, children))
+    }
+}
+
+impl SessionFactory for TestFactory {
+    fn open(
+        &self,
+        spec: &SessionSpec,
+        store: &dyn SessionStore,
+    ) -> Result<OpenedSession, RuntimeError> {
+        let cwd = spec
+            .cwd
+            .clone()
+            .expect("the web server names the session's cwd");
+        let model = spec
+            .choices
+            .model
+            .clone()
+            .unwrap_or_else(|| "deepseek-v4-flash".into());
+        let mut call = CallConfig::new("deepseek", model);
+        // The effort chosen at creation, as the runtime applies it.
+        call.reasoning_effort = spec
+            .choices
+            .effort
+            .as_deref()
+            .and_then(dsh_llm::ReasoningEffort::parse);
+        let titles = self.model_titles && spec.model_titles;
+        let (parts, children) = self.parts(&cwd, call, titles, 0)?;
         let mut agent = match &spec.resume {
             Resume::Id(id) => Agent::resume(parts, store, id)?,
             Resume::New => Agent::create(parts, store)?,
@@ -108,7 +144,7 @@ impl SessionFactory for TestFactory {
         Ok(OpenedSession {
             agent,
             history: Vec::new(),
-            children: dsh_agent::ChildFeed::default(),
+            children,
         })
     }
 
@@ -171,6 +207,8 @@ pub struct Web {
     pub token: String,
     pub base: String,
     pub client: reqwest::Client,
+    /// The store the server keeps sessions in.
+    pub store: StoreKind,
 }
 
 pub fn text(reply: &str) -> ScriptedReply {
@@ -189,18 +227,24 @@ impl Web {
         replies: Vec<ScriptedReply>,
         extra: Vec<Arc<dyn dsh_agent::Extension>>,
     ) -> Web {
-        Self::start_inner(replies, extra, false).await
+        Self::start_inner(replies, extra, false, StoreKind::Jsonl).await
     }
 
     /// A server whose sessions get model-written titles.
     pub async fn start_titled(replies: Vec<ScriptedReply>) -> Web {
-        Self::start_inner(replies, Vec::new(), true).await
+        Self::start_inner(replies, Vec::new(), true, StoreKind::Jsonl).await
+    }
+
+    /// A server over the store of kind `store`.
+    pub async fn start_store(replies: Vec<ScriptedReply>, store: StoreKind) -> Web {
+        Self::start_inner(replies, Vec::new(), false, store).await
     }
 
     async fn start_inner(
         replies: Vec<ScriptedReply>,
         extra: Vec<Arc<dyn dsh_agent::Extension>>,
         model_titles: bool,
+        store: StoreKind,
     ) -> Web {
         let home = tempfile::tempdir().unwrap();
         let cwd = tempfile::tempdir().unwrap();
@@ -217,7 +261,7 @@ impl Web {
         });
         let options = ServerOptions {
             home: home.path().to_path_buf(),
-            store: StoreKind::Jsonl,
+            store,
             prices: dsh_session::PriceTable::default_deepseek(),
             default_cwd: std::fs::canonicalize(cwd.path()).unwrap(),
             allow_remote: false,
@@ -237,6 +281,7 @@ impl Web {
             token,
             base,
             client,
+            store,
         }
     }
 
@@ -287,6 +332,33 @@ impl Web {
         }
     }
 
+    /// Stops the server and starts another on the same home and provider (no session is
+    /// live in it: they are all stored), signed in afresh.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let listener = dsh_server::bind("127.0.0.1:0".parse().unwrap(), false)
+            .await
+            .unwrap();
+        let factory = Arc::new(TestFactory {
+            base_url: self.provider.base_url(),
+            spill: self.home.path().join("spill"),
+            extra: Vec::new(),
+            model_titles: false,
+            home: self.home.path().to_path_buf(),
+        });
+        let options = ServerOptions {
+            home: self.home.path().to_path_buf(),
+            store: self.store,
+            prices: dsh_session::PriceTable::default_deepseek(),
+            default_cwd: std::fs::canonicalize(self.cwd.path()).unwrap(),
+            allow_remote: false,
+        };
+        let server = WebServer::start(listener, options, factory).unwrap();
+        self.base = format!("http://127.0.0.1:{}", server.address().port());
+        self.token = sign_in(&self.client, &server.url()).await;
+        self.server = Some(server);
+    }
+
     pub async fn stop(&mut self) {
         if let Some(server) = self.server.take() {
             server.shutdown().await.unwrap();
@@ -322,32 +394,61 @@ pub struct SseReader {
     buffer: String,
 }
 
+/// One SSE event of either kind: a session event (with its seq as id) or a child's event
+/// (named `child`, no id; data `{child, callId, background, event}`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Session(SseEvent),
+    Child(Value),
+}
+
 impl SseReader {
-    /// The next event (comments and keep-alives skipped); panics after 10 s.
+    /// The next session event (comments, keep-alives and child events skipped); panics
+    /// after 10 s.
     pub async fn next(&mut self) -> SseEvent {
-        tokio::time::timeout(Duration::from_secs(10), self.next_inner())
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Frame::Session(event) = self.next_frame_inner().await {
+                    return event;
+                }
+            }
+        })
+        .await
+        .expect("no SSE event within 10 s")
+    }
+
+    /// The next event of either kind; panics after 10 s.
+    pub async fn next_frame(&mut self) -> Frame {
+        tokio::time::timeout(Duration::from_secs(10), self.next_frame_inner())
             .await
             .expect("no SSE event within 10 s")
     }
 
-    async fn next_inner(&mut self) -> SseEvent {
+    async fn next_frame_inner(&mut self) -> Frame {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let block: String = self.buffer.drain(..end + 2).collect();
                 let mut id = None;
+                let mut name = None;
                 let mut data = String::new();
                 for line in block.lines() {
                     if let Some(v) = line.strip_prefix("id:") {
                         id = Some(v.trim().parse::<u64>().unwrap());
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        name = Some(v.trim().to_string());
                     } else if let Some(v) = line.strip_prefix("data:") {
                         data.push_str(v.strip_prefix(' ').unwrap_or(v));
                     }
                 }
+                if name.as_deref() == Some("child") {
+                    assert!(id.is_none(), "a child event carries no id: {block}");
+                    return Frame::Child(serde_json::from_str(&data).unwrap());
+                }
                 if let Some(id) = id {
-                    return SseEvent {
+                    return Frame::Session(SseEvent {
                         id,
                         data: serde_json::from_str(&data).unwrap(),
-                    };
+                    });
                 }
                 continue;
             }
