@@ -3,9 +3,6 @@
 //! choice plus "Don't answer", attached to the `ask_user_question` tool card. Free-text
 //! questions (no options) cannot be shown that way and are not asked.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use dsh_agent::{
     AskOutcome, Asker, QuestionRequest, UserAnswer, UserQuestion, APPROVE_LABEL,
     KEEP_PLANNING_LABEL,
@@ -42,7 +39,7 @@ pub struct AcpAsker {
     session_id: String,
     out: Outgoing,
     order: Option<UpdateBarrier>,
-    forms: Arc<AtomicBool>,
+    forms: bool,
 }
 
 impl AcpAsker {
@@ -52,14 +49,14 @@ impl AcpAsker {
             session_id: session_id.into(),
             out,
             order: None,
-            forms: Arc::new(AtomicBool::new(false)),
+            forms: false,
         }
     }
 
-    /// Shares the flag that says the client renders `elicitation/create` forms (its
-    /// `clientCapabilities.elicitation.form` at `initialize`); with it the plan review offers
+    /// Whether the client renders `elicitation/create` forms (its
+    /// `clientCapabilities.elicitation.form` at `initialize`); with them the plan review offers
     /// "Approve with edits" and asks for feedback (docs/acp.md, "Plan mode").
-    pub(crate) fn with_forms(mut self, forms: Arc<AtomicBool>) -> Self {
+    pub(crate) fn with_forms(mut self, forms: bool) -> Self {
         self.forms = forms;
         self
     }
@@ -345,7 +342,7 @@ impl Asker for AcpAsker {
         let out = self.out.clone();
         let session_id = self.session_id.clone();
         let order = self.order.clone();
-        let forms = self.forms.load(Ordering::SeqCst);
+        let forms = self.forms;
         Box::pin(async move {
             if let Some(order) = &order {
                 order.flushed().await;

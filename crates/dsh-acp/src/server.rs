@@ -197,15 +197,14 @@ impl Server {
     }
 
     fn start(&self, opened: OpenedSession, cwd: PathBuf) -> AcpSession {
-        let session = AcpSession::start(
+        AcpSession::start(
             opened.agent,
             &opened.children,
             cwd,
             self.out.clone(),
             self.factory.models(),
-        );
-        session.elicit_forms(self.elicits_forms);
-        session
+            self.elicits_forms,
+        )
     }
 
     /// `session/new`: the result and the new session's id. When the workspace has project

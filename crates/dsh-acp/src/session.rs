@@ -95,9 +95,6 @@ pub(crate) struct AcpSession {
     cancelled: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
     task: JoinHandle<()>,
-    /// The client renders `elicitation/create` forms (set after `initialize`, read by the
-    /// session's `AcpAsker` for the plan review).
-    forms: Arc<AtomicBool>,
 }
 
 /// The ACP answer for how a turn ended: a stop reason, or an error for a failed turn.
@@ -143,6 +140,7 @@ impl AcpSession {
         cwd: PathBuf,
         out: Outgoing,
         models: Vec<String>,
+        forms: bool,
     ) -> Self {
         let handle = agent.handle();
         let session_id = handle.session_id();
@@ -151,11 +149,10 @@ impl AcpSession {
         agent.set_approver(Arc::new(
             AcpApprover::new(&session_id, out.clone()).ordered(barrier.clone()),
         ));
-        let forms = Arc::new(AtomicBool::new(false));
         agent.set_asker(Arc::new(
             AcpAsker::new(&session_id, out.clone())
                 .ordered(barrier)
-                .with_forms(Arc::clone(&forms)),
+                .with_forms(forms),
         ));
         let call = agent.call().clone();
         let info = agent.model_info().clone();
@@ -204,13 +201,7 @@ impl AcpSession {
             cancelled,
             stopping,
             task,
-            forms,
         }
-    }
-
-    /// Whether the client renders `elicitation/create` forms (docs/acp.md, "Plan mode").
-    pub(crate) fn elicit_forms(&self, on: bool) {
-        self.forms.store(on, Ordering::SeqCst);
     }
 
     /// Queues a prompt; its response is sent when its turn ends.

@@ -114,15 +114,11 @@ pub(crate) fn tool_title(name: &str, args: &Value) -> String {
 /// Whether a tool result reports a failure (an error, or a result block marked as one).
 pub(crate) fn result_failed(result: &ToolResult) -> bool {
     result.error.is_some()
-        || result.message.content.iter().any(|block| {
-            matches!(
-                block,
-                ContentBlock::ToolResult {
-                    is_error: Some(true),
-                    ..
-                }
-            )
-        })
+        || result
+            .message
+            .content
+            .iter()
+            .any(dsh_agent::is_error_result)
 }
 
 fn text_of(blocks: &[ContentBlock]) -> String {

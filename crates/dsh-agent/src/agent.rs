@@ -536,6 +536,7 @@ impl Agent {
             .prepare(&model_info)
             .map_err(AgentError::Config)?;
         let depth = writer.header().delegation_depth.unwrap_or(0);
+        let parent_session = writer.header().parent_session.clone();
         let log = SessionLog::new(
             writer,
             projector,
@@ -582,6 +583,7 @@ impl Agent {
             session_id: handle.session_id(),
             cwd: agent.options.cwd.clone(),
             depth,
+            parent_session,
             handle: handle.downgrade(),
         };
         for extension in agent.extensions.snapshot() {

@@ -200,6 +200,8 @@ pub struct AttachedAgent {
     pub cwd: std::path::PathBuf,
     /// Delegation depth of the session (0 for a top-level session).
     pub depth: u64,
+    /// The parent's session id, for a subagent (the header's `parentSession`).
+    pub parent_session: Option<String>,
 }
 
 /// What a `turn_stopping` handler sees.

@@ -50,18 +50,13 @@ const MAX_STOP_CONTINUATIONS: u32 = 8;
 /// Longest stderr kept in `hook/result.stderrSummary`.
 const SUMMARY_CHARS: usize = 2000;
 
-/// The parent of the child whose log is `location` (docs/sessions.md, "Children"): its session
-/// id (the header's `parentSession`) and, when it is a JSONL log, its path
+/// The parent of the child `agent` (docs/sessions.md, "Children"): its session id (the
+/// header's `parentSession`) and, when it is a JSONL log, its path
 /// (`<parent folder>/subagents/<child id>/session.jsonl`; a SQLite parent's is
 /// `sqlite:<db>#<id>`).
-fn parent_of(location: &str) -> Option<(String, Option<String>)> {
-    use std::io::BufRead;
-    let path = std::path::Path::new(location);
-    let file = std::fs::File::open(path).ok()?;
-    let mut first = String::new();
-    std::io::BufReader::new(file).read_line(&mut first).ok()?;
-    let header: Value = serde_json::from_str(&first).ok()?;
-    let id = header.get("parentSession")?.as_str()?.to_string();
+fn parent_of(agent: &AttachedAgent) -> Option<(String, Option<String>)> {
+    let id = agent.parent_session.clone()?;
+    let path = std::path::Path::new(&agent.location);
     let folder = path.parent()?.parent()?.parent()?;
     let log = dsh_session::session_file_in(folder)
         .map(|p| p.display().to_string())
@@ -508,9 +503,7 @@ impl Extension for CommandHooks {
     }
 
     fn attach(&self, agent: &AttachedAgent) {
-        let parent = (agent.depth > 0)
-            .then(|| parent_of(&agent.location))
-            .flatten();
+        let parent = (agent.depth > 0).then(|| parent_of(agent)).flatten();
         let mut state = self.state();
         state.attached = Some(agent.clone());
         state.parent = parent;

@@ -82,9 +82,9 @@ pub use replay::{compare_runs, Difference, RecordedRun, RecordedTurn, ReplayAdap
 pub use safety::{SafetyPolicy, PERMISSION_PRESET_EVENT, SANDBOX_MODE_EVENT};
 pub use skills::{parse_skill, Skill, SkillProblem, SkillSet, Skills, SKILLS_PLUGIN};
 pub use subagents::{
-    read_children, ChildActivity, ChildFactory, ChildFeed, ChildIdentity, ChildIds, ModelChoice,
-    ParentLink, StoredChild, Subagents, DEFAULT_MAX_CONCURRENT, MAX_DELEGATION_DEPTH,
-    SUBAGENT_USAGE_EVENT,
+    child_state_after, read_children, ChildActivity, ChildFactory, ChildFeed, ChildIdentity,
+    ChildIds, ModelChoice, ParentLink, StoredChild, Subagents, DEFAULT_MAX_CONCURRENT,
+    MAX_DELEGATION_DEPTH, SUBAGENT_USAGE_EVENT,
 };
 pub use titles::TitleMode;
 pub use todo_events::TodoEvents;

@@ -116,7 +116,7 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
             child,
         } => {
             if children || child.is_some() {
-                let folder = session_folder(&home, kind, &session)?;
+                let folder = session_folder(store.as_ref(), kind, &session)?;
                 return show_children(&folder, child.as_deref(), &mut out)
                     .map(|()| ExitCode::SUCCESS);
             }
@@ -180,21 +180,20 @@ fn load_any(store: &dyn SessionStore, key: &str) -> anyhow::Result<LoadedLog> {
 /// The folder of a session's log (its children live in `subagents/` there): a path, an id of
 /// the JSONL store, or for the SQLite store its children's folder beside the database
 /// (docs/sessions.md, "Where sessions live").
-fn session_folder(home: &Path, kind: StoreKind, key: &str) -> anyhow::Result<PathBuf> {
+fn session_folder(store: &dyn SessionStore, kind: StoreKind, key: &str) -> anyhow::Result<PathBuf> {
     let path = Path::new(key);
     let file = if path.is_file() {
         path.to_path_buf()
     } else if let Some(file) = dsh_session::session_file_in(path) {
         file
-    } else if kind == StoreKind::Sqlite {
-        let store = open_store(kind, home)?;
-        let id = store.resolve(key)?;
-        let db = home.join("sessions.db");
-        dsh_session::sub_agent_anchor(&format!("sqlite:{}#{id}", db.display()))
     } else {
-        dsh_session::JsonlStore::new(home).find(key).with_context(|| {
-            format!("cannot find session `{key}` in the jsonl store (subagent logs are read from session folders; pass the path of the session.jsonl)")
-        })?
+        let folder = store.session_folder(key);
+        return match kind {
+            StoreKind::Jsonl => folder.with_context(|| {
+                format!("cannot find session `{key}` in the jsonl store (subagent logs are read from session folders; pass the path of the session.jsonl)")
+            }),
+            StoreKind::Sqlite => Ok(folder?),
+        };
     };
     Ok(file
         .parent()
@@ -227,10 +226,7 @@ fn show_children(folder: &Path, child: Option<&str>, out: &mut impl Write) -> an
         writeln!(out, "This session started no subagents.")?;
         return Ok(());
     }
-    let cwd = load_file(&children[0].log)
-        .map(|l| PathBuf::from(l.header.cwd))
-        .unwrap_or_default();
-    let prices = configured_prices(&cwd);
+    let prices = configured_prices(Path::new(&children[0].cwd));
     let mut text = String::from("NAME      STATE        MODEL                 REQUESTS  INPUT     CACHED    OUTPUT    COST       ID                                    LABEL\n");
     for c in &children {
         // Six decimals: a short child costs a few millionths of a dollar.

@@ -327,15 +327,8 @@ impl Sandbox {
         let (cached, file_for_trial) = (probe.clone(), file.clone());
         let search_path = search_path.map(std::ffi::OsStr::to_os_string);
         let verify: probe_cache::Verifier = Arc::new(move || {
-            once.get_or_init(|| {
-                let fresh = SandboxProbe::run(search_path.as_deref());
-                if choice_of(preference, &fresh) != choice_of(preference, &cached) {
-                    let key = ProbeKey::current(search_path.as_deref());
-                    let _ = store_probe(&file_for_trial, &key, &fresh);
-                }
-                fresh
-            })
-            .clone()
+            probe_cache::verify_once(&once, &cached, &file_for_trial, search_path.as_deref())
+                .clone()
         });
         Self::unverified(preset, preference, probe, file, verify)
     }

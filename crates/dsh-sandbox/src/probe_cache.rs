@@ -347,7 +347,18 @@ pub(crate) fn verified_probe(
     file: &Path,
     search_path: Option<&OsStr>,
 ) -> &'static SandboxProbe {
-    FRESH.get_or_init(|| {
+    verify_once(&FRESH, cached, file, search_path)
+}
+
+/// The fresh trial kept in `once` (run on the first call): [`verified_probe`] for a given
+/// once-cell, so a sandbox that is not the process's keeps its own trial.
+pub(crate) fn verify_once<'a>(
+    once: &'a OnceLock<SandboxProbe>,
+    cached: &SandboxProbe,
+    file: &Path,
+    search_path: Option<&OsStr>,
+) -> &'a SandboxProbe {
+    once.get_or_init(|| {
         let key = ProbeKey::current(search_path);
         let fresh = SandboxProbe::run(search_path);
         if !same_verdict(&fresh, cached) {

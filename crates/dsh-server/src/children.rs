@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use dsh_agent::{ChildActivity, StoredChild};
 use dsh_llm::LockExt;
-use dsh_session::{Envelope, Event, StoreKind, TurnEndReason};
+use dsh_session::{Envelope, Event};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
@@ -101,11 +101,7 @@ impl ChildEvents {
             }
             Event::TurnEnd(end) => {
                 entry.running = false;
-                entry.ended = Some(match end.reason {
-                    TurnEndReason::Completed => "idle",
-                    TurnEndReason::Aborted { .. } => "cancelled",
-                    _ => "failed",
-                });
+                entry.ended = Some(dsh_agent::child_state_after(&end.reason));
             }
             _ => {}
         }
@@ -157,30 +153,18 @@ pub(crate) fn forward(mut receiver: broadcast::Receiver<ChildActivity>, feed: Ar
 /// The folder whose `subagents/` holds the children of session `id`.
 async fn session_folder(sessions: &Sessions, id: &str) -> Result<PathBuf, ApiError> {
     check_id(id)?;
-    let anchor = if let Some(live) = sessions.live(id) {
-        dsh_session::sub_agent_anchor(&live.handle.location())
-    } else {
-        let home = sessions.home().to_path_buf();
-        let kind = sessions.store_kind();
-        let key = id.to_string();
-        sessions
-            .with_store(move |store| {
-                // A plain id (checked above): the stores look it up, never as a path.
-                let id = store.resolve(&key)?;
-                Ok(match kind {
-                    StoreKind::Sqlite => {
-                        let db = home.join("sessions.db");
-                        dsh_session::sub_agent_anchor(&format!("sqlite:{}#{id}", db.display()))
-                    }
-                    StoreKind::Jsonl => dsh_session::JsonlStore::new(&home).find(&id)?,
-                })
-            })
-            .await?
-    };
-    anchor
-        .parent()
-        .map(Path::to_path_buf)
-        .ok_or_else(|| ApiError::internal("the session's log has no folder"))
+    if let Some(live) = sessions.live(id) {
+        let anchor = dsh_session::sub_agent_anchor(&live.handle.location());
+        return anchor
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| ApiError::internal("the session's log has no folder"));
+    }
+    let key = id.to_string();
+    // A plain id (checked above): the stores look it up, never as a path.
+    sessions
+        .with_store(move |store| Ok(store.session_folder(&key)?))
+        .await
 }
 
 /// The children stored in `folder/subagents/` whose logs really lie there.

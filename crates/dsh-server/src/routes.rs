@@ -500,26 +500,15 @@ pub(crate) async fn prompt(State(state): Shared, Path(id): Path<String>, body: B
     }
     let mode = body.mode.unwrap_or_else(|| "followup".into());
     let live = state.sessions.ensure_live(&id).await?;
-    if !images.is_empty() {
-        let mut message = dsh_agent::new_user_message(body.text.clone());
-        if body.text.trim().is_empty() {
-            message.content.clear();
-        }
-        message.content.extend(images);
-        match mode.as_str() {
-            "followup" => live.handle.followup_message(message)?,
-            "steer" => live.handle.steer_message(message)?,
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown mode `{other}` (expected followup or steer)"
-                )))
-            }
-        }
-        return Ok((StatusCode::ACCEPTED, Json(json!({"queued": mode}))).into_response());
+    let mut message = dsh_agent::new_user_message(body.text.clone());
+    if body.text.trim().is_empty() {
+        // Images alone: no empty text block before them.
+        message.content.clear();
     }
+    message.content.extend(images);
     match mode.as_str() {
-        "followup" => live.handle.followup(body.text)?,
-        "steer" => live.handle.steer(body.text)?,
+        "followup" => live.handle.followup_message(message)?,
+        "steer" => live.handle.steer_message(message)?,
         other => {
             return Err(ApiError::bad_request(format!(
                 "unknown mode `{other}` (expected followup or steer)"

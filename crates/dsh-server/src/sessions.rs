@@ -168,11 +168,6 @@ impl Sessions {
         &self.home
     }
 
-    /// Which store the sessions are in.
-    pub(crate) fn store_kind(&self) -> StoreKind {
-        self.store_kind
-    }
-
     /// After the user trusted `workspace`: the factory forgets what it resolved there, so new
     /// sessions (and reopened ones) apply the workspace's settings.
     pub fn trusted(&self, workspace: &std::path::Path) {

@@ -96,6 +96,16 @@ pub(crate) struct FileKey {
 }
 
 impl FileKey {
+    /// The key stored in four columns of a row, from column `first` on.
+    fn read(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<FileKey> {
+        Ok(FileKey {
+            size: r.get(first)?,
+            mtime_ns: r.get(first + 1)?,
+            ctime_ns: r.get(first + 2)?,
+            ino: r.get(first + 3)?,
+        })
+    }
+
     #[cfg(unix)]
     pub(crate) fn of(meta: &fs::Metadata) -> FileKey {
         FileKey {
@@ -187,12 +197,7 @@ impl Row {
         let time = |i| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
         Ok(Row {
             dir: r.get(0)?,
-            key: FileKey {
-                size: r.get(2)?,
-                mtime_ns: r.get(3)?,
-                ctime_ns: r.get(4)?,
-                ino: r.get(5)?,
-            },
+            key: FileKey::read(r, 2)?,
             summary: SessionSummary {
                 location: r.get(1)?,
                 id: r.get(6)?,
@@ -447,11 +452,7 @@ impl Catalog {
         }
         let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
         for &index in &gone {
-            let dir = &rows[index].dir;
-            tx.execute("DELETE FROM entries WHERE dir = ?1", [dir])
-                .map_err(self.sql())?;
-            tx.execute("DELETE FROM texts WHERE dir = ?1", [dir])
-                .map_err(self.sql())?;
+            delete_row(&tx, &rows[index].dir).map_err(self.sql())?;
         }
         let mut fresh = Vec::with_capacity(stale.len());
         for (index, entry) in stale {
@@ -483,32 +484,17 @@ impl Catalog {
         for (folder, name) in sessions {
             let dir = format!("{folder}/{}", name.to_string_lossy());
             let session = root.join(folder).join(name);
-            // The first log of the folder in the order of `crate::jsonl::session_file_in`.
-            let found = SESSION_FILE_NAMES.iter().find_map(|file| {
-                let path = session.join(file);
-                let meta = fs::metadata(&path).ok().filter(fs::Metadata::is_file)?;
-                Some(Found {
-                    dir: dir.clone(),
-                    folder: folder.clone(),
-                    key: FileKey::of(&meta),
-                    path,
-                })
+            let found = log_in(&session).map(|(file, key)| Found {
+                dir: dir.clone(),
+                folder: folder.clone(),
+                key,
+                path: session.join(SESSION_FILE_NAMES[file]),
             });
             let row = tx
                 .query_row(
                     "SELECT path, size, mtime_ns, ctime_ns, ino FROM entries WHERE dir = ?1",
                     [&dir],
-                    |r| {
-                        Ok((
-                            r.get::<_, String>(0)?,
-                            FileKey {
-                                size: r.get(1)?,
-                                mtime_ns: r.get(2)?,
-                                ctime_ns: r.get(3)?,
-                                ino: r.get(4)?,
-                            },
-                        ))
-                    },
+                    |r| Ok((r.get::<_, String>(0)?, FileKey::read(r, 1)?)),
                 )
                 .optional()
                 .map_err(self.sql())?;
@@ -519,12 +505,7 @@ impl Catalog {
                     let summary = SessionSummary::of_file(&found.path).map_err(|e| e.to_string());
                     upsert(&tx, &found, &summary).map_err(self.sql())?;
                 }
-                (None, Some(_)) => {
-                    tx.execute("DELETE FROM entries WHERE dir = ?1", [&dir])
-                        .map_err(self.sql())?;
-                    tx.execute("DELETE FROM texts WHERE dir = ?1", [&dir])
-                        .map_err(self.sql())?;
-                }
+                (None, Some(_)) => delete_row(&tx, &dir).map_err(self.sql())?,
                 (None, None) => {}
             }
         }
@@ -854,22 +835,37 @@ fn stat_all(folders: &[Folder], candidates: Vec<Candidate>) -> Vec<Seen> {
     let mut out = Vec::with_capacity(candidates.len());
     for candidate in candidates {
         let dir = folders[candidate.folder].path.join(&candidate.name);
-        for (file, name) in SESSION_FILE_NAMES.iter().enumerate() {
-            match fs::metadata(dir.join(name)) {
-                Ok(meta) if meta.is_file() => {
-                    out.push(Seen {
-                        folder: candidate.folder,
-                        name: candidate.name,
-                        file,
-                        key: FileKey::of(&meta),
-                    });
-                    break;
-                }
-                _ => {}
-            }
+        if let Some((file, key)) = log_in(&dir) {
+            out.push(Seen {
+                folder: candidate.folder,
+                name: candidate.name,
+                file,
+                key,
+            });
         }
     }
     out
+}
+
+/// The first log of the session folder `session` in the order of
+/// [`crate::jsonl::session_file_in`]: its index in [`SESSION_FILE_NAMES`] and its key.
+fn log_in(session: &Path) -> Option<(usize, FileKey)> {
+    SESSION_FILE_NAMES
+        .iter()
+        .enumerate()
+        .find_map(|(file, name)| {
+            let meta = fs::metadata(session.join(name))
+                .ok()
+                .filter(fs::Metadata::is_file)?;
+            Some((file, FileKey::of(&meta)))
+        })
+}
+
+/// Removes the row of session folder `dir` and its search text.
+fn delete_row(tx: &rusqlite::Transaction<'_>, dir: &str) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM entries WHERE dir = ?1", [dir])?;
+    tx.execute("DELETE FROM texts WHERE dir = ?1", [dir])?;
+    Ok(())
 }
 
 /// The logs of `candidates` (in order), each looked up relative to its folder's descriptor,
@@ -1004,53 +1000,11 @@ fn upsert(
     Ok(())
 }
 
-/// One model's totals as the `usage` column stores them: the JSON of [`UsageTotals`], read
-/// without serde's `flatten` (which buffers each value before reading it, and made this decode
-/// a fifth of the time of a full listing; docs/PERFORMANCE.md, "Session listing").
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct StoredTotals {
-    #[serde(default)]
-    input_tokens: u64,
-    #[serde(default)]
-    output_tokens: u64,
-    #[serde(default)]
-    cache_read_tokens: u64,
-    #[serde(default)]
-    cache_write_tokens: u64,
-    #[serde(default)]
-    reasoning_tokens: u64,
-    requests: u64,
-}
-
 /// The `usage` column of a row; empty when it does not parse (as before: the numbers then come
-/// back when the log is read again).
+/// back when the log is read again). The form serde writes is read by hand
+/// ([`parse_usage_as_written`]); anything else goes to serde.
 fn parse_usage(text: &str) -> BTreeMap<String, UsageTotals> {
-    if let Some(map) = parse_usage_as_written(text) {
-        return map;
-    }
-    let Ok(stored) = serde_json::from_str::<BTreeMap<String, StoredTotals>>(text) else {
-        return BTreeMap::new();
-    };
-    stored
-        .into_iter()
-        .map(|(model, t)| {
-            let usage = Usage {
-                input_tokens: t.input_tokens,
-                output_tokens: t.output_tokens,
-                cache_read_tokens: t.cache_read_tokens,
-                cache_write_tokens: t.cache_write_tokens,
-                reasoning_tokens: t.reasoning_tokens,
-            };
-            (
-                model,
-                UsageTotals {
-                    usage,
-                    requests: t.requests,
-                },
-            )
-        })
-        .collect()
+    parse_usage_as_written(text).unwrap_or_else(|| serde_json::from_str(text).unwrap_or_default())
 }
 
 /// The `usage` column in exactly the form serde writes it (fields in declaration order, no

@@ -357,7 +357,6 @@ impl SessionWriter for JsonlWriter {
         env.seq = self.tracker.next_seq();
         self.tracker.push(&env);
         let seq = env.seq;
-        let flush_now = is_flush_point(&env.event);
         let packed = self.pack && self.run.as_mut().is_some_and(|run| run.push(&env));
         if !packed {
             self.close_run()?;
@@ -371,10 +370,10 @@ impl SessionWriter for JsonlWriter {
         if self.buf.len() >= WRITE_THRESHOLD {
             self.write_buf()?;
         }
-        if flush_now && is_sync_point(&env.event) {
+        if is_sync_point(&env.event) {
             self.flush()?;
             self.record(matches!(env.event, crate::event::Event::TurnEnd(_)));
-        } else if flush_now {
+        } else if is_flush_point(&env.event) {
             // A turn or step start: written through, synced by the flush before the model call.
             self.write_through()?;
         }
@@ -388,9 +387,7 @@ impl SessionWriter for JsonlWriter {
     }
 
     fn flush(&mut self) -> Result<()> {
-        self.check_usable()?;
-        self.close_run()?;
-        self.write_buf()?;
+        self.write_through()?;
         self.file
             .sync_data()
             .map_err(io_err("syncing session log", &self.path))?;
@@ -596,6 +593,11 @@ impl SessionStore for JsonlStore {
     fn resolve(&self, key: &str) -> Result<String> {
         let path = self.find(key)?;
         Ok(LogReader::open(&path)?.header().id.clone())
+    }
+
+    fn session_folder(&self, key: &str) -> Result<PathBuf> {
+        let path = self.find(key)?;
+        Ok(path.parent().unwrap_or(Path::new(".")).to_path_buf())
     }
 
     fn sub_agent_logs(&self, key: &str) -> Result<Vec<(String, Vec<u8>)>> {

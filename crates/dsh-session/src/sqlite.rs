@@ -362,6 +362,10 @@ impl SessionStore for SqliteStore {
     /// JSONL logs sub-agents write in `<db>.subagents/<id>/` (see [`sub_agent_anchor`]), and
     /// any sub-agent session kept in the database itself (a header naming this session, or one
     /// of its sub-agents, as `parentSession` with a delegation depth above 0), encoded as JSONL.
+    fn session_folder(&self, key: &str) -> Result<PathBuf> {
+        Ok(self.sub_agent_dir(&self.resolve(key)?))
+    }
+
     fn sub_agent_logs(&self, key: &str) -> Result<Vec<(String, Vec<u8>)>> {
         let id = self.resolve(key)?;
         let mut out = Vec::new();

@@ -256,6 +256,11 @@ pub trait SessionStore {
     /// The session's id for `key` (id, unique prefix, or path).
     fn resolve(&self, key: &str) -> Result<String>;
 
+    /// The folder of the session `key` whose `subagents/` holds its children's logs: the JSONL
+    /// log's own folder, or for the SQLite store the session's folder beside the database
+    /// (docs/sessions.md, "Children").
+    fn session_folder(&self, key: &str) -> Result<PathBuf>;
+
     /// Sub-agent logs stored with the session, as `(name inside an archive, JSONL bytes)`.
     fn sub_agent_logs(&self, key: &str) -> Result<Vec<(String, Vec<u8>)>>;
 

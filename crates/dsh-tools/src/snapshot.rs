@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use similar::{ChangeTag, TextDiff};
 
 /// Key of the snapshot in a `write`/`edit` result's data (`tool/result.meta.snapshot`).
 pub const SNAPSHOT_DATA_KEY: &str = "snapshot";
@@ -282,36 +281,13 @@ pub fn apply_undo(steps: &[UndoStep]) -> Result<Vec<PathBuf>, (Vec<PathBuf>, Str
 }
 
 fn restore(path: &Path, from: &Path) -> io::Result<()> {
-    let parent = checked_parent(path)?;
+    checked_parent(path)?;
     let content = std::fs::read(from)?;
     let mode = std::fs::symlink_metadata(path)
         .ok()
         .filter(|meta| meta.is_file())
         .map(|meta| meta.permissions().mode() & 0o7777);
-    let temp = parent.join(format!(
-        "{}{}",
-        crate::builtin::TEMP_PREFIX,
-        uuid::Uuid::new_v4().simple()
-    ));
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o666)
-            .custom_flags(crate::os::O_NOFOLLOW)
-            .open(&temp)?;
-        file.write_all(&content)?;
-        if let Some(mode) = mode {
-            crate::os::set_file_mode(&file, mode)?;
-        }
-        file.sync_all()?;
-        std::fs::rename(&temp, path)
-    })();
-    if written.is_err() {
-        // Best effort: the temp file is ours; the write error is the one worth reporting.
-        let _ignored = std::fs::remove_file(&temp);
-    }
-    written
+    crate::builtin::replace_by_path(path, &content, mode).map(drop)
 }
 
 /// The session's change to one file, for `/diff`.
@@ -410,23 +386,8 @@ fn file_diff(path: &Path, label: &str, old: Option<&[u8]>, new: Option<&[u8]>) -
         old_text.transpose().map(Option::unwrap_or_default),
         new_text.transpose().map(Option::unwrap_or_default),
     ) else {
-        return FileDiff {
-            path: path.to_path_buf(),
-            unified: String::new(),
-            added: 0,
-            removed: 0,
-            note: Some("binary content changed".to_string()),
-        };
+        return FileDiff::unshown(path, "binary content changed".to_string());
     };
-    let diff = TextDiff::from_lines(old_text, new_text);
-    let (mut added, mut removed) = (0, 0);
-    for change in diff.iter_all_changes() {
-        match change.tag() {
-            ChangeTag::Insert => added += 1,
-            ChangeTag::Delete => removed += 1,
-            ChangeTag::Equal => {}
-        }
-    }
     let old_label = if old.is_some() {
         format!("a/{label}")
     } else {
@@ -437,11 +398,8 @@ fn file_diff(path: &Path, label: &str, old: Option<&[u8]>, new: Option<&[u8]>) -
     } else {
         "/dev/null".to_string()
     };
-    let unified = diff
-        .unified_diff()
-        .context_radius(3)
-        .header(&old_label, &new_label)
-        .to_string();
+    let (added, removed, unified) =
+        crate::builtin::line_diff(old_text, new_text, &old_label, &new_label);
     FileDiff {
         path: path.to_path_buf(),
         unified,

@@ -706,25 +706,47 @@ fn draw_conversation(
     if app.children.followed().is_some() {
         return draw_followed(frame, app, cache, area);
     }
-    let want = usize::from(area.height) + app.scroll;
-    let (start, total) = layout_cells(
+    cache.links = draw_cells(
+        frame,
         &app.transcript,
         app.expand_reasoning,
         cache,
+        area,
+        first,
+        app.scroll,
+    );
+}
+
+/// Draws the cells of `transcript` from cell `first` on into `area`, `scroll` rows up from the
+/// bottom, laid out through `layout`; returns the link labels it shows.
+fn draw_cells(
+    frame: &mut Frame<'_>,
+    transcript: &Transcript,
+    expand_reasoning: bool,
+    layout: &mut ViewCache,
+    area: Rect,
+    first: usize,
+    scroll: usize,
+) -> Vec<LinkArea> {
+    let want = usize::from(area.height) + scroll;
+    let (start, total) = layout_cells(
+        transcript,
+        expand_reasoning,
+        layout,
         area.width,
         first,
         want,
     );
-    let lines: Vec<Line<'static>> = cache.cells[start..]
+    let lines: Vec<Line<'static>> = layout.cells[start..]
         .iter()
         .flat_map(|c| c.lines.iter().cloned())
         .collect();
-    let view = usize::from(area.height);
     // When scrolled past the top, clamp to the first line.
-    let top = total.saturating_sub(view + app.scroll);
-    cache.links = visible_links(&cache.cells[start..], top, area);
+    let top = total.saturating_sub(usize::from(area.height) + scroll);
+    let links = visible_links(&layout.cells[start..], top, area);
     let top = u16::try_from(top).unwrap_or(u16::MAX);
     frame.render_widget(Paragraph::new(lines).scroll((top, 0)), area);
+    links
 }
 
 /// The followed child (docs/tui.md, "Children"): a title row, then its transcript, drawn as the
@@ -757,24 +779,14 @@ fn draw_followed(frame: &mut Frame<'_>, app: &mut App, cache: &mut ViewCache, ar
             area.width,
             area.height.saturating_sub(1),
         );
-        let want = usize::from(body.height) + app.scroll;
-        let (start, total) = layout_cells(
+        cache.links = draw_cells(
+            frame,
             &child.transcript,
             app.expand_reasoning,
             &mut child_cache,
-            body.width,
-            0,
-            want,
-        );
-        let lines: Vec<Line<'static>> = child_cache.cells[start..]
-            .iter()
-            .flat_map(|c| c.lines.iter().cloned())
-            .collect();
-        let top = total.saturating_sub(usize::from(body.height) + app.scroll);
-        cache.links = visible_links(&child_cache.cells[start..], top, body);
-        frame.render_widget(
-            Paragraph::new(lines).scroll((u16::try_from(top).unwrap_or(u16::MAX), 0)),
             body,
+            0,
+            app.scroll,
         );
     }
     app.children.cache = child_cache;

@@ -35,7 +35,7 @@ use crate::SubagentError;
 use dsh_session::TurnEndReason;
 
 pub use feed::{ChildActivity, ChildFeed, ChildIdentity};
-pub use registry::{read_children, StoredChild};
+pub use registry::{child_state_after, read_children, StoredChild};
 use registry::{Child, ChildState, Registry, Status};
 
 /// Deepest delegation allowed (a top-level session is depth 0).
@@ -114,6 +114,16 @@ pub(crate) struct Shared {
 pub const SUBAGENT_USAGE_EVENT: &str = "subagent/usage";
 
 impl Shared {
+    /// Where the parent lives, once the agent this extension belongs to is attached.
+    fn link(&self) -> Result<ParentLink, ToolError> {
+        self.parent.lock_or_recover().clone().ok_or_else(|| {
+            ToolError::new(
+                ToolErrorCode::Unsupported,
+                "delegation is not set up in this session",
+            )
+        })
+    }
+
     /// Adds `usage` that `child` spent to the parent's next step (failed foreground runs,
     /// every background run) and records it for the parent's log.
     fn account(&self, child: &Child, usage: &UsageTotals, recovered: bool) {
@@ -626,27 +636,22 @@ impl SubagentTool {
             )
         })?;
         let (child, agent) = Self::create_child(shared, &link, &launch)?;
-        let first_line = launch.prompt.lines().next().unwrap_or("").to_string();
-        let spec = TaskSpec {
-            command: format!(
-                "{}: {first_line}",
-                if launch.fork {
-                    "subagent_fork"
-                } else {
-                    "subagent"
-                }
-            ),
-            description: launch.description.clone(),
-            data: json!({"kind": "subagent", "agent": child.name, "childId": child.id}),
+        let first_line = launch.prompt.lines().next().unwrap_or("");
+        let tool = if launch.fork {
+            "subagent_fork"
+        } else {
+            "subagent"
         };
-        let started = start_job(shared, &child, Some(agent), launch.prompt, spec, ctx, jobs);
-        let (id, data) = match started {
-            Ok(started) => started,
-            Err(err) => {
-                child.status.lock_or_recover().state = ChildState::Failed(err.message.clone());
-                return Err(err);
-            }
-        };
+        let listed = (format!("{tool}: {first_line}"), launch.description.clone());
+        let (id, data) = start_job(
+            shared,
+            &child,
+            Some(agent),
+            launch.prompt,
+            listed,
+            ctx,
+            jobs,
+        )?;
         let (name, child_id) = (&child.name, &child.id);
         Ok(ToolOutput::text(format!(
             "started subagent {name} (id {child_id}, background job {id}). Read its answer with job_output {{\"job_id\": \"{id}\"}} (add \"wait\": true to block until it ends), stop it with job_kill; continue it later with send_message {{\"subagent_id\": \"{name}\"}}. You will be told when it finishes; keep working meanwhile."
@@ -659,21 +664,29 @@ impl SubagentTool {
 /// Runs `child` as a job of `jobs`: `agent` is its loop when it is new, `message` its next
 /// turn. The run's usage goes to the parent once (through the extension), not in the job data
 /// that `job_output` may read many times.
+/// The job is listed as `command` with `description`; a job that cannot start leaves the
+/// child `failed`.
 fn start_job(
     shared: &Arc<Shared>,
     child: &Arc<Child>,
     agent: Option<Agent>,
     message: String,
-    spec: TaskSpec,
+    (command, description): (String, String),
     ctx: &ToolContext,
     jobs: &dsh_tools::JobTable,
 ) -> Result<(String, Value), ToolError> {
+    let spec = TaskSpec {
+        command,
+        description,
+        data: json!({"kind": "subagent", "agent": child.name, "childId": child.id}),
+    };
+    let failed = Arc::clone(child);
     let (shared, child) = (Arc::clone(shared), Arc::clone(child));
     let origin = RunOrigin {
         call_id: ctx.call_id().map(str::to_string),
         background: true,
     };
-    jobs.start_task("subagent", spec, ctx.spill(), move |kill| {
+    let started = jobs.start_task("subagent", spec, ctx.spill(), move |kill| {
         Box::pin(async move {
             let result = run(&shared, &child, agent, Some(message), kill, origin).await;
             let usage = match &result {
@@ -713,7 +726,11 @@ fn start_job(
                 }),
             }
         })
-    })
+    });
+    if let Err(err) = &started {
+        failed.status.lock_or_recover().state = ChildState::Failed(err.message.clone());
+    }
+    started
 }
 
 /// What started a run of a child, for the live feed.
@@ -944,6 +961,12 @@ fn child_result(outcomes: &[crate::TurnOutcome]) -> Result<String, SubagentError
     }
 }
 
+/// The required, non-empty string argument `key` of a tool call, or an error naming it.
+fn required_string(args: &Value, key: &str) -> Result<String, ToolError> {
+    string_arg(args, key)
+        .ok_or_else(|| ToolError::invalid_args(format!("`{key}` must be a non-empty string")))
+}
+
 fn string_arg(args: &Value, key: &str) -> Option<String> {
     args.get(key)
         .and_then(Value::as_str)
@@ -1008,25 +1031,14 @@ impl Tool for SubagentTool {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let prompt = string_arg(&args, "prompt")
-                .ok_or_else(|| ToolError::invalid_args("`prompt` must be a non-empty string"))?;
+            let prompt = required_string(&args, "prompt")?;
             let description =
                 string_arg(&args, "description").unwrap_or_else(|| "subtask".to_string());
             let background = args
                 .get("run_in_background")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-            let link = self
-                .shared
-                .parent
-                .lock_or_recover()
-                .clone()
-                .ok_or_else(|| {
-                    ToolError::new(
-                        ToolErrorCode::Unsupported,
-                        "delegation is not set up in this session",
-                    )
-                })?;
+            let link = self.shared.link()?;
             // The deeper of the two counts wins: a depth can be deepened, never lowered.
             let current = link.depth.max(self.shared.depth);
             let attempted = current.saturating_add(1);

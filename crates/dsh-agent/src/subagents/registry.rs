@@ -33,7 +33,22 @@ pub(crate) enum ChildState {
     Interrupted,
 }
 
+/// The state a child is left in when a turn of it ends for `reason`: `idle`, `cancelled` or
+/// `failed`, as `list_agents` and the front ends name it.
+pub fn child_state_after(reason: &TurnEndReason) -> &'static str {
+    ChildState::after(reason).as_str()
+}
+
 impl ChildState {
+    /// The state after a turn that ended for `reason`.
+    pub(crate) fn after(reason: &TurnEndReason) -> ChildState {
+        match reason {
+            TurnEndReason::Completed => ChildState::Idle,
+            TurnEndReason::Aborted { .. } => ChildState::Cancelled,
+            other => ChildState::Failed(other.kind().to_string()),
+        }
+    }
+
     pub(crate) fn as_str(&self) -> &'static str {
         match self {
             ChildState::Running => "running",
@@ -235,6 +250,8 @@ pub struct StoredChild {
     pub effort: Option<String>,
     /// The path of its log.
     pub log: PathBuf,
+    /// Its working directory (the header's `cwd`).
+    pub cwd: String,
     /// `interrupted` when its last turn never ended.
     state: ChildState,
     /// Its usage, by model.
@@ -292,6 +309,7 @@ fn read_child(log: &Path) -> Option<StoredChild> {
         model: String::new(),
         effort: None,
         log: log.to_path_buf(),
+        cwd: loaded.header.cwd.clone(),
         state: ChildState::Idle,
         usage_by_model: BTreeMap::new(),
         usage: UsageTotals::default(),
@@ -315,11 +333,7 @@ fn read_child(log: &Path) -> Option<StoredChild> {
             Event::TurnStart(_) => open_turn = true,
             Event::TurnEnd(end) => {
                 open_turn = false;
-                child.state = match &end.reason {
-                    TurnEndReason::Completed => ChildState::Idle,
-                    TurnEndReason::Aborted { .. } => ChildState::Cancelled,
-                    other => ChildState::Failed(other.kind().to_string()),
-                };
+                child.state = ChildState::after(&end.reason);
             }
             Event::AssistantMessage(message) => {
                 if let dsh_llm::MessageSource::Model { model, .. } = &message.message.source {

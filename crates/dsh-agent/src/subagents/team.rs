@@ -5,20 +5,14 @@
 use std::sync::Arc;
 
 use dsh_llm::{ContentBlock, LockExt, Message, MessageSource, ReasoningEffort, Role};
-use dsh_tools::{TaskSpec, Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
+use dsh_tools::{Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
 use super::registry::{read_children, ChildState};
-use super::{run, start_job, string_arg, RunOrigin, Shared};
+use super::{required_string, run, start_job, RunOrigin, Shared};
 use crate::agent::AgentParts;
 use crate::extension::Extension;
-
-/// The required, non-empty string argument `key` of a tool call, or an error naming it.
-fn required_string(args: &Value, key: &str) -> Result<String, ToolError> {
-    string_arg(args, key)
-        .ok_or_else(|| ToolError::invalid_args(format!("`{key}` must be a non-empty string")))
-}
 
 /// The parameter schema of a tool whose one argument is the required string `key`.
 fn one_string_schema(key: &str, description: &str) -> Value {
@@ -38,15 +32,6 @@ fn unavailable(key: &str) -> ToolError {
         ToolErrorCode::NotFound,
         format!("subagent \"{key}\" is unavailable: no child of this agent has that name or id; call list_agents to see your children"),
     )
-}
-
-fn link(shared: &Shared) -> Result<super::ParentLink, ToolError> {
-    shared.parent.lock_or_recover().clone().ok_or_else(|| {
-        ToolError::new(
-            ToolErrorCode::Unsupported,
-            "delegation is not set up in this session",
-        )
-    })
 }
 
 /// `send_message {subagent_id, message}`: the message becomes the child's next turn.
@@ -90,7 +75,7 @@ impl Tool for SendMessage {
             let key = required_string(&args, "subagent_id")?;
             let message = required_string(&args, "message")?;
             // Delegation must be set up (the child's loop is reopened through it).
-            link(&self.shared)?;
+            self.shared.link()?;
             let child = self
                 .shared
                 .registry
@@ -139,22 +124,14 @@ impl Tool for SendMessage {
                     }
                 };
             };
-            let spec = TaskSpec {
-                command: format!(
+            let listed = (
+                format!(
                     "send_message {name}: {}",
                     message.lines().next().unwrap_or("")
                 ),
-                description: child.label.clone(),
-                data: json!({"kind": "subagent", "agent": name, "childId": child.id}),
-            };
-            let started = start_job(&self.shared, &child, None, message, spec, ctx, jobs);
-            let (id, data) = match started {
-                Ok(started) => started,
-                Err(err) => {
-                    child.status.lock_or_recover().state = ChildState::Failed(err.message.clone());
-                    return Err(err);
-                }
-            };
+                child.label.clone(),
+            );
+            let (id, data) = start_job(&self.shared, &child, None, message, listed, ctx, jobs)?;
             Ok(ToolOutput::text(format!(
                 "message queued as the next turn for subagent {name} (running as background job {id}; you will be told when it finishes, job_output {{\"job_id\": \"{id}\"}} reads its answer)"
             ))

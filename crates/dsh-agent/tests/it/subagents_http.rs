@@ -14,7 +14,7 @@ use dsh_agent::{
 };
 use dsh_llm::{AdapterRegistry, CallConfig};
 use dsh_session::{load_file, open_store, Event, StoreKind, TurnEndReason};
-use dsh_test_support::process::wait_for_pid;
+use dsh_test_support::process::{poll_until, wait_for_pid};
 use dsh_test_support::{FakeProvider, RequestMatch, ScriptedReply, SseReply, WireUsage};
 use serde_json::{json, Value};
 
@@ -213,6 +213,42 @@ async fn run_parent(
         .unwrap()
         .unwrap();
     (outcomes, results(Path::new(&handle.location())))
+}
+
+/// Gives `agent` `prompt` and drops its run (as a process that dies would) once a child wrote
+/// `<cwd>/<pid_name>.pid` and the parent touched `<cwd>/parent.waiting` in its last call (so no
+/// reply of the parent's route is left over); asserts the child's process ends with the parent.
+/// Returns the parent's log location.
+async fn cut_parent_mid_child(
+    mut agent: Agent,
+    prompt: &str,
+    cwd: &Path,
+    pid_name: &str,
+) -> String {
+    let handle = agent.handle();
+    let location = handle.location();
+    handle.followup(prompt).unwrap();
+    let run = tokio::spawn(async move { agent.run_until_idle().await });
+    let pid_file = cwd.join(format!("{pid_name}.pid"));
+    let waiting = cwd.join("parent.waiting");
+    let (pid, reached) = tokio::task::spawn_blocking(move || {
+        let pid = wait_for_pid(&pid_file);
+        (
+            pid,
+            poll_until(Duration::from_secs(20), || waiting.exists()),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(reached, "the parent never reached its last call");
+    run.abort();
+    let _ = run.await;
+    drop(handle);
+    assert!(
+        wait_gone(pid).await,
+        "the background child outlived its parent"
+    );
+    location
 }
 
 #[tokio::test]
@@ -843,31 +879,9 @@ async fn a_resumed_parent_knows_its_children_and_continues_one() {
         jobs: true,
         ..setup.clone()
     };
-    let mut agent = with_jobs.agent();
-    let handle = agent.handle();
-    let location = handle.location();
-    handle.followup("first session").unwrap();
     // The process "dies" while the background child runs: the run is dropped mid-turn.
-    let run = tokio::spawn(async move { agent.run_until_idle().await });
-    let pid_file = d.cwd.path().join("cut.pid");
-    let pid = tokio::task::spawn_blocking(move || wait_for_pid(&pid_file))
-        .await
-        .unwrap();
-    let waiting = d.cwd.path().join("parent.waiting");
-    for _ in 0..400 {
-        if waiting.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(waiting.exists(), "the parent never reached its last call");
-    run.abort();
-    let _ = run.await;
-    drop(handle);
-    assert!(
-        wait_gone(pid).await,
-        "the background child outlived its parent"
-    );
+    let location =
+        cut_parent_mid_child(with_jobs.agent(), "first session", d.cwd.path(), "cut").await;
 
     provider.route(
         first_user("first session"),
@@ -1068,31 +1082,8 @@ async fn a_background_childs_usage_reaches_the_parent_resumed_after_its_process_
             .into()],
     );
     let setup = Setup::new(&provider, d.home.path(), d.cwd.path());
-    let mut agent = setup.agent();
-    let handle = agent.handle();
-    let location = handle.location();
-    handle.followup("usage session").unwrap();
-    let run = tokio::spawn(async move { agent.run_until_idle().await });
-    let pid_file = d.cwd.path().join("u.pid");
-    let pid = tokio::task::spawn_blocking(move || wait_for_pid(&pid_file))
-        .await
-        .unwrap();
-    let waiting = d.cwd.path().join("parent.waiting");
-    for _ in 0..400 {
-        if waiting.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(waiting.exists(), "the parent never reached its last call");
     // The parent's process "ends" while the child runs: its usage never reached a parent step.
-    run.abort();
-    let _ = run.await;
-    drop(handle);
-    assert!(
-        wait_gone(pid).await,
-        "the background child outlived its parent"
-    );
+    let location = cut_parent_mid_child(setup.agent(), "usage session", d.cwd.path(), "u").await;
     let records = |path: &str| -> Vec<Value> {
         load_file(Path::new(path))
             .unwrap()

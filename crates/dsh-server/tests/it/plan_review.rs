@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::support::cdp::{find_chromium, Browser};
-use crate::support::Web;
+use crate::support::{text, Web};
 use dsh_agent::Extension;
 use dsh_test_support::{ScriptedReply, SseReply, WireUsage};
 use serde_json::{json, Value};
@@ -33,13 +33,6 @@ fn plan_call(id: &str, plan: &str) -> ScriptedReply {
             &json!({ "plan": plan }).to_string(),
         )
         .finish("tool_calls", Some(WireUsage::default()))
-        .into()
-}
-
-fn text(reply: &str) -> ScriptedReply {
-    SseReply::new()
-        .text(reply)
-        .finish("stop", Some(WireUsage::default()))
         .into()
 }
 

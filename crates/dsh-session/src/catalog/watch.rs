@@ -219,16 +219,15 @@ mod linux {
         }
 
         fn catalog(&mut self) -> Result<&mut Catalog> {
-            if self.catalog.is_none() {
-                let catalog = Catalog::open(&self.home)?;
-                self.catalog_ino = fs::metadata(catalog.path()).map_or(0, |m| m.ino());
-                self.catalog = Some(catalog);
-            }
-            self.catalog.as_mut().ok_or_else(|| SessionError::Io {
-                action: "opening the catalog in",
-                path: self.home.clone(),
-                source: std::io::Error::other("the catalog could not be kept open"),
-            })
+            let catalog = match self.catalog.take() {
+                Some(catalog) => catalog,
+                None => {
+                    let catalog = Catalog::open(&self.home)?;
+                    self.catalog_ino = fs::metadata(catalog.path()).map_or(0, |m| m.ino());
+                    catalog
+                }
+            };
+            Ok(self.catalog.insert(catalog))
         }
 
         /// One page, and whether it took a full walk.
@@ -525,7 +524,6 @@ mod linux {
             else {
                 return Ok(false);
             };
-            folders.extend(self.always.iter().cloned());
             // New folders and session folders get their watches before they are looked at.
             for folder in &new_folders {
                 match self.watch_folder(root, folder) {

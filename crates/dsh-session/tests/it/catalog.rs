@@ -116,21 +116,37 @@ fn assert_matches_scan(store: &JsonlStore, what: &str) {
 }
 
 fn assert_listing_matches_scan(store: &JsonlStore, what: &str) {
+    assert_pages_match_scan(store, what, 3, |filter, page| {
+        store.list_page(filter, page).unwrap()
+    });
+}
+
+/// The listing `list` gives (whole, per cwd, and page by page in pages of `page_size`, the
+/// first page with every damaged log) equals the full scan of `store`.
+pub(crate) fn assert_pages_match_scan(
+    store: &JsonlStore,
+    what: &str,
+    page_size: usize,
+    mut list: impl FnMut(&ListFilter, &ListPage) -> Listing,
+) {
     let filters = std::iter::once(None).chain(CWDS.iter().map(|c| Some(c.to_string())));
     for cwd in filters {
         let filter = ListFilter { cwd: cwd.clone() };
-        let catalog = store.list(&filter).unwrap();
         let scan = store.scan_list(&filter).unwrap();
-        assert_eq!(catalog.sessions, scan.sessions, "{what}: cwd {cwd:?}");
-        assert_eq!(damaged_set(&catalog), damaged_set(&scan), "{what}: {cwd:?}");
+        let whole = list(&filter, &ListPage::default());
+        assert_eq!(whole.sessions, scan.sessions, "{what}: cwd {cwd:?}");
+        assert_eq!(damaged_set(&whole), damaged_set(&scan), "{what}: {cwd:?}");
         let mut paged = Vec::new();
         let mut page = ListPage {
-            limit: Some(3),
+            limit: Some(page_size),
             after: None,
         };
         loop {
-            let part = store.list_page(&filter, &page).unwrap();
-            assert!(part.sessions.len() <= 3);
+            let part = list(&filter, &page);
+            assert!(part.sessions.len() <= page_size);
+            if page.after.is_none() {
+                assert_eq!(damaged_set(&part), damaged_set(&scan), "{what}: first page");
+            }
             paged.extend(part.sessions);
             match part.next {
                 Some(next) => page.after = Some(next),

@@ -13,7 +13,7 @@ use dsh_session::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::catalog::{all_logs, damaged_set, new_session, tamper, turn, CWDS};
+use crate::catalog::{all_logs, assert_pages_match_scan, new_session, tamper, turn, CWDS};
 
 /// Appends an event written by another program (a title, with a time after every other event)
 /// to `path`, without the seq a writer would give it.
@@ -34,32 +34,9 @@ fn append_by_hand(path: &Path, title: &str, time: u64) {
 
 /// The watched listing (whole, per cwd, and page by page) equals the full scan.
 fn assert_watched_matches_scan(watched: &mut WatchedCatalog, store: &JsonlStore, what: &str) {
-    let filters = std::iter::once(None).chain(CWDS.iter().map(|c| Some(c.to_string())));
-    for cwd in filters {
-        let filter = ListFilter { cwd: cwd.clone() };
-        let scan = store.scan_list(&filter).unwrap();
-        let whole = watched.list_page(&filter, &ListPage::default()).unwrap();
-        assert_eq!(whole.sessions, scan.sessions, "{what}: cwd {cwd:?}");
-        assert_eq!(damaged_set(&whole), damaged_set(&scan), "{what}: {cwd:?}");
-        let mut paged = Vec::new();
-        let mut page = ListPage {
-            limit: Some(4),
-            after: None,
-        };
-        loop {
-            let part = watched.list_page(&filter, &page).unwrap();
-            assert!(part.sessions.len() <= 4);
-            if page.after.is_none() {
-                assert_eq!(damaged_set(&part), damaged_set(&scan), "{what}: first page");
-            }
-            paged.extend(part.sessions);
-            match part.next {
-                Some(next) => page.after = Some(next),
-                None => break,
-            }
-        }
-        assert_eq!(paged, scan.sessions, "{what}: pages of {cwd:?}");
-    }
+    assert_pages_match_scan(store, what, 4, |filter, page| {
+        watched.list_page(filter, page).unwrap()
+    });
 }
 
 fn first_page(watched: &mut WatchedCatalog) -> Listing {

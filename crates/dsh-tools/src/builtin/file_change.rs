@@ -241,39 +241,43 @@ fn commit_by_path(target: &Target, content: &[u8]) -> Result<std::fs::Metadata, 
         std::fs::create_dir_all(parent)
             .map_err(|err| ToolError::io("cannot create the directory of", shown, &err))?;
     }
-    let temp = temp_sibling(&target.real);
-    match write_and_rename(&temp, &target.real, content, target.existing.as_ref()) {
-        Ok(meta) => Ok(meta),
-        Err(err) => {
-            // Best effort: the temp file is ours and useless now; if removing it fails too,
-            // the original error is the one worth reporting.
-            let _ignored = std::fs::remove_file(&temp);
-            Err(ToolError::io("cannot write", shown, &err))
-        }
-    }
+    let mode = (target.existing.as_ref()).map(|(_, meta)| meta.permissions().mode() & 0o7777);
+    replace_by_path(&target.real, content, mode)
+        .map_err(|err| ToolError::io("cannot write", shown, &err))
 }
 
-fn write_and_rename(
-    temp: &Path,
+/// Replaces the file at `real` by path: `content` goes into a new temp file beside it (with
+/// `mode`, when given), which is synced and renamed over `real`. On failure the temp file is
+/// removed. Returns the new file's metadata.
+pub(crate) fn replace_by_path(
     real: &Path,
     content: &[u8],
-    existing: Option<&(Vec<u8>, std::fs::Metadata)>,
+    mode: Option<u32>,
 ) -> std::io::Result<std::fs::Metadata> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o666)
-        .custom_flags(crate::os::O_NOFOLLOW)
-        .open(temp)?;
-    file.write_all(content)?;
-    if let Some((_, meta)) = existing {
-        crate::os::set_file_mode(&file, meta.permissions().mode() & 0o7777)?;
+    let temp = temp_sibling(real);
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .custom_flags(crate::os::O_NOFOLLOW)
+            .open(&temp)?;
+        file.write_all(content)?;
+        if let Some(mode) = mode {
+            crate::os::set_file_mode(&file, mode)?;
+        }
+        file.sync_all()?;
+        let meta = file.metadata()?;
+        drop(file);
+        std::fs::rename(&temp, real)?;
+        Ok(meta)
+    })();
+    if written.is_err() {
+        // Best effort: the temp file is ours and useless now; if removing it fails too,
+        // the original error is the one worth reporting.
+        let _ignored = std::fs::remove_file(&temp);
     }
-    file.sync_all()?;
-    let meta = file.metadata()?;
-    drop(file);
-    std::fs::rename(temp, real)?;
-    Ok(meta)
+    written
 }
 
 /// Line counts and a short unified diff of a change.
@@ -286,21 +290,7 @@ pub(crate) struct DiffSummary {
 
 /// Diffs `old` against `new` line by line; `label` names the file in the diff header.
 pub(crate) fn diff(old: &str, new: &str, label: &str) -> DiffSummary {
-    let diff = TextDiff::from_lines(old, new);
-    let mut added = 0;
-    let mut removed = 0;
-    for change in diff.iter_all_changes() {
-        match change.tag() {
-            ChangeTag::Insert => added += 1,
-            ChangeTag::Delete => removed += 1,
-            ChangeTag::Equal => {}
-        }
-    }
-    let full = diff
-        .unified_diff()
-        .context_radius(3)
-        .header(label, label)
-        .to_string();
+    let (added, removed, full) = line_diff(old, new, label, label);
     let mut unified = String::new();
     let total = full.lines().count();
     for line in full.lines().take(MAX_DIFF_LINES) {
@@ -318,6 +308,31 @@ pub(crate) fn diff(old: &str, new: &str, label: &str) -> DiffSummary {
         removed,
         unified,
     }
+}
+
+/// Lines added and removed from `old` to `new`, and the whole unified diff (3 lines of
+/// context) with headers `old_label` and `new_label`.
+pub(crate) fn line_diff(
+    old: &str,
+    new: &str,
+    old_label: &str,
+    new_label: &str,
+) -> (usize, usize, String) {
+    let diff = TextDiff::from_lines(old, new);
+    let (mut added, mut removed) = (0, 0);
+    for change in diff.iter_all_changes() {
+        match change.tag() {
+            ChangeTag::Insert => added += 1,
+            ChangeTag::Delete => removed += 1,
+            ChangeTag::Equal => {}
+        }
+    }
+    let unified = diff
+        .unified_diff()
+        .context_radius(3)
+        .header(old_label, new_label)
+        .to_string();
+    (added, removed, unified)
 }
 
 /// Largest combined old + new text copied into structured data; bigger changes carry only the

@@ -19,6 +19,7 @@ use std::sync::Arc;
 pub use bash::BashTool;
 pub use beneath::{is_temp_name, remove_leftover_temps, TEMP_PREFIX};
 pub use edit::EditTool;
+pub(crate) use file_change::{line_diff, replace_by_path};
 pub use glob::{GlobTool, GLOB_MAX_RESULTS};
 pub use grep::{GrepTool, GREP_MAX_RESULTS};
 pub use read::ReadTool;
