@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use dsh_agent::{ChildActivity, ChildIdentity};
 use dsh_llm::{Chunk, ContentBlock};
-use dsh_session::{Event, TurnEndReason};
+use dsh_session::Event;
 use serde_json::{json, Value};
 
 use crate::updates::{result_failed, tool_title};
@@ -177,10 +177,8 @@ impl Run {
                 self.doing = "thinking".to_string();
             }
             Event::TurnEnd(end) => {
-                let failed = !matches!(
-                    end.reason,
-                    TurnEndReason::Completed | TurnEndReason::MaxTokens
-                );
+                // The one end-of-turn state every front end shows (`idle` is success).
+                let failed = dsh_agent::child_state_after(&end.reason) != "idle";
                 self.ended = Some(failed);
                 self.doing = if failed {
                     format!("stopped ({})", end.reason.kind())
@@ -360,7 +358,7 @@ impl ChildProgress {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use dsh_session::{AssistantChunk, Envelope, ToolCall, TurnEnd, TurnStart};
+    use dsh_session::{AssistantChunk, Envelope, ToolCall, TurnEnd, TurnEndReason, TurnStart};
 
     fn child() -> Arc<ChildIdentity> {
         Arc::new(ChildIdentity {
@@ -458,6 +456,23 @@ mod tests {
         let late = progress.observe(&activity(Some("p1"), false, delta("late")), now);
         assert!(late.is_empty());
         assert_eq!(progress.next_due(), None);
+    }
+
+    #[test]
+    fn a_run_cut_by_max_tokens_ends_its_card_failed_as_the_other_front_ends_show_it() {
+        let mut progress = ChildProgress::new();
+        let now = Instant::now();
+        progress.observe(
+            &activity(Some("p1"), true, Event::TurnStart(TurnStart { turn: 1 })),
+            now,
+        );
+        let end = Event::TurnEnd(TurnEnd {
+            turn: 1,
+            reason: TurnEndReason::MaxTokens,
+        });
+        let ended = progress.observe(&activity(Some("p1"), true, end), now);
+        assert_eq!(ended[0]["status"], "failed");
+        assert_eq!(text_of(&ended[0]), "agent-1: stopped (max-tokens)");
     }
 
     #[test]

@@ -8,8 +8,9 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
-use dsh_llm::{GenerateRequest, Message, Usage};
+use dsh_llm::{GenerateRequest, Message, ToolSchema, Usage};
 use dsh_session::ModelPrice;
 use serde::Serialize;
 use serde_json::Value;
@@ -106,6 +107,12 @@ impl CacheReport {
 #[derive(Debug, Default)]
 pub struct CacheTracker {
     previous: Option<RequestShape>,
+    /// The tool list last fingerprinted: the loop shares one list across the steps where it
+    /// does not change, so the same list is not serialized again (docs/PERFORMANCE.md, "Step
+    /// 1: fixed costs").
+    last_tools: Option<(Arc<Vec<ToolSchema>>, Part)>,
+    /// The system prompt last fingerprinted.
+    last_system: Option<(String, Part)>,
 }
 
 impl CacheTracker {
@@ -117,10 +124,26 @@ impl CacheTracker {
     /// Fingerprints `request`, compares it with the previous one, and remembers it.
     pub fn observe(&mut self, turn: u64, step: u64, request: &GenerateRequest) -> CacheReport {
         let previous = self.previous.take().unwrap_or_default();
+        let tools = match &self.last_tools {
+            Some((tools, part)) if Arc::ptr_eq(tools, &request.tools) => part.clone(),
+            _ => {
+                let part = part_of(&*request.tools);
+                self.last_tools = Some((Arc::clone(&request.tools), part.clone()));
+                part
+            }
+        };
+        let system = match &self.last_system {
+            Some((system, part)) if *system == request.system => part.clone(),
+            _ => {
+                let part = part_of(&request.system);
+                self.last_system = Some((request.system.clone(), part.clone()));
+                part
+            }
+        };
         let shape = RequestShape {
             config: Some(part_of(request.config.config())),
-            system: Some(part_of(&request.system)),
-            tools: Some(part_of(&*request.tools)),
+            system: Some(system),
+            tools: Some(tools),
             messages: request
                 .messages
                 .iter()

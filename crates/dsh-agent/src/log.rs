@@ -139,6 +139,12 @@ impl SessionLog {
         self.writer.flush()
     }
 
+    /// Flushes with the sync left to run while the model call starts; the next append waits
+    /// for it (`SessionWriter::flush_in_background`).
+    pub fn flush_in_background(&mut self) -> dsh_session::Result<()> {
+        self.writer.flush_in_background()
+    }
+
     /// Puts everything appended so far into the store without syncing it (a flush follows
     /// before anything leaves dsh; docs/sessions.md, "Durability and crash repair").
     pub fn write_through(&mut self) -> dsh_session::Result<()> {

@@ -552,22 +552,41 @@ impl Agent {
                 cwd: &self.options.cwd,
             },
         );
-        self.step_tools = self.effective_tools()?;
-        let tools = self.step_tools.schemas();
-        self.header_bytes = system.len() + serde_json::to_vec(&tools).map(|v| v.len()).unwrap_or(0);
-        let header = RequestHeader {
-            config: config.clone(),
-            system: system.clone(),
-            tools: HeaderTools::Schemas(tools.clone()),
+        let registry = self.effective_tools()?;
+        // Unchanged schemas (the usual step) are shared with the previous request: no second
+        // serialization for their size, no copy for the header comparison. The same registry
+        // (the usual case: no extension adds tools) holds the same tool objects, whose schemas
+        // are fixed (docs/tools.md); a registry built anew is read and compared.
+        let same_registry = Arc::ptr_eq(&registry, &self.step_tools);
+        self.step_tools = registry;
+        let (tools, tools_bytes) = match self.last_tools.take() {
+            Some((last, bytes)) if same_registry => (last, bytes),
+            last => {
+                let schemas = self.step_tools.schemas();
+                match last {
+                    Some((last, bytes)) if *last == schemas => (last, bytes),
+                    _ => {
+                        let bytes = serde_json::to_vec(&schemas).map(|v| v.len()).unwrap_or(0);
+                        (Arc::new(schemas), bytes)
+                    }
+                }
+            }
         };
+        self.last_tools = Some((Arc::clone(&tools), tools_bytes));
+        self.header_bytes = system.len() + tools_bytes;
         let mut log = self.shared.log();
+        let same_header = |last: &RequestHeader| {
+            last.config == config
+                && last.system == system
+                && matches!(&last.tools, HeaderTools::Schemas(logged) if *logged == *tools)
+        };
         let reason = if !self.header_logged {
             Some(if self.resumed {
                 HeaderReason::Resume
             } else {
                 HeaderReason::Initial
             })
-        } else if log.writer().state().last_header() != Some(&header) {
+        } else if !log.writer().state().last_header().is_some_and(same_header) {
             Some(HeaderReason::Change)
         } else {
             None
@@ -576,6 +595,11 @@ impl Agent {
             Failure::new(FailureCode::Other("SESSION_LOG".into()), e.to_string())
         };
         if let Some(reason) = reason {
+            let header = RequestHeader {
+                config: config.clone(),
+                system: system.clone(),
+                tools: HeaderTools::Schemas(tools.to_vec()),
+            };
             log.append(Event::RequestHeader(RequestHeaderEvent { header, reason }))
                 .map_err(log_err)?;
             log.append(Event::RequestContext(RequestContext {
@@ -589,7 +613,7 @@ impl Agent {
             config,
             system,
             messages: log.shared_history(),
-            tools: Arc::new(tools),
+            tools,
             cancel: cancel.clone(),
             session_id: Some(log.session_id().to_string()),
             purpose: None,
@@ -615,7 +639,9 @@ impl Agent {
         };
         let mut retries_done = 0u32;
         loop {
-            self.shared.log().flush()?;
+            // The request leaves while the log syncs; the first chunk's append waits for the
+            // sync (docs/sessions.md, "Durability and crash repair").
+            self.shared.log().flush_in_background()?;
             let mut stream = adapter.stream(request.clone());
             let mut assembler = BlockAssembler::new();
             let mut chunk_seqs = Vec::new();

@@ -114,6 +114,31 @@ fn subjects(
             }
         }
     }
+    // For reference: bubblewrap started for every call (the path before the prepared sandbox,
+    // and the one hosts that cannot enter a prepared sandbox take).
+    if let Ok(bwrap) = &SandboxProbe::cached().bubblewrap {
+        let probe = SandboxProbe {
+            bubblewrap: Ok(bwrap.clone().per_call()),
+            landlock: Err("not measured".into()),
+        };
+        let chosen = Sandbox::choose(
+            PermissionPreset::WorkspaceWrite,
+            SandboxPreference::Bubblewrap,
+            &probe,
+        );
+        if chosen.mode() == SandboxMode::Bubblewrap {
+            subjects.push(Subject {
+                name: "bubblewrap_per_call",
+                context: context(
+                    cwd,
+                    spill,
+                    PermissionPreset::WorkspaceWrite,
+                    chosen.confinement(),
+                )?,
+                times: Vec::new(),
+            });
+        }
+    }
     // For reference: Landlock building its layout in every child (in a user namespace, as it
     // does when dsh is not root), the cost the prepared namespace of docs/SECURITY.md saves.
     if let Ok(abi) = dsh_sandbox::kernel_abi() {

@@ -2,7 +2,9 @@
 //! the first byte of the next request, minus the tool's own run time, at step 1 of a fresh
 //! session and at step ~1,000 of a session whose history is near the context window; against
 //! the floor of serialising the same request body with `serde_json` and writing it to a
-//! loopback socket.
+//! loopback socket (a new connection per run, as the floor was first defined; the same on an
+//! open connection is reported beside it). Step 1 is also measured with the loop on a runtime
+//! worker instead of the `block_on` thread (docs/PERFORMANCE.md, "Step 1: fixed costs").
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -308,6 +310,47 @@ fn floor(body: &[u8], runs: usize) -> anyhow::Result<f64> {
     Ok(median(&mut times))
 }
 
+/// The same floor on a connection that is already open (one connection for all `runs`, as a
+/// client that keeps its connection alive sends its next request): serialisation and writing
+/// only, no TCP set-up. Median of `runs`.
+fn floor_open(body: &[u8], runs: usize) -> anyhow::Result<f64> {
+    let value: Value = serde_json::from_slice(body).context("request body is JSON")?;
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let drain = std::thread::spawn(move || {
+        let Ok((mut socket, _)) = listener.accept() else {
+            return;
+        };
+        for _ in 0..runs {
+            if sender.send(read_one_request(&mut socket)).is_err() {
+                return;
+            }
+        }
+    });
+    let mut socket = TcpStream::connect(address)?;
+    socket.set_nodelay(true)?;
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let start = Instant::now();
+        let bytes = serde_json::to_vec(&value)?;
+        let head = format!(
+            "POST /chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            bytes.len()
+        );
+        socket.write_all(head.as_bytes())?;
+        socket.write_all(&bytes)?;
+        let done = receiver
+            .recv()
+            .context("floor listener")?
+            .context("floor listener read")?;
+        times.push((done - start).as_secs_f64() * 1000.0);
+    }
+    drop(socket);
+    let _ = drain.join();
+    Ok(median(&mut times))
+}
+
 fn summarise(label: &str, gaps: &[Gap], first_step: u64) -> anyhow::Result<Value> {
     let mut overheads: Vec<f64> = gaps
         .iter()
@@ -315,6 +358,7 @@ fn summarise(label: &str, gaps: &[Gap], first_step: u64) -> anyhow::Result<Value
         .collect();
     let body = &gaps.first().context("no gap measured")?.next_body;
     let floor_ms = floor(body, 9)?;
+    let floor_open_ms = floor_open(body, 9)?;
     let overhead_ms = median(&mut overheads);
     let mut first_bytes: Vec<f64> = gaps
         .iter()
@@ -329,7 +373,44 @@ fn summarise(label: &str, gaps: &[Gap], first_step: u64) -> anyhow::Result<Value
         "floor_ms": floor_ms,
         "request_bytes": body.len(),
         "ratio": overhead_ms / floor_ms,
+        "floor_open_ms": floor_open_ms,
+        "ratio_to_open_floor": overhead_ms / floor_open_ms,
     }))
+}
+
+/// Waits (up to 2 s) until the provider has recorded the end of every reply. The client may
+/// act on a reply as soon as its `[DONE]` arrived, before the provider's task has written the
+/// body's terminator and noted the time; under load that task can lag behind the next request.
+async fn replies_recorded(provider: &FakeProvider) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && provider.timings().iter().any(|t| t.reply_done.is_none()) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// One fresh session of two tool steps: the gap after step 1 and the connections it opened.
+async fn first_step_session(home_root: Option<&Path>) -> anyhow::Result<(Vec<Gap>, f64)> {
+    let bench = Bench::new(home_root)?;
+    let provider = FakeProvider::start(vec![
+        read_reply(1, "small.txt"),
+        read_reply(2, "small.txt"),
+        final_reply(),
+    ])
+    .await?;
+    let mut agent = {
+        let store = open_store(StoreKind::Jsonl, bench.home.path())?;
+        Agent::create(
+            bench.parts(http_adapters(&provider)?, "deepseek")?,
+            store.as_ref(),
+        )?
+    };
+    agent.handle().followup("read small.txt twice")?;
+    let outcomes = agent.run_until_idle().await?;
+    check_completed(&outcomes)?;
+    replies_recorded(&provider).await;
+    let mut g = gaps(&provider, &bench.clock.take())?;
+    g.truncate(1);
+    Ok((g, provider.events().connections as f64))
 }
 
 /// Step 1 of fresh sessions (median over `sessions` sessions of the gap after step 1), and
@@ -346,25 +427,23 @@ pub(crate) async fn step_overhead(
 ) -> anyhow::Result<Value> {
     // Step 1: fresh sessions, two tool steps each; the gap after step 1 is measured.
     let mut first: Vec<Gap> = Vec::new();
+    // TCP connections each session opened for its three requests (1 when the client keeps
+    // its connection alive, as with a real provider; docs/PERFORMANCE.md, "Step 1: fixed
+    // costs").
+    let mut connections: Vec<f64> = Vec::new();
+    // The same sessions with the loop on a runtime worker instead of the `block_on` thread
+    // (where `dsh run` drives it): the loop and hyper's connection task then wake each other
+    // without crossing threads (docs/PERFORMANCE.md, "Step 1: fixed costs").
+    let mut first_on_worker: Vec<Gap> = Vec::new();
     for _ in 0..sessions {
-        let bench = Bench::new(home_root)?;
-        let provider = FakeProvider::start(vec![
-            read_reply(1, "small.txt"),
-            read_reply(2, "small.txt"),
-            final_reply(),
-        ])
-        .await?;
-        let store = open_store(StoreKind::Jsonl, bench.home.path())?;
-        let mut agent = Agent::create(
-            bench.parts(http_adapters(&provider)?, "deepseek")?,
-            store.as_ref(),
-        )?;
-        agent.handle().followup("read small.txt twice")?;
-        let outcomes = agent.run_until_idle().await?;
-        check_completed(&outcomes)?;
-        let mut g = gaps(&provider, &bench.clock.take())?;
-        g.truncate(1);
+        let (g, c) = first_step_session(home_root).await?;
         first.extend(g);
+        connections.push(c);
+        let root = home_root.map(Path::to_path_buf);
+        let (g, _) = tokio::spawn(async move { first_step_session(root.as_deref()).await })
+            .await
+            .context("session task")??;
+        first_on_worker.extend(g);
     }
 
     // Step ~1,000: build the history in process, then resume over HTTP.
@@ -411,15 +490,21 @@ pub(crate) async fn step_overhead(
     )?;
     agent.handle().followup("once more")?;
     check_completed(&agent.run_until_idle().await?)?;
+    replies_recorded(&provider).await;
     // The resumed agent's tools ran under `bench`'s clock (the builder's is empty by now).
     let late = gaps(&provider, &bench.clock.take())?;
     let history_bytes = late.first().map_or(0, |g| g.next_body.len());
 
-    let step_1 = summarise("step 1", &first, 1)?;
+    let mut step_1 = summarise("step 1", &first, 1)?;
+    step_1["connections_per_session_max"] = json!(connections.iter().cloned().fold(0.0, f64::max));
+    step_1["connections_per_session_mean"] =
+        json!(connections.iter().sum::<f64>() / connections.len().max(1) as f64);
     let step_n = summarise("near window", &late, history_steps as u64)?;
+    let step_1_on_worker = summarise("step 1, loop on a runtime worker", &first_on_worker, 1)?;
     Ok(json!({
         "step_1": step_1,
         "step_n": step_n,
+        "step_1_on_worker": step_1_on_worker,
         "history_steps": history_steps,
         "history_request_bytes": history_bytes,
         "estimated_tokens": history_bytes / 4,

@@ -205,7 +205,16 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(run_async(args))
+    // The run is a task on a worker, not the future `block_on` drives on this thread: the
+    // reply's frames then wake the loop on the worker that polls the connection instead of
+    // crossing to the main thread for each (docs/PERFORMANCE.md, "Step 1: fixed costs").
+    runtime.block_on(async {
+        match tokio::spawn(run_async(args)).await {
+            Ok(outcome) => outcome,
+            Err(joined) if joined.is_panic() => std::panic::resume_unwind(joined.into_panic()),
+            Err(joined) => Err(anyhow::anyhow!("the run was stopped: {joined}")),
+        }
+    })
 }
 
 async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {

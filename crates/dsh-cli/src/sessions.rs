@@ -253,71 +253,137 @@ fn show_children(folder: &Path, child: Option<&str>, out: &mut impl Write) -> an
 
 fn list(store: &dyn SessionStore, all: bool, stdout: &mut impl Write) -> anyhow::Result<()> {
     use std::fmt::Write as _;
-    // One write per buffer, not per line: a listing can be thousands of lines
-    // (docs/PERFORMANCE.md, "Session listing").
-    let out = &mut std::io::BufWriter::with_capacity(1 << 16, stdout);
     let cwd = if all {
         None
     } else {
         let dir = std::env::current_dir().context("reading the current directory")?;
         Some(dir.to_string_lossy().into_owned())
     };
-    let listing = store.list(&ListFilter { cwd: cwd.clone() })?;
+    // Compact rows over one text rather than a summary per session (docs/PERFORMANCE.md,
+    // "Session listing", fourth pass).
+    let listing = store.list_all(&ListFilter { cwd: cwd.clone() })?;
     for problem in &listing.problems {
         eprintln!("dsh: warning: {problem}");
     }
-    if listing.sessions.is_empty() {
+    if listing.is_empty() {
         match cwd {
             Some(cwd) => writeln!(
-                out,
+                stdout,
                 "no sessions in {cwd} (use --all to list every directory)"
             )?,
-            None => writeln!(out, "no sessions")?,
+            None => writeln!(stdout, "no sessions")?,
         }
         return Ok(());
     }
     let prices = PriceTable::default_deepseek();
-    writeln!(
-        out,
-        "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  TITLE",
-        "ID", "UPDATED (UTC)", "TURNS", "TOKENS", "COST"
-    )?;
-    // Two buffers reused for every line instead of four new strings per line (a listing can
-    // be 10,000 lines; docs/PERFORMANCE.md, "Session listing").
-    let (mut when, mut cost) = (String::with_capacity(16), String::with_capacity(16));
-    for s in &listing.sessions {
-        let usage = s.usage().usage;
+    // The whole listing is laid out in one buffer by hand (the padding of `format!` wrote
+    // one character at a time) and written at once: a listing can be 10,000 lines
+    // (docs/PERFORMANCE.md, "Session listing"). The columns are those of the header.
+    let mut out: Vec<u8> = Vec::with_capacity(64 + listing.len() * if all { 160 } else { 120 });
+    out.extend_from_slice(
+        format!(
+            "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  TITLE\n",
+            "ID", "UPDATED (UTC)", "TURNS", "TOKENS", "COST"
+        )
+        .as_bytes(),
+    );
+    let mut cost = String::with_capacity(16);
+    let mut digits = [0u8; 20];
+    for s in listing.iter() {
+        let (totals, price) = s.usage_and_cost(&prices);
+        let usage = totals.usage;
         let tokens = usage.billed_input() + usage.output_tokens;
+        pad_after(&mut out, s.id(), 36);
+        out.extend_from_slice(b"  ");
+        let when = out.len();
+        push_utc(&mut out, s.updated_at());
+        let written = out.len() - when;
+        out.resize(out.len() + 16usize.saturating_sub(written), b' ');
+        out.extend_from_slice(b"  ");
+        pad_before(&mut out, decimal(&mut digits, s.turns()), 5);
+        out.extend_from_slice(b"  ");
+        pad_before(&mut out, decimal(&mut digits, tokens), 10);
+        out.extend_from_slice(b"  ");
         cost.clear();
-        match s.cost(&prices) {
+        match price {
             Some(c) => write!(cost, "${c:.4}")?,
             None => cost.push('?'),
         }
-        when.clear();
-        write_utc(&mut when, s.updated_at)?;
-        write!(
-            out,
-            "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  {}",
-            s.id,
-            when,
-            s.turns,
-            tokens,
-            cost,
-            s.title.as_deref().unwrap_or("(untitled)")
-        )?;
-        if s.open {
-            out.write_all(b" [open]")?;
+        pad_before(&mut out, cost.as_bytes(), 9);
+        out.extend_from_slice(b"  ");
+        out.extend_from_slice(s.title().unwrap_or("(untitled)").as_bytes());
+        if s.open() {
+            out.extend_from_slice(b" [open]");
         }
         if all {
-            write!(out, "  ({})", s.cwd)?;
+            out.extend_from_slice(b"  (");
+            out.extend_from_slice(s.cwd().as_bytes());
+            out.push(b')');
         }
-        out.write_all(b"\n")?;
+        out.push(b'\n');
     }
-    out.flush()?;
-    // The process ends right after this command: the kernel takes the memory back at once,
-    // where dropping the listing would free its 10,000 summaries one allocation at a time.
+    stdout.write_all(&out)?;
+    stdout.flush()?;
+    // The process ends right after this command: the kernel takes the memory back at once.
     std::mem::forget(listing);
+    std::mem::forget(out);
     Ok(())
+}
+
+/// `text` then spaces up to `width` characters, as `{:<width}` pads it.
+fn pad_after(out: &mut Vec<u8>, text: &str, width: usize) {
+    let chars = if text.is_ascii() {
+        text.len()
+    } else {
+        text.chars().count()
+    };
+    out.extend_from_slice(text.as_bytes());
+    out.resize(out.len() + width.saturating_sub(chars), b' ');
+}
+
+/// Spaces then `ascii` up to `width` characters, as `{:>width}` pads it.
+fn pad_before(out: &mut Vec<u8>, ascii: &[u8], width: usize) {
+    out.resize(out.len() + width.saturating_sub(ascii.len()), b' ');
+    out.extend_from_slice(ascii);
+}
+
+/// `value` in decimal, in the end of `buf`.
+fn decimal(buf: &mut [u8; 20], mut value: u64) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// [`write_utc`] into bytes, without the formatting machinery: `YYYY-MM-DD HH:MM`.
+fn push_utc(out: &mut Vec<u8>, ms: u64) {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let (hour, minute) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    let (year, month, day) = dsh_llm::calendar::civil_from_days(days);
+    let two = |out: &mut Vec<u8>, v: u64| {
+        out.extend_from_slice(&[b'0' + (v / 10 % 10) as u8, b'0' + (v % 10) as u8])
+    };
+    if (0..10_000).contains(&year) {
+        let y = year as u64;
+        two(out, y / 100);
+        two(out, y % 100);
+    } else {
+        out.extend_from_slice(format!("{year:04}").as_bytes());
+    }
+    out.push(b'-');
+    two(out, u64::from(month));
+    out.push(b'-');
+    two(out, u64::from(day));
+    out.push(b' ');
+    two(out, hour);
+    out.push(b':');
+    two(out, minute);
 }
 
 fn export(
@@ -584,4 +650,49 @@ fn cache_table(log: &dsh_session::LoadedLog, out: &mut impl Write) -> anyhow::Re
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a test failure
+
+    use super::*;
+
+    /// The hand layout of `dsh sessions list` lines writes what `format!` wrote before it.
+    #[test]
+    fn hand_layout_equals_format() {
+        for ms in [
+            0,
+            1,
+            59_999,
+            86_399_999,
+            951_782_400_000, // 2000-02-29
+            1_780_000_000_000,
+            253_402_300_799_999, // 9999-12-31 23:59
+            253_402_300_800_000, // 10000-01-01
+            u64::MAX,
+        ] {
+            let mut bytes = Vec::new();
+            push_utc(&mut bytes, ms);
+            assert_eq!(String::from_utf8(bytes).unwrap(), format_utc(ms), "{ms}");
+        }
+        let mut digits = [0u8; 20];
+        for v in [0, 7, 10, 99_999, 123_456, u64::MAX] {
+            assert_eq!(decimal(&mut digits, v), v.to_string().as_bytes());
+            let mut out = Vec::new();
+            pad_before(&mut out, decimal(&mut digits, v), 10);
+            assert_eq!(String::from_utf8(out).unwrap(), format!("{v:>10}"));
+        }
+        for text in [
+            "",
+            "abc",
+            "0123456789-0123456789-0123456789-012345",
+            "é🎉ü",
+            "x\u{301}",
+        ] {
+            let mut out = Vec::new();
+            pad_after(&mut out, text, 36);
+            assert_eq!(String::from_utf8(out).unwrap(), format!("{text:<36}"));
+        }
+    }
 }

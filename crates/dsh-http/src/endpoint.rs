@@ -18,6 +18,11 @@ use tokio_util::sync::CancellationToken;
 /// Most bytes of an error response body kept for the failure message.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
+/// What is read, at most, of a body after its reply finished cleanly (normally only the chunked
+/// terminator after `[DONE]`), and for how long, so the connection goes back to the pool.
+const DRAIN_LIMIT: usize = 64 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
 /// A wire format's decoder of a streamed response body into chunks.
 pub trait BodyDecoder: Send + Sync + 'static {
     /// Decodes the next bytes of the body.
@@ -145,21 +150,37 @@ pub fn reply_deadline_failure(reply_timeout: Duration, waiting_for: &str) -> Fai
 }
 
 /// When a wait for `waiting_for` ends: at the idle timeout, or at the reply deadline when that
-/// comes first. Gives the time left and the failure to report if it runs out.
-fn next_wait(call: &Sent<impl Sized>, waiting_for: &str) -> (Duration, Failure) {
+/// comes first. Gives the time left and which limit it runs into.
+fn next_wait(call: &Sent<impl Sized>, waiting_for: &'static str) -> (Duration, Late) {
     let left = call
         .deadline
         .saturating_duration_since(tokio::time::Instant::now());
-    if left < call.idle_timeout {
-        (
-            left,
-            reply_deadline_failure(call.reply_timeout, waiting_for),
-        )
-    } else {
-        (
-            call.idle_timeout,
-            timeout_failure(call.idle_timeout, waiting_for),
-        )
+    let deadline = left < call.idle_timeout;
+    let wait = if deadline { left } else { call.idle_timeout };
+    (
+        wait,
+        Late {
+            deadline,
+            waiting_for,
+        },
+    )
+}
+
+/// Which limit a wait of [`next_wait`] runs into, for the failure when it does (built only
+/// then: a wait happens for every body read, a timeout rarely).
+struct Late {
+    /// The overall reply deadline comes before the idle timeout.
+    deadline: bool,
+    waiting_for: &'static str,
+}
+
+impl Late {
+    fn failure(&self, call: &Sent<impl Sized>) -> Failure {
+        if self.deadline {
+            reply_deadline_failure(call.reply_timeout, self.waiting_for)
+        } else {
+            timeout_failure(call.idle_timeout, self.waiting_for)
+        }
     }
 }
 
@@ -253,7 +274,10 @@ impl<D: BodyDecoder> CallState<D> {
             outcome = tokio::time::timeout(wait, request.send()) => outcome,
         };
         let response = match outcome {
-            Err(_elapsed) => return self.finish_with(&call.scrub, late),
+            Err(_elapsed) => {
+                let failure = late.failure(&call);
+                return self.finish_with(&call.scrub, failure);
+            }
             Ok(Err(err)) => {
                 let failure = Failure::new(
                     FailureCode::Transport,
@@ -312,9 +336,10 @@ impl<D: BodyDecoder> CallState<D> {
             _ = call.cancel.cancelled() => return self.aborted(),
             next = tokio::time::timeout(wait, response.chunk()) => next,
         };
+        let end_of_body = matches!(next, Ok(Ok(None)));
         let scratch = &mut self.scratch;
         match next {
-            Err(_elapsed) => call.decoder.fail(late, scratch),
+            Err(_elapsed) => call.decoder.fail(late.failure(call), scratch),
             Ok(Err(err)) => call.decoder.fail(
                 Failure::new(
                     FailureCode::Transport,
@@ -338,11 +363,44 @@ impl<D: BodyDecoder> CallState<D> {
             self.queue.push_back(chunk);
         }
         if call.decoder.is_finished() {
+            let clean = matches!(
+                self.queue.back(),
+                Some(Chunk::Finish {
+                    reason: FinishReason::Stop | FinishReason::ToolCalls | FinishReason::MaxTokens
+                })
+            );
+            if clean && !end_of_body {
+                release_connection(streaming.response);
+            }
             Phase::Done
         } else {
             Phase::Streaming(streaming)
         }
     }
+}
+
+/// Reads the rest of a reply whose decoder finished cleanly (the `[DONE]` event can arrive
+/// before the chunked body's terminator) on a task of its own, bounded by [`DRAIN_LIMIT`] and
+/// [`DRAIN_TIME`], then drops it. The HTTP client returns a connection to its pool only once
+/// its response body was read to the end; dropping the body early closes the connection, and
+/// the next model call would set up a new one (docs/PERFORMANCE.md, "Step 1: fixed costs").
+/// The caller does not wait: its chunks are already delivered.
+fn release_connection(mut response: reqwest::Response) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let drain = async {
+            let mut read = 0usize;
+            while let Ok(Some(bytes)) = response.chunk().await {
+                read += bytes.len();
+                if read > DRAIN_LIMIT {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    });
 }
 
 /// `GET` a model list (`{"data": [{"id": ...}, ...]}`, the shape both wire formats use) and

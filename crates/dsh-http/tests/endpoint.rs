@@ -355,3 +355,58 @@ async fn the_model_listing_reads_ids_and_maps_errors_through_the_format() {
     let bearer = format!("Bearer {KEY}");
     assert_eq!(listing.header("authorization"), Some(bearer.as_str()));
 }
+
+/// Model calls reuse one connection, as with a real provider that keeps connections alive
+/// (docs/PERFORMANCE.md, "Step 1: fixed costs"): no TCP set-up per step.
+#[tokio::test]
+async fn calls_reuse_the_connection_of_the_previous_reply() {
+    let replies = (0..4).map(|k| SseReply::new().data(format!("r{k}")).into());
+    let provider = FakeProvider::start(replies).await.unwrap();
+    let endpoint = keyed(&provider);
+    for k in 0..4 {
+        let chunks = collect(&endpoint, CancellationToken::new()).await;
+        assert_eq!(
+            chunks.first(),
+            Some(&Chunk::TextDelta {
+                index: 0,
+                text: format!("r{k}")
+            })
+        );
+        // The pool gets the connection back once its body is read to the end.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let events = provider.events();
+    assert_eq!((events.requests, events.connections), (4, 1), "{events:?}");
+}
+
+/// `[DONE]` ends the call at once even when the body's terminator comes later; the rest is
+/// read in the background so the connection still serves the next call.
+#[tokio::test]
+async fn a_terminator_after_done_neither_delays_the_call_nor_loses_the_connection() {
+    let late = SseReply::new()
+        .data("one")
+        .data("[DONE]")
+        .delay(Duration::from_millis(400));
+    let provider = FakeProvider::start([late.into(), SseReply::new().data("two").into()])
+        .await
+        .unwrap();
+    let endpoint = keyed(&provider);
+    let started = Instant::now();
+    let chunks = collect(&endpoint, CancellationToken::new()).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "the call waited for the terminator: {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        chunks.last(),
+        Some(Chunk::Finish {
+            reason: FinishReason::Stop
+        })
+    ));
+    // The background read ends with the terminator; the connection is then free again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let chunks = collect(&endpoint, CancellationToken::new()).await;
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    assert_eq!(provider.events().connections, 1, "{:?}", provider.events());
+}

@@ -197,15 +197,28 @@ fn webp_size(data: &[u8]) -> Option<(u32, u32)> {
     }
 }
 
+/// The media types dsh accepts and the file name extension each is stored under.
+const IMAGE_TYPES: [(&str, &str); 4] = [
+    ("image/png", "png"),
+    ("image/jpeg", "jpg"),
+    ("image/gif", "gif"),
+    ("image/webp", "webp"),
+];
+
 /// The file name extension of a media type dsh accepts (`bin` for anything else).
 pub fn media_type_extension(media_type: &str) -> &'static str {
-    match media_type {
-        "image/png" => "png",
-        "image/jpeg" => "jpg",
-        "image/gif" => "gif",
-        "image/webp" => "webp",
-        _ => "bin",
-    }
+    IMAGE_TYPES
+        .iter()
+        .find(|(media, _)| *media == media_type)
+        .map_or("bin", |(_, ext)| ext)
+}
+
+/// The media type of a file name extension [`media_type_extension`] gives, if it is one.
+pub fn extension_media_type(extension: &str) -> Option<&'static str> {
+    IMAGE_TYPES
+        .iter()
+        .find(|(_, ext)| *ext == extension)
+        .map(|(media, _)| *media)
 }
 
 /// `sha256:<hex>` of `data`.

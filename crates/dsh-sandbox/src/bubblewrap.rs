@@ -26,10 +26,16 @@
 //!
 //! The network namespace is *not* unshared: commands keep network access (package managers,
 //! git fetch).
+//!
+//! Two ways to run a command with these options: one `bwrap` per command (`bwrap <options> --
+//! bash -c ...`), or, where the probe found it works ([`Bubblewrap::prepared`]), one long-lived
+//! `bwrap` per distinct layout that every command with that layout enters
+//! ([`crate::prepared_bwrap`]); a sandbox that cannot be started falls back to one per command.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -47,17 +53,32 @@ const PRIVATE_TMP: &str = "/tmp";
 pub struct Bubblewrap {
     program: PathBuf,
     user_namespace: bool,
+    prepared: bool,
 }
 
 impl Bubblewrap {
     /// Confinement through the `bwrap` executable at `program`, in a user namespace
-    /// (`--unshare-user`). Whether it works on this host is the probe's business
-    /// ([`crate::SandboxProbe`]); this type only builds command lines.
+    /// (`--unshare-user`), with a prepared sandbox per layout. Whether it works on this host is
+    /// the probe's business ([`crate::SandboxProbe`]).
     pub fn new(program: impl Into<PathBuf>) -> Self {
         Self {
             program: program.into(),
             user_namespace: true,
+            prepared: true,
         }
+    }
+
+    /// The same with one `bwrap` per command instead of a prepared sandbox per layout (for
+    /// hosts where entering a sandbox's namespaces fails, e.g. under some security modules).
+    pub fn per_call(mut self) -> Self {
+        self.prepared = false;
+        self
+    }
+
+    /// Whether commands enter a prepared sandbox per layout (docs/SECURITY.md, "A prepared
+    /// bubblewrap sandbox per layout") rather than each starting its own `bwrap`.
+    pub fn prepared(&self) -> bool {
+        self.prepared
     }
 
     /// The same without a user namespace (for hosts, e.g. some containers, where creating
@@ -213,14 +234,68 @@ fn seccomp_fd_hook(fd: Arc<OwnedFd>) -> PreExecHook {
     })
 }
 
+impl Bubblewrap {
+    /// `plan` run in the prepared sandbox of `request`'s layout: the program stays, a hook
+    /// enters the sandbox ([`crate::prepared_bwrap`]). `cached`: the sandbox is kept for later
+    /// calls with the same layout (else it ends with the plan: the probe's trial). `Err` says
+    /// why no sandbox could be prepared.
+    pub(crate) fn confine_prepared(
+        &self,
+        mut plan: CommandPlan,
+        request: &ConfinementRequest,
+        cached: bool,
+    ) -> Result<CommandPlan, String> {
+        let filter = Program::get(Profile::Common)?;
+        // Checked before a sandbox is started for nothing.
+        crate::prepared_bwrap::signal_scope()?;
+        let workdir = CString::new(request.workdir.as_os_str().as_bytes())
+            .map_err(|_| "the working directory's path holds a NUL byte".to_string())?;
+        let layout = crate::prepared_bwrap::Layout::new(
+            &self.program,
+            &request.cwd,
+            self.options(request, None),
+        );
+        let sandbox = if cached {
+            crate::prepared_bwrap::sandbox_for(layout)?
+        } else {
+            crate::prepared_bwrap::uncached(&layout)?
+        };
+        plan.pre_exec
+            .push(crate::prepared_bwrap::enter_hook(sandbox, filter, workdir)?);
+        Ok(plan)
+    }
+}
+
+/// Bubblewrap with a prepared sandbox that never falls back to one per command: the probe's
+/// trial of the prepared way, so it is chosen only where it works.
+pub(crate) struct StrictlyPrepared<'a>(pub(crate) &'a Bubblewrap);
+
+impl CommandConfinement for StrictlyPrepared<'_> {
+    fn name(&self) -> &str {
+        "bubblewrap"
+    }
+
+    fn confine(
+        &self,
+        plan: CommandPlan,
+        request: &ConfinementRequest,
+    ) -> Result<CommandPlan, ToolError> {
+        self.0
+            .confine_prepared(plan, request, false)
+            .map_err(|reason| crate::setup_failed(request.preset, &reason))
+    }
+}
+
 impl CommandConfinement for Bubblewrap {
     fn name(&self) -> &str {
         "bubblewrap"
     }
 
-    /// Wraps `plan` as `bwrap <options> -- <program> <args>`; its `pre_exec` hooks stay and run
-    /// before `bwrap` itself starts, followed by the one that hands bubblewrap the seccomp
-    /// filter. `danger-full-access` returns `plan` unchanged.
+    /// With a prepared sandbox ([`Bubblewrap::prepared`]): `plan` with a hook that enters the
+    /// sandbox of its layout. Otherwise (or when no sandbox can be prepared now) wraps `plan` as
+    /// `bwrap <options> -- <program> <args>`; its `pre_exec` hooks stay and run before `bwrap`
+    /// itself starts, followed by the one that hands bubblewrap the seccomp filter.
+    /// `danger-full-access` returns `plan` unchanged.
     fn confine(
         &self,
         plan: CommandPlan,
@@ -228,6 +303,13 @@ impl CommandConfinement for Bubblewrap {
     ) -> Result<CommandPlan, ToolError> {
         if request.preset == PermissionPreset::DangerFullAccess {
             return Ok(plan);
+        }
+        if self.prepared {
+            // A sandbox that cannot be prepared now (bwrap failed to start it) leaves the
+            // command to a `bwrap` of its own: the same options, so the same confinement.
+            if let Ok(prepared) = self.confine_prepared(plan.clone(), request, true) {
+                return Ok(prepared);
+            }
         }
         let unavailable = |reason: String| crate::setup_failed(request.preset, &reason);
         let filter = Program::get(Profile::Common)

@@ -211,7 +211,7 @@ fn errno() -> i32 {
 /// `CAP_SETPCAP` (not root) cannot change its securebits or bounding set, and needs not: it
 /// has no capabilities to regain (`no_new_privs` stops setuid and file capabilities).
 /// Async-signal-safe: only system calls on stack memory.
-fn drop_capabilities() -> io::Result<()> {
+pub(crate) fn drop_capabilities() -> io::Result<()> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     // SAFETY: prctl with integer arguments only.
@@ -398,7 +398,7 @@ fn wait_for_end(watched: &libc::sigset_t, parent: libc::pid_t, shell: libc::pid_
 /// Landlock signal scope confines to its own domain, that is to the command's tree. It is
 /// used only when the scope is in force (ABI 6+): without it `kill(-1)` would reach every
 /// process of the user. Async-signal-safe: system calls on stack memory only.
-fn keep_tree(parent: libc::pid_t) -> io::Result<()> {
+pub(crate) fn keep_tree(parent: libc::pid_t) -> io::Result<()> {
     // SAFETY: every call below is a plain system call on stack memory; sigset functions only
     // write the set they are given.
     unsafe {

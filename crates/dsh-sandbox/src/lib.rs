@@ -40,6 +40,8 @@ mod mounts;
 #[cfg(target_os = "linux")]
 mod prepared;
 #[cfg(target_os = "linux")]
+mod prepared_bwrap;
+#[cfg(target_os = "linux")]
 mod probe;
 #[cfg(target_os = "linux")]
 mod probe_cache;
@@ -259,12 +261,17 @@ impl Sandbox {
             probe_cache::Choice::Bubblewrap(bwrap) => Sandbox {
                 mode: SandboxMode::Bubblewrap,
                 detail: format!(
-                    "bubblewrap ({}{}); network not restricted",
+                    "bubblewrap ({}{}{}); network not restricted",
                     bwrap.program().display(),
                     if bwrap.user_namespace() {
                         ", user namespace"
                     } else {
                         ", no user namespace on this host"
+                    },
+                    if bwrap.prepared() {
+                        ", one prepared sandbox per layout"
+                    } else {
+                        ", one sandbox per command"
                     }
                 ),
                 confinement: Arc::new(bwrap),

@@ -113,22 +113,7 @@ impl SandboxProbe {
                     "the `bwrap` executable is not on PATH (install the `bubblewrap` package)"
                         .to_string()
                 })
-                .and_then(|program| {
-                    // With a user namespace when the host allows one, else without (some
-                    // containers forbid them); capabilities are dropped either way.
-                    let with_userns = Bubblewrap::new(&program);
-                    match trial(&with_userns) {
-                        Ok(()) => Ok(with_userns),
-                        Err(first) => {
-                            let without = with_userns.without_user_namespace();
-                            trial(&without).map(|()| without).map_err(|reason| {
-                                format!(
-                                    "bubblewrap does not work here: {reason} (with a user namespace: {first})"
-                                )
-                            })
-                        }
-                    }
-                })
+                .and_then(|program| bubblewrap_trials(Bubblewrap::new(&program)))
         };
         let landlock = || {
             Landlock::detect().and_then(|landlock| {
@@ -187,6 +172,34 @@ impl SandboxProbe {
             landlock: Err(landlock.into()),
         }
     }
+}
+
+/// Tries bubblewrap with a user namespace when the host allows one, else without (some
+/// containers forbid them; capabilities are dropped either way); each first with a prepared
+/// sandbox per layout, through the very path commands take but without its fallback, then
+/// with one `bwrap` per command (docs/SECURITY.md, "A prepared bubblewrap sandbox per
+/// layout"). The first set-up that passes is the one commands use.
+fn bubblewrap_trials(with_userns: Bubblewrap) -> Result<Bubblewrap, String> {
+    let without = with_userns.clone().without_user_namespace();
+    let mut failures = Vec::new();
+    for (candidate, how) in [
+        (with_userns, "with a user namespace"),
+        (without, "without a user namespace"),
+    ] {
+        match trial(&crate::bubblewrap::StrictlyPrepared(&candidate)) {
+            Ok(()) => return Ok(candidate),
+            Err(reason) => failures.push(format!("{how}, prepared: {reason}")),
+        }
+        let per_call = candidate.per_call();
+        match trial(&per_call) {
+            Ok(()) => return Ok(per_call),
+            Err(reason) => failures.push(format!("{how}: {reason}")),
+        }
+    }
+    Err(format!(
+        "bubblewrap does not work here ({})",
+        failures.join("; ")
+    ))
 }
 
 /// The first executable file called `name` in the `PATH`-style list `search_path`.

@@ -176,9 +176,15 @@ pub fn load_cached_probe(file: &Path, key: &ProbeKey) -> Option<SandboxProbe> {
                 return None;
             }
             let bwrap = Bubblewrap::new(program);
-            Ok(match ok.get("user_namespace")?.as_bool()? {
+            let bwrap = match ok.get("user_namespace")?.as_bool()? {
                 true => bwrap,
                 false => bwrap.without_user_namespace(),
+            };
+            // Files written before the prepared sandbox existed name no way: `new`'s default.
+            Ok(match ok.get("prepared").map(Value::as_bool) {
+                None | Some(Some(true)) => bwrap,
+                Some(Some(false)) => bwrap.per_call(),
+                Some(None) => return None,
             })
         }
         Value::String(reason) => Err(reason.clone()),
@@ -219,7 +225,11 @@ pub fn store_probe(file: &Path, key: &ProbeKey, probe: &SandboxProbe) -> std::io
                     "the bwrap path is not UTF-8",
                 )
             })?;
-            json!({"program": program, "user_namespace": bwrap.user_namespace()})
+            json!({
+                "program": program,
+                "user_namespace": bwrap.user_namespace(),
+                "prepared": bwrap.prepared(),
+            })
         }
         Err(reason) => Value::from(reason.as_str()),
     };
@@ -299,12 +309,17 @@ impl Choice {
     fn describe(&self) -> String {
         match self {
             Choice::Bubblewrap(bwrap) => format!(
-                "bubblewrap ({}{})",
+                "bubblewrap ({}{}{})",
                 bwrap.program().display(),
                 if bwrap.user_namespace() {
                     ", user namespace"
                 } else {
                     ", no user namespace"
+                },
+                if bwrap.prepared() {
+                    ", prepared sandbox"
+                } else {
+                    ", sandbox per command"
                 }
             ),
             Choice::Landlock(landlock) => format!(

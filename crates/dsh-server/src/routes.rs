@@ -527,23 +527,16 @@ pub(crate) async fn image(
 ) -> ApiResult {
     crate::sessions::check_id(&id)?;
     let (hex, ext) = file.split_once('.').unwrap_or(("", ""));
-    let media_type = match ext {
-        "png" => "image/png",
-        "jpg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        _ => "",
-    };
+    let media_type = dsh_llm::extension_media_type(ext);
     let valid = hex.len() == 64
         && hex
             .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        && !media_type.is_empty();
-    if !valid {
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let (true, Some(media_type)) = (valid, media_type) else {
         return Err(ApiError::bad_request(format!(
             "`{file}` is not an image file name (`<sha256 hex>.<png|jpg|gif|webp>`)"
         )));
-    }
+    };
     let data = state
         .sessions
         .with_store(move |store| {

@@ -37,7 +37,10 @@ use crate::jsonl::SESSION_FILE_NAMES;
 use crate::listing::{message_text, SessionSummary};
 use crate::reader::LogReader;
 use crate::state::SessionTracker;
+mod listed;
 mod watch;
+use listed::{Decoded, Row, Span, Text, TextFull};
+pub use listed::{ListedSession, ListedSessions};
 pub use watch::WatchedCatalog;
 
 use crate::store::{
@@ -87,7 +90,7 @@ const ROW_KEY: &str = "size || ':' || mtime_ns || ':' || ctime_ns || ':' || ino"
 const RECORD_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What identifies one state of a log file: if any part changed, the row is read again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct FileKey {
     size: i64,
     mtime_ns: i64,
@@ -181,83 +184,147 @@ struct Found {
     key: FileKey,
 }
 
-/// One row of the catalog as a listing uses it: the session folder, the key of the log it was
-/// made from, and the summary (for a log that could not be read: a placeholder summary with the
-/// file's path and mtime, and the problem).
-struct Row {
-    dir: String,
-    key: FileKey,
-    summary: SessionSummary,
-    problem: Option<String>,
+/// Rows of the catalog over one text (catalog/listed.rs): what `Catalog::sync` returns.
+struct Rows {
+    text: Text,
+    rows: Vec<Row>,
 }
 
-impl Row {
-    /// A row as `Catalog::rows` selects it.
-    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-        let time = |i| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
-        Ok(Row {
-            dir: r.get(0)?,
-            key: FileKey::read(r, 2)?,
-            summary: SessionSummary {
-                location: r.get(1)?,
-                id: r.get(6)?,
-                cwd: r.get(7)?,
-                title: r.get(8)?,
-                created_at: time(9)?,
-                updated_at: time(10)?,
-                turns: time(11)?,
-                usage_by_model: parse_usage(r.get_ref(12)?.as_str().unwrap_or("{}")),
-                parent_session: r.get(13)?,
-                open: r.get(14)?,
-            },
-            problem: r.get(15)?,
-        })
-    }
+/// A text column of the current row, borrowed from SQLite (`None` for NULL).
+fn text_at<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<&'r str>> {
+    r.get_ref(i)?.as_str_or_null().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
 
-    /// The row `upsert` writes for `entry` and `summary`, as `Row::read` would read it back.
-    fn of(entry: Found, summary: std::result::Result<SessionSummary, String>) -> Row {
-        match summary {
-            Ok(summary) => Row {
-                dir: entry.dir,
+/// A text column that must not be NULL.
+fn text_not_null<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> rusqlite::Result<&'r str> {
+    text_at(r, i)?.ok_or_else(|| {
+        rusqlite::Error::InvalidColumnType(i, String::new(), rusqlite::types::Type::Null)
+    })
+}
+
+fn too_big(_: TextFull) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(
+        "the catalog's texts exceed 4 GiB; listing reads every log instead",
+    )))
+}
+
+/// A row as `Catalog::rows` selects it, its texts appended to `text`.
+fn read_row(text: &mut Text, r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    let time = |i| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
+    let mut push = |i| text.push(text_not_null(r, i)?).map_err(too_big);
+    let dir = push(0)?;
+    let location = push(1)?;
+    let id = push(6)?;
+    let cwd = push(7)?;
+    let usage = push(12)?;
+    let mut push_opt = |i| -> rusqlite::Result<Option<Span>> {
+        text_at(r, i)?
+            .map(|t| text.push(t).map_err(too_big))
+            .transpose()
+    };
+    let title = push_opt(8)?;
+    let parent = push_opt(13)?;
+    let problem = push_opt(15)?;
+    Ok(Row {
+        dir,
+        location,
+        key: FileKey::read(r, 2)?,
+        id,
+        cwd,
+        title,
+        parent,
+        usage,
+        decoded: listed::decode(text, usage),
+        created_at: time(9)?,
+        updated_at: time(10)?,
+        turns: time(11)?,
+        open: r.get(14)?,
+        problem,
+    })
+}
+
+/// The row `upsert` writes for `entry` and `summary`, as `read_row` would read it back.
+fn row_of(
+    text: &mut Text,
+    entry: Found,
+    summary: std::result::Result<SessionSummary, String>,
+) -> std::result::Result<Row, TextFull> {
+    match summary {
+        Ok(summary) => {
+            let mut row = listed::row_of_summary(text, &summary)?;
+            row.dir = text.push(&entry.dir)?;
+            row.key = entry.key;
+            Ok(row)
+        }
+        Err(problem) => {
+            let mtime_ms = u64::try_from(entry.key.mtime_ns.max(0) / 1_000_000).unwrap_or(0);
+            Ok(Row {
+                dir: text.push(&entry.dir)?,
+                location: text.push(&entry.path.to_string_lossy())?,
                 key: entry.key,
-                summary,
-                problem: None,
-            },
-            Err(problem) => {
-                let mtime_ms = u64::try_from(entry.key.mtime_ns.max(0) / 1_000_000).unwrap_or(0);
-                Row {
-                    summary: SessionSummary {
-                        id: entry.dir.rsplit('/').next().unwrap_or_default().to_string(),
-                        title: None,
-                        cwd: String::new(),
-                        turns: 0,
-                        usage_by_model: BTreeMap::new(),
-                        created_at: mtime_ms,
-                        updated_at: mtime_ms,
-                        parent_session: None,
-                        location: entry.path.to_string_lossy().into_owned(),
-                        open: false,
-                    },
-                    dir: entry.dir,
-                    key: entry.key,
-                    problem: Some(problem),
-                }
-            }
+                id: text.push(entry.dir.rsplit('/').next().unwrap_or_default())?,
+                cwd: text.push("")?,
+                title: None,
+                parent: None,
+                usage: text.push("{}")?,
+                decoded: Decoded::Empty,
+                created_at: mtime_ms,
+                updated_at: mtime_ms,
+                turns: 0,
+                open: false,
+                problem: Some(text.push(&problem)?),
+            })
         }
     }
 }
+
+/// A small, fast hasher for the walk's map of row keys (session folder names, which come from
+/// the user's own `$DSH_HOME`): SipHash was a few percent of a listing (docs/PERFORMANCE.md,
+/// "Session listing", fourth pass). FNV-1a over the bytes, eight at a time.
+#[derive(Default)]
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut h = self.0 ^ 0xcbf2_9ce4_8422_2325;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            h = (h ^ u64::from_le_bytes(word))
+                .wrapping_mul(PRIME)
+                .rotate_left(23);
+        }
+        for &b in chunks.remainder() {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        // Mixes the high bits down: hashbrown takes its bucket from the low bits.
+        let h = self.0;
+        (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32)
+    }
+}
+
+type FastBuild = std::hash::BuildHasherDefault<FastHasher>;
 
 /// A walk's logs against the stored rows: the logs to summarise again (with the index of the
 /// row they replace, if any: no row, a different key, or another file of the folder), and the
 /// indices of the rows whose folder is gone.
 fn compare(
-    rows: &[Row],
+    rows: &Rows,
     folders: &[Folder],
     seen: Vec<Seen>,
 ) -> (Vec<(Option<usize>, Found)>, Vec<usize>) {
-    let mut index: HashMap<&str, usize> = HashMap::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        index.insert(row.dir.as_str(), i);
+    let mut index: HashMap<&str, usize, FastBuild> =
+        HashMap::with_capacity_and_hasher(rows.rows.len(), FastBuild::default());
+    for (i, row) in rows.rows.iter().enumerate() {
+        index.insert(rows.text.get(row.dir), i);
     }
     let mut stale = Vec::new();
     let mut dir = String::with_capacity(128);
@@ -275,8 +342,13 @@ fn compare(
         dir.push_str(&name);
         match index.remove(dir.as_str()) {
             Some(i)
-                if rows[i].key == entry.key
-                    && path_is(&rows[i].summary.location, folder_text, &name, file) => {}
+                if rows.rows[i].key == entry.key
+                    && path_is(
+                        rows.text.get(rows.rows[i].location),
+                        folder_text,
+                        &name,
+                        file,
+                    ) => {}
             found => stale.push((
                 found,
                 Found {
@@ -289,39 +361,6 @@ fn compare(
         }
     }
     (stale, index.into_values().collect())
-}
-
-/// The whole listing of `rows`: readable sessions most recently updated first (ties by id, as
-/// the `entries_by_time` index orders them), damaged ones by path.
-fn listing_of(rows: Vec<Row>) -> Listing {
-    let mut listing = Listing::default();
-    let mut readable = Vec::with_capacity(rows.len());
-    for row in rows {
-        match row.problem {
-            None => readable.push(Some(row.summary)),
-            Some(problem) => listing.damaged.push(DamagedSession {
-                path: row.summary.location,
-                updated_at: row.summary.updated_at,
-                problem,
-            }),
-        }
-    }
-    // Sorted by index, then each summary moved once: sorting the summaries themselves moved
-    // each of them many times (a tenth of a 10,000-row listing's time went to memmove).
-    let mut order: Vec<(u64, usize)> = readable
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| Some((s.as_ref()?.updated_at, i)))
-        .collect();
-    let id = |i: usize| readable[i].as_ref().map(|s| s.id.as_str());
-    order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| id(a.1).cmp(&id(b.1))));
-    listing.sessions = order
-        .iter()
-        .filter_map(|&(_, i)| readable[i].take())
-        .collect();
-    listing.damaged.sort_by(|a, b| a.path.cmp(&b.path));
-    listing.problems = listing.damaged.iter().map(|d| d.problem.clone()).collect();
-    listing
 }
 
 /// True when SQLite says the file is not a usable database (then it is rebuilt).
@@ -423,21 +462,25 @@ impl Catalog {
             // A bad cursor is refused before any work.
             parse_cursor(after)?;
         }
+        self.list_all(root, filter)?.into_page(page)
+    }
+
+    /// Brings the rows of `filter`'s sessions under `root` in line with the logs, as
+    /// [`Catalog::list`] does, and returns all of them as compact rows (what `dsh sessions
+    /// list` prints; docs/PERFORMANCE.md, "Session listing", fourth pass).
+    pub fn list_all(&mut self, root: &Path, filter: &ListFilter) -> Result<ListedSessions> {
         let folder = filter.cwd.as_deref().map(cwd_folder_name);
-        let rows = self.sync(root, folder.as_deref())?;
-        listing_of(rows).into_page(page)
+        let Rows { text, rows } = self.sync(root, folder.as_deref())?;
+        Ok(ListedSessions::of_rows(text, rows))
     }
 
     /// Walks the session folders (one folder when `folder` is set) and mends the rows; returns
     /// the rows as they now are (unordered).
-    fn sync(&mut self, root: &Path, folder: Option<&str>) -> Result<Vec<Row>> {
-        let (rows, walk) = std::thread::scope(|scope| {
-            let walker = scope.spawn(|| scan(root, folder));
-            let rows = self.rows(folder);
-            // A walker that panicked (it has no reason to) saw nothing: listing fails over to
-            // reading every log rather than deleting the rows it did not see.
-            (rows, walker.join().ok().flatten())
-        });
+    ///
+    /// The rows are read on this thread while another walks the folders; when this thread is
+    /// done with the rows it takes its share of the walk's `fstatat`s.
+    fn sync(&mut self, root: &Path, folder: Option<&str>) -> Result<Rows> {
+        let (rows, walk) = walk(root, folder, || self.rows(folder));
         let Some((folders, seen)) = walk else {
             return Err(SessionError::Io {
                 action: "walking the session folders in",
@@ -452,25 +495,28 @@ impl Catalog {
         }
         let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
         for &index in &gone {
-            delete_row(&tx, &rows[index].dir).map_err(self.sql())?;
+            delete_row(&tx, rows.text.get(rows.rows[index].dir)).map_err(self.sql())?;
         }
         let mut fresh = Vec::with_capacity(stale.len());
         for (index, entry) in stale {
             let summary = SessionSummary::of_file(&entry.path).map_err(|e| e.to_string());
             upsert(&tx, &entry, &summary).map_err(self.sql())?;
-            fresh.push((index, Row::of(entry, summary)));
+            let row = row_of(&mut rows.text, entry, summary)
+                .map_err(too_big)
+                .map_err(self.sql())?;
+            fresh.push((index, row));
         }
         tx.commit().map_err(self.sql())?;
         for (index, row) in fresh {
             match index {
-                Some(index) => rows[index] = row,
-                None => rows.push(row),
+                Some(index) => rows.rows[index] = row,
+                None => rows.rows.push(row),
             }
         }
         // Highest index first, so each removal leaves the indices still to remove in place.
         gone.sort_unstable_by(|a, b| b.cmp(a));
         for index in gone {
-            rows.swap_remove(index);
+            rows.rows.swap_remove(index);
         }
         Ok(rows)
     }
@@ -512,8 +558,8 @@ impl Catalog {
         tx.commit().map_err(self.sql())
     }
 
-    /// Every row (of `folder` when set), in table order.
-    fn rows(&self, folder: Option<&str>) -> Result<Vec<Row>> {
+    /// Every row (of `folder` when set), in table order, over one text.
+    fn rows(&self, folder: Option<&str>) -> Result<Rows> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -523,9 +569,13 @@ impl Catalog {
             )
             .map_err(self.sql())?;
         let mut rows = stmt.query([folder]).map_err(self.sql())?;
-        let mut out = Vec::new();
+        let mut out = Rows {
+            text: Text::with_capacity(1 << 20),
+            rows: Vec::with_capacity(1 << 10),
+        };
         while let Some(r) = rows.next().map_err(self.sql())? {
-            out.push(Row::read(r).map_err(self.sql())?);
+            let row = read_row(&mut out.text, r).map_err(self.sql())?;
+            out.rows.push(row);
         }
         Ok(out)
     }
@@ -730,23 +780,144 @@ impl Catalog {
     }
 }
 
-/// A session folder seen by `readdir`, before its log is looked at.
-struct Candidate {
-    /// Index into the scan's list of working-directory folders.
+/// Session folders of one working-directory folder, to be `fstatat`ed by whichever thread
+/// takes them from the [`StatQueue`].
+struct Block {
+    /// Index into the walk's list of working-directory folders.
     folder: usize,
-    name: OsString,
+    path: PathBuf,
+    names: Vec<OsString>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    blocks: Vec<Block>,
+    /// True once the folders are all read: an empty queue is then the end of the walk.
+    done: bool,
+}
+
+/// The blocks of a walk, filled by the thread that reads the folders and emptied by every
+/// thread of the walk.
+#[derive(Default)]
+struct StatQueue {
+    state: std::sync::Mutex<QueueState>,
+    ready: std::sync::Condvar,
+}
+
+impl StatQueue {
+    fn push(&self, block: Block) {
+        self.state.lock_or_recover().blocks.push(block);
+        self.ready.notify_one();
+    }
+
+    /// Takes blocks until the folders are all read and no block is left; the logs found.
+    fn work(&self) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        loop {
+            let block = {
+                let mut state = self.state.lock_or_recover();
+                loop {
+                    if let Some(block) = state.blocks.pop() {
+                        break Some(block);
+                    }
+                    if state.done {
+                        break None;
+                    }
+                    state = self
+                        .ready
+                        .wait(state)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            };
+            match block {
+                Some(block) => stat_block(block, &mut seen),
+                None => return seen,
+            }
+        }
+    }
+}
+
+/// Marks the queue done when the thread reading the folders ends, by a panic too, so that no
+/// thread of the walk waits for blocks that will never come.
+struct Finish<'a>(&'a StatQueue);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock_or_recover().done = true;
+        self.0.ready.notify_all();
+    }
 }
 
 /// Every session folder under `root` (only `folder` when set) and the state of its log.
 /// Unreadable folders are skipped, as listing always did.
 ///
+/// `None` when a stat thread stopped before its work was done (the walk is then incomplete).
+#[cfg(test)]
+fn scan(root: &Path, folder: Option<&str>) -> Option<Walked> {
+    walk(root, folder, || ()).1
+}
+
+/// What a walk found: the working-directory folders, and every session log with its key.
+type Walked = (Vec<Folder>, Vec<Seen>);
+
+/// Runs `meanwhile` on this thread while another reads the folders under `root` (only
+/// `folder` when set), then helps `fstatat` the session logs; returns what `meanwhile`
+/// returned and the walk: the folders and every session log with its key.
+///
 /// This is the part of every listing that grows with the history (docs/PERFORMANCE.md,
 /// "Session listing"), so it is cheap: one `readdir` per working-directory folder, then one
 /// `fstatat` per session relative to an open descriptor of its folder (a two-component path
-/// walk instead of the whole path from `/`), spread over the cores when there are many.
+/// walk instead of the whole path from `/`). The `fstatat`s are cut into blocks taken from one
+/// queue by every thread of the walk as it gets to them: the reading thread as soon as the
+/// folders are read, this thread as soon as `meanwhile` is done, and on machines of more than
+/// two cores up to two helpers (a fixed share per thread was measured slower than one thread
+/// on a loaded machine: a thread that does not get a core holds its share back).
 ///
-/// `None` when a stat thread stopped before its work was done (the walk is then incomplete).
-fn scan(root: &Path, folder: Option<&str>) -> Option<(Vec<Folder>, Vec<Seen>)> {
+/// The walk is `None` when a thread of it stopped (it has no reason to): its blocks were not
+/// looked at, and rows of sessions it did not see would be deleted as gone.
+fn walk<T>(
+    root: &Path,
+    folder: Option<&str>,
+    meanwhile: impl FnOnce() -> T,
+) -> (T, Option<Walked>) {
+    let queue = StatQueue::default();
+    let helpers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get().min(4))
+        .saturating_sub(2);
+    std::thread::scope(|scope| {
+        let queue = &queue;
+        let reader = scope.spawn(move || {
+            let folders = read_folders(root, folder, queue);
+            (folders, queue.work())
+        });
+        let helpers: Vec<_> = (0..helpers)
+            .map(|_| scope.spawn(move || queue.work()))
+            .collect();
+        let value = meanwhile();
+        let mut seen = queue.work();
+        let mut complete = true;
+        let mut folders = Vec::new();
+        match reader.join() {
+            Ok((read, more)) => {
+                folders = read;
+                seen.extend(more);
+            }
+            Err(_) => complete = false,
+        }
+        for helper in helpers {
+            match helper.join() {
+                Ok(more) => seen.extend(more),
+                Err(_) => complete = false,
+            }
+        }
+        (value, complete.then_some((folders, seen)))
+    })
+}
+
+/// Reads the working-directory folders under `root` (only `folder` when set) and queues their
+/// session folders in blocks; the folders. Marks the queue done when it returns.
+fn read_folders(root: &Path, folder: Option<&str>, queue: &StatQueue) -> Vec<Folder> {
+    let _finish = Finish(queue);
     let folder_of = |name: String, path: PathBuf| Folder {
         text: path.to_string_lossy().into_owned(),
         name,
@@ -759,92 +930,58 @@ fn scan(root: &Path, folder: Option<&str>) -> Option<(Vec<Folder>, Vec<Seen>)> {
                 .flatten()
                 .map(|e| folder_of(e.file_name().to_string_lossy().into_owned(), e.path()))
                 .collect(),
-            Err(_) => return Some((Vec::new(), Vec::new())),
+            Err(_) => return Vec::new(),
         },
     };
-    let mut candidates = Vec::new();
     for (index, folder) in folders.iter().enumerate() {
         let Ok(ids) = fs::read_dir(&folder.path) else {
             continue;
         };
+        let mut names = Vec::with_capacity(SCAN_BLOCK);
         for id in ids.flatten() {
             // A plain file is no session folder (a symlink may point at one: it is followed,
             // as `stat` of the whole path would).
             if id.file_type().is_ok_and(|t| t.is_file()) {
                 continue;
             }
-            candidates.push(Candidate {
+            names.push(id.file_name());
+            if names.len() == SCAN_BLOCK {
+                let names = std::mem::replace(&mut names, Vec::with_capacity(SCAN_BLOCK));
+                queue.push(Block {
+                    folder: index,
+                    path: folder.path.clone(),
+                    names,
+                });
+            }
+        }
+        if !names.is_empty() {
+            queue.push(Block {
                 folder: index,
-                name: id.file_name(),
+                path: folder.path.clone(),
+                names,
             });
         }
     }
-    let helpers = if candidates.len() < PARALLEL_SCAN_MIN {
-        0
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(4)) - 1
-    };
-    if helpers == 0 {
-        let seen = stat_all(&folders, candidates);
-        return Some((folders, seen));
-    }
-    // Blocks taken from one queue by this thread and its helpers: on a busy machine, where a
-    // helper may not get a core for a while, this thread does most blocks itself instead of
-    // waiting for a fixed share (measured: a fixed split was slower than one thread under load).
-    let total = candidates.len();
-    let mut blocks = Vec::with_capacity(total.div_ceil(SCAN_BLOCK));
-    while candidates.len() > SCAN_BLOCK {
-        let rest = candidates.split_off(SCAN_BLOCK);
-        blocks.push(std::mem::replace(&mut candidates, rest));
-    }
-    blocks.push(candidates);
-    let queue = std::sync::Mutex::new(blocks);
-    let folders_ref = &folders;
-    let work = || {
-        let mut seen = Vec::new();
-        while let Some(block) = queue.lock_or_recover().pop() {
-            seen.extend(stat_all(folders_ref, block));
-        }
-        seen
-    };
-    let seen = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..helpers).map(|_| scope.spawn(work)).collect();
-        let mut seen = Vec::with_capacity(total);
-        seen.extend(work());
-        for handle in handles {
-            // A helper that panicked (it has no reason to) took blocks with it: the walk is
-            // incomplete, and rows of sessions it did not see would be deleted as gone.
-            seen.extend(handle.join().ok()?);
-        }
-        Some(seen)
-    })?;
-    Some((folders, seen))
+    folders
 }
 
-/// Session folders per block of the scan's queue.
-const SCAN_BLOCK: usize = 256;
+/// Session folders per block of the walk's queue.
+const SCAN_BLOCK: usize = 128;
 
-/// Below this many session folders the scan stays on one thread (starting threads costs more
-/// than the `fstatat`s they would share).
-const PARALLEL_SCAN_MIN: usize = 512;
-
-/// Windows: the logs of `candidates` (in order) by path, in the order of preference of
-/// [`crate::jsonl::session_file_in`].
+/// Windows: the logs of `block` by path, in the order of preference of
+/// [`crate::jsonl::session_file_in`], appended to `out`.
 #[cfg(windows)]
-fn stat_all(folders: &[Folder], candidates: Vec<Candidate>) -> Vec<Seen> {
-    let mut out = Vec::with_capacity(candidates.len());
-    for candidate in candidates {
-        let dir = folders[candidate.folder].path.join(&candidate.name);
-        if let Some((file, key)) = log_in(&dir) {
+fn stat_block(block: Block, out: &mut Vec<Seen>) {
+    for name in block.names {
+        if let Some((file, key)) = log_in(&block.path.join(&name)) {
             out.push(Seen {
-                folder: candidate.folder,
-                name: candidate.name,
+                folder: block.folder,
+                name,
                 file,
                 key,
             });
         }
     }
-    out
 }
 
 /// The first log of the session folder `session` in the order of
@@ -868,36 +1005,27 @@ fn delete_row(tx: &rusqlite::Transaction<'_>, dir: &str) -> rusqlite::Result<()>
     Ok(())
 }
 
-/// The logs of `candidates` (in order), each looked up relative to its folder's descriptor,
-/// in the order of preference of [`crate::jsonl::session_file_in`].
+/// The logs of `block`, each looked up relative to a descriptor of its folder, in the order
+/// of preference of [`crate::jsonl::session_file_in`], appended to `out`.
 #[cfg(unix)]
-fn stat_all(folders: &[Folder], candidates: Vec<Candidate>) -> Vec<Seen> {
-    let mut out = Vec::with_capacity(candidates.len());
-    let mut open: Option<(usize, Option<File>)> = None;
+fn stat_block(block: Block, out: &mut Vec<Seen>) {
+    // An unreadable folder is skipped, as listing always did.
+    let Ok(dir) = File::open(&block.path) else {
+        return;
+    };
+    out.reserve(block.names.len());
     let mut rel = Vec::with_capacity(128);
-    for candidate in candidates {
-        if open
-            .as_ref()
-            .is_none_or(|(index, _)| *index != candidate.folder)
-        {
-            open = Some((
-                candidate.folder,
-                File::open(&folders[candidate.folder].path).ok(),
-            ));
-        }
-        let Some((_, Some(dir))) = &open else {
-            continue;
-        };
-        for (file, name) in SESSION_FILE_NAMES.iter().enumerate() {
+    for name in block.names {
+        for (file, log) in SESSION_FILE_NAMES.iter().enumerate() {
             rel.clear();
-            rel.extend_from_slice(candidate.name.as_bytes());
-            rel.push(b'/');
             rel.extend_from_slice(name.as_bytes());
+            rel.push(b'/');
+            rel.extend_from_slice(log.as_bytes());
             rel.push(0);
-            if let Some(key) = stat_file_at(dir, &rel) {
+            if let Some(key) = stat_file_at(&dir, &rel) {
                 out.push(Seen {
-                    folder: candidate.folder,
-                    name: candidate.name,
+                    folder: block.folder,
+                    name,
                     file,
                     key,
                 });
@@ -905,7 +1033,6 @@ fn stat_all(folders: &[Folder], candidates: Vec<Candidate>) -> Vec<Seen> {
             }
         }
     }
-    out
 }
 
 /// `fstatat(dir, rel)` (following symlinks, like `fs::metadata`): the key of `rel` when it is a
@@ -1012,6 +1139,22 @@ fn parse_usage(text: &str) -> BTreeMap<String, UsageTotals> {
 /// went to decoding this column (docs/PERFORMANCE.md, "Session listing", third pass). `None`
 /// for any other text, which [`parse_usage`] then gives to serde.
 fn parse_usage_as_written(text: &str) -> Option<BTreeMap<String, UsageTotals>> {
+    let mut map = BTreeMap::new();
+    // A repeated model id stops the visit: left to serde's rules.
+    let written = visit_usage_as_written(text, |model, totals| {
+        map.insert(model.to_string(), totals).is_none()
+    });
+    written.then_some(map)
+}
+
+/// Calls `visit` with each model and its totals of a `usage` column in exactly the form serde
+/// writes it (see [`parse_usage_as_written`]), in text order, while `visit` returns true.
+/// False when the text is not in that form (`visit` may have been called for a part of it)
+/// or `visit` returned false.
+fn visit_usage_as_written<'t>(
+    text: &'t str,
+    mut visit: impl FnMut(&'t str, UsageTotals) -> bool,
+) -> bool {
     const FIELDS: [&str; 6] = [
         "\"inputTokens\":",
         ",\"outputTokens\":",
@@ -1020,51 +1163,52 @@ fn parse_usage_as_written(text: &str) -> Option<BTreeMap<String, UsageTotals>> {
         ",\"reasoningTokens\":",
         ",\"requests\":",
     ];
-    let mut map = BTreeMap::new();
-    let mut rest = text.strip_prefix('{')?;
-    if rest == "}" {
-        return Some(map);
-    }
-    loop {
-        rest = rest.strip_prefix('"')?;
-        let end = rest.find('"')?;
-        let model = &rest[..end];
-        if model.contains('\\') {
-            return None;
+    let mut parse = || -> Option<()> {
+        let mut rest = text.strip_prefix('{')?;
+        if rest == "}" {
+            return Some(());
         }
-        rest = rest[end + 1..].strip_prefix(":{")?;
-        let mut values = [0u64; 6];
-        for (value, field) in values.iter_mut().zip(FIELDS) {
-            rest = rest.strip_prefix(field)?;
-            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-            // JSON numbers have no leading zeros; serde would refuse them, so must this.
-            if digits == 0 || (digits > 1 && rest.starts_with('0')) {
+        loop {
+            rest = rest.strip_prefix('"')?;
+            let end = rest.find('"')?;
+            let model = &rest[..end];
+            if model.contains('\\') {
                 return None;
             }
-            *value = rest[..digits].parse().ok()?;
-            rest = &rest[digits..];
+            rest = rest[end + 1..].strip_prefix(":{")?;
+            let mut values = [0u64; 6];
+            for (value, field) in values.iter_mut().zip(FIELDS) {
+                rest = rest.strip_prefix(field)?;
+                let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+                // JSON numbers have no leading zeros; serde would refuse them, so must this.
+                if digits == 0 || (digits > 1 && rest.starts_with('0')) {
+                    return None;
+                }
+                *value = rest[..digits].parse().ok()?;
+                rest = &rest[digits..];
+            }
+            rest = rest.strip_prefix('}')?;
+            let usage = Usage {
+                input_tokens: values[0],
+                output_tokens: values[1],
+                cache_read_tokens: values[2],
+                cache_write_tokens: values[3],
+                reasoning_tokens: values[4],
+            };
+            let totals = UsageTotals {
+                usage,
+                requests: values[5],
+            };
+            if !visit(model, totals) {
+                return None;
+            }
+            match rest.strip_prefix(',') {
+                Some(more) => rest = more,
+                None => return (rest == "}").then_some(()),
+            }
         }
-        rest = rest.strip_prefix('}')?;
-        let usage = Usage {
-            input_tokens: values[0],
-            output_tokens: values[1],
-            cache_read_tokens: values[2],
-            cache_write_tokens: values[3],
-            reasoning_tokens: values[4],
-        };
-        let totals = UsageTotals {
-            usage,
-            requests: values[5],
-        };
-        // A repeated model id: left to serde's rules.
-        if map.insert(model.to_string(), totals).is_some() {
-            return None;
-        }
-        match rest.strip_prefix(',') {
-            Some(more) => rest = more,
-            None => return (rest == "}").then_some(map),
-        }
-    }
+    };
+    parse().is_some()
 }
 
 fn clamp(value: u64) -> i64 {
@@ -1181,6 +1325,16 @@ pub(crate) fn search_via_catalog(
     with_catalog(home, |catalog| catalog.search(root, query, limit))
 }
 
+/// Lists everything through the catalog of `home` as compact rows, rebuilding the catalog once
+/// when SQLite finds it damaged midway.
+pub(crate) fn list_all_via_catalog(
+    home: &Path,
+    root: &Path,
+    filter: &ListFilter,
+) -> Result<ListedSessions> {
+    with_catalog(home, |catalog| catalog.list_all(root, filter))
+}
+
 /// Lists through the catalog of `home`, rebuilding it once when SQLite finds it damaged midway.
 pub(crate) fn list_via_catalog(
     home: &Path,
@@ -1263,6 +1417,63 @@ mod tests {
         }
     }
 
+    /// The compact rows' usage and cost (what `dsh sessions list` prints) equal those of the
+    /// summary the same `usage` column reads back as, to the bit: models in order, out of
+    /// order (the sum then goes through the map), repeated, unpriced, escaped, saturating, and
+    /// texts serde writes differently or not at all.
+    #[test]
+    fn listed_usage_and_cost_equal_the_summarys() {
+        let prices = crate::listing::PriceTable::default_deepseek();
+        let full = |n: u64| {
+            format!(
+                r#"{{"inputTokens":{n},"outputTokens":7,"cacheReadTokens":333,"cacheWriteTokens":4,"reasoningTokens":5,"requests":6}}"#
+            )
+        };
+        let flash = |n| format!(r#""deepseek-v4-flash":{}"#, full(n));
+        let pro = |n| format!(r#""deepseek-v4-pro":{}"#, full(n));
+        let texts = [
+            "{}".to_string(),
+            format!("{{{}}}", flash(123_457)),
+            format!("{{{},{}}}", flash(98_765), pro(1_234_567)),
+            format!("{{{},{}}}", pro(1_234_567), flash(98_765)),
+            format!("{{{},{}}}", flash(1), flash(2)),
+            format!("{{{},{}}}", flash(1), full(9).replace('{', r#""other":{"#)),
+            format!(r#"{{"a"b":{}}}"#, full(3)),
+            format!("{{{},{}}}", flash(u64::MAX), pro(u64::MAX)),
+            format!("{{ {} }}", flash(5)),
+            r#"{"deepseek-v4-pro":{"requests":2,"inputTokens":11}}"#.to_string(),
+            "not json".to_string(),
+        ];
+        for text in &texts {
+            let summary = SessionSummary {
+                id: "s".into(),
+                title: None,
+                cwd: "/w".into(),
+                turns: 1,
+                usage_by_model: parse_usage(text),
+                created_at: 1,
+                updated_at: 2,
+                parent_session: None,
+                location: "/l".into(),
+                open: false,
+            };
+            let mut t = Text::default();
+            let mut row = listed::row_of_summary(&mut t, &summary).unwrap();
+            row.usage = t.push(text).unwrap();
+            row.decoded = listed::decode(&t, row.usage);
+            let listed = ListedSessions::of_rows(t, vec![row]);
+            let s = listed.iter().next().unwrap();
+            let (usage, cost) = s.usage_and_cost(&prices);
+            assert_eq!(usage, summary.usage(), "{text}");
+            assert_eq!(
+                cost.map(f64::to_bits),
+                summary.cost(&prices).map(f64::to_bits),
+                "{text}"
+            );
+            assert_eq!(s.summary(), summary, "{text}");
+        }
+    }
+
     /// The scan's `fstatat` key must equal the key a writer records from `File::metadata`
     /// (`FileKey::of`): if they differed, every row a writer recorded would look stale and be
     /// read again on each listing (never wrong, but the cost the catalog exists to avoid).
@@ -1289,14 +1500,13 @@ mod tests {
         assert_eq!(seen[0].key, FileKey::of(&meta));
     }
 
-    /// Over `PARALLEL_SCAN_MIN` folders the scan runs on several threads (when the machine has
-    /// more than one core); it must find exactly the logs there are, with the plain log
+    /// The walk's blocks are taken by several threads; it must find exactly the logs there are, with the plain log
     /// preferred to a compressed one, skipping stray files and folders without a log.
     #[test]
     fn the_parallel_scan_finds_what_one_thread_finds() {
         let dir = tempfile::tempdir().unwrap();
         let mut expected = Vec::new();
-        for k in 0..(PARALLEL_SCAN_MIN * 2 + 7) {
+        for k in 0..(SCAN_BLOCK * 5 + 7) {
             let folder = format!("--w{}--", k % 5);
             let session = dir.path().join(&folder).join(format!("s{k:04}"));
             fs::create_dir_all(&session).unwrap();

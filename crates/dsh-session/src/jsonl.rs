@@ -56,6 +56,38 @@ pub struct JsonlWriter {
     catalog: Option<CatalogLink>,
     /// The folder of a new log whose entry is not synced yet (done at the first flush).
     unsynced_dir: Option<PathBuf>,
+    /// `len` at this writer's last sync (`None` before its first): a flush with nothing written
+    /// since has nothing to sync and skips the `fdatasync` (docs/PERFORMANCE.md, "Step 1:
+    /// fixed costs").
+    synced_len: Option<u64>,
+    /// The sync [`SessionWriter::flush_in_background`] started, which every later call waits
+    /// for before it does anything else.
+    syncing: Option<BackgroundSync>,
+}
+
+/// A sync running on its own thread: of the log up to `len`, and of the new folder's entry
+/// when `dir` is set.
+struct BackgroundSync {
+    len: u64,
+    dir: Option<PathBuf>,
+    done: std::thread::JoinHandle<Result<()>>,
+}
+
+/// Syncs the log (through `file`, a second descriptor of it) and then, for a new log, its
+/// folder's entry, as [`SessionWriter::flush`] does.
+fn sync_log(file: &File, path: &Path, dir: Option<&Path>) -> Result<()> {
+    file.sync_data()
+        .map_err(io_err("syncing session log", path))?;
+    if let Some(dir) = dir {
+        if let Ok(dir_handle) = File::open(dir) {
+            // Makes the new log's directory entry durable, which the file's own sync does
+            // not cover; a failure is reported (and tried again at the next flush).
+            dir_handle
+                .sync_all()
+                .map_err(io_err("syncing session folder", dir))?;
+        }
+    }
+    Ok(())
 }
 
 impl JsonlWriter {
@@ -85,6 +117,8 @@ impl JsonlWriter {
             len: 0,
             catalog: None,
             unsynced_dir: None,
+            synced_len: None,
+            syncing: None,
         };
         writer
             .header
@@ -147,6 +181,8 @@ impl JsonlWriter {
             len,
             catalog: None,
             unsynced_dir: None,
+            synced_len: None,
+            syncing: None,
         };
         if !ends_with_newline(&mut writer.file, path, valid_len)? {
             writer.buf.push(b'\n');
@@ -216,6 +252,27 @@ impl JsonlWriter {
         }
         self.len += self.buf.len() as u64;
         self.buf.clear();
+        Ok(())
+    }
+
+    /// Waits for the sync [`SessionWriter::flush_in_background`] started, if one runs, and
+    /// takes in its outcome: what it synced counts as synced, and its failure is this call's.
+    fn settle(&mut self) -> Result<()> {
+        let Some(sync) = self.syncing.take() else {
+            return Ok(());
+        };
+        let outcome = sync.done.join().unwrap_or_else(|_| {
+            Err(SessionError::Io {
+                action: "syncing session log",
+                path: self.path.clone(),
+                source: std::io::Error::other("the sync thread panicked"),
+            })
+        });
+        outcome?;
+        self.synced_len = Some(sync.len);
+        if sync.dir.is_some() {
+            self.unsynced_dir = None;
+        }
         Ok(())
     }
 
@@ -350,6 +407,8 @@ impl SessionWriter for JsonlWriter {
 
     fn append_verbatim(&mut self, mut env: Envelope) -> Result<u64> {
         self.check_usable()?;
+        // Nothing is logged after a model call before what preceded the call is durable.
+        self.settle()?;
         // An event's image files are written before the event (docs/sessions.md, "Images").
         if crate::blobs::carries_images(&env.event) {
             self.blobs().store_event(&env.event)?;
@@ -382,33 +441,60 @@ impl SessionWriter for JsonlWriter {
 
     fn write_through(&mut self) -> Result<()> {
         self.check_usable()?;
+        self.settle()?;
         self.close_run()?;
         self.write_buf()
     }
 
     fn flush(&mut self) -> Result<()> {
         self.write_through()?;
-        self.file
-            .sync_data()
-            .map_err(io_err("syncing session log", &self.path))?;
-        if let Some(dir) = &self.unsynced_dir {
-            if let Ok(dir_handle) = File::open(dir) {
-                // Makes the new log's directory entry durable, which the file's own sync does
-                // not cover; a failure is reported (and tried again at the next flush).
-                dir_handle
-                    .sync_all()
-                    .map_err(io_err("syncing session folder", dir))?;
-            }
-            self.unsynced_dir = None;
+        // Every byte this writer wrote is durable already (a sync point followed by the loop's
+        // own flush, e.g. `tool/started`): syncing again would change nothing on disk.
+        if self.synced_len == Some(self.len) && self.unsynced_dir.is_none() {
+            self.record(false);
+            return Ok(());
         }
+        sync_log(&self.file, &self.path, self.unsynced_dir.as_deref())?;
+        self.synced_len = Some(self.len);
+        self.unsynced_dir = None;
         self.record(false);
         Ok(())
+    }
+
+    fn flush_in_background(&mut self) -> Result<()> {
+        self.write_through()?;
+        if self.synced_len == Some(self.len) && self.unsynced_dir.is_none() {
+            return Ok(());
+        }
+        let file = self
+            .file
+            .try_clone()
+            .map_err(io_err("syncing session log", &self.path))?;
+        let (path, dir) = (self.path.clone(), self.unsynced_dir.clone());
+        let thread_dir = dir.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dsh-log-sync".into())
+            .stack_size(64 * 1024)
+            .spawn(move || sync_log(&file, &path, thread_dir.as_deref()));
+        match spawned {
+            Ok(done) => {
+                self.syncing = Some(BackgroundSync {
+                    len: self.len,
+                    dir,
+                    done,
+                });
+                Ok(())
+            }
+            // No thread to be had: sync here, as `flush` does.
+            Err(_) => self.flush(),
+        }
     }
 }
 
 impl Drop for JsonlWriter {
     fn drop(&mut self) {
-        // Best effort: an error here cannot be reported; callers that care flush first.
+        // Best effort: an error here cannot be reported; callers that care flush first. A
+        // background sync is waited for by `flush`.
         if !self.broken && self.flush().is_ok() {
             self.record(true);
         }
@@ -571,6 +657,16 @@ impl SessionStore for JsonlStore {
         }
     }
 
+    /// [`JsonlStore::list_page`]'s whole listing, kept as the catalog's compact rows.
+    fn list_all(&self, filter: &ListFilter) -> Result<crate::catalog::ListedSessions> {
+        match crate::catalog::list_all_via_catalog(&self.home, &self.root(), filter) {
+            Ok(listed) => Ok(listed),
+            Err(_) => Ok(crate::catalog::ListedSessions::from_listing(
+                self.scan_list(filter)?,
+            )),
+        }
+    }
+
     /// Searches the catalog's full-text index (docs/sessions.md, "The session catalog") when
     /// it can be used and the query is long enough for it, else every log.
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>> {
@@ -638,4 +734,43 @@ pub(crate) fn collect_jsonl(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::event::{Event, TurnStart};
+
+    #[test]
+    fn the_next_append_takes_in_the_background_sync_and_the_flush_after_it_has_nothing_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s").join("session.jsonl");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut writer = JsonlWriter::create(&path, SessionHeader::new("s", "/s", 0)).unwrap();
+        writer
+            .append(Event::TurnStart(TurnStart { turn: 1 }))
+            .unwrap();
+        writer.flush_in_background().unwrap();
+        let started = writer.syncing.as_ref().map(|sync| sync.len);
+        assert_eq!(
+            started,
+            Some(writer.len),
+            "the sync covers every written byte"
+        );
+        assert!(
+            writer.unsynced_dir.is_some(),
+            "the folder's sync is not counted yet"
+        );
+        writer
+            .append(Event::TurnStart(TurnStart { turn: 2 }))
+            .unwrap();
+        assert!(writer.syncing.is_none(), "the append waited for the sync");
+        assert_eq!(writer.synced_len, started);
+        assert!(writer.unsynced_dir.is_none(), "and counted the folder's");
+        // Nothing new since the last sync: a background flush starts nothing.
+        writer.flush().unwrap();
+        writer.flush_in_background().unwrap();
+        assert!(writer.syncing.is_none());
+    }
 }

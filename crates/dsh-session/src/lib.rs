@@ -74,7 +74,7 @@ pub use atif::{
     export_atif, load_log_bytes, load_sub_agent_logs, AtifOptions, ATIF_SCHEMA_VERSION,
 };
 pub use blobs::{blobs_beside, zip_image_entries, BlobProblem, BlobStore};
-pub use catalog::{Catalog, WatchedCatalog, CATALOG_FILE};
+pub use catalog::{Catalog, ListedSession, ListedSessions, WatchedCatalog, CATALOG_FILE};
 pub use envelope::{now_ms, Envelope, SessionHeader, SurfaceOp, FORMAT_VERSION, WRITER_NAME};
 pub use error::{Location, Result, SessionError};
 pub use event::{

@@ -77,6 +77,16 @@ pub trait SessionWriter: Send {
     /// crash.
     fn flush(&mut self) -> Result<()>;
 
+    /// Writes everything buffered now, like [`SessionWriter::flush`], but lets the sync run on
+    /// another thread while the caller goes on; every later call on the writer (an append, a
+    /// flush, dropping it) first waits for that sync and returns its error. For the flush
+    /// before a model call: the request then leaves while the disk works, and the reply can
+    /// only be logged once what preceded the request is durable (docs/sessions.md,
+    /// "Durability and crash repair"). Stores without a cheaper way flush.
+    fn flush_in_background(&mut self) -> Result<()> {
+        self.flush()
+    }
+
     /// Writes everything buffered without syncing it: readers and a crash of dsh itself keep
     /// it, a power loss may not until the next [`SessionWriter::flush`]. For events that a
     /// flush follows before anything leaves dsh (docs/sessions.md, "Durability and crash
@@ -244,6 +254,15 @@ pub trait SessionStore {
     /// One page of [`SessionStore::list`]: the same order, cut by `page`.
     fn list_page(&self, filter: &ListFilter, page: &ListPage) -> Result<Listing> {
         self.list(filter)?.into_page(page)
+    }
+
+    /// The whole of [`SessionStore::list`] as compact rows (what `dsh sessions list` prints):
+    /// the same sessions in the same order, without a [`crate::SessionSummary`] per session
+    /// (docs/PERFORMANCE.md, "Session listing", fourth pass).
+    fn list_all(&self, filter: &ListFilter) -> Result<crate::catalog::ListedSessions> {
+        Ok(crate::catalog::ListedSessions::from_listing(
+            self.list(filter)?,
+        ))
     }
 
     /// Messages whose text contains `query` (case-insensitive), at most `limit`.

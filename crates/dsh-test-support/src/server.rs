@@ -2,8 +2,13 @@
 //! requests from a script and records what it was sent.
 //!
 //! It is hand-written on a `TcpListener` so that tests control every byte on the wire
-//! (chunk framing, abrupt closes, stalls). It serves one request per connection and always
-//! answers `connection: close`.
+//! (chunk framing, abrupt closes, stalls). Like a real provider it keeps a connection alive
+//! after a complete reply and serves the client's next request on it (HTTP/1.1 persistent
+//! connections), so a client's connection pool is exercised as in production and a benchmark
+//! does not pay a new TCP connection per request (docs/PERFORMANCE.md, "Step 1: fixed costs").
+//! A connection is closed, with `connection: close` in the reply head, when the client asks
+//! for it, when the reply is a fault that ends the connection (a drop, a stall, a stream that
+//! ends without `[DONE]`), and after an early reply whose request body was never read.
 
 use std::collections::VecDeque;
 use std::io;
@@ -71,6 +76,9 @@ pub struct ProviderEvents {
     pub stalls: usize,
     /// Connections the client closed while a reply was still streaming or stalled.
     pub client_disconnects: usize,
+    /// TCP connections accepted (a client that reuses its connections opens fewer than it
+    /// sends requests).
+    pub connections: usize,
 }
 
 struct Shared {
@@ -251,6 +259,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         };
         // Best effort: without NODELAY the test only gets slower, never wrong.
         let _ = stream.set_nodelay(true);
+        shared.events.send_modify(|events| events.connections += 1);
         connections.spawn(serve_connection(stream, Arc::clone(&shared)));
     }
 }
@@ -282,12 +291,25 @@ fn parse_head(bytes: &[u8]) -> Option<Head> {
     })
 }
 
+/// One request read off a connection.
+struct Request {
+    head: Head,
+    body: Vec<u8>,
+    first_byte: Instant,
+    /// The body was not read (an early reply): the connection cannot carry another request.
+    body_skipped: bool,
+}
+
+/// Reads the next request on a connection. `pending` holds bytes read past the previous
+/// request (a client may send its next request as soon as a reply ends) and keeps those read
+/// past this one. `None` when the client closed the connection or sent something unusable.
 async fn read_request(
     stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
     early_reply_above: Option<usize>,
-) -> Option<(Head, Vec<u8>, Instant)> {
-    let mut buffer = Vec::with_capacity(8192);
-    let mut first_byte = None;
+) -> Option<Request> {
+    let mut buffer = std::mem::take(pending);
+    let mut first_byte = (!buffer.is_empty()).then(Instant::now);
     let head_end = loop {
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
             break end;
@@ -311,8 +333,14 @@ async fn read_request(
         .and_then(|(_, value)| value.parse().ok())
         .unwrap_or(0);
     let mut body = buffer.split_off(head_end + 4);
+    let first_byte = first_byte.unwrap_or_else(Instant::now);
     if early_reply_above.is_some_and(|limit| length > limit) {
-        return Some((head, Vec::new(), first_byte.unwrap_or_else(Instant::now)));
+        return Some(Request {
+            head,
+            body: Vec::new(),
+            first_byte,
+            body_skipped: true,
+        });
     }
     while body.len() < length {
         let mut chunk = vec![0u8; (length - body.len()).min(64 * 1024)];
@@ -322,8 +350,23 @@ async fn read_request(
         }
         body.extend_from_slice(&chunk[..read]);
     }
-    body.truncate(length);
-    Some((head, body, first_byte.unwrap_or_else(Instant::now)))
+    *pending = body.split_off(length);
+    Some(Request {
+        head,
+        body,
+        first_byte,
+        body_skipped: false,
+    })
+}
+
+/// True when the client asked for the connection to end after this request.
+fn client_closes(head: &Head) -> bool {
+    head.headers.iter().any(|(name, value)| {
+        name == "connection"
+            && value
+                .split(',')
+                .any(|token| token.trim().eq_ignore_ascii_case("close"))
+    })
 }
 
 fn is_model_request(head: &Head) -> bool {
@@ -387,15 +430,37 @@ fn models_reply(ids: &[String]) -> ScriptedReply {
 }
 
 async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
-    let early = *shared.early_reply_above.lock_or_recover();
-    let Some((head, body, first_byte)) = read_request(&mut stream, early).await else {
-        return;
-    };
+    let mut pending = Vec::new();
+    loop {
+        let early = *shared.early_reply_above.lock_or_recover();
+        let Some(request) = read_request(&mut stream, &mut pending, early).await else {
+            return;
+        };
+        let keep_alive = !request.body_skipped && !client_closes(&request.head);
+        if !serve_request(&mut stream, request, keep_alive, &shared).await {
+            return;
+        }
+    }
+}
+
+/// Records and answers one request; true when the connection stays open for the next one.
+async fn serve_request(
+    stream: &mut TcpStream,
+    request: Request,
+    keep_alive: bool,
+    shared: &Shared,
+) -> bool {
+    let Request {
+        head,
+        body,
+        first_byte,
+        ..
+    } = request;
     let request_read = Instant::now();
     let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let rejected =
         find_key(&json_body, &shared.rejected_fields.lock_or_recover()).map(str::to_string);
-    let routed = search_route(&head, &json_body, &shared);
+    let routed = search_route(&head, &json_body, shared);
     let content_routed = if is_model_request(&head) && rejected.is_none() {
         take_routed(&mut shared.content_routes.lock_or_recover(), &json_body)
     } else {
@@ -450,10 +515,14 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         )
     };
     // Write errors mean the client went away; there is nobody left to tell.
-    if let Ok(Some(done)) = write_reply(&mut stream, reply, &shared).await {
-        if let Some(timing) = shared.timings.lock_or_recover().get_mut(number - 1) {
-            timing.reply_done = Some(done);
+    match write_reply(stream, reply, keep_alive, shared).await {
+        Ok(Some(ReplyEnd { done, kept_alive })) => {
+            if let Some(timing) = shared.timings.lock_or_recover().get_mut(number - 1) {
+                timing.reply_done = Some(done);
+            }
+            kept_alive
         }
+        Ok(None) | Err(_) => false,
     }
 }
 
@@ -475,11 +544,40 @@ fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
+/// How a complete reply ended.
+struct ReplyEnd {
+    /// Its last byte was written.
+    done: Instant,
+    /// The connection stays open for the client's next request.
+    kept_alive: bool,
+}
+
+/// The `connection` line of a reply head: none on a connection that stays open (persistent is
+/// HTTP/1.1's default), `connection: close` on one that ends after this reply.
+fn connection_line(kept_alive: bool) -> &'static str {
+    if kept_alive {
+        ""
+    } else {
+        "connection: close\r\n"
+    }
+}
+
+/// True when scripted headers already end the connection.
+fn headers_close(headers: &[(String, String)]) -> bool {
+    headers.iter().any(|(name, value)| {
+        name.eq_ignore_ascii_case("connection") && value.to_ascii_lowercase().contains("close")
+    })
+}
+
+/// Writes `reply`. `keep_alive`: the request allows the connection to stay open; it does when
+/// the reply is complete and not a fault that ends the connection. `Ok(None)` for replies
+/// that never complete (dropped or stalled on purpose).
 async fn write_reply(
     stream: &mut TcpStream,
     reply: ScriptedReply,
+    keep_alive: bool,
     shared: &Shared,
-) -> io::Result<Option<Instant>> {
+) -> io::Result<Option<ReplyEnd>> {
     match reply {
         ScriptedReply::CloseConnection => Ok(None),
         ScriptedReply::Http {
@@ -487,10 +585,12 @@ async fn write_reply(
             headers,
             body,
         } => {
+            let kept_alive = keep_alive && !headers_close(&headers);
             let mut head = format!(
-                "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+                "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}",
                 reason_phrase(status),
-                body.len()
+                body.len(),
+                connection_line(kept_alive)
             );
             for (name, value) in headers {
                 head.push_str(&format!("{name}: {value}\r\n"));
@@ -499,11 +599,16 @@ async fn write_reply(
             stream.write_all(head.as_bytes()).await?;
             stream.write_all(body.as_bytes()).await?;
             let done = Instant::now();
-            stream.shutdown().await?;
-            Ok(Some(done))
+            if !kept_alive {
+                stream.shutdown().await?;
+            }
+            Ok(Some(ReplyEnd { done, kept_alive }))
         }
         ScriptedReply::Stream(reply) => {
-            let outcome = write_stream(stream, &reply, shared).await;
+            let kept_alive = keep_alive
+                && matches!(reply.end, StreamEnd::Done)
+                && !headers_close(&reply.headers);
+            let outcome = write_stream(stream, &reply, kept_alive, shared).await;
             if outcome.is_err() {
                 shared
                     .events
@@ -526,13 +631,17 @@ async fn write_chunk(stream: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
     stream.flush().await
 }
 
+/// Writes a streamed reply; `kept_alive` only when it ends with `[DONE]` and the connection
+/// stays open after it.
 async fn write_stream(
     stream: &mut TcpStream,
     reply: &SseReply,
+    kept_alive: bool,
     shared: &Shared,
-) -> io::Result<Option<Instant>> {
-    let mut head = String::from(
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n",
+) -> io::Result<Option<ReplyEnd>> {
+    let mut head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n{}",
+        connection_line(kept_alive)
     );
     for (name, value) in &reply.headers {
         head.push_str(&format!("{name}: {value}\r\n"));
@@ -558,14 +667,19 @@ async fn write_stream(
             write_chunk(stream, DONE_EVENT).await?;
             stream.write_all(b"0\r\n\r\n").await?;
             let done = Instant::now();
-            stream.shutdown().await?;
-            Ok(Some(done))
+            if !kept_alive {
+                stream.shutdown().await?;
+            }
+            Ok(Some(ReplyEnd { done, kept_alive }))
         }
         StreamEnd::CloseWithoutDone => {
             stream.write_all(b"0\r\n\r\n").await?;
             let done = Instant::now();
             stream.shutdown().await?;
-            Ok(Some(done))
+            Ok(Some(ReplyEnd {
+                done,
+                kept_alive: false,
+            }))
         }
         StreamEnd::DropConnection => Ok(None),
         StreamEnd::KeepAliveForever(every) => {
@@ -596,5 +710,162 @@ async fn write_stream(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends `requests` (raw HTTP) one after the other on one connection and reads, after
+    /// each, until its reply is complete (a chunked body's terminator or `content-length`
+    /// bytes); returns the replies and whether the server then closed the connection.
+    async fn exchange(address: SocketAddr, requests: &[String]) -> (Vec<String>, bool) {
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let mut replies = Vec::new();
+        for request in requests {
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut reply = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                let text = String::from_utf8_lossy(&reply).to_string();
+                let complete = match text.split_once("\r\n\r\n") {
+                    Some((head, body)) if head.contains("transfer-encoding: chunked") => {
+                        body.ends_with("0\r\n\r\n")
+                    }
+                    Some((head, body)) => head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .is_some_and(|n| body.len() >= n),
+                    None => false,
+                };
+                if complete {
+                    break;
+                }
+                let read = stream.read(&mut chunk).await.unwrap();
+                assert!(read > 0, "closed mid-reply: {text}");
+                reply.extend_from_slice(&chunk[..read]);
+            }
+            replies.push(String::from_utf8(reply).unwrap());
+        }
+        let mut rest = [0u8; 16];
+        let closed = matches!(
+            tokio::time::timeout(
+                std::time::Duration::from_millis(300),
+                stream.read(&mut rest)
+            )
+            .await,
+            Ok(Ok(0))
+        );
+        (replies, closed)
+    }
+
+    fn post(body: &str, extra_header: &str) -> String {
+        format!(
+            "POST /chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{extra_header}content-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    #[tokio::test]
+    async fn complete_replies_keep_the_connection_for_the_next_request() {
+        let provider = FakeProvider::start([
+            SseReply::new().text("one").into(),
+            ScriptedReply::http_error(429, "slow down"),
+            SseReply::new().text("three").into(),
+        ])
+        .await
+        .unwrap();
+        let requests = [
+            post("{\"n\":1}", ""),
+            post("{\"n\":2}", ""),
+            post("{\"n\":3}", ""),
+        ];
+        let (replies, closed) = exchange(provider.address(), &requests).await;
+        assert_eq!(replies.len(), 3);
+        assert!(replies[0].contains("\"one\"") && replies[2].contains("\"three\""));
+        assert!(replies[1].starts_with("HTTP/1.1 429 "), "{}", replies[1]);
+        for reply in &replies {
+            assert!(!reply.contains("connection: close"), "{reply}");
+        }
+        assert!(!closed, "the connection stays open after a complete reply");
+        let bodies: Vec<Vec<u8>> = provider
+            .requests()
+            .into_iter()
+            .map(|r| r.raw_body)
+            .collect();
+        assert_eq!(
+            bodies,
+            [
+                b"{\"n\":1}".to_vec(),
+                b"{\"n\":2}".to_vec(),
+                b"{\"n\":3}".to_vec()
+            ]
+        );
+        let events = provider.events();
+        assert_eq!((events.connections, events.requests), (1, 3), "{events:?}");
+        assert!(provider.timings().iter().all(|t| t.reply_done.is_some()));
+    }
+
+    #[tokio::test]
+    async fn a_client_that_asks_for_close_and_faults_that_end_the_stream_close_it() {
+        let provider = FakeProvider::start([
+            SseReply::new().text("one").into(),
+            SseReply::new()
+                .text("cut")
+                .end(StreamEnd::CloseWithoutDone)
+                .into(),
+        ])
+        .await
+        .unwrap();
+        let (replies, closed) =
+            exchange(provider.address(), &[post("{}", "connection: close\r\n")]).await;
+        assert!(
+            replies[0].contains("connection: close\r\n"),
+            "{}",
+            replies[0]
+        );
+        assert!(
+            closed,
+            "closed after a reply the client asked to be the last"
+        );
+        let (replies, closed) = exchange(provider.address(), &[post("{}", "")]).await;
+        assert!(
+            replies[0].contains("connection: close\r\n"),
+            "{}",
+            replies[0]
+        );
+        assert!(
+            closed,
+            "a stream that ends without [DONE] ends its connection"
+        );
+        assert_eq!(provider.events().connections, 2);
+    }
+
+    #[tokio::test]
+    async fn a_request_sent_right_behind_the_previous_one_is_not_lost() {
+        let provider = FakeProvider::start([
+            SseReply::new().text("one").into(),
+            SseReply::new().text("two").into(),
+        ])
+        .await
+        .unwrap();
+        // Both requests in one write: the bytes after the first body are the second request.
+        let both = post("{\"n\":1}", "") + &post("{\"n\":2}", "");
+        let mut stream = TcpStream::connect(provider.address()).await.unwrap();
+        stream.write_all(both.as_bytes()).await.unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            provider.wait_until(|e| e.requests >= 2),
+        )
+        .await
+        .expect("the second request was read");
+        let bodies: Vec<Vec<u8>> = provider
+            .requests()
+            .into_iter()
+            .map(|r| r.raw_body)
+            .collect();
+        assert_eq!(bodies, [b"{\"n\":1}".to_vec(), b"{\"n\":2}".to_vec()]);
     }
 }

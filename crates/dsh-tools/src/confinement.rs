@@ -26,7 +26,10 @@ pub type PreExecHook = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
 
 /// The process to spawn for one command. The spawner always adds: its own session and process
 /// group, stdin from `/dev/null`, piped stdout/stderr, the scrubbed environment, and the
-/// working directory.
+/// working directory. Keep the plan until the command has ended: a confinement may tie what
+/// the command runs in to it (bubblewrap's prepared sandbox ends when the last plan holding
+/// it is dropped and no cache keeps it, docs/SECURITY.md "A prepared bubblewrap sandbox per
+/// layout").
 #[derive(Clone)]
 pub struct CommandPlan {
     /// Program to execute (looked up in `PATH` when not absolute).

@@ -91,15 +91,31 @@ fn percent_decode(text: &str) -> String {
 
 /// Reads one image file into an attachment, refusing what is not an image or too large.
 pub fn load(path: &Path) -> Result<ImageAttachment, String> {
+    use std::io::Read;
+    let too_big = |len: u64| {
+        format!(
+            "{}: {len} bytes, over the 20 MB image limit; attach a smaller copy",
+            path.display()
+        )
+    };
+    // Only regular files, checked before opening: opening a FIFO would block the UI and a
+    // device (`/dev/zero`) never ends.
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if meta.len() > dsh_llm::MAX_IMAGE_BYTES {
-        return Err(format!(
-            "{}: {} bytes, over the 20 MB image limit; attach a smaller copy",
-            path.display(),
-            meta.len()
-        ));
+    if !meta.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
     }
-    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.len() > dsh_llm::MAX_IMAGE_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // Read at most one byte over the limit, in case the file grew after the size was read.
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(dsh_llm::MAX_IMAGE_BYTES + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if data.len() as u64 > dsh_llm::MAX_IMAGE_BYTES {
+        return Err(too_big(data.len() as u64));
+    }
     let name = path.file_name().and_then(|n| n.to_str());
     ImageAttachment::from_bytes(data, name).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -152,6 +168,15 @@ mod tests {
         0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44,
         0x52, 0x00, 0x00, 0x04, 0xb0, 0x00, 0x00, 0x03, 0x20, 0x08, 0x02, 0x00, 0x00, 0x00, 0x90,
     ];
+
+    #[test]
+    fn devices_and_directories_are_refused_without_reading_them() {
+        let dir = tempfile::tempdir().unwrap();
+        for path in [Path::new("/dev/zero"), dir.path()] {
+            let err = load(path).unwrap_err();
+            assert!(err.contains("not a regular file"), "{err}");
+        }
+    }
 
     #[test]
     fn typed_pasted_and_mentioned_images_attach_with_chips() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use dsh_agent::{ChildActivity, StoredChild};
 use dsh_llm::Chunk;
-use dsh_session::{Envelope, Event, TurnEndReason};
+use dsh_session::{Envelope, Event};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 
@@ -333,12 +333,12 @@ fn fold(child: &mut ChildView, event: &Envelope) -> bool {
         Event::TurnEnd(end) => {
             child.took = child.started.map(|s| s.elapsed());
             child.streamed = 0;
-            child.state = match &end.reason {
-                TurnEndReason::Completed => ChildState::Done,
-                TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted => ChildState::Cancelled,
-                TurnEndReason::MaxTokens
-                | TurnEndReason::Error { .. }
-                | TurnEndReason::Blocked { .. } => ChildState::Failed,
+            // The one end-of-turn state every front end shows (docs/agent.md, "Watching
+            // children").
+            child.state = match dsh_agent::child_state_after(&end.reason) {
+                "idle" => ChildState::Done,
+                "cancelled" => ChildState::Cancelled,
+                _ => ChildState::Failed,
             };
             child.activity = child.state.as_str().to_string();
         }

@@ -7,7 +7,7 @@
 //! `tool_call_update`, a nested web view, the TUI's children panel) without reading files.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{broadcast, oneshot};
 
@@ -51,22 +51,24 @@ pub struct ChildActivity {
 
 /// The live events of one agent's children (see the module docs). Cheap to clone; every
 /// clone feeds the same subscribers.
-#[derive(Clone)]
+///
+/// The channel is made by the first [`ChildFeed::subscribe`]: its 4,096 slots are a few hundred
+/// KB of memory written at creation, which every agent (each child too) would otherwise pay
+/// before its first request although most are never watched (docs/PERFORMANCE.md, "First
+/// request byte"). Events sent while nobody has subscribed go nowhere, as they would with a
+/// channel that has no receiver.
+#[derive(Clone, Default)]
 pub struct ChildFeed {
-    sender: broadcast::Sender<ChildActivity>,
-}
-
-impl Default for ChildFeed {
-    fn default() -> Self {
-        let (sender, _) = broadcast::channel(FEED_CAPACITY);
-        ChildFeed { sender }
-    }
+    sender: Arc<OnceLock<broadcast::Sender<ChildActivity>>>,
 }
 
 impl std::fmt::Debug for ChildFeed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChildFeed")
-            .field("subscribers", &self.sender.receiver_count())
+            .field(
+                "subscribers",
+                &self.sender.get().map_or(0, |s| s.receiver_count()),
+            )
             .finish()
     }
 }
@@ -74,7 +76,9 @@ impl std::fmt::Debug for ChildFeed {
 impl ChildFeed {
     /// A receiver of every child event sent from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<ChildActivity> {
-        self.sender.subscribe()
+        self.sender
+            .get_or_init(|| broadcast::channel(FEED_CAPACITY).0)
+            .subscribe()
     }
 
     /// Forwards `events` (a child's log subscription, taken before its run starts) until the
@@ -89,7 +93,8 @@ impl ChildFeed {
         let sender = self.sender.clone();
         let (stop, mut stopped) = oneshot::channel::<()>();
         let send = move |event: SessionEvent| {
-            // No subscriber is not an error: nobody is watching.
+            // No subscriber (or no channel yet) is not an error: nobody is watching.
+            let Some(sender) = sender.get() else { return };
             let _ = sender.send(ChildActivity {
                 child: Arc::clone(&child),
                 call_id: call_id.clone(),

@@ -344,3 +344,97 @@ async fn switching_the_model_mid_session_logs_a_header_change() {
     assert_eq!(second["model"], "deepseek-v4-pro");
     assert_eq!(second["reasoning_effort"], "max");
 }
+
+/// A tool an extension contributes for a while (see the test below).
+struct Echo;
+
+impl dsh_tools::Tool for Echo {
+    fn name(&self) -> &str {
+        "echo_back"
+    }
+    fn description(&self) -> &str {
+        "Returns `text`."
+    }
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}})
+    }
+    fn execute<'a>(
+        &'a self,
+        args: serde_json::Value,
+        _ctx: &'a ToolContext,
+    ) -> futures::future::BoxFuture<'a, Result<dsh_tools::ToolOutput, dsh_tools::ToolError>> {
+        Box::pin(async move {
+            Ok(dsh_tools::ToolOutput::text(
+                args["text"].as_str().unwrap_or_default(),
+            ))
+        })
+    }
+}
+
+struct EchoPlugin;
+
+impl dsh_agent::Extension for EchoPlugin {
+    fn name(&self) -> &str {
+        "echo-plugin"
+    }
+    fn tools(&self) -> Vec<Arc<dyn dsh_tools::Tool>> {
+        vec![Arc::new(Echo)]
+    }
+}
+
+/// The loop shares unchanged tool schemas between steps (docs/PERFORMANCE.md, "Step 1: fixed
+/// costs"); a tool list that changes must still reach the request and the log: added by an
+/// extension, kept, then removed with it.
+#[tokio::test]
+async fn a_tool_list_that_changes_between_requests_is_sent_and_logged() {
+    let h = Harness::new(vec![text("one"), text("two"), text("three"), text("four")]).await;
+    let store = open_store(StoreKind::Jsonl, h.home.path()).unwrap();
+    let (parts, _guards) = h.parts("deepseek-v4-flash");
+    let extensions = parts.extensions.clone();
+    let mut agent = Agent::create(parts, store.as_ref()).unwrap();
+    let handle = agent.handle();
+    handle.followup("first").unwrap();
+    agent.run_until_idle().await.unwrap();
+    let guard = extensions.register(Arc::new(EchoPlugin));
+    for prompt in ["second", "third"] {
+        handle.followup(prompt).unwrap();
+        agent.run_until_idle().await.unwrap();
+    }
+    drop(guard);
+    handle.followup("fourth").unwrap();
+    agent.run_until_idle().await.unwrap();
+    let requests = h.provider.requests();
+    let has_echo: Vec<bool> = requests
+        .iter()
+        .map(|r| {
+            r.body["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["function"]["name"] == "echo_back")
+        })
+        .collect();
+    assert_eq!(has_echo, [false, true, true, false]);
+    assert_eq!(requests[0].body["tools"], requests[3].body["tools"]);
+    let headers: Vec<(HeaderReason, bool)> = h
+        .events(&handle.location())
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::RequestHeader(h) => Some((
+                h.reason,
+                serde_json::to_string(&h.header.tools)
+                    .unwrap()
+                    .contains("echo_back"),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            (HeaderReason::Initial, false),
+            (HeaderReason::Change, true),
+            (HeaderReason::Change, false)
+        ]
+    );
+}

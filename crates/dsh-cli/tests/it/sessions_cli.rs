@@ -319,3 +319,133 @@ fn show_children_of_a_sqlite_session_reads_them_beside_the_database() {
     );
     check_children_listing(&out);
 }
+
+/// `dsh sessions list --all` prints, byte for byte, the lines the sessions' summaries give
+/// (the layout `format!` made before the listing was laid out by hand, docs/PERFORMANCE.md,
+/// "Session listing", fourth pass): usage of two models, a model without a price, a title
+/// with characters of several bytes, an open session, a damaged log, for both stores.
+#[test]
+fn list_all_prints_what_the_summaries_say() {
+    use dsh_llm::{ContentBlock, MessageSource, Role, Usage};
+    use dsh_session::{AssistantMessage, ListFilter, PriceTable};
+    for store_kind in ["jsonl", "sqlite"] {
+        let home = tempfile::tempdir().unwrap();
+        let cwd = tempfile::tempdir().unwrap();
+        let store = dsh_session::open_store(
+            dsh_session::StoreKind::parse(store_kind).unwrap(),
+            home.path(),
+        )
+        .unwrap();
+        let plans: [(&str, &[&str], bool); 4] = [
+            (
+                "Ünïcødé title — ✓",
+                &["deepseek-v4-flash", "deepseek-v4-pro"],
+                true,
+            ),
+            ("plain", &["deepseek-v4-pro"], true),
+            ("unpriced", &["deepseek-v4-flash", "other-model"], true),
+            ("still open", &["deepseek-v4-flash"], false),
+        ];
+        for (k, (title, models, close)) in plans.iter().enumerate() {
+            let dir = cwd.path().join(format!("p{k}"));
+            let mut w = store
+                .create(&dir.to_string_lossy(), CreateOptions::default())
+                .unwrap();
+            w.append(Event::TurnStart(TurnStart { turn: 1 })).unwrap();
+            w.append(Event::StepStart(StepRef { turn: 1, step: 1 }))
+                .unwrap();
+            for (m, model) in models.iter().enumerate() {
+                w.append(Event::AssistantMessage(AssistantMessage {
+                    turn: 1,
+                    step: 1,
+                    message: Message {
+                        id: format!("a{m}"),
+                        role: Role::Assistant,
+                        content: vec![ContentBlock::text("ok")],
+                        source: MessageSource::Model {
+                            provider: "deepseek".into(),
+                            model: (*model).into(),
+                            extra: Default::default(),
+                        },
+                    },
+                    usage: Some(Usage {
+                        input_tokens: 1234 * (k as u64 + 1) + m as u64,
+                        output_tokens: 77,
+                        cache_read_tokens: 999_999,
+                        cache_write_tokens: 5,
+                        reasoning_tokens: 3,
+                    }),
+                    interrupted: false,
+                }))
+                .unwrap();
+            }
+            w.append(Event::SessionTitle(SessionTitle {
+                title: (*title).into(),
+                message_seqs: vec![],
+                source: None,
+            }))
+            .unwrap();
+            if *close {
+                w.append(Event::StepEnd(StepRef { turn: 1, step: 1 }))
+                    .unwrap();
+                w.append(Event::TurnEnd(TurnEnd {
+                    turn: 1,
+                    reason: TurnEndReason::Completed,
+                }))
+                .unwrap();
+            }
+            w.flush().unwrap();
+        }
+        if store_kind == "jsonl" {
+            let damaged = home.path().join("sessions/--damaged--/broken");
+            std::fs::create_dir_all(&damaged).unwrap();
+            std::fs::write(damaged.join("session.jsonl"), b"not a log\n").unwrap();
+        }
+        let listing = store.list(&ListFilter { cwd: None }).unwrap();
+        assert_eq!(listing.sessions.len(), plans.len());
+        let prices = PriceTable::default_deepseek();
+        let mut expected = format!(
+            "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  TITLE\n",
+            "ID", "UPDATED (UTC)", "TURNS", "TOKENS", "COST"
+        );
+        for s in &listing.sessions {
+            let usage = s.usage().usage;
+            let secs = s.updated_at / 1000;
+            let (year, month, day) = dsh_llm::calendar::civil_from_days((secs / 86_400) as i64);
+            let when = format!(
+                "{year:04}-{month:02}-{day:02} {:02}:{:02}",
+                (secs % 86_400) / 3600,
+                (secs % 3600) / 60
+            );
+            let cost = s
+                .cost(&prices)
+                .map_or_else(|| "?".to_string(), |c| format!("${c:.4}"));
+            expected.push_str(&format!(
+                "{:<36}  {:<16}  {:>5}  {:>10}  {:>9}  {}{}  ({})\n",
+                s.id,
+                when,
+                s.turns,
+                usage.billed_input() + usage.output_tokens,
+                cost,
+                s.title.as_deref().unwrap_or("(untitled)"),
+                if s.open { " [open]" } else { "" },
+                s.cwd
+            ));
+        }
+        assert!(expected.contains(" [open]") && expected.contains("  ?  "));
+        let out = dsh(
+            home.path(),
+            cwd.path(),
+            &["--store", store_kind, "list", "--all"],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), expected, "{store_kind}");
+        if store_kind == "jsonl" {
+            assert!(
+                text(&out.stderr).contains("broken"),
+                "{}",
+                text(&out.stderr)
+            );
+        }
+    }
+}

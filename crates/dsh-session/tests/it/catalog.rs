@@ -119,6 +119,40 @@ fn assert_listing_matches_scan(store: &JsonlStore, what: &str) {
     assert_pages_match_scan(store, what, 3, |filter, page| {
         store.list_page(filter, page).unwrap()
     });
+    assert_list_all_matches_scan(store, what);
+}
+
+/// `list_all` (the compact rows `dsh sessions list` prints) holds the same sessions in the same
+/// order as the full scan, the same damaged logs, and the same usage and cost figures as the
+/// scan's summaries, to the bit.
+fn assert_list_all_matches_scan(store: &JsonlStore, what: &str) {
+    let prices = PriceTable::default_deepseek();
+    let filters = std::iter::once(None).chain(CWDS.iter().map(|c| Some(c.to_string())));
+    for cwd in filters {
+        let filter = ListFilter { cwd: cwd.clone() };
+        let scan = store.scan_list(&filter).unwrap();
+        let all = store.list_all(&filter).unwrap();
+        let summaries: Vec<SessionSummary> = all.iter().map(|s| s.summary()).collect();
+        assert_eq!(summaries, scan.sessions, "{what}: list_all of {cwd:?}");
+        assert_eq!(all.len(), scan.sessions.len());
+        for (s, summary) in all.iter().zip(&scan.sessions) {
+            let (usage, cost) = s.usage_and_cost(&prices);
+            assert_eq!(usage, summary.usage(), "{what}: usage of {}", summary.id);
+            assert_eq!(
+                cost.map(f64::to_bits),
+                summary.cost(&prices).map(f64::to_bits),
+                "{what}: cost of {}",
+                summary.id
+            );
+        }
+        let damaged: BTreeSet<(String, String)> = all
+            .damaged
+            .iter()
+            .map(|d| (d.path.clone(), d.problem.clone()))
+            .collect();
+        assert_eq!(damaged, damaged_set(&scan), "{what}: list_all damaged");
+        assert_eq!(all.problems.len(), all.damaged.len());
+    }
 }
 
 /// The listing `list` gives (whole, per cwd, and page by page in pages of `page_size`, the

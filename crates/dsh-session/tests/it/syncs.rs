@@ -114,3 +114,234 @@ fn a_new_session_syncs_once_with_its_folder_before_the_model_call() {
     let log = load_file(&session_path(home.path(), "/syncs", "syncs")).unwrap();
     assert_eq!(log.events.len(), 5);
 }
+
+const TOOL_CHILD_ENV: &str = "DSH_SESSION_SYNC_TOOL_CHILD";
+
+/// A tool step as the loop logs it, after the first flush: the call, `tool/started` (a sync
+/// point: the sync before the body), the pipeline's own flush right after it, the result and
+/// `step/end` (a sync point), the next `step/start` (written through) and the flush before
+/// the next model call. The two flushes that follow a sync with nothing written since have
+/// nothing to sync (docs/PERFORMANCE.md, "Step 1: fixed costs").
+fn tool_step(path: &Path) {
+    let mut writer = JsonlWriter::create(path, SessionHeader::new("syncs", "/syncs", 0)).unwrap();
+    writer
+        .append(Event::TurnStart(TurnStart { turn: 1 }))
+        .unwrap();
+    writer
+        .append(Event::StepStart(StepRef { turn: 1, step: 1 }))
+        .unwrap();
+    writer.flush().unwrap();
+    println!("FIRST-FLUSH");
+    writer
+        .append(Event::ToolCall(ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            name: "read".into(),
+            arguments: "{}".into(),
+        }))
+        .unwrap();
+    writer
+        .append(Event::ToolStarted(ToolStarted {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+        }))
+        .unwrap();
+    writer.flush().unwrap();
+    writer
+        .append(Event::StepEnd(StepRef { turn: 1, step: 1 }))
+        .unwrap();
+    writer.flush().unwrap();
+    writer
+        .append(Event::StepStart(StepRef { turn: 1, step: 2 }))
+        .unwrap();
+    writer.flush().unwrap();
+    println!("STEP-DONE");
+    std::mem::forget(writer);
+}
+
+#[test]
+fn sync_tool_child() {
+    let Some(dir) = std::env::var_os(TOOL_CHILD_ENV) else {
+        return;
+    };
+    tool_step(&session_path(Path::new(&dir), "/syncs", "syncs"));
+}
+
+#[test]
+fn a_flush_with_nothing_written_since_the_last_sync_does_not_sync_again() {
+    if std::env::var_os(TOOL_CHILD_ENV).is_some() || std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let strace = Command::new("strace").arg("-V").output();
+    assert!(
+        strace.is_ok_and(|out| out.status.success()),
+        "strace is needed to count the syncs (apt-get install strace; .ci/run installs it)"
+    );
+    let home = tempfile::tempdir().unwrap();
+    let trace = home.path().join("trace");
+    let out = Command::new("strace")
+        .args(["-f", "-e", "trace=fsync,fdatasync,write", "-o"])
+        .arg(&trace)
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "syncs::sync_tool_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(TOOL_CHILD_ENV, home.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("STEP-DONE"),
+        "the child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    // The syncs after the first flush, in order, with the log writes between them.
+    let after_first: Vec<&str> = trace
+        .lines()
+        .skip_while(|line| !line.contains("FIRST-FLUSH"))
+        .filter(|line| {
+            (line.contains(" fdatasync(") || line.contains(" fsync("))
+                || (line.contains(" write(") && line.contains("\\\"type\\\""))
+        })
+        .filter(|line| !line.contains("resumed>"))
+        .collect();
+    let kinds: Vec<&str> = after_first
+        .iter()
+        .map(|line| {
+            if line.contains(" fdatasync(") {
+                "sync"
+            } else if line.contains(" fsync(") {
+                "fsync"
+            } else {
+                "write"
+            }
+        })
+        .collect();
+    // tool/call + tool/started written and synced (the pipeline's flush adds nothing);
+    // step/end written and synced; step/start written and synced by the flush before the call.
+    assert_eq!(
+        kinds,
+        ["write", "sync", "write", "sync", "write", "sync"],
+        "{after_first:#?}"
+    );
+    let log = load_file(&session_path(home.path(), "/syncs", "syncs")).unwrap();
+    assert_eq!(log.events.len(), 6);
+}
+
+const BACKGROUND_CHILD_ENV: &str = "DSH_SESSION_SYNC_BACKGROUND_CHILD";
+
+/// The flush before a model call as the loop makes it (`flush_in_background`), then the
+/// reply's first event: the request may leave while the log syncs, the reply waits for it.
+fn call_with_background_sync(path: &Path) {
+    let mut writer = JsonlWriter::create(path, SessionHeader::new("syncs", "/syncs", 0)).unwrap();
+    writer
+        .append(Event::TurnStart(TurnStart { turn: 1 }))
+        .unwrap();
+    writer
+        .append(Event::UserMessage(Message::user_text("u1", "say ok")))
+        .unwrap();
+    writer.flush_in_background().unwrap();
+    // Written before the call, whether or not the sync has finished.
+    assert_eq!(load_file(path).unwrap().events.len(), 2);
+    println!("REQUESTED");
+    writer
+        .append(Event::UserMessage(Message::user_text("u2", "the reply")))
+        .unwrap();
+    writer.flush().unwrap();
+    println!("REPLIED");
+    std::mem::forget(writer);
+}
+
+#[test]
+fn sync_background_child() {
+    let Some(dir) = std::env::var_os(BACKGROUND_CHILD_ENV) else {
+        return;
+    };
+    call_with_background_sync(&session_path(Path::new(&dir), "/syncs", "syncs"));
+}
+
+#[test]
+fn the_sync_before_a_model_call_runs_beside_it_and_ends_before_the_reply_is_written() {
+    if [CHILD_ENV, TOOL_CHILD_ENV, BACKGROUND_CHILD_ENV]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some())
+    {
+        return;
+    }
+    let strace = Command::new("strace").arg("-V").output();
+    assert!(
+        strace.is_ok_and(|out| out.status.success()),
+        "strace is needed to see the syncs (apt-get install strace; .ci/run installs it)"
+    );
+    let home = tempfile::tempdir().unwrap();
+    let trace = home.path().join("trace");
+    let out = Command::new("strace")
+        .args(["-f", "-s", "400", "-e", "trace=fsync,fdatasync,write", "-o"])
+        .arg(&trace)
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "syncs::sync_background_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(BACKGROUND_CHILD_ENV, home.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("REPLIED"),
+        "the child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = trace.lines().collect();
+    let tid = |line: &str| line.split_whitespace().next().unwrap_or("").to_string();
+    let written = |text: &str| {
+        lines
+            .iter()
+            .position(|line| line.contains(" write(") && line.contains(text))
+            .unwrap_or_else(|| panic!("no write of {text}: {trace}"))
+    };
+    let prompt = written("say ok");
+    let reply = written("the reply");
+    // The first sync after the prompt's write: the background one.
+    let sync = prompt
+        + lines[prompt..]
+            .iter()
+            .position(|line| line.contains(" fdatasync("))
+            .unwrap_or_else(|| panic!("no sync after the prompt: {trace}"));
+    assert_ne!(
+        tid(lines[sync]),
+        tid(lines[prompt]),
+        "synced on its own thread: {trace}"
+    );
+    // It ended (or was never interrupted) before the reply was written.
+    let ended = if lines[sync].contains("<unfinished ...>") {
+        let who = tid(lines[sync]);
+        sync + lines[sync..]
+            .iter()
+            .position(|line| line.starts_with(&who) && line.contains("<... fdatasync resumed>"))
+            .unwrap_or_else(|| panic!("the sync never ended: {trace}"))
+    } else {
+        sync
+    };
+    assert!(
+        ended < reply,
+        "the reply was written before the sync ended: {trace}"
+    );
+    // The folder's entry was synced with it (the log is new), before the reply too.
+    let folder = lines
+        .iter()
+        .position(|line| line.contains(" fsync("))
+        .unwrap_or_else(|| panic!("the folder was not synced: {trace}"));
+    assert!(folder < reply, "{trace}");
+    let log = load_file(&session_path(home.path(), "/syncs", "syncs")).unwrap();
+    assert_eq!(log.events.len(), 3);
+}

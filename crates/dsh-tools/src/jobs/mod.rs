@@ -638,6 +638,9 @@ impl JobTable {
     /// Starts `spec` in the background and returns the tool output naming the job.
     pub(crate) fn start(&self, spec: JobSpec, spill: &SpillDir) -> Result<ToolOutput, ToolError> {
         self.check_capacity()?;
+        // Before the id and the log: a job that cannot start takes neither.
+        crate::process::check_program(&spec.plan)
+            .map_err(|msg| ToolError::new(ToolErrorCode::Io, msg))?;
         let id = self.next_id("bash");
         let (file, log) = spill
             .create_file(&format!("{id}-output"))
@@ -645,8 +648,6 @@ impl JobTable {
         let stderr = file
             .try_clone()
             .map_err(|err| ToolError::io("cannot share the job log", &log, &err))?;
-        crate::process::check_program(&spec.plan)
-            .map_err(|msg| ToolError::new(ToolErrorCode::Io, msg))?;
         let mut command = group_command(&spec.plan, &spec.workdir);
         command.stdout(file).stderr(stderr);
         let mut child = spawn_child(command).map_err(|err| {
@@ -684,7 +685,12 @@ impl JobTable {
         // job, never the table, so the table can drop and kill everything.
         let task_job = Arc::clone(&job);
         let table = self.downgrade();
+        // The plan lives as long as the job: a confinement may tie what the command runs in
+        // to it (a prepared sandbox, docs/SECURITY.md "A prepared bubblewrap sandbox per
+        // layout"; `CommandPlan`).
+        let plan = spec.plan;
         let task = tokio::spawn(async move {
+            let _plan = plan;
             let job = task_job;
             let mut group = ProcessGroup::new(pgid);
             let (end, leftovers) = tokio::select! {
