@@ -269,71 +269,55 @@ fn read_one_request(socket: &mut TcpStream) -> Option<Instant> {
 }
 
 /// The floor: `serde_json` serialisation of the request body (from a parsed `Value`) plus
-/// connecting to a loopback listener and writing an HTTP head and the body, until the listener
-/// has read the last byte. Median of `runs`.
+/// writing an HTTP head and the body to a loopback listener, until the listener has read the
+/// last byte. Median of `runs`.
 fn floor(body: &[u8], runs: usize) -> anyhow::Result<f64> {
-    let value: Value = serde_json::from_slice(body).context("request body is JSON")?;
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let address = listener.local_addr()?;
-    let (sender, receiver) = std::sync::mpsc::channel();
-    let drain = std::thread::spawn(move || {
-        for _ in 0..runs {
-            let Ok((mut socket, _)) = listener.accept() else {
-                return;
-            };
-            if sender.send(read_one_request(&mut socket)).is_err() {
-                return;
-            }
-        }
-    });
-    let mut times = Vec::new();
-    for _ in 0..runs {
-        let start = Instant::now();
-        let bytes = serde_json::to_vec(&value)?;
-        let mut socket = TcpStream::connect(address)?;
-        socket.set_nodelay(true)?;
-        let head = format!(
-            "POST /chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            bytes.len()
-        );
-        socket.write_all(head.as_bytes())?;
-        socket.write_all(&bytes)?;
-        let done = receiver
-            .recv()
-            .context("floor listener")?
-            .context("floor listener read")?;
-        times.push((done - start).as_secs_f64() * 1000.0);
-        drop(socket);
-    }
-    // The drain thread ends after `runs` connections.
-    let _ = drain.join();
-    Ok(median(&mut times))
+    floor_on(body, runs, false)
 }
 
 /// The same floor on a connection that is already open (one connection for all `runs`, as a
 /// client that keeps its connection alive sends its next request): serialisation and writing
 /// only, no TCP set-up. Median of `runs`.
 fn floor_open(body: &[u8], runs: usize) -> anyhow::Result<f64> {
+    floor_on(body, runs, true)
+}
+
+/// [`floor`] with a new connection per run, or [`floor_open`] with one for all (`keep_open`).
+fn floor_on(body: &[u8], runs: usize, keep_open: bool) -> anyhow::Result<f64> {
     let value: Value = serde_json::from_slice(body).context("request body is JSON")?;
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let address = listener.local_addr()?;
     let (sender, receiver) = std::sync::mpsc::channel();
     let drain = std::thread::spawn(move || {
-        let Ok((mut socket, _)) = listener.accept() else {
-            return;
-        };
+        let mut open = None;
         for _ in 0..runs {
-            if sender.send(read_one_request(&mut socket)).is_err() {
+            if open.is_none() || !keep_open {
+                let Ok((socket, _)) = listener.accept() else {
+                    return;
+                };
+                open = Some(socket);
+            }
+            let Some(socket) = open.as_mut() else { return };
+            if sender.send(read_one_request(socket)).is_err() {
                 return;
             }
         }
     });
-    let mut socket = TcpStream::connect(address)?;
-    socket.set_nodelay(true)?;
+    let connect = || -> anyhow::Result<TcpStream> {
+        let socket = TcpStream::connect(address)?;
+        socket.set_nodelay(true)?;
+        Ok(socket)
+    };
+    let mut kept = if keep_open { Some(connect()?) } else { None };
     let mut times = Vec::new();
     for _ in 0..runs {
         let start = Instant::now();
         let bytes = serde_json::to_vec(&value)?;
+        let mut fresh = None;
+        let socket = match kept.as_mut() {
+            Some(socket) => socket,
+            None => fresh.insert(connect()?),
+        };
         let head = format!(
             "POST /chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             bytes.len()
@@ -345,8 +329,10 @@ fn floor_open(body: &[u8], runs: usize) -> anyhow::Result<f64> {
             .context("floor listener")?
             .context("floor listener read")?;
         times.push((done - start).as_secs_f64() * 1000.0);
+        drop(fresh);
     }
-    drop(socket);
+    drop(kept);
+    // The drain thread ends after `runs` requests.
     let _ = drain.join();
     Ok(median(&mut times))
 }

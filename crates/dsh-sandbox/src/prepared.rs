@@ -53,10 +53,11 @@ fn cache() -> &'static Mutex<Cache> {
 }
 
 /// True when dsh's mount table changed since the last call (or cannot be watched).
-fn mount_table_changed(cache: &mut Cache) -> bool {
-    let Some(file) = cache.mountinfo.as_ref() else {
-        // First use: start watching; nothing is cached yet.
-        cache.mountinfo = File::open("/proc/self/mountinfo").ok();
+/// `mountinfo` is the watch, opened on first use (which counts as a change: nothing is cached
+/// yet). Shared with the prepared bubblewrap sandboxes (`prepared_bwrap.rs`).
+pub(crate) fn mount_table_changed(mountinfo: &mut Option<File>) -> bool {
+    let Some(file) = mountinfo.as_ref() else {
+        *mountinfo = File::open("/proc/self/mountinfo").ok();
         return true;
     };
     let mut poll = libc::pollfd {
@@ -78,7 +79,7 @@ pub(crate) fn namespace_for(plan: &Arc<MountPlan>) -> Option<Arc<OwnedFd>> {
         Ok(cache) => cache,
         Err(poisoned) => poisoned.into_inner(),
     };
-    if mount_table_changed(&mut cache) {
+    if mount_table_changed(&mut cache.mountinfo) {
         cache.entries.clear();
     }
     if let Some((_, fd)) = cache.entries.iter().find(|(p, _)| **p == **plan) {

@@ -186,23 +186,6 @@ fn cache() -> &'static Mutex<Cache> {
     CACHE.get_or_init(Mutex::default)
 }
 
-/// True when dsh's mount table changed since the last call (or cannot be watched); the same
-/// watch as docs/SECURITY.md "A prepared mount namespace per layout" describes.
-fn mount_table_changed(mountinfo: &mut Option<File>) -> bool {
-    let Some(file) = mountinfo.as_ref() else {
-        *mountinfo = File::open("/proc/self/mountinfo").ok();
-        return true;
-    };
-    let mut poll = libc::pollfd {
-        fd: file.as_raw_fd(),
-        events: libc::POLLPRI,
-        revents: 0,
-    };
-    // SAFETY: one pollfd on the stack, zero timeout.
-    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
-    ready != 0
-}
-
 /// The sandbox for `layout`, started now when none is cached (or the cached one ended).
 pub(crate) fn sandbox_for(layout: Layout) -> Result<Arc<Prepared>, String> {
     let mut dropped = Vec::new();
@@ -212,7 +195,7 @@ pub(crate) fn sandbox_for(layout: Layout) -> Result<Arc<Prepared>, String> {
             Err(poisoned) => poisoned.into_inner(),
         };
         let cache = &mut *cache;
-        if mount_table_changed(&mut cache.mountinfo) {
+        if crate::prepared::mount_table_changed(&mut cache.mountinfo) {
             dropped.append(&mut cache.entries);
         }
         if let Some(at) = cache.entries.iter().position(|(l, _)| *l == layout) {

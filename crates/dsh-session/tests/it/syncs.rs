@@ -12,6 +12,42 @@ use dsh_session::*;
 
 const CHILD_ENV: &str = "DSH_SESSION_SYNC_CHILD";
 
+/// Runs the child test `child` (which plays a writer in the folder named by `env`) under
+/// `strace -f -e trace=<calls>`, checks it printed `done`, and returns the folder (kept until
+/// the returned guard drops) and the trace.
+fn trace_child(child: &str, env: &str, calls: &str, done: &str) -> (tempfile::TempDir, String) {
+    let strace = Command::new("strace").arg("-V").output();
+    assert!(
+        strace.is_ok_and(|out| out.status.success()),
+        "strace is needed to see the syncs (apt-get install strace; .ci/run installs it)"
+    );
+    let home = tempfile::tempdir().unwrap();
+    let trace = home.path().join("trace");
+    let out = Command::new("strace")
+        .args(["-f", "-s", "400", "-e", &format!("trace={calls}"), "-o"])
+        .arg(&trace)
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .env(env, home.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(done),
+        "the child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    (home, trace)
+}
+
+/// True inside any of the child processes these tests start.
+fn in_child() -> bool {
+    [CHILD_ENV, TOOL_CHILD_ENV, BACKGROUND_CHILD_ENV]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some())
+}
+
 fn splice(start: u64, removed: Option<u64>, inserted: Vec<Message>) -> Event {
     Event::InboxSpliced(InboxSplice {
         target: "next-turn".into(),
@@ -61,41 +97,15 @@ fn sync_child() {
 
 #[test]
 fn a_new_session_syncs_once_with_its_folder_before_the_model_call() {
-    if std::env::var_os(CHILD_ENV).is_some() {
+    if in_child() {
         return;
     }
-    let strace = Command::new("strace").arg("-V").output();
-    assert!(
-        strace.is_ok_and(|out| out.status.success()),
-        "strace is needed to count the syncs (apt-get install strace; .ci/run installs it)"
+    let (home, trace) = trace_child(
+        "syncs::sync_child",
+        CHILD_ENV,
+        "fsync,fdatasync,sync_file_range,msync",
+        "FLUSHED",
     );
-    let home = tempfile::tempdir().unwrap();
-    let trace = home.path().join("trace");
-    let out = Command::new("strace")
-        .args([
-            "-f",
-            "-e",
-            "trace=fsync,fdatasync,sync_file_range,msync",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "syncs::sync_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, home.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("FLUSHED"),
-        "the child failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let trace = std::fs::read_to_string(&trace).unwrap();
     let syncs: Vec<&str> = trace
         .lines()
         .filter(|line| line.contains("sync") && !line.contains("resumed>"))
@@ -171,36 +181,15 @@ fn sync_tool_child() {
 
 #[test]
 fn a_flush_with_nothing_written_since_the_last_sync_does_not_sync_again() {
-    if std::env::var_os(TOOL_CHILD_ENV).is_some() || std::env::var_os(CHILD_ENV).is_some() {
+    if in_child() {
         return;
     }
-    let strace = Command::new("strace").arg("-V").output();
-    assert!(
-        strace.is_ok_and(|out| out.status.success()),
-        "strace is needed to count the syncs (apt-get install strace; .ci/run installs it)"
+    let (home, trace) = trace_child(
+        "syncs::sync_tool_child",
+        TOOL_CHILD_ENV,
+        "fsync,fdatasync,write",
+        "STEP-DONE",
     );
-    let home = tempfile::tempdir().unwrap();
-    let trace = home.path().join("trace");
-    let out = Command::new("strace")
-        .args(["-f", "-e", "trace=fsync,fdatasync,write", "-o"])
-        .arg(&trace)
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "syncs::sync_tool_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(TOOL_CHILD_ENV, home.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("STEP-DONE"),
-        "the child failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let trace = std::fs::read_to_string(&trace).unwrap();
     // The syncs after the first flush, in order, with the log writes between them.
     let after_first: Vec<&str> = trace
         .lines()
@@ -268,39 +257,15 @@ fn sync_background_child() {
 
 #[test]
 fn the_sync_before_a_model_call_runs_beside_it_and_ends_before_the_reply_is_written() {
-    if [CHILD_ENV, TOOL_CHILD_ENV, BACKGROUND_CHILD_ENV]
-        .iter()
-        .any(|name| std::env::var_os(name).is_some())
-    {
+    if in_child() {
         return;
     }
-    let strace = Command::new("strace").arg("-V").output();
-    assert!(
-        strace.is_ok_and(|out| out.status.success()),
-        "strace is needed to see the syncs (apt-get install strace; .ci/run installs it)"
+    let (home, trace) = trace_child(
+        "syncs::sync_background_child",
+        BACKGROUND_CHILD_ENV,
+        "fsync,fdatasync,write",
+        "REPLIED",
     );
-    let home = tempfile::tempdir().unwrap();
-    let trace = home.path().join("trace");
-    let out = Command::new("strace")
-        .args(["-f", "-s", "400", "-e", "trace=fsync,fdatasync,write", "-o"])
-        .arg(&trace)
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "syncs::sync_background_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(BACKGROUND_CHILD_ENV, home.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("REPLIED"),
-        "the child failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let trace = std::fs::read_to_string(&trace).unwrap();
     let lines: Vec<&str> = trace.lines().collect();
     let tid = |line: &str| line.split_whitespace().next().unwrap_or("").to_string();
     let written = |text: &str| {
