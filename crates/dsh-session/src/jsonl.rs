@@ -65,12 +65,45 @@ pub struct JsonlWriter {
     syncing: Option<BackgroundSync>,
 }
 
-/// A sync running on its own thread: of the log up to `len`, and of the new folder's entry
+/// A sync running on the syncer thread: of the log up to `len`, and of the new folder's entry
 /// when `dir` is set.
 struct BackgroundSync {
     len: u64,
     dir: Option<PathBuf>,
-    done: std::thread::JoinHandle<Result<()>>,
+    done: std::sync::mpsc::Receiver<Result<()>>,
+}
+
+/// One sync for the syncer thread, and where its outcome goes.
+struct SyncJob {
+    file: File,
+    path: PathBuf,
+    dir: Option<PathBuf>,
+    done: std::sync::mpsc::Sender<Result<()>>,
+}
+
+/// The process's syncer thread, started on first use and kept: a thread started per model call
+/// cost more than the sync it saved when the log is on tmpfs (docs/PERFORMANCE.md, "The sync
+/// beside the request"). `None` when no thread could be started.
+fn syncer() -> Option<&'static std::sync::Mutex<std::sync::mpsc::Sender<SyncJob>>> {
+    static SYNCER: std::sync::OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<SyncJob>>>> =
+        std::sync::OnceLock::new();
+    SYNCER
+        .get_or_init(|| {
+            let (jobs, queue) = std::sync::mpsc::channel::<SyncJob>();
+            std::thread::Builder::new()
+                .name("dsh-log-sync".into())
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    for job in queue {
+                        let outcome = sync_log(&job.file, &job.path, job.dir.as_deref());
+                        // A writer that stopped waiting has nothing to be told.
+                        let _ = job.done.send(outcome);
+                    }
+                })
+                .ok()
+                .map(|_| std::sync::Mutex::new(jobs))
+        })
+        .as_ref()
 }
 
 /// Syncs the log (through `file`, a second descriptor of it) and then, for a new log, its
@@ -261,11 +294,11 @@ impl JsonlWriter {
         let Some(sync) = self.syncing.take() else {
             return Ok(());
         };
-        let outcome = sync.done.join().unwrap_or_else(|_| {
+        let outcome = sync.done.recv().unwrap_or_else(|_| {
             Err(SessionError::Io {
                 action: "syncing session log",
                 path: self.path.clone(),
-                source: std::io::Error::other("the sync thread panicked"),
+                source: std::io::Error::other("the sync thread stopped"),
             })
         });
         outcome?;
@@ -462,32 +495,42 @@ impl SessionWriter for JsonlWriter {
     }
 
     fn flush_in_background(&mut self) -> Result<()> {
-        self.write_through()?;
-        if self.synced_len == Some(self.len) && self.unsynced_dir.is_none() {
-            return Ok(());
+        // Only a new log's first flush, which syncs the log and its folder's entry, runs beside
+        // the request. Later ones sync here: measured at step 1,000 with the log on tmpfs, a
+        // sync handed to the syncer thread made the next request start ~2 ms later than one done
+        // in line, a cost not understood yet and larger than what it saves there
+        // (docs/PERFORMANCE.md, "The sync beside the request").
+        if self.unsynced_dir.is_none() {
+            return self.flush();
         }
+        self.write_through()?;
         let file = self
             .file
             .try_clone()
             .map_err(io_err("syncing session log", &self.path))?;
-        let (path, dir) = (self.path.clone(), self.unsynced_dir.clone());
-        let thread_dir = dir.clone();
-        let spawned = std::thread::Builder::new()
-            .name("dsh-log-sync".into())
-            .stack_size(64 * 1024)
-            .spawn(move || sync_log(&file, &path, thread_dir.as_deref()));
-        match spawned {
-            Ok(done) => {
-                self.syncing = Some(BackgroundSync {
-                    len: self.len,
-                    dir,
-                    done,
-                });
-                Ok(())
-            }
-            // No thread to be had: sync here, as `flush` does.
-            Err(_) => self.flush(),
+        let dir = self.unsynced_dir.clone();
+        let (done, outcome) = std::sync::mpsc::channel();
+        let job = SyncJob {
+            file,
+            path: self.path.clone(),
+            dir: dir.clone(),
+            done,
+        };
+        let queued = syncer().is_some_and(|jobs| {
+            jobs.lock()
+                .map(|jobs| jobs.send(job).is_ok())
+                .unwrap_or(false)
+        });
+        if !queued {
+            // No syncer thread to be had: sync here, as `flush` does.
+            return self.flush();
         }
+        self.syncing = Some(BackgroundSync {
+            len: self.len,
+            dir,
+            done: outcome,
+        });
+        Ok(())
     }
 }
 
