@@ -114,47 +114,41 @@ fn subjects(
             }
         }
     }
-    // For reference: bubblewrap started for every call (the path before the prepared sandbox,
-    // and the one hosts that cannot enter a prepared sandbox take).
+    // For reference, each only where it works here: bubblewrap started for every call (the path
+    // before the prepared sandbox, and the one hosts that cannot enter a prepared sandbox take),
+    // and Landlock building its layout in every child (in a user namespace, as it does when dsh
+    // is not root), the cost the prepared namespace of docs/SECURITY.md saves.
+    let mut references = Vec::new();
     if let Ok(bwrap) = &SandboxProbe::cached().bubblewrap {
         let probe = SandboxProbe {
             bubblewrap: Ok(bwrap.clone().per_call()),
             landlock: Err("not measured".into()),
         };
-        let chosen = Sandbox::choose(
-            PermissionPreset::WorkspaceWrite,
+        references.push((
+            "bubblewrap_per_call",
+            probe,
             SandboxPreference::Bubblewrap,
-            &probe,
-        );
-        if chosen.mode() == SandboxMode::Bubblewrap {
-            subjects.push(Subject {
-                name: "bubblewrap_per_call",
-                context: context(
-                    cwd,
-                    spill,
-                    PermissionPreset::WorkspaceWrite,
-                    chosen.confinement(),
-                )?,
-                times: Vec::new(),
-            });
-        }
+            SandboxMode::Bubblewrap,
+        ));
     }
-    // For reference: Landlock building its layout in every child (in a user namespace, as it
-    // does when dsh is not root), the cost the prepared namespace of docs/SECURITY.md saves.
     if let Ok(abi) = dsh_sandbox::kernel_abi() {
         let probe = SandboxProbe {
             bubblewrap: Err("not measured".into()),
             landlock: Ok(Landlock::with_abi(abi.min(dsh_sandbox::TARGET_ABI))
                 .with_mount_namespace(MountNamespace::UserNamespace)),
         };
-        let chosen = Sandbox::choose(
-            PermissionPreset::WorkspaceWrite,
+        references.push((
+            "landlock_per_call_layer",
+            probe,
             SandboxPreference::Landlock,
-            &probe,
-        );
-        if chosen.mode() == SandboxMode::Landlock {
+            SandboxMode::Landlock,
+        ));
+    }
+    for (name, probe, preference, mode) in references {
+        let chosen = Sandbox::choose(PermissionPreset::WorkspaceWrite, preference, &probe);
+        if chosen.mode() == mode {
             subjects.push(Subject {
-                name: "landlock_per_call_layer",
+                name,
                 context: context(
                     cwd,
                     spill,
