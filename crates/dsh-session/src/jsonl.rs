@@ -65,11 +65,10 @@ pub struct JsonlWriter {
     syncing: Option<BackgroundSync>,
 }
 
-/// A sync running on the syncer thread: of the log up to `len`, and of the new folder's entry
-/// when `dir` is set.
+/// A sync running on the syncer thread: of a new log up to `len`, and of its folder's entry
+/// (only a new log's first flush runs there, see `flush_in_background`).
 struct BackgroundSync {
     len: u64,
-    dir: Option<PathBuf>,
     done: std::sync::mpsc::Receiver<Result<()>>,
 }
 
@@ -303,9 +302,7 @@ impl JsonlWriter {
         });
         outcome?;
         self.synced_len = Some(sync.len);
-        if sync.dir.is_some() {
-            self.unsynced_dir = None;
-        }
+        self.unsynced_dir = None;
         Ok(())
     }
 
@@ -508,12 +505,11 @@ impl SessionWriter for JsonlWriter {
             .file
             .try_clone()
             .map_err(io_err("syncing session log", &self.path))?;
-        let dir = self.unsynced_dir.clone();
         let (done, outcome) = std::sync::mpsc::channel();
         let job = SyncJob {
             file,
             path: self.path.clone(),
-            dir: dir.clone(),
+            dir: self.unsynced_dir.clone(),
             done,
         };
         let queued = syncer().is_some_and(|jobs| {
@@ -527,7 +523,6 @@ impl SessionWriter for JsonlWriter {
         }
         self.syncing = Some(BackgroundSync {
             len: self.len,
-            dir,
             done: outcome,
         });
         Ok(())
