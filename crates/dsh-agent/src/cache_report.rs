@@ -10,7 +10,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use dsh_llm::{GenerateRequest, Message, ToolSchema, Usage};
+use dsh_llm::{GenerateRequest, ToolSchema, Usage};
 use dsh_session::ModelPrice;
 use serde::Serialize;
 use serde_json::Value;
@@ -140,27 +140,41 @@ impl CacheTracker {
                 part
             }
         };
+        // A message with the same id at the same position is the same message: logged events
+        // are immutable, so only new messages need serializing. The previous shape's list is
+        // kept up to the first new id and extended, so a step costs its new messages only.
+        let RequestShape {
+            config: previous_config,
+            system: previous_system,
+            tools: previous_tools,
+            messages: mut message_parts,
+        } = previous;
+        let previous_count = message_parts.len();
+        let same = message_parts
+            .iter()
+            .zip(request.messages.iter())
+            .take_while(|((id, _), message)| *id == message.id)
+            .count();
+        let same_bytes: usize = message_parts[..same].iter().map(|(_, p)| p.bytes).sum();
+        message_parts.truncate(same);
+        message_parts.extend(
+            request.messages[same..]
+                .iter()
+                .map(|m| (m.id.clone(), part_of(m))),
+        );
         let shape = RequestShape {
             config: Some(part_of(request.config.config())),
             system: Some(system),
             tools: Some(tools),
-            messages: request
-                .messages
-                .iter()
-                .enumerate()
-                .map(|(index, m): (usize, &Message)| {
-                    // A message with the same id at the same position is the same message:
-                    // logged events are immutable, so only new messages need serializing.
-                    let known = previous
-                        .messages
-                        .get(index)
-                        .filter(|(id, _)| *id == m.id)
-                        .map(|(_, part)| part.clone());
-                    (m.id.clone(), known.unwrap_or_else(|| part_of(m)))
-                })
-                .collect(),
+            messages: message_parts,
         };
-        let report = compare(turn, step, &previous, &shape);
+        let previous_header = [previous_config, previous_system, previous_tools];
+        let report = compare(
+            (turn, step),
+            &previous_header,
+            (previous_count, same, same_bytes),
+            &shape,
+        );
         self.previous = Some(shape);
         report
     }
@@ -172,7 +186,14 @@ impl CacheTracker {
     }
 }
 
-fn compare(turn: u64, step: u64, previous: &RequestShape, current: &RequestShape) -> CacheReport {
+/// The report of `current` against the previous request: its header parts, and of its
+/// `previous_count` messages how many (`same`, with `same_bytes` bytes) `current` starts with.
+fn compare(
+    (turn, step): (u64, u64),
+    previous_header: &[Option<Part>; 3],
+    (previous_count, same, same_bytes): (usize, usize, usize),
+    current: &RequestShape,
+) -> CacheReport {
     let size = |p: &Option<Part>| p.as_ref().map_or(0, |p| p.bytes);
     let request_bytes = size(&current.config)
         + size(&current.system)
@@ -190,13 +211,14 @@ fn compare(turn: u64, step: u64, previous: &RequestShape, current: &RequestShape
         billed_input_tokens: None,
         cost_usd: None,
     };
-    if previous.config.is_none() {
+    let [previous_config, previous_system, previous_tools] = previous_header;
+    if previous_config.is_none() {
         return report;
     }
     let header = [
-        ("config", &previous.config, &current.config),
-        ("system", &previous.system, &current.system),
-        ("tools", &previous.tools, &current.tools),
+        ("config", previous_config, &current.config),
+        ("system", previous_system, &current.system),
+        ("tools", previous_tools, &current.tools),
     ];
     for (name, before, now) in header {
         if before != now {
@@ -208,20 +230,146 @@ fn compare(turn: u64, step: u64, previous: &RequestShape, current: &RequestShape
         }
         report.reused_bytes += size(now);
     }
-    for (index, (id, part)) in previous.messages.iter().enumerate() {
-        match current.messages.get(index) {
-            Some((now_id, now_part)) if now_id == id && now_part == part => {
-                report.reused_bytes += part.bytes;
-            }
-            _ => {
+    report.reused_bytes += same_bytes;
+    if same < previous_count {
+        report.broken_at = Some(PrefixBreak {
+            part: "message".to_string(),
+            index: Some(same),
+        });
+        return report;
+    }
+    report.prefix_extension = true;
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use dsh_llm::{CallConfig, Message};
+
+    fn request(system: &str, tools: &Arc<Vec<ToolSchema>>, ids: &[&str]) -> GenerateRequest {
+        let model = "deepseek-v4-flash";
+        GenerateRequest {
+            config: CallConfig::new("deepseek", model)
+                .prepare(&dsh_deepseek::model_info(model))
+                .unwrap(),
+            system: system.into(),
+            messages: Arc::new(
+                ids.iter()
+                    .map(|id| Message::user_text(*id, format!("text of {id}")))
+                    .collect(),
+            ),
+            tools: Arc::clone(tools),
+            cancel: Default::default(),
+            session_id: None,
+            purpose: None,
+            history_lineage: None,
+        }
+    }
+
+    /// The report by its definition: every part of both requests serialized in full.
+    fn expected(
+        turn: u64,
+        step: u64,
+        previous: Option<&GenerateRequest>,
+        now: &GenerateRequest,
+    ) -> CacheReport {
+        let parts = |r: &GenerateRequest| -> (Vec<Part>, Vec<(String, Part)>) {
+            let header = vec![
+                part_of(r.config.config()),
+                part_of(&r.system),
+                part_of(&*r.tools),
+            ];
+            let messages = r
+                .messages
+                .iter()
+                .map(|m| (m.id.clone(), part_of(m)))
+                .collect();
+            (header, messages)
+        };
+        let (header, messages) = parts(now);
+        let mut report = CacheReport {
+            turn,
+            step,
+            request_bytes: header
+                .iter()
+                .chain(messages.iter().map(|(_, p)| p))
+                .map(|p| p.bytes)
+                .sum(),
+            reused_bytes: 0,
+            prefix_extension: false,
+            broken_at: None,
+            cache_hit_ratio: None,
+            cache_read_tokens: None,
+            billed_input_tokens: None,
+            cost_usd: None,
+        };
+        let Some(previous) = previous else {
+            return report;
+        };
+        let (before_header, before_messages) = parts(previous);
+        for (name, (before, now)) in ["config", "system", "tools"]
+            .iter()
+            .zip(before_header.iter().zip(&header))
+        {
+            if before != now {
                 report.broken_at = Some(PrefixBreak {
-                    part: "message".to_string(),
+                    part: name.to_string(),
+                    index: None,
+                });
+                return report;
+            }
+            report.reused_bytes += now.bytes;
+        }
+        for (index, before) in before_messages.iter().enumerate() {
+            if messages.get(index) != Some(before) {
+                report.broken_at = Some(PrefixBreak {
+                    part: "message".into(),
                     index: Some(index),
                 });
                 return report;
             }
+            report.reused_bytes += before.1.bytes;
         }
+        report.prefix_extension = true;
+        report
     }
-    report.prefix_extension = true;
-    report
+
+    #[test]
+    fn reports_equal_full_comparisons_of_every_part() {
+        let tools = Arc::new(vec![ToolSchema {
+            name: "read".into(),
+            description: "Reads.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }]);
+        let other_tools = Arc::new(Vec::new());
+        let sequence = [
+            request("sys", &tools, &["m0"]),
+            request("sys", &tools, &["m0", "m1", "m2"]),
+            request("sys", &tools, &["m0", "m1", "m2"]),
+            request("other", &tools, &["m0", "m1", "m2", "m3"]),
+            request("other", &tools, &["m0", "x1", "m2", "m3"]),
+            request("other", &tools, &["m0"]),
+            request("other", &tools, &[]),
+            request("other", &tools, &["m0", "m1"]),
+            request("other", &other_tools, &["m0", "m1"]),
+            request("other", &other_tools, &["m0", "m1", "m4"]),
+        ];
+        let mut tracker = CacheTracker::new();
+        let mut previous = None;
+        for (step, now) in sequence.iter().enumerate() {
+            let step = step as u64;
+            assert_eq!(
+                tracker.observe(1, step, now),
+                expected(1, step, previous, now),
+                "request {step}"
+            );
+            previous = Some(now);
+        }
+        // After a reset the next request starts fresh.
+        tracker.reset();
+        let now = &sequence[1];
+        assert_eq!(tracker.observe(2, 1, now), expected(2, 1, None, now));
+    }
 }

@@ -339,6 +339,9 @@ impl Agent {
             SUMMARY_REQUEST,
         ));
         request.messages = Arc::new(messages);
+        // These messages are not the log's history (images became text, an instruction was
+        // added): its lineage does not vouch for them (docs/model-calls.md, "History lineage").
+        request.history_lineage = None;
         request.purpose = Some(Purpose::Compaction);
         let adapter = self
             .adapter_for(&request.config.config().provider)

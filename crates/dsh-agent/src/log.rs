@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use dsh_llm::Message;
+use dsh_llm::{HistoryLineage, Message};
 use dsh_session::{Envelope, Event, Projector, SessionWriter, TurnEndReason};
 use tokio::sync::broadcast;
 
@@ -34,6 +34,9 @@ pub struct SessionLog {
     /// request shares it instead of copying every message (`None`: rebuild from the projector,
     /// after a compaction's replace). Equal to `projector.history()` whenever it is `Some`.
     shared_history: Option<Arc<Vec<Message>>>,
+    /// The lineage of `shared_history`: new whenever it is rebuilt from the projector, kept
+    /// while appends only extend it (docs/model-calls.md, "History lineage").
+    lineage: HistoryLineage,
 }
 
 /// Serialized size of one message, the unit of the history-size bookkeeping.
@@ -55,6 +58,7 @@ impl SessionLog {
         SessionLog {
             history_bytes,
             shared_history: None,
+            lineage: HistoryLineage::new(),
             writer,
             projector,
             extensions,
@@ -179,14 +183,18 @@ impl SessionLog {
 
     /// The same history, shared: the request holds it without a copy of every message, and
     /// the next append extends it in place once that request is dropped (docs/PERFORMANCE.md,
-    /// "Per-step overhead").
-    pub fn shared_history(&mut self) -> Arc<Vec<Message>> {
+    /// "Per-step overhead"). With its lineage, which stays the same while the history only
+    /// grows, so that an adapter can reuse what it made of the messages it sent before.
+    pub fn shared_history(&mut self) -> (Arc<Vec<Message>>, HistoryLineage) {
         match &self.shared_history {
-            Some(shared) if shared.len() == self.projector.len() => Arc::clone(shared),
+            Some(shared) if shared.len() == self.projector.len() => {
+                (Arc::clone(shared), self.lineage)
+            }
             _ => {
                 let built = Arc::new(self.projector.history());
                 self.shared_history = Some(Arc::clone(&built));
-                built
+                self.lineage = HistoryLineage::new();
+                (built, self.lineage)
             }
         }
     }

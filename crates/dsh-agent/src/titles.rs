@@ -61,6 +61,7 @@ pub(crate) async fn model_title(
         cancel,
         session_id: None,
         purpose: Some(Purpose::SessionTitle),
+        history_lineage: None,
     };
     let mut stream = adapter.stream(request);
     let mut assembler = BlockAssembler::new();

@@ -609,18 +609,25 @@ impl Agent {
             .map_err(log_err)?;
             self.header_logged = true;
         }
+        let (messages, lineage) = log.shared_history();
         let mut request = GenerateRequest {
             config,
             system,
-            messages: log.shared_history(),
+            messages: Arc::clone(&messages),
             tools,
             cancel: cancel.clone(),
             session_id: Some(log.session_id().to_string()),
             purpose: None,
+            history_lineage: Some(lineage),
         };
         drop(log);
         for extension in &extensions {
             extension.request(&mut request);
+        }
+        // An extension that changed the messages made them its own: the log's lineage no
+        // longer vouches for them (docs/model-calls.md, "History lineage").
+        if !Arc::ptr_eq(&request.messages, &messages) {
+            request.history_lineage = None;
         }
         Ok(request)
     }

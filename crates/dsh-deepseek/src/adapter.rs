@@ -1,5 +1,6 @@
 //! The HTTP side: one streaming `POST /chat/completions` per call, with watchdog and cancel.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use dsh_http::{AdapterConfigError, Endpoint, EndpointConfig, HttpErrorParts};
@@ -11,7 +12,7 @@ use crate::config::{DeepSeekConfig, OpenAiQuirks};
 use crate::decode::StreamDecoder;
 use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
 use crate::models;
-use crate::request::build_request_body_with;
+use crate::request::{build_request_body_cached, HistoryBytes};
 
 /// The DeepSeek / OpenAI-compatible chat-completions adapter (docs/providers.md, "Chat
 /// completions").
@@ -27,6 +28,9 @@ pub struct DeepSeekAdapter {
     base_url: String,
     quirks: OpenAiQuirks,
     models: ModelTable,
+    /// Each session's last request body's messages, shared by every clone of the adapter:
+    /// a step writes only its new messages (docs/providers.md, "The history bytes cache").
+    history: Arc<HistoryBytes>,
 }
 
 impl DeepSeekAdapter {
@@ -57,6 +61,7 @@ impl DeepSeekAdapter {
             base_url: config.base_url,
             quirks: config.quirks,
             models: config.models,
+            history: Arc::default(),
         })
     }
 
@@ -81,10 +86,11 @@ impl Adapter for DeepSeekAdapter {
         image_models.extend(self.models.image_models());
         image_models.sort();
         image_models.dedup();
+        let history = Arc::clone(&self.history);
         self.endpoint.stream(cancel, StreamDecoder::new(), move || {
             // Images go only to a model that takes them (docs/model-calls.md, "Images").
             dsh_llm::check_image_input(&model, info.as_ref(), &request.messages, &image_models)?;
-            build_request_body_with(&request, &quirks)
+            build_request_body_cached(&request, &quirks, &history)
         })
     }
 

@@ -5,9 +5,11 @@
 //! Absent values are omitted, never sent as `null`.
 
 use std::borrow::Cow;
+use std::sync::{Mutex, PoisonError};
 
 use dsh_llm::{
-    ContentBlock, Failure, FailureCode, GenerateRequest, Message, Purpose, ReasoningEffort, Role,
+    ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
+    ReasoningEffort, Role,
 };
 use serde::Serialize;
 
@@ -21,10 +23,11 @@ pub const EMPTY_TOOL_OUTPUT_PLACEHOLDER: &str = "(no output)";
 /// Separator between the text blocks of one user or system message.
 const USER_TEXT_SEPARATOR: &str = "\n\n";
 
+/// The body's fields after `messages`, in wire order. The body is written as `{"model":…,
+/// "messages":[…]` followed by these fields, which is byte for byte what serialising one struct
+/// with `model` and `messages` first gives (compact JSON has no whitespace to differ in).
 #[derive(Serialize)]
-struct Body<'a> {
-    model: &'a str,
-    messages: Vec<WireMessage<'a>>,
+struct BodyTail<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
@@ -237,6 +240,25 @@ pub fn build_request_body_with(
     request: &GenerateRequest,
     quirks: &OpenAiQuirks,
 ) -> Result<Vec<u8>, Failure> {
+    build_body(request, quirks, None)
+}
+
+/// [`build_request_body_with`], reusing the bytes of the messages that `cache` holds from the
+/// same session's last request (see [`HistoryBytes`]). The body is byte for byte the one
+/// [`build_request_body_with`] builds.
+pub(crate) fn build_request_body_cached(
+    request: &GenerateRequest,
+    quirks: &OpenAiQuirks,
+    cache: &HistoryBytes,
+) -> Result<Vec<u8>, Failure> {
+    build_body(request, quirks, Some(cache))
+}
+
+fn build_body(
+    request: &GenerateRequest,
+    quirks: &OpenAiQuirks,
+    cache: Option<&HistoryBytes>,
+) -> Result<Vec<u8>, Failure> {
     let config = request.config.config();
     let model = if config.model.is_empty() {
         DEFAULT_MODEL
@@ -244,27 +266,68 @@ pub fn build_request_body_with(
         config.model.as_str()
     };
     let mode = thinking_mode(request, model);
-    let thinking_on = matches!(mode, ThinkingMode::Enabled(_));
-
+    let shape = HistoryShape {
+        thinking_on: matches!(mode, ThinkingMode::Enabled(_)),
+        send_reasoning: quirks.send_reasoning_content,
+    };
     dsh_llm::check_images_loaded(&request.messages)?;
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system.is_empty() {
-        messages.push(WireMessage::System {
-            content: Cow::Borrowed(request.system.as_str()),
-        });
-    }
-    let mut tool_images = Vec::new();
-    for message in request.messages.iter() {
-        push_message(
-            &mut messages,
-            &mut tool_images,
-            message,
-            thinking_on,
-            quirks.send_reasoning_content,
-        );
-    }
-    flush_tool_images(&mut messages, &mut tool_images);
 
+    // Only a session's ordinary steps are kept: a call with a purpose (a title) is one-off.
+    let session = match (cache, &request.session_id, request.purpose) {
+        (Some(cache), Some(session), None) => Some((cache, session)),
+        _ => None,
+    };
+    let mut history = session
+        .and_then(|(cache, session)| cache.take(session, shape))
+        .unwrap_or_else(|| SerializedHistory::new(shape));
+    history
+        .extend_to(&request.messages, request.history_lineage)
+        .map_err(serialise_failure)?;
+
+    let tail = serde_json::to_vec(&body_tail(request, quirks, mode)).map_err(serialise_failure)?;
+
+    let mut body = Vec::with_capacity(
+        64 + model.len()
+            + request.system.len() * 11 / 10
+            + history.bytes.len()
+            + history.trailing_images.len()
+            + tail.len(),
+    );
+    body.extend_from_slice(b"{\"model\":");
+    serde_json::to_writer(&mut body, model).map_err(serialise_failure)?;
+    body.extend_from_slice(b",\"messages\":[");
+    let has_system = !request.system.is_empty();
+    if has_system {
+        let system = WireMessage::System {
+            content: Cow::Borrowed(request.system.as_str()),
+        };
+        serde_json::to_writer(&mut body, &system).map_err(serialise_failure)?;
+    }
+    // The history's bytes put a comma before each message; the array's first element has none.
+    let mut first = !has_system;
+    for part in [&history.bytes, &history.trailing_images] {
+        let skip = usize::from(first && !part.is_empty());
+        first &= part.is_empty();
+        body.extend_from_slice(&part[skip..]);
+    }
+    body.push(b']');
+    // `tail` is a JSON object that always holds `stream`: its fields continue the body's.
+    body.push(b',');
+    body.extend_from_slice(&tail[1..]);
+
+    if let Some((cache, session)) = session {
+        cache.put(session, history);
+    }
+    Ok(body)
+}
+
+/// The body's fields after `messages`.
+fn body_tail<'a>(
+    request: &'a GenerateRequest,
+    quirks: &OpenAiQuirks,
+    mode: ThinkingMode,
+) -> BodyTail<'a> {
+    let config = request.config.config();
     let tools = request
         .tools
         .iter()
@@ -277,17 +340,13 @@ pub fn build_request_body_with(
             },
         })
         .collect();
-
     let (thinking, reasoning_effort) = match mode {
         ThinkingMode::Disabled => (Some(Thinking { kind: "disabled" }), None),
         ThinkingMode::Enabled(effort) => (Some(Thinking { kind: "enabled" }), effort),
         ThinkingMode::Unspecified => (None, None),
     };
-
     let max_tokens = config.max_tokens;
-    let body = Body {
-        model,
-        messages,
+    BodyTail {
         stream: true,
         stream_options: quirks.send_stream_options.then_some(StreamOptions {
             include_usage: true,
@@ -300,13 +359,150 @@ pub fn build_request_body_with(
         max_completion_tokens: max_tokens
             .filter(|_| quirks.max_tokens_field == MaxTokensField::MaxCompletionTokens),
         stop: config.stop.as_deref().filter(|stop| !stop.is_empty()),
-    };
-    serde_json::to_vec(&body).map_err(|err| {
-        Failure::new(
-            FailureCode::InvalidRequest,
-            format!("could not serialise the chat-completions request: {err}"),
-        )
-    })
+    }
+}
+
+fn serialise_failure(err: serde_json::Error) -> Failure {
+    Failure::new(
+        FailureCode::InvalidRequest,
+        format!("could not serialise the chat-completions request: {err}"),
+    )
+}
+
+/// What, besides the messages themselves, decides their wire form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HistoryShape {
+    thinking_on: bool,
+    send_reasoning: bool,
+}
+
+/// The history of one request as wire bytes: each wire message preceded by a comma, ready to
+/// follow the system message in the `messages` array.
+struct SerializedHistory {
+    shape: HistoryShape,
+    /// The lineage of the messages written (`None`: nothing can be reused).
+    lineage: Option<HistoryLineage>,
+    /// The ids of the messages written, in order.
+    ids: Vec<String>,
+    /// The wire messages written, without the user message that carries the images of
+    /// trailing tool results (kept apart in `trailing_images`).
+    bytes: Vec<u8>,
+    /// `(messages written, bytes length)` after each message where no tool-result image waits
+    /// to be sent: the points from which a longer history can continue writing.
+    cuts: Vec<(usize, usize)>,
+    /// The user message that carries the images of the history's last tool results (comma
+    /// first), or nothing.
+    trailing_images: Vec<u8>,
+}
+
+impl SerializedHistory {
+    fn new(shape: HistoryShape) -> Self {
+        SerializedHistory {
+            shape,
+            lineage: None,
+            ids: Vec::new(),
+            bytes: Vec::new(),
+            cuts: Vec::new(),
+            trailing_images: Vec::new(),
+        }
+    }
+
+    /// Makes the bytes those of `messages`. Of the same lineage, the messages written before
+    /// are the first ones of `messages` (the lineage's promise; their ids are compared as
+    /// well): their bytes are kept up to the last cut among them, and the rest is written.
+    fn extend_to(
+        &mut self,
+        messages: &[Message],
+        lineage: Option<HistoryLineage>,
+    ) -> serde_json::Result<()> {
+        let same = if lineage.is_some() && lineage == self.lineage {
+            self.ids
+                .iter()
+                .zip(messages)
+                .take_while(|(id, message)| **id == message.id)
+                .count()
+        } else {
+            0
+        };
+        let kept_cuts = self.cuts.partition_point(|&(written, _)| written <= same);
+        self.cuts.truncate(kept_cuts);
+        let (from, kept_bytes) = self.cuts.last().copied().unwrap_or((0, 0));
+        self.bytes.truncate(kept_bytes);
+        self.ids.truncate(from);
+        self.trailing_images.clear();
+        self.lineage = lineage;
+
+        let mut waiting_images = Vec::new();
+        let mut wire = Vec::new();
+        for (index, message) in messages.iter().enumerate().skip(from) {
+            push_message(
+                &mut wire,
+                &mut waiting_images,
+                message,
+                self.shape.thinking_on,
+                self.shape.send_reasoning,
+            );
+            for wire_message in wire.drain(..) {
+                self.bytes.push(b',');
+                serde_json::to_writer(&mut self.bytes, &wire_message)?;
+            }
+            self.ids.push(message.id.clone());
+            if waiting_images.is_empty() {
+                self.cuts.push((index + 1, self.bytes.len()));
+            }
+        }
+        flush_tool_images(&mut wire, &mut waiting_images);
+        for wire_message in wire.drain(..) {
+            self.trailing_images.push(b',');
+            serde_json::to_writer(&mut self.trailing_images, &wire_message)?;
+        }
+        Ok(())
+    }
+}
+
+/// The serialized history of each session's last request, so that the next request of a
+/// session writes only its new messages (docs/providers.md, "The history bytes cache").
+///
+/// Every request resends the whole conversation; near the context window that is megabytes of
+/// JSON escaping per step, most of it the same bytes as the step before. An entry is taken
+/// out while a body is built and put back after, so concurrent calls never wait on each other
+/// (a second call of the same session meanwhile simply writes everything).
+#[derive(Default)]
+pub(crate) struct HistoryBytes {
+    entries: Mutex<Vec<(String, SerializedHistory)>>,
+}
+
+/// Sessions whose history bytes are kept (the least recently used beyond are dropped): a
+/// parent and its parallel subagents share one adapter.
+const KEPT_SESSIONS: usize = 8;
+
+impl HistoryBytes {
+    fn take(&self, session: &str, shape: HistoryShape) -> Option<SerializedHistory> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let index = entries
+            .iter()
+            .position(|(id, history)| id == session && history.shape == shape)?;
+        Some(entries.remove(index).1)
+    }
+
+    fn put(&self, session: &str, history: SerializedHistory) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        // Most recently used last; one entry per session (the other shape's is dropped).
+        entries.retain(|(id, _)| id != session);
+        if entries.len() >= KEPT_SESSIONS {
+            entries.remove(0);
+        }
+        entries.push((session.to_string(), history));
+    }
+}
+
+impl std::fmt::Debug for HistoryBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("HistoryBytes")
+            .field("sessions", &entries.len())
+            .finish()
+    }
 }
 
 /// The image parts of a tool result's content.
@@ -441,3 +637,6 @@ fn push_message<'a>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

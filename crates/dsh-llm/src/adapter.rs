@@ -58,6 +58,30 @@ pub struct GenerateRequest {
     pub session_id: Option<String>,
     /// Why the call is made, when it is not an ordinary step.
     pub purpose: Option<Purpose>,
+    /// Where `messages` comes from, when its producer promises that it only grows: any two
+    /// requests with the same lineage agree on every message both hold (the first `n` messages
+    /// of the shorter are the first `n` of the longer). An adapter may then reuse what it made
+    /// of the earlier request's messages (docs/model-calls.md, "History lineage"). `None`
+    /// promises nothing.
+    pub history_lineage: Option<HistoryLineage>,
+}
+
+/// A [`GenerateRequest::history_lineage`]: unique in the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HistoryLineage(u64);
+
+impl HistoryLineage {
+    /// A lineage no request has had before.
+    pub fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        HistoryLineage(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Default for HistoryLineage {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// What an adapter knows about a model.

@@ -25,8 +25,8 @@ mod sync;
 mod usage;
 
 pub use adapter::{
-    Adapter, AdapterRegistry, ChunkStream, GenerateRequest, ModelInfo, Purpose, RegistryError,
-    ToolSchema,
+    Adapter, AdapterRegistry, ChunkStream, GenerateRequest, HistoryLineage, ModelInfo, Purpose,
+    RegistryError, ToolSchema,
 };
 pub use assembler::{AssembledReply, AssemblerError, BlockAssembler};
 pub use block::{BlockType, ContentBlock};

@@ -281,6 +281,73 @@ async fn a_long_session_compacts_three_times_and_keeps_working() {
     let _ = s.home.path();
 }
 
+/// The history lineage (docs/model-calls.md, "History lineage") keeps its promise through
+/// pruning and summaries: requests of one lineage agree on every message both hold, each
+/// compaction starts a new lineage, and summary requests (whose messages are not the log's
+/// history) carry none.
+#[tokio::test]
+async fn each_lineage_only_grows_and_compactions_start_new_ones() {
+    let mut s = setup(24, SummaryMode::Good, false, 6_000);
+    s.agent.handle().followup("print many numbers").unwrap();
+    let outcomes = s.agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].reason, TurnEndReason::Completed);
+
+    let requests = s.model.requests.lock().unwrap();
+    let mut lineages = Vec::new();
+    let mut previous: Option<&GenerateRequest> = None;
+    for request in requests.iter() {
+        if request.purpose == Some(Purpose::Compaction) {
+            assert_eq!(
+                request.history_lineage, None,
+                "a summary request vouches for nothing"
+            );
+            continue;
+        }
+        let lineage = request
+            .history_lineage
+            .expect("a step request has a lineage");
+        if let Some(previous) = previous.filter(|p| p.history_lineage == Some(lineage)) {
+            let held = previous.messages.len().min(request.messages.len());
+            assert_eq!(
+                previous.messages[..held],
+                request.messages[..held],
+                "two requests of one lineage disagree"
+            );
+        }
+        if lineages.last() != Some(&lineage) {
+            assert!(!lineages.contains(&lineage), "a lineage came back");
+            lineages.push(lineage);
+        }
+        previous = Some(request);
+    }
+    let summaries = requests
+        .iter()
+        .filter(|r| r.purpose == Some(Purpose::Compaction))
+        .count();
+    assert!(summaries >= 3, "{summaries} summaries");
+    assert!(
+        lineages.len() > summaries,
+        "every compaction starts a lineage: {} lineages, {summaries} summaries",
+        lineages.len()
+    );
+}
+
+/// Without compaction, every step of a session shares one lineage: the adapter may reuse all
+/// it made of the earlier requests.
+#[tokio::test]
+async fn steps_without_compaction_share_one_lineage() {
+    let mut s = setup(6, SummaryMode::Good, false, 1_000_000);
+    s.agent.handle().followup("print some numbers").unwrap();
+    let outcomes = s.agent.run_until_idle().await.unwrap();
+    assert_eq!(outcomes[0].reason, TurnEndReason::Completed);
+    let requests = s.model.requests.lock().unwrap();
+    assert_eq!(requests.len(), 7);
+    let first = requests[0].history_lineage.expect("a lineage");
+    for request in requests.iter() {
+        assert_eq!(request.history_lineage, Some(first));
+    }
+}
+
 #[tokio::test]
 async fn failing_summaries_leave_the_session_usable() {
     for mode in [

@@ -375,3 +375,88 @@ async fn an_extension_keeping_its_agent_does_not_keep_the_session_alive() {
     assert!(seen > 0);
     assert!(attached.handle.upgrade().is_none());
 }
+
+/// Adds a reminder to the messages of every second request it sees.
+struct RemindsEveryOther {
+    seen: Mutex<usize>,
+}
+
+impl Extension for RemindsEveryOther {
+    fn name(&self) -> &str {
+        "reminds"
+    }
+    fn request(&self, request: &mut GenerateRequest) {
+        let mut seen = self.seen.lock().unwrap();
+        *seen += 1;
+        if seen.is_multiple_of(2) {
+            Arc::make_mut(&mut request.messages).push(Message::user_text("reminder", "Be brief."));
+        }
+    }
+}
+
+/// The history lineage and message count of one request.
+type SeenLineage = (Option<dsh_llm::HistoryLineage>, usize);
+
+/// Records the history lineage and message count of every request, and wraps the adapter.
+struct LineageSpy {
+    inner: Arc<ReplayAdapter>,
+    seen: Arc<Mutex<Vec<SeenLineage>>>,
+}
+
+impl Adapter for LineageSpy {
+    fn stream(&self, request: GenerateRequest) -> ChunkStream {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((request.history_lineage, request.messages.len()));
+        self.inner.stream(request)
+    }
+}
+
+/// An extension that changes a request's messages makes them its own: the request then
+/// carries no history lineage, so no adapter reuses what it made of the log's history for them
+/// (docs/model-calls.md, "History lineage").
+#[tokio::test]
+async fn messages_an_extension_changed_carry_no_lineage() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let replies = Arc::new(ReplayAdapter::new(vec![
+        tool_call("c1", "shout", r#"{"text":"a"}"#),
+        tool_call("c2", "shout", r#"{"text":"b"}"#),
+        tool_call("c3", "shout", r#"{"text":"c"}"#),
+        text("done"),
+    ]));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let extensions = ExtensionSet::new();
+    let _plugin = extensions.register(Arc::new(Plugin {
+        adapter: replies.clone(),
+    }));
+    let _reminds = extensions.register(Arc::new(RemindsEveryOther {
+        seen: Mutex::new(0),
+    }));
+    let mut adapters = AdapterRegistry::new();
+    let spy = Arc::new(LineageSpy {
+        inner: replies,
+        seen: seen.clone(),
+    });
+    adapters.register("spy", spy).unwrap();
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut agent = Agent::create(
+        parts(home.path(), cwd.path(), extensions, adapters, "spy"),
+        store.as_ref(),
+    )
+    .unwrap();
+    agent.handle().followup("go").unwrap();
+    let outcome = agent.run_turn().await.unwrap().unwrap();
+    assert_eq!(outcome.reason, TurnEndReason::Completed);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    let untouched = seen[0].0.expect("the log's own history has its lineage");
+    for (k, (lineage, _)) in seen.iter().enumerate() {
+        if k % 2 == 1 {
+            assert_eq!(*lineage, None, "request {k} was changed by the extension");
+        } else {
+            assert_eq!(*lineage, Some(untouched), "request {k}");
+        }
+    }
+}

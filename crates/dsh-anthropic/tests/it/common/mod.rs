@@ -57,6 +57,7 @@ pub fn request_with(effort: Option<ReasoningEffort>, messages: Vec<Message>) -> 
         cancel: CancellationToken::new(),
         session_id: None,
         purpose: None,
+        history_lineage: None,
     }
 }
 

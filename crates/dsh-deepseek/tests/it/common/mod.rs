@@ -51,6 +51,7 @@ pub fn request_with(
         cancel: CancellationToken::new(),
         session_id: None,
         purpose: None,
+        history_lineage: None,
     }
 }
 

@@ -1,0 +1,339 @@
+//! The history bytes cache against the plain serialisation: whatever sequence of requests a
+//! session makes (steps that append, compactions that replace a span, an edited message under
+//! its old id in a new lineage, requests without a lineage, effort and system prompt changes,
+//! two sessions interleaved, images waiting after tool results), every body is byte for byte
+//! what one `serde_json` pass over the whole body gives.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+
+use dsh_llm::{
+    CallConfig, ContentBlock, HistoryLineage, Message, MessageSource, ReasoningEffort, Role,
+};
+use proptest::prelude::*;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::models::model_info;
+
+/// The body as one struct, the way it was serialised before the cache existed.
+#[derive(Serialize)]
+struct WholeBody<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(flatten)]
+    tail: BodyTail<'a>,
+}
+
+fn whole_body(request: &GenerateRequest, quirks: &OpenAiQuirks) -> Vec<u8> {
+    let config = request.config.config();
+    let model = if config.model.is_empty() {
+        DEFAULT_MODEL
+    } else {
+        config.model.as_str()
+    };
+    let mode = thinking_mode(request, model);
+    let thinking_on = matches!(mode, ThinkingMode::Enabled(_));
+    let mut messages = Vec::new();
+    if !request.system.is_empty() {
+        messages.push(WireMessage::System {
+            content: Cow::Borrowed(request.system.as_str()),
+        });
+    }
+    let mut images = Vec::new();
+    for message in request.messages.iter() {
+        push_message(
+            &mut messages,
+            &mut images,
+            message,
+            thinking_on,
+            quirks.send_reasoning_content,
+        );
+    }
+    flush_tool_images(&mut messages, &mut images);
+    serde_json::to_vec(&WholeBody {
+        model,
+        messages,
+        tail: body_tail(request, quirks, mode),
+    })
+    .unwrap()
+}
+
+/// Text with what JSON must escape.
+fn text() -> impl Strategy<Value = String> {
+    "[a-z \"\\\\\n\t\u{1}é😀]{0,10}"
+}
+
+/// One message of any kind the wire form distinguishes.
+fn message(id: String) -> impl Strategy<Value = Message> {
+    let user = (text(), any::<bool>(), any::<bool>()).prop_map(|(t, image, second)| {
+        let mut content = vec![ContentBlock::text(t.clone())];
+        if image {
+            content.push(ContentBlock::Image {
+                attachment: dsh_test_support::images::red_png(),
+            });
+        }
+        if second {
+            content.push(ContentBlock::text(t));
+        }
+        (Role::User, content)
+    });
+    let assistant = (
+        prop::option::of(text()),
+        prop::option::of(text()),
+        0..3usize,
+    )
+        .prop_map(|(t, reasoning, calls)| {
+            let mut content = Vec::new();
+            if let Some(r) = reasoning {
+                content.push(ContentBlock::Reasoning {
+                    text: r,
+                    signature: None,
+                });
+            }
+            if let Some(t) = t {
+                content.push(ContentBlock::text(t));
+            }
+            for call in 0..calls {
+                content.push(ContentBlock::ToolCall {
+                    id: format!("c{call}"),
+                    name: "read".into(),
+                    arguments: format!("{{\"n\":{call}}}"),
+                });
+            }
+            (Role::Assistant, content)
+        });
+    let tool = (text(), any::<bool>(), any::<bool>()).prop_map(|(t, image, empty)| {
+        let mut blocks = if empty {
+            Vec::new()
+        } else {
+            vec![ContentBlock::text(t)]
+        };
+        if image {
+            blocks.push(ContentBlock::Image {
+                attachment: dsh_test_support::images::red_png(),
+            });
+        }
+        (
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                tool_call_id: "c0".into(),
+                content: blocks,
+                is_error: None,
+            }],
+        )
+    });
+    let system = text().prop_map(|t| (Role::System, vec![ContentBlock::text(t)]));
+    prop_oneof![2 => user, 3 => assistant, 4 => tool, 1 => system].prop_map(
+        move |(role, content)| Message {
+            id: id.clone(),
+            role,
+            content,
+            source: MessageSource::User,
+        },
+    )
+}
+
+/// What one request of the sequence does to the session's history first.
+#[derive(Debug, Clone)]
+enum Change {
+    /// A step: new messages at the end.
+    Append(Vec<Message>),
+    /// A compaction: the span from `start` (a fraction of the history) becomes one message.
+    Replace(f64, Message),
+    /// The last message changes under its id.
+    EditLast(String),
+    /// Nothing changes (a retry of the same request).
+    Same,
+}
+
+fn change(step: usize) -> impl Strategy<Value = Change> {
+    let fresh = move |n: usize| format!("s{step}-{n}");
+    prop_oneof![
+        6 => prop::collection::vec(0..1usize, 1..4).prop_flat_map(move |slots| {
+            let messages: Vec<_> = (0..slots.len()).map(|n| message(fresh(n))).collect();
+            messages.prop_map(Change::Append)
+        }),
+        1 => (0.0..1.0f64, message(format!("s{step}-summary")))
+            .prop_map(|(start, m)| Change::Replace(start, m)),
+        1 => text().prop_map(Change::EditLast),
+        1 => Just(Change::Same),
+    ]
+}
+
+/// One request: which session, what its history undergoes, and its call settings.
+#[derive(Debug, Clone)]
+struct Step {
+    session: usize,
+    change: Change,
+    effort: Option<ReasoningEffort>,
+    system: bool,
+    title: bool,
+    /// The request carries its history's lineage.
+    lineage: bool,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    (1..14usize).prop_flat_map(|count| {
+        (0..count)
+            .map(|step| {
+                (
+                    0..2usize,
+                    change(step),
+                    prop::option::of(prop_oneof![
+                        Just(ReasoningEffort::Off),
+                        Just(ReasoningEffort::High)
+                    ]),
+                    prop::bool::weighted(0.9),
+                    prop::bool::weighted(0.1),
+                    prop::bool::weighted(0.9),
+                )
+                    .prop_map(
+                        |(session, change, effort, system, title, lineage)| Step {
+                            session,
+                            change,
+                            effort,
+                            system,
+                            title,
+                            lineage,
+                        },
+                    )
+            })
+            .collect::<Vec<_>>()
+    })
+}
+
+fn apply(history: &mut Vec<Message>, change: &Change) {
+    match change {
+        Change::Append(messages) => history.extend(messages.iter().cloned()),
+        Change::Replace(start, summary) => {
+            let start = (*start * history.len() as f64) as usize;
+            history.truncate(start.min(history.len()));
+            history.push(summary.clone());
+        }
+        Change::EditLast(text) => {
+            if let Some(last) = history.last_mut() {
+                last.content.push(ContentBlock::text(text.clone()));
+            }
+        }
+        Change::Same => {}
+    }
+}
+
+fn request(
+    session: usize,
+    messages: Arc<Vec<Message>>,
+    lineage: HistoryLineage,
+    step: &Step,
+) -> GenerateRequest {
+    let model = "deepseek-v4-flash";
+    let mut config = CallConfig::new("deepseek", model);
+    config.reasoning_effort = step.effort;
+    GenerateRequest {
+        config: config.prepare(&model_info(model)).unwrap(),
+        system: if step.system {
+            "You are dsh, \"a coding agent\".".into()
+        } else {
+            String::new()
+        },
+        messages,
+        tools: Arc::new(Vec::new()),
+        cancel: CancellationToken::new(),
+        session_id: Some(format!("session-{session}")),
+        purpose: step.title.then_some(dsh_llm::Purpose::SessionTitle),
+        history_lineage: step.lineage.then_some(lineage),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn cached_bodies_equal_whole_serialisations(steps in steps(), no_reasoning in any::<bool>()) {
+        let quirks = OpenAiQuirks {
+            send_reasoning_content: !no_reasoning,
+            ..OpenAiQuirks::default()
+        };
+        let cache = HistoryBytes::default();
+        let mut histories = [
+            (Arc::new(Vec::new()), HistoryLineage::new()),
+            (Arc::new(Vec::new()), HistoryLineage::new()),
+        ];
+        for step in &steps {
+            let (history, lineage) = &mut histories[step.session];
+            if !matches!(step.change, Change::Same) {
+                let mut messages = history.as_ref().clone();
+                apply(&mut messages, &step.change);
+                *history = Arc::new(messages);
+            }
+            // As the session log does: a history that did more than grow is a new lineage.
+            if matches!(step.change, Change::Replace(..) | Change::EditLast(_)) {
+                *lineage = HistoryLineage::new();
+            }
+            let request = request(step.session, Arc::clone(history), *lineage, step);
+            let cached = build_request_body_cached(&request, &quirks, &cache).unwrap();
+            let whole = whole_body(&request, &quirks);
+            prop_assert_eq!(
+                String::from_utf8(cached).unwrap(),
+                String::from_utf8(whole).unwrap(),
+                "step {:?}", step
+            );
+        }
+    }
+}
+
+#[test]
+fn a_step_reuses_the_bytes_of_the_messages_it_shares_with_the_last_one() {
+    let cache = HistoryBytes::default();
+    let quirks = OpenAiQuirks::default();
+    let step = Step {
+        session: 0,
+        change: Change::Same,
+        effort: None,
+        system: true,
+        title: false,
+        lineage: true,
+    };
+    let lineage = HistoryLineage::new();
+    let first: Vec<Message> = (0..3)
+        .map(|n| Message::user_text(format!("m{n}"), "x".repeat(10)))
+        .collect();
+    let first = Arc::new(first);
+    let request_of =
+        |messages: &Arc<Vec<Message>>| request(0, Arc::clone(messages), lineage, &step);
+    build_request_body_cached(&request_of(&first), &quirks, &cache).unwrap();
+    let mut longer = first.as_ref().clone();
+    longer.push(Message::user_text("m3", "y"));
+    let shape = HistoryShape {
+        thinking_on: true,
+        send_reasoning: true,
+    };
+    let mut kept = cache.take("session-0", shape).unwrap();
+    // Marks the kept bytes: what is reused keeps the mark, what is written again loses it.
+    let marked = vec![b'#'; kept.bytes.len()];
+    kept.bytes.clone_from(&marked);
+    kept.extend_to(&longer, Some(lineage)).unwrap();
+    assert!(
+        kept.bytes.starts_with(&marked),
+        "the three old messages are not written again"
+    );
+    assert_eq!(
+        &kept.bytes[marked.len()..],
+        br#",{"role":"user","content":"y"}"#
+    );
+    assert_eq!(kept.cuts.len(), 4);
+    // Under the same lineage, a different id at the second message keeps only the first's bytes.
+    let first_end = kept.cuts[0].1;
+    let mut changed = longer.clone();
+    changed[1] = Message::user_text("other", "z");
+    kept.extend_to(&changed, Some(lineage)).unwrap();
+    assert!(kept.bytes[..first_end].iter().all(|&b| b == b'#'));
+    assert!(!kept.bytes[first_end..].contains(&b'#'));
+    // Another lineage, or none, reuses nothing.
+    for other in [Some(HistoryLineage::new()), None] {
+        kept.bytes.fill(b'#');
+        kept.extend_to(&changed, other).unwrap();
+        assert!(!kept.bytes.contains(&b'#'), "{other:?}");
+    }
+}
