@@ -1,5 +1,6 @@
 //! The HTTP side: one streaming `POST /v1/messages` per call, with watchdog and cancel.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use dsh_http::{AdapterConfigError, Endpoint, EndpointConfig, HttpErrorParts};
@@ -11,7 +12,7 @@ use crate::config::{AnthropicConfig, ThinkingBudgets};
 use crate::decode::MessagesDecoder;
 use crate::errors::{failure_from_http, HttpErrorResponse, REQUEST_ID_HEADERS};
 use crate::models;
-use crate::request::build_request_body;
+use crate::request::{build_request_body_cached, HistoryBytes};
 
 /// The Anthropic Messages adapter (docs/providers.md, "Anthropic Messages").
 ///
@@ -25,6 +26,9 @@ pub struct AnthropicAdapter {
     endpoint: Endpoint,
     budgets: ThinkingBudgets,
     models: ModelTable,
+    /// Each session's last request body's history messages, shared by every clone of the
+    /// adapter: a step writes only its new messages (docs/providers.md, "Anthropic Messages").
+    history: Arc<HistoryBytes>,
 }
 
 impl AnthropicAdapter {
@@ -60,6 +64,7 @@ impl AnthropicAdapter {
             endpoint,
             budgets: config.thinking_budgets,
             models: config.models,
+            history: Arc::default(),
         })
     }
 
@@ -76,6 +81,7 @@ impl Adapter for AnthropicAdapter {
         let model = request.config.config().model.clone();
         let info = self.model_info(&model);
         let image_models = self.models.image_models();
+        let history = Arc::clone(&self.history);
         self.endpoint
             .stream(cancel, MessagesDecoder::new(), move || {
                 // Images go only to a model that takes them (docs/model-calls.md, "Images").
@@ -85,7 +91,7 @@ impl Adapter for AnthropicAdapter {
                     &request.messages,
                     &image_models,
                 )?;
-                build_request_body(&request, &budgets)
+                build_request_body_cached(&request, &budgets, &history)
             })
     }
 

@@ -7,7 +7,8 @@
 use std::borrow::Cow;
 
 use dsh_llm::{
-    ContentBlock, Failure, FailureCode, GenerateRequest, Message, Purpose, ReasoningEffort, Role,
+    ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
+    ReasoningEffort, Role,
 };
 use serde::ser::SerializeMap;
 use serde::Serialize;
@@ -27,6 +28,8 @@ pub const MIN_THINKING_BUDGET: u64 = 1_024;
 /// Separator between the text blocks of one tool result.
 const TEXT_SEPARATOR: &str = "\n\n";
 
+/// The whole body in one serde pass: the plain path, and what the cached path must equal byte
+/// for byte (its fields are [`BodyHead`]'s, `messages`, then [`BodyTail`]'s).
 #[derive(Serialize)]
 struct Body<'a> {
     model: &'a str,
@@ -34,6 +37,29 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     system: Vec<WireBlock<'a>>,
     messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_sequences: Option<&'a [String]>,
+}
+
+/// The body's fields before `messages`, in wire order.
+#[derive(Serialize)]
+struct BodyHead<'a> {
+    model: &'a str,
+    max_tokens: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<WireBlock<'a>>,
+}
+
+/// The body's fields after `messages`, in wire order.
+#[derive(Serialize)]
+struct BodyTail<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     stream: bool,
@@ -210,6 +236,92 @@ pub fn build_request_body(
     request: &GenerateRequest,
     budgets: &ThinkingBudgets,
 ) -> Result<Vec<u8>, Failure> {
+    let (head, tail) = body_parts(request, budgets)?;
+    dsh_llm::check_images_loaded(&request.messages)?;
+    let body = Body {
+        model: head.model,
+        max_tokens: head.max_tokens,
+        system: head.system,
+        messages: wire_messages(&request.messages),
+        tools: tail.tools,
+        stream: tail.stream,
+        thinking: tail.thinking,
+        temperature: tail.temperature,
+        stop_sequences: tail.stop_sequences,
+    };
+    serde_json::to_vec(&body).map_err(serialise_failure)
+}
+
+/// [`build_request_body`], reusing the bytes of the history messages that `cache` holds from
+/// the same session's last request (see [`HistoryBytes`]). The body is byte for byte the one
+/// [`build_request_body`] builds. A call with a purpose (a title), without a session id or
+/// without a history lineage takes the plain path and leaves the cache as it was.
+pub(crate) fn build_request_body_cached(
+    request: &GenerateRequest,
+    budgets: &ThinkingBudgets,
+    cache: &HistoryBytes,
+) -> Result<Vec<u8>, Failure> {
+    let (Some(session), None, Some(lineage)) = (
+        request.session_id.as_deref(),
+        request.purpose,
+        request.history_lineage,
+    ) else {
+        return build_request_body(request, budgets);
+    };
+    let (head, tail) = body_parts(request, budgets)?;
+    dsh_llm::check_images_loaded(&request.messages)?;
+    let mut history = cache.take(session, |_| true).unwrap_or_default();
+    history
+        .extend_to(&request.messages, Some(lineage))
+        .map_err(serialise_failure)?;
+    let body = splice_body(&head, &history, &tail)?;
+    cache.put(session, history);
+    Ok(body)
+}
+
+/// The body as `head`, the `messages` array and `tail`: what serialising one [`Body`] gives,
+/// since compact JSON has no whitespace to differ in and [`Body`]'s fields are `head`'s, then
+/// `messages`, then `tail`'s.
+fn splice_body(
+    head: &BodyHead<'_>,
+    history: &SerializedHistory,
+    tail: &BodyTail<'_>,
+) -> Result<Vec<u8>, Failure> {
+    let head = serde_json::to_vec(head).map_err(serialise_failure)?;
+    let tail = serde_json::to_vec(tail).map_err(serialise_failure)?;
+    // `head` always holds `model` and `tail` always holds `stream`: both are non-empty objects
+    // whose fields continue each other around `messages`.
+    let (Some(head_fields), Some(tail_fields)) = (
+        head.strip_suffix(b"}").filter(|h| h.len() > 1),
+        tail.strip_prefix(b"{").filter(|t| t.len() > 1),
+    ) else {
+        return Err(Failure::new(
+            FailureCode::InvalidRequest,
+            "could not assemble the Messages request: a part of the body is not a JSON object \
+             with fields (a bug in dsh; please report it)",
+        ));
+    };
+    let mut body =
+        Vec::with_capacity(head.len() + history.bytes.len() + history.open.len() + tail.len() + 16);
+    body.extend_from_slice(head_fields);
+    body.extend_from_slice(b",\"messages\":[");
+    // Each wire message is written with a comma first; the array's first element has none.
+    let mut first = true;
+    for part in [&history.bytes, &history.open] {
+        let skip = usize::from(first && !part.is_empty());
+        first &= part.is_empty();
+        body.extend_from_slice(&part[skip..]);
+    }
+    body.extend_from_slice(b"],");
+    body.extend_from_slice(tail_fields);
+    Ok(body)
+}
+
+/// The body's fields before `messages` and after it, from the request's settings.
+fn body_parts<'a>(
+    request: &'a GenerateRequest,
+    budgets: &ThinkingBudgets,
+) -> Result<(BodyHead<'a>, BodyTail<'a>), Failure> {
     let config = request.config.config();
     if config.model.trim().is_empty() {
         return Err(Failure::new(
@@ -243,24 +355,12 @@ pub fn build_request_body(
     } else if let Some(tool) = tools.last_mut() {
         tool.cache_control = Some(EPHEMERAL);
     }
-
-    dsh_llm::check_images_loaded(&request.messages)?;
-    let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
-    for message in request.messages.iter() {
-        push_message(&mut messages, message);
-    }
-    if let Some(block) = messages
-        .last_mut()
-        .and_then(|m| m.content.iter_mut().rev().find(|b| b.cacheable()))
-    {
-        block.set_breakpoint();
-    }
-
-    let body = Body {
+    let head = BodyHead {
         model: &config.model,
         max_tokens,
         system,
-        messages,
+    };
+    let tail = BodyTail {
         tools,
         stream: true,
         thinking: budget.map(|budget_tokens| Thinking {
@@ -272,13 +372,120 @@ pub fn build_request_body(
             .filter(|t| t.is_finite() && budget.is_none()),
         stop_sequences: config.stop.as_deref().filter(|stop| !stop.is_empty()),
     };
-    serde_json::to_vec(&body).map_err(|err| {
-        Failure::new(
-            FailureCode::InvalidRequest,
-            format!("could not serialise the Messages request: {err}"),
-        )
-    })
+    Ok((head, tail))
 }
+
+/// The wire messages of `messages`, with the breakpoint on the last one.
+fn wire_messages(messages: &[Message]) -> Vec<WireMessage<'_>> {
+    let mut out: Vec<WireMessage<'_>> = Vec::with_capacity(messages.len());
+    for message in messages {
+        push_message(&mut out, message);
+    }
+    set_last_breakpoint(&mut out);
+    out
+}
+
+/// Puts the moving breakpoint on the last cacheable block of the last wire message.
+fn set_last_breakpoint(messages: &mut [WireMessage<'_>]) {
+    if let Some(block) = messages
+        .last_mut()
+        .and_then(|m| m.content.iter_mut().rev().find(|b| b.cacheable()))
+    {
+        block.set_breakpoint();
+    }
+}
+
+fn serialise_failure(err: serde_json::Error) -> Failure {
+    Failure::new(
+        FailureCode::InvalidRequest,
+        format!("could not serialise the Messages request: {err}"),
+    )
+}
+
+/// The history of one request as wire bytes, each wire message preceded by a comma.
+///
+/// Two things keep a wire message's bytes from being final when its history message is
+/// written: the next history message of the same role merges into it (a user turn's tool
+/// results even go before its other blocks), and the last wire message carries the moving
+/// `cache_control` breakpoint. So `bytes` holds only closed wire messages: those followed by a
+/// wire message of the other role. The last wire message is written again on every request,
+/// into `open`.
+#[derive(Default)]
+pub(crate) struct SerializedHistory {
+    /// The lineage of the messages written (`None`: nothing can be reused).
+    lineage: Option<HistoryLineage>,
+    /// The ids of the history messages written, in order.
+    ids: Vec<String>,
+    /// The closed wire messages.
+    bytes: Vec<u8>,
+    /// `(index, bytes length)` for each history message at `index` that began a new wire
+    /// message after other wire messages: the messages before it are exactly the first
+    /// `bytes length` bytes, and writing can start again from it. A longer history may use
+    /// such a cut only when it holds that message too, since that message is what closed the
+    /// wire message before it.
+    cuts: Vec<(usize, usize)>,
+    /// The last wire message, breakpoint included (comma first), or nothing.
+    open: Vec<u8>,
+}
+
+impl SerializedHistory {
+    /// Makes the bytes those of `messages`. Of the same lineage, the messages written before
+    /// are the first ones of `messages` (the lineage's promise; their ids are compared as
+    /// well): their bytes are kept up to the last cut they cover, and the rest is written.
+    fn extend_to(
+        &mut self,
+        messages: &[Message],
+        lineage: Option<HistoryLineage>,
+    ) -> serde_json::Result<()> {
+        let same = if lineage.is_some() && lineage == self.lineage {
+            self.ids
+                .iter()
+                .zip(messages)
+                .take_while(|(id, message)| **id == message.id)
+                .count()
+        } else {
+            0
+        };
+        let kept_cuts = self.cuts.partition_point(|&(index, _)| index < same);
+        self.cuts.truncate(kept_cuts);
+        let (from, kept_bytes) = self.cuts.last().copied().unwrap_or((0, 0));
+        self.bytes.truncate(kept_bytes);
+        self.ids.truncate(from);
+        self.open.clear();
+        self.lineage = lineage;
+
+        // At most one wire message is open: a history message merges into it or begins the
+        // next one, which closes it.
+        let mut open: Vec<WireMessage<'_>> = Vec::with_capacity(2);
+        for (index, message) in messages.iter().enumerate().skip(from) {
+            let before = open.len();
+            push_message(&mut open, message);
+            if before > 0 && open.len() > before {
+                for closed in open.drain(..before) {
+                    self.bytes.push(b',');
+                    serde_json::to_writer(&mut self.bytes, &closed)?;
+                }
+                self.cuts.push((index, self.bytes.len()));
+            }
+            self.ids.push(message.id.clone());
+        }
+        set_last_breakpoint(&mut open);
+        for last in &open {
+            self.open.push(b',');
+            serde_json::to_writer(&mut self.open, last)?;
+        }
+        Ok(())
+    }
+}
+
+/// The serialised history of each session's last request, so that the next request of a
+/// session writes only its new messages (docs/providers.md, "Anthropic Messages").
+///
+/// Every request resends the whole conversation; near the context window that is megabytes of
+/// JSON escaping (and base64 images) per step, most of it the same bytes as the step before.
+/// Nothing but the messages decides their wire form (the breakpoint of the last one is written
+/// fresh), so an entry of the session is always usable.
+pub(crate) type HistoryBytes = dsh_llm::PerSession<SerializedHistory>;
 
 fn joined_text<'a>(blocks: &'a [ContentBlock]) -> Cow<'a, str> {
     let texts: Vec<&str> = blocks
@@ -460,3 +667,6 @@ fn assistant_blocks(message: &Message) -> Vec<WireBlock<'_>> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,6 @@
 //! Absent values are omitted, never sent as `null`.
 
 use std::borrow::Cow;
-use std::sync::{Mutex, PoisonError};
 
 use dsh_llm::{
     ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
@@ -278,7 +277,7 @@ fn build_body(
         _ => None,
     };
     let mut history = session
-        .and_then(|(cache, session)| cache.take(session, shape))
+        .and_then(|(cache, session)| cache.take(session, |kept| kept.shape == shape))
         .unwrap_or_else(|| SerializedHistory::new(shape));
     history
         .extend_to(&request.messages, request.history_lineage)
@@ -378,7 +377,7 @@ struct HistoryShape {
 
 /// The history of one request as wire bytes: each wire message preceded by a comma, ready to
 /// follow the system message in the `messages` array.
-struct SerializedHistory {
+pub(crate) struct SerializedHistory {
     shape: HistoryShape,
     /// The lineage of the messages written (`None`: nothing can be reused).
     lineage: Option<HistoryLineage>,
@@ -464,46 +463,8 @@ impl SerializedHistory {
 /// session writes only its new messages (docs/providers.md, "The history bytes cache").
 ///
 /// Every request resends the whole conversation; near the context window that is megabytes of
-/// JSON escaping per step, most of it the same bytes as the step before. An entry is taken
-/// out while a body is built and put back after, so concurrent calls never wait on each other
-/// (a second call of the same session meanwhile simply writes everything).
-#[derive(Default)]
-pub(crate) struct HistoryBytes {
-    entries: Mutex<Vec<(String, SerializedHistory)>>,
-}
-
-/// Sessions whose history bytes are kept (the least recently used beyond are dropped): a
-/// parent and its parallel subagents share one adapter.
-const KEPT_SESSIONS: usize = 8;
-
-impl HistoryBytes {
-    fn take(&self, session: &str, shape: HistoryShape) -> Option<SerializedHistory> {
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = entries
-            .iter()
-            .position(|(id, history)| id == session && history.shape == shape)?;
-        Some(entries.remove(index).1)
-    }
-
-    fn put(&self, session: &str, history: SerializedHistory) {
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        // Most recently used last; one entry per session (the other shape's is dropped).
-        entries.retain(|(id, _)| id != session);
-        if entries.len() >= KEPT_SESSIONS {
-            entries.remove(0);
-        }
-        entries.push((session.to_string(), history));
-    }
-}
-
-impl std::fmt::Debug for HistoryBytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("HistoryBytes")
-            .field("sessions", &entries.len())
-            .finish()
-    }
-}
+/// JSON escaping per step, most of it the same bytes as the step before.
+pub(crate) type HistoryBytes = dsh_llm::PerSession<SerializedHistory>;
 
 /// The image parts of a tool result's content.
 fn content_images<'a>(content: &'a [ContentBlock]) -> impl Iterator<Item = Part<'a>> + 'a {

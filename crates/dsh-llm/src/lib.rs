@@ -21,6 +21,7 @@ mod image;
 mod message;
 mod model_table;
 mod retry;
+mod session_cache;
 mod sync;
 mod usage;
 
@@ -42,5 +43,6 @@ pub use image::{
 pub use message::{Message, MessageSource, Role};
 pub use model_table::{ModelRow, ModelTable};
 pub use retry::{RetryDecision, RetryPolicy};
+pub use session_cache::PerSession;
 pub use sync::{LockExt, RwLockExt};
 pub use usage::{Usage, UsageTotals};

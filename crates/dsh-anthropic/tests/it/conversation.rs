@@ -395,3 +395,66 @@ async fn the_configured_model_table_is_read_over_the_generic_description() {
     assert_eq!(listed[0], opus);
     assert_eq!(listed[1], dsh_anthropic::model_info("claude-sonnet-4-5"));
 }
+
+/// A session's steps through the adapter (and a clone of it, which shares the history bytes
+/// cache) send bodies byte for byte equal to the plain translation of the same request, while
+/// the history grows, merges into the last user turn and moves the last breakpoint.
+#[tokio::test]
+async fn a_sessions_cached_steps_send_the_plain_translation_byte_for_byte() {
+    let replies = (0..4).map(|_| {
+        AnthropicReply::new()
+            .text(&["ok"])
+            .finish("end_turn", None)
+            .into()
+    });
+    let provider = FakeProvider::start(replies).await.unwrap();
+    let adapter = adapter_for(&provider);
+    let lineage = dsh_llm::HistoryLineage::new();
+    let call = ContentBlock::ToolCall {
+        id: TOOL_ID.into(),
+        name: "bash".into(),
+        arguments: ARGS_PIECES.concat(),
+    };
+    let mut history = vec![Message::user_text("u1", "List files.")];
+    let mut sent = Vec::new();
+    for step in 0..4 {
+        match step {
+            1 => {
+                history.push(assistant(vec![
+                    ContentBlock::text("Listing."),
+                    call.clone(),
+                ]));
+                history.push(Message::tool_result(
+                    "t1",
+                    TOOL_ID,
+                    vec![ContentBlock::text("a.txt")],
+                    false,
+                ));
+            }
+            // Same role as the last message: merges into its wire message.
+            2 => history.push(Message::user_text("u2", "And the \"hidden\" ones?")),
+            3 => history.push(assistant(vec![ContentBlock::text("Done.")])),
+            _ => {}
+        }
+        let mut request = request_with(Some(ReasoningEffort::High), history.clone());
+        request.session_id = Some("session-1".into());
+        request.history_lineage = Some(lineage);
+        let expected = dsh_anthropic::build_request_body(&request, &Default::default()).unwrap();
+        let chunks = collect(&adapter.clone(), request).await;
+        assert_eq!(finish(&chunks), &FinishReason::Stop);
+        sent.push(expected);
+    }
+    let requests = provider.requests();
+    assert_eq!(requests.len(), sent.len());
+    for (step, (request, expected)) in requests.iter().zip(&sent).enumerate() {
+        assert_eq!(
+            String::from_utf8_lossy(&request.raw_body),
+            String::from_utf8_lossy(expected),
+            "step {step}"
+        );
+    }
+    // The last breakpoint sits on the last message only.
+    let mut breakpoints = cache_breakpoints(&requests[3].body);
+    breakpoints.sort();
+    assert_eq!(breakpoints, [".messages[3].content[0]", ".system[0]"]);
+}
