@@ -269,12 +269,19 @@ fn sse_and_session_rows(results: &Path, criterion: &Path) -> Vec<Row> {
     rows
 }
 
-/// Per-step harness overhead rows, log on disk and on tmpfs.
+/// Per-step harness overhead rows, log on disk and on tmpfs. Step 1 is shown twice: with the
+/// loop on a runtime worker, as every front end drives it (`dsh run`, the TUI, ACP and the web
+/// each spawn the agent's task), which carries the goal; and with the loop on the `block_on`
+/// thread, as the measure was first taken (docs/PERFORMANCE.md, "Step 1: fixed costs").
 fn step_rows(results: &Path) -> Vec<Row> {
     let mut rows = Vec::new();
     for (file, place) in [("steps", "log on disk"), ("steps_tmpfs", "log on tmpfs")] {
         let steps = load(results, file);
-        for key in ["step_1", "step_n"] {
+        for (key, driven) in [
+            ("step_1_on_worker", ", loop on a runtime worker"),
+            ("step_1", ", loop on the block_on thread"),
+            ("step_n", ""),
+        ] {
             let s = steps.clone();
             let get = |field: &str| {
                 s.as_ref()
@@ -283,14 +290,14 @@ fn step_rows(results: &Path) -> Vec<Row> {
                     .unwrap_or(0)
             };
             let label = format!(
-                "per-step harness overhead, step {}, request {:.2} MB, {place} (vs serialise + write to socket)",
+                "per-step harness overhead, step {}, request {:.2} MB, {place}{driven} (vs serialise + write to socket)",
                 get("from_step"),
                 get("request_bytes") as f64 / 1e6
             );
             // Issue 23's goals are for the harness's own work (fsync is free on tmpfs).
             let goal = match (file, key) {
-                ("steps_tmpfs", "step_1") => "<= 3x",
-                ("steps_tmpfs", _) => "<= 1.3x",
+                ("steps_tmpfs", "step_1_on_worker") => "<= 3x",
+                ("steps_tmpfs", "step_n") => "<= 1.3x",
                 _ => "",
             };
             rows.push(row(
