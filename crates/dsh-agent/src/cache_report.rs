@@ -86,6 +86,22 @@ pub struct CacheReport {
 }
 
 impl CacheReport {
+    /// The report of a request of `request_bytes` that reuses nothing (yet).
+    fn unmatched(turn: u64, step: u64, request_bytes: usize) -> Self {
+        CacheReport {
+            turn,
+            step,
+            request_bytes,
+            reused_bytes: 0,
+            prefix_extension: false,
+            broken_at: None,
+            cache_hit_ratio: None,
+            cache_read_tokens: None,
+            billed_input_tokens: None,
+            cost_usd: None,
+        }
+    }
+
     /// Adds the provider's usage of the reply.
     pub fn with_usage(mut self, usage: Option<&Usage>, price: Option<&ModelPrice>) -> Self {
         if let Some(usage) = usage {
@@ -199,18 +215,7 @@ fn compare(
         + size(&current.system)
         + size(&current.tools)
         + current.messages.iter().map(|(_, p)| p.bytes).sum::<usize>();
-    let mut report = CacheReport {
-        turn,
-        step,
-        request_bytes,
-        reused_bytes: 0,
-        prefix_extension: false,
-        broken_at: None,
-        cache_hit_ratio: None,
-        cache_read_tokens: None,
-        billed_input_tokens: None,
-        cost_usd: None,
-    };
+    let mut report = CacheReport::unmatched(turn, step, request_bytes);
     let [previous_config, previous_system, previous_tools] = previous_header;
     if previous_config.is_none() {
         return report;
@@ -289,22 +294,12 @@ mod tests {
             (header, messages)
         };
         let (header, messages) = parts(now);
-        let mut report = CacheReport {
-            turn,
-            step,
-            request_bytes: header
-                .iter()
-                .chain(messages.iter().map(|(_, p)| p))
-                .map(|p| p.bytes)
-                .sum(),
-            reused_bytes: 0,
-            prefix_extension: false,
-            broken_at: None,
-            cache_hit_ratio: None,
-            cache_read_tokens: None,
-            billed_input_tokens: None,
-            cost_usd: None,
-        };
+        let request_bytes = header
+            .iter()
+            .chain(messages.iter().map(|(_, p)| p))
+            .map(|p| p.bytes)
+            .sum();
+        let mut report = CacheReport::unmatched(turn, step, request_bytes);
         let Some(previous) = previous else {
             return report;
         };

@@ -437,15 +437,7 @@ impl SerializedHistory {
         messages: &[Message],
         lineage: Option<HistoryLineage>,
     ) -> serde_json::Result<()> {
-        let same = if lineage.is_some() && lineage == self.lineage {
-            self.ids
-                .iter()
-                .zip(messages)
-                .take_while(|(id, message)| **id == message.id)
-                .count()
-        } else {
-            0
-        };
+        let same = HistoryLineage::unchanged_prefix(self.lineage, &self.ids, lineage, messages);
         let kept_cuts = self.cuts.partition_point(|&(index, _)| index < same);
         self.cuts.truncate(kept_cuts);
         let (from, kept_bytes) = self.cuts.last().copied().unwrap_or((0, 0));

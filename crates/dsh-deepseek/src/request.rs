@@ -258,12 +258,7 @@ fn build_body(
     quirks: &OpenAiQuirks,
     cache: Option<&HistoryBytes>,
 ) -> Result<Vec<u8>, Failure> {
-    let config = request.config.config();
-    let model = if config.model.is_empty() {
-        DEFAULT_MODEL
-    } else {
-        config.model.as_str()
-    };
+    let model = wire_model(request);
     let mode = thinking_mode(request, model);
     let shape = HistoryShape {
         thinking_on: matches!(mode, ThinkingMode::Enabled(_)),
@@ -318,6 +313,16 @@ fn build_body(
         cache.put(session, history);
     }
     Ok(body)
+}
+
+/// The model named on the wire: the configured one, else the default.
+fn wire_model(request: &GenerateRequest) -> &str {
+    let model = &request.config.config().model;
+    if model.is_empty() {
+        DEFAULT_MODEL
+    } else {
+        model.as_str()
+    }
 }
 
 /// The body's fields after `messages`.
@@ -414,15 +419,7 @@ impl SerializedHistory {
         messages: &[Message],
         lineage: Option<HistoryLineage>,
     ) -> serde_json::Result<()> {
-        let same = if lineage.is_some() && lineage == self.lineage {
-            self.ids
-                .iter()
-                .zip(messages)
-                .take_while(|(id, message)| **id == message.id)
-                .count()
-        } else {
-            0
-        };
+        let same = HistoryLineage::unchanged_prefix(self.lineage, &self.ids, lineage, messages);
         let kept_cuts = self.cuts.partition_point(|&(written, _)| written <= same);
         self.cuts.truncate(kept_cuts);
         let (from, kept_bytes) = self.cuts.last().copied().unwrap_or((0, 0));

@@ -76,6 +76,25 @@ impl HistoryLineage {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         HistoryLineage(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
+
+    /// How many leading `messages` (of a request of lineage `now`) are the messages an adapter
+    /// made something of before, whose ids were `earlier_ids` (under lineage `earlier`): those
+    /// whose ids agree, when both are the same lineage; none otherwise, or without a lineage.
+    pub fn unchanged_prefix(
+        earlier: Option<Self>,
+        earlier_ids: &[String],
+        now: Option<Self>,
+        messages: &[Message],
+    ) -> usize {
+        if now.is_none() || now != earlier {
+            return 0;
+        }
+        earlier_ids
+            .iter()
+            .zip(messages)
+            .take_while(|(id, message)| **id == message.id)
+            .count()
+    }
 }
 
 impl Default for HistoryLineage {

@@ -41,6 +41,7 @@ mod blocking;
 pub mod chunks;
 pub mod fixture_runner;
 pub mod fuzz;
+pub mod history;
 // The shared test image; a failed `expect` there is a failed test.
 #[allow(clippy::expect_used)]
 pub mod images;

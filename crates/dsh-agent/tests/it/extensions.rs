@@ -136,6 +136,22 @@ fn parts(
     }
 }
 
+/// An agent over a new session in `home`, built from [`parts`].
+fn create_agent(
+    home: &std::path::Path,
+    cwd: &std::path::Path,
+    extensions: ExtensionSet,
+    adapters: AdapterRegistry,
+    route: &str,
+) -> Agent {
+    let store = open_store(StoreKind::Jsonl, home).unwrap();
+    Agent::create(
+        parts(home, cwd, extensions, adapters, route),
+        store.as_ref(),
+    )
+    .unwrap()
+}
+
 #[tokio::test]
 async fn extension_tools_and_adapters_come_and_go_with_their_guard() {
     let home = tempfile::tempdir().unwrap();
@@ -158,12 +174,7 @@ async fn extension_tools_and_adapters_come_and_go_with_their_guard() {
     let _deny = extensions.register(Arc::new(DenyBash));
     let mut adapters = AdapterRegistry::new();
     adapters.register("spy", spy).unwrap();
-    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
-    let mut agent = Agent::create(
-        parts(home.path(), cwd.path(), extensions, adapters, "spy"),
-        store.as_ref(),
-    )
-    .unwrap();
+    let mut agent = create_agent(home.path(), cwd.path(), extensions, adapters, "spy");
     let handle = agent.handle();
     handle.followup("go").unwrap();
     let outcome = agent.run_turn().await.unwrap().unwrap();
@@ -209,12 +220,7 @@ async fn turn_stopping_can_steer_into_another_step() {
     }));
     let mut adapters = AdapterRegistry::new();
     adapters.register("r", replies).unwrap();
-    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
-    let mut agent = Agent::create(
-        parts(home.path(), cwd.path(), extensions, adapters, "r"),
-        store.as_ref(),
-    )
-    .unwrap();
+    let mut agent = create_agent(home.path(), cwd.path(), extensions, adapters, "r");
     agent.handle().followup("go").unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(10), agent.run_turn())
         .await
@@ -341,12 +347,7 @@ async fn an_extension_keeping_its_agent_does_not_keep_the_session_alive() {
     extensions.register_for_life(keeper.clone());
     let mut adapters = AdapterRegistry::new();
     adapters.register("r", replies).unwrap();
-    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
-    let mut agent = Agent::create(
-        parts(home.path(), cwd.path(), extensions, adapters, "r"),
-        store.as_ref(),
-    )
-    .unwrap();
+    let mut agent = create_agent(home.path(), cwd.path(), extensions, adapters, "r");
     let handle = agent.handle();
     let mut events = handle.subscribe();
     handle.followup("go").unwrap();
@@ -440,12 +441,7 @@ async fn messages_an_extension_changed_carry_no_lineage() {
         seen: seen.clone(),
     });
     adapters.register("spy", spy).unwrap();
-    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
-    let mut agent = Agent::create(
-        parts(home.path(), cwd.path(), extensions, adapters, "spy"),
-        store.as_ref(),
-    )
-    .unwrap();
+    let mut agent = create_agent(home.path(), cwd.path(), extensions, adapters, "spy");
     agent.handle().followup("go").unwrap();
     let outcome = agent.run_turn().await.unwrap().unwrap();
     assert_eq!(outcome.reason, TurnEndReason::Completed);

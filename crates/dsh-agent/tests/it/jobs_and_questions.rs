@@ -327,11 +327,14 @@ async fn a_front_end_asker_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_jobs_wake_the_idle_agent_at_most_three_times_in_a_row() {
     let background = |id: &'static str| -> Reply {
+        // Long enough to outlast the rest of its turn even on a loaded machine: a job that ends
+        // before its turn's last step is reported in that step instead of waking a new turn
+        // (seen once in a full workspace run with 0.3 s).
         Box::new(move |_| {
             call(
                 id,
                 "bash",
-                serde_json::json!({"command": "sleep 0.3", "description": "short", "run_in_background": true}),
+                serde_json::json!({"command": "sleep 1", "description": "short", "run_in_background": true}),
             )
         })
     };

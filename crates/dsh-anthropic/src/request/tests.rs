@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use dsh_llm::{CallConfig, ContentBlock, MessageSource, ToolSchema};
+use dsh_test_support::history::{history_change, HistoryChange, SessionHistory};
 use proptest::prelude::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -130,38 +131,11 @@ fn message(id: String) -> impl Strategy<Value = Message> {
     )
 }
 
-/// What one request of the sequence does to the session's history first.
-#[derive(Debug, Clone)]
-enum Change {
-    /// A step: new messages at the end.
-    Append(Vec<Message>),
-    /// A compaction: the span from `start` (a fraction of the history) becomes one message.
-    Replace(f64, Message),
-    /// A message (at a fraction of the history) changes under its id: only the lineage tells.
-    Edit(f64, String),
-    /// Nothing changes (a retry of the same request).
-    Same,
-}
-
-fn change(step: usize) -> impl Strategy<Value = Change> {
-    let fresh = move |n: usize| format!("s{step}-{n}");
-    prop_oneof![
-        6 => (1..4usize).prop_flat_map(move |count| {
-            let messages: Vec<_> = (0..count).map(|n| message(fresh(n))).collect();
-            messages.prop_map(Change::Append)
-        }),
-        1 => (0.0..1.0f64, message(format!("s{step}-summary")))
-            .prop_map(|(start, m)| Change::Replace(start, m)),
-        1 => (0.0..1.0f64, "[a-z]{1,4}").prop_map(|(at, t)| Change::Edit(at, t)),
-        1 => Just(Change::Same),
-    ]
-}
-
 /// One request: which session, what its history undergoes, and its call settings.
 #[derive(Debug, Clone)]
 struct Step {
     session: usize,
-    change: Change,
+    change: HistoryChange,
     effort: Option<ReasoningEffort>,
     system: bool,
     tools: bool,
@@ -176,7 +150,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             .map(|step| {
                 (
                     0..2usize,
-                    change(step),
+                    history_change(step, message),
                     prop::option::of(prop_oneof![
                         Just(ReasoningEffort::Off),
                         Just(ReasoningEffort::Low),
@@ -201,24 +175,6 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             })
             .collect::<Vec<_>>()
     })
-}
-
-fn apply(history: &mut Vec<Message>, change: &Change) {
-    match change {
-        Change::Append(messages) => history.extend(messages.iter().cloned()),
-        Change::Replace(start, summary) => {
-            let start = (*start * history.len() as f64) as usize;
-            history.truncate(start.min(history.len()));
-            history.push(summary.clone());
-        }
-        Change::Edit(at, text) => {
-            let at = (*at * history.len() as f64) as usize;
-            if let Some(message) = history.get_mut(at) {
-                message.content.push(ContentBlock::text(text.clone()));
-            }
-        }
-        Change::Same => {}
-    }
 }
 
 fn request(
@@ -262,22 +218,11 @@ proptest! {
     fn cached_bodies_equal_whole_serialisations(steps in steps()) {
         let budgets = ThinkingBudgets::default();
         let cache = HistoryBytes::default();
-        let mut histories = [
-            (Arc::new(Vec::new()), HistoryLineage::new()),
-            (Arc::new(Vec::new()), HistoryLineage::new()),
-        ];
+        let mut histories = [SessionHistory::default(), SessionHistory::default()];
         for step in &steps {
-            let (history, lineage) = &mut histories[step.session];
-            if !matches!(step.change, Change::Same) {
-                let mut messages = history.as_ref().clone();
-                apply(&mut messages, &step.change);
-                *history = Arc::new(messages);
-            }
-            // As the session log does: a history that did more than grow is a new lineage.
-            if matches!(step.change, Change::Replace(..) | Change::Edit(..)) {
-                *lineage = HistoryLineage::new();
-            }
-            let request = request(step.session, Arc::clone(history), *lineage, step);
+            let history = &mut histories[step.session];
+            history.apply(&step.change);
+            let request = request(step.session, Arc::clone(&history.messages), history.lineage, step);
             let cached = build_request_body_cached(&request, &budgets, &cache).unwrap();
             let whole = build_request_body(&request, &budgets).unwrap();
             prop_assert_eq!(
@@ -292,7 +237,7 @@ proptest! {
 fn plain_step() -> Step {
     Step {
         session: 0,
-        change: Change::Same,
+        change: HistoryChange::Same,
         effort: None,
         system: true,
         tools: true,

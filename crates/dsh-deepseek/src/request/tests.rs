@@ -10,6 +10,7 @@ use std::sync::Arc;
 use dsh_llm::{
     CallConfig, ContentBlock, HistoryLineage, Message, MessageSource, ReasoningEffort, Role,
 };
+use dsh_test_support::history::{history_change, HistoryChange, SessionHistory};
 use proptest::prelude::*;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -27,12 +28,7 @@ struct WholeBody<'a> {
 }
 
 fn whole_body(request: &GenerateRequest, quirks: &OpenAiQuirks) -> Vec<u8> {
-    let config = request.config.config();
-    let model = if config.model.is_empty() {
-        DEFAULT_MODEL
-    } else {
-        config.model.as_str()
-    };
+    let model = wire_model(request);
     let mode = thinking_mode(request, model);
     let thinking_on = matches!(mode, ThinkingMode::Enabled(_));
     let mut messages = Vec::new();
@@ -135,38 +131,11 @@ fn message(id: String) -> impl Strategy<Value = Message> {
     )
 }
 
-/// What one request of the sequence does to the session's history first.
-#[derive(Debug, Clone)]
-enum Change {
-    /// A step: new messages at the end.
-    Append(Vec<Message>),
-    /// A compaction: the span from `start` (a fraction of the history) becomes one message.
-    Replace(f64, Message),
-    /// The last message changes under its id.
-    EditLast(String),
-    /// Nothing changes (a retry of the same request).
-    Same,
-}
-
-fn change(step: usize) -> impl Strategy<Value = Change> {
-    let fresh = move |n: usize| format!("s{step}-{n}");
-    prop_oneof![
-        6 => prop::collection::vec(0..1usize, 1..4).prop_flat_map(move |slots| {
-            let messages: Vec<_> = (0..slots.len()).map(|n| message(fresh(n))).collect();
-            messages.prop_map(Change::Append)
-        }),
-        1 => (0.0..1.0f64, message(format!("s{step}-summary")))
-            .prop_map(|(start, m)| Change::Replace(start, m)),
-        1 => text().prop_map(Change::EditLast),
-        1 => Just(Change::Same),
-    ]
-}
-
 /// One request: which session, what its history undergoes, and its call settings.
 #[derive(Debug, Clone)]
 struct Step {
     session: usize,
-    change: Change,
+    change: HistoryChange,
     effort: Option<ReasoningEffort>,
     system: bool,
     title: bool,
@@ -180,7 +149,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             .map(|step| {
                 (
                     0..2usize,
-                    change(step),
+                    history_change(step, message),
                     prop::option::of(prop_oneof![
                         Just(ReasoningEffort::Off),
                         Just(ReasoningEffort::High)
@@ -202,23 +171,6 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             })
             .collect::<Vec<_>>()
     })
-}
-
-fn apply(history: &mut Vec<Message>, change: &Change) {
-    match change {
-        Change::Append(messages) => history.extend(messages.iter().cloned()),
-        Change::Replace(start, summary) => {
-            let start = (*start * history.len() as f64) as usize;
-            history.truncate(start.min(history.len()));
-            history.push(summary.clone());
-        }
-        Change::EditLast(text) => {
-            if let Some(last) = history.last_mut() {
-                last.content.push(ContentBlock::text(text.clone()));
-            }
-        }
-        Change::Same => {}
-    }
 }
 
 fn request(
@@ -256,22 +208,11 @@ proptest! {
             ..OpenAiQuirks::default()
         };
         let cache = HistoryBytes::default();
-        let mut histories = [
-            (Arc::new(Vec::new()), HistoryLineage::new()),
-            (Arc::new(Vec::new()), HistoryLineage::new()),
-        ];
+        let mut histories = [SessionHistory::default(), SessionHistory::default()];
         for step in &steps {
-            let (history, lineage) = &mut histories[step.session];
-            if !matches!(step.change, Change::Same) {
-                let mut messages = history.as_ref().clone();
-                apply(&mut messages, &step.change);
-                *history = Arc::new(messages);
-            }
-            // As the session log does: a history that did more than grow is a new lineage.
-            if matches!(step.change, Change::Replace(..) | Change::EditLast(_)) {
-                *lineage = HistoryLineage::new();
-            }
-            let request = request(step.session, Arc::clone(history), *lineage, step);
+            let history = &mut histories[step.session];
+            history.apply(&step.change);
+            let request = request(step.session, Arc::clone(&history.messages), history.lineage, step);
             let cached = build_request_body_cached(&request, &quirks, &cache).unwrap();
             let whole = whole_body(&request, &quirks);
             prop_assert_eq!(
@@ -289,7 +230,7 @@ fn a_step_reuses_the_bytes_of_the_messages_it_shares_with_the_last_one() {
     let quirks = OpenAiQuirks::default();
     let step = Step {
         session: 0,
-        change: Change::Same,
+        change: HistoryChange::Same,
         effort: None,
         system: true,
         title: false,
