@@ -32,20 +32,11 @@ const TEXT_SEPARATOR: &str = "\n\n";
 /// for byte (its fields are [`BodyHead`]'s, `messages`, then [`BodyTail`]'s).
 #[derive(Serialize)]
 struct Body<'a> {
-    model: &'a str,
-    max_tokens: u64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    system: Vec<WireBlock<'a>>,
+    #[serde(flatten)]
+    head: BodyHead<'a>,
     messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
-    stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    thinking: Option<Thinking>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stop_sequences: Option<&'a [String]>,
+    #[serde(flatten)]
+    tail: BodyTail<'a>,
 }
 
 /// The body's fields before `messages`, in wire order.
@@ -239,15 +230,9 @@ pub fn build_request_body(
     let (head, tail) = body_parts(request, budgets)?;
     dsh_llm::check_images_loaded(&request.messages)?;
     let body = Body {
-        model: head.model,
-        max_tokens: head.max_tokens,
-        system: head.system,
+        head,
         messages: wire_messages(&request.messages),
-        tools: tail.tools,
-        stream: tail.stream,
-        thinking: tail.thinking,
-        temperature: tail.temperature,
-        stop_sequences: tail.stop_sequences,
+        tail,
     };
     serde_json::to_vec(&body).map_err(serialise_failure)
 }
