@@ -98,8 +98,8 @@ impl SessionLog {
         if envelope.time.is_none() {
             envelope.time = Some(dsh_session::now_ms());
         }
-        let seq = self.writer.append_verbatim(envelope.clone())?;
-        envelope.seq = seq;
+        // The writer encodes from `envelope` and sets its seq: no copy of the event is made.
+        let seq = self.writer.append_kept(&mut envelope)?;
         let before = self.projector.len();
         self.projector.push(&envelope)?;
         match envelope.surface_op {

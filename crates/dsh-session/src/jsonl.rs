@@ -436,6 +436,11 @@ impl SessionWriter for JsonlWriter {
     }
 
     fn append_verbatim(&mut self, mut env: Envelope) -> Result<u64> {
+        self.append_kept(&mut env)
+    }
+
+    /// Encodes the event from the caller's envelope: no copy of it is made.
+    fn append_kept(&mut self, env: &mut Envelope) -> Result<u64> {
         self.check_usable()?;
         // Nothing is logged after a model call before what preceded the call is durable.
         self.settle()?;
@@ -444,16 +449,16 @@ impl SessionWriter for JsonlWriter {
             self.blobs().store_event(&env.event)?;
         }
         env.seq = self.tracker.next_seq();
-        self.tracker.push(&env);
+        self.tracker.push(env);
         let seq = env.seq;
-        let packed = self.pack && self.run.as_mut().is_some_and(|run| run.push(&env));
+        let packed = self.pack && self.run.as_mut().is_some_and(|run| run.push(env));
         if !packed {
             self.close_run()?;
-            match PackRun::start(&env).filter(|_| self.pack) {
+            match PackRun::start(env).filter(|_| self.pack) {
                 Some(run) => self.run = Some(run),
                 None => env
                     .encode_line(&mut self.buf)
-                    .map_err(|e| Self::encode_error(&env, e))?,
+                    .map_err(|e| Self::encode_error(env, e))?,
             }
         }
         if self.buf.len() >= WRITE_THRESHOLD {
@@ -779,6 +784,39 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::event::{Event, TurnStart};
+
+    #[test]
+    fn an_envelope_kept_by_the_caller_is_logged_as_a_given_one_and_gets_its_seq() {
+        let dir = tempfile::tempdir().unwrap();
+        let events = || {
+            (1..=3).map(|turn| {
+                let mut env = Envelope::new(Event::TurnStart(TurnStart { turn }));
+                env.time = Some(1_000 + turn);
+                env
+            })
+        };
+        let mut logs = Vec::new();
+        let mut seqs = Vec::new();
+        for kept in [false, true] {
+            let path = dir.path().join(format!("{kept}")).join("session.jsonl");
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let mut writer = JsonlWriter::create(&path, SessionHeader::new("s", "/s", 0)).unwrap();
+            for mut env in events() {
+                let seq = if kept {
+                    let seq = writer.append_kept(&mut env).unwrap();
+                    assert_eq!(env.seq, seq, "the caller's envelope has its seq");
+                    seq
+                } else {
+                    writer.append_verbatim(env).unwrap()
+                };
+                seqs.push(seq);
+            }
+            writer.flush().unwrap();
+            logs.push(std::fs::read(&path).unwrap());
+        }
+        assert_eq!(logs[0], logs[1]);
+        assert_eq!(seqs[..3], seqs[3..]);
+    }
 
     #[test]
     fn the_next_append_takes_in_the_background_sync_and_the_flush_after_it_has_nothing_to_do() {

@@ -60,6 +60,15 @@ pub trait SessionWriter: Send {
     /// as given (even `None`). Used to copy events (fork, import). Returns the seq.
     fn append_verbatim(&mut self, env: Envelope) -> Result<u64>;
 
+    /// [`append_verbatim`](Self::append_verbatim) of an envelope the caller keeps: the writer
+    /// sets its `seq`. A writer that needs no copy of the event to log it does without one
+    /// (the agent's log hands every event on after appending it).
+    fn append_kept(&mut self, env: &mut Envelope) -> Result<u64> {
+        let seq = self.append_verbatim(env.clone())?;
+        env.seq = seq;
+        Ok(seq)
+    }
+
     /// Appends `env`, stamping `time` with now when it has none. Returns the seq.
     fn append_envelope(&mut self, mut env: Envelope) -> Result<u64> {
         if env.time.is_none() {
@@ -296,7 +305,7 @@ pub(crate) fn finish_resume(
     let mut repaired = Vec::new();
     for mut env in closers(writer.header(), writer.state()) {
         env.time = Some(now_ms());
-        env.seq = writer.append_verbatim(env.clone())?;
+        writer.append_kept(&mut env)?;
         history.push(&env)?;
         repaired.push(env.seq);
     }
