@@ -498,10 +498,11 @@ impl SessionWriter for JsonlWriter {
 
     fn flush_in_background(&mut self) -> Result<()> {
         // Only a new log's first flush, which syncs the log and its folder's entry, runs beside
-        // the request. Later ones sync here: measured at step 1,000 with the log on tmpfs, a
-        // sync handed to the syncer thread made the next request start ~2 ms later than one done
-        // in line, a cost not understood yet and larger than what it saves there
-        // (docs/PERFORMANCE.md, "The sync beside the request").
+        // the request (the decision of docs/decisions/0009-start-up-floors.md). Later ones sync
+        // here. The ~2 ms at step 1,000 once blamed on the background sync was the request
+        // body's serialisation changing speed from build to build (docs/PERFORMANCE.md, "The
+        // history bytes cache"); moving later syncs off the path is a durability decision of
+        // its own, not taken.
         if self.unsynced_dir.is_none() {
             return self.flush();
         }
