@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use dsh_llm::{
     ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
-    ReasoningEffort, Role,
+    ReasoningEffort, Role, WrittenHistory,
 };
 use serde::ser::SerializeMap;
 use serde::Serialize;
@@ -286,13 +286,14 @@ fn splice_body(
              with fields (a bug in dsh; please report it)",
         ));
     };
-    let mut body =
-        Vec::with_capacity(head.len() + history.bytes.len() + history.open.len() + tail.len() + 16);
+    let mut body = Vec::with_capacity(
+        head.len() + history.written.bytes.len() + history.open.len() + tail.len() + 16,
+    );
     body.extend_from_slice(head_fields);
     body.extend_from_slice(b",\"messages\":[");
     // Each wire message is written with a comma first; the array's first element has none.
     let mut first = true;
-    for part in [&history.bytes, &history.open] {
+    for part in [&history.written.bytes, &history.open] {
         let skip = usize::from(first && !part.is_empty());
         first &= part.is_empty();
         body.extend_from_slice(&part[skip..]);
@@ -397,39 +398,26 @@ fn serialise_failure(err: serde_json::Error) -> Failure {
 /// into `open`.
 #[derive(Default)]
 pub(crate) struct SerializedHistory {
-    /// The lineage of the messages written (`None`: nothing can be reused).
-    lineage: Option<HistoryLineage>,
-    /// The ids of the history messages written, in order.
-    ids: Vec<String>,
-    /// The closed wire messages.
-    bytes: Vec<u8>,
-    /// `(index, bytes length)` for each history message at `index` that began a new wire
-    /// message after other wire messages: the messages before it are exactly the first
-    /// `bytes length` bytes, and writing can start again from it. A longer history may use
-    /// such a cut only when it holds that message too, since that message is what closed the
-    /// wire message before it.
-    cuts: Vec<(usize, usize)>,
+    /// The closed wire messages. A cut is at each history message that began a new wire message
+    /// after other wire messages: writing can start again from it, but a longer history may use
+    /// it only when it holds that message too, since that message is what closed the wire
+    /// message before it.
+    written: WrittenHistory,
     /// The last wire message, breakpoint included (comma first), or nothing.
     open: Vec<u8>,
 }
 
 impl SerializedHistory {
-    /// Makes the bytes those of `messages`. Of the same lineage, the messages written before
-    /// are the first ones of `messages` (the lineage's promise; their ids are compared as
-    /// well): their bytes are kept up to the last cut they cover, and the rest is written.
+    /// Makes the bytes those of `messages`: what the last request of the same lineage wrote is
+    /// kept up to the last cut among the messages still shared ([`WrittenHistory::rewind`]),
+    /// and the rest is written.
     fn extend_to(
         &mut self,
         messages: &[Message],
         lineage: Option<HistoryLineage>,
     ) -> serde_json::Result<()> {
-        let same = HistoryLineage::unchanged_prefix(self.lineage, &self.ids, lineage, messages);
-        let kept_cuts = self.cuts.partition_point(|&(index, _)| index < same);
-        self.cuts.truncate(kept_cuts);
-        let (from, kept_bytes) = self.cuts.last().copied().unwrap_or((0, 0));
-        self.bytes.truncate(kept_bytes);
-        self.ids.truncate(from);
+        let from = self.written.rewind(messages, lineage);
         self.open.clear();
-        self.lineage = lineage;
 
         // At most one wire message is open: a history message merges into it or begins the
         // next one, which closes it.
@@ -439,12 +427,12 @@ impl SerializedHistory {
             push_message(&mut open, message);
             if before > 0 && open.len() > before {
                 for closed in open.drain(..before) {
-                    self.bytes.push(b',');
-                    serde_json::to_writer(&mut self.bytes, &closed)?;
+                    self.written.bytes.push(b',');
+                    serde_json::to_writer(&mut self.written.bytes, &closed)?;
                 }
-                self.cuts.push((index, self.bytes.len()));
+                self.written.cut(index, index + 1);
             }
-            self.ids.push(message.id.clone());
+            self.written.wrote(message);
         }
         set_last_breakpoint(&mut open);
         for last in &open {

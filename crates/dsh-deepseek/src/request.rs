@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use dsh_llm::{
     ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
-    ReasoningEffort, Role,
+    ReasoningEffort, Role, WrittenHistory,
 };
 use serde::Serialize;
 
@@ -283,7 +283,7 @@ fn build_body(
     let mut body = Vec::with_capacity(
         64 + model.len()
             + request.system.len() * 11 / 10
-            + history.bytes.len()
+            + history.written.bytes.len()
             + history.trailing_images.len()
             + tail.len(),
     );
@@ -299,7 +299,7 @@ fn build_body(
     }
     // The history's bytes put a comma before each message; the array's first element has none.
     let mut first = !has_system;
-    for part in [&history.bytes, &history.trailing_images] {
+    for part in [&history.written.bytes, &history.trailing_images] {
         let skip = usize::from(first && !part.is_empty());
         first &= part.is_empty();
         body.extend_from_slice(&part[skip..]);
@@ -384,16 +384,10 @@ struct HistoryShape {
 /// follow the system message in the `messages` array.
 pub(crate) struct SerializedHistory {
     shape: HistoryShape,
-    /// The lineage of the messages written (`None`: nothing can be reused).
-    lineage: Option<HistoryLineage>,
-    /// The ids of the messages written, in order.
-    ids: Vec<String>,
-    /// The wire messages written, without the user message that carries the images of
-    /// trailing tool results (kept apart in `trailing_images`).
-    bytes: Vec<u8>,
-    /// `(messages written, bytes length)` after each message where no tool-result image waits
-    /// to be sent: the points from which a longer history can continue writing.
-    cuts: Vec<(usize, usize)>,
+    /// The wire messages written, each comma first, without the user message that carries the
+    /// images of trailing tool results (kept apart in `trailing_images`). A cut follows each
+    /// history message after which no tool-result image waits to be sent.
+    written: WrittenHistory,
     /// The user message that carries the images of the history's last tool results (comma
     /// first), or nothing.
     trailing_images: Vec<u8>,
@@ -403,30 +397,21 @@ impl SerializedHistory {
     fn new(shape: HistoryShape) -> Self {
         SerializedHistory {
             shape,
-            lineage: None,
-            ids: Vec::new(),
-            bytes: Vec::new(),
-            cuts: Vec::new(),
+            written: WrittenHistory::default(),
             trailing_images: Vec::new(),
         }
     }
 
-    /// Makes the bytes those of `messages`. Of the same lineage, the messages written before
-    /// are the first ones of `messages` (the lineage's promise; their ids are compared as
-    /// well): their bytes are kept up to the last cut among them, and the rest is written.
+    /// Makes the bytes those of `messages`: what the last request of the same lineage wrote is
+    /// kept up to the last cut among the messages still shared ([`WrittenHistory::rewind`]),
+    /// and the rest is written.
     fn extend_to(
         &mut self,
         messages: &[Message],
         lineage: Option<HistoryLineage>,
     ) -> serde_json::Result<()> {
-        let same = HistoryLineage::unchanged_prefix(self.lineage, &self.ids, lineage, messages);
-        let kept_cuts = self.cuts.partition_point(|&(written, _)| written <= same);
-        self.cuts.truncate(kept_cuts);
-        let (from, kept_bytes) = self.cuts.last().copied().unwrap_or((0, 0));
-        self.bytes.truncate(kept_bytes);
-        self.ids.truncate(from);
+        let from = self.written.rewind(messages, lineage);
         self.trailing_images.clear();
-        self.lineage = lineage;
 
         let mut waiting_images = Vec::new();
         let mut wire = Vec::new();
@@ -439,12 +424,12 @@ impl SerializedHistory {
                 self.shape.send_reasoning,
             );
             for wire_message in wire.drain(..) {
-                self.bytes.push(b',');
-                serde_json::to_writer(&mut self.bytes, &wire_message)?;
+                self.written.bytes.push(b',');
+                serde_json::to_writer(&mut self.written.bytes, &wire_message)?;
             }
-            self.ids.push(message.id.clone());
+            self.written.wrote(message);
             if waiting_images.is_empty() {
-                self.cuts.push((index + 1, self.bytes.len()));
+                self.written.cut(index + 1, index + 1);
             }
         }
         flush_tool_images(&mut wire, &mut waiting_images);

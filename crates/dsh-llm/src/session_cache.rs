@@ -6,6 +6,7 @@
 use std::sync::Mutex;
 
 use crate::sync::LockExt;
+use crate::{HistoryLineage, Message};
 
 /// One value per session id, for the [`PerSession::CAPACITY`] sessions used last.
 pub struct PerSession<T> {
@@ -60,6 +61,74 @@ impl<T> std::fmt::Debug for PerSession<T> {
         f.debug_struct("PerSession")
             .field("sessions", &self.len())
             .finish()
+    }
+}
+
+/// The wire bytes an adapter wrote for a request's history messages, kept for the session's
+/// next request (docs/providers.md, "The history bytes cache"). The adapter writes its messages
+/// into `bytes`, notes each message it wrote ([`WrittenHistory::wrote`]) and each point from which
+/// writing can go on ([`WrittenHistory::cut`]); [`WrittenHistory::rewind`] keeps what the next
+/// request still shares.
+#[derive(Debug, Default)]
+pub struct WrittenHistory {
+    /// The lineage of the messages written (`None`: nothing can be reused).
+    lineage: Option<HistoryLineage>,
+    /// The ids of the messages written, in order.
+    ids: Vec<String>,
+    /// The bytes written.
+    pub bytes: Vec<u8>,
+    /// The points from which writing can go on, in order.
+    cuts: Vec<Cut>,
+}
+
+/// A point from which writing can go on: at message `resume`, after the first `bytes` bytes,
+/// valid while the first `needs` messages are unchanged.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    resume: usize,
+    bytes: usize,
+    needs: usize,
+}
+
+impl WrittenHistory {
+    /// Keeps what `messages` (of `lineage`) still shares with what was written: the bytes up to
+    /// the last cut whose messages are unchanged (the lineage's promise, ids compared as well).
+    /// Returns the index of the first message to write.
+    pub fn rewind(&mut self, messages: &[Message], lineage: Option<HistoryLineage>) -> usize {
+        let same = HistoryLineage::unchanged_prefix(self.lineage, &self.ids, lineage, messages);
+        let kept = self.cuts.partition_point(|cut| cut.needs <= same);
+        self.cuts.truncate(kept);
+        let (resume, bytes) = self
+            .cuts
+            .last()
+            .map_or((0, 0), |cut| (cut.resume, cut.bytes));
+        self.bytes.truncate(bytes);
+        self.ids.truncate(resume);
+        self.lineage = lineage;
+        resume
+    }
+
+    /// Notes that `message`, the next one, was written (or taken into an open wire message).
+    pub fn wrote(&mut self, message: &Message) {
+        self.ids.push(message.id.clone());
+    }
+
+    /// Notes that writing can go on at message `resume` after the bytes written so far, as long
+    /// as the first `needs` messages stay unchanged (`needs` grows from cut to cut).
+    pub fn cut(&mut self, resume: usize, needs: usize) {
+        self.cuts.push(Cut {
+            resume,
+            bytes: self.bytes.len(),
+            needs,
+        });
+    }
+
+    /// The cuts as `(resume, bytes)`, in order.
+    pub fn cuts(&self) -> Vec<(usize, usize)> {
+        self.cuts
+            .iter()
+            .map(|cut| (cut.resume, cut.bytes))
+            .collect()
     }
 }
 

@@ -275,20 +275,26 @@ fn a_step_reuses_the_bytes_of_the_closed_wire_messages() {
     let mut kept = cache.take("session-0", |_| true).unwrap();
     // m0 and m1 are closed (each followed by the other role); m2 is the open last message,
     // written with the breakpoint and not kept.
-    assert_eq!(kept.cuts, vec![(1, kept.cuts[0].1), (2, kept.bytes.len())]);
+    assert_eq!(
+        kept.written.cuts(),
+        vec![(1, kept.written.cuts()[0].1), (2, kept.written.bytes.len())]
+    );
     assert_eq!(
         kept.open,
         br#",{"role":"user","content":[{"type":"text","text":"three","cache_control":{"type":"ephemeral"}}]}"#
     );
     // Marks the kept bytes: what is reused keeps the mark, what is written again loses it.
-    let marked = vec![b'#'; kept.bytes.len()];
-    kept.bytes.clone_from(&marked);
+    let marked = vec![b'#'; kept.written.bytes.len()];
+    kept.written.bytes.clone_from(&marked);
 
     // A user message merges into the open m2: m2 is written again, without its breakpoint.
     let mut longer = first.as_ref().clone();
     longer.push(Message::user_text("m3", "four"));
     kept.extend_to(&longer, Some(lineage)).unwrap();
-    assert_eq!(kept.bytes, marked, "m0 and m1 are not written again");
+    assert_eq!(
+        kept.written.bytes, marked,
+        "m0 and m1 are not written again"
+    );
     assert_eq!(
         kept.open,
         br#",{"role":"user","content":[{"type":"text","text":"three"},{"type":"text","text":"four","cache_control":{"type":"ephemeral"}}]}"#
@@ -297,35 +303,38 @@ fn a_step_reuses_the_bytes_of_the_closed_wire_messages() {
     // The reply closes the merged user turn: it becomes final, after the marked bytes.
     longer.push(assistant_text("m4", "five"));
     kept.extend_to(&longer, Some(lineage)).unwrap();
-    assert!(kept.bytes.starts_with(&marked));
+    assert!(kept.written.bytes.starts_with(&marked));
     assert_eq!(
-        &kept.bytes[marked.len()..],
+        &kept.written.bytes[marked.len()..],
         br#",{"role":"user","content":[{"type":"text","text":"three"},{"type":"text","text":"four"}]}"#
     );
-    assert_eq!(kept.cuts.len(), 3);
-    assert_eq!(kept.cuts[2], (4, kept.bytes.len()));
+    assert_eq!(kept.written.cuts().len(), 3);
+    assert_eq!(kept.written.cuts()[2], (4, kept.written.bytes.len()));
 
     // Under the same lineage, a different id at message `n` keeps the bytes of the wire
     // messages closed by a message before `n`: the message that closed one must be shared too.
-    let ends: Vec<usize> = kept.cuts.iter().map(|&(_, end)| end).collect();
+    let ends: Vec<usize> = kept.written.cuts().iter().map(|&(_, end)| end).collect();
     let mut changed = longer.clone();
     for (n, kept_end) in [(3, ends[1]), (2, ends[0]), (1, 0)] {
         changed[n] = Message {
             id: format!("other-{n}"),
             ..changed[n].clone()
         };
-        kept.bytes.fill(b'#');
+        kept.written.bytes.fill(b'#');
         kept.extend_to(&changed, Some(lineage)).unwrap();
-        assert!(kept.bytes[..kept_end].iter().all(|&b| b == b'#'), "{n}");
-        assert!(!kept.bytes[kept_end..].contains(&b'#'), "{n}");
-        assert_eq!(kept.cuts.len(), 3, "{n}");
+        assert!(
+            kept.written.bytes[..kept_end].iter().all(|&b| b == b'#'),
+            "{n}"
+        );
+        assert!(!kept.written.bytes[kept_end..].contains(&b'#'), "{n}");
+        assert_eq!(kept.written.cuts().len(), 3, "{n}");
     }
 
     // Another lineage, or none, reuses nothing.
     for other in [Some(HistoryLineage::new()), None] {
-        kept.bytes.fill(b'#');
+        kept.written.bytes.fill(b'#');
         kept.extend_to(&changed, other).unwrap();
-        assert!(!kept.bytes.contains(&b'#'), "{other:?}");
+        assert!(!kept.written.bytes.contains(&b'#'), "{other:?}");
     }
 }
 

@@ -252,29 +252,29 @@ fn a_step_reuses_the_bytes_of_the_messages_it_shares_with_the_last_one() {
     };
     let mut kept = cache.take("session-0", |kept| kept.shape == shape).unwrap();
     // Marks the kept bytes: what is reused keeps the mark, what is written again loses it.
-    let marked = vec![b'#'; kept.bytes.len()];
-    kept.bytes.clone_from(&marked);
+    let marked = vec![b'#'; kept.written.bytes.len()];
+    kept.written.bytes.clone_from(&marked);
     kept.extend_to(&longer, Some(lineage)).unwrap();
     assert!(
-        kept.bytes.starts_with(&marked),
+        kept.written.bytes.starts_with(&marked),
         "the three old messages are not written again"
     );
     assert_eq!(
-        &kept.bytes[marked.len()..],
+        &kept.written.bytes[marked.len()..],
         br#",{"role":"user","content":"y"}"#
     );
-    assert_eq!(kept.cuts.len(), 4);
+    assert_eq!(kept.written.cuts().len(), 4);
     // Under the same lineage, a different id at the second message keeps only the first's bytes.
-    let first_end = kept.cuts[0].1;
+    let first_end = kept.written.cuts()[0].1;
     let mut changed = longer.clone();
     changed[1] = Message::user_text("other", "z");
     kept.extend_to(&changed, Some(lineage)).unwrap();
-    assert!(kept.bytes[..first_end].iter().all(|&b| b == b'#'));
-    assert!(!kept.bytes[first_end..].contains(&b'#'));
+    assert!(kept.written.bytes[..first_end].iter().all(|&b| b == b'#'));
+    assert!(!kept.written.bytes[first_end..].contains(&b'#'));
     // Another lineage, or none, reuses nothing.
     for other in [Some(HistoryLineage::new()), None] {
-        kept.bytes.fill(b'#');
+        kept.written.bytes.fill(b'#');
         kept.extend_to(&changed, other).unwrap();
-        assert!(!kept.bytes.contains(&b'#'), "{other:?}");
+        assert!(!kept.written.bytes.contains(&b'#'), "{other:?}");
     }
 }
