@@ -23,6 +23,7 @@
 //! dodged through the x32 table; a system call of another architecture (32-bit `int 0x80`)
 //! kills the process, as the filter cannot vouch for its numbers.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
@@ -72,6 +73,9 @@ const TIOCLINUX: u64 = libc::TIOCLINUX as u64;
 #[derive(Debug)]
 pub(crate) struct Program {
     instructions: Vec<libc::sock_filter>,
+    /// Where the compiled rules start, after the head.
+    #[cfg(test)]
+    rules_start: usize,
 }
 
 impl Program {
@@ -254,12 +258,12 @@ fn always_denied(profile: Profile) -> Vec<i64> {
     list
 }
 
-fn compile(profile: Profile) -> Result<Program, String> {
+/// The rules of `profile`, by system call number.
+fn rules(profile: Profile) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     use SeccompCmpArgLen::Dword;
     use SeccompCmpOp::{Eq, MaskedEq, Ne};
 
-    let (arch, audit_arch) = target_arch()?;
-    let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> = Default::default();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for nr in always_denied(profile) {
         rules.insert(nr, Vec::new());
     }
@@ -299,6 +303,17 @@ fn compile(profile: Profile) -> Result<Program, String> {
         rules.insert(libc::SYS_fchmodat, mode_rules(2)?);
         rules.insert(SYS_FCHMODAT2, mode_rules(2)?);
     }
+    Ok(rules)
+}
+
+fn compile(profile: Profile) -> Result<Program, String> {
+    let (arch, audit_arch) = target_arch()?;
+    let rules = rules(profile)?;
+    // The numbers that have rules, for the search in front of the compiled rules.
+    let ruled: Vec<u32> = rules
+        .keys()
+        .map(|&nr| u32::try_from(nr).map_err(|_| format!("system call number {nr} out of range")))
+        .collect::<Result<_, _>>()?;
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -309,51 +324,149 @@ fn compile(profile: Profile) -> Result<Program, String> {
     let main: seccompiler::BpfProgram = filter
         .try_into()
         .map_err(|e| format!("cannot compile the seccomp filter: {e}"))?;
-    let mut instructions = prefix(audit_arch);
-    instructions.extend(main.into_iter().map(|i| libc::sock_filter {
-        code: i.code,
-        jt: i.jt,
-        jf: i.jf,
-        k: i.k,
-    }));
+    let mut instructions = head(audit_arch, &ruled)?;
+    #[cfg(test)]
+    let rules_start = instructions.len();
+    instructions.extend(main.into_iter().map(|i| ins(i.code, i.jt, i.jf, i.k)));
     if instructions.len() > usize::from(u16::MAX) {
         return Err("the seccomp filter is too long".to_string());
     }
-    Ok(Program { instructions })
+    Ok(Program {
+        instructions,
+        #[cfg(test)]
+        rules_start,
+    })
 }
 
-/// The hand-written head of the filter: for the native architecture, `clone3` and (on x86-64)
-/// x32 system calls return `ENOSYS`; everything else falls through to the compiled rules
-/// (whose own architecture check kills foreign-architecture calls).
-fn prefix(audit_arch: u32) -> Vec<libc::sock_filter> {
-    const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-    const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-    const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
-    const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-    const ARCH_OFFSET: u32 = 4;
-    const NR_OFFSET: u32 = 0;
-    let ins = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
+const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+/// Offsets in `struct seccomp_data`.
+const NR_OFFSET: u32 = 0;
+const ARCH_OFFSET: u32 = 4;
+
+/// Where a jump of the head goes.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// The next instruction.
+    Next,
+    /// An instruction of the head.
+    At(usize),
+    /// `RET ALLOW`.
+    Allow,
+    /// `RET ENOSYS`.
+    Enosys,
+    /// The first instruction of the compiled rules.
+    Rules,
+}
+
+/// An instruction of the head whose jumps are resolved once the head's length is known.
+#[derive(Debug)]
+struct Pending {
+    code: u16,
+    jt: Target,
+    jf: Target,
+    k: u32,
+}
+
+fn op(code: u16, jt: Target, jf: Target, k: u32) -> Pending {
+    Pending { code, jt, jf, k }
+}
+
+/// The hand-written head of the filter. For the native architecture: `clone3` and (on x86-64)
+/// x32 system calls return `ENOSYS`; a number without rules is allowed after a binary search
+/// (a handful of comparisons); a number with rules goes on to the compiled rules. A call of
+/// another architecture goes to the compiled rules at once, whose own architecture check
+/// kills it.
+///
+/// Why the search: when a filter is installed, the kernel runs it for every system call number
+/// of each architecture it serves, to cache the numbers it always allows. Over the compiled
+/// rules alone (one comparison after another) that walk made up a third of the install, which
+/// every `bash` call pays (docs/PERFORMANCE.md, "The seccomp filter's shape"). The verdicts are
+/// those of the compiled rules either way (`the_search_keeps_every_verdict`).
+fn head(audit_arch: u32, ruled: &[u32]) -> Result<Vec<libc::sock_filter>, String> {
     let x32_bit: u32 = if cfg!(target_arch = "x86_64") {
         0x4000_0000
     } else {
         // No x32 table elsewhere: compare against a number no system call has.
         u32::MAX
     };
-    let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
-    vec![
-        // 0: arch
-        ins(LD_W_ABS, 0, 0, ARCH_OFFSET),
-        // 1: foreign architecture -> skip to the compiled rules (instruction 6)
-        ins(JEQ_K, 0, 4, audit_arch),
-        // 2: number
-        ins(LD_W_ABS, 0, 0, NR_OFFSET),
-        // 3: x32 -> ENOSYS (5)
-        ins(JGE_K, 1, 0, x32_bit),
-        // 4: clone3 -> ENOSYS (5), else the compiled rules (6)
-        ins(JEQ_K, 0, 1, libc::SYS_clone3 as u32),
-        // 5:
-        ins(RET_K, 0, 0, enosys),
-    ]
+    let mut code = vec![
+        op(LD_W_ABS, Target::Next, Target::Next, ARCH_OFFSET),
+        // Native: over the jump to the rules.
+        op(JEQ_K, Target::At(3), Target::Next, audit_arch),
+        op(JA, Target::Rules, Target::Rules, 0),
+        op(LD_W_ABS, Target::Next, Target::Next, NR_OFFSET),
+        op(JGE_K, Target::Enosys, Target::Next, x32_bit),
+        op(JEQ_K, Target::Enosys, Target::Next, libc::SYS_clone3 as u32),
+    ];
+    let mut sorted = ruled.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    search(&mut code, &sorted);
+    let allow = code.len();
+    let enosys = allow + 1;
+    let rules = allow + 2;
+    let too_far = || "the seccomp filter's head has a jump too far".to_string();
+    let mut out = Vec::with_capacity(rules);
+    for (at, pending) in code.iter().enumerate() {
+        let offset = |target: Target| {
+            let to = match target {
+                Target::Next => at + 1,
+                Target::At(to) => to,
+                Target::Allow => allow,
+                Target::Enosys => enosys,
+                Target::Rules => rules,
+            };
+            to.checked_sub(at + 1).ok_or_else(too_far)
+        };
+        let (jt, jf) = (offset(pending.jt)?, offset(pending.jf)?);
+        if pending.code == JA {
+            out.push(ins(JA, 0, 0, u32::try_from(jt).map_err(|_| too_far())?));
+        } else {
+            let short = |o: usize| u8::try_from(o).map_err(|_| too_far());
+            out.push(ins(pending.code, short(jt)?, short(jf)?, pending.k));
+        }
+    }
+    out.push(ins(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW));
+    out.push(ins(
+        RET_K,
+        0,
+        0,
+        libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+    ));
+    Ok(out)
+}
+
+fn ins(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// Appends a binary search of the loaded number in `sorted`: found goes to the rules, not
+/// found to `RET ALLOW`. Up to four numbers are compared one by one.
+fn search(code: &mut Vec<Pending>, sorted: &[u32]) {
+    if sorted.len() <= 4 {
+        for (i, &nr) in sorted.iter().enumerate() {
+            let missed = if i + 1 == sorted.len() {
+                Target::Allow
+            } else {
+                Target::Next
+            };
+            code.push(op(JEQ_K, Target::Rules, missed, nr));
+        }
+        if sorted.is_empty() {
+            code.push(op(JA, Target::Allow, Target::Allow, 0));
+        }
+        return;
+    }
+    let (low, high) = sorted.split_at(sorted.len() / 2);
+    let fork = code.len();
+    code.push(op(JGE_K, Target::Next, Target::Next, high[0]));
+    search(code, low);
+    code[fork].jt = Target::At(code.len());
+    search(code, high);
 }
 
 #[cfg(test)]
@@ -361,6 +474,164 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// `struct seccomp_data` as the kernel hands it to a filter.
+    fn data(arch: u32, nr: u32, args: [u64; 6]) -> [u8; 64] {
+        let mut bytes = [0u8; 64];
+        bytes[0..4].copy_from_slice(&nr.to_ne_bytes());
+        bytes[4..8].copy_from_slice(&arch.to_ne_bytes());
+        for (i, arg) in args.iter().enumerate() {
+            bytes[16 + 8 * i..24 + 8 * i].copy_from_slice(&arg.to_ne_bytes());
+        }
+        bytes
+    }
+
+    /// Runs a classic BPF program over `data` (the instructions the filter uses); returns the
+    /// verdict and the number of instructions run.
+    fn run(program: &[libc::sock_filter], data: &[u8; 64]) -> (u32, usize) {
+        const ALU_AND_K: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
+        const JGT_K: u16 = (libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K) as u16;
+        let (mut pc, mut a, mut steps) = (0usize, 0u32, 0usize);
+        loop {
+            let i = program[pc];
+            steps += 1;
+            pc += 1;
+            let jump = |taken: bool| usize::from(if taken { i.jt } else { i.jf });
+            match i.code {
+                LD_W_ABS => {
+                    let at = i.k as usize;
+                    a = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+                }
+                ALU_AND_K => a &= i.k,
+                JA => pc += i.k as usize,
+                JEQ_K => pc += jump(a == i.k),
+                JGE_K => pc += jump(a >= i.k),
+                JGT_K => pc += jump(a > i.k),
+                RET_K => return (i.k, steps),
+                other => panic!("instruction {other:#x} not interpreted"),
+            }
+        }
+    }
+
+    /// The values the rules compare arguments with, and neighbours.
+    fn argument_values() -> Vec<u64> {
+        let mut values = vec![0, 1, 0x11, 0o777, 0o4755, 0o2755, 1 << 32];
+        values.extend(NAMESPACE_FLAGS);
+        values.extend(NAMESPACE_FLAGS.map(|flag| flag | 0x11));
+        values.extend([TIOCSTI, TIOCLINUX, TIOCSTI | 1 << 32, 0x5401]);
+        values.extend(
+            [
+                libc::AF_PACKET,
+                libc::AF_NETLINK,
+                libc::AF_INET,
+                libc::AF_UNIX,
+            ]
+            .map(|v| v as u64),
+        );
+        values.extend(
+            [
+                libc::SOCK_RAW,
+                libc::SOCK_STREAM,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            ]
+            .map(|v| v as u64),
+        );
+        values.extend([libc::S_ISUID, libc::S_ISGID].map(u64::from));
+        values
+    }
+
+    fn ruled_numbers(profile: Profile) -> Vec<u32> {
+        rules(profile)
+            .unwrap()
+            .keys()
+            .map(|&nr| nr as u32)
+            .collect()
+    }
+
+    #[test]
+    fn the_search_keeps_every_verdict() {
+        let (_, native) = target_arch().unwrap();
+        let x32_bit = if cfg!(target_arch = "x86_64") {
+            0x4000_0000
+        } else {
+            u32::MAX
+        };
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let values = argument_values();
+        // One argument set: each value at each of the first three positions; then (for
+        // `socket`, whose rule compares two arguments) every pair in the first two.
+        let mut argument_sets = vec![[0u64; 6]];
+        for &value in &values {
+            for at in 0..3 {
+                let mut args = [0u64; 6];
+                args[at] = value;
+                argument_sets.push(args);
+            }
+        }
+        let singles = argument_sets.len();
+        for &first in &values {
+            for &second in &values {
+                argument_sets.push([first, second, 0, 0, 0, 0]);
+            }
+        }
+        let numbers: Vec<u32> = (0..1100)
+            .chain((0..600).map(|nr| 0x4000_0000 + nr))
+            .chain([0x8000_0000, u32::MAX])
+            .collect();
+        for profile in [Profile::Common, Profile::Landlock] {
+            let program = Program::get(profile).unwrap();
+            let (head, rules) = program.instructions.split_at(program.rules_start);
+            assert!(!head.is_empty());
+            for arch in [native, 0x4000_0003, 0xc000_00b7, 0] {
+                for &nr in &numbers {
+                    let sets = if nr == libc::SYS_socket as u32 {
+                        &argument_sets[..]
+                    } else {
+                        &argument_sets[..singles]
+                    };
+                    for &args in sets {
+                        let data = data(arch, nr, args);
+                        let expected =
+                            if arch == native && (nr >= x32_bit || nr == libc::SYS_clone3 as u32) {
+                                enosys
+                            } else {
+                                run(rules, &data).0
+                            };
+                        let (verdict, _) = run(&program.instructions, &data);
+                        assert_eq!(
+                            verdict, expected,
+                            "{profile:?} arch {arch:#x} nr {nr} args {args:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_number_without_rules_is_allowed_within_a_few_instructions() {
+        let (_, native) = target_arch().unwrap();
+        for profile in [Profile::Common, Profile::Landlock] {
+            let program = Program::get(profile).unwrap();
+            let ruled = ruled_numbers(profile);
+            let mut longest = 0;
+            for nr in
+                (0..1100u32).filter(|nr| !ruled.contains(nr) && *nr != libc::SYS_clone3 as u32)
+            {
+                let (verdict, steps) = run(&program.instructions, &data(native, nr, [0; 6]));
+                assert_eq!(verdict, libc::SECCOMP_RET_ALLOW, "{profile:?} nr {nr}");
+                longest = longest.max(steps);
+            }
+            // 6 head instructions, a search of depth log2(rules / 4) and up to 4 comparisons.
+            assert!(longest <= 16, "{profile:?}: {longest} instructions");
+            let (_, rules) = program.instructions.split_at(program.rules_start);
+            let (_, unsearched) = run(rules, &data(native, 999, [0; 6]));
+            assert!(
+                unsearched > 4 * longest,
+                "{profile:?}: {unsearched} against {longest}"
+            );
+        }
+    }
 
     #[test]
     fn both_profiles_compile_and_landlock_has_more_rules() {
