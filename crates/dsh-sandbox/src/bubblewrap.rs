@@ -260,8 +260,10 @@ impl Bubblewrap {
         } else {
             crate::prepared_bwrap::uncached(&layout)?
         };
-        plan.pre_exec
-            .push(crate::prepared_bwrap::enter_hook(sandbox, filter, workdir)?);
+        let image = Arc::clone(&plan.exec_image);
+        plan.pre_exec.push(crate::prepared_bwrap::enter_hook(
+            sandbox, filter, workdir, image,
+        )?);
         Ok(plan)
     }
 }
@@ -325,6 +327,7 @@ impl CommandConfinement for Bubblewrap {
             program: self.program.clone().into_os_string(),
             args,
             pre_exec,
+            exec_image: Default::default(),
         })
     }
 }
@@ -423,6 +426,7 @@ mod tests {
             program: "bash".into(),
             args: vec!["-c".into(), "true".into()],
             pre_exec: Vec::new(),
+            exec_image: Default::default(),
         };
         let req = request(PermissionPreset::DangerFullAccess, Path::new("/"), vec![]);
         let out = Bubblewrap::new("bwrap").confine(plan, &req).unwrap();

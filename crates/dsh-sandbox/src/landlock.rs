@@ -8,8 +8,10 @@
 //! parent), `PR_SET_NO_NEW_PRIVS`, dropping every capability (locked securebits as root,
 //! bounding and ambient sets, `capset`), the seccomp filter ([`crate::seccomp`], Landlock
 //! profile), `landlock_restrict_self`, and, with ABI 6+, the split into keeper and command
-//! (see `keep_tree`). A failure of any step aborts the spawn, so a command never runs with less
-//! confinement than planned.
+//! (see `keep_tree`; the command's process is started from the spawner's [`ExecImage`] without a
+//! copy of dsh's memory). A failure of any step aborts the spawn (or, after the split, ends the
+//! command's process with 127 before `exec`), so a command never runs with less confinement
+//! than planned.
 //!
 //! Enforcement is never best-effort: the ruleset handles every file-system right of the ABI the
 //! kernel reports (capped at [`TARGET_ABI`]) with [`CompatLevel::HardRequirement`], so an
@@ -38,7 +40,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_tools::{
-    CommandConfinement, CommandPlan, ConfinementRequest, PermissionPreset, PreExecHook, ToolError,
+    CommandConfinement, CommandPlan, ConfinementRequest, ExecImage, ExecSlot, PermissionPreset,
+    PreExecHook, ToolError,
 };
 use landlock::{
     path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr,
@@ -273,6 +276,7 @@ fn restrict_hook(
     parent: libc::pid_t,
     keeper: bool,
     mounts: Option<Layer>,
+    image: ExecSlot,
 ) -> PreExecHook {
     Arc::new(move || {
         // SAFETY: prctl with integer arguments only.
@@ -316,7 +320,7 @@ fn restrict_hook(
             return Err(io::Error::last_os_error());
         }
         if keeper {
-            keep_tree(parent)?;
+            keep_tree(parent, image.get(), &|| Ok(()))?;
         }
         Ok(())
     })
@@ -389,16 +393,24 @@ fn wait_for_end(watched: &libc::sigset_t, parent: libc::pid_t, shell: libc::pid_
     }
 }
 
-/// Splits the restricted child in two: the new child goes on to `exec` the command; this
-/// process stays behind as its keeper and never returns. The keeper is what dsh tracks (it
-/// leads the process group), so it ends the command's whole tree, also processes that left
-/// the group with `setsid`, when the command's shell exits, when dsh sends it `SIGTERM`,
-/// `SIGINT` or `SIGHUP`, and when dsh dies: it becomes a subreaper (orphans of the tree are
-/// re-parented to it, not to init) and ends the tree with `kill(-1, SIGKILL)`, which the
-/// Landlock signal scope confines to its own domain, that is to the command's tree. It is
-/// used only when the scope is in force (ABI 6+): without it `kill(-1)` would reach every
-/// process of the user. Async-signal-safe: system calls on stack memory only.
-pub(crate) fn keep_tree(parent: libc::pid_t) -> io::Result<()> {
+/// Splits the restricted child in two: the new child runs the command; this process stays
+/// behind as its keeper and never returns. The keeper is what dsh tracks (it leads the process
+/// group), so it ends the command's whole tree, also processes that left the group with
+/// `setsid`, when the command's shell exits, when dsh sends it `SIGTERM`, `SIGINT` or
+/// `SIGHUP`, and when dsh dies: it becomes a subreaper (orphans of the tree are re-parented to
+/// it, not to init) and ends the tree with `kill(-1, SIGKILL)`, which the Landlock signal
+/// scope confines to its own domain, that is to the command's tree. It is used only when the
+/// scope is in force (ABI 6+): without it `kill(-1)` would reach every process of the user.
+///
+/// The command's process runs `before_exec`, then executes the command. With `image` it is
+/// started without a copy of the keeper's memory (see [`start_command`]) and this function
+/// returns only with an error; without, it is forked and returns `Ok` in it, for the spawner
+/// to `exec`. Async-signal-safe: system calls on stack memory only.
+pub(crate) fn keep_tree(
+    parent: libc::pid_t,
+    image: Option<&ExecImage>,
+    before_exec: &dyn Fn() -> io::Result<()>,
+) -> io::Result<()> {
     // SAFETY: every call below is a plain system call on stack memory; sigset functions only
     // write the set they are given.
     unsafe {
@@ -426,27 +438,27 @@ pub(crate) fn keep_tree(parent: libc::pid_t) -> io::Result<()> {
         if libc::sigprocmask(libc::SIG_BLOCK, &watched, &mut previous) != 0 {
             return Err(io::Error::last_os_error());
         }
-        let shell = libc::fork();
-        if shell < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if shell == 0 {
-            // The command: dies with its keeper, runs with the signal mask it had.
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
+        let shell = match image {
+            Some(image) => start_command(&CommandStart {
+                image,
+                mask: &previous,
+                before_exec,
+                keeper: libc::getpid(),
+            })?,
+            None => {
+                let shell = libc::fork();
+                if shell < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if shell == 0 {
+                    // The command: dies with its keeper, runs with the signal mask it had.
+                    command_setup(&previous)?;
+                    before_exec()?;
+                    return Ok(());
+                }
+                shell
             }
-            if libc::sigprocmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            return Ok(());
-        }
+        };
         // The keeper: it must hold no descriptor of the spawner beyond stdio (the spawner
         // waits for its exec-status pipe to close), and needs none.
         if libc::syscall(
@@ -466,6 +478,134 @@ pub(crate) fn keep_tree(parent: libc::pid_t) -> io::Result<()> {
         // Reap what the kill ended, then leave with the shell's status.
         while libc::waitpid(-1, std::ptr::null_mut(), 0) > 0 {}
         libc::_exit(code);
+    }
+}
+
+/// The command's process, first thing: dies with its keeper (`PR_SET_PDEATHSIG(SIGKILL)`) and
+/// gets back the signal mask `mask` the keeper had before blocking the ones it waits for.
+fn command_setup(mask: &libc::sigset_t) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments; sigprocmask reads `mask`.
+    unsafe {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// What the command's process needs when [`start_command`] starts it.
+struct CommandStart<'a> {
+    image: &'a ExecImage,
+    mask: &'a libc::sigset_t,
+    before_exec: &'a dyn Fn() -> io::Result<()>,
+    /// The keeper's pid: the command's parent, checked once its death signal is armed.
+    keeper: libc::pid_t,
+}
+
+/// Stack of the command's process until its `exec` (it runs a few system calls).
+const COMMAND_STACK: usize = 128 * 1024;
+
+/// Starts the command's process as a `vfork` does (`clone(CLONE_VM | CLONE_VFORK)`), on a
+/// stack of its own: it shares the keeper's memory instead of copying it (the keeper is a
+/// copy of dsh: a copy costs about as much as the first fork did, and its teardown at `exec`
+/// again), and the keeper waits until the command has executed or failed. Returns the
+/// command's pid. The command's process runs [`command_start`].
+fn start_command(start: &CommandStart<'_>) -> io::Result<libc::pid_t> {
+    // SAFETY: mmap of fresh anonymous memory; clone runs `command_start` on it with a pointer
+    // to `start`, which lives on this frame: the keeper is suspended until the command's
+    // process has executed or exited (CLONE_VFORK), so `start` outlives its use there, and the
+    // stack is unmapped only after that.
+    unsafe {
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            COMMAND_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // The stack grows down on every architecture dsh builds for.
+        let top = stack.cast::<u8>().add(COMMAND_STACK).cast::<libc::c_void>();
+        let pid = libc::clone(
+            command_start,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(start).cast_mut().cast::<libc::c_void>(),
+        );
+        let cloned = io::Error::last_os_error();
+        libc::munmap(stack, COMMAND_STACK);
+        if pid < 0 {
+            return Err(cloned);
+        }
+        Ok(pid)
+    }
+}
+
+/// The command's process started by [`start_command`]: its setup, `before_exec`, then the
+/// image. Returns only when one of them failed (then the process exits with 127, after a
+/// line on its stderr): the command never runs with less confinement. Async-signal-safe, on
+/// its own stack, reading only what the keeper prepared.
+extern "C" fn command_start(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `CommandStart` of `start_command`, alive while this runs.
+    let start = unsafe { &*arg.cast::<CommandStart<'_>>() };
+    let failed = command_setup(start.mask)
+        .and_then(|()| {
+            // SAFETY: getppid has no preconditions.
+            if unsafe { libc::getppid() } == start.keeper {
+                Ok(())
+            } else {
+                // The keeper died before the death signal was armed.
+                Err(io::Error::from_raw_os_error(libc::ESRCH))
+            }
+        })
+        .and_then(|()| (start.before_exec)())
+        .err()
+        .unwrap_or_else(|| start.image.exec());
+    report_start_failure(failed.raw_os_error().unwrap_or(0));
+    // SAFETY: _exit ends this process only (no CLONE_THREAD) without running any handler.
+    unsafe { libc::_exit(127) }
+}
+
+/// Writes `dsh: cannot start the command (errno N)` on stderr without allocating.
+fn report_start_failure(errno: i32) {
+    const PREFIX: &[u8] = b"dsh: cannot start the command (errno ";
+    let mut out = [0u8; 64];
+    out[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut at = PREFIX.len();
+    // At most 10 digits (u32::MAX).
+    let mut digits = [0u8; 10];
+    let mut n = errno.unsigned_abs();
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &digit in digits[..len].iter().rev() {
+        out[at] = digit;
+        at += 1;
+    }
+    out[at..at + 2].copy_from_slice(b")\n");
+    at += 2;
+    // SAFETY: write of a stack buffer to stderr; a failure only loses the message.
+    unsafe {
+        libc::write(2, out.as_ptr().cast(), at);
     }
 }
 
@@ -494,8 +634,15 @@ impl CommandConfinement for Landlock {
         let mounts = MountPlan::new(self.mounts, request)
             .map_err(|reason| unavailable(format!("cannot plan the mount namespace: {reason}")))?
             .map(layer);
-        plan.pre_exec
-            .push(restrict_hook(Arc::new(fd), filter, parent, keeper, mounts));
+        let image = Arc::clone(&plan.exec_image);
+        plan.pre_exec.push(restrict_hook(
+            Arc::new(fd),
+            filter,
+            parent,
+            keeper,
+            mounts,
+            image,
+        ));
         Ok(plan)
     }
 }

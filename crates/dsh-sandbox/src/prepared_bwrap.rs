@@ -22,14 +22,15 @@
 //!    with its status. The *keeper*, in the sandbox's pid namespace, blanks its command line
 //!    (dsh's), sets `no_new_privs` and restricts itself with a Landlock ruleset that handles
 //!    only the signal scope (ABI 6+), a domain of its own; then, as on the Landlock path, it
-//!    becomes a subreaper and forks the command (`crate::landlock::keep_tree`). When the
+//!    becomes a subreaper and starts the command (`crate::landlock::keep_tree`). When the
 //!    command's shell exits, when dsh sends `SIGTERM`/`SIGINT`, or when the relay dies (dsh
 //!    died: `SIGHUP` as its death signal) it sends `kill(-1, SIGKILL)`, which the scope
 //!    confines to its own domain and the ones nested in it: the command's whole tree, also
 //!    processes that left the group with `setsid`, never the waiter or another call; and it
 //!    waits until every one of them is gone (being in the same pid namespace, the subreaper
 //!    gets all their orphans) before it exits;
-//! 4. the command: a second, nested domain of the same ruleset (it can signal nothing outside
+//! 4. the command (its process started from the spawner's image, sharing the keeper's memory
+//!    until its `exec`): a second, nested domain of the same ruleset (it can signal nothing outside
 //!    its own tree: not its keeper, the waiter, another call, dsh), every capability dropped
 //!    (bounding, ambient, effective/permitted/inheritable, and as root locked securebits), the
 //!    same seccomp filter bubblewrap loads ([`crate::seccomp`], common profile: no mount,
@@ -60,7 +61,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use dsh_tools::PreExecHook;
+use dsh_tools::{ExecImage, ExecSlot, PreExecHook};
 
 use crate::seccomp::Program;
 
@@ -420,6 +421,7 @@ pub(crate) fn enter_hook(
     sandbox: Arc<Prepared>,
     filter: &'static Program,
     workdir: CString,
+    image: ExecSlot,
 ) -> Result<PreExecHook, String> {
     let scope = signal_scope()?;
     ARGV.get_or_init(argv_area);
@@ -427,7 +429,7 @@ pub(crate) fn enter_hook(
         // SAFETY: system calls on descriptors kept open (the Arc, a process-wide ruleset)
         // and on stack memory; the relay is a single-threaded forked child (contract of
         // `PreExecHook`).
-        unsafe { enter(&sandbox, scope, filter, &workdir) }
+        unsafe { enter(&sandbox, scope, filter, &workdir, image.get()) }
     }))
 }
 
@@ -494,7 +496,8 @@ unsafe fn restrict(ruleset: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// See [`enter_hook`]. Returns only in the command's process.
+/// See [`enter_hook`]. Returns `Ok` only in a forked command process (no `image`), else only
+/// with an error.
 ///
 /// # Safety
 /// Call only in a forked, single-threaded child before `exec`.
@@ -503,6 +506,7 @@ unsafe fn enter(
     scope: &OwnedFd,
     filter: &Program,
     workdir: &CString,
+    image: Option<&ExecImage>,
 ) -> io::Result<()> {
     check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
     if let Some(user) = &sandbox.user {
@@ -525,12 +529,13 @@ unsafe fn enter(
     restrict(scope)?;
     // Its parent (the relay) is in dsh's pid namespace, where getppid() says 0: the keeper
     // notices the relay's death by its death signal only.
-    crate::landlock::keep_tree(0)?;
     // The command: a domain nested in the keeper's, so it cannot signal the keeper, the
     // waiter or another call, while the keeper's `kill(-1)` reaches all it started.
-    restrict(scope)?;
-    crate::landlock::drop_capabilities()?;
-    filter.install()
+    crate::landlock::keep_tree(0, image, &|| {
+        restrict(scope)?;
+        crate::landlock::drop_capabilities()?;
+        filter.install()
+    })
 }
 
 /// Forks; the new process arms `PR_SET_PDEATHSIG(SIGKILL)` and then checks that its parent

@@ -293,6 +293,7 @@ fn trial_with(
             outside.clone().into_os_string(),
         ],
         pre_exec: Vec::new(),
+        exec_image: Default::default(),
     };
     let plan = confinement.confine(plan, &request).map_err(|e| e.message)?;
     let stderr = run_plan(&plan, &ws, keeper)?;

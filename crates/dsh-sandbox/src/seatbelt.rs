@@ -285,6 +285,7 @@ fn detect() -> Result<Seatbelt, String> {
             outside.clone().into_os_string(),
         ],
         pre_exec: Vec::new(),
+        exec_image: Default::default(),
     };
     let result = seatbelt
         .confine(plan, &request)
@@ -347,6 +348,7 @@ impl CommandConfinement for Seatbelt {
             program: self.program.clone().into_os_string(),
             args,
             pre_exec: plan.pre_exec,
+            exec_image: Default::default(),
         })
     }
 }
@@ -507,6 +509,7 @@ mod tests {
             program: "bash".into(),
             args: vec!["-c".into(), "echo hi".into()],
             pre_exec: Vec::new(),
+            exec_image: Default::default(),
         };
         let confined = Seatbelt::default().confine(plan, &request).unwrap();
         assert_eq!(confined.program, SANDBOX_EXEC);
@@ -541,6 +544,7 @@ mod tests {
             program: "bash".into(),
             args: vec![],
             pre_exec: Vec::new(),
+            exec_image: Default::default(),
         };
         let same = Seatbelt::default().confine(plan, &danger).unwrap();
         assert_eq!(same.program, "bash");
@@ -562,6 +566,7 @@ mod tests {
             program: "bash".into(),
             args: vec![],
             pre_exec: Vec::new(),
+            exec_image: Default::default(),
         };
         let err = Seatbelt::default().confine(plan, &request).unwrap_err();
         assert_eq!(err.code, dsh_tools::ToolErrorCode::SandboxUnavailable);

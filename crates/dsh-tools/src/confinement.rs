@@ -11,11 +11,13 @@
 //! to the safety work (crate `dsh-sandbox`) and plug in with
 //! [`ToolContext::with_confinement`](crate::ToolContext::with_confinement).
 
-use std::ffi::OsString;
+#[cfg(unix)]
+use std::ffi::OsStr;
+use std::ffi::{CString, OsString};
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::context::PermissionPreset;
 use crate::error::{ToolError, ToolErrorCode};
@@ -38,6 +40,132 @@ pub struct CommandPlan {
     pub args: Vec<OsString>,
     /// Hooks run in the child before `exec`, in order.
     pub pre_exec: Vec<PreExecHook>,
+    /// What the spawner will execute, filled by the spawner before the fork (see
+    /// [`ExecImage`]); a hook reads it with `get()`. Plans made for another program start
+    /// with an empty slot of their own.
+    pub exec_image: ExecSlot,
+}
+
+impl CommandPlan {
+    /// A plan for `program` with `args`, no hooks yet.
+    pub fn new(program: impl Into<OsString>, args: Vec<OsString>) -> CommandPlan {
+        CommandPlan {
+            program: program.into(),
+            args,
+            pre_exec: Vec::new(),
+            exec_image: ExecSlot::default(),
+        }
+    }
+}
+
+/// Where the spawner leaves a plan's [`ExecImage`] for its hooks.
+pub type ExecSlot = Arc<OnceLock<ExecImage>>;
+
+/// What the command's process executes, prepared before the fork from the very values the
+/// spawner gives the `Command`: the places the program may be (`PATH` searched as `execvp`
+/// does), the argument vector and the environment, each NUL-terminated. It lets a hook start
+/// the command itself, from a process that must stay behind (the keeper of a Landlock
+/// sandbox, which then need not copy dsh's memory for the command: docs/PERFORMANCE.md,
+/// "The keeper starts the command without a copy").
+#[cfg_attr(not(unix), allow(dead_code))]
+pub struct ExecImage {
+    candidates: Vec<CString>,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    argv_ptrs: Vec<*const std::ffi::c_char>,
+    envp_ptrs: Vec<*const std::ffi::c_char>,
+}
+
+// SAFETY: the pointers point into the `CString`s owned by the same value, which are never
+// changed or moved after `new` (a `CString`'s bytes live on the heap).
+unsafe impl Send for ExecImage {}
+// SAFETY: as above; nothing is mutated through `&ExecImage`.
+unsafe impl Sync for ExecImage {}
+
+impl fmt::Debug for ExecImage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecImage")
+            .field("candidates", &self.candidates)
+            .field("argv", &self.argv)
+            .field("envp", &self.envp.len())
+            .finish()
+    }
+}
+
+#[cfg(unix)]
+impl ExecImage {
+    /// The image of `program` with `args` (without the program name) in `env`; `None` when a
+    /// value holds a NUL byte (the spawner then fails as it would have anyway).
+    pub fn new(program: &OsStr, args: &[OsString], env: &[(OsString, OsString)]) -> Option<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |bytes: &[u8]| CString::new(bytes).ok();
+        let name = program.as_bytes();
+        let candidates = if name.contains(&b'/') {
+            vec![c(name)?]
+        } else {
+            // `execvp`'s search: each `PATH` entry in order, an empty one meaning the working
+            // directory; without `PATH` the C library's default.
+            let path = env
+                .iter()
+                .find(|(key, _)| key == "PATH")
+                .map_or(&b"/bin:/usr/bin"[..], |(_, value)| value.as_bytes());
+            path.split(|&b| b == b':')
+                .map(|dir| match dir {
+                    b"" => c(name),
+                    dir => c(&[dir, b"/", name].concat()),
+                })
+                .collect::<Option<Vec<_>>>()?
+        };
+        let argv = std::iter::once(program)
+            .chain(args.iter().map(OsString::as_os_str))
+            .map(|arg| c(arg.as_bytes()))
+            .collect::<Option<Vec<_>>>()?;
+        let envp = env
+            .iter()
+            .map(|(key, value)| c(&[key.as_bytes(), b"=", value.as_bytes()].concat()))
+            .collect::<Option<Vec<_>>>()?;
+        let pointers = |strings: &[CString]| {
+            (strings.iter().map(|s| s.as_ptr()))
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Some(ExecImage {
+            argv_ptrs: pointers(&argv),
+            envp_ptrs: pointers(&envp),
+            candidates,
+            argv,
+            envp,
+        })
+    }
+
+    /// Executes the image: `execve` of each candidate in turn. Returns only when none could
+    /// run, with the error `execvp` would give (permission denied when a candidate was found
+    /// but not executable, else the last error). Async-signal-safe: system calls on memory
+    /// made before the fork, no allocation.
+    pub fn exec(&self) -> io::Error {
+        let mut denied = false;
+        let mut last = libc::ENOENT;
+        for candidate in &self.candidates {
+            // SAFETY: the path and both vectors are NUL-terminated and outlive the call.
+            unsafe {
+                libc::execve(
+                    candidate.as_ptr(),
+                    self.argv_ptrs.as_ptr(),
+                    self.envp_ptrs.as_ptr(),
+                );
+            }
+            last = io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOENT);
+            match last {
+                libc::EACCES => denied = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG => {}
+                // Found but not runnable for another reason: as execvp, stop here.
+                _ => return io::Error::from_raw_os_error(last),
+            }
+        }
+        io::Error::from_raw_os_error(if denied { libc::EACCES } else { last })
+    }
 }
 
 impl fmt::Debug for CommandPlan {
@@ -126,5 +254,109 @@ impl CommandConfinement for NoSandbox {
                 ))
             }
         }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::path::Path;
+
+    use super::*;
+
+    fn script(dir: &Path, name: &str, says: &str, mode: u32) {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\necho {says}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Runs `program` through its image only (the `Command`'s own program is `false`): the
+    /// output, or the error `exec` gave.
+    fn run_image(program: &str, path: &str, cwd: &Path) -> io::Result<String> {
+        let env = [(OsString::from("PATH"), OsString::from(path))];
+        let image = ExecImage::new(program.as_ref(), &[], &env).unwrap();
+        let mut command = std::process::Command::new("false");
+        command.current_dir(cwd);
+        // SAFETY: `ExecImage::exec` is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || Err(image.exec()));
+        }
+        let out = command.output()?;
+        Ok(String::from_utf8(out.stdout).unwrap())
+    }
+
+    #[test]
+    fn the_image_searches_path_in_order_as_execvp_does() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            root.path().join("a"),
+            root.path().join("b"),
+            root.path().join("c"),
+        );
+        for dir in [&a, &b, &c] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        script(&b, "prog", "b", 0o755);
+        script(&c, "prog", "c", 0o755);
+        let path = format!("{}:{}:{}", a.display(), b.display(), c.display());
+        assert_eq!(run_image("prog", &path, root.path()).unwrap(), "b\n");
+        // A name with a slash is not searched for.
+        let err = run_image("./prog", &path, root.path()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(run_image("./prog", &path, &c).unwrap(), "c\n");
+    }
+
+    #[test]
+    fn a_program_found_but_not_executable_is_skipped_and_reported_if_nothing_else_runs() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        script(&a, "prog", "a", 0o644);
+        let only_a = a.display().to_string();
+        // Root may execute any file with an execute bit; 0o644 has none for anyone.
+        let err = run_image("prog", &only_a, root.path()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EACCES));
+        script(&b, "prog", "b", 0o755);
+        let both = format!("{}:{}", a.display(), b.display());
+        assert_eq!(run_image("prog", &both, root.path()).unwrap(), "b\n");
+        let err = run_image("missing", &both, root.path()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    }
+
+    #[test]
+    fn an_empty_path_entry_is_the_working_directory() {
+        let root = tempfile::tempdir().unwrap();
+        script(root.path(), "prog", "here", 0o755);
+        assert_eq!(
+            run_image("prog", "/nonexistent:", root.path()).unwrap(),
+            "here\n"
+        );
+    }
+
+    #[test]
+    fn arguments_and_environment_are_passed_as_given() {
+        let env = [
+            (OsString::from("PATH"), OsString::from("/usr/bin:/bin")),
+            (OsString::from("ONLY"), OsString::from("this")),
+        ];
+        let args = [
+            OsString::from("-c"),
+            OsString::from("echo \"$0 $ONLY $HOME\""),
+            OsString::from("zero"),
+        ];
+        let image = ExecImage::new("sh".as_ref(), &args, &env).unwrap();
+        let mut command = std::process::Command::new("false");
+        // SAFETY: `ExecImage::exec` is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || Err(image.exec()));
+        }
+        let out = command.output().unwrap();
+        // `HOME` is not passed on: the image's environment is all the command gets.
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), "zero this \n");
+        assert!(ExecImage::new("a\0b".as_ref(), &[], &[]).is_none());
     }
 }

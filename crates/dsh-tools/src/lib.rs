@@ -68,7 +68,8 @@ pub use builtin::{
     GREP_MAX_RESULTS, TEMP_PREFIX,
 };
 pub use confinement::{
-    hidden_dirs, CommandConfinement, CommandPlan, ConfinementRequest, NoSandbox, PreExecHook,
+    hidden_dirs, CommandConfinement, CommandPlan, ConfinementRequest, ExecImage, ExecSlot,
+    NoSandbox, PreExecHook,
 };
 pub use context::{PermissionPreset, ToolContext, ToolLimits};
 pub use error::{ToolError, ToolErrorCode};

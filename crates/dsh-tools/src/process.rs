@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 #[cfg(unix)]
-use crate::confinement::CommandPlan;
+use crate::confinement::{CommandPlan, ExecImage};
 use crate::spill::SpillDir;
 
 // Windows has no process groups, fork or parent-death signal: `process_windows.rs` gives the
@@ -99,11 +99,20 @@ pub fn scrubbed_env() -> Vec<(OsString, OsString)> {
 /// and stderr.
 #[cfg(unix)]
 pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::process::Command {
+    let env = scrubbed_env();
+    // The same program, arguments and environment, ready for a hook that starts the command
+    // itself (`ExecImage`). A plan spawned again keeps its first image: same program and
+    // arguments, and the environment of a later spawn differs only if dsh's own changed.
+    if plan.exec_image.get().is_none() {
+        if let Some(image) = ExecImage::new(&plan.program, &plan.args, &env) {
+            let _ = plan.exec_image.set(image);
+        }
+    }
     let mut command = tokio::process::Command::new(&plan.program);
     command
         .args(&plan.args)
         .env_clear()
-        .envs(scrubbed_env())
+        .envs(env)
         .current_dir(workdir)
         .stdin(Stdio::null());
     let hooks = plan.pre_exec.clone();
@@ -124,6 +133,8 @@ pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::proces
             if libc::setsid() == -1 {
                 return Err(std::io::Error::last_os_error());
             }
+            // The plan's hooks run last and in order: a hook that starts the command itself
+            // from `exec_image` (a keeper) is the plan's last and returns only with an error.
             for hook in &hooks {
                 hook()?;
             }

@@ -112,7 +112,7 @@ fn bubblewrap() -> Sandbox {
 }
 
 /// Landlock as `auto` picks it when `bwrap` is not on the search path.
-fn landlock_only() -> Sandbox {
+pub(crate) fn landlock_only() -> Sandbox {
     let probe = SandboxProbe::run(Some("/nonexistent-dir-without-bwrap".as_ref()));
     assert!(
         probe

@@ -216,11 +216,7 @@ fn confined_plan(
     command: &str,
     workdir: &std::path::Path,
 ) -> Result<(CommandPlan, ConfinementRequest), ToolError> {
-    let plan = CommandPlan {
-        program: "bash".into(),
-        args: vec!["-c".into(), command.into()],
-        pre_exec: Vec::new(),
-    };
+    let plan = CommandPlan::new("bash", vec!["-c".into(), command.into()]);
     let request = ConfinementRequest {
         preset: ctx.permission(),
         cwd: ctx.cwd().to_path_buf(),
