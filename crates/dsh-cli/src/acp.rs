@@ -8,7 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use dsh_runtime::Choices;
 
-/// Arguments of `dsh acp`.
+// Arguments of `dsh acp` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct AcpArgs {
     /// Provider for the sessions (default: the configured one).

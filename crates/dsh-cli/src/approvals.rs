@@ -7,7 +7,8 @@ use dsh_agent::{approvals_path, read_rules, write_rules};
 
 use crate::run::UserError;
 
-/// Arguments of `dsh approvals`.
+// Arguments of `dsh approvals` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct ApprovalsArgs {
     #[command(subcommand)]

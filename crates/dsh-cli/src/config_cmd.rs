@@ -7,14 +7,15 @@ use anyhow::Context;
 use crate::credentials::Settings;
 use crate::run::UserError;
 
-/// Arguments of `dsh config`.
+// Arguments of `dsh config` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct ConfigArgs {
     #[command(subcommand)]
     pub(crate) command: ConfigCommand,
 }
 
-/// `dsh config` subcommands.
+// `dsh config` subcommands (a plain comment, as on `ConfigArgs`).
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum ConfigCommand {
     /// Print the effective configuration, where each value came from, and whether each

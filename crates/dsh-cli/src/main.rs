@@ -43,7 +43,11 @@ struct Cli {
     alt_screen: bool,
 }
 
+/// Each subcommand's arguments are defined only when it is the one used (`defer`): clap
+/// would otherwise build every subcommand's arguments before parsing any
+/// (docs/PERFORMANCE.md, "Where the first request's time goes").
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 enum Command {
     /// Run one task headless: final answer on stdout, progress on stderr.
     Run(run::RunArgs),
@@ -109,6 +113,46 @@ fn main() -> ExitCode {
                 None => eprintln!("dsh: {err:#}"),
             }
             ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Each subcommand's arguments are added when it is used (`defer`); its help line must
+    /// still be the variant's doc, not the arguments struct's.
+    #[test]
+    fn each_subcommand_keeps_its_help_line_once_its_arguments_are_added() {
+        let mut cli = Cli::command();
+        let names: Vec<String> = cli
+            .get_subcommands()
+            .map(|sub| sub.get_name().to_string())
+            .collect();
+        assert!(names.len() >= 10, "{names:?}");
+        for name in names {
+            let sub = cli.find_subcommand_mut(&name).unwrap();
+            let about = sub.get_about().unwrap().to_string();
+            let help = sub.render_help().to_string();
+            assert_eq!(
+                help.lines().next().unwrap(),
+                about.trim_end_matches('.'),
+                "{name}"
+            );
+            // The arguments were added: `run --help` lists its options.
+            if name == "run" {
+                assert!(help.contains("--max-steps"), "{help}");
+            }
         }
     }
 }

@@ -11,7 +11,8 @@ use dsh_llm::ModelInfo;
 use crate::credentials::Settings;
 use crate::run::UserError;
 
-/// Arguments of `dsh models`.
+// Arguments of `dsh models` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct ModelsArgs {
     /// Provider name from the configuration (default: the configured default provider).

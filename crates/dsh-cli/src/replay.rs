@@ -18,7 +18,8 @@ use tokio::sync::Notify;
 /// The route the replay adapter is registered under.
 const REPLAY_ROUTE: &str = "replay";
 
-/// Arguments of `dsh replay`.
+// Arguments of `dsh replay` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReplayArgs {
     /// A session log (`session.jsonl`), or a folder holding one.

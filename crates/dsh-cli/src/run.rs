@@ -21,7 +21,8 @@ use dsh_session::TurnEndReason;
 use crate::headless::{json_prints, task_text, ColorChoice};
 use crate::progress::{envelope_json, ProgressPrinter};
 
-/// Arguments of `dsh run`.
+// Arguments of `dsh run` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct RunArgs {
     /// The task for the agent; `-` (or no argument with input piped in) reads it from standard

@@ -10,7 +10,8 @@ use dsh_session::{
     PriceTable, SessionStore, StoreKind,
 };
 
-/// Arguments of `dsh sessions`.
+// Arguments of `dsh sessions` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct SessionsArgs {
     /// Session store: `jsonl` (default) or `sqlite`.

@@ -10,7 +10,8 @@ use dsh_config::trust::{self, TrustReason, TrustStore, WorkspaceTrust};
 
 use crate::run::UserError;
 
-/// Arguments of `dsh trust`.
+// Arguments of `dsh trust` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct TrustArgs {
     /// Workspace to review (default: the current directory's).

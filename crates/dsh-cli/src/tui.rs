@@ -11,7 +11,8 @@ use dsh_runtime::Choices;
 use dsh_session::StoreKind;
 use dsh_tui::{StartWith, StatusInfo, TuiOptions};
 
-/// Arguments of `dsh resume`.
+// Arguments of `dsh resume` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct ResumeArgs {
     /// Session id, id prefix or path (default: the latest session of this directory).

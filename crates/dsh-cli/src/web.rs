@@ -21,7 +21,8 @@ macro_rules! say {
     }};
 }
 
-/// Arguments of `dsh web`.
+// Arguments of `dsh web` (a plain comment: clap would make a doc comment the
+// subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct WebArgs {
     /// Address to listen on (loopback only unless --allow-remote).

@@ -332,6 +332,7 @@ impl Runtime {
         // The sandbox probe's verdict is kept in the home (docs/SECURITY.md, "Probe verdict
         // cache"), so a new process need not try each mechanism before its first request.
         dsh_sandbox::use_probe_cache(&options.home);
+        dsh_sandbox::probe_in_background();
         Ok(Runtime {
             cwd: canonical_dir(&options.cwd)?,
             home: options.home,

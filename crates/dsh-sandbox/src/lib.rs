@@ -464,6 +464,24 @@ pub fn use_probe_cache(home: &std::path::Path) {
     let _ = home;
 }
 
+/// Starts the process-wide probe ([`SandboxProbe::cached`]: the verdict read from the cache
+/// [`use_probe_cache`] names, else a trial) on a thread of its own, so it runs beside what
+/// the caller does next (reading the configuration) instead of when the first session is
+/// composed, which then takes the verdict or waits for it (docs/PERFORMANCE.md, "Where the
+/// first request's time goes"). Call after [`use_probe_cache`]. Linux only: elsewhere the
+/// verdict costs nothing and this does nothing.
+pub fn probe_in_background() {
+    #[cfg(target_os = "linux")]
+    {
+        // A thread that cannot start leaves the probe to its first use, as before.
+        let _ = std::thread::Builder::new()
+            .name("dsh-probe".to_string())
+            .spawn(|| {
+                SandboxProbe::cached_with_origin();
+            });
+    }
+}
+
 /// Makes this process non-dumpable (`PR_SET_DUMPABLE 0`), so that a process without
 /// `CAP_SYS_PTRACE`, which every confined command is (they drop all capabilities, also as
 /// root), can read neither `/proc/<dsh>/environ`, where the provider key may be, nor this
