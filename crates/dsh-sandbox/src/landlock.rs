@@ -279,19 +279,7 @@ fn restrict_hook(
     image: ExecSlot,
 ) -> PreExecHook {
     Arc::new(move || {
-        // SAFETY: prctl with integer arguments only.
-        if unsafe {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            )
-        } != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
+        arm_death_signal(libc::SIGKILL)?;
         // SAFETY: getppid has no preconditions.
         if unsafe { libc::getppid() } != parent {
             // The parent died before the death signal was armed.
@@ -416,16 +404,7 @@ pub(crate) fn keep_tree(
     unsafe {
         // dsh's death must reach the keeper as a signal it can act on (SIGHUP, watched below),
         // not as the SIGKILL armed earlier.
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGHUP as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
+        arm_death_signal(libc::SIGHUP)?;
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -484,21 +463,21 @@ pub(crate) fn keep_tree(
 /// The command's process, first thing: dies with its keeper (`PR_SET_PDEATHSIG(SIGKILL)`) and
 /// gets back the signal mask `mask` the keeper had before blocking the ones it waits for.
 fn command_setup(mask: &libc::sigset_t) -> io::Result<()> {
-    // SAFETY: prctl with integer arguments; sigprocmask reads `mask`.
+    arm_death_signal(libc::SIGKILL)?;
+    // SAFETY: sigprocmask reads `mask`.
     unsafe {
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
         if libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) != 0 {
             return Err(io::Error::last_os_error());
         }
+    }
+    Ok(())
+}
+
+/// `PR_SET_PDEATHSIG(sig)`: `sig` when the parent thread ends. Async-signal-safe.
+fn arm_death_signal(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
