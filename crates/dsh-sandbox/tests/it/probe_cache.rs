@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -54,6 +54,25 @@ impl Area {
 
     fn cache(&self) -> PathBuf {
         self.home.join(PROBE_CACHE_FILE)
+    }
+
+    /// Plants `probe` under the key of the search path `path` and reads it back through the
+    /// cache, as a new process would ([`Area::read_back`]).
+    fn plant(&self, path: Option<&OsStr>, probe: &SandboxProbe) -> (SandboxProbe, ProbeOrigin) {
+        store_probe(&self.cache(), &ProbeKey::current(path), probe).unwrap();
+        self.read_back(path)
+    }
+
+    /// The verdict a new process with the search path `path` reads; it must come from the
+    /// cache.
+    fn read_back(&self, path: Option<&OsStr>) -> (SandboxProbe, ProbeOrigin) {
+        let (probe, origin) = probe_through_cache(&self.cache(), path);
+        assert_eq!(
+            origin,
+            ProbeOrigin::Cache(self.cache()),
+            "the cache must be read"
+        );
+        (probe, origin)
     }
 
     /// A `bwrap` stand-in in `bin` running `body` (logs every invocation's arguments).
@@ -120,6 +139,22 @@ impl Area {
     }
 }
 
+/// The `workspace-write` sandbox for `preference` from a verdict read through the cache.
+fn choose(
+    preference: SandboxPreference,
+    probe: &SandboxProbe,
+    origin: &ProbeOrigin,
+    path: Option<&OsStr>,
+) -> Sandbox {
+    Sandbox::choose_cached(
+        PermissionPreset::WorkspaceWrite,
+        preference,
+        probe,
+        origin,
+        path,
+    )
+}
+
 fn rand_suffix() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -164,8 +199,7 @@ fn a_trial_is_stored_0600_and_read_back_under_its_key_only() {
     assert_eq!(meta.mode() & 0o7777, 0o600, "the cache must be 0600");
     // SAFETY: geteuid has no preconditions.
     assert_eq!(meta.uid(), unsafe { libc::geteuid() });
-    let (second, origin) = probe_through_cache(&area.cache(), path.as_deref());
-    assert_eq!(origin, ProbeOrigin::Cache(area.cache()));
+    let (second, _) = area.read_back(path.as_deref());
     assert_eq!(
         second.bubblewrap.as_ref().ok(),
         first.bubblewrap.as_ref().ok()
@@ -331,18 +365,11 @@ fn a_cache_planted_by_another_user_is_ignored() {
 fn plant_working_fake(area: &Area, body: &str) -> (SandboxProbe, ProbeOrigin) {
     let fake = area.fake_bwrap(body);
     let search = area.search_path();
-    let key = ProbeKey::current(Some(&search));
     let lie = SandboxProbe {
         bubblewrap: Ok(Bubblewrap::new(&fake)),
         landlock: true_probe().landlock,
     };
-    store_probe(&area.cache(), &key, &lie).unwrap();
-    let (probe, origin) = probe_through_cache(&area.cache(), Some(&search));
-    assert_eq!(
-        origin,
-        ProbeOrigin::Cache(area.cache()),
-        "the plant must hit"
-    );
+    let (probe, origin) = area.plant(Some(&search), &lie);
     assert_eq!(probe.bubblewrap.as_ref().ok(), lie.bubblewrap.as_ref().ok());
     (probe, origin)
 }
@@ -352,13 +379,7 @@ async fn a_planted_bwrap_is_refused(body: &str) {
     let (probe, origin) = plant_working_fake(&area, body);
     let search = area.search_path();
     for preference in [SandboxPreference::Auto, SandboxPreference::Bubblewrap] {
-        let sandbox = Sandbox::choose_cached(
-            PermissionPreset::WorkspaceWrite,
-            preference,
-            &probe,
-            &origin,
-            Some(&search),
-        );
+        let sandbox = choose(preference, &probe, &origin, Some(&search));
         assert_eq!(sandbox.mode(), SandboxMode::Bubblewrap, "the cache said so");
         for preset in [PermissionPreset::WorkspaceWrite, PermissionPreset::ReadOnly] {
             let result = area.attempt(&sandbox, preset).await;
@@ -402,22 +423,9 @@ async fn a_cached_bwrap_that_runs_commands_unconfined_makes_bash_fail_closed() {
 async fn a_cached_no_mechanism_verdict_runs_nothing_and_heals() {
     let area = Area::new();
     let path = std::env::var_os("PATH");
-    let key = ProbeKey::current(path.as_deref());
-    store_probe(
-        &area.cache(),
-        &key,
-        &SandboxProbe::nothing_works("planted: none", "planted: none"),
-    )
-    .unwrap();
-    let (probe, origin) = probe_through_cache(&area.cache(), path.as_deref());
-    assert_eq!(origin, ProbeOrigin::Cache(area.cache()));
-    let sandbox = Sandbox::choose_cached(
-        PermissionPreset::WorkspaceWrite,
-        SandboxPreference::Auto,
-        &probe,
-        &origin,
-        path.as_deref(),
-    );
+    let none = SandboxProbe::nothing_works("planted: none", "planted: none");
+    let (probe, origin) = area.plant(path.as_deref(), &none);
+    let sandbox = choose(SandboxPreference::Auto, &probe, &origin, path.as_deref());
     assert_eq!(sandbox.mode(), SandboxMode::Unavailable);
     for preset in [PermissionPreset::WorkspaceWrite, PermissionPreset::ReadOnly] {
         let result = area.attempt(&sandbox, preset).await;
@@ -425,15 +433,8 @@ async fn a_cached_no_mechanism_verdict_runs_nothing_and_heals() {
         assert!(!area.escaped() && !area.ran(), "{preset}: the command ran");
     }
     // The next process reads the healed verdict and confines with it.
-    let (healed, origin) = probe_through_cache(&area.cache(), path.as_deref());
-    assert_eq!(origin, ProbeOrigin::Cache(area.cache()));
-    let sandbox = Sandbox::choose_cached(
-        PermissionPreset::WorkspaceWrite,
-        SandboxPreference::Auto,
-        &healed,
-        &origin,
-        path.as_deref(),
-    );
+    let (healed, origin) = area.read_back(path.as_deref());
+    let sandbox = choose(SandboxPreference::Auto, &healed, &origin, path.as_deref());
     assert_eq!(sandbox.mode(), SandboxMode::Bubblewrap);
     let result = area
         .attempt(&sandbox, PermissionPreset::WorkspaceWrite)
@@ -453,21 +454,12 @@ async fn a_cache_hiding_bubblewrap_does_not_downgrade_to_landlock() {
         );
     };
     let path = std::env::var_os("PATH");
-    let key = ProbeKey::current(path.as_deref());
     let lie = SandboxProbe {
         bubblewrap: Err("planted: bwrap broken".into()),
         landlock: Ok(landlock),
     };
-    store_probe(&area.cache(), &key, &lie).unwrap();
-    let (probe, origin) = probe_through_cache(&area.cache(), path.as_deref());
-    assert_eq!(origin, ProbeOrigin::Cache(area.cache()));
-    let sandbox = Sandbox::choose_cached(
-        PermissionPreset::WorkspaceWrite,
-        SandboxPreference::Auto,
-        &probe,
-        &origin,
-        path.as_deref(),
-    );
+    let (probe, origin) = area.plant(path.as_deref(), &lie);
+    let sandbox = choose(SandboxPreference::Auto, &probe, &origin, path.as_deref());
     assert_eq!(sandbox.mode(), SandboxMode::Landlock, "the cache said so");
     let result = area
         .attempt(&sandbox, PermissionPreset::WorkspaceWrite)
@@ -475,8 +467,7 @@ async fn a_cache_hiding_bubblewrap_does_not_downgrade_to_landlock() {
     assert_refused(&result, "Landlock instead of bubblewrap");
     assert!(!area.escaped() && !area.ran(), "the command ran");
     // Forcing Landlock is what the user asked for: the same lie is then no downgrade.
-    let forced = Sandbox::choose_cached(
-        PermissionPreset::WorkspaceWrite,
+    let forced = choose(
         SandboxPreference::Landlock,
         &probe,
         &origin,
@@ -493,22 +484,12 @@ async fn a_cache_hiding_bubblewrap_does_not_downgrade_to_landlock() {
 async fn a_true_cached_verdict_confines_with_each_mechanism() {
     let area = Area::new();
     let path = std::env::var_os("PATH");
-    let key = ProbeKey::current(path.as_deref());
-    let truth = true_probe();
-    store_probe(&area.cache(), &key, &truth).unwrap();
-    let (probe, origin) = probe_through_cache(&area.cache(), path.as_deref());
-    assert_eq!(origin, ProbeOrigin::Cache(area.cache()));
+    let (probe, origin) = area.plant(path.as_deref(), &true_probe());
     for (preference, mode) in [
         (SandboxPreference::Bubblewrap, SandboxMode::Bubblewrap),
         (SandboxPreference::Landlock, SandboxMode::Landlock),
     ] {
-        let sandbox = Sandbox::choose_cached(
-            PermissionPreset::WorkspaceWrite,
-            preference,
-            &probe,
-            &origin,
-            path.as_deref(),
-        );
+        let sandbox = choose(preference, &probe, &origin, path.as_deref());
         assert_eq!(sandbox.mode(), mode);
         std::fs::remove_file(area.cwd.join("ran.txt")).ok();
         let result = area
