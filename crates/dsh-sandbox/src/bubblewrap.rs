@@ -324,10 +324,8 @@ impl CommandConfinement for Bubblewrap {
         let mut pre_exec = plan.pre_exec;
         pre_exec.push(seccomp_fd_hook(Arc::new(filter)));
         Ok(CommandPlan {
-            program: self.program.clone().into_os_string(),
-            args,
             pre_exec,
-            exec_image: Default::default(),
+            ..CommandPlan::new(self.program.clone().into_os_string(), args)
         })
     }
 }
@@ -422,12 +420,7 @@ mod tests {
 
     #[test]
     fn danger_full_access_is_untouched() {
-        let plan = CommandPlan {
-            program: "bash".into(),
-            args: vec!["-c".into(), "true".into()],
-            pre_exec: Vec::new(),
-            exec_image: Default::default(),
-        };
+        let plan = CommandPlan::new("bash", vec!["-c".into(), "true".into()]);
         let req = request(PermissionPreset::DangerFullAccess, Path::new("/"), vec![]);
         let out = Bubblewrap::new("bwrap").confine(plan, &req).unwrap();
         assert_eq!(out.program, OsString::from("bash"));

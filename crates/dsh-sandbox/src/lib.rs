@@ -473,12 +473,16 @@ pub fn use_probe_cache(home: &std::path::Path) {
 pub fn probe_in_background() {
     #[cfg(target_os = "linux")]
     {
-        // A thread that cannot start leaves the probe to its first use, as before.
-        let _ = std::thread::Builder::new()
-            .name("dsh-probe".to_string())
-            .spawn(|| {
-                SandboxProbe::cached_with_origin();
-            });
+        // One thread per process: later runtimes find the probe started (or done).
+        static STARTED: std::sync::Once = std::sync::Once::new();
+        STARTED.call_once(|| {
+            // A thread that cannot start leaves the probe to its first use, as before.
+            let _ = std::thread::Builder::new()
+                .name("dsh-probe".to_string())
+                .spawn(|| {
+                    SandboxProbe::cached_with_origin();
+                });
+        });
     }
 }
 

@@ -529,9 +529,9 @@ unsafe fn enter(
     restrict(scope)?;
     // Its parent (the relay) is in dsh's pid namespace, where getppid() says 0: the keeper
     // notices the relay's death by its death signal only.
-    // The command: a domain nested in the keeper's, so it cannot signal the keeper, the
-    // waiter or another call, while the keeper's `kill(-1)` reaches all it started.
     crate::landlock::keep_tree(0, image, &|| {
+        // The command: a domain nested in the keeper's, so it cannot signal the keeper, the
+        // waiter or another call, while the keeper's `kill(-1)` reaches all it started.
         restrict(scope)?;
         crate::landlock::drop_capabilities()?;
         filter.install()

@@ -285,16 +285,14 @@ fn trial_with(
         writable_roots: vec![ws.clone()],
         hidden_dirs: Vec::new(),
     };
-    let plan = CommandPlan {
-        program: "sh".into(),
-        args: vec![
+    let plan = CommandPlan::new(
+        "sh",
+        vec![
             "-c".into(),
             "echo ok > ok; echo escaped > \"$0/escaped\" 2>/dev/null; chmod 600 \"$0/meta\" 2>/dev/null; exit 0".into(),
             outside.clone().into_os_string(),
         ],
-        pre_exec: Vec::new(),
-        exec_image: Default::default(),
-    };
+    );
     let plan = confinement.confine(plan, &request).map_err(|e| e.message)?;
     let stderr = run_plan(&plan, &ws, keeper)?;
     if outside.join("escaped").exists() {

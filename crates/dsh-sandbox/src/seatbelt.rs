@@ -277,16 +277,14 @@ fn detect() -> Result<Seatbelt, String> {
         writable_roots: vec![inside.clone()],
         hidden_dirs: Vec::new(),
     };
-    let plan = CommandPlan {
-        program: "/bin/sh".into(),
-        args: vec![
+    let plan = CommandPlan::new(
+        "/bin/sh",
+        vec![
             "-c".into(),
             "echo ok > ok; echo escaped > \"$0/escaped\" 2>/dev/null; exit 0".into(),
             outside.clone().into_os_string(),
         ],
-        pre_exec: Vec::new(),
-        exec_image: Default::default(),
-    };
+    );
     let result = seatbelt
         .confine(plan, &request)
         .map_err(|err| err.message)
@@ -345,10 +343,8 @@ impl CommandConfinement for Seatbelt {
         ];
         args.extend(plan.args);
         Ok(CommandPlan {
-            program: self.program.clone().into_os_string(),
-            args,
             pre_exec: plan.pre_exec,
-            exec_image: Default::default(),
+            ..CommandPlan::new(self.program.clone().into_os_string(), args)
         })
     }
 }
@@ -505,12 +501,7 @@ mod tests {
             writable_roots: vec![link.clone(), wt.clone(), real.join("missing")],
             hidden_dirs: vec![real.join("home")],
         };
-        let plan = CommandPlan {
-            program: "bash".into(),
-            args: vec!["-c".into(), "echo hi".into()],
-            pre_exec: Vec::new(),
-            exec_image: Default::default(),
-        };
+        let plan = CommandPlan::new("bash", vec!["-c".into(), "echo hi".into()]);
         let confined = Seatbelt::default().confine(plan, &request).unwrap();
         assert_eq!(confined.program, SANDBOX_EXEC);
         assert_eq!(confined.args[0], "-p");
@@ -540,12 +531,7 @@ mod tests {
             preset: PermissionPreset::DangerFullAccess,
             ..request
         };
-        let plan = CommandPlan {
-            program: "bash".into(),
-            args: vec![],
-            pre_exec: Vec::new(),
-            exec_image: Default::default(),
-        };
+        let plan = CommandPlan::new("bash", vec![]);
         let same = Seatbelt::default().confine(plan, &danger).unwrap();
         assert_eq!(same.program, "bash");
     }
@@ -562,12 +548,7 @@ mod tests {
             writable_roots: vec![bad],
             hidden_dirs: Vec::new(),
         };
-        let plan = CommandPlan {
-            program: "bash".into(),
-            args: vec![],
-            pre_exec: Vec::new(),
-            exec_image: Default::default(),
-        };
+        let plan = CommandPlan::new("bash", vec![]);
         let err = Seatbelt::default().confine(plan, &request).unwrap_err();
         assert_eq!(err.code, dsh_tools::ToolErrorCode::SandboxUnavailable);
         assert!(err.message.contains("quote"), "{}", err.message);

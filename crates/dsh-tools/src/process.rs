@@ -101,9 +101,10 @@ pub fn scrubbed_env() -> Vec<(OsString, OsString)> {
 pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::process::Command {
     let env = scrubbed_env();
     // The same program, arguments and environment, ready for a hook that starts the command
-    // itself (`ExecImage`). A plan spawned again keeps its first image: same program and
-    // arguments, and the environment of a later spawn differs only if dsh's own changed.
-    if plan.exec_image.get().is_none() {
+    // itself (`ExecImage`); only hooks read it. A plan spawned again keeps its first image:
+    // same program and arguments, and the environment of a later spawn differs only if dsh's
+    // own changed.
+    if !plan.pre_exec.is_empty() && plan.exec_image.get().is_none() {
         if let Some(image) = ExecImage::new(&plan.program, &plan.args, &env) {
             let _ = plan.exec_image.set(image);
         }
