@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 
+use dsh_http::RequestBody;
 use dsh_llm::{
     ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
     ReasoningEffort, Role, WrittenHistory,
@@ -239,19 +240,20 @@ pub fn build_request_body(
 
 /// [`build_request_body`], reusing the bytes of the history messages that `cache` holds from
 /// the same session's last request (see [`HistoryBytes`]). The body is byte for byte the one
-/// [`build_request_body`] builds. A call with a purpose (a title), without a session id or
-/// without a history lineage takes the plain path and leaves the cache as it was.
+/// [`build_request_body`] builds; the history's bytes go in it uncopied. A call with a purpose
+/// (a title), without a session id or without a history lineage takes the plain path and leaves
+/// the cache as it was.
 pub(crate) fn build_request_body_cached(
     request: &GenerateRequest,
     budgets: &ThinkingBudgets,
     cache: &HistoryBytes,
-) -> Result<Vec<u8>, Failure> {
+) -> Result<RequestBody, Failure> {
     let (Some(session), None, Some(lineage)) = (
         request.session_id.as_deref(),
         request.purpose,
         request.history_lineage,
     ) else {
-        return build_request_body(request, budgets);
+        return build_request_body(request, budgets).map(RequestBody::from);
     };
     let (head, tail) = body_parts(request, budgets)?;
     dsh_llm::check_images_loaded(&request.messages)?;
@@ -259,47 +261,47 @@ pub(crate) fn build_request_body_cached(
     history
         .extend_to(&request.messages, Some(lineage))
         .map_err(serialise_failure)?;
-    let body = splice_body(&head, &history, &tail)?;
+    let body = splice_body(&head, &mut history, &tail)?;
     cache.put(session, history);
     Ok(body)
 }
 
 /// The body as `head`, the `messages` array and `tail`: what serialising one [`Body`] gives,
 /// since compact JSON has no whitespace to differ in and [`Body`]'s fields are `head`'s, then
-/// `messages`, then `tail`'s.
+/// `messages`, then `tail`'s. The history's closed wire messages go in uncopied.
 fn splice_body(
     head: &BodyHead<'_>,
-    history: &SerializedHistory,
+    history: &mut SerializedHistory,
     tail: &BodyTail<'_>,
-) -> Result<Vec<u8>, Failure> {
-    let head = serde_json::to_vec(head).map_err(serialise_failure)?;
-    let tail = serde_json::to_vec(tail).map_err(serialise_failure)?;
+) -> Result<RequestBody, Failure> {
+    let mut head = serde_json::to_vec(head).map_err(serialise_failure)?;
+    let mut end = b"],".to_vec();
+    serde_json::to_writer(&mut end, tail).map_err(serialise_failure)?;
     // `head` always holds `model` and `tail` always holds `stream`: both are non-empty objects
     // whose fields continue each other around `messages`.
-    let (Some(head_fields), Some(tail_fields)) = (
-        head.strip_suffix(b"}").filter(|h| h.len() > 1),
-        tail.strip_prefix(b"{").filter(|t| t.len() > 1),
-    ) else {
+    if !(head.len() > 2 && head.ends_with(b"}") && end.len() > 4 && end[2] == b'{') {
         return Err(Failure::new(
             FailureCode::InvalidRequest,
             "could not assemble the Messages request: a part of the body is not a JSON object \
              with fields (a bug in dsh; please report it)",
         ));
-    };
-    let mut body = Vec::with_capacity(
-        head.len() + history.written.bytes.len() + history.open.len() + tail.len() + 16,
-    );
-    body.extend_from_slice(head_fields);
-    body.extend_from_slice(b",\"messages\":[");
-    // Each wire message is written with a comma first; the array's first element has none.
-    let mut first = true;
-    for part in [&history.written.bytes, &history.open] {
-        let skip = usize::from(first && !part.is_empty());
-        first &= part.is_empty();
-        body.extend_from_slice(&part[skip..]);
     }
-    body.extend_from_slice(b"],");
-    body.extend_from_slice(tail_fields);
+    head.pop();
+    head.extend_from_slice(b",\"messages\":[");
+    end.remove(2);
+    let mut body = RequestBody::new();
+    body.push(head);
+    // Each wire message is written with a comma first; the array's first element has none.
+    let written = &history.written.bytes;
+    body.push_shared(
+        written.share(),
+        usize::from(!written.is_empty())..written.len(),
+    );
+    // The next request writes its open message anew: it goes to this body as it is.
+    let mut open = std::mem::take(&mut history.open);
+    open.drain(..usize::from(written.is_empty() && !open.is_empty()));
+    body.push(open);
+    body.push(end);
     Ok(body)
 }
 
@@ -427,8 +429,9 @@ impl SerializedHistory {
             push_message(&mut open, message);
             if before > 0 && open.len() > before {
                 for closed in open.drain(..before) {
-                    self.written.bytes.push(b',');
-                    serde_json::to_writer(&mut self.written.bytes, &closed)?;
+                    let bytes = &mut *self.written.bytes;
+                    bytes.push(b',');
+                    serde_json::to_writer(bytes, &closed)?;
                 }
                 self.written.cut(index, index + 1);
             }

@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 
+use dsh_http::RequestBody;
 use dsh_llm::{
     ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
     ReasoningEffort, Role, WrittenHistory,
@@ -239,17 +240,17 @@ pub fn build_request_body_with(
     request: &GenerateRequest,
     quirks: &OpenAiQuirks,
 ) -> Result<Vec<u8>, Failure> {
-    build_body(request, quirks, None)
+    build_body(request, quirks, None).map(|body| body.to_vec())
 }
 
 /// [`build_request_body_with`], reusing the bytes of the messages that `cache` holds from the
 /// same session's last request (see [`HistoryBytes`]). The body is byte for byte the one
-/// [`build_request_body_with`] builds.
+/// [`build_request_body_with`] builds; the history's bytes go in it uncopied.
 pub(crate) fn build_request_body_cached(
     request: &GenerateRequest,
     quirks: &OpenAiQuirks,
     cache: &HistoryBytes,
-) -> Result<Vec<u8>, Failure> {
+) -> Result<RequestBody, Failure> {
     build_body(request, quirks, Some(cache))
 }
 
@@ -257,7 +258,7 @@ fn build_body(
     request: &GenerateRequest,
     quirks: &OpenAiQuirks,
     cache: Option<&HistoryBytes>,
-) -> Result<Vec<u8>, Failure> {
+) -> Result<RequestBody, Failure> {
     let model = wire_model(request);
     let mode = thinking_mode(request, model);
     let shape = HistoryShape {
@@ -278,36 +279,34 @@ fn build_body(
         .extend_to(&request.messages, request.history_lineage)
         .map_err(serialise_failure)?;
 
-    let tail = serde_json::to_vec(&body_tail(request, quirks, mode)).map_err(serialise_failure)?;
-
-    let mut body = Vec::with_capacity(
-        64 + model.len()
-            + request.system.len() * 11 / 10
-            + history.written.bytes.len()
-            + history.trailing_images.len()
-            + tail.len(),
-    );
-    body.extend_from_slice(b"{\"model\":");
-    serde_json::to_writer(&mut body, model).map_err(serialise_failure)?;
-    body.extend_from_slice(b",\"messages\":[");
+    let mut head = Vec::with_capacity(64 + model.len() + request.system.len() * 11 / 10);
+    head.extend_from_slice(b"{\"model\":");
+    serde_json::to_writer(&mut head, model).map_err(serialise_failure)?;
+    head.extend_from_slice(b",\"messages\":[");
     let has_system = !request.system.is_empty();
     if has_system {
         let system = WireMessage::System {
             content: Cow::Borrowed(request.system.as_str()),
         };
-        serde_json::to_writer(&mut body, &system).map_err(serialise_failure)?;
+        serde_json::to_writer(&mut head, &system).map_err(serialise_failure)?;
     }
+    let mut body = RequestBody::new();
+    body.push(head);
     // The history's bytes put a comma before each message; the array's first element has none.
-    let mut first = !has_system;
-    for part in [&history.written.bytes, &history.trailing_images] {
-        let skip = usize::from(first && !part.is_empty());
-        first &= part.is_empty();
-        body.extend_from_slice(&part[skip..]);
-    }
-    body.push(b']');
+    let written = &history.written.bytes;
+    let skip = usize::from(!has_system && !written.is_empty());
+    body.push_shared(written.share(), skip..written.len());
+    // The next request writes its trailing images anew: they go to this body as they are.
+    let mut images = std::mem::take(&mut history.trailing_images);
+    let skip = usize::from(!has_system && written.is_empty() && !images.is_empty());
+    images.drain(..skip);
+    body.push(images);
     // `tail` is a JSON object that always holds `stream`: its fields continue the body's.
-    body.push(b',');
-    body.extend_from_slice(&tail[1..]);
+    let mut end = b"]".to_vec();
+    serde_json::to_writer(&mut end, &body_tail(request, quirks, mode))
+        .map_err(serialise_failure)?;
+    end[1] = b',';
+    body.push(end);
 
     if let Some((cache, session)) = session {
         cache.put(session, history);
@@ -424,8 +423,9 @@ impl SerializedHistory {
                 self.shape.send_reasoning,
             );
             for wire_message in wire.drain(..) {
-                self.written.bytes.push(b',');
-                serde_json::to_writer(&mut self.written.bytes, &wire_message)?;
+                let bytes = &mut *self.written.bytes;
+                bytes.push(b',');
+                serde_json::to_writer(bytes, &wire_message)?;
             }
             self.written.wrote(message);
             if waiting_images.is_empty() {

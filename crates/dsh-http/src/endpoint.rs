@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::error::Error as _;
 use std::time::Duration;
 
+use crate::RequestBody;
 use dsh_llm::{Chunk, ChunkStream, Failure, FailureCode, FinishReason};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use tokio_util::sync::CancellationToken;
@@ -634,11 +635,11 @@ impl Endpoint {
 
     /// One streamed call: `body` serialises the request when the stream is first polled
     /// (after the cancel and key checks); `decoder` reads the reply.
-    pub fn stream<D: BodyDecoder>(
+    pub fn stream<D: BodyDecoder, B: Into<RequestBody>>(
         &self,
         cancel: CancellationToken,
         decoder: D,
-        body: impl FnOnce() -> Result<Vec<u8>, Failure> + Send + 'static,
+        body: impl FnOnce() -> Result<B, Failure> + Send + 'static,
     ) -> ChunkStream {
         let prepare: PrepareRequest = {
             let endpoint = self.clone();
@@ -646,7 +647,7 @@ impl Endpoint {
                 if endpoint.secret.is_none() {
                     return Err(endpoint.missing_credential());
                 }
-                let body = body()?;
+                let body = body()?.into().into_reqwest();
                 Ok(endpoint
                     .client
                     .post(&endpoint.url)

@@ -7,6 +7,7 @@
 //!   the body through the format's [`BodyDecoder`], cancellation, the idle watchdog and the
 //!   overall reply deadline at every await, the key scrubbed from every failure) and the model
 //!   listing ([`get_model_ids`]).
+//! - [`RequestBody`] sends a body as the parts it was built from, shared bytes uncopied.
 //! - [`SseDecoder`] turns response bytes into Server-Sent Events without I/O.
 //! - [`ApiKey`] keeps the key out of `Debug` and `Display`.
 //! - [`errors`] reads a provider's error body ([`errors::provider_message`]) and `Retry-After`
@@ -14,11 +15,13 @@
 #![warn(missing_docs, unreachable_pub)]
 #![warn(clippy::too_many_lines)]
 
+mod body;
 mod endpoint;
 pub mod errors;
 mod key;
 mod sse;
 
+pub use body::RequestBody;
 pub use endpoint::{
     aborted_chunk, describe_transport_error, error_chunk, get_model_ids, reply_deadline_failure,
     timeout_failure, BodyDecoder, Endpoint, EndpointConfig, HttpCall, HttpErrorParts, HttpFailure,

@@ -11,8 +11,8 @@ use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use dsh_http::{
-    AdapterConfigError, ApiKey, BodyDecoder, Endpoint, EndpointConfig, HttpErrorParts, SseDecoder,
-    SseEvent,
+    AdapterConfigError, ApiKey, BodyDecoder, Endpoint, EndpointConfig, HttpErrorParts, RequestBody,
+    SseDecoder, SseEvent,
 };
 use dsh_llm::{Chunk, Failure, FailureCode, FinishReason};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd};
@@ -193,6 +193,55 @@ async fn a_reply_streams_through_the_decoder_with_the_formats_headers_and_key() 
     assert_eq!(request.header("x-extra"), Some("yes"));
     assert_eq!(request.header("accept"), Some("text/event-stream"));
     assert_eq!(request.header("content-type"), Some("application/json"));
+}
+
+#[tokio::test]
+async fn a_body_in_parts_arrives_whole_with_its_length_and_lets_the_shared_bytes_go() {
+    let provider = FakeProvider::start([SseReply::new().data("ok").into()])
+        .await
+        .unwrap();
+    // Megabytes kept for the next request, as a history near the context window is.
+    let mut history = Vec::with_capacity(3 << 20);
+    history.push(b',');
+    while history.len() < 3 << 20 {
+        history.extend_from_slice(b"{\"role\":\"user\",\"content\":\"0123456789abcdef\"},");
+    }
+    history.pop();
+    let shared = std::sync::Arc::new(history);
+    let sent = std::sync::Arc::clone(&shared);
+    let len = shared.len();
+    let chunks: Vec<Chunk> = keyed(&provider)
+        .stream(CancellationToken::new(), RawDecoder::default(), move || {
+            let mut body = RequestBody::from(b"{\"messages\":[".to_vec());
+            body.push_shared(sent, 1..len);
+            body.push(b"]}".to_vec());
+            Ok(body)
+        })
+        .collect()
+        .await;
+    assert!(matches!(
+        chunks.last(),
+        Some(Chunk::Finish {
+            reason: FinishReason::Stop
+        })
+    ));
+    let request = &provider.requests()[0];
+    let mut expected = b"{\"messages\":[".to_vec();
+    expected.extend_from_slice(&shared[1..]);
+    expected.extend_from_slice(b"]}");
+    assert!(
+        request.raw_body == expected,
+        "the body arrived byte for byte"
+    );
+    let length = expected.len().to_string();
+    assert_eq!(request.header("content-length"), Some(length.as_str()));
+    assert_eq!(request.header("transfer-encoding"), None);
+    assert!(request.body["messages"].as_array().map_or(0, Vec::len) > 1000);
+    assert_eq!(
+        std::sync::Arc::strong_count(&shared),
+        1,
+        "the sent request let the bytes go"
+    );
 }
 
 #[tokio::test]

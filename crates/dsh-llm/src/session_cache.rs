@@ -3,7 +3,8 @@
 //! out while a call uses it and put back after, so concurrent calls never wait on each other
 //! (a second call of the same session meanwhile simply finds nothing).
 
-use std::sync::Mutex;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex};
 
 use crate::sync::LockExt;
 use crate::{HistoryLineage, Message};
@@ -75,8 +76,8 @@ pub struct WrittenHistory {
     lineage: Option<HistoryLineage>,
     /// The ids of the messages written, in order.
     ids: Vec<String>,
-    /// The bytes written.
-    pub bytes: Vec<u8>,
+    /// The bytes written, shared with the request bodies that send them.
+    pub bytes: SharedBytes,
     /// The points from which writing can go on, in order.
     cuts: Vec<Cut>,
 }
@@ -102,7 +103,7 @@ impl WrittenHistory {
             .cuts
             .last()
             .map_or((0, 0), |cut| (cut.resume, cut.bytes));
-        self.bytes.truncate(bytes);
+        self.bytes.truncate_to(bytes);
         self.ids.truncate(resume);
         self.lineage = lineage;
         resume
@@ -132,6 +133,49 @@ impl WrittenHistory {
     }
 }
 
+/// Bytes a request body can send without copying them while their owner keeps them for the
+/// next request (docs/providers.md, "The history bytes cache"). Reading goes through `Deref`;
+/// writing (`DerefMut`) is copy-on-write: it writes in place once the last request that holds
+/// the bytes has let them go, the usual case since a session's steps follow each other, and
+/// copies them first otherwise.
+#[derive(Debug, Default)]
+pub struct SharedBytes(Arc<Vec<u8>>);
+
+impl SharedBytes {
+    /// A handle on the bytes for a request body. Writing to `self` while it lives copies them.
+    pub fn share(&self) -> Arc<Vec<u8>> {
+        Arc::clone(&self.0)
+    }
+
+    /// Keeps the first `len` bytes; when a request still holds them, only those are copied.
+    fn truncate_to(&mut self, len: usize) {
+        match Arc::get_mut(&mut self.0) {
+            Some(bytes) => bytes.truncate(len),
+            None => self.0 = Arc::new(self.0[..len.min(self.0.len())].to_vec()),
+        }
+    }
+}
+
+impl Deref for SharedBytes {
+    type Target = Vec<u8>;
+
+    fn deref(&self) -> &Vec<u8> {
+        &self.0
+    }
+}
+
+impl DerefMut for SharedBytes {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl PartialEq<Vec<u8>> for SharedBytes {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        *self.0 == *other
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +193,38 @@ mod tests {
         assert_eq!(kept.take("s1", |_| true), None, "taken out");
         kept.put("s2", 20);
         assert_eq!(kept.take("s2", |_| true), Some(20), "replaced");
+    }
+
+    #[test]
+    fn shared_bytes_are_written_in_place_once_no_request_holds_them() {
+        let mut bytes = SharedBytes::default();
+        bytes.extend_from_slice(b"[1,2,3]");
+        bytes.reserve(64);
+        let sent = bytes.share();
+        let buffer = sent.as_ptr();
+        drop(sent);
+        bytes.extend_from_slice(b",[4]");
+        assert_eq!(bytes.as_ptr(), buffer, "no copy once the request let go");
+        bytes.truncate_to(3);
+        assert_eq!(bytes.as_ptr(), buffer);
+        assert_eq!(bytes, b"[1,".to_vec());
+    }
+
+    #[test]
+    fn shared_bytes_held_by_a_request_are_copied_before_a_write() {
+        let mut bytes = SharedBytes::default();
+        bytes.extend_from_slice(b"abcdef");
+        let sent = bytes.share();
+        bytes.push(b'g');
+        assert_eq!(
+            *sent,
+            b"abcdef".to_vec(),
+            "the request's bytes are left as they were"
+        );
+        assert_eq!(bytes, b"abcdefg".to_vec());
+        let sent = bytes.share();
+        bytes.truncate_to(2);
+        assert_eq!(*sent, b"abcdefg".to_vec());
+        assert_eq!(bytes, b"ab".to_vec());
     }
 }

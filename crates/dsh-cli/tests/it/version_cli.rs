@@ -33,3 +33,19 @@ async fn version_prints_clap_s_line_for_clap_s_flags_and_touches_nothing() {
     let left: Vec<_> = std::fs::read_dir(home.path()).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The executable is position-independent, so its image loads at a random address
+/// (docs/decisions/0009-start-up-floors.md): an ELF of type `ET_DYN` with an entry point, not
+/// `ET_EXEC`. `release/build` checks the same of the release archives' static executables.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_executable_is_position_independent() {
+    let image = std::fs::read(env!("CARGO_BIN_EXE_dsh")).unwrap();
+    assert_eq!(&image[..4], b"\x7fELF");
+    const ET_DYN: u16 = 3;
+    let e_type = match image[5] {
+        2 => u16::from_be_bytes([image[16], image[17]]),
+        _ => u16::from_le_bytes([image[16], image[17]]),
+    };
+    assert_eq!(e_type, ET_DYN, "dsh is not a PIE (ELF type {e_type})");
+}

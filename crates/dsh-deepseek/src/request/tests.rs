@@ -213,7 +213,9 @@ proptest! {
             let history = &mut histories[step.session];
             history.apply(&step.change);
             let request = request(step.session, Arc::clone(&history.messages), history.lineage, step);
-            let cached = build_request_body_cached(&request, &quirks, &cache).unwrap();
+            let cached = build_request_body_cached(&request, &quirks, &cache)
+                .unwrap()
+                .to_vec();
             let whole = whole_body(&request, &quirks);
             prop_assert_eq!(
                 String::from_utf8(cached).unwrap(),
@@ -224,18 +226,31 @@ proptest! {
     }
 }
 
-#[test]
-fn a_step_reuses_the_bytes_of_the_messages_it_shares_with_the_last_one() {
-    let cache = HistoryBytes::default();
-    let quirks = OpenAiQuirks::default();
-    let step = Step {
+/// A step of session 0 that keeps its history and lineage, with a system prompt.
+fn plain_step() -> Step {
+    Step {
         session: 0,
         change: HistoryChange::Same,
         effort: None,
         system: true,
         title: false,
         lineage: true,
-    };
+    }
+}
+
+/// The message shape of a request with the default quirks and effort.
+fn default_shape() -> HistoryShape {
+    HistoryShape {
+        thinking_on: true,
+        send_reasoning: true,
+    }
+}
+
+#[test]
+fn a_step_reuses_the_bytes_of_the_messages_it_shares_with_the_last_one() {
+    let cache = HistoryBytes::default();
+    let quirks = OpenAiQuirks::default();
+    let step = plain_step();
     let lineage = HistoryLineage::new();
     let first: Vec<Message> = (0..3)
         .map(|n| Message::user_text(format!("m{n}"), "x".repeat(10)))
@@ -246,10 +261,7 @@ fn a_step_reuses_the_bytes_of_the_messages_it_shares_with_the_last_one() {
     build_request_body_cached(&request_of(&first), &quirks, &cache).unwrap();
     let mut longer = first.as_ref().clone();
     longer.push(Message::user_text("m3", "y"));
-    let shape = HistoryShape {
-        thinking_on: true,
-        send_reasoning: true,
-    };
+    let shape = default_shape();
     let mut kept = cache.take("session-0", |kept| kept.shape == shape).unwrap();
     // Marks the kept bytes: what is reused keeps the mark, what is written again loses it.
     let marked = vec![b'#'; kept.written.bytes.len()];
@@ -277,4 +289,56 @@ fn a_step_reuses_the_bytes_of_the_messages_it_shares_with_the_last_one() {
         kept.extend_to(&changed, other).unwrap();
         assert!(!kept.written.bytes.contains(&b'#'), "{other:?}");
     }
+}
+
+#[test]
+fn the_history_goes_into_the_body_uncopied_and_a_body_in_flight_keeps_its_bytes() {
+    let cache = HistoryBytes::default();
+    let quirks = OpenAiQuirks::default();
+    let step = plain_step();
+    let lineage = HistoryLineage::new();
+    let mut messages: Vec<Message> = (0..3)
+        .map(|n| Message::user_text(format!("m{n}"), "x".repeat(100)))
+        .collect();
+    let request_of = |messages: &[Message]| request(0, Arc::new(messages.to_vec()), lineage, &step);
+    // Where the kept bytes are; with `room`, after making room to grow (so that a write in
+    // place keeps the buffer where it is), which only a buffer no body holds may do.
+    let kept_buffer = |room: bool| {
+        let mut kept = cache
+            .take("session-0", |_| true)
+            .unwrap_or_else(|| SerializedHistory::new(default_shape()));
+        if room {
+            kept.written.bytes.reserve(1 << 16);
+        }
+        let at = kept.written.bytes.as_ptr();
+        cache.put("session-0", kept);
+        at
+    };
+    kept_buffer(true);
+
+    let first = build_request_body_cached(&request_of(&messages), &quirks, &cache).unwrap();
+    let first_bytes = first.to_vec();
+    let held = kept_buffer(false);
+    // The next step while the first body is still held (a request in flight): its bytes stay.
+    messages.push(Message::user_text("m3", "y"));
+    let second = build_request_body_cached(&request_of(&messages), &quirks, &cache).unwrap();
+    assert_eq!(
+        first.to_vec(),
+        first_bytes,
+        "the body in flight kept its bytes"
+    );
+    assert_eq!(second.to_vec(), whole_body(&request_of(&messages), &quirks));
+    assert_ne!(
+        kept_buffer(false),
+        held,
+        "written to a copy while the first body held them"
+    );
+    drop((first, second));
+    // Once no request holds them, the next step writes into the same buffer.
+    let free = kept_buffer(true);
+    messages.push(Message::user_text("m4", "z"));
+    let third = build_request_body_cached(&request_of(&messages), &quirks, &cache).unwrap();
+    assert_eq!(third.to_vec(), whole_body(&request_of(&messages), &quirks));
+    drop(third);
+    assert_eq!(kept_buffer(false), free, "written in place");
 }
