@@ -115,19 +115,14 @@ impl Adapter for AnthropicAdapter {
 
 /// The failure for a non-2xx response (the Messages API's error table).
 fn http_failure(response: &HttpErrorParts<'_>, key_variable: &str) -> Failure {
-    let header = |name: &str| {
-        response
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let retry_after = header("retry-after");
+    let retry_after = response.header("retry-after");
     failure_from_http(
         &HttpErrorResponse {
             status: response.status,
             retry_after: retry_after.as_deref(),
-            request_id: REQUEST_ID_HEADERS.iter().find_map(|name| header(name)),
+            request_id: REQUEST_ID_HEADERS
+                .iter()
+                .find_map(|name| response.header(name)),
             body: response.body,
             key_variable,
         },

@@ -114,21 +114,16 @@ impl Adapter for DeepSeekAdapter {
 
 /// The failure for a non-2xx response (docs/providers.md, "Chat completions", error table).
 fn http_failure(response: &HttpErrorParts<'_>, key_variable: &str) -> Failure {
-    let header = |name: &str| {
-        response
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let retry_after = header("retry-after");
-    let retry_after_ms = header("retry-after-ms");
+    let retry_after = response.header("retry-after");
+    let retry_after_ms = response.header("retry-after-ms");
     failure_from_http(
         &HttpErrorResponse {
             status: response.status,
             retry_after: retry_after.as_deref(),
             retry_after_ms: retry_after_ms.as_deref(),
-            request_id: REQUEST_ID_HEADERS.iter().find_map(|name| header(name)),
+            request_id: REQUEST_ID_HEADERS
+                .iter()
+                .find_map(|name| response.header(name)),
             body: response.body,
             key_variable: Some(key_variable),
         },

@@ -47,6 +47,16 @@ pub struct HttpErrorParts<'a> {
     pub body: &'a [u8],
 }
 
+impl HttpErrorParts<'_> {
+    /// The value of header `name`, when it is present and readable as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_string)
+    }
+}
+
 /// Builds the request when the stream is first polled: checks credentials and serialises the
 /// body, or says why it cannot.
 pub type PrepareRequest = Box<dyn FnOnce() -> Result<reqwest::RequestBuilder, Failure> + Send>;
