@@ -275,11 +275,11 @@ fn splice_body(
     tail: &BodyTail<'_>,
 ) -> Result<RequestBody, Failure> {
     let mut head = serde_json::to_vec(head).map_err(serialise_failure)?;
-    let mut end = b"],".to_vec();
+    let mut end = b"]".to_vec();
     serde_json::to_writer(&mut end, tail).map_err(serialise_failure)?;
     // `head` always holds `model` and `tail` always holds `stream`: both are non-empty objects
     // whose fields continue each other around `messages`.
-    if !(head.len() > 2 && head.ends_with(b"}") && end.len() > 4 && end[2] == b'{') {
+    if !(head.len() > 2 && head.ends_with(b"}") && end.len() > 3 && end[1] == b'{') {
         return Err(Failure::new(
             FailureCode::InvalidRequest,
             "could not assemble the Messages request: a part of the body is not a JSON object \
@@ -288,19 +288,12 @@ fn splice_body(
     }
     head.pop();
     head.extend_from_slice(b",\"messages\":[");
-    end.remove(2);
+    end[1] = b',';
     let mut body = RequestBody::new();
     body.push(head);
-    // Each wire message is written with a comma first; the array's first element has none.
-    let written = &history.written.bytes;
-    body.push_shared(
-        written.share(),
-        usize::from(!written.is_empty())..written.len(),
-    );
     // The next request writes its open message anew: it goes to this body as it is.
-    let mut open = std::mem::take(&mut history.open);
-    open.drain(..usize::from(written.is_empty() && !open.is_empty()));
-    body.push(open);
+    let open = std::mem::take(&mut history.open);
+    body.push_elements(false, &history.written.bytes, open);
     body.push(end);
     Ok(body)
 }

@@ -292,15 +292,9 @@ fn build_body(
     }
     let mut body = RequestBody::new();
     body.push(head);
-    // The history's bytes put a comma before each message; the array's first element has none.
-    let written = &history.written.bytes;
-    let skip = usize::from(!has_system && !written.is_empty());
-    body.push_shared(written.share(), skip..written.len());
     // The next request writes its trailing images anew: they go to this body as they are.
-    let mut images = std::mem::take(&mut history.trailing_images);
-    let skip = usize::from(!has_system && written.is_empty() && !images.is_empty());
-    images.drain(..skip);
-    body.push(images);
+    let images = std::mem::take(&mut history.trailing_images);
+    body.push_elements(has_system, &history.written.bytes, images);
     // `tail` is a JSON object that always holds `stream`: its fields continue the body's.
     let mut end = b"]".to_vec();
     serde_json::to_writer(&mut end, &body_tail(request, quirks, mode))

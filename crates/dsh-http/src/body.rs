@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use dsh_llm::SharedBytes;
 use http_body::{Frame, SizeHint};
 
 /// The parts of one request body, sent in order with their total as `Content-Length`.
@@ -39,6 +40,18 @@ impl RequestBody {
     /// them until it is sent or dropped.
     pub fn push_shared(&mut self, shared: Arc<Vec<u8>>, range: Range<usize>) {
         self.push(Bytes::from_owner(SharedVec(shared)).slice(range));
+    }
+
+    /// Appends elements of a JSON array, each written with a comma before it: the `kept`
+    /// ones (uncopied, see [`RequestBody::push_shared`]), then the `fresh` ones. When no
+    /// element of the array comes before them (`follows_element` false), the first one's
+    /// comma is left out.
+    pub fn push_elements(&mut self, follows_element: bool, kept: &SharedBytes, mut fresh: Vec<u8>) {
+        let skip_kept = usize::from(!follows_element && !kept.is_empty());
+        self.push_shared(kept.share(), skip_kept..kept.len());
+        let skip_fresh = usize::from(!follows_element && kept.is_empty() && !fresh.is_empty());
+        fresh.drain(..skip_fresh);
+        self.push(fresh);
     }
 
     /// Total length in bytes.
@@ -138,6 +151,23 @@ mod tests {
         assert_eq!(body.len(), 17);
         assert_eq!(body.size_hint().exact(), Some(17));
         assert_eq!(body.parts.len(), 3, "the empty part is left out");
+    }
+
+    #[test]
+    fn array_elements_lose_their_first_comma_only_at_the_start_of_the_array() {
+        let mut kept = SharedBytes::default();
+        kept.extend_from_slice(b",1,2");
+        for (follows, kept, fresh, expected) in [
+            (false, &kept, b",3".to_vec(), &b"1,2,3"[..]),
+            (true, &kept, b",3".to_vec(), b",1,2,3"),
+            (false, &SharedBytes::default(), b",3".to_vec(), b"3"),
+            (true, &SharedBytes::default(), b",3".to_vec(), b",3"),
+            (false, &SharedBytes::default(), Vec::new(), b""),
+        ] {
+            let mut body = RequestBody::new();
+            body.push_elements(follows, kept, fresh);
+            assert_eq!(body.to_vec(), expected.to_vec(), "{follows}");
+        }
     }
 
     #[test]
