@@ -191,10 +191,13 @@ impl Finder {
         }
     }
 
-    /// True while an `@` query waits on a workspace walk that has not ended: its matches may
-    /// still grow, and the walk's end sends no event, so the UI keeps redrawing meanwhile.
+    /// True while an `@` query's matches may be behind the listing: the walk has not ended, or
+    /// it ended after the last search (its last entries arrived after that search read the
+    /// list). The walk's end sends no event, so the UI keeps redrawing until this is false.
     pub fn waiting_for_walk(&self) -> bool {
-        self.searched.is_some() && self.index.walking()
+        self.searched
+            .as_ref()
+            .is_some_and(|(_, listed)| self.index.walking() || *listed != self.index.len())
     }
 
     /// Rows the popup takes (its matches and a border), 0 while it is closed.
@@ -314,4 +317,33 @@ pub fn draw_finder(frame: &mut Frame<'_>, app: &mut App, room: Rect) {
         ));
     frame.render_widget(Clear, area);
     frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_that_ended_after_the_last_search_still_asks_for_a_redraw() {
+        let mut finder = Finder::new("/nonexistent");
+        // The last search read an empty list while the walk ran ...
+        finder.searched = Some(("parser".into(), 0));
+        finder.index.started.store(true, Ordering::SeqCst);
+        // ... then the walk appended its last batch and ended before the next tick was armed.
+        finder
+            .index
+            .entries
+            .lock_or_recover()
+            .push("src/parser.rs".into());
+        finder.index.done.store(true, Ordering::SeqCst);
+        assert!(
+            finder.waiting_for_walk(),
+            "the matches are behind the listing"
+        );
+        finder.searched = Some(("parser".into(), 1));
+        assert!(
+            !finder.waiting_for_walk(),
+            "up to date with a finished walk"
+        );
+    }
 }
