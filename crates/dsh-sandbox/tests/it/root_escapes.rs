@@ -615,7 +615,7 @@ fn landlock_mount_layer_for_other_users() {
         return;
     }
     const NOBODY: u32 = 65534;
-    let scratch = tempfile::tempdir_in(scratch_parent()).unwrap();
+    let scratch = tempfile::tempdir_in(scratch_parent_for_others()).unwrap();
     let base = std::fs::canonicalize(scratch.path()).unwrap();
     let ws = base.join("ws");
     let home = base.join("dsh-home");
@@ -716,6 +716,30 @@ fn helper_output(child: std::process::Child) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// A scratch parent that other users can reach: [`scratch_parent`] when every folder above it
+/// lets others search it, else a folder of its own in `/var/cache` (a checkout under `/tmp`
+/// puts the scratch in root's home, which is closed to others).
+fn scratch_parent_for_others() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let reachable = |dir: &Path| {
+        dir.ancestors()
+            .all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+    };
+    let parent = scratch_parent();
+    if reachable(&parent) {
+        return parent;
+    }
+    let fallback = PathBuf::from("/var/cache/dsh-test-scratch");
+    std::fs::create_dir_all(&fallback).unwrap();
+    std::fs::set_permissions(&fallback, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(
+        reachable(&fallback),
+        "{} is not reachable by other users",
+        fallback.display()
+    );
+    fallback
 }
 
 /// The helper (ignored in normal runs): `DSH_ESCAPE_HELPER` names the mechanism, or `none`
