@@ -11,7 +11,7 @@
 //! dsh-bench sessions-list --sessions N --dirs D --runs R [--home DIR] -- DSH
 //! dsh-bench bash-call     --runs N
 //! dsh-bench tui           --cells N --tokens-per-s R --tokens T --runs R
-//! dsh-bench serve         --api chat|responses --seconds N
+//! dsh-bench serve         --api chat|responses --seconds N   (answers "ok" 2,000 times)
 //! dsh-bench table         --results DIR --criterion DIR
 //! ```
 //!

@@ -408,10 +408,16 @@ fn count_tool_results(body: &Value) -> usize {
     in_messages + in_input
 }
 
-/// Serves text replies and prints every request's path and tool names (for probing a client).
+/// How many requests `serve` answers: enough for profiling runs of a whole client (`perf stat
+/// -r`, repeated `perf record`), whose figures would otherwise become those of the client's
+/// error path once the replies run out.
+const SERVED_REPLIES: usize = 2_000;
+
+/// Serves text replies ([`SERVED_REPLIES`] of them) and prints every request's path and tool
+/// names (for probing and profiling a client).
 pub(crate) async fn serve(api: Api, seconds: u64) -> anyhow::Result<()> {
     let provider = FakeProvider::start(Vec::new()).await?;
-    for _ in 0..50 {
+    for _ in 0..SERVED_REPLIES {
         provider.push_reply(text_reply(api, "ok"));
     }
     println!("{}", provider.base_url());
