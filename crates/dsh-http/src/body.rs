@@ -46,12 +46,11 @@ impl RequestBody {
     /// ones (uncopied, see [`RequestBody::push_shared`]), then the `fresh` ones. When no
     /// element of the array comes before them (`follows_element` false), the first one's
     /// comma is left out.
-    pub fn push_elements(&mut self, follows_element: bool, kept: &SharedBytes, mut fresh: Vec<u8>) {
+    pub fn push_elements(&mut self, follows_element: bool, kept: &SharedBytes, fresh: Vec<u8>) {
         let skip_kept = usize::from(!follows_element && !kept.is_empty());
         self.push_shared(kept.share(), skip_kept..kept.len());
         let skip_fresh = usize::from(!follows_element && kept.is_empty() && !fresh.is_empty());
-        fresh.drain(..skip_fresh);
-        self.push(fresh);
+        self.push(Bytes::from(fresh).slice(skip_fresh..));
     }
 
     /// Total length in bytes.
