@@ -56,6 +56,7 @@ impl AnthropicAdapter {
             key_variable: config.key_variable.clone(),
             extra_headers: &config.extra_headers,
             connect_timeout: config.connect_timeout,
+            client: config.client.clone(),
             idle_timeout: config.idle_timeout,
             reply_timeout: config.reply_timeout,
             http_failure,
@@ -102,6 +103,10 @@ impl Adapter for AnthropicAdapter {
 
     /// `GET {base}/v1/models`: the ids the provider lists, each with the model table's metadata
     /// (or the generic description for an id the table does not know).
+    fn preconnect(&self) {
+        self.endpoint.preconnect();
+    }
+
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
         Box::pin(async move {
             let ids = self.endpoint.model_ids().await?;

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use dsh_http::{ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT};
+use dsh_http::{
+    ApiKey, HttpClient, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT,
+};
 use dsh_llm::ModelTable;
 
 /// The default endpoint of Anthropic's API.
@@ -65,6 +67,9 @@ pub struct AnthropicConfig {
     pub reply_timeout: Duration,
     /// Longest wait to establish the connection; exceeding it is a `TRANSPORT` failure.
     pub connect_timeout: Duration,
+    /// The connection pool to share with other adapters (docs/providers.md, "Shared
+    /// connections and preconnect"); `None` gives the adapter a pool of its own.
+    pub client: Option<HttpClient>,
     /// Headers added to every request (after the defaults, so they may override them).
     pub extra_headers: Vec<(String, String)>,
     /// Thinking budgets per effort.
@@ -84,6 +89,7 @@ impl Default for AnthropicConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             reply_timeout: DEFAULT_REPLY_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            client: None,
             extra_headers: Vec::new(),
             thinking_budgets: ThinkingBudgets::default(),
             models: ModelTable::default(),

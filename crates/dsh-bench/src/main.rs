@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! dsh-bench spawn         --runs N [--env K=V].. -- PROGRAM ARGS..
-//! dsh-bench first-request --api chat|responses --runs N [--env K=V].. [--template SRC=DST].. -- PROGRAM ARGS..
+//! dsh-bench first-request --api chat|responses --runs N [--scheme http|https] [--env K=V].. [--template SRC=DST].. -- PROGRAM ARGS..
 //! dsh-bench task          --api chat|responses --steps N [--runs R] --tool NAME --args JSON [--env ..] [--template ..] -- PROGRAM ARGS..
 //! dsh-bench step-overhead --steps N --sessions S [--home DIR]
 //! dsh-bench session       --events N --runs R
@@ -16,7 +16,9 @@
 //! ```
 //!
 //! In program arguments, environment values and templates, `{base}` becomes the fake provider's
-//! base URL and `{work}` the per-run work directory (the program's cwd).
+//! base URL and `{work}` the per-run work directory (the program's cwd). With `--scheme https`
+//! the fake provider speaks HTTPS with the test certificate, and the program gets
+//! `SSL_CERT_FILE` naming the authority that signed it.
 #![warn(missing_docs, unreachable_pub)]
 #![warn(clippy::too_many_lines)]
 
@@ -138,11 +140,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn measure(args: &Args) -> anyhow::Result<Value> {
     match args.command.as_str() {
         "spawn" => process::spawn_time(&args.launch()?, args.number("runs", 20)?),
-        "first-request" => runtime()?.block_on(process::first_request(
-            &args.launch()?,
-            args.api()?,
-            args.number("runs", 10)?,
-        )),
+        "first-request" => {
+            let tls = match args.get("scheme").unwrap_or("http") {
+                "http" => false,
+                "https" => true,
+                other => bail!("--scheme takes http or https, got `{other}`"),
+            };
+            runtime()?.block_on(process::first_request(
+                &args.launch()?,
+                args.api()?,
+                args.number("runs", 10)?,
+                tls,
+            ))
+        }
         "task" => {
             let tool = TaskTool {
                 name: args.get("tool").unwrap_or("read").to_string(),

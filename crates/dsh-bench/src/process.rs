@@ -180,9 +180,23 @@ fn text_reply(api: Api, text: &str) -> ScriptedReply {
 
 /// Time from spawning `launch` to the first byte of its first model request at the fake
 /// provider, median of `runs` runs (after one warm-up run). Each run is answered with a short
-/// text reply so the program can finish.
-pub(crate) async fn first_request(launch: &Launch, api: Api, runs: usize) -> anyhow::Result<Value> {
-    let provider = FakeProvider::start(Vec::new()).await?;
+/// text reply so the program can finish. With `tls` the provider speaks HTTPS and the program
+/// trusts its authority through `SSL_CERT_FILE`; the time then includes the TLS handshake
+/// (the first byte is read after it).
+pub(crate) async fn first_request(
+    launch: &Launch,
+    api: Api,
+    runs: usize,
+    tls: bool,
+) -> anyhow::Result<Value> {
+    let provider = if tls {
+        FakeProvider::start_tls(Vec::new()).await?
+    } else {
+        FakeProvider::start(Vec::new()).await?
+    };
+    let authority = tempfile::tempdir()?;
+    let roots = authority.path().join("ca.pem");
+    std::fs::write(&roots, dsh_test_support::TEST_CA_PEM)?;
     let base = provider.base_url();
     let mut times = Vec::new();
     let mut failures = Vec::new();
@@ -194,7 +208,10 @@ pub(crate) async fn first_request(launch: &Launch, api: Api, runs: usize) -> any
         }
         let work = tempfile::tempdir()?;
         let seen = provider.requests().len();
-        let command = launch.command(&base, work.path())?;
+        let mut command = launch.command(&base, work.path())?;
+        if tls {
+            command.env("SSL_CERT_FILE", &roots);
+        }
         let start = Instant::now();
         let measured =
             tokio::task::spawn_blocking(move || run_measured(command, Duration::from_secs(60)))

@@ -151,6 +151,18 @@ fn start_rows(results: &Path) -> Vec<Row> {
         timed(load(results, "version_true"), "/median_ms"),
     ));
     rows.push(row(
+        "same, kept home, `SSL_CERT_FILE` naming the system's bundle of authorities (vs without)",
+        "",
+        timed(peer(results, "first_dsh_bundle"), "/median_ms"),
+        timed(load(results, "first_dsh_kept"), "/median_ms"),
+    ));
+    rows.push(row(
+        "same over HTTPS, kept home, the connection opened as the session opens (vs `preconnect = false`)",
+        "< 1x",
+        timed(load(results, "first_dsh_tls"), "/median_ms"),
+        timed(load(results, "first_dsh_tls_cold"), "/median_ms"),
+    ));
+    rows.push(row(
         "bytes shared by the first requests of two sessions in different directories (vs Codex CLI)",
         "",
         shared_prefix(load(results, "first_dsh")),

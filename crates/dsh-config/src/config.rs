@@ -55,6 +55,9 @@ pub struct ProviderConfig {
     pub reply_timeout: Option<Duration>,
     /// Fields the endpoint accepts (chat-completions kinds only).
     pub quirks: OpenAiQuirks,
+    /// Open a connection when a session starts, before its first call (`preconnect`, default
+    /// true; docs/providers.md, "Shared connections and preconnect").
+    pub preconnect: bool,
 }
 
 /// One row of the model table.
@@ -290,6 +293,10 @@ fn parse_provider(
             .collect(),
         idle_timeout: as_u64(table.get("idle_timeout_secs")).map(Duration::from_secs),
         reply_timeout: as_u64(table.get("reply_timeout_secs")).map(Duration::from_secs),
+        preconnect: table
+            .get("preconnect")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
         quirks: OpenAiQuirks {
             send_reasoning_content: flag("send_reasoning_content"),
             send_stream_options: flag("send_stream_options"),

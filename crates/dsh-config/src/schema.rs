@@ -61,6 +61,7 @@ const PROVIDER_KEYS: &[&str] = &[
     "headers",
     "idle_timeout_secs",
     "reply_timeout_secs",
+    "preconnect",
     "quirks",
 ];
 const QUIRK_KEYS: &[&str] = &[
@@ -594,6 +595,7 @@ impl Checker<'_> {
                 "idle_timeout_secs" | "reply_timeout_secs" => {
                     self.expect_positive_int(&full, value)
                 }
+                "preconnect" => self.expect_bool(&full, value),
                 "quirks" => {
                     if let Some(quirks) = self.expect_table(&full, value) {
                         for (q, v) in quirks {

@@ -52,6 +52,7 @@ impl DeepSeekAdapter {
             key_variable: config.key_variable.clone(),
             extra_headers: &config.extra_headers,
             connect_timeout: config.connect_timeout,
+            client: config.client.clone(),
             idle_timeout: config.idle_timeout,
             reply_timeout: config.reply_timeout,
             http_failure,
@@ -101,6 +102,10 @@ impl Adapter for DeepSeekAdapter {
 
     /// `GET {base}/models`: the ids the endpoint lists, each with the model table's metadata
     /// (or the generic description for an id the table does not know).
+    fn preconnect(&self) {
+        self.endpoint.preconnect();
+    }
+
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
         Box::pin(async move {
             let ids = self.endpoint.model_ids().await?;

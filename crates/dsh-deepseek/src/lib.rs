@@ -30,7 +30,7 @@ pub use config::{
 pub use decode::{ReplyDecoder, StreamDecoder};
 /// The shared HTTP layer's key, error and timeouts, under the names this crate always had.
 pub use dsh_http::{
-    AdapterConfigError, ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    AdapterConfigError, ApiKey, HttpClient, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_REPLY_TIMEOUT,
 };
 pub use models::{model_info, DEFAULT_MODEL};

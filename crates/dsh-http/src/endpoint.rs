@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::error::Error as _;
 use std::time::Duration;
 
-use crate::RequestBody;
+use crate::{HttpClient, RequestBody};
 use dsh_llm::{Chunk, ChunkStream, Failure, FailureCode, FinishReason};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use tokio_util::sync::CancellationToken;
@@ -131,6 +131,13 @@ pub fn describe_transport_error(err: reqwest::Error) -> String {
             text.push_str(&cause_text);
         }
         source = cause.source();
+    }
+    if text.contains("invalid peer certificate") {
+        text.push_str(&format!(
+            " (no trusted authority signed the provider's certificate; behind a proxy or gateway \
+             with an authority of its own, point {} at that authority's PEM file)",
+            crate::EXTRA_ROOTS_ENV
+        ));
     }
     text
 }
@@ -513,8 +520,10 @@ fn redirect_failure(url: &str, status: u16, headers: &HeaderMap) -> Option<Failu
 /// calls and model listings.
 #[derive(Clone)]
 pub struct Endpoint {
-    client: reqwest::Client,
+    client: HttpClient,
     url: String,
+    /// `scheme://host:port/` of `url`, under which the client notes its use.
+    origin: Option<String>,
     models_url: String,
     headers: HeaderMap,
     secret: Option<String>,
@@ -540,6 +549,9 @@ pub struct EndpointConfig<'a> {
     pub extra_headers: &'a [(String, String)],
     /// Longest wait for the TCP and TLS connection to be set up.
     pub connect_timeout: Duration,
+    /// The connection pool to share (docs/providers.md, "Shared connections and preconnect");
+    /// `None`, or one with another connect timeout, makes the endpoint a pool of its own.
+    pub client: Option<HttpClient>,
     /// Longest wait for the response headers or for the next bytes of a body.
     pub idle_timeout: Duration,
     /// Overall deadline of one streamed reply (see [`HttpCall::reply_timeout`]).
@@ -585,16 +597,15 @@ impl Endpoint {
             })?;
             headers.insert(header_name, header_value);
         }
-        // Redirects are never followed: reqwest drops `Authorization` on a cross-host hop but not
-        // `x-api-key` or an extra header, so a redirecting endpoint could carry the key to another
-        // address. A 3xx is reported with its target instead (docs/providers.md, "Redirects").
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|err| AdapterConfigError(format!("could not start the HTTP client: {err}")))?;
+        // The client never follows redirects: a 3xx is reported with its target instead
+        // (docs/providers.md, "Redirects").
+        let client = match config.client {
+            Some(shared) if shared.connect_timeout() == config.connect_timeout => shared,
+            _ => HttpClient::new(config.connect_timeout)?,
+        };
         Ok(Endpoint {
             client,
+            origin: crate::client::origin_root(&config.url).map(String::from),
             url: config.url,
             models_url: config.models_url,
             headers,
@@ -604,6 +615,20 @@ impl Endpoint {
             reply_timeout: config.reply_timeout,
             http_failure: config.http_failure,
         })
+    }
+
+    /// Opens a connection to the provider ahead of the first call, in the background
+    /// ([`HttpClient::preconnect`]; docs/providers.md, "Shared connections and preconnect").
+    /// Nothing is sent without a key: no call would follow.
+    pub fn preconnect(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.secret.as_ref()?;
+        self.client.preconnect(&self.url)
+    }
+
+    fn note_use(&self) {
+        if let Some(origin) = &self.origin {
+            self.client.note_use(origin);
+        }
     }
 
     /// Where streamed calls go.
@@ -658,8 +683,10 @@ impl Endpoint {
                     return Err(endpoint.missing_credential());
                 }
                 let body = body()?.into().into_reqwest();
+                endpoint.note_use();
                 Ok(endpoint
                     .client
+                    .reqwest()
                     .post(&endpoint.url)
                     .headers(endpoint.headers.clone())
                     .body(body))
@@ -690,7 +717,8 @@ impl Endpoint {
         let mut headers = self.headers.clone();
         headers.remove(CONTENT_TYPE);
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        let request = self.client.get(&self.models_url).headers(headers);
+        self.note_use();
+        let request = self.client.reqwest().get(&self.models_url).headers(headers);
         get_model_ids(request, &self.models_url, self.idle_timeout, &|response| {
             (self.http_failure)(response, &self.key_variable)
         })

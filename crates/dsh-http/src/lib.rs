@@ -7,6 +7,8 @@
 //!   the body through the format's [`BodyDecoder`], cancellation, the idle watchdog and the
 //!   overall reply deadline at every await, the key scrubbed from every failure) and the model
 //!   listing ([`get_model_ids`]).
+//! - [`HttpClient`] is the connection pool endpoints share, and opens a connection ahead of
+//!   the first call ([`HttpClient::preconnect`]).
 //! - [`RequestBody`] sends a body as the parts it was built from, shared bytes uncopied.
 //! - [`SseDecoder`] turns response bytes into Server-Sent Events without I/O.
 //! - [`ApiKey`] keeps the key out of `Debug` and `Display`.
@@ -16,12 +18,14 @@
 #![warn(clippy::too_many_lines)]
 
 mod body;
+mod client;
 mod endpoint;
 pub mod errors;
 mod key;
 mod sse;
 
 pub use body::RequestBody;
+pub use client::{read_extra_roots_in_background, trust_extra_roots, HttpClient, EXTRA_ROOTS_ENV};
 pub use endpoint::{
     aborted_chunk, describe_transport_error, error_chunk, get_model_ids, reply_deadline_failure,
     timeout_failure, BodyDecoder, Endpoint, EndpointConfig, HttpCall, HttpErrorParts, HttpFailure,

@@ -11,8 +11,8 @@ use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use dsh_http::{
-    AdapterConfigError, ApiKey, BodyDecoder, Endpoint, EndpointConfig, HttpErrorParts, RequestBody,
-    SseDecoder, SseEvent,
+    AdapterConfigError, ApiKey, BodyDecoder, Endpoint, EndpointConfig, HttpClient, HttpErrorParts,
+    RequestBody, SseDecoder, SseEvent,
 };
 use dsh_llm::{Chunk, Failure, FailureCode, FinishReason};
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd};
@@ -117,6 +117,7 @@ fn config<'a>(
         key_variable: "TEST_KEY".into(),
         extra_headers,
         connect_timeout: Duration::from_secs(5),
+        client: None,
         idle_timeout: idle,
         reply_timeout: reply,
         http_failure: error_table,
@@ -458,4 +459,181 @@ async fn a_terminator_after_done_neither_delays_the_call_nor_loses_the_connectio
     let chunks = collect(&endpoint, CancellationToken::new()).await;
     assert_eq!(chunks.len(), 2, "{chunks:?}");
     assert_eq!(provider.events().connections, 1, "{:?}", provider.events());
+}
+
+/// An endpoint built on a shared [`HttpClient`].
+fn on_client(provider: &FakeProvider, client: &HttpClient) -> Endpoint {
+    let key = ApiKey::new(KEY);
+    let extra = [("x-extra".to_string(), "yes".to_string())];
+    let mut config = config(
+        &provider.base_url(),
+        Some(&key),
+        &extra,
+        Duration::from_secs(10),
+        Duration::from_secs(20),
+    );
+    config.client = Some(client.clone());
+    Endpoint::new(config).unwrap()
+}
+
+/// Two endpoints on one client (a session and its subagent, or two sessions of one process)
+/// take each other's idle connections (docs/providers.md, "Shared connections and preconnect").
+#[tokio::test]
+async fn endpoints_on_one_client_share_its_connections() {
+    let replies = (0..2).map(|k| SseReply::new().data(format!("r{k}")).into());
+    let provider = FakeProvider::start(replies).await.unwrap();
+    let client = HttpClient::new(Duration::from_secs(5)).unwrap();
+    for k in 0..2 {
+        let chunks = collect(&on_client(&provider, &client), CancellationToken::new()).await;
+        assert_eq!(chunks.len(), 2, "call {k}: {chunks:?}");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let events = provider.events();
+    assert_eq!((events.requests, events.connections), (2, 1), "{events:?}");
+    // Endpoints without a shared client each open their own.
+    let alone = FakeProvider::start((0..2).map(|_| SseReply::new().data("x").into()))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        collect(&keyed(&alone), CancellationToken::new()).await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert_eq!(alone.events().connections, 2, "{:?}", alone.events());
+}
+
+/// A preconnect is a `HEAD /` of the origin that carries neither the key nor the configured
+/// headers, and the first call goes over the connection it opened; an origin in use is not
+/// preconnected again.
+#[tokio::test]
+async fn the_first_call_takes_the_connection_a_preconnect_opened() {
+    let provider = FakeProvider::start([SseReply::new().data("hi").into()])
+        .await
+        .unwrap();
+    let client = HttpClient::new(Duration::from_secs(5)).unwrap();
+    let endpoint = on_client(&provider, &client);
+    endpoint
+        .preconnect()
+        .expect("a keyed endpoint preconnects")
+        .await
+        .unwrap();
+    // The pool gets the connection back once the answer is read.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let events = provider.events();
+    assert_eq!(
+        (events.head_requests, events.connections, events.requests),
+        (1, 1, 0),
+        "{events:?}"
+    );
+    let heads = provider.head_requests();
+    assert_eq!(heads[0].path, "/");
+    for secret in ["authorization", "x-extra", "x-format"] {
+        assert_eq!(heads[0].header(secret), None, "{:?}", heads[0].headers);
+    }
+    let chunks = collect(&endpoint, CancellationToken::new()).await;
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    let events = provider.events();
+    assert_eq!((events.connections, events.requests), (1, 1), "{events:?}");
+    assert_eq!(provider.requests()[0].method, "POST");
+    // An origin used in the last 30 s still has its connection: no second preconnect, on
+    // this endpoint or another on the same client.
+    assert!(endpoint.preconnect().is_none());
+    assert!(on_client(&provider, &client).preconnect().is_none());
+}
+
+/// Without a key no call will follow, so nothing is opened; a provider that is down costs the
+/// preconnect nothing but its own failure, and the call reports its own.
+#[tokio::test]
+async fn a_preconnect_needs_a_key_and_fails_quietly() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    let keyless = endpoint(
+        &provider.base_url(),
+        None,
+        Duration::from_secs(10),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert!(keyless.preconnect().is_none());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(provider.events().connections, 0);
+
+    let dead = format!("http://{}", provider.address());
+    drop(provider);
+    let endpoint = endpoint(
+        &dead,
+        Some(&ApiKey::new(KEY)),
+        Duration::from_secs(10),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    endpoint.preconnect().unwrap().await.unwrap();
+    let failure = failure_of(&collect(&endpoint, CancellationToken::new()).await);
+    assert_eq!(failure.code, FailureCode::Transport, "{failure:?}");
+}
+
+/// A client trusting the fake provider's test CA, and the file it read it from.
+fn tls_client() -> (HttpClient, tempfile::NamedTempFile) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), dsh_test_support::TEST_CA_PEM).unwrap();
+    let client = HttpClient::with_extra_roots(Duration::from_secs(5), Some(file.path())).unwrap();
+    (client, file)
+}
+
+/// Over HTTPS the extra roots (`SSL_CERT_FILE`) are what lets a call through to a provider
+/// whose certificate no built-in root signed; without them the call fails naming the
+/// certificate, and a preconnect's TLS connection serves the first call (docs/providers.md,
+/// "Extra root certificates").
+#[tokio::test]
+async fn https_needs_the_extra_roots_and_the_preconnect_opens_the_tls_connection() {
+    let provider = FakeProvider::start_tls([SseReply::new().data("secure").into()])
+        .await
+        .unwrap();
+    assert!(provider.base_url().starts_with("https://127.0.0.1:"));
+    let untrusting = keyed(&provider);
+    let failure = failure_of(&collect(&untrusting, CancellationToken::new()).await);
+    assert_eq!(failure.code, FailureCode::Transport, "{failure:?}");
+    assert!(
+        failure.message.contains("certificate") && failure.message.contains("SSL_CERT_FILE"),
+        "{}",
+        failure.message
+    );
+    assert!(!failure.message.contains(KEY));
+
+    let (client, _roots) = tls_client();
+    let endpoint = on_client(&provider, &client);
+    let before = provider.events().connections;
+    endpoint.preconnect().unwrap().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let chunks = collect(&endpoint, CancellationToken::new()).await;
+    assert_eq!(
+        chunks.first(),
+        Some(&Chunk::TextDelta {
+            index: 0,
+            text: "secure".into()
+        })
+    );
+    let events = provider.events();
+    assert_eq!(
+        (
+            events.head_requests,
+            events.requests,
+            events.connections - before
+        ),
+        (1, 1, 1),
+        "{events:?}"
+    );
+}
+
+/// A roots file that cannot be read, or holds no certificate, stops the client with a message
+/// naming the file and the variable.
+#[test]
+fn unusable_extra_roots_are_refused_with_the_file_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("corp-ca.pem");
+    let error = HttpClient::with_extra_roots(Duration::from_secs(5), Some(&missing)).unwrap_err();
+    assert!(error.0.contains("corp-ca.pem"), "{}", error.0);
+    assert!(error.0.contains("SSL_CERT_FILE"), "{}", error.0);
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let error = HttpClient::with_extra_roots(Duration::from_secs(5), Some(&empty)).unwrap_err();
+    assert!(error.0.contains("holds no PEM certificate"), "{}", error.0);
 }

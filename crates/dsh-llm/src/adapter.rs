@@ -132,6 +132,11 @@ pub trait Adapter: Send + Sync {
         None
     }
 
+    /// Opens a connection to the provider in the background, so that the first call does
+    /// not wait for one (docs/providers.md, "Shared connections and preconnect"). Returns at
+    /// once; an adapter that cannot, or has nothing to call, does nothing.
+    fn preconnect(&self) {}
+
     /// The models the provider offers, where it can list them.
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
         Box::pin(async {

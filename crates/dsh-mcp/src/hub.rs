@@ -558,9 +558,13 @@ async fn connect_http(
     // Configured headers may hold a secret that reqwest would carry across hosts (it drops only
     // `Authorization` and cookies): redirects are followed within the server's origin only
     // (docs/mcp.md, "HTTP servers").
-    let client = reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .default_headers(map)
-        .redirect(same_origin_redirects())
+        .redirect(same_origin_redirects());
+    // The same extra authorities as the providers' calls (docs/providers.md, "Extra root
+    // certificates").
+    let client = dsh_http::trust_extra_roots(builder)
+        .map_err(|e| e.0)?
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let transport = StreamableHttpClientTransport::with_client(client, config);

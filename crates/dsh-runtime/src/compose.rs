@@ -22,6 +22,8 @@ pub(crate) struct SessionShared {
     pub(crate) extra_mcp: Vec<dsh_config::McpServerConfig>,
     pub(crate) approval_rules: Arc<dsh_agent::ApprovalRules>,
     pub(crate) warnings: Warnings,
+    /// The connection pool the session's adapters share (`None`: each builds its own).
+    pub(crate) http: Option<dsh_http::HttpClient>,
 }
 
 /// An agent's parts and how its session switches permission presets.
@@ -50,9 +52,18 @@ pub(crate) fn agent_parts(
 ) -> Result<SessionParts, RuntimeError> {
     let setup = &shared.configuration;
     let provider = &setup.selection.provider;
-    let adapter =
-        dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
-            .map_err(invalid)?;
+    let adapter = dsh_config::build_adapter(
+        &setup.config,
+        provider,
+        setup.selection.api_key.clone(),
+        shared.http.as_ref(),
+    )
+    .map_err(invalid)?;
+    // The connection opens while the rest of the session is built (docs/providers.md, "Shared
+    // connections and preconnect"); a subagent finds the session's in the shared pool.
+    if depth == 0 && provider.preconnect {
+        adapter.preconnect();
+    }
     // `read_image` is offered only to a model that takes images (docs/tools.md, "read_image").
     let takes_images = adapter
         .model_info(&setup.call.model)
@@ -335,7 +346,7 @@ fn session_tools(
             .map_err(invalid)?;
     }
     if let Some(search) = setup.search.as_ref() {
-        let (tool, log) = crate::web_search::tool(search).map_err(invalid)?;
+        let (tool, log) = crate::web_search::tool(search);
         tools.register(Arc::new(tool)).map_err(invalid)?;
         extensions.register_for_life(log);
     }

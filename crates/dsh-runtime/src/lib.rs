@@ -237,9 +237,13 @@ impl SessionFactory for Runtime {
     fn model_info(&self, model: &str) -> Option<dsh_llm::ModelInfo> {
         let setup = self.configuration(&SessionSpec::default()).ok()?;
         let provider = &setup.selection.provider;
-        let adapter =
-            dsh_config::build_adapter(&setup.config, provider, setup.selection.api_key.clone())
-                .ok()?;
+        let adapter = dsh_config::build_adapter(
+            &setup.config,
+            provider,
+            setup.selection.api_key.clone(),
+            None,
+        )
+        .ok()?;
         adapter.model_info(model)
     }
 
@@ -314,6 +318,10 @@ pub struct Runtime {
     warnings: Warnings,
     resolved: Mutex<HashMap<ConfigKey, Arc<Configuration>>>,
     store: OnceLock<Arc<dyn SessionStore + Send + Sync>>,
+    /// The connection pool of every session this runtime opens and of their subagents
+    /// (docs/providers.md, "Shared connections and preconnect"); `None` when the client could
+    /// not start, and each adapter then builds (and reports the failure of) its own.
+    http: OnceLock<Option<dsh_http::HttpClient>>,
 }
 
 /// `dir` as a canonical path, or the error naming it.
@@ -333,6 +341,9 @@ impl Runtime {
         // cache"), so a new process need not try each mechanism before its first request.
         dsh_sandbox::use_probe_cache(&options.home);
         dsh_sandbox::probe_in_background();
+        // `$SSL_CERT_FILE` is parsed beside the configuration too (docs/providers.md, "Extra
+        // root certificates").
+        dsh_http::read_extra_roots_in_background();
         Ok(Runtime {
             cwd: canonical_dir(&options.cwd)?,
             home: options.home,
@@ -343,6 +354,7 @@ impl Runtime {
             },
             resolved: Mutex::default(),
             store: OnceLock::new(),
+            http: OnceLock::new(),
         })
     }
 
@@ -458,6 +470,10 @@ impl Runtime {
             extra_mcp: spec.mcp_servers.clone(),
             approval_rules: Arc::new(approval_rules),
             warnings: self.warnings.clone(),
+            http: self
+                .http
+                .get_or_init(|| dsh_http::HttpClient::new(dsh_http::DEFAULT_CONNECT_TIMEOUT).ok())
+                .clone(),
         });
         let mut session = compose::agent_parts(&shared, 0, configuration.permission)?;
         if spec.model_titles {

@@ -56,11 +56,11 @@ pub(crate) fn setup(
 
 /// The tool and the extension that gives it the session log (it learns the agent when the
 /// agent attaches its extensions).
-pub(crate) fn tool(setup: &SearchSetup) -> Result<(WebSearchTool, Arc<SearchLog>), String> {
+pub(crate) fn tool(setup: &SearchSetup) -> (WebSearchTool, Arc<SearchLog>) {
     let log = Arc::new(SearchLog::default());
-    let tool = WebSearchTool::new(setup.settings.clone(), setup.key.clone())?
+    let tool = WebSearchTool::new(setup.settings.clone(), setup.key.clone())
         .with_recorder(Arc::clone(&log) as Arc<dyn SearchRecorder>);
-    Ok((tool, log))
+    (tool, log)
 }
 
 /// Writes `web/deepseek-search-llm-request` events into the session of the agent it is

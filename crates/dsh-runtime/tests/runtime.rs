@@ -465,3 +465,54 @@ async fn search_tool_settings_reach_the_tool_descriptions() {
         .unwrap();
     assert!(bash["function"]["parameters"]["properties"]["sandbox_permissions"].is_object());
 }
+
+/// Opening a session opens its provider connection while the session is built, and the
+/// sessions of one runtime share their connections (docs/providers.md, "Shared connections
+/// and preconnect"): two sessions, one after the other, cost one connection and one preconnect.
+#[tokio::test]
+async fn sessions_of_a_runtime_preconnect_once_and_share_the_connection() {
+    let provider = FakeProvider::start([text_reply("done"), text_reply("done")])
+        .await
+        .unwrap();
+    let setup = Setup::new(&provider.base_url(), Some("sk-runtime-test-key"));
+    let runtime = setup.runtime(full_access());
+    let store = runtime.store();
+    let opened = runtime
+        .open(&SessionSpec::default(), store.as_ref())
+        .unwrap();
+    provider
+        .wait_until(|events| events.head_requests == 1)
+        .await;
+    // The pool gets the connection back once the answer is read.
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    drop(opened);
+    one_turn(&runtime, &SessionSpec::default(), "say done").await;
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    one_turn(&runtime, &SessionSpec::default(), "say done").await;
+    let events = provider.events();
+    assert_eq!(
+        (events.head_requests, events.requests, events.connections),
+        (1, 2, 1),
+        "{events:?}"
+    );
+}
+
+/// `preconnect = false` in a provider's table turns it off.
+#[tokio::test]
+async fn a_provider_can_turn_the_preconnect_off() {
+    let provider = FakeProvider::start([text_reply("done")]).await.unwrap();
+    let setup = Setup::new(&provider.base_url(), Some("sk-runtime-test-key"));
+    std::fs::write(
+        setup.home.path().join("config.toml"),
+        "[providers.deepseek]\npreconnect = false\n",
+    )
+    .unwrap();
+    let runtime = setup.runtime(full_access());
+    one_turn(&runtime, &SessionSpec::default(), "say done").await;
+    let events = provider.events();
+    assert_eq!(
+        (events.head_requests, events.requests),
+        (0, 1),
+        "{events:?}"
+    );
+}

@@ -77,7 +77,7 @@ pub use scratch::scratch_parent;
 pub use script::{
     chunk_event, ScriptedReply, SseReply, SseStep, StreamEnd, WireUsage, DONE_EVENT, FAKE_MODEL,
 };
-pub use server::{FakeProvider, ProviderEvents, RecordedRequest, RequestTiming};
+pub use server::{FakeProvider, ProviderEvents, RecordedRequest, RequestTiming, TEST_CA_PEM};
 pub use vendored::{
     dsh_fixtures_dir, expected_refusal, vendored_dsh_logs, EXPECTED_REFUSALS, NOT_LOGS,
     VENDORED_DSH_LOG_COUNT,

@@ -1,5 +1,6 @@
-//! The fake provider: a minimal HTTP/1.1 server on loopback that answers chat-completions
-//! requests from a script and records what it was sent.
+//! The fake provider: a minimal HTTP/1.1 server on loopback (plain, or over TLS with a test
+//! certificate) that answers chat-completions requests from a script and records what it was
+//! sent.
 //!
 //! It is hand-written on a `TcpListener` so that tests control every byte on the wire
 //! (chunk framing, abrupt closes, stalls). Like a real provider it keeps a connection alive
@@ -18,13 +19,21 @@ use std::time::Instant;
 
 use dsh_llm::LockExt;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use tokio_rustls::TlsAcceptor;
+
 use crate::routes::{take_routed, RequestMatch, Route};
 use crate::script::{ScriptedReply, SseReply, SseStep, StreamEnd, DONE_EVENT};
+
+/// The certificate authority of [`FakeProvider::start_tls`]'s certificate (PEM): what a
+/// client adds to its roots to reach it (docs/providers.md, "Extra root certificates").
+pub const TEST_CA_PEM: &[u8] = include_bytes!("../tls/ca.pem");
+const TEST_SERVER_PEM: &[u8] = include_bytes!("../tls/server.pem");
+const TEST_SERVER_KEY: &[u8] = include_bytes!("../tls/server.key");
 
 /// Largest request head accepted, in bytes.
 const MAX_HEAD: usize = 1024 * 1024;
@@ -79,6 +88,9 @@ pub struct ProviderEvents {
     /// TCP connections accepted (a client that reuses its connections opens fewer than it
     /// sends requests).
     pub connections: usize,
+    /// `HEAD` requests (a client opening its connection ahead of its first call), answered
+    /// `200` without a body and left out of the `requests` count and [`FakeProvider::requests`].
+    pub head_requests: usize,
 }
 
 struct Shared {
@@ -92,6 +104,7 @@ struct Shared {
     /// Request bodies larger than this are not read: the next reply is sent at once.
     early_reply_above: Mutex<Option<usize>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    head_requests: Mutex<Vec<RecordedRequest>>,
     timings: Mutex<Vec<RequestTiming>>,
     scripted: Mutex<usize>,
     events: watch::Sender<ProviderEvents>,
@@ -107,9 +120,13 @@ struct Shared {
 /// a 500 whose message names the problem. With [`reject_field`](Self::reject_field), a model
 /// request whose JSON body holds that key anywhere gets a 400 and consumes nothing. With
 /// [`set_models`](Self::set_models), `GET /models` and `/v1/models` list models. Other paths
-/// get a 404 and consume nothing. Every request is recorded. Dropping the provider
+/// get a 404 and consume nothing. Every request but a `HEAD` is recorded; a `HEAD` (a
+/// client's preconnect) is answered `200` without a body and counted in
+/// [`ProviderEvents::head_requests`]. Dropping the provider
 /// stops the server and closes its connections.
 pub struct FakeProvider {
+    /// `http`, or `https` for [`FakeProvider::start_tls`].
+    scheme: &'static str,
     address: SocketAddr,
     shared: Arc<Shared>,
     server: tokio::task::JoinHandle<()>,
@@ -120,6 +137,24 @@ impl FakeProvider {
     pub async fn start(
         replies: impl IntoIterator<Item = ScriptedReply>,
     ) -> io::Result<FakeProvider> {
+        Self::serve(replies, None).await
+    }
+
+    /// [`start`](Self::start) over HTTPS: the server presents `tls/server.pem` (for
+    /// `127.0.0.1` and `localhost`, signed by [`TEST_CA_PEM`], which a client must trust), and
+    /// [`base_url`](Self::base_url) is `https://127.0.0.1:<port>`. A client that does not
+    /// trust the certificate gets no answer: the handshake fails.
+    pub async fn start_tls(
+        replies: impl IntoIterator<Item = ScriptedReply>,
+    ) -> io::Result<FakeProvider> {
+        Self::serve(replies, Some(test_acceptor()?)).await
+    }
+
+    async fn serve(
+        replies: impl IntoIterator<Item = ScriptedReply>,
+        tls: Option<TlsAcceptor>,
+    ) -> io::Result<FakeProvider> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let address = listener.local_addr()?;
         let replies: VecDeque<ScriptedReply> = replies.into_iter().collect();
@@ -132,21 +167,24 @@ impl FakeProvider {
             models: Mutex::new(None),
             early_reply_above: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            head_requests: Mutex::new(Vec::new()),
             timings: Mutex::new(Vec::new()),
             scripted: Mutex::new(scripted),
             events: watch::Sender::new(ProviderEvents::default()),
         });
-        let server = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        let server = tokio::spawn(accept_loop(listener, Arc::clone(&shared), tls));
         Ok(FakeProvider {
+            scheme,
             address,
             shared,
             server,
         })
     }
 
-    /// `http://127.0.0.1:<port>`: the base URL to configure an adapter with.
+    /// `http://127.0.0.1:<port>` (`https://` for [`start_tls`](Self::start_tls)): the base
+    /// URL to configure an adapter with.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.address)
+        format!("{}://{}", self.scheme, self.address)
     }
 
     /// The bound address.
@@ -214,6 +252,11 @@ impl FakeProvider {
         self.shared.requests.lock_or_recover().clone()
     }
 
+    /// Every `HEAD` request received so far (preconnects), in arrival order.
+    pub fn head_requests(&self) -> Vec<RecordedRequest> {
+        self.shared.head_requests.lock_or_recover().clone()
+    }
+
     /// When each request arrived and its reply ended, in the order of [`requests`](Self::requests).
     pub fn timings(&self) -> Vec<RequestTiming> {
         self.shared.timings.lock_or_recover().clone()
@@ -250,7 +293,11 @@ impl Drop for FakeProvider {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+/// A connection the server speaks HTTP over: TCP, or TLS over TCP.
+trait Wire: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for S {}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tls: Option<TlsAcceptor>) {
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
@@ -260,8 +307,43 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         // Best effort: without NODELAY the test only gets slower, never wrong.
         let _ = stream.set_nodelay(true);
         shared.events.send_modify(|events| events.connections += 1);
-        connections.spawn(serve_connection(stream, Arc::clone(&shared)));
+        let shared = Arc::clone(&shared);
+        match &tls {
+            None => {
+                connections.spawn(serve_connection(stream, shared));
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                connections.spawn(async move {
+                    // A client that does not trust the certificate ends the handshake.
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        serve_connection(stream, shared).await;
+                    }
+                });
+            }
+        }
     }
+}
+
+/// The acceptor of [`FakeProvider::start_tls`]: `tls/server.pem` and its key, HTTP/1.1 only.
+fn test_acceptor() -> io::Result<TlsAcceptor> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let invalid =
+        |err: &dyn std::fmt::Display| io::Error::new(io::ErrorKind::InvalidData, err.to_string());
+    let chain = CertificateDer::pem_slice_iter(TEST_SERVER_PEM)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(&e))?;
+    let key = PrivateKeyDer::from_pem_slice(TEST_SERVER_KEY).map_err(|e| invalid(&e))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(&e))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| invalid(&e))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
 /// A parsed request head.
@@ -303,8 +385,8 @@ struct Request {
 /// Reads the next request on a connection. `pending` holds bytes read past the previous
 /// request (a client may send its next request as soon as a reply ends) and keeps those read
 /// past this one. `None` when the client closed the connection or sent something unusable.
-async fn read_request(
-    stream: &mut TcpStream,
+async fn read_request<S: Wire>(
+    stream: &mut S,
     pending: &mut Vec<u8>,
     early_reply_above: Option<usize>,
 ) -> Option<Request> {
@@ -429,7 +511,7 @@ fn models_reply(ids: &[String]) -> ScriptedReply {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+async fn serve_connection<S: Wire>(mut stream: S, shared: Arc<Shared>) {
     let mut pending = Vec::new();
     loop {
         let early = *shared.early_reply_above.lock_or_recover();
@@ -444,8 +526,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
 }
 
 /// Records and answers one request; true when the connection stays open for the next one.
-async fn serve_request(
-    stream: &mut TcpStream,
+async fn serve_request<S: Wire>(
+    stream: &mut S,
     request: Request,
     keep_alive: bool,
     shared: &Shared,
@@ -457,6 +539,26 @@ async fn serve_request(
         ..
     } = request;
     let request_read = Instant::now();
+    if head.method == "HEAD" {
+        shared
+            .head_requests
+            .lock_or_recover()
+            .push(RecordedRequest {
+                method: head.method.clone(),
+                path: head.path.clone(),
+                headers: head.headers.clone(),
+                body: Value::Null,
+                raw_body: body,
+            });
+        shared
+            .events
+            .send_modify(|events| events.head_requests += 1);
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n{}\r\n",
+            connection_line(keep_alive)
+        );
+        return stream.write_all(reply.as_bytes()).await.is_ok() && keep_alive;
+    }
     let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let rejected =
         find_key(&json_body, &shared.rejected_fields.lock_or_recover()).map(str::to_string);
@@ -572,8 +674,8 @@ fn headers_close(headers: &[(String, String)]) -> bool {
 /// Writes `reply`. `keep_alive`: the request allows the connection to stay open; it does when
 /// the reply is complete and not a fault that ends the connection. `Ok(None)` for replies
 /// that never complete (dropped or stalled on purpose).
-async fn write_reply(
-    stream: &mut TcpStream,
+async fn write_reply<S: Wire>(
+    stream: &mut S,
     reply: ScriptedReply,
     keep_alive: bool,
     shared: &Shared,
@@ -619,7 +721,7 @@ async fn write_reply(
     }
 }
 
-async fn write_chunk(stream: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+async fn write_chunk<S: Wire>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {
     if bytes.is_empty() {
         return Ok(());
     }
@@ -633,8 +735,8 @@ async fn write_chunk(stream: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
 
 /// Writes a streamed reply; `kept_alive` only when it ends with `[DONE]` and the connection
 /// stays open after it.
-async fn write_stream(
-    stream: &mut TcpStream,
+async fn write_stream<S: Wire>(
+    stream: &mut S,
     reply: &SseReply,
     kept_alive: bool,
     shared: &Shared,
@@ -716,6 +818,7 @@ async fn write_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::net::TcpStream;
 
     /// Sends `requests` (raw HTTP) one after the other on one connection and reads, after
     /// each, until its reply is complete (a chunked body's terminator or `content-length`

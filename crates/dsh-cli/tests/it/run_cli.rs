@@ -360,3 +360,80 @@ async fn a_background_job_finishing_after_the_turn_wakes_dsh_run() {
     );
     assert!(log.contains("background-jobs"), "the wake is not logged");
 }
+
+/// A provider whose certificate only a private authority signed (a company gateway) is reached
+/// over HTTPS once `SSL_CERT_FILE` names that authority; the session's preconnect opened the
+/// TLS connection the call then used (docs/providers.md, "Extra root certificates" and "Shared
+/// connections and preconnect").
+#[tokio::test]
+async fn https_through_a_private_authority_with_ssl_cert_file() {
+    let provider = FakeProvider::start_tls([ScriptedReply::from(
+        SseReply::new()
+            .text("over tls")
+            .finish("stop", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let roots = env.home.path().join("gateway-ca.pem");
+    std::fs::write(&roots, dsh_test_support::TEST_CA_PEM).unwrap();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-test-secret-123"));
+    cmd.env("SSL_CERT_FILE", &roots).args(["run", "hi"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "over tls\n");
+    let events = provider.events();
+    assert_eq!(
+        (events.head_requests, events.requests),
+        (1, 1),
+        "{events:?}"
+    );
+    assert_eq!(provider.head_requests()[0].header("authorization"), None);
+
+    // A file that holds no certificate stops the run before any request, naming the file.
+    let bogus = env.home.path().join("not-a-ca.pem");
+    std::fs::write(&bogus, "hello\n").unwrap();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-test-secret-123"));
+    cmd.env("SSL_CERT_FILE", &bogus).args(["run", "hi"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("not-a-ca.pem"), "{stderr}");
+    assert_eq!(provider.events().requests, 1);
+}
+
+/// Which authorities dsh trusts comes from its own environment only: `SSL_CERT_FILE` in the
+/// project's `.env` or in `$DSH_HOME/.env` is not read. Each names a file that does not exist,
+/// which stops a run whose environment names it (`https_through_a_private_authority_...`); here
+/// the run goes through (docs/SECURITY.md, "Web UI and providers").
+#[tokio::test]
+async fn env_files_cannot_change_the_trusted_authorities() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("plain")
+            .finish("stop", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.cwd.path().join(".env"),
+        "SSL_CERT_FILE=/nonexistent/ca.pem\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.home.path().join(".env"),
+        "SSL_CERT_FILE=/nonexistent/home-ca.pem\n",
+    )
+    .unwrap();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-test-secret-123"));
+    cmd.args(["run", "hi"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("nonexistent"), "{stderr}");
+}

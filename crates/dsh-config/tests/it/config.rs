@@ -421,7 +421,7 @@ fn model_table_feeds_model_info_through_the_adapter() {
     );
     let config = dirs.load().unwrap();
     let provider = &config.providers["deepseek"];
-    let adapter = dsh_config::build_adapter(&config, provider, None).unwrap();
+    let adapter = dsh_config::build_adapter(&config, provider, None, None).unwrap();
     let info = adapter.model_info("qwen3:32b").unwrap();
     assert_eq!(
         (info.context_window, info.default_max_tokens),
@@ -445,7 +445,8 @@ fn the_model_table_reaches_the_anthropic_adapter_too() {
         Some(64_000),
         "default_max_tokens falls back to max_output"
     );
-    let adapter = dsh_config::build_adapter(&config, &config.providers["anthropic"], None).unwrap();
+    let adapter =
+        dsh_config::build_adapter(&config, &config.providers["anthropic"], None, None).unwrap();
     let info = adapter.model_info("claude-x").unwrap();
     assert_eq!(
         (info.context_window, info.default_max_tokens),

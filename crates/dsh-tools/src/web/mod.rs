@@ -197,9 +197,12 @@ impl WebFetchTool {
                     builder = builder.resolve_to_addrs(host, &addrs);
                 }
             }
-            let client = builder.build().map_err(|err| {
-                ToolError::new(ToolErrorCode::Io, format!("cannot set up HTTP: {err}"))
-            })?;
+            let client = dsh_http::trust_extra_roots(builder)
+                .map_err(|err| ToolError::new(ToolErrorCode::Io, err.0))?
+                .build()
+                .map_err(|err| {
+                    ToolError::new(ToolErrorCode::Io, format!("cannot set up HTTP: {err}"))
+                })?;
             let mut response = client
                 .get(url.clone())
                 .header(

@@ -10,7 +10,7 @@
 //! event `web/deepseek-search-llm-request`; if that fails, nothing is sent.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dsh_http::ApiKey;
@@ -117,7 +117,10 @@ pub struct WebSearchTool {
     settings: WebSearchSettings,
     key: ApiKey,
     recorder: Option<Arc<dyn SearchRecorder>>,
-    client: reqwest::Client,
+    /// Built at the first search, not with the tool: most sessions never search, and with
+    /// `SSL_CERT_FILE` set a client costs a copy of its authorities (docs/providers.md, "Extra
+    /// root certificates").
+    client: OnceLock<reqwest::Client>,
     description: String,
 }
 
@@ -131,15 +134,9 @@ impl std::fmt::Debug for WebSearchTool {
 }
 
 impl WebSearchTool {
-    /// The tool calling `settings.base_url` with `key`. Fails when the HTTP client cannot be
-    /// set up. Redirects are never followed (the key must not travel to another host).
-    pub fn new(settings: WebSearchSettings, key: ApiKey) -> Result<Self, String> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(30))
-            .user_agent(concat!("dsh/", env!("CARGO_PKG_VERSION"), " (web_search)"))
-            .build()
-            .map_err(|err| format!("cannot set up the HTTP client of web_search: {err}"))?;
+    /// The tool calling `settings.base_url` with `key`. Redirects are never followed (the key
+    /// must not travel to another host).
+    pub fn new(settings: WebSearchSettings, key: ApiKey) -> Self {
         let description = format!(
             "Search the web for current information. Give 1 to {n} search queries in `queries` \
              (they run at the same time; their sources are merged). Returns a list of sources \
@@ -149,13 +146,31 @@ impl WebSearchTool {
             n = settings.max_queries,
             m = settings.max_results
         );
-        Ok(WebSearchTool {
+        WebSearchTool {
             settings,
             key,
             recorder: None,
-            client,
+            client: OnceLock::new(),
             description,
-        })
+        }
+    }
+
+    /// The HTTP client, built on first use; fails when it cannot be set up (an unreadable
+    /// `SSL_CERT_FILE`).
+    fn client(&self) -> Result<&reqwest::Client, String> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
+        }
+        let builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(30))
+            .user_agent(concat!("dsh/", env!("CARGO_PKG_VERSION"), " (web_search)"));
+        let client = dsh_http::trust_extra_roots(builder)
+            .map_err(|err| err.0)?
+            .build()
+            .map_err(|err| format!("cannot set up the HTTP client of web_search: {err}"))?;
+        // Two searches racing here both build one; the first is kept.
+        Ok(self.client.get_or_init(|| client))
     }
 
     /// Logs each request through `recorder` before it is sent.
@@ -220,7 +235,8 @@ impl WebSearchTool {
         }
         let secret = self.key.expose_secret();
         let response = self
-            .client
+            .client()
+            .map_err(provider_error)?
             .post(&endpoint)
             .header("x-api-key", secret)
             .header(reqwest::header::AUTHORIZATION, format!("Bearer {secret}"))

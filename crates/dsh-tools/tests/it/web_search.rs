@@ -65,7 +65,6 @@ fn scratch(provider: &FakeProvider, log: &Arc<Log>, settings: WebSearchSettings)
         },
         dsh_http::ApiKey::new(KEY),
     )
-    .unwrap()
     .with_recorder(Arc::clone(log) as Arc<dyn SearchRecorder>);
     s.registry.register(Arc::new(tool)).unwrap();
     s
@@ -405,8 +404,7 @@ async fn the_key_is_not_in_debug_output_or_the_schema() {
             ..WebSearchSettings::default()
         },
         dsh_http::ApiKey::new(KEY),
-    )
-    .unwrap();
+    );
     let debug = format!("{tool:?}");
     assert!(!debug.contains(KEY), "{debug}");
     let schema = dsh_tools::Tool::schema(&tool);
