@@ -191,7 +191,7 @@ impl Drop for PendingGuard {
 }
 
 impl Outgoing {
-    /// A sender whose lines go to `lines` (drained by [`write_lines`]).
+    /// A sender whose lines go to `lines` (drained by `write_lines`).
     pub fn new(lines: mpsc::UnboundedSender<Value>) -> Self {
         Outgoing {
             lines,

@@ -244,7 +244,7 @@ impl AgentHandle {
 
     /// Switches the permission preset (`/permission`): logs `permission/preset` (and
     /// `sandbox/mode` when the confinement changes) now, and applies the preset from the next
-    /// step on (see [`crate::permission`]). Switching to the preset in force does nothing.
+    /// step on (see `crate::permission`). Switching to the preset in force does nothing.
     /// Fails when the front end installed no [`crate::PermissionSource`] or the preset cannot
     /// be used on this host; the session keeps its preset then.
     pub fn set_permission(&self, preset: dsh_tools::PermissionPreset) -> Result<(), AgentError> {

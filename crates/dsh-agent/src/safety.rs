@@ -13,7 +13,7 @@
 //! * Protected paths (docs/SECURITY.md, "Protected paths"): under `workspace-write`, a `write`
 //!   or `edit` call whose real target lies in a protected entry (`.git/hooks`, `.git/config`,
 //!   `.dsh`, `.env*`, `.agents`, `.mcp.json`, at any depth, symlinks followed) becomes
-//!   [`ToolVerdict::Ask`] with the reason "writes <path>, which configures code that runs later
+//!   [`ToolVerdict::Ask`] with the reason "writes `<path>`, which configures code that runs later
 //!   (...)"; headless, the approver refuses it (`PERMISSION_DENIED` naming the path). The tools
 //!   refuse such writes by themselves unless the call was approved, so this only decides who
 //!   is asked. Needs [`SafetyPolicy::with_workspace`].

@@ -3,8 +3,8 @@
 //! diff, `bash` cards) is written with the real JSONL store, then:
 //!
 //! * **resume first frame**: the log read from disk (`SessionStore::load`), every event folded
-//!   into a fresh [`Transcript`] and the first frame drawn, as `dsh resume` does once the
-//!   session is open; median of `runs`;
+//!   into a fresh [`Transcript`](dsh_tui::Transcript) and the first frame drawn, as `dsh
+//!   resume` does once the session is open; median of `runs`;
 //! * **streaming**: on top of that transcript a reply streams at `tokens_per_s` (one delta per
 //!   token, Markdown with lists and code fences) while keys are typed into the composer every
 //!   ~40 ms. An event loop shaped like dsh-tui's (`runtime.rs`: wait for an event, fold in

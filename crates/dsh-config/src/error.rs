@@ -45,7 +45,7 @@ impl fmt::Display for Source {
 }
 
 /// One problem in the configuration. `Display` gives
-/// `<where>: `<key>`: <problem>` and, on the next line, `  fix: <fix>`. No message ever holds a
+/// ``<where>: `<key>`: <problem>`` and, on the next line, `  fix: <fix>`. No message ever holds a
 /// credential: values that may be secrets are never quoted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {

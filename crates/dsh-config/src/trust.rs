@@ -12,7 +12,7 @@
 //! - by a `[trust] workspaces = [...]` path prefix in the user's own `$DSH_HOME/config.toml`;
 //! - for one run, by `--trust-workspace`.
 //!
-//! Untrusted, [`restrict_project_layer`] removes those settings from the project layer and
+//! Untrusted, `restrict_project_layer` removes those settings from the project layer and
 //! names each one, so that the front end can say what it ignored.
 
 use std::path::{Path, PathBuf};

@@ -38,8 +38,9 @@ pub struct HttpErrorResponse<'a> {
 /// 429 `RATE_LIMIT`; 400 with context-length wording `CONTEXT_WINDOW_EXCEEDED`; other 400, 413
 /// and 422 `INVALID_REQUEST`; 5xx `SERVER`; anything else `HTTP_<n>`. The failure keeps the
 /// status, the retry delay (ms) and the request id; its message names the status and quotes the
-/// provider's message (truncated to [`PROVIDER_MESSAGE_LIMIT`] characters). `now` resolves an
-/// HTTP-date `Retry-After`.
+/// provider's message (truncated to
+/// [`PROVIDER_MESSAGE_LIMIT`](dsh_http::errors::PROVIDER_MESSAGE_LIMIT) characters). `now`
+/// resolves an HTTP-date `Retry-After`.
 pub fn failure_from_http(response: &HttpErrorResponse<'_>, now: SystemTime) -> Failure {
     let status = response.status;
     let provider_message = provider_message(response.body);

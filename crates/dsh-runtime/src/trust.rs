@@ -20,7 +20,7 @@ pub struct ReviewFile {
     /// True for the hooks file (every command in it runs unconfined once trusted).
     pub hooks: bool,
     /// One line per setting: `key = value` (secrets redacted) for a config file,
-    /// `<event> (matcher m): runs `<command>`` for a hooks file.
+    /// ``<event> (matcher m): runs `<command>` `` for a hooks file.
     pub lines: Vec<String>,
 }
 

@@ -65,7 +65,7 @@ pub struct ProbeKey(Value);
 impl ProbeKey {
     /// Reads the key now: dsh's version, the effective user and group, the kernel release and
     /// boot id, the Landlock ABI, the `bwrap` found on `search_path` (path, device, inode, size,
-    /// mode, owner, modification and change times), the [`SYSCTLS`], this process's user, mount
+    /// mode, owner, modification and change times), the `SYSCTLS`, this process's user, mount
     /// and pid namespaces and its capability, seccomp and `no_new_privs` state. A few dozen
     /// small reads of `/proc`; no process is started.
     pub fn current(search_path: Option<&OsStr>) -> ProbeKey {

@@ -224,7 +224,7 @@ impl FakeProvider {
         });
     }
 
-    /// Makes the provider answer 400 (`unknown field `<name>``) to any model request whose JSON
+    /// Makes the provider answer 400 (``unknown field `<name>` ``) to any model request whose JSON
     /// body contains an object key `name` at any depth, as strict OpenAI-compatible servers do.
     pub fn reject_field(&self, name: &str) {
         self.shared

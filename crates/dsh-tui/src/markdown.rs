@@ -2,7 +2,7 @@
 //!
 //! Covers what models write: headings, paragraphs, bullet and numbered lists, block quotes,
 //! fenced code blocks (highlighted by [`crate::highlight`]), horizontal rules, and inline
-//! `code`, **bold**, *italic* and [links](url). The renderer is total: any input, including a
+//! `code`, **bold**, *italic* and `[links](url)`. The renderer is total: any input, including a
 //! prefix cut in the middle of a construct (an unclosed fence or `**`), renders without panic;
 //! an unclosed fence renders as code up to the end, so a block being streamed looks like the
 //! finished one.
@@ -157,7 +157,7 @@ fn is_rule(line: &str) -> bool {
             || compact.chars().all(|c| c == '_'))
 }
 
-/// Inline markup over `base`: `code`, **bold**, *italic* / _italic_, [text](url).
+/// Inline markup over `base`: `code`, **bold**, *italic* / _italic_, `[text](url)`.
 /// Markers without a closing partner are shown as typed.
 pub fn inline(text: &str, base: Style) -> Vec<Span<'static>> {
     let chars: Vec<char> = text.chars().collect();

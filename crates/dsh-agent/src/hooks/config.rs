@@ -184,7 +184,7 @@ impl HookGroup {
     }
 }
 
-/// One problem in a hook configuration. `Display` gives `<origin>: `<key>`: <problem>` and,
+/// One problem in a hook configuration. `Display` gives ``<origin>: `<key>`: <problem>`` and,
 /// on the next line, `  fix: <fix>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookConfigError {
