@@ -100,12 +100,12 @@ impl Adapter for DeepSeekAdapter {
         Some(self.models.describe(models::model_info(model)))
     }
 
-    /// `GET {base}/models`: the ids the endpoint lists, each with the model table's metadata
-    /// (or the generic description for an id the table does not know).
     fn preconnect(&self) {
         self.endpoint.preconnect();
     }
 
+    /// `GET {base}/models`: the ids the endpoint lists, each with the model table's metadata
+    /// (or the generic description for an id the table does not know).
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, Failure>> {
         Box::pin(async move {
             let ids = self.endpoint.model_ids().await?;
