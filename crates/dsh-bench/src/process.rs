@@ -194,9 +194,14 @@ pub(crate) async fn first_request(
     } else {
         FakeProvider::start(Vec::new()).await?
     };
-    let authority = tempfile::tempdir()?;
-    let roots = authority.path().join("ca.pem");
-    std::fs::write(&roots, dsh_test_support::TEST_CA_PEM)?;
+    // The test authority, for the program's `SSL_CERT_FILE` (HTTPS only).
+    let authority = if tls {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("ca.pem"), dsh_test_support::TEST_CA_PEM)?;
+        Some(dir)
+    } else {
+        None
+    };
     let base = provider.base_url();
     let mut times = Vec::new();
     let mut failures = Vec::new();
@@ -209,8 +214,8 @@ pub(crate) async fn first_request(
         let work = tempfile::tempdir()?;
         let seen = provider.requests().len();
         let mut command = launch.command(&base, work.path())?;
-        if tls {
-            command.env("SSL_CERT_FILE", &roots);
+        if let Some(dir) = &authority {
+            command.env("SSL_CERT_FILE", dir.path().join("ca.pem"));
         }
         let start = Instant::now();
         let measured =

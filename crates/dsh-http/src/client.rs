@@ -105,14 +105,13 @@ impl HttpClient {
         }
     }
 
-    /// Opens a connection to the origin of `url` in the background, so that the next request
-    /// there finds it in the pool: a `HEAD /` without credentials or configured headers, whose
-    /// answer (any status, or none) is dropped. Returns the task, or `None` outside a tokio
-    /// runtime, when `url` has no host to connect to, or when the origin was sent something in
-    /// the last 30 s (its connection is still in the pool).
-    pub fn preconnect(&self, url: &str) -> Option<tokio::task::JoinHandle<()>> {
+    /// Opens a connection to `target` (an origin as [`origin_root`] writes it) in the
+    /// background, so that the next request there finds it in the pool: a `HEAD /` without
+    /// credentials or configured headers, whose answer (any status, or none) is dropped.
+    /// Returns the task, or `None` outside a tokio runtime or when the origin was sent
+    /// something in the last 30 s (its connection is still in the pool).
+    pub(crate) fn preconnect(&self, target: &reqwest::Url) -> Option<tokio::task::JoinHandle<()>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let target = origin_root(url)?;
         {
             let mut last_use = self.last_use.lock_or_recover();
             if last_use
@@ -123,7 +122,10 @@ impl HttpClient {
             }
             last_use.insert(target.to_string(), Instant::now());
         }
-        let request = self.client.head(target).timeout(PRECONNECT_DEADLINE);
+        let request = self
+            .client
+            .head(target.clone())
+            .timeout(PRECONNECT_DEADLINE);
         // Not `spawn`: called from a worker (as `dsh run` does), a spawned task waits in that
         // worker's next-task slot, which the other workers cannot take, until the caller's
         // task yields: at its first request, too late to help. A blocking-pool thread starts

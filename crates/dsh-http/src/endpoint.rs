@@ -522,8 +522,9 @@ fn redirect_failure(url: &str, status: u16, headers: &HeaderMap) -> Option<Failu
 pub struct Endpoint {
     client: HttpClient,
     url: String,
-    /// `scheme://host:port/` of `url`, under which the client notes its use.
-    origin: Option<String>,
+    /// `scheme://host:port/` of `url`: what a preconnect opens, and under which the client
+    /// notes its use.
+    origin: Option<reqwest::Url>,
     models_url: String,
     headers: HeaderMap,
     secret: Option<String>,
@@ -605,7 +606,7 @@ impl Endpoint {
         };
         Ok(Endpoint {
             client,
-            origin: crate::client::origin_root(&config.url).map(String::from),
+            origin: crate::client::origin_root(&config.url),
             url: config.url,
             models_url: config.models_url,
             headers,
@@ -617,17 +618,18 @@ impl Endpoint {
         })
     }
 
-    /// Opens a connection to the provider ahead of the first call, in the background
-    /// ([`HttpClient::preconnect`]; docs/providers.md, "Shared connections and preconnect").
-    /// Nothing is sent without a key: no call would follow.
+    /// Opens a connection to the provider ahead of the first call, in the background: a `HEAD /`
+    /// of the endpoint's origin without credentials (docs/providers.md, "Shared connections and
+    /// preconnect"). Nothing is sent without a key (no call would follow), nor to an origin
+    /// used in the last 30 s. Returns the task, or `None` when nothing is sent.
     pub fn preconnect(&self) -> Option<tokio::task::JoinHandle<()>> {
         self.secret.as_ref()?;
-        self.client.preconnect(&self.url)
+        self.client.preconnect(self.origin.as_ref()?)
     }
 
     fn note_use(&self) {
         if let Some(origin) = &self.origin {
-            self.client.note_use(origin);
+            self.client.note_use(origin.as_str());
         }
     }
 

@@ -8,7 +8,7 @@
 //!   overall reply deadline at every await, the key scrubbed from every failure) and the model
 //!   listing ([`get_model_ids`]).
 //! - [`HttpClient`] is the connection pool endpoints share, and opens a connection ahead of
-//!   the first call ([`HttpClient::preconnect`]).
+//!   the first call ([`Endpoint::preconnect`]).
 //! - [`RequestBody`] sends a body as the parts it was built from, shared bytes uncopied.
 //! - [`SseDecoder`] turns response bytes into Server-Sent Events without I/O.
 //! - [`ApiKey`] keeps the key out of `Debug` and `Display`.

@@ -241,7 +241,7 @@ impl SessionFactory for Runtime {
             &setup.config,
             provider,
             setup.selection.api_key.clone(),
-            None,
+            self.http_client().as_ref(),
         )
         .ok()?;
         adapter.model_info(model)
@@ -447,6 +447,14 @@ impl Runtime {
             .retain(|(cwd, _), _| !cwd.starts_with(&workspace));
     }
 
+    /// The connection pool of this runtime's adapters, built on first use; `None` when the
+    /// client cannot start (each adapter then builds its own and reports why it cannot).
+    fn http_client(&self) -> Option<dsh_http::HttpClient> {
+        self.http
+            .get_or_init(|| dsh_http::HttpClient::new(dsh_http::DEFAULT_CONNECT_TIMEOUT).ok())
+            .clone()
+    }
+
     /// The session store of the home (JSONL, where every front end keeps its sessions).
     pub fn store(&self) -> Arc<dyn SessionStore + Send + Sync> {
         let store = self
@@ -470,10 +478,7 @@ impl Runtime {
             extra_mcp: spec.mcp_servers.clone(),
             approval_rules: Arc::new(approval_rules),
             warnings: self.warnings.clone(),
-            http: self
-                .http
-                .get_or_init(|| dsh_http::HttpClient::new(dsh_http::DEFAULT_CONNECT_TIMEOUT).ok())
-                .clone(),
+            http: self.http_client(),
         });
         let mut session = compose::agent_parts(&shared, 0, configuration.permission)?;
         if spec.model_titles {
