@@ -175,6 +175,7 @@ impl SessionFactory for TestFactory {
             agent,
             history,
             children,
+            preconnect: dsh_runtime::Preconnector::off(),
         })
     }
 

@@ -35,6 +35,8 @@ pub struct HttpClient {
     connect_timeout: Duration,
     /// When each origin (`scheme://host:port/`) was last sent a request or a preconnect.
     last_use: Arc<Mutex<HashMap<String, Instant>>>,
+    /// No preconnect to an origin used this recently (`RECENT_USE` unless a test shortens it).
+    recent_use: Duration,
 }
 
 impl HttpClient {
@@ -82,7 +84,15 @@ impl HttpClient {
             client,
             connect_timeout,
             last_use: Arc::default(),
+            recent_use: RECENT_USE,
         })
+    }
+
+    /// This client with another window than 30 s in which an origin already used is not
+    /// preconnected again: for tests, which cannot wait 30 s to see a second preconnect.
+    pub fn with_recent_use(mut self, window: Duration) -> HttpClient {
+        self.recent_use = window;
+        self
     }
 
     /// The longest wait for a connection.
@@ -116,7 +126,7 @@ impl HttpClient {
             let mut last_use = self.last_use.lock_or_recover();
             if last_use
                 .get(target.as_str())
-                .is_some_and(|at| at.elapsed() < RECENT_USE)
+                .is_some_and(|at| at.elapsed() < self.recent_use)
             {
                 return None;
             }

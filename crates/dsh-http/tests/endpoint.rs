@@ -540,6 +540,38 @@ async fn the_first_call_takes_the_connection_a_preconnect_opened() {
     assert!(on_client(&provider, &client).preconnect().is_none());
 }
 
+/// Once an origin has gone unused for the window (30 s; shortened here), a preconnect is sent
+/// again, as a front end asks when a call is near (docs/providers.md, "Shared connections and
+/// preconnect"): over the idle connection the pool kept, when it is still open.
+#[tokio::test]
+async fn an_origin_unused_for_the_window_is_preconnected_again() {
+    let provider = FakeProvider::start([SseReply::new().data("hi").into()])
+        .await
+        .unwrap();
+    let window = Duration::from_millis(500);
+    let client = HttpClient::new(Duration::from_secs(5))
+        .unwrap()
+        .with_recent_use(window);
+    let endpoint = on_client(&provider, &client);
+    endpoint.preconnect().unwrap().await.unwrap();
+    assert!(endpoint.preconnect().is_none(), "inside the window");
+    tokio::time::sleep(window + Duration::from_millis(50)).await;
+    endpoint
+        .preconnect()
+        .expect("the window has passed")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let chunks = collect(&endpoint, CancellationToken::new()).await;
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    let events = provider.events();
+    assert_eq!(
+        (events.head_requests, events.requests, events.connections),
+        (2, 1, 1),
+        "{events:?}"
+    );
+}
+
 /// Without a key no call will follow, so nothing is opened; a provider that is down costs the
 /// preconnect nothing but its own failure, and the call reports its own.
 #[tokio::test]

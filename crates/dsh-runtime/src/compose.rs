@@ -34,6 +34,8 @@ pub(crate) struct SessionParts {
     pub(crate) plan: Option<dsh_agent::PlanMode>,
     /// The live events of this agent's children (docs/agent.md, "Watching children").
     pub(crate) children: dsh_agent::ChildFeed,
+    /// Warms the provider connection again before a later call (top-level sessions only).
+    pub(crate) preconnect: crate::Preconnector,
 }
 
 fn invalid(err: impl std::fmt::Display) -> RuntimeError {
@@ -61,9 +63,12 @@ pub(crate) fn agent_parts(
     .map_err(invalid)?;
     // The connection opens while the rest of the session is built (docs/providers.md, "Shared
     // connections and preconnect"); a subagent finds the session's in the shared pool.
-    if depth == 0 && provider.preconnect {
-        adapter.preconnect();
-    }
+    let preconnect = if depth == 0 && provider.preconnect {
+        crate::Preconnector::new(Arc::clone(&adapter))
+    } else {
+        crate::Preconnector::off()
+    };
+    preconnect.warm();
     // `read_image` is offered only to a model that takes images (docs/tools.md, "read_image").
     let takes_images = adapter
         .model_info(&setup.call.model)
@@ -140,6 +145,7 @@ pub(crate) fn agent_parts(
         permission: permission_source(current_permission),
         plan,
         children,
+        preconnect,
     })
 }
 

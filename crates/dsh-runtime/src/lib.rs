@@ -147,6 +147,41 @@ pub struct OpenedSession {
     /// The live events of the session's subagents, for the front end to show while they run
     /// (docs/agent.md, "Watching children").
     pub children: dsh_agent::ChildFeed,
+    /// Opens the provider connection again ahead of the next call, for a front end that knows
+    /// one is coming (the TUI, when the user starts typing).
+    pub preconnect: Preconnector,
+}
+
+/// Opens a session's provider connection ahead of its next call (docs/providers.md, "Shared
+/// connections and preconnect"). A connection left idle while the user reads or thinks is
+/// closed by the server after a minute or so; the next call would then wait for TCP and TLS.
+/// [`Preconnector::warm`] opens one in the background instead, so a front end calls it when a
+/// call is near. Does nothing when the provider turns preconnect off, has no key, or was sent
+/// something in the last 30 s (its connection is still open). Cheap to clone and to call.
+#[derive(Clone, Default)]
+pub struct Preconnector {
+    adapter: Option<Arc<dyn dsh_llm::Adapter>>,
+}
+
+impl Preconnector {
+    /// Warms `adapter`'s connection on each [`warm`](Self::warm).
+    pub fn new(adapter: Arc<dyn dsh_llm::Adapter>) -> Preconnector {
+        Preconnector {
+            adapter: Some(adapter),
+        }
+    }
+
+    /// One that never sends anything (preconnect turned off, or a test's session).
+    pub fn off() -> Preconnector {
+        Preconnector::default()
+    }
+
+    /// Opens the connection in the background, unless one is known to be open; returns at once.
+    pub fn warm(&self) {
+        if let Some(adapter) = &self.adapter {
+            adapter.preconnect();
+        }
+    }
 }
 
 /// The one seam between the front ends (`dsh-tui`, `dsh-server`, `dsh-acp`) and composition:
@@ -358,6 +393,16 @@ impl Runtime {
         })
     }
 
+    /// This runtime with `client` as the connection pool of its sessions instead of one it
+    /// builds (docs/providers.md, "Shared connections and preconnect"): for an embedder that
+    /// has its own, and for tests that shorten its preconnect window. A client whose connect
+    /// timeout is not the default is used only by adapters configured with the same one.
+    pub fn with_http_client(self, client: dsh_http::HttpClient) -> Runtime {
+        let http = OnceLock::new();
+        let _ = http.set(Some(client));
+        Runtime { http, ..self }
+    }
+
     /// The default working directory (canonical).
     pub fn cwd(&self) -> &Path {
         &self.cwd
@@ -511,6 +556,7 @@ impl Runtime {
             agent,
             history,
             children: session.children,
+            preconnect: session.preconnect,
         })
     }
 }

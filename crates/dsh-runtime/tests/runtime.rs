@@ -497,6 +497,65 @@ async fn sessions_of_a_runtime_preconnect_once_and_share_the_connection() {
     );
 }
 
+/// An opened session's [`dsh_runtime::Preconnector`] opens the connection again for a front
+/// end that expects a call soon (the TUI when the user starts typing), through the runtime's
+/// pool; the window in which a used origin is left alone (30 s) is shortened here.
+#[tokio::test]
+async fn an_opened_session_warms_its_connection_again() {
+    let provider = FakeProvider::start([text_reply("done")]).await.unwrap();
+    let setup = Setup::new(&provider.base_url(), Some("sk-runtime-test-key"));
+    let window = std::time::Duration::from_secs(1);
+    let client = dsh_http::HttpClient::new(dsh_http::DEFAULT_CONNECT_TIMEOUT)
+        .unwrap()
+        .with_recent_use(window);
+    let runtime = setup.runtime(full_access()).with_http_client(client);
+    let store = runtime.store();
+    let opened = runtime
+        .open(&SessionSpec::default(), store.as_ref())
+        .unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        provider.wait_until(|events| events.head_requests == 1),
+    )
+    .await
+    .expect("opening the session preconnects");
+    opened.preconnect.warm();
+    tokio::time::sleep(window + std::time::Duration::from_millis(50)).await;
+    opened.preconnect.warm();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        provider.wait_until(|events| events.head_requests == 2),
+    )
+    .await
+    .expect("a warm-up after the window sends a second preconnect");
+    let events = provider.events();
+    assert_eq!(
+        (events.head_requests, events.connections),
+        (2, 1),
+        "{events:?}"
+    );
+    // A session of a provider with `preconnect = false` has nothing to warm.
+    std::fs::write(
+        setup.home.path().join("config.toml"),
+        "[providers.deepseek]\npreconnect = false\n",
+    )
+    .unwrap();
+    let quiet = setup.runtime(full_access()).with_http_client(
+        dsh_http::HttpClient::new(dsh_http::DEFAULT_CONNECT_TIMEOUT)
+            .unwrap()
+            .with_recent_use(std::time::Duration::ZERO),
+    );
+    let opened = quiet.open(&SessionSpec::default(), store.as_ref()).unwrap();
+    opened.preconnect.warm();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(
+        provider.events().head_requests,
+        2,
+        "{:?}",
+        provider.events()
+    );
+}
+
 /// `preconnect = false` in a provider's table turns it off.
 #[tokio::test]
 async fn a_provider_can_turn_the_preconnect_off() {

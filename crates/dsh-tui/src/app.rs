@@ -33,6 +33,9 @@ pub enum Action {
     OpenSession(String),
     /// Switch the permission preset, confirmed (danger-full-access asks before this).
     SetPermission(PermissionPreset),
+    /// The user started writing a message while no turn runs: open the provider connection
+    /// now, so the call finds it ready (docs/tui.md, "Connection warm-up").
+    WarmConnection,
     /// Leave.
     Quit,
 }
@@ -210,6 +213,31 @@ impl App {
 
     /// Applies a key; returns what the runtime must do.
     pub fn on_key(&mut self, key: KeyEvent) -> Vec<Action> {
+        let was_empty = self.composer.is_empty();
+        let mut actions = self.apply_key(key);
+        if self.started_writing(was_empty) {
+            actions.push(Action::WarmConnection);
+        }
+        actions
+    }
+
+    /// Pastes `text` where the keys go; returns what the runtime must do.
+    pub fn on_paste(&mut self, text: &str) -> Vec<Action> {
+        let was_empty = self.composer.is_empty();
+        self.paste(text);
+        if self.started_writing(was_empty) {
+            vec![Action::WarmConnection]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The composer was empty, holds text now, and no turn runs: a call is likely soon.
+    fn started_writing(&self, was_empty: bool) -> bool {
+        was_empty && !self.composer.is_empty() && !self.transcript.running
+    }
+
+    fn apply_key(&mut self, key: KeyEvent) -> Vec<Action> {
         if key.kind == KeyEventKind::Release {
             return Vec::new();
         }
@@ -334,7 +362,7 @@ impl App {
     }
 
     /// Inserts pasted text into the draft.
-    pub fn on_paste(&mut self, text: &str) {
+    fn paste(&mut self, text: &str) {
         if !self.approvals.is_empty() {
             return;
         }

@@ -115,6 +115,8 @@ struct Live {
     /// The children's live events (docs/agent.md, "Watching children"); `None` once the feed
     /// closed.
     children: Option<broadcast::Receiver<ChildActivity>>,
+    /// Opens the provider connection again when the user starts a message.
+    preconnect: dsh_runtime::Preconnector,
 }
 
 /// Runs the UI until the user quits. The terminal is restored before this returns.
@@ -449,10 +451,7 @@ impl Ui {
     fn on_terminal(&mut self, event: TermEvent) -> bool {
         let actions = match event {
             TermEvent::Key(key) => self.app.on_key(key),
-            TermEvent::Paste(text) => {
-                self.app.on_paste(&text);
-                Vec::new()
-            }
+            TermEvent::Paste(text) => self.app.on_paste(&text),
             TermEvent::Resize(cols, rows) => {
                 if let Some(screen) = self.inline.as_mut() {
                     screen.resize(cols, rows);
@@ -483,6 +482,12 @@ impl Ui {
             }
             Action::SetPermission(preset) => {
                 self.set_permission(preset);
+                return false;
+            }
+            Action::WarmConnection => {
+                if let Some(live) = &self.live {
+                    live.preconnect.warm();
+                }
                 return false;
             }
             Action::Send(_) | Action::Steer(_) | Action::Cancel => {}
@@ -543,6 +548,7 @@ impl Ui {
             Action::OpenSession(_)
             | Action::Command(_)
             | Action::SetPermission(_)
+            | Action::WarmConnection
             | Action::Quit => Ok(()),
         };
         if let Err(err) = result {
@@ -842,6 +848,7 @@ impl Ui {
         let handle = opened.agent.handle();
         let events = handle.subscribe();
         let children = Some(opened.children.subscribe());
+        let preconnect = opened.preconnect.clone();
         let call = opened.agent.call().clone();
         self.app.status.context_window = opened.agent.model_info().context_window;
         self.app.status.model = call.model.clone();
@@ -886,6 +893,7 @@ impl Ui {
             task,
             call,
             children,
+            preconnect,
         });
         self.app.loading = false;
         self.app.queue.clear();

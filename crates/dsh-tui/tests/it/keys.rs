@@ -221,3 +221,32 @@ fn extension_commands_complete_and_dispatch() {
         .unwrap()
         .contains("unknown command /nope"));
 }
+
+/// The first text typed or pasted into an empty composer while no turn runs asks the runtime to
+/// warm the provider connection (docs/tui.md, "Connection warm-up"); the keys after it, keys
+/// while a turn runs, and keys that leave the composer empty do not.
+#[test]
+fn starting_a_message_while_idle_warms_the_connection() {
+    let warms = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::WarmConnection))
+            .count()
+    };
+    let mut app = app();
+    assert_eq!(warms(&typed(&mut app, "f")), 1);
+    assert_eq!(warms(&typed(&mut app, "ix it")), 0);
+    // Emptied and started again: another message, another warm-up.
+    for _ in 0.."fix it".len() {
+        app.on_key(key(KeyCode::Backspace));
+    }
+    assert!(app.composer.is_empty());
+    assert_eq!(warms(&app.on_key(key(KeyCode::Left))), 0);
+    assert_eq!(warms(&app.on_paste("a pasted task")), 1);
+    assert_eq!(warms(&app.on_paste(" and more")), 0);
+    // While a turn runs the connection is in use: a steer or a queued message needs nothing.
+    let mut busy = self::app();
+    busy.transcript.running = true;
+    assert_eq!(warms(&typed(&mut busy, "also")), 0);
+    assert_eq!(warms(&busy.on_paste("x")), 0);
+}

@@ -145,6 +145,7 @@ impl SessionFactory for TestFactory {
             agent,
             history: Vec::new(),
             children,
+            preconnect: dsh_runtime::Preconnector::off(),
         })
     }
 
