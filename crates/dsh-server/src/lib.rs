@@ -259,6 +259,7 @@ fn router(state: Arc<routes::AppState>, policy: Arc<GatePolicy>) -> Router {
         )
         .route("/api/sessions/{id}/cancel", post(routes::cancel))
         .route("/api/sessions/{id}/compact", post(routes::compact))
+        .route("/api/sessions/{id}/warm", post(routes::warm))
         .route("/api/sessions/{id}/call", post(routes::set_call))
         .route(
             "/api/sessions/{id}/permission",

@@ -576,6 +576,19 @@ pub(crate) async fn cancel(State(state): Shared, Path(id): Path<String>, body: B
     Ok(Json(json!({"cancelled": cancelled})).into_response())
 }
 
+/// `POST /api/sessions/:id/warm`: the user started a message in an idle session; its provider
+/// connection is opened again in the background, unless it is still open (docs/web.md,
+/// "Connection warm-up"). `{"live": false}` when no agent runs for the session (nothing is
+/// opened for a stored one: its first send opens the session, which connects).
+pub(crate) async fn warm(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    check_id(&id)?;
+    let live = state.sessions.live(&id);
+    if let Some(live) = &live {
+        live.preconnect.warm();
+    }
+    Ok(Json(json!({"live": live.is_some()})).into_response())
+}
+
 /// `POST /api/sessions/:id/compact`: compacts before the next step (or at once when idle).
 pub(crate) async fn compact(State(state): Shared, Path(id): Path<String>) -> ApiResult {
     let live = state.sessions.ensure_live(&id).await?;

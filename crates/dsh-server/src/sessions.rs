@@ -67,6 +67,9 @@ pub struct LiveSession {
     pub approvals: Arc<crate::approvals::WebApprover>,
     /// Answers `ask_user_question` calls of this agent.
     pub questions: Arc<crate::questions::WebAsker>,
+    /// Opens the provider connection again when the user starts a message (docs/web.md,
+    /// "Connection warm-up").
+    pub preconnect: dsh_runtime::Preconnector,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -316,6 +319,7 @@ impl Sessions {
         let (opened, events, cwd) = opened;
         // Taken before the agent serves, so no child event is missed (docs/web.md, "Children").
         let children = opened.children.subscribe();
+        let preconnect = opened.preconnect;
         let mut agent = opened.agent;
         let handle = agent.handle();
         let id = handle.session_id();
@@ -368,6 +372,7 @@ impl Sessions {
             cwd,
             approvals: approver,
             questions: asker,
+            preconnect,
             stop: stop.clone(),
             task: Mutex::new(None),
         });

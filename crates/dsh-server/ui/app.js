@@ -334,6 +334,18 @@ async function sendPrompt(text, mode) {
   return result;
 }
 
+// The first text of a message in a live, idle session opens the provider connection ahead of
+// the send (docs/web.md, "Connection warm-up"). Quiet: a failure here costs nothing.
+// `beforeinput` reads the box before each edit, so a box the page emptied itself (after a send)
+// counts as empty.
+let inputWasEmpty = true;
+function warmOnFirstInput() {
+  if (inputWasEmpty && $("input").value !== "" && app.id && app.detail?.live && !app.conv?.running) {
+    fetch(`/api/sessions/${app.id}/warm`, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" })
+      .catch(() => {});
+  }
+}
+
 function send(mode) {
   const input = $("input");
   const text = input.value;
@@ -548,6 +560,8 @@ async function start() {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send("followup"); }
   });
   $("input").addEventListener("input", updateSlashMenu);
+  $("input").addEventListener("beforeinput", () => { inputWasEmpty = $("input").value === ""; });
+  $("input").addEventListener("input", warmOnFirstInput);
   $("permission").addEventListener("change", () => setPermission($("permission").value).catch(() => {}));
   $("steer").addEventListener("click", () => send("steer"));
   $("cancel").addEventListener("click", () => api(`/api/sessions/${app.id}/cancel`, { keepInbox: false }).catch(() => {}));

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::cdp::{find_chromium, Browser};
-use crate::support::Web;
+use crate::support::{text, Web};
 use dsh_agent::{Extension, ToolCallInfo, ToolVerdict};
 use dsh_test_support::{ScriptedReply, SseReply, StreamEnd, WireUsage};
 use serde_json::json;
@@ -404,5 +404,76 @@ async fn the_trust_card_shows_planted_hooks_and_trusts_after_confirmation() {
         recorded.contains(ws.to_string_lossy().as_ref()),
         "{recorded}"
     );
+    web.stop().await;
+}
+
+/// Connection warm-up (docs/web.md): the first text typed into the composer of a live, idle
+/// session asks the server to open the provider connection (one `HEAD` at the provider: the
+/// test factory's warm-up has no 30 s window); the next keys do not, and once a send has
+/// emptied the box the next message warms again.
+#[tokio::test(flavor = "multi_thread")]
+async fn starting_a_message_warms_the_provider_connection_in_chromium() {
+    let Some(binary) = find_chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let mut web = Web::start(vec![text("one")]).await;
+    let (_, created) = web.json(web.post("/api/sessions", json!({}))).await;
+    let id = created["id"].as_str().unwrap().to_string();
+    let profile = tempfile::tempdir().unwrap();
+    let url = web.server.as_ref().unwrap().issue_url(None);
+    let provider = &web.provider;
+    let heads = |want: usize, what: &str| {
+        tokio::runtime::Handle::current().block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                provider.wait_until(|events| events.head_requests >= want),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{what}: {:?}", provider.events()));
+        });
+        provider.events().head_requests
+    };
+    // Keys as a browser delivers them: `beforeinput`, the edit, `input`.
+    let typed = |text: &str| {
+        format!(
+            "(() => {{ const i = document.getElementById('input');
+               for (const ch of {}) {{
+                 i.dispatchEvent(new InputEvent('beforeinput', {{ data: ch, inputType: 'insertText' }}));
+                 i.value += ch;
+                 i.dispatchEvent(new InputEvent('input', {{ data: ch, inputType: 'insertText' }}));
+               }} return true; }})()",
+            json!(text)
+        )
+    };
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::start(&binary, profile.path());
+        browser.open(&url);
+        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        browser.eval(&format!("location.hash = '#/s/{id}'; true"));
+        browser.wait_for(
+            "document.getElementById('state').textContent === 'idle'",
+            "the live session",
+            10,
+        );
+        browser.eval(&typed("h"));
+        assert_eq!(heads(1, "the first key warms"), 1);
+        browser.eval(&typed("ello"));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(provider.events().head_requests, 1, "later keys do not");
+        browser.eval("document.getElementById('send').click(); true");
+        browser.wait_for(
+            "document.querySelector('.turn-end.completed') && document.getElementById('input').value === ''",
+            "the turn's end",
+            15,
+        );
+        browser.wait_for(
+            "document.getElementById('state').textContent === 'idle'",
+            "the session idle again",
+            10,
+        );
+        browser.eval(&typed("n"));
+        assert_eq!(heads(2, "the next message warms again"), 2);
+    });
     web.stop().await;
 }

@@ -521,3 +521,39 @@ async fn a_rename_during_the_first_turn_outlasts_the_model_title() {
     assert_eq!(list["workspaces"][0]["sessions"][0]["title"], "Mine");
     web.stop().await;
 }
+
+/// `POST /api/sessions/:id/warm` (docs/web.md, "Connection warm-up") passes the warm-up on to
+/// the live session's provider connection: one `HEAD` at the provider (the test factory's
+/// warm-up has no 30 s window). A session with no live agent, or a bad id, opens nothing.
+#[tokio::test]
+async fn warm_opens_the_provider_connection_of_a_live_session_only() {
+    let web = Web::start(Vec::new()).await;
+    let (status, created) = web.json(web.post("/api/sessions", json!({}))).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let (status, body) = web
+        .json(web.post(&format!("/api/sessions/{id}/warm"), json!({})))
+        .await;
+    assert_eq!((status, body), (200, json!({"live": true})));
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        web.provider.wait_until(|events| events.head_requests == 1),
+    )
+    .await
+    .expect("the warm-up reaches the provider");
+    let (status, body) = web
+        .json(web.post("/api/sessions/no-such-session/warm", json!({})))
+        .await;
+    assert_eq!((status, body), (200, json!({"live": false})));
+    let (status, _) = web
+        .json(web.post("/api/sessions/..%2Fx/warm", json!({})))
+        .await;
+    assert_eq!(status, 400);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let events = web.provider.events();
+    assert_eq!(
+        (events.head_requests, events.requests),
+        (1, 0),
+        "{events:?}"
+    );
+}

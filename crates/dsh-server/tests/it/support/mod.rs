@@ -111,6 +111,25 @@ impl TestFactory {
     }
 }
 
+impl TestFactory {
+    /// The session's connection warm-up (docs/web.md, "Connection warm-up"): on an adapter of
+    /// its own for the same provider, without the 30 s in which a used origin is left alone,
+    /// so that each warm-up the server passes on shows at the fake provider as one `HEAD`.
+    fn preconnector(&self) -> dsh_runtime::Preconnector {
+        let client = dsh_deepseek::HttpClient::new(dsh_deepseek::DEFAULT_CONNECT_TIMEOUT)
+            .unwrap()
+            .with_recent_use(Duration::ZERO);
+        let mut config = dsh_deepseek::DeepSeekConfig::new(
+            self.base_url.clone(),
+            Some(dsh_deepseek::ApiKey::new("sk-web-test")),
+        );
+        config.client = Some(client);
+        dsh_runtime::Preconnector::new(Arc::new(
+            dsh_deepseek::DeepSeekAdapter::new(config).unwrap(),
+        ))
+    }
+}
+
 impl SessionFactory for TestFactory {
     fn open(
         &self,
@@ -145,7 +164,7 @@ impl SessionFactory for TestFactory {
             agent,
             history: Vec::new(),
             children,
-            preconnect: dsh_runtime::Preconnector::off(),
+            preconnect: self.preconnector(),
         })
     }
 
