@@ -17,10 +17,20 @@ use serde_json::{json, Value};
 use crate::stats::median;
 use crate::synthetic_log::synthetic_events;
 
-/// Whether the loop would fsync after appending `event` (writer sync points, and the flush
-/// before each model call, which follows `step/start`).
-fn flushes_after(event: &Event) -> bool {
-    is_sync_point(event) || matches!(event, Event::StepStart(_))
+/// After which of `events` the loop's writer fsyncs: its sync points, and the flush before each
+/// model call (which follows `step/start`) unless only `step/start` came since the last sync
+/// (docs/sessions.md, "Durability and crash repair"). The floor syncs at the same points.
+fn syncs_after(events: &[Event]) -> Vec<bool> {
+    let mut only_step_starts = false;
+    events
+        .iter()
+        .map(|event| {
+            let step_start = matches!(event, Event::StepStart(_));
+            let sync = is_sync_point(event) || (step_start && !only_step_starts);
+            only_step_starts = sync || (step_start && only_step_starts);
+            sync
+        })
+        .collect()
 }
 
 fn append_dsh(
@@ -94,19 +104,20 @@ fn load_floor(path: &std::path::Path) -> anyhow::Result<(f64, usize)> {
 pub(crate) fn session(events: usize, runs: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir_in(std::env::temp_dir())?;
     let synthetic = synthetic_events(events);
-    let flushes = synthetic.iter().filter(|e| flushes_after(e)).count();
+    let syncs = syncs_after(&synthetic);
+    let flushes = syncs.iter().filter(|&&sync| sync).count();
 
     // The floor's input: the same events as JSON values (one line per event, unpacked).
     let mut lines: Vec<(Value, bool)> = Vec::with_capacity(events);
     let mut line = Vec::new();
-    for (seq, event) in synthetic.iter().enumerate() {
+    for ((seq, event), &sync) in synthetic.iter().enumerate().zip(&syncs) {
         let mut envelope = Envelope::new(event.clone());
         envelope.seq = seq as u64;
         envelope.time = Some(0);
         line.clear();
         envelope.encode_line(&mut line)?;
         let value = serde_json::from_slice(&line).context("an encoded event line")?;
-        lines.push((value, flushes_after(event)));
+        lines.push((value, sync));
     }
 
     let mut dsh_append = Vec::new();

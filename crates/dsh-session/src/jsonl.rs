@@ -60,6 +60,10 @@ pub struct JsonlWriter {
     /// since has nothing to sync and skips the `fdatasync` (docs/PERFORMANCE.md, "Step 1:
     /// fixed costs").
     synced_len: Option<u64>,
+    /// Everything appended since the last sync is `step/start` lines: the step begun right
+    /// after the previous one's end was synced. The flush before its model call need not sync
+    /// them (docs/sessions.md, "Durability and crash repair").
+    only_step_starts_since_sync: bool,
     /// The sync [`SessionWriter::flush_in_background`] started, which every later call waits
     /// for before it does anything else.
     syncing: Option<BackgroundSync>,
@@ -150,6 +154,7 @@ impl JsonlWriter {
             catalog: None,
             unsynced_dir: None,
             synced_len: None,
+            only_step_starts_since_sync: false,
             syncing: None,
         };
         writer
@@ -214,6 +219,7 @@ impl JsonlWriter {
             catalog: None,
             unsynced_dir: None,
             synced_len: None,
+            only_step_starts_since_sync: false,
             syncing: None,
         };
         if !ends_with_newline(&mut writer.file, path, valid_len)? {
@@ -302,6 +308,7 @@ impl JsonlWriter {
         });
         outcome?;
         self.synced_len = Some(sync.len);
+        self.only_step_starts_since_sync = true;
         self.unsynced_dir = None;
         Ok(())
     }
@@ -444,6 +451,9 @@ impl SessionWriter for JsonlWriter {
         self.check_usable()?;
         // Nothing is logged after a model call before what preceded the call is durable.
         self.settle()?;
+        if !matches!(env.event, crate::event::Event::StepStart(_)) {
+            self.only_step_starts_since_sync = false;
+        }
         // An event's image files are written before the event (docs/sessions.md, "Images").
         if crate::blobs::carries_images(&env.event) {
             self.blobs().store_event(&env.event)?;
@@ -484,13 +494,19 @@ impl SessionWriter for JsonlWriter {
     fn flush(&mut self) -> Result<()> {
         self.write_through()?;
         // Every byte this writer wrote is durable already (a sync point followed by the loop's
-        // own flush, e.g. `tool/started`): syncing again would change nothing on disk.
-        if self.synced_len == Some(self.len) && self.unsynced_dir.is_none() {
+        // own flush, e.g. `tool/started`): syncing again would change nothing on disk. Nor is
+        // there anything to make durable when all that came after the last sync is `step/start`
+        // (the step after a synced `step/end`): no model sees it, and a log that lost it ends
+        // with a closed step, which resumes as if the next had not begun.
+        let durable = self.synced_len == Some(self.len)
+            || (self.synced_len.is_some() && self.only_step_starts_since_sync);
+        if durable && self.unsynced_dir.is_none() {
             self.record(false);
             return Ok(());
         }
         sync_log(&self.file, &self.path, self.unsynced_dir.as_deref())?;
         self.synced_len = Some(self.len);
+        self.only_step_starts_since_sync = true;
         self.unsynced_dir = None;
         self.record(false);
         Ok(())

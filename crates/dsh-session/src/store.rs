@@ -29,8 +29,8 @@ pub fn is_flush_point(event: &Event) -> bool {
 /// True for the flush points the JSONL writer also fsyncs: step and turn ends and
 /// `tool/started` (the sync "before every tool body"). A `turn/start` or `step/start` is
 /// written through but not synced: nothing leaves dsh between it and the loop's
-/// [`SessionWriter::flush`] before the model call, which syncs it (docs/sessions.md,
-/// "Durability and crash repair").
+/// [`SessionWriter::flush`] before the model call, which syncs it, unless `step/start` is all
+/// that came since the last sync (docs/sessions.md, "Durability and crash repair").
 pub fn is_sync_point(event: &Event) -> bool {
     is_flush_point(event) && !matches!(event, Event::TurnStart(_) | Event::StepStart(_))
 }

@@ -130,8 +130,10 @@ const TOOL_CHILD_ENV: &str = "DSH_SESSION_SYNC_TOOL_CHILD";
 /// A tool step as the loop logs it, after the first flush: the call, `tool/started` (a sync
 /// point: the sync before the body), the pipeline's own flush right after it, the result and
 /// `step/end` (a sync point), the next `step/start` (written through) and the flush before
-/// the next model call. The two flushes that follow a sync with nothing written since have
-/// nothing to sync (docs/PERFORMANCE.md, "Step 1: fixed costs").
+/// the next model call. The flush right after `tool/started` has nothing to sync, and the one
+/// before the next call has only `step/start` (docs/sessions.md, "Durability and crash
+/// repair"). Then a message steered into that step and another flush: the message is sent to
+/// the model, so it is synced.
 fn tool_step(path: &Path) {
     let mut writer = JsonlWriter::create(path, SessionHeader::new("syncs", "/syncs", 0)).unwrap();
     writer
@@ -165,6 +167,13 @@ fn tool_step(path: &Path) {
     writer.flush().unwrap();
     writer
         .append(Event::StepStart(StepRef { turn: 1, step: 2 }))
+        .unwrap();
+    writer.flush().unwrap();
+    writer
+        .append(Event::UserMessage(Message::user_text(
+            "u2",
+            "also check the tests",
+        )))
         .unwrap();
     writer.flush().unwrap();
     println!("STEP-DONE");
@@ -213,14 +222,15 @@ fn a_flush_with_nothing_written_since_the_last_sync_does_not_sync_again() {
         })
         .collect();
     // tool/call + tool/started written and synced (the pipeline's flush adds nothing);
-    // step/end written and synced; step/start written and synced by the flush before the call.
+    // step/end written and synced; step/start written, and the flush before the call has
+    // nothing else to sync; the steered message written and synced by the next flush.
     assert_eq!(
         kinds,
-        ["write", "sync", "write", "sync", "write", "sync"],
+        ["write", "sync", "write", "sync", "write", "write", "sync"],
         "{after_first:#?}"
     );
     let log = load_file(&session_path(home.path(), "/syncs", "syncs")).unwrap();
-    assert_eq!(log.events.len(), 6);
+    assert_eq!(log.events.len(), 7);
 }
 
 const BACKGROUND_CHILD_ENV: &str = "DSH_SESSION_SYNC_BACKGROUND_CHILD";
