@@ -118,10 +118,8 @@ async fn prompt_approve_answer_cancel_and_reload_in_chromium() {
     let base = web.base.clone();
     let client = web.client.clone();
     tokio::task::block_in_place(|| {
-        let mut browser = Browser::start(&binary, profile.path());
-        browser.open(&url);
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
         // The launch code in the address became a cookie and left the address bar.
-        browser.wait_for("document.body.dataset.ready", "the page", 20);
         assert_eq!(browser.eval("location.href"), json!(format!("{base}/")));
         // The browser used the launch code: it is dead for anyone else.
         let again = tokio::runtime::Handle::current()
@@ -354,9 +352,7 @@ async fn the_trust_card_shows_planted_hooks_and_trusts_after_confirmation() {
     let url = web.server.as_ref().unwrap().issue_url(None);
     let trust_file = web.home.path().join("trust.toml");
     tokio::task::block_in_place(|| {
-        let mut browser = Browser::start(&binary, profile.path());
-        browser.open(&url);
-        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
         browser.eval("document.getElementById('new-session').click(); true");
         browser.wait_for(
             "!document.getElementById('trust-card').hidden",
@@ -447,10 +443,8 @@ async fn starting_a_message_warms_the_provider_connection_in_chromium() {
         )
     };
     tokio::task::block_in_place(|| {
-        let mut browser = Browser::start(&binary, profile.path());
-        browser.open(&url);
-        browser.wait_for("document.body.dataset.ready", "the page", 20);
-        browser.eval(&format!("location.hash = '#/s/{id}'; true"));
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
+        browser.show_session(&id);
         browser.wait_for(
             "document.getElementById('state').textContent === 'idle'",
             "the live session",

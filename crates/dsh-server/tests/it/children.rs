@@ -342,10 +342,8 @@ async fn chromium_shows_the_child_nested_in_its_card_streaming_and_after_a_reloa
     let url = web.server.as_ref().unwrap().issue_url(None);
     let id = web.create(PARENT_PROMPT).await;
     tokio::task::block_in_place(|| {
-        let mut browser = Browser::start(&binary, profile.path());
-        browser.open(&url);
-        browser.wait_for("document.body.dataset.ready", "the page", 20);
-        browser.eval(&format!("location.hash = '#/s/{id}'; true"));
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
+        browser.show_session(&id);
         // The child appears inside the parent's `subagent` card with its name, label and
         // state, and its transcript streams while it waits for the gate.
         browser.wait_for(
@@ -415,7 +413,7 @@ async fn chromium_shows_the_child_nested_in_its_card_streaming_and_after_a_reloa
             "the page after the restart",
             20,
         );
-        browser.eval(&format!("location.hash = '#/s/{id}'; true"));
+        browser.show_session(&id);
         browser.wait_for(
             &format!("{CHILD_BOX}?.querySelector('.child-state')?.textContent === 'done'"),
             "the stored child in its card",

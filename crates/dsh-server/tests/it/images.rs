@@ -47,9 +47,7 @@ async fn images_attach_by_paste_drop_and_picker_in_chromium() {
     let profile = tempfile::tempdir().unwrap();
     let url = web.server.as_ref().unwrap().issue_url(None);
     tokio::task::block_in_place(|| {
-        let mut browser = Browser::start(&binary, profile.path());
-        browser.open(&url);
-        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
         browser.eval("document.getElementById('new-session').click(); document.querySelector('#new-form button[type=submit]').click(); true");
         browser.wait_for("location.hash.startsWith('#/s/')", "the new session", 10);
         // The vision model, from the next request on (the model bar's Apply).

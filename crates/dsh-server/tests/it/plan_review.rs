@@ -79,9 +79,7 @@ async fn plan_review_card_rejects_approves_with_edits_and_approves_in_chromium()
     let url = web.server.as_ref().unwrap().issue_url(None);
     let shots = std::env::var_os("DSH_WEB_SCREENSHOTS").map(std::path::PathBuf::from);
     let session = tokio::task::block_in_place(|| {
-        let mut browser = Browser::start(&binary, profile.path());
-        browser.open(&url);
-        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
         browser.eval("document.getElementById('new-session').click(); document.querySelector('#new-form button[type=submit]').click(); true");
         browser.wait_for("location.hash.startsWith('#/s/')", "the new session", 10);
         let session = browser

@@ -116,9 +116,7 @@ async fn start_panel_highlighted_code_and_stored_session_header_in_chromium() {
     let profile = tempfile::tempdir().unwrap();
     let cwd = std::fs::canonicalize(web.cwd.path()).unwrap();
     tokio::task::block_in_place(|| {
-        let mut browser = Browser::start(&binary, profile.path());
-        browser.open(&url);
-        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
 
         // The start panel: shown, with the prompt box and this directory's recent sessions.
         assert_eq!(
@@ -223,7 +221,7 @@ async fn start_panel_highlighted_code_and_stored_session_header_in_chromium() {
         assert_ne!(shown, error_red, "the info toast is in the error colour");
 
         // The stored session's header: model, effort and preset from its log.
-        browser.eval(&format!("location.hash = '#/s/{stored}'; true"));
+        browser.show_session(&stored);
         browser.wait_for(
             "document.getElementById('session-meta').textContent.includes('max')",
             "the stored session's model and effort",

@@ -42,6 +42,20 @@ impl Drop for Browser {
 }
 
 impl Browser {
+    /// Starts Chromium (see [`Browser::start`]), opens the sign-in address `url` (a launch code
+    /// the server issued) and waits until the page is ready.
+    pub fn signed_in(binary: &Path, profile: &Path, url: &str) -> Browser {
+        let mut browser = Browser::start(binary, profile);
+        browser.open(url);
+        browser.wait_for("document.body.dataset.ready", "the page", 20);
+        browser
+    }
+
+    /// Shows session `id` (the page's `#/s/<id>` route).
+    pub fn show_session(&mut self, id: &str) {
+        self.eval(&format!("location.hash = '#/s/{id}'; true"));
+    }
+
     /// Starts headless Chromium with a private profile in `profile`.
     pub fn start(binary: &Path, profile: &Path) -> Browser {
         let (command_read, commands) = std::io::pipe().unwrap();
