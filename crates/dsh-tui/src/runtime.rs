@@ -350,7 +350,7 @@ impl Ui {
             tokio::select! {
                 _ = tick.tick(), if self.app.transcript.running
                     || self.app.children.any_running()
-                    || self.app.finder.waiting_for_walk() => {}
+                    || self.app.finder.keeps_redrawing() => {}
                 event = input.recv() => match event {
                     Some(event) => quit = self.on_terminal(event),
                     None => quit = true,
