@@ -497,10 +497,12 @@ impl SessionWriter for JsonlWriter {
         // own flush, e.g. `tool/started`): syncing again would change nothing on disk. Nor is
         // there anything to make durable when all that came after the last sync is `step/start`
         // (the step after a synced `step/end`): no model sees it, and a log that lost it ends
-        // with a closed step, which resumes as if the next had not begun.
-        let durable = self.synced_len == Some(self.len)
-            || (self.synced_len.is_some() && self.only_step_starts_since_sync);
-        if durable && self.unsynced_dir.is_none() {
+        // with a closed step, which resumes as if the next had not begun. The flag is set by
+        // each sync and cleared by any other append, so it covers "nothing written since" too.
+        if self.synced_len.is_some()
+            && self.only_step_starts_since_sync
+            && self.unsynced_dir.is_none()
+        {
             self.record(false);
             return Ok(());
         }

@@ -63,11 +63,6 @@ impl FileIndex {
         });
     }
 
-    /// True while the walk has started and not finished.
-    pub fn walking(&self) -> bool {
-        self.started.load(Ordering::SeqCst) && !self.done()
-    }
-
     /// True once the walk has finished.
     pub fn done(&self) -> bool {
         self.done.load(Ordering::SeqCst)
