@@ -575,10 +575,12 @@ impl Agent {
         self.last_tools = Some((Arc::clone(&tools), tools_bytes));
         self.header_bytes = system.len() + tools_bytes;
         let mut log = self.shared.log();
+        let header_tools = self.header_tools.as_ref();
         let same_header = |last: &RequestHeader| {
             last.config == config
                 && last.system == system
-                && matches!(&last.tools, HeaderTools::Schemas(logged) if *logged == *tools)
+                && (header_tools.is_some_and(|logged| Arc::ptr_eq(logged, &tools))
+                    || matches!(&last.tools, HeaderTools::Schemas(logged) if *logged == *tools))
         };
         let reason = if !self.header_logged {
             Some(if self.resumed {
@@ -608,6 +610,7 @@ impl Agent {
             }))
             .map_err(log_err)?;
             self.header_logged = true;
+            self.header_tools = Some(Arc::clone(&tools));
         }
         let (messages, lineage) = log.shared_history();
         let mut request = GenerateRequest {

@@ -30,6 +30,11 @@ use crate::stats::median;
 /// Context window of the measured session (DeepSeek V4's).
 const WINDOW: u64 = 1_000_000;
 
+/// Runs of each floor, whose median is the floor. At step 1 the floor is a tenth of a
+/// millisecond and moved by a third from one median of 9 to the next, which moved the ratio
+/// as much as any change of dsh's (docs/PERFORMANCE.md, "Step 1 on tmpfs, measured steadier").
+const FLOOR_RUNS: usize = 31;
+
 /// Records how long each tool body ran, per step.
 #[derive(Default)]
 struct ToolClock {
@@ -177,6 +182,48 @@ impl Bench {
             .with_permission(PermissionPreset::WorkspaceWrite),
             options,
         })
+    }
+}
+
+/// The fake provider on a runtime of its own (one worker thread): the measured loop does not
+/// share its threads with the provider's tasks, as it does not with a real provider, and as the
+/// floor's listener has a thread of its own.
+struct OwnProvider {
+    provider: FakeProvider,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl OwnProvider {
+    async fn start(replies: Vec<ScriptedReply>) -> anyhow::Result<OwnProvider> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("bench-provider")
+            .enable_all()
+            .build()?;
+        let provider = runtime
+            .spawn(FakeProvider::start(replies))
+            .await
+            .context("provider start")??;
+        Ok(OwnProvider {
+            provider,
+            runtime: Some(runtime),
+        })
+    }
+}
+
+impl std::ops::Deref for OwnProvider {
+    type Target = FakeProvider;
+    fn deref(&self) -> &FakeProvider {
+        &self.provider
+    }
+}
+
+impl Drop for OwnProvider {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks; this one may be dropped on the bench's runtime.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -343,8 +390,8 @@ fn summarise(label: &str, gaps: &[Gap], first_step: u64) -> anyhow::Result<Value
         .map(|g| g.overhead.as_secs_f64() * 1000.0)
         .collect();
     let body = &gaps.first().context("no gap measured")?.next_body;
-    let floor_ms = floor(body, 9)?;
-    let floor_open_ms = floor_open(body, 9)?;
+    let floor_ms = floor(body, FLOOR_RUNS)?;
+    let floor_open_ms = floor_open(body, FLOOR_RUNS)?;
     let overhead_ms = median(&mut overheads);
     let mut first_bytes: Vec<f64> = gaps
         .iter()
@@ -377,7 +424,7 @@ async fn replies_recorded(provider: &FakeProvider) {
 /// One fresh session of two tool steps: the gap after step 1 and the connections it opened.
 async fn first_step_session(home_root: Option<&Path>) -> anyhow::Result<(Vec<Gap>, f64)> {
     let bench = Bench::new(home_root)?;
-    let provider = FakeProvider::start(vec![
+    let provider = OwnProvider::start(vec![
         read_reply(1, "small.txt"),
         read_reply(2, "small.txt"),
         final_reply(),
@@ -467,7 +514,7 @@ pub(crate) async fn step_overhead(
         .map(|k| read_reply(k, "big.txt"))
         .collect();
     replies.push(final_reply());
-    let provider = FakeProvider::start(replies).await?;
+    let provider = OwnProvider::start(replies).await?;
     let store = open_store(StoreKind::Jsonl, bench.home.path())?;
     let mut agent = Agent::resume(
         bench.parts(http_adapters(&provider)?, "deepseek")?,

@@ -5,13 +5,15 @@
 //! Absent values are omitted, never sent as `null`.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use dsh_http::RequestBody;
 use dsh_llm::{
     ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
-    ReasoningEffort, Role, WrittenHistory,
+    ReasoningEffort, Role, ToolSchema, WrittenHistory,
 };
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::config::{MaxTokensField, OpenAiQuirks};
 use crate::models::{model_spec, DEFAULT_MODEL};
@@ -35,8 +37,9 @@ struct BodyTail<'a> {
     thinking: Option<Thinking>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_effort: Option<&'static str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    /// The `tools` array as written by [`SerializedHistory::tools_json`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -296,8 +299,11 @@ fn build_body(
     let images = std::mem::take(&mut history.trailing_images);
     body.push_elements(has_system, &history.written.bytes, images);
     // `tail` is a JSON object that always holds `stream`: its fields continue the body's.
+    let tools = history
+        .tools_json(&request.tools)
+        .map_err(serialise_failure)?;
     let mut end = b"]".to_vec();
-    serde_json::to_writer(&mut end, &body_tail(request, quirks, mode))
+    serde_json::to_writer(&mut end, &body_tail(request, quirks, mode, tools))
         .map_err(serialise_failure)?;
     end[1] = b',';
     body.push(end);
@@ -323,20 +329,9 @@ fn body_tail<'a>(
     request: &'a GenerateRequest,
     quirks: &OpenAiQuirks,
     mode: ThinkingMode,
+    tools: Option<&'a RawValue>,
 ) -> BodyTail<'a> {
     let config = request.config.config();
-    let tools = request
-        .tools
-        .iter()
-        .map(|tool| WireTool {
-            kind: "function",
-            function: WireFunction {
-                name: &tool.name,
-                description: &tool.description,
-                parameters: &tool.parameters,
-            },
-        })
-        .collect();
     let (thinking, reasoning_effort) = match mode {
         ThinkingMode::Disabled => (Some(Thinking { kind: "disabled" }), None),
         ThinkingMode::Enabled(effort) => (Some(Thinking { kind: "enabled" }), effort),
@@ -384,6 +379,10 @@ pub(crate) struct SerializedHistory {
     /// The user message that carries the images of the history's last tool results (comma
     /// first), or nothing.
     trailing_images: Vec<u8>,
+    /// The `tools` array last written and the schemas it was written from. A step with the
+    /// same tool registry sends the same `Arc` (its schemas never change in place), so the
+    /// array is serialised once per registry, not at every step.
+    tools: Option<(Arc<Vec<ToolSchema>>, Box<RawValue>)>,
 }
 
 impl SerializedHistory {
@@ -392,7 +391,35 @@ impl SerializedHistory {
             shape,
             written: WrittenHistory::default(),
             trailing_images: Vec::new(),
+            tools: None,
         }
+    }
+
+    /// The wire form of `tools` (`None` when there are none): the bytes kept from the last
+    /// request when it sent the same schema list, else written now and kept.
+    fn tools_json(
+        &mut self,
+        tools: &Arc<Vec<ToolSchema>>,
+    ) -> serde_json::Result<Option<&RawValue>> {
+        if tools.is_empty() {
+            return Ok(None);
+        }
+        let kept = matches!(&self.tools, Some((schemas, _)) if Arc::ptr_eq(schemas, tools));
+        if !kept {
+            let wire: Vec<WireTool<'_>> = tools
+                .iter()
+                .map(|tool| WireTool {
+                    kind: "function",
+                    function: WireFunction {
+                        name: &tool.name,
+                        description: &tool.description,
+                        parameters: &tool.parameters,
+                    },
+                })
+                .collect();
+            self.tools = Some((Arc::clone(tools), serde_json::value::to_raw_value(&wire)?));
+        }
+        Ok(self.tools.as_ref().map(|(_, json)| &**json))
     }
 
     /// Makes the bytes those of `messages`: what the last request of the same lineage wrote is

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::error::Error as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{HttpClient, RequestBody};
@@ -522,6 +523,9 @@ fn redirect_failure(url: &str, status: u16, headers: &HeaderMap) -> Option<Failu
 pub struct Endpoint {
     client: HttpClient,
     url: String,
+    /// `url` parsed once, not at every call (`None` when it does not parse: the call then
+    /// fails as the HTTP client reports it).
+    parsed_url: Option<reqwest::Url>,
     /// `scheme://host:port/` of `url`: what a preconnect opens, and under which the client
     /// notes its use.
     origin: Option<reqwest::Url>,
@@ -607,6 +611,7 @@ impl Endpoint {
         Ok(Endpoint {
             client,
             origin: crate::client::origin_root(&config.url),
+            parsed_url: reqwest::Url::parse(&config.url).ok(),
             url: config.url,
             models_url: config.models_url,
             headers,
@@ -678,24 +683,23 @@ impl Endpoint {
         decoder: D,
         body: impl FnOnce() -> Result<B, Failure> + Send + 'static,
     ) -> ChunkStream {
-        let prepare: PrepareRequest = {
-            let endpoint = self.clone();
-            Box::new(move || {
-                if endpoint.secret.is_none() {
-                    return Err(endpoint.missing_credential());
-                }
-                let body = body()?.into().into_reqwest();
-                endpoint.note_use();
-                Ok(endpoint
-                    .client
-                    .reqwest()
-                    .post(&endpoint.url)
-                    .headers(endpoint.headers.clone())
-                    .body(body))
-            })
-        };
-        let errors = self.clone();
-        let scrubber = self.clone();
+        // One copy of the endpoint for the call's three closures.
+        let endpoint = Arc::new(self.clone());
+        let errors = Arc::clone(&endpoint);
+        let scrubber = Arc::clone(&endpoint);
+        let prepare: PrepareRequest = Box::new(move || {
+            if endpoint.secret.is_none() {
+                return Err(endpoint.missing_credential());
+            }
+            let body = body()?.into().into_reqwest();
+            endpoint.note_use();
+            let client = endpoint.client.reqwest();
+            let request = match &endpoint.parsed_url {
+                Some(url) => client.post(url.clone()),
+                None => client.post(&endpoint.url),
+            };
+            Ok(request.headers(endpoint.headers.clone()).body(body))
+        });
         HttpCall {
             prepare,
             url: self.url.clone(),

@@ -48,12 +48,53 @@ fn whole_body(request: &GenerateRequest, quirks: &OpenAiQuirks) -> Vec<u8> {
         );
     }
     flush_tool_images(&mut messages, &mut images);
+    let tools: Vec<WireTool<'_>> = request
+        .tools
+        .iter()
+        .map(|tool| WireTool {
+            kind: "function",
+            function: WireFunction {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        })
+        .collect();
+    let tools = (!tools.is_empty()).then(|| serde_json::value::to_raw_value(&tools).unwrap());
     serde_json::to_vec(&WholeBody {
         model,
         messages,
-        tail: body_tail(request, quirks, mode),
+        tail: body_tail(request, quirks, mode, tools.as_deref()),
     })
     .unwrap()
+}
+
+/// A tool list of `count` tools whose texts need escaping.
+fn tool_list(count: usize) -> Vec<ToolSchema> {
+    (0..count)
+        .map(|n| ToolSchema {
+            name: format!("tool_{n}"),
+            description: format!("Tool {n}: \"quoted\", a\ttab, é"),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": format!("p{n}")}},
+                "required": ["path"],
+            }),
+        })
+        .collect()
+}
+
+/// The tool lists a step can send: none, two kept lists (the same `Arc` whenever chosen, as
+/// the loop shares its list across steps), and the first list's contents in a new `Arc`.
+fn tools_of(choice: usize) -> Arc<Vec<ToolSchema>> {
+    static KEPT: std::sync::LazyLock<[Arc<Vec<ToolSchema>>; 2]> =
+        std::sync::LazyLock::new(|| [Arc::new(tool_list(2)), Arc::new(tool_list(3))]);
+    match choice {
+        1 => Arc::clone(&KEPT[0]),
+        2 => Arc::clone(&KEPT[1]),
+        3 => Arc::new(tool_list(2)),
+        _ => Arc::new(Vec::new()),
+    }
 }
 
 /// Text with what JSON must escape.
@@ -141,6 +182,8 @@ struct Step {
     title: bool,
     /// The request carries its history's lineage.
     lineage: bool,
+    /// Which tool list it sends ([`tools_of`]).
+    tools: usize,
 }
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -157,15 +200,17 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
                     prop::bool::weighted(0.9),
                     prop::bool::weighted(0.1),
                     prop::bool::weighted(0.9),
+                    0..4usize,
                 )
                     .prop_map(
-                        |(session, change, effort, system, title, lineage)| Step {
+                        |(session, change, effort, system, title, lineage, tools)| Step {
                             session,
                             change,
                             effort,
                             system,
                             title,
                             lineage,
+                            tools,
                         },
                     )
             })
@@ -190,7 +235,7 @@ fn request(
             String::new()
         },
         messages,
-        tools: Arc::new(Vec::new()),
+        tools: tools_of(step.tools),
         cancel: CancellationToken::new(),
         session_id: Some(format!("session-{session}")),
         purpose: step.title.then_some(dsh_llm::Purpose::SessionTitle),
@@ -235,6 +280,7 @@ fn plain_step() -> Step {
         system: true,
         title: false,
         lineage: true,
+        tools: 0,
     }
 }
 
@@ -341,4 +387,33 @@ fn the_history_goes_into_the_body_uncopied_and_a_body_in_flight_keeps_its_bytes(
     assert_eq!(third.to_vec(), whole_body(&request_of(&messages), &quirks));
     drop(third);
     assert_eq!(kept_buffer(false), free, "written in place");
+}
+
+#[test]
+fn a_step_with_the_same_tool_list_reuses_its_written_bytes() {
+    let cache = HistoryBytes::default();
+    let quirks = OpenAiQuirks::default();
+    let lineage = HistoryLineage::new();
+    let messages = Arc::new(vec![Message::user_text("m0", "hello")]);
+    let kept = Arc::new(tool_list(2));
+    let send = |tools: &Arc<Vec<ToolSchema>>| {
+        let mut request = request(0, Arc::clone(&messages), lineage, &plain_step());
+        request.tools = Arc::clone(tools);
+        let body = build_request_body_cached(&request, &quirks, &cache)
+            .unwrap()
+            .to_vec();
+        assert_eq!(body, whole_body(&request, &quirks));
+        let history = cache.take("session-0", |_| true).unwrap();
+        let written = history.tools.as_ref().map(|(_, json)| json.get().as_ptr());
+        cache.put("session-0", history);
+        written
+    };
+    let first = send(&kept);
+    assert!(first.is_some());
+    assert_eq!(send(&kept), first, "the same list was written again");
+    // The same contents in another `Arc` (a rebuilt registry) are written anew, and so is a
+    // different list; what goes out is each time the whole serialisation (checked in `send`).
+    assert_ne!(send(&Arc::new(tool_list(2))), first);
+    assert!(send(&Arc::new(tool_list(3))).is_some());
+    send(&Arc::new(Vec::new()));
 }
