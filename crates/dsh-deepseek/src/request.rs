@@ -406,18 +406,8 @@ impl SerializedHistory {
         }
         let kept = matches!(&self.tools, Some((schemas, _)) if Arc::ptr_eq(schemas, tools));
         if !kept {
-            let wire: Vec<WireTool<'_>> = tools
-                .iter()
-                .map(|tool| WireTool {
-                    kind: "function",
-                    function: WireFunction {
-                        name: &tool.name,
-                        description: &tool.description,
-                        parameters: &tool.parameters,
-                    },
-                })
-                .collect();
-            self.tools = Some((Arc::clone(tools), serde_json::value::to_raw_value(&wire)?));
+            let json = serde_json::value::to_raw_value(&wire_tools(tools))?;
+            self.tools = Some((Arc::clone(tools), json));
         }
         Ok(self.tools.as_ref().map(|(_, json)| &**json))
     }
@@ -460,6 +450,21 @@ impl SerializedHistory {
         }
         Ok(())
     }
+}
+
+/// The wire form of `tools`, in their order.
+fn wire_tools(tools: &[ToolSchema]) -> Vec<WireTool<'_>> {
+    tools
+        .iter()
+        .map(|tool| WireTool {
+            kind: "function",
+            function: WireFunction {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        })
+        .collect()
 }
 
 /// The serialized history of each session's last request, so that the next request of a

@@ -48,19 +48,8 @@ fn whole_body(request: &GenerateRequest, quirks: &OpenAiQuirks) -> Vec<u8> {
         );
     }
     flush_tool_images(&mut messages, &mut images);
-    let tools: Vec<WireTool<'_>> = request
-        .tools
-        .iter()
-        .map(|tool| WireTool {
-            kind: "function",
-            function: WireFunction {
-                name: &tool.name,
-                description: &tool.description,
-                parameters: &tool.parameters,
-            },
-        })
-        .collect();
-    let tools = (!tools.is_empty()).then(|| serde_json::value::to_raw_value(&tools).unwrap());
+    let tools = (!request.tools.is_empty())
+        .then(|| serde_json::value::to_raw_value(&wire_tools(&request.tools)).unwrap());
     serde_json::to_vec(&WholeBody {
         model,
         messages,
