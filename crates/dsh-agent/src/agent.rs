@@ -433,10 +433,6 @@ pub struct Agent {
     /// equal them shares them instead of serializing and copying them again
     /// (docs/PERFORMANCE.md, "Step 1: fixed costs").
     pub(crate) last_tools: Option<(Arc<Vec<dsh_llm::ToolSchema>>, usize)>,
-    /// The schema list of the last `request/header` this loop logged. Only the loop logs
-    /// headers, so while a step sends this same `Arc` its tools equal the logged ones without
-    /// comparing every schema.
-    pub(crate) header_tools: Option<Arc<Vec<dsh_llm::ToolSchema>>>,
     /// Usage reported by tools that ran models themselves (subagents), added to the turn.
     pub(crate) delegated_usage: UsageTotals,
 }
@@ -584,7 +580,6 @@ impl Agent {
             last_usage: None,
             header_bytes: 0,
             last_tools: None,
-            header_tools: None,
             delegated_usage: UsageTotals::default(),
         };
         let handle = agent.handle();

@@ -140,14 +140,7 @@ impl CacheTracker {
     /// Fingerprints `request`, compares it with the previous one, and remembers it.
     pub fn observe(&mut self, turn: u64, step: u64, request: &GenerateRequest) -> CacheReport {
         let previous = self.previous.take().unwrap_or_default();
-        let tools = match &self.last_tools {
-            Some((tools, part)) if Arc::ptr_eq(tools, &request.tools) => part.clone(),
-            _ => {
-                let part = part_of(&*request.tools);
-                self.last_tools = Some((Arc::clone(&request.tools), part.clone()));
-                part
-            }
-        };
+        let tools = self.tools_part(&request.tools);
         let system = match &self.last_system {
             Some((system, part)) if *system == request.system => part.clone(),
             _ => {
@@ -193,6 +186,23 @@ impl CacheTracker {
         );
         self.previous = Some(shape);
         report
+    }
+
+    /// The serialised size of `tools`. The list is fingerprinted now and kept, so that the
+    /// request that sends it is not serialised again by [`CacheTracker::observe`].
+    pub fn tools_bytes(&mut self, tools: &Arc<Vec<ToolSchema>>) -> usize {
+        self.tools_part(tools).bytes
+    }
+
+    fn tools_part(&mut self, tools: &Arc<Vec<ToolSchema>>) -> Part {
+        match &self.last_tools {
+            Some((kept, part)) if Arc::ptr_eq(kept, tools) => part.clone(),
+            _ => {
+                let part = part_of(&**tools);
+                self.last_tools = Some((Arc::clone(tools), part.clone()));
+                part
+            }
+        }
     }
 
     /// Forgets the previous request (after a logged header change or a compaction the prefix is

@@ -566,8 +566,10 @@ impl Agent {
                 match last {
                     Some((last, bytes)) if *last == schemas => (last, bytes),
                     _ => {
-                        let bytes = serde_json::to_vec(&schemas).map(|v| v.len()).unwrap_or(0);
-                        (Arc::new(schemas), bytes)
+                        let schemas = Arc::new(schemas);
+                        // Serialised once, for the size and the cache report's fingerprint.
+                        let bytes = self.cache.tools_bytes(&schemas);
+                        (schemas, bytes)
                     }
                 }
             }
@@ -575,12 +577,13 @@ impl Agent {
         self.last_tools = Some((Arc::clone(&tools), tools_bytes));
         self.header_bytes = system.len() + tools_bytes;
         let mut log = self.shared.log();
-        let header_tools = self.header_tools.as_ref();
+        // The logged header holds the list it was logged with: while the steps send that same
+        // list, no schema needs comparing.
         let same_header = |last: &RequestHeader| {
             last.config == config
                 && last.system == system
-                && (header_tools.is_some_and(|logged| Arc::ptr_eq(logged, &tools))
-                    || matches!(&last.tools, HeaderTools::Schemas(logged) if *logged == *tools))
+                && matches!(&last.tools, HeaderTools::Schemas(logged)
+                    if Arc::ptr_eq(logged, &tools) || **logged == *tools)
         };
         let reason = if !self.header_logged {
             Some(if self.resumed {
@@ -600,7 +603,7 @@ impl Agent {
             let header = RequestHeader {
                 config: config.clone(),
                 system: system.clone(),
-                tools: HeaderTools::Schemas(tools.to_vec()),
+                tools: HeaderTools::Schemas(Arc::clone(&tools)),
             };
             log.append(Event::RequestHeader(RequestHeaderEvent { header, reason }))
                 .map_err(log_err)?;
@@ -610,7 +613,6 @@ impl Agent {
             }))
             .map_err(log_err)?;
             self.header_logged = true;
-            self.header_tools = Some(Arc::clone(&tools));
         }
         let (messages, lineage) = log.shared_history();
         let mut request = GenerateRequest {

@@ -8,6 +8,8 @@
 //! commands, teams, workflows, ...), load as [`Event::DshOnly`] with their data kept byte for
 //! byte (docs/sessions.md, "dsh-only events").
 
+use std::sync::Arc;
+
 use dsh_llm::{Chunk, Failure, Message, PreparedCallConfig, ToolSchema, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -327,8 +329,9 @@ impl ToolResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(untagged)]
 pub enum HeaderTools {
-    /// The tool schemas, in request order.
-    Schemas(Vec<ToolSchema>),
+    /// The tool schemas, in request order: the list the request sent, shared, not a copy
+    /// (the loop sends the same list at every step where its tools do not change).
+    Schemas(Arc<Vec<ToolSchema>>),
     /// A stand-in string.
     Placeholder(String),
     /// Only the tool names (some of dsh's recordings).
