@@ -429,10 +429,10 @@ pub struct Agent {
     pub(crate) last_usage: Option<(u64, usize)>,
     /// Serialized size of system prompt and tools of the last request.
     pub(crate) header_bytes: usize,
-    /// The tool schemas of the last request and their serialized size: a step whose schemas
-    /// equal them shares them instead of serializing and copying them again
-    /// (docs/PERFORMANCE.md, "Step 1: fixed costs").
-    pub(crate) last_tools: Option<(Arc<Vec<dsh_llm::ToolSchema>>, usize)>,
+    /// The tool schemas of the last request: a step whose schemas equal them shares them
+    /// instead of serializing and copying them again (their size is the cache report's,
+    /// `CacheTracker::tools_bytes`; docs/PERFORMANCE.md, "Step 1: fixed costs").
+    pub(crate) last_tools: Option<Arc<Vec<dsh_llm::ToolSchema>>>,
     /// Usage reported by tools that ran models themselves (subagents), added to the turn.
     pub(crate) delegated_usage: UsageTotals,
 }

@@ -559,23 +559,20 @@ impl Agent {
         // are fixed (docs/tools.md); a registry built anew is read and compared.
         let same_registry = Arc::ptr_eq(&registry, &self.step_tools);
         self.step_tools = registry;
-        let (tools, tools_bytes) = match self.last_tools.take() {
-            Some((last, bytes)) if same_registry => (last, bytes),
+        let tools = match self.last_tools.take() {
+            Some(last) if same_registry => last,
             last => {
                 let schemas = self.step_tools.schemas();
                 match last {
-                    Some((last, bytes)) if *last == schemas => (last, bytes),
-                    _ => {
-                        let schemas = Arc::new(schemas);
-                        // Serialised once, for the size and the cache report's fingerprint.
-                        let bytes = self.cache.tools_bytes(&schemas);
-                        (schemas, bytes)
-                    }
+                    Some(last) if *last == schemas => last,
+                    _ => Arc::new(schemas),
                 }
             }
         };
-        self.last_tools = Some((Arc::clone(&tools), tools_bytes));
-        self.header_bytes = system.len() + tools_bytes;
+        self.last_tools = Some(Arc::clone(&tools));
+        // The cache report fingerprints a list once and keeps it: the size of a shared list
+        // costs nothing, and the request's own fingerprint later is the same entry.
+        self.header_bytes = system.len() + self.cache.tools_bytes(&tools);
         let mut log = self.shared.log();
         // The logged header holds the list it was logged with: while the steps send that same
         // list, no schema needs comparing.

@@ -32,7 +32,7 @@ const WINDOW: u64 = 1_000_000;
 
 /// Runs of each floor, whose median is the floor. At step 1 the floor is a tenth of a
 /// millisecond and moved by a third from one median of 9 to the next, which moved the ratio
-/// as much as any change of dsh's (docs/PERFORMANCE.md, "Step 1 on tmpfs, measured steadier").
+/// as much as any change of dsh's (docs/PERFORMANCE.md, "Step 1, point by point").
 const FLOOR_RUNS: usize = 31;
 
 /// Records how long each tool body ran, per step.

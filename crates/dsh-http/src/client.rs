@@ -305,8 +305,8 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// `scheme://host:port/` of `url`, user name, password, query and fragment removed.
-pub(crate) fn origin_root(url: &str) -> Option<reqwest::Url> {
-    let mut url = reqwest::Url::parse(url).ok()?;
+pub(crate) fn origin_root(url: &reqwest::Url) -> Option<reqwest::Url> {
+    let mut url = url.clone();
     if url.host_str().is_none() || !matches!(url.scheme(), "http" | "https") {
         return None;
     }
@@ -368,7 +368,12 @@ mod tests {
 
     #[test]
     fn the_preconnect_target_is_the_origin_without_credentials() {
-        let root = |url: &str| origin_root(url).map(|u| u.to_string());
+        let root = |url: &str| {
+            reqwest::Url::parse(url)
+                .ok()
+                .and_then(|url| origin_root(&url))
+                .map(|u| u.to_string())
+        };
         assert_eq!(
             root("https://api.deepseek.com/chat/completions").as_deref(),
             Some("https://api.deepseek.com/")

@@ -608,10 +608,11 @@ impl Endpoint {
             Some(shared) if shared.connect_timeout() == config.connect_timeout => shared,
             _ => HttpClient::new(config.connect_timeout)?,
         };
+        let parsed_url = reqwest::Url::parse(&config.url).ok();
         Ok(Endpoint {
             client,
-            origin: crate::client::origin_root(&config.url),
-            parsed_url: reqwest::Url::parse(&config.url).ok(),
+            origin: parsed_url.as_ref().and_then(crate::client::origin_root),
+            parsed_url,
             url: config.url,
             models_url: config.models_url,
             headers,
