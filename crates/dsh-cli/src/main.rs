@@ -73,12 +73,56 @@ enum Command {
     Approvals(approvals::ApprovalsArgs),
 }
 
-/// True when the only argument is `--version` or `-V` (anything more goes through clap).
+/// True when the only argument is `--version` or `-V` (anything more goes through clap). On
+/// glibc targets `version_before_runtime` has answered those already.
 fn version_only() -> bool {
     let mut args = std::env::args_os().skip(1);
     match (args.next(), args.next()) {
         (Some(arg), None) => arg == "--version" || arg == "-V",
         _ => false,
+    }
+}
+
+/// `dsh --version` on glibc targets, answered by one of the executable's initialisers, before
+/// Rust's runtime starts: that start reads `/proc/self/maps` for the main thread's stack guard
+/// and sets up a signal stack and handlers, about an eighth of what the process costs
+/// (docs/PERFORMANCE.md, "Start-up floors"). glibc passes `main`'s arguments to `.init_array`
+/// functions (Rust's `std::env::args` relies on the same). Elsewhere (the musl release archives,
+/// macOS) `main` answers (`version_only`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod version_before_runtime {
+    use std::ffi::{c_char, c_int, CStr};
+
+    #[used]
+    #[link_section = ".init_array"]
+    static ANSWER_VERSION: extern "C" fn(c_int, *const *const c_char, *const *const c_char) =
+        answer_version;
+
+    /// Prints clap's version line and ends the process when the only argument is `--version`
+    /// or `-V`; returns (and the runtime starts as usual) otherwise.
+    extern "C" fn answer_version(
+        argc: c_int,
+        argv: *const *const c_char,
+        _env: *const *const c_char,
+    ) {
+        if argc != 2 || argv.is_null() {
+            return;
+        }
+        // SAFETY: glibc calls `.init_array` functions with `main`'s argc and argv: argv holds
+        // argc NUL-terminated strings.
+        let arg = unsafe { CStr::from_ptr(*argv.add(1)) }.to_bytes();
+        if arg != b"--version" && arg != b"-V" {
+            return;
+        }
+        let line = concat!("dsh ", env!("CARGO_PKG_VERSION"), "\n");
+        // SAFETY: plain system calls on the process's own descriptor; nothing else runs yet.
+        // A closed stdout is ignored, as clap does: SIGPIPE is ignored first (the runtime that
+        // would ignore it has not started), and the write's result is not needed.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+            libc::write(1, line.as_ptr().cast(), line.len());
+            libc::_exit(0);
+        }
     }
 }
 

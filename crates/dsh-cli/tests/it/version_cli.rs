@@ -34,6 +34,31 @@ async fn version_prints_clap_s_line_for_clap_s_flags_and_touches_nothing() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A reader that has gone away is not an error: `dsh --version` with its stdout a pipe whose
+/// read end is closed ends with status 0 and says nothing, as clap would. (On glibc the line is
+/// written before Rust's runtime would ignore SIGPIPE, so this fails if the early answer does
+/// not ignore it itself.)
+#[cfg(unix)]
+#[test]
+fn version_ignores_a_closed_stdout() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let home = tempfile::tempdir().unwrap();
+    for flag in ["--version", "-V"] {
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(read_end);
+        let mut cmd = dsh_command(home.path(), home.path());
+        cmd.arg(flag)
+            .stdout(write_end)
+            .stderr(std::process::Stdio::piped());
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{flag}: {:?}", out.status);
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{flag}");
+    }
+}
+
 /// The executable is position-independent, so its image loads at a random address
 /// (docs/decisions/0009-start-up-floors.md): an ELF of type `ET_DYN` with an entry point, not
 /// `ET_EXEC`. `release/build` checks the same of the release archives' static executables.
