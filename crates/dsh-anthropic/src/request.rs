@@ -8,8 +8,8 @@ use std::borrow::Cow;
 
 use dsh_http::RequestBody;
 use dsh_llm::{
-    ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
-    ReasoningEffort, Role, WrittenHistory,
+    ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, KeptTools, Message,
+    Purpose, ReasoningEffort, Role, SharedBytes, ToolSchema, WrittenHistory,
 };
 use serde::ser::SerializeMap;
 use serde::Serialize;
@@ -52,8 +52,9 @@ struct BodyHead<'a> {
 /// The body's fields after `messages`, in wire order.
 #[derive(Serialize)]
 struct BodyTail<'a> {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    /// The `tools` array as [`wire_tools`] writes it (kept across steps in [`KeptTools`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<Thinking>,
@@ -228,8 +229,10 @@ pub fn build_request_body(
     request: &GenerateRequest,
     budgets: &ThinkingBudgets,
 ) -> Result<Vec<u8>, Failure> {
-    let (head, tail) = body_parts(request, budgets)?;
+    let (head, mut tail) = body_parts(request, budgets)?;
     dsh_llm::check_images_loaded(&request.messages)?;
+    let mut tools = KeptTools::default();
+    tail.tools = tools_json(&mut tools, request)?;
     let body = Body {
         head,
         messages: wire_messages(&request.messages),
@@ -255,23 +258,27 @@ pub(crate) fn build_request_body_cached(
     ) else {
         return build_request_body(request, budgets).map(RequestBody::from);
     };
-    let (head, tail) = body_parts(request, budgets)?;
+    let (head, mut tail) = body_parts(request, budgets)?;
     dsh_llm::check_images_loaded(&request.messages)?;
     let mut history = cache.take(session, |_| true).unwrap_or_default();
     history
         .extend_to(&request.messages, Some(lineage))
         .map_err(serialise_failure)?;
-    let body = splice_body(&head, &mut history, &tail)?;
+    // The next request writes its open message anew: it goes to this body as it is.
+    let open = std::mem::take(&mut history.open);
+    tail.tools = tools_json(&mut history.tools, request)?;
+    let body = splice_body(&head, &history.written.bytes, open, &tail)?;
     cache.put(session, history);
     Ok(body)
 }
 
-/// The body as `head`, the `messages` array and `tail`: what serialising one [`Body`] gives,
-/// since compact JSON has no whitespace to differ in and [`Body`]'s fields are `head`'s, then
-/// `messages`, then `tail`'s. The history's closed wire messages go in uncopied.
+/// The body as `head`, the `messages` array (the history's closed wire messages, uncopied, then
+/// its `open` last one) and `tail`: what serialising one [`Body`] gives, since compact JSON has
+/// no whitespace to differ in and [`Body`]'s fields are `head`'s, then `messages`, then `tail`'s.
 fn splice_body(
     head: &BodyHead<'_>,
-    history: &mut SerializedHistory,
+    closed: &SharedBytes,
+    open: Vec<u8>,
     tail: &BodyTail<'_>,
 ) -> Result<RequestBody, Failure> {
     let mut head = serde_json::to_vec(head).map_err(serialise_failure)?;
@@ -291,9 +298,7 @@ fn splice_body(
     end[1] = b',';
     let mut body = RequestBody::new();
     body.push(head);
-    // The next request writes its open message anew: it goes to this body as it is.
-    let open = std::mem::take(&mut history.open);
-    body.push_elements(false, &history.written.bytes, open);
+    body.push_elements(false, closed, open);
     body.push(end);
     Ok(body)
 }
@@ -319,22 +324,10 @@ fn body_parts<'a>(
             text: Cow::Borrowed(request.system.as_str()),
         }));
     }
-    let mut tools: Vec<WireTool<'_>> = request
-        .tools
-        .iter()
-        .map(|tool| WireTool {
-            name: &tool.name,
-            description: &tool.description,
-            input_schema: &tool.parameters,
-            cache_control: None,
-        })
-        .collect();
     // Prefix order on the wire is tools, then system: a breakpoint on the system block caches
-    // both; without a system prompt the last tool ends the prefix.
+    // both; without a system prompt the last tool ends the prefix (`tools_json`).
     if let Some(block) = system.last_mut() {
         block.set_breakpoint();
-    } else if let Some(tool) = tools.last_mut() {
-        tool.cache_control = Some(EPHEMERAL);
     }
     let head = BodyHead {
         model: &config.model,
@@ -342,7 +335,7 @@ fn body_parts<'a>(
         system,
     };
     let tail = BodyTail {
-        tools,
+        tools: None,
         stream: true,
         thinking: budget.map(|budget_tokens| Thinking {
             kind: "enabled",
@@ -354,6 +347,38 @@ fn body_parts<'a>(
         stop_sequences: config.stop.as_deref().filter(|stop| !stop.is_empty()),
     };
     Ok((head, tail))
+}
+
+/// The `tools` array of `request` (`None` when it has none), as `kept` holds it when it was
+/// written for the same list, else written now. Without a system prompt the last tool carries
+/// the breakpoint that ends the stable prefix.
+fn tools_json<'a>(
+    kept: &'a mut KeptTools,
+    request: &'a GenerateRequest,
+) -> Result<Option<&'a RawValue>, Failure> {
+    let last_ends_prefix = request.system.is_empty();
+    kept.json(&request.tools, last_ends_prefix, |tools| {
+        wire_tools(tools, last_ends_prefix)
+    })
+    .map_err(serialise_failure)
+}
+
+/// The wire form of `tools`, in their order; with `last_ends_prefix` the last one carries a
+/// cache breakpoint.
+fn wire_tools(tools: &[ToolSchema], last_ends_prefix: bool) -> Vec<WireTool<'_>> {
+    let mut wire: Vec<WireTool<'_>> = tools
+        .iter()
+        .map(|tool| WireTool {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.parameters,
+            cache_control: None,
+        })
+        .collect();
+    if let Some(tool) = wire.last_mut().filter(|_| last_ends_prefix) {
+        tool.cache_control = Some(EPHEMERAL);
+    }
+    wire
 }
 
 /// The wire messages of `messages`, with the breakpoint on the last one.
@@ -400,6 +425,8 @@ pub(crate) struct SerializedHistory {
     written: WrittenHistory,
     /// The last wire message, breakpoint included (comma first), or nothing.
     open: Vec<u8>,
+    /// The `tools` array last written, for the steps that send the same list.
+    tools: KeptTools,
 }
 
 impl SerializedHistory {

@@ -5,12 +5,11 @@
 //! Absent values are omitted, never sent as `null`.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use dsh_http::RequestBody;
 use dsh_llm::{
-    ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, Message, Purpose,
-    ReasoningEffort, Role, ToolSchema, WrittenHistory,
+    ContentBlock, Failure, FailureCode, GenerateRequest, HistoryLineage, KeptTools, Message,
+    Purpose, ReasoningEffort, Role, ToolSchema, WrittenHistory,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -37,7 +36,7 @@ struct BodyTail<'a> {
     thinking: Option<Thinking>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_effort: Option<&'static str>,
-    /// The `tools` array as written by [`SerializedHistory::tools_json`].
+    /// The `tools` array as [`wire_tools`] writes it (kept across steps in [`KeptTools`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -300,7 +299,8 @@ fn build_body(
     body.push_elements(has_system, &history.written.bytes, images);
     // `tail` is a JSON object that always holds `stream`: its fields continue the body's.
     let tools = history
-        .tools_json(&request.tools)
+        .tools
+        .json(&request.tools, false, wire_tools)
         .map_err(serialise_failure)?;
     let mut end = b"]".to_vec();
     serde_json::to_writer(&mut end, &body_tail(request, quirks, mode, tools))
@@ -379,10 +379,8 @@ pub(crate) struct SerializedHistory {
     /// The user message that carries the images of the history's last tool results (comma
     /// first), or nothing.
     trailing_images: Vec<u8>,
-    /// The `tools` array last written and the schemas it was written from. A step with the
-    /// same tool registry sends the same `Arc` (its schemas never change in place), so the
-    /// array is serialised once per registry, not at every step.
-    tools: Option<(Arc<Vec<ToolSchema>>, Box<RawValue>)>,
+    /// The `tools` array last written, for the steps that send the same list.
+    tools: KeptTools,
 }
 
 impl SerializedHistory {
@@ -391,25 +389,8 @@ impl SerializedHistory {
             shape,
             written: WrittenHistory::default(),
             trailing_images: Vec::new(),
-            tools: None,
+            tools: KeptTools::default(),
         }
-    }
-
-    /// The wire form of `tools` (`None` when there are none): the bytes kept from the last
-    /// request when it sent the same schema list, else written now and kept.
-    fn tools_json(
-        &mut self,
-        tools: &Arc<Vec<ToolSchema>>,
-    ) -> serde_json::Result<Option<&RawValue>> {
-        if tools.is_empty() {
-            return Ok(None);
-        }
-        let kept = matches!(&self.tools, Some((schemas, _)) if Arc::ptr_eq(schemas, tools));
-        if !kept {
-            let json = serde_json::value::to_raw_value(&wire_tools(tools))?;
-            self.tools = Some((Arc::clone(tools), json));
-        }
-        Ok(self.tools.as_ref().map(|(_, json)| &**json))
     }
 
     /// Makes the bytes those of `messages`: what the last request of the same lineage wrote is

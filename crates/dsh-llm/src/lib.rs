@@ -43,6 +43,6 @@ pub use image::{
 pub use message::{Message, MessageSource, Role};
 pub use model_table::{ModelRow, ModelTable};
 pub use retry::{RetryDecision, RetryPolicy};
-pub use session_cache::{PerSession, SharedBytes, WrittenHistory};
+pub use session_cache::{KeptTools, PerSession, SharedBytes, WrittenHistory};
 pub use sync::{LockExt, RwLockExt};
 pub use usage::{Usage, UsageTotals};

@@ -6,8 +6,11 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
+use serde::Serialize;
+use serde_json::value::RawValue;
+
 use crate::sync::LockExt;
-use crate::{HistoryLineage, Message};
+use crate::{HistoryLineage, Message, ToolSchema};
 
 /// One value per session id, for the [`PerSession::CAPACITY`] sessions used last.
 pub struct PerSession<T> {
@@ -130,6 +133,47 @@ impl WrittenHistory {
             .iter()
             .map(|cut| (cut.resume, cut.bytes))
             .collect()
+    }
+}
+
+/// The wire form of a request's tool list, kept with the list it was written from
+/// (docs/providers.md, "The history bytes cache"). The agent loop sends the same `Arc` list at
+/// every step while its tools do not change, and a list's schemas never change in place, so an
+/// adapter writes its `tools` array once per list instead of at every step (~12 KB of JSON for
+/// dsh's own tools).
+#[derive(Debug, Default)]
+pub struct KeptTools {
+    /// The list, the variant and the bytes written for them.
+    kept: Option<(Arc<Vec<ToolSchema>>, bool, Box<RawValue>)>,
+}
+
+impl KeptTools {
+    /// The wire form of `tools` (`None` when there are none): the kept bytes when they were
+    /// written for this very list (the same `Arc`) and the same `variant`, else `wire(tools)`
+    /// serialised now and kept. `variant` tells apart two wire forms of one list (Anthropic's
+    /// last tool carries a cache breakpoint when there is no system prompt).
+    pub fn json<'t, W: Serialize>(
+        &mut self,
+        tools: &'t Arc<Vec<ToolSchema>>,
+        variant: bool,
+        wire: impl FnOnce(&'t [ToolSchema]) -> W,
+    ) -> serde_json::Result<Option<&RawValue>> {
+        if tools.is_empty() {
+            return Ok(None);
+        }
+        let same = |(list, kept_variant, _): &(Arc<Vec<ToolSchema>>, bool, Box<RawValue>)| {
+            Arc::ptr_eq(list, tools) && *kept_variant == variant
+        };
+        if !self.kept.as_ref().is_some_and(same) {
+            let json = serde_json::value::to_raw_value(&wire(tools))?;
+            self.kept = Some((Arc::clone(tools), variant, json));
+        }
+        Ok(self.kept.as_ref().map(|(_, _, json)| &**json))
+    }
+
+    /// The bytes kept, if any.
+    pub fn kept(&self) -> Option<&RawValue> {
+        self.kept.as_ref().map(|(_, _, json)| &**json)
     }
 }
 

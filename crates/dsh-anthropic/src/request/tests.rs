@@ -138,7 +138,8 @@ struct Step {
     change: HistoryChange,
     effort: Option<ReasoningEffort>,
     system: bool,
-    tools: bool,
+    /// Which tool list it sends ([`tools_of`]).
+    tools: usize,
     title: bool,
     /// The request carries its history's lineage.
     lineage: bool,
@@ -157,7 +158,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
                         Just(ReasoningEffort::High)
                     ]),
                     prop::bool::weighted(0.9),
-                    any::<bool>(),
+                    0..4usize,
                     prop::bool::weighted(0.1),
                     prop::bool::weighted(0.9),
                 )
@@ -177,6 +178,30 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     })
 }
 
+fn tool_list(count: usize) -> Vec<ToolSchema> {
+    (0..count)
+        .map(|n| ToolSchema {
+            name: format!("tool_{n}"),
+            description: format!("Read a \"file\" ({n})."),
+            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        })
+        .collect()
+}
+
+/// The tool lists a step can send: none, two kept lists (the same `Arc` whenever chosen, as
+/// the loop shares its list across steps), and the first list's contents in a new `Arc`. With
+/// the system prompt coming and going, a kept list is also sent in both its wire forms.
+fn tools_of(choice: usize) -> Arc<Vec<ToolSchema>> {
+    static KEPT: std::sync::LazyLock<[Arc<Vec<ToolSchema>>; 2]> =
+        std::sync::LazyLock::new(|| [Arc::new(tool_list(1)), Arc::new(tool_list(3))]);
+    match choice {
+        1 => Arc::clone(&KEPT[0]),
+        2 => Arc::clone(&KEPT[1]),
+        3 => Arc::new(tool_list(1)),
+        _ => Arc::new(Vec::new()),
+    }
+}
+
 fn request(
     session: usize,
     messages: Arc<Vec<Message>>,
@@ -186,15 +211,6 @@ fn request(
     let mut config = CallConfig::new("anthropic", MODEL);
     config.reasoning_effort = step.effort;
     config.temperature = Some(0.5);
-    let tools = if step.tools {
-        vec![ToolSchema {
-            name: "read".into(),
-            description: "Read a \"file\".".into(),
-            parameters: json!({"type": "object"}),
-        }]
-    } else {
-        Vec::new()
-    };
     GenerateRequest {
         config: config.prepare(&model_info(MODEL)).unwrap(),
         system: if step.system {
@@ -203,7 +219,7 @@ fn request(
             String::new()
         },
         messages,
-        tools: Arc::new(tools),
+        tools: tools_of(step.tools),
         cancel: CancellationToken::new(),
         session_id: Some(format!("session-{session}")),
         purpose: step.title.then_some(Purpose::SessionTitle),
@@ -242,7 +258,7 @@ fn plain_step() -> Step {
         change: HistoryChange::Same,
         effort: None,
         system: true,
-        tools: true,
+        tools: 1,
         title: false,
         lineage: true,
     }
@@ -453,4 +469,41 @@ fn measure_a_long_session() {
         plain / rounds,
         cached / rounds
     );
+}
+
+#[test]
+fn a_step_with_the_same_tool_list_reuses_its_written_bytes() {
+    let cache = HistoryBytes::default();
+    let budgets = ThinkingBudgets::default();
+    let lineage = HistoryLineage::new();
+    let messages = Arc::new(vec![Message::user_text("m0", "hello")]);
+    let kept = Arc::new(tool_list(2));
+    let send = |tools: &Arc<Vec<ToolSchema>>, system: bool| {
+        let step = Step {
+            system,
+            ..plain_step()
+        };
+        let mut request = request(0, Arc::clone(&messages), lineage, &step);
+        request.tools = Arc::clone(tools);
+        let body = build_request_body_cached(&request, &budgets, &cache)
+            .unwrap()
+            .to_vec();
+        assert_eq!(body, build_request_body(&request, &budgets).unwrap());
+        let history = cache.take("session-0", |_| true).unwrap();
+        let written = history.tools.kept().map(|json| json.get().as_ptr());
+        cache.put("session-0", history);
+        written
+    };
+    let first = send(&kept, true);
+    assert!(first.is_some());
+    assert_eq!(send(&kept, true), first, "the same list was written again");
+    // Without a system prompt the last tool carries the breakpoint: the same list is written
+    // in its other form; so are the same contents in another `Arc` and another list. What goes
+    // out is each time the plain path's body (checked in `send`).
+    let marked = send(&kept, false);
+    assert_ne!(marked, first);
+    assert_eq!(send(&kept, false), marked);
+    assert_ne!(send(&Arc::new(tool_list(2)), false), marked);
+    assert!(send(&Arc::new(tool_list(3)), true).is_some());
+    send(&Arc::new(Vec::new()), true);
 }

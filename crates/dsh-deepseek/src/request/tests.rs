@@ -393,7 +393,7 @@ fn a_step_with_the_same_tool_list_reuses_its_written_bytes() {
             .to_vec();
         assert_eq!(body, whole_body(&request, &quirks));
         let history = cache.take("session-0", |_| true).unwrap();
-        let written = history.tools.as_ref().map(|(_, json)| json.get().as_ptr());
+        let written = history.tools.kept().map(|json| json.get().as_ptr());
         cache.put("session-0", history);
         written
     };
