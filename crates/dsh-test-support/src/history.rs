@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use dsh_llm::{ContentBlock, HistoryLineage, Message};
+use dsh_llm::{ContentBlock, HistoryLineage, Message, ToolSchema};
 use proptest::prelude::*;
 
 /// What one request of a sequence does to its session's history first.
@@ -88,5 +88,35 @@ impl SessionHistory {
             HistoryChange::Same => {}
         }
         self.messages = Arc::new(messages);
+    }
+}
+
+/// `count` tool schemas whose texts hold what JSON must escape.
+pub fn tool_list(count: usize) -> Vec<ToolSchema> {
+    (0..count)
+        .map(|n| ToolSchema {
+            name: format!("tool_{n}"),
+            description: format!("Tool {n}: \"quoted\", a\ttab, é"),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": format!("p{n}")}},
+                "required": ["path"],
+            }),
+        })
+        .collect()
+}
+
+/// The tool lists a request can send, by `choice`: 1 and 2 are two kept lists (the same `Arc`
+/// whenever chosen, as the agent loop shares its list across steps), 3 the first kept list's
+/// contents in a new `Arc`, anything else none. For the adapters' kept `tools` bytes
+/// (`dsh_llm::KeptTools`).
+pub fn tools_of(choice: usize) -> Arc<Vec<ToolSchema>> {
+    static KEPT: std::sync::LazyLock<[Arc<Vec<ToolSchema>>; 2]> =
+        std::sync::LazyLock::new(|| [Arc::new(tool_list(2)), Arc::new(tool_list(3))]);
+    match choice {
+        1 => Arc::clone(&KEPT[0]),
+        2 => Arc::clone(&KEPT[1]),
+        3 => Arc::new(tool_list(2)),
+        _ => Arc::new(Vec::new()),
     }
 }

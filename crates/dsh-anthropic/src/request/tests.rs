@@ -11,7 +11,9 @@
 use std::sync::Arc;
 
 use dsh_llm::{CallConfig, ContentBlock, MessageSource, ToolSchema};
-use dsh_test_support::history::{history_change, HistoryChange, SessionHistory};
+use dsh_test_support::history::{
+    history_change, tool_list, tools_of, HistoryChange, SessionHistory,
+};
 use proptest::prelude::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -138,7 +140,8 @@ struct Step {
     change: HistoryChange,
     effort: Option<ReasoningEffort>,
     system: bool,
-    /// Which tool list it sends ([`tools_of`]).
+    /// Which tool list it sends ([`tools_of`]). With the system prompt coming and going, a kept
+    /// list is sent in both its wire forms (the last tool with or without the breakpoint).
     tools: usize,
     title: bool,
     /// The request carries its history's lineage.
@@ -176,30 +179,6 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             })
             .collect::<Vec<_>>()
     })
-}
-
-fn tool_list(count: usize) -> Vec<ToolSchema> {
-    (0..count)
-        .map(|n| ToolSchema {
-            name: format!("tool_{n}"),
-            description: format!("Read a \"file\" ({n})."),
-            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        })
-        .collect()
-}
-
-/// The tool lists a step can send: none, two kept lists (the same `Arc` whenever chosen, as
-/// the loop shares its list across steps), and the first list's contents in a new `Arc`. With
-/// the system prompt coming and going, a kept list is also sent in both its wire forms.
-fn tools_of(choice: usize) -> Arc<Vec<ToolSchema>> {
-    static KEPT: std::sync::LazyLock<[Arc<Vec<ToolSchema>>; 2]> =
-        std::sync::LazyLock::new(|| [Arc::new(tool_list(1)), Arc::new(tool_list(3))]);
-    match choice {
-        1 => Arc::clone(&KEPT[0]),
-        2 => Arc::clone(&KEPT[1]),
-        3 => Arc::new(tool_list(1)),
-        _ => Arc::new(Vec::new()),
-    }
 }
 
 fn request(

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use dsh_llm::{
     CallConfig, ContentBlock, HistoryLineage, Message, MessageSource, ReasoningEffort, Role,
 };
-use dsh_test_support::history::{history_change, HistoryChange, SessionHistory};
+use dsh_test_support::history::{
+    history_change, tool_list, tools_of, HistoryChange, SessionHistory,
+};
 use proptest::prelude::*;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -56,34 +58,6 @@ fn whole_body(request: &GenerateRequest, quirks: &OpenAiQuirks) -> Vec<u8> {
         tail: body_tail(request, quirks, mode, tools.as_deref()),
     })
     .unwrap()
-}
-
-/// A tool list of `count` tools whose texts need escaping.
-fn tool_list(count: usize) -> Vec<ToolSchema> {
-    (0..count)
-        .map(|n| ToolSchema {
-            name: format!("tool_{n}"),
-            description: format!("Tool {n}: \"quoted\", a\ttab, é"),
-            parameters: serde_json::json!({
-                "type": "object",
-                "properties": {"path": {"type": "string", "description": format!("p{n}")}},
-                "required": ["path"],
-            }),
-        })
-        .collect()
-}
-
-/// The tool lists a step can send: none, two kept lists (the same `Arc` whenever chosen, as
-/// the loop shares its list across steps), and the first list's contents in a new `Arc`.
-fn tools_of(choice: usize) -> Arc<Vec<ToolSchema>> {
-    static KEPT: std::sync::LazyLock<[Arc<Vec<ToolSchema>>; 2]> =
-        std::sync::LazyLock::new(|| [Arc::new(tool_list(2)), Arc::new(tool_list(3))]);
-    match choice {
-        1 => Arc::clone(&KEPT[0]),
-        2 => Arc::clone(&KEPT[1]),
-        3 => Arc::new(tool_list(2)),
-        _ => Arc::new(Vec::new()),
-    }
 }
 
 /// Text with what JSON must escape.
