@@ -4,7 +4,9 @@
 //! - `dsh sessions list --all` warm (the session catalog is up to date) and cold (no catalog:
 //!   the first listing reads every log and builds it),
 //! - the first page of `GET /api/sessions?limit=50` of a running `dsh web`, over loopback with a
-//!   signed-in cookie, on a fresh connection per request.
+//!   signed-in cookie, on a fresh connection per request,
+//! - `dsh sessions show <id>` of one session (what resuming by id does first: find its log), in
+//!   this home and in a home holding only that session (docs/sessions.md, "Finding a session").
 //!
 //! The logs are written directly (header, turns with usage, a title) without the catalog, as
 //! logs of an older dsh or of another machine would arrive.
@@ -191,6 +193,7 @@ pub(crate) fn sessions_list(
     }
     let web = web_first_page(dsh, &home, &work, runs)
         .unwrap_or_else(|err| json!({"error": format!("{err:#}")}));
+    let (show, show_alone) = show_by_id(dsh, &home, &scratch.path().join("alone"), &work, runs)?;
     Ok(json!({
         "sessions": sessions,
         "dirs": dirs,
@@ -201,7 +204,49 @@ pub(crate) fn sessions_list(
         "list_warm": warm,
         "list_cold": {"median_ms": median(&mut colds), "runs": colds.len()},
         "web_first_page": web,
+        "show_by_id": show,
+        "show_by_id_alone": show_alone,
     }))
+}
+
+/// `dsh sessions show <id>` of the last session made, timed in `home` and in `alone`, a home
+/// that holds a copy of only that session.
+fn show_by_id(
+    dsh: &Path,
+    home: &Path,
+    alone: &Path,
+    work: &Path,
+    runs: usize,
+) -> anyhow::Result<(Value, Value)> {
+    let root = home.join("sessions");
+    // The session folder met last in the walk's order: a walk of every folder would read all
+    // of the others first.
+    let mut last = None;
+    for folder in std::fs::read_dir(&root)?.flatten() {
+        for session in std::fs::read_dir(folder.path())?.flatten() {
+            last = Some((folder.file_name(), session.file_name()));
+        }
+    }
+    let (folder, id) = last.context("no session was made")?;
+    let copy = alone.join("sessions").join(&folder).join(&id);
+    std::fs::create_dir_all(&copy)?;
+    std::fs::copy(
+        root.join(&folder).join(&id).join("session.jsonl"),
+        copy.join("session.jsonl"),
+    )?;
+    let show = |home: &Path| {
+        let mut command = Command::new(dsh);
+        command
+            .args(["sessions", "show"])
+            .arg(&id)
+            .current_dir(work)
+            .env("DSH_HOME", home)
+            .env("HOME", work);
+        command
+    };
+    let in_home = timed_runs(runs, || run_quiet(&mut show(home)))?;
+    let in_alone = timed_runs(runs, || run_quiet(&mut show(alone)))?;
+    Ok((in_home, in_alone))
 }
 
 /// Kills the web server when the measurement ends, however it ends.

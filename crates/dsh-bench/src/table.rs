@@ -416,8 +416,14 @@ fn listing_rows(results: &Path) -> Vec<Row> {
         row(
             "web `GET /api/sessions?limit=50`, same home, request to last byte (vs `find`)",
             "< 50 ms",
-            timed(listing, "/web_first_page/median_ms"),
+            timed(listing.clone(), "/web_first_page/median_ms"),
             find,
+        ),
+        row(
+            "`sessions show <id>` of one session, same home (vs the same in a home holding only it)",
+            "",
+            timed(listing.clone(), "/show_by_id/median_ms"),
+            timed(listing, "/show_by_id_alone/median_ms"),
         ),
     ]
 }

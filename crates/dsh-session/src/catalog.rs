@@ -562,11 +562,12 @@ impl Catalog {
     fn rows(&self, folder: Option<&str>) -> Result<Rows> {
         let mut stmt = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT dir, path, size, mtime_ns, ctime_ns, ino, id, cwd, title, created_at,
                  updated_at, turns, usage, parent, open, problem
-                 FROM entries WHERE (?1 IS NULL OR folder = ?1)",
-            )
+                 FROM entries WHERE {}",
+                in_folder(folder)
+            ))
             .map_err(self.sql())?;
         let mut rows = stmt.query([folder]).map_err(self.sql())?;
         let mut out = Rows {
@@ -595,12 +596,13 @@ impl Catalog {
             .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
         let mut stmt = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT path, id, cwd, title, created_at, updated_at, turns, usage, parent, open
-                 FROM entries WHERE problem IS NULL AND (?1 IS NULL OR folder = ?1)
+                 FROM entries WHERE problem IS NULL AND {}
                  AND (?2 IS NULL OR updated_at < ?2 OR (updated_at = ?2 AND id > ?3))
                  ORDER BY updated_at DESC, id LIMIT ?4",
-            )
+                in_folder(folder)
+            ))
             .map_err(self.sql())?;
         let rows = stmt
             .query_map(params![folder, after_time, after_id, limit], |r| {
@@ -636,10 +638,11 @@ impl Catalog {
     fn damaged(&self, folder: Option<&str>, listing: &mut Listing) -> Result<()> {
         let mut stmt = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT path, updated_at, problem FROM entries
-                 WHERE problem IS NOT NULL AND (?1 IS NULL OR folder = ?1) ORDER BY path",
-            )
+                 WHERE problem IS NOT NULL AND {} ORDER BY path",
+                in_folder(folder)
+            ))
             .map_err(self.sql())?;
         let rows = stmt
             .query_map([folder], |r| {
@@ -1336,6 +1339,17 @@ pub(crate) fn list_all_via_catalog(
 }
 
 /// Lists through the catalog of `home`, rebuilding it once when SQLite finds it damaged midway.
+/// The condition on `folder` (bound as `?1`) of a query of `entries`: `folder = ?1` when there is
+/// one, so that SQLite can take the rows from the folder's index instead of reading the whole
+/// table; always true when there is none (`(?1 IS NULL OR folder = ?1)` in one statement would
+/// read every row either way).
+fn in_folder(folder: Option<&str>) -> &'static str {
+    match folder {
+        Some(_) => "folder = ?1",
+        None => "?1 IS NULL",
+    }
+}
+
 pub(crate) fn list_via_catalog(
     home: &Path,
     root: &Path,

@@ -609,6 +609,21 @@ impl JsonlStore {
         Ok(out)
     }
 
+    /// The log of the session whose id is exactly `id`, found by looking for a folder of that
+    /// name in each working directory's folder rather than reading them all: resuming by id
+    /// costs one `stat` per working directory, not one per stored session (docs/sessions.md,
+    /// "Finding a session"). The first folder in the walk's own order wins, as in
+    /// [`JsonlStore::find`]'s walk. `None` when no folder holds it (or `id` is no plain name).
+    fn exact_session(&self, id: &str) -> Option<PathBuf> {
+        if id.is_empty() || id == "." || id == ".." || id.contains(['/', '\\', '\0']) {
+            return None;
+        }
+        fs::read_dir(self.root())
+            .ok()?
+            .flatten()
+            .find_map(|folder| session_file_in(&folder.path().join(id)))
+    }
+
     /// The session file for `key`: a path to a `session.jsonl` or `session.jsonl.zstd` (or
     /// their folder), an id, or a unique id prefix.
     pub fn find(&self, key: &str) -> Result<PathBuf> {
@@ -618,6 +633,9 @@ impl JsonlStore {
                 return Ok(as_path.to_path_buf());
             }
             return session_file_in(as_path).ok_or_else(|| SessionError::NotFound(key.to_string()));
+        }
+        if let Some(path) = self.exact_session(key) {
+            return Ok(path);
         }
         let all = self.all_sessions(None)?;
         let id = pick_id(key, all.iter().map(|(id, _)| id.clone()))?;

@@ -261,10 +261,16 @@ impl SessionStore for SqliteStore {
         let mut listing = Listing::default();
         let mut stmt = self
             .conn
-            .prepare(
+            // `cwd = ?1` alone when filtering, so that `sessions_by_cwd` serves the rows.
+            .prepare(&format!(
                 "SELECT header, title, turns, usage, updated_at, open FROM sessions
-                 WHERE (?1 IS NULL OR cwd = ?1) ORDER BY updated_at DESC, id",
-            )
+                 WHERE {} ORDER BY updated_at DESC, id",
+                if filter.cwd.is_some() {
+                    "cwd = ?1"
+                } else {
+                    "?1 IS NULL"
+                }
+            ))
             .map_err(self.sql())?;
         let rows = stmt
             .query_map([filter.cwd.as_deref()], |r| {

@@ -335,3 +335,70 @@ fn zip_export_contains_session_and_sub_agent_logs() {
     let names: Vec<&str> = archive.file_names().collect();
     assert!(names.contains(&"session.jsonl") && names.contains(&"sub-1/session.jsonl"));
 }
+
+/// An exact id names its session whichever working directory's folder holds it, without a
+/// walk of every folder; a unique prefix and an ambiguous one behave as before; and a key
+/// that is no plain name never resolves outside a session's folder (docs/sessions.md,
+/// "Finding a session").
+#[test]
+fn sessions_are_found_by_id_and_prefix_across_working_directories() {
+    let home = tempfile::tempdir().unwrap();
+    let store = open_store(StoreKind::Jsonl, home.path()).unwrap();
+    let mut made = Vec::new();
+    for dir in 0..5 {
+        for n in 0..3 {
+            let mut w = store
+                .create(&format!("/proj/dir-{dir}"), CreateOptions::default())
+                .unwrap();
+            full_turn(w.as_mut(), 1, &format!("session {dir}/{n}"));
+            made.push(w.header().id.clone());
+        }
+    }
+    for id in &made {
+        assert_eq!(&store.resolve(id).unwrap(), id);
+        let folder = store.session_folder(id).unwrap();
+        assert_eq!(folder.file_name().unwrap().to_string_lossy(), id.as_str());
+        assert_eq!(&store.load(id).unwrap().header.id, id);
+    }
+    // A unique prefix still resolves; a prefix of every id is ambiguous.
+    let id = &made[7];
+    let prefix = (1..id.len())
+        .map(|n| &id[..n])
+        .find(|p| made.iter().filter(|other| other.starts_with(p)).count() == 1)
+        .unwrap();
+    assert_eq!(&store.resolve(prefix).unwrap(), id);
+    assert!(matches!(
+        store.resolve(""),
+        Err(SessionError::Ambiguous { .. })
+    ));
+    // A log lying in the sessions folder itself is no session: `..` (which would lead from a
+    // working directory's folder up to it) is not an id.
+    let sessions = home.path().join("sessions");
+    let log = store.session_folder(id).unwrap().join("session.jsonl");
+    std::fs::copy(&log, sessions.join("session.jsonl")).unwrap();
+    for key in ["..", "."] {
+        assert!(
+            matches!(store.resolve(key), Err(SessionError::NotFound(_))),
+            "{key}"
+        );
+    }
+    // A session folder copied into another working directory's folder: the id names the copy
+    // met first in the sessions folder's own order, as the walk of every folder did.
+    let original = store.session_folder(id).unwrap();
+    let other = std::fs::read_dir(&sessions)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|folder| folder.is_dir() && *folder != original.parent().unwrap())
+        .unwrap();
+    let copy = other.join(id);
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::copy(&log, copy.join("session.jsonl")).unwrap();
+    let first = std::fs::read_dir(&sessions)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path().join(id))
+        .find(|candidate| candidate.join("session.jsonl").is_file())
+        .unwrap();
+    assert_eq!(store.session_folder(id).unwrap(), first);
+}
