@@ -44,7 +44,8 @@ pub use listed::{ListedSession, ListedSessions};
 pub use watch::WatchedCatalog;
 
 use crate::store::{
-    cwd_folder_name, parse_cursor, DamagedSession, ListFilter, ListPage, Listing, SearchHit,
+    cwd_folder_name, filter_on, parse_cursor, DamagedSession, ListFilter, ListPage, Listing,
+    SearchHit,
 };
 
 /// The catalog's file name in `$DSH_HOME`.
@@ -566,7 +567,7 @@ impl Catalog {
                 "SELECT dir, path, size, mtime_ns, ctime_ns, ino, id, cwd, title, created_at,
                  updated_at, turns, usage, parent, open, problem
                  FROM entries WHERE {}",
-                in_folder(folder)
+                filter_on("folder = ?1", folder)
             ))
             .map_err(self.sql())?;
         let mut rows = stmt.query([folder]).map_err(self.sql())?;
@@ -601,7 +602,7 @@ impl Catalog {
                  FROM entries WHERE problem IS NULL AND {}
                  AND (?2 IS NULL OR updated_at < ?2 OR (updated_at = ?2 AND id > ?3))
                  ORDER BY updated_at DESC, id LIMIT ?4",
-                in_folder(folder)
+                filter_on("folder = ?1", folder)
             ))
             .map_err(self.sql())?;
         let rows = stmt
@@ -641,7 +642,7 @@ impl Catalog {
             .prepare_cached(&format!(
                 "SELECT path, updated_at, problem FROM entries
                  WHERE problem IS NOT NULL AND {} ORDER BY path",
-                in_folder(folder)
+                filter_on("folder = ?1", folder)
             ))
             .map_err(self.sql())?;
         let rows = stmt
@@ -1339,17 +1340,6 @@ pub(crate) fn list_all_via_catalog(
 }
 
 /// Lists through the catalog of `home`, rebuilding it once when SQLite finds it damaged midway.
-/// The condition on `folder` (bound as `?1`) of a query of `entries`: `folder = ?1` when there is
-/// one, so that SQLite can take the rows from the folder's index instead of reading the whole
-/// table; always true when there is none (`(?1 IS NULL OR folder = ?1)` in one statement would
-/// read every row either way).
-fn in_folder(folder: Option<&str>) -> &'static str {
-    match folder {
-        Some(_) => "folder = ?1",
-        None => "?1 IS NULL",
-    }
-}
-
 pub(crate) fn list_via_catalog(
     home: &Path,
     root: &Path,

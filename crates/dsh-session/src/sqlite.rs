@@ -19,8 +19,8 @@ use crate::projection::Projector;
 use crate::reader::{decode_stored, LoadedLog};
 use crate::state::SessionTracker;
 use crate::store::{
-    finish_resume, is_flush_point, pick_id, ListFilter, Listing, Resumed, SearchHit, SessionStore,
-    SessionWriter,
+    filter_on, finish_resume, is_flush_point, pick_id, ListFilter, Listing, Resumed, SearchHit,
+    SessionStore, SessionWriter,
 };
 
 const SCHEMA: &str = "
@@ -265,11 +265,7 @@ impl SessionStore for SqliteStore {
             .prepare(&format!(
                 "SELECT header, title, turns, usage, updated_at, open FROM sessions
                  WHERE {} ORDER BY updated_at DESC, id",
-                if filter.cwd.is_some() {
-                    "cwd = ?1"
-                } else {
-                    "?1 IS NULL"
-                }
+                filter_on("cwd = ?1", filter.cwd.as_deref())
             ))
             .map_err(self.sql())?;
         let rows = stmt

@@ -363,6 +363,17 @@ pub fn session_path(home: &Path, cwd: &str, id: &str) -> PathBuf {
         .join("session.jsonl")
 }
 
+/// The condition of a listing query on an optional filter bound as `?1`: `condition` (e.g.
+/// `cwd = ?1`) when there is a value, so that SQLite can take the rows from that column's index
+/// instead of reading the whole table; a condition always true when there is none.
+/// (`(?1 IS NULL OR cwd = ?1)` in one statement would read every row either way.)
+pub(crate) fn filter_on(condition: &'static str, value: Option<&str>) -> &'static str {
+    match value {
+        Some(_) => condition,
+        None => "?1 IS NULL",
+    }
+}
+
 /// Fails with [`SessionError::NotFound`] unless exactly one candidate matches `key` exactly or
 /// as a prefix.
 pub(crate) fn pick_id(key: &str, ids: impl IntoIterator<Item = String>) -> Result<String> {
