@@ -222,9 +222,13 @@ async fn start_panel_highlighted_code_and_stored_session_header_in_chromium() {
 
         // The stored session's header: model, effort and preset from its log.
         browser.show_session(&stored);
+        // The meta line can hold `max` from the session's detail before its log is replayed,
+        // and the badge reads "running" between a replayed `turn/start` and its `turn/end`:
+        // wait for both to settle.
         browser.wait_for(
-            "document.getElementById('session-meta').textContent.includes('max')",
-            "the stored session's model and effort",
+            "document.getElementById('session-meta').textContent.includes('max')
+             && document.getElementById('state').textContent.startsWith('stored')",
+            "the stored session's model, effort and state",
             10,
         );
         let meta = browser.eval("document.getElementById('session-meta').textContent");
