@@ -330,6 +330,11 @@ impl ContextMessages {
         let mut seen = Vec::new();
         let mut out = Vec::new();
         for path in candidates {
+            // One `stat` rules out the usual case, a name that is not there, before the real
+            // path is resolved (a `readlink` per component).
+            if !path.is_file() {
+                continue;
+            }
             let Ok(real) = std::fs::canonicalize(&path) else {
                 continue;
             };
@@ -341,11 +346,12 @@ impl ContextMessages {
         out
     }
 
-    fn instructions_text(&self) -> Option<String> {
-        let mut parts: Vec<(PathBuf, String)> = Vec::new();
+    /// The project-instructions snapshot made of `files` (from [`Self::instruction_files`]).
+    fn instructions_text(files: &[PathBuf]) -> Option<String> {
+        let mut parts: Vec<(&PathBuf, String)> = Vec::new();
         let mut total = 0usize;
-        for path in self.instruction_files() {
-            let Ok(bytes) = std::fs::read(&path) else {
+        for path in files {
+            let Ok(bytes) = std::fs::read(path) else {
                 continue;
             };
             let mut text = String::from_utf8_lossy(&bytes).into_owned();
@@ -460,7 +466,8 @@ impl Extension for ContextMessages {
             // The whole chain once per process: sent when it differs from what the log has
             // (a new session, or a resumed one whose files changed meanwhile).
             last.baseline_checked = true;
-            if let Some(instructions) = self.instructions_text() {
+            let files = self.instruction_files();
+            if let Some(instructions) = Self::instructions_text(&files) {
                 if last.instructions.as_deref() != Some(instructions.as_str()) {
                     ctx.inject.push(context_message(
                         PROJECT_INSTRUCTIONS_PLUGIN,
@@ -469,7 +476,7 @@ impl Extension for ContextMessages {
                     last.instructions = Some(instructions);
                 }
             }
-            for path in self.instruction_files() {
+            for path in files {
                 if let Some(text) = read_instruction(&path) {
                     last.loaded.insert(path, digest(&text));
                 }
