@@ -9,6 +9,8 @@ mod approvals;
 mod config_cmd;
 mod headless;
 mod home;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod math_symbols;
 mod models;
 mod progress;
 mod replay;

@@ -74,3 +74,71 @@ fn the_executable_is_position_independent() {
     };
     assert_eq!(e_type, ET_DYN, "dsh is not a PIE (ELF type {e_type})");
 }
+
+/// On glibc the loader opens only the C library for `dsh`: the unwinder is linked in and the
+/// three libm functions the dependencies call are defined in the executable (crates/dsh-cli
+/// build.rs and src/math_symbols.rs; docs/PERFORMANCE.md, "`--version`, thirteenth pass"). With
+/// glibc 2.36 or later the relative relocations are packed (DT_RELR).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn the_executable_needs_only_the_c_library() {
+    let binary = env!("CARGO_BIN_EXE_dsh");
+    // What the loader maps, as `ldd` asks it: it lists the objects and exits before `main`.
+    let out = std::process::Command::new(binary)
+        .env("LD_TRACE_LOADED_OBJECTS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let loaded: Vec<&str> = listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| !name.starts_with("linux-vdso") && !name.contains("ld-linux"))
+        .collect();
+    assert_eq!(
+        loaded,
+        ["libc.so.6"],
+        "dsh loads more than the C library; a dependency calls a libm function \
+         src/math_symbols.rs does not define, or build.rs found no libgcc_eh.a:\n{listing}"
+    );
+
+    // SAFETY: returns a pointer to a static NUL-terminated string.
+    let version = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+    let version: Vec<u32> = version
+        .to_str()
+        .unwrap()
+        .split('.')
+        .map_while(|part| part.parse().ok())
+        .collect();
+    if version.as_slice() >= [2, 36].as_slice() {
+        const DT_RELR: u64 = 36;
+        assert!(
+            dynamic_tags(&std::fs::read(binary).unwrap()).contains(&DT_RELR),
+            "glibc {version:?} applies packed relocations, but dsh was linked without them"
+        );
+    }
+}
+
+/// The tags of a little-endian ELF64 image's dynamic section.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn dynamic_tags(image: &[u8]) -> Vec<u64> {
+    let u64_at = |at: usize| u64::from_le_bytes(image[at..at + 8].try_into().unwrap());
+    let u16_at = |at: usize| u16::from_le_bytes(image[at..at + 2].try_into().unwrap());
+    assert_eq!(
+        (image[4], image[5]),
+        (2, 1),
+        "not a little-endian ELF64 image"
+    );
+    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
+    const PT_DYNAMIC: u32 = 2;
+    let dynamic = (0..usize::from(phnum))
+        .map(|i| phoff + i * usize::from(phentsize))
+        .find(|&at| u32::from_le_bytes(image[at..at + 4].try_into().unwrap()) == PT_DYNAMIC)
+        .expect("no dynamic section");
+    let (offset, size) = (u64_at(dynamic + 8) as usize, u64_at(dynamic + 32) as usize);
+    (offset..offset + size)
+        .step_by(16)
+        .map(u64_at)
+        .take_while(|&tag| tag != 0)
+        .collect()
+}
