@@ -7,7 +7,7 @@
 //! bodies are the `libm` crate's (a port of musl's), within an ulp of glibc's.
 //!
 //! A dependency that starts calling another libm function brings `libm.so.6` back; the test
-//! `start_cli::the_executable_needs_only_the_c_library` says which.
+//! `version_cli::the_executable_needs_only_the_c_library` says which.
 
 /// `x` raised to the power `y`.
 #[no_mangle]
