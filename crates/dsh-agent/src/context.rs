@@ -330,15 +330,15 @@ impl ContextMessages {
         let mut seen = Vec::new();
         let mut out = Vec::new();
         for path in candidates {
-            // One `stat` rules out the usual case, a name that is not there, before the real
-            // path is resolved (a `readlink` per component).
+            // A regular file, its links followed; one `stat` rules out the usual case, a name
+            // that is not there, before the real path is resolved (a `readlink` per component).
             if !path.is_file() {
                 continue;
             }
             let Ok(real) = std::fs::canonicalize(&path) else {
                 continue;
             };
-            if real.is_file() && !seen.contains(&real) {
+            if !seen.contains(&real) {
                 seen.push(real);
                 out.push(path);
             }
