@@ -79,7 +79,8 @@ struct Slot {
 /// `message_stop` for a block never stopped). At `message_stop`: usage (when any was reported),
 /// then the finish mapped from `stop_reason`: `end_turn` and `stop_sequence` to `stop` (or
 /// `EMPTY_RESPONSE` when no block came), `tool_use` to `tool-calls`, `max_tokens` to
-/// `max-tokens`, anything else to `error` with the value upper-cased. An `error` event, bad
+/// `max-tokens`, no `stop_reason` at all to `error {MISSING_FINISH}`, anything else to `error`
+/// with the value upper-cased. An `error` event, bad
 /// JSON or a stream without `message_stop` finish with `error` and no `block-end`s, so a failed
 /// attempt yields no message. Usage is disjoint: `input_tokens` (which the API reports without
 /// cache hits and writes), `cache_read_input_tokens`, `cache_creation_input_tokens`; the latest
@@ -90,7 +91,6 @@ pub struct MessagesDecoder {
     slots: Vec<Slot>,
     usage: Option<Usage>,
     stop_reason: Option<String>,
-    tool_calls: usize,
     finished: bool,
 }
 
@@ -284,7 +284,6 @@ impl MessagesDecoder {
                     }
                     _ => String::new(),
                 };
-                self.tool_calls += 1;
                 out.push(Chunk::BlockStart {
                     index,
                     block_type: BlockType::ToolCall,
@@ -419,7 +418,6 @@ impl MessagesDecoder {
             out.push(Chunk::Usage { usage });
         }
         let produced = !self.slots.is_empty();
-        let has_tools = self.tool_calls > 0;
         let reason = match self.stop_reason.as_deref() {
             Some("end_turn" | "stop_sequence") | None if !produced => FinishReason::Error {
                 failure: Failure::new(
@@ -430,8 +428,12 @@ impl MessagesDecoder {
             Some("end_turn" | "stop_sequence") => FinishReason::Stop,
             Some("tool_use") => FinishReason::ToolCalls,
             Some("max_tokens") => FinishReason::MaxTokens,
-            None if has_tools => FinishReason::ToolCalls,
-            None => FinishReason::Stop,
+            None => FinishReason::Error {
+                failure: Failure::new(
+                    FailureCode::MissingFinish,
+                    "the provider sent `message_stop` but no `stop_reason`",
+                ),
+            },
             Some(other) => FinishReason::Error {
                 failure: Failure::new(
                     FailureCode::Other(other.to_ascii_uppercase()),

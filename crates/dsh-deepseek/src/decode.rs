@@ -384,7 +384,6 @@ impl ReplyDecoder {
             out.push(Chunk::Usage { usage });
         }
         let produced_blocks = self.next_index > 0;
-        let has_tool_calls = !self.tools.is_empty();
         let reason = match self.finish_reason.as_deref() {
             Some("stop") | None if !produced_blocks => FinishReason::Error {
                 failure: Failure::new(
@@ -393,8 +392,12 @@ impl ReplyDecoder {
                 ),
             },
             Some("stop") => FinishReason::Stop,
-            None if has_tool_calls => FinishReason::ToolCalls,
-            None => FinishReason::Stop,
+            None => FinishReason::Error {
+                failure: Failure::new(
+                    FailureCode::MissingFinish,
+                    "the provider ended the stream with `data: [DONE]` but sent no `finish_reason`",
+                ),
+            },
             Some("tool_calls") => FinishReason::ToolCalls,
             Some("length") => FinishReason::MaxTokens,
             Some(other) => FinishReason::Error {

@@ -4,6 +4,7 @@
 
 use crate::block::{BlockType, ContentBlock};
 use crate::chunk::{Chunk, FinishReason};
+use crate::failure::{Failure, FailureCode};
 use crate::usage::Usage;
 
 /// Accumulates the chunks of one reply.
@@ -192,8 +193,15 @@ impl BlockAssembler {
     }
 
     /// Ends the reply. On `max-tokens` every tool call is dropped: a truncated call never runs.
+    /// A stream that ended without its `finish` chunk is an `error {MISSING_FINISH}`, never a
+    /// normal stop: exactly one finish ends a reply.
     pub fn finish(self) -> AssembledReply {
-        let finish = self.finish.unwrap_or(FinishReason::Stop);
+        let finish = self.finish.unwrap_or_else(|| FinishReason::Error {
+            failure: Failure::new(
+                FailureCode::MissingFinish,
+                "the reply stream ended without a finish chunk",
+            ),
+        });
         let drop_tool_calls = matches!(finish, FinishReason::MaxTokens);
         let blocks = self
             .slots
@@ -250,7 +258,6 @@ impl AssembledReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::{Failure, FailureCode};
     use proptest::prelude::*;
 
     fn assemble(chunks: &[Chunk]) -> AssembledReply {
@@ -301,7 +308,11 @@ mod tests {
                 ContentBlock::text("hello"),
             ]
         );
-        assert_eq!(r.finish, FinishReason::Stop);
+        assert!(
+            matches!(&r.finish, FinishReason::Error { failure } if failure.code == FailureCode::MissingFinish),
+            "a reply without its finish chunk is MISSING_FINISH, not a stop: {:?}",
+            r.finish
+        );
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub enum FailureCode {
     Aborted,
     /// `STREAM_CLOSED`: the stream ended without its terminator.
     StreamClosed,
+    /// `MISSING_FINISH`: the stream ended with its terminator but never said why the reply
+    /// stopped (no `finish_reason` / `stop_reason`): an incomplete reply, retried like a stream
+    /// closed early, never taken for a normal stop.
+    MissingFinish,
     /// `MALFORMED_RESPONSE`: the reply could not be decoded.
     MalformedResponse,
     /// `EMPTY_RESPONSE`: the reply had no content.
@@ -66,6 +70,7 @@ impl FailureCode {
             FailureCode::Timeout => Borrowed("TIMEOUT"),
             FailureCode::Aborted => Borrowed("ABORTED"),
             FailureCode::StreamClosed => Borrowed("STREAM_CLOSED"),
+            FailureCode::MissingFinish => Borrowed("MISSING_FINISH"),
             FailureCode::MalformedResponse => Borrowed("MALFORMED_RESPONSE"),
             FailureCode::EmptyResponse => Borrowed("EMPTY_RESPONSE"),
             FailureCode::MissingCredential => Borrowed("MISSING_CREDENTIAL"),
@@ -91,6 +96,7 @@ impl FailureCode {
             "TIMEOUT" => FailureCode::Timeout,
             "ABORTED" => FailureCode::Aborted,
             "STREAM_CLOSED" => FailureCode::StreamClosed,
+            "MISSING_FINISH" => FailureCode::MissingFinish,
             "MALFORMED_RESPONSE" => FailureCode::MalformedResponse,
             "EMPTY_RESPONSE" => FailureCode::EmptyResponse,
             "MISSING_CREDENTIAL" => FailureCode::MissingCredential,

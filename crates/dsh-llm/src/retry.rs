@@ -55,6 +55,7 @@ impl Default for RetryPolicy {
                 FailureCode::Timeout,
                 FailureCode::Transport,
                 FailureCode::StreamClosed,
+                FailureCode::MissingFinish,
             ],
         }
     }
@@ -169,6 +170,20 @@ mod tests {
         assert!(
             matches!(p.decide(&f, 0, 0.0), RetryDecision::GiveUp { reason } if reason.contains("cap"))
         );
+    }
+
+    #[test]
+    fn incomplete_replies_are_retried_like_a_closed_stream() {
+        let p = RetryPolicy::default();
+        for code in [FailureCode::StreamClosed, FailureCode::MissingFinish] {
+            assert!(
+                matches!(
+                    p.decide(&fail(code.clone()), 0, 0.0),
+                    RetryDecision::Retry { .. }
+                ),
+                "{code} is retried"
+            );
+        }
     }
 
     #[test]

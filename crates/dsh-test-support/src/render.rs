@@ -148,7 +148,8 @@ fn wire_finish_reason(reason: &FinishReason) -> String {
 /// `AUTH`/`MISSING_CREDENTIAL`/`INVALID_CREDENTIAL` 401, `QUOTA` 402, `RATE_LIMIT` 429 (with
 /// `Retry-After` when recorded), `CONTEXT_WINDOW_EXCEEDED` a 400 with context-length wording,
 /// `INVALID_REQUEST` 400, `SERVER` 500 (or the recorded 5xx), `HTTP_<n>` n, `EMPTY_RESPONSE` an
-/// empty completion, `STREAM_CLOSED` no `[DONE]`, `MALFORMED_RESPONSE` a non-JSON line,
+/// empty completion, `STREAM_CLOSED` no `[DONE]`, `MISSING_FINISH` a `[DONE]` without any
+/// `finish_reason`, `MALFORMED_RESPONSE` a non-JSON line,
 /// `TRANSPORT` a dropped connection, `TIMEOUT` a stall, an unrecognised code an unknown
 /// `finish_reason`, anything else a 500. An `aborted` call, or one without a finish (cancelled
 /// while streaming), streams its chunks and then stalls until the client goes away.
@@ -204,6 +205,7 @@ fn fault_for_failure(failure: &Failure, chunks: &[Chunk], body: &[Chunk]) -> Scr
         FailureCode::Http(status) => ScriptedReply::http_error(*status, &failure.message),
         FailureCode::EmptyResponse => ScriptedReply::Stream(sse_reply_from_chunks(chunks)),
         FailureCode::StreamClosed => streamed(StreamEnd::CloseWithoutDone),
+        FailureCode::MissingFinish => streamed(StreamEnd::Done),
         FailureCode::MalformedResponse => ScriptedReply::Stream(
             sse_reply_from_chunks(body)
                 .malformed()

@@ -133,6 +133,28 @@ async fn missing_message_stop_is_stream_closed() {
     );
 }
 
+/// `message_stop` without any `stop_reason`: an incomplete reply, never a stop (nor a guessed
+/// `tool_use` when the reply carried calls).
+#[tokio::test]
+async fn message_stop_without_a_stop_reason_is_missing_finish() {
+    let stop = serde_json::json!({"type": "message_stop"});
+    let text_only = AnthropicReply::new().text(&["hello"]).event(&stop);
+    assert_eq!(
+        failure_for(text_only.into()).await.code,
+        FailureCode::MissingFinish
+    );
+    let with_call = AnthropicReply::new()
+        .tool_use("toolu_1", "bash", &[r#"{"command":"ls"}"#])
+        .event(&stop);
+    let failure = failure_for(with_call.into()).await;
+    assert_eq!(failure.code, FailureCode::MissingFinish);
+    assert!(
+        failure.message.contains("stop_reason"),
+        "{}",
+        failure.message
+    );
+}
+
 #[tokio::test]
 async fn malformed_json_is_malformed_response() {
     let reply = AnthropicReply::new().open_text("a").malformed();

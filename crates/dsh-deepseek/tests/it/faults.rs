@@ -188,6 +188,25 @@ async fn missing_done_is_stream_closed() {
     );
 }
 
+/// `[DONE]` after content but no `finish_reason` anywhere: an incomplete reply, never a stop
+/// (nor a guessed `tool_calls` when the reply carried calls).
+#[tokio::test]
+async fn done_without_a_finish_reason_is_missing_finish() {
+    let text_only = SseReply::new().text("hello");
+    assert_eq!(
+        failure_for(text_only.into()).await.code,
+        FailureCode::MissingFinish
+    );
+    let with_call = SseReply::new().tool_call(0, "call_1", "bash", r#"{"command":"ls"}"#);
+    let failure = failure_for(with_call.into()).await;
+    assert_eq!(failure.code, FailureCode::MissingFinish);
+    assert!(
+        failure.message.contains("finish_reason"),
+        "{}",
+        failure.message
+    );
+}
+
 #[tokio::test]
 async fn malformed_json_is_malformed_response() {
     let reply = SseReply::new().text("a").malformed().text("b");
