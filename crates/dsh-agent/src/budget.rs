@@ -57,8 +57,9 @@ impl TurnBudget {
             return Some(Failure::new(
                 FailureCode::Other(BUDGET_COST.into()),
                 format!(
-                    "a cost budget is set but model `{model}` has no price; add it under \
-                     [prices] in the configuration or drop the cost budget"
+                    "a cost budget is set but model `{model}` has no price; add one under \
+                     [models.{model}.price] in config.toml (input, output, cache_read in USD \
+                     per million tokens) or drop the cost budget"
                 ),
             ));
         };
@@ -67,7 +68,9 @@ impl TurnBudget {
             Failure::new(
                 FailureCode::Other(BUDGET_COST.into()),
                 format!(
-                    "the cost budget (${max:.4}) is used up: ${spent:.4} spent; the turn stopped"
+                    "the cost budget ({}) is used up: {} spent; the turn stopped",
+                    usd(max),
+                    usd(spent)
                 ),
             )
         })
@@ -82,6 +85,22 @@ impl TurnBudget {
                 "the wall-time budget ({secs:.1} s) is used up; the running step was cancelled"
             ),
         )
+    }
+}
+
+/// A dollar amount as people read it: cents for a dollar or more, and up to six decimals below
+/// that, so a small spend never shows as `$0.0000` (`$0.50`, `$0.000031`, `$12.35`).
+fn usd(amount: f64) -> String {
+    if amount >= 1.0 {
+        return format!("${amount:.2}");
+    }
+    let text = format!("{amount:.6}");
+    let trimmed = text.trim_end_matches('0');
+    let decimals = trimmed.split('.').nth(1).map_or(0, str::len);
+    if decimals < 2 {
+        format!("${amount:.2}")
+    } else {
+        format!("${trimmed}")
     }
 }
 
@@ -142,5 +161,19 @@ mod tests {
             )
             .unwrap();
         assert_eq!(failure.code.as_str(), BUDGET_COST);
+        assert!(
+            failure.message.contains("[models.no-such-model.price]"),
+            "the error names the key that exists: {}",
+            failure.message
+        );
+    }
+
+    #[test]
+    fn small_amounts_keep_their_digits() {
+        assert_eq!(usd(0.000031), "$0.000031");
+        assert_eq!(usd(0.5), "$0.50");
+        assert_eq!(usd(0.0), "$0.00");
+        assert_eq!(usd(12.345), "$12.35");
+        assert_eq!(usd(0.0012), "$0.0012");
     }
 }
