@@ -69,6 +69,15 @@ pub fn failure_from_http(response: &HttpErrorResponse<'_>, now: SystemTime) -> F
             response.key_variable.unwrap_or(crate::config::API_KEY_ENV)
         ));
     }
+    if code == FailureCode::InvalidRequest {
+        if let Some(quirk) = refused_field_quirk(&lower) {
+            message.push_str(&format!(
+                " - this endpoint does not take a field dsh sends: set \
+                 `providers.<name>.quirks.{quirk}` in config.toml for it \
+                 (docs/configuration.md lists the quirks)"
+            ));
+        }
+    }
     let mut failure = Failure::new(code, message).with_status(status);
     failure.retry_after_ms = response
         .retry_after_ms
@@ -99,6 +108,39 @@ pub fn failure_from_stream_error(payload: &[u8]) -> Failure {
         code,
         format!("provider reported an error mid-stream: {provider_message}"),
     )
+}
+
+/// The quirk that turns off a request field an OpenAI-compatible server refused, when the error
+/// names one: LiteLLM says "UnsupportedParamsError: openai does not support parameters:
+/// ['thinking']", others "Unrecognized request argument supplied: thinking" or "extra fields
+/// not permitted". Only fields a quirk controls are named; when the message names several (an
+/// OpenAI model saying "'max_tokens' is not supported ... use 'max_completion_tokens'"), the
+/// first one is the refused one.
+fn refused_field_quirk(lower: &str) -> Option<&'static str> {
+    const REFUSAL_WORDS: [&str; 7] = [
+        "unsupported",
+        "not support",
+        "unrecognized",
+        "unknown",
+        "not permitted",
+        "not allowed",
+        "extra",
+    ];
+    if !REFUSAL_WORDS.iter().any(|w| lower.contains(w)) {
+        return None;
+    }
+    [
+        ("reasoning_effort", "send_reasoning_effort = false"),
+        ("stream_options", "send_stream_options = false"),
+        ("reasoning_content", "send_reasoning_content = false"),
+        ("max_completion_tokens", "max_tokens_field = \"max_tokens\""),
+        ("max_tokens", "max_tokens_field = \"max_completion_tokens\""),
+        ("thinking", "send_thinking = false"),
+    ]
+    .into_iter()
+    .filter_map(|(field, quirk)| lower.find(field).map(|at| (at, quirk)))
+    .min_by_key(|(at, _)| *at)
+    .map(|(_, quirk)| quirk)
 }
 
 fn mentions_quota(lower: &str) -> bool {
@@ -148,6 +190,28 @@ fn reason_phrase(status: u16) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_field_names_the_quirk_that_turns_it_off() {
+        let litellm = r#"{"error":{"message":"litellm.UnsupportedParamsError: openai does not support parameters: ['thinking'], for model=deepseek-chat. To drop these, set `litellm.drop_params=True`"}}"#;
+        let failure = fail(400, litellm);
+        assert_eq!(failure.code, FailureCode::InvalidRequest);
+        assert!(
+            failure.message.contains("quirks.send_thinking = false"),
+            "{}",
+            failure.message
+        );
+        let openai = r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."}}"#;
+        assert!(fail(400, openai)
+            .message
+            .contains(r#"max_tokens_field = "max_completion_tokens""#));
+        let vllm = r#"{"object":"error","message":"[{'type': 'extra_forbidden', 'loc': ('body', 'reasoning_effort'), 'msg': 'Extra inputs are not permitted'}]"}"#;
+        assert!(fail(400, vllm)
+            .message
+            .contains("send_reasoning_effort = false"));
+        let plain = r#"{"error":{"message":"messages must not be empty"}}"#;
+        assert!(!fail(400, plain).message.contains("quirks"));
+    }
 
     fn fail(status: u16, body: &str) -> Failure {
         failure_from_http(
