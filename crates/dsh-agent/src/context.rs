@@ -89,6 +89,7 @@ pub struct ContextMessages {
     /// The permission sentence after a `/permission` switch (replaces the source's).
     permission: Mutex<Option<String>>,
     last: Mutex<LastSent>,
+    gate: InstructionGate,
 }
 
 #[derive(Default)]
@@ -121,10 +122,59 @@ fn digest(text: &str) -> String {
     format!("{hash:016x}")
 }
 
+/// How instruction files are read (docs/SECURITY.md, "The file gate"): the project's through
+/// dsh-tools' file gate, so a file that is a link out of the workspace (`CLAUDE.md ->
+/// $DSH_HOME/.env`, `AGENTS.md -> /etc/shadow`), a hard link to a denied file, a FIFO or a
+/// device is never loaded; the user's own `$DSH_HOME/AGENTS.md` as it is.
+struct InstructionGate {
+    policy: dsh_tools::GatePolicy,
+    home_file: Option<PathBuf>,
+}
+
+impl InstructionGate {
+    fn new(cwd: &Path, home: Option<&Path>) -> Self {
+        let root = cwd
+            .ancestors()
+            .find(|dir| dir.join(".git").exists())
+            .unwrap_or(cwd);
+        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let mut policy = dsh_tools::GatePolicy::new(&root);
+        if let Some(home) = home {
+            policy = policy.with_dsh_home(home);
+        }
+        InstructionGate {
+            policy,
+            home_file: home.map(|home| home.join("AGENTS.md")),
+        }
+    }
+
+    fn is_home_file(&self, path: &Path) -> bool {
+        self.home_file.as_deref() == Some(path)
+    }
+
+    /// True when `path` may be loaded (see [`InstructionGate::read`]).
+    fn allows(&self, path: &Path) -> bool {
+        self.is_home_file(path) || self.policy.check_workspace_path(path).is_ok()
+    }
+
+    /// At most one byte more than [`MAX_FILE_BYTES`] of `path`, or `None` when it is
+    /// missing, unreadable or refused by the gate.
+    fn read(&self, path: &Path) -> Option<Vec<u8>> {
+        let max = MAX_FILE_BYTES as u64 + 1;
+        if self.is_home_file(path) {
+            let file = std::fs::File::open(path).ok()?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(file, max), &mut bytes).ok()?;
+            return Some(bytes);
+        }
+        self.policy.read_workspace_file(path, max).ok()
+    }
+}
+
 /// The content of an instruction file as sent: at most [`MAX_FILE_BYTES`], `None` when the
 /// file is missing, unreadable or blank.
-fn read_instruction(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
+fn read_instruction(gate: &InstructionGate, path: &Path) -> Option<String> {
+    let bytes = gate.read(path)?;
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     if text.trim().is_empty() {
         return None;
@@ -147,8 +197,11 @@ impl ContextMessages {
         home: Option<PathBuf>,
         source: Box<dyn ContextSource>,
     ) -> Self {
+        let cwd = cwd.into();
+        let gate = InstructionGate::new(&cwd, home.as_deref());
         ContextMessages {
-            cwd: cwd.into(),
+            cwd,
+            gate,
             home,
             source,
             permission: Mutex::new(None),
@@ -236,7 +289,7 @@ impl ContextMessages {
             .collect();
         for (path, old) in loaded {
             let shown = self.shown(&path);
-            match read_instruction(&path) {
+            match read_instruction(&self.gate, &path) {
                 None => {
                     parts.push(format!(
                         "Instructions removed: {shown}\n\nThe instructions loaded earlier from this file no longer apply."
@@ -266,7 +319,7 @@ impl ContextMessages {
             let mut seen_here: Vec<String> = Vec::new();
             for name in INSTRUCTION_FILES {
                 let path = dir.join(name);
-                let Some(text) = read_instruction(&path) else {
+                let Some(text) = read_instruction(&self.gate, &path) else {
                     continue;
                 };
                 let d = digest(&text);
@@ -332,7 +385,7 @@ impl ContextMessages {
         for path in candidates {
             // A regular file, its links followed; one `stat` rules out the usual case, a name
             // that is not there, before the real path is resolved (a `readlink` per component).
-            if !path.is_file() {
+            if !path.is_file() || !self.gate.allows(&path) {
                 continue;
             }
             let Ok(real) = std::fs::canonicalize(&path) else {
@@ -347,11 +400,11 @@ impl ContextMessages {
     }
 
     /// The project-instructions snapshot made of `files` (from [`Self::instruction_files`]).
-    fn instructions_text(files: &[PathBuf]) -> Option<String> {
+    fn instructions_text(&self, files: &[PathBuf]) -> Option<String> {
         let mut parts: Vec<(&PathBuf, String)> = Vec::new();
         let mut total = 0usize;
         for path in files {
-            let Ok(bytes) = std::fs::read(path) else {
+            let Some(bytes) = self.gate.read(path) else {
                 continue;
             };
             let mut text = String::from_utf8_lossy(&bytes).into_owned();
@@ -467,7 +520,7 @@ impl Extension for ContextMessages {
             // (a new session, or a resumed one whose files changed meanwhile).
             last.baseline_checked = true;
             let files = self.instruction_files();
-            if let Some(instructions) = Self::instructions_text(&files) {
+            if let Some(instructions) = self.instructions_text(&files) {
                 if last.instructions.as_deref() != Some(instructions.as_str()) {
                     ctx.inject.push(context_message(
                         PROJECT_INSTRUCTIONS_PLUGIN,
@@ -477,7 +530,7 @@ impl Extension for ContextMessages {
                 }
             }
             for path in files {
-                if let Some(text) = read_instruction(&path) {
+                if let Some(text) = read_instruction(&self.gate, &path) {
                     last.loaded.insert(path, digest(&text));
                 }
             }

@@ -12,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 use crate::ask::{Asker, HeadlessAsker};
 use crate::confinement::{CommandConfinement, NoSandbox};
 use crate::error::{ToolError, ToolErrorCode};
+use crate::gate::GatePolicy;
 use crate::jobs::JobTable;
 use crate::observe::FileObservations;
-use crate::paths::{absolutize, protected_write_target, resolve_real_path, write_root_of};
+use crate::paths::{absolutize, protected_write_target, write_root_of};
 use crate::snapshot::SnapshotDir;
 use crate::spill::{externalize, SpillDir, DEFAULT_SPILL_THRESHOLD};
 
@@ -144,6 +145,8 @@ pub struct ToolContext {
     call_id: Option<String>,
     approved: bool,
     snapshots: SnapshotDir,
+    network: bool,
+    gate: Arc<GatePolicy>,
 }
 
 impl fmt::Debug for ToolContext {
@@ -185,6 +188,11 @@ impl ToolContext {
             }
         }
         let snapshots = SnapshotDir::new(spill.path().join("snapshots"));
+        let mut roots = vec![cwd.clone()];
+        roots.extend(temp_roots.iter().cloned());
+        let gate = GatePolicy::new(&cwd)
+            .with_write_roots(roots)
+            .with_read_exception(spill.path());
         Ok(Self {
             cwd,
             cancel: CancellationToken::new(),
@@ -199,6 +207,8 @@ impl ToolContext {
             call_id: None,
             approved: false,
             snapshots,
+            network: true,
+            gate: Arc::new(gate),
         })
     }
 
@@ -212,6 +222,19 @@ impl ToolContext {
     pub fn with_limits(mut self, limits: ToolLimits) -> Self {
         self.limits = Arc::new(limits);
         self
+    }
+
+    /// Sets whether confined commands may reach the network (default `true`; the session's
+    /// `[sandbox] network`, docs/SECURITY.md "Network"). With `false`, a `bash` call reaches it
+    /// only when the user approved that call's `network: true`.
+    pub fn with_network(mut self, network: bool) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// Whether confined commands may reach the network (see [`ToolContext::with_network`]).
+    pub fn network(&self) -> bool {
+        self.network
     }
 
     /// Sets the process confinement used by `bash` (the sandbox seam).
@@ -239,6 +262,19 @@ impl ToolContext {
     pub fn with_snapshot_dir(mut self, dir: SnapshotDir) -> Self {
         self.snapshots = dir;
         self
+    }
+
+    /// Denies dsh's home `home` to the file tools (docs/SECURITY.md, "The file gate"); the
+    /// default already denies `$DSH_HOME` (else `~/.dsh`) as the environment names it.
+    pub fn with_dsh_home(mut self, home: &Path) -> Self {
+        let gate = (*self.gate).clone().with_dsh_home(home);
+        self.gate = Arc::new(gate);
+        self
+    }
+
+    /// The file gate's policy: what dsh's file tools may read and write.
+    pub fn gate(&self) -> &GatePolicy {
+        &self.gate
     }
 
     /// Where `write` and `edit` keep a file's content before they change it.
@@ -364,11 +400,19 @@ impl ToolContext {
     /// `PERMISSION_DENIED` and the reason. Under `workspace-write` a real path inside a
     /// protected entry (`.git/hooks`, `.git/config`, `.dsh`, `.env*`, ...; see
     /// [`crate::protected_entry`]) is refused too unless the call was approved
-    /// ([`ToolContext::with_approval`]). Returns the real path to write to.
+    /// ([`ToolContext::with_approval`]). Under every preset the file gate's deny set
+    /// (`$DSH_HOME`, other tools' credentials, `/proc/<pid>`, ...; [`GatePolicy::denied`]) is
+    /// refused. Returns the real path to write to.
     pub fn check_writable(&self, path: &str) -> Result<PathBuf, ToolError> {
         let requested = self.absolute(path);
-        let real = resolve_real_path(&requested)
-            .map_err(|err| ToolError::io("cannot resolve", &requested, &err))?;
+        let real = self.gate.resolve(&requested).map_err(|err| match err {
+            crate::gate::GateError::Io(err) => ToolError::io("cannot resolve", &requested, &err),
+            other => other.into_tool_error(&requested),
+        })?;
+        if let Some(refusal) = self.gate.denied(&requested) {
+            return Err(refusal.into());
+        }
+        self.gate.check_write(&real)?;
         match self.permission {
             PermissionPreset::DangerFullAccess => Ok(real),
             PermissionPreset::ReadOnly => Err(ToolError::new(

@@ -13,6 +13,7 @@
 //!   for `/undo` ([`plan_undo`], [`apply_undo`]) and `/diff` ([`session_diff`]).
 //! * [`externalize`]: large output to a private file with a head/tail preview.
 //! * [`SecretRedactor`]: secret values in tool output replaced by `[REDACTED:<NAME>]`.
+//! * [`printable`]: control characters and escape sequences of text shown, not obeyed.
 //! * The built-ins: `bash`, `read`, `write`, `edit`, `glob`, `grep`, `todo_write`.
 //! * Opt-in tools: background jobs ([`JobTable`], `job_output`, `job_list`, `job_kill`),
 //!   `ask_user_question` (answered by a front end's [`Asker`]), `web_fetch`
@@ -43,6 +44,7 @@ mod builtin;
 mod confinement;
 mod context;
 mod error;
+mod gate;
 mod jobs;
 mod observe;
 mod os;
@@ -54,6 +56,7 @@ mod redact;
 mod registry;
 mod snapshot;
 mod spill;
+mod terminal;
 mod tool;
 mod web;
 
@@ -73,6 +76,7 @@ pub use confinement::{
 };
 pub use context::{PermissionPreset, ToolContext, ToolLimits};
 pub use error::{ToolError, ToolErrorCode};
+pub use gate::{GateError, GateFile, GatePolicy, Refusal};
 pub use jobs::{
     job_tools, FinishCallback, JobEnd, JobKillTool, JobListTool, JobNotice, JobOutputTool,
     JobStatus, JobTable, TaskBody, TaskDone, TaskSpec, WeakJobTable, MAX_RUNNING_JOBS,
@@ -86,16 +90,20 @@ pub use process::{
     scrubbed_env, spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
 };
 pub use protected::{
-    existing_protected_entries, protected_entry, PROTECTED_ENV_PREFIX, PROTECTED_GIT_ENTRIES,
-    PROTECTED_NAMES,
+    existing_protected_entries, is_protected_name, protected_entry, GIT_DIR_CONTROL,
+    PROTECTED_ENV_PREFIX, PROTECTED_GIT_ENTRIES, PROTECTED_MORE_NAMES, PROTECTED_NAMES,
 };
-pub use redact::{SecretRedactor, MIN_SECRET_LEN};
+pub use redact::{
+    env_file_secrets, is_secret_variable, SecretRedactor, StreamRedactor, MIN_SECRET_LEN,
+    MIN_UNNAMED_SECRET_LEN,
+};
 pub use registry::{tool_result_block, ToolRegistry, ToolRegistryError};
 pub use snapshot::{
     apply_undo, plan_undo, session_diff, sha256_hex, FileDiff, FileSnapshot, SnapshotDir,
     UndoConflict, UndoStep, SNAPSHOT_DATA_KEY,
 };
 pub use spill::{externalize, Externalized, SpillDir, DEFAULT_SPILL_THRESHOLD};
+pub use terminal::{is_unsafe_for_terminal, printable};
 pub use tool::Tool;
 pub use web::{
     decode_entities, html_to_markdown, refused_address, HostResolver, SearchRecorder,

@@ -27,10 +27,25 @@ pub fn absolutize(cwd: &Path, path: &str) -> PathBuf {
 /// `path` must be absolute.
 pub fn resolve_real_path(path: &Path) -> io::Result<PathBuf> {
     let mut hops = 0usize;
-    resolve_inner(path, &mut hops)
+    resolve_inner(path, &mut hops, &mut |_| {})
 }
 
-fn resolve_inner(path: &Path, hops: &mut usize) -> io::Result<PathBuf> {
+/// [`resolve_real_path`], also calling `visit` with the path of every symbolic link met on the
+/// way (the file gate refuses a chain that passes through a denied place, such as
+/// `/dev/fd/3 -> /proc/self/fd/3`).
+pub(crate) fn resolve_real_path_visiting(
+    path: &Path,
+    visit: &mut dyn FnMut(&Path),
+) -> io::Result<PathBuf> {
+    let mut hops = 0usize;
+    resolve_inner(path, &mut hops, visit)
+}
+
+fn resolve_inner(
+    path: &Path,
+    hops: &mut usize,
+    visit: &mut dyn FnMut(&Path),
+) -> io::Result<PathBuf> {
     let mut current = PathBuf::from("/");
     // Once a component is missing, everything below it is missing too; we then only track
     // names lexically (a later `..` pops back into the existing part, which is re-checked).
@@ -46,6 +61,7 @@ fn resolve_inner(path: &Path, hops: &mut usize) -> io::Result<PathBuf> {
                 let candidate = current.join(name);
                 match std::fs::symlink_metadata(&candidate) {
                     Ok(meta) if meta.file_type().is_symlink() => {
+                        visit(&candidate);
                         *hops += 1;
                         if *hops > MAX_SYMLINK_HOPS {
                             return Err(io::Error::other(format!(
@@ -69,7 +85,7 @@ fn resolve_inner(path: &Path, hops: &mut usize) -> io::Result<PathBuf> {
                         } else {
                             current.join(target)
                         };
-                        current = resolve_inner(&target, hops)?;
+                        current = resolve_inner(&target, hops, visit)?;
                     }
                     Ok(_) => current = candidate,
                     Err(err) if err.kind() == io::ErrorKind::NotFound => current = candidate,

@@ -1,66 +1,135 @@
 //! Protected paths: places inside a writable root that configure what runs later (git hooks and
-//! config, dsh's project settings, `.env` files, MCP server lists). Under `workspace-write`,
-//! confined commands get them read-only and `write`/`edit` need the user's approval for them,
-//! so nothing the model writes can run later with more power than it had (docs/SECURITY.md,
-//! "Protected paths").
+//! config, dsh's project settings, `.env` files, MCP server lists, the user's shell start-up
+//! files). Under `workspace-write`, confined commands get them read-only and `write`/`edit`
+//! need the user's approval for them, so nothing the model writes can run later with more
+//! power than it had (docs/SECURITY.md, "Protected paths").
 //!
 //! A path is protected when, relative to the writable root it lies in, it is (or lies beneath):
-//! * `.git/hooks`, `.git/config` (hooks and `core.fsmonitor`, `core.pager`, aliases, filters);
+//! * in any git directory (`.git`, `.git/modules/<sub>` at any depth, `.git/worktrees/<name>`,
+//!   a nested repository's `.git`, a folder shaped like a git directory): `hooks`, `config`,
+//!   `config.worktree`, `commondir`, `gitdir` (hooks and `core.fsmonitor`, `core.pager`,
+//!   aliases, filters, and pointers to other configuration);
 //! * `.git` itself when it is a file (a worktree's or submodule's `gitdir:` pointer);
-//! * `.dsh`, `.agents`, `.claude` (project settings, hooks, skills);
+//! * `.dsh`, `.agents`, `.claude`, `.codex` (project settings, hooks, skills), `.vscode`
+//!   (tasks);
 //! * `.mcp.json`;
-//! * any entry whose name starts with `.env` (`.env`, `.env.local`, `.envrc`).
+//! * any entry whose name starts with `.env` (`.env`, `.env.local`, `.envrc`);
+//! * when the root is or contains the user's home: every dot entry directly in the home
+//!   (`~/.bashrc`, `~/.profile`, `~/.gitconfig`, `~/.ssh`, `~/.codex`, `~/.claude`, ...).
 //!
-//! The rules apply at any depth below the root for `write`/`edit` (a nested `sub/.dsh` is
-//! protected too); the sandbox makes the ones that exist at the top of each root read-only.
+//! Names compare without regard to ASCII case. The rules apply at any depth below the root for
+//! `write`/`edit` (a nested `sub/.dsh` is protected too); [`existing_protected_entries`] lists
+//! the ones that exist for the sandbox to make read-only.
 
 use std::path::{Component, Path, PathBuf};
 
 /// Top-level names that are protected wherever they appear (directories or files).
 pub const PROTECTED_NAMES: [&str; 4] = [".dsh", ".agents", ".claude", ".mcp.json"];
 
+/// More names protected wherever they appear: other agents' settings (`.codex`: hooks and MCP
+/// servers) and editors' task runners (`.vscode/tasks.json` runs on folder open). Kept apart
+/// from [`PROTECTED_NAMES`] so its users can adopt them one by one; [`is_protected_name`] and
+/// the functions here cover both.
+pub const PROTECTED_MORE_NAMES: [&str; 2] = [".codex", ".vscode"];
+
 /// Entries of `.git` that are protected.
 pub const PROTECTED_GIT_ENTRIES: [&str; 2] = ["hooks", "config"];
+
+/// Entries of every git directory (`.git`, `.git/modules/<sub>`, `.git/worktrees/<name>`, a
+/// nested repository's `.git`, a bare repository) that make git run or read code or
+/// configuration: hooks, `config` (`core.fsmonitor`, `core.pager`, aliases, filters), the
+/// per-worktree `config.worktree`, and the `commondir`/`gitdir` pointers that send git to
+/// another directory's configuration.
+pub const GIT_DIR_CONTROL: [&str; 5] =
+    ["hooks", "config", "config.worktree", "commondir", "gitdir"];
 
 /// Names starting with this prefix are protected.
 pub const PROTECTED_ENV_PREFIX: &str = ".env";
 
-fn is_protected_name(name: &str) -> bool {
-    PROTECTED_NAMES.contains(&name) || name.starts_with(PROTECTED_ENV_PREFIX)
+fn eq_ci(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+/// True for a name protected wherever it appears (compared without regard to ASCII case, so a
+/// case-insensitive file system cannot spell `.DSH` around it).
+pub fn is_protected_name(name: &str) -> bool {
+    PROTECTED_NAMES
+        .iter()
+        .chain(&PROTECTED_MORE_NAMES)
+        .any(|p| eq_ci(p, name))
+        || name
+            .get(..PROTECTED_ENV_PREFIX.len())
+            .is_some_and(|start| eq_ci(start, PROTECTED_ENV_PREFIX))
+}
+
+/// True when the directory `dir` is shaped like a git directory (a `HEAD` file and an
+/// `objects` folder): a bare repository or a `gitdir:` target not named `.git`.
+fn looks_like_git_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| m.is_file())
+        && std::fs::symlink_metadata(dir.join("objects")).is_ok_and(|m| m.is_dir())
+}
+
+/// The user's home (`$HOME`), canonical when it exists.
+fn user_home() -> Option<PathBuf> {
+    let home = PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?);
+    if !home.is_absolute() {
+        return None;
+    }
+    Some(std::fs::canonicalize(&home).unwrap_or(home))
 }
 
 /// The protected path that covers `path`, if any: `path` must be absolute and real (symlinks
 /// resolved); `root` is the writable root it lies in. Returns the protected entry itself (for
 /// example `<root>/.git/hooks` for `<root>/.git/hooks/pre-commit`), or `None` when `path` is not
 /// beneath `root` or not protected.
+///
+/// Protected: the names of [`is_protected_name`] at any depth; inside any git directory (a
+/// `.git` folder at any depth, everything below it such as `.git/modules/<sub>` and
+/// `.git/worktrees/<name>`, or a folder shaped like one) the entries of [`GIT_DIR_CONTROL`];
+/// a `.git` file; and, when `root` is or contains the user's home, every dot entry directly in
+/// the home (`~/.bashrc`, `~/.profile`, `~/.gitconfig`, `~/.ssh`, `~/.config`, ...).
 pub fn protected_entry(root: &Path, path: &Path) -> Option<PathBuf> {
     let relative = path.strip_prefix(root).ok()?;
+    let home = user_home().filter(|home| home.starts_with(root));
     let mut covered = root.to_path_buf();
-    let mut previous_was_git = false;
+    let mut in_git_dir = false;
     for component in relative.components() {
         let Component::Normal(name) = component else {
             return None;
         };
+        let parent_is_home = home.as_deref() == Some(covered.as_path());
+        let parent_is_git = in_git_dir || looks_like_git_dir(&covered);
         covered.push(name);
         let name = name.to_string_lossy();
-        if previous_was_git && PROTECTED_GIT_ENTRIES.contains(&name.as_ref()) {
+        if parent_is_git && GIT_DIR_CONTROL.iter().any(|c| eq_ci(c, &name)) {
             return Some(covered);
         }
-        if is_protected_name(&name) {
+        if is_protected_name(&name) || (parent_is_home && name.starts_with('.')) {
             return Some(covered);
         }
-        previous_was_git = name == ".git";
-        if previous_was_git && !covered.is_dir() && covered.exists() {
-            // `.git` as a file points git at another directory: protect the pointer.
-            return Some(covered);
+        if eq_ci(&name, ".git") {
+            if !covered.is_dir() && covered.exists() {
+                // `.git` as a file points git at another directory: protect the pointer.
+                return Some(covered);
+            }
+            in_git_dir = true;
         }
     }
     None
 }
 
-/// The protected entries that exist directly at the top of `root` (and inside its `.git`
-/// directory), for a sandbox to bind read-only. Entries that do not exist are not listed: a
-/// sandbox cannot bind over nothing, and the trust check covers files planted later.
+/// How deep below a root [`existing_protected_entries`] looks for nested repositories, and how
+/// many folders it reads at most.
+const NESTED_DEPTH: usize = 3;
+const NESTED_MAX_DIRS: usize = 4096;
+
+/// The protected entries that exist in `root`, for a sandbox to bind read-only: the protected
+/// names at its top; in every git directory found (the top `.git`, its `modules/**` and
+/// `worktrees/*`, nested repositories' `.git` up to three folders down, and the folder a `.git`
+/// file points to when it lies in `root`) the existing entries of [`GIT_DIR_CONTROL`]; a `.git`
+/// file itself; and, when `root` is or contains the user's home, the dot entries of the home.
+/// Entries that do not exist are not listed: a sandbox cannot bind over nothing, and the trust
+/// check covers files planted later.
 pub fn existing_protected_entries(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir(root) else {
@@ -68,27 +137,107 @@ pub fn existing_protected_entries(root: &Path) -> Vec<PathBuf> {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let path = entry.path();
-        if is_protected_name(&name) {
-            found.push(path);
-        } else if name == ".git" {
-            match std::fs::symlink_metadata(&path) {
-                Ok(meta) if meta.is_dir() => {
-                    for inner in PROTECTED_GIT_ENTRIES {
-                        let inner = path.join(inner);
-                        if std::fs::symlink_metadata(&inner).is_ok() {
-                            found.push(inner);
-                        }
-                    }
+        if is_protected_name(&name.to_string_lossy()) {
+            found.push(entry.path());
+        }
+    }
+    let mut git_dirs = Vec::new();
+    nested_git_entries(root, root, 0, &mut 0, &mut git_dirs, &mut found);
+    while let Some(dir) = git_dirs.pop() {
+        control_entries(&dir, &mut found, &mut git_dirs);
+    }
+    if let Some(home) = user_home().filter(|home| home.starts_with(root)) {
+        let hidden = crate::confinement::hidden_dirs();
+        if let Ok(entries) = std::fs::read_dir(&home) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let dot = entry.file_name().to_string_lossy().starts_with('.');
+                if dot && !hidden.iter().any(|h| path.starts_with(h) || h == &path) {
+                    found.push(path);
                 }
-                Ok(_) => found.push(path),
-                Err(_) => {}
             }
         }
     }
     found.sort();
+    found.dedup();
     found
+}
+
+/// Walks `dir` (below `root`, at `depth`) for `.git` entries: folders go to `git_dirs`, files
+/// to `found` (with the folder they point to, when inside `root`, to `git_dirs`).
+fn nested_git_entries(
+    root: &Path,
+    dir: &Path,
+    depth: usize,
+    visited: &mut usize,
+    git_dirs: &mut Vec<PathBuf>,
+    found: &mut Vec<PathBuf>,
+) {
+    *visited += 1;
+    if *visited > NESTED_MAX_DIRS {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut below = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if eq_ci(&name.to_string_lossy(), ".git") {
+            if kind.is_dir() {
+                git_dirs.push(path);
+            } else if kind.is_file() {
+                found.push(path.clone());
+                if let Some(target) = gitdir_target(&path).filter(|t| t.starts_with(root)) {
+                    git_dirs.push(target);
+                }
+            }
+        } else if kind.is_dir()
+            && depth < NESTED_DEPTH
+            && !is_protected_name(&name.to_string_lossy())
+        {
+            below.push(path);
+        }
+    }
+    for sub in below {
+        nested_git_entries(root, &sub, depth + 1, visited, git_dirs, found);
+    }
+}
+
+/// The folder a `.git` file (`gitdir: <path>`) points to, made absolute and real.
+fn gitdir_target(file: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let target = file.parent()?.join(target);
+    std::fs::canonicalize(target).ok()
+}
+
+/// The existing control entries of the git directory `dir`; its submodules' and worktrees'
+/// git directories go to `git_dirs`.
+fn control_entries(dir: &Path, found: &mut Vec<PathBuf>, git_dirs: &mut Vec<PathBuf>) {
+    if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
+        return;
+    }
+    for name in GIT_DIR_CONTROL {
+        let path = dir.join(name);
+        if std::fs::symlink_metadata(&path).is_ok() {
+            found.push(path);
+        }
+    }
+    for group in ["modules", "worktrees"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(group)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                git_dirs.push(entry.path());
+            }
+        }
+    }
 }
 
 #[cfg(test)]

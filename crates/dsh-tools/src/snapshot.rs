@@ -10,11 +10,20 @@
 //!
 //! `bash` is not covered: a shell command can change anything, and nothing records it.
 
+#[cfg(windows)]
+use crate::builtin::beneath::OwnedFd;
+use crate::builtin::beneath::{
+    is_swapped, open_dir_beneath, open_root, read_file_at, remove_file_at, replace_file_at,
+    Existing,
+};
 use crate::os::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs::{DirBuilder, OpenOptions};
-use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, Write};
+#[cfg(unix)]
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -161,24 +170,57 @@ enum Current {
     Other(&'static str),
 }
 
+/// The folder of `path` opened without following any link from the file system root down
+/// (the file gate's walk: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` per component, an
+/// `O_NOFOLLOW` walk elsewhere), and the file's name in it. A component that is a link now (put
+/// on the recorded path since, e.g. by a `bash` call) fails the walk: an undo writes, deletes and
+/// reads only where the tool wrote, through that descriptor, and nowhere else.
+fn open_parent(path: &Path) -> io::Result<(OwnedFd, OsString)> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("the path has no file name"))?
+        .to_os_string();
+    let parent = path
+        .parent()
+        .ok_or_else(|| io::Error::other("the path has no parent folder"))?;
+    let mut root = PathBuf::new();
+    let mut relative = PathBuf::new();
+    for component in parent.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => root.push(component),
+            Component::Normal(part) => relative.push(part),
+            Component::CurDir | Component::ParentDir => {
+                return Err(io::Error::other("the recorded path is not a real path"))
+            }
+        }
+    }
+    let root_fd = open_root(&root)?;
+    let dir = open_dir_beneath(&root_fd, &relative, false).map_err(|err| {
+        if is_swapped(&err) {
+            io::Error::other(
+                "its folder is no longer the real folder recorded (a symbolic link was put on the path)",
+            )
+        } else {
+            err
+        }
+    })?;
+    Ok((dir, name))
+}
+
 fn read_current(path: &Path) -> io::Result<Current> {
-    match std::fs::symlink_metadata(path) {
+    let (dir, name) = match open_parent(path) {
+        Ok(opened) => opened,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Current::Missing),
         Err(err) => return Err(err),
-        Ok(meta) if meta.file_type().is_symlink() => {
-            return Ok(Current::Other("is now a symbolic link"))
-        }
-        Ok(meta) if meta.is_dir() => return Ok(Current::Other("is now a directory")),
-        Ok(meta) if !meta.is_file() => return Ok(Current::Other("is not a regular file")),
-        Ok(_) => {}
+    };
+    match read_file_at(&dir, &name) {
+        Ok(Existing::Missing) => Ok(Current::Missing),
+        Ok(Existing::File(content, _)) => Ok(Current::File(content)),
+        Ok(Existing::Directory) => Ok(Current::Other("is now a directory")),
+        Ok(Existing::Special) => Ok(Current::Other("is not a regular file")),
+        Err(err) if is_swapped(&err) => Ok(Current::Other("is now a symbolic link")),
+        Err(err) => Err(err),
     }
-    let mut file = OpenOptions::new()
-        .read(true)
-        .custom_flags(crate::os::O_NOFOLLOW)
-        .open(path)?;
-    let mut content = Vec::new();
-    file.read_to_end(&mut content)?;
-    Ok(Current::File(content))
 }
 
 /// The steps that revert `changes` (the file changes of one turn, in the order they were made),
@@ -237,22 +279,6 @@ pub fn plan_undo(changes: &[FileSnapshot]) -> Result<Vec<UndoStep>, Vec<UndoConf
     }
 }
 
-/// The folder of `path`, which must still be the real one recorded (no component replaced by
-/// a symbolic link since), so an undo writes where the tool wrote and nowhere else.
-fn checked_parent(path: &Path) -> io::Result<&Path> {
-    let parent = path
-        .parent()
-        .ok_or_else(|| io::Error::other("the path has no parent folder"))?;
-    let real = std::fs::canonicalize(parent)?;
-    if real != parent {
-        return Err(io::Error::other(format!(
-            "its folder now resolves to {} (a symbolic link was put on the path)",
-            real.display()
-        )));
-    }
-    Ok(parent)
-}
-
 /// Carries out `steps` (from [`plan_undo`]). Each file is restored atomically (a new file in
 /// the same folder renamed over it, keeping the current permission bits) or deleted. Returns
 /// the files undone; the first failure stops it and says which file and why (the files before
@@ -262,10 +288,7 @@ pub fn apply_undo(steps: &[UndoStep]) -> Result<Vec<PathBuf>, (Vec<PathBuf>, Str
     for step in steps {
         let result = match step {
             UndoStep::Delete { path } => {
-                checked_parent(path).and_then(|_| match std::fs::remove_file(path) {
-                    Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
-                    other => other,
-                })
+                open_parent(path).and_then(|(dir, name)| remove_file_at(&dir, &name))
             }
             UndoStep::Restore { path, from } => restore(path, from),
         };
@@ -280,14 +303,20 @@ pub fn apply_undo(steps: &[UndoStep]) -> Result<Vec<PathBuf>, (Vec<PathBuf>, Str
     Ok(done)
 }
 
+/// Puts the snapshot `from` back into `path`: a new file in the folder opened by
+/// [`open_parent`], renamed over the target relative to that descriptor (`renameat`), keeping
+/// the current permission bits.
 fn restore(path: &Path, from: &Path) -> io::Result<()> {
-    checked_parent(path)?;
+    let (dir, name) = open_parent(path)?;
     let content = std::fs::read(from)?;
-    let mode = std::fs::symlink_metadata(path)
-        .ok()
-        .filter(|meta| meta.is_file())
-        .map(|meta| meta.permissions().mode() & 0o7777);
-    crate::builtin::replace_by_path(path, &content, mode).map(drop)
+    let mode = match read_file_at(&dir, &name)? {
+        Existing::File(_, meta) => Some(meta.permissions().mode() & 0o7777),
+        Existing::Missing => None,
+        Existing::Directory | Existing::Special => {
+            return Err(io::Error::other("it is no longer a regular file"))
+        }
+    };
+    replace_file_at(&dir, &name, &content, mode).map(drop)
 }
 
 /// The session's change to one file, for `/diff`.

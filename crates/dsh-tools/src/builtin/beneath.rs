@@ -335,6 +335,18 @@ fn fill_and_rename(
     Ok(meta)
 }
 
+/// Removes the regular file (or link) `name` in `dir`, never a directory; a missing name is
+/// not an error.
+pub(crate) fn remove_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let cname = cstring(name)?;
+    // SAFETY: `dir` is open and `cname` is NUL-terminated; flags 0 removes non-directories.
+    match check(unsafe { libc::unlinkat(dir.as_raw_fd(), cname.as_ptr(), 0) }) {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
 /// True for names `write`/`edit` give their temp files: [`TEMP_PREFIX`] and exactly 32
 /// lowercase hex digits.
 pub fn is_temp_name(name: &OsStr) -> bool {

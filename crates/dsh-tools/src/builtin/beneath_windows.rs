@@ -168,6 +168,14 @@ pub(crate) fn replace_file_at(
     result
 }
 
+/// Removes the file `name` in `dir`, never a directory; a missing name is not an error.
+pub(crate) fn remove_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    match std::fs::remove_file(dir.0.join(name)) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// True for names `write`/`edit` give their temp files: [`TEMP_PREFIX`] and exactly 32
 /// lowercase hex digits.
 pub fn is_temp_name(name: &OsStr) -> bool {

@@ -75,7 +75,12 @@ pub(crate) fn prepare(ctx: &ToolContext, file_path: &str) -> Result<Target, Tool
     }
     let shown = ctx.absolute(file_path);
     let real = ctx.check_writable(file_path)?;
-    let (existing, place) = match ctx.write_root(&real) {
+    // `danger-full-access` has no writable root: its writes go beneath `/`, through the same
+    // descriptor walk, so a link put on the checked path is never followed (the file gate).
+    let root = ctx
+        .write_root(&real)
+        .or_else(|| cfg!(unix).then(|| PathBuf::from("/")));
+    let (existing, place) = match root {
         None => (existing_by_path(&real, &shown)?, Place::Path),
         Some(root) => existing_beneath(root, &real, &shown)?,
     };

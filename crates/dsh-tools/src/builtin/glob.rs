@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use crate::args::parse_args;
 use crate::builtin::search::{
-    capped_notice, search_root, split_absolute_pattern, walker, Collector, PathPattern,
+    capped_notice, gated_root, search_root, split_absolute_pattern, walker, Collector, PathPattern,
+    SearchRoot,
 };
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
@@ -126,7 +127,7 @@ impl Tool for GlobTool {
 /// Stops early (returning what it has) when `ctx` is cancelled.
 pub(crate) fn find_files(
     ctx: &ToolContext,
-    root: &std::path::Path,
+    root: &SearchRoot,
     pattern: &PathPattern,
 ) -> Vec<(PathBuf, Option<SystemTime>)> {
     let found: Mutex<Vec<(PathBuf, Option<SystemTime>)>> = Mutex::new(Vec::new());
@@ -146,10 +147,16 @@ pub(crate) fn find_files(
             if !is_file {
                 return WalkState::Continue;
             }
-            let relative = entry.path().strip_prefix(root).unwrap_or(entry.path());
-            if pattern.is_match(relative) {
+            let relative = entry
+                .path()
+                .strip_prefix(&root.real)
+                .unwrap_or(entry.path());
+            // A name is listed only when it is still there beneath the root's descriptor with
+            // no link on the way (the file gate): a folder swapped for a link to somewhere
+            // else while the walk read it lists nothing from there.
+            if pattern.is_match(relative) && root.confirm(entry.path()) {
                 let mtime = entry.metadata().ok().and_then(|m| m.modified().ok());
-                local.push((entry.path().to_path_buf(), mtime));
+                local.push((root.shown_path(entry.path()), mtime));
             }
             WalkState::Continue
         })
@@ -162,23 +169,24 @@ fn glob_files(
     ctx: &ToolContext,
     (max, sample_over_cap): (usize, bool),
 ) -> Result<ToolOutput, ToolError> {
-    let (root, pattern_text) = if args.pattern.starts_with('/') && args.path.is_none() {
+    let (searched, pattern_text) = if args.pattern.starts_with('/') && args.path.is_none() {
         let (base, rest) = split_absolute_pattern(&args.pattern);
-        (base, rest)
+        (gated_root(ctx, base)?, rest)
     } else {
         (
             search_root(ctx, args.path.as_deref())?,
             args.pattern.clone(),
         )
     };
-    if !root.is_dir() {
+    if searched.dir.is_none() {
         return Err(ToolError::new(
             ToolErrorCode::NotAFile,
-            format!("{} is not a directory", root.display()),
+            format!("{} is not a directory", searched.shown.display()),
         ));
     }
+    let root = searched.shown.clone();
     let pattern = PathPattern::new(&pattern_text, "pattern")?;
-    let mut files = find_files(ctx, &root, &pattern);
+    let mut files = find_files(ctx, &searched, &pattern);
     if ctx.cancel().is_cancelled() {
         return Err(ToolError::new(ToolErrorCode::Aborted, "glob was cancelled"));
     }

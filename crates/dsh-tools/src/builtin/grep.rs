@@ -14,7 +14,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::args::parse_args;
-use crate::builtin::search::{capped_notice, search_root, walker, Collector, PathPattern};
+use crate::builtin::search::{
+    capped_notice, search_root, walker, Collector, PathPattern, SearchRoot,
+};
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
@@ -129,7 +131,7 @@ pub(crate) struct GrepMatch {
 /// whether collection stopped early at that bound.
 pub(crate) fn search(
     ctx: &ToolContext,
-    root: &Path,
+    root: &SearchRoot,
     matcher: &RegexMatcher,
     include: Option<&PathPattern>,
 ) -> (Vec<GrepMatch>, bool) {
@@ -156,9 +158,11 @@ pub(crate) fn search(
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 return WalkState::Continue;
             }
-            let path = entry.path();
+            let walked = entry.path();
+            let path_buf = root.shown_path(walked);
+            let path = path_buf.as_path();
             if let Some(include) = include {
-                let relative = path.strip_prefix(root).unwrap_or(path);
+                let relative = path.strip_prefix(&root.shown).unwrap_or(path);
                 let relative = if relative.as_os_str().is_empty() {
                     Path::new(path.file_name().unwrap_or_default())
                 } else {
@@ -168,11 +172,15 @@ pub(crate) fn search(
                     return WalkState::Continue;
                 }
             }
-            // A file that cannot be read (permissions, vanished meanwhile) is skipped: a
-            // search over a tree reports what it could read.
-            let _unreadable = searcher.search_path(
+            // A file that cannot be read (permissions, vanished meanwhile, refused by the
+            // file gate) is skipped: a search over a tree reports what it could read. It is
+            // opened beneath the root's descriptor and searched through that descriptor.
+            let Some(file) = root.open(walked) else {
+                return WalkState::Continue;
+            };
+            let _unreadable = searcher.search_file(
                 &matcher,
-                path,
+                &file,
                 Lossy(|line, text| {
                     if count.fetch_add(1, Ordering::Relaxed) >= MAX_COLLECTED {
                         return Ok(false);
@@ -223,7 +231,7 @@ fn grep_files(args: &GrepArgs, ctx: &ToolContext, max: usize) -> Result<ToolOutp
         return Ok(ToolOutput::text(format!(
             "No matches found for `{}` in {}.",
             args.pattern,
-            root.display()
+            root.shown.display()
         ))
         .with_summary(format!("grep {}: no matches", args.pattern))
         .with_data(json!({"total": 0, "shown": 0})));

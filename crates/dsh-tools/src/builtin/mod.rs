@@ -3,7 +3,7 @@
 mod bash;
 // Windows has no descriptor walk: `beneath_windows.rs` is the same interface by path.
 #[cfg_attr(windows, path = "beneath_windows.rs")]
-mod beneath;
+pub(crate) mod beneath;
 mod edit;
 mod file_change;
 mod glob;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 pub use bash::BashTool;
 pub use beneath::{is_temp_name, remove_leftover_temps, TEMP_PREFIX};
 pub use edit::EditTool;
-pub(crate) use file_change::{line_diff, replace_by_path};
+pub(crate) use file_change::line_diff;
 pub use glob::{GlobTool, GLOB_MAX_RESULTS};
 pub use grep::{GrepTool, GREP_MAX_RESULTS};
 pub use read::ReadTool;

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::args::{opt_count, parse_args};
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
+use crate::gate::GateFile;
 use crate::observe::ContentHasher;
 use crate::output::ToolOutput;
 use crate::tool::Tool;
@@ -79,41 +80,21 @@ impl Tool for ReadTool {
 }
 
 /// The path prologue of `read` and `read_image`: `file_path` (not empty) resolved against the
-/// session's cwd, with its metadata, when it names a regular file.
-pub(crate) fn regular_file(
+/// session's cwd and opened through the file gate (docs/SECURITY.md, "The file gate"): the
+/// path as shown and the open regular file.
+pub(crate) fn open_through_gate(
     ctx: &ToolContext,
     file_path: &str,
-) -> Result<(PathBuf, std::fs::Metadata), ToolError> {
+) -> Result<(PathBuf, GateFile), ToolError> {
     if file_path.is_empty() {
         return Err(ToolError::invalid_args("file_path must not be empty"));
     }
     let path = ctx.absolute(file_path);
-    let meta = std::fs::metadata(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
-    check_regular_file(&path, &meta)?;
-    Ok((path, meta))
-}
-
-/// Refuses directories, devices, sockets and pipes: `read` shows regular files only.
-fn check_regular_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), ToolError> {
-    if meta.is_dir() {
-        Err(ToolError::new(
-            ToolErrorCode::NotAFile,
-            format!(
-                "{} is a directory, not a file; use glob to list its files",
-                path.display()
-            ),
-        ))
-    } else if !meta.is_file() {
-        Err(ToolError::new(
-            ToolErrorCode::NotAFile,
-            format!(
-                "{} is not a regular file (a device, socket or pipe); read only shows files",
-                path.display()
-            ),
-        ))
-    } else {
-        Ok(())
-    }
+    let opened = ctx
+        .gate()
+        .open_read(&path)
+        .map_err(|err| err.into_tool_error(&path))?;
+    Ok((path, opened))
 }
 
 fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -128,9 +109,8 @@ fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         Some(0) => return Err(ToolError::invalid_args("limit must be at least 1")),
         Some(n) => n.min(max_lines),
     };
-    let (path, meta) = regular_file(ctx, &args.file_path)?;
-    let file =
-        std::fs::File::open(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
+    let (path, opened) = open_through_gate(ctx, &args.file_path)?;
+    let GateFile { file, real, meta } = opened;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let probe = reader
         .fill_buf()
@@ -154,7 +134,6 @@ fn read_window(args: &ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     )
     .map_err(|err| ToolError::io("cannot read", &path, &err))?;
     let observation = window.hasher.finish(window.bytes, Some(&meta));
-    let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
     ctx.observations().record(&real, observation);
 
     let total = window.total_lines;

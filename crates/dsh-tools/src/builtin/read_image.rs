@@ -74,7 +74,8 @@ impl Tool for ReadImageTool {
 }
 
 fn read_image(file_path: &str, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let (path, meta) = super::read::regular_file(ctx, file_path)?;
+    let (path, opened) = super::read::open_through_gate(ctx, file_path)?;
+    let meta = &opened.meta;
     let too_large = |bytes: u64| {
         ToolError::new(
             ToolErrorCode::LimitReached,
@@ -88,8 +89,7 @@ fn read_image(file_path: &str, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
         return Err(too_large(meta.len()));
     }
     // Read at most one byte past the limit: a file that grew since the stat is still refused.
-    let file =
-        std::fs::File::open(&path).map_err(|err| ToolError::io("cannot read", &path, &err))?;
+    let file = opened.file;
     let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     file.take(MAX_IMAGE_BYTES + 1)
         .read_to_end(&mut data)
@@ -97,6 +97,15 @@ fn read_image(file_path: &str, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
     let name = path.file_name().and_then(|n| n.to_str());
     let image = ImageAttachment::from_bytes(data, name).map_err(|err| match err {
         ImageError::TooLarge { bytes, .. } => too_large(bytes),
+        // Never the file's bytes in the message (it would show the start of any file,
+        // a secret included): the format error says only that it is not an image.
+        ImageError::NotAnImage { .. } => ToolError::new(
+            ToolErrorCode::Unsupported,
+            format!(
+                "{} is not a PNG, JPEG, GIF or WebP image (its first bytes match none of them); read_image only shows images",
+                path.display()
+            ),
+        ),
         other => ToolError::new(
             ToolErrorCode::Unsupported,
             format!("{}: {other}", path.display()),

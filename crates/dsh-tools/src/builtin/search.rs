@@ -9,22 +9,106 @@ use ignore::WalkBuilder;
 
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
+use crate::gate::{
+    exists_beneath, open_directory, open_file_beneath, GateDir, GateError, GatePolicy,
+};
+
+/// Where a search starts, as the file gate checked and opened it (docs/SECURITY.md, "The file
+/// gate"): the path as the model gave it (results are shown under it), its real path (walked),
+/// and the open directory every file is opened beneath (`None` when the root is one file).
+pub(crate) struct SearchRoot {
+    /// As given, made absolute (or the cwd).
+    pub(crate) shown: PathBuf,
+    /// Its real path: what the walk walks.
+    pub(crate) real: PathBuf,
+    /// The directory opened without following links; files are opened beneath it.
+    pub(crate) dir: Option<GateDir>,
+    /// The gate's policy (for entries found during the walk).
+    pub(crate) gate: GatePolicy,
+}
+
+impl SearchRoot {
+    /// `path` of a walked entry shown under the root as the model gave it.
+    pub(crate) fn shown_path(&self, walked: &Path) -> PathBuf {
+        match walked.strip_prefix(&self.real) {
+            Ok(rel) if !rel.as_os_str().is_empty() => self.shown.join(rel),
+            _ => self.shown.clone(),
+        }
+    }
+
+    /// Opens the walked file `walked` through the gate: beneath the root's descriptor, no link
+    /// followed, a regular file, not denied and not a hard link to a denied file. `None` when
+    /// any of that fails (a search reports what it may read).
+    pub(crate) fn open(&self, walked: &Path) -> Option<std::fs::File> {
+        if self.gate.denied(walked).is_some() {
+            return None;
+        }
+        let file = match &self.dir {
+            Some(dir) => {
+                let rel = walked.strip_prefix(&self.real).ok()?;
+                open_file_beneath(dir, rel).ok()??
+            }
+            None => self.gate.open_read(&self.real).ok()?.file,
+        };
+        let meta = file.metadata().ok()?;
+        self.gate.check_identity(walked, &meta).ok()?;
+        Some(file)
+    }
+
+    /// True when the walked entry `walked` is still beneath the root's descriptor without a
+    /// link on the way (a name listed from a folder swapped for a link meanwhile is dropped).
+    pub(crate) fn confirm(&self, walked: &Path) -> bool {
+        if self.gate.denied(walked).is_some() {
+            return false;
+        }
+        match &self.dir {
+            Some(dir) => walked
+                .strip_prefix(&self.real)
+                .is_ok_and(|rel| exists_beneath(dir, rel)),
+            None => true,
+        }
+    }
+}
 
 /// The directory (or single file) a search starts from: `path` resolved against the cwd, or
-/// the cwd itself. Fails with `NOT_FOUND` when it does not exist.
-pub(crate) fn search_root(ctx: &ToolContext, path: Option<&str>) -> Result<PathBuf, ToolError> {
-    let Some(path) = path.filter(|p| !p.is_empty()) else {
-        return Ok(ctx.cwd().to_path_buf());
+/// the cwd itself, checked and opened by the file gate. Fails with `NOT_FOUND` when it does
+/// not exist, `PERMISSION_DENIED` when the gate refuses it.
+pub(crate) fn search_root(ctx: &ToolContext, path: Option<&str>) -> Result<SearchRoot, ToolError> {
+    let shown = match path.filter(|p| !p.is_empty()) {
+        Some(path) => ctx.absolute(path),
+        None => ctx.cwd().to_path_buf(),
     };
-    let abs = ctx.absolute(path);
-    std::fs::metadata(&abs).map_err(|err| ToolError::io("cannot search", &abs, &err))?;
-    Ok(abs)
+    gated_root(ctx, shown)
+}
+
+/// [`search_root`] for a path already absolute.
+pub(crate) fn gated_root(ctx: &ToolContext, shown: PathBuf) -> Result<SearchRoot, ToolError> {
+    let real = ctx.gate().resolve(&shown).map_err(|err| match err {
+        GateError::Io(err) => ToolError::io("cannot search", &shown, &err),
+        other => other.into_tool_error(&shown),
+    })?;
+    ctx.gate().check_read(&shown, &real)?;
+    let meta =
+        std::fs::metadata(&real).map_err(|err| ToolError::io("cannot search", &shown, &err))?;
+    let dir = if meta.is_dir() {
+        Some(open_directory(&real).map_err(|err| err.into_tool_error(&shown))?)
+    } else {
+        None
+    };
+    Ok(SearchRoot {
+        shown,
+        real,
+        dir,
+        gate: ctx.gate().clone(),
+    })
 }
 
 /// A walker over `root` that honours `.gitignore` (also outside a git repository), `.ignore`
-/// and `.git/info/exclude`, includes hidden files, and never descends into `.git`.
-pub(crate) fn walker(root: &Path) -> WalkBuilder {
-    let mut builder = WalkBuilder::new(root);
+/// and `.git/info/exclude`, includes hidden files, never descends into `.git`, and skips what
+/// the file gate denies (a search of the home skips `~/.ssh` and dsh's home).
+pub(crate) fn walker(root: &SearchRoot) -> WalkBuilder {
+    let mut builder = WalkBuilder::new(&root.real);
+    let gate = root.gate.clone();
     builder
         .hidden(false)
         .git_ignore(true)
@@ -33,7 +117,9 @@ pub(crate) fn walker(root: &Path) -> WalkBuilder {
         .require_git(false)
         .parents(true)
         .follow_links(false)
-        .filter_entry(|entry| entry.file_name() != ".git");
+        .filter_entry(move |entry| {
+            entry.file_name() != ".git" && gate.denied(entry.path()).is_none()
+        });
     builder
 }
 

@@ -5,6 +5,8 @@
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
 
 mod common;
+mod file_gate;
+mod file_gate_race;
 mod fuzz_props;
 mod jobs;
 mod opt_in_untrusted;

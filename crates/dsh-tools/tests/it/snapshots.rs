@@ -204,11 +204,18 @@ async fn undo_never_writes_through_a_symlink_put_on_the_path() {
     ];
     std::fs::write(&victim, "payload\n").unwrap();
     std::fs::write(s.outside.join("g.txt"), "made\n").unwrap();
+    // Planned while the path is still real (the check), swapped before the apply (the use).
+    let steps = plan_undo(&turn).unwrap();
     std::fs::rename(s.path("d"), s.path("d.moved")).unwrap();
     symlink(&s.outside, s.path("d")).unwrap();
     std::fs::rename(&victim, s.outside.join("f.txt")).unwrap();
+    // Planning now sees the link too.
+    let conflicts = plan_undo(&turn).unwrap_err();
+    assert!(
+        conflicts.iter().all(|c| c.reason.contains("symbolic link")),
+        "{conflicts:?}"
+    );
     // f.txt existed before? No: both were created, so undo would delete them.
-    let steps = plan_undo(&turn).unwrap();
     let err = apply_undo(&steps).unwrap_err();
     assert!(err.0.is_empty(), "nothing may be undone: {err:?}");
     assert!(err.1.contains("symbolic link"), "{}", err.1);
