@@ -25,6 +25,8 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// ACP's "Authentication required": `session/new` without a provider key.
 pub const AUTH_REQUIRED: i64 = -32000;
+/// ACP's "Resource not found": `session/load` of a session that does not exist.
+pub(crate) const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// A JSON-RPC error object (`{code, message, data?}`).
 #[derive(Debug, Clone, PartialEq)]

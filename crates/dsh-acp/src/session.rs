@@ -328,9 +328,13 @@ impl AcpSession {
                 return Ok(());
             }
         }
-        let preset: PermissionPreset = mode_id
-            .parse()
-            .map_err(|_| RpcError::invalid_params(format!("unknown mode `{mode_id}` (expected read-only, workspace-write or danger-full-access)")))?;
+        let preset: PermissionPreset = mode_id.parse().map_err(|_| {
+            RpcError::invalid_params(format!(
+                "unknown mode `{mode_id}` (expected read-only, workspace-write, \
+                 danger-full-access or {})",
+                crate::plan::PLAN_MODE_ID
+            ))
+        })?;
         modes::switch(&self.handle, &self.out, preset)
             .map(|_| ())
             .map_err(|message| RpcError::new(INVALID_PARAMS, message))

@@ -2,13 +2,15 @@
 //! servers, extra directories (refused), the authentication error for a missing key, and the
 //! workspace-trust question (docs/acp.md).
 
+use dsh_agent::AgentError;
 use dsh_config::{
     McpServerConfig, McpTransport, McpTrust, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
 };
 use dsh_runtime::{RuntimeError, TrustQuestion};
+use dsh_session::SessionError;
 use serde_json::{json, Value};
 
-use crate::rpc::{RpcError, AUTH_REQUIRED, INVALID_PARAMS};
+use crate::rpc::{RpcError, AUTH_REQUIRED, INVALID_PARAMS, RESOURCE_NOT_FOUND};
 
 /// Option id of "trust the project settings at the pin shown".
 pub const TRUST_WORKSPACE: &str = "trust";
@@ -30,7 +32,8 @@ pub(crate) fn auth_methods() -> Value {
 }
 
 /// The answer to a session that could not be opened: ACP's authentication error (with the
-/// auth methods) for a missing key, else an internal error carrying `CODE: message`.
+/// auth methods) for a missing key, "resource not found" for a session id that names no
+/// session, else an internal error carrying `CODE: message`.
 pub(crate) fn open_error(err: &RuntimeError) -> RpcError {
     match err {
         RuntimeError::MissingCredential(_) => RpcError::new(
@@ -38,7 +41,21 @@ pub(crate) fn open_error(err: &RuntimeError) -> RpcError {
             format!("Authentication required: {}", err.describe()),
         )
         .with_data(json!({"authMethods": auth_methods()})),
+        RuntimeError::NotFound(_)
+        | RuntimeError::Session(SessionError::NotFound(_))
+        | RuntimeError::Agent(AgentError::Session(SessionError::NotFound(_))) => RpcError::new(
+            RESOURCE_NOT_FOUND,
+            format!("Resource not found: {}", not_found_message(err)),
+        ),
         _ => RpcError::internal(err.describe()),
+    }
+}
+
+/// The store's own sentence for a missing session, without the wrapping of the layers above.
+fn not_found_message(err: &RuntimeError) -> String {
+    match err {
+        RuntimeError::Agent(AgentError::Session(inner)) => inner.to_string(),
+        other => other.to_string(),
     }
 }
 

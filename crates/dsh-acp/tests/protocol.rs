@@ -543,6 +543,23 @@ async fn bad_input_gets_errors_and_the_server_keeps_going() {
         .request("session/new", json!({"cwd": "relative"}))
         .await;
     assert_eq!(client.response(id, "").await["error"]["code"], -32602);
+    // An unknown session is ACP's "resource not found", naming the id, not an internal error.
+    let id = client
+        .request(
+            "session/load",
+            json!({"sessionId": "no-such-session", "cwd": home.path().display().to_string(),
+                   "mcpServers": []}),
+        )
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(answer["error"]["code"], -32002, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-session"),
+        "{answer}"
+    );
     let id = client
         .request("initialize", json!({"protocolVersion": 1}))
         .await;
@@ -705,10 +722,12 @@ async fn permission_presets_are_session_modes() {
         .await;
     let answer = client.response(id, "").await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
-    assert!(answer["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("unknown mode `yolo`"));
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("unknown mode `yolo`"), "{message}");
+    assert!(
+        message.contains("or plan)"),
+        "every mode is listed: {message}"
+    );
     let id = client
         .request(
             "session/set_mode",
