@@ -247,8 +247,9 @@ pub trait Extension: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Observe or modify the outgoing request. A change of the call config here must also be
-    /// logged; the loop compares the header after all handlers ran and logs a `change`.
+    /// Observe or modify the outgoing request. The loop compares the header (call config,
+    /// system prompt, tools) after all handlers ran and logs a `change` when one of them
+    /// changed it. Messages added here are not logged: they reach this request only.
     fn request(&self, _request: &mut GenerateRequest) {}
 
     /// After a failed attempt: decide about a retry. The first handler returning `Some` wins.

@@ -593,22 +593,13 @@ impl Agent {
         } else {
             None
         };
-        let log_err = |e: dsh_session::SessionError| {
-            Failure::new(FailureCode::Other("SESSION_LOG".into()), e.to_string())
-        };
         if let Some(reason) = reason {
             let header = RequestHeader {
                 config: config.clone(),
                 system: system.clone(),
                 tools: HeaderTools::Schemas(Arc::clone(&tools)),
             };
-            log.append(Event::RequestHeader(RequestHeaderEvent { header, reason }))
-                .map_err(log_err)?;
-            log.append(Event::RequestContext(RequestContext {
-                provider: self.options.call.provider.clone(),
-                model: self.options.call.model.clone(),
-            }))
-            .map_err(log_err)?;
+            self.log_header(&mut log, header, reason)?;
             self.header_logged = true;
         }
         let (messages, lineage) = log.shared_history();
@@ -631,7 +622,50 @@ impl Agent {
         if !Arc::ptr_eq(&request.messages, &messages) {
             request.history_lineage = None;
         }
+        self.log_header_changed_by_hooks(&request)?;
         Ok(request)
+    }
+
+    /// A `request` hook that changed the call config, the system prompt or the tools made a
+    /// model-visible change: it is logged as a header `change`, like any other (model-visible
+    /// means logged).
+    fn log_header_changed_by_hooks(&self, request: &GenerateRequest) -> Result<(), Failure> {
+        let mut log = self.shared.log();
+        let unchanged = log.writer().state().last_header().is_some_and(|last| {
+            last.config == request.config
+                && last.system == request.system
+                && matches!(&last.tools, HeaderTools::Schemas(logged)
+                    if Arc::ptr_eq(logged, &request.tools) || **logged == *request.tools)
+        });
+        if unchanged {
+            return Ok(());
+        }
+        let header = RequestHeader {
+            config: request.config.clone(),
+            system: request.system.clone(),
+            tools: HeaderTools::Schemas(Arc::clone(&request.tools)),
+        };
+        self.log_header(&mut log, header, HeaderReason::Change)
+    }
+
+    /// Logs `header` and the request context (provider and model) after it.
+    fn log_header(
+        &self,
+        log: &mut crate::log::SessionLog,
+        header: RequestHeader,
+        reason: HeaderReason,
+    ) -> Result<(), Failure> {
+        let log_err = |e: dsh_session::SessionError| {
+            Failure::new(FailureCode::Other("SESSION_LOG".into()), e.to_string())
+        };
+        log.append(Event::RequestHeader(RequestHeaderEvent { header, reason }))
+            .map_err(log_err)?;
+        log.append(Event::RequestContext(RequestContext {
+            provider: self.options.call.provider.clone(),
+            model: self.options.call.model.clone(),
+        }))
+        .map_err(log_err)?;
+        Ok(())
     }
 
     /// One model call with retries inside the same step (docs/agent.md, "Retries").

@@ -456,3 +456,58 @@ async fn messages_an_extension_changed_carry_no_lineage() {
         }
     }
 }
+
+/// Appends a line to the system prompt of every request it sees.
+struct SignsTheSystemPrompt;
+
+impl Extension for SignsTheSystemPrompt {
+    fn name(&self) -> &str {
+        "signs"
+    }
+    fn request(&self, request: &mut GenerateRequest) {
+        request.system.push_str("\nSigned by a request hook.");
+    }
+}
+
+/// A `request` hook that changes the system prompt makes a model-visible change: the header
+/// the provider received is the last one logged before each call (model-visible means logged).
+#[tokio::test]
+async fn a_header_changed_by_a_request_hook_is_logged() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let replies = Arc::new(ReplayAdapter::new(vec![
+        tool_call("c1", "shout", r#"{"text":"a"}"#),
+        text("done"),
+    ]));
+    let extensions = ExtensionSet::new();
+    let _plugin = extensions.register(Arc::new(Plugin {
+        adapter: replies.clone(),
+    }));
+    let _signs = extensions.register(Arc::new(SignsTheSystemPrompt));
+    let mut adapters = AdapterRegistry::new();
+    adapters.register("replay", replies).unwrap();
+    let mut agent = create_agent(home.path(), cwd.path(), extensions, adapters, "replay");
+    let handle = agent.handle();
+    handle.followup("go").unwrap();
+    agent.run_turn().await.unwrap().unwrap();
+    let events = load_file(std::path::Path::new(&handle.location()))
+        .unwrap()
+        .events;
+    let mut last_system = None;
+    let mut calls = 0;
+    for event in &events {
+        match &event.event {
+            Event::RequestHeader(header) => last_system = Some(header.header.system.clone()),
+            Event::AssistantChunk(chunk) if matches!(chunk.chunk, Chunk::Finish { .. }) => {
+                calls += 1;
+                let system = last_system.as_deref().expect("a header before the call");
+                assert!(
+                    system.ends_with("Signed by a request hook."),
+                    "call {calls} went out with a header that was not logged: {system:?}"
+                );
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(calls, 2);
+}
