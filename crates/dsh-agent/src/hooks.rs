@@ -27,8 +27,8 @@ use dsh_tools::{ToolError, ToolErrorCode};
 use serde_json::{json, Map, Value};
 
 pub use config::{
-    HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup, HooksConfig, CODEX_HOOKS_FILE,
-    DEFAULT_CODEX_HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT, HOOKS_FILE,
+    HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup, HooksConfig, ScriptCheck,
+    CODEX_HOOKS_FILE, DEFAULT_CODEX_HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT, HOOKS_FILE,
 };
 use runner::{run_command, RunEnd, RunOutput};
 
@@ -221,15 +221,7 @@ impl CommandHooks {
                     invoked["matcher"] = json!(matcher);
                 }
                 log(&attached, "hook/invoked", invoked);
-                let output = blocking(|| {
-                    run_command(
-                        &command.command,
-                        &attached.cwd,
-                        &env,
-                        input.as_bytes(),
-                        command.timeout,
-                    )
-                });
+                let output = self.execute(command, &attached.cwd, &env, input.as_bytes());
                 let (verdict, error) = interpret(dialect, event, &output, command.timeout);
                 // `dialect` here too, so that a result names its dialect without its
                 // `hook/invoked`; logs written before it was added simply lack it.
@@ -261,6 +253,26 @@ impl CommandHooks {
             }
         }
         verdicts
+    }
+
+    /// Runs `command` unless its script check refuses it (docs/hooks.md, "Scripts in the
+    /// workspace are pinned"): the check is made right before the run, every time.
+    fn execute(
+        &self,
+        command: &HookCommand,
+        cwd: &std::path::Path,
+        env: &[(std::ffi::OsString, std::ffi::OsString)],
+        input: &[u8],
+    ) -> RunOutput {
+        if let Some(reason) = self.config.refusal(&command.command) {
+            return RunOutput {
+                end: RunEnd::Refused(reason),
+                stdout: String::new(),
+                stderr: String::new(),
+                duration: Duration::ZERO,
+            };
+        }
+        blocking(|| run_command(&command.command, cwd, env, input, command.timeout))
     }
 
     /// Remembers a `continue: false` so that the next step is refused.
@@ -325,6 +337,16 @@ fn interpret(
     let stderr = output.stderr.trim();
     match &output.end {
         RunEnd::SpawnFailed(message) => error(message.clone()),
+        // A guard that may not run denies the tool call it was to judge (fail closed).
+        RunEnd::Refused(message) if event == HookEvent::PreToolUse => (
+            Verdict {
+                decision: "deny",
+                reason: Some(format!("a PreToolUse hook was refused: {message}")),
+                ..Verdict::default()
+            },
+            Some(message.clone()),
+        ),
+        RunEnd::Refused(message) => error(message.clone()),
         RunEnd::TimedOut => error(format!(
             "did not finish within {:.0} s and was killed with its process group",
             timeout.as_secs_f64()

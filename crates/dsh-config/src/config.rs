@@ -523,13 +523,22 @@ impl Config {
         lookup: &dyn Fn(&str) -> Option<String>,
         flags: &Flags,
     ) -> Result<Config, ConfigErrors> {
-        let mut layers = collect_layers(home, cwd, lookup, flags)?;
+        let (mut layers, project_errors) = collect_layers(home, cwd, lookup, flags)?;
         let user_table = layers
             .iter()
             .find(|(source, _)| matches!(source, Source::UserFile(_)))
             .map(|(_, table)| table);
         let prefixes = crate::trust::user_prefixes(user_table);
         let mut trust = crate::trust::assess(home, cwd, flags.trust_workspace, &prefixes);
+        if !project_errors.is_empty() {
+            // A trusted project's broken file is the user's to fix; an untrusted one may be a
+            // plant, which must not stop every run: it is left out with a warning.
+            if trust.trusted.is_some() {
+                return Err(ConfigErrors(project_errors));
+            }
+            let text: Vec<String> = project_errors.iter().map(ToString::to_string).collect();
+            trust.invalid_project = Some(text.join("\n"));
+        }
         // What the provider endpoints would be without the project file: a project layer may
         // not point the user's key at another host (see `select_keyed`).
         let own: Vec<(Source, Table)> = layers

@@ -27,6 +27,7 @@ mod error;
 mod load;
 mod mcp;
 mod schema;
+pub mod scripts;
 pub mod show;
 mod tools;
 pub mod trust;

@@ -128,13 +128,19 @@ fn nested(path: &[&str], value: Value) -> Table {
     table
 }
 
-/// All layers in precedence order (lowest first), each already checked on its own.
+/// Configuration layers with their sources, lowest precedence first.
+pub(crate) type Layers = Vec<(Source, Table)>;
+
+/// All layers in precedence order (lowest first), each already checked on its own, and the
+/// problems of the project file apart: that layer is left out when it has any, and
+/// `Config::load` decides whether they are fatal (a trusted project) or a warning (an
+/// untrusted one, which a planted file must not be able to stop).
 pub(crate) fn collect_layers(
     home: &Path,
     cwd: &Path,
     lookup: &dyn Fn(&str) -> Option<String>,
     flags: &Flags,
-) -> Result<Vec<(Source, Table)>, ConfigErrors> {
+) -> Result<(Layers, Vec<ConfigError>), ConfigErrors> {
     let mut layers = vec![(Source::Default, builtin_layer())];
     let mut errors = Vec::new();
     let user = user_config_path(home);
@@ -142,10 +148,21 @@ pub(crate) fn collect_layers(
         Some((Source::UserFile(user.clone()), user)),
         project_config_path(cwd, home).map(|p| (Source::ProjectFile(p.clone()), p)),
     ];
+    let mut project_errors = Vec::new();
     for (source, path) in files.into_iter().flatten() {
+        let project = matches!(source, Source::ProjectFile(_));
         match read_layer(&path, &source) {
+            Ok(Some(table)) if project => {
+                let problems = check_layer(&table, &source);
+                if problems.is_empty() {
+                    layers.push((source, table));
+                } else {
+                    project_errors.extend(problems);
+                }
+            }
             Ok(Some(table)) => layers.push((source, table)),
             Ok(None) => {}
+            Err(error) if project => project_errors.push(error),
             Err(error) => errors.push(error),
         }
     }
@@ -168,10 +185,12 @@ pub(crate) fn collect_layers(
         }
     }
     for (source, table) in &layers {
-        errors.extend(check_layer(table, source));
+        if !matches!(source, Source::ProjectFile(_)) {
+            errors.extend(check_layer(table, source));
+        }
     }
     if errors.is_empty() {
-        Ok(layers)
+        Ok((layers, project_errors))
     } else {
         Err(ConfigErrors(errors))
     }

@@ -45,7 +45,8 @@ pub struct WorkspaceTrust {
     /// The workspace: the nearest ancestor of the working directory holding `.git`, else the
     /// working directory itself (canonical).
     pub workspace: PathBuf,
-    /// The project files found (config file, hooks file), in that order.
+    /// The project files found (config file, hooks file), in that order, then the scripts
+    /// their hooks and MCP servers run from places the model can write (see [`Self::scripts`]).
     pub files: Vec<PathBuf>,
     /// The project hooks file, if there is one.
     pub hooks_file: Option<PathBuf>,
@@ -63,6 +64,14 @@ pub struct WorkspaceTrust {
     pub ignored: Vec<(PathBuf, Vec<String>)>,
     /// A recorded entry for this workspace exists but its pin no longer matches.
     pub changed_since_trusted: bool,
+    /// The scripts the project's hooks and MCP servers run that lie where the model can write
+    /// (the workspace, the temp directories), resolved, each with `sha256:<hex>` of its bytes
+    /// when pinned; part of [`Self::files`] and of the pin (docs/hooks.md, "Scripts in the
+    /// workspace are pinned").
+    pub scripts: Vec<(PathBuf, String)>,
+    /// The project config file did not parse or check; it was left out (untrusted) with this
+    /// message.
+    pub invalid_project: Option<String>,
 }
 
 impl WorkspaceTrust {
@@ -76,6 +85,22 @@ impl WorkspaceTrust {
         }
     }
 
+    /// The gate that hooks and MCP servers of a session in `cwd` (with `$DSH_HOME` `home`) pass before they start: the
+    /// scripts pinned with the trust apply only when the workspace is trusted, and a command
+    /// that runs any other model-writable file is refused ([`crate::scripts::ScriptGate`]).
+    pub fn script_gate(&self, cwd: &Path, home: &Path) -> crate::scripts::ScriptGate {
+        let pins = match self.trusted {
+            Some(_) => self.scripts.iter().cloned().collect(),
+            None => Default::default(),
+        };
+        crate::scripts::ScriptGate {
+            workspace: self.workspace.clone(),
+            cwd: std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf()),
+            home: Some(home.to_path_buf()),
+            pins,
+        }
+    }
+
     /// True when some project setting was ignored for lack of trust.
     pub fn has_ignored(&self) -> bool {
         !self.ignored.is_empty()
@@ -84,6 +109,18 @@ impl WorkspaceTrust {
     /// The one warning line of a headless front end (without the `dsh: ` prefix), or `None`
     /// when nothing was ignored.
     pub fn warning(&self) -> Option<String> {
+        if let Some(problem) = &self.invalid_project {
+            let mut text =
+                format!("ignoring the untrusted project config file, which has errors:\n{problem}");
+            if let Some(more) = self.ignored_warning() {
+                text.push_str(&format!("\ndsh: {more}"));
+            }
+            return Some(text);
+        }
+        self.ignored_warning()
+    }
+
+    fn ignored_warning(&self) -> Option<String> {
         if self.ignored.is_empty() {
             return None;
         }
@@ -144,19 +181,68 @@ pub fn pin_files(files: &[PathBuf]) -> std::io::Result<String> {
 
 /// [`pin_files`], also returning each file's bytes as hashed.
 fn read_pinned(files: &[PathBuf]) -> std::io::Result<(String, Vec<Vec<u8>>)> {
-    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
     let mut contents = Vec::new();
     for file in files {
-        let bytes = std::fs::read(file)?;
+        contents.push(std::fs::read(file)?);
+    }
+    Ok((hash_files(files, &contents), contents))
+}
+
+/// The pin of `files` with their `contents` (see [`pin_files`]).
+fn hash_files(files: &[PathBuf], contents: &[Vec<u8>]) -> String {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for (file, bytes) in files.iter().zip(contents) {
         context.update(file.to_string_lossy().as_bytes());
         context.update(&[0]);
         context.update(&(bytes.len() as u64).to_le_bytes());
-        context.update(&bytes);
-        contents.push(bytes);
+        context.update(bytes);
     }
     let digest = context.finish();
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    Ok((format!("sha256:{hex}"), contents))
+    format!("sha256:{hex}")
+}
+
+/// The project files' bytes, then the scripts their commands run from model-writable places
+/// (read once: what is pinned is what applies), and the pin over all of them.
+struct ReadProject {
+    pin: String,
+    contents: Vec<Vec<u8>>,
+    scripts: Vec<(PathBuf, String)>,
+}
+
+fn read_project(
+    project: &[PathBuf],
+    config_file: Option<&Path>,
+    places: (&Path, &Path, &Path),
+) -> std::io::Result<ReadProject> {
+    let (workspace, cwd, home) = places;
+    let mut contents = Vec::new();
+    let mut commands = crate::scripts::ProjectCommands::default();
+    for file in project {
+        let bytes = std::fs::read(file)?;
+        let text = String::from_utf8_lossy(&bytes);
+        if Some(file.as_path()) == config_file {
+            commands.add_toml(&text);
+        } else {
+            commands.add_json(&text);
+        }
+        contents.push(bytes);
+    }
+    let mut files = project.to_vec();
+    let mut scripts = Vec::new();
+    for script in commands.writable_scripts(workspace, cwd, home) {
+        let bytes = std::fs::read(&script)?;
+        scripts.push((script.clone(), crate::scripts::sha256(&bytes)));
+        files.push(script);
+        contents.push(bytes);
+    }
+    let pin = hash_files(&files, &contents);
+    contents.truncate(project.len());
+    Ok(ReadProject {
+        pin,
+        contents,
+        scripts,
+    })
 }
 
 /// One recorded trust decision.
@@ -352,15 +438,17 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
     let workspace = workspace_root(&cwd);
     let config_file = crate::load::project_config_path(&cwd, home);
     let hooks_file = project_hooks_path(&cwd, home);
-    let files: Vec<PathBuf> = config_file
+    let mut files: Vec<PathBuf> = config_file
         .iter()
         .chain(hooks_file.iter())
         .cloned()
         .collect();
-    let (pin, contents) = match read_pinned(&files) {
-        Ok((pin, contents)) => (Some(pin), contents),
-        Err(_) => (None, Vec::new()),
-    };
+    let (pin, contents, scripts) =
+        match read_project(&files, config_file.as_deref(), (&workspace, &cwd, home)) {
+            Ok(read) => (Some(read.pin), read.contents, read.scripts),
+            Err(_) => (None, Vec::new(), Vec::new()),
+        };
+    files.extend(scripts.iter().map(|(path, _)| path.clone()));
     let mut texts = contents
         .into_iter()
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
@@ -395,6 +483,8 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         hooks_text,
         ignored: Vec::new(),
         changed_since_trusted,
+        scripts,
+        invalid_project: None,
     }
 }
 

@@ -71,6 +71,9 @@ struct Server {
     log_path: PathBuf,
     conn: tokio::sync::Mutex<Conn>,
     tools: Mutex<Option<Vec<McpToolInfo>>>,
+    /// Checked before each start and restart of a stdio server: a server whose program or
+    /// script lies where the model can write runs only with the bytes the user trusted.
+    gate: Mutex<Option<dsh_config::scripts::ScriptGate>>,
 }
 
 /// The MCP servers of a session (shared by its subagents). See the crate docs.
@@ -113,6 +116,7 @@ impl McpHub {
                         log_path,
                         conn: tokio::sync::Mutex::new(Conn::NotStarted),
                         tools: Mutex::new(None),
+                        gate: Mutex::new(None),
                     }),
                 )
             })
@@ -124,6 +128,15 @@ impl McpHub {
             cwd: cwd.to_path_buf(),
             started: Mutex::new(None),
         })
+    }
+
+    /// Starts (and restarts) a stdio server only when `gate` lets its command run
+    /// (docs/mcp.md, "Servers in the workspace are pinned"): a server refused there fails to
+    /// start with the gate's reason, which says how to trust it again.
+    pub fn set_script_gate(&self, gate: dsh_config::scripts::ScriptGate) {
+        for server in self.servers.values() {
+            *server.gate.lock_or_recover() = Some(gate.clone());
+        }
     }
 
     /// True when no server is configured.
@@ -294,6 +307,10 @@ impl Server {
                 env_vars,
                 cwd: own_cwd,
             } => {
+                let run_in = own_cwd.as_deref().unwrap_or(cwd);
+                if let Some(gate) = &*self.gate.lock_or_recover() {
+                    gate.check_argv(command, args, run_in)?;
+                }
                 if let Some(dir) = self.log_path.parent() {
                     std::fs::create_dir_all(dir).map_err(|e| {
                         format!("cannot create the log folder {}: {e}", dir.display())
@@ -325,7 +342,7 @@ impl Server {
                 let mut process = tokio::process::Command::new(command);
                 process
                     .args(args)
-                    .current_dir(own_cwd.as_deref().unwrap_or(cwd))
+                    .current_dir(run_in)
                     .env_clear()
                     .envs(child_env)
                     .stdin(Stdio::piped())

@@ -226,6 +226,7 @@ fn register_policies(
         }
     }
     if !hooks.is_empty() {
+        let hooks = hooks.with_script_check(script_check(setup));
         extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
     }
     // The Codex dialect: `$DSH_HOME/codex-hooks.json`, the user's own file (docs/hooks.md,
@@ -242,6 +243,7 @@ fn register_policies(
         }
     }
     if !codex.is_empty() {
+        let codex = codex.with_script_check(script_check(setup));
         let hooks = dsh_agent::CommandHooks::new(codex).with_model(setup.call.model.clone());
         extensions.register_for_life(Arc::new(hooks));
     }
@@ -258,7 +260,11 @@ fn register_policies(
     if !servers.is_empty() {
         let hub = shared
             .mcp
-            .get_or_init(|| dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs")));
+            .get_or_init(|| {
+                let hub = dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs"));
+                hub.set_script_gate(setup.config.trust.script_gate(&setup.cwd, &setup.home));
+                hub
+            });
         for error in hub.start() {
             if depth == 0 {
                 shared.warnings.say(&format!(
@@ -290,6 +296,14 @@ fn child_factory(
                 },
             })
     })
+}
+
+/// The check every hook command passes before it runs: a script where the model can write
+/// runs only with the bytes pinned when the user trusted the workspace (docs/hooks.md,
+/// "Scripts in the workspace are pinned").
+fn script_check(setup: &Configuration) -> dsh_agent::ScriptCheck {
+    let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
+    Arc::new(move |command: &str| gate.check_shell(command))
 }
 
 /// Hooks: `[hooks]` of each config file (named by the file it came from), then

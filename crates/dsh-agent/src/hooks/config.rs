@@ -210,6 +210,24 @@ impl fmt::Display for HookConfigError {
 
 impl std::error::Error for HookConfigError {}
 
+/// The check a hook command passes before it runs: `Err` says why it must not (its script lies
+/// where the model can write and is not pinned, or changed since it was pinned; dsh-config's
+/// `ScriptGate`, docs/hooks.md "Scripts in the workspace are pinned").
+pub type ScriptCheck = std::sync::Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+#[derive(Clone, Default)]
+struct Gate(Option<ScriptCheck>);
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Gate(set)"
+        } else {
+            "Gate(none)"
+        })
+    }
+}
+
 /// Every configured hook, by event, in the order the sources and files list them.
 #[derive(Debug, Clone, Default)]
 pub struct HooksConfig {
@@ -217,12 +235,25 @@ pub struct HooksConfig {
     groups: Vec<(HookEvent, HookGroup)>,
     /// Non-fatal remarks (events dsh does not run), for the front end to show.
     pub warnings: Vec<String>,
+    gate: Gate,
 }
 
 impl HooksConfig {
     /// No hooks.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Checks every command with `check` right before it runs; a refused command does not run
+    /// (a `PreToolUse` hook's refusal denies the tool call, elsewhere it is a hook error).
+    pub fn with_script_check(mut self, check: ScriptCheck) -> Self {
+        self.gate = Gate(Some(check));
+        self
+    }
+
+    /// Why `command` must not run now, if it must not (see [`Self::with_script_check`]).
+    pub fn refusal(&self, command: &str) -> Option<String> {
+        self.gate.0.as_ref().and_then(|check| check(command).err())
     }
 
     /// The dialect the hooks were written in.

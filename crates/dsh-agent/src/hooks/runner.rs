@@ -32,6 +32,8 @@ pub(crate) enum RunEnd {
     TimedOut,
     /// It could not be started.
     SpawnFailed(String),
+    /// It was not started: its script is not the one the user trusted (the reason).
+    Refused(String),
 }
 
 /// What a command produced.

@@ -257,7 +257,18 @@ fn the_flag_and_the_users_prefix_trust_but_a_project_cannot_trust_itself() {
         ".dsh/config.toml",
         &format!("[trust]\nworkspaces = [\"{}\"]\n", dirs.root().display()),
     );
-    let errors = dirs.load(&Flags::default()).unwrap_err();
+    // Untrusted, the file is left out with a warning naming it and the key; trusted for the
+    // run, the same error is fatal.
+    let config = dirs.load(&Flags::default()).unwrap();
+    assert_eq!(config.trust.trusted, None);
+    let warning = config.trust.warning().unwrap();
+    assert!(warning.contains("`trust`"), "{warning}");
+    assert!(warning.contains(&file.display().to_string()), "{warning}");
+    let flags = Flags {
+        trust_workspace: true,
+        ..Flags::default()
+    };
+    let errors = dirs.load(&flags).unwrap_err();
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].key, "trust");
     assert_eq!(errors[0].source.to_string(), file.display().to_string());

@@ -1,0 +1,893 @@
+//! Scripts that hooks and MCP servers run, and whether the model could have written them
+//! (docs/SECURITY.md, "Planted configuration and workspace trust"; docs/hooks.md, "Scripts in
+//! the workspace are pinned").
+//!
+//! A hook command is shell text and an MCP server a program with arguments; either may name a
+//! file the model can write: the program itself (`./.dsh/check.sh`, or a name found on a `PATH`
+//! entry inside the workspace), the script an interpreter runs (`sh scripts/pre.sh`,
+//! `python3 tools/hook.py`), a file sourced with `.`/`source`, or a file fed on stdin
+//! (`bash < x.sh`). [`scripts_of_shell`] and [`scripts_of_argv`] find them; [`model_writable`]
+//! says whether a path lies in a root the model can write (the workspace, the working directory
+//! and the temp directories); [`ScriptGate`] runs such a command only when every such script
+//! still has the bytes pinned when the user trusted the workspace.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+
+/// Programs whose first non-option argument is the script they run.
+const INTERPRETERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "fish",
+    "busybox",
+    "python",
+    "python2",
+    "python3",
+    "pypy",
+    "pypy3",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "tsx",
+    "ts-node",
+    "perl",
+    "ruby",
+    "php",
+    "lua",
+    "luajit",
+    "Rscript",
+    "tclsh",
+    "awk",
+    "gawk",
+    "osascript",
+    "pwsh",
+    "uv",
+    "npx",
+];
+
+/// Interpreters whose `-c` argument is shell text (analysed in turn).
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "busybox"];
+
+/// Words that wrap the command that follows them.
+const WRAPPERS: &[&str] = &[
+    "exec", "command", "builtin", "nice", "nohup", "time", "env", "stdbuf", "setsid", "then", "do",
+    "else", "if", "elif", "while", "until", "!", "{", "(", "timeout", "sudo", "doas", "xargs",
+    "flock", "ionice", "chrt", "taskset",
+];
+
+/// What a command runs that the model may have written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandScripts {
+    /// Files the command runs (program, script, sourced file), absolute, as found.
+    pub files: Vec<PathBuf>,
+    /// A part of the command whose program or script cannot be told before it runs (`$VAR`,
+    /// `$(...)` in a program or script position): such a command is refused when it could name
+    /// a model-writable file.
+    pub unknown: Vec<String>,
+}
+
+/// Where a command runs: its working directory, the `PATH` it searches, `$HOME`.
+#[derive(Debug, Clone)]
+pub struct CommandPlace {
+    /// The working directory (relative paths and `$CLAUDE_PROJECT_DIR`/`$DSH_PROJECT_DIR`).
+    pub cwd: PathBuf,
+    /// The `PATH` of the command's environment.
+    pub path: Option<OsString>,
+    /// `$HOME`.
+    pub home: Option<PathBuf>,
+}
+
+impl CommandPlace {
+    /// A command run in `cwd` with dsh's own `PATH` and `HOME`.
+    pub fn new(cwd: &Path) -> Self {
+        CommandPlace {
+            cwd: cwd.to_path_buf(),
+            path: std::env::var_os("PATH"),
+            home: std::env::var_os("HOME").map(PathBuf::from),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// A word after quote removal and expansion of the known variables; `dynamic` when it
+    /// still depends on something only the shell knows.
+    Word { text: String, dynamic: bool },
+    /// `;`, `&`, `|`, `&&`, `||`, newline, `(`, `)`.
+    Separator,
+    /// `<` (input redirection: the next word is read by the command).
+    Input,
+    /// `>`, `>>`, `2>`, ...: the next word is written, not run.
+    Output,
+}
+
+/// Splits shell text into tokens; command substitutions (`$(...)`, backticks) are analysed as
+/// commands of their own and pushed to `nested`.
+fn tokenize(text: &str, place: &CommandPlace, nested: &mut Vec<String>) -> Vec<Token> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut tokens = Vec::new();
+    let mut word = String::new();
+    let mut dynamic = false;
+    let mut in_word = false;
+    let mut i = 0;
+    let flush =
+        |tokens: &mut Vec<Token>, word: &mut String, dynamic: &mut bool, in_word: &mut bool| {
+            if *in_word {
+                tokens.push(Token::Word {
+                    text: std::mem::take(word),
+                    dynamic: *dynamic,
+                });
+            }
+            *dynamic = false;
+            *in_word = false;
+        };
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            ' ' | '\t' => flush(&mut tokens, &mut word, &mut dynamic, &mut in_word),
+            '\n' | ';' | '&' | '|' | '(' | ')' => {
+                flush(&mut tokens, &mut word, &mut dynamic, &mut in_word);
+                tokens.push(Token::Separator);
+            }
+            '<' | '>' => {
+                // `2>` and `&>`: the digits typed before belong to the operator.
+                if in_word && word.chars().all(|c| c.is_ascii_digit()) {
+                    word.clear();
+                    in_word = false;
+                }
+                flush(&mut tokens, &mut word, &mut dynamic, &mut in_word);
+                i = redirection(&chars, i, &mut tokens);
+            }
+            '#' if !in_word => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            '\'' => {
+                in_word = true;
+                i += 1;
+                while i < chars.len() && chars[i] != '\'' {
+                    word.push(chars[i]);
+                    i += 1;
+                }
+            }
+            '"' => {
+                in_word = true;
+                i = double_quoted(&chars, i + 1, place, (&mut word, &mut dynamic), nested);
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(next) = chars.get(i + 1) {
+                    if *next != '\n' {
+                        word.push(*next);
+                    }
+                    i += 1;
+                }
+            }
+            '$' | '`' => {
+                in_word = true;
+                i = expand(&chars, i, place, &mut word, &mut dynamic, nested);
+                continue;
+            }
+            '~' if !in_word => {
+                in_word = true;
+                match (&place.home, chars.get(i + 1)) {
+                    (Some(home), None | Some('/' | ' ' | '\t' | ';' | '\n')) => {
+                        word.push_str(&home.to_string_lossy());
+                    }
+                    _ => {
+                        word.push('~');
+                        dynamic = true;
+                    }
+                }
+            }
+            '*' | '?' | '[' => {
+                in_word = true;
+                word.push(c);
+                dynamic = true;
+            }
+            _ => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+        i += 1;
+    }
+    flush(&mut tokens, &mut word, &mut dynamic, &mut in_word);
+    tokens
+}
+
+/// Pushes the redirection operator at `i` (`<`, `>`, `>>`, `<<`, `>&`, ...); returns the index
+/// of its last character.
+fn redirection(chars: &[char], mut i: usize, tokens: &mut Vec<Token>) -> usize {
+    let c = chars[i];
+    if c == '<' && chars.get(i + 1) == Some(&'<') {
+        // A here-document or here-string: its text is data on stdin.
+        tokens.push(Token::Output);
+        i += 1;
+    } else if c == '<' {
+        tokens.push(Token::Input);
+    } else {
+        tokens.push(Token::Output);
+    }
+    while matches!(chars.get(i + 1), Some('>' | '&' | '|')) {
+        i += 1;
+    }
+    i
+}
+
+/// Reads the inside of a double-quoted string starting at `i` into `word` (expanding `$...`
+/// and backticks); returns the index of the closing quote.
+fn double_quoted(
+    chars: &[char],
+    mut i: usize,
+    place: &CommandPlace,
+    (word, dynamic): (&mut String, &mut bool),
+    nested: &mut Vec<String>,
+) -> usize {
+    while i < chars.len() && chars[i] != '"' {
+        if chars[i] == '\\' && i + 1 < chars.len() {
+            i += 1;
+            word.push(chars[i]);
+        } else if chars[i] == '$' || chars[i] == '`' {
+            i = expand(chars, i, place, word, dynamic, nested) - 1;
+        } else {
+            word.push(chars[i]);
+        }
+        i += 1;
+    }
+    i
+}
+
+/// Expands the `$...` or backtick at `start`; returns the index after it.
+fn expand(
+    chars: &[char],
+    start: usize,
+    place: &CommandPlace,
+    word: &mut String,
+    dynamic: &mut bool,
+    nested: &mut Vec<String>,
+) -> usize {
+    let until = |from: usize, open: char, close: char| -> usize {
+        let mut depth = 1;
+        let mut j = from;
+        while j < chars.len() {
+            if chars[j] == open && open != close {
+                depth += 1;
+            } else if chars[j] == close {
+                depth -= 1;
+                if depth == 0 {
+                    return j;
+                }
+            }
+            j += 1;
+        }
+        chars.len()
+    };
+    if chars[start] == '`' {
+        let end = until(start + 1, '`', '`');
+        nested.push(chars[start + 1..end.min(chars.len())].iter().collect());
+        *dynamic = true;
+        return end + 1;
+    }
+    match chars.get(start + 1) {
+        Some('(') => {
+            let end = until(start + 2, '(', ')');
+            nested.push(chars[start + 2..end.min(chars.len())].iter().collect());
+            *dynamic = true;
+            end + 1
+        }
+        Some('{') => {
+            let end = until(start + 2, '{', '}');
+            let name: String = chars[start + 2..end.min(chars.len())].iter().collect();
+            push_variable(&name, place, word, dynamic);
+            end + 1
+        }
+        Some(c) if c.is_ascii_alphanumeric() || *c == '_' => {
+            let mut j = start + 1;
+            while j < chars.len() && (chars[j].is_ascii_alphanumeric() || chars[j] == '_') {
+                j += 1;
+            }
+            let name: String = chars[start + 1..j].iter().collect();
+            push_variable(&name, place, word, dynamic);
+            j
+        }
+        Some(_) => {
+            *dynamic = true;
+            start + 2
+        }
+        None => {
+            word.push('$');
+            start + 1
+        }
+    }
+}
+
+fn push_variable(name: &str, place: &CommandPlace, word: &mut String, dynamic: &mut bool) {
+    match name {
+        "CLAUDE_PROJECT_DIR" | "DSH_PROJECT_DIR" | "PWD" => {
+            word.push_str(&place.cwd.to_string_lossy());
+        }
+        "HOME" if place.home.is_some() => {
+            if let Some(home) = &place.home {
+                word.push_str(&home.to_string_lossy());
+            }
+        }
+        _ => *dynamic = true,
+    }
+}
+
+/// The files the shell text `command` runs (see the module documentation).
+pub fn scripts_of_shell(command: &str, place: &CommandPlace) -> CommandScripts {
+    let mut out = CommandScripts::default();
+    shell_into(command, place, &mut out, 0);
+    out
+}
+
+fn shell_into(command: &str, place: &CommandPlace, out: &mut CommandScripts, depth: usize) {
+    if depth > 8 {
+        out.unknown.push(command.to_string());
+        return;
+    }
+    let mut nested = Vec::new();
+    let tokens = tokenize(command, place, &mut nested);
+    let mut words: Vec<(String, bool)> = Vec::new();
+    let mut pending: Option<&Token> = None;
+    for token in tokens.iter().chain(std::iter::once(&Token::Separator)) {
+        match token {
+            Token::Separator => {
+                simple_command(&words, place, out, depth);
+                words.clear();
+            }
+            Token::Input | Token::Output => pending = Some(token),
+            Token::Word { text, dynamic } => match pending.take() {
+                Some(Token::Input) => {
+                    if *dynamic {
+                        out.unknown.push(text.clone());
+                    } else {
+                        out.files.push(absolute(&place.cwd, Path::new(text)));
+                    }
+                }
+                Some(_) => {}
+                None => words.push((text.clone(), *dynamic)),
+            },
+        }
+    }
+    for inner in nested {
+        shell_into(&inner, place, out, depth + 1);
+    }
+}
+
+/// The files one simple command (`words`, after quote removal) runs.
+fn simple_command(
+    words: &[(String, bool)],
+    place: &CommandPlace,
+    out: &mut CommandScripts,
+    depth: usize,
+) {
+    let mut rest = words;
+    // Assignments and wrappers before the program (`FOO=1 exec env -i nice ./x`).
+    while let Some(((word, _), tail)) = rest.split_first() {
+        let assignment = word.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+        let option_of_wrapper = word.starts_with('-') && word.len() > 1;
+        // The duration of `timeout 5`, the niceness of `nice -n 5`, the lock of `flock f`.
+        let before = words.len() - rest.len();
+        let argument_of_wrapper = before > 0
+            && (word.starts_with(|c: char| c.is_ascii_digit())
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || ".smhd".contains(c))
+                || matches!(words[before - 1].0.as_str(), "flock" | "-n"));
+        if assignment
+            || WRAPPERS.contains(&word.as_str())
+            || option_of_wrapper
+            || argument_of_wrapper
+        {
+            rest = tail;
+        } else {
+            break;
+        }
+    }
+    let Some(((program, dynamic), args)) = rest.split_first() else {
+        return;
+    };
+    if *dynamic {
+        out.unknown.push(program.clone());
+        return;
+    }
+    if program == "." || program == "source" {
+        if let Some((script, dynamic)) = args.first() {
+            script_word(script, *dynamic, place, out);
+        }
+        return;
+    }
+    let program_path = resolve_program(program, place);
+    if let Some(path) = &program_path {
+        out.files.push(path.clone());
+    }
+    let name = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    if !INTERPRETERS.contains(&name.as_str()) && !INTERPRETERS.contains(&base) {
+        return;
+    }
+    let shell = SHELLS.contains(&name.as_str()) || SHELLS.contains(&base);
+    let mut i = 0;
+    while i < args.len() {
+        let (arg, dynamic) = &args[i];
+        if shell
+            && (arg == "-c"
+                || (arg.starts_with('-') && !arg.starts_with("--") && arg.ends_with('c')))
+        {
+            if let Some((text, dynamic)) = args.get(i + 1) {
+                if *dynamic {
+                    out.unknown.push(text.clone());
+                } else {
+                    shell_into(text, place, out, depth + 1);
+                }
+            }
+            return;
+        }
+        if matches!(arg.as_str(), "-o" | "-O" | "+o" | "+O") {
+            i += 2;
+            continue;
+        }
+        if arg == "-f" || arg == "--file" {
+            // `awk -f prog.awk`, `sh -f`-style script options: the next word is the script.
+            if let Some((script, dynamic)) = args.get(i + 1) {
+                script_word(script, *dynamic, place, out);
+            }
+            return;
+        }
+        if arg.starts_with('-') || arg.starts_with('+') {
+            i += 1;
+            continue;
+        }
+        script_word(arg, *dynamic, place, out);
+        return;
+    }
+}
+
+fn script_word(word: &str, dynamic: bool, place: &CommandPlace, out: &mut CommandScripts) {
+    if dynamic {
+        out.unknown.push(word.to_string());
+    } else {
+        out.files.push(absolute(&place.cwd, Path::new(word)));
+    }
+}
+
+/// The files an MCP server started as `program args...` in `place` runs.
+pub fn scripts_of_argv(program: &str, args: &[String], place: &CommandPlace) -> CommandScripts {
+    let mut out = CommandScripts::default();
+    let mut words = vec![(program.to_string(), false)];
+    words.extend(args.iter().map(|a| (a.clone(), false)));
+    simple_command(&words, place, &mut out, 0);
+    out
+}
+
+/// The file `program` names: a path when it holds a `/`, else the first match on `PATH`
+/// (relative and empty `PATH` entries count from the working directory, as the shell does).
+fn resolve_program(program: &str, place: &CommandPlace) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Some(absolute(&place.cwd, Path::new(program)));
+    }
+    let path = place.path.as_ref()?;
+    for dir in std::env::split_paths(path) {
+        let dir = if dir.as_os_str().is_empty() {
+            place.cwd.clone()
+        } else {
+            absolute(&place.cwd, &dir)
+        };
+        let candidate = dir.join(program);
+        if candidate.is_file() {
+            return Some(candidate);
+        }
+    }
+    None
+}
+
+/// `path` made absolute against `base`, with `.` and `..` removed lexically.
+fn absolute(base: &Path, path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    };
+    let mut out = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// `path` with its longest existing ancestor resolved (symlinks followed).
+fn real(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    let mut rest = Vec::new();
+    let mut cur = path.to_path_buf();
+    while let Some(parent) = cur.parent().map(Path::to_path_buf) {
+        if let Some(name) = cur.file_name() {
+            rest.push(name.to_os_string());
+        }
+        if let Ok(mut real) = std::fs::canonicalize(&parent) {
+            for name in rest.iter().rev() {
+                real.push(name);
+            }
+            return real;
+        }
+        cur = parent;
+    }
+    path.to_path_buf()
+}
+
+/// The roots the model can write under `workspace-write`: the workspace, the working directory
+/// and the temp directories (`$TMPDIR`, `/tmp`, `/var/tmp`, `/dev/shm`), as given and resolved.
+pub fn writable_roots(workspace: &Path, cwd: &Path) -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    for root in [
+        workspace.to_path_buf(),
+        cwd.to_path_buf(),
+        std::env::temp_dir(),
+        PathBuf::from("/tmp"),
+        PathBuf::from("/var/tmp"),
+        PathBuf::from("/dev/shm"),
+    ] {
+        for form in [absolute(Path::new("/"), &root), real(&root)] {
+            if !roots.contains(&form) {
+                roots.push(form);
+            }
+        }
+    }
+    roots
+}
+
+/// True when `path` lies in a root the model can write (see [`writable_roots`]): its own
+/// location, or where its symlinks lead; except inside `home` (`$DSH_HOME`, which the sandbox
+/// hides from confined commands wherever it is, docs/SECURITY.md "dsh's own environment").
+pub fn model_writable(path: &Path, roots: &[PathBuf], home: Option<&Path>) -> bool {
+    let lexical = absolute(Path::new("/"), path);
+    let resolved = real(&lexical);
+    if let Some(home) = home {
+        let homes = [absolute(Path::new("/"), home), real(home)];
+        if homes
+            .iter()
+            .any(|h| lexical.starts_with(h) && resolved.starts_with(h))
+        {
+            return false;
+        }
+    }
+    roots
+        .iter()
+        .any(|root| lexical.starts_with(root) || resolved.starts_with(root))
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn sha256(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// Runs only commands whose model-writable scripts still hold the bytes the user trusted.
+///
+/// `pins` are the scripts the trusted project settings named when the user trusted the
+/// workspace, by resolved path, with the hash of their bytes then; a command that runs a
+/// model-writable file which is not pinned (a user hook pointing into the workspace, a script
+/// created after the trust), or whose bytes changed, is refused with a message saying what to
+/// do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScriptGate {
+    /// The workspace (canonical).
+    pub workspace: PathBuf,
+    /// The working directory commands run in.
+    pub cwd: PathBuf,
+    /// `$DSH_HOME`, out of the model's reach (see [`model_writable`]).
+    pub home: Option<PathBuf>,
+    /// Pinned scripts: resolved path -> `sha256:<hex>`.
+    pub pins: BTreeMap<PathBuf, String>,
+}
+
+impl ScriptGate {
+    /// Checks the hook command `command` (shell text); `Err` says why it must not run.
+    pub fn check_shell(&self, command: &str) -> Result<(), String> {
+        let place = CommandPlace::new(&self.cwd);
+        self.check(
+            &scripts_of_shell(command, &place),
+            &format!("hook command `{command}`"),
+        )
+    }
+
+    /// Checks the MCP server command `program args...` run in `cwd` (its own, or the session's).
+    pub fn check_argv(&self, program: &str, args: &[String], cwd: &Path) -> Result<(), String> {
+        let place = CommandPlace::new(cwd);
+        self.check(
+            &scripts_of_argv(program, args, &place),
+            &format!("MCP server command `{program}`"),
+        )
+    }
+
+    fn check(&self, scripts: &CommandScripts, what: &str) -> Result<(), String> {
+        let roots = writable_roots(&self.workspace, &self.cwd);
+        if let Some(unknown) = scripts.unknown.first() {
+            return Err(format!(
+                "{what} runs `{unknown}`, which dsh cannot resolve before it runs (a variable or \
+                 command substitution in a program or script position), so it cannot check that \
+                 the model did not write it; not run. Write the script's path out in full, \
+                 outside the workspace and the temp directories (e.g. ~/.dsh/hooks/)"
+            ));
+        }
+        for file in &scripts.files {
+            if !model_writable(file, &roots, self.home.as_deref()) {
+                continue;
+            }
+            let resolved = real(file);
+            let Some(pin) = self.pins.get(&resolved) else {
+                return Err(format!(
+                    "{what} runs {}, which lies where the model can write (the workspace or a \
+                     temp directory) and was not pinned when you trusted this workspace; not \
+                     run. Move the script outside the workspace and temp directories (e.g. \
+                     ~/.dsh/hooks/), or, for a project's own hook or MCP server, review it and \
+                     run `dsh trust`",
+                    file.display()
+                ));
+            };
+            let now = std::fs::read(&resolved).map(|bytes| sha256(&bytes));
+            match now {
+                Ok(now) if now == *pin => {}
+                Ok(now) => {
+                    return Err(format!(
+                        "{what} runs {}, which changed since you trusted this workspace (pinned \
+                         {pin}, now {now}); not run. Review the script and run `dsh trust` again",
+                        file.display()
+                    ))
+                }
+                Err(err) => {
+                    return Err(format!(
+                        "{what} runs {}, which cannot be read ({err}); not run. Review the \
+                         script and run `dsh trust` again",
+                        file.display()
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The commands of a project's settings: each hook `command` of `[hooks]` (TOML) or of a
+/// `hooks.json`, and each MCP server's `command` with its `args` and `cwd`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProjectCommands {
+    pub(crate) shell: Vec<String>,
+    pub(crate) argv: Vec<(String, Vec<String>, Option<PathBuf>)>,
+}
+
+impl ProjectCommands {
+    pub(crate) fn add_toml(&mut self, text: &str) {
+        let Ok(table) = text.parse::<toml::Table>() else {
+            return;
+        };
+        if let Some(hooks) = table.get("hooks") {
+            toml_commands(hooks, &mut self.shell);
+        }
+        let servers = table
+            .get("mcp")
+            .and_then(|m| m.get("servers"))
+            .and_then(toml::Value::as_table);
+        for server in servers.into_iter().flat_map(|s| s.values()) {
+            let Some(command) = server.get("command").and_then(toml::Value::as_str) else {
+                continue;
+            };
+            let args = server
+                .get("args")
+                .and_then(toml::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(toml::Value::as_str)
+                .map(str::to_string)
+                .collect();
+            let cwd = server
+                .get("cwd")
+                .and_then(toml::Value::as_str)
+                .map(PathBuf::from);
+            self.argv.push((command.to_string(), args, cwd));
+        }
+    }
+
+    pub(crate) fn add_json(&mut self, text: &str) {
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
+            json_commands(&value, &mut self.shell);
+        }
+    }
+
+    /// Every file these commands run that the model can write, resolved, in a stable order.
+    pub(crate) fn writable_scripts(
+        &self,
+        workspace: &Path,
+        cwd: &Path,
+        home: &Path,
+    ) -> Vec<PathBuf> {
+        let roots = writable_roots(workspace, cwd);
+        let place = CommandPlace::new(cwd);
+        let mut files: Vec<PathBuf> = Vec::new();
+        for command in &self.shell {
+            files.extend(scripts_of_shell(command, &place).files);
+        }
+        for (program, args, own_cwd) in &self.argv {
+            let place = CommandPlace::new(
+                &own_cwd
+                    .as_deref()
+                    .map_or_else(|| cwd.to_path_buf(), |d| absolute(cwd, d)),
+            );
+            files.extend(scripts_of_argv(program, args, &place).files);
+        }
+        let mut out: Vec<PathBuf> = files
+            .iter()
+            .filter(|f| model_writable(f, &roots, Some(home)))
+            .map(|f| real(f))
+            .filter(|f| f.is_file())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+fn toml_commands(value: &toml::Value, out: &mut Vec<String>) {
+    match value {
+        toml::Value::Table(table) => {
+            for (key, inner) in table {
+                match (key.as_str(), inner) {
+                    ("command", toml::Value::String(command)) => out.push(command.clone()),
+                    _ => toml_commands(inner, out),
+                }
+            }
+        }
+        toml::Value::Array(items) => items.iter().for_each(|v| toml_commands(v, out)),
+        _ => {}
+    }
+}
+
+fn json_commands(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map {
+                match (key.as_str(), inner) {
+                    ("command", serde_json::Value::String(command)) => out.push(command.clone()),
+                    _ => json_commands(inner, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| json_commands(v, out)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(cwd: &Path) -> CommandPlace {
+        CommandPlace {
+            cwd: cwd.to_path_buf(),
+            path: Some("/usr/bin:/bin".into()),
+            home: Some(PathBuf::from("/home/u")),
+        }
+    }
+
+    fn files(command: &str) -> CommandScripts {
+        scripts_of_shell(command, &place(Path::new("/w")))
+    }
+
+    #[test]
+    fn programs_scripts_and_sourced_files_are_found() {
+        let found = files("./.dsh/check-command.sh");
+        assert!(found
+            .files
+            .contains(&PathBuf::from("/w/.dsh/check-command.sh")));
+        let found = files("sh scripts/pre.sh --flag");
+        assert!(found.files.contains(&PathBuf::from("/w/scripts/pre.sh")));
+        let found = files("FOO=1 exec python3 -u tools/x.py arg");
+        assert!(found.files.contains(&PathBuf::from("/w/tools/x.py")));
+        let found = files("bash -c '. ./lib.sh; run'");
+        assert!(found.files.contains(&PathBuf::from("/w/lib.sh")));
+        let found = files("true && source \"$CLAUDE_PROJECT_DIR\"/h.sh");
+        assert!(found.files.contains(&PathBuf::from("/w/h.sh")));
+        let found = files("bash < ./in.sh > /tmp/out.log");
+        assert!(found.files.contains(&PathBuf::from("/w/in.sh")));
+        assert!(!found.files.contains(&PathBuf::from("/tmp/out.log")));
+        let found = files("echo $(./sub.sh) | jq .");
+        assert!(found.files.contains(&PathBuf::from("/w/sub.sh")));
+        let found = files("~/.dsh/hooks/ok.sh");
+        assert_eq!(found.files, vec![PathBuf::from("/home/u/.dsh/hooks/ok.sh")]);
+    }
+
+    #[test]
+    fn programs_that_only_the_shell_can_resolve_are_unknown() {
+        assert!(!files("$X/run.sh").unknown.is_empty());
+        assert!(!files("sh \"$(cat name)\"").unknown.is_empty());
+        assert!(!files("eval_me=1 `which x`").unknown.is_empty());
+        assert!(files("jq -r .tool_input.command >> /tmp/log")
+            .unknown
+            .is_empty());
+    }
+
+    #[test]
+    fn writable_roots_cover_the_workspace_temp_dirs_and_symlinks_into_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(dir.path()).unwrap();
+        let roots = writable_roots(&ws, &ws);
+        assert!(model_writable(&ws.join("a/b.sh"), &roots, None));
+        assert!(model_writable(Path::new("/tmp/x.sh"), &roots, None));
+        assert!(!model_writable(Path::new("/usr/bin/env"), &roots, None));
+        let home = ws.join("home");
+        assert!(!model_writable(
+            &home.join("hooks/x.sh"),
+            &roots,
+            Some(&home)
+        ));
+        let outside = tempfile::tempdir_in("/root").or_else(|_| tempfile::tempdir_in("/var/lib"));
+        if let Ok(outside) = outside {
+            let link = outside.path().join("hook.sh");
+            std::os::unix::fs::symlink(ws.join("real.sh"), &link).unwrap();
+            std::fs::write(ws.join("real.sh"), "true").unwrap();
+            assert!(
+                model_writable(&link, &roots, None),
+                "a symlink into the workspace counts"
+            );
+            let home_link = ws.join("home/hooks/y.sh");
+            std::fs::create_dir_all(home_link.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(ws.join("real.sh"), &home_link).unwrap();
+            assert!(
+                model_writable(&home_link, &roots, Some(&ws.join("home"))),
+                "a symlink from the home into the workspace counts"
+            );
+        }
+    }
+
+    #[test]
+    fn the_gate_runs_pinned_bytes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(ws.join("pre.sh"), "echo ok").unwrap();
+        let mut gate = ScriptGate {
+            workspace: ws.clone(),
+            cwd: ws.clone(),
+            home: None,
+            pins: BTreeMap::new(),
+        };
+        let refused = gate.check_shell("sh pre.sh").unwrap_err();
+        assert!(
+            refused.contains("not pinned") || refused.contains("was not pinned"),
+            "{refused}"
+        );
+        gate.pins.insert(ws.join("pre.sh"), sha256(b"echo ok"));
+        gate.check_shell("sh pre.sh").unwrap();
+        std::fs::write(ws.join("pre.sh"), "echo evil").unwrap();
+        let refused = gate.check_shell("sh pre.sh").unwrap_err();
+        assert!(refused.contains("changed since you trusted"), "{refused}");
+        assert!(refused.contains("dsh trust"), "{refused}");
+        gate.check_shell("jq . >/dev/null").unwrap();
+        gate.check_argv("node", &["pre.sh".into()], &ws)
+            .unwrap_err();
+    }
+}
