@@ -69,16 +69,16 @@ impl BlobStore {
         }
         crate::private::create_dir_all(&self.dir)
             .map_err(crate::error::io_err("creating the image folder", &self.dir))?;
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
         let write = || -> std::io::Result<()> {
-            let mut file = crate::private::open_options()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
-            file.write_all(data)?;
-            file.sync_all()?;
-            fs::rename(&tmp, &path)
+            let (tmp, mut file) = crate::private::create_temp_beside(&path, "tmp")?;
+            let done = file
+                .write_all(data)
+                .and_then(|()| file.sync_all())
+                .and_then(|()| fs::rename(&tmp, &path));
+            if done.is_err() {
+                let _ = fs::remove_file(&tmp);
+            }
+            done
         };
         write().map_err(crate::error::io_err("writing image file", &path))
     }

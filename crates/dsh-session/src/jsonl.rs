@@ -19,7 +19,7 @@
 //! into place), and appends go there; from then on the plain file is the session and the
 //! compressed one stays as dsh wrote it (docs/sessions.md, "Compressed logs").
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -182,7 +182,7 @@ impl JsonlWriter {
         } else {
             path
         };
-        let mut file = OpenOptions::new()
+        let mut file = crate::private::open_options()
             .read(true)
             .append(true)
             .open(path)
@@ -339,21 +339,12 @@ pub fn plain_continuation(zstd_path: &Path) -> Result<PathBuf> {
         return Ok(plain);
     }
     let dir = zstd_path.parent().unwrap_or(Path::new("."));
-    let tmp = plain.with_file_name(format!(
-        ".{}.from-zstd-{}",
-        plain
-            .file_name()
-            .map_or_else(|| "session.jsonl".into(), |n| n.to_string_lossy()),
-        std::process::id()
-    ));
+    // A new file at an unpredictable name, never a planted one (docs/SECURITY.md, "Planted
+    // configuration and workspace trust").
+    let (tmp, mut out) = crate::private::create_temp_beside(&plain, "from-zstd")
+        .map_err(io_err("creating a temporary file beside", &plain))?;
     let result = (|| -> Result<()> {
         let mut input = open_input(zstd_path)?;
-        let mut out = crate::private::open_options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io_err("creating", &tmp))?;
         std::io::copy(&mut input, &mut out).map_err(io_err("decompressing", zstd_path))?;
         out.sync_all().map_err(io_err("syncing", &tmp))?;
         fs::rename(&tmp, &plain).map_err(io_err("renaming into place", &plain))?;
@@ -409,7 +400,22 @@ fn set_aside(file: &mut File, path: &Path, offset: u64, len: u64) -> Result<()> 
         path.file_name()
             .map_or_else(|| "session.jsonl".into(), |n| n.to_string_lossy())
     ));
-    fs::write(&side, &torn).map_err(io_err("saving torn tail to", &side))?;
+    // Never through a planted symlink, never over an older side file.
+    let mut out = match crate::private::open_options()
+        .write(true)
+        .create_new(true)
+        .open(&side)
+    {
+        Ok(out) => out,
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            crate::private::create_temp_beside(&side, "again")
+                .map_err(io_err("saving torn tail beside", &side))?
+                .1
+        }
+        Err(err) => return Err(io_err("saving torn tail to", &side)(err)),
+    };
+    out.write_all(&torn)
+        .map_err(io_err("saving torn tail to", &side))?;
     Ok(())
 }
 

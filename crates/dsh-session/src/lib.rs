@@ -89,7 +89,10 @@ pub use fork::{fork, fork_log, fork_point};
 pub use jsonl::{plain_continuation, session_file_in, JsonlStore, JsonlWriter};
 pub use listing::{message_text, ModelPrice, PriceTable, SessionSummary};
 pub use projection::{project, HistoryEntry, Projector};
-pub use reader::{is_zstd_path, load_file, LoadedLog, LogInput, LogReader, TornTail, ZstdInput};
+pub use reader::{
+    is_zstd_path, load_file, LoadedLog, LogInput, LogReader, TornTail, ZstdInput,
+    ZSTD_MAX_EXPANDED, ZSTD_MAX_RATIO, ZSTD_RATIO_FLOOR,
+};
 pub use sqlite::{sub_agent_anchor, SqliteStore, SqliteWriter};
 pub use state::{ClosedTurn, OpenCall, SessionTracker};
 pub use store::{

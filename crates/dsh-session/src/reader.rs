@@ -216,20 +216,50 @@ pub enum LogInput {
     Zstd(BufReader<ZstdInput>),
 }
 
+/// A compressed log expands to at most this many bytes (docs/sessions.md, "Compressed logs").
+pub const ZSTD_MAX_EXPANDED: u64 = 1 << 30;
+
+/// ... and to at most this many times its compressed size, once past
+/// [`ZSTD_RATIO_FLOOR`] bytes: dsh's own logs compress about 5 to 20 times.
+pub const ZSTD_MAX_RATIO: u64 = 100;
+
+/// Bytes any compressed log may expand to whatever its ratio.
+pub const ZSTD_RATIO_FLOOR: u64 = 64 << 20;
+
 /// The decompressing half of [`LogInput::Zstd`].
 pub struct ZstdInput {
     decoder: zstd::stream::read::Decoder<'static, BufReader<File>>,
     path: String,
     cut_short: bool,
+    /// Bytes decompressed so far, and the most allowed (see [`ZSTD_MAX_EXPANDED`]).
+    expanded: u64,
+    limit: u64,
 }
 
 impl ZstdInput {
     fn new(file: File, path: &Path) -> std::io::Result<Self> {
+        let compressed = file.metadata()?.len();
+        let limit = compressed
+            .saturating_mul(ZSTD_MAX_RATIO)
+            .clamp(ZSTD_RATIO_FLOOR, ZSTD_MAX_EXPANDED);
         Ok(ZstdInput {
             decoder: zstd::stream::read::Decoder::new(file)?,
             path: path.display().to_string(),
             cut_short: false,
+            expanded: 0,
+            limit,
         })
+    }
+
+    /// The named error of a log that expands past its limit.
+    fn too_large(&self) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "ZSTD_LOG_TOO_LARGE: the zstd-compressed log {} expands past {} bytes (at most                  {ZSTD_MAX_RATIO} times its compressed size, never more than {ZSTD_MAX_EXPANDED}                  bytes); dsh does not read it. A log dsh wrote never does this: decompress it                  with `zstd -d` and inspect it",
+                self.path, self.limit
+            ),
+        )
     }
 }
 
@@ -238,8 +268,16 @@ impl Read for ZstdInput {
         if self.cut_short {
             return Ok(0);
         }
-        match self.decoder.read(buf) {
-            Ok(n) => Ok(n),
+        if self.expanded >= self.limit {
+            return Err(self.too_large());
+        }
+        let room = usize::try_from(self.limit - self.expanded).unwrap_or(usize::MAX);
+        let len = buf.len().min(room);
+        match self.decoder.read(&mut buf[..len]) {
+            Ok(n) => {
+                self.expanded += n as u64;
+                Ok(n)
+            }
             // The file ends inside a frame: a batch whose write was cut short.
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 self.cut_short = true;
@@ -466,5 +504,61 @@ pub(crate) fn decode_stored(line: &[u8], seq: u64, at: &Location) -> Result<Vec<
             at: at.clone(),
             reason,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Writes a log that expands to `mib` MiB of one byte after `header`.
+    fn bomb(path: &Path, header: &[u8], mib: usize) {
+        let file = File::create(path).unwrap();
+        let mut encoder = zstd::stream::write::Encoder::new(file, 19).unwrap();
+        encoder.write_all(header).unwrap();
+        let block = vec![b'a'; 1 << 20];
+        for _ in 0..mib {
+            encoder.write_all(&block).unwrap();
+        }
+        encoder.finish().unwrap();
+    }
+
+    #[test]
+    fn a_zstd_log_expanding_past_its_limit_fails_with_a_named_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let header = br#"{"type":"session","version":0,"id":"s1","createdAt":0,"cwd":"/w"}"#;
+        bomb(&path, &[header.as_slice(), b"\n"].concat(), 256);
+        let compressed = std::fs::metadata(&path).unwrap().len();
+        let mut input = open_input(&path).unwrap();
+        let mut total = 0u64;
+        let mut buf = vec![0u8; 1 << 16];
+        let error = loop {
+            match input.read(&mut buf) {
+                Ok(0) => panic!("read {total} bytes without hitting the limit"),
+                Ok(n) => total += n as u64,
+                Err(e) => break e,
+            }
+        };
+        let limit = (compressed * ZSTD_MAX_RATIO).clamp(ZSTD_RATIO_FLOOR, ZSTD_MAX_EXPANDED);
+        assert_eq!(total, limit, "stops exactly at the limit");
+        assert!(error.to_string().contains("ZSTD_LOG_TOO_LARGE"), "{error}");
+        // Loading it as a log fails the same way, without reading it whole.
+        match load_file(&path) {
+            Ok(_) => panic!("a bomb loaded"),
+            Err(e) => assert!(e.to_string().contains("ZSTD_LOG_TOO_LARGE"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn a_zstd_log_within_its_limit_reads_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        bomb(&path, b"", 8);
+        let mut input = open_input(&path).unwrap();
+        let mut out = Vec::new();
+        input.read_to_end(&mut out).unwrap();
+        assert_eq!(out.len(), 8 << 20);
     }
 }
