@@ -87,8 +87,8 @@ pub fn export_markdown(log: &LoadedLog) -> String {
     ));
     if let Some(parent) = &log.header.parent_session {
         out.push_str(&format!(
-            "- forked from `{parent}` after {} events\n",
-            log.header.seed_length.unwrap_or(0)
+            "- {}\n",
+            parent_line(parent, log.header.seed_length)
         ));
     }
     out.push('\n');
@@ -169,10 +169,7 @@ fn render_event(env: &Envelope, out: &mut String) {
         Event::EndSeed(_) => {
             out.push_str("_(end of the events inherited from the parent session)_\n\n")
         }
-        Event::DshOnly(event) => out.push_str(&format!(
-            "_(dsh event `{}`: no feature for it in this build; kept as written)_\n\n",
-            event.event_type()
-        )),
+        Event::DshOnly(event) => render_dsh_only(event, out),
         Event::Opaque { event_type, .. } if event_type.starts_with("compaction/") => {
             out.push_str(&format!("_{event_type}_\n\n"));
         }
@@ -181,6 +178,45 @@ fn render_event(env: &Envelope, out: &mut String) {
 }
 
 /// A tool result: its code when it failed, then its text, fenced and cut in the middle.
+/// How a session relates to its parent: a fork copied `seed_length` events of it; a session with
+/// a parent and no seed is a sub-agent the parent started.
+fn parent_line(parent: &str, seed_length: Option<u64>) -> String {
+    match seed_length {
+        Some(events) => format!("forked from `{parent}` after {events} events"),
+        None => format!("sub-agent started by `{parent}`"),
+    }
+}
+
+/// A dsh-only event: the two that this build writes itself say what they are; the others are
+/// carried as read.
+fn render_dsh_only(event: &crate::event::DshOnlyEvent, out: &mut String) {
+    let data = event.data();
+    let field = |key: &str| {
+        data.get(key)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+    };
+    let line = match event.event_type() {
+        "subagent/descriptor" => format!(
+            "_(sub-agent `{}`{}{})_",
+            field("name").unwrap_or_else(|| "?".into()),
+            field("label").map(|l| format!(": {l}")).unwrap_or_default(),
+            field("agentModel")
+                .map(|m| format!(" on {m}"))
+                .unwrap_or_default(),
+        ),
+        "web/deepseek-search-llm-request" => format!(
+            "_(web_search sent a request to {})_",
+            field("endpoint").unwrap_or_else(|| "its endpoint".into())
+        ),
+        other => {
+            format!("_(dsh event `{other}`: no feature for it in this build; kept as written)_")
+        }
+    };
+    out.push_str(&line);
+    out.push_str("\n\n");
+}
+
 fn render_tool_result(result: &crate::event::ToolResult, out: &mut String) {
     let failed = result.message.content.iter().any(|b| {
         matches!(
@@ -307,4 +343,53 @@ fn truncate_middle(text: &str, limit: usize) -> String {
         tail - head,
         &text[tail..]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::DshOnlyEvent;
+    use crate::reader::LoadedLog;
+
+    fn dsh_only(event_type: &str, data: &str) -> Envelope {
+        Envelope::new(Event::DshOnly(DshOnlyEvent::new(event_type, data).unwrap()))
+    }
+
+    /// The two dsh-only events this build writes say what they are; a child says who started
+    /// it instead of "forked after 0 events".
+    #[test]
+    fn events_dsh_writes_and_children_are_shown_for_what_they_are() {
+        let mut header = SessionHeader::new("child-1", "/w", 0);
+        header.parent_session = Some("parent-1".into());
+        let log = LoadedLog {
+            header,
+            events: vec![
+                dsh_only(
+                    "subagent/descriptor",
+                    r#"{"name":"agent-1","label":"find tests","agentModel":"deepseek-v4-flash"}"#,
+                ),
+                dsh_only(
+                    "web/deepseek-search-llm-request",
+                    r#"{"endpoint":"https://api.deepseek.com/anthropic/v1/messages","body":{}}"#,
+                ),
+                dsh_only("goal/change", r#"{"status":"open"}"#),
+            ],
+            torn_tail: None,
+        };
+        let text = export_markdown(&log);
+        assert!(text.contains("sub-agent started by `parent-1`"), "{text}");
+        assert!(!text.contains("after 0 events"), "{text}");
+        assert!(
+            text.contains("_(sub-agent `agent-1`: find tests on deepseek-v4-flash)_"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "_(web_search sent a request to https://api.deepseek.com/anthropic/v1/messages)_"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("`goal/change`: no feature for it"), "{text}");
+        assert_eq!(text.matches("no feature for it").count(), 1, "{text}");
+    }
 }

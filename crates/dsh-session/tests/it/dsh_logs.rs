@@ -81,7 +81,12 @@ fn every_vendored_dsh_log_loads_projects_renders_and_round_trips() {
         for env in &log.events {
             if let Event::DshOnly(event) = &env.event {
                 dsh_only_seen.insert(event.event_type().to_string());
-                let note = format!("dsh event `{}`", event.event_type());
+                // The two this build writes itself say what they are; the rest are noted.
+                let note = match event.event_type() {
+                    "subagent/descriptor" => "_(sub-agent `".to_string(),
+                    "web/deepseek-search-llm-request" => "_(web_search sent a request".to_string(),
+                    other => format!("dsh event `{other}`"),
+                };
                 assert!(md.contains(&note), "{name}: no note for {note}");
             }
         }
