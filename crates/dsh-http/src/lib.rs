@@ -35,4 +35,4 @@ pub use key::{
     AdapterConfigError, ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_REPLY_TIMEOUT,
 };
-pub use sse::{SseDecoder, SseEvent};
+pub use sse::{SseDecoder, SseEvent, MAX_SSE_EVENT_BYTES, SSE_TOO_LARGE};

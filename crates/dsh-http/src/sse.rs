@@ -18,9 +18,21 @@ pub enum SseEvent<'a> {
     Comment,
 }
 
+/// The longest line, and the most data of one event, the decoder keeps (16 MiB): a line
+/// without a newline, or an event, past it ends the stream with [`SSE_TOO_LARGE`].
+pub const MAX_SSE_EVENT_BYTES: usize = 16 << 20;
+
+/// The data of the last event a decoder reports once a line or an event passed
+/// [`MAX_SSE_EVENT_BYTES`]: not JSON, so each adapter's parser turns it into a
+/// `finish {error}` (`MALFORMED_RESPONSE`) whose message starts with this text.
+pub const SSE_TOO_LARGE: &[u8] = b"SSE_EVENT_TOO_LARGE: the provider sent a stream line or \
+event longer than 16 MiB; dsh stopped reading the reply";
+
 /// Incremental SSE decoder. Feed it byte slices as they arrive with [`push`](Self::push) and
-/// call [`finish`](Self::finish) at end of stream. It never fails: any byte sequence decodes to
-/// some events (malformed payloads are for the caller's JSON parser to reject).
+/// call [`finish`](Self::finish) at end of stream. Any byte sequence decodes to some events
+/// (malformed payloads are for the caller's JSON parser to reject), except that a line or an
+/// event longer than [`MAX_SSE_EVENT_BYTES`] ends decoding with one last [`SseEvent::Data`]
+/// holding [`SSE_TOO_LARGE`], so that memory stays bounded.
 #[derive(Debug, Default)]
 pub struct SseDecoder {
     /// The unterminated tail of the last slice.
@@ -28,6 +40,8 @@ pub struct SseDecoder {
     /// The data lines of the event being built.
     data: Vec<u8>,
     has_data: bool,
+    /// A line or event passed the cap: everything after is dropped.
+    overflowed: bool,
 }
 
 fn find_newline(bytes: &[u8]) -> Option<usize> {
@@ -48,10 +62,16 @@ impl SseDecoder {
         bytes: &[u8],
         mut on_event: impl FnMut(SseEvent<'_>) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
+        if self.overflowed {
+            return ControlFlow::Break(());
+        }
         let mut rest = bytes;
         while let Some(newline) = find_newline(rest) {
             let piece = &rest[..newline];
             rest = &rest[newline + 1..];
+            if self.partial_line.len() + piece.len() > MAX_SSE_EVENT_BYTES {
+                return self.overflow(&mut on_event);
+            }
             if self.partial_line.is_empty() {
                 self.line(piece, &mut on_event)?;
             } else {
@@ -63,13 +83,34 @@ impl SseDecoder {
                 flow?;
             }
         }
+        if self.partial_line.len() + rest.len() > MAX_SSE_EVENT_BYTES {
+            return self.overflow(&mut on_event);
+        }
         self.partial_line.extend_from_slice(rest);
         ControlFlow::Continue(())
+    }
+
+    /// Ends decoding after a line or event passed the cap: the buffers are freed and one last
+    /// event carries [`SSE_TOO_LARGE`].
+    fn overflow(
+        &mut self,
+        on_event: &mut impl FnMut(SseEvent<'_>) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        self.overflowed = true;
+        self.partial_line = Vec::new();
+        self.data = Vec::new();
+        self.has_data = false;
+        // Nothing follows, whatever the caller answers.
+        let _ = on_event(SseEvent::Data(SSE_TOO_LARGE));
+        ControlFlow::Break(())
     }
 
     /// Ends the stream: an unterminated last line is decoded, and a pending event is dispatched
     /// as if a blank line had followed it.
     pub fn finish(&mut self, mut on_event: impl FnMut(SseEvent<'_>) -> ControlFlow<()>) {
+        if self.overflowed {
+            return;
+        }
         if !self.partial_line.is_empty() {
             let line = std::mem::take(&mut self.partial_line);
             if self.line(&line, &mut on_event).is_break() {
@@ -106,6 +147,9 @@ impl SseDecoder {
             None => (line, &b""[..]),
         };
         if field == b"data" {
+            if self.data.len() + value.len() + 1 > MAX_SSE_EVENT_BYTES {
+                return self.overflow(on_event);
+            }
             if self.has_data {
                 self.data.push(b'\n');
             }
@@ -144,6 +188,65 @@ mod tests {
         for piece in 1..input.len() {
             assert_eq!(decode_in_pieces(input, piece), expected, "piece {piece}");
         }
+    }
+
+    /// Feeds `pieces` of `piece` bytes each; returns the events and the peak of the decoder's
+    /// buffers.
+    fn feed_many(first: &[u8], piece: &[u8], pieces: usize) -> (Vec<String>, usize) {
+        let mut decoder = SseDecoder::new();
+        let mut events = Vec::new();
+        let mut peak = 0;
+        let mut record = |event: SseEvent<'_>| {
+            if let SseEvent::Data(data) = event {
+                events.push(String::from_utf8_lossy(data).into_owned());
+            }
+            ControlFlow::Continue(())
+        };
+        let _ = decoder.push(first, &mut record);
+        for _ in 0..pieces {
+            if decoder.push(piece, &mut record).is_break() {
+                break;
+            }
+            peak = peak.max(decoder.partial_line.capacity() + decoder.data.capacity());
+        }
+        decoder.finish(&mut record);
+        (events, peak)
+    }
+
+    #[test]
+    fn a_line_without_newline_past_the_cap_ends_the_stream_with_a_named_error() {
+        // 64 MiB of one line: the decoder stops at 16 MiB and says why.
+        let (events, peak) = feed_many(b"data: ", &[b'a'; 1 << 20], 64);
+        assert_eq!(
+            events.len(),
+            1,
+            "{:?}",
+            events.iter().map(String::len).collect::<Vec<_>>()
+        );
+        assert!(
+            events[0].starts_with("SSE_EVENT_TOO_LARGE"),
+            "{}",
+            events[0]
+        );
+        assert!(peak <= 2 * MAX_SSE_EVENT_BYTES, "peak {peak}");
+    }
+
+    #[test]
+    fn an_event_of_many_lines_past_the_cap_ends_the_stream_too() {
+        let mut line = b"data: ".to_vec();
+        line.extend_from_slice(&[b'b'; 1 << 20]);
+        line.push(b'\n');
+        let (events, _) = feed_many(b"", &line, 40);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].as_bytes(), SSE_TOO_LARGE);
+        // Just under the cap still decodes.
+        let mut ok = b"data: ".to_vec();
+        ok.extend_from_slice(&vec![b'c'; MAX_SSE_EVENT_BYTES - 16]);
+        ok.extend_from_slice(b"\n\n");
+        assert_eq!(
+            decode_in_pieces(&ok, 1 << 20)[0].len(),
+            MAX_SSE_EVENT_BYTES - 16
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod dsh_logs;
 mod headless_cli;
 mod opt_in_tools;
 mod plan_cli;
+mod plant_escapes;
 mod run_cancel;
 mod run_cli;
 mod safety_cli;
