@@ -1,10 +1,16 @@
 //! What `dsh run` shows while it works: streamed text and reasoning, tool activity and retries
 //! on stderr (human progress), or one JSON object per session event on stdout (`--json`).
+//!
+//! Everything shown is first cleared of known secrets (plain or encoded; streamed text is
+//! held back where a secret could be cut in two) and then of terminal controls: the model's
+//! escape sequences are shown as text (`^[`), never obeyed (docs/SECURITY.md, "Terminal
+//! output (dsh run, sessions show)").
 
 use std::io::Write;
 
 use dsh_llm::Chunk;
 use dsh_session::{Envelope, Event};
+use dsh_tools::{printable, SecretRedactor, StreamRedactor};
 
 /// Human progress on stderr.
 pub(crate) struct ProgressPrinter {
@@ -13,16 +19,38 @@ pub(crate) struct ProgressPrinter {
     color: bool,
     /// The kind of the block being streamed: 0 none, 1 text, 2 reasoning.
     streaming: u8,
+    /// Every secret dsh loaded.
+    secrets: SecretRedactor,
+    /// The block being streamed, redacted as it arrives.
+    stream: Option<StreamRedactor>,
 }
 
 impl ProgressPrinter {
-    /// A printer; reasoning is shown only when asked, colours only when `color`.
-    pub(crate) fn new(show_reasoning: bool, color: bool) -> Self {
+    /// A printer; reasoning is shown only when asked, colours only when `color`; `secrets`
+    /// never shown.
+    pub(crate) fn new(show_reasoning: bool, color: bool, secrets: SecretRedactor) -> Self {
         ProgressPrinter {
             show_reasoning,
             color,
             streaming: 0,
+            secrets,
+            stream: None,
         }
+    }
+
+    /// `text` as it may be shown: secrets replaced, controls made visible.
+    fn shown(&self, text: &str) -> String {
+        printable(&self.secrets.redact(text)).into_owned()
+    }
+
+    /// The next piece of the streamed block, as it may be shown now.
+    fn streamed(&mut self, text: &str) -> String {
+        let secrets = &self.secrets;
+        let ready = self
+            .stream
+            .get_or_insert_with(|| secrets.stream())
+            .push(text);
+        printable(&ready).into_owned()
     }
 
     /// `text` in the SGR style `style` (e.g. `2` dim, `31` red) when colours are on.
@@ -35,6 +63,14 @@ impl ProgressPrinter {
     }
 
     fn end_stream(&mut self, err: &mut impl Write) {
+        if let Some(mut stream) = self.stream.take() {
+            let rest = printable(&stream.finish()).into_owned();
+            let _ = if self.streaming == 2 {
+                write!(err, "{}", self.paint("2", &rest))
+            } else {
+                write!(err, "{rest}")
+            };
+        }
         if self.streaming != 0 {
             let _ = writeln!(err);
             self.streaming = 0;
@@ -51,6 +87,7 @@ impl ProgressPrinter {
                         self.end_stream(&mut err);
                         self.streaming = 1;
                     }
+                    let text = self.streamed(text);
                     let _ = write!(err, "{text}");
                 }
                 Chunk::ReasoningDelta { text, .. } if self.show_reasoning => {
@@ -59,15 +96,17 @@ impl ProgressPrinter {
                         let _ = write!(err, "{}", self.paint("2", "[reasoning] "));
                         self.streaming = 2;
                     }
-                    let _ = write!(err, "{}", self.paint("2", text));
+                    let text = self.streamed(text);
+                    let _ = write!(err, "{}", self.paint("2", &text));
                 }
                 Chunk::Finish { .. } => self.end_stream(&mut err),
                 _ => {}
             },
             Event::ToolCall(call) => {
                 self.end_stream(&mut err);
-                let name = self.paint("36", &call.name);
-                let _ = writeln!(err, "-> {name} {}", one_line(&call.arguments, 160));
+                let name = self.paint("36", &self.shown(&call.name));
+                let arguments = self.shown(&call.arguments);
+                let _ = writeln!(err, "-> {name} {}", one_line(&arguments, 160));
             }
             Event::ToolResult(result) => {
                 self.end_stream(&mut err);
@@ -78,11 +117,11 @@ impl ProgressPrinter {
                             "   {} {} {}",
                             self.paint("31", "failed:"),
                             error.code,
-                            one_line(error.message.as_deref().unwrap_or(""), 160)
+                            one_line(&self.shown(error.message.as_deref().unwrap_or("")), 160)
                         );
                     }
                     None => {
-                        let text = text_of_result(&result.message);
+                        let text = self.shown(&text_of_result(&result.message));
                         let _ = writeln!(err, "   ok: {}", one_line(&text, 120));
                     }
                 }
@@ -96,7 +135,7 @@ impl ProgressPrinter {
                     retry.retry,
                     retry.delay_ms as f64 / 1000.0,
                     retry.failure.code,
-                    retry.failure.message
+                    self.shown(&retry.failure.message)
                 );
             }
             Event::Opaque { event_type, data } if event_type == "compaction/start" => {
@@ -113,7 +152,8 @@ impl ProgressPrinter {
                 self.end_stream(&mut err);
                 match data["warning"].as_str() {
                     Some(warning) => {
-                        let _ = writeln!(err, "dsh: compaction incomplete: {warning}");
+                        let _ =
+                            writeln!(err, "dsh: compaction incomplete: {}", self.shown(warning));
                     }
                     None => {
                         let _ = writeln!(
@@ -170,4 +210,26 @@ pub(crate) fn envelope_json(envelope: &Envelope) -> serde_json::Value {
         Ok(()) => serde_json::from_slice(&line).unwrap_or(serde_json::Value::Null),
         Err(_) => serde_json::Value::Null,
     }
+}
+
+/// `value` as one JSON line that is safe on a terminal and holds no known secret: strings
+/// redacted, and the characters serde_json leaves raw that a terminal may obey (DEL, C1
+/// controls such as U+009B CSI, bidirectional overrides) written as `\uXXXX` escapes (C0
+/// controls, ESC included, are escaped by serde_json already).
+pub(crate) fn json_line(mut value: serde_json::Value, secrets: &SecretRedactor) -> String {
+    secrets.redact_json(&mut value);
+    let line = value.to_string();
+    if !line.chars().any(dsh_tools::is_unsafe_for_terminal) {
+        return line;
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for c in line.chars() {
+        if dsh_tools::is_unsafe_for_terminal(c) {
+            // Outside strings JSON has no such characters; inside, the escape is the same text.
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -19,7 +19,7 @@ use dsh_runtime::{
 use dsh_session::TurnEndReason;
 
 use crate::headless::{json_prints, task_text, ColorChoice};
-use crate::progress::{envelope_json, ProgressPrinter};
+use crate::progress::{envelope_json, json_line, ProgressPrinter};
 
 // Arguments of `dsh run` (a plain comment: clap would make a doc comment the
 // subcommand's help line, which the variant's doc in main.rs is).
@@ -241,6 +241,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     let finished = tokio_util::sync::CancellationToken::new();
     let printer = spawn_printer(
         &args,
+        setup.secrets().clone(),
         session_id.clone(),
         handle.subscribe(),
         finished.clone(),
@@ -307,6 +308,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// stderr. Once `finished` is cancelled it prints what is still buffered and stops.
 fn spawn_printer(
     args: &RunArgs,
+    secrets: dsh_tools::SecretRedactor,
     session_id: String,
     mut events: tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
     finished: tokio_util::sync::CancellationToken,
@@ -317,16 +319,16 @@ fn spawn_printer(
     let json_deltas = args.json_deltas;
     let color = args.color.for_stderr();
     tokio::spawn(async move {
-        let mut progress = ProgressPrinter::new(show_reasoning, color);
+        let mut progress = ProgressPrinter::new(show_reasoning, color, secrets.clone());
         let mut stdout = std::io::stdout();
         let mut print = |envelope: &dsh_session::Envelope| {
             if json && json_prints(envelope, json_deltas) {
-                let line = serde_json::json!({
+                let value = serde_json::json!({
                     "type": "session_event",
                     "sessionId": session_id,
                     "event": envelope_json(envelope),
                 });
-                let _ = writeln!(stdout, "{line}");
+                let _ = writeln!(stdout, "{}", json_line(value, &secrets));
             } else if show_progress {
                 progress.print(envelope);
             }
@@ -383,12 +385,15 @@ fn finish(
             "costUsd": cost,
             "cache": cache_json(&outcome.cache_reports),
         });
-        println!("{line}");
+        println!("{}", json_line(line, setup.secrets()));
     } else if !outcome.final_text.is_empty() && !interrupted {
         // After Ctrl-C stdout stays empty, so a pipeline never consumes half an answer; the
         // partial reply stays in the session log.
+        // Secrets replaced and the model's escape sequences shown, not obeyed (docs/SECURITY.md,
+        // "Terminal output (dsh run, sessions show)").
+        let text = setup.secrets().redact(outcome.final_text.trim_end());
         let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{}", outcome.final_text.trim_end());
+        let _ = writeln!(stdout, "{}", dsh_tools::printable(&text));
     }
     match &outcome.reason {
         TurnEndReason::Completed => Ok(ExitCode::SUCCESS),
@@ -402,15 +407,22 @@ fn finish(
             "the reply hit the output token limit; its tool calls were not run. Continue with \
              `dsh run --continue \"...\"` or raise the limit.",
         )),
-        TurnEndReason::Error { error } => Err(user_error(&error.code.as_str(), &error.message)),
+        TurnEndReason::Error { error } => Err(user_error(
+            &error.code.as_str(),
+            shown(setup, &error.message),
+        )),
         TurnEndReason::Blocked { message } => Err(user_error(
             "BLOCKED",
-            message
-                .clone()
-                .unwrap_or_else(|| "the turn was blocked".into()),
+            shown(setup, message.as_deref().unwrap_or("the turn was blocked")),
         )),
         TurnEndReason::Interrupted => Err(user_error("INTERRUPTED", "the turn was interrupted")),
     }
+}
+
+/// A message from the provider or a hook as it may be printed: secrets replaced, controls
+/// shown as text.
+fn shown(setup: &Configuration, text: &str) -> String {
+    dsh_tools::printable(&setup.secrets().redact(text)).into_owned()
 }
 
 /// The turn's prompt-cache reports: a summary and one entry per request.

@@ -49,6 +49,10 @@ enum SessionsCommand {
         /// Show the transcript of this subagent (its name `agent-N`, id or id prefix).
         #[arg(long, value_name = "NAME", conflicts_with_all = ["cache", "children"])]
         child: Option<String>,
+        /// Print control characters and escape sequences as they were logged instead of
+        /// showing them as text (`^[`); a terminal will obey them. Secrets stay replaced.
+        #[arg(long)]
+        raw: bool,
     },
     /// Export a session as JSON lines, a Markdown transcript, or a zip with sub-agent logs.
     Export {
@@ -115,17 +119,19 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
             cache,
             children,
             child,
+            raw,
         } => {
             if children || child.is_some() {
                 let folder = session_folder(store.as_ref(), kind, &session)?;
-                return show_children(&folder, child.as_deref(), &mut out)
+                return show_children(&folder, child.as_deref(), raw, &mut out)
                     .map(|()| ExitCode::SUCCESS);
             }
             let log = load_any(store.as_ref(), &session)?;
             if cache {
                 cache_table(&log, &mut out)?;
             } else {
-                out.write_all(human_dates(&log, export_markdown(&log)).as_bytes())?;
+                let text = human_dates(&log, export_markdown(&log));
+                out.write_all(shown(&log, &text, raw).as_bytes())?;
             }
         }
         SessionsCommand::Export {
@@ -157,7 +163,10 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
                 writeln!(
                     out,
                     "{}  #{}  {}  {}",
-                    hit.session_id, hit.seq, hit.event_type, hit.snippet
+                    hit.session_id,
+                    hit.seq,
+                    hit.event_type,
+                    dsh_tools::printable(&hit.snippet)
                 )?;
             }
         }
@@ -203,7 +212,12 @@ fn session_folder(store: &dyn SessionStore, kind: StoreKind, key: &str) -> anyho
 
 /// `show --children`: one line per subagent of the session in `folder`; `show --child NAME`:
 /// that subagent's transcript.
-fn show_children(folder: &Path, child: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
+fn show_children(
+    folder: &Path,
+    child: Option<&str>,
+    raw: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let children = dsh_agent::read_children(folder);
     if let Some(key) = child {
         let found = children
@@ -220,7 +234,8 @@ fn show_children(folder: &Path, child: Option<&str>, out: &mut impl Write) -> an
                 format!("the session has no subagent `{key}`; `dsh sessions show <session> --children` lists them")
             })?;
         let log = load_file(&found.log)?;
-        out.write_all(human_dates(&log, export_markdown(&log)).as_bytes())?;
+        let text = human_dates(&log, export_markdown(&log));
+        out.write_all(shown(&log, &text, raw).as_bytes())?;
         return Ok(());
     }
     if children.is_empty() {
@@ -518,6 +533,47 @@ fn configured_prices(session_cwd: &Path) -> PriceTable {
         Err(err) => {
             eprintln!("dsh: warning: built-in prices used: the configuration does not load: {err}");
             PriceTable::default_deepseek()
+        }
+    }
+}
+
+/// A transcript as `sessions show` prints it (docs/SECURITY.md, "Terminal output (dsh run,
+/// sessions show)"): every secret known in the session's directory replaced (the log's tool
+/// results already are; the model's own text may not be), and unless `raw`, control
+/// characters and escape sequences shown as text (`^[]52;...`), never obeyed.
+fn shown(log: &LoadedLog, text: &str, raw: bool) -> String {
+    let secrets = known_secrets(Path::new(&log.header.cwd));
+    let text = secrets.redact(text);
+    if raw {
+        text.into_owned()
+    } else {
+        dsh_tools::printable(&text).into_owned()
+    }
+}
+
+/// The secrets dsh would load for a session in `session_cwd` (the current directory when it
+/// is gone): its environment, `$DSH_HOME/.env`, the directory's `.env`, configured keys and
+/// tokens. A configuration that does not load gives those of the environment and the `.env`
+/// files.
+fn known_secrets(session_cwd: &Path) -> dsh_tools::SecretRedactor {
+    let cwd = if session_cwd.is_dir() {
+        session_cwd.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+    };
+    let Ok(home) = crate::home::dsh_home() else {
+        return dsh_tools::SecretRedactor::from_env();
+    };
+    let settings = dsh_runtime::credentials::Settings::load(&cwd, &home);
+    let lookup = |name: &str| settings.get(name);
+    match dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default()) {
+        Ok(config) => dsh_runtime::credentials::secrets(&settings, &config),
+        Err(_) => {
+            let mut secrets = dsh_tools::SecretRedactor::from_env();
+            for (name, value) in settings.env_file_secrets() {
+                secrets.add(&name, &value);
+            }
+            secrets
         }
     }
 }

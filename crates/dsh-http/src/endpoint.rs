@@ -532,6 +532,9 @@ pub struct Endpoint {
     models_url: String,
     headers: HeaderMap,
     secret: Option<String>,
+    /// The key and the configured header values in every form the matcher knows
+    /// (docs/SECURITY.md, "Secrets and redaction").
+    scrubber: Arc<crate::SecretMatcher>,
     key_variable: String,
     idle_timeout: Duration,
     reply_timeout: Duration,
@@ -602,6 +605,11 @@ impl Endpoint {
             })?;
             headers.insert(header_name, header_value);
         }
+        let mut known: Vec<&str> = secret.as_deref().into_iter().collect();
+        known.extend(config.extra_headers.iter().map(|(_, value)| value.as_str()));
+        let scrubber = Arc::new(crate::SecretMatcher::new(
+            known.into_iter().map(|value| ("<redacted>", value)),
+        ));
         // The client never follows redirects: a 3xx is reported with its target instead
         // (docs/providers.md, "Redirects").
         let client = match config.client {
@@ -617,6 +625,7 @@ impl Endpoint {
             models_url: config.models_url,
             headers,
             secret,
+            scrubber,
             key_variable: config.key_variable,
             idle_timeout: config.idle_timeout,
             reply_timeout: config.reply_timeout,
@@ -654,13 +663,19 @@ impl Endpoint {
         self.secret.is_some()
     }
 
-    /// Removes the key from a failure message, whatever put it there (e.g. a provider echoing
-    /// the rejected key).
+    /// Removes the key and the configured header values from a failure message, whatever put
+    /// them there (e.g. a provider echoing the rejected key), plain or encoded (base64, hex,
+    /// reversed, pieces of 12 bytes and more; docs/SECURITY.md, "Secrets and redaction").
     pub fn scrub(&self, mut failure: Failure) -> Failure {
         if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+            // Keys shorter than the matcher's minimum are still replaced where they appear
+            // whole.
             if failure.message.contains(secret) {
                 failure.message = failure.message.replace(secret, "<redacted>");
             }
+        }
+        if let std::borrow::Cow::Owned(clean) = self.scrubber.scrub(&failure.message) {
+            failure.message = clean;
         }
         failure
     }

@@ -22,6 +22,7 @@ mod client;
 mod endpoint;
 pub mod errors;
 mod key;
+mod secrets;
 mod sse;
 
 pub use body::RequestBody;
@@ -35,4 +36,5 @@ pub use key::{
     AdapterConfigError, ApiKey, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_REPLY_TIMEOUT,
 };
+pub use secrets::{SecretMatcher, FRAGMENT_BYTES, MIN_SECRET_BYTES};
 pub use sse::{SseDecoder, SseEvent, MAX_SSE_EVENT_BYTES, SSE_TOO_LARGE};

@@ -279,6 +279,62 @@ async fn a_provider_echoing_the_key_never_gets_it_into_a_failure() {
     assert!(format!("{endpoint:?}").contains("<redacted>"));
 }
 
+/// A provider that echoes the key encoded (base64 at each offset, hex, reversed, split) or a
+/// configured header's secret value gets none of them into a failure (docs/SECURITY.md,
+/// "Secrets and redaction").
+#[tokio::test]
+async fn a_provider_echoing_the_key_encoded_or_a_header_secret_never_gets_it_into_a_failure() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let header_secret = "hdr-9f8e7d6c5b4a3210-token";
+    let hex: String = KEY.bytes().map(|b| format!("{b:02x}")).collect();
+    let reversed: String = KEY.chars().rev().collect();
+    // Two pieces of 12 bytes (the shortest piece the matcher replaces).
+    let (left, right) = (&KEY[..12], &KEY[KEY.len() - 12..]);
+    let bodies = [
+        b64.encode(KEY),
+        b64.encode(format!("x{KEY}")),
+        b64.encode(format!("xy{KEY}")),
+        hex.to_uppercase(),
+        reversed.clone(),
+        format!("{left} / {right}"),
+        format!("token {header_secret} refused"),
+    ];
+    let provider = FakeProvider::start(bodies.iter().map(|body| ScriptedReply::Http {
+        status: 400,
+        headers: Vec::new(),
+        body: format!("{{\"error\":{{\"message\":\"{body}\"}}}}"),
+    }))
+    .await
+    .unwrap();
+    let key = ApiKey::new(KEY);
+    let extra = [("x-auth".to_string(), header_secret.to_string())];
+    let endpoint = Endpoint::new(config(
+        &provider.base_url(),
+        Some(&key),
+        &extra,
+        Duration::from_secs(10),
+        Duration::from_secs(20),
+    ))
+    .unwrap();
+    for body in &bodies {
+        let failure = failure_of(&collect(&endpoint, CancellationToken::new()).await);
+        assert!(
+            !failure.message.contains(body.as_str()),
+            "{}",
+            failure.message
+        );
+        for part in [left, right, header_secret, &hex, &reversed] {
+            assert!(!failure.message.contains(part), "{}", failure.message);
+        }
+        assert!(
+            failure.message.contains("<redacted>"),
+            "{}",
+            failure.message
+        );
+    }
+}
+
 #[tokio::test]
 async fn without_a_key_nothing_is_sent() {
     let provider = FakeProvider::start([SseReply::new().data("x").into()])

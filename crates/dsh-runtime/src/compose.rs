@@ -191,11 +191,20 @@ fn register_policies(
     let mut safety =
         dsh_agent::SafetyPolicy::new(permission, sandbox.mode().as_str(), sandbox.detail())
             .with_workspace(tool_context.cwd(), tool_context.writable_roots());
+    // Every secret loaded for the workspace (docs/SECURITY.md, "Secrets and redaction"),
+    // the editor's own MCP servers' tokens and headers, and the key in use.
+    let mut secrets = setup.secrets().clone();
+    crate::credentials::add_mcp_secrets(
+        &mut secrets,
+        &shared.extra_mcp,
+        &crate::credentials::Settings::default(),
+    );
     if let Some(key) = &setup.selection.api_key {
         let provider = &setup.selection.provider;
         let name = provider.api_key_env.as_deref().unwrap_or("API_KEY");
-        safety = safety.with_secret(name, key.expose_secret());
+        secrets.add(name, key.expose_secret());
     }
+    safety = safety.with_redactor(secrets);
     extensions.register_for_life(Arc::new(safety));
     extensions.register_for_life(Arc::new(dsh_agent::ContextMessages::new(
         &setup.cwd,

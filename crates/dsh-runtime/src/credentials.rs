@@ -7,12 +7,17 @@
 //! dsh asks for (`DSH_PERMISSION_MODE`, `DEEPSEEK_BASE_URL`, ...) is not taken from it, and the
 //! refusal is reported once, naming the file and the variable (docs/configuration.md,
 //! "The project's .env").
+//!
+//! Every secret these sources hold is known to the redactor ([`secrets`]; docs/SECURITY.md,
+//! "Secrets and redaction"), whether or not this session uses it: another provider's key in
+//! `$DSH_HOME/.env` is as secret as the active one.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use dsh_llm::LockExt;
+use dsh_tools::SecretRedactor;
 
 /// Key variables of the built-in providers, always accepted from `./.env`.
 pub const BUILTIN_KEY_VARIABLES: [&str; 2] = ["DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY"];
@@ -103,6 +108,18 @@ impl Settings {
             .cloned()
     }
 
+    /// The secret-looking entries of `./.env` and `$DSH_HOME/.env` as `(name, value)`
+    /// pairs, by the rule of [`dsh_tools::env_file_secrets`] (every value of a variable named
+    /// like a secret, and other values that look like tokens).
+    pub fn env_file_secrets(&self) -> Vec<(String, String)> {
+        let project = self.project.iter().flat_map(|(_, entries)| entries.iter());
+        dsh_tools::env_file_secrets(
+            project
+                .chain(self.home.iter())
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        )
+    }
+
     /// One warning per variable refused from `./.env` since the last call.
     pub fn take_warnings(&self) -> Vec<String> {
         let Some((path, _)) = &self.project else {
@@ -127,6 +144,86 @@ impl Settings {
     pub fn print_warnings(&self) {
         for warning in self.take_warnings() {
             eprintln!("dsh: warning: {warning}");
+        }
+    }
+}
+
+/// Every secret dsh has loaded for a workspace, for redaction (docs/SECURITY.md, "Secrets
+/// and redaction"):
+///
+/// * the secret-named variables of dsh's environment ([`SecretRedactor::from_env`]);
+/// * the key of every provider the configuration defines (built-in or configured,
+///   active or not) from wherever [`Settings::get`] finds it, and the project's own key;
+/// * provider and MCP headers and a stdio MCP server's `env` entries that are secret by
+///   name or look like tokens; MCP `bearer_token_env` and `env_vars` values;
+/// * the secret-looking entries of `./.env` and `$DSH_HOME/.env`
+///   ([`Settings::env_file_secrets`]).
+pub fn secrets(settings: &Settings, config: &dsh_config::Config) -> SecretRedactor {
+    let mut redactor = SecretRedactor::from_env();
+    let mut variables: BTreeSet<String> = BUILTIN_KEY_VARIABLES
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    let mut literal: Vec<(String, String)> = Vec::new();
+    for provider in config.providers.values() {
+        variables.extend(provider.api_key_env.clone());
+        literal.extend(provider.headers.iter().cloned());
+    }
+    for name in &variables {
+        for value in settings
+            .get(name)
+            .into_iter()
+            .chain(settings.project_value(name))
+        {
+            redactor.add(name, &value);
+        }
+    }
+    add_literal(&mut redactor, &literal);
+    add_literal(&mut redactor, &settings.env_file_secrets());
+    add_mcp_secrets(&mut redactor, &config.mcp_servers, settings);
+    redactor
+}
+
+/// Adds the `(name, value)` pairs that are secret by name or look like tokens
+/// ([`dsh_tools::env_file_secrets`]).
+fn add_literal(redactor: &mut SecretRedactor, pairs: &[(String, String)]) {
+    let found = dsh_tools::env_file_secrets(
+        pairs
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str())),
+    );
+    for (name, value) in found {
+        redactor.add(&name, &value);
+    }
+}
+
+/// Adds what MCP servers hold: the value of each `bearer_token_env` (always), and headers,
+/// `env` entries and passed-through `env_vars` values that are secret by name or look like
+/// tokens. Variables are looked up in `settings` (the environment first).
+pub fn add_mcp_secrets(
+    redactor: &mut SecretRedactor,
+    servers: &[dsh_config::McpServerConfig],
+    settings: &Settings,
+) {
+    for server in servers {
+        match &server.transport {
+            dsh_config::McpTransport::Stdio { env, env_vars, .. } => {
+                let mut pairs = env.clone();
+                for name in env_vars {
+                    pairs.extend(settings.get(name).map(|value| (name.clone(), value)));
+                }
+                add_literal(redactor, &pairs);
+            }
+            dsh_config::McpTransport::Http {
+                headers,
+                bearer_token_env,
+                ..
+            } => {
+                add_literal(redactor, headers);
+                if let Some(value) = bearer_token_env.as_deref().and_then(|n| settings.get(n)) {
+                    redactor.add(bearer_token_env.as_deref().unwrap_or("TOKEN"), &value);
+                }
+            }
         }
     }
 }

@@ -134,6 +134,16 @@ pub struct Configuration {
     selection: dsh_config::Selection,
     /// `web_search`, when it is on (a DeepSeek key is configured).
     search: Option<web_search::SearchSetup>,
+    /// Every secret loaded for this workspace (docs/SECURITY.md, "Secrets and redaction").
+    secrets: dsh_tools::SecretRedactor,
+}
+
+impl Configuration {
+    /// Every secret dsh loaded for this workspace ([`credentials::secrets`]): what tool
+    /// results, the session log and the front ends' output must not show.
+    pub fn secrets(&self) -> &dsh_tools::SecretRedactor {
+        &self.secrets
+    }
 }
 
 /// A built agent, ready for its front end to install its approver and asker
@@ -455,6 +465,9 @@ impl Runtime {
         for warning in settings.take_warnings() {
             self.warnings.say_once(&format!("warning: {warning}"));
         }
+        // After the warnings: looking up every provider's key must not report the project's
+        // `.env` entries the selection did not ask for.
+        let secrets = credentials::secrets(&settings, &config);
         let selection = selection.map_err(|err| match err {
             dsh_config::SelectError::MissingKey(e) => {
                 RuntimeError::MissingCredential(e.to_string())
@@ -479,6 +492,7 @@ impl Runtime {
             config,
             selection,
             search,
+            secrets,
         })
     }
 

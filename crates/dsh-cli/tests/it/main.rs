@@ -24,6 +24,7 @@ mod plant_escapes;
 mod run_cancel;
 mod run_cli;
 mod safety_cli;
+mod secret_escapes;
 mod sessions_cli;
 mod shared_prefix;
 mod start_errors;
