@@ -30,6 +30,7 @@ use std::fmt;
 use std::fs::{File, Metadata};
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{ToolError, ToolErrorCode};
 use crate::paths::resolve_real_path_visiting;
@@ -122,6 +123,9 @@ struct DenyRule {
     why: &'static str,
 }
 
+/// A denied file's device and inode, with the index of the rule that denies it.
+type Identity = (u64, u64, usize);
+
 /// The one policy for dsh's in-process file access (see the module docs).
 #[derive(Debug, Clone)]
 pub struct GatePolicy {
@@ -132,6 +136,9 @@ pub struct GatePolicy {
     /// workspace inside `$DSH_HOME`).
     exceptions: Vec<PathBuf>,
     read_roots: Vec<PathBuf>,
+    /// The identities (device, inode, rule index) of the denied files, when this policy value
+    /// keeps them for a walk (see [`GatePolicy::for_walk`]); `None`: looked up per check.
+    identities: Option<Arc<OnceLock<Vec<Identity>>>>,
 }
 
 /// `path` and, when it differs, its canonical form (a rule must hold for both spellings).
@@ -214,6 +221,7 @@ impl GatePolicy {
             denied: Vec::new(),
             exceptions: Vec::new(),
             read_roots: SYSTEM_READ_ROOTS.iter().map(PathBuf::from).collect(),
+            identities: None,
         };
         for path in SYSTEM_SECRETS {
             policy.deny(
@@ -363,6 +371,33 @@ impl GatePolicy {
         }
     }
 
+    /// A copy for one walk (a `grep` call): the identities of the denied files are looked up
+    /// once for the whole walk instead of once per file with several hard links (a pnpm store
+    /// links every file).
+    pub(crate) fn for_walk(&self) -> GatePolicy {
+        let mut copy = self.clone();
+        copy.identities = Some(Arc::new(OnceLock::new()));
+        copy
+    }
+
+    /// The (device, inode, rule index) of every denied file that exists.
+    #[cfg_attr(not(unix), allow(dead_code))]
+    fn denied_identities(&self) -> Vec<Identity> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let mut out = Vec::new();
+            for (index, rule) in self.denied.iter().enumerate() {
+                for meta in denied_files(&rule.path) {
+                    out.push((meta.dev(), meta.ino(), index));
+                }
+            }
+            out
+        }
+        #[cfg(not(unix))]
+        Vec::new()
+    }
+
     /// Refuses `meta` (of a file about to be read) when it has more than one hard link and is
     /// one of the denied files that exist: a hard link planted in the workspace.
     pub(crate) fn check_identity(&self, shown: &Path, meta: &Metadata) -> Result<(), Refusal> {
@@ -372,19 +407,27 @@ impl GatePolicy {
             if meta.nlink() <= 1 {
                 return Ok(());
             }
-            let same = |other: &Metadata| other.dev() == meta.dev() && other.ino() == meta.ino();
-            for rule in &self.denied {
-                if denied_files(&rule.path).iter().any(same) {
-                    return Err(Refusal {
-                        rule: "hard-link",
-                        message: format!(
-                            "{} is a hard link to a file under {}, which is off limits to dsh's file tools (`hard-link` rule of the file gate: {})",
-                            shown.display(),
-                            rule.path.display(),
-                            rule.why
-                        ),
-                    });
+            let looked_up;
+            let identities = match &self.identities {
+                Some(cache) => cache.get_or_init(|| self.denied_identities()),
+                None => {
+                    looked_up = self.denied_identities();
+                    &looked_up
                 }
+            };
+            let found = identities
+                .iter()
+                .find(|(dev, ino, _)| *dev == meta.dev() && *ino == meta.ino());
+            if let Some(rule) = found.and_then(|(_, _, index)| self.denied.get(*index)) {
+                return Err(Refusal {
+                    rule: "hard-link",
+                    message: format!(
+                        "{} is a hard link to a file under {}, which is off limits to dsh's file tools (`hard-link` rule of the file gate: {})",
+                        shown.display(),
+                        rule.path.display(),
+                        rule.why
+                    ),
+                });
             }
         }
         #[cfg(not(unix))]

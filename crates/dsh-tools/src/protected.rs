@@ -294,6 +294,89 @@ mod tests {
     }
 
     #[test]
+    fn every_git_directory_is_protected_not_only_the_top_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for sub in [
+            ".git/hooks",
+            ".git/modules/a/hooks",
+            ".git/modules/a/modules/b",
+            ".git/worktrees/wt",
+            "nested/.git/hooks",
+            "bare.git/objects",
+            "deep/er/repo/.git",
+        ] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        for file in [
+            ".git/config",
+            ".git/modules/a/config",
+            ".git/modules/a/modules/b/config",
+            ".git/worktrees/wt/commondir",
+            "nested/.git/config",
+            "bare.git/HEAD",
+            "bare.git/config",
+            "deep/er/repo/.git/config",
+        ] {
+            std::fs::write(root.join(file), "").unwrap();
+        }
+        std::fs::create_dir_all(root.join("sm")).unwrap();
+        std::fs::write(root.join("sm/.git"), "gitdir: ../.git/modules/a\n").unwrap();
+        let protected = [
+            ".git/modules/a/hooks/post-checkout",
+            ".git/modules/a/config",
+            ".git/modules/a/modules/b/config",
+            ".git/modules/a/modules/b/hooks/pre-commit",
+            ".git/worktrees/wt/config.worktree",
+            ".git/worktrees/wt/commondir",
+            ".git/worktrees/wt/gitdir",
+            "nested/.git/hooks/x",
+            "nested/.GIT/CONFIG",
+            "bare.git/config",
+            "bare.git/hooks/update",
+            "sm/.git",
+            ".Codex/config.toml",
+            ".vscode/tasks.json",
+            ".ENV",
+        ];
+        for path in protected {
+            assert!(
+                protected_entry(&root, &root.join(path)).is_some(),
+                "{path} must be protected"
+            );
+        }
+        for path in [
+            "src/config",
+            "hooks/x",
+            ".git/objects/ab/cd",
+            "nested/src/config",
+        ] {
+            assert!(
+                protected_entry(&root, &root.join(path)).is_none(),
+                "{path} is not protected"
+            );
+        }
+        let found = existing_protected_entries(&root);
+        for path in [
+            ".git/config",
+            ".git/hooks",
+            ".git/modules/a/config",
+            ".git/modules/a/hooks",
+            ".git/modules/a/modules/b/config",
+            ".git/worktrees/wt/commondir",
+            "nested/.git/config",
+            "nested/.git/hooks",
+            "deep/er/repo/.git/config",
+            "sm/.git",
+        ] {
+            assert!(
+                found.contains(&root.join(path)),
+                "{path} not listed: {found:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_git_file_is_protected() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();

@@ -9,7 +9,6 @@
 //! outside the working directory, a missing path or a binary file is named with the reason and
 //! not read. Images are left to the image attachment ([`is_image`]).
 
-use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 /// Bytes of one file attached at most.
@@ -120,12 +119,17 @@ const ATTACHMENTS_HEADER: &str = "Files the user mentioned with @, attached as t
 pub fn attach(text: &str, cwd: &Path) -> Attachments {
     let mut out = Attachments::default();
     let mut budget = MAX_TOTAL_BYTES;
+    let Some(gate) = Gate::new(cwd) else {
+        return out;
+    };
     for mention in mentioned_paths(text) {
-        let Some(path) = inside(cwd, &mention) else {
-            out.skipped.push(format!(
-                "@{mention}: outside the working directory, not attached"
-            ));
-            continue;
+        let path = match gate.inside(&mention) {
+            Ok(path) => path,
+            Err(reason) => {
+                out.skipped
+                    .push(format!("@{mention}: {reason}, not attached"));
+                continue;
+            }
         };
         if is_image(&path) {
             out.images.push(path);
@@ -149,7 +153,7 @@ pub fn attach(text: &str, cwd: &Path) -> Attachments {
                 continue;
             }
             Ok(meta) if meta.is_dir() => list_dir(&path),
-            Ok(_) => match read_text(&path, budget) {
+            Ok(_) => match read_text(&gate, &path, budget) {
                 Ok(pair) => pair,
                 Err(reason) => {
                     out.skipped
@@ -175,34 +179,61 @@ pub fn attach(text: &str, cwd: &Path) -> Attachments {
     out
 }
 
-/// `mention` made absolute against `cwd`, if it stays inside it (no `..` out of it; symbolic
-/// links are followed and must resolve inside too).
-fn inside(cwd: &Path, mention: &str) -> Option<PathBuf> {
-    let joined = cwd.join(mention);
-    let mut clean = PathBuf::new();
-    for component in joined.components() {
-        match component {
-            Component::ParentDir => {
-                clean.pop();
+/// The file gate of dsh-tools for mentions (docs/SECURITY.md, "The file gate"): a mention is
+/// attached only when its real path lies inside the working directory (links that stay inside
+/// work), it is not denied (dsh's home, credentials, ...) and, for a file, it is read through
+/// a descriptor opened without following links: a regular file, never a FIFO or a device, never
+/// a hard link to a denied file.
+struct Gate {
+    cwd: PathBuf,
+    policy: dsh_tools::GatePolicy,
+}
+
+impl Gate {
+    fn new(cwd: &Path) -> Option<Gate> {
+        let cwd = std::fs::canonicalize(cwd).ok()?;
+        let policy = dsh_tools::GatePolicy::new(&cwd);
+        Some(Gate { cwd, policy })
+    }
+
+    /// `mention` made absolute against the cwd (`..` applied lexically) and checked by the
+    /// gate: its real path, or why it is left out.
+    fn inside(&self, mention: &str) -> Result<PathBuf, String> {
+        let joined = self.cwd.join(mention);
+        let mut clean = PathBuf::new();
+        for component in joined.components() {
+            match component {
+                Component::ParentDir => {
+                    clean.pop();
+                }
+                Component::CurDir => {}
+                other => clean.push(other),
             }
-            Component::CurDir => {}
-            other => clean.push(other),
+        }
+        if !clean.starts_with(&self.cwd) {
+            return Err("outside the working directory".to_string());
+        }
+        match self.policy.check_workspace_path(&clean) {
+            Ok(real) => Ok(real),
+            Err(dsh_tools::GateError::Refused(refusal)) if refusal.rule == "symlink-out" => {
+                Err("outside the working directory (a link out of it)".to_string())
+            }
+            Err(dsh_tools::GateError::Refused(refusal)) => Err(format!(
+                "refused by the file gate (`{}` rule)",
+                refusal.rule
+            )),
+            Err(err) => Err(err.to_string()),
         }
     }
-    let real_cwd = std::fs::canonicalize(cwd).ok()?;
-    let real = std::fs::canonicalize(&clean).unwrap_or(clean);
-    real.starts_with(&real_cwd).then_some(real)
 }
 
 /// The first lines of a text file within the limits and `budget`, and a note for the header.
-fn read_text(path: &Path, budget: usize) -> Result<(String, String), String> {
+fn read_text(gate: &Gate, path: &Path, budget: usize) -> Result<(String, String), String> {
     let cap = MAX_FILE_BYTES.min(budget);
-    let mut file = std::fs::File::open(path).map_err(|err| err.to_string())?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut bytes = Vec::new();
-    file.by_ref()
-        .take(cap as u64 + 1)
-        .read_to_end(&mut bytes)
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let mut bytes = gate
+        .policy
+        .read_workspace_file(path, cap as u64 + 1)
         .map_err(|err| err.to_string())?;
     if bytes.contains(&0) {
         return Err("binary file".to_string());

@@ -17,6 +17,7 @@ mod budgets;
 mod common;
 mod config_cli;
 mod dsh_logs;
+mod file_gate_escapes;
 mod headless_cli;
 mod opt_in_tools;
 mod plan_cli;

@@ -99,7 +99,7 @@ pub(crate) fn gated_root(ctx: &ToolContext, shown: PathBuf) -> Result<SearchRoot
         shown,
         real,
         dir,
-        gate: ctx.gate().clone(),
+        gate: ctx.gate().for_walk(),
     })
 }
 

@@ -265,3 +265,33 @@ fn mentions_attach_contents_folders_and_say_what_was_left_out() {
     let (plain, _) = user_message("no mentions here", root);
     assert_eq!(plain.content.len(), 1);
 }
+
+/// `@` mentions go through the file gate (docs/SECURITY.md, "The file gate"): a link out of the
+/// working directory, a hard link to a denied file, a denied folder inside the workspace and a
+/// FIFO are left out with the reason; nothing of the secret is attached, and nothing blocks.
+#[test]
+fn mentions_pass_the_file_gate() {
+    let dir = workspace();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("id_ed25519");
+    std::fs::write(&secret, "PRIVATE-KEY-MATERIAL\n").unwrap();
+    std::os::unix::fs::symlink(&secret, root.join("readme.md")).unwrap();
+    std::os::unix::fs::symlink("/etc/shadow", root.join("shadow.txt")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(root.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let started = Instant::now();
+    let a = attach("@readme.md @shadow.txt @pipe", &root);
+    assert!(started.elapsed() < Duration::from_secs(5), "a FIFO blocked");
+    assert!(!a.text.contains("PRIVATE-KEY"), "{}", a.text);
+    assert!(!a.text.contains("root:"), "{}", a.text);
+    assert_eq!(a.skipped.len(), 3, "{:?}", a.skipped);
+    assert!(
+        a.skipped[0].contains("outside the working directory"),
+        "{:?}",
+        a.skipped
+    );
+}
