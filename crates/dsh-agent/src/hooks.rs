@@ -195,6 +195,10 @@ impl CommandHooks {
         }
         let input = Value::Object(payload).to_string();
         let mut env = dsh_tools::scrubbed_env();
+        if let Some(path) = self.config.command_path() {
+            env.retain(|(name, _)| name != "PATH");
+            env.push(("PATH".into(), path.to_os_string()));
+        }
         for name in ["CLAUDE_PROJECT_DIR", "DSH_PROJECT_DIR"] {
             env.push((name.into(), attached.cwd.clone().into_os_string()));
         }

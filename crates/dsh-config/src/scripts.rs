@@ -43,13 +43,19 @@ const INTERPRETERS: &[&str] = &[
     "luajit",
     "Rscript",
     "tclsh",
-    "awk",
-    "gawk",
     "osascript",
     "pwsh",
     "uv",
     "npx",
 ];
+
+/// Programs that run a file only when given `-f <file>` (their first argument is program text).
+const FILE_OPTION_ONLY: &[&str] = &["awk", "gawk", "mawk", "nawk", "sed"];
+
+/// Options of interpreters whose value is inline code or a module name, not a file: the
+/// interpreter runs no script file of its own then (`python3 -c`, `python3 -m json.tool`,
+/// `node -e`, `perl -e`).
+const INLINE_CODE_OPTIONS: &[&str] = &["-c", "-e", "-E", "-m", "-p", "--eval", "--print"];
 
 /// Interpreters whose `-c` argument is shell text (analysed in turn).
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "busybox"];
@@ -99,8 +105,10 @@ enum Token {
     /// A word after quote removal and expansion of the known variables; `dynamic` when it
     /// still depends on something only the shell knows.
     Word { text: String, dynamic: bool },
-    /// `;`, `&`, `|`, `&&`, `||`, newline, `(`, `)`.
+    /// `;`, `&`, `&&`, `||`, newline, `(`, `)`.
     Separator,
+    /// `|`: the next command reads the previous one's output.
+    Pipe,
     /// `<` (input redirection: the next word is read by the command).
     Input,
     /// `>`, `>>`, `2>`, ...: the next word is written, not run.
@@ -131,6 +139,10 @@ fn tokenize(text: &str, place: &CommandPlace, nested: &mut Vec<String>) -> Vec<T
         let c = chars[i];
         match c {
             ' ' | '\t' => flush(&mut tokens, &mut word, &mut dynamic, &mut in_word),
+            '|' if chars.get(i + 1) != Some(&'|') && (i == 0 || chars[i - 1] != '|') => {
+                flush(&mut tokens, &mut word, &mut dynamic, &mut in_word);
+                tokens.push(Token::Pipe);
+            }
             '\n' | ';' | '&' | '|' | '(' | ')' => {
                 flush(&mut tokens, &mut word, &mut dynamic, &mut in_word);
                 tokens.push(Token::Separator);
@@ -340,11 +352,13 @@ fn shell_into(command: &str, place: &CommandPlace, out: &mut CommandScripts, dep
     let tokens = tokenize(command, place, &mut nested);
     let mut words: Vec<(String, bool)> = Vec::new();
     let mut pending: Option<&Token> = None;
+    let mut piped = false;
     for token in tokens.iter().chain(std::iter::once(&Token::Separator)) {
         match token {
-            Token::Separator => {
-                simple_command(&words, place, out, depth);
+            Token::Separator | Token::Pipe => {
+                simple_command(&words, piped, place, out, depth);
                 words.clear();
+                piped = *token == Token::Pipe;
             }
             Token::Input | Token::Output => pending = Some(token),
             Token::Word { text, dynamic } => match pending.take() {
@@ -366,13 +380,18 @@ fn shell_into(command: &str, place: &CommandPlace, out: &mut CommandScripts, dep
 }
 
 /// The files one simple command (`words`, after quote removal) runs.
+///
+/// `piped`: its standard input is the previous command's output, so an interpreter given no
+/// script reads its program from there (`cat x.sh | sh`), which dsh cannot check.
 fn simple_command(
     words: &[(String, bool)],
+    piped: bool,
     place: &CommandPlace,
     out: &mut CommandScripts,
     depth: usize,
 ) {
     let mut rest = words;
+    let mut piped = piped;
     // Assignments and wrappers before the program (`FOO=1 exec env -i nice ./x`).
     while let Some(((word, _), tail)) = rest.split_first() {
         let assignment = word.split_once('=').is_some_and(|(name, _)| {
@@ -387,6 +406,10 @@ fn simple_command(
                     .chars()
                     .all(|c| c.is_ascii_digit() || ".smhd".contains(c))
                 || matches!(words[before - 1].0.as_str(), "flock" | "-n"));
+        if word == "xargs" {
+            // Its command gets arguments read from its input.
+            piped = true;
+        }
         if assignment
             || WRAPPERS.contains(&word.as_str())
             || option_of_wrapper
@@ -405,9 +428,14 @@ fn simple_command(
         return;
     }
     if program == "." || program == "source" {
-        if let Some((script, dynamic)) = args.first() {
-            script_word(script, *dynamic, place, out);
+        match args.first() {
+            Some((script, dynamic)) => script_word(script, *dynamic, place, out),
+            None => out.unknown.push(program.clone()),
         }
+        return;
+    }
+    if program == "eval" || program.contains(char::is_whitespace) {
+        shell_words(program, args, place, out, depth);
         return;
     }
     let program_path = resolve_program(program, place);
@@ -419,10 +447,52 @@ fn simple_command(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-    if !INTERPRETERS.contains(&name.as_str()) && !INTERPRETERS.contains(&base) {
+    let is = |list: &[&str]| list.contains(&name.as_str()) || list.contains(&base);
+    if is(FILE_OPTION_ONLY) {
+        if let Some(i) = args.iter().position(|(a, _)| a == "-f" || a == "--file") {
+            if let Some((script, dynamic)) = args.get(i + 1) {
+                script_word(script, *dynamic, place, out);
+            }
+        }
         return;
     }
-    let shell = SHELLS.contains(&name.as_str()) || SHELLS.contains(&base);
+    if !is(INTERPRETERS) {
+        return;
+    }
+    interpreter_args(args, is(SHELLS), piped, place, out, depth);
+}
+
+/// Shell text made of words (`eval ...`), or one word holding a whole command line
+/// (`env -S "sh x.sh"`): analysed as shell text, or unknown when it is not static.
+fn shell_words(
+    program: &str,
+    args: &[(String, bool)],
+    place: &CommandPlace,
+    out: &mut CommandScripts,
+    depth: usize,
+) {
+    let mut all: Vec<&str> = Vec::new();
+    if program != "eval" {
+        all.push(program);
+    }
+    all.extend(args.iter().map(|(w, _)| w.as_str()));
+    let text = all.join(" ");
+    if args.iter().any(|(_, dynamic)| *dynamic) {
+        out.unknown.push(text);
+    } else {
+        shell_into(&text, place, out, depth + 1);
+    }
+}
+
+/// The script an interpreter's `args` name (see [`simple_command`]).
+fn interpreter_args(
+    args: &[(String, bool)],
+    shell: bool,
+    piped: bool,
+    place: &CommandPlace,
+    out: &mut CommandScripts,
+    depth: usize,
+) {
     let mut i = 0;
     while i < args.len() {
         let (arg, dynamic) = &args[i];
@@ -443,11 +513,9 @@ fn simple_command(
             i += 2;
             continue;
         }
-        if arg == "-f" || arg == "--file" {
-            // `awk -f prog.awk`, `sh -f`-style script options: the next word is the script.
-            if let Some((script, dynamic)) = args.get(i + 1) {
-                script_word(script, *dynamic, place, out);
-            }
+        if !shell && INLINE_CODE_OPTIONS.contains(&arg.as_str()) {
+            // Inline code or a module: no script file (docs/SECURITY.md says what the
+            // interpreter's own lookups in the working directory mean).
             return;
         }
         if arg.starts_with('-') || arg.starts_with('+') {
@@ -456,6 +524,9 @@ fn simple_command(
         }
         script_word(arg, *dynamic, place, out);
         return;
+    }
+    if piped {
+        out.unknown.push("a program read from a pipe".to_string());
     }
 }
 
@@ -472,7 +543,7 @@ pub fn scripts_of_argv(program: &str, args: &[String], place: &CommandPlace) -> 
     let mut out = CommandScripts::default();
     let mut words = vec![(program.to_string(), false)];
     words.extend(args.iter().map(|a| (a.clone(), false)));
-    simple_command(&words, place, &mut out, 0);
+    simple_command(&words, false, place, &mut out, 0);
     out
 }
 
@@ -607,9 +678,30 @@ pub struct ScriptGate {
 }
 
 impl ScriptGate {
+    /// The `PATH` hook commands and MCP servers run with: dsh's own without its empty,
+    /// relative and model-writable entries, so that neither the command nor anything it
+    /// starts finds a program the model planted (a `node_modules/.bin`, `.` or `/tmp/bin` on
+    /// the user's `PATH`). `None` when dsh has no `PATH`.
+    pub fn command_path(&self) -> Option<OsString> {
+        let path = std::env::var_os("PATH")?;
+        let roots = writable_roots(&self.workspace, &self.cwd);
+        let kept: Vec<PathBuf> = std::env::split_paths(&path)
+            .filter(|dir| dir.is_absolute())
+            .filter(|dir| !model_writable(dir, &roots, self.home.as_deref()))
+            .collect();
+        std::env::join_paths(kept).ok()
+    }
+
+    fn place(&self, cwd: &Path) -> CommandPlace {
+        CommandPlace {
+            path: self.command_path(),
+            ..CommandPlace::new(cwd)
+        }
+    }
+
     /// Checks the hook command `command` (shell text); `Err` says why it must not run.
     pub fn check_shell(&self, command: &str) -> Result<(), String> {
-        let place = CommandPlace::new(&self.cwd);
+        let place = self.place(&self.cwd);
         self.check(
             &scripts_of_shell(command, &place),
             &format!("hook command `{command}`"),
@@ -618,7 +710,7 @@ impl ScriptGate {
 
     /// Checks the MCP server command `program args...` run in `cwd` (its own, or the session's).
     pub fn check_argv(&self, program: &str, args: &[String], cwd: &Path) -> Result<(), String> {
-        let place = CommandPlace::new(cwd);
+        let place = self.place(cwd);
         self.check(
             &scripts_of_argv(program, args, &place),
             &format!("MCP server command `{program}`"),
@@ -727,13 +819,19 @@ impl ProjectCommands {
         home: &Path,
     ) -> Vec<PathBuf> {
         let roots = writable_roots(workspace, cwd);
-        let place = CommandPlace::new(cwd);
+        let gate = ScriptGate {
+            workspace: workspace.to_path_buf(),
+            cwd: cwd.to_path_buf(),
+            home: Some(home.to_path_buf()),
+            pins: BTreeMap::new(),
+        };
+        let place = gate.place(cwd);
         let mut files: Vec<PathBuf> = Vec::new();
         for command in &self.shell {
             files.extend(scripts_of_shell(command, &place).files);
         }
         for (program, args, own_cwd) in &self.argv {
-            let place = CommandPlace::new(
+            let place = gate.place(
                 &own_cwd
                     .as_deref()
                     .map_or_else(|| cwd.to_path_buf(), |d| absolute(cwd, d)),
@@ -829,6 +927,75 @@ mod tests {
         assert!(files("jq -r .tool_input.command >> /tmp/log")
             .unknown
             .is_empty());
+    }
+
+    /// Ways an attacker might hide the script of a hook from the check.
+    #[test]
+    fn indirect_ways_to_run_a_workspace_file_are_found_or_refused() {
+        let found = files("env -S 'sh evil.sh'");
+        assert!(found.files.contains(&PathBuf::from("/w/evil.sh")), "{found:?}");
+        let found = files("eval 'sh evil.sh'");
+        assert!(found.files.contains(&PathBuf::from("/w/evil.sh")), "{found:?}");
+        assert!(!files("cat evil.sh | sh").unknown.is_empty());
+        assert!(!files("cat evil.sh | python3 -").unknown.is_empty());
+        assert!(!files("echo evil.sh | xargs sh").unknown.is_empty());
+        assert!(!files("eval \"$(cat x)\"").unknown.is_empty());
+        assert!(!files("source").unknown.is_empty());
+        let found = files("awk -f prog.awk input");
+        assert!(found.files.contains(&PathBuf::from("/w/prog.awk")));
+        let found = files("sed -f edit.sed");
+        assert!(found.files.contains(&PathBuf::from("/w/edit.sed")));
+        let found = files("timeout 5 bash ./slow.sh");
+        assert!(found.files.contains(&PathBuf::from("/w/slow.sh")), "{found:?}");
+        let found = files("nice -n 5 ./x.sh");
+        assert!(found.files.contains(&PathBuf::from("/w/x.sh")), "{found:?}");
+    }
+
+    /// Inline code, program text and modules are not script files (no false refusals).
+    #[test]
+    fn inline_code_is_not_taken_for_a_script() {
+        for command in [
+            "awk '{print $1}' /tmp/x",
+            "node -e 'console.log(1)'",
+            "python3 -m json.tool",
+            "python3 -c 'import sys'",
+            "perl -e 'print 1'",
+            "jq -r .tool_input.command | grep -q rm && exit 2 || true",
+        ] {
+            let found = files(command);
+            assert!(
+                found.files.iter().all(|f| !f.starts_with("/w")) && found.unknown.is_empty(),
+                "{command}: {found:?}"
+            );
+        }
+    }
+
+    /// A name looked up on `PATH` is found where the lookup finds it: a relative or
+    /// workspace entry of the user's `PATH` names a workspace file; the gate's `PATH` drops
+    /// such entries altogether.
+    #[test]
+    fn path_lookups_into_writable_places_are_seen_and_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(ws.join("bin")).unwrap();
+        std::fs::write(ws.join("bin/check-command"), "#!/bin/sh\n").unwrap();
+        let place = CommandPlace {
+            cwd: ws.clone(),
+            path: Some(format!("bin:{}:/usr/bin", ws.join("bin").display()).into()),
+            home: None,
+        };
+        let found = scripts_of_shell("check-command --strict", &place);
+        assert_eq!(found.files, vec![ws.join("bin/check-command")]);
+        let gate = ScriptGate {
+            workspace: ws.clone(),
+            cwd: ws.clone(),
+            home: None,
+            pins: BTreeMap::new(),
+        };
+        let kept = gate.command_path().unwrap_or_default();
+        for dir in std::env::split_paths(&kept) {
+            assert!(dir.is_absolute() && !dir.starts_with(&ws) && !dir.starts_with("/tmp"));
+        }
     }
 
     #[test]

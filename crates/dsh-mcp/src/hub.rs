@@ -308,7 +308,8 @@ impl Server {
                 cwd: own_cwd,
             } => {
                 let run_in = own_cwd.as_deref().unwrap_or(cwd);
-                if let Some(gate) = &*self.gate.lock_or_recover() {
+                let gate = self.gate.lock_or_recover().clone();
+                if let Some(gate) = &gate {
                     gate.check_argv(command, args, run_in)?;
                 }
                 if let Some(dir) = self.log_path.parent() {
@@ -337,6 +338,12 @@ impl Server {
                     if let Some(value) = std::env::var_os(name) {
                         child_env.push((name.into(), value));
                     }
+                }
+                if let Some(path) = gate.as_ref().and_then(|g| g.command_path()) {
+                    // No `PATH` entry the model can write (docs/mcp.md, "Servers in the
+                    // workspace are pinned"); a server's own `env` may still set one.
+                    child_env.retain(|(name, _)| name != "PATH");
+                    child_env.push(("PATH".into(), path));
                 }
                 child_env.extend(env.iter().map(|(k, v)| (k.into(), v.into())));
                 let mut process = tokio::process::Command::new(command);

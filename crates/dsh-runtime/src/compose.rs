@@ -235,7 +235,8 @@ fn register_policies(
         }
     }
     if !hooks.is_empty() {
-        let hooks = hooks.with_script_check(script_check(setup));
+        let (check, path) = script_check(setup);
+        let hooks = hooks.with_script_check(check, path);
         extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
     }
     // The Codex dialect: `$DSH_HOME/codex-hooks.json`, the user's own file (docs/hooks.md,
@@ -252,7 +253,8 @@ fn register_policies(
         }
     }
     if !codex.is_empty() {
-        let codex = codex.with_script_check(script_check(setup));
+        let (check, path) = script_check(setup);
+        let codex = codex.with_script_check(check, path);
         let hooks = dsh_agent::CommandHooks::new(codex).with_model(setup.call.model.clone());
         extensions.register_for_life(Arc::new(hooks));
     }
@@ -309,10 +311,12 @@ fn child_factory(
 
 /// The check every hook command passes before it runs: a script where the model can write
 /// runs only with the bytes pinned when the user trusted the workspace (docs/hooks.md,
-/// "Scripts in the workspace are pinned").
-fn script_check(setup: &Configuration) -> dsh_agent::ScriptCheck {
+/// "Scripts in the workspace are pinned"); and the `PATH` hooks run with, without entries the
+/// model can write.
+fn script_check(setup: &Configuration) -> (dsh_agent::ScriptCheck, Option<std::ffi::OsString>) {
     let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
-    Arc::new(move |command: &str| gate.check_shell(command))
+    let path = gate.command_path();
+    (Arc::new(move |command: &str| gate.check_shell(command)), path)
 }
 
 /// Hooks: `[hooks]` of each config file (named by the file it came from), then

@@ -216,7 +216,7 @@ impl std::error::Error for HookConfigError {}
 pub type ScriptCheck = std::sync::Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 #[derive(Clone, Default)]
-struct Gate(Option<ScriptCheck>);
+struct Gate(Option<ScriptCheck>, Option<std::ffi::OsString>);
 
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -246,9 +246,20 @@ impl HooksConfig {
 
     /// Checks every command with `check` right before it runs; a refused command does not run
     /// (a `PreToolUse` hook's refusal denies the tool call, elsewhere it is a hook error).
-    pub fn with_script_check(mut self, check: ScriptCheck) -> Self {
-        self.gate = Gate(Some(check));
+    /// Commands get `path` as their `PATH` when it is given (dsh-config's
+    /// `ScriptGate::command_path`: the user's without entries the model can write).
+    pub fn with_script_check(
+        mut self,
+        check: ScriptCheck,
+        path: Option<std::ffi::OsString>,
+    ) -> Self {
+        self.gate = Gate(Some(check), path);
         self
+    }
+
+    /// The `PATH` commands run with, when [`Self::with_script_check`] set one.
+    pub fn command_path(&self) -> Option<&std::ffi::OsStr> {
+        self.gate.1.as_deref()
     }
 
     /// Why `command` must not run now, if it must not (see [`Self::with_script_check`]).

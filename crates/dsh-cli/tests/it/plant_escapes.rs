@@ -377,3 +377,62 @@ async fn an_endless_sse_line_fails_the_reply_with_a_named_error() {
     assert!(!out.status.success());
     assert!(stderr.contains("SSE_EVENT_TOO_LARGE"), "{stderr}");
 }
+
+/// Attacks on the script check with the real binary: a hook named by a bare word that the
+/// user's `PATH` finds in a workspace folder, and a hook script in the user's own folder that
+/// is a symlink into the workspace. Neither planted script runs.
+#[tokio::test]
+async fn path_lookups_and_symlinks_into_the_workspace_do_not_run_planted_scripts() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.cwd.join("bin")).unwrap();
+    let planted = env.cwd.join("bin/check-command");
+    std::fs::write(
+        &planted,
+        format!("#!/bin/sh\n{}", env.script_touching("path")),
+    )
+    .unwrap();
+    let mut mode = std::fs::metadata(&planted).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut mode, 0o755);
+    std::fs::set_permissions(&planted, mode).unwrap();
+    std::fs::write(env.cwd.join("linked.sh"), env.script_touching("link")).unwrap();
+    std::fs::create_dir_all(env.home.join("hooks")).unwrap();
+    std::os::unix::fs::symlink(env.cwd.join("linked.sh"), env.home.join("hooks/linked.sh"))
+        .unwrap();
+    std::fs::write(
+        env.home.join("config.toml"),
+        format!(
+            "[[hooks.UserPromptSubmit]]\nhooks = [{{ type = \"command\", command = \"check-command\" }}, \
+             {{ type = \"command\", command = \"sh {}\" }}]\n",
+            env.home.join("hooks/linked.sh").display()
+        ),
+    )
+    .unwrap();
+    let provider = scripted(&[]).await;
+    let mut cmd = env.command(&provider);
+    let path = format!(
+        "{}:{}",
+        env.cwd.join("bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    cmd.env("PATH", path).args(["run", "--json", "go"]);
+    let out = output(cmd).await;
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !env.marker("path").exists(),
+        "a program the PATH found in the workspace ran as a hook"
+    );
+    assert!(
+        !env.marker("link").exists(),
+        "a symlink into the workspace ran as the user's hook script"
+    );
+    let results = hook_results(&env.session_log());
+    assert_eq!(results.len(), 2, "{results:#?}");
+    assert!(
+        results[1]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("linked.sh"),
+        "{results:#?}"
+    );
+}
