@@ -26,20 +26,22 @@ pub const MIN_SECRET_LEN: usize = dsh_http::MIN_SECRET_BYTES;
 /// length on, and only when it looks like a token (see [`env_file_secrets`]).
 pub const MIN_UNNAMED_SECRET_LEN: usize = 12;
 
-/// Parts of variable names that mark a `.env` value as secret whatever it looks like.
-const SECRET_NAME_PARTS: [&str; 12] = [
-    "KEY",
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
+/// Words of variable names that mark a `.env` value as secret whatever it looks like, also at
+/// the end of a word (`APIKEY`, `GHTOKEN`).
+const SECRET_SUFFIXES: [&str; 5] = ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD"];
+
+/// Words of variable names that mark a value as secret only as whole words (`AUTH`, not
+/// `AUTHOR`).
+const SECRET_WORDS: [&str; 9] = [
     "PASS",
     "PWD",
     "AUTH",
     "CREDENTIAL",
+    "CREDENTIALS",
     "PRIVATE",
     "COOKIE",
     "SIGNATURE",
+    "DSN",
 ];
 
 /// Replaces known secret values in text by `[REDACTED:<NAME>]`, in every form
@@ -65,11 +67,18 @@ impl fmt::Debug for SecretRedactor {
     }
 }
 
-/// True for a variable name that says its value is secret (`*KEY*`, `*TOKEN*`, `*AUTH*`,
-/// `*PASS*`, ...), in any case.
+/// True for a variable or header name that says its value is secret, in any case: one of its
+/// words (split at `_`, `-`, `.`) is or ends with `KEY`, `TOKEN`, `SECRET`, `PASSWORD` or
+/// `PASSWD`, or is `PASS`, `PWD`, `AUTH`, `AUTHORIZATION`, `CREDENTIAL(S)`, `PRIVATE`,
+/// `COOKIE`, `SIGNATURE` or `DSN`. So `OPENAI_API_KEY`, `GHTOKEN`, `DB_PASS`, `X-Auth` and
+/// `Authorization` are secret; `AUTHOR_NAME`, `KEYBOARD` and `PASSENGERS` are not.
 pub fn is_secret_variable(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    SECRET_NAME_PARTS.iter().any(|part| upper.contains(part))
+    upper.split(['_', '-', '.']).any(|word| {
+        SECRET_SUFFIXES.iter().any(|end| word.ends_with(end))
+            || SECRET_WORDS.contains(&word)
+            || word == "AUTHORIZATION"
+    })
 }
 
 /// True for a value that looks like a token rather than a word, number, path or address:
@@ -466,6 +475,9 @@ mod tests {
                 "https://hooks.example.com/services/T0001/B0002/XyZ123abcDEF456",
             ),
             ("SHORT_TOKEN", "abc"),
+            ("AUTHOR_NAME", "Jane Doe Smith"),
+            ("KEYBOARD_LAYOUT", "us-international"),
+            ("Authorization", "Bearer abcdefgh"),
         ];
         let found = env_file_secrets(entries);
         let values: Vec<&str> = found.iter().map(|(_, v)| v.as_str()).collect();
@@ -476,7 +488,8 @@ mod tests {
                 "hunter2hunter2",
                 "a1b2c3d4e5f6a7b8c9d0",
                 "s3cret-pw",
-                "XyZ123abcDEF456"
+                "XyZ123abcDEF456",
+                "Bearer abcdefgh"
             ]
         );
     }
