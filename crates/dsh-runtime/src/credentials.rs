@@ -273,4 +273,65 @@ mod tests {
         assert_eq!(map.get("D").map(String::as_str), Some(""));
         assert_eq!(map.len(), 4);
     }
+
+    /// Every provider's key (active or not, from either `.env`), MCP bearer tokens, headers
+    /// and `env` entries, and the secret-looking `.env` values are known; word-like values are
+    /// not (docs/SECURITY.md, "Secrets and redaction").
+    #[test]
+    fn every_loaded_secret_is_known_active_or_not() {
+        let root = tempfile::tempdir().unwrap();
+        let (home, cwd) = (root.path().join("home"), root.path().join("ws"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::write(
+            home.join(".env"),
+            "ANTHROPIC_API_KEY=sk-ant-other-provider-123\nPROXY_VAR=proxy words for a key\n\
+             MCP_BEARER=bearer words for mcp\nMODE=production\n",
+        )
+        .unwrap();
+        std::fs::write(
+            cwd.join(".env"),
+            "DEEPSEEK_API_KEY=sk-deepseek-active-789\nBUILD_ID=a1b2c3d4e5f6g7h8\n",
+        )
+        .unwrap();
+        std::fs::write(
+            home.join("config.toml"),
+            r#"
+[providers.proxy]
+kind = "openai-compatible"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "PROXY_VAR"
+[providers.proxy.headers]
+X-Api-Key = "hdr-secret-value-1234"
+[mcp.servers.remote]
+url = "http://127.0.0.1:9/mcp"
+bearer_token_env = "MCP_BEARER"
+[mcp.servers.remote.headers]
+Authorization = "Bearer mcp-header-secret-99"
+[mcp.servers.local]
+command = "true"
+env = { SERVICE_TOKEN = "stdio-env-secret-77" }
+"#,
+        )
+        .unwrap();
+        let settings = Settings::load(&cwd, &home);
+        let lookup = |name: &str| settings.get(name);
+        let config =
+            dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default()).unwrap();
+        let redactor = secrets(&settings, &config);
+        for secret in [
+            "sk-ant-other-provider-123",
+            "sk-deepseek-active-789",
+            "proxy words for a key",
+            "bearer words for mcp",
+            "hdr-secret-value-1234",
+            "Bearer mcp-header-secret-99",
+            "stdio-env-secret-77",
+            "a1b2c3d4e5f6g7h8",
+        ] {
+            let shown = redactor.redact(&format!("<{secret}>")).into_owned();
+            assert!(!shown.contains(secret), "{secret} is not known: {shown}");
+        }
+        assert_eq!(redactor.redact("mode production"), "mode production");
+    }
 }

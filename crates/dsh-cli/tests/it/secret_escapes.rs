@@ -110,14 +110,44 @@ fn base64_middle(secret: &str, offset: usize, url_safe: bool) -> String {
     encoded[(8 * offset).div_ceil(6)..8 * (offset + secret.len()) / 6].to_string()
 }
 
+/// `text` with `%XX` and `\u00XX` escapes decoded.
+fn unescaped(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let hex = |at: usize| {
+        std::str::from_utf8(bytes.get(at..at + 2)?)
+            .ok()
+            .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+    };
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match (bytes[at], bytes.get(at + 1..at + 4)) {
+            (b'%', _) if hex(at + 1).is_some() => {
+                out.extend(hex(at + 1));
+                at += 3;
+            }
+            (b'\\', Some(b"u00")) if hex(at + 4).is_some() => {
+                out.extend(hex(at + 4));
+                at += 6;
+            }
+            (byte, _) => {
+                out.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Fails when `haystack` (with whitespace and JSON `\n` escapes left out, so wrapped output
-/// counts) holds 12 bytes or more of `secret` in any form the command printed.
+/// counts, escapes decoded and in lower case) holds 12 bytes or more of `secret` in any form
+/// the command printed.
 fn assert_no_trace(what: &str, haystack: &str, secret: &str) {
-    let flat: String = haystack
-        .replace("\\n", "")
+    let flat: String = unescaped(&haystack.replace("\\n", ""))
         .chars()
         .filter(|c| !c.is_whitespace())
-        .collect();
+        .collect::<String>()
+        .to_lowercase();
     let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
     let mut forms = vec![
         (secret.to_string(), 12),
@@ -132,7 +162,7 @@ fn assert_no_trace(what: &str, haystack: &str, secret: &str) {
     for (form, width) in forms {
         let chars: Vec<char> = form.chars().collect();
         for window in chars.windows(width.min(chars.len())) {
-            let piece: String = window.iter().collect();
+            let piece: String = window.iter().collect::<String>().to_lowercase();
             assert!(
                 !flat.contains(&piece),
                 "{what} holds `{piece}`, a piece of a secret:\n{haystack}"
@@ -150,6 +180,9 @@ const PRINT_FORMS: &str = r#"p() {
   printf %s "$1" | xxd -p | tr a-f A-F; echo
   printf %s "$1" | rev; echo
   printf %s "$1" | fold -w 7; echo
+  printf %s "$1" | tr a-z A-Z; echo
+  printf %s "$1" | od -An -tx1 | tr -d ' \n' | sed 's/../%&/g'; echo
+  printf %s "$1" | od -An -tx1 | tr -d ' \n' | sed 's/../\\u00&/g'; echo
   echo "first ${1:0:14} then ${1:14}"
 }"#;
 
