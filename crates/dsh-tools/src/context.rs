@@ -272,6 +272,14 @@ impl ToolContext {
         self
     }
 
+    /// Protects the files trusted hooks and MCP servers run for `write`/`edit` (approval
+    /// needed; see [`GatePolicy::with_run_files`]).
+    pub fn with_run_files(mut self, files: Vec<PathBuf>) -> Self {
+        let gate = (*self.gate).clone().with_run_files(files);
+        self.gate = Arc::new(gate);
+        self
+    }
+
     /// The file gate's policy: what dsh's file tools may read and write.
     pub fn gate(&self) -> &GatePolicy {
         &self.gate
@@ -409,9 +417,7 @@ impl ToolContext {
             crate::gate::GateError::Io(err) => ToolError::io("cannot resolve", &requested, &err),
             other => other.into_tool_error(&requested),
         })?;
-        if let Some(refusal) = self.gate.denied(&requested) {
-            return Err(refusal.into());
-        }
+        self.gate.check_write(&requested)?;
         self.gate.check_write(&real)?;
         match self.permission {
             PermissionPreset::DangerFullAccess => Ok(real),
@@ -428,7 +434,9 @@ impl ToolContext {
                     .iter()
                     .any(|root| real.starts_with(root))
                 {
-                    match protected_write_target(&self.writable_roots(), &real) {
+                    let protected = protected_write_target(&self.writable_roots(), &real)
+                        .or_else(|| self.gate.run_file(&real).map(Path::to_path_buf));
+                    match protected {
                         Some(entry) if !self.approved => {
                             let via = resolves_to(&requested, &real);
                             Err(ToolError::new(

@@ -135,10 +135,14 @@ pub struct GatePolicy {
     /// Subtrees inside a denied one that stay readable (the session's spill folder, a
     /// workspace inside `$DSH_HOME`).
     exceptions: Vec<PathBuf>,
+    /// Subtrees readable (not writable) although denied: the session's spill folder.
+    read_exceptions: Vec<PathBuf>,
     read_roots: Vec<PathBuf>,
     /// The identities (device, inode, rule index) of the denied files, when this policy value
     /// keeps them for a walk (see [`GatePolicy::for_walk`]); `None`: looked up per check.
     identities: Option<Arc<OnceLock<Vec<Identity>>>>,
+    /// Files that trusted hooks or MCP servers run (protected for writes like `.git/hooks`).
+    run_files: Vec<PathBuf>,
 }
 
 /// `path` and, when it differs, its canonical form (a rule must hold for both spellings).
@@ -220,8 +224,10 @@ impl GatePolicy {
             write_roots: vec![workspace.to_path_buf()],
             denied: Vec::new(),
             exceptions: Vec::new(),
+            read_exceptions: Vec::new(),
             read_roots: SYSTEM_READ_ROOTS.iter().map(PathBuf::from).collect(),
             identities: None,
+            run_files: Vec::new(),
         };
         for path in SYSTEM_SECRETS {
             policy.deny(
@@ -290,8 +296,27 @@ impl GatePolicy {
     /// Keeps `path` readable although it lies in a denied subtree (the session's spill folder,
     /// which grep and glob name for their full results).
     pub fn with_read_exception(mut self, path: &Path) -> Self {
-        self.exceptions.extend(both_forms(path));
+        self.read_exceptions.extend(both_forms(path));
         self
+    }
+
+    /// Protects `files` for writes (the user's approval needed, as for `.git/hooks`): the
+    /// programs and scripts that trusted hooks and MCP servers run, so the model cannot rewrite
+    /// code that runs later outside the sandbox. The seam for the runtime, which knows them
+    /// (`dsh_config`'s script pins); [`GatePolicy::run_file`] answers for a path.
+    pub fn with_run_files(mut self, files: impl IntoIterator<Item = PathBuf>) -> Self {
+        for file in files {
+            self.run_files.extend(both_forms(&file));
+        }
+        self
+    }
+
+    /// The run file (see [`GatePolicy::with_run_files`]) the real path `real` is, if any.
+    pub fn run_file(&self, real: &Path) -> Option<&Path> {
+        self.run_files
+            .iter()
+            .find(|file| within(real, file))
+            .map(PathBuf::as_path)
     }
 
     /// The workspace this policy is for.
@@ -302,6 +327,20 @@ impl GatePolicy {
     /// The deny rule covering `path` (absolute; judged as given, so pass the real path too),
     /// or `None`.
     pub fn denied(&self, path: &Path) -> Option<Refusal> {
+        let lexical_path = lexical(path);
+        if self
+            .read_exceptions
+            .iter()
+            .any(|allowed| within(&lexical_path, allowed))
+        {
+            return None;
+        }
+        self.denied_for_write(path)
+    }
+
+    /// [`GatePolicy::denied`] without the read-only exceptions (the spill folder is read, never
+    /// written, by the file tools).
+    fn denied_for_write(&self, path: &Path) -> Option<Refusal> {
         let path = lexical(path);
         if self.exceptions.iter().any(|allowed| within(&path, allowed)) {
             return None;
@@ -356,13 +395,14 @@ impl GatePolicy {
             .chain(&self.read_roots)
             .chain(std::iter::once(&self.workspace))
             .chain(&self.exceptions)
+            .chain(&self.read_exceptions)
             .any(|root| within(real, root))
     }
 
     /// Whether a write to the real path `real` is allowed by the deny set (the preset's roots
     /// and the protected paths are checked by the caller).
     pub fn check_write(&self, real: &Path) -> Result<(), Refusal> {
-        match self.denied(real) {
+        match self.denied_for_write(real) {
             Some(mut refusal) => {
                 refusal.message = refusal.message.replace("reads or writes", "writes");
                 Err(refusal)

