@@ -45,8 +45,6 @@ const INTERPRETERS: &[&str] = &[
     "tclsh",
     "osascript",
     "pwsh",
-    "uv",
-    "npx",
 ];
 
 /// Programs that run a file only when given `-f <file>` (their first argument is program text).
@@ -459,7 +457,8 @@ fn simple_command(
     if !is(INTERPRETERS) {
         return;
     }
-    interpreter_args(args, is(SHELLS), piped, place, out, depth);
+    let runner = is(&["deno", "bun"]);
+    interpreter_args(args, (is(SHELLS), runner), piped, place, out, depth);
 }
 
 /// Shell text made of words (`eval ...`), or one word holding a whole command line
@@ -485,9 +484,12 @@ fn shell_words(
 }
 
 /// The script an interpreter's `args` name (see [`simple_command`]).
+///
+/// `(shell, runner)`: a shell (`-c` takes shell text), a runner whose `run` subcommand comes
+/// before the script (`deno run x.ts`).
 fn interpreter_args(
     args: &[(String, bool)],
-    shell: bool,
+    (shell, runner): (bool, bool),
     piped: bool,
     place: &CommandPlace,
     out: &mut CommandScripts,
@@ -522,12 +524,24 @@ fn interpreter_args(
             i += 1;
             continue;
         }
+        if runner && arg == "run" && i == first_plain(args) {
+            // `deno run x.ts`, `bun run x.js`: the subcommand, then the script.
+            i += 1;
+            continue;
+        }
         script_word(arg, *dynamic, place, out);
         return;
     }
     if piped {
         out.unknown.push("a program read from a pipe".to_string());
     }
+}
+
+/// The index of the first argument that is not an option.
+fn first_plain(args: &[(String, bool)]) -> usize {
+    args.iter()
+        .position(|(a, _)| !a.starts_with('-') && !a.starts_with('+'))
+        .unwrap_or(args.len())
 }
 
 fn script_word(word: &str, dynamic: bool, place: &CommandPlace, out: &mut CommandScripts) {
@@ -933,9 +947,15 @@ mod tests {
     #[test]
     fn indirect_ways_to_run_a_workspace_file_are_found_or_refused() {
         let found = files("env -S 'sh evil.sh'");
-        assert!(found.files.contains(&PathBuf::from("/w/evil.sh")), "{found:?}");
+        assert!(
+            found.files.contains(&PathBuf::from("/w/evil.sh")),
+            "{found:?}"
+        );
         let found = files("eval 'sh evil.sh'");
-        assert!(found.files.contains(&PathBuf::from("/w/evil.sh")), "{found:?}");
+        assert!(
+            found.files.contains(&PathBuf::from("/w/evil.sh")),
+            "{found:?}"
+        );
         assert!(!files("cat evil.sh | sh").unknown.is_empty());
         assert!(!files("cat evil.sh | python3 -").unknown.is_empty());
         assert!(!files("echo evil.sh | xargs sh").unknown.is_empty());
@@ -946,7 +966,16 @@ mod tests {
         let found = files("sed -f edit.sed");
         assert!(found.files.contains(&PathBuf::from("/w/edit.sed")));
         let found = files("timeout 5 bash ./slow.sh");
-        assert!(found.files.contains(&PathBuf::from("/w/slow.sh")), "{found:?}");
+        assert!(
+            found.files.contains(&PathBuf::from("/w/slow.sh")),
+            "{found:?}"
+        );
+        assert!(files("bash run").files.contains(&PathBuf::from("/w/run")));
+        let found = files("deno run --allow-read main.ts");
+        assert!(
+            found.files.contains(&PathBuf::from("/w/main.ts")),
+            "{found:?}"
+        );
         let found = files("nice -n 5 ./x.sh");
         assert!(found.files.contains(&PathBuf::from("/w/x.sh")), "{found:?}");
     }
@@ -960,6 +989,7 @@ mod tests {
             "python3 -m json.tool",
             "python3 -c 'import sys'",
             "perl -e 'print 1'",
+            "npx -y @modelcontextprotocol/server-everything",
             "jq -r .tool_input.command | grep -q rm && exit 2 || true",
         ] {
             let found = files(command);
