@@ -62,5 +62,11 @@ pub(crate) fn preset_data(preset: PermissionPreset) -> Value {
 }
 
 pub(crate) fn sandbox_data(mode: &str, detail: &str) -> Value {
-    json!({"mode": mode, "detail": detail, "network": "unrestricted"})
+    // `[sandbox] network = "off"` shows in the detail (`dsh_sandbox::Sandbox::with_network`).
+    let network = if detail.contains("no network (") {
+        "off"
+    } else {
+        "unrestricted"
+    };
+    json!({"mode": mode, "detail": detail, "network": network})
 }

@@ -10,6 +10,10 @@
 //!   preset the call needs) with a `justification` becomes [`ToolVerdict::Ask`]; the agent's
 //!   approver decides (headless: rejected). Without a justification, or with an unknown mode,
 //!   the call is denied with the reason. A mode no wider than the session's is ignored.
+//! * Network (docs/SECURITY.md, "Network"): in a session without network
+//!   ([`SafetyPolicy::with_network`]), a `bash` call with `network: true` and a `justification`
+//!   becomes [`ToolVerdict::Ask`] (without one it is denied); `bash` gives the call the network
+//!   only once it was approved. With network it changes nothing.
 //! * Protected paths (docs/SECURITY.md, "Protected paths"): under `workspace-write`, a `write`
 //!   or `edit` call whose real target lies in a protected entry (`.git/hooks`, `.git/config`,
 //!   `.dsh`, `.env*`, `.agents`, `.mcp.json`, at any depth, symlinks followed) becomes
@@ -58,6 +62,8 @@ pub struct SafetyPolicy {
     /// The session cwd and the writable roots of `workspace-write` (`ToolContext::cwd`,
     /// `ToolContext::writable_roots`), for protected paths and leftover cleanup.
     workspace: Option<(PathBuf, Vec<PathBuf>)>,
+    /// Whether the session's commands have the network (`[sandbox] network`).
+    network: bool,
 }
 
 impl SafetyPolicy {
@@ -74,7 +80,42 @@ impl SafetyPolicy {
             redactor: SecretRedactor::from_env(),
             logged: Mutex::new((None, None)),
             workspace: None,
+            network: true,
         }
+    }
+
+    /// Sets whether the session's confined commands have the network (default `true`); without
+    /// it, a `bash` call's `network: true` is an escalation (see the module docs).
+    pub fn with_network(mut self, network: bool) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// The network part of `tool_pre`: `None` when the call asks for nothing more, else the
+    /// reason to ask (`Ok`) or to deny (`Err`).
+    fn network_escalation(&self, call: &ToolCallInfo) -> Option<Result<String, String>> {
+        if self.network
+            || call.name != "bash"
+            || self.preset() == PermissionPreset::DangerFullAccess
+        {
+            return None;
+        }
+        let Ok(Value::Object(args)) = serde_json::from_str::<Value>(&call.arguments) else {
+            return None;
+        };
+        if args.get("network") != Some(&Value::Bool(true)) {
+            return None;
+        }
+        let justification = args
+            .get("justification")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .unwrap_or("");
+        Some(if justification.is_empty() {
+            Err("network: true needs a `justification`: one sentence for the user saying why this exact command needs the network, which the session's commands do not have".to_string())
+        } else {
+            Ok(format!("bash asks for network access: {justification}"))
+        })
     }
 
     /// Judges `write`/`edit` targets against the protected paths of `writable_roots` (the
@@ -292,7 +333,7 @@ impl Extension for SafetyPolicy {
 
     fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
         let protected = self.protected_write(call);
-        match (self.escalation(call), protected) {
+        let verdict = match (self.escalation(call), protected) {
             (ToolVerdict::Continue, Some(reason)) => ToolVerdict::Ask {
                 reason,
                 escalation: None,
@@ -302,6 +343,18 @@ impl Extension for SafetyPolicy {
                 escalation,
             },
             (verdict, _) => verdict,
+        };
+        match (verdict, self.network_escalation(call)) {
+            (verdict, None) | (verdict @ ToolVerdict::Deny { .. }, _) => verdict,
+            (_, Some(Err(reason))) => ToolVerdict::Deny { reason },
+            (ToolVerdict::Ask { reason, escalation }, Some(Ok(network))) => ToolVerdict::Ask {
+                reason: format!("{reason}; {network}"),
+                escalation,
+            },
+            (_, Some(Ok(reason))) => ToolVerdict::Ask {
+                reason,
+                escalation: None,
+            },
         }
     }
 
@@ -364,6 +417,39 @@ mod tests {
                 escalation: Some(PermissionPreset::DangerFullAccess),
             }
         );
+    }
+
+    #[test]
+    fn network_is_an_escalation_only_in_a_session_without_it() {
+        let with = SafetyPolicy::new(PermissionPreset::WorkspaceWrite, "landlock", "test");
+        let asked = r#"{"command":"curl x","network":true,"justification":"fetch a crate"}"#;
+        assert_eq!(with.tool_pre(&call(asked)), ToolVerdict::Continue);
+        let without = SafetyPolicy::new(PermissionPreset::WorkspaceWrite, "landlock", "test")
+            .with_network(false);
+        assert_eq!(
+            without.tool_pre(&call(asked)),
+            ToolVerdict::Ask {
+                reason: "bash asks for network access: fetch a crate".into(),
+                escalation: None,
+            }
+        );
+        let ToolVerdict::Deny { reason } =
+            without.tool_pre(&call(r#"{"command":"curl x","network":true}"#))
+        else {
+            panic!("expected a denial");
+        };
+        assert!(reason.contains("justification"), "{reason}");
+        assert_eq!(
+            without.tool_pre(&call(r#"{"command":"ls","network":false}"#)),
+            ToolVerdict::Continue
+        );
+        // Both at once: one question naming both.
+        let both = r#"{"command":"x","network":true,"sandbox_permissions":"danger-full-access","justification":"set up"}"#;
+        let ToolVerdict::Ask { reason, escalation } = without.tool_pre(&call(both)) else {
+            panic!("expected a question");
+        };
+        assert_eq!(escalation, Some(PermissionPreset::DangerFullAccess));
+        assert!(reason.contains("network access"), "{reason}");
     }
 
     #[test]

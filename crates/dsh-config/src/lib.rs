@@ -31,6 +31,7 @@ pub mod scripts;
 pub mod show;
 mod tools;
 pub mod trust;
+mod sandbox;
 mod tui;
 mod web_search;
 
@@ -55,5 +56,6 @@ pub use tools::{
     SearchToolsConfig, WebFetchConfig, DEFAULT_GLOB_MAX_RESULTS, DEFAULT_GREP_MAX_RESULTS,
     DEFAULT_WEB_FETCH_MAX_BYTES, DEFAULT_WEB_FETCH_TIMEOUT,
 };
+pub use sandbox::SandboxConfig;
 pub use tui::TuiConfig;
 pub use web_search::{WebSearchConfig, DEFAULT_WEB_SEARCH_BASE_URL, WEB_SEARCH_BASE_URL_ENV};

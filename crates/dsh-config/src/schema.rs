@@ -33,9 +33,13 @@ const ROOT_KEYS: &[&str] = &[
     "tools",
     "trust",
     "tui",
+    "sandbox",
 ];
 const TRUST_KEYS: &[&str] = &["workspaces"];
 const TUI_KEYS: &[&str] = &["alt_screen"];
+const SANDBOX_KEYS: &[&str] = &["network"];
+/// Values of `sandbox.network`.
+pub(crate) const SANDBOX_NETWORK: &[&str] = &["on", "off"];
 const COMPACTION_KEYS: &[&str] = &["threshold", "keep_tail"];
 const BUDGET_KEYS: &[&str] = &["max_steps", "max_wall_time_secs", "max_cost_usd"];
 const AGENTS_KEYS: &[&str] = &["max_concurrent"];
@@ -270,6 +274,11 @@ impl Checker<'_> {
                         self.tui(t);
                     }
                 }
+                "sandbox" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.sandbox(t);
+                    }
+                }
                 "providers" => {
                     if let Some(t) = self.expect_table(key, value) {
                         for (name, provider) in t {
@@ -420,6 +429,28 @@ impl Checker<'_> {
             match key.as_str() {
                 "alt_screen" => self.expect_bool(&path, value),
                 other => self.unknown("tui", other, TUI_KEYS),
+            }
+        }
+    }
+
+    /// `[sandbox]` (docs/SECURITY.md, "Network"). A project's own file may turn the network
+    /// off but not on: opening network access is the user's decision, not the repository's.
+    fn sandbox(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("sandbox", key);
+            match key.as_str() {
+                "network" => {
+                    self.expect_one_of(&path, value, SANDBOX_NETWORK, "network setting");
+                    if matches!(self.source, Source::ProjectFile(_)) && value.as_str() == Some("on")
+                    {
+                        self.error(
+                            &path,
+                            "a project's configuration cannot turn the sandbox's network on",
+                            "set `[sandbox] network = \"on\"` in $DSH_HOME/config.toml instead",
+                        );
+                    }
+                }
+                other => self.unknown("sandbox", other, SANDBOX_KEYS),
             }
         }
     }

@@ -77,11 +77,17 @@ pub(crate) fn agent_parts(
     adapters
         .register(provider.name.clone(), adapter)
         .map_err(invalid)?;
-    // Process confinement for `bash` (probed once; `danger-full-access` needs none).
-    let sandbox = dsh_sandbox::confinement_for(permission).map_err(invalid)?;
+    // Process confinement for `bash` (probed once; `danger-full-access` needs none), with the
+    // network as `[sandbox] network` says (docs/SECURITY.md, "Network").
+    let network = setup.config.sandbox().network;
+    let sandbox = dsh_sandbox::confinement_for(permission)
+        .map_err(invalid)?
+        .with_network(network);
     // Background jobs belong to this agent's tool context: they die with the agent.
     let jobs = dsh_tools::JobTable::new();
-    let tool_context = tool_context(setup, permission, &sandbox)?.with_jobs(jobs.clone());
+    let tool_context = tool_context(setup, permission, &sandbox)?
+        .with_jobs(jobs.clone())
+        .with_network(network);
     let current_permission = Arc::new(std::sync::Mutex::new(permission));
 
     let extensions = ExtensionSet::new();
@@ -142,7 +148,7 @@ pub(crate) fn agent_parts(
     };
     Ok(SessionParts {
         parts,
-        permission: permission_source(current_permission),
+        permission: permission_source(current_permission, network),
         plan,
         children,
         preconnect,
@@ -190,7 +196,8 @@ fn register_policies(
     // write/edit when the session resumes (docs/SECURITY.md, "Protected paths").
     let mut safety =
         dsh_agent::SafetyPolicy::new(permission, sandbox.mode().as_str(), sandbox.detail())
-            .with_workspace(tool_context.cwd(), tool_context.writable_roots());
+            .with_workspace(tool_context.cwd(), tool_context.writable_roots())
+            .with_network(tool_context.network());
     // Every secret loaded for the workspace (docs/SECURITY.md, "Secrets and redaction"),
     // the editor's own MCP servers' tokens and headers, and the key in use.
     let mut secrets = setup.secrets().clone();
@@ -210,7 +217,8 @@ fn register_policies(
         &setup.cwd,
         Some(setup.home.clone()),
         Box::new(dsh_agent::SystemContext {
-            permission: permission_summary(permission, sandbox.mode().as_str()),
+            permission: permission_summary(permission, sandbox.mode().as_str())
+                + network_sentence(tool_context.network(), permission),
         }),
     )));
     let skills = dsh_agent::SkillSet::discover(&dsh_agent::SkillSet::standard_dirs(
@@ -348,19 +356,33 @@ fn session_hooks(setup: &Configuration) -> Result<dsh_agent::HooksConfig, Runtim
 /// sentence the model reads. `current` follows successful switches (subagents start with it).
 fn permission_source(
     current: Arc<std::sync::Mutex<PermissionPreset>>,
+    network: bool,
 ) -> dsh_agent::PermissionSource {
     Arc::new(move |preset| {
         let sandbox = dsh_sandbox::confinement_for(preset)
-            .map_err(|e| dsh_agent::PermissionError::SandboxUnavailable(e.to_string()))?;
+            .map_err(|e| dsh_agent::PermissionError::SandboxUnavailable(e.to_string()))?
+            .with_network(network);
         *current.lock_or_recover() = preset;
         Ok(dsh_agent::PermissionSetting {
             preset,
             confinement: sandbox.confinement(),
             sandbox_mode: sandbox.mode().as_str().to_string(),
             sandbox_detail: sandbox.detail().to_string(),
-            summary: permission_summary(preset, sandbox.mode().as_str()),
+            summary: permission_summary(preset, sandbox.mode().as_str())
+                + network_sentence(network, preset),
         })
     })
+}
+
+/// What the model reads about the network when `[sandbox] network = "off"` (empty otherwise,
+/// and under `danger-full-access`, which confines nothing).
+fn network_sentence(network: bool, preset: PermissionPreset) -> &'static str {
+    if network || preset == PermissionPreset::DangerFullAccess {
+        ""
+    } else {
+        "; commands have no network access (a command that failed for lack of it may be \
+         retried once with `network: true` and a `justification`: the user is asked)"
+    }
 }
 
 /// The built-in tools, `ask_user_question` (answered by the front end's asker; headless runs

@@ -3,8 +3,13 @@
 //! read-write.
 //!
 //! Layout inside the sandbox:
-//! * `/` read-only (`--ro-bind / /`), a minimal `/dev` (`--dev`), a fresh `/proc` (`--proc`,
-//!   which bubblewrap itself makes partly read-only: `sys`, `sysrq-trigger`, ...);
+//! * `/` read-only (`--ro-bind / /`), a minimal `/dev` (`--dev`), a fresh `/proc` (`--proc`)
+//!   remounted read-only as a whole (`--remount-ro /proc`): as root the command is the host's
+//!   uid 0 to the kernel, and the permission checks of `/proc/sys` (sysctls such as
+//!   `kernel.core_pattern`, whose helper the kernel runs as real root), `/proc/sysrq-trigger`
+//!   and other root-owned `/proc` files look at that uid, not at capabilities. bubblewrap
+//!   itself covers only `/proc/irq` and `/proc/bus` (its check skips `/proc/sys`, whose
+//!   directory reports itself not writable). `/sys` is read-only with the root bind;
 //! * `workspace-write`: every writable root (session cwd, temp directories) bound read-write,
 //!   at the same path, so paths mean the same inside and out;
 //! * `read-only`: nothing of the host writable; `/tmp` is a private, empty tmpfs (thrown away
@@ -24,8 +29,12 @@
 //! undo the read-only root), and the seccomp filter ([`crate::seccomp`]) passed as a memfd with
 //! `--add-seccomp-fd`. bubblewrap sets `no_new_privs` itself.
 //!
-//! The network namespace is *not* unshared: commands keep network access (package managers,
-//! git fetch).
+//! The network: shared with the host when the request allows it
+//! ([`ConfinementRequest::network`], the default `[sandbox] network = "on"`), else a network
+//! namespace of the command's own (`--unshare-net`, only a loopback) and a seccomp filter that
+//! refuses the address families a network namespace does not confine (`AF_VSOCK`, ...).
+//! Every bind bubblewrap makes is `nosuid` and `nodev` (bubblewrap adds both to each bind it
+//! does not make with `--dev-bind`).
 //!
 //! Two ways to run a command with these options: one `bwrap` per command (`bwrap <options> --
 //! bash -c ...`), or, where the probe found it works ([`Bubblewrap::prepared`]), one long-lived
@@ -43,7 +52,16 @@ use dsh_tools::{
     CommandConfinement, CommandPlan, ConfinementRequest, PermissionPreset, PreExecHook, ToolError,
 };
 
-use crate::seccomp::{Profile, Program};
+use crate::seccomp::{Network, Profile, Program};
+
+/// The seccomp filter's network rules for `request`.
+pub(crate) fn network(request: &ConfinementRequest) -> Network {
+    if request.network {
+        Network::On
+    } else {
+        Network::Off
+    }
+}
 
 /// The directory made private (tmpfs) under `read-only`.
 const PRIVATE_TMP: &str = "/tmp";
@@ -110,6 +128,7 @@ impl Bubblewrap {
         push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]);
         push(&["--dev".as_ref(), "/dev".as_ref()]);
         push(&["--proc".as_ref(), "/proc".as_ref()]);
+        push(&["--remount-ro".as_ref(), "/proc".as_ref()]);
         let hidden = hidden_dirs(request);
         let under_hidden = |dir: &Path| hidden.iter().any(|h| dir.starts_with(h) && dir != h);
         match request.preset {
@@ -171,6 +190,9 @@ impl Bubblewrap {
         push(&["--chdir".as_ref(), request.workdir.as_os_str()]);
         if self.user_namespace {
             push(&["--unshare-user".as_ref()]);
+        }
+        if !request.network {
+            push(&["--unshare-net".as_ref()]);
         }
         push(&[
             "--cap-drop".as_ref(),
@@ -245,7 +267,7 @@ impl Bubblewrap {
         request: &ConfinementRequest,
         cached: bool,
     ) -> Result<CommandPlan, String> {
-        let filter = Program::get(Profile::Common)?;
+        let filter = Program::get(Profile::Common, network(request))?;
         // Checked before a sandbox is started for nothing.
         crate::prepared_bwrap::signal_scope()?;
         let workdir = CString::new(request.workdir.as_os_str().as_bytes())
@@ -314,7 +336,7 @@ impl CommandConfinement for Bubblewrap {
             }
         }
         let unavailable = |reason: String| crate::setup_failed(request.preset, &reason);
-        let filter = Program::get(Profile::Common)
+        let filter = Program::get(Profile::Common, network(request))
             .and_then(Program::memfd)
             .map_err(unavailable)?;
         let mut args = self.options(request, Some(filter.as_raw_fd()));
@@ -343,6 +365,7 @@ mod tests {
             workdir: cwd.to_path_buf(),
             writable_roots: roots,
             hidden_dirs: Vec::new(),
+            network: true,
         }
     }
 
@@ -368,7 +391,7 @@ mod tests {
         let p = parent.display();
         let c = child.display();
         assert!(
-            line.starts_with("--ro-bind / / --dev /dev --proc /proc"),
+            line.starts_with("--ro-bind / / --dev /dev --proc /proc --remount-ro /proc"),
             "{line}"
         );
         assert!(
@@ -383,6 +406,12 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("--unshare-net"), "network stays: {line}");
+        let offline = ConfinementRequest {
+            network: false,
+            ..req
+        };
+        let line = text(&Bubblewrap::new("bwrap").options(&offline, None));
+        assert!(line.contains(" --unshare-net "), "no network: {line}");
     }
 
     #[test]

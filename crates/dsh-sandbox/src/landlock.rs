@@ -16,7 +16,9 @@
 //! Enforcement is never best-effort: the ruleset handles every file-system right of the ABI the
 //! kernel reports (capped at [`TARGET_ABI`]) with [`CompatLevel::HardRequirement`], so an
 //! unsupported right is an error, not a silently ignored rule. Rights handled and granted:
-//! * everywhere (`/`): execute, read files, read directories (and device ioctls, ABI 5+);
+//! * everywhere but `/dev` (each entry of `/`): execute, read files, read directories (and
+//!   device ioctls, ABI 5+); in `/dev` listing directories, and reading only the devices of
+//!   `READABLE_DEVICES` (docs/SECURITY.md, "No real root in the sandbox");
 //! * beneath each writable root (`workspace-write` only): every handled right;
 //! * the character devices `/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`: writing, so
 //!   `> /dev/null` works under every preset.
@@ -31,8 +33,9 @@
 //! namespaces), permission bits and timestamps of files the user owns outside the workspace,
 //! and the protected entries, are not protected (docs/SECURITY.md, "What is not protected").
 //!
-//! Not restricted by this mechanism: the network (TCP rights are not handled) and reading
-//! (except dsh's home, hidden by the mount layer).
+//! Not restricted by this mechanism: reading (except dsh's home, hidden by the mount layer, and
+//! devices). The network is withheld (`ConfinementRequest::network` false) by the seccomp
+//! filter, not by Landlock's TCP rights, which are not handled (docs/SECURITY.md, "Network").
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -57,6 +60,24 @@ pub const TARGET_ABI: i32 = 6;
 
 /// Device files every command may write (they store nothing).
 const WRITABLE_DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+
+/// What of `/dev` a command may read: these devices and terminals, nothing else. Reading is
+/// allowed everywhere else, but a device is no file: as root (no capability needed, only the
+/// owner's permission bits) a command could read the host's disks (`/dev/vda`, `/dev/loop*`,
+/// past every mount rule and dsh's hidden home), keyboards (`/dev/input`), consoles' screens
+/// (`/dev/vcs*`), or start the watchdog by opening it (docs/SECURITY.md, "No real root in the
+/// sandbox"). bubblewrap's `--dev` offers the same set.
+const READABLE_DEVICES: [&str; 9] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+];
 
 /// `landlock_create_ruleset` flag asking for the ABI version.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
@@ -168,8 +189,20 @@ impl Landlock {
         let created = ruleset
             .create()
             .map_err(|e| fail("cannot create a Landlock ruleset", &e))?
-            .add_rules(path_beneath_rules([Path::new("/")], everywhere))
+            .add_rules(path_beneath_rules(
+                [Path::new("/")],
+                all & AccessFs::ReadDir,
+            ))
+            .map_err(|e| fail("cannot allow listing /", &e))?
+            .add_rules(path_beneath_rules(readable_tops(), everywhere))
             .map_err(|e| fail("cannot allow reading /", &e))?
+            .add_rules(path_beneath_rules(
+                READABLE_DEVICES
+                    .iter()
+                    .filter(|dev| Path::new(dev).exists()),
+                everywhere,
+            ))
+            .map_err(|e| fail("cannot allow reading /dev/null", &e))?
             .add_rules(path_beneath_rules(WRITABLE_DEVICES, devices))
             .map_err(|e| fail("cannot allow writing /dev/null", &e))?
             .add_rules(path_beneath_rules(writable, all))
@@ -180,6 +213,20 @@ impl Landlock {
                 .to_string()
         })
     }
+}
+
+/// The entries of `/` a command may read everything beneath: all but `/dev` (see
+/// [`READABLE_DEVICES`]).
+fn readable_tops() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        // A top entry that resolves into `/dev` (a symbolic link) would open it again.
+        .filter(|path| std::fs::canonicalize(path).is_ok_and(|real| !real.starts_with("/dev")))
+        .collect()
 }
 
 /// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per capability set.
@@ -605,7 +652,8 @@ impl CommandConfinement for Landlock {
         }
         let unavailable = |reason: String| crate::setup_failed(request.preset, &reason);
         let fd = self.ruleset(request).map_err(unavailable)?;
-        let filter = Program::get(Profile::Landlock).map_err(unavailable)?;
+        let filter = Program::get(Profile::Landlock, crate::bubblewrap::network(request))
+            .map_err(unavailable)?;
         let parent = libc::pid_t::try_from(std::process::id())
             .map_err(|_| unavailable("the process id does not fit a pid_t".to_string()))?;
         // The keeper needs the signal scope (ABI 6+) to end the tree safely.

@@ -17,8 +17,9 @@
 //! else, [`Unavailable`]. The Linux mechanisms and their probe are compiled on Linux only.
 //!
 //! Invariant: a command never runs unconfined unless the preset is `danger-full-access`
-//! (decision record `docs/decisions/0001-sandbox.md`). Network access and reading are not
-//! restricted by any mechanism (see `docs/SECURITY.md`).
+//! (decision record `docs/decisions/0001-sandbox.md`). Reading is not restricted (but for dsh's
+//! home and devices); the network only when the request says so ([`Sandbox::with_network`],
+//! docs/SECURITY.md "Network").
 //!
 //! ```no_run
 //! use dsh_tools::PermissionPreset;
@@ -190,6 +191,33 @@ impl Sandbox {
     /// The confinement for the tool context.
     pub fn confinement(&self) -> Arc<dyn CommandConfinement> {
         Arc::clone(&self.confinement)
+    }
+
+    /// This sandbox with the session's network setting (`[sandbox] network`) in its detail line:
+    /// with `network` false a confined mechanism says how the network is withheld (each
+    /// call's [`ConfinementRequest::network`] decides; docs/SECURITY.md, "Network").
+    /// `danger-full-access` and an unavailable sandbox are unchanged.
+    pub fn with_network(mut self, network: bool) -> Sandbox {
+        if network {
+            return self;
+        }
+        let how = match self.mode {
+            SandboxMode::Bubblewrap => {
+                "no network (a network namespace of its own with only a loopback; approve one \
+                 call's `network: true` to give it the host's)"
+            }
+            SandboxMode::Landlock => {
+                "no network (sockets other than Unix and netlink refused, loopback included; \
+                 approve one call's `network: true` to allow them)"
+            }
+            SandboxMode::Seatbelt => {
+                "no network (IP connections and binds denied by the profile; approve one call's \
+                 `network: true` to allow them)"
+            }
+            SandboxMode::Unconfined | SandboxMode::Unavailable => return self,
+        };
+        self.detail = self.detail.replace("network not restricted", how);
+        self
     }
 
     /// `danger-full-access`: no mechanism, commands run as asked.

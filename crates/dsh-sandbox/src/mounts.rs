@@ -13,9 +13,10 @@
 //!    ([`MountNamespace::UserNamespace`]); every mount made private, so nothing propagates back;
 //! 2. a detached copy of each writable root's mount tree (`open_tree(OPEN_TREE_CLONE)`), taken
 //!    while the host's flags still hold;
-//! 3. the whole tree read-only (`mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)`);
-//! 4. each copy attached back on its root (`move_mount`): the roots are writable again exactly
-//!    as on the host;
+//! 3. the whole tree read-only and `nosuid` (`mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY |
+//!    MOUNT_ATTR_NOSUID)`); `/proc` and `/sys` with it, so no kernel setting is written;
+//! 4. each copy attached back on its root (`move_mount`) and made `nosuid,nodev`: the roots are
+//!    writable again as on the host, but nothing on them gives privilege or opens a device;
 //! 5. each root's `.git` directory bound onto itself (a mount point cannot be renamed away) and
 //!    the protected entries (`dsh_tools::existing_protected_entries`) bound read-only on top;
 //! 6. dsh's home (`ConfinementRequest::hidden_dirs`) covered by an empty read-only tmpfs; a
@@ -68,6 +69,10 @@ const MAX_TREES: usize = 16;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 /// `MOUNT_ATTR_RDONLY` (linux/mount.h).
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
+/// `MOUNT_ATTR_NOSUID` and `MOUNT_ATTR_NODEV` (linux/mount.h): no set-id or file-capability
+/// gain from a file on the mount, no device opened through a node on it.
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
 /// `OPEN_TREE_CLONE` (linux/mount.h).
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 /// `MOVE_MOUNT_F_EMPTY_PATH` (linux/mount.h).
@@ -335,9 +340,12 @@ impl MountPlan {
         for (slot, root) in copies.iter_mut().zip(&self.writable) {
             *slot = copy_tree(root)?;
         }
-        set_attr(c"/", AT_RECURSIVE, MOUNT_ATTR_RDONLY, 0)?;
+        set_attr(c"/", AT_RECURSIVE, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0)?;
         for (fd, root) in copies.iter_mut().zip(&self.writable) {
             attach(*fd, root)?;
+            // What the command may write is never a source of privilege inside the sandbox
+            // (docs/SECURITY.md, "No real root in the sandbox").
+            set_attr(root, AT_RECURSIVE, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)?;
             // SAFETY: closing the descriptor copy_tree opened; the tree stays attached.
             unsafe { libc::close(*fd) };
             *fd = -1;
@@ -502,6 +510,7 @@ mod tests {
             workdir: cwd.to_path_buf(),
             writable_roots: roots,
             hidden_dirs: Vec::new(),
+            network: true,
         }
     }
 

@@ -135,6 +135,9 @@ pub(crate) struct Prepared {
     user: Option<OwnedFd>,
     mnt: OwnedFd,
     pid: OwnedFd,
+    /// The sandbox's network namespace when it has one of its own (`--unshare-net`,
+    /// `[sandbox] network = "off"`).
+    net: Option<OwnedFd>,
 }
 
 impl Prepared {
@@ -338,11 +341,12 @@ fn start(layout: &Layout) -> Result<Prepared, String> {
         .map_err(|err| format!("cannot start {}: {err}", layout.program.display()))?;
     drop(info_write);
     match opened(&mut child, &info_read) {
-        Ok((user, mnt, pid)) => Ok(Prepared {
+        Ok((user, mnt, pid, net)) => Ok(Prepared {
             bwrap: Mutex::new(child),
             user,
             mnt,
             pid,
+            net,
         }),
         Err(err) => {
             if let Ok(pid) = libc::pid_t::try_from(child.id()) {
@@ -364,7 +368,7 @@ fn start(layout: &Layout) -> Result<Prepared, String> {
     }
 }
 
-type Namespaces = (Option<OwnedFd>, OwnedFd, OwnedFd);
+type Namespaces = (Option<OwnedFd>, OwnedFd, OwnedFd, Option<OwnedFd>);
 
 /// Reads the info JSON and the waiter's ready line, then opens the namespaces of the pid
 /// bubblewrap reported, checking they are the ones it reported.
@@ -401,7 +405,17 @@ fn opened(child: &mut Child, info: &OwnedFd) -> Result<Namespaces, String> {
     } else {
         None
     };
-    Ok((user, mnt, pid_ns))
+    // A network namespace of its own: every call must enter it too, or it would keep dsh's.
+    let net = open("net")?;
+    let theirs = File::from(net.try_clone().map_err(|err| err.to_string())?)
+        .metadata()
+        .map(|meta| meta.ino())
+        .map_err(|err| format!("cannot read the sandbox's network namespace: {err}"))?;
+    let ours = std::fs::metadata("/proc/self/ns/net")
+        .map(|meta| meta.ino())
+        .map_err(|err| format!("cannot read dsh's network namespace: {err}"))?;
+    let net = (theirs != ours).then_some(net);
+    Ok((user, mnt, pid_ns, net))
 }
 
 /// Whether the sandbox has a user namespace of its own (bubblewrap reports it, and its
@@ -511,6 +525,9 @@ unsafe fn enter(
     check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
     if let Some(user) = &sandbox.user {
         check(libc::setns(user.as_raw_fd(), libc::CLONE_NEWUSER))?;
+    }
+    if let Some(net) = &sandbox.net {
+        check(libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET))?;
     }
     check(libc::setns(sandbox.mnt.as_raw_fd(), libc::CLONE_NEWNS))?;
     check(libc::chdir(workdir.as_ptr()))?;

@@ -284,6 +284,7 @@ fn trial_with(
         workdir: ws.clone(),
         writable_roots: vec![ws.clone()],
         hidden_dirs: Vec::new(),
+        network: true,
     };
     let plan = CommandPlan::new(
         "sh",

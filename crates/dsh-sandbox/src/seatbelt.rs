@@ -64,6 +64,9 @@ pub struct SeatbeltPolicy {
     pub hidden_dirs: Vec<PathBuf>,
     /// Directories that stay readable even inside a hidden one (the cwd, the start directory).
     pub visible_dirs: Vec<PathBuf>,
+    /// Whether the command may reach the network (`ConfinementRequest::network`); without it
+    /// every IP connection and bind is denied (Unix sockets stay).
+    pub network: bool,
 }
 
 /// The SBPL text of the profile for `policy`, or why none can be made: a path that is not
@@ -83,6 +86,11 @@ pub fn seatbelt_profile(policy: &SeatbeltPolicy) -> Result<String, String> {
     out.push_str("(allow default)\n");
     out.push_str("(deny signal (target others))\n");
     out.push_str("(deny process-info* (target others))\n");
+    if !policy.network {
+        // docs/SECURITY.md, "Network". Not run on a Mac yet, like the rest of the profile.
+        out.push_str("(deny network-outbound (remote ip))\n");
+        out.push_str("(deny network-bind (local ip))\n");
+    }
     out.push_str("(deny file-write*)\n");
     out.push_str("(allow file-write*");
     for device in WRITABLE_DEVICES {
@@ -244,6 +252,7 @@ impl Seatbelt {
                 .into_iter()
                 .map(real)
                 .collect(),
+            network: request.network,
         }
     }
 
@@ -276,6 +285,7 @@ fn detect() -> Result<Seatbelt, String> {
         workdir: inside.clone(),
         writable_roots: vec![inside.clone()],
         hidden_dirs: Vec::new(),
+        network: true,
     };
     let plan = CommandPlan::new(
         "/bin/sh",
@@ -414,6 +424,7 @@ mod tests {
             ],
             hidden_dirs: vec!["/Users/ana/.dsh".into()],
             visible_dirs: vec!["/Users/ana/work/app".into()],
+            network: true,
         }
     }
 
@@ -436,6 +447,24 @@ mod tests {
             assert!(profile.contains(needle), "missing {needle} in\n{profile}");
         }
         assert!(!profile.contains("/private/tmp/.git"), "{profile}");
+    }
+
+    #[test]
+    fn without_network_ip_is_denied_and_unix_sockets_stay() {
+        let online = seatbelt_profile(&policy(PermissionPreset::WorkspaceWrite)).unwrap();
+        assert!(!online.contains("network"), "{online}");
+        let offline = SeatbeltPolicy {
+            network: false,
+            ..policy(PermissionPreset::WorkspaceWrite)
+        };
+        let profile = seatbelt_profile(&offline).unwrap();
+        assert!(
+            profile
+                .contains("(deny network-outbound (remote ip))\n(deny network-bind (local ip))\n"),
+            "{profile}"
+        );
+        assert!(!profile.contains("unix"), "{profile}");
+        assert_balanced(&profile);
     }
 
     #[test]
@@ -500,6 +529,7 @@ mod tests {
             workdir: link.clone(),
             writable_roots: vec![link.clone(), wt.clone(), real.join("missing")],
             hidden_dirs: vec![real.join("home")],
+            network: true,
         };
         let plan = CommandPlan::new("bash", vec!["-c".into(), "echo hi".into()]);
         let confined = Seatbelt::default().confine(plan, &request).unwrap();
@@ -547,6 +577,7 @@ mod tests {
             workdir: bad.clone(),
             writable_roots: vec![bad],
             hidden_dirs: Vec::new(),
+            network: true,
         };
         let plan = CommandPlan::new("bash", vec![]);
         let err = Seatbelt::default().confine(plan, &request).unwrap_err();

@@ -15,7 +15,24 @@
 //! * terminals: `ioctl` with `TIOCSTI` or `TIOCLINUX`;
 //! * raw network access: `socket(AF_PACKET, ..)` and `socket(domain, SOCK_RAW, ..)` for every
 //!   domain but `AF_NETLINK` (netlink sockets are always `SOCK_RAW`; the C library uses them to
-//!   list interfaces, and they cannot craft packets).
+//!   list interfaces, and they cannot craft packets);
+//! * set-user-ID and set-group-ID files (docs/SECURITY.md, "No real root in the sandbox"): every
+//!   `chmod` call (`chmod`, `fchmod`, `fchmodat`, `fchmodat2`) whose mode carries `S_ISUID` or
+//!   `S_ISGID`, and every call that creates a file with such a mode (`open`/`openat`/`creat`
+//!   with `O_CREAT` or `O_TMPFILE`, `mknod`/`mknodat`). A root-owned set-user-ID copy of a shell
+//!   left in the workspace would give whoever runs it later root; the sandbox's own mounts are
+//!   `nosuid`, but the file would be run outside them;
+//! * `io_uring_setup`, `io_uring_enter`, `io_uring_register`: the operations of a ring are not
+//!   system calls, so no filter sees them (a ring could open sockets or files past the rules).
+//!
+//! `openat2` fails with `ENOSYS` (its mode lives in memory a filter cannot read; callers fall
+//! back to `openat`, whose mode the filter checks), like `clone3` below.
+//!
+//! Without network ([`Network::Off`]), `socket` fails with `EPERM` for every address family but
+//! `AF_UNIX` and `AF_NETLINK`; under bubblewrap, which gives the command a network namespace of
+//! its own with only a loopback interface, `AF_INET` and `AF_INET6` stay allowed (they reach
+//! nothing but the sandbox's own loopback), and families no network namespace confines
+//! (`AF_VSOCK` to the hypervisor, ...) fail.
 //!
 //! `clone3` fails with `ENOSYS`: its flags live in memory a filter cannot read, and `ENOSYS`
 //! makes the C library fall back to `clone`, whose flags the filter checks. On x86-64 every x32
@@ -39,9 +56,17 @@ pub(crate) enum Profile {
     /// The common rules (bubblewrap: its read-only binds already stop metadata changes).
     Common,
     /// The common rules plus, because Landlock does not govern file metadata: every `chown`
-    /// and every `setxattr`/`removexattr` call, and `chmod` calls that would set the set-user-ID
-    /// or set-group-ID bit, fail with `EPERM`.
+    /// and every `setxattr`/`removexattr` call fails with `EPERM`.
     Landlock,
+}
+
+/// Whether confined commands may reach the network (docs/SECURITY.md, "Network").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Network {
+    /// No rule about address families.
+    On,
+    /// `socket` refused for every family that could leave the sandbox (see the module docs).
+    Off,
 }
 
 /// `setxattrat(2)` and `removexattrat(2)` (Linux 6.13): the same number on every architecture.
@@ -79,15 +104,19 @@ pub(crate) struct Program {
 }
 
 impl Program {
-    /// The filter for `profile`, compiled once per process.
-    pub(crate) fn get(profile: Profile) -> Result<&'static Program, String> {
+    /// The filter for `profile` and `network`, compiled once per process.
+    pub(crate) fn get(profile: Profile, network: Network) -> Result<&'static Program, String> {
         static COMMON: OnceLock<Result<Program, String>> = OnceLock::new();
         static LANDLOCK: OnceLock<Result<Program, String>> = OnceLock::new();
-        let cell = match profile {
-            Profile::Common => &COMMON,
-            Profile::Landlock => &LANDLOCK,
+        static COMMON_OFFLINE: OnceLock<Result<Program, String>> = OnceLock::new();
+        static LANDLOCK_OFFLINE: OnceLock<Result<Program, String>> = OnceLock::new();
+        let cell = match (profile, network) {
+            (Profile::Common, Network::On) => &COMMON,
+            (Profile::Landlock, Network::On) => &LANDLOCK,
+            (Profile::Common, Network::Off) => &COMMON_OFFLINE,
+            (Profile::Landlock, Network::Off) => &LANDLOCK_OFFLINE,
         };
-        cell.get_or_init(|| compile(profile))
+        cell.get_or_init(|| compile(profile, network))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -210,6 +239,14 @@ const SYS_KEXEC_FILE_LOAD: libc::c_long = 294;
 /// `fchmodat2` (Linux 6.6): the same number on every architecture; missing from `libc` for
 /// aarch64 musl.
 const SYS_FCHMODAT2: libc::c_long = 452;
+/// `io_uring_setup`, `io_uring_enter`, `io_uring_register` (Linux 5.1) and `openat2` (5.6): the
+/// same numbers on every architecture.
+const SYS_IO_URING_SETUP: libc::c_long = 425;
+const SYS_IO_URING_ENTER: libc::c_long = 426;
+const SYS_IO_URING_REGISTER: libc::c_long = 427;
+pub(crate) const SYS_OPENAT2: libc::c_long = 437;
+/// The kernel's `__O_TMPFILE` (without `O_DIRECTORY`): a file made with it gets the call's mode.
+const O_TMPFILE_BIT: u64 = 0o20_000_000;
 
 /// System calls denied whatever their arguments.
 fn always_denied(profile: Profile) -> Vec<i64> {
@@ -238,6 +275,9 @@ fn always_denied(profile: Profile) -> Vec<i64> {
         libc::SYS_add_key,
         libc::SYS_request_key,
         libc::SYS_open_by_handle_at,
+        SYS_IO_URING_SETUP,
+        SYS_IO_URING_ENTER,
+        SYS_IO_URING_REGISTER,
     ];
     if profile == Profile::Landlock {
         list.extend([
@@ -258,8 +298,8 @@ fn always_denied(profile: Profile) -> Vec<i64> {
     list
 }
 
-/// The rules of `profile`, by system call number.
-fn rules(profile: Profile) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+/// The rules of `profile` and `network`, by system call number.
+fn rules(profile: Profile, network: Network) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     use SeccompCmpArgLen::Dword;
     use SeccompCmpOp::{Eq, MaskedEq, Ne};
 
@@ -279,36 +319,74 @@ fn rules(profile: Profile) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
             rule(vec![arg(1, Dword, Eq, TIOCLINUX)?])?,
         ],
     );
-    rules.insert(
-        libc::SYS_socket,
-        vec![
-            rule(vec![arg(0, Dword, Eq, libc::AF_PACKET as u64)?])?,
-            rule(vec![
-                arg(0, Dword, Ne, libc::AF_NETLINK as u64)?,
-                arg(1, Dword, MaskedEq(SOCK_TYPE_MASK), libc::SOCK_RAW as u64)?,
-            ])?,
-        ],
-    );
-    if profile == Profile::Landlock {
-        let special = [libc::S_ISUID as u64, libc::S_ISGID as u64];
-        let mode_rules = |index: u8| {
-            special
-                .iter()
-                .map(|&bit| rule(vec![arg(index, Dword, MaskedEq(bit), bit)?]))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        #[cfg(target_arch = "x86_64")]
-        rules.insert(libc::SYS_chmod, mode_rules(1)?);
-        rules.insert(libc::SYS_fchmod, mode_rules(1)?);
-        rules.insert(libc::SYS_fchmodat, mode_rules(2)?);
-        rules.insert(SYS_FCHMODAT2, mode_rules(2)?);
+    let mut socket_rules = vec![
+        rule(vec![arg(0, Dword, Eq, libc::AF_PACKET as u64)?])?,
+        rule(vec![
+            arg(0, Dword, Ne, libc::AF_NETLINK as u64)?,
+            arg(1, Dword, MaskedEq(SOCK_TYPE_MASK), libc::SOCK_RAW as u64)?,
+        ])?,
+    ];
+    if network == Network::Off {
+        let mut allowed = vec![libc::AF_UNIX, libc::AF_NETLINK];
+        if profile == Profile::Common {
+            // bubblewrap's own network namespace: IP reaches only its loopback.
+            allowed.extend([libc::AF_INET, libc::AF_INET6]);
+        }
+        let others = allowed
+            .into_iter()
+            .map(|family| arg(0, Dword, Ne, family as u64))
+            .collect::<Result<Vec<_>, _>>()?;
+        socket_rules.push(rule(others)?);
     }
+    rules.insert(libc::SYS_socket, socket_rules);
+    set_id_rules(&mut rules)?;
     Ok(rules)
 }
 
-fn compile(profile: Profile) -> Result<Program, String> {
+/// The rules against set-user-ID and set-group-ID files: a `chmod` whose mode (argument
+/// `index`) carries either bit, and a call that creates a file with such a mode.
+fn set_id_rules(rules: &mut BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), String> {
+    use SeccompCmpArgLen::Dword;
+    use SeccompCmpOp::MaskedEq;
+
+    let special = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+    let mode_rules = |index: u8| {
+        special
+            .iter()
+            .map(|&bit| rule(vec![arg(index, Dword, MaskedEq(bit), bit)?]))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    // `open`-like calls: only when the flags (argument `flags`) create a file.
+    let create_rules = |flags: u8, mode: u8| {
+        let mut out = Vec::new();
+        for creates in [libc::O_CREAT as u64, O_TMPFILE_BIT] {
+            for &bit in &special {
+                out.push(rule(vec![
+                    arg(flags, Dword, MaskedEq(creates), creates)?,
+                    arg(mode, Dword, MaskedEq(bit), bit)?,
+                ])?);
+            }
+        }
+        Ok::<_, String>(out)
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        rules.insert(libc::SYS_chmod, mode_rules(1)?);
+        rules.insert(libc::SYS_open, create_rules(1, 2)?);
+        rules.insert(libc::SYS_creat, mode_rules(1)?);
+        rules.insert(libc::SYS_mknod, mode_rules(1)?);
+    }
+    rules.insert(libc::SYS_fchmod, mode_rules(1)?);
+    rules.insert(libc::SYS_fchmodat, mode_rules(2)?);
+    rules.insert(SYS_FCHMODAT2, mode_rules(2)?);
+    rules.insert(libc::SYS_openat, create_rules(2, 3)?);
+    rules.insert(libc::SYS_mknodat, mode_rules(2)?);
+    Ok(())
+}
+
+fn compile(profile: Profile, network: Network) -> Result<Program, String> {
     let (arch, audit_arch) = target_arch()?;
-    let rules = rules(profile)?;
+    let rules = rules(profile, network)?;
     // The numbers that have rules, for the search in front of the compiled rules.
     let ruled: Vec<u32> = rules
         .keys()
@@ -401,6 +479,7 @@ fn head(audit_arch: u32, ruled: &[u32]) -> Result<Vec<libc::sock_filter>, String
         op(LD_W_ABS, Target::Next, Target::Next, NR_OFFSET),
         op(JGE_K, Target::Enosys, Target::Next, x32_bit),
         op(JEQ_K, Target::Enosys, Target::Next, libc::SYS_clone3 as u32),
+        op(JEQ_K, Target::Enosys, Target::Next, SYS_OPENAT2 as u32),
     ];
     let mut sorted = ruled.to_vec();
     sorted.sort_unstable();
@@ -524,6 +603,8 @@ mod tests {
                 libc::AF_PACKET,
                 libc::AF_NETLINK,
                 libc::AF_INET,
+                libc::AF_INET6,
+                libc::AF_VSOCK,
                 libc::AF_UNIX,
             ]
             .map(|v| v as u64),
@@ -540,8 +621,15 @@ mod tests {
         values
     }
 
-    fn ruled_numbers(profile: Profile) -> Vec<u32> {
-        rules(profile)
+    const ALL: [(Profile, Network); 4] = [
+        (Profile::Common, Network::On),
+        (Profile::Landlock, Network::On),
+        (Profile::Common, Network::Off),
+        (Profile::Landlock, Network::Off),
+    ];
+
+    fn ruled_numbers(profile: Profile, network: Network) -> Vec<u32> {
+        rules(profile, network)
             .unwrap()
             .keys()
             .map(|&nr| nr as u32)
@@ -557,6 +645,7 @@ mod tests {
             u32::MAX
         };
         let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let enosys_numbers = [libc::SYS_clone3 as u32, SYS_OPENAT2 as u32];
         let values = argument_values();
         // One argument set: each value at each of the first three positions; then (for
         // `socket`, whose rule compares two arguments) every pair in the first two.
@@ -578,8 +667,8 @@ mod tests {
             .chain((0..600).map(|nr| 0x4000_0000 + nr))
             .chain([0x8000_0000, u32::MAX])
             .collect();
-        for profile in [Profile::Common, Profile::Landlock] {
-            let program = Program::get(profile).unwrap();
+        for (profile, network) in ALL {
+            let program = Program::get(profile, network).unwrap();
             let (head, rules) = program.instructions.split_at(program.rules_start);
             assert!(!head.is_empty());
             for arch in [native, 0x4000_0003, 0xc000_00b7, 0] {
@@ -592,7 +681,7 @@ mod tests {
                     for &args in sets {
                         let data = data(arch, nr, args);
                         let expected =
-                            if arch == native && (nr >= x32_bit || nr == libc::SYS_clone3 as u32) {
+                            if arch == native && (nr >= x32_bit || enosys_numbers.contains(&nr)) {
                                 enosys
                             } else {
                                 run(rules, &data).0
@@ -611,19 +700,19 @@ mod tests {
     #[test]
     fn a_number_without_rules_is_allowed_within_a_few_instructions() {
         let (_, native) = target_arch().unwrap();
-        for profile in [Profile::Common, Profile::Landlock] {
-            let program = Program::get(profile).unwrap();
-            let ruled = ruled_numbers(profile);
+        for (profile, network) in ALL {
+            let program = Program::get(profile, network).unwrap();
+            let ruled = ruled_numbers(profile, network);
             let mut longest = 0;
-            for nr in
-                (0..1100u32).filter(|nr| !ruled.contains(nr) && *nr != libc::SYS_clone3 as u32)
-            {
+            for nr in (0..1100u32).filter(|nr| {
+                !ruled.contains(nr) && *nr != libc::SYS_clone3 as u32 && *nr != SYS_OPENAT2 as u32
+            }) {
                 let (verdict, steps) = run(&program.instructions, &data(native, nr, [0; 6]));
                 assert_eq!(verdict, libc::SECCOMP_RET_ALLOW, "{profile:?} nr {nr}");
                 longest = longest.max(steps);
             }
-            // 6 head instructions, a search of depth log2(rules / 4) and up to 4 comparisons.
-            assert!(longest <= 16, "{profile:?}: {longest} instructions");
+            // 7 head instructions, a search of depth log2(rules / 4) and up to 4 comparisons.
+            assert!(longest <= 17, "{profile:?}: {longest} instructions");
             let (_, rules) = program.instructions.split_at(program.rules_start);
             let (_, unsearched) = run(rules, &data(native, 999, [0; 6]));
             assert!(
@@ -635,8 +724,8 @@ mod tests {
 
     #[test]
     fn both_profiles_compile_and_landlock_has_more_rules() {
-        let common = Program::get(Profile::Common).unwrap();
-        let landlock = Program::get(Profile::Landlock).unwrap();
+        let common = Program::get(Profile::Common, Network::On).unwrap();
+        let landlock = Program::get(Profile::Landlock, Network::On).unwrap();
         assert!(common.len() > 30, "{}", common.len());
         assert!(landlock.len() > common.len());
         assert_eq!(common.bytes().len(), common.len() * 8);
@@ -644,11 +733,95 @@ mod tests {
 
     #[test]
     fn the_filter_file_holds_the_program() {
-        let program = Program::get(Profile::Common).unwrap();
+        let program = Program::get(Profile::Common, Network::On).unwrap();
         let fd = program.memfd().unwrap();
         let mut file = std::fs::File::from(fd);
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
         assert_eq!(bytes, program.bytes());
+    }
+
+    /// The verdict of the whole filter of `profile`/`network` for `nr` with `args`.
+    fn verdict(profile: Profile, network: Network, nr: i64, args: [u64; 6]) -> u32 {
+        let (_, native) = target_arch().unwrap();
+        let program = Program::get(profile, network).unwrap();
+        run(&program.instructions, &data(native, nr as u32, args)).0
+    }
+
+    #[test]
+    fn set_id_modes_are_refused_by_both_profiles_and_other_modes_are_not() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let creat = libc::O_CREAT as u64 | libc::O_WRONLY as u64;
+        let tmpfile = libc::O_TMPFILE as u64 | libc::O_RDWR as u64;
+        for (profile, network) in ALL {
+            let v = |nr: i64, args: [u64; 6]| verdict(profile, network, nr, args);
+            for mode in [0o4755, 0o2755, 0o6777, 0o104755] {
+                assert_eq!(v(libc::SYS_fchmod, [3, mode, 0, 0, 0, 0]), eperm);
+                assert_eq!(v(libc::SYS_fchmodat, [3, 0, mode, 0, 0, 0]), eperm);
+                assert_eq!(v(SYS_FCHMODAT2, [3, 0, mode, 0, 0, 0]), eperm);
+                assert_eq!(v(libc::SYS_openat, [3, 0, creat, mode, 0, 0]), eperm);
+                assert_eq!(v(libc::SYS_openat, [3, 0, tmpfile, mode, 0, 0]), eperm);
+                assert_eq!(v(libc::SYS_mknodat, [3, 0, mode, 0, 0, 0]), eperm);
+                // Without O_CREAT the mode argument means nothing.
+                assert_eq!(v(libc::SYS_openat, [3, 0, 0, mode, 0, 0]), allow);
+                #[cfg(target_arch = "x86_64")]
+                {
+                    assert_eq!(v(libc::SYS_chmod, [0, mode, 0, 0, 0, 0]), eperm);
+                    assert_eq!(v(libc::SYS_open, [0, creat, mode, 0, 0, 0]), eperm);
+                    assert_eq!(v(libc::SYS_creat, [0, mode, 0, 0, 0, 0]), eperm);
+                    assert_eq!(v(libc::SYS_mknod, [0, mode, 0, 0, 0, 0]), eperm);
+                }
+            }
+            for mode in [0o755, 0o1777, 0o644, 0o777] {
+                assert_eq!(v(libc::SYS_fchmod, [3, mode, 0, 0, 0, 0]), allow);
+                assert_eq!(v(libc::SYS_openat, [3, 0, creat, mode, 0, 0]), allow);
+                assert_eq!(v(libc::SYS_mknodat, [3, 0, mode, 0, 0, 0]), allow);
+            }
+            for nr in [
+                SYS_IO_URING_SETUP,
+                SYS_IO_URING_ENTER,
+                SYS_IO_URING_REGISTER,
+            ] {
+                assert_eq!(v(nr, [0; 6]), eperm, "{profile:?} io_uring {nr}");
+            }
+            let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+            assert_eq!(v(SYS_OPENAT2, [0; 6]), enosys);
+        }
+    }
+
+    #[test]
+    fn without_network_only_local_families_stay() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let stream = libc::SOCK_STREAM as u64;
+        let socket = |profile, network, family: i32| {
+            verdict(
+                profile,
+                network,
+                libc::SYS_socket,
+                [family as u64, stream, 0, 0, 0, 0],
+            )
+        };
+        for profile in [Profile::Common, Profile::Landlock] {
+            for family in [libc::AF_INET, libc::AF_INET6, libc::AF_VSOCK, libc::AF_UNIX] {
+                assert_eq!(socket(profile, Network::On, family), allow, "{family}");
+            }
+            assert_eq!(socket(profile, Network::Off, libc::AF_UNIX), allow);
+            assert_eq!(socket(profile, Network::Off, libc::AF_NETLINK), allow);
+            for family in [
+                libc::AF_VSOCK,
+                libc::AF_BLUETOOTH,
+                libc::AF_TIPC,
+                libc::AF_CAN,
+            ] {
+                assert_eq!(socket(profile, Network::Off, family), eperm, "{family}");
+            }
+        }
+        // bubblewrap's network namespace has only its own loopback.
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            assert_eq!(socket(Profile::Common, Network::Off, family), allow);
+            assert_eq!(socket(Profile::Landlock, Network::Off, family), eperm);
+        }
     }
 }

@@ -192,6 +192,11 @@ pub struct ConfinementRequest {
     /// Directories the command must not see at all where the mechanism can hide them (dsh's
     /// home: credentials, trust records, the web UI's token page; see [`hidden_dirs`]).
     pub hidden_dirs: Vec<PathBuf>,
+    /// Whether the command may reach the network: the session's setting (`[sandbox] network`),
+    /// or `true` for one call the user approved with `network: true` (docs/SECURITY.md,
+    /// "Network"). `false`: bubblewrap gives the command a network namespace of its own (only
+    /// a loopback), and the seccomp filter refuses sockets that could leave the sandbox.
+    pub network: bool,
 }
 
 /// The directories confined commands must not see: dsh's home, `$DSH_HOME` when set and not

@@ -25,6 +25,7 @@ mod plant_escapes;
 mod run_cancel;
 mod run_cli;
 mod safety_cli;
+mod sandbox_root_escapes;
 mod secret_escapes;
 mod sessions_cli;
 mod shared_prefix;

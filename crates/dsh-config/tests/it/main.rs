@@ -13,6 +13,7 @@ mod config;
 mod config_dirs;
 mod mcp_config;
 mod reply_timeout;
+mod sandbox_config;
 mod search_tools_config;
 mod trust;
 mod tui_config;

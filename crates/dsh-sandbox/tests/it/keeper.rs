@@ -27,6 +27,7 @@ fn run_confined(image_program: &str, program: &str, args: &[&str]) -> Output {
         workdir: cwd.clone(),
         writable_roots: vec![cwd.clone()],
         hidden_dirs: Vec::new(),
+        network: true,
     };
     let plan = landlock_only()
         .confinement()

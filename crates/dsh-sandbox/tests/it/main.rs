@@ -1,5 +1,6 @@
 //! Escape tests of dsh-sandbox: escapes.rs (workspace-write and read-only, any user) and
-//! root_escapes.rs (privileged escapes, run as root), probe.rs (probe trials leave no process
+//! root_escapes.rs (privileged escapes, run as root), no_real_root.rs (root in the sandbox is not
+//! the host's root: kernel settings, set-id files, kernel interfaces, the network switch), probe.rs (probe trials leave no process
 //! and no stale scratch directory), probe_cache.rs (planted probe verdicts end confined or
 //! refused), prepared_bwrap.rs (the prepared bubblewrap sandbox, as root), keeper.rs (the
 //! keeper starts the command from the image the spawner prepared).
@@ -9,6 +10,7 @@
 
 mod escapes;
 mod keeper;
+mod no_real_root;
 mod prepared_bwrap;
 mod probe;
 mod probe_cache;

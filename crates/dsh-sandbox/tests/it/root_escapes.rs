@@ -31,14 +31,14 @@ const FAKE_KEY_ENV: &str = "DSH_ESCAPE_FAKE_API_KEY";
 /// 48 characters (a multiple of 3, so its base64 is a prefix of the base64 of key + newline).
 const FAKE_KEY: &str = "sk-fake0123456789abcdefghijklmnopqrstuvwxyzABCDE";
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// Everything here is about root; as another user the privileged operations fail anyway and
 /// the unconfined controls would not succeed, so the tests say so and stop.
-fn require_root(test: &str) -> bool {
+pub(crate) fn require_root(test: &str) -> bool {
     if is_root() {
         return true;
     }
@@ -47,13 +47,13 @@ fn require_root(test: &str) -> bool {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mechanism {
+pub(crate) enum Mechanism {
     Bubblewrap,
     Landlock,
 }
 
 impl Mechanism {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mechanism::Bubblewrap => "bubblewrap",
             Mechanism::Landlock => "landlock",
@@ -68,7 +68,7 @@ impl Mechanism {
         }
     }
 
-    fn sandbox(self, preset: PermissionPreset) -> Sandbox {
+    pub(crate) fn sandbox(self, preset: PermissionPreset) -> Sandbox {
         match self {
             Mechanism::Bubblewrap => {
                 let probe = SandboxProbe::cached();
@@ -108,21 +108,21 @@ impl Mechanism {
     }
 }
 
-const BOTH: [Mechanism; 2] = [Mechanism::Bubblewrap, Mechanism::Landlock];
+pub(crate) const BOTH: [Mechanism; 2] = [Mechanism::Bubblewrap, Mechanism::Landlock];
 
-struct Scratch {
+pub(crate) struct Scratch {
     _root: tempfile::TempDir,
     /// The scratch folder: outside every writable root.
-    real: PathBuf,
-    cwd: PathBuf,
-    outside: PathBuf,
-    confined: ToolContext,
-    unconfined: ToolContext,
+    pub(crate) real: PathBuf,
+    pub(crate) cwd: PathBuf,
+    pub(crate) outside: PathBuf,
+    pub(crate) confined: ToolContext,
+    pub(crate) unconfined: ToolContext,
     registry: ToolRegistry,
 }
 
 impl Scratch {
-    fn new(preset: PermissionPreset, confinement: Arc<dyn CommandConfinement>) -> Self {
+    pub(crate) fn new(preset: PermissionPreset, confinement: Arc<dyn CommandConfinement>) -> Self {
         let root = tempfile::tempdir_in(scratch_parent()).unwrap();
         let real = std::fs::canonicalize(root.path()).unwrap();
         let cwd = real.join("ws");
@@ -149,16 +149,16 @@ impl Scratch {
         }
     }
 
-    async fn run(&self, ctx: &ToolContext, command: &str) -> String {
+    pub(crate) async fn run(&self, ctx: &ToolContext, command: &str) -> String {
         let args = json!({"command": command, "description": "escape attempt", "timeoutMs": 20000});
         text(&self.registry.invoke("bash", &args.to_string(), ctx).await)
     }
 
-    async fn bash(&self, command: &str) -> String {
+    pub(crate) async fn bash(&self, command: &str) -> String {
         self.run(&self.confined, command).await
     }
 
-    async fn free(&self, command: &str) -> String {
+    pub(crate) async fn free(&self, command: &str) -> String {
         self.run(&self.unconfined, command).await
     }
 }
@@ -198,7 +198,7 @@ fn attempt_with_control(
     }
 }
 
-fn python(code: &str) -> String {
+pub(crate) fn python(code: &str) -> String {
     format!("python3 - <<'PY'\n{code}\nPY")
 }
 
@@ -644,9 +644,11 @@ fn landlock_mount_layer_for_other_users() {
     let command = format!(
         "cat /proc/self/uid_map; chmod 777 {o}; touch -d 2001-02-03 {o}; cat {h}/token; echo x >> .env; echo hook > .git/hooks/pre-commit; mv .git .git-old; echo mine > mine; cat mine"
     );
+    // The test binary may sit where nobody cannot reach it (a checkout in root's home, mode
+    // 0700): nobody runs a copy of it in the scratch folder, which it can reach.
+    let exe = runnable_by_others(&base);
     let run = |mechanism: &str| {
-        let exe = std::env::current_exe().unwrap();
-        let out = Command::new(exe)
+        let out = Command::new(&exe)
             .args([
                 "--exact",
                 "root_escapes::helper_process",
@@ -705,6 +707,26 @@ fn landlock_mount_layer_for_other_users() {
         "control: {shown}"
     );
     assert!(ws.join(".git-old").exists(), "control: {shown}");
+}
+
+/// This test binary where other users can run it: itself when every folder above it lets
+/// others search it and it is executable by them, else a copy in `dir` (which must be
+/// reachable by them).
+fn runnable_by_others(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = std::env::current_exe().unwrap();
+    let reachable = exe
+        .ancestors()
+        .skip(1)
+        .all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0));
+    let runnable = std::fs::metadata(&exe).is_ok_and(|m| m.permissions().mode() & 0o005 == 0o005);
+    if reachable && runnable {
+        return exe;
+    }
+    let copy = dir.join("helper-test-binary");
+    std::fs::copy(&exe, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy
 }
 
 fn helper_output(child: std::process::Child) -> String {

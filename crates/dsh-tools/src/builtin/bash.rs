@@ -57,6 +57,10 @@ struct BashArgs {
     workdir: Option<String>,
     #[serde(default)]
     run_in_background: Option<bool>,
+    /// Network for this call when the session has none: honoured only once the user approved
+    /// the call (the safety policy asks; docs/SECURITY.md, "Network").
+    #[serde(default)]
+    network: Option<bool>,
 }
 
 impl Tool for BashTool {
@@ -77,7 +81,8 @@ impl Tool for BashTool {
                     "description": {"type": "string", "description": "What the command does, in 5-10 words, shown to the user (e.g. \"Run the unit tests\")."},
                     "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at 600000. The command and its children are killed when it expires."},
                     "workdir": {"type": "string", "description": "Directory to run in; relative paths are resolved against the session working directory. Defaults to it."},
-                    "run_in_background": {"type": "boolean", "description": "Run in the background and return a job id immediately (read output with job_output, stop with job_kill). No timeout applies."}
+                    "run_in_background": {"type": "boolean", "description": "Run in the background and return a job id immediately (read output with job_output, stop with job_kill). No timeout applies."},
+                    "network": {"type": "boolean", "description": "Only when the session runs commands without network and this command failed for lack of it: retry it once with `network: true` and a `justification`; the user is asked to approve it."}
                 },
                 "required": ["command", "description"]
             }),
@@ -99,7 +104,8 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let (background, timeout) = check_args(&args, ctx)?;
     let limits = ctx.limits();
     let workdir = resolve_workdir(ctx, args.workdir.as_deref())?;
-    let (plan, request) = confined_plan(ctx, &args.command, &workdir)?;
+    let network = ctx.network() || (args.network == Some(true) && ctx.approved());
+    let (plan, request) = confined_plan(ctx, &args.command, &workdir, network)?;
     if ctx.cancel().is_cancelled() {
         return Err(aborted());
     }
@@ -215,6 +221,7 @@ fn confined_plan(
     ctx: &ToolContext,
     command: &str,
     workdir: &std::path::Path,
+    network: bool,
 ) -> Result<(CommandPlan, ConfinementRequest), ToolError> {
     let plan = CommandPlan::new("bash", vec!["-c".into(), command.into()]);
     let request = ConfinementRequest {
@@ -223,6 +230,7 @@ fn confined_plan(
         workdir: workdir.to_path_buf(),
         writable_roots: ctx.writable_roots(),
         hidden_dirs: crate::confinement::hidden_dirs(),
+        network,
     };
     let plan = ctx.confinement().confine(plan, &request)?;
     Ok((plan, request))
