@@ -50,8 +50,9 @@ const SECRET_WORDS: [&str; 9] = [
 pub struct SecretRedactor {
     /// `(value, marker)`, in the order added.
     secrets: Vec<(String, String)>,
-    /// The matcher over `secrets`, built on first use after the last change.
-    matcher: OnceLock<Arc<SecretMatcher>>,
+    /// The matcher over `secrets`, built on first use after the last change; shared by the
+    /// clones made since, so a redactor handed to several printers is compiled once.
+    matcher: Arc<OnceLock<Arc<SecretMatcher>>>,
 }
 
 impl fmt::Debug for SecretRedactor {
@@ -163,7 +164,7 @@ impl SecretRedactor {
         }
         self.secrets
             .push((value.to_string(), format!("[REDACTED:{name}]")));
-        self.matcher = OnceLock::new();
+        self.matcher = Arc::default();
     }
 
     /// Adds every secret of another redactor.
@@ -171,7 +172,7 @@ impl SecretRedactor {
         for (value, marker) in &other.secrets {
             if !self.secrets.iter().any(|(v, _)| v == value) {
                 self.secrets.push((value.clone(), marker.clone()));
-                self.matcher = OnceLock::new();
+                self.matcher = Arc::default();
             }
         }
     }
