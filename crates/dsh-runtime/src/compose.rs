@@ -245,6 +245,11 @@ fn register_policies(
     if !hooks.is_empty() {
         let (check, path) = script_check(setup);
         let hooks = hooks.with_script_check(check, path);
+        if depth == 0 {
+            for refusal in hooks.refusals() {
+                shared.warnings.say(&format!("warning: {refusal}"));
+            }
+        }
         extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
     }
     // The Codex dialect: `$DSH_HOME/codex-hooks.json`, the user's own file (docs/hooks.md,
@@ -263,6 +268,11 @@ fn register_policies(
     if !codex.is_empty() {
         let (check, path) = script_check(setup);
         let codex = codex.with_script_check(check, path);
+        if depth == 0 {
+            for refusal in codex.refusals() {
+                shared.warnings.say(&format!("warning: {refusal}"));
+            }
+        }
         let hooks = dsh_agent::CommandHooks::new(codex).with_model(setup.call.model.clone());
         extensions.register_for_life(Arc::new(hooks));
     }

@@ -257,6 +257,22 @@ impl HooksConfig {
         self
     }
 
+    /// The refusal of every configured command its script check refuses now, for a warning
+    /// when the session opens (each is checked again before every run).
+    pub fn refusals(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (_, group) in &self.groups {
+            for command in &group.commands {
+                if let Some(reason) = self.refusal(&command.command) {
+                    if !out.contains(&reason) {
+                        out.push(reason);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The `PATH` commands run with, when [`Self::with_script_check`] set one.
     pub fn command_path(&self) -> Option<&std::ffi::OsStr> {
         self.gate.1.as_deref()

@@ -209,6 +209,11 @@ async fn a_user_hook_pointing_into_the_workspace_is_refused() {
             && r["error"].as_str().unwrap_or("").contains("~/.dsh/hooks")),
         "{results:#?}"
     );
+    // The user hears it when the session opens, not only from the log.
+    assert!(
+        stderr.contains("warning: hook command `sh scripts/check-command.sh`"),
+        "{stderr}"
+    );
 }
 
 /// The same class for MCP servers: the user's server `sh scripts/mcp.sh` with a script the
