@@ -243,13 +243,7 @@ fn register_policies(
         }
     }
     if !hooks.is_empty() {
-        let (check, path) = script_check(setup);
-        let hooks = hooks.with_script_check(check, path);
-        if depth == 0 {
-            for refusal in hooks.refusals() {
-                shared.warnings.say(&format!("warning: {refusal}"));
-            }
-        }
+        let hooks = gated_hooks(setup, shared, depth, hooks);
         extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
     }
     // The Codex dialect: `$DSH_HOME/codex-hooks.json`, the user's own file (docs/hooks.md,
@@ -266,13 +260,7 @@ fn register_policies(
         }
     }
     if !codex.is_empty() {
-        let (check, path) = script_check(setup);
-        let codex = codex.with_script_check(check, path);
-        if depth == 0 {
-            for refusal in codex.refusals() {
-                shared.warnings.say(&format!("warning: {refusal}"));
-            }
-        }
+        let codex = gated_hooks(setup, shared, depth, codex);
         let hooks = dsh_agent::CommandHooks::new(codex).with_model(setup.call.model.clone());
         extensions.register_for_life(Arc::new(hooks));
     }
@@ -335,6 +323,23 @@ fn script_check(setup: &Configuration) -> (dsh_agent::ScriptCheck, Option<std::f
     let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
     let path = gate.command_path();
     (Arc::new(move |command: &str| gate.check_shell(command)), path)
+}
+
+/// `hooks` under [`script_check`]; a top-level session names each command refused now.
+fn gated_hooks(
+    setup: &Configuration,
+    shared: &SessionShared,
+    depth: u64,
+    hooks: dsh_agent::HooksConfig,
+) -> dsh_agent::HooksConfig {
+    let (check, path) = script_check(setup);
+    let hooks = hooks.with_script_check(check, path);
+    if depth == 0 {
+        for refusal in hooks.refusals() {
+            shared.warnings.say(&format!("warning: {refusal}"));
+        }
+    }
+    hooks
 }
 
 /// Hooks: `[hooks]` of each config file (named by the file it came from), then
