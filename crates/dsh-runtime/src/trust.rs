@@ -46,6 +46,14 @@ pub struct Review {
 
 /// The review of `state` (from [`dsh_config::trust::inspect`]) for the working directory `cwd`.
 pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
+    let scripts = state.scripts.iter().map(|(file, pin)| ReviewFile {
+        file: file.clone(),
+        hooks: true,
+        lines: vec![format!(
+            "a script the hooks or MCP servers above run; trusting pins these bytes ({pin}), and \
+             a changed script is not run until you trust again"
+        )],
+    });
     let files = state
         .ignored
         .iter()
@@ -64,6 +72,7 @@ pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
                 }
             }
         })
+        .chain(scripts.filter(|_| state.has_ignored()))
         .collect();
     let env_file = cwd.join(".env");
     let env = std::fs::read_to_string(&env_file).ok().map(|text| {

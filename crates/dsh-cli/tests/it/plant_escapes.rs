@@ -120,6 +120,10 @@ async fn a_trusted_hook_script_changed_by_the_model_never_runs() {
     trust.arg("trust");
     let out = output_with_input(trust, "y\n").await;
     assert!(out.status.success(), "{:?}", text(&out));
+    // The review names the script whose bytes the trust pins.
+    let (review, _) = text(&out);
+    assert!(review.contains("scripts/pre.sh"), "{review}");
+    assert!(review.contains("pins these bytes"), "{review}");
 
     // Step 1 rewrites the script with a confined command (the hook runs the trusted one
     // first); step 2 is a harmless command whose PreToolUse would run the rewritten script.
