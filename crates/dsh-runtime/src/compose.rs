@@ -275,13 +275,11 @@ fn register_policies(
         .collect();
     servers.extend(shared.extra_mcp.iter().cloned());
     if !servers.is_empty() {
-        let hub = shared
-            .mcp
-            .get_or_init(|| {
-                let hub = dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs"));
-                hub.set_script_gate(setup.config.trust.script_gate(&setup.cwd, &setup.home));
-                hub
-            });
+        let hub = shared.mcp.get_or_init(|| {
+            let hub = dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs"));
+            hub.set_script_gate(setup.config.trust.script_gate(&setup.cwd, &setup.home));
+            hub
+        });
         for error in hub.start() {
             if depth == 0 {
                 shared.warnings.say(&format!(
@@ -322,7 +320,10 @@ fn child_factory(
 fn script_check(setup: &Configuration) -> (dsh_agent::ScriptCheck, Option<std::ffi::OsString>) {
     let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
     let path = gate.command_path();
-    (Arc::new(move |command: &str| gate.check_shell(command)), path)
+    (
+        Arc::new(move |command: &str| gate.check_shell(command)),
+        path,
+    )
 }
 
 /// `hooks` under [`script_check`]; a top-level session names each command refused now.
