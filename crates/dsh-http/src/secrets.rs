@@ -238,15 +238,18 @@ impl SecretMatcher {
                 patterns.entry(whole.clone()).or_insert(index);
             }
         }
+        // The longest pattern a hit can need whole: the pieces (a long secret's whole text is
+        // also covered by its pieces).
+        let mut longest = 0;
         for (index, secret) in kept.iter().enumerate() {
             for form in forms(secret) {
                 for pattern in patterns_of(&form, secret.len()) {
+                    longest = longest.max(pattern.len());
                     patterns.entry(pattern).or_insert(index);
                 }
             }
         }
         let (texts, owner): (Vec<Vec<u8>>, Vec<usize>) = patterns.into_iter().unzip();
-        let longest = texts.iter().map(Vec::len).max().unwrap_or(0);
         // Standard semantics, so overlapping hits can be merged. The build fails only past
         // the automaton's size limits (far beyond the thousands of short patterns dsh makes);
         // then the whole secrets are still searched one by one.
@@ -278,11 +281,39 @@ impl SecretMatcher {
         self.markers.len()
     }
 
-    /// Length in bytes of the longest searched pattern (without whitespace): a streamed text
-    /// must hold back this many non-whitespace bytes minus one before it can be sure no secret
-    /// starts in them.
+    /// Length in bytes of the longest pattern a hit needs whole (in the normalised view):
+    /// a streamed text must hold back this many bytes minus one before it can be sure no
+    /// secret starts in them.
     pub fn longest_pattern(&self) -> usize {
         self.longest
+    }
+
+    /// How much of `text`, the start of a stream, can be shown now: the longest prefix after
+    /// which at least [`SecretMatcher::longest_pattern`] minus one bytes of the view are held
+    /// back, and that no hit reaches beyond (a hit that touches the held tail may still
+    /// grow, so it is held back whole).
+    pub fn settled_prefix(&self, text: &str) -> usize {
+        if self.markers.is_empty() {
+            return text.len();
+        }
+        let (view, shifts) = view_of(text);
+        let cut_view = view.len().saturating_sub(self.longest.saturating_sub(1));
+        let mut cut = if cut_view < view.len() {
+            original(&shifts, cut_view)
+        } else {
+            text.len()
+        };
+        if let Some((range, _)) = self
+            .find_in(&view)
+            .into_iter()
+            .find(|(range, _)| range.end >= cut_view)
+        {
+            cut = cut.min(original(&shifts, range.start));
+        }
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        cut
     }
 
     /// The byte ranges of `text` that belong to secrets (hits merged where they overlap or

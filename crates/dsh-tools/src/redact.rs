@@ -279,27 +279,7 @@ impl StreamRedactor {
             return piece.to_string();
         }
         self.pending.push_str(piece);
-        // Hold back as many non-whitespace bytes as a secret's form could have (the matcher
-        // searches without whitespace), and the whitespace among them.
-        let mut hold = self.matcher.longest_pattern().saturating_sub(1);
-        let mut cut = self.pending.len();
-        for byte in self.pending.bytes().rev() {
-            if hold == 0 {
-                break;
-            }
-            if !byte.is_ascii_whitespace() {
-                hold -= 1;
-            }
-            cut -= 1;
-        }
-        let found = self.matcher.find(&self.pending);
-        // A hit that reaches the cut (or past it) may still grow: keep it back whole.
-        if let Some((range, _)) = found.iter().find(|(range, _)| range.end >= cut) {
-            cut = cut.min(range.start);
-        }
-        while !self.pending.is_char_boundary(cut) {
-            cut -= 1;
-        }
+        let cut = self.matcher.settled_prefix(&self.pending);
         let rest = self.pending.split_off(cut);
         let ready = std::mem::replace(&mut self.pending, rest);
         self.matcher.scrub(&ready).into_owned()
@@ -442,7 +422,16 @@ mod tests {
                 let out = r.redact(&text);
                 proptest::prop_assert!(!out.contains(piece), "{piece:?} in {out:?}");
             }
-            let text = format!("{before}{secret} and {} end", encode(&secret, 4, "x"));
+            let folded: String = secret
+                .as_bytes()
+                .chunks(5)
+                .map(|c| format!("{}\n", String::from_utf8_lossy(c)))
+                .collect();
+            let text = format!(
+                "{before}{secret} and {} and {} and {folded} end",
+                encode(&secret, 4, "x"),
+                encode(&secret, 8, ""),
+            );
             let mut stream = r.stream();
             let mut shown = String::new();
             let mut at = 0;
