@@ -280,9 +280,26 @@ async fn a_key_the_model_streams_in_pieces_is_not_printed() {
         stderr.contains("the key is [REDACTED:DEEPSEEK_API_KEY]"),
         "{stderr}"
     );
+    // The log keeps the model's text as written; `sessions show` (raw or not) replaces it.
+    let session = session_files(&env.home)[0].clone();
+    let mut shown = Vec::new();
+    for raw in [false, true] {
+        let mut cmd = dsh_command(&env.home, &env.cwd);
+        cmd.args(["sessions", "show", session.to_str().unwrap()]);
+        if raw {
+            cmd.arg("--raw");
+        }
+        let out = run(cmd).await;
+        assert!(out.status.success(), "{}", text(&out).1);
+        shown.push(text(&out).0);
+    }
     for secret in [ACTIVE_KEY, OTHER_KEY] {
         assert_no_trace("stdout", &stdout, secret);
         assert_no_trace("stderr (streamed progress)", &stderr, secret);
+        for transcript in &shown {
+            assert!(transcript.contains("[REDACTED:"), "{transcript}");
+            assert_no_trace("sessions show", transcript, secret);
+        }
     }
 }
 
