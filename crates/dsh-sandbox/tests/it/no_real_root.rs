@@ -365,7 +365,7 @@ fn kernel_attempts(s: &Scratch) -> Vec<(&'static str, String)> {
         ),
         (
             "a block device of the host",
-            "for d in /sys/block/*; do n=${d##*/}; [ -b /dev/$n ] && head -c 512 /dev/$n > /dev/null 2>&1 && echo ESCAPED $n; done; true".to_string(),
+            "for d in /sys/block/*; do n=${d##*/}; for p in /dev/$n /proc/self/root/dev/$n /dev/fd/../../../dev/$n; do [ -b $p ] && head -c 512 $p > /dev/null 2>&1 && echo ESCAPED $p; done; done; true".to_string(),
         ),
         (
             "write through /proc/<dsh>/root",
