@@ -169,7 +169,7 @@ pub fn secrets(settings: &Settings, config: &dsh_config::Config) -> SecretRedact
         variables.extend(provider.api_key_env.clone());
         literal.extend(provider.headers.iter().cloned());
     }
-    for name in &variables {
+    for name in variables.iter().filter(|name| !is_common_variable(name)) {
         for value in settings
             .get(name)
             .into_iter()
@@ -182,6 +182,17 @@ pub fn secrets(settings: &Settings, config: &dsh_config::Config) -> SecretRedact
     add_literal(&mut redactor, &settings.env_file_secrets());
     add_mcp_secrets(&mut redactor, &config.mcp_servers, settings);
     redactor
+}
+
+/// Variables every system sets that a configuration may still name as a key variable by
+/// mistake (`api_key_env = "PATH"`): their values are no secret, and redacting every piece of
+/// `PATH` would garble ordinary output.
+fn is_common_variable(name: &str) -> bool {
+    const COMMON: [&str; 12] = [
+        "PATH", "HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "TERM", "LANG", "TMPDIR",
+        "HOSTNAME", "DSH_HOME",
+    ];
+    COMMON.contains(&name)
 }
 
 /// Adds the `(name, value)` pairs that are secret by name or look like tokens
@@ -220,8 +231,11 @@ pub fn add_mcp_secrets(
                 ..
             } => {
                 add_literal(redactor, headers);
-                if let Some(value) = bearer_token_env.as_deref().and_then(|n| settings.get(n)) {
-                    redactor.add(bearer_token_env.as_deref().unwrap_or("TOKEN"), &value);
+                let variable = bearer_token_env
+                    .as_deref()
+                    .filter(|n| !is_common_variable(n));
+                if let Some((name, value)) = variable.and_then(|n| Some((n, settings.get(n)?))) {
+                    redactor.add(name, &value);
                 }
             }
         }
@@ -333,5 +347,16 @@ env = { SERVICE_TOKEN = "stdio-env-secret-77" }
             assert!(!shown.contains(secret), "{secret} is not known: {shown}");
         }
         assert_eq!(redactor.redact("mode production"), "mode production");
+        // A key variable that names a common variable by mistake redacts nothing of it.
+        std::fs::write(
+            home.join("config.toml"),
+            "[providers.odd]\nkind = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             api_key_env = \"PATH\"\n",
+        )
+        .unwrap();
+        let config =
+            dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default()).unwrap();
+        let path = std::env::var("PATH").unwrap_or_default();
+        assert_eq!(secrets(&settings, &config).redact(&path), path);
     }
 }
