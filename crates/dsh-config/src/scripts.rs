@@ -47,6 +47,9 @@ const INTERPRETERS: &[&str] = &[
     "pwsh",
 ];
 
+/// Variables whose value names a file the program then runs or loads as code.
+const CODE_VARIABLES: &[&str] = &["BASH_ENV", "ENV", "LD_PRELOAD", "PYTHONSTARTUP"];
+
 /// Programs that run a file only when given `-f <file>` (their first argument is program text).
 const FILE_OPTION_ONLY: &[&str] = &["awk", "gawk", "mawk", "nawk", "sed"];
 
@@ -391,10 +394,18 @@ fn simple_command(
     let mut rest = words;
     let mut piped = piped;
     // Assignments and wrappers before the program (`FOO=1 exec env -i nice ./x`).
-    while let Some(((word, _), tail)) = rest.split_first() {
+    while let Some(((word, dynamic), tail)) = rest.split_first() {
         let assignment = word.split_once('=').is_some_and(|(name, _)| {
             !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         });
+        if let Some((name, value)) = word.split_once('=').filter(|_| assignment) {
+            if CODE_VARIABLES.contains(&name) {
+                // `BASH_ENV=./x.sh bash -c ...`: the value is a file the program runs.
+                for file in value.split(':').filter(|f| !f.is_empty()) {
+                    script_word(file, *dynamic, place, out);
+                }
+            }
+        }
         let option_of_wrapper = word.starts_with('-') && word.len() > 1;
         // The duration of `timeout 5`, the niceness of `nice -n 5`, the lock of `flock f`.
         let before = words.len() - rest.len();
@@ -974,6 +985,16 @@ mod tests {
         let found = files("deno run --allow-read main.ts");
         assert!(
             found.files.contains(&PathBuf::from("/w/main.ts")),
+            "{found:?}"
+        );
+        let found = files("BASH_ENV=./env.sh bash -c true");
+        assert!(
+            found.files.contains(&PathBuf::from("/w/env.sh")),
+            "{found:?}"
+        );
+        let found = files("LD_PRELOAD=/tmp/x.so git status");
+        assert!(
+            found.files.contains(&PathBuf::from("/tmp/x.so")),
             "{found:?}"
         );
         let found = files("nice -n 5 ./x.sh");
