@@ -774,3 +774,55 @@ async fn an_http_server_redirecting_to_another_origin_gets_no_headers_there() {
         "the redirect to another origin was followed"
     );
 }
+
+/// A stdio server whose script lies where the model can write starts only with the bytes that
+/// were pinned: the check runs again at every restart, so a script rewritten while the server
+/// ran (by a confined command, say) is refused when the server is started again, with a
+/// message saying to trust it again; the rewritten script never runs (docs/mcp.md, "Servers in
+/// the workspace are pinned").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_the_script_changed_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(dir.path()).unwrap();
+    let script = fake_server(&ws);
+    let logs = ws.join("logs");
+    let hub = McpHub::new(
+        vec![server("fake", stdio("bash", &[script.to_str().unwrap()]))],
+        &ws,
+        &logs,
+    );
+    let mut pins = std::collections::BTreeMap::new();
+    pins.insert(
+        script.clone(),
+        dsh_config::scripts::sha256(FAKE_SERVER.as_bytes()),
+    );
+    hub.set_script_gate(dsh_config::scripts::ScriptGate {
+        workspace: ws.clone(),
+        cwd: ws.clone(),
+        home: None,
+        pins,
+    });
+    assert!(hub.start().is_empty(), "the pinned script starts");
+    let marker = ws.join("rewritten-ran");
+    std::fs::write(
+        &script,
+        format!("touch '{}'\n{FAKE_SERVER}", marker.display()),
+    )
+    .unwrap();
+    let (results, _) = run_agent(
+        hub,
+        vec![
+            tool_call("c1", "mcp__fake__crash", "{}"),
+            tool_call("c2", "mcp__fake__ping", "{}"),
+            text("done"),
+        ],
+    )
+    .await;
+    assert!(results[0].starts_with("Error: "), "{results:?}");
+    assert!(results[1].starts_with("Error: "), "{results:?}");
+    assert!(
+        results[1].contains("changed since you trusted"),
+        "{results:?}"
+    );
+    assert!(!marker.exists(), "the rewritten server script ran");
+}
