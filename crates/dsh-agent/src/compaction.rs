@@ -85,11 +85,12 @@ pub struct CompactionOutcome {
     pub pruned: usize,
     /// Messages replaced by the summary (0 when no summary was made).
     pub summarized: usize,
-    /// Estimated tokens before.
+    /// Estimated tokens of the whole request before (history and header, four bytes a token).
     pub tokens_before: u64,
-    /// Estimated tokens after.
+    /// The same estimate after.
     pub tokens_after: u64,
-    /// Set when the summary stage was needed but failed; the session goes on uncompacted.
+    /// Set when the summary stage was needed but failed (the session goes on uncompacted), or
+    /// when the context is still over its target afterwards.
     pub warning: Option<String>,
 }
 
@@ -175,8 +176,19 @@ impl Agent {
                 > self.options.compaction.threshold * self.context_window() as f64
     }
 
+    /// The size of the next request as a compaction measures it, before and after alike: the
+    /// whole history and header at four bytes a token (one estimator, so "after" is comparable
+    /// with "before").
+    fn measured_context_tokens(&self) -> u64 {
+        tokens_of_bytes(self.shared.log().history_bytes() + self.header_bytes)
+    }
+
     /// Runs a compaction now. Errors only when the log cannot be written; a failed summary is a
     /// warning in the outcome (and in the log).
+    ///
+    /// A compaction is `ok` only when it brought the context under its target (`threshold` of
+    /// the window): when pruning the head and the summary are not enough, large tool results
+    /// in the kept tail are pruned too; when even that is not enough, the outcome says so.
     pub async fn compact(
         &mut self,
         trigger: CompactionTrigger,
@@ -184,7 +196,8 @@ impl Agent {
     ) -> Result<CompactionOutcome, AgentError> {
         let settings = self.options.compaction.clone();
         let window = self.context_window();
-        let tokens_before = self.estimate_context_tokens();
+        let target = (settings.threshold * window as f64) as u64;
+        let tokens_before = self.measured_context_tokens();
         // Keep at most `keep_tail` of the window, and never more than a third of the history,
         // so that a requested or overflow compaction always has something to summarise.
         let history_tokens = tokens_of_bytes(self.shared.log().history_bytes());
@@ -192,75 +205,64 @@ impl Agent {
         let entries: Vec<HistoryEntry> = self.shared.log().history_entries().to_vec();
 
         let split = split_point(&entries, tail_budget);
-
+        // Taken before the log is locked for the append below (the estimate locks it too).
+        let estimated = self.estimate_context_tokens();
         self.shared.log().append(Event::Opaque {
             event_type: "compaction/start".into(),
             data: json!({
                 "trigger": trigger.as_str(),
-                "estimatedTokens": tokens_before,
+                "estimatedTokens": estimated,
+                "measuredTokens": tokens_before,
+                "targetTokens": target,
                 "contextWindow": window,
                 "headMessages": split,
             }),
         })?;
 
         // Stage 1: prune large old tool results.
-        let pruned_count = self.prune_head(&entries[..split], &settings)?;
+        let mut pruned_count = self.prune_results(&entries[..split], &settings)?;
         self.last_usage = None;
-        let after_prune = self.estimate_context_tokens();
-        let need_summary = trigger != CompactionTrigger::Pressure
-            || after_prune as f64 > settings.threshold * window as f64;
+        let after_prune = self.measured_context_tokens();
+        let need_summary = trigger != CompactionTrigger::Pressure || after_prune > target;
 
-        let mut outcome = CompactionOutcome {
-            pruned: pruned_count,
-            summarized: 0,
-            tokens_before,
-            tokens_after: after_prune,
-            warning: None,
-        };
+        let mut warning = None;
+        let mut summarized = 0;
         if need_summary {
+            // Stage 2: summarise the head.
             let head: Vec<HistoryEntry> = self.shared.log().history_entries()[..split].to_vec();
             match self.summarize(&head, cancel).await {
-                Ok((summary, usage)) => {
-                    let replaced_bytes: usize =
-                        head.iter().map(|e| message_bytes(&e.message)).sum();
-                    if head.is_empty() {
-                        outcome.warning = Some("nothing old enough to summarise".into());
-                    } else if summary.len() >= replaced_bytes {
-                        outcome.warning = Some(format!(
-                            "the summary ({} bytes) was not smaller than what it would replace ({replaced_bytes} bytes); kept the history",
-                            summary.len()
-                        ));
-                    } else {
-                        let mut log = self.shared.log();
-                        log.append(Event::Opaque {
-                            event_type: "compaction/summary".into(),
-                            data: json!({"summary": summary, "usage": usage, "replacedMessages": head.len()}),
-                        })?;
-                        let message = Message {
-                            id: uuid::Uuid::new_v4().to_string(),
-                            role: Role::User,
-                            content: vec![ContentBlock::text(format!(
-                                "Summary of the earlier conversation (it was compacted to save context):\n\n{summary}"
-                            ))],
-                            source: MessageSource::Plugin {
-                                plugin: COMPACTION_PLUGIN.into(),
-                                form: Some("summary".into()),
-                                extra: Map::new(),
-                            },
-                        };
-                        let start = head.first().map(|e| e.seq).unwrap_or_default();
-                        let end = head.last().map(|e| e.seq).unwrap_or_default();
-                        log.append_envelope(
-                            Envelope::new(Event::UserMessage(message))
-                                .with_surface_op(SurfaceOp::Replace { start, end }),
-                        )?;
-                        outcome.summarized = head.len();
-                    }
-                }
-                Err(reason) => outcome.warning = Some(reason),
+                Ok((summary, usage)) => match self.replace_by_summary(&head, summary, usage)? {
+                    Ok(replaced) => summarized = replaced,
+                    Err(reason) => warning = Some(reason),
+                },
+                Err(reason) => warning = Some(reason),
             }
-            outcome.tokens_after = self.estimate_context_tokens();
         }
+        // Stage 3: still over the target, so the kept tail holds what does not fit: its large
+        // tool results are pruned as well.
+        if self.measured_context_tokens() > target {
+            let all: Vec<HistoryEntry> = self.shared.log().history_entries().to_vec();
+            pruned_count += self.prune_results(&all, &settings)?;
+        }
+        let tokens_after = self.measured_context_tokens();
+        if tokens_after > target {
+            let over = format!(
+                "the context is still ~{tokens_after} tokens after compaction, over its target of \
+                 {target} ({:.0}% of the {window}-token window)",
+                settings.threshold * 100.0
+            );
+            warning = Some(match warning {
+                Some(reason) => format!("{reason}; {over}"),
+                None => over,
+            });
+        }
+        let outcome = CompactionOutcome {
+            pruned: pruned_count,
+            summarized,
+            tokens_before,
+            tokens_after,
+            warning,
+        };
         self.shared.log().append(Event::Opaque {
             event_type: "compaction/end".into(),
             data: json!({
@@ -270,6 +272,7 @@ impl Agent {
                 "summarizedMessages": outcome.summarized,
                 "tokensBefore": outcome.tokens_before,
                 "tokensAfter": outcome.tokens_after,
+                "targetTokens": target,
             }),
         })?;
         self.shared.log().flush()?;
@@ -277,17 +280,62 @@ impl Agent {
         Ok(outcome)
     }
 
-    /// Stage 1 of a compaction: replaces large old tool results in `head` by pruned copies.
-    /// Returns how many were pruned.
-    fn prune_head(
+    /// Stage 2's end: `summary` replaces `head` in the history when it is smaller. Gives the
+    /// number of messages replaced, or why nothing was.
+    fn replace_by_summary(
         &mut self,
         head: &[HistoryEntry],
+        summary: String,
+        usage: Value,
+    ) -> Result<Result<usize, String>, AgentError> {
+        let replaced_bytes: usize = head.iter().map(|e| message_bytes(&e.message)).sum();
+        if head.is_empty() {
+            return Ok(Err("nothing old enough to summarise".into()));
+        }
+        if summary.len() >= replaced_bytes {
+            return Ok(Err(format!(
+                "the summary ({} bytes) was not smaller than what it would replace \
+                 ({replaced_bytes} bytes); kept the history",
+                summary.len()
+            )));
+        }
+        let mut log = self.shared.log();
+        log.append(Event::Opaque {
+            event_type: "compaction/summary".into(),
+            data: json!({"summary": summary, "usage": usage, "replacedMessages": head.len()}),
+        })?;
+        let message = Message {
+            id: uuid::Uuid::new_v4().to_string(),
+            role: Role::User,
+            content: vec![ContentBlock::text(format!(
+                "Summary of the earlier conversation (it was compacted to save context):\n\n{summary}"
+            ))],
+            source: MessageSource::Plugin {
+                plugin: COMPACTION_PLUGIN.into(),
+                form: Some("summary".into()),
+                extra: Map::new(),
+            },
+        };
+        let start = head.first().map(|e| e.seq).unwrap_or_default();
+        let end = head.last().map(|e| e.seq).unwrap_or_default();
+        log.append_envelope(
+            Envelope::new(Event::UserMessage(message))
+                .with_surface_op(SurfaceOp::Replace { start, end }),
+        )?;
+        Ok(Ok(head.len()))
+    }
+
+    /// Replaces the large tool results among `entries` by pruned copies (stage 1 over the
+    /// head, stage 3 over the whole history). Returns how many were pruned.
+    fn prune_results(
+        &mut self,
+        entries: &[HistoryEntry],
         settings: &CompactionSettings,
     ) -> Result<usize, AgentError> {
         let mut pruned_count = 0;
         {
             let mut log = self.shared.log();
-            for entry in head {
+            for entry in entries {
                 if let Some(smaller) = pruned(
                     &entry.message,
                     settings.prune_above_bytes,

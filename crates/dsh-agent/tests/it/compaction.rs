@@ -28,6 +28,8 @@ enum SummaryMode {
 /// requests get an answer according to `mode`. Records every request.
 struct ScriptedModel {
     steps: usize,
+    /// How many numbers each step's `seq` prints (~6 bytes each).
+    numbers: usize,
     mode: SummaryMode,
     calls: Mutex<usize>,
     overflow_first: Mutex<bool>,
@@ -89,8 +91,8 @@ impl Adapter for ScriptedModel {
         if *calls <= self.steps {
             let args = format!(
                 r#"{{"command": "seq {} {}", "description": "numbers"}}"#,
-                *calls * 10_000,
-                *calls * 10_000 + 600
+                *calls * 100_000,
+                *calls * 100_000 + self.numbers
             );
             reply(vec![
                 Chunk::ToolCallDelta {
@@ -125,10 +127,21 @@ struct Setup {
 }
 
 fn setup(steps: usize, mode: SummaryMode, overflow_first: bool, window: u64) -> Setup {
+    setup_printing(steps, 600, mode, overflow_first, window)
+}
+
+fn setup_printing(
+    steps: usize,
+    numbers: usize,
+    mode: SummaryMode,
+    overflow_first: bool,
+    window: u64,
+) -> Setup {
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
     let model = Arc::new(ScriptedModel {
         steps,
+        numbers,
         mode,
         calls: Mutex::new(0),
         overflow_first: Mutex::new(overflow_first),
@@ -406,4 +419,63 @@ async fn requested_compaction_runs_when_idle() {
     let ends = compaction_ends(&handle.location());
     assert_eq!(ends.len(), 1, "{ends:?}");
     assert_eq!(ends[0]["ok"], true);
+}
+
+/// A small window and a tool result far larger than it in the kept tail (issue 40, point 3):
+/// the result is pruned, "after" is measured like "before" and is smaller, and a compaction
+/// is `ok` only when it reached its target.
+#[tokio::test]
+async fn a_large_result_in_the_kept_tail_is_pruned_and_ok_means_under_the_target() {
+    for window in [1_200, 8_000] {
+        // One step prints ~78 KB (12,000 numbers), then the model says DONE.
+        let mut s = setup_printing(1, 12_000, SummaryMode::Good, false, window);
+        let handle = s.agent.handle();
+        handle.followup("print many numbers").unwrap();
+        let outcomes = s.agent.run_until_idle().await.unwrap();
+        assert_eq!(outcomes[0].final_text, "DONE", "window {window}");
+        let ends = compaction_ends(&handle.location());
+        assert!(!ends.is_empty(), "window {window}: no compaction");
+        for end in &ends {
+            let (before, after) = (
+                end["tokensBefore"].as_u64().unwrap(),
+                end["tokensAfter"].as_u64().unwrap(),
+            );
+            let target = end["targetTokens"].as_u64().unwrap();
+            assert!(
+                after < before,
+                "window {window}: grew from {before} to {after}: {end}"
+            );
+            assert_eq!(
+                end["ok"] == true,
+                after <= target,
+                "window {window}: ok must mean under the target: {end}"
+            );
+            if after > target {
+                assert!(
+                    end["warning"].as_str().unwrap().contains("over its target"),
+                    "{end}"
+                );
+            }
+        }
+        // The request after the compaction no longer carries the whole result.
+        let requests = s.model.requests.lock().unwrap();
+        let last = requests.iter().rev().find(|r| r.purpose.is_none()).unwrap();
+        let largest = last
+            .messages
+            .iter()
+            .map(|m| serde_json::to_vec(m).unwrap().len())
+            .max()
+            .unwrap();
+        assert!(
+            largest < 8_000,
+            "window {window}: a {largest}-byte message was sent"
+        );
+    }
+    // With 8,000 tokens the tools and system prompt fit: the compaction reaches its target.
+    let mut s = setup_printing(1, 12_000, SummaryMode::Good, false, 8_000);
+    let handle = s.agent.handle();
+    handle.followup("print many numbers").unwrap();
+    s.agent.run_until_idle().await.unwrap();
+    let ends = compaction_ends(&handle.location());
+    assert!(ends.iter().all(|e| e["ok"] == true), "{ends:?}");
 }
