@@ -176,7 +176,19 @@ fn tool_context(
             reason,
         })?
         .with_permission(permission)
-        .with_confinement(sandbox.confinement()))
+        .with_confinement(sandbox.confinement())
+        // The scripts the project's hooks and MCP servers run, pinned by the trust: `write`
+        // and `edit` need approval to change them (docs/SECURITY.md, "Planted configuration
+        // and workspace trust").
+        .with_run_files(
+            setup
+                .config
+                .trust
+                .scripts
+                .iter()
+                .map(|(file, _)| file.clone())
+                .collect(),
+        ))
 }
 
 /// The extensions that carry the configuration's policy: safety, context messages, skills,

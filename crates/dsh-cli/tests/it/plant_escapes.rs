@@ -445,3 +445,44 @@ async fn path_lookups_and_symlinks_into_the_workspace_do_not_run_planted_scripts
         "{results:#?}"
     );
 }
+
+/// The scripts a trusted workspace's hooks run are protected for `write`/`edit` too: changing
+/// one needs the user's approval, which a headless run cannot give.
+#[tokio::test]
+async fn the_write_tool_cannot_rewrite_a_pinned_hook_script_unasked() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.cwd.join(".dsh")).unwrap();
+    std::fs::write(
+        env.cwd.join(".dsh/hooks.json"),
+        r#"{"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "sh scripts/pre.sh"}]}]}}"#,
+    )
+    .unwrap();
+    let original = env.script_touching("good");
+    std::fs::write(env.cwd.join("scripts/pre.sh"), &original).unwrap();
+    let mut trust = dsh_command(&env.home, &env.cwd);
+    trust.arg("trust");
+    let out = output_with_input(trust, "y\n").await;
+    assert!(out.status.success(), "{:?}", text(&out));
+    // Read first, as `write` requires for an existing file.
+    let provider = scripted(&[
+        ("read", json!({"file_path": "scripts/pre.sh"})),
+        (
+            "write",
+            json!({"file_path": "scripts/pre.sh", "content": env.script_touching("evil")}),
+        ),
+    ])
+    .await;
+    let mut cmd = env.command(&provider);
+    cmd.args(["run", "go"]);
+    let out = output(cmd).await;
+    let (_, stderr) = text(&out);
+    assert!(
+        env.marker("good").exists(),
+        "the trusted hook ran: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.cwd.join("scripts/pre.sh")).unwrap(),
+        original,
+        "write changed a pinned hook script without approval"
+    );
+}
