@@ -242,6 +242,15 @@ impl GatePolicy {
         for home in crate::confinement::hidden_dirs() {
             policy = policy.with_dsh_home(&home);
         }
+        // A relative `$DSH_HOME` (which the sandbox's list leaves out) names a folder below the
+        // directory dsh started in: denied all the same.
+        let relative = std::env::var_os("DSH_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .filter(|p| p.is_relative());
+        if let (Some(home), Ok(start)) = (relative, std::env::current_dir()) {
+            policy = policy.with_dsh_home(&start.join(home));
+        }
         policy
     }
 
