@@ -63,14 +63,24 @@ const HOME_SECRETS: [&str; 22] = [
 ];
 
 /// System files that hold password hashes or host keys.
-const SYSTEM_SECRETS: [&str; 7] = [
+const SYSTEM_SECRETS: [&str; 6] = [
     "/etc/shadow",
     "/etc/shadow-",
     "/etc/gshadow",
     "/etc/gshadow-",
     "/etc/master.passwd",
     "/etc/ssl/private",
+];
+
+/// Kernel files that look regular but expose memory or block a read until the kernel has
+/// something to say (`/proc/kmsg`, tracing pipes): a `read` or `grep` would hang or drain them.
+const KERNEL_FILES: [&str; 6] = [
     "/proc/kcore",
+    "/proc/kmsg",
+    "/sys/kernel/debug",
+    "/sys/kernel/tracing",
+    "/sys/kernel/security",
+    "/sys/firmware",
 ];
 
 /// Where a symbolic link inside the workspace may lead for a read: system trees that hold
@@ -234,6 +244,13 @@ impl GatePolicy {
                 Path::new(path),
                 "system-secret",
                 "it holds password hashes or keys",
+            );
+        }
+        for path in KERNEL_FILES {
+            policy.deny(
+                Path::new(path),
+                "kernel",
+                "it exposes kernel memory or blocks a read until the kernel writes to it",
             );
         }
         if let Some(home) = env_home() {

@@ -132,6 +132,13 @@ async fn dsh_home_is_denied_to_every_file_tool_by_every_spelling() {
     let dotdot = format!("{}/../outside/dsh-home/.env", g.s.cwd.display());
     g.refused("read", json!({"file_path": dotdot}), denied)
         .await;
+    // A link in the workspace to `/proc/self/root`: refused at the hop through /proc/self.
+    symlink("/proc/self/root", g.s.path("pr")).unwrap();
+    let through = format!("pr{env_s}");
+    let message = g
+        .refused("read", json!({"file_path": through}), denied)
+        .await;
+    assert!(message.contains("process"), "{message}");
     for prefix in [
         "/proc/self/root",
         "/proc/thread-self/root",
@@ -201,8 +208,22 @@ async fn process_files_and_descriptors_are_denied() {
         "/proc/self/fd/0",
         "/etc/shadow",
         "/etc/gshadow",
+        "/dev/stdin",
+        // Regular-looking kernel files that would block a read (as root) or expose memory.
+        "/proc/kmsg",
+        "/proc/kcore",
+        "/sys/kernel/tracing/trace_pipe",
+        "/sys/kernel/debug/tracing/trace_pipe",
     ] {
-        let message = g.refused("read", json!({"file_path": path}), denied).await;
+        let call = g.call("read", json!({"file_path": path}));
+        let (code, message) = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .unwrap_or_else(|_| panic!("read {path} blocked"))
+            .unwrap_err();
+        if code == ToolErrorCode::NotFound {
+            continue; // not on this kernel
+        }
+        assert_eq!(code, denied, "{path}: {message}");
         assert!(message.contains("file gate"), "{path}: {message}");
     }
     // An open descriptor of the secret, reached through /proc/self/fd.
@@ -342,7 +363,9 @@ async fn the_sessions_spill_folder_stays_readable_inside_a_denied_home() {
     // Readable, not writable: the spill folder is dsh's.
     let planted = spill_dir.join("planted.txt").display().to_string();
     let args = json!({"file_path": planted, "content": "x"}).to_string();
-    let full = ctx.clone().with_permission(PermissionPreset::DangerFullAccess);
+    let full = ctx
+        .clone()
+        .with_permission(PermissionPreset::DangerFullAccess);
     let err = registry.invoke("write", &args, &full).await.unwrap_err();
     assert_eq!(err.code, ToolErrorCode::PermissionDenied, "{}", err.message);
     assert!(err.message.contains("dsh-home"), "{}", err.message);
