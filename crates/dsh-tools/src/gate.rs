@@ -207,12 +207,17 @@ fn process_dir(path: &Path) -> bool {
     if parts.next() != Some(Component::RootDir) {
         return false;
     }
-    if parts.next().map(|c| c.as_os_str()) != Some(OsStr::new("proc")) {
+    let is = |c: Option<Component<'_>>, name: &str| {
+        c.is_some_and(|c| c.as_os_str().eq_ignore_ascii_case(OsStr::new(name)))
+    };
+    if !is(parts.next(), "proc") {
         return false;
     }
     parts.next().is_some_and(|c| {
-        let name = c.as_os_str().to_string_lossy();
-        name == "self" || name == "thread-self" || name.bytes().all(|b| b.is_ascii_digit())
+        let name = c.as_os_str();
+        name.eq_ignore_ascii_case("self")
+            || name.eq_ignore_ascii_case("thread-self")
+            || name.as_encoded_bytes().iter().all(u8::is_ascii_digit)
     })
 }
 

@@ -481,3 +481,73 @@ async fn files_that_trusted_hooks_run_are_protected_for_writes() {
     let approved = ctx.clone().with_approval(true);
     registry.invoke("write", &args, &approved).await.unwrap();
 }
+
+/// Any spelling of a denied path (`.` and `x/..` inserted, doubled slashes, ASCII case
+/// changed) is still denied; the same spellings of an allowed path stay allowed.
+mod spellings {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `path` respelled: before each component, maybe `./` or `<junk>/../`; each component
+    /// maybe in other ASCII case; maybe a doubled slash.
+    fn respell(path: &str, choices: &[(u8, bool, bool)]) -> String {
+        let mut out = String::new();
+        for (i, part) in path.split('/').filter(|p| !p.is_empty()).enumerate() {
+            let (insert, upper, double) = choices[i % choices.len()];
+            out.push('/');
+            if double {
+                out.push('/');
+            }
+            match insert % 3 {
+                1 => out.push_str("./"),
+                2 => out.push_str("junk/../"),
+                _ => {}
+            }
+            if upper {
+                out.push_str(&part.to_ascii_uppercase());
+            } else {
+                out.push_str(part);
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_spelling_of_a_denied_path_is_denied(
+            index in 0usize..8,
+            choices in prop::collection::vec((0u8..3, any::<bool>(), any::<bool>()), 1..6),
+        ) {
+            let ws = std::path::Path::new("/w/project");
+            let policy = GatePolicy::new(ws)
+                .with_user_home(std::path::Path::new("/home/u"))
+                .with_dsh_home(std::path::Path::new("/srv/dsh"));
+            let denied = [
+                "/home/u/.ssh/id_ed25519",
+                "/home/u/.aws/credentials",
+                "/home/u/.codex/auth.json",
+                "/srv/dsh/.env",
+                "/srv/dsh/web/open-1.html",
+                "/etc/shadow",
+                "/proc/self/environ",
+                "/proc/kmsg",
+            ];
+            let allowed = [
+                "/w/project/src/main.rs",
+                "/home/u/notes.txt",
+                "/home/u/.codex/config.toml",
+                "/srv/dshx/a",
+                "/etc/passwd",
+                "/proc/cpuinfo",
+                "/usr/include/stdio.h",
+                "/home/u/.sshx/a",
+            ];
+            let bad = respell(denied[index], &choices);
+            prop_assert!(policy.denied(std::path::Path::new(&bad)).is_some(), "{} allowed", bad);
+            let good = respell(allowed[index], &choices);
+            prop_assert!(policy.denied(std::path::Path::new(&good)).is_none(), "{} denied", good);
+        }
+    }
+}
