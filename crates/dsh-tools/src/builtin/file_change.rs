@@ -84,7 +84,10 @@ pub(crate) fn prepare(ctx: &ToolContext, file_path: &str) -> Result<Target, Tool
         None => (existing_by_path(&real, &shown)?, Place::Path),
         Some(root) => existing_beneath(root, &real, &shown)?,
     };
-    if let Some((content, _)) = &existing {
+    if let Some((content, meta)) = &existing {
+        // A hard link to a denied file is neither shown (the diff holds the old content) nor
+        // replaced (the file gate, docs/SECURITY.md).
+        ctx.gate().check_identity(&shown, meta)?;
         ctx.observations().check_current(&real, content)?;
     }
     Ok(Target {

@@ -192,6 +192,18 @@ async fn a_hard_link_to_a_secret_in_the_workspace_is_refused() {
         .never_shows_key("grep", json!({"pattern": "sk-other", "path": "notes.txt"}))
         .await;
     assert!(text.contains("No matches"), "{text}");
+    // write and edit refuse it too (their diff would show the old content).
+    let write = json!({"file_path": "notes.txt", "content": "x"});
+    let message = g
+        .refused("write", write, ToolErrorCode::PermissionDenied)
+        .await;
+    assert!(message.contains("hard-link"), "{message}");
+    let edit = json!({"file_path": "notes.txt", "old_string": "OTHER", "new_string": "X"});
+    g.refused("edit", edit, ToolErrorCode::PermissionDenied)
+        .await;
+    assert!(std::fs::read_to_string(g.home.join(".env"))
+        .unwrap()
+        .contains(KEY));
 }
 
 #[tokio::test]
