@@ -16,7 +16,8 @@
 //!   when the command ends) so programs that need scratch files still work; the cwd and workdir
 //!   are bound back read-only when they live under `/tmp`;
 //! * `--unshare-pid` (the command cannot see or signal host processes, and everything it started
-//!   dies with it), `--die-with-parent` (killing `bwrap` kills the sandbox), `--new-session`
+//!   dies with it), `--unshare-ipc` (System V objects and message queues are the sandbox's own:
+//!   as root, the host's root-owned ones would be open to the command's uid 0), `--die-with-parent` (killing `bwrap` kills the sandbox), `--new-session`
 //!   (no terminal injection through `TIOCSTI`).
 //!
 //! * `workspace-write`: the protected entries of each root (`.git/hooks`, `.git/config`,
@@ -200,6 +201,7 @@ impl Bubblewrap {
             "--die-with-parent".as_ref(),
             "--new-session".as_ref(),
             "--unshare-pid".as_ref(),
+            "--unshare-ipc".as_ref(),
         ]);
         if let Some(fd) = seccomp_fd {
             let fd = OsString::from(fd.to_string());
@@ -401,7 +403,7 @@ mod tests {
         assert!(!line.contains("missing"), "{line}");
         assert!(
             line.ends_with(
-                "--unshare-user --cap-drop ALL --die-with-parent --new-session --unshare-pid"
+                "--unshare-user --cap-drop ALL --die-with-parent --new-session --unshare-pid --unshare-ipc"
             ),
             "{line}"
         );

@@ -337,6 +337,15 @@ fn restrict_hook(
             Some(Layer::Enter(namespace)) => crate::prepared::enter(namespace)?,
             None => {}
         }
+        if mounts.is_some() {
+            // An IPC namespace of its own (the layer gave the capability for it): System V
+            // objects and message queues are checked by uid, so as root the host's root-owned
+            // ones would be open (docs/SECURITY.md, "No real root in the sandbox").
+            // SAFETY: unshare takes flags only; the child is single-threaded.
+            if unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(io::Error::last_os_error());

@@ -7,7 +7,8 @@
 //! `bwrap` is started per distinct layout, with exactly the options the per-call path would
 //! give it ([`crate::Bubblewrap::options`]) and a waiter as its command (`cat` reading a pipe
 //! only dsh writes to, so it ends when dsh drops the sandbox or dies). dsh keeps descriptors of
-//! the sandbox's user, mount and pid namespaces (close-on-exec), opened from
+//! the sandbox's user, mount, pid and IPC namespaces (and network namespace, when it has one
+//! of its own: `[sandbox] network = "off"`) (close-on-exec), opened from
 //! `/proc/<pid>/ns/*` of the pid bubblewrap reports on `--info-fd`.
 //!
 //! Each call then runs `bash` itself, with a `pre_exec` hook that enters the sandbox. In the
@@ -16,7 +17,8 @@
 //! 1. `PR_SET_DUMPABLE 0` (the keeper below is a copy of dsh: nobody in the sandbox may read
 //!    its memory or environment);
 //! 2. `setns(user)` when bubblewrap made a user namespace (dsh's euid owns it, so the relay gets
-//!    every capability inside it, as bubblewrap's own set-up had), `setns(mnt)` (root and cwd
+//!    every capability inside it, as bubblewrap's own set-up had), `setns(net)` and
+//!    `setns(ipc)` when the sandbox has its own, `setns(mnt)` (root and cwd
 //!    become the sandbox's), `chdir(workdir)`, `setns(pid)` (for its children);
 //! 3. fork: the relay stays behind holding nothing but a pipe, waits for the keeper and leaves
 //!    with its status. The *keeper*, in the sandbox's pid namespace, blanks its command line
@@ -138,6 +140,9 @@ pub(crate) struct Prepared {
     /// The sandbox's network namespace when it has one of its own (`--unshare-net`,
     /// `[sandbox] network = "off"`).
     net: Option<OwnedFd>,
+    /// The sandbox's IPC namespace (`--unshare-ipc`: System V objects and message queues of
+    /// the host's root out of reach).
+    ipc: Option<OwnedFd>,
 }
 
 impl Prepared {
@@ -341,12 +346,13 @@ fn start(layout: &Layout) -> Result<Prepared, String> {
         .map_err(|err| format!("cannot start {}: {err}", layout.program.display()))?;
     drop(info_write);
     match opened(&mut child, &info_read) {
-        Ok((user, mnt, pid, net)) => Ok(Prepared {
+        Ok((user, mnt, pid, net, ipc)) => Ok(Prepared {
             bwrap: Mutex::new(child),
             user,
             mnt,
             pid,
             net,
+            ipc,
         }),
         Err(err) => {
             if let Ok(pid) = libc::pid_t::try_from(child.id()) {
@@ -368,7 +374,13 @@ fn start(layout: &Layout) -> Result<Prepared, String> {
     }
 }
 
-type Namespaces = (Option<OwnedFd>, OwnedFd, OwnedFd, Option<OwnedFd>);
+type Namespaces = (
+    Option<OwnedFd>,
+    OwnedFd,
+    OwnedFd,
+    Option<OwnedFd>,
+    Option<OwnedFd>,
+);
 
 /// Reads the info JSON and the waiter's ready line, then opens the namespaces of the pid
 /// bubblewrap reported, checking they are the ones it reported.
@@ -405,17 +417,20 @@ fn opened(child: &mut Child, info: &OwnedFd) -> Result<Namespaces, String> {
     } else {
         None
     };
-    // A network namespace of its own: every call must enter it too, or it would keep dsh's.
-    let net = open("net")?;
-    let theirs = File::from(net.try_clone().map_err(|err| err.to_string())?)
-        .metadata()
-        .map(|meta| meta.ino())
-        .map_err(|err| format!("cannot read the sandbox's network namespace: {err}"))?;
-    let ours = std::fs::metadata("/proc/self/ns/net")
-        .map(|meta| meta.ino())
-        .map_err(|err| format!("cannot read dsh's network namespace: {err}"))?;
-    let net = (theirs != ours).then_some(net);
-    Ok((user, mnt, pid_ns, net))
+    // Network and IPC namespaces of its own: every call must enter them too, or it would keep
+    // dsh's.
+    let own = |kind: &str| {
+        let fd = open(kind)?;
+        let theirs = File::from(fd.try_clone().map_err(|err| err.to_string())?)
+            .metadata()
+            .map(|meta| meta.ino())
+            .map_err(|err| format!("cannot read the sandbox's {kind} namespace: {err}"))?;
+        let ours = std::fs::metadata(format!("/proc/self/ns/{kind}"))
+            .map(|meta| meta.ino())
+            .map_err(|err| format!("cannot read dsh's {kind} namespace: {err}"))?;
+        Ok::<_, String>((theirs != ours).then_some(fd))
+    };
+    Ok((user, mnt, pid_ns, own("net")?, own("ipc")?))
 }
 
 /// Whether the sandbox has a user namespace of its own (bubblewrap reports it, and its
@@ -528,6 +543,9 @@ unsafe fn enter(
     }
     if let Some(net) = &sandbox.net {
         check(libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET))?;
+    }
+    if let Some(ipc) = &sandbox.ipc {
+        check(libc::setns(ipc.as_raw_fd(), libc::CLONE_NEWIPC))?;
     }
     check(libc::setns(sandbox.mnt.as_raw_fd(), libc::CLONE_NEWNS))?;
     check(libc::chdir(workdir.as_ptr()))?;

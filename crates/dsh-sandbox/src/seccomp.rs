@@ -10,7 +10,7 @@
 //!   the new mount API (`fsopen`, `fsconfig`, `fsmount`, `fspick`, `move_mount`, `open_tree`,
 //!   `mount_setattr`), and `clone` with any `CLONE_NEW*` flag;
 //! * other processes and the kernel: `ptrace`, `process_vm_readv`, `process_vm_writev`,
-//!   `kexec_load`, `kexec_file_load`, `bpf`, `perf_event_open`, `keyctl`, `add_key`,
+//!   `pidfd_getfd`, `process_madvise`, `kexec_load`, `kexec_file_load`, `bpf`, `perf_event_open`, `keyctl`, `add_key`,
 //!   `request_key`, `open_by_handle_at`;
 //! * terminals: `ioctl` with `TIOCSTI` or `TIOCLINUX`;
 //! * raw network access: `socket(AF_PACKET, ..)` and `socket(domain, SOCK_RAW, ..)` for every
@@ -245,6 +245,10 @@ const SYS_IO_URING_SETUP: libc::c_long = 425;
 const SYS_IO_URING_ENTER: libc::c_long = 426;
 const SYS_IO_URING_REGISTER: libc::c_long = 427;
 pub(crate) const SYS_OPENAT2: libc::c_long = 437;
+/// `pidfd_getfd` (Linux 5.6) and `process_madvise` (5.10): another process's descriptors and
+/// memory, like `ptrace`; the same numbers on every architecture.
+const SYS_PIDFD_GETFD: libc::c_long = 438;
+const SYS_PROCESS_MADVISE: libc::c_long = 440;
 /// The kernel's `__O_TMPFILE` (without `O_DIRECTORY`): a file made with it gets the call's mode.
 const O_TMPFILE_BIT: u64 = 0o20_000_000;
 
@@ -267,6 +271,8 @@ fn always_denied(profile: Profile) -> Vec<i64> {
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
+        SYS_PIDFD_GETFD,
+        SYS_PROCESS_MADVISE,
         libc::SYS_kexec_load,
         SYS_KEXEC_FILE_LOAD,
         libc::SYS_bpf,

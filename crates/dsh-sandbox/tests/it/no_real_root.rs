@@ -341,7 +341,7 @@ async fn landlock_as_root_keeps_no_privilege() {
 }
 
 /// Kernel interfaces an attacker would try next; each prints `ESCAPED` on success.
-fn kernel_attempts(s: &Scratch) -> Vec<(&'static str, String)> {
+fn kernel_attempts(s: &Scratch, shm_key: i32) -> Vec<(&'static str, String)> {
     let out = s.outside.display();
     // The test process plays dsh: its root is the host's, reachable only through
     // `/proc/<pid>/root` (ptrace-mode access to it).
@@ -372,6 +372,14 @@ fn kernel_attempts(s: &Scratch) -> Vec<(&'static str, String)> {
             format!("echo x > /proc/{dsh}/root{out}/via-dsh && echo ESCAPED"),
         ),
         (
+            "take a sibling's descriptor (pidfd_getfd)",
+            python("import ctypes, os, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\nchild = subprocess.Popen(['sleep', '30'])\npidfd = libc.syscall(434, child.pid, 0)\nfd = libc.syscall(438, pidfd, 0, 0) if pidfd >= 0 else -1\nprint('ESCAPED' if fd >= 0 else 'refused %d' % ctypes.get_errno())\nchild.kill()"),
+        ),
+        (
+            "a System V shared memory segment of the host's root",
+            python(&format!("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\nid = libc.shmget({shm_key}, 0, 0)\nif id >= 0:\n    at = libc.shmat(id, None, 0)\n    if at not in (None, ctypes.c_void_p(-1).value) and ctypes.string_at(at, 6) == b'SECRET':\n        print('ESCAPED')\nprint('refused', ctypes.get_errno())")),
+        ),
+        (
             "read dsh's environment and memory as the same uid",
             format!("head -c 1 /proc/{dsh}/environ > /dev/null && echo ESCAPED environ; python3 -c \"open('/proc/{dsh}/mem', 'rb')\" && echo ESCAPED mem"),
         ),
@@ -390,9 +398,44 @@ fn kernel_attempts(s: &Scratch) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The key of a System V segment the test (root, mode 0600) holds for the run, one per
+/// mechanism (their tests run at the same time).
+fn shm_key(mechanism: Mechanism) -> i32 {
+    match mechanism {
+        Mechanism::Bubblewrap => 0x0d5e_0038,
+        Mechanism::Landlock => 0x0d5e_0039,
+    }
+}
+
+/// A root-owned `0600` System V segment holding `SECRET`, removed when dropped.
+struct HostSegment(i32);
+
+impl HostSegment {
+    fn new(key: i32) -> Self {
+        // SAFETY: shmget/shmat/memcpy on a segment this test made, of the size asked for.
+        unsafe {
+            let id = libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o600);
+            assert!(id >= 0, "{}", std::io::Error::last_os_error());
+            let at = libc::shmat(id, std::ptr::null(), 0);
+            assert_ne!(at as isize, -1, "{}", std::io::Error::last_os_error());
+            std::ptr::copy_nonoverlapping(b"SECRET".as_ptr(), at.cast::<u8>(), 6);
+            libc::shmdt(at);
+            HostSegment(id)
+        }
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        // SAFETY: removes the segment this value made.
+        unsafe { libc::shmctl(self.0, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
+}
+
 async fn kernel_interfaces_stay_closed(mechanism: Mechanism) {
     let s = scratch(mechanism);
-    for (what, command) in kernel_attempts(&s) {
+    let _segment = HostSegment::new(shm_key(mechanism));
+    for (what, command) in kernel_attempts(&s, shm_key(mechanism)) {
         refused(&s, mechanism, what, &command).await;
         let names: Vec<_> = std::fs::read_dir(&s.outside).unwrap().collect();
         // The controls write there; clear it so each confined run is judged alone.
