@@ -604,6 +604,27 @@ fn denied_files(path: &Path) -> Vec<Metadata> {
     out
 }
 
+/// The ignore files a workspace walk reads in a folder (`.gitignore`, `.ignore`, and
+/// `.git/info/exclude`).
+const IGNORE_FILES: [&str; 3] = [".gitignore", ".ignore", ".git/info/exclude"];
+
+/// Largest ignore file a walk may read.
+const MAX_IGNORE_FILE: u64 = 1024 * 1024;
+
+/// The first ignore file of `dir` that a walk (`grep`, `glob`, the TUI's `@` finder) must not
+/// read: not a regular file (a FIFO would block the walk forever, a link to `/dev/zero` would
+/// fill memory) or larger than 1 MiB. Check it before a folder is entered (the `ignore` crate
+/// reads these files itself); a file swapped by a concurrent process after the check is not
+/// caught (docs/SECURITY.md, "The file gate").
+pub fn unsafe_ignore_file(dir: &Path) -> Option<PathBuf> {
+    IGNORE_FILES.iter().map(|name| dir.join(name)).find(|path| {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) => !meta.is_file() || meta.len() > MAX_IGNORE_FILE,
+            Err(_) => false,
+        }
+    })
+}
+
 /// Why the gate did not hand out a file.
 #[derive(Debug)]
 pub enum GateError {

@@ -98,6 +98,15 @@ impl FileIndex {
 fn walk(root: &Path, entries: &Mutex<Vec<String>>) {
     let mut batch = Vec::with_capacity(256);
     let mut total = 0;
+    // A repository's ignore file that is a FIFO or a link to `/dev/zero` would hang the walk
+    // or fill memory: such folders are not entered, and a root with one is not walked
+    // (docs/SECURITY.md, "The file gate").
+    if root
+        .ancestors()
+        .any(|dir| dsh_tools::unsafe_ignore_file(dir).is_some())
+    {
+        return;
+    }
     let walker = ignore::WalkBuilder::new(root)
         .hidden(true)
         .git_ignore(true)
@@ -105,6 +114,10 @@ fn walk(root: &Path, entries: &Mutex<Vec<String>>) {
         .git_exclude(true)
         .require_git(false)
         .follow_links(false)
+        .filter_entry(|entry| {
+            !(entry.file_type().is_some_and(|t| t.is_dir())
+                && dsh_tools::unsafe_ignore_file(entry.path()).is_some())
+        })
         .build();
     for entry in walker.flatten() {
         let Ok(relative) = entry.path().strip_prefix(root) else {

@@ -10,7 +10,8 @@ use ignore::WalkBuilder;
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::gate::{
-    exists_beneath, open_directory, open_file_beneath, GateDir, GateError, GatePolicy,
+    exists_beneath, open_directory, open_file_beneath, unsafe_ignore_file, GateDir, GateError,
+    GatePolicy,
 };
 
 /// Where a search starts, as the file gate checked and opened it (docs/SECURITY.md, "The file
@@ -95,6 +96,16 @@ pub(crate) fn gated_root(ctx: &ToolContext, shown: PathBuf) -> Result<SearchRoot
     } else {
         None
     };
+    // The walker reads the ignore files of the root and of every folder above it.
+    if let Some(bad) = real.ancestors().find_map(unsafe_ignore_file) {
+        return Err(ToolError::new(
+            ToolErrorCode::NotAFile,
+            format!(
+                "{} is not a regular ignore file of at most 1 MiB (a FIFO, a link or a device would hang or flood the search), so the search does not read it; remove or replace it, or search a folder below it",
+                bad.display()
+            ),
+        ));
+    }
     Ok(SearchRoot {
         shown,
         real,
@@ -118,7 +129,11 @@ pub(crate) fn walker(root: &SearchRoot) -> WalkBuilder {
         .parents(true)
         .follow_links(false)
         .filter_entry(move |entry| {
-            entry.file_name() != ".git" && gate.denied(entry.path()).is_none()
+            let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+            entry.file_name() != ".git"
+                && gate.denied(entry.path()).is_none()
+                // A folder whose ignore file is a FIFO or a device is skipped, not entered.
+                && !(is_dir && unsafe_ignore_file(entry.path()).is_some())
         });
     builder
 }

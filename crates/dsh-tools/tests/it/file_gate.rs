@@ -563,3 +563,52 @@ mod spellings {
         }
     }
 }
+
+/// A repository's ignore files that are FIFOs or links to endless devices cannot hang or blow
+/// up `grep` and `glob`.
+#[tokio::test]
+async fn ignore_files_that_are_fifos_or_devices_do_not_hang_searches() {
+    let g = Gate::new(PermissionPreset::WorkspaceWrite);
+    std::fs::create_dir_all(g.s.path("a")).unwrap();
+    std::fs::create_dir_all(g.s.path("b")).unwrap();
+    std::fs::write(g.s.path("a/x.txt"), "needle\n").unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(g.s.path("a/.gitignore"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    symlink("/dev/zero", g.s.path("b/.ignore")).unwrap();
+    std::fs::write(g.s.path("b/y.txt"), "needle\n").unwrap();
+    std::fs::write(g.s.path("z.txt"), "needle\n").unwrap();
+    // Folders with such an ignore file are skipped; the rest is searched.
+    for (tool, args) in [
+        ("grep", json!({"pattern": "needle"})),
+        ("glob", json!({"pattern": "**/*.txt"})),
+    ] {
+        let call = g.call(tool, args);
+        let result = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .unwrap_or_else(|_| panic!("{tool} hung on an ignore file"));
+        let text = result.unwrap();
+        assert!(text.contains("z.txt"), "{tool}: {text}");
+        assert!(
+            !text.contains("x.txt") && !text.contains("y.txt"),
+            "{tool}: {text}"
+        );
+    }
+    // At the root (or above it) the search is refused, naming the file.
+    symlink("/dev/zero", g.s.path(".gitignore")).unwrap();
+    for (tool, args) in [
+        ("grep", json!({"pattern": "needle"})),
+        ("glob", json!({"pattern": "**/*.txt"})),
+        ("grep", json!({"pattern": "needle", "path": "b"})),
+    ] {
+        let call = g.call(tool, args);
+        let result = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .unwrap_or_else(|_| panic!("{tool} hung on an ignore file"));
+        let (code, message) = result.unwrap_err();
+        assert_eq!(code, ToolErrorCode::NotAFile, "{message}");
+        assert!(message.contains("ignore file"), "{message}");
+    }
+}

@@ -295,3 +295,30 @@ fn mentions_pass_the_file_gate() {
         a.skipped
     );
 }
+
+/// The `@` finder's walk skips a folder whose ignore file is a FIFO or a link to `/dev/zero`
+/// (reading it would hang the walk or fill memory) and lists the rest.
+#[test]
+fn the_finder_survives_hostile_ignore_files() {
+    let dir = workspace();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("trap")).unwrap();
+    std::fs::write(root.join("trap/hidden.rs"), "").unwrap();
+    std::os::unix::fs::symlink("/dev/zero", root.join("trap/.gitignore")).unwrap();
+    std::fs::create_dir_all(root.join("pipe")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(root.join("pipe/.ignore"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let index = FileIndex::new(root);
+    index.start();
+    let started = Instant::now();
+    while !index.done() {
+        assert!(started.elapsed() < Duration::from_secs(20), "the walk hung");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let all = index.search("");
+    assert!(all.iter().any(|p| p == "src/main.rs"), "{all:?}");
+    assert!(!all.iter().any(|p| p.starts_with("trap/")), "{all:?}");
+}
