@@ -23,7 +23,7 @@
 //! 3. fork: the relay stays behind holding nothing but a pipe, waits for the keeper and leaves
 //!    with its status. The *keeper*, in the sandbox's pid namespace, blanks its command line
 //!    (dsh's), sets `no_new_privs` and restricts itself with a Landlock ruleset that handles
-//!    only the signal scope (ABI 6+), a domain of its own; then, as on the Landlock path, it
+//!    only the signal and abstract-socket scopes (ABI 6+), a domain of its own; then, as on the Landlock path, it
 //!    becomes a subreaper and starts the command (`crate::landlock::keep_tree`). When the
 //!    command's shell exits, when dsh sends `SIGTERM`/`SIGINT`, or when the relay dies (dsh
 //!    died: `SIGHUP` as its death signal) it sends `kill(-1, SIGKILL)`, which the scope
@@ -462,9 +462,12 @@ pub(crate) fn enter_hook(
     }))
 }
 
-/// A Landlock ruleset that restricts nothing but signals (ABI 6+): a process restricted by it
-/// can signal only processes of its own domain and of domains nested in it. Made once per
-/// process; each `landlock_restrict_self` with it makes a new domain.
+/// A Landlock ruleset that restricts nothing but its scopes (ABI 6+): a process restricted by
+/// it can signal only processes of its own domain and of domains nested in it, and connect to
+/// no abstract Unix socket made outside them (with the network on, the sandbox shares the
+/// host's network namespace, where root daemons such as container shims listen on abstract
+/// sockets: docs/SECURITY.md, "No real root in the sandbox"). Made once per process; each
+/// `landlock_restrict_self` with it makes a new domain.
 pub(crate) fn signal_scope() -> Result<&'static OwnedFd, String> {
     static SCOPE: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
     SCOPE
@@ -478,7 +481,7 @@ pub(crate) fn signal_scope() -> Result<&'static OwnedFd, String> {
             }
             let created = Ruleset::default()
                 .set_compatibility(CompatLevel::HardRequirement)
-                .scope(Scope::Signal)
+                .scope(Scope::Signal | Scope::AbstractUnixSocket)
                 .and_then(|ruleset| ruleset.create())
                 .map_err(|err| format!("cannot make the signal-scope ruleset: {err}"))?;
             let fd: Option<OwnedFd> = created.into();

@@ -433,9 +433,21 @@ impl Drop for HostSegment {
 }
 
 async fn kernel_interfaces_stay_closed(mechanism: Mechanism) {
+    use std::os::linux::net::SocketAddrExt;
     let s = scratch(mechanism);
     let _segment = HostSegment::new(shm_key(mechanism));
-    for (what, command) in kernel_attempts(&s, shm_key(mechanism)) {
+    // An abstract Unix socket of the host (as a root daemon would listen on), accepting for
+    // the rest of the test.
+    let name = format!("dsh-abstract-{}-{}", std::process::id(), mechanism.name());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+    std::thread::spawn(move || for _ in listener.incoming() {});
+    let mut attempts = kernel_attempts(&s, shm_key(mechanism));
+    attempts.push((
+        "connect to an abstract Unix socket of the host",
+        python(&format!("import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('\\0{name}')\n    print('ESCAPED')\nexcept OSError as e:\n    print('refused', e.errno)")),
+    ));
+    for (what, command) in attempts {
         refused(&s, mechanism, what, &command).await;
         let names: Vec<_> = std::fs::read_dir(&s.outside).unwrap().collect();
         // The controls write there; clear it so each confined run is judged alone.
