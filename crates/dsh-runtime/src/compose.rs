@@ -177,6 +177,9 @@ fn tool_context(
         })?
         .with_permission(permission)
         .with_confinement(sandbox.confinement())
+        // The file gate denies the home the runtime really uses (docs/SECURITY.md, "The file
+        // gate"), not only the one the environment names.
+        .with_dsh_home(&setup.home)
         // The scripts the project's hooks and MCP servers run, pinned by the trust: `write`
         // and `edit` need approval to change them (docs/SECURITY.md, "Planted configuration
         // and workspace trust").
