@@ -280,3 +280,36 @@ fn undo_never_restores_outside_while_the_folder_is_swapped() {
     assert_eq!(before, snapshot(&s.outside), "an undo wrote outside");
     assert!(swaps > 0);
 }
+
+/// Under `danger-full-access` too, `write` reaches its target through the no-link walk from
+/// `/`: with `d` exchanged for a link to dsh's (denied) home, nothing ever lands there.
+#[test]
+fn danger_full_access_writes_never_follow_a_swap_into_the_denied_home() {
+    let s = Scratch::new(PermissionPreset::DangerFullAccess);
+    std::fs::create_dir(s.path("d")).unwrap();
+    let home = s.outside.join("dsh-home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("keep"), "home").unwrap();
+    symlink(&home, s.path("l")).unwrap();
+    let ctx = s.ctx.clone().with_dsh_home(&home);
+    let registry = dsh_tools::ToolRegistry::with_builtins();
+    let before = snapshot(&home);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let swapper = Swapper::start(&s.path("d"), &s.path("l"));
+    let (mut ok, mut refused) = (0, 0);
+    for i in 0..500 {
+        let args = json!({"file_path": format!("d/hooks{i}.json"), "content": "{}"}).to_string();
+        match runtime.block_on(registry.invoke("write", &args, &ctx)) {
+            Ok(_) => ok += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    let swaps = swapper.finish();
+    eprintln!("danger write race: {ok} written, {refused} refused, {swaps} swaps");
+    assert_eq!(before, snapshot(&home), "a write landed in the denied home");
+    assert!(swaps > 0 && ok > 0 && refused > 0, "{ok} {refused} {swaps}");
+}
