@@ -17,8 +17,9 @@
 //!   are bound back read-only when they live under `/tmp`;
 //! * `--unshare-pid` (the command cannot see or signal host processes, and everything it started
 //!   dies with it), `--unshare-ipc` (System V objects and message queues are the sandbox's own:
-//!   as root, the host's root-owned ones would be open to the command's uid 0), `--die-with-parent` (killing `bwrap` kills the sandbox), `--new-session`
-//!   (no terminal injection through `TIOCSTI`).
+//!   as root, the host's root-owned ones would be open to the command's uid 0),
+//!   `--die-with-parent` (killing `bwrap` kills the sandbox), `--new-session` (no terminal
+//!   injection through `TIOCSTI`).
 //!
 //! * `workspace-write`: the protected entries of each root (`.git/hooks`, `.git/config`,
 //!   `.dsh`, `.env*`, ...; `dsh_tools::existing_protected_entries`) bound read-only on top,

@@ -23,10 +23,11 @@
 //! 3. fork: the relay stays behind holding nothing but a pipe, waits for the keeper and leaves
 //!    with its status. The *keeper*, in the sandbox's pid namespace, blanks its command line
 //!    (dsh's), sets `no_new_privs` and restricts itself with a Landlock ruleset that handles
-//!    only the signal and abstract-socket scopes (ABI 6+), a domain of its own; then, as on the Landlock path, it
-//!    becomes a subreaper and starts the command (`crate::landlock::keep_tree`). When the
-//!    command's shell exits, when dsh sends `SIGTERM`/`SIGINT`, or when the relay dies (dsh
-//!    died: `SIGHUP` as its death signal) it sends `kill(-1, SIGKILL)`, which the scope
+//!    only the signal and abstract-socket scopes (ABI 6+), a domain of its own; then, as on
+//!    the Landlock path, it becomes a subreaper and starts the command
+//!    (`crate::landlock::keep_tree`). When the command's shell exits, when dsh sends
+//!    `SIGTERM`/`SIGINT`, or when the relay dies (dsh died: `SIGHUP` as its death signal) it
+//!    sends `kill(-1, SIGKILL)`, which the scope
 //!    confines to its own domain and the ones nested in it: the command's whole tree, also
 //!    processes that left the group with `setsid`, never the waiter or another call; and it
 //!    waits until every one of them is gone (being in the same pid namespace, the subreaper

@@ -10,8 +10,8 @@
 //!   the new mount API (`fsopen`, `fsconfig`, `fsmount`, `fspick`, `move_mount`, `open_tree`,
 //!   `mount_setattr`), and `clone` with any `CLONE_NEW*` flag;
 //! * other processes and the kernel: `ptrace`, `process_vm_readv`, `process_vm_writev`,
-//!   `pidfd_getfd`, `process_madvise`, `kexec_load`, `kexec_file_load`, `bpf`, `perf_event_open`, `keyctl`, `add_key`,
-//!   `request_key`, `open_by_handle_at`;
+//!   `pidfd_getfd`, `process_madvise`, `kexec_load`, `kexec_file_load`, `bpf`,
+//!   `perf_event_open`, `keyctl`, `add_key`, `request_key`, `open_by_handle_at`;
 //! * terminals: `ioctl` with `TIOCSTI` or `TIOCLINUX`;
 //! * raw network access: `socket(AF_PACKET, ..)` and `socket(domain, SOCK_RAW, ..)` for every
 //!   domain but `AF_NETLINK` (netlink sockets are always `SOCK_RAW`; the C library uses them to
