@@ -9,7 +9,7 @@ use dsh_llm::{
     AdapterRegistry, CallConfig, ContentBlock, Failure, FailureCode, Message, MessageSource,
     ModelInfo, ReasoningEffort, Role, UsageTotals,
 };
-use dsh_session::{Event, SessionStore, SessionWriter, TurnEndReason};
+use dsh_session::{Envelope, Event, SessionStore, SessionWriter, TurnEndReason};
 use dsh_tools::{ToolContext, ToolRegistry};
 use serde_json::Map;
 use tokio::sync::{broadcast, Notify};
@@ -742,11 +742,43 @@ impl Agent {
         &mut self,
         stop: &CancellationToken,
     ) -> Result<Vec<TurnOutcome>, AgentError> {
+        self.run_until_settled_within(stop, None).await
+    }
+
+    /// [`Agent::run_until_settled`], waiting at most `max_wait` for a wake-up after the agent
+    /// went idle (the clock starts again after each woken turn). What is still running then is
+    /// left to the caller: [`Agent::stop_background_jobs`] (`dsh run --jobs-wait`).
+    pub async fn run_until_settled_within(
+        &mut self,
+        stop: &CancellationToken,
+        max_wait: Option<Duration>,
+    ) -> Result<Vec<TurnOutcome>, AgentError> {
         let mut outcomes = Vec::new();
         loop {
             outcomes.extend(self.run_until_idle().await?);
             if stop.is_cancelled() {
                 return Ok(outcomes);
+            }
+            let idle_since = tokio::time::Instant::now();
+            if self.wait_for_wake(stop, idle_since, max_wait).await {
+                continue;
+            }
+            return Ok(outcomes);
+        }
+    }
+
+    /// Waits while input is queued or an extension may still wake the agent. True when there is
+    /// input to run; false when nothing can wake the agent any more, `stop` was cancelled or
+    /// `max_wait` passed since `idle_since`.
+    async fn wait_for_wake(
+        &self,
+        stop: &CancellationToken,
+        idle_since: tokio::time::Instant,
+        max_wait: Option<Duration>,
+    ) -> bool {
+        loop {
+            if stop.is_cancelled() {
+                return false;
             }
             let queued = self.shared.log().inbox.has_next_turn();
             let waking = self
@@ -755,19 +787,44 @@ impl Agent {
                 .snapshot()
                 .iter()
                 .any(|e| e.keeps_waking());
-            if !queued && !waking {
-                return Ok(outcomes);
+            if queued {
+                return true;
             }
-            if !queued {
-                // A wake-up notifies `wake`; the timeout re-checks the extensions in case the
-                // work ended without one (its wake budget was spent).
-                tokio::select! {
-                    _ = self.shared.wake.notified() => {}
-                    _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
-                    _ = stop.cancelled() => return Ok(outcomes),
-                }
+            if !waking || max_wait.is_some_and(|limit| idle_since.elapsed() >= limit) {
+                return false;
+            }
+            // A wake-up notifies `wake`; the timeout re-checks the extensions in case the work
+            // ended without one (its wake budget was spent), and the wait's limit.
+            tokio::select! {
+                _ = self.shared.wake.notified() => {}
+                _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+                _ = stop.cancelled() => return false,
             }
         }
+    }
+
+    /// Stops every background job still running (their whole process groups) and logs which
+    /// (`jobs/stopped {reason, jobs: [{id, command, description, elapsedMs}]}`, ignorable).
+    /// Returns them; nothing is logged when none was running.
+    pub async fn stop_background_jobs(
+        &self,
+        reason: &str,
+    ) -> Result<Vec<dsh_tools::StoppedJob>, AgentError> {
+        let Some(jobs) = self.tool_context.jobs() else {
+            return Ok(Vec::new());
+        };
+        let stopped = jobs.stop_running().await;
+        if !stopped.is_empty() {
+            let mut envelope = Envelope::new(Event::Opaque {
+                event_type: crate::JOBS_STOPPED_EVENT.to_string(),
+                data: serde_json::json!({"reason": reason, "jobs": stopped}),
+            });
+            envelope.ignorable = true;
+            let mut log = self.shared.log();
+            log.append_envelope(envelope)?;
+            log.flush()?;
+        }
+        Ok(stopped)
     }
 
     /// Waits until input arrives, then runs turns until idle again. Returns when woken with

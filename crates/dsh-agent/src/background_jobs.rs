@@ -27,6 +27,10 @@ use crate::extension::{AttachedAgent, Extension, PreStepContext};
 /// Plugin name of the completion messages.
 pub const BACKGROUND_JOBS_PLUGIN: &str = "background-jobs";
 
+/// The event type logged when jobs still running at the end of a headless run are stopped
+/// ([`crate::Agent::stop_background_jobs`]).
+pub const JOBS_STOPPED_EVENT: &str = "jobs/stopped";
+
 /// Turns that finished jobs may open in a row before the user speaks again (dsh's
 /// `maxConsecutiveWakes`): bounds a chain where each woken turn starts the next job.
 pub const MAX_CONSECUTIVE_WAKES: u32 = 3;

@@ -43,7 +43,9 @@ pub use approval_rules::{
     approvals_path, proposed_rule, read_rules, write_rules, ApprovalChoice, ApprovalRule,
     ApprovalRules, RuleScope, APPROVALS_FILE,
 };
-pub use background_jobs::{BackgroundJobs, BACKGROUND_JOBS_PLUGIN, MAX_CONSECUTIVE_WAKES};
+pub use background_jobs::{
+    BackgroundJobs, BACKGROUND_JOBS_PLUGIN, JOBS_STOPPED_EVENT, MAX_CONSECUTIVE_WAKES,
+};
 pub use budget::{parse_duration, TurnBudget, BUDGET_COST, BUDGET_STEPS, BUDGET_WALL_TIME};
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};
 pub use compaction::{CompactionOutcome, CompactionSettings, CompactionTrigger, COMPACTION_PLUGIN};

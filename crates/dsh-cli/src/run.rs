@@ -88,6 +88,18 @@ pub(crate) struct RunArgs {
     /// plan, which is printed on stdout; no file is changed.
     #[arg(long)]
     pub(crate) plan: bool,
+    /// How long to wait, after the last turn, for background jobs that may still wake the
+    /// agent (e.g. `30s`, `10m`; `0` waits not at all). Jobs still running then are stopped,
+    /// whole process group, and reported (docs/run-json.md, "Background jobs").
+    #[arg(long, value_parser = parse_jobs_wait, default_value = "5m")]
+    pub(crate) jobs_wait: Duration,
+}
+
+fn parse_jobs_wait(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    dsh_agent::parse_duration(text)
 }
 
 fn parse_wall_time(text: &str) -> Result<Duration, String> {
@@ -265,12 +277,12 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         let interrupted = Arc::clone(&interrupted);
         let settle_stop = settle_stop.clone();
         async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if ctrl_c_or_terminate().await {
                 interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
                 settle_stop.cancel();
                 eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
                 handle.cancel(false);
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if ctrl_c_or_terminate().await {
                     std::process::exit(130);
                 }
             }
@@ -278,8 +290,15 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
 
     // A finished background job wakes the agent (at most 3 turns in a row); `dsh run` waits
-    // for the jobs it started while they can still do so.
-    let outcomes = agent.run_until_settled(&settle_stop).await;
+    // for the jobs it started while they can still do so, at most `--jobs-wait` after the
+    // last turn; what still runs then is stopped and reported, so a run always ends.
+    let outcomes = agent
+        .run_until_settled_within(&settle_stop, Some(args.jobs_wait))
+        .await;
+    let stopped = agent
+        .stop_background_jobs("the headless run ended")
+        .await
+        .unwrap_or_default();
     signal_task.abort();
     drop(handle);
     drop(agent);
@@ -301,7 +320,64 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let was_interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
-    finish(&args, &setup, &session_id, outcome, was_interrupted)
+    let when = if was_interrupted {
+        "when the run was cancelled".to_string()
+    } else {
+        format!(
+            "{}s after the last turn; raise --jobs-wait to let jobs finish",
+            args.jobs_wait.as_secs()
+        )
+    };
+    report_stopped_jobs(&setup, &stopped, &when);
+    finish(
+        &args,
+        &setup,
+        &session_id,
+        outcome,
+        &stopped,
+        was_interrupted,
+    )
+}
+
+/// Waits for Ctrl-C, or for `SIGTERM` / `SIGHUP` on Unix: each ends the run the way Ctrl-C
+/// does (the turn is cancelled and logged, background jobs are stopped, whole process group),
+/// so a supervisor's `kill` leaves nothing running. False when no handler could be installed.
+async fn ctrl_c_or_terminate() -> bool {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            return tokio::signal::ctrl_c().await.is_ok();
+        };
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => result.is_ok(),
+            _ = term.recv() => true,
+            _ = hup.recv() => true,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.is_ok()
+    }
+}
+
+/// One stderr line per background job stopped at the end of the run.
+fn report_stopped_jobs(setup: &Configuration, stopped: &[dsh_tools::StoppedJob], when: &str) {
+    for job in stopped {
+        let what = if job.command.is_empty() {
+            job.description.clone()
+        } else {
+            job.command.clone()
+        };
+        eprintln!(
+            "dsh: stopped background job {} ({}), still running {when}",
+            job.id,
+            shown(setup, &what),
+        );
+    }
 }
 
 /// Prints the run's events as they are logged: JSON lines on stdout (`--json`) or progress on
@@ -361,6 +437,7 @@ fn finish(
     setup: &Configuration,
     session_id: &str,
     outcome: Option<TurnOutcome>,
+    stopped_jobs: &[dsh_tools::StoppedJob],
     interrupted: bool,
 ) -> anyhow::Result<ExitCode> {
     let Some(outcome) = outcome else {
@@ -384,6 +461,7 @@ fn finish(
             "usage": usage_json(&outcome.usage),
             "costUsd": cost,
             "cache": cache_json(&outcome.cache_reports),
+            "stoppedJobs": stopped_jobs,
         });
         println!("{}", json_line(line, setup.secrets()));
     } else if !outcome.final_text.is_empty() && !interrupted {

@@ -79,7 +79,7 @@ pub use error::{ToolError, ToolErrorCode};
 pub use gate::{unsafe_ignore_file, GateError, GateFile, GatePolicy, Refusal};
 pub use jobs::{
     job_tools, FinishCallback, JobEnd, JobKillTool, JobListTool, JobNotice, JobOutputTool,
-    JobStatus, JobTable, TaskBody, TaskDone, TaskSpec, WeakJobTable, MAX_RUNNING_JOBS,
+    JobStatus, JobTable, StoppedJob, TaskBody, TaskDone, TaskSpec, WeakJobTable, MAX_RUNNING_JOBS,
     TASK_KILL_GRACE,
 };
 pub use observe::{ContentHasher, FileObservations, Observation};

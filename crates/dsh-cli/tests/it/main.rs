@@ -24,6 +24,7 @@ mod plan_cli;
 mod plant_escapes;
 mod run_cancel;
 mod run_cli;
+mod run_jobs;
 mod safety_cli;
 mod sandbox_root_escapes;
 mod secret_escapes;

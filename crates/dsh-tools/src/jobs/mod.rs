@@ -84,6 +84,20 @@ pub(crate) struct JobSpec {
     pub description: String,
 }
 
+/// A job [`JobTable::stop_running`] stopped.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoppedJob {
+    /// The job's id (`bash-1`).
+    pub id: String,
+    /// The command it ran (empty for a task job).
+    pub command: String,
+    /// What the model said it does.
+    pub description: String,
+    /// How long it had run, in milliseconds.
+    pub elapsed_ms: u64,
+}
+
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobEnd {
@@ -462,6 +476,30 @@ impl JobTable {
             .filter(|j| j.is_running())
             .filter_map(|j| j.pgid)
             .collect()
+    }
+
+    /// Stops every job still running, as `job_kill` does (SIGTERM to the shell's whole process
+    /// group, SIGKILL after the grace; a task job is cancelled), waiting at most 10 s for each,
+    /// and returns what was stopped. Used when a headless run ends with jobs left (docs/agent.md,
+    /// "Wake-ups"). Their end is marked as told: nothing wakes the agent for them.
+    pub async fn stop_running(&self) -> Vec<StoppedJob> {
+        let running: Vec<Arc<Job>> = self.all().into_iter().filter(|j| j.is_running()).collect();
+        for job in &running {
+            job.kill.cancel();
+        }
+        let mut stopped = Vec::new();
+        for job in running {
+            job.wait(Duration::from_secs(10), &CancellationToken::new())
+                .await;
+            job.mark_reported();
+            stopped.push(StoppedJob {
+                id: job.id.clone(),
+                command: job.command.clone(),
+                description: job.description.clone(),
+                elapsed_ms: u64::try_from(job.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        stopped
     }
 
     /// Finished jobs whose end the model has not been told about yet, each returned once.
