@@ -26,12 +26,12 @@ mod config;
 mod error;
 mod load;
 mod mcp;
+mod sandbox;
 mod schema;
 pub mod scripts;
 pub mod show;
 mod tools;
 pub mod trust;
-mod sandbox;
 mod tui;
 mod web_search;
 
@@ -51,11 +51,11 @@ pub use load::{
 pub use mcp::{
     McpServerConfig, McpTransport, McpTrust, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
 };
+pub use sandbox::SandboxConfig;
 pub use schema::{EFFORTS, MAX_TOKENS_FIELDS, PERMISSION_PRESETS, PROVIDER_KINDS};
 pub use tools::{
     SearchToolsConfig, WebFetchConfig, DEFAULT_GLOB_MAX_RESULTS, DEFAULT_GREP_MAX_RESULTS,
     DEFAULT_WEB_FETCH_MAX_BYTES, DEFAULT_WEB_FETCH_TIMEOUT,
 };
-pub use sandbox::SandboxConfig;
 pub use tui::TuiConfig;
 pub use web_search::{WebSearchConfig, DEFAULT_WEB_SEARCH_BASE_URL, WEB_SEARCH_BASE_URL_ENV};

@@ -201,6 +201,13 @@ fn tokenize(text: &str, place: &CommandPlace, nested: &mut Vec<String>) -> Vec<T
                     }
                 }
             }
+            // `[` and `[[` standing alone are the test command, not a pattern.
+            '[' if !in_word && test_command_at(&chars, i).is_some() => {
+                let len = test_command_at(&chars, i).unwrap_or(1);
+                in_word = true;
+                word.extend(std::iter::repeat_n('[', len));
+                i += len - 1;
+            }
             '*' | '?' | '[' => {
                 in_word = true;
                 word.push(c);
@@ -215,6 +222,19 @@ fn tokenize(text: &str, place: &CommandPlace, nested: &mut Vec<String>) -> Vec<T
     }
     flush(&mut tokens, &mut word, &mut dynamic, &mut in_word);
     tokens
+}
+
+/// The length of the test command (`[` or `[[`) that starts at `i` as a word of its own, if
+/// one does.
+fn test_command_at(chars: &[char], i: usize) -> Option<usize> {
+    let ends_word = |at: usize| matches!(chars.get(at), None | Some(' ' | '\t' | '\n' | ';'));
+    if ends_word(i + 1) {
+        Some(1)
+    } else if chars.get(i + 1) == Some(&'[') && ends_word(i + 2) {
+        Some(2)
+    } else {
+        None
+    }
 }
 
 /// Pushes the redirection operator at `i` (`<`, `>`, `>>`, `<<`, `>&`, ...); returns the index
@@ -952,6 +972,12 @@ mod tests {
         assert!(files("jq -r .tool_input.command >> /tmp/log")
             .unknown
             .is_empty());
+        // `[` and `[[` are the test command, not a pattern; `[a]x.sh` is a pattern.
+        assert!(files("if [ -f .stop_fired ]; then exit 0; fi")
+            .unknown
+            .is_empty());
+        assert!(files("[[ -n \"$X\" ]] && echo y").unknown.is_empty());
+        assert!(!files("sh [a]x.sh").unknown.is_empty());
     }
 
     /// Ways an attacker might hide the script of a hook from the check.

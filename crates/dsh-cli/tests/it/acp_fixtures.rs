@@ -66,6 +66,12 @@ struct Settings {
     /// e.g. a `hooks.json` the recording kept at the workspace root.
     #[serde(default)]
     home_files: BTreeMap<String, String>,
+    /// Scripts of the fixture's workspace that the user's hooks run (`sh posttool-once.sh`):
+    /// dsh refuses a user hook whose script the model could write (docs/hooks.md, "Scripts
+    /// the model can write"), so each is copied to a folder outside the workspace and the temp
+    /// directories and the home files' commands name it there.
+    #[serde(default)]
+    hook_scripts: Vec<String>,
     /// Expected final status of tool calls whose outcome differs from the recording by design
     /// (call id -> `completed` | `failed`); say why in `why`.
     #[serde(default)]
@@ -509,9 +515,22 @@ fn run_fixture(
         }
         std::fs::write(&target, content).map_err(|e| format!("{}: {e}", target.display()))?;
     }
+    let scripts_dir =
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).map_err(|e| e.to_string())?;
+    for script in &settings.hook_scripts {
+        let source = dir.join("workspace").join(script);
+        std::fs::copy(&source, scripts_dir.path().join(script))
+            .map_err(|e| format!("{}: {e}", source.display()))?;
+    }
     for (from, to) in &settings.home_files {
         let source = dir.join("workspace").join(from);
-        std::fs::copy(&source, home_path.join(to))
+        let mut text =
+            std::fs::read_to_string(&source).map_err(|e| format!("{}: {e}", source.display()))?;
+        for script in &settings.hook_scripts {
+            let moved = scripts_dir.path().join(script);
+            text = text.replace(&format!("sh {script}"), &format!("sh {}", moved.display()));
+        }
+        std::fs::write(home_path.join(to), text)
             .map_err(|e| format!("{}: {e}", source.display()))?;
     }
     if let Some(skills) = &settings.home_skills {
