@@ -202,11 +202,10 @@ fn tokenize(text: &str, place: &CommandPlace, nested: &mut Vec<String>) -> Vec<T
                 }
             }
             // `[` and `[[` standing alone are the test command, not a pattern.
-            '[' if !in_word && test_command_at(&chars, i).is_some() => {
-                let len = test_command_at(&chars, i).unwrap_or(1);
-                in_word = true;
-                word.extend(std::iter::repeat_n('[', len));
-                i += len - 1;
+            '[' if !in_word && test_command_at(&chars, i) > 0 => {
+                let len = test_command_at(&chars, i);
+                (in_word, i) = (true, i + len - 1);
+                word.push_str(&"[["[..len]);
             }
             '*' | '?' | '[' => {
                 in_word = true;
@@ -224,16 +223,16 @@ fn tokenize(text: &str, place: &CommandPlace, nested: &mut Vec<String>) -> Vec<T
     tokens
 }
 
-/// The length of the test command (`[` or `[[`) that starts at `i` as a word of its own, if
-/// one does.
-fn test_command_at(chars: &[char], i: usize) -> Option<usize> {
+/// The length of the test command (`[` or `[[`) that starts at `i` as a word of its own; 0
+/// when none does.
+fn test_command_at(chars: &[char], i: usize) -> usize {
     let ends_word = |at: usize| matches!(chars.get(at), None | Some(' ' | '\t' | '\n' | ';'));
     if ends_word(i + 1) {
-        Some(1)
+        1
     } else if chars.get(i + 1) == Some(&'[') && ends_word(i + 2) {
-        Some(2)
+        2
     } else {
-        None
+        0
     }
 }
 
