@@ -515,8 +515,10 @@ fn run_fixture(
         }
         std::fs::write(&target, content).map_err(|e| format!("{}: {e}", target.display()))?;
     }
-    let scripts_dir =
-        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).map_err(|e| e.to_string())?;
+    // Outside the temp dirs too, where a target dir under /tmp would put it.
+    let scripts_dir = dsh_test_support::scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .and_then(tempfile::tempdir_in)
+        .map_err(|e| e.to_string())?;
     for script in &settings.hook_scripts {
         let source = dir.join("workspace").join(script);
         std::fs::copy(&source, scripts_dir.path().join(script))

@@ -92,3 +92,18 @@ pub(crate) fn session_file(home: &Path) -> PathBuf {
     );
     files.remove(0)
 }
+
+/// A scratch root for one test outside every temp directory (the sandbox leaves those
+/// writable, so a write that lands here proves an escape; `dsh_test_support::scratch_parent`),
+/// with the folders `names` created below it, as real paths. The root goes with the guard.
+pub(crate) fn scratch_dirs<const N: usize>(names: [&str; N]) -> (tempfile::TempDir, [PathBuf; N]) {
+    let parent = dsh_test_support::scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap();
+    let root = tempfile::tempdir_in(parent).unwrap();
+    let real = std::fs::canonicalize(root.path()).unwrap();
+    let dirs = names.map(|name| {
+        let dir = real.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    });
+    (root, dirs)
+}

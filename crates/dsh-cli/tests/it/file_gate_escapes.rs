@@ -9,9 +9,9 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{output as run, session_files};
+use crate::common::{output as run, scratch_dirs, session_files};
 
-use dsh_test_support::{scratch_parent, FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 use serde_json::{json, Value};
 
 const API_KEY: &str = "sk-live-gate-0123456789";
@@ -30,13 +30,8 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let root =
-            tempfile::tempdir_in(scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap())
-                .unwrap();
-        let real = std::fs::canonicalize(root.path()).unwrap();
-        let user_home = real.join("home");
+        let (root, [user_home, cwd]) = scratch_dirs(["home", "ws"]);
         let dsh_home = user_home.join(".dsh");
-        let cwd = real.join("ws");
         Env::with(root, user_home, dsh_home, cwd)
     }
 
@@ -320,12 +315,8 @@ async fn bash_cannot_plant_in_git_directories_of_submodules_and_nested_repos() {
 
 /// A session whose working directory is the user's home, with the usual dotfiles.
 fn home_session() -> (Env, PathBuf) {
-    let root =
-        tempfile::tempdir_in(scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap())
-            .unwrap();
-    let real = std::fs::canonicalize(root.path()).unwrap();
-    let home = real.join("home");
-    let env = Env::with(root, home.clone(), real.join("dsh"), home.clone());
+    let (root, [home, dsh_home]) = scratch_dirs(["home", "dsh"]);
+    let env = Env::with(root, home.clone(), dsh_home, home.clone());
     for dir in [".ssh", ".codex", ".claude", ".config"] {
         std::fs::create_dir_all(home.join(dir)).unwrap();
     }
@@ -384,18 +375,10 @@ async fn bash_cannot_change_dotfiles_of_a_session_in_home() {
 /// own configuration there.
 #[tokio::test]
 async fn write_cannot_plant_dsh_configuration_in_a_home_under_var_tmp() {
-    let root =
-        tempfile::tempdir_in(scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap())
-            .unwrap();
-    let real = std::fs::canonicalize(root.path()).unwrap();
+    let (root, [home, cwd]) = scratch_dirs(["home", "ws"]);
     let dsh_home = tempfile::tempdir_in("/var/tmp").unwrap();
     let dsh_home_path = std::fs::canonicalize(dsh_home.path()).unwrap();
-    let env = Env::with(
-        root,
-        real.join("home"),
-        dsh_home_path.clone(),
-        real.join("ws"),
-    );
+    let env = Env::with(root, home, dsh_home_path.clone(), cwd);
     let names = [
         "hooks.json",
         "codex-hooks.json",

@@ -6,12 +6,12 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-use crate::common::{dsh_command, output, output_with_input, session_files, text};
+use crate::common::{dsh_command, output, output_with_input, scratch_dirs, session_files, text};
 
-use dsh_test_support::{scratch_parent, FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 use serde_json::{json, Value};
 
 const API_KEY: &str = "sk-plant-0123456789abcdef";
@@ -27,18 +27,8 @@ impl Env {
     /// Home, workspace and a marker folder under the cargo target dir (outside the temp dirs,
     /// so that only the workspace is where the model can write).
     fn new() -> Env {
-        let root =
-            tempfile::tempdir_in(scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap())
-                .unwrap();
-        let real = std::fs::canonicalize(root.path()).unwrap();
-        let (home, cwd, markers) = (real.join("home"), real.join("ws"), real.join("markers"));
-        for dir in [
-            &home,
-            &cwd,
-            &markers,
-            &cwd.join(".git"),
-            &cwd.join("scripts"),
-        ] {
+        let (root, [home, cwd, markers]) = scratch_dirs(["home", "ws", "markers"]);
+        for dir in [cwd.join(".git"), cwd.join("scripts")] {
             std::fs::create_dir_all(dir).unwrap();
         }
         Env {

@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{dsh_command, output as run, session_files};
+use crate::common::{dsh_command, output as run, scratch_dirs, session_files};
 
-use dsh_test_support::{scratch_parent, FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 use serde_json::{json, Value};
 
 const API_KEY: &str = "sk-live-abcdef1234567890";
@@ -25,14 +25,7 @@ struct Env {
 impl Env {
     /// Home, cwd and an outside directory under the cargo target dir: outside every temp dir.
     fn new() -> Env {
-        let root =
-            tempfile::tempdir_in(scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap())
-                .unwrap();
-        let real = std::fs::canonicalize(root.path()).unwrap();
-        let (home, cwd, outside) = (real.join("home"), real.join("ws"), real.join("outside"));
-        for dir in [&home, &cwd, &outside] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
+        let (root, [home, cwd, outside]) = scratch_dirs(["home", "ws", "outside"]);
         Env {
             _root: root,
             home,

@@ -8,9 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{dsh_command, output as run, session_files};
+use crate::common::{dsh_command, output as run, scratch_dirs, session_files};
 
-use dsh_test_support::{scratch_parent, FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 use serde_json::{json, Value};
 
 fn is_root() -> bool {
@@ -26,14 +26,7 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let root =
-            tempfile::tempdir_in(scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap())
-                .unwrap();
-        let real = std::fs::canonicalize(root.path()).unwrap();
-        let (home, cwd) = (real.join("home"), real.join("ws"));
-        for dir in [&home, &cwd] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
+        let (root, [home, cwd]) = scratch_dirs(["home", "ws"]);
         Env {
             _root: root,
             home,

@@ -12,14 +12,14 @@
 //!   result are shown as text by `dsh run` (text and `--json`) and `dsh sessions show`, and
 //!   kept by `dsh sessions show --raw`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use base64::Engine as _;
-use dsh_test_support::{scratch_parent, FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 use serde_json::{json, Value};
 
-use crate::common::{dsh_command, output as run, session_files, text};
+use crate::common::{dsh_command, output as run, scratch_dirs, session_files, text};
 
 /// The key in use, from the project's `./.env`.
 const ACTIVE_KEY: &str = "sk-dsA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6";
@@ -36,14 +36,7 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let root =
-            tempfile::tempdir_in(scratch_parent(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap())
-                .unwrap();
-        let real = std::fs::canonicalize(root.path()).unwrap();
-        let (home, cwd) = (real.join("home"), real.join("ws"));
-        for dir in [&home, &cwd] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
+        let (root, [home, cwd]) = scratch_dirs(["home", "ws"]);
         std::fs::write(
             cwd.join(".env"),
             format!(
