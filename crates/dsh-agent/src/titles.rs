@@ -89,7 +89,9 @@ pub(crate) fn clean_title(text: &str) -> Option<String> {
     if line.is_empty() {
         return None;
     }
-    Some(line.chars().take(80).collect())
+    // A title is shown in lists and terminals: no control characters (a model's escape
+    // sequence would otherwise reach `dsh sessions list`).
+    Some(line.chars().filter(|c| !c.is_control()).take(80).collect())
 }
 
 #[cfg(test)]

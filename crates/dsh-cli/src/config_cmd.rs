@@ -62,7 +62,7 @@ pub(crate) fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
             print!("{}", dsh_config::show::render(&config, &lookup));
             settings.print_warnings();
             if let Some(warning) = config.trust.warning() {
-                eprintln!("dsh: {warning}");
+                eprintln!("dsh: {}", dsh_tools::printable(&warning));
             }
             Ok(ExitCode::SUCCESS)
         }

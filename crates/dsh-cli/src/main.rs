@@ -154,10 +154,12 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            match err.downcast_ref::<run::UserError>() {
-                Some(user) => eprintln!("dsh: {user}"),
-                None => eprintln!("dsh: {err:#}"),
-            }
+            // Errors can quote configuration and repository text: controls shown as text.
+            let line = match err.downcast_ref::<run::UserError>() {
+                Some(user) => user.to_string(),
+                None => format!("{err:#}"),
+            };
+            eprintln!("dsh: {}", dsh_tools::printable(&line));
             ExitCode::from(1)
         }
     }

@@ -36,7 +36,7 @@ pub(crate) fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(&cwd, &home);
     let (config, provider) = load_config(&home, &cwd, &settings, args.provider)?;
     if let Some(warning) = config.trust.warning() {
-        eprintln!("dsh: {warning}");
+        eprintln!("dsh: {}", dsh_tools::printable(&warning));
     }
     settings.allow_credentials(config.own_key_variables());
     let key = provider_key(&config, &provider, &settings);

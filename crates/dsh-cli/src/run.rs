@@ -172,7 +172,9 @@ pub(crate) fn runtime(cwd: Option<&Path>, choices: Choices) -> anyhow::Result<Ru
         Some(dir) => dir.to_path_buf(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let warnings: WarningSink = Arc::new(|line: &str| eprintln!("dsh: {line}"));
+    // Warnings quote configuration and repository text: controls are shown, not obeyed.
+    let warnings: WarningSink =
+        Arc::new(|line: &str| eprintln!("dsh: {}", dsh_tools::printable(line)));
     Runtime::new(RuntimeOptions {
         home,
         cwd,

@@ -327,13 +327,14 @@ fn list(store: &dyn SessionStore, all: bool, stdout: &mut impl Write) -> anyhow:
         }
         pad_before(&mut out, cost.as_bytes(), 9);
         out.extend_from_slice(b"  ");
-        out.extend_from_slice(s.title().unwrap_or("(untitled)").as_bytes());
+        // Titles come from the prompt or the model: controls are shown, not obeyed.
+        out.extend_from_slice(dsh_tools::printable(s.title().unwrap_or("(untitled)")).as_bytes());
         if s.open() {
             out.extend_from_slice(b" [open]");
         }
         if all {
             out.extend_from_slice(b"  (");
-            out.extend_from_slice(s.cwd().as_bytes());
+            out.extend_from_slice(dsh_tools::printable(s.cwd()).as_bytes());
             out.push(b')');
         }
         out.push(b'\n');

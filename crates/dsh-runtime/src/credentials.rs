@@ -41,7 +41,8 @@ fn read_env_file(path: &Path) -> Option<HashMap<String, String>> {
         Ok(text) => Some(parse_env_file(&text)),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
         Err(err) => {
-            eprintln!("dsh: warning: cannot read {}: {err}", path.display());
+            let line = format!("cannot read {}: {err}", path.display());
+            eprintln!("dsh: warning: {}", dsh_tools::printable(&line));
             None
         }
     }
@@ -143,7 +144,7 @@ impl Settings {
     /// Prints [`Settings::take_warnings`] on stderr.
     pub fn print_warnings(&self) {
         for warning in self.take_warnings() {
-            eprintln!("dsh: warning: {warning}");
+            eprintln!("dsh: warning: {}", dsh_tools::printable(&warning));
         }
     }
 }
