@@ -73,10 +73,14 @@ pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
             }
         })
         .chain(scripts.filter(|_| state.has_ignored()))
+        .map(ReviewFile::shown)
         .collect();
     let env_file = cwd.join(".env");
     let env = std::fs::read_to_string(&env_file).ok().map(|text| {
-        let mut names: Vec<String> = parse_env_file(&text).into_keys().collect();
+        let mut names: Vec<String> = parse_env_file(&text)
+            .into_keys()
+            .map(|name| shown(&name))
+            .collect();
         names.sort();
         ReviewEnv {
             file: env_file,
@@ -90,10 +94,29 @@ pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
     }
 }
 
+/// Text of the repository as a review may show it: terminal controls (`CR`, `ESC[2K`, bidi
+/// overrides) written out as visible text, so a planted hook command cannot hide its real
+/// part from the person asked to trust it (docs/SECURITY.md, "Planted configuration and
+/// workspace trust").
+fn shown(text: &str) -> String {
+    dsh_tools::printable(text).into_owned()
+}
+
+impl ReviewFile {
+    /// The same with every line, and the file's name, as a review may show them.
+    fn shown(self) -> ReviewFile {
+        ReviewFile {
+            file: PathBuf::from(shown(&self.file.to_string_lossy())),
+            hooks: self.hooks,
+            lines: self.lines.iter().map(|line| shown(line)).collect(),
+        }
+    }
+}
+
 impl Review {
     /// The review as `dsh trust` prints it.
     pub fn text(&self) -> String {
-        let mut out = format!("Workspace {}\n", self.workspace.display());
+        let mut out = format!("Workspace {}\n", shown(&self.workspace.to_string_lossy()));
         for file in &self.files {
             if file.hooks {
                 out.push_str(&format!(
