@@ -212,9 +212,13 @@ impl ToolContext {
         })
     }
 
-    /// Sets the permission preset.
+    /// Sets the permission preset. Under a confining preset, file modes bind the file tools as
+    /// root as they bind confined commands ([`GatePolicy::with_file_modes`]).
     pub fn with_permission(mut self, preset: PermissionPreset) -> Self {
         self.permission = preset;
+        let modes = preset != PermissionPreset::DangerFullAccess;
+        let gate = (*self.gate).clone().with_file_modes(modes);
+        self.gate = Arc::new(gate);
         self
     }
 

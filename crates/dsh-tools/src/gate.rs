@@ -105,7 +105,7 @@ const SYSTEM_READ_ROOTS: [&str; 12] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// The rule's short name (`dsh-home`, `credentials`, `system-secret`, `process`,
-    /// `symlink-out`, `hard-link`).
+    /// `symlink-out`, `hard-link`, `other-user`).
     pub rule: &'static str,
     /// The whole sentence: path, rule, and what to do instead.
     pub message: String,
@@ -122,6 +122,73 @@ impl std::error::Error for Refusal {}
 impl From<Refusal> for ToolError {
     fn from(refusal: Refusal) -> Self {
         ToolError::new(ToolErrorCode::PermissionDenied, refusal.message)
+    }
+}
+
+/// What a file tool is about to do with a file or folder ([`check_access`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Read a file.
+    Read,
+    /// Replace or change a file.
+    Write,
+    /// Create a file in a folder.
+    CreateIn,
+}
+
+/// See [`GatePolicy::check_access`].
+fn check_file_mode(shown: &Path, meta: &Metadata, access: Access) -> Result<(), Refusal> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || meta.uid() == 0 {
+            return Ok(());
+        }
+        // Root's own group (and its supplementary groups) use the group bits.
+        let shift = if in_own_groups(meta.gid()) { 3 } else { 0 };
+        let needed = match access {
+            Access::Read => 0o4,
+            Access::Write => 0o2,
+            Access::CreateIn => 0o3,
+        };
+        if (meta.mode() >> shift) & needed == needed {
+            return Ok(());
+        }
+        let verb = match access {
+            Access::Read => "read it",
+            Access::Write => "change it",
+            Access::CreateIn => "create files in it",
+        };
+        Err(Refusal {
+            rule: "other-user",
+            message: format!(
+                "{} belongs to another user (uid {}) and its mode {:o} does not let others {verb}; dsh runs as root, but its file tools, like its sandboxed commands, do not override file permissions (`other-user` rule of the file gate). Ask that user, or change the file's permissions yourself",
+                shown.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (shown, meta, access);
+        Ok(())
+    }
+}
+
+/// Whether `gid` is this process's group or one of its supplementary groups.
+#[cfg(unix)]
+fn in_own_groups(gid: u32) -> bool {
+    // SAFETY: getegid has no preconditions; getgroups writes at most `len` entries into the
+    // buffer it is given.
+    unsafe {
+        if libc::getegid() == gid {
+            return true;
+        }
+        let mut groups = [0 as libc::gid_t; 64];
+        let len = libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr());
+        usize::try_from(len).is_ok_and(|len| groups[..len.min(groups.len())].contains(&gid))
     }
 }
 
@@ -153,6 +220,10 @@ pub struct GatePolicy {
     identities: Option<Arc<OnceLock<Vec<Identity>>>>,
     /// Files that trusted hooks or MCP servers run (protected for writes like `.git/hooks`).
     run_files: Vec<PathBuf>,
+    /// Whether file modes bind dsh as root as they bind its confined commands
+    /// ([`GatePolicy::check_access`]); off under `danger-full-access`, where `bash` is
+    /// unconfined root too.
+    file_modes: bool,
 }
 
 /// `path` and, when it differs, its canonical form (a rule must hold for both spellings).
@@ -243,6 +314,7 @@ impl GatePolicy {
             read_roots: SYSTEM_READ_ROOTS.iter().map(PathBuf::from).collect(),
             identities: None,
             run_files: Vec::new(),
+            file_modes: true,
         };
         for path in SYSTEM_SECRETS {
             policy.deny(
@@ -469,6 +541,30 @@ impl GatePolicy {
         Vec::new()
     }
 
+    /// As root, dsh's file tools get no more than its confined commands, which hold no
+    /// capability (docs/SECURITY.md, "No real root in the sandbox"): a file or folder of
+    /// another user is refused unless its mode bits allow `access` without
+    /// `CAP_DAC_OVERRIDE` (`other-user` rule). Without root the kernel already decides so;
+    /// under `danger-full-access` (see [`GatePolicy::with_file_modes`]) nothing is checked.
+    pub(crate) fn check_access(
+        &self,
+        shown: &Path,
+        meta: &Metadata,
+        access: Access,
+    ) -> Result<(), Refusal> {
+        if !self.file_modes {
+            return Ok(());
+        }
+        check_file_mode(shown, meta, access)
+    }
+
+    /// Whether file modes bind dsh's file tools as root (default: yes; off for
+    /// `danger-full-access`, whose commands run as unconfined root).
+    pub fn with_file_modes(mut self, on: bool) -> Self {
+        self.file_modes = on;
+        self
+    }
+
     /// Refuses `meta` (of a file about to be read) when it has more than one hard link and is
     /// one of the denied files that exist: a hard link planted in the workspace.
     pub(crate) fn check_identity(&self, shown: &Path, meta: &Metadata) -> Result<(), Refusal> {
@@ -550,6 +646,8 @@ impl GatePolicy {
         let opened = open_regular(&real)?;
         self.check_identity(path, &opened.meta)
             .map_err(GateError::Refused)?;
+        self.check_access(path, &opened.meta, Access::Read)
+            .map_err(GateError::Refused)?;
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut io::Read::take(opened.file, max), &mut bytes)
             .map_err(GateError::Io)?;
@@ -565,6 +663,8 @@ impl GatePolicy {
             .map_err(GateError::Refused)?;
         let opened = open_regular(&real)?;
         self.check_identity(requested, &opened.meta)
+            .map_err(GateError::Refused)?;
+        self.check_access(requested, &opened.meta, Access::Read)
             .map_err(GateError::Refused)?;
         Ok(opened)
     }

@@ -318,7 +318,10 @@ fn fill_and_rename(
 ) -> io::Result<Metadata> {
     file.write_all(content)?;
     if let Some(mode) = mode {
-        file.set_permissions(Permissions::from_mode(mode & 0o7777))?;
+        // The old file's permission bits, never its set-user-ID, set-group-ID or sticky bits:
+        // new content under a set-id bit would run with its owner's power (docs/SECURITY.md,
+        // "The file gate").
+        file.set_permissions(Permissions::from_mode(mode & 0o777))?;
     }
     file.sync_all()?;
     let meta = file.metadata()?;

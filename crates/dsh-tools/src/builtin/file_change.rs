@@ -2,6 +2,7 @@
 //! directory descriptors beneath the writable root, see `beneath`), and the diff summary of a
 //! change.
 
+use crate::gate::Access;
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -88,7 +89,13 @@ pub(crate) fn prepare(ctx: &ToolContext, file_path: &str) -> Result<Target, Tool
         // A hard link to a denied file is neither shown (the diff holds the old content) nor
         // replaced (the file gate, docs/SECURITY.md).
         ctx.gate().check_identity(&shown, meta)?;
+        ctx.gate().check_access(&shown, meta, Access::Write)?;
         ctx.observations().check_current(&real, content)?;
+    } else if let Some(parent) = real.parent() {
+        // A new file: as root, only in a folder the sandboxed commands could write in too.
+        if let Ok(meta) = std::fs::metadata(parent) {
+            ctx.gate().check_access(parent, &meta, Access::CreateIn)?;
+        }
     }
     Ok(Target {
         real,

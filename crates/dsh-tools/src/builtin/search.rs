@@ -53,6 +53,9 @@ impl SearchRoot {
         };
         let meta = file.metadata().ok()?;
         self.gate.check_identity(walked, &meta).ok()?;
+        self.gate
+            .check_access(walked, &meta, crate::gate::Access::Read)
+            .ok()?;
         Some(file)
     }
 

@@ -7,6 +7,7 @@
 mod common;
 mod file_gate;
 mod file_gate_race;
+mod file_modes;
 mod fuzz_props;
 mod jobs;
 mod opt_in_untrusted;
