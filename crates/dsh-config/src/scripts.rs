@@ -373,10 +373,18 @@ fn shell_into(command: &str, place: &CommandPlace, out: &mut CommandScripts, dep
     let mut words: Vec<(String, bool)> = Vec::new();
     let mut pending: Option<&Token> = None;
     let mut piped = false;
+    // `cd tools && ./check.sh` runs `tools/check.sh`: later relative paths follow the `cd`.
+    // A subshell's `(cd x; ...)` ends with it, which is not tracked: a `cd` there is unknown.
+    let mut here = place.clone();
+    let in_subshell = command
+        .char_indices()
+        .any(|(at, c)| c == '(' && !command[..at].ends_with('$'));
     for token in tokens.iter().chain(std::iter::once(&Token::Separator)) {
         match token {
             Token::Separator | Token::Pipe => {
-                simple_command(&words, piped, place, out, depth);
+                if !change_directory(&words, in_subshell, &mut here, out) {
+                    simple_command(&words, piped, &here, out, depth);
+                }
                 words.clear();
                 piped = *token == Token::Pipe;
             }
@@ -386,7 +394,7 @@ fn shell_into(command: &str, place: &CommandPlace, out: &mut CommandScripts, dep
                     if *dynamic {
                         out.unknown.push(text.clone());
                     } else {
-                        out.files.push(absolute(&place.cwd, Path::new(text)));
+                        out.files.push(absolute(&here.cwd, Path::new(text)));
                     }
                 }
                 Some(_) => {}
@@ -397,6 +405,39 @@ fn shell_into(command: &str, place: &CommandPlace, out: &mut CommandScripts, dep
     for inner in nested {
         shell_into(&inner, place, out, depth + 1);
     }
+}
+
+/// Follows a `cd DIR` (or `pushd DIR`) in `words`: later commands resolve relative paths from
+/// there. A directory change dsh cannot follow (a dynamic target, `cd -`, `popd`, or one in a
+/// subshell, whose end dsh does not track) makes the command unknown, so it is refused rather
+/// than checked against the wrong files. True when `words` changed (or tried to change) the
+/// directory.
+fn change_directory(
+    words: &[(String, bool)],
+    in_subshell: bool,
+    here: &mut CommandPlace,
+    out: &mut CommandScripts,
+) -> bool {
+    let Some(((program, _), args)) = words.split_first() else {
+        return false;
+    };
+    if !matches!(program.as_str(), "cd" | "pushd" | "popd") {
+        return false;
+    }
+    match (program.as_str(), args.first()) {
+        ("popd", _) => out.unknown.push("popd".into()),
+        (_, Some((dir, false))) if !in_subshell && dir != "-" => {
+            here.cwd = absolute(&here.cwd, Path::new(dir));
+        }
+        (_, None) if !in_subshell && here.home.is_some() => {
+            here.cwd = here.home.clone().unwrap_or_default();
+        }
+        (_, target) => out.unknown.push(format!(
+            "{program} {}",
+            target.map(|(d, _)| d.as_str()).unwrap_or_default()
+        )),
+    }
+    true
 }
 
 /// The files one simple command (`words`, after quote removal) runs.
@@ -938,6 +979,36 @@ mod tests {
 
     fn files(command: &str) -> CommandScripts {
         scripts_of_shell(command, &place(Path::new("/w")))
+    }
+
+    /// `cd tools && ./check.sh` runs `tools/check.sh`, not a decoy `./check.sh` (adversarial
+    /// review of issue 38); a directory change dsh cannot follow makes the command unknown.
+    #[test]
+    fn scripts_after_a_cd_are_found_where_they_run() {
+        let found = files("cd tools && ./check.sh");
+        assert_eq!(
+            found.files,
+            vec![PathBuf::from("/w/tools/check.sh")],
+            "{found:?}"
+        );
+        assert!(found.unknown.is_empty());
+        let found = files("cd /opt/x; sh run.sh; cd ..; sh up.sh");
+        assert!(
+            found.files.contains(&PathBuf::from("/opt/x/run.sh")),
+            "{found:?}"
+        );
+        assert!(
+            found.files.contains(&PathBuf::from("/opt/up.sh")),
+            "{found:?}"
+        );
+        for command in [
+            "cd \"$(cat dir)\" && ./check.sh",
+            "cd - && ./check.sh",
+            "pushd tools; popd; ./check.sh",
+            "(cd tools; ./check.sh)",
+        ] {
+            assert!(!files(command).unknown.is_empty(), "{command}");
+        }
     }
 
     #[test]
