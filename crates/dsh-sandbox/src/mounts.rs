@@ -116,16 +116,27 @@ pub(crate) struct MountPlan {
     /// Protected entries bound read-only.
     read_only: Vec<CString>,
     hidden: Vec<Hidden>,
-    /// Device and inode of every path above, without and with following a symbolic link
-    /// (`(0, 0)` when missing): a replaced file or directory makes a different plan.
-    identity: Vec<[(u64, u64); 2]>,
+    /// Device, inode and birth time of every path above, without and with following a
+    /// symbolic link (zeros when missing): a replaced file or directory makes a different plan,
+    /// also where the file system gives the new one the old inode number (a `.git` removed and
+    /// made again, bound read-only whole).
+    identity: Vec<[(u64, u64, u64); 2]>,
 }
 
 /// The identity of `path` as [`MountPlan::identity`] records it.
-fn identity_of(path: &std::ffi::CStr) -> [(u64, u64); 2] {
+fn identity_of(path: &std::ffi::CStr) -> [(u64, u64, u64); 2] {
     use std::os::unix::fs::MetadataExt;
     let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
-    let id = |meta: std::io::Result<std::fs::Metadata>| meta.map_or((0, 0), |m| (m.dev(), m.ino()));
+    let id = |meta: std::io::Result<std::fs::Metadata>| {
+        meta.map_or((0, 0, 0), |m| {
+            let born = m
+                .created()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            (m.dev(), m.ino(), born)
+        })
+    };
     [
         id(std::fs::symlink_metadata(path)),
         id(std::fs::metadata(path)),
@@ -531,12 +542,9 @@ mod tests {
             .unwrap();
         assert_eq!(plan.writable, [c_path(&base).unwrap()]);
         assert_eq!(plan.pinned, [c_path(&ws.join(".git")).unwrap()]);
-        // `.git/hooks` was created so it can be bound read-only.
-        assert!(ws.join(".git/hooks").is_dir());
+        // The whole git directory is bound read-only (docs/SECURITY.md, "Protected paths").
         assert!(plan.read_only.contains(&c_path(&ws.join(".env")).unwrap()));
-        assert!(plan
-            .read_only
-            .contains(&c_path(&ws.join(".git/hooks")).unwrap()));
+        assert!(plan.read_only.contains(&c_path(&ws.join(".git")).unwrap()));
         assert!(plan.id_maps.is_none());
         assert!(MountPlan::new(MountNamespace::Unavailable, &req)
             .unwrap()

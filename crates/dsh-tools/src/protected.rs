@@ -124,10 +124,11 @@ const NESTED_DEPTH: usize = 3;
 const NESTED_MAX_DIRS: usize = 4096;
 
 /// The protected entries that exist in `root`, for a sandbox to bind read-only: the protected
-/// names at its top; in every git directory found (the top `.git`, its `modules/**` and
+/// names at its top; every git directory found, whole (the top `.git`, its `modules/**` and
 /// `worktrees/*`, nested repositories' `.git` up to three folders down, and the folder a `.git`
-/// file points to when it lies in `root`) the existing entries of [`GIT_DIR_CONTROL`]; a `.git`
-/// file itself; and, when `root` is or contains the user's home, the dot entries of the home.
+/// file points to when it lies in `root`), so confined commands read repositories but change
+/// them only through an approved escalation; a `.git` file itself; and, when `root` is or
+/// contains the user's home, the dot entries of the home.
 /// Entries that do not exist are not listed: a sandbox cannot bind over nothing, and the trust
 /// check covers files planted later.
 pub fn existing_protected_entries(root: &Path) -> Vec<PathBuf> {
@@ -216,18 +217,15 @@ fn gitdir_target(file: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(target).ok()
 }
 
-/// The existing control entries of the git directory `dir`; its submodules' and worktrees'
-/// git directories go to `git_dirs`.
+/// The git directory `dir` itself, whole: a confined command may not create an entry git
+/// reads from it either (`commondir`, absent from every ordinary repository, would send git to
+/// a planted directory's `config` and `hooks`; docs/SECURITY.md, "Protected paths"). Its
+/// submodules' and worktrees' git directories go to `git_dirs`.
 fn control_entries(dir: &Path, found: &mut Vec<PathBuf>, git_dirs: &mut Vec<PathBuf>) {
     if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
         return;
     }
-    for name in GIT_DIR_CONTROL {
-        let path = dir.join(name);
-        if std::fs::symlink_metadata(&path).is_ok() {
-            found.push(path);
-        }
-    }
+    found.push(dir.to_path_buf());
     for group in ["modules", "worktrees"] {
         let Ok(entries) = std::fs::read_dir(dir.join(group)) else {
             continue;
@@ -290,7 +288,7 @@ mod tests {
             .iter()
             .map(|p| p.strip_prefix(root).unwrap().display().to_string())
             .collect();
-        assert_eq!(names, [".dsh", ".env", ".git/config", ".git/hooks"]);
+        assert_eq!(names, [".dsh", ".env", ".git"]);
     }
 
     #[test]
@@ -356,17 +354,16 @@ mod tests {
                 "{path} is not protected"
             );
         }
+        // Whole git directories, so that entries git reads but that do not exist yet
+        // (`commondir`) cannot be created by a confined command either.
         let found = existing_protected_entries(&root);
         for path in [
-            ".git/config",
-            ".git/hooks",
-            ".git/modules/a/config",
-            ".git/modules/a/hooks",
-            ".git/modules/a/modules/b/config",
-            ".git/worktrees/wt/commondir",
-            "nested/.git/config",
-            "nested/.git/hooks",
-            "deep/er/repo/.git/config",
+            ".git",
+            ".git/modules/a",
+            ".git/modules/a/modules/b",
+            ".git/worktrees/wt",
+            "nested/.git",
+            "deep/er/repo/.git",
             "sm/.git",
         ] {
             assert!(

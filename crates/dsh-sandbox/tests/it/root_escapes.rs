@@ -501,6 +501,10 @@ async fn protects_planted_configuration(mechanism: Mechanism) {
         "mv .git .git-old",
         "mv .git/hooks .git/hooks-old",
         "rm -rf .git/hooks",
+        // An entry git reads that no ordinary repository has: `commondir` would send git to a
+        // planted directory's config and hooks (adversarial review of issue 38).
+        "mkdir -p ../planted && echo ../planted > .git/commondir",
+        "echo x > .git/info-planted",
     ];
     for command in attempts {
         let shown = s.bash(command).await;
@@ -513,10 +517,25 @@ async fn protects_planted_configuration(mechanism: Mechanism) {
         );
         assert!(ws.join(".git/config").exists(), "{command}: .git moved");
         assert!(!ws.join(".git-old").exists(), "{command}: .git moved");
+        assert!(
+            !ws.join(".git/commondir").exists(),
+            "{command}: commondir planted"
+        );
+        assert!(
+            !ws.join(".git/info-planted").exists(),
+            "{command}: .git written"
+        );
     }
-    // The rest of the workspace, and of .git, stays writable (git must work).
+    // The whole git directory is read-only (git that writes needs an approved escalation);
+    // the rest of the workspace stays writable.
+    let refused = s.bash("echo x > .git/objects/probe").await;
+    assert!(
+        !ws.join(".git/objects/probe").exists(),
+        "{}: .git/objects written: {refused}",
+        mechanism.name()
+    );
     let ok = s
-        .bash("echo x > .git/objects/probe && echo x > src.txt && chmod 600 src.txt && cat src.txt")
+        .bash("echo x > src.txt && chmod 600 src.txt && cat src.txt")
         .await;
     assert_eq!(ok, "x\n", "{}", mechanism.name());
     // The control: unconfined, the same changes land (the attempts above are real).

@@ -361,7 +361,9 @@ fn sandbox_note(
     let allowed = match request.preset {
         crate::context::PermissionPreset::ReadOnly => "no file may be written".to_string(),
         _ => format!(
-            "files may be written only inside {} and the temp directories",
+            "files may be written only inside {} and the temp directories, except git \
+             directories (.git), dsh and editor settings and .env files, which are read-only \
+             (so git add, commit, checkout and stash need an escalation)",
             request.cwd.display()
         ),
     };
