@@ -161,7 +161,8 @@ fn hex_digit(byte: u8) -> Option<u8> {
 }
 
 /// The byte an escape at the start of `rest` stands for, and the escape's length: `%XX`,
-/// `\xXX`, and `\u00XX` (JSON, JavaScript). Anything else is the byte itself.
+/// `\xXX`, `\u00XX` (JSON, JavaScript), `\U000000XX` (Python, C) and `\u{XX}` (Rust,
+/// JavaScript). Anything else is the byte itself.
 fn unescape(rest: &[u8]) -> (u8, usize) {
     let pair = |at: usize| -> Option<u8> {
         Some(hex_digit(*rest.get(at)?)? * 16 + hex_digit(*rest.get(at + 1)?)?)
@@ -170,6 +171,22 @@ fn unescape(rest: &[u8]) -> (u8, usize) {
         [b'%', ..] => pair(1).map(|b| (b, 3)),
         [b'\\', b'x', ..] => pair(2).map(|b| (b, 4)),
         [b'\\', b'u', b'0', b'0', ..] => pair(4).map(|b| (b, 6)),
+        [b'\\', b'U', b'0', b'0', b'0', b'0', b'0', b'0', ..] => pair(8).map(|b| (b, 10)),
+        [b'\\', b'u', b'{', ..] => {
+            // `\u{73}` or `\u{0073}`: one or two digits after leading zeros.
+            let digits = rest[3..]
+                .iter()
+                .take_while(|c| c.is_ascii_hexdigit())
+                .count();
+            let close = 3 + digits;
+            let value = rest[3..close]
+                .iter()
+                .try_fold(0u32, |acc, &c| Some(acc * 16 + u32::from(hex_digit(c)?)))
+                .filter(|_| (1..=6).contains(&digits) && rest.get(close) == Some(&b'}'));
+            value
+                .and_then(|v| u8::try_from(v).ok())
+                .map(|b| (b, close + 1))
+        }
         _ => None,
     };
     escaped.unwrap_or((rest.first().copied().unwrap_or(0), 1))
@@ -447,6 +464,17 @@ mod tests {
         hidden(
             &KEY.bytes()
                 .map(|b| format!("\\x{b:02x}"))
+                .collect::<String>(),
+        );
+        // Python's and C's `\U0000XXXX`, Rust's `\u{XX}` (adversarial review of issue 38).
+        hidden(
+            &KEY.bytes()
+                .map(|b| format!("\\U{:08x}", b))
+                .collect::<String>(),
+        );
+        hidden(
+            &KEY.bytes()
+                .map(|b| format!("\\u{{{b:x}}}"))
                 .collect::<String>(),
         );
         // Every third byte escaped, the others plain.
