@@ -148,7 +148,10 @@ fn root_rule(out: &mut String, root: &SeatbeltRoot) -> Result<(), String> {
         let _ = write!(out, "\n    (require-not {filter})");
     };
     let prefix = if base == "/" { "" } else { base.as_str() };
-    for name in dsh_tools::PROTECTED_NAMES {
+    for name in dsh_tools::PROTECTED_NAMES
+        .iter()
+        .chain(&dsh_tools::PROTECTED_MORE_NAMES)
+    {
         not(format!("(subpath \"{prefix}/{name}\")"));
     }
     not(format!(
@@ -159,13 +162,15 @@ fn root_rule(out: &mut String, root: &SeatbeltRoot) -> Result<(), String> {
     match root.git {
         GitEntry::Missing => {}
         GitEntry::File => not(format!("(literal \"{prefix}/.git\")")),
-        GitEntry::Directory => {
-            not(format!("(literal \"{prefix}/.git\")"));
-            for inner in dsh_tools::PROTECTED_GIT_ENTRIES {
-                not(format!("(subpath \"{prefix}/.git/{inner}\")"));
-            }
-        }
+        GitEntry::Directory => not(format!("(subpath \"{prefix}/.git\")")),
     }
+    // Every git directory below the root, whole, existing or not (Seatbelt matches paths, so
+    // an entry git reads that does not exist yet, such as `commondir`, is covered too;
+    // docs/SECURITY.md, "Protected paths").
+    not(format!(
+        "(regex #\"^{}/(.*/)?\\.git(/|$)\")",
+        regex_escape(prefix)
+    ));
     out.push_str("))\n");
     Ok(())
 }
@@ -437,16 +442,19 @@ mod tests {
             "(deny file-write*)\n",
             "(require-not (subpath \"/Users/ana/work/app/.dsh\"))",
             "(require-not (regex #\"^/Users/ana/work/app/\\.env[^/]*(/|$)\"))",
-            "(require-not (literal \"/Users/ana/work/app/.git\"))",
-            "(require-not (subpath \"/Users/ana/work/app/.git/hooks\"))",
-            "(require-not (subpath \"/Users/ana/work/app/.git/config\"))",
+            "(require-not (subpath \"/Users/ana/work/app/.git\"))",
+            "(require-not (regex #\"^/Users/ana/work/app/(.*/)?\\.git(/|$)\"))",
+            "(require-not (subpath \"/Users/ana/work/app/.codex\"))",
             "(regex #\"^/private/var/folders/x1/a\\+b \\(c\\)/T/\\.env[^/]*(/|$)\")",
             "(require-not (literal \"/private/var/folders/x1/a+b (c)/T/.git\"))",
             "(deny file-read* file-write* (subpath \"/Users/ana/.dsh\"))",
         ] {
             assert!(profile.contains(needle), "missing {needle} in\n{profile}");
         }
-        assert!(!profile.contains("/private/tmp/.git"), "{profile}");
+        assert!(
+            !profile.contains("(literal \"/private/tmp/.git\")"),
+            "{profile}"
+        );
     }
 
     #[test]
@@ -545,8 +553,8 @@ mod tests {
             "{profile}"
         );
         assert!(
-            profile.contains(&format!("(subpath \"{ws}/.git/hooks\")")),
-            "{profile}"
+            profile.contains(&format!("(subpath \"{ws}/.git\")")),
+            "the whole git directory is protected: {profile}"
         );
         assert!(
             profile.contains(&format!("(literal \"{wt}/.git\")")),
