@@ -112,14 +112,7 @@ pub(crate) fn stop_reason(
         TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted => Ok("cancelled"),
         TurnEndReason::Blocked { .. } => Ok("refusal"),
         // A budget that ran out is a limit, not a failure (docs/harbor.md, "Budgets").
-        TurnEndReason::Error { error }
-            if [
-                dsh_agent::BUDGET_STEPS,
-                dsh_agent::BUDGET_WALL_TIME,
-                dsh_agent::BUDGET_COST,
-            ]
-            .contains(&error.code.as_str().as_ref()) =>
-        {
+        TurnEndReason::Error { .. } if dsh_agent::budget_of(reason).is_some() => {
             Ok("max_turn_requests")
         }
         TurnEndReason::Error { error } => Err(RpcError::internal(format!(
@@ -671,6 +664,19 @@ fn respond(
     cancelled: bool,
     usage: Option<Value>,
 ) {
+    // Which budget ended the turn, and its message (`_meta.dsh`): `max_turn_requests` alone
+    // does not say (docs/acp.md, "session/prompt").
+    let budget = result
+        .as_ref()
+        .ok()
+        .and_then(|o| o.last())
+        .and_then(|outcome| {
+            let name = dsh_agent::budget_of(&outcome.reason)?;
+            let TurnEndReason::Error { error } = &outcome.reason else {
+                return None;
+            };
+            Some(json!({"budget": name, "message": error.message}))
+        });
     let reason = match result {
         Err(err) if cancelled => {
             eprintln!("dsh acp: after a cancel: {err}");
@@ -688,6 +694,9 @@ fn respond(
             let mut answer = json!({"stopReason": reason});
             if let Some(usage) = usage {
                 answer["usage"] = usage;
+            }
+            if let Some(budget) = budget.filter(|_| reason == "max_turn_requests") {
+                answer["_meta"] = json!({"dsh": budget});
             }
             out.respond(request_id, answer)
         }

@@ -15,6 +15,20 @@ pub const BUDGET_WALL_TIME: &str = "BUDGET_WALL_TIME";
 /// Failure code of a turn that used its cost budget.
 pub const BUDGET_COST: &str = "BUDGET_COST";
 
+/// The budget a turn end stands for (`steps`, `wall_time`, `cost`), when a budget ended it:
+/// the one spelling `dsh run --json`'s `budget` and ACP's `_meta.dsh.budget` use.
+pub fn budget_of(reason: &dsh_session::TurnEndReason) -> Option<&'static str> {
+    let dsh_session::TurnEndReason::Error { error } = reason else {
+        return None;
+    };
+    match error.code.as_str().as_ref() {
+        BUDGET_STEPS => Some("steps"),
+        BUDGET_WALL_TIME => Some("wall_time"),
+        BUDGET_COST => Some("cost"),
+        _ => None,
+    }
+}
+
 /// Limits of one turn; `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TurnBudget {

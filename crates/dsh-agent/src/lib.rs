@@ -46,7 +46,9 @@ pub use approval_rules::{
 pub use background_jobs::{
     BackgroundJobs, BACKGROUND_JOBS_PLUGIN, JOBS_STOPPED_EVENT, MAX_CONSECUTIVE_WAKES,
 };
-pub use budget::{parse_duration, TurnBudget, BUDGET_COST, BUDGET_STEPS, BUDGET_WALL_TIME};
+pub use budget::{
+    budget_of, parse_duration, TurnBudget, BUDGET_COST, BUDGET_STEPS, BUDGET_WALL_TIME,
+};
 pub use cache_report::{CacheReport, CacheTracker, PrefixBreak, CACHE_REPORT_EVENT};
 pub use compaction::{CompactionOutcome, CompactionSettings, CompactionTrigger, COMPACTION_PLUGIN};
 pub use context::{

@@ -119,19 +119,6 @@ fn parse_cost(text: &str) -> Result<f64, String> {
 /// meaning or goes away; new fields do not raise it.
 pub(crate) const RESULT_SCHEMA_VERSION: u32 = 1;
 
-/// The budget name of a turn end that a budget caused (`steps`, `wall_time`, `cost`).
-fn budget_of(reason: &TurnEndReason) -> Option<&'static str> {
-    let TurnEndReason::Error { error } = reason else {
-        return None;
-    };
-    match error.code.as_str().as_ref() {
-        dsh_agent::BUDGET_STEPS => Some("steps"),
-        dsh_agent::BUDGET_WALL_TIME => Some("wall_time"),
-        dsh_agent::BUDGET_COST => Some("cost"),
-        _ => None,
-    }
-}
-
 /// A failure worth a `dsh: CODE: message` line and exit status 1.
 #[derive(Debug)]
 pub(crate) struct UserError {
@@ -457,7 +444,7 @@ fn finish(
             "sessionId": session_id,
             "output": outcome.final_text,
             "stop": outcome.reason.kind(),
-            "budget": budget_of(&outcome.reason),
+            "budget": dsh_agent::budget_of(&outcome.reason),
             "turn": outcome.turn,
             "reason": outcome.reason,
             "usage": usage_json(&outcome.usage),

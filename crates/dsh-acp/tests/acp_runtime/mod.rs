@@ -623,3 +623,49 @@ async fn a_subagents_progress_reaches_the_editor_through_the_real_runtime() {
     assert_eq!(*progress.last().unwrap(), card.len() - 2, "{card:#?}");
     assert_eq!(card.last().unwrap()["status"], "completed", "{card:#?}");
 }
+
+/// A budget that ends the turn answers `max_turn_requests` and says which budget in
+/// `_meta.dsh` (issue 40, point 6): the stop reason alone does not tell a step limit from a
+/// cost limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_stop_names_the_budget_in_meta() {
+    let provider = FakeProvider::start(vec![
+        SseReply::new()
+            .tool_call(0, "call_1", "todo_write", r#"{"todos": []}"#)
+            .finish("tool_calls", None)
+            .into(),
+        SseReply::new()
+            .text("never sent")
+            .finish("stop", None)
+            .into(),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new(&format!(
+        "{}[budget]\nmax_steps = 1\n",
+        user_config(&provider)
+    ));
+    let mut client = connect(env.runtime("danger-full-access"));
+    let opened = call(
+        &mut client,
+        "session/new",
+        json!({"cwd": env.cwd_text(), "mcpServers": []}),
+    )
+    .await;
+    let session = opened["result"]["sessionId"].as_str().unwrap().to_string();
+    let answer = call(&mut client, "session/prompt", prompt(&session, "go")).await;
+    assert_eq!(
+        answer["result"]["stopReason"], "max_turn_requests",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["result"]["_meta"]["dsh"]["budget"], "steps",
+        "{answer}"
+    );
+    assert!(answer["result"]["_meta"]["dsh"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("step budget"));
+    assert_valid("PromptResponse", &answer["result"]);
+    assert_eq!(provider.requests().len(), 1);
+}
