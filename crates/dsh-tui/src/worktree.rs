@@ -252,6 +252,42 @@ pub fn diff_lines(events: &[Envelope], cwd: &Path) -> Vec<DiffLine> {
     out
 }
 
+/// `-c` overrides that empty every filter driver the configuration of `cwd`'s repository
+/// defines (`filter.<name>.clean`, `.smudge`, `.process`; an empty command is no filter), so
+/// `git diff` runs none of them on the work tree. Reading the configuration runs nothing.
+fn filters_off(cwd: &Path) -> Vec<String> {
+    let listed = Command::new("git")
+        .arg("-C")
+        .arg(cwd)
+        .args([
+            "config",
+            "--null",
+            "--name-only",
+            "--get-regexp",
+            r"^filter\.",
+        ])
+        .output();
+    let Ok(listed) = listed else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .split('\0')
+        .filter_map(|key| key.strip_prefix("filter."))
+        .filter_map(|rest| rest.rsplit_once('.').map(|(name, _)| name.to_string()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+        .iter()
+        .flat_map(|name| {
+            ["clean", "smudge", "process"]
+                .iter()
+                .flat_map(move |key| ["-c".to_string(), format!("filter.{name}.{key}=")])
+                .chain(["-c".to_string(), format!("filter.{name}.required=false")])
+        })
+        .collect()
+}
+
 /// `git diff` of `cwd`: `None` when it is not in a git work tree (or git is not installed).
 fn git_diff(cwd: &Path) -> Option<Result<String, String>> {
     let inside = Command::new("git")
@@ -266,11 +302,12 @@ fn git_diff(cwd: &Path) -> Option<Result<String, String>> {
     let output = Command::new("git")
         .arg("-C")
         .arg(cwd)
-        // No pager, external diff, textconv filter or fsmonitor hook: /diff runs no program
-        // a repository's configuration names (docs/SECURITY.md, "Protected paths").
+        // No pager, external diff, textconv, clean/process filter or fsmonitor hook: /diff runs
+        // no program a repository's configuration names, also in a repository a command made
+        // during the session (docs/SECURITY.md, "Protected paths").
+        .args(["-c", "core.fsmonitor=false"])
+        .args(filters_off(cwd))
         .args([
-            "-c",
-            "core.fsmonitor=false",
             "--no-pager",
             "diff",
             "--no-color",

@@ -361,3 +361,40 @@ fn the_new_commands_parse_and_complete() {
     ));
     assert_eq!(actions, [dsh_tui::Action::Command(SlashCommand::Undo)]);
 }
+
+/// A repository whose configuration names programs (a command of the session may have made it
+/// with `git init` where there was none, adversarial review of issue 38): `/diff` runs none of
+/// them, clean and process filters included.
+#[tokio::test]
+async fn diff_runs_no_filter_or_hook_a_planted_repository_names() {
+    let s = Session::new(replies());
+    let marker = s.cwd.join("..").join(format!(
+        "diff-ran-{}",
+        s.cwd.file_name().unwrap().to_string_lossy()
+    ));
+    git(&s.cwd, &["init", "-q"]);
+    git(&s.cwd, &["add", "kept.txt"]);
+    git(&s.cwd, &["commit", "-q", "-m", "start"]);
+    let touch = format!("sh -c \"touch {}; cat\"", marker.display());
+    for (key, value) in [
+        ("filter.x.clean", touch.as_str()),
+        ("filter.x.process", touch.as_str()),
+        ("filter.y.smudge", touch.as_str()),
+        ("core.fsmonitor", touch.as_str()),
+        ("core.pager", touch.as_str()),
+        ("diff.external", touch.as_str()),
+    ] {
+        git(&s.cwd, &["config", key, value]);
+    }
+    std::fs::write(s.cwd.join(".gitattributes"), "* filter=x diff=x\n").unwrap();
+    git(&s.cwd, &["config", "diff.x.textconv", &touch]);
+    std::fs::write(s.cwd.join("kept.txt"), "changed\n").unwrap();
+    let lines = diff_lines(&s.events(), &s.cwd);
+    assert!(
+        lines
+            .iter()
+            .any(|l| matches!(l, DiffLine::Heading(h) if h.starts_with("git diff"))),
+        "{lines:#?}"
+    );
+    assert!(!marker.exists(), "/diff ran a program the repository names");
+}
