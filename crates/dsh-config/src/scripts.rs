@@ -360,7 +360,115 @@ fn push_variable(name: &str, place: &CommandPlace, word: &mut String, dynamic: &
 pub fn scripts_of_shell(command: &str, place: &CommandPlace) -> CommandScripts {
     let mut out = CommandScripts::default();
     shell_into(command, place, &mut out, 0);
+    let mut nested = Vec::new();
+    // Every word but the targets of output redirections (`>> /tmp/log` is written, not run).
+    let mut words: Vec<(String, bool)> = Vec::new();
+    let mut written = false;
+    for token in tokenize(command, place, &mut nested) {
+        match token {
+            Token::Word { text, dynamic } if !written => words.push((text, dynamic)),
+            Token::Output => {
+                written = true;
+                continue;
+            }
+            _ => {}
+        }
+        written = false;
+    }
+    every_file_named(&words, place, &mut out);
+    for inner in &nested {
+        let inner = scripts_of_shell(inner, place);
+        out.files.extend(inner.files);
+        out.unknown.extend(inner.unknown);
+    }
+    out.files.sort();
+    out.files.dedup();
     out
+}
+
+/// The safety net under the shape-by-shape analysis above (which an attacker beat with
+/// wrappers it did not know: `{ cd tools; ./check.sh; }`, `env -C tools ./check.sh`,
+/// `timeout -s KILL 5 tools/check.sh`): every static word that names an existing file that
+/// could be run, from the working directory or from any directory the command may change to
+/// (`cd`, `pushd`, `-C`, `--chdir`, `--directory`), counts as a file the command runs. A file
+/// could be run when it is executable, has a script's extension, or follows an interpreter's
+/// name anywhere in the command; data a hook merely names (`touch log`) is not pinned, so its
+/// changes do not void the trust. A directory change to a target only the shell knows makes
+/// the command unknown.
+fn every_file_named(words: &[(String, bool)], place: &CommandPlace, out: &mut CommandScripts) {
+    let mut dirs = vec![place.cwd.clone()];
+    for (at, (word, _)) in words.iter().enumerate() {
+        let inline = word
+            .strip_prefix("--chdir=")
+            .or_else(|| word.strip_prefix("--directory="));
+        let target = match word.as_str() {
+            "cd" | "pushd" | "-C" | "--chdir" | "--directory" => words.get(at + 1),
+            _ => None,
+        };
+        match (inline, target) {
+            (Some(dir), _) => dirs.push(absolute(&place.cwd, Path::new(dir))),
+            (None, Some((dir, false))) if !dir.starts_with('-') => {
+                let base = dirs.last().cloned().unwrap_or_else(|| place.cwd.clone());
+                dirs.push(absolute(&place.cwd, Path::new(dir)));
+                dirs.push(absolute(&base, Path::new(dir)));
+            }
+            (None, Some((dir, true))) => out.unknown.push(format!("{word} {dir}")),
+            _ => {}
+        }
+    }
+    let mut after_interpreter = false;
+    for (word, dynamic) in words {
+        let skip = *dynamic || word.is_empty() || word.starts_with('-') || word.contains('=');
+        let interpreted = std::mem::replace(&mut after_interpreter, is_interpreter(word));
+        if skip {
+            after_interpreter |= interpreted && word.starts_with('-');
+            continue;
+        }
+        for dir in &dirs {
+            let candidate = absolute(dir, Path::new(word));
+            if runnable(&candidate, interpreted) {
+                out.files.push(candidate);
+            }
+        }
+    }
+}
+
+/// Whether `word` names an interpreter that runs the file named after it.
+fn is_interpreter(word: &str) -> bool {
+    let name = Path::new(word)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    INTERPRETERS.contains(&name.as_str()) || INTERPRETERS.contains(&base)
+}
+
+/// Extensions of files an interpreter runs.
+const SCRIPT_EXTENSIONS: &[&str] = &[
+    "sh", "bash", "zsh", "ksh", "fish", "py", "pl", "rb", "js", "mjs", "cjs", "ts", "php", "lua",
+    "tcl", "awk", "sed",
+];
+
+/// Whether `path` is an existing file that could be run: executable, a script by its
+/// extension, or named right after an interpreter (`interpreted`).
+fn runnable(path: &Path, interpreted: bool) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    if meta.is_dir() {
+        return false;
+    }
+    let script = path
+        .extension()
+        .is_some_and(|ext| SCRIPT_EXTENSIONS.contains(&ext.to_string_lossy().as_ref()));
+    #[cfg(unix)]
+    let executable = {
+        use std::os::unix::fs::PermissionsExt;
+        meta.permissions().mode() & 0o111 != 0
+    };
+    #[cfg(not(unix))]
+    let executable = false;
+    interpreted || script || executable
 }
 
 fn shell_into(command: &str, place: &CommandPlace, out: &mut CommandScripts, depth: usize) {
@@ -629,6 +737,9 @@ pub fn scripts_of_argv(program: &str, args: &[String], place: &CommandPlace) -> 
     let mut words = vec![(program.to_string(), false)];
     words.extend(args.iter().map(|a| (a.clone(), false)));
     simple_command(&words, false, place, &mut out, 0);
+    every_file_named(&words, place, &mut out);
+    out.files.sort();
+    out.files.dedup();
     out
 }
 
@@ -1009,6 +1120,59 @@ mod tests {
         ] {
             assert!(!files(command).unknown.is_empty(), "{command}");
         }
+    }
+
+    /// The second adversarial review of issue 38 hid the real script behind wrappers the
+    /// shape analysis did not know; every existing file a command names, from its directory
+    /// or one it may change to, is found all the same.
+    #[test]
+    fn files_behind_unknown_wrappers_are_found_by_the_safety_net() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        std::fs::write(root.join("tools/check.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::write(root.join("check.sh"), "#!/bin/sh\n").unwrap();
+        let real = root.join("tools/check.sh");
+        for command in [
+            "{ cd tools; ./check.sh; }",
+            "env -C tools ./check.sh",
+            "if cd tools; then ./check.sh; fi",
+            "builtin cd tools && ./check.sh",
+            "command cd tools && ./check.sh",
+            "X=1 cd tools && ./check.sh",
+            "timeout -s KILL 5 tools/check.sh",
+            "stdbuf -o L tools/check.sh",
+            "env -u FOO tools/check.sh",
+            "exec -a name tools/check.sh",
+        ] {
+            let found = scripts_of_shell(command, &place(&root));
+            assert!(
+                found.files.contains(&real) || !found.unknown.is_empty(),
+                "{command}: {found:?}"
+            );
+        }
+        // Data a hook names is not a script; a file an interpreter runs is, whatever its name.
+        std::fs::write(root.join("tools/data"), "").unwrap();
+        let touched = scripts_of_shell("touch tools/data", &place(&root));
+        assert!(
+            !touched.files.contains(&root.join("tools/data")),
+            "{touched:?}"
+        );
+        let hidden = scripts_of_shell("timeout -s KILL 5 sh tools/data", &place(&root));
+        assert!(
+            hidden.files.contains(&root.join("tools/data")),
+            "{hidden:?}"
+        );
+        // Output redirection targets are written, not run.
+        std::fs::write(root.join("log"), "").unwrap();
+        let logged = scripts_of_shell("jq . >> log", &place(&root));
+        assert!(!logged.files.contains(&root.join("log")), "{logged:?}");
+        let argv = scripts_of_argv(
+            "env",
+            &["-u".into(), "X".into(), "tools/check.sh".into()],
+            &place(&root),
+        );
+        assert!(argv.files.contains(&real), "{argv:?}");
     }
 
     #[test]
