@@ -134,6 +134,8 @@ pub(crate) enum Access {
     Write,
     /// Create a file in a folder.
     CreateIn,
+    /// Pass through a folder on the way to a file.
+    Enter,
 }
 
 /// See [`GatePolicy::check_access`].
@@ -151,6 +153,7 @@ fn check_file_mode(shown: &Path, meta: &Metadata, access: Access) -> Result<(), 
             Access::Read => 0o4,
             Access::Write => 0o2,
             Access::CreateIn => 0o3,
+            Access::Enter => 0o1,
         };
         if (meta.mode() >> shift) & needed == needed {
             return Ok(());
@@ -159,6 +162,7 @@ fn check_file_mode(shown: &Path, meta: &Metadata, access: Access) -> Result<(), 
             Access::Read => "read it",
             Access::Write => "change it",
             Access::CreateIn => "create files in it",
+            Access::Enter => "enter it",
         };
         Err(Refusal {
             rule: "other-user",
@@ -558,6 +562,25 @@ impl GatePolicy {
         check_file_mode(shown, meta, access)
     }
 
+    /// [`GatePolicy::check_access`] for the folders on the way to `real` (a real path): each
+    /// must let this process enter it, as the kernel demands of a capability-free root (a 0644
+    /// file in another user's 0700 home is out of reach). Folders from `stop_at` up are not
+    /// looked at (a walk checks its root once).
+    pub(crate) fn check_folders(&self, real: &Path, stop_at: Option<&Path>) -> Result<(), Refusal> {
+        if !self.file_modes {
+            return Ok(());
+        }
+        for folder in real.ancestors().skip(1) {
+            if stop_at.is_some_and(|stop| folder == stop) || folder.parent().is_none() {
+                break;
+            }
+            if let Ok(meta) = std::fs::symlink_metadata(folder) {
+                check_file_mode(folder, &meta, Access::Enter)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether file modes bind dsh's file tools as root (default: yes; off for
     /// `danger-full-access`, whose commands run as unconfined root).
     pub fn with_file_modes(mut self, on: bool) -> Self {
@@ -647,6 +670,7 @@ impl GatePolicy {
         self.check_identity(path, &opened.meta)
             .map_err(GateError::Refused)?;
         self.check_access(path, &opened.meta, Access::Read)
+            .and_then(|()| self.check_folders(&real, None))
             .map_err(GateError::Refused)?;
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut io::Read::take(opened.file, max), &mut bytes)
@@ -665,6 +689,7 @@ impl GatePolicy {
         self.check_identity(requested, &opened.meta)
             .map_err(GateError::Refused)?;
         self.check_access(requested, &opened.meta, Access::Read)
+            .and_then(|()| self.check_folders(&real, None))
             .map_err(GateError::Refused)?;
         Ok(opened)
     }

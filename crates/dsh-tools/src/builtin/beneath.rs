@@ -298,6 +298,12 @@ pub(crate) fn replace_file_at(
         )
     };
     let file = File::from(owned(check(rc)?));
+    // As root, the new content keeps the old file's owner: a file of another user that its
+    // modes let dsh change stays theirs (docs/SECURITY.md, "The file gate").
+    if let Some((uid, gid)) = other_owner(dir, &target) {
+        // SAFETY: `file` is an open descriptor; fchown has no memory-safety preconditions.
+        check(unsafe { libc::fchown(file.as_raw_fd(), uid, gid) })?;
+    }
     let result = fill_and_rename(dir, file, &temp, &target, content, mode);
     if result.is_err() {
         // Best effort: the temp file is ours and useless now; the first error is the one
@@ -306,6 +312,25 @@ pub(crate) fn replace_file_at(
         unsafe { libc::unlinkat(dir.as_raw_fd(), temp.as_ptr(), 0) };
     }
     result
+}
+
+/// The owner of `name` in `dir` when this process is root and the file belongs to someone else.
+fn other_owner(dir: &OwnedFd, name: &CString) -> Option<(libc::uid_t, libc::gid_t)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    // SAFETY: `stat` is plain data that fstatat fills; `dir` is open and `name` NUL-terminated.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut stat,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    (rc == 0 && (stat.st_uid != 0 || stat.st_gid != 0)).then_some((stat.st_uid, stat.st_gid))
 }
 
 fn fill_and_rename(

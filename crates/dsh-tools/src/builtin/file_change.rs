@@ -90,11 +90,13 @@ pub(crate) fn prepare(ctx: &ToolContext, file_path: &str) -> Result<Target, Tool
         // replaced (the file gate, docs/SECURITY.md).
         ctx.gate().check_identity(&shown, meta)?;
         ctx.gate().check_access(&shown, meta, Access::Write)?;
+        ctx.gate().check_folders(&real, None)?;
         ctx.observations().check_current(&real, content)?;
     } else if let Some(parent) = real.parent() {
         // A new file: as root, only in a folder the sandboxed commands could write in too.
         if let Ok(meta) = std::fs::metadata(parent) {
             ctx.gate().check_access(parent, &meta, Access::CreateIn)?;
+            ctx.gate().check_folders(parent, None)?;
         }
     }
     Ok(Target {

@@ -56,6 +56,7 @@ impl SearchRoot {
         self.gate
             .check_access(walked, &meta, crate::gate::Access::Read)
             .ok()?;
+        self.gate.check_folders(walked, Some(&self.real)).ok()?;
         Some(file)
     }
 
@@ -63,6 +64,10 @@ impl SearchRoot {
     /// link on the way (a name listed from a folder swapped for a link meanwhile is dropped).
     pub(crate) fn confirm(&self, walked: &Path) -> bool {
         if self.gate.denied(walked).is_some() {
+            return false;
+        }
+        // As root, no name from a folder of another user the sandbox could not enter.
+        if self.gate.check_folders(walked, Some(&self.real)).is_err() {
             return false;
         }
         match &self.dir {
@@ -94,6 +99,12 @@ pub(crate) fn gated_root(ctx: &ToolContext, shown: PathBuf) -> Result<SearchRoot
     ctx.gate().check_read(&shown, &real)?;
     let meta =
         std::fs::metadata(&real).map_err(|err| ToolError::io("cannot search", &shown, &err))?;
+    // As root, only where a confined command could look too (the `other-user` rule).
+    ctx.gate().check_folders(&real, None)?;
+    if meta.is_dir() {
+        ctx.gate()
+            .check_access(&shown, &meta, crate::gate::Access::Enter)?;
+    }
     let dir = if meta.is_dir() {
         Some(open_directory(&real).map_err(|err| err.into_tool_error(&shown))?)
     } else {

@@ -118,3 +118,64 @@ async fn a_rewritten_file_never_keeps_a_set_id_bit() {
     let mode = std::fs::metadata(&helper).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o755, "set-id bits kept: {mode:o}");
 }
+
+/// The folders on the way count as they do for a capability-free root: a 0644 file in another
+/// user's 0700 home is out of reach of read, grep and glob, and a file in a 0777 folder under
+/// it cannot be written; a 0666 file of another user that write may change stays theirs
+/// (second adversarial review of issue 38).
+#[tokio::test]
+async fn folders_on_the_way_count_and_a_changed_file_keeps_its_owner() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the rule only binds a root dsh)");
+        return;
+    }
+    let s = Scratch::new(PermissionPreset::WorkspaceWrite);
+    let home = s.cwd.join("alice");
+    std::fs::create_dir_all(home.join("deep")).unwrap();
+    let notes = home.join("deep/notes.txt");
+    std::fs::write(&notes, "ALICE-SECRET-NOTES\n").unwrap();
+    owned_by_nobody(&notes, 0o644);
+    owned_by_nobody(&home.join("deep"), 0o777);
+    owned_by_nobody(&home, 0o700);
+    let (code, message) = call(&s, "read", json!({"file_path": notes}))
+        .await
+        .unwrap_err();
+    assert_eq!(code, ToolErrorCode::PermissionDenied, "{message}");
+    for (tool, args) in [
+        ("grep", json!({"pattern": "ALICE", "path": s.cwd})),
+        ("grep", json!({"pattern": "ALICE", "path": home})),
+        ("glob", json!({"pattern": "**/*", "path": s.cwd})),
+    ] {
+        let shown = call(&s, tool, args.clone())
+            .await
+            .unwrap_or_else(|(_, m)| m);
+        assert!(!shown.contains("ALICE-SECRET"), "{tool} {args}: {shown}");
+        assert!(!shown.contains("notes.txt"), "{tool} {args}: {shown}");
+    }
+    let (code, _) = call(
+        &s,
+        "write",
+        json!({"file_path": home.join("deep/planted.sh"), "content": "x\n"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(code, ToolErrorCode::PermissionDenied);
+    assert!(!home.join("deep/planted.sh").exists());
+    // A shared file others may change: changed, and still its owner's.
+    let shared = s.cwd.join("shared.txt");
+    std::fs::write(&shared, "old\n").unwrap();
+    owned_by_nobody(&shared, 0o666);
+    call(&s, "read", json!({"file_path": shared}))
+        .await
+        .unwrap();
+    call(
+        &s,
+        "write",
+        json!({"file_path": shared, "content": "new\n"}),
+    )
+    .await
+    .unwrap();
+    let meta = std::fs::metadata(&shared).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY));
+    assert_eq!(std::fs::read_to_string(&shared).unwrap(), "new\n");
+}
