@@ -7,16 +7,13 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use crate::common::Scratch;
+use crate::common::{Scratch, Swapper};
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use dsh_tools::{apply_undo, plan_undo, FileSnapshot, PermissionPreset};
 use proptest::prelude::*;
@@ -24,60 +21,6 @@ use serde_json::json;
 
 const MARKER: &str = "OUTSIDE-MARKER-7f3a";
 const OUTSIDE_ONLY: &str = "outside-only-name.txt";
-
-/// Exchanges `a` and `b` in a loop until dropped.
-struct Swapper {
-    stop: Arc<AtomicBool>,
-    swaps: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Swapper {
-    fn start(a: &Path, b: &Path) -> Swapper {
-        let stop = Arc::new(AtomicBool::new(false));
-        let swaps = Arc::new(AtomicU64::new(0));
-        let a = CString::new(a.as_os_str().as_bytes()).unwrap();
-        let b = CString::new(b.as_os_str().as_bytes()).unwrap();
-        let (flag, count) = (Arc::clone(&stop), Arc::clone(&swaps));
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            while !flag.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(60) {
-                // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
-                let rc = unsafe {
-                    libc::renameat2(
-                        libc::AT_FDCWD,
-                        a.as_ptr(),
-                        libc::AT_FDCWD,
-                        b.as_ptr(),
-                        libc::RENAME_EXCHANGE,
-                    )
-                };
-                assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-                count.fetch_add(1, Ordering::Relaxed);
-                std::thread::yield_now();
-            }
-        });
-        Swapper {
-            stop,
-            swaps,
-            thread: Some(thread),
-        }
-    }
-
-    fn finish(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.join().unwrap();
-        }
-        self.swaps.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Swapper {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
 
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();

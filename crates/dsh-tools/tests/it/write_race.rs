@@ -8,22 +8,17 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::Scratch;
+use common::{Scratch, Swapper};
 use dsh_tools::{PermissionPreset, ToolErrorCode};
 use serde_json::json;
 
 /// Calls per test.
 const CALLS: usize = 1_000;
-/// The swapper stops after this long even if the calls have not ended.
-const SWAP_LIMIT: Duration = Duration::from_secs(20);
 
 /// Every file and directory below `dir` with its content (directories: empty), so any
 /// creation, removal or change shows up as a difference.
@@ -71,62 +66,6 @@ fn assert_unchanged(
         differing.len(),
         &differing[..differing.len().min(5)]
     );
-}
-
-/// Swaps `a` and `b` atomically in a loop on its own thread until stopped (or the limit).
-struct Swapper {
-    stop: Arc<AtomicBool>,
-    swaps: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-}
-
-impl Swapper {
-    fn start(a: &Path, b: &Path) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let swaps = Arc::new(AtomicU64::new(0));
-        let a = CString::new(a.as_os_str().as_bytes()).unwrap();
-        let b = CString::new(b.as_os_str().as_bytes()).unwrap();
-        let (thread_stop, thread_swaps) = (Arc::clone(&stop), Arc::clone(&swaps));
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            while !thread_stop.load(Ordering::Relaxed) && started.elapsed() < SWAP_LIMIT {
-                // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
-                let rc = unsafe {
-                    libc::renameat2(
-                        libc::AT_FDCWD,
-                        a.as_ptr(),
-                        libc::AT_FDCWD,
-                        b.as_ptr(),
-                        libc::RENAME_EXCHANGE,
-                    )
-                };
-                if rc != 0 {
-                    return Err(format!(
-                        "renameat2(RENAME_EXCHANGE) failed: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
-                thread_swaps.fetch_add(1, Ordering::Relaxed);
-                // Let the other side run now and then, so both arrangements last a while.
-                std::thread::yield_now();
-            }
-            Ok(())
-        });
-        Self {
-            stop,
-            swaps,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops the loop and returns how many swaps happened.
-    fn finish(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.join().unwrap().unwrap();
-        }
-        self.swaps.load(Ordering::Relaxed)
-    }
 }
 
 /// A workspace with a real directory `d` and a link `l` to the outside directory; returns the

@@ -2,7 +2,12 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 use dsh_tools::{
     PermissionPreset, SpillDir, ToolContext, ToolError, ToolErrorCode, ToolOutput, ToolRegistry,
@@ -94,4 +99,71 @@ pub fn read_file(path: &Path) -> String {
 /// (see `dsh_test_support::scratch_parent`).
 pub fn scratch_parent() -> std::path::PathBuf {
     dsh_test_support::scratch_parent(std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap()
+}
+
+/// The swapper stops after this long even if the calls have not ended.
+const SWAP_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Swaps `a` and `b` atomically (`renameat2(RENAME_EXCHANGE)`) in a loop on its own thread
+/// until stopped (or the limit): the path-swapping adversary of the race tests.
+pub struct Swapper {
+    stop: Arc<AtomicBool>,
+    swaps: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Swapper {
+    pub fn start(a: &Path, b: &Path) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let swaps = Arc::new(AtomicU64::new(0));
+        let a = CString::new(a.as_os_str().as_bytes()).unwrap();
+        let b = CString::new(b.as_os_str().as_bytes()).unwrap();
+        let (thread_stop, thread_swaps) = (Arc::clone(&stop), Arc::clone(&swaps));
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            while !thread_stop.load(Ordering::Relaxed) && started.elapsed() < SWAP_LIMIT {
+                // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
+                let rc = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                if rc != 0 {
+                    return Err(format!(
+                        "renameat2(RENAME_EXCHANGE) failed: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+                thread_swaps.fetch_add(1, Ordering::Relaxed);
+                // Let the other side run now and then, so both arrangements last a while.
+                std::thread::yield_now();
+            }
+            Ok(())
+        });
+        Self {
+            stop,
+            swaps,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the loop and returns how many swaps happened.
+    pub fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap().unwrap();
+        }
+        self.swaps.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Swapper {
+    /// A test that fails mid-race stops the loop too.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
