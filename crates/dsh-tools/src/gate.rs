@@ -334,6 +334,15 @@ impl GatePolicy {
                 "it exposes kernel memory or blocks a read until the kernel writes to it",
             );
         }
+        // Confined commands get a private `/dev/shm`; the host's holds other programs' shared
+        // memory (adversarial review of issue 38). A workspace made there stays usable.
+        if !within(workspace, Path::new("/dev/shm")) {
+            policy.deny(
+                Path::new("/dev/shm"),
+                "shared-memory",
+                "it holds other programs' shared memory, which confined commands do not see",
+            );
+        }
         if let Some(home) = env_home() {
             policy = policy.with_user_home(&home);
         }

@@ -612,3 +612,30 @@ async fn ignore_files_that_are_fifos_or_devices_do_not_hang_searches() {
         assert!(message.contains("ignore file"), "{message}");
     }
 }
+
+/// The host's `/dev/shm` (other programs' shared memory; confined commands get a private one)
+/// is out of reach of the file tools too (adversarial review of issue 38).
+#[tokio::test]
+async fn the_hosts_shared_memory_is_denied() {
+    let name = format!("/dev/shm/dsh-gate-test-{}", std::process::id());
+    if std::fs::write(&name, KEY).is_err() {
+        eprintln!("skipped: no writable /dev/shm here");
+        return;
+    }
+    let g = Gate::new(PermissionPreset::WorkspaceWrite);
+    let refused = g
+        .refused(
+            "read",
+            json!({"file_path": name}),
+            ToolErrorCode::PermissionDenied,
+        )
+        .await;
+    assert!(refused.contains("shared-memory"), "{refused}");
+    g.refused(
+        "grep",
+        json!({"pattern": "sk-", "path": "/dev/shm"}),
+        ToolErrorCode::PermissionDenied,
+    )
+    .await;
+    std::fs::remove_file(&name).unwrap();
+}
