@@ -306,6 +306,10 @@ fn git_diff(cwd: &Path) -> Option<Result<String, String>> {
         // no program a repository's configuration names, also in a repository a command made
         // during the session (docs/SECURITY.md, "Protected paths").
         .args(["-c", "core.fsmonitor=false"])
+        // No transport: a planted partial clone would fetch a missing blob by running the
+        // remote's `uploadpack` (or `core.sshCommand`); `diff` needs no network.
+        .args(["-c", "protocol.allow=never"])
+        .env("GIT_NO_LAZY_FETCH", "1")
         .args(filters_off(cwd))
         .args([
             "--no-pager",

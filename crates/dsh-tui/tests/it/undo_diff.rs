@@ -398,3 +398,39 @@ async fn diff_runs_no_filter_or_hook_a_planted_repository_names() {
     );
     assert!(!marker.exists(), "/diff ran a program the repository names");
 }
+
+/// A planted partial clone: the blob `git diff` needs is missing and a promisor remote would
+/// fetch it by running its `uploadpack` (third adversarial review of issue 38). `/diff` runs
+/// no transport.
+#[tokio::test]
+async fn diff_fetches_nothing_for_a_planted_partial_clone() {
+    let s = Session::new(replies());
+    let marker = s.cwd.join("..").join(format!(
+        "fetch-ran-{}",
+        s.cwd.file_name().unwrap().to_string_lossy()
+    ));
+    git(&s.cwd, &["init", "-q"]);
+    git(&s.cwd, &["add", "kept.txt"]);
+    let blob = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&s.cwd)
+        .args(["rev-parse", ":kept.txt"])
+        .output()
+        .unwrap();
+    let blob = String::from_utf8_lossy(&blob.stdout).trim().to_string();
+    std::fs::remove_file(s.cwd.join(".git/objects").join(&blob[..2]).join(&blob[2..])).unwrap();
+    let upload = format!("sh -c 'touch {}' #", marker.display());
+    let origin = s.cwd.display().to_string();
+    for (key, value) in [
+        ("core.repositoryformatversion", "1"),
+        ("extensions.partialClone", "origin"),
+        ("remote.origin.url", origin.as_str()),
+        ("remote.origin.promisor", "true"),
+        ("remote.origin.uploadpack", upload.as_str()),
+    ] {
+        git(&s.cwd, &["config", key, value]);
+    }
+    std::fs::write(s.cwd.join("kept.txt"), "changed\n").unwrap();
+    let _ = diff_lines(&s.events(), &s.cwd);
+    assert!(!marker.exists(), "/diff ran the remote's uploadpack");
+}
