@@ -164,8 +164,9 @@ pub fn existing_protected_entries(root: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Walks `dir` (below `root`, at `depth`) for `.git` entries: folders go to `git_dirs`, files
-/// to `found` (with the folder they point to, when inside `root`, to `git_dirs`).
+/// Walks `dir` (below `root`, at `depth`) for `.git` entries and bare repositories (folders
+/// shaped like a git directory): folders go to `git_dirs`, `.git` files to `found` (with the
+/// folder they point to, when inside `root`, to `git_dirs`).
 fn nested_git_entries(
     root: &Path,
     dir: &Path,
@@ -197,6 +198,10 @@ fn nested_git_entries(
                     git_dirs.push(target);
                 }
             }
+        } else if kind.is_dir() && looks_like_git_dir(&path) {
+            // A bare repository (`backup.git`, `vendor/lib`): its hooks run on a push to it
+            // (third adversarial review of issue 38).
+            git_dirs.push(path);
         } else if kind.is_dir()
             && depth < NESTED_DEPTH
             && !is_protected_name(&name.to_string_lossy())
@@ -364,6 +369,7 @@ mod tests {
             ".git/worktrees/wt",
             "nested/.git",
             "deep/er/repo/.git",
+            "bare.git",
             "sm/.git",
         ] {
             assert!(

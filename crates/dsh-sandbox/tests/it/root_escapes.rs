@@ -464,6 +464,10 @@ async fn protects_planted_configuration(mechanism: Mechanism) {
     std::fs::write(ws.join(".dsh/config.toml"), "").unwrap();
     std::fs::write(ws.join(".env"), "A=1\n").unwrap();
     std::fs::write(ws.join(".mcp.json"), "{}").unwrap();
+    // A bare repository in the workspace (a push to it runs its hooks).
+    std::fs::create_dir_all(ws.join("backup.git/objects")).unwrap();
+    std::fs::create_dir_all(ws.join("backup.git/hooks")).unwrap();
+    std::fs::write(ws.join("backup.git/HEAD"), "ref: refs/heads/main\n").unwrap();
     let snapshot = |path: &str| {
         let p = ws.join(path);
         let meta = std::fs::symlink_metadata(&p).ok().map(|_| meta(&p));
@@ -505,6 +509,7 @@ async fn protects_planted_configuration(mechanism: Mechanism) {
         // planted directory's config and hooks (adversarial review of issue 38).
         "mkdir -p ../planted && echo ../planted > .git/commondir",
         "echo x > .git/info-planted",
+        "echo '#!/bin/sh' > backup.git/hooks/pre-receive && chmod +x backup.git/hooks/pre-receive",
     ];
     for command in attempts {
         let shown = s.bash(command).await;
@@ -520,6 +525,10 @@ async fn protects_planted_configuration(mechanism: Mechanism) {
         assert!(
             !ws.join(".git/commondir").exists(),
             "{command}: commondir planted"
+        );
+        assert!(
+            !ws.join("backup.git/hooks/pre-receive").exists(),
+            "{command}: a bare repository's hook planted"
         );
         assert!(
             !ws.join(".git/info-planted").exists(),
