@@ -397,12 +397,40 @@ pub fn scripts_of_shell(command: &str, place: &CommandPlace) -> CommandScripts {
 /// the command unknown.
 fn every_file_named(words: &[(String, bool)], place: &CommandPlace, out: &mut CommandScripts) {
     let mut dirs = vec![place.cwd.clone()];
-    for (at, (word, _)) in words.iter().enumerate() {
+    for (at, (word, dynamic)) in words.iter().enumerate() {
+        // A pattern names files only the shell knows (`tools/chec?.sh`): refused rather than
+        // guessed (third adversarial review). Brace expansions are expanded below.
+        if *dynamic && word.contains(['*', '?', '[']) {
+            out.unknown.push(word.clone());
+        }
+        // The text of a shell started further along (`runuser -u x -- sh -c '...'`).
+        if is_interpreter(word) && SHELLS.iter().any(|s| Path::new(word).ends_with(s)) {
+            if let Some(at_c) = words[at + 1..].iter().position(|(w, _)| w == "-c") {
+                match shell_text_after(&words[at + 2 + at_c..]) {
+                    Some((text, false)) => {
+                        let inner = scripts_of_shell(text, place);
+                        out.files.extend(inner.files);
+                        out.unknown.extend(inner.unknown);
+                    }
+                    Some((text, true)) => out.unknown.push(text.clone()),
+                    None => {}
+                }
+            }
+        }
         let inline = word
             .strip_prefix("--chdir=")
-            .or_else(|| word.strip_prefix("--directory="));
+            .or_else(|| word.strip_prefix("--directory="))
+            .or_else(|| word.strip_prefix("--wd="))
+            .or_else(|| word.strip_prefix("--working-directory="));
         let target = match word.as_str() {
-            "cd" | "pushd" | "-C" | "--chdir" | "--directory" => words.get(at + 1),
+            "cd"
+            | "pushd"
+            | "-C"
+            | "--chdir"
+            | "--directory"
+            | "--wd"
+            | "-D"
+            | "--working-directory" => words.get(at + 1),
             _ => None,
         };
         match (inline, target) {
@@ -424,13 +452,47 @@ fn every_file_named(words: &[(String, bool)], place: &CommandPlace, out: &mut Co
             after_interpreter |= interpreted && word.starts_with('-');
             continue;
         }
-        for dir in &dirs {
-            let candidate = absolute(dir, Path::new(word));
-            if runnable(&candidate, interpreted) {
-                out.files.push(candidate);
+        // `tools/check{.sh,}` names `tools/check.sh` to the shell (third adversarial review).
+        for spelled in brace_expansions(word) {
+            for dir in &dirs {
+                let candidate = absolute(dir, Path::new(&spelled));
+                if runnable(&candidate, interpreted) {
+                    out.files.push(candidate);
+                }
             }
         }
     }
+}
+
+/// `word` and what the shell's brace expansion makes of it (`a{b,c}d` also gives `abd` and
+/// `acd`), at most 64 spellings. Quoted braces (JSON in an `echo`) give names that match no
+/// file, which is harmless here.
+fn brace_expansions(word: &str) -> Vec<String> {
+    let mut done = vec![word.to_string()];
+    let mut pending = vec![word.to_string()];
+    while let Some(current) = pending.pop() {
+        let Some(open) = current.find('{') else {
+            continue;
+        };
+        let Some(close) = current[open..].find('}').map(|at| open + at) else {
+            continue;
+        };
+        let inside = &current[open + 1..close];
+        if !inside.contains(',') {
+            continue;
+        }
+        for alternative in inside.split(',') {
+            if done.len() >= 64 {
+                return done;
+            }
+            let spelled = format!("{}{alternative}{}", &current[..open], &current[close + 1..]);
+            if !done.contains(&spelled) {
+                done.push(spelled.clone());
+                pending.push(spelled);
+            }
+        }
+    }
+    done
 }
 
 /// Whether `word` names an interpreter that runs the file named after it.
@@ -681,12 +743,13 @@ fn interpreter_args(
             && (arg == "-c"
                 || (arg.starts_with('-') && !arg.starts_with("--") && arg.ends_with('c')))
         {
-            if let Some((text, dynamic)) = args.get(i + 1) {
-                if *dynamic {
-                    out.unknown.push(text.clone());
-                } else {
-                    shell_into(text, place, out, depth + 1);
-                }
+            // `bash -c -- TEXT`, `bash -c -e TEXT`: the shell reads options after `-c` too,
+            // and its text is the first word that is not one (third adversarial review).
+            let text = shell_text_after(&args[i + 1..]);
+            match text {
+                Some((text, false)) => shell_into(text, place, out, depth + 1),
+                Some((text, true)) => out.unknown.push(text.clone()),
+                None => out.unknown.push(arg.clone()),
             }
             return;
         }
@@ -714,6 +777,20 @@ fn interpreter_args(
     if piped {
         out.unknown.push("a program read from a pipe".to_string());
     }
+}
+
+/// The shell text among the words after `-c`: the first that is not an option (`-e`, `+x`,
+/// `--`; `-o NAME` and `-O NAME` take the next word).
+fn shell_text_after(words: &[(String, bool)]) -> Option<&(String, bool)> {
+    let mut i = 0;
+    while let Some(word) = words.get(i) {
+        match word.0.as_str() {
+            "-o" | "-O" | "+o" | "+O" => i += 2,
+            w if w.starts_with('-') || w.starts_with('+') => i += 1,
+            _ => return Some(word),
+        }
+    }
+    None
 }
 
 /// The index of the first argument that is not an option.
@@ -1144,6 +1221,13 @@ mod tests {
             "stdbuf -o L tools/check.sh",
             "env -u FOO tools/check.sh",
             "exec -a name tools/check.sh",
+            // Third adversarial review.
+            "bash -c -- 'cd tools && ./check.sh'",
+            "bash -c -e 'cd tools && ./check.sh'",
+            "prlimit --cpu=30 tools/chec?.sh",
+            "prlimit --cpu=30 tools/check{.sh,}",
+            "/usr/sbin/runuser -u root -- sh -c 'cd tools && ./check.sh'",
+            "unshare --wd=tools ./check.sh",
         ] {
             let found = scripts_of_shell(command, &place(&root));
             assert!(
