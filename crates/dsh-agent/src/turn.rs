@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use dsh_llm::{
     AssembledReply, BlockAssembler, Chunk, ContentBlock, Failure, FailureCode, FinishReason,
-    GenerateRequest, Message, MessageSource, RetryDecision, Role, UsageTotals,
+    GenerateRequest, Message, MessageSource, PreparedCallConfig, RetryDecision, Role, ToolSchema,
+    UsageTotals,
 };
 use dsh_session::{
     AbortCause, AssistantChunk, AssistantMessage, Envelope, Event, HeaderReason, HeaderTools,
@@ -574,32 +575,24 @@ impl Agent {
         // costs nothing, and the request's own fingerprint later is the same entry.
         self.header_bytes = system.len() + self.cache.tools_bytes(&tools);
         let mut log = self.shared.log();
-        // The logged header holds the list it was logged with: while the steps send that same
-        // list, no schema needs comparing.
-        let same_header = |last: &RequestHeader| {
-            last.config == config
-                && last.system == system
-                && matches!(&last.tools, HeaderTools::Schemas(logged)
-                    if Arc::ptr_eq(logged, &tools) || **logged == *tools)
-        };
         let reason = if !self.header_logged {
             Some(if self.resumed {
                 HeaderReason::Resume
             } else {
                 HeaderReason::Initial
             })
-        } else if !log.writer().state().last_header().is_some_and(same_header) {
+        } else if !log
+            .writer()
+            .state()
+            .last_header()
+            .is_some_and(|last| logged_as(last, &config, &system, &tools))
+        {
             Some(HeaderReason::Change)
         } else {
             None
         };
         if let Some(reason) = reason {
-            let header = RequestHeader {
-                config: config.clone(),
-                system: system.clone(),
-                tools: HeaderTools::Schemas(Arc::clone(&tools)),
-            };
-            self.log_header(&mut log, header, reason)?;
+            self.log_header(&mut log, (&config, &system, &tools), reason)?;
             self.header_logged = true;
         }
         let (messages, lineage) = log.shared_history();
@@ -630,31 +623,32 @@ impl Agent {
     /// model-visible change: it is logged as a header `change`, like any other (model-visible
     /// means logged).
     fn log_header_changed_by_hooks(&self, request: &GenerateRequest) -> Result<(), Failure> {
+        let header = (&request.config, &request.system, &request.tools);
         let mut log = self.shared.log();
-        let unchanged = log.writer().state().last_header().is_some_and(|last| {
-            last.config == request.config
-                && last.system == request.system
-                && matches!(&last.tools, HeaderTools::Schemas(logged)
-                    if Arc::ptr_eq(logged, &request.tools) || **logged == *request.tools)
-        });
+        let unchanged = log
+            .writer()
+            .state()
+            .last_header()
+            .is_some_and(|last| logged_as(last, header.0, header.1, header.2));
         if unchanged {
             return Ok(());
         }
-        let header = RequestHeader {
-            config: request.config.clone(),
-            system: request.system.clone(),
-            tools: HeaderTools::Schemas(Arc::clone(&request.tools)),
-        };
         self.log_header(&mut log, header, HeaderReason::Change)
     }
 
-    /// Logs `header` and the request context (provider and model) after it.
+    /// Logs the header `(config, system, tools)` and the request context (provider and model)
+    /// after it.
     fn log_header(
         &self,
         log: &mut crate::log::SessionLog,
-        header: RequestHeader,
+        (config, system, tools): (&PreparedCallConfig, &String, &Arc<Vec<ToolSchema>>),
         reason: HeaderReason,
     ) -> Result<(), Failure> {
+        let header = RequestHeader {
+            config: config.clone(),
+            system: system.clone(),
+            tools: HeaderTools::Schemas(Arc::clone(tools)),
+        };
         let log_err = |e: dsh_session::SessionError| {
             Failure::new(FailureCode::Other("SESSION_LOG".into()), e.to_string())
         };
@@ -827,4 +821,19 @@ pub(crate) fn fallback_title(text: &str) -> String {
     } else {
         title
     }
+}
+
+/// Whether `last` (the last logged header) is the header `config`, `system`, `tools`. The
+/// tools compare by pointer first: while the steps send the list the header was logged with,
+/// no schema needs comparing.
+fn logged_as(
+    last: &RequestHeader,
+    config: &PreparedCallConfig,
+    system: &str,
+    tools: &Arc<Vec<ToolSchema>>,
+) -> bool {
+    last.config == *config
+        && last.system == system
+        && matches!(&last.tools, HeaderTools::Schemas(logged)
+            if Arc::ptr_eq(logged, tools) || **logged == **tools)
 }
