@@ -676,10 +676,7 @@ impl GatePolicy {
     pub fn read_workspace_file(&self, path: &Path, max: u64) -> Result<Vec<u8>, GateError> {
         let real = self.check_workspace_path(path)?;
         let opened = open_regular(&real)?;
-        self.check_identity(path, &opened.meta)
-            .map_err(GateError::Refused)?;
-        self.check_access(path, &opened.meta, Access::Read)
-            .and_then(|()| self.check_folders(&real, None))
+        self.check_opened(path, &real, &opened.meta, None)
             .map_err(GateError::Refused)?;
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut io::Read::take(opened.file, max), &mut bytes)
@@ -695,12 +692,24 @@ impl GatePolicy {
         self.check_read(requested, &real)
             .map_err(GateError::Refused)?;
         let opened = open_regular(&real)?;
-        self.check_identity(requested, &opened.meta)
-            .map_err(GateError::Refused)?;
-        self.check_access(requested, &opened.meta, Access::Read)
-            .and_then(|()| self.check_folders(&real, None))
+        self.check_opened(requested, &real, &opened.meta, None)
             .map_err(GateError::Refused)?;
         Ok(opened)
+    }
+
+    /// The checks a file opened for reading passes (`meta` is its descriptor's): not a hard
+    /// link to a denied file, and readable under the `other-user` rule, with the folders on
+    /// the way to `real` up to `stop_at` (a walk checks its root once).
+    pub(crate) fn check_opened(
+        &self,
+        shown: &Path,
+        real: &Path,
+        meta: &Metadata,
+        stop_at: Option<&Path>,
+    ) -> Result<(), Refusal> {
+        self.check_identity(shown, meta)?;
+        self.check_access(shown, meta, Access::Read)?;
+        self.check_folders(real, stop_at)
     }
 }
 

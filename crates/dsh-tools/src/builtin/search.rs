@@ -52,11 +52,9 @@ impl SearchRoot {
             None => self.gate.open_read(&self.real).ok()?.file,
         };
         let meta = file.metadata().ok()?;
-        self.gate.check_identity(walked, &meta).ok()?;
         self.gate
-            .check_access(walked, &meta, crate::gate::Access::Read)
+            .check_opened(walked, walked, &meta, Some(&self.real))
             .ok()?;
-        self.gate.check_folders(walked, Some(&self.real)).ok()?;
         Some(file)
     }
 
