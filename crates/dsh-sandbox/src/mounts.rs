@@ -117,30 +117,16 @@ pub(crate) struct MountPlan {
     read_only: Vec<CString>,
     hidden: Vec<Hidden>,
     /// Device, inode and birth time of every path above, without and with following a
-    /// symbolic link (zeros when missing): a replaced file or directory makes a different plan,
+    /// symbolic link (`None` when missing): a replaced file or directory makes a different plan,
     /// also where the file system gives the new one the old inode number (a `.git` removed and
     /// made again, bound read-only whole).
-    identity: Vec<[(u64, u64, u64); 2]>,
+    identity: Vec<Option<[u64; 6]>>,
 }
 
-/// The identity of `path` as [`MountPlan::identity`] records it.
-fn identity_of(path: &std::ffi::CStr) -> [(u64, u64, u64); 2] {
-    use std::os::unix::fs::MetadataExt;
-    let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
-    let id = |meta: std::io::Result<std::fs::Metadata>| {
-        meta.map_or((0, 0, 0), |m| {
-            let born = m
-                .created()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-            (m.dev(), m.ino(), born)
-        })
-    };
-    [
-        id(std::fs::symlink_metadata(path)),
-        id(std::fs::metadata(path)),
-    ]
+/// The identity of `path` as [`MountPlan::identity`] records it: the one the prepared
+/// bubblewrap layouts record too ([`crate::prepared_bwrap::identity`]).
+fn identity_of(path: &std::ffi::CStr) -> Option<[u64; 6]> {
+    crate::prepared_bwrap::identity(Path::new(std::ffi::OsStr::from_bytes(path.to_bytes())))
 }
 
 fn c_path(path: &Path) -> Result<CString, String> {

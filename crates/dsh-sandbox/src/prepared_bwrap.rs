@@ -116,7 +116,7 @@ impl Layout {
 
 /// Device, inode and birth time of `path` itself and of what it resolves to. The birth time
 /// tells a re-created file from the old one where the file system reuses inode numbers.
-fn identity(path: &Path) -> Option<[u64; 6]> {
+pub(crate) fn identity(path: &Path) -> Option<[u64; 6]> {
     let id = |meta: &std::fs::Metadata| {
         let born = meta
             .created()
