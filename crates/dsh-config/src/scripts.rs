@@ -404,7 +404,7 @@ fn every_file_named(words: &[(String, bool)], place: &CommandPlace, out: &mut Co
             out.unknown.push(word.clone());
         }
         // The text of a shell started further along (`runuser -u x -- sh -c '...'`).
-        if is_interpreter(word) && SHELLS.iter().any(|s| Path::new(word).ends_with(s)) {
+        if program_is(word, SHELLS) {
             if let Some(at_c) = words[at + 1..].iter().position(|(w, _)| w == "-c") {
                 match shell_text_after(&words[at + 2 + at_c..]) {
                     Some((text, false)) => {
@@ -497,12 +497,18 @@ fn brace_expansions(word: &str) -> Vec<String> {
 
 /// Whether `word` names an interpreter that runs the file named after it.
 fn is_interpreter(word: &str) -> bool {
+    program_is(word, INTERPRETERS)
+}
+
+/// Whether the program `word` names (a path or a bare name) is one of `list`, also with a
+/// version after it (`python3.12`, `bash5`).
+fn program_is(word: &str, list: &[&str]) -> bool {
     let name = Path::new(word)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-    INTERPRETERS.contains(&name.as_str()) || INTERPRETERS.contains(&base)
+    list.contains(&name.as_str()) || list.contains(&base)
 }
 
 /// Extensions of files an interpreter runs.
@@ -681,12 +687,7 @@ fn simple_command(
     if let Some(path) = &program_path {
         out.files.push(path.clone());
     }
-    let name = Path::new(program)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-    let is = |list: &[&str]| list.contains(&name.as_str()) || list.contains(&base);
+    let is = |list: &[&str]| program_is(program, list);
     if is(FILE_OPTION_ONLY) {
         if let Some(i) = args.iter().position(|(a, _)| a == "-f" || a == "--file") {
             if let Some((script, dynamic)) = args.get(i + 1) {
