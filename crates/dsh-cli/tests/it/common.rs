@@ -107,3 +107,29 @@ pub(crate) fn scratch_dirs<const N: usize>(names: [&str; N]) -> (tempfile::TempD
     });
     (root, dirs)
 }
+
+/// A scripted model that makes `calls` (tool name, JSON arguments), one per step, then ends
+/// its turn with `last` (e.g. `SseReply::new().text("done")`).
+pub(crate) async fn model_stepping(
+    calls: &[(&str, serde_json::Value)],
+    last: dsh_test_support::SseReply,
+) -> dsh_test_support::FakeProvider {
+    use dsh_test_support::{ScriptedReply, SseReply, WireUsage};
+    let mut replies: Vec<ScriptedReply> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (tool, args))| {
+            ScriptedReply::from(
+                SseReply::new()
+                    .tool_call(0, &format!("call_{i}"), tool, &args.to_string())
+                    .finish("tool_calls", Some(WireUsage::default())),
+            )
+        })
+        .collect();
+    replies.push(ScriptedReply::from(
+        last.finish("stop", Some(WireUsage::default())),
+    ));
+    dsh_test_support::FakeProvider::start(replies)
+        .await
+        .unwrap()
+}

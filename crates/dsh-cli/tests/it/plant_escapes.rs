@@ -9,9 +9,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::common::{dsh_command, output, output_with_input, scratch_dirs, session_files, text};
+use crate::common::{
+    dsh_command, model_stepping, output, output_with_input, scratch_dirs, session_files, text,
+};
 
-use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply};
 use serde_json::{json, Value};
 
 const API_KEY: &str = "sk-plant-0123456789abcdef";
@@ -65,23 +67,7 @@ impl Env {
 
 /// Replies that call `calls` tools (name, JSON arguments) one per step, then end with text.
 async fn scripted(calls: &[(&str, Value)]) -> FakeProvider {
-    let mut replies: Vec<ScriptedReply> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, (tool, args))| {
-            ScriptedReply::from(
-                SseReply::new()
-                    .tool_call(0, &format!("call_{i}"), tool, &args.to_string())
-                    .finish("tool_calls", Some(WireUsage::default())),
-            )
-        })
-        .collect();
-    replies.push(ScriptedReply::from(
-        SseReply::new()
-            .text("done")
-            .finish("stop", Some(WireUsage::default())),
-    ));
-    FakeProvider::start(replies).await.unwrap()
+    model_stepping(calls, SseReply::new().text("done")).await
 }
 
 fn hook_results(log: &str) -> Vec<Value> {

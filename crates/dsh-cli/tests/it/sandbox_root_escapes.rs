@@ -8,9 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{dsh_command, output as run, scratch_dirs, session_files};
+use crate::common::{dsh_command, model_stepping, output as run, scratch_dirs, session_files};
 
-use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, SseReply};
 use serde_json::{json, Value};
 
 fn is_root() -> bool {
@@ -59,23 +59,8 @@ impl Env {
 
 /// A model that makes the bash calls `calls` (arguments), one per step, then stops.
 async fn model_calling(calls: &[Value]) -> FakeProvider {
-    let mut replies: Vec<ScriptedReply> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, args)| {
-            ScriptedReply::from(
-                SseReply::new()
-                    .tool_call(0, &format!("call_{i}"), "bash", &args.to_string())
-                    .finish("tool_calls", Some(WireUsage::default())),
-            )
-        })
-        .collect();
-    replies.push(ScriptedReply::from(
-        SseReply::new()
-            .text("done")
-            .finish("stop", Some(WireUsage::default())),
-    ));
-    FakeProvider::start(replies).await.unwrap()
+    let calls: Vec<(&str, Value)> = calls.iter().map(|args| ("bash", args.clone())).collect();
+    model_stepping(&calls, SseReply::new().text("done")).await
 }
 
 /// What the model tries: each line prints `ESCAPED ...` only if the step worked.

@@ -16,10 +16,12 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use base64::Engine as _;
-use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, SseReply};
 use serde_json::{json, Value};
 
-use crate::common::{dsh_command, output as run, scratch_dirs, session_files, text};
+use crate::common::{
+    dsh_command, model_stepping, output as run, scratch_dirs, session_files, text,
+};
 
 /// The key in use, from the project's `./.env`.
 const ACTIVE_KEY: &str = "sk-dsA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6";
@@ -74,22 +76,11 @@ impl Env {
 
 /// One bash call per command, then `last` as the final text.
 async fn provider_running(commands: &[&str], last: SseReply) -> FakeProvider {
-    let mut replies: Vec<ScriptedReply> = commands
+    let calls: Vec<(&str, Value)> = commands
         .iter()
-        .enumerate()
-        .map(|(i, command)| {
-            let args = json!({"command": command, "description": "print"}).to_string();
-            ScriptedReply::from(
-                SseReply::new()
-                    .tool_call(0, &format!("call_{i}"), "bash", &args)
-                    .finish("tool_calls", Some(WireUsage::default())),
-            )
-        })
+        .map(|command| ("bash", json!({"command": command, "description": "print"})))
         .collect();
-    replies.push(ScriptedReply::from(
-        last.finish("stop", Some(WireUsage::default())),
-    ));
-    FakeProvider::start(replies).await.unwrap()
+    model_stepping(&calls, last).await
 }
 
 /// The base64 characters that encode `secret`'s own bytes at stream offset `offset`.
