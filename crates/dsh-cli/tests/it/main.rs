@@ -1,7 +1,8 @@
 //! Integration tests of the `dsh` binary, each driving the real executable: the ACP fixture
 //! runner, approvals, configuration and models, opt-in tools, cancellation, `dsh run`, safety
 //! (secrets and sandbox escapes), sessions, refused starts (table-driven), workspace trust, the
-//! TUI in a pseudo-terminal and `dsh web`. `common` holds the helpers they share.
+//! TUI in a pseudo-terminal and `dsh web`. `common` holds the helpers they share; `tidy` checks
+//! the crate graph and the source tree against docs/ARCHITECTURE.md instead.
 //!
 //! Every integration test file of this crate is a module of this one binary, so the crate links
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries");
@@ -31,6 +32,7 @@ mod secret_escapes;
 mod sessions_cli;
 mod shared_prefix;
 mod start_errors;
+mod tidy;
 mod trust_cli;
 mod tui_children;
 mod tui_commands;
