@@ -121,18 +121,6 @@ pub(crate) fn result_failed(result: &ToolResult) -> bool {
             .any(dsh_agent::is_error_result)
 }
 
-fn text_of(blocks: &[ContentBlock]) -> String {
-    let mut out = String::new();
-    for block in blocks {
-        match block {
-            ContentBlock::Text { text } => out.push_str(text),
-            ContentBlock::ToolResult { content, .. } => out.push_str(&text_of(content)),
-            _ => {}
-        }
-    }
-    out
-}
-
 fn title_update(title: &str) -> Value {
     json!({"sessionUpdate": "session_info_update", "title": title})
 }
@@ -266,7 +254,7 @@ impl UpdateMapper {
                 }));
             }
         }
-        let text = text_of(&result.message.content);
+        let text = result.message.tool_result_text();
         if !text.is_empty() {
             content.push(json!({"type": "content", "content": {"type": "text", "text": text}}));
         }

@@ -121,7 +121,7 @@ impl ProgressPrinter {
                         );
                     }
                     None => {
-                        let text = self.shown(&text_of_result(&result.message));
+                        let text = self.shown(&result.message.tool_result_text());
                         let _ = writeln!(err, "   ok: {}", one_line(&text, 120));
                     }
                 }
@@ -172,20 +172,6 @@ impl ProgressPrinter {
         }
         let _ = err.flush();
     }
-}
-
-fn text_of_result(message: &dsh_llm::Message) -> String {
-    let mut out = String::new();
-    for block in &message.content {
-        if let dsh_llm::ContentBlock::ToolResult { content, .. } = block {
-            for inner in content {
-                if let dsh_llm::ContentBlock::Text { text } = inner {
-                    out.push_str(text);
-                }
-            }
-        }
-    }
-    out
 }
 
 /// The first `max` characters of `text` on one line.

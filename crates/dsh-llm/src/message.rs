@@ -111,6 +111,24 @@ impl Message {
         out
     }
 
+    /// The text a tool-result message carries: the text blocks inside its `tool-result` blocks,
+    /// concatenated in order. Other blocks (and non-text content) add nothing, so a message
+    /// that is not a tool result gives `""`. The one reading of a result's text for front ends
+    /// and logs.
+    pub fn tool_result_text(&self) -> String {
+        let mut out = String::new();
+        for block in &self.content {
+            if let ContentBlock::ToolResult { content, .. } = block {
+                for part in content {
+                    if let ContentBlock::Text { text } = part {
+                        out.push_str(text);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The concatenation of the message's reasoning blocks, if it has any.
     pub fn reasoning(&self) -> Option<String> {
         let mut out: Option<String> = None;
@@ -159,5 +177,24 @@ mod tests {
         assert_eq!(m.role, Role::User);
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(v["source"], json!({"kind":"tool","callId":"c1"}));
+    }
+
+    #[test]
+    fn tool_result_text_is_the_text_inside_the_result() {
+        let m = Message::tool_result(
+            "m1",
+            "c1",
+            vec![
+                ContentBlock::text("line one\n"),
+                ContentBlock::Unknown(json!({"type": "image"})),
+                ContentBlock::text("line two"),
+            ],
+            false,
+        );
+        assert_eq!(m.tool_result_text(), "line one\nline two");
+        assert_eq!(
+            Message::user_text("u1", "not a result").tool_result_text(),
+            ""
+        );
     }
 }

@@ -1,27 +1,18 @@
 //! Reading model-visible messages back in assertions.
 
-use dsh_llm::{ContentBlock, Message};
+use dsh_llm::Message;
 
-/// The text a tool-result message carries: the text blocks inside its `ToolResult` blocks,
-/// concatenated in order. Other blocks (and non-text content) add nothing, so a message that
-/// is not a tool result gives `""`.
+/// The text a tool-result message carries ([`Message::tool_result_text`]): the text blocks
+/// inside its `ToolResult` blocks, concatenated in order; `""` for a message that is not a
+/// tool result.
 pub fn tool_result_text(message: &Message) -> String {
-    let mut out = String::new();
-    for block in &message.content {
-        if let ContentBlock::ToolResult { content, .. } = block {
-            for part in content {
-                if let ContentBlock::Text { text } = part {
-                    out.push_str(text);
-                }
-            }
-        }
-    }
-    out
+    message.tool_result_text()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_llm::ContentBlock;
 
     #[test]
     fn only_the_text_inside_tool_results_counts() {

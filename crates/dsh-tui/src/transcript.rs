@@ -412,7 +412,7 @@ impl Transcript {
                 message: error.message.clone().unwrap_or_default(),
             },
             None => ToolStatus::Done {
-                output: result_text(&result.message),
+                output: result.message.tool_result_text(),
                 meta: result.meta.clone(),
             },
         };
@@ -531,19 +531,4 @@ impl Transcript {
             text,
         });
     }
-}
-
-/// The text of a tool-result message.
-fn result_text(message: &dsh_llm::Message) -> String {
-    let mut out = String::new();
-    for block in &message.content {
-        if let ContentBlock::ToolResult { content, .. } = block {
-            for inner in content {
-                if let ContentBlock::Text { text } = inner {
-                    out.push_str(text);
-                }
-            }
-        }
-    }
-    out
 }
