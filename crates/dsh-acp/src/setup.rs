@@ -147,6 +147,8 @@ pub(crate) fn mcp_servers(params: &Value) -> Result<Vec<McpServerConfig>, RpcErr
             tool_timeout: DEFAULT_MCP_TOOL_TIMEOUT,
             startup_timeout: DEFAULT_MCP_STARTUP_TIMEOUT,
             trust: McpTrust::default(),
+            // The editor's servers are the user's, as the user's own configuration is.
+            from_project: false,
         });
     }
     Ok(servers)

@@ -27,8 +27,8 @@ use dsh_tools::{ToolError, ToolErrorCode};
 use serde_json::{json, Map, Value};
 
 pub use config::{
-    HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup, HooksConfig, ScriptCheck,
-    CODEX_HOOKS_FILE, DEFAULT_CODEX_HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT, HOOKS_FILE,
+    HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup, HookTable, HooksConfig,
+    ScriptCheck, CODEX_HOOKS_FILE, DEFAULT_CODEX_HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT, HOOKS_FILE,
 };
 use runner::{run_command, RunEnd, RunOutput};
 
@@ -276,7 +276,23 @@ impl CommandHooks {
                 duration: Duration::ZERO,
             };
         }
-        blocking(|| run_command(&command.command, cwd, env, input, command.timeout))
+        let confiner = match (command.confined, self.config.confiner()) {
+            (false, _) => None,
+            (true, Some(confiner)) => Some(confiner),
+            (true, None) => {
+                return RunOutput {
+                    end: RunEnd::Refused(format!(
+                        "`{}` is a project hook, and project hooks run only confined; this \
+                         session has no confinement for them",
+                        command.command
+                    )),
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    duration: Duration::ZERO,
+                }
+            }
+        };
+        blocking(|| run_command(&command.command, cwd, env, input, command.timeout, confiner))
     }
 
     /// Remembers a `continue: false` so that the next step is refused.

@@ -68,8 +68,8 @@ pub use extension::{
 };
 pub use hooks::{
     ClaudeCodeHooks, CommandHooks, HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup,
-    HooksConfig, ScriptCheck, CODEX_HOOKS_FILE, DEFAULT_CODEX_HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT,
-    HOOKS_FILE, HOOKS_PLUGIN,
+    HookTable, HooksConfig, ScriptCheck, CODEX_HOOKS_FILE, DEFAULT_CODEX_HOOK_TIMEOUT,
+    DEFAULT_HOOK_TIMEOUT, HOOKS_FILE, HOOKS_PLUGIN,
 };
 pub use inbox::{Inbox, InboxTarget, Splice};
 pub use log::{SessionEvent, SessionLog};

@@ -601,6 +601,13 @@ impl Config {
         self.provenance.get(key)
     }
 
+    /// True when the project's `.dsh/config.toml` set `key` or any value under it: what the
+    /// project configured runs confined (its `[hooks]`, its MCP servers; docs/SECURITY.md,
+    /// "Project hooks and MCP servers run confined").
+    pub fn set_by_project(&self, key: &str) -> bool {
+        set_by_project(&self.provenance, key)
+    }
+
     /// Every leaf value with its dotted key and source, in key order.
     pub fn values(&self) -> Vec<(String, &Value, &Source)> {
         let mut out = Vec::new();
@@ -622,8 +629,13 @@ impl Config {
             errors.push(error);
         }
         let compaction = parse_compaction(&merged, &src, &mut errors);
-        let (mcp_servers, mcp_errors) = crate::mcp::mcp_servers(sub_table(&merged, "mcp"), &src);
+        let (mut mcp_servers, mcp_errors) =
+            crate::mcp::mcp_servers(sub_table(&merged, "mcp"), &src);
         errors.extend(mcp_errors);
+        for server in &mut mcp_servers {
+            let key = key_path("mcp.servers", &server.name);
+            server.from_project = set_by_project(&provenance, &key);
+        }
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
@@ -855,4 +867,13 @@ fn collect_leaves<'a>(
             }
         }
     }
+}
+
+/// True when a value at `key` or under it came from the project's file.
+fn set_by_project(provenance: &Provenance, key: &str) -> bool {
+    let under = format!("{key}.");
+    provenance
+        .range(key.to_string()..)
+        .take_while(|(k, _)| k.as_str() == key || k.starts_with(&under))
+        .any(|(_, source)| matches!(source, Source::ProjectFile(_)))
 }

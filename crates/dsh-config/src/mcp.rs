@@ -97,6 +97,10 @@ pub struct McpServerConfig {
     pub startup_timeout: Duration,
     /// Which calls run without the user's approval.
     pub trust: McpTrust,
+    /// Set when the project's `.dsh/config.toml` set any of the server's keys: a stdio server
+    /// then runs in the session's confinement, like `bash` (docs/mcp.md, "Project servers
+    /// run confined").
+    pub from_project: bool,
 }
 
 fn err(
@@ -285,6 +289,9 @@ fn parse_server(
         tool_timeout: options.tool_timeout,
         startup_timeout: options.startup_timeout,
         trust: options.trust,
+        // Set from the provenance of all its keys by `Config` (a project may set one key of
+        // a server the user defined).
+        from_project: false,
     })
 }
 

@@ -45,6 +45,9 @@ struct Live {
     service: RunningService<RoleClient, ()>,
     pgid: Option<u32>,
     _child: Option<tokio::process::Child>,
+    /// The confined plan of a project's server, kept while it runs (a prepared sandbox lives
+    /// as long as a plan holding it, `dsh_tools::CommandPlan`).
+    _plan: Option<dsh_tools::CommandPlan>,
 }
 
 impl Drop for Live {
@@ -74,6 +77,9 @@ struct Server {
     /// Checked before each start and restart of a stdio server: a server whose program or
     /// script lies where the model can write runs only with the bytes the user trusted.
     gate: Mutex<Option<dsh_config::scripts::ScriptGate>>,
+    /// The session's confinement, for a server the project configured
+    /// (`McpServerConfig::from_project`); such a server does not start without it.
+    confiner: Mutex<Option<dsh_tools::CommandConfiner>>,
 }
 
 /// The MCP servers of a session (shared by its subagents). See the crate docs.
@@ -117,6 +123,7 @@ impl McpHub {
                         conn: tokio::sync::Mutex::new(Conn::NotStarted),
                         tools: Mutex::new(None),
                         gate: Mutex::new(None),
+                        confiner: Mutex::new(None),
                     }),
                 )
             })
@@ -136,6 +143,15 @@ impl McpHub {
     pub fn set_script_gate(&self, gate: dsh_config::scripts::ScriptGate) {
         for server in self.servers.values() {
             *server.gate.lock_or_recover() = Some(gate.clone());
+        }
+    }
+
+    /// Starts (and restarts) the stdio servers the project configured through `confiner`, the
+    /// session's confinement, as `bash` runs (docs/mcp.md, "Project servers run confined");
+    /// without one they do not start. The user's own servers run unconfined.
+    pub fn set_confiner(&self, confiner: dsh_tools::CommandConfiner) {
+        for server in self.servers.values() {
+            *server.confiner.lock_or_recover() = Some(Arc::clone(&confiner));
         }
     }
 
@@ -346,20 +362,12 @@ impl Server {
                     child_env.push(("PATH".into(), path));
                 }
                 child_env.extend(env.iter().map(|(k, v)| (k.into(), v.into())));
-                let mut process = tokio::process::Command::new(command);
+                let (mut process, plan) = self.stdio_process(command, args, run_in, child_env)?;
                 process
-                    .args(args)
-                    .current_dir(run_in)
-                    .env_clear()
-                    .envs(child_env)
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::from(log))
                     .kill_on_drop(true);
-                // Its own process group under a keeper, forked on the spawner thread: the
-                // server and what it starts in its group die with dsh, also on SIGKILL
-                // (docs/mcp.md, docs/SECURITY.md "Process sandbox").
-                dsh_tools::guard_group(&mut process);
                 let mut child = dsh_tools::spawn_child(process)
                     .map_err(|e| format!("cannot start `{command}`: {e} (check `command` in [mcp.servers.{}] and PATH)", self.config.name))?;
                 let pgid = child.id();
@@ -385,6 +393,7 @@ impl Server {
                     service,
                     pgid,
                     _child: Some(child),
+                    _plan: plan,
                 };
                 Ok(live)
             }
@@ -394,6 +403,47 @@ impl Server {
                 bearer_token_env,
             } => connect_http(url, headers, bearer_token_env.as_deref(), timeout).await,
         }
+    }
+
+    /// The process of a stdio server: a project's runs confined like `bash`; the user's own
+    /// under a keeper in its own process group. Either way it and what it starts in its group
+    /// die with dsh, also on SIGKILL (docs/mcp.md, docs/SECURITY.md "Process sandbox"). The
+    /// confined plan is returned to be kept while the server runs.
+    fn stdio_process(
+        &self,
+        command: &str,
+        args: &[String],
+        run_in: &Path,
+        child_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Result<(tokio::process::Command, Option<dsh_tools::CommandPlan>), String> {
+        if !self.config.from_project {
+            let mut process = tokio::process::Command::new(command);
+            process
+                .args(args)
+                .current_dir(run_in)
+                .env_clear()
+                .envs(child_env);
+            dsh_tools::guard_group(&mut process);
+            return Ok((process, None));
+        }
+        let confiner = self.confiner.lock_or_recover().clone();
+        let Some(confine) = confiner else {
+            return Err(
+                "the project configured this server, and project servers run only \
+                        confined; this session has no confinement for them (move it to your \
+                        own config.toml to run it unconfined)"
+                    .to_string(),
+            );
+        };
+        let plan = dsh_tools::CommandPlan::new(command, args.iter().map(Into::into).collect());
+        let plan = confine(plan, run_in).map_err(|e| {
+            format!(
+                "a project server runs only confined, and cannot be: {}",
+                e.message
+            )
+        })?;
+        let process = dsh_tools::plan_command(&plan, run_in, child_env);
+        Ok((tokio::process::Command::from(process), Some(plan)))
     }
 
     /// The live connection, (re)starting the server when needed and allowed by the backoff.
@@ -599,6 +649,7 @@ async fn connect_http(
         service,
         pgid: None,
         _child: None,
+        _plan: None,
     })
 }
 

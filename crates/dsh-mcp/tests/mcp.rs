@@ -51,6 +51,7 @@ fn server(name: &str, transport: McpTransport) -> McpServerConfig {
         // The scripted calls here test the client, not the approval policy: trusted servers
         // run without asking under the default workspace-write preset.
         trust: McpTrust::All,
+        from_project: false,
     }
 }
 

@@ -99,6 +99,7 @@ pub(crate) fn agent_parts(
         // The set lives exactly as long as the agent built from these parts.
         std::mem::forget(guard);
     }
+    let project_confiner = project_confiner(&current_permission, &tool_context, &setup.home);
     register_policies(
         &extensions,
         shared,
@@ -106,6 +107,7 @@ pub(crate) fn agent_parts(
         permission,
         &sandbox,
         &tool_context,
+        project_confiner,
     )?;
     let factory = child_factory(shared, &current_permission);
     // A child's `model` must be a configured one (docs/agent.md, "Delegation").
@@ -203,6 +205,7 @@ fn register_policies(
     permission: PermissionPreset,
     sandbox: &dsh_sandbox::Sandbox,
     tool_context: &ToolContext,
+    project_confiner: dsh_tools::CommandConfiner,
 ) -> Result<(), RuntimeError> {
     let setup = &shared.configuration;
     // Safety policy: logs preset and sandbox, asks before escalations, redacts secrets
@@ -258,7 +261,8 @@ fn register_policies(
         }
     }
     if !hooks.is_empty() {
-        let hooks = gated_hooks(setup, shared, depth, hooks);
+        let hooks =
+            gated_hooks(setup, shared, depth, hooks).with_confiner(Arc::clone(&project_confiner));
         extensions.register_for_life(Arc::new(dsh_agent::ClaudeCodeHooks::new(hooks)));
     }
     // The Codex dialect: `$DSH_HOME/codex-hooks.json`, the user's own file (docs/hooks.md,
@@ -293,6 +297,7 @@ fn register_policies(
         let hub = shared.mcp.get_or_init(|| {
             let hub = dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs"));
             hub.set_script_gate(setup.config.trust.script_gate(&setup.cwd, &setup.home));
+            hub.set_confiner(project_confiner);
             hub
         });
         for error in hub.start() {
@@ -305,6 +310,59 @@ fn register_policies(
         extensions.register_for_life(Arc::new(dsh_mcp::McpTools::new(Arc::clone(hub))));
     }
     Ok(())
+}
+
+/// How the project's hooks and MCP servers run: confined exactly as `bash` is, under the preset
+/// in force when each starts (docs/SECURITY.md, "Project hooks and MCP servers run confined").
+/// The sandbox of a preset is kept for the next command, as `bash`'s is.
+fn project_confiner(
+    current: &Arc<std::sync::Mutex<PermissionPreset>>,
+    tool_context: &ToolContext,
+    home: &std::path::Path,
+) -> dsh_tools::CommandConfiner {
+    let current = Arc::clone(current);
+    let cwd = tool_context.cwd().to_path_buf();
+    let writable_roots = tool_context.writable_roots();
+    let network = tool_context.network();
+    let mut hidden_dirs = dsh_tools::hidden_dirs();
+    if !hidden_dirs.iter().any(|dir| dir == home) {
+        hidden_dirs.push(home.to_path_buf());
+    }
+    type Kept = Option<(PermissionPreset, Arc<dyn dsh_tools::CommandConfinement>)>;
+    let kept: std::sync::Mutex<Kept> = std::sync::Mutex::new(None);
+    Arc::new(move |plan, workdir| {
+        let preset = *current.lock_or_recover();
+        let confinement = {
+            let mut kept = kept.lock_or_recover();
+            match &*kept {
+                Some((kept_preset, confinement)) if *kept_preset == preset => {
+                    Arc::clone(confinement)
+                }
+                _ => {
+                    let sandbox = dsh_sandbox::confinement_for(preset)
+                        .map_err(|e| {
+                            dsh_tools::ToolError::new(
+                                dsh_tools::ToolErrorCode::SandboxUnavailable,
+                                e.to_string(),
+                            )
+                        })?
+                        .with_network(network);
+                    let confinement = sandbox.confinement();
+                    *kept = Some((preset, Arc::clone(&confinement)));
+                    confinement
+                }
+            }
+        };
+        let request = dsh_tools::ConfinementRequest {
+            preset,
+            cwd: cwd.clone(),
+            workdir: workdir.to_path_buf(),
+            writable_roots: writable_roots.clone(),
+            hidden_dirs: hidden_dirs.clone(),
+            network,
+        };
+        confinement.confine(plan, &request)
+    })
 }
 
 /// How subagents are built: [`agent_parts`] one level deeper, with the preset in force.
@@ -362,7 +420,7 @@ fn gated_hooks(
 /// `$DSH_HOME/hooks.json`, then the project's `.dsh/hooks.json`, which only a trusted
 /// workspace applies (docs/configuration.md, "Workspace trust").
 fn session_hooks(setup: &Configuration) -> Result<dsh_agent::HooksConfig, RuntimeError> {
-    let tables: Vec<(String, serde_json::Value)> = setup
+    let tables: Vec<dsh_agent::HookTable> = setup
         .config
         .hooks
         .iter()
@@ -373,7 +431,11 @@ fn session_hooks(setup: &Configuration) -> Result<dsh_agent::HooksConfig, Runtim
                 .source_of(&key)
                 .map_or_else(|| "config".to_string(), ToString::to_string);
             let value = serde_json::to_value(value).unwrap_or_default();
-            (origin, serde_json::json!({ event: value }))
+            dsh_agent::HookTable {
+                origin,
+                hooks: serde_json::json!({ event: value }),
+                from_project: setup.config.set_by_project(&key),
+            }
         })
         .collect();
     dsh_agent::HooksConfig::load_session(&tables, &setup.home, setup.config.trust.project_hooks())

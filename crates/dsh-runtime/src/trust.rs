@@ -17,7 +17,7 @@ use crate::credentials::{parse_env_file, BUILTIN_KEY_VARIABLES};
 pub struct ReviewFile {
     /// The file.
     pub file: PathBuf,
-    /// True for the hooks file (every command in it runs unconfined once trusted).
+    /// True for the hooks file (every command in it runs, confined as `bash` is, once trusted).
     pub hooks: bool,
     /// One line per setting: `key = value` (secrets redacted) for a config file,
     /// ``<event> (matcher m): runs `<command>` `` for a hooks file.
@@ -120,7 +120,7 @@ impl Review {
         for file in &self.files {
             if file.hooks {
                 out.push_str(&format!(
-                    "\n{} (hooks: commands run unconfined):\n",
+                    "\n{} (hooks: commands run confined, as bash does):\n",
                     file.file.display()
                 ));
             } else {

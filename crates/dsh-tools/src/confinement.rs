@@ -199,6 +199,15 @@ pub struct ConfinementRequest {
     pub network: bool,
 }
 
+/// Confines a command that a trusted project configured (its hooks and MCP servers) exactly as
+/// `bash` is confined: the plan to spawn for `plan` started in the given folder, or why it
+/// cannot run. Nothing the model can write (a project script, a `Makefile`, a package's
+/// scripts) then runs with more power than the model's own commands. The runtime makes one
+/// from the session's current preset (docs/SECURITY.md, "Project hooks and MCP servers run
+/// confined"); a project command with no confiner is refused, never run unconfined.
+pub type CommandConfiner =
+    Arc<dyn Fn(CommandPlan, &std::path::Path) -> Result<CommandPlan, ToolError> + Send + Sync>;
+
 /// The directories confined commands must not see: dsh's home, `$DSH_HOME` when set and not
 /// empty, else `$HOME/.dsh` (the rule of `dsh-cli`'s `home.rs`, docs/SECURITY.md "Process
 /// sandbox"). Relative values are ignored: they name no fixed place.

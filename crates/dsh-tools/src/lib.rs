@@ -71,8 +71,8 @@ pub use builtin::{
     GREP_MAX_RESULTS, TEMP_PREFIX,
 };
 pub use confinement::{
-    hidden_dirs, CommandConfinement, CommandPlan, ConfinementRequest, ExecImage, ExecSlot,
-    NoSandbox, PreExecHook,
+    hidden_dirs, CommandConfinement, CommandConfiner, CommandPlan, ConfinementRequest, ExecImage,
+    ExecSlot, NoSandbox, PreExecHook,
 };
 pub use context::{PermissionPreset, ToolContext, ToolLimits};
 pub use error::{ToolError, ToolErrorCode};
@@ -87,7 +87,7 @@ pub use output::ToolOutput;
 pub use paths::{absolutize, protected_write_path, resolve_real_path};
 pub use process::{
     group_has_live_members, guard_group, guard_group_std, is_secret_name, kill_group_now,
-    scrubbed_env, spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
+    plan_command, scrubbed_env, spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
 };
 pub use protected::{
     existing_protected_entries, is_protected_name, protected_entry, GIT_DIR_CONTROL,

@@ -26,7 +26,9 @@ mod windows;
 #[cfg(windows)]
 pub(crate) use windows::{check_program, group_command, Pid, ProcessGroup};
 #[cfg(windows)]
-pub use windows::{group_has_live_members, guard_group, guard_group_std, kill_group_now};
+pub use windows::{
+    group_has_live_members, guard_group, guard_group_std, kill_group_now, plan_command,
+};
 
 /// A process id (and process group id): `pid_t`.
 #[cfg(unix)]
@@ -99,7 +101,23 @@ pub fn scrubbed_env() -> Vec<(OsString, OsString)> {
 /// and stderr.
 #[cfg(unix)]
 pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::process::Command {
-    let env = scrubbed_env();
+    tokio::process::Command::from(plan_command(plan, workdir, scrubbed_env()))
+}
+
+/// A command for `plan`, as [`group_command`] makes it but with `env` as its whole
+/// environment: for the commands a project configured (hooks and MCP servers, which add their
+/// own variables), run through the session's confinement ([`CommandConfiner`]). Stdin is
+/// `/dev/null`, stdout and stderr are the caller's to choose. Keep `plan` until the command
+/// has ended (see [`CommandPlan`]); spawn it with [`spawn_std_child`] or [`spawn_child`].
+///
+/// [`CommandConfiner`]: crate::CommandConfiner
+#[cfg(unix)]
+pub fn plan_command(
+    plan: &CommandPlan,
+    workdir: &Path,
+    env: Vec<(OsString, OsString)>,
+) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
     // The same program, arguments and environment, ready for a hook that starts the command
     // itself (`ExecImage`); only hooks read it. A plan spawned again keeps its first image:
     // same program and arguments, and the environment of a later spawn differs only if dsh's
@@ -109,7 +127,7 @@ pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::proces
             let _ = plan.exec_image.set(image);
         }
     }
-    let mut command = tokio::process::Command::new(&plan.program);
+    let mut command = std::process::Command::new(&plan.program);
     command
         .args(&plan.args)
         .env_clear()

@@ -25,18 +25,29 @@ const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
 const CREATE_NO_WINDOW: u32 = 0x0800_0000;
 
 /// A command for `plan` in `workdir` in a new process group, with the scrubbed environment and
-/// stdin from the null device; `bash` is [`posix_shell`] (callers first [`check_program`]). The plan's `pre_exec` hooks are Unix's (only Landlock, compiled
-/// on Linux alone, makes them), so a Windows plan has none.
+/// stdin from the null device; `bash` is [`posix_shell`] (callers first [`check_program`]).
+/// The plan's `pre_exec` hooks are Unix's (only Landlock, compiled on Linux alone, makes
+/// them), so a Windows plan has none.
 pub(crate) fn group_command(plan: &CommandPlan, workdir: &Path) -> tokio::process::Command {
+    tokio::process::Command::from(plan_command(plan, workdir, scrubbed_env()))
+}
+
+/// [`group_command`] with `env` as the whole environment (the Unix side's `plan_command`).
+pub fn plan_command(
+    plan: &CommandPlan,
+    workdir: &Path,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+) -> std::process::Command {
+    use std::os::windows::process::CommandExt;
     let program = match posix_shell() {
         Some(shell) if plan.program == "bash" => shell.into_os_string(),
         _ => plan.program.clone(),
     };
-    let mut command = tokio::process::Command::new(program);
+    let mut command = std::process::Command::new(program);
     command
         .args(&plan.args)
         .env_clear()
-        .envs(scrubbed_env())
+        .envs(env)
         .current_dir(workdir)
         .stdin(Stdio::null())
         .creation_flags(CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW);

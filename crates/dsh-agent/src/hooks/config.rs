@@ -155,6 +155,10 @@ pub struct HookCommand {
     pub command: String,
     /// Killed (with its process group) after this long.
     pub timeout: Duration,
+    /// Set for a command the project configured (its `.dsh/hooks.json` or `[hooks]` in its
+    /// `.dsh/config.toml`): it runs in the session's confinement, like `bash`, and is refused
+    /// when there is none (docs/hooks.md, "Project hooks run confined").
+    pub confined: bool,
 }
 
 /// A matcher group: commands that run when the matcher accepts the subject.
@@ -216,16 +220,31 @@ impl std::error::Error for HookConfigError {}
 pub type ScriptCheck = std::sync::Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 #[derive(Clone, Default)]
-struct Gate(Option<ScriptCheck>, Option<std::ffi::OsString>);
+struct Gate(
+    Option<ScriptCheck>,
+    Option<std::ffi::OsString>,
+    Option<dsh_tools::CommandConfiner>,
+);
 
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "Gate(set)"
-        } else {
-            "Gate(none)"
-        })
+        f.debug_struct("Gate")
+            .field("script_check", &self.0.is_some())
+            .field("path", &self.1)
+            .field("confiner", &self.2.is_some())
+            .finish()
     }
+}
+
+/// The `[hooks]` event map of one configuration file, for [`HooksConfig::load_session`].
+#[derive(Debug, Clone)]
+pub struct HookTable {
+    /// The file it came from, for messages.
+    pub origin: String,
+    /// The event map (`{<Event>: [group, ...]}`).
+    pub hooks: Value,
+    /// Whether the project set it (any of its keys): its commands then run confined.
+    pub from_project: bool,
 }
 
 /// Every configured hook, by event, in the order the sources and files list them.
@@ -253,7 +272,31 @@ impl HooksConfig {
         check: ScriptCheck,
         path: Option<std::ffi::OsString>,
     ) -> Self {
-        self.gate = Gate(Some(check), path);
+        self.gate.0 = Some(check);
+        self.gate.1 = path;
+        self
+    }
+
+    /// Runs the project's commands (those marked [`HookCommand::confined`]) through
+    /// `confiner`, the session's confinement; without one they are refused.
+    pub fn with_confiner(mut self, confiner: dsh_tools::CommandConfiner) -> Self {
+        self.gate.2 = Some(confiner);
+        self
+    }
+
+    /// The confinement for the project's commands, when [`Self::with_confiner`] set one.
+    pub fn confiner(&self) -> Option<&dsh_tools::CommandConfiner> {
+        self.gate.2.as_ref()
+    }
+
+    /// Marks every command as the project's: each runs confined (see
+    /// [`HookCommand::confined`]).
+    pub fn from_project(mut self) -> Self {
+        for (_, group) in &mut self.groups {
+            for command in &mut group.commands {
+                command.confined = true;
+            }
+        }
         self
     }
 
@@ -316,7 +359,7 @@ impl HooksConfig {
     /// hooks file must never run, and the file is not read again here. Every problem of every
     /// source is reported.
     pub fn load_session(
-        tables: &[(String, Value)],
+        tables: &[HookTable],
         home: &Path,
         project_file: Option<(&Path, &str)>,
     ) -> Result<HooksConfig, Vec<HookConfigError>> {
@@ -326,16 +369,20 @@ impl HooksConfig {
             Ok(more) => config.extend(more),
             Err(more) => errors.extend(more),
         };
-        for (origin, map) in tables {
-            add(HooksConfig::parse(origin, "hooks", map));
+        for table in tables {
+            let parsed = HooksConfig::parse(&table.origin, "hooks", &table.hooks);
+            add(match table.from_project {
+                true => parsed.map(HooksConfig::from_project),
+                false => parsed,
+            });
         }
         add(HooksConfig::load_file(&home.join(HOOKS_FILE)));
         if let Some((project, text)) = project_file {
             if project != home.join(HOOKS_FILE) {
-                add(HooksConfig::parse_file_text(
-                    &project.display().to_string(),
-                    text,
-                ));
+                add(
+                    HooksConfig::parse_file_text(&project.display().to_string(), text)
+                        .map(HooksConfig::from_project),
+                );
             }
         }
         if errors.is_empty() {
@@ -636,6 +683,7 @@ fn parse_command(
     Some(HookCommand {
         command: command.to_string(),
         timeout,
+        confined: false,
     })
 }
 
@@ -806,6 +854,7 @@ fn parse_codex_group(
         commands.push(HookCommand {
             command: command.to_string(),
             timeout,
+            confined: false,
         });
     }
     if commands.is_empty() {

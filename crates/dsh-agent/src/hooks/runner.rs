@@ -80,36 +80,62 @@ fn kill_group(pgid: u32) {
     }
 }
 
-/// Runs `command` in `cwd` with `env` (the whole environment), `input` on stdin.
+/// Runs `command` in `cwd` with `env` (the whole environment), `input` on stdin; through
+/// `confiner` when given (a project's hook: the session's confinement, docs/hooks.md "Project
+/// hooks run confined"), else unconfined under a keeper (the user's own hook).
 pub(crate) fn run_command(
     command: &str,
     cwd: &Path,
     env: &[(std::ffi::OsString, std::ffi::OsString)],
     input: &[u8],
     timeout: Duration,
+    confiner: Option<&dsh_tools::CommandConfiner>,
 ) -> RunOutput {
     let started = Instant::now();
-    let mut process = Command::new(shell());
+    let failed = |reason: String| RunOutput {
+        end: RunEnd::SpawnFailed(reason),
+        stdout: String::new(),
+        stderr: String::new(),
+        duration: started.elapsed(),
+    };
+    // The confined plan is kept until the command has ended: a prepared sandbox lives as
+    // long as a plan holding it (dsh_tools::CommandPlan).
+    let mut plan_kept = None;
+    let mut process = match confiner {
+        Some(confine) => {
+            let plan = dsh_tools::CommandPlan::new(shell(), vec!["-c".into(), command.into()]);
+            let plan = match confine(plan, cwd) {
+                Ok(plan) => plan,
+                Err(err) => {
+                    return failed(format!(
+                        "a project hook runs only confined, and cannot be: {}",
+                        err.message
+                    ))
+                }
+            };
+            let process = dsh_tools::plan_command(&plan, cwd, env.to_vec());
+            plan_kept = Some(plan);
+            process
+        }
+        None => {
+            let mut process = Command::new(shell());
+            process
+                .arg("-c")
+                .arg(command)
+                .current_dir(cwd)
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)));
+            dsh_tools::guard_group_std(&mut process);
+            process
+        }
+    };
     process
-        .arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    dsh_tools::guard_group_std(&mut process);
     let mut child = match dsh_tools::spawn_std_child(process) {
         Ok(child) => child,
-        Err(err) => {
-            return RunOutput {
-                end: RunEnd::SpawnFailed(format!("cannot start `{}`: {err}", shell())),
-                stdout: String::new(),
-                stderr: String::new(),
-                duration: started.elapsed(),
-            }
-        }
+        Err(err) => return failed(format!("cannot start `{}`: {err}", shell())),
     };
     let pgid = child.id();
     if let Some(mut stdin) = child.stdin.take() {
@@ -155,6 +181,12 @@ pub(crate) fn run_command(
     };
     let stdout = collect(stdout);
     let stderr = collect(stderr);
+    if plan_kept.is_some() {
+        // A confined hook has no keeper: what it left running in its group ends with it, as
+        // after a `bash` call. The group outlives its reaped leader only while it has members,
+        // and a pid in use as a group id is not handed out again.
+        kill_group(pgid);
+    }
     RunOutput {
         end,
         stdout,

@@ -23,6 +23,7 @@ mod headless_cli;
 mod opt_in_tools;
 mod plan_cli;
 mod plant_escapes;
+mod project_command_escapes;
 mod run_cancel;
 mod run_cli;
 mod run_jobs;

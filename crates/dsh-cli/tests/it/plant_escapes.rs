@@ -91,7 +91,8 @@ async fn a_trusted_hook_script_changed_by_the_model_never_runs() {
         r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "sh scripts/pre.sh"}]}]}}"#,
     )
     .unwrap();
-    std::fs::write(env.cwd.join("scripts/pre.sh"), env.script_touching("good")).unwrap();
+    // A project hook runs confined: the trusted script leaves its mark in the workspace.
+    std::fs::write(env.cwd.join("scripts/pre.sh"), "echo ran >> good.txt\n").unwrap();
     let mut trust = dsh_command(&env.home, &env.cwd);
     trust.arg("trust");
     let out = output_with_input(trust, "y\n").await;
@@ -120,7 +121,7 @@ async fn a_trusted_hook_script_changed_by_the_model_never_runs() {
     let out = output(cmd).await;
     let (_, stderr) = text(&out);
     assert!(
-        env.marker("good").exists(),
+        env.cwd.join("good.txt").exists(),
         "the trusted script ran: {stderr}"
     );
     assert!(
@@ -433,8 +434,9 @@ async fn the_write_tool_cannot_rewrite_a_pinned_hook_script_unasked() {
         r#"{"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "sh scripts/pre.sh"}]}]}}"#,
     )
     .unwrap();
-    let original = env.script_touching("good");
-    std::fs::write(env.cwd.join("scripts/pre.sh"), &original).unwrap();
+    // Confined, the trusted hook leaves its mark in the workspace.
+    let original = "echo ran >> good.txt\n";
+    std::fs::write(env.cwd.join("scripts/pre.sh"), original).unwrap();
     let mut trust = dsh_command(&env.home, &env.cwd);
     trust.arg("trust");
     let out = output_with_input(trust, "y\n").await;
@@ -453,7 +455,7 @@ async fn the_write_tool_cannot_rewrite_a_pinned_hook_script_unasked() {
     let out = output(cmd).await;
     let (_, stderr) = text(&out);
     assert!(
-        env.marker("good").exists(),
+        env.cwd.join("good.txt").exists(),
         "the trusted hook ran: {stderr}"
     );
     assert_eq!(

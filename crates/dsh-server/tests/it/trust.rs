@@ -175,7 +175,7 @@ async fn the_web_ui_reviews_and_trusts_planted_settings_only_at_the_pin_shown() 
     assert!(review["text"]
         .as_str()
         .unwrap()
-        .contains("(hooks: commands run unconfined)"));
+        .contains("(hooks: commands run confined, as bash does)"));
 
     // The hooks file changes after the review: the shown pin is stale, 409, nothing recorded.
     let hooks = env.ws.join(".dsh/hooks.json");
