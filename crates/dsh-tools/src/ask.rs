@@ -15,6 +15,7 @@ use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
+use crate::presentation::{ResultFacts, ResultSummary, ToolPresentation, ToolView};
 use crate::tool::Tool;
 
 /// Most questions in one call.
@@ -243,6 +244,41 @@ fn render_answers(request: &QuestionRequest, answers: &[UserAnswer]) -> (String,
 }
 
 impl Tool for AskUserQuestionTool {
+    /// The first question's header (or text), and how many more there are.
+    fn present(&self, args: &Value) -> ToolPresentation {
+        let questions: Vec<&Value> = args
+            .get("questions")
+            .and_then(Value::as_array)
+            .map(|qs| qs.iter().filter(|q| q["question"].is_string()).collect())
+            .unwrap_or_default();
+        let first = questions.first().map_or("", |q| {
+            match q.get("header").and_then(Value::as_str).map(str::trim) {
+                Some(header) if !header.is_empty() => header,
+                _ => q["question"].as_str().unwrap_or_default().trim(),
+            }
+        });
+        let subject = match questions.len() {
+            0 | 1 => first.to_string(),
+            n => format!("{first} (+{} more)", n - 1),
+        };
+        ToolPresentation::new(self.name())
+            .subject(subject)
+            .view(ToolView::Question)
+    }
+
+    fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        if result.error.is_some() {
+            return None;
+        }
+        Some(ResultSummary::new(
+            if result.meta_value("answers").is_some() {
+                "answered"
+            } else {
+                "dismissed"
+            },
+        ))
+    }
+
     fn name(&self) -> &str {
         "ask_user_question"
     }

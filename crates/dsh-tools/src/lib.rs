@@ -1,7 +1,8 @@
 //! The tool seam of dsh (docs/tools.md; policy in docs/SECURITY.md).
 //!
 //! * [`Tool`]: one capability the model can call (name, description, JSON-schema parameters,
-//!   concurrency flag, optional timeout, boxed-future `execute`).
+//!   concurrency flag, optional timeout, boxed-future `execute`), and how front ends show its
+//!   calls ([`ToolPresentation`], [`ResultSummary`]).
 //! * [`ToolRegistry`]: tools by name, schemas sorted by name, and [`ToolRegistry::invoke`],
 //!   which turns a raw argument string into a result with structured error codes.
 //! * [`ToolContext`]: what a call may use — cwd, cancel token, private spill directory,
@@ -50,6 +51,7 @@ mod observe;
 mod os;
 mod output;
 mod paths;
+mod presentation;
 mod process;
 mod protected;
 mod redact;
@@ -85,6 +87,9 @@ pub use jobs::{
 pub use observe::{ContentHasher, FileObservations, Observation};
 pub use output::ToolOutput;
 pub use paths::{absolutize, protected_write_path, resolve_real_path};
+pub use presentation::{
+    one_line, string_arg, ResultFacts, ResultSummary, Tone, ToolKind, ToolPresentation, ToolView,
+};
 pub use process::{
     group_has_live_members, guard_group, guard_group_std, is_secret_name, kill_group_now,
     plan_command, scrubbed_env, spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,

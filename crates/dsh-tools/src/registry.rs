@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dsh_llm::{ContentBlock, ToolSchema};
+use serde_json::Value;
 
 use crate::args::parse_raw_arguments;
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
+use crate::presentation::{ResultFacts, ResultSummary, ToolPresentation};
 use crate::tool::Tool;
 
 /// How long [`ToolRegistry::invoke`] waits, after cancellation, for a tool to stop by itself.
@@ -50,6 +52,28 @@ impl ToolRegistry {
         for tool in crate::builtin::builtin_tools() {
             // Built-in names are distinct valid literals; a clash would be a bug caught by the
             // `builtins_register` test, so the error cannot occur here.
+            let _registered = registry.register(tool);
+        }
+        registry
+    }
+
+    /// Every tool of this crate with default settings: the built-ins, `read_image`,
+    /// `ask_user_question`, `web_fetch`, `web_search` and the job tools. For presenting logged
+    /// calls ([`ToolRegistry::present`]) where a session's own tools are not at hand (a stored
+    /// session, a log written before calls carried their presentation); never for running them.
+    pub fn standard() -> Self {
+        let mut registry = Self::with_builtins();
+        let extra: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(crate::ReadImageTool),
+            Arc::new(crate::AskUserQuestionTool),
+            Arc::new(crate::WebFetchTool::new(crate::WebFetchSettings::default())),
+            Arc::new(crate::WebSearchTool::new(
+                crate::WebSearchSettings::default(),
+                dsh_http::ApiKey::new(""),
+            )),
+        ];
+        for tool in extra.into_iter().chain(crate::job_tools()) {
+            // Distinct names, like the built-ins'.
             let _registered = registry.register(tool);
         }
         registry
@@ -115,6 +139,30 @@ impl ToolRegistry {
     /// The schemas of all tools, sorted by name.
     pub fn schemas(&self) -> Vec<ToolSchema> {
         self.tools.values().map(|tool| tool.schema()).collect()
+    }
+
+    /// How a call of `name` with the raw `arguments` is shown ([`Tool::present`]); a tool not
+    /// registered here gets the generic presentation (its name, the arguments as subject).
+    pub fn present(&self, name: &str, arguments: &str) -> ToolPresentation {
+        match self.tools.get(name) {
+            Some(tool) => tool.present(&parse_raw_arguments(arguments).unwrap_or(Value::Null)),
+            None => ToolPresentation::new(name),
+        }
+    }
+
+    /// The summary of a result of that call ([`Tool::summarize`]); `None` for a tool not
+    /// registered here.
+    pub fn summarize(
+        &self,
+        name: &str,
+        arguments: &str,
+        result: &ResultFacts<'_>,
+    ) -> Option<ResultSummary> {
+        let tool = self.tools.get(name)?;
+        tool.summarize(
+            &parse_raw_arguments(arguments).unwrap_or(Value::Null),
+            result,
+        )
     }
 
     /// Runs one call from its raw argument string: looks the tool up (`UNKNOWN_TOOL`), parses

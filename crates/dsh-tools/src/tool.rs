@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::context::ToolContext;
 use crate::error::ToolError;
 use crate::output::ToolOutput;
+use crate::presentation::{ResultFacts, ResultSummary, ToolPresentation};
 
 /// A capability the model can call.
 ///
@@ -53,6 +54,23 @@ pub trait Tool: Send + Sync {
             description: self.description().to_string(),
             parameters: self.parameters(),
         }
+    }
+
+    /// How front ends show a call with these arguments (docs/tools.md, "Presentation"): title,
+    /// subject, kind and view. `args` is whatever the model sent (`Null` when it was not JSON),
+    /// so this never fails. Default: the tool's name, no subject (front ends show the
+    /// arguments), kind `other`, view `text`.
+    fn present(&self, args: &Value) -> ToolPresentation {
+        let _ = args;
+        ToolPresentation::new(self.name())
+    }
+
+    /// A short summary of a finished call (`exit 1`, `42 lines read`), from what the log keeps
+    /// of its result; `None` when the tool has nothing to say (front ends then show the error
+    /// code of a failed call).
+    fn summarize(&self, args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        let _ = (args, result);
+        None
     }
 
     /// Runs one call with already parsed arguments (see [`crate::parse_raw_arguments`]).

@@ -14,6 +14,9 @@ use crate::error::{ToolError, ToolErrorCode};
 use crate::jobs::JobSpec;
 use crate::os::ExitStatusExt;
 use crate::output::ToolOutput;
+use crate::presentation::{
+    one_line, string_arg, ResultFacts, ResultSummary, Tone, ToolKind, ToolPresentation, ToolView,
+};
 use crate::process::{capture, group_command, spawn_child, Captured, Pid, ProcessGroup};
 use crate::tool::Tool;
 
@@ -64,6 +67,33 @@ struct BashArgs {
 }
 
 impl Tool for BashTool {
+    fn present(&self, args: &Value) -> ToolPresentation {
+        let command = string_arg(args, "command").unwrap_or("");
+        ToolPresentation::new(self.name())
+            .subject(format!("$ {}", one_line(command, 200)))
+            .detail(string_arg(args, "description"))
+            .kind(ToolKind::Execute)
+            .view(ToolView::Terminal)
+    }
+
+    fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        if result.error.is_some() {
+            return None;
+        }
+        if let Some(job) = result.meta_value("jobId").and_then(Value::as_str) {
+            return Some(ResultSummary::new(format!("background job {job}")));
+        }
+        let timed_out = result.meta_value("timedOut").and_then(Value::as_bool) == Some(true);
+        Some(
+            match result.meta_value("exitCode").and_then(Value::as_i64) {
+                _ if timed_out => ResultSummary::new("timed out").tone(Tone::Failure),
+                Some(0) => ResultSummary::new("exit 0").tone(Tone::Success),
+                Some(code) => ResultSummary::new(format!("exit {code}")).tone(Tone::Failure),
+                None => ResultSummary::new("killed").tone(Tone::Failure),
+            },
+        )
+    }
+
     fn name(&self) -> &str {
         "bash"
     }

@@ -10,6 +10,7 @@ use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
 use crate::paths::display_relative;
+use crate::presentation::{ResultFacts, ResultSummary, ToolPresentation};
 use crate::tool::Tool;
 
 const BASE_DESCRIPTION: &str = "Edits an existing UTF-8 text file by replacing the literal text `old_string` with `new_string` (no regular expressions; whitespace and indentation must match exactly). \
@@ -41,6 +42,14 @@ struct EditArgs {
 }
 
 impl Tool for EditTool {
+    fn present(&self, args: &Value) -> ToolPresentation {
+        crate::builtin::file_change::present(self.name(), args)
+    }
+
+    fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        crate::builtin::file_change::summarize(result)
+    }
+
     fn name(&self) -> &str {
         "edit"
     }

@@ -382,3 +382,27 @@ pub(crate) fn change_data(
         SNAPSHOT_DATA_KEY: snapshot.to_value(),
     })
 }
+
+/// How `write` and `edit` calls are shown: the file, as a diff.
+pub(crate) fn present(name: &str, args: &Value) -> crate::ToolPresentation {
+    let path = crate::string_arg(args, "file_path").unwrap_or("?");
+    crate::ToolPresentation::new(name)
+        .subject(path)
+        .kind(crate::ToolKind::Edit)
+        .view(crate::ToolView::Diff)
+        .location(path)
+}
+
+/// `+added -removed` of a change (`new file` first for a created one).
+pub(crate) fn summarize(result: &crate::ResultFacts<'_>) -> Option<crate::ResultSummary> {
+    if result.error.is_some() {
+        return None;
+    }
+    let added = result.meta_u64("added").unwrap_or(0);
+    let removed = result.meta_u64("removed").unwrap_or(0);
+    let created = result.meta_value("created").and_then(Value::as_bool) == Some(true);
+    Some(crate::ResultSummary::new(format!(
+        "{}+{added} -{removed}",
+        if created { "new file " } else { "" }
+    )))
+}

@@ -19,6 +19,7 @@ use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
 use crate::paths::display_relative;
+use crate::presentation::{ResultFacts, ResultSummary, ToolPresentation};
 use crate::tool::Tool;
 
 /// Default of `[tools.glob] max_results`.
@@ -84,6 +85,14 @@ struct GlobArgs {
 }
 
 impl Tool for GlobTool {
+    fn present(&self, args: &Value) -> ToolPresentation {
+        crate::builtin::search::present(self.name(), args)
+    }
+
+    fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        crate::builtin::search::summarize(result, "file", "files")
+    }
+
     fn name(&self) -> &str {
         "glob"
     }

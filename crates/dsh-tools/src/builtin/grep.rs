@@ -21,6 +21,7 @@ use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
 use crate::paths::display_relative;
+use crate::presentation::{ResultFacts, ResultSummary, ToolPresentation};
 use crate::tool::Tool;
 
 /// Characters of a matching line shown in a result.
@@ -78,6 +79,14 @@ struct GrepArgs {
 }
 
 impl Tool for GrepTool {
+    fn present(&self, args: &Value) -> ToolPresentation {
+        crate::builtin::search::present(self.name(), args)
+    }
+
+    fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        crate::builtin::search::summarize(result, "match", "matches")
+    }
+
     fn name(&self) -> &str {
         "grep"
     }

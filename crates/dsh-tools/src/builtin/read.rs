@@ -13,6 +13,9 @@ use crate::error::{ToolError, ToolErrorCode};
 use crate::gate::GateFile;
 use crate::observe::ContentHasher;
 use crate::output::ToolOutput;
+use crate::presentation::{
+    count, string_arg, ResultFacts, ResultSummary, ToolKind, ToolPresentation, ToolView,
+};
 use crate::tool::Tool;
 
 /// Bytes examined for a NUL byte to decide a file is binary.
@@ -40,6 +43,55 @@ struct ReadArgs {
 }
 
 impl Tool for ReadTool {
+    fn present(&self, args: &Value) -> ToolPresentation {
+        let path = string_arg(args, "file_path").unwrap_or("?");
+        let offset = args.get("offset").and_then(Value::as_u64);
+        let subject = match args.get("limit").and_then(Value::as_u64) {
+            Some(limit) => {
+                let from = offset.unwrap_or(1).max(1);
+                format!("{path} lines {from}-{}", (from + limit).saturating_sub(1))
+            }
+            None => match offset {
+                Some(offset) => format!("{path} from line {}", offset.max(1)),
+                None => path.to_string(),
+            },
+        };
+        ToolPresentation::new(self.name())
+            .subject(subject)
+            .kind(ToolKind::Read)
+            .view(ToolView::Contents)
+            .location(path)
+    }
+
+    /// The lines actually read, from the result (`meta.linesShown`, `offset` and `totalLines`;
+    /// else the numbered lines of the text), not from the request's `limit`, which a short file
+    /// or the byte cap cuts. The subject becomes the path alone.
+    fn summarize(&self, args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        if result.error.is_some() {
+            return None;
+        }
+        let shown = result.meta_u64("linesShown").unwrap_or_else(|| {
+            result
+                .text
+                .lines()
+                .filter(|l| {
+                    let digits = l.chars().take_while(char::is_ascii_digit).count();
+                    digits > 0 && (l[digits..].starts_with(": ") || l[digits..].starts_with('\t'))
+                })
+                .count() as u64
+        });
+        let lines = count(shown, "line", "lines");
+        let text = match (result.meta_u64("offset"), result.meta_u64("totalLines")) {
+            (Some(from), Some(total)) if shown > 0 && shown < total => {
+                format!("{lines} read ({from}-{} of {total})", from + shown - 1)
+            }
+            _ => format!("{lines} read"),
+        };
+        let mut summary = ResultSummary::new(text);
+        summary.subject = Some(string_arg(args, "file_path").unwrap_or("?").to_string());
+        Some(summary)
+    }
+
     fn name(&self) -> &str {
         "read"
     }

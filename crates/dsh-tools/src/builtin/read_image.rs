@@ -17,6 +17,7 @@ use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
+use crate::presentation::{string_arg, ToolKind, ToolPresentation};
 use crate::tool::Tool;
 
 const DESCRIPTION: &str = "Read a PNG/JPEG/WebP/GIF file and return the image itself, with its pixel size and byte count. \
@@ -34,6 +35,14 @@ struct ReadImageArgs {
 }
 
 impl Tool for ReadImageTool {
+    fn present(&self, args: &Value) -> ToolPresentation {
+        let path = string_arg(args, "file_path").unwrap_or("?");
+        ToolPresentation::new(self.name())
+            .subject(path)
+            .kind(ToolKind::Read)
+            .location(path)
+    }
+
     fn name(&self) -> &str {
         "read_image"
     }

@@ -277,6 +277,42 @@ pub(crate) fn capped_notice(
     format!("\n\n(Showing {shown} of {total} {what}{order}. {saved} Narrow {narrow} to see the others.)")
 }
 
+/// How `glob` and `grep` calls are shown: `pattern in path (include)`.
+pub(crate) fn present(name: &str, args: &serde_json::Value) -> crate::ToolPresentation {
+    let mut subject = crate::string_arg(args, "pattern")
+        .unwrap_or("?")
+        .to_string();
+    if let Some(path) = crate::string_arg(args, "path") {
+        subject.push_str(&format!(" in {path}"));
+    }
+    if let Some(include) = crate::string_arg(args, "include") {
+        subject.push_str(&format!(" ({include})"));
+    }
+    crate::ToolPresentation::new(name)
+        .subject(crate::one_line(&subject, 200))
+        .kind(crate::ToolKind::Search)
+        .view(crate::ToolView::Results)
+}
+
+/// How many results (`meta.total`, and how many are shown when fewer); the text's lines when
+/// the data does not say.
+pub(crate) fn summarize(
+    result: &crate::ResultFacts<'_>,
+    singular: &str,
+    plural: &str,
+) -> Option<crate::ResultSummary> {
+    if result.error.is_some() {
+        return None;
+    }
+    let noun = |n| crate::presentation::count(n, singular, plural);
+    let text = match (result.meta_u64("total"), result.meta_u64("shown")) {
+        (Some(total), Some(shown)) if shown < total => format!("{} ({shown} shown)", noun(total)),
+        (Some(total), _) => noun(total),
+        _ => format!("{} lines", result.text.lines().count()),
+    };
+    Some(crate::ResultSummary::new(text))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::error::ToolError;
 use crate::output::ToolOutput;
+use crate::presentation::{ToolKind, ToolPresentation, ToolView};
 use crate::tool::Tool;
 
 const DESCRIPTION: &str = "Replaces the task list for the current work with `todos` (send the whole list every time; there are no partial updates). \
@@ -52,6 +53,13 @@ struct TodoArgs {
 }
 
 impl Tool for TodoWriteTool {
+    /// No subject of its own (front ends show the arguments, or the list itself).
+    fn present(&self, _args: &Value) -> ToolPresentation {
+        ToolPresentation::new(self.name())
+            .kind(ToolKind::Think)
+            .view(ToolView::Todos)
+    }
+
     fn name(&self) -> &str {
         "todo_write"
     }

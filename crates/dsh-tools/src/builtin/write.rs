@@ -10,6 +10,7 @@ use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
 use crate::paths::display_relative;
+use crate::presentation::{ResultFacts, ResultSummary, ToolPresentation};
 use crate::tool::Tool;
 
 const BASE_DESCRIPTION: &str = "Creates a UTF-8 text file, or replaces the entire content of an existing one, with `content`. \
@@ -40,6 +41,14 @@ struct WriteArgs {
 }
 
 impl Tool for WriteTool {
+    fn present(&self, args: &Value) -> ToolPresentation {
+        crate::builtin::file_change::present(self.name(), args)
+    }
+
+    fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        crate::builtin::file_change::summarize(result)
+    }
+
     fn name(&self) -> &str {
         "write"
     }

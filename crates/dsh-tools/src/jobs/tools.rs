@@ -56,6 +56,11 @@ struct OutputArgs {
 }
 
 impl Tool for JobOutputTool {
+    fn present(&self, args: &Value) -> crate::ToolPresentation {
+        crate::ToolPresentation::new(self.name())
+            .subject(crate::string_arg(args, "job_id").unwrap_or("?"))
+    }
+
     fn name(&self) -> &str {
         "job_output"
     }
@@ -183,6 +188,11 @@ struct KillArgs {
 }
 
 impl Tool for JobKillTool {
+    fn present(&self, args: &Value) -> crate::ToolPresentation {
+        crate::ToolPresentation::new(self.name())
+            .subject(crate::string_arg(args, "job_id").unwrap_or("?"))
+    }
+
     fn name(&self) -> &str {
         "job_kill"
     }

@@ -31,6 +31,7 @@ use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
+use crate::presentation::{one_line, string_arg, ToolKind, ToolPresentation};
 use crate::tool::Tool;
 
 /// Settings of `web_fetch` (`[tools.web_fetch]` in the configuration).
@@ -343,6 +344,12 @@ struct Args {
 }
 
 impl Tool for WebFetchTool {
+    fn present(&self, args: &Value) -> ToolPresentation {
+        ToolPresentation::new(self.name())
+            .subject(one_line(string_arg(args, "url").unwrap_or("?"), 200))
+            .kind(ToolKind::Fetch)
+    }
+
     fn name(&self) -> &str {
         "web_fetch"
     }

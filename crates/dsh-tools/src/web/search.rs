@@ -25,6 +25,9 @@ use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::error::{ToolError, ToolErrorCode};
 use crate::output::ToolOutput;
+use crate::presentation::{
+    count, one_line, ResultFacts, ResultSummary, ToolKind, ToolPresentation, ToolView,
+};
 use crate::tool::Tool;
 
 /// Default endpoint base: DeepSeek's Anthropic-compatible API (`/messages` is appended). Not
@@ -568,6 +571,35 @@ struct Args {
 }
 
 impl Tool for WebSearchTool {
+    /// The queries; the result is its sources (`meta.sources`).
+    fn present(&self, args: &Value) -> ToolPresentation {
+        let queries: Vec<&str> = args
+            .get("queries")
+            .and_then(Value::as_array)
+            .map(|q| q.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        ToolPresentation::new(self.name())
+            .subject(one_line(&queries.join(", "), 200))
+            .kind(ToolKind::Fetch)
+            .view(ToolView::Sources)
+    }
+
+    fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
+        if result.error.is_some() {
+            return None;
+        }
+        let sources = result
+            .meta_value("sources")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        let cut = result.meta_value("truncated").and_then(Value::as_bool) == Some(true);
+        Some(ResultSummary::new(format!(
+            "{}{}",
+            count(sources as u64, "source", "sources"),
+            if cut { " (cut)" } else { "" }
+        )))
+    }
+
     fn name(&self) -> &str {
         "web_search"
     }
