@@ -6,16 +6,16 @@ use std::time::Duration;
 use dsh_http::{
     ApiKey, HttpClient, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT,
 };
-use dsh_llm::ModelTable;
+use dsh_llm::{providers, ModelTable};
 
 /// The default endpoint of Anthropic's API.
-pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+pub const DEFAULT_BASE_URL: &str = providers::ANTHROPIC.base_url;
 
 /// Environment variable conventionally holding the key (named in failure messages by default).
-pub const API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
+pub const API_KEY_ENV: &str = providers::ANTHROPIC.api_key_env;
 
 /// Environment variable read for the endpoint by [`AnthropicConfig::from_lookup`].
-pub const BASE_URL_ENV: &str = "ANTHROPIC_BASE_URL";
+pub const BASE_URL_ENV: &str = providers::ANTHROPIC.base_url_env;
 
 /// The `anthropic-version` header value this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";

@@ -105,7 +105,7 @@ fn list_models(
     provider: &ProviderConfig,
     key: dsh_deepseek::ApiKey,
 ) -> anyhow::Result<Vec<ModelInfo>> {
-    let adapter = dsh_config::build_adapter(config, provider, Some(key), None)
+    let adapter = dsh_runtime::build_adapter(config, provider, Some(key), None)
         .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1,9 +1,10 @@
-//! The built-in layer: what dsh uses when no file says otherwise. The DeepSeek model numbers
-//! come from `dsh_deepseek::models` and the prices from `dsh_session::PriceTable`, so each fact
-//! has one source.
+//! The built-in layer: what dsh uses when no file says otherwise. The providers and DeepSeek's
+//! model numbers come from `dsh_llm::providers`, which the adapters read too, and the prices from
+//! `dsh_llm::PriceTable`, so each fact has one source and no adapter is needed here.
 
-use dsh_llm::ReasoningEffort;
-use dsh_session::PriceTable;
+use dsh_llm::providers::{BuiltinProvider, BUILTIN_PROVIDERS, DEEPSEEK_DEFAULT_EFFORT};
+use dsh_llm::providers::{DEEPSEEK_EFFORTS, DEEPSEEK_MODELS};
+use dsh_llm::{PriceTable, ReasoningEffort};
 use toml::{Table, Value};
 
 /// Default compaction trigger: share of the context window (docs/agent.md, "Context discipline").
@@ -14,10 +15,10 @@ pub const DEFAULT_COMPACTION_THRESHOLD: f64 = 0.8;
 pub const DEFAULT_KEEP_TAIL: f64 = 0.16;
 
 /// Name of the built-in DeepSeek provider.
-pub const DEEPSEEK_PROVIDER: &str = "deepseek";
+pub const DEEPSEEK_PROVIDER: &str = dsh_llm::providers::DEEPSEEK.name;
 
 /// Name of the built-in Anthropic provider.
-pub const ANTHROPIC_PROVIDER: &str = "anthropic";
+pub const ANTHROPIC_PROVIDER: &str = dsh_llm::providers::ANTHROPIC.name;
 
 fn table(entries: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
     Value::Table(
@@ -47,30 +48,15 @@ pub fn builtin_layer() -> Table {
             ("keep_tail", Value::Float(DEFAULT_KEEP_TAIL)),
         ]),
     );
-    let mut providers = Table::new();
-    providers.insert(
-        DEEPSEEK_PROVIDER.into(),
-        table([
-            ("kind", string("deepseek")),
-            ("base_url", string(dsh_deepseek::DEFAULT_BASE_URL)),
-            ("api_key_env", string(dsh_deepseek::API_KEY_ENV)),
-            ("default_model", string(dsh_deepseek::DEFAULT_MODEL)),
-        ]),
-    );
-    providers.insert(
-        ANTHROPIC_PROVIDER.into(),
-        table([
-            ("kind", string("anthropic")),
-            ("base_url", string(dsh_anthropic::DEFAULT_BASE_URL)),
-            ("api_key_env", string(dsh_anthropic::API_KEY_ENV)),
-        ]),
-    );
+    let providers = BUILTIN_PROVIDERS
+        .iter()
+        .map(|provider| (provider.name.to_string(), provider_table(provider)))
+        .collect();
     root.insert("providers".into(), Value::Table(providers));
 
     let prices = PriceTable::default_deepseek();
     let mut models = Table::new();
-    for spec in dsh_deepseek::models::MODELS {
-        let info = dsh_deepseek::model_info(spec.id);
+    for spec in DEEPSEEK_MODELS {
         let mut row = Table::new();
         row.insert("provider".into(), string(DEEPSEEK_PROVIDER));
         row.insert("context_window".into(), int(spec.context_window));
@@ -78,11 +64,17 @@ pub fn builtin_layer() -> Table {
         row.insert("default_max_tokens".into(), int(spec.default_max_tokens));
         row.insert(
             "efforts".into(),
-            Value::Array(info.efforts.iter().map(|e| string(e.as_str())).collect()),
+            Value::Array(
+                DEEPSEEK_EFFORTS
+                    .iter()
+                    .map(|e| string(e.as_str()))
+                    .collect(),
+            ),
         );
-        if let Some(effort) = info.default_effort {
-            row.insert("default_effort".into(), string(effort_name(effort)));
-        }
+        row.insert(
+            "default_effort".into(),
+            string(effort_name(DEEPSEEK_DEFAULT_EFFORT)),
+        );
         row.insert(
             "input".into(),
             Value::Array(spec.input.iter().map(|i| string(i)).collect()),
@@ -102,6 +94,19 @@ pub fn builtin_layer() -> Table {
     }
     root.insert("models".into(), Value::Table(models));
     root
+}
+
+/// A built-in provider's section.
+fn provider_table(provider: &BuiltinProvider) -> Value {
+    let mut entries = vec![
+        ("kind", string(provider.kind)),
+        ("base_url", string(provider.base_url)),
+        ("api_key_env", string(provider.api_key_env)),
+    ];
+    if let Some(model) = provider.default_model {
+        entries.push(("default_model", string(model)));
+    }
+    table(entries)
 }
 
 fn effort_name(effort: ReasoningEffort) -> &'static str {

@@ -4,9 +4,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use dsh_deepseek::{ApiKey, MaxTokensField, OpenAiQuirks};
-use dsh_llm::{ModelInfo, ModelRow, ModelTable, ReasoningEffort};
-use dsh_session::{ModelPrice, PriceTable};
+use dsh_http::ApiKey;
+use dsh_llm::{ModelInfo, ModelPrice, ModelRow, ModelTable, PriceTable, ReasoningEffort};
 use toml::{Table, Value};
 
 use crate::error::{ConfigError, ConfigErrors, Source};
@@ -34,6 +33,47 @@ impl ProviderKind {
     }
 }
 
+/// Which request field carries the output token limit (`quirks.max_tokens_field`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxTokensField {
+    /// `max_tokens` (DeepSeek, vLLM, llama.cpp server, Ollama).
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens` (OpenAI's newer name).
+    MaxCompletionTokens,
+    /// `"none"`: no limit is sent.
+    Omit,
+}
+
+/// `[providers.<name>.quirks]`: the fields a chat-completions endpoint accepts, as configured
+/// (docs/configuration.md). The composition root hands them to the adapter, which owns what
+/// each switch does to a request; every switch is on unless the file turns it off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quirks {
+    /// `send_reasoning_content`.
+    pub send_reasoning_content: bool,
+    /// `send_stream_options`.
+    pub send_stream_options: bool,
+    /// `send_thinking`.
+    pub send_thinking: bool,
+    /// `send_reasoning_effort`.
+    pub send_reasoning_effort: bool,
+    /// `max_tokens_field`.
+    pub max_tokens_field: MaxTokensField,
+}
+
+impl Default for Quirks {
+    fn default() -> Self {
+        Quirks {
+            send_reasoning_content: true,
+            send_stream_options: true,
+            send_thinking: true,
+            send_reasoning_effort: true,
+            max_tokens_field: MaxTokensField::MaxTokens,
+        }
+    }
+}
+
 /// One named provider.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderConfig {
@@ -54,7 +94,7 @@ pub struct ProviderConfig {
     /// Overall reply deadline override (`reply_timeout_secs`).
     pub reply_timeout: Option<Duration>,
     /// Fields the endpoint accepts (chat-completions kinds only).
-    pub quirks: OpenAiQuirks,
+    pub quirks: Quirks,
     /// Open a connection when a session starts, before its first call (`preconnect`, default
     /// true; docs/providers.md, "Shared connections and preconnect").
     pub preconnect: bool,
@@ -297,7 +337,7 @@ fn parse_provider(
             .get("preconnect")
             .and_then(Value::as_bool)
             .unwrap_or(true),
-        quirks: OpenAiQuirks {
+        quirks: Quirks {
             send_reasoning_content: flag("send_reasoning_content"),
             send_stream_options: flag("send_stream_options"),
             send_thinking: flag("send_thinking"),

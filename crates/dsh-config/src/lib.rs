@@ -6,9 +6,9 @@
 //!   and checks the result. Every problem is a [`ConfigError`] naming the file (or variable or
 //!   flag), the key path, what is wrong and how to fix it.
 //! - [`Config::source_of`] tells where each effective value came from ([`Source`]).
-//! - [`Config::select`] picks provider, model, effort and key for a run; [`build_adapter`]
-//!   builds the provider's adapter with the model table ([`Config::model_table`]), which the
-//!   adapter reads over its own defaults.
+//! - [`Config::select`] picks provider, model, effort and key for a run; the composition root
+//!   (`dsh-runtime`) builds the provider's adapter from it with the model table
+//!   ([`Config::model_table`]), which the adapter reads over its own defaults.
 //! - [`Config::web_fetch`] gives the settings of the opt-in `web_fetch` tool, [`Config::web_search`]
 //!   those of `web_search`.
 //! - [`trust`] decides whether the project's files may run commands or widen power; untrusted,
@@ -20,7 +20,6 @@
 #![warn(missing_docs, unreachable_pub)]
 #![warn(clippy::too_many_lines)]
 
-mod adapters;
 mod builtin;
 mod config;
 mod error;
@@ -35,14 +34,13 @@ pub mod trust;
 mod tui;
 mod web_search;
 
-pub use adapters::build_adapter;
 pub use builtin::{
     builtin_layer, ANTHROPIC_PROVIDER, DEEPSEEK_PROVIDER, DEFAULT_COMPACTION_THRESHOLD,
     DEFAULT_KEEP_TAIL,
 };
 pub use config::{
-    AgentsSettings, BudgetSettings, CompactionSettings, Config, ModelEntry, ProviderConfig,
-    ProviderKind, SelectError, Selection, KEYLESS_PLACEHOLDER,
+    AgentsSettings, BudgetSettings, CompactionSettings, Config, MaxTokensField, ModelEntry,
+    ProviderConfig, ProviderKind, Quirks, SelectError, Selection, KEYLESS_PLACEHOLDER,
 };
 pub use error::{ConfigError, ConfigErrors, Source};
 pub use load::{

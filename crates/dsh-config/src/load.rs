@@ -65,11 +65,11 @@ pub struct Flags {
 /// Environment variables read as configuration, with the key each sets.
 pub const ENV_KEYS: &[(&str, &[&str])] = &[
     (
-        dsh_deepseek::BASE_URL_ENV,
+        dsh_llm::providers::DEEPSEEK.base_url_env,
         &["providers", "deepseek", "base_url"],
     ),
     (
-        dsh_anthropic::BASE_URL_ENV,
+        dsh_llm::providers::ANTHROPIC.base_url_env,
         &["providers", "anthropic", "base_url"],
     ),
     ("DSH_PERMISSION_MODE", &["permission"]),

@@ -6,16 +6,16 @@ use std::time::Duration;
 use dsh_http::{
     ApiKey, HttpClient, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_REPLY_TIMEOUT,
 };
-use dsh_llm::ModelTable;
+use dsh_llm::{providers, ModelTable};
 
 /// The default endpoint of the official DeepSeek API (OpenAI chat-completions format).
-pub const DEFAULT_BASE_URL: &str = "https://api.deepseek.com";
+pub const DEFAULT_BASE_URL: &str = providers::DEEPSEEK.base_url;
 
 /// Environment variable read for the API key by [`DeepSeekConfig::from_env`].
-pub const API_KEY_ENV: &str = "DEEPSEEK_API_KEY";
+pub const API_KEY_ENV: &str = providers::DEEPSEEK.api_key_env;
 
 /// Environment variable read for the endpoint by [`DeepSeekConfig::from_env`].
-pub const BASE_URL_ENV: &str = "DEEPSEEK_BASE_URL";
+pub const BASE_URL_ENV: &str = providers::DEEPSEEK.base_url_env;
 
 /// Which request field carries the output token limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

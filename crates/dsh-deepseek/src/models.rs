@@ -1,67 +1,12 @@
-//! The model table: every fact this adapter knows about DeepSeek models lives here.
-//!
-//! Sources (checked against DeepSeek's API documentation, "Models & Pricing" and "Thinking
-//! Mode" pages): both V4 models have a 1M-token context and at most 384K output tokens; thinking
-//! is on by default with effort `high`; the chat-completions effort values are `low`, `high`,
-//! `max` (the provider maps `medium` to `high`), and `thinking: {type: disabled}` turns thinking
-//! off. The docs state no default for `max_tokens`, so dsh's default of 256,000 stands.
+//! What this adapter knows about DeepSeek's models: the rows of [`dsh_llm::providers`] (where
+//! the configuration's built-in layer reads them too, docs/ARCHITECTURE.md "dsh-config"), and a
+//! generic description for any other model an OpenAI-compatible server runs.
 
-use dsh_llm::{ModelInfo, ReasoningEffort};
-
-/// The model used when the caller names none.
-pub const DEFAULT_MODEL: &str = "deepseek-v4-flash";
-
-/// One row of the model table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ModelSpec {
-    /// The model id sent as `model`.
-    pub id: &'static str,
-    /// Context window in tokens.
-    pub context_window: u64,
-    /// `max_tokens` sent when the caller sets none.
-    pub default_max_tokens: u64,
-    /// Largest `max_tokens` the provider accepts.
-    pub max_output_tokens: u64,
-    /// Input kinds the model takes (docs/model-calls.md, "Images").
-    pub input: &'static [&'static str],
-}
-
-const TEXT: &[&str] = &["text"];
-const TEXT_AND_IMAGE: &[&str] = &["text", "image"];
-
-/// The known DeepSeek models.
-pub const MODELS: &[ModelSpec] = &[
-    ModelSpec {
-        id: "deepseek-v4-flash",
-        context_window: 1_000_000,
-        default_max_tokens: 256_000,
-        max_output_tokens: 384_000,
-        input: TEXT,
-    },
-    ModelSpec {
-        id: "deepseek-v4-pro",
-        context_window: 1_000_000,
-        default_max_tokens: 256_000,
-        max_output_tokens: 384_000,
-        input: TEXT,
-    },
-    // dsh's llm-deepseek README lists this id as its image-capable default model.
-    ModelSpec {
-        id: "deepseek-v4-flash-vision-exp",
-        context_window: 1_000_000,
-        default_max_tokens: 256_000,
-        max_output_tokens: 384_000,
-        input: TEXT_AND_IMAGE,
-    },
-];
-
-/// Efforts a thinking DeepSeek model accepts; `Off` disables thinking.
-pub const DEEPSEEK_EFFORTS: &[ReasoningEffort] = &[
-    ReasoningEffort::Off,
-    ReasoningEffort::Low,
-    ReasoningEffort::High,
-    ReasoningEffort::Max,
-];
+use dsh_llm::providers::DEEPSEEK_DEFAULT_EFFORT;
+pub use dsh_llm::providers::{
+    ModelSpec, DEEPSEEK_DEFAULT_MODEL as DEFAULT_MODEL, DEEPSEEK_EFFORTS, DEEPSEEK_MODELS as MODELS,
+};
+use dsh_llm::ModelInfo;
 
 /// Context window assumed for a model this table does not know (an OpenAI-compatible server).
 pub const GENERIC_CONTEXT_WINDOW: u64 = 128_000;
@@ -92,7 +37,7 @@ pub fn model_info(model: &str) -> ModelInfo {
             context_window: spec.context_window,
             default_max_tokens: spec.default_max_tokens,
             efforts: DEEPSEEK_EFFORTS.to_vec(),
-            default_effort: Some(ReasoningEffort::High),
+            default_effort: Some(DEEPSEEK_DEFAULT_EFFORT),
             modalities: spec.input.iter().map(|i| i.to_string()).collect(),
         },
         None => ModelInfo {
@@ -109,7 +54,7 @@ pub fn model_info(model: &str) -> ModelInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsh_llm::{CallConfig, FailureCode};
+    use dsh_llm::{CallConfig, FailureCode, ReasoningEffort};
 
     #[test]
     fn known_models_prepare_with_table_defaults() {

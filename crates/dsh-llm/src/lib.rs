@@ -20,6 +20,8 @@ mod failure;
 mod image;
 mod message;
 mod model_table;
+mod price;
+pub mod providers;
 mod retry;
 mod session_cache;
 mod sync;
@@ -42,6 +44,7 @@ pub use image::{
 };
 pub use message::{Message, MessageSource, Role};
 pub use model_table::{ModelRow, ModelTable};
+pub use price::{ModelPrice, PriceTable};
 pub use retry::{RetryDecision, RetryPolicy};
 pub use session_cache::{KeptTools, PerSession, SharedBytes, WrittenHistory};
 pub use sync::{LockExt, RwLockExt};

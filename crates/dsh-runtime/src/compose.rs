@@ -54,7 +54,7 @@ pub(crate) fn agent_parts(
 ) -> Result<SessionParts, RuntimeError> {
     let setup = &shared.configuration;
     let provider = &setup.selection.provider;
-    let adapter = dsh_config::build_adapter(
+    let adapter = crate::adapters::build_adapter(
         &setup.config,
         provider,
         setup.selection.api_key.clone(),

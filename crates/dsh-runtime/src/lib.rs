@@ -11,6 +11,7 @@
 
 #![warn(clippy::too_many_lines, missing_docs, unreachable_pub)]
 
+mod adapters;
 pub mod credentials;
 pub mod trust;
 
@@ -27,6 +28,7 @@ use dsh_llm::{CallConfig, LockExt};
 use dsh_session::{Envelope, PriceTable, SessionStore};
 use dsh_tools::PermissionPreset;
 
+pub use adapters::build_adapter;
 pub use compose::permission_summary;
 pub use error::RuntimeError;
 
@@ -282,7 +284,7 @@ impl SessionFactory for Runtime {
     fn model_info(&self, model: &str) -> Option<dsh_llm::ModelInfo> {
         let setup = self.configuration(&SessionSpec::default()).ok()?;
         let provider = &setup.selection.provider;
-        let adapter = dsh_config::build_adapter(
+        let adapter = build_adapter(
             &setup.config,
             provider,
             setup.selection.api_key.clone(),

@@ -13,8 +13,8 @@ use serde_json::{json, Map, Value};
 
 use crate::envelope::{Envelope, SurfaceOp};
 use crate::event::{Event, HeaderTools, ToolResult};
-use crate::listing::PriceTable;
 use crate::reader::{is_zstd_path, load_file, LoadedLog};
+use dsh_llm::PriceTable;
 
 /// The ATIF version written.
 pub const ATIF_SCHEMA_VERSION: &str = "ATIF-v1.7";

@@ -1427,7 +1427,7 @@ mod tests {
     /// texts serde writes differently or not at all.
     #[test]
     fn listed_usage_and_cost_equal_the_summarys() {
-        let prices = crate::listing::PriceTable::default_deepseek();
+        let prices = dsh_llm::PriceTable::default_deepseek();
         let full = |n: u64| {
             format!(
                 r#"{{"inputTokens":{n},"outputTokens":7,"cacheReadTokens":333,"cacheWriteTokens":4,"reasoningTokens":5,"requests":6}}"#

@@ -75,6 +75,9 @@ pub use atif::{
 };
 pub use blobs::{blobs_beside, zip_image_entries, BlobProblem, BlobStore};
 pub use catalog::{Catalog, ListedSession, ListedSessions, WatchedCatalog, CATALOG_FILE};
+/// The price table lives in `dsh-llm`, below the configuration; named here too for the crates
+/// that read costs from summaries.
+pub use dsh_llm::{ModelPrice, PriceTable};
 pub use envelope::{now_ms, Envelope, SessionHeader, SurfaceOp, FORMAT_VERSION, WRITER_NAME};
 pub use error::{Location, Result, SessionError};
 pub use event::{
@@ -87,7 +90,7 @@ pub use event::{
 pub use export::{encode_jsonl, export_markdown, export_zip, TRANSCRIPT_RESULT_LIMIT};
 pub use fork::{fork, fork_log, fork_point};
 pub use jsonl::{plain_continuation, session_file_in, JsonlStore, JsonlWriter};
-pub use listing::{message_text, ModelPrice, PriceTable, SessionSummary};
+pub use listing::{message_text, SessionSummary};
 pub use projection::{project, HistoryEntry, Projector};
 pub use reader::{
     is_zstd_path, load_file, LoadedLog, LogInput, LogReader, TornTail, ZstdInput,

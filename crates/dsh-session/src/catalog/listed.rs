@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use dsh_llm::UsageTotals;
+use dsh_llm::{PriceTable, UsageTotals};
 
-use crate::listing::{PriceTable, SessionSummary};
+use crate::listing::SessionSummary;
 use crate::store::{DamagedSession, ListPage, Listing};
 
 /// A piece of a [`Text`]: start and length in bytes.
