@@ -11,6 +11,8 @@
 //!   `content_block_*`, `message_delta`, `message_stop`, `ping`, `error`) into dsh chunks
 //!   without I/O, so tests drive it directly.
 //! - [`errors`] maps HTTP statuses and in-stream errors to failures.
+//! - [`WebSearch`] runs one query through the endpoint's server-side `web_search` tool, for
+//!   dsh's `web_search` tool (a non-streaming call outside the adapter seam).
 //!
 //! The HTTP side (client, headers, streamed calls, watchdogs, cancel, scrubbing) is
 //! [`dsh_http::Endpoint`], shared with the chat-completions adapter. The configured model table
@@ -27,6 +29,7 @@ mod decode;
 pub mod errors;
 mod models;
 mod request;
+mod web_search;
 
 pub use adapter::AnthropicAdapter;
 pub use config::{
@@ -35,3 +38,7 @@ pub use config::{
 pub use decode::MessagesDecoder;
 pub use models::{model_info, GENERIC_CONTEXT_WINDOW, GENERIC_DEFAULT_MAX_TOKENS};
 pub use request::{build_request_body, EMPTY_TOOL_OUTPUT_PLACEHOLDER, MIN_THINKING_BUDGET};
+pub use web_search::{
+    SearchError, SearchErrorKind, SearchResult, SearchSource, WebSearch, WebSearchConfig,
+    DEFAULT_SEARCH_BASE_URL, SEARCH_PROMPT_PREFIX,
+};

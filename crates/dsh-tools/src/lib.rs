@@ -19,7 +19,8 @@
 //! * Opt-in tools: background jobs ([`JobTable`], `job_output`, `job_list`, `job_kill`),
 //!   `ask_user_question` (answered by a front end's [`Asker`]), `web_fetch`
 //!   ([`WebFetchTool`], off unless configured) and `web_search` ([`WebSearchTool`], on when a
-//!   DeepSeek key is configured).
+//!   DeepSeek key is configured; its model call is a [`WebSearcher`] the composition root
+//!   supplies).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -111,7 +112,7 @@ pub use spill::{externalize, Externalized, SpillDir, DEFAULT_SPILL_THRESHOLD};
 pub use terminal::{is_unsafe_for_terminal, printable};
 pub use tool::Tool;
 pub use web::{
-    decode_entities, html_to_markdown, refused_address, HostResolver, SearchRecorder,
-    SystemResolver, WebFetchSettings, WebFetchTool, WebSearchSettings, WebSearchTool,
-    DEFAULT_SEARCH_BASE_URL, SEARCH_PROMPT_PREFIX, SEARCH_REQUEST_EVENT,
+    decode_entities, html_to_markdown, refused_address, HostResolver, SystemResolver,
+    WebFetchSettings, WebFetchTool, WebSearchResult, WebSearchSettings, WebSearchTool, WebSearcher,
+    WebSource, SEARCH_REQUEST_EVENT,
 };

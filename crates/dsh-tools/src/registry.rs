@@ -67,10 +67,7 @@ impl ToolRegistry {
             Arc::new(crate::ReadImageTool),
             Arc::new(crate::AskUserQuestionTool),
             Arc::new(crate::WebFetchTool::new(crate::WebFetchSettings::default())),
-            Arc::new(crate::WebSearchTool::new(
-                crate::WebSearchSettings::default(),
-                dsh_http::ApiKey::new(""),
-            )),
+            Arc::new(crate::WebSearchTool::for_presentation()),
         ];
         for tool in extra.into_iter().chain(crate::job_tools()) {
             // Distinct names, like the built-ins'.

@@ -1,5 +1,5 @@
 //! Integration tests of dsh-anthropic: cancellation and secrets, conversations, faults, decoder
-//! fuzzing.
+//! fuzzing, and the web search of dsh's `web_search` tool.
 //!
 //! Every integration test file of this crate is a module of this one binary, so the crate links
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
@@ -14,3 +14,4 @@ mod conversation;
 mod faults;
 mod fuzz_props;
 mod images;
+mod web_search;

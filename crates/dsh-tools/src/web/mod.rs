@@ -23,8 +23,7 @@ use serde_json::{json, Value};
 pub use address::{refused_address, HostResolver, SystemResolver};
 pub use markdown::{decode_entities, html_to_markdown};
 pub use search::{
-    SearchRecorder, WebSearchSettings, WebSearchTool, DEFAULT_SEARCH_BASE_URL,
-    SEARCH_PROMPT_PREFIX, SEARCH_REQUEST_EVENT,
+    WebSearchResult, WebSearchSettings, WebSearchTool, WebSearcher, WebSource, SEARCH_REQUEST_EVENT,
 };
 
 use crate::args::parse_args;
