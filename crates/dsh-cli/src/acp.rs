@@ -43,6 +43,7 @@ pub(crate) fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
             effort: args.effort,
             permission: args.permission,
             trust_workspace: args.trust_workspace,
+            keyless: false,
         },
     )?;
     let factory = Arc::new(runtime);

@@ -4,19 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use dsh_agent::{
-    compare_runs, Agent, AgentOptions, AgentParts, ExtensionSet, RecordedRun, ReplayAdapter,
-};
-use dsh_llm::{AdapterRegistry, CallConfig, RetryPolicy};
-use dsh_session::{open_store, StoreKind};
-use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use dsh_agent::{compare_runs, Agent, RecordedRun, ReplayAdapter};
+use dsh_runtime::{Choices, ProviderReplacement, SessionSpec};
+use dsh_tools::PermissionPreset;
 use tokio::sync::Notify;
-
-/// The route the replay adapter is registered under.
-const REPLAY_ROUTE: &str = "replay";
 
 // Arguments of `dsh replay` (a plain comment: clap would make a doc comment the
 // subcommand's help line, which the variant's doc in main.rs is).
@@ -68,9 +61,8 @@ async fn run_async(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .permission
         .parse()
         .map_err(|msg: String| anyhow::anyhow!(msg))?;
-    let home = crate::home::dsh_home()?;
     let cwd = working_directory(args.cwd.as_deref(), &file)?;
-    let (mut agent, hanging) = replay_agent(&home, &cwd, permission, &recording, &recorded)?;
+    let (mut agent, hanging) = replay_agent(&cwd, permission, &recording, &recorded)?;
     let location = agent.handle().location();
     eprintln!(
         "dsh: replaying {} turn(s) in {}",
@@ -113,11 +105,12 @@ fn working_directory(cwd: Option<&Path>, file: &Path) -> anyhow::Result<PathBuf>
         .with_context(|| format!("working directory {} does not exist", cwd.display()))
 }
 
-/// An agent whose only model is the recording's replies (the route [`REPLAY_ROUTE`]), with
-/// the built-in tools and extensions, logging to a new session under `home`. Also returns the
-/// signal the adapter gives when a recorded reply ends without a finish (a cancelled call).
+/// The agent of the replay, composed by the runtime exactly as a live `dsh run` in `cwd` under
+/// `permission` would be (sandbox, safety policy, hooks, MCP servers, skills, subagents), with
+/// one part replaced: the provider, whose every reply comes from the recording. Logs to a new
+/// session under the home. Also returns the signal the adapter gives when a recorded reply
+/// ends without a finish (a cancelled call).
 fn replay_agent(
-    home: &Path,
     cwd: &Path,
     permission: PermissionPreset,
     recording: &dsh_session::LoadedLog,
@@ -125,8 +118,6 @@ fn replay_agent(
 ) -> anyhow::Result<(Agent, Arc<Notify>)> {
     let adapter = Arc::new(ReplayAdapter::new(recorded.calls.clone()));
     let hanging = adapter.hanging();
-    let mut adapters = AdapterRegistry::new();
-    adapters.register(REPLAY_ROUTE, adapter)?;
     let model = recording
         .events
         .iter()
@@ -135,28 +126,20 @@ fn replay_agent(
             _ => None,
         })
         .unwrap_or_else(|| "recorded-model".to_string());
-    let extensions = ExtensionSet::new();
-    let retry = RetryPolicy {
-        base_delay: Duration::from_millis(10),
-        ..RetryPolicy::default()
+    let choices = Choices {
+        permission: Some(permission.to_string()),
+        ..Choices::default()
     };
-    let _guards =
-        dsh_agent::register_builtin_extensions(&extensions, retry, Duration::from_secs(600));
-    let spill_root = home.join("spill").join(uuid::Uuid::new_v4().to_string());
-    let tool_context =
-        ToolContext::new(cwd, SpillDir::create(&spill_root)?)?.with_permission(permission);
-    let store = open_store(StoreKind::Jsonl, home)?;
-    let agent = Agent::create(
-        AgentParts {
-            adapters,
-            tools: Arc::new(ToolRegistry::with_builtins()),
-            extensions,
-            tool_context,
-            options: AgentOptions::new(CallConfig::new(REPLAY_ROUTE, model), cwd),
-        },
-        store.as_ref(),
-    )?;
-    Ok((agent, hanging))
+    let runtime = crate::run::runtime(Some(cwd), choices)?;
+    let spec = SessionSpec {
+        provider: Some(ProviderReplacement { adapter, model }),
+        ..SessionSpec::default()
+    };
+    let store = runtime.store();
+    let opened = runtime
+        .open(&spec, store.as_ref())
+        .map_err(crate::run::runtime_error)?;
+    Ok((opened.agent, hanging))
 }
 
 /// Sends each recorded prompt and runs its turn; a turn the recording ended by cancelling is

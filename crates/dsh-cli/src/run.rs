@@ -179,6 +179,7 @@ impl RunArgs {
             effort: self.effort.clone(),
             permission: self.permission.clone(),
             trust_workspace: self.trust_workspace,
+            keyless: false,
         }
     }
 

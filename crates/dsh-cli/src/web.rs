@@ -105,6 +105,7 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
             effort: args.effort.clone(),
             permission: args.permission.clone(),
             trust_workspace: args.trust_workspace,
+            keyless: false,
         },
     )?;
     let home = runtime.home().to_path_buf();

@@ -759,16 +759,10 @@ impl Config {
         }
     }
 
-    /// [`Config::select`], with the key rule of docs/configuration.md ("Keys never follow a
-    /// project's endpoint"): the key of a provider [redirected by the project
-    /// file](Config::redirected_by_project) is read only through `project_lookup` (the
-    /// project's own `./.env`), never through `lookup` (the user's environment and
-    /// `$DSH_HOME/.env`), so a project can never send the user's key to a host of its choice.
-    pub fn select_keyed(
-        &self,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        project_lookup: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Selection, SelectError> {
+    /// The provider, model and effort [`Config::select_keyed`] would choose, without looking up
+    /// a key (`api_key` is `None`): for a session whose provider is replaced, as `dsh replay`
+    /// replaces it with the recorded replies, and which must need no key.
+    pub fn select_keyless(&self) -> Result<Selection, SelectError> {
         let provider_source = self.source_or_default("provider");
         let provider = self
             .provider_named(&self.provider, &provider_source, "provider")
@@ -802,6 +796,27 @@ impl Config {
                 ),
             )));
         };
+        Ok(Selection {
+            provider,
+            model,
+            effort: self.effort,
+            api_key: None,
+        })
+    }
+
+    /// [`Config::select`], with the key rule of docs/configuration.md ("Keys never follow a
+    /// project's endpoint"): the key of a provider [redirected by the project
+    /// file](Config::redirected_by_project) is read only through `project_lookup` (the
+    /// project's own `./.env`), never through `lookup` (the user's environment and
+    /// `$DSH_HOME/.env`), so a project can never send the user's key to a host of its choice.
+    pub fn select_keyed(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        project_lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Selection, SelectError> {
+        let Selection {
+            provider, model, ..
+        } = self.select_keyless()?;
         let api_key = match &provider.api_key_env {
             Some(variable) if self.redirected_by_project(&provider) => {
                 let key = project_lookup(variable)

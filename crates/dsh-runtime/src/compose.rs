@@ -24,6 +24,8 @@ pub(crate) struct SessionShared {
     pub(crate) warnings: Warnings,
     /// The connection pool the session's adapters share (`None`: each builds its own).
     pub(crate) http: Option<dsh_http::HttpClient>,
+    /// The adapter answering instead of the configured provider ([`crate::SessionSpec::provider`]).
+    pub(crate) provider: Option<crate::ProviderReplacement>,
 }
 
 /// An agent's parts and how its session switches permission presets.
@@ -54,16 +56,25 @@ pub(crate) fn agent_parts(
 ) -> Result<SessionParts, RuntimeError> {
     let setup = &shared.configuration;
     let provider = &setup.selection.provider;
-    let adapter = crate::adapters::build_adapter(
-        &setup.config,
-        provider,
-        setup.selection.api_key.clone(),
-        shared.http.as_ref(),
-    )
-    .map_err(invalid)?;
+    // A replaced provider (`dsh replay`) answers under the configured route; nothing else of
+    // the session changes.
+    let mut call = setup.call.clone();
+    let adapter = match &shared.provider {
+        Some(replacement) => {
+            call.model = replacement.model.clone();
+            Arc::clone(&replacement.adapter)
+        }
+        None => crate::adapters::build_adapter(
+            &setup.config,
+            provider,
+            setup.selection.api_key.clone(),
+            shared.http.as_ref(),
+        )
+        .map_err(invalid)?,
+    };
     // The connection opens while the rest of the session is built (docs/providers.md, "Shared
     // connections and preconnect"); a subagent finds the session's in the shared pool.
-    let preconnect = if depth == 0 && provider.preconnect {
+    let preconnect = if depth == 0 && provider.preconnect && shared.provider.is_none() {
         crate::Preconnector::new(Arc::clone(&adapter))
     } else {
         crate::Preconnector::off()
@@ -71,7 +82,7 @@ pub(crate) fn agent_parts(
     preconnect.warm();
     // `read_image` is offered only to a model that takes images (docs/tools.md, "read_image").
     let takes_images = adapter
-        .model_info(&setup.call.model)
+        .model_info(&call.model)
         .is_some_and(|info| dsh_llm::takes_images(&info));
     let mut adapters = AdapterRegistry::new();
     adapters
@@ -127,7 +138,7 @@ pub(crate) fn agent_parts(
     if let Some(plan) = &plan {
         extensions.register_for_life(Arc::new(plan.clone()));
     }
-    let mut options = AgentOptions::new(setup.call.clone(), &setup.cwd);
+    let mut options = AgentOptions::new(call, &setup.cwd);
     options.compaction.threshold = setup.config.compaction.threshold;
     options.compaction.keep_tail = setup.config.compaction.keep_tail;
     // `[budget]` (docs/harbor.md, "Budgets"); front ends may override per session.

@@ -54,6 +54,9 @@ pub struct Choices {
     /// Apply the project's own settings without a recorded `dsh trust`
     /// (docs/configuration.md, "Workspace trust").
     pub trust_workspace: bool,
+    /// The provider is replaced ([`SessionSpec::provider`]): its key is not looked up, and a
+    /// missing one is no error. Set by [`Runtime::configuration`] for such a spec.
+    pub keyless: bool,
 }
 
 impl Choices {
@@ -68,6 +71,7 @@ impl Choices {
             effort: pick(&self.effort, &defaults.effort),
             permission: pick(&self.permission, &defaults.permission),
             trust_workspace: self.trust_workspace || defaults.trust_workspace,
+            keyless: self.keyless || defaults.keyless,
         }
     }
 }
@@ -115,6 +119,28 @@ pub struct SessionSpec {
     /// MCP servers of this session only, on top of the configured ones (an ACP editor's
     /// `mcpServers`, docs/acp.md). A server with the name of a configured one replaces it.
     pub mcp_servers: Vec<dsh_config::McpServerConfig>,
+    /// An adapter that answers every model call of the session instead of the configured
+    /// provider (`dsh replay`'s recorded replies); everything else (tools, sandbox, policies,
+    /// hooks, MCP servers) is composed as for a live session.
+    pub provider: Option<ProviderReplacement>,
+}
+
+/// The adapter of [`SessionSpec::provider`] and the model name its requests carry. No key is
+/// needed: the configured provider is not built, and nothing goes to its network.
+#[derive(Clone)]
+pub struct ProviderReplacement {
+    /// Answers every call, under the configured provider's route.
+    pub adapter: Arc<dyn dsh_llm::Adapter>,
+    /// The model id requests name (a recording's model).
+    pub model: String,
+}
+
+impl std::fmt::Debug for ProviderReplacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderReplacement")
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A resolved configuration: what every session in one working directory with one set of
@@ -431,7 +457,9 @@ impl Runtime {
             Some(dir) => canonical_dir(dir)?,
             None => self.cwd.clone(),
         };
-        let key = (cwd, spec.choices.over(&self.choices));
+        let mut choices = spec.choices.over(&self.choices);
+        choices.keyless |= spec.provider.is_some();
+        let key = (cwd, choices);
         if let Some(found) = self.resolved.lock_or_recover().get(&key) {
             return Ok(Arc::clone(found));
         }
@@ -463,7 +491,10 @@ impl Runtime {
         settings.allow_credentials(config.own_key_variables());
         let search = web_search::setup(&config, &lookup);
         let project_lookup = |name: &str| settings.project_value(name);
-        let selection = config.select_keyed(&lookup, &project_lookup);
+        let selection = match choices.keyless {
+            true => config.select_keyless(),
+            false => config.select_keyed(&lookup, &project_lookup),
+        };
         for warning in settings.take_warnings() {
             self.warnings.say_once(&format!("warning: {warning}"));
         }
@@ -540,6 +571,7 @@ impl Runtime {
             approval_rules: Arc::new(approval_rules),
             warnings: self.warnings.clone(),
             http: self.http_client(),
+            provider: spec.provider.clone(),
         });
         let mut session = compose::agent_parts(&shared, 0, configuration.permission)?;
         if spec.model_titles {

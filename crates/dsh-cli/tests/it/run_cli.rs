@@ -437,3 +437,84 @@ async fn env_files_cannot_change_the_trusted_authorities() {
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("nonexistent"), "{stderr}");
 }
+
+/// `dsh replay` composes its agent as a live run is composed, with only the provider
+/// replaced: a session whose `bash` ran under bubblewrap replays under bubblewrap with no
+/// differences, no key and no network (issue 39; before, replay built its own agent without a
+/// sandbox, and the recorded call failed with "no process sandbox is available").
+#[tokio::test]
+async fn a_session_recorded_under_bubblewrap_replays_under_bubblewrap() {
+    let has_bwrap = std::process::Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !has_bwrap {
+        eprintln!("NOT RUN: needs bubblewrap (.ci/run installs it)");
+        return;
+    }
+    let env = Env::new();
+    let call = serde_json::json!({
+        "command": "echo recorded > made.txt && cat made.txt",
+        "description": "write a file",
+    });
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "call_1", "bash", &call.to_string())
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("Wrote it.")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.env("DSH_SANDBOX", "bubblewrap").args([
+        "run",
+        "--permission",
+        "workspace-write",
+        "make the file",
+    ]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recorded = session_files(env.home.path());
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+
+    let replay_cwd = tempfile::tempdir().unwrap();
+    let mut cmd = env.command("http://127.0.0.1:9", None);
+    cmd.env("DSH_SANDBOX", "bubblewrap")
+        .arg("replay")
+        .arg(&recorded[0])
+        .arg("--cwd")
+        .arg(replay_cwd.path());
+    let out = run(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("no differences"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(replay_cwd.path().join("made.txt")).unwrap(),
+        "recorded\n"
+    );
+    // The replayed session ran its command in the sandbox a live run gets.
+    let replayed: Vec<PathBuf> = session_files(env.home.path())
+        .into_iter()
+        .filter(|file| *file != recorded[0])
+        .collect();
+    let log = std::fs::read_to_string(&replayed[0]).unwrap();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("\"sandbox/mode\"") && line.contains("\"bubblewrap\"")),
+        "{log}"
+    );
+}
