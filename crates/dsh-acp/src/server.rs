@@ -14,9 +14,10 @@ use crate::session::{AcpSession, EFFORT_OPTION, MODEL_OPTION};
 use crate::setup;
 use crate::updates::UpdateMapper;
 use crate::PROTOCOL_VERSION;
-use dsh_config::McpServerConfig;
 use dsh_llm::{ContentBlock, ImageAttachment};
-use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec, TrustQuestion};
+use dsh_runtime::{
+    McpServerConfig, OpenedSession, Resume, SessionFactory, SessionSpec, TrustQuestion,
+};
 
 /// Work that finishes on the connection's loop after an answer from the client.
 enum Deferred {

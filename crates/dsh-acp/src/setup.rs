@@ -3,10 +3,10 @@
 //! workspace-trust question (docs/acp.md).
 
 use dsh_agent::AgentError;
-use dsh_config::{
-    McpServerConfig, McpTransport, McpTrust, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
+use dsh_runtime::{
+    McpServerConfig, McpTransport, McpTrust, RuntimeError, TrustQuestion,
+    DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
 };
-use dsh_runtime::{RuntimeError, TrustQuestion};
 use dsh_session::SessionError;
 use serde_json::{json, Value};
 

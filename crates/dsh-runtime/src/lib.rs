@@ -30,6 +30,11 @@ use dsh_tools::PermissionPreset;
 
 pub use adapters::build_adapter;
 pub use compose::permission_summary;
+/// What describes the MCP servers of [`SessionSpec::mcp_servers`], so a front end that adds its
+/// own (an ACP editor's `mcpServers`) reaches them through the composition root alone.
+pub use dsh_config::{
+    McpServerConfig, McpTransport, McpTrust, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
+};
 pub use error::RuntimeError;
 
 use crate::credentials::Settings;
