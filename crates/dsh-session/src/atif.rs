@@ -8,12 +8,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use dsh_llm::{ContentBlock, Message, MessageSource, Usage};
+use dsh_llm::{ContentBlock, Message, MessageSource, Usage, UsageTotals};
 use serde_json::{json, Map, Value};
 
 use crate::envelope::{Envelope, SurfaceOp};
 use crate::event::{Event, HeaderTools, ToolResult};
 use crate::reader::{is_zstd_path, load_file, LoadedLog};
+use crate::usage::BilledKind;
 use dsh_llm::PriceTable;
 
 /// The ATIF version written.
@@ -92,7 +93,8 @@ pub fn load_log_bytes(bytes: &[u8], name: &str) -> crate::Result<LoadedLog> {
     })
 }
 
-/// Totals of one trajectory (its own agent steps; cost also counts sub-agents).
+/// Totals of one trajectory (its own billed calls: agent steps and the calls without a step;
+/// cost also counts sub-agents).
 #[derive(Default)]
 struct Totals {
     prompt: u64,
@@ -119,6 +121,9 @@ struct Builder<'a> {
     tools: Option<Vec<Value>>,
     provider: Option<String>,
     turn_ends: Vec<Value>,
+    /// Billed calls of this log that are no agent step (`usage/call`, a tool's own calls):
+    /// counted in the totals and listed in `final_metrics.extra`.
+    other_calls: Vec<Value>,
 }
 
 impl<'a> Builder<'a> {
@@ -148,6 +153,7 @@ impl<'a> Builder<'a> {
             tools: None,
             provider: None,
             turn_ends: Vec::new(),
+            other_calls: Vec::new(),
         }
     }
 
@@ -177,6 +183,20 @@ impl<'a> Builder<'a> {
     }
 
     fn event(&mut self, env: &Envelope) {
+        let model = self.model.as_deref().unwrap_or("");
+        if let Some(billed) = crate::usage::billed(&env.event, model) {
+            let purpose = match &billed.kind {
+                BilledKind::Call(purpose) => Some(purpose.clone()),
+                BilledKind::Auxiliary => Some("tool".to_string()),
+                // Replies are agent steps; children are their own trajectories.
+                BilledKind::Reply | BilledKind::Child(_) => None,
+            };
+            if let Some(purpose) = purpose {
+                for (model, usage) in &billed.by_model {
+                    self.other_call(&purpose, model, usage);
+                }
+            }
+        }
         match &env.event {
             Event::RequestHeader(header) => {
                 let config = header.header.config.config();
@@ -332,14 +352,37 @@ impl<'a> Builder<'a> {
                 metrics["cost_usd"] = json!(cost);
             }
             step.insert("metrics".into(), metrics);
-            let t = &mut self.totals;
-            t.prompt = t.prompt.saturating_add(usage.billed_input());
-            t.completion = t.completion.saturating_add(usage.output_tokens);
-            t.cached = t.cached.saturating_add(usage.cache_read_tokens);
-            match cost {
-                Some(c) => t.cost = Some(t.cost.unwrap_or(0.0) + c),
-                None => t.cost_known = false,
-            }
+            self.add_to_totals(usage, cost);
+        }
+    }
+
+    /// A billed call that is no agent step: into the totals and the list of such calls.
+    fn other_call(&mut self, purpose: &str, model: &str, totals: &UsageTotals) {
+        let usage = &totals.usage;
+        let cost = self.options.prices.models.get(model).map(|p| p.cost(usage));
+        let mut entry = json!({
+            "purpose": purpose,
+            "model_name": model,
+            "llm_call_count": totals.requests,
+            "prompt_tokens": usage.billed_input(),
+            "completion_tokens": usage.output_tokens,
+            "cached_tokens": usage.cache_read_tokens,
+        });
+        if let Some(cost) = cost {
+            entry["cost_usd"] = json!(cost);
+        }
+        self.other_calls.push(entry);
+        self.add_to_totals(usage, cost);
+    }
+
+    fn add_to_totals(&mut self, usage: &Usage, cost: Option<f64>) {
+        let t = &mut self.totals;
+        t.prompt = t.prompt.saturating_add(usage.billed_input());
+        t.completion = t.completion.saturating_add(usage.output_tokens);
+        t.cached = t.cached.saturating_add(usage.cache_read_tokens);
+        match cost {
+            Some(c) => t.cost = Some(t.cost.unwrap_or(0.0) + c),
+            None => t.cost_known = false,
         }
     }
 
@@ -483,7 +526,10 @@ impl<'a> Builder<'a> {
                 json!(self.totals.cost.unwrap_or(0.0) + self.sub_cost);
         }
         if !self.embedded.is_empty() {
-            final_metrics["extra"] = json!({"subagent_cost_usd": self.sub_cost});
+            final_metrics["extra"]["subagent_cost_usd"] = json!(self.sub_cost);
+        }
+        if !self.other_calls.is_empty() {
+            final_metrics["extra"]["calls_without_step"] = Value::Array(self.other_calls);
         }
         let mut extra = json!({"cwd": header.cwd, "created_at_ms": header.created_at, "turn_ends": self.turn_ends});
         if let Some(parent) = &header.parent_session {

@@ -51,8 +51,10 @@ use crate::store::{
 /// The catalog's file name in `$DSH_HOME`.
 pub const CATALOG_FILE: &str = "catalog.db";
 
-/// Bumped whenever the table changes; a catalog of another version is rebuilt.
-const SCHEMA_VERSION: i64 = 2;
+/// Bumped whenever the table changes, or what a row holds is computed differently; a catalog
+/// of another version is rebuilt. 3: usage counts every billed call, children's included
+/// (`crate::usage`).
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 DROP TABLE IF EXISTS entries;

@@ -91,6 +91,11 @@ pub fn export_markdown(log: &LoadedLog) -> String {
             parent_line(parent, log.header.seed_length)
         ));
     }
+    let mut ledger = crate::usage::UsageLedger::new();
+    for env in &log.events {
+        ledger.push(&env.event);
+    }
+    out.push_str(&format!("- usage: {}\n", usage_text(&ledger.total())));
     out.push('\n');
     for env in &log.events {
         render_event(env, &mut out);
@@ -173,8 +178,35 @@ fn render_event(env: &Envelope, out: &mut String) {
         Event::Opaque { event_type, .. } if event_type.starts_with("compaction/") => {
             out.push_str(&format!("_{event_type}_\n\n"));
         }
+        Event::Opaque { event_type, .. } if event_type == crate::usage::USAGE_CALL_EVENT => {
+            if let Some(call) = crate::usage::UsageCall::from_event(&env.event) {
+                let u = &call.usage;
+                out.push_str(&format!(
+                    "_billed call ({}) to {}: {} input / {} output tokens_\n\n",
+                    call.purpose,
+                    call.model,
+                    u.billed_input(),
+                    u.output_tokens
+                ));
+            }
+        }
         _ => {}
     }
+}
+
+/// A session's usage as the transcript's header shows it: requests, then the disjoint token
+/// counts (docs/model-calls.md, "Usage").
+pub(crate) fn usage_text(total: &dsh_llm::UsageTotals) -> String {
+    let u = &total.usage;
+    format!(
+        "{} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {})",
+        total.requests,
+        u.input_tokens,
+        u.cache_read_tokens,
+        u.cache_write_tokens,
+        u.output_tokens,
+        u.reasoning_tokens
+    )
 }
 
 /// A tool result: its code when it failed, then its text, fenced and cut in the middle.

@@ -69,6 +69,7 @@ pub mod repair;
 mod sqlite;
 mod state;
 mod store;
+pub mod usage;
 
 pub use atif::{
     export_atif, load_log_bytes, load_sub_agent_logs, AtifOptions, ATIF_SCHEMA_VERSION,
@@ -102,4 +103,7 @@ pub use store::{
     cwd_folder_name, is_flush_point, is_sync_point, open_store, session_path, CreateOptions,
     DamagedSession, ListFilter, ListPage, Listing, Resumed, SearchHit, SessionStore, SessionWriter,
     StoreKind,
+};
+pub use usage::{
+    billed, Billed, BilledKind, UsageCall, UsageLedger, SUBAGENT_USAGE_EVENT, USAGE_CALL_EVENT,
 };

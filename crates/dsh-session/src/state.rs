@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use dsh_llm::{MessageSource, UsageTotals};
+use dsh_llm::UsageTotals;
 
 use crate::envelope::Envelope;
 use crate::event::{Event, RequestHeader, TurnEndReason};
+use crate::usage::UsageLedger;
 
 /// A tool call that has no `tool/result` yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,18 +49,10 @@ pub struct SessionTracker {
     open_calls: Vec<OpenCall>,
     closed_turns: Vec<ClosedTurn>,
     title: Option<String>,
-    usage_by_model: BTreeMap<String, UsageTotals>,
+    usage: UsageLedger,
     last_header: Option<RequestHeader>,
     last_time: Option<u64>,
     turn_count: u64,
-}
-
-/// The `{model, usage}` of a tool result's `meta.auxiliaryUsage`, when present and readable.
-fn auxiliary_usage(meta: &serde_json::Value) -> Option<(String, UsageTotals)> {
-    let record = meta.get("auxiliaryUsage")?;
-    let model = record.get("model")?.as_str()?.to_string();
-    let usage = serde_json::from_value(record.get("usage")?.clone()).ok()?;
-    Some((model, usage))
 }
 
 impl SessionTracker {
@@ -74,6 +67,8 @@ impl SessionTracker {
         if env.time.is_some() {
             self.last_time = env.time;
         }
+        // Every billed call, by the one rule of `crate::usage`.
+        self.usage.push(&env.event);
         match &env.event {
             Event::TurnStart(start) => {
                 self.open_turn = Some(start.turn);
@@ -92,26 +87,17 @@ impl SessionTracker {
             }
             Event::StepStart(step) => self.open_step = Some((step.turn, step.step)),
             Event::StepEnd(_) => self.open_step = None,
-            Event::AssistantMessage(event) => {
-                if let Some(usage) = &event.usage {
-                    let model = match &event.message.source {
-                        MessageSource::Model { model, .. } => model.clone(),
-                        _ => String::new(),
-                    };
-                    self.usage_by_model.entry(model).or_default().add(usage);
-                }
-                if !event.interrupted {
-                    for (id, name, _) in event.message.tool_calls() {
-                        if !self.open_calls.iter().any(|c| c.call_id == id) {
-                            self.open_calls.push(OpenCall {
-                                turn: event.turn,
-                                step: event.step,
-                                call_id: id.to_string(),
-                                name: name.to_string(),
-                                call_seq: None,
-                                started: false,
-                            });
-                        }
+            Event::AssistantMessage(event) if !event.interrupted => {
+                for (id, name, _) in event.message.tool_calls() {
+                    if !self.open_calls.iter().any(|c| c.call_id == id) {
+                        self.open_calls.push(OpenCall {
+                            turn: event.turn,
+                            step: event.step,
+                            call_id: id.to_string(),
+                            name: name.to_string(),
+                            call_seq: None,
+                            started: false,
+                        });
                     }
                 }
             }
@@ -144,12 +130,6 @@ impl SessionTracker {
             Event::ToolResult(result) => {
                 if let Some(id) = result.call_id() {
                     self.open_calls.retain(|c| c.call_id != id);
-                }
-                // Model calls a tool made on the session's behalf (`web_search`) count in
-                // its usage and cost: `meta.auxiliaryUsage = {model, usage}` (docs/tools.md,
-                // "web_search").
-                if let Some((model, usage)) = result.meta.as_ref().and_then(auxiliary_usage) {
-                    self.usage_by_model.entry(model).or_default().merge(&usage);
                 }
             }
             Event::SessionTitle(title) => self.title = Some(title.title.clone()),
@@ -203,18 +183,15 @@ impl SessionTracker {
         self.title.as_deref()
     }
 
-    /// Usage summed per model (the key is the model of the replying message's source).
+    /// Every billed call's usage summed per model, children's included (the rule of
+    /// [`crate::usage`]; the key of a reply is the model of its message's source).
     pub fn usage_by_model(&self) -> &BTreeMap<String, UsageTotals> {
-        &self.usage_by_model
+        self.usage.by_model()
     }
 
     /// Usage summed over all models.
     pub fn usage_total(&self) -> UsageTotals {
-        let mut total = UsageTotals::default();
-        for totals in self.usage_by_model.values() {
-            total.merge(totals);
-        }
-        total
+        self.usage.total()
     }
 
     /// The last logged request header (the loop compares against it to log `change`).

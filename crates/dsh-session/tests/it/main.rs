@@ -19,3 +19,4 @@ mod images;
 mod projection;
 mod store;
 mod syncs;
+mod usage;
