@@ -82,7 +82,8 @@ struct Slot {
 /// `max-tokens`, no `stop_reason` at all to `error {MISSING_FINISH}`, anything else to `error`
 /// with the value upper-cased. An `error` event, bad
 /// JSON or a stream without `message_stop` finish with `error` and no `block-end`s, so a failed
-/// attempt yields no message. Usage is disjoint: `input_tokens` (which the API reports without
+/// attempt yields no message; the usage reported before (`message_start`'s input, a
+/// `message_delta`'s output) still comes before that finish, unless it is all zeros. Usage is disjoint: `input_tokens` (which the API reports without
 /// cache hits and writes), `cache_read_input_tokens`, `cache_creation_input_tokens`; the latest
 /// value of each field wins (`message_delta` usage is cumulative).
 #[derive(Default)]
@@ -134,10 +135,15 @@ impl MessagesDecoder {
         }
     }
 
-    /// Ends the reply with `failure` unless it already finished (no `block-end`, no usage).
+    /// Ends the reply with `failure` unless it already finished: no `block-end`, but the usage
+    /// reported so far, when it is not all zeros (the call was billed; docs/model-calls.md,
+    /// "Usage").
     pub fn fail(&mut self, failure: Failure, out: &mut Vec<Chunk>) {
         if !self.finished {
             self.finished = true;
+            if let Some(usage) = self.usage.filter(|u| *u != Usage::default()) {
+                out.push(Chunk::Usage { usage });
+            }
             out.push(Chunk::Finish {
                 reason: FinishReason::Error { failure },
             });

@@ -216,11 +216,15 @@ impl ReplyDecoder {
         }
     }
 
-    /// Ends the reply with `failure` (no `block-end`, no usage): a failed attempt produces no
-    /// message.
+    /// Ends the reply with `failure` (no `block-end`): a failed attempt produces no message. The
+    /// usage the provider reported before the failure comes first, unless it is all zeros: the
+    /// call was billed (docs/model-calls.md, "Usage").
     pub fn fail(&mut self, failure: Failure, out: &mut Vec<Chunk>) {
         if !self.finished {
             self.finished = true;
+            if let Some(usage) = self.usage.filter(|u| *u != Usage::default()) {
+                out.push(Chunk::Usage { usage });
+            }
             out.push(Chunk::Finish {
                 reason: FinishReason::Error { failure },
             });

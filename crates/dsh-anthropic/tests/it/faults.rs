@@ -124,6 +124,47 @@ async fn connection_refused_closed_and_dropped_are_transport() {
     assert_dropped_after_partial_text(&chunks);
 }
 
+/// A reply that fails after `message_start` reported its input was billed: the usage comes
+/// before the error finish, so the loop can count it (docs/sessions.md, "Cost").
+#[tokio::test]
+async fn a_failed_reply_keeps_the_usage_reported_before_the_failure() {
+    let usage = AnthropicUsage {
+        input_tokens: 400,
+        cache_read_input_tokens: 600,
+        output_tokens: 20,
+        ..AnthropicUsage::default()
+    };
+    let reply = AnthropicReply::with_start_usage(usage)
+        .open_text("partial")
+        .end(StreamEnd::DropConnection);
+    let provider = FakeProvider::start([reply.into()]).await.unwrap();
+    let chunks = collect(&adapter_for(&provider), simple_request()).await;
+    assert_dropped_after_partial_text(&chunks);
+    let usage = chunks.iter().find_map(|c| match c {
+        dsh_llm::Chunk::Usage { usage } => Some(*usage),
+        _ => None,
+    });
+    let usage = usage.expect("the usage reported before the drop");
+    assert_eq!(
+        (
+            usage.input_tokens,
+            usage.cache_read_tokens,
+            usage.output_tokens
+        ),
+        (400, 600, 20)
+    );
+    assert!(matches!(chunks.last(), Some(dsh_llm::Chunk::Finish { .. })));
+    // Zero usage (nothing billed was reported) is not sent.
+    let reply = AnthropicReply::new()
+        .open_text("partial")
+        .end(StreamEnd::DropConnection);
+    let provider = FakeProvider::start([reply.into()]).await.unwrap();
+    let chunks = collect(&adapter_for(&provider), simple_request()).await;
+    assert!(!chunks
+        .iter()
+        .any(|c| matches!(c, dsh_llm::Chunk::Usage { .. })));
+}
+
 #[tokio::test]
 async fn missing_message_stop_is_stream_closed() {
     let reply = AnthropicReply::new().text(&["hello"]);

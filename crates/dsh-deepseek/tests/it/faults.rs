@@ -176,6 +176,49 @@ async fn connection_dropped_mid_stream_is_transport() {
     assert_dropped_after_partial_text(&chunks);
 }
 
+/// A reply that fails after its usage arrived was billed: the usage comes before the error
+/// finish, so the loop can count it (docs/sessions.md, "Cost").
+#[tokio::test]
+async fn a_failed_reply_keeps_the_usage_that_arrived_before_the_failure() {
+    let wire = WireUsage {
+        prompt_tokens: 1000,
+        prompt_cache_hit_tokens: 600,
+        completion_tokens: 20,
+        reasoning_tokens: 0,
+    };
+    let dropped = SseReply::new()
+        .text("partial")
+        .usage(wire)
+        .end(StreamEnd::DropConnection);
+    let unterminated = SseReply::new()
+        .text("hello")
+        .finish("stop", Some(wire))
+        .end(StreamEnd::CloseWithoutDone);
+    for reply in [dropped, unterminated] {
+        let provider = FakeProvider::start([reply.into()]).await.unwrap();
+        let chunks = collect(&adapter_for(&provider), simple_request()).await;
+        let usage = chunks.iter().find_map(|c| match c {
+            dsh_llm::Chunk::Usage { usage } => Some(*usage),
+            _ => None,
+        });
+        let usage = usage.expect("the usage that arrived");
+        assert_eq!(
+            (
+                usage.input_tokens,
+                usage.cache_read_tokens,
+                usage.output_tokens
+            ),
+            (400, 600, 20)
+        );
+        assert!(matches!(
+            chunks.last(),
+            Some(dsh_llm::Chunk::Finish {
+                reason: FinishReason::Error { .. }
+            })
+        ));
+    }
+}
+
 #[tokio::test]
 async fn missing_done_is_stream_closed() {
     let reply = SseReply::new()
