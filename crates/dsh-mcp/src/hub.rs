@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dsh_config::{McpServerConfig, McpTransport};
+use crate::server::{CommandGate, McpServerConfig, McpTransport, McpTrust};
 use dsh_tools::{ToolError, ToolErrorCode};
 use rmcp::model::{
     CallToolRequestParam, CallToolResult, CancelledNotificationParam, ClientRequest, JsonObject,
@@ -76,7 +76,7 @@ struct Server {
     tools: Mutex<Option<Vec<McpToolInfo>>>,
     /// Checked before each start and restart of a stdio server: a server whose program or
     /// script lies where the model can write runs only with the bytes the user trusted.
-    gate: Mutex<Option<dsh_config::scripts::ScriptGate>>,
+    gate: Mutex<Option<Arc<dyn CommandGate>>>,
     /// The session's confinement, for a server the project configured
     /// (`McpServerConfig::from_project`); such a server does not start without it.
     confiner: Mutex<Option<dsh_tools::CommandConfiner>>,
@@ -140,9 +140,9 @@ impl McpHub {
     /// Starts (and restarts) a stdio server only when `gate` lets its command run
     /// (docs/mcp.md, "Servers in the workspace are pinned"): a server refused there fails to
     /// start with the gate's reason, which says how to trust it again.
-    pub fn set_script_gate(&self, gate: dsh_config::scripts::ScriptGate) {
+    pub fn set_script_gate(&self, gate: Arc<dyn CommandGate>) {
         for server in self.servers.values() {
-            *server.gate.lock_or_recover() = Some(gate.clone());
+            *server.gate.lock_or_recover() = Some(Arc::clone(&gate));
         }
     }
 
@@ -209,7 +209,7 @@ impl McpHub {
 
     /// The user's trust in `server` (`trust` of its configuration; the default for an
     /// unknown name).
-    pub fn trust(&self, server: &str) -> dsh_config::McpTrust {
+    pub fn trust(&self, server: &str) -> McpTrust {
         self.servers
             .get(server)
             .map(|s| s.config.trust)

@@ -7,9 +7,11 @@
 //!   tools listed, the first time the tools are needed ([`McpHub::start`], in parallel, each
 //!   bounded by its `startup_timeout_secs`); a server that dies is restarted on its next call,
 //!   with exponential backoff after failed restarts.
-//! - [`McpTools`] is the extension that contributes the tools to an agent, and asks the
-//!   approver before calls that may change something ([`approval_reason`]: by preset, the
-//!   tool's `readOnlyHint` and the server's `trust`; docs/mcp.md, "Approvals").
+//! - [`McpTools`] holds the tools the composition root's extension contributes to an agent, and
+//!   says which calls to ask the approver about ([`approval_reason`]: by preset, the tool's
+//!   `readOnlyHint` and the server's `trust`; docs/mcp.md, "Approvals").
+//! - The servers are described by [`McpServerConfig`] and a stdio server's command passes a
+//!   [`CommandGate`], both given by the composition root: this crate reads no configuration.
 //! - A stdio server's stderr goes to `<log dir>/mcp-<server>.log`.
 //!
 //! MCP servers run outside dsh's sandbox, with the user's rights; none is configured by default.
@@ -17,7 +19,9 @@
 #![warn(clippy::too_many_lines)]
 
 mod hub;
+mod server;
 mod tool;
 
 pub use hub::{McpHub, McpStartError};
+pub use server::{CommandGate, McpServerConfig, McpTransport, McpTrust};
 pub use tool::{approval_reason, McpTool, McpTools, MCP_TOOL_PREFIX};

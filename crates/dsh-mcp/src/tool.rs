@@ -1,15 +1,15 @@
-//! MCP tools as dsh tools (`mcp__<server>__<tool>`), and the extension that offers them.
+//! MCP tools as dsh tools (`mcp__<server>__<tool>`), and what the agent's extension for them
+//! asks (the composition root wraps [`McpTools`] in that extension).
 
 use std::sync::Arc;
 
-use dsh_agent::{Extension, ToolCallInfo, ToolVerdict};
-use dsh_config::McpTrust;
 use dsh_tools::{PermissionPreset, Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
 use futures::future::BoxFuture;
 use rmcp::model::CallToolResult;
 use serde_json::Value;
 
 use crate::hub::McpHub;
+use crate::server::McpTrust;
 
 /// Prefix of every MCP tool name.
 pub const MCP_TOOL_PREFIX: &str = "mcp__";
@@ -158,9 +158,9 @@ struct Offered {
     read_only_hint: bool,
 }
 
-/// The extension that offers every listed MCP tool, and asks before calls that may change
-/// something (docs/mcp.md, "Approvals"). The first step of a session starts the servers (see
-/// [`McpHub::start`]).
+/// Every listed MCP tool, and the approval policy of their calls (docs/mcp.md, "Approvals"):
+/// what the agent's MCP extension offers and asks. Listing the tools the first time starts the
+/// servers (see [`McpHub::start`]).
 pub struct McpTools {
     hub: Arc<McpHub>,
     tools: std::sync::OnceLock<Vec<Offered>>,
@@ -226,35 +226,26 @@ pub fn approval_reason(
     ))
 }
 
-impl Extension for McpTools {
-    fn name(&self) -> &str {
-        "mcp"
-    }
-
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+impl McpTools {
+    /// The tools to offer (the servers start the first time).
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         self.offered().iter().map(|o| Arc::clone(&o.tool)).collect()
     }
 
-    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
-        if !call.name.starts_with(MCP_TOOL_PREFIX) {
-            return ToolVerdict::Continue;
+    /// Why a call of the tool named `name` needs the user's approval under `preset`
+    /// ([`approval_reason`]); `None` when it may run or is no MCP tool of this set.
+    pub fn approval(&self, name: &str, preset: PermissionPreset) -> Option<String> {
+        if !name.starts_with(MCP_TOOL_PREFIX) {
+            return None;
         }
-        let Some(offered) = self.offered().iter().find(|o| o.tool.name() == call.name) else {
-            return ToolVerdict::Continue;
-        };
-        match approval_reason(
-            call.preset,
+        let offered = self.offered().iter().find(|o| o.tool.name() == name)?;
+        approval_reason(
+            preset,
             self.hub.trust(&offered.server),
             offered.read_only_hint,
             &offered.server,
             &offered.remote_name,
-        ) {
-            Some(reason) => ToolVerdict::Ask {
-                reason,
-                escalation: None,
-            },
-            None => ToolVerdict::Continue,
-        }
+        )
     }
 }
 

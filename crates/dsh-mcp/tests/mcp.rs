@@ -18,14 +18,55 @@ use std::sync::Mutex;
 
 use dsh_agent::{
     Agent, AgentOptions, AgentParts, ApprovalChoice, ApprovalDecision, ApprovalRequest,
-    ApprovalRules, Approver, ExtensionSet, ReplayAdapter,
+    ApprovalRules, Approver, Extension, ExtensionSet, ReplayAdapter, ToolCallInfo, ToolVerdict,
 };
-use dsh_config::{McpServerConfig, McpTransport, McpTrust};
 use dsh_llm::{AdapterRegistry, CallConfig, Chunk};
-use dsh_mcp::{McpHub, McpTools};
+use dsh_mcp::{CommandGate, McpHub, McpServerConfig, McpTools, McpTransport, McpTrust};
 use dsh_session::{load_file, open_store, Event, StoreKind};
-use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
+use dsh_tools::{PermissionPreset, SpillDir, Tool, ToolContext, ToolRegistry};
 use futures::future::BoxFuture;
+
+/// The MCP tools as an agent extension, as dsh-runtime registers them (`mcp.rs` there).
+struct McpExtension(McpTools);
+
+impl McpExtension {
+    fn new(hub: Arc<McpHub>) -> Arc<McpExtension> {
+        Arc::new(McpExtension(McpTools::new(hub)))
+    }
+}
+
+impl Extension for McpExtension {
+    fn name(&self) -> &str {
+        "mcp"
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.0.tools()
+    }
+
+    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
+        match self.0.approval(&call.name, call.preset) {
+            Some(reason) => ToolVerdict::Ask {
+                reason,
+                escalation: None,
+            },
+            None => ToolVerdict::Continue,
+        }
+    }
+}
+
+/// The configuration's script gate as the hub's command gate, as dsh-runtime hands it over.
+struct Pinned(dsh_config::scripts::ScriptGate);
+
+impl CommandGate for Pinned {
+    fn check_argv(&self, program: &str, args: &[String], cwd: &Path) -> Result<(), String> {
+        self.0.check_argv(program, args, cwd)
+    }
+
+    fn command_path(&self) -> Option<std::ffi::OsString> {
+        self.0.command_path()
+    }
+}
 
 const EVERYTHING: &str = "mcp-server-everything";
 
@@ -125,7 +166,7 @@ async fn run_agent_with(
 ) -> Run {
     let cwd = tempfile::tempdir().unwrap();
     let extensions = ExtensionSet::new();
-    let _mcp = extensions.register(Arc::new(McpTools::new(hub)));
+    let _mcp = extensions.register(McpExtension::new(hub));
     let mut adapters = AdapterRegistry::new();
     adapters
         .register("scripted", Arc::new(ReplayAdapter::new(replies)))
@@ -255,10 +296,10 @@ async fn plan_mode_asks_before_a_tool_without_read_only_hint_and_runs_one_with_i
     let extensions = ExtensionSet::new();
     let plan = dsh_agent::PlanMode::new();
     let _plan = extensions.register(Arc::new(plan.clone()));
-    let _mcp = extensions.register(Arc::new(McpTools::new(everything(
+    let _mcp = extensions.register(McpExtension::new(everything(
         McpTrust::ReadOnly,
         home.path(),
-    ))));
+    )));
     let mut adapters = AdapterRegistry::new();
     adapters
         .register("scripted", Arc::new(ReplayAdapter::new(toggle_then_echo())))
@@ -797,12 +838,12 @@ async fn a_restart_after_the_script_changed_is_refused() {
         script.clone(),
         dsh_config::scripts::sha256(FAKE_SERVER.as_bytes()),
     );
-    hub.set_script_gate(dsh_config::scripts::ScriptGate {
+    hub.set_script_gate(Arc::new(Pinned(dsh_config::scripts::ScriptGate {
         workspace: ws.clone(),
         cwd: ws.clone(),
         home: None,
         pins,
-    });
+    })));
     assert!(hub.start().is_empty(), "the pinned script starts");
     let marker = ws.join("rewritten-ran");
     std::fs::write(

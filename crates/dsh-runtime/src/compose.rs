@@ -306,8 +306,10 @@ fn register_policies(
     servers.extend(shared.extra_mcp.iter().cloned());
     if !servers.is_empty() {
         let hub = shared.mcp.get_or_init(|| {
+            let servers = servers.iter().map(crate::mcp::server).collect();
             let hub = dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs"));
-            hub.set_script_gate(setup.config.trust.script_gate(&setup.cwd, &setup.home));
+            let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
+            hub.set_script_gate(Arc::new(crate::mcp::Pinned(gate)));
             hub.set_confiner(project_confiner);
             hub
         });
@@ -318,7 +320,7 @@ fn register_policies(
                 ));
             }
         }
-        extensions.register_for_life(Arc::new(dsh_mcp::McpTools::new(Arc::clone(hub))));
+        extensions.register_for_life(crate::mcp::McpExtension::new(Arc::clone(hub)));
     }
     Ok(())
 }

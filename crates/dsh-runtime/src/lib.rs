@@ -13,6 +13,7 @@
 
 mod adapters;
 pub mod credentials;
+mod mcp;
 pub mod trust;
 
 mod compose;
