@@ -90,7 +90,8 @@ pub struct ToolPresentation {
     /// front ends show the call's arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
-    /// A longer description of the call when the model gave one (`bash`'s `description`).
+    /// The call in words, for a title of its own (ACP's card, the web's tooltip): `bash`'s
+    /// `description`, else its command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// What the call does.
@@ -353,6 +354,8 @@ mod tests {
         assert_eq!(ask.view, ToolView::Question);
         let todo = tools.present("todo_write", r#"{"todos":[]}"#);
         assert_eq!((todo.subject, todo.view), (None, ToolView::Todos));
+        let plain = tools.present("bash", r#"{"command":"ls"}"#);
+        assert_eq!(plain.headline(), "bash: ls");
         // Not JSON, or a tool nobody registered: still a presentation.
         assert_eq!(
             tools.present("bash", "not json").subject.as_deref(),

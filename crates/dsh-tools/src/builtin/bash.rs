@@ -71,7 +71,13 @@ impl Tool for BashTool {
         let command = string_arg(args, "command").unwrap_or("");
         ToolPresentation::new(self.name())
             .subject(format!("$ {}", one_line(command, 200)))
-            .detail(string_arg(args, "description"))
+            // The title of ACP's card: the description, else the command without its prompt.
+            .detail(
+                string_arg(args, "description")
+                    .or(string_arg(args, "command"))
+                    .map(|detail| one_line(detail, 200))
+                    .as_deref(),
+            )
             .kind(ToolKind::Execute)
             .view(ToolView::Terminal)
     }
