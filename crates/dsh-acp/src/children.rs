@@ -444,6 +444,7 @@ mod tests {
             call_id: "c1".into(),
             name: "bash".into(),
             arguments: r#"{"command":"cargo test"}"#.into(),
+            presentation: None,
         });
         assert!(progress
             .observe(&activity(Some("p1"), false, call), now)

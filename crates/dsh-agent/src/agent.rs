@@ -112,6 +112,9 @@ pub(crate) struct Shared {
     pub(crate) extensions: ExtensionSet,
     /// Plan mode is on (kept by `crate::plan::PlanMode`, docs/agent.md, "Plan mode").
     pub(crate) plan_mode: std::sync::atomic::AtomicBool,
+    /// The tools of the latest step (the agent's own before the first), for front ends that
+    /// present logged calls ([`AgentHandle::tools`]).
+    pub(crate) tools: Mutex<Arc<ToolRegistry>>,
 }
 
 /// The session's preset as last switched, the switch waiting for the next step, and the
@@ -344,6 +347,13 @@ impl AgentHandle {
         self.shared.log().subscribe()
     }
 
+    /// The session's tools as of its latest step (before the first step, its own tools,
+    /// without those its extensions add): what a [`crate::Presenter`] asks about calls a log
+    /// holds without their presentation.
+    pub fn tools(&self) -> Arc<ToolRegistry> {
+        Arc::clone(&self.shared.tools.lock_or_recover())
+    }
+
     /// The session id.
     pub fn session_id(&self) -> String {
         self.shared.log().session_id().to_string()
@@ -564,6 +574,7 @@ impl Agent {
                 }),
                 extensions: parts.extensions.clone(),
                 plan_mode: std::sync::atomic::AtomicBool::new(false),
+                tools: Mutex::new(Arc::clone(&parts.tools)),
             }),
             adapters: parts.adapters,
             step_tools: Arc::clone(&parts.tools),

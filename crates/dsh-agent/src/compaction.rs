@@ -347,6 +347,7 @@ impl Agent {
                         message: smaller,
                         error: None,
                         meta: Some(json!({"prunedBy": "compaction"})),
+                        summary: None,
                     }))
                     .with_surface_op(SurfaceOp::Replace {
                         start: entry.seq,

@@ -25,6 +25,7 @@ mod log;
 mod permission;
 mod pipeline;
 mod plan;
+mod presentation;
 mod prompt;
 mod repeat_guard;
 mod replay;
@@ -80,6 +81,7 @@ pub use plan::{
     PlanDecision, PlanMode, APPROVE_LABEL, EXIT_PLAN_MODE, KEEP_PLANNING_LABEL, PLAN_COMMAND,
     PLAN_EDITS_QUESTION, PLAN_MODE_EVENT, PLAN_MODE_REFUSAL, PLAN_PLUGIN, PLAN_REVIEW_QUESTION,
 };
+pub use presentation::Presenter;
 pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
 pub use repeat_guard::RepeatCallGuard;
 pub use replay::{compare_runs, Difference, RecordedRun, RecordedTurn, ReplayAdapter};

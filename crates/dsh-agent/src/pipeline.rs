@@ -55,6 +55,9 @@ impl Agent {
                     call_id: info.call_id.clone(),
                     name: info.name.clone(),
                     arguments: info.arguments.clone(),
+                    presentation: crate::presentation::logged(
+                        &self.step_tools.present(&info.name, &info.arguments),
+                    ),
                 }))?;
             }
         }
@@ -302,6 +305,16 @@ impl Agent {
                 call_id: info.call_id.clone(),
             },
         };
+        let text = message.tool_result_text();
+        let facts = dsh_tools::ResultFacts {
+            text: &text,
+            meta: meta.as_ref(),
+            error: error.as_ref().map(|e| e.code.as_str()),
+        };
+        let summary = self
+            .step_tools
+            .summarize(&info.name, &info.arguments, &facts)
+            .and_then(|summary| crate::presentation::logged(&summary));
         let mut log = self.shared.log();
         for event in extra_events {
             log.append(event)?;
@@ -312,6 +325,7 @@ impl Agent {
             message,
             error,
             meta,
+            summary,
         })))?;
         Ok(())
     }

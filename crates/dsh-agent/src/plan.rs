@@ -580,6 +580,42 @@ impl ExitPlanModeTool {
 }
 
 impl Tool for ExitPlanModeTool {
+    /// The plan's title; the call waits for the user's review.
+    fn present(&self, args: &Value) -> dsh_tools::ToolPresentation {
+        let plan = args.get("plan").and_then(Value::as_str).unwrap_or_default();
+        dsh_tools::ToolPresentation::new(self.name())
+            .subject(plan_title(plan).unwrap_or("plan"))
+            .kind(dsh_tools::ToolKind::SwitchMode)
+            .view(dsh_tools::ToolView::PlanReview)
+    }
+
+    /// The review's outcome: approved (with edits), not reviewed, kept planning (the user's
+    /// feedback comes back as `PERMISSION_DENIED`) or dismissed (`ABORTED`).
+    fn summarize(
+        &self,
+        _args: &Value,
+        result: &dsh_tools::ResultFacts<'_>,
+    ) -> Option<dsh_tools::ResultSummary> {
+        use dsh_tools::{ResultSummary, Tone};
+        match result.error {
+            Some(code) if code == ToolErrorCode::PermissionDenied.as_str() => {
+                Some(ResultSummary::new("kept planning"))
+            }
+            Some(code) if code == ToolErrorCode::Aborted.as_str() => {
+                Some(ResultSummary::new("dismissed").tone(Tone::Failure))
+            }
+            Some(_) => None,
+            None => Some(ResultSummary::new(
+                match result.meta_value("decision").and_then(Value::as_str) {
+                    Some("approved") => "approved",
+                    Some("approved-with-edits") => "approved with edits",
+                    Some("unreviewed") => "not reviewed",
+                    _ => "done",
+                },
+            )),
+        }
+    }
+
     fn name(&self) -> &str {
         EXIT_PLAN_MODE
     }
@@ -672,5 +708,38 @@ mod tests {
         assert_eq!(plan_title("intro\n## Steps"), Some("Steps"));
         assert_eq!(plan_title("#nospace"), None);
         assert_eq!(plan_title("no heading"), None);
+    }
+
+    #[test]
+    fn plan_reviews_present_their_title_and_summarise_the_decision() {
+        let tool = ExitPlanModeTool {
+            plan: PlanMode::new(),
+        };
+        let shown = tool.present(&json!({"plan": "# Add a flag\n\n- x"}));
+        assert_eq!(shown.subject.as_deref(), Some("Add a flag"));
+        assert_eq!(shown.view, dsh_tools::ToolView::PlanReview);
+        let summary = |meta: Value, error: Option<&str>| {
+            let facts = dsh_tools::ResultFacts {
+                text: "",
+                meta: Some(&meta),
+                error,
+            };
+            tool.summarize(&Value::Null, &facts)
+                .map(|s| (s.text, s.tone))
+        };
+        let plain = dsh_tools::Tone::Neutral;
+        assert_eq!(
+            summary(json!({"decision": "approved-with-edits"}), None),
+            Some(("approved with edits".into(), plain))
+        );
+        assert_eq!(
+            summary(Value::Null, Some("PERMISSION_DENIED")),
+            Some(("kept planning".into(), plain))
+        );
+        assert_eq!(
+            summary(Value::Null, Some("ABORTED")),
+            Some(("dismissed".into(), dsh_tools::Tone::Failure))
+        );
+        assert_eq!(summary(Value::Null, Some("IO")), None);
     }
 }

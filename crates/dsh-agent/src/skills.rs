@@ -279,6 +279,12 @@ struct SkillTool {
 }
 
 impl Tool for SkillTool {
+    fn present(&self, args: &Value) -> dsh_tools::ToolPresentation {
+        dsh_tools::ToolPresentation::new(self.name())
+            .subject(dsh_tools::string_arg(args, "name").unwrap_or("?"))
+            .kind(dsh_tools::ToolKind::Read)
+    }
+
     fn name(&self) -> &str {
         "skill"
     }

@@ -560,6 +560,9 @@ impl Agent {
         // are fixed (docs/tools.md); a registry built anew is read and compared.
         let same_registry = Arc::ptr_eq(&registry, &self.step_tools);
         self.step_tools = registry;
+        if !same_registry {
+            *self.shared.tools.lock_or_recover() = Arc::clone(&self.step_tools);
+        }
         let tools = match self.last_tools.take() {
             Some(last) if same_registry => last,
             last => {

@@ -159,6 +159,7 @@ fn round(turn: u64) -> Vec<Event> {
             call_id: edit_call.clone(),
             name: "edit".into(),
             arguments: json!({"file_path": format!("src/lib{turn}.rs"), "old_string": "v5", "new_string": "five()"}).to_string(),
+            presentation: None,
         }),
         Event::ToolResult(ToolResult {
             turn,
@@ -169,6 +170,7 @@ fn round(turn: u64) -> Vec<Event> {
                 "diffs": [{"path": format!("src/lib{turn}.rs"), "oldText": old, "newText": new}],
                 "added": 2, "removed": 2, "created": false
             })),
+            summary: None,
         }),
         Event::ToolCall(ToolCall {
             turn,
@@ -177,6 +179,7 @@ fn round(turn: u64) -> Vec<Event> {
             name: "bash".into(),
             arguments: json!({"command": "cargo test -q", "description": "Run the tests"})
                 .to_string(),
+            presentation: None,
         }),
         Event::ToolResult(ToolResult {
             turn,
@@ -188,6 +191,7 @@ fn round(turn: u64) -> Vec<Event> {
             ),
             error: None,
             meta: Some(json!({"exitCode": 0, "timedOut": false})),
+            summary: None,
         }),
         Event::TurnEnd(TurnEnd {
             turn,

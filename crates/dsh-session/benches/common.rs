@@ -67,6 +67,7 @@ pub fn synthetic_events(total: usize) -> Vec<Event> {
                 call_id: call.clone(),
                 name: "bash".into(),
                 arguments: "{\"command\":\"ls -la\"}".into(),
+                presentation: None,
             }));
             out.push(Event::ToolStarted(ToolStarted {
                 turn,
@@ -84,6 +85,7 @@ pub fn synthetic_events(total: usize) -> Vec<Event> {
                 ),
                 error: None,
                 meta: None,
+                summary: None,
             }));
             out.push(Event::StepEnd(StepRef { turn, step }));
         }

@@ -250,7 +250,8 @@ pub struct AssistantMessage {
     pub interrupted: bool,
 }
 
-/// `tool/call {turn, step, callId, name, arguments}`: logged before anything about the call runs.
+/// `tool/call {turn, step, callId, name, arguments, presentation?}`: logged before anything
+/// about the call runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
@@ -264,6 +265,11 @@ pub struct ToolCall {
     pub name: String,
     /// The raw argument string the model produced, verbatim.
     pub arguments: String,
+    /// How front ends show the call, as the tool described it when the call was logged
+    /// (`dsh_tools::ToolPresentation`, docs/tools.md, "Presentation"); absent in older logs
+    /// and in dsh's, whose readers then ask the session's tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presentation: Option<Value>,
 }
 
 /// `tool/started {turn, step, callId}`: written (and flushed) by this implementation right before
@@ -293,8 +299,8 @@ pub struct ToolError {
     pub message: Option<String>,
 }
 
-/// `tool/result {turn, step, message, error?, meta?}`. The message is user-role with one
-/// `tool-result` block.
+/// `tool/result {turn, step, message, error?, meta?, summary?}`. The message is user-role with
+/// one `tool-result` block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
     /// The turn number.
@@ -309,6 +315,10 @@ pub struct ToolResult {
     /// Tool-specific details for front ends (dsh writes e.g. file windows); never model-visible.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
+    /// The tool's short summary of the result (`dsh_tools::ResultSummary`: `exit 1`, `3
+    /// matches`), when it gave one; never model-visible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Value>,
 }
 
 impl ToolResult {

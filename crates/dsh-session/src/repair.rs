@@ -71,6 +71,7 @@ pub fn closers(header: &SessionHeader, tracker: &SessionTracker) -> Vec<Envelope
                 message: None,
             }),
             meta: None,
+            summary: None,
         }));
         if let Some(seq) = call.call_seq {
             env = env.with_sources(vec![seq]);

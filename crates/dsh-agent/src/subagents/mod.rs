@@ -976,6 +976,18 @@ fn string_arg(args: &Value, key: &str) -> Option<String> {
 }
 
 impl Tool for SubagentTool {
+    /// The task's description, and whether it runs in the background.
+    fn present(&self, args: &Value) -> dsh_tools::ToolPresentation {
+        let description = dsh_tools::string_arg(args, "description")
+            .or_else(|| dsh_tools::string_arg(args, "prompt"))
+            .unwrap_or("?");
+        let mut subject = dsh_tools::one_line(description, 120);
+        if args.get("run_in_background").and_then(Value::as_bool) == Some(true) {
+            subject.push_str(" (background)");
+        }
+        dsh_tools::ToolPresentation::new(self.name()).subject(subject)
+    }
+
     fn concurrency_safe(&self) -> bool {
         // Children never write the parent's log; several run together up to the cap.
         true

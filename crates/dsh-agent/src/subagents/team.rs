@@ -40,6 +40,13 @@ pub(super) struct SendMessage {
 }
 
 impl Tool for SendMessage {
+    fn present(&self, args: &Value) -> dsh_tools::ToolPresentation {
+        let to = dsh_tools::string_arg(args, "subagent_id").unwrap_or("?");
+        let message = dsh_tools::string_arg(args, "message").unwrap_or_default();
+        dsh_tools::ToolPresentation::new(self.name())
+            .subject(dsh_tools::one_line(&format!("to {to}: {message}"), 120))
+    }
+
     fn name(&self) -> &str {
         "send_message"
     }
@@ -292,6 +299,11 @@ pub(super) struct InterruptAgent {
 }
 
 impl Tool for InterruptAgent {
+    fn present(&self, args: &Value) -> dsh_tools::ToolPresentation {
+        dsh_tools::ToolPresentation::new(self.name())
+            .subject(dsh_tools::string_arg(args, "agent_id").unwrap_or("?"))
+    }
+
     fn name(&self) -> &str {
         "interrupt_agent"
     }
@@ -391,6 +403,11 @@ struct Report {
 }
 
 impl Tool for Report {
+    fn present(&self, args: &Value) -> dsh_tools::ToolPresentation {
+        let output = dsh_tools::string_arg(args, "output").unwrap_or_default();
+        dsh_tools::ToolPresentation::new(self.name()).subject(dsh_tools::one_line(output, 120))
+    }
+
     fn name(&self) -> &str {
         "report"
     }

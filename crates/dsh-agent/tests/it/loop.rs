@@ -438,3 +438,52 @@ async fn a_tool_list_that_changes_between_requests_is_sent_and_logged() {
         ]
     );
 }
+
+#[tokio::test]
+async fn calls_are_logged_with_their_presentation_and_results_with_their_summary() {
+    let calls = SseReply::new()
+        .tool_call(
+            0,
+            "c1",
+            "write",
+            "{\"file_path\": \"x.txt\", \"content\": \"hi\\n\"}",
+        )
+        .tool_call(1, "c2", "teleport", "{}")
+        .finish("tool_calls", Some(WireUsage::default()));
+    let h = Harness::new(vec![calls.into(), text("done")]).await;
+    let store = open_store(StoreKind::Jsonl, h.home.path()).unwrap();
+    let (parts, _guards) = h.parts("deepseek-v4-flash");
+    let mut agent = Agent::create(parts, store.as_ref()).unwrap();
+    let handle = agent.handle();
+    assert!(handle.tools().names().any(|name| name == "write"));
+    handle.followup("write x").unwrap();
+    agent.run_until_idle().await.unwrap();
+    let events = h.events(&handle.location());
+    let presentations: Vec<serde_json::Value> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolCall(call) => call.presentation.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        presentations,
+        [
+            serde_json::json!({"title": "write", "subject": "x.txt", "kind": "edit",
+                "view": "diff", "locations": ["x.txt"]}),
+            // A tool nobody registered is shown by its name.
+            serde_json::json!({"title": "teleport", "kind": "other", "view": "text"}),
+        ]
+    );
+    let summaries: Vec<Option<serde_json::Value>> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(result) => Some(result.summary.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        summaries,
+        [Some(serde_json::json!({"text": "new file +1 -0"})), None]
+    );
+}

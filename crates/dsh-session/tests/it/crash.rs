@@ -77,6 +77,7 @@ fn turn_script(turn: u64) -> Vec<Event> {
             call_id: id.clone(),
             name: "bash".into(),
             arguments: "{\"command\":\"true\"}".into(),
+            presentation: None,
         }));
         out.push(Event::ToolStarted(ToolStarted {
             turn,
@@ -94,6 +95,7 @@ fn turn_script(turn: u64) -> Vec<Event> {
             ),
             error: None,
             meta: None,
+            summary: None,
         }));
     }
     out.push(Event::StepEnd(StepRef { turn, step: 1 }));

@@ -42,6 +42,7 @@ fn build(ops: &[(u8, u16, u16)]) -> Vec<Envelope> {
                 message: Message::tool_result(&text, "c", vec![ContentBlock::text(&text)], false),
                 error: None,
                 meta: None,
+                summary: None,
             })),
             4 => Envelope::new(Event::AssistantChunk(AssistantChunk {
                 turn: 1,

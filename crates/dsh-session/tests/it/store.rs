@@ -211,6 +211,7 @@ fn resume_repairs_open_turn_and_calls() {
                 call_id: id.into(),
                 name: "bash".into(),
                 arguments: "{}".into(),
+                presentation: None,
             }))
             .unwrap();
         }

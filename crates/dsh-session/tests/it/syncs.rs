@@ -151,6 +151,7 @@ fn tool_step(path: &Path) {
             call_id: "c1".into(),
             name: "read".into(),
             arguments: "{}".into(),
+            presentation: None,
         }))
         .unwrap();
     writer

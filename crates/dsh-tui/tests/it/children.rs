@@ -121,6 +121,7 @@ fn the_panel_the_card_and_the_followed_view_show_a_child_at_work() {
                 call_id: "c1".into(),
                 name: "bash".into(),
                 arguments: r#"{"command":"cargo test"}"#.into(),
+                presentation: None,
             }),
         ),
     );

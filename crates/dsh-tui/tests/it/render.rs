@@ -322,6 +322,7 @@ fn a_retry_discards_the_streamed_attempt_and_tools_get_results() {
             call_id: "c1".into(),
             name: "bash".into(),
             arguments: json!({"command": "ls"}).to_string(),
+            presentation: None,
         }),
     ));
     // A duplicate seq (history and live overlap) is ignored.
