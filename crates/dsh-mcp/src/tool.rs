@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use dsh_tools::{PermissionPreset, Tool, ToolContext, ToolError, ToolErrorCode, ToolOutput};
+use dsh_tools::{
+    PermissionPreset, Tool, ToolContext, ToolError, ToolErrorCode, ToolKind, ToolOutput,
+    ToolPresentation,
+};
 use futures::future::BoxFuture;
 use rmcp::model::CallToolResult;
 use serde_json::Value;
@@ -38,6 +41,8 @@ pub struct McpTool {
     name: String,
     description: String,
     parameters: Value,
+    /// How its calls are shown (docs/mcp.md, "Tool cards").
+    presentation: ToolPresentation,
 }
 
 impl McpTool {
@@ -66,8 +71,28 @@ impl McpTool {
             name,
             description,
             parameters: Value::Object((*info.input_schema).clone()),
+            presentation: presentation(server, info),
         }
     }
+}
+
+/// How calls of the tool `info` of `server` are shown: `server · tool`, or `server · title`
+/// when the server gives the tool a title (its annotations', else its own); kind `read` for a
+/// tool that declares itself read-only; its arguments as the subject.
+fn presentation(server: &str, info: &rmcp::model::Tool) -> ToolPresentation {
+    let annotations = info.annotations.as_ref();
+    let title = annotations
+        .and_then(|a| a.title.as_deref())
+        .or(info.title.as_deref())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .unwrap_or(&info.name);
+    let read_only = annotations.and_then(|a| a.read_only_hint) == Some(true);
+    ToolPresentation::new(format!("{server} · {title}")).kind(if read_only {
+        ToolKind::Read
+    } else {
+        ToolKind::Other
+    })
 }
 
 /// The text the model gets for a tool result.
@@ -113,6 +138,10 @@ impl Tool for McpTool {
 
     fn parameters(&self) -> Value {
         self.parameters.clone()
+    }
+
+    fn present(&self, _args: &Value) -> ToolPresentation {
+        self.presentation.clone()
     }
 
     fn execute<'a>(
@@ -262,6 +291,31 @@ fn blocking<T>(work: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn info(value: Value) -> rmcp::model::Tool {
+        serde_json::from_value(value).unwrap_or_else(|err| panic!("not a tool: {err}"))
+    }
+
+    #[test]
+    fn calls_show_the_server_and_the_tools_title() {
+        let schema = serde_json::json!({"type": "object"});
+        let plain = info(serde_json::json!({"name": "create_issue", "inputSchema": schema}));
+        assert_eq!(
+            presentation("github", &plain),
+            ToolPresentation::new("github · create_issue")
+        );
+        let titled = info(serde_json::json!({
+            "name": "search_code", "title": "Search", "inputSchema": schema,
+            "annotations": {"title": "Search code", "readOnlyHint": true},
+        }));
+        let shown = presentation("github", &titled);
+        assert_eq!(shown.title, "github · Search code");
+        assert_eq!(shown.kind, ToolKind::Read);
+        let own_title = info(serde_json::json!({
+            "name": "x", "title": "Do X", "inputSchema": schema,
+        }));
+        assert_eq!(presentation("srv", &own_title).title, "srv · Do X");
+    }
 
     #[test]
     fn the_approval_table() {
