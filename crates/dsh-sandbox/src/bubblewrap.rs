@@ -143,16 +143,14 @@ impl Bubblewrap {
                 for dir in &covered {
                     push(&["--tmpfs".as_ref(), dir.as_os_str()]);
                 }
-                let mut visible: Vec<&Path> = vec![&request.cwd];
-                if request.workdir != request.cwd {
-                    visible.push(&request.workdir);
-                }
-                for dir in visible {
-                    let hidden_here =
-                        dir.starts_with(PRIVATE_TMP) || hidden.iter().any(|h| dir.starts_with(h));
-                    if hidden_here && dir.is_dir() {
-                        push(&["--ro-bind".as_ref(), dir.as_os_str(), dir.as_os_str()]);
-                    }
+                // Only the session's cwd is bound back, never the command's `workdir`: the model
+                // or a project chooses that, and naming dsh's home (or the host's /tmp) there
+                // must not un-hide it (found by the fourth adversarial review).
+                let dir = &request.cwd;
+                let hidden_here =
+                    dir.starts_with(PRIVATE_TMP) || hidden.iter().any(|h| dir.starts_with(h));
+                if hidden_here && dir.is_dir() {
+                    push(&["--ro-bind".as_ref(), dir.as_os_str(), dir.as_os_str()]);
                 }
                 // Read-only only now: bubblewrap creates the mount points of the binds above
                 // inside the tmpfs, which it cannot once the tmpfs is read-only.

@@ -148,8 +148,11 @@ fn outermost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
 }
 
 /// The hidden directories of `request` (dsh's home, ...) and, inside each, the directories the
-/// session must still see (writable roots, cwd, workdir), with the directories to create on the
-/// way to them.
+/// session must still see (writable roots and the session's cwd), with the directories to create
+/// on the way to them. Never the command's `workdir`: the model (a `bash` call's `workdir`) or a
+/// project (an MCP server's `cwd`) chooses it, and naming the home there must not un-hide it
+/// (found by the fourth adversarial review); a workdir inside a hidden directory is simply not
+/// there for the command.
 fn hidden_plan(request: &ConfinementRequest, roots: &[PathBuf]) -> Result<Vec<Hidden>, String> {
     let mut hidden = Vec::new();
     let hidden_dirs = outermost(
@@ -161,10 +164,8 @@ fn hidden_plan(request: &ConfinementRequest, roots: &[PathBuf]) -> Result<Vec<Hi
             .collect(),
     );
     let mut visible: Vec<PathBuf> = roots.to_vec();
-    for dir in [&request.cwd, &request.workdir] {
-        if let Ok(dir) = std::fs::canonicalize(dir) {
-            visible.push(dir);
-        }
+    if let Ok(dir) = std::fs::canonicalize(&request.cwd) {
+        visible.push(dir);
     }
     for dir in hidden_dirs {
         if visible.contains(&dir) {

@@ -62,7 +62,8 @@ pub struct SeatbeltPolicy {
     pub writable_roots: Vec<SeatbeltRoot>,
     /// Directories the command may neither read nor write (dsh's home).
     pub hidden_dirs: Vec<PathBuf>,
-    /// Directories that stay readable even inside a hidden one (the cwd, the start directory).
+    /// Directories that stay readable even inside a hidden one (the session's cwd; never a
+    /// command's start directory, which the model chooses).
     pub visible_dirs: Vec<PathBuf>,
     /// Whether the command may reach the network (`ConfinementRequest::network`); without it
     /// every IP connection and bind is denied (Unix sockets stay).
@@ -253,10 +254,9 @@ impl Seatbelt {
             preset: request.preset,
             writable_roots,
             hidden_dirs: request.hidden_dirs.iter().map(real).collect(),
-            visible_dirs: [&request.cwd, &request.workdir]
-                .into_iter()
-                .map(real)
-                .collect(),
+            // The session's cwd only: a command's `workdir` (chosen by the model or a project)
+            // must not un-hide dsh's home (found by the fourth adversarial review).
+            visible_dirs: vec![real(&request.cwd)],
             network: request.network,
         }
     }

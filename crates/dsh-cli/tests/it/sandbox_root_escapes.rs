@@ -181,3 +181,68 @@ async fn dsh_run_without_network_under_landlock() {
         eprintln!("NOT RUN: needs root (CI runs as root)");
     }
 }
+
+/// A `bash` call's `workdir` is the model's choice: naming dsh's home there must not un-hide
+/// it (the fourth adversarial review read `$DSH_HOME/.env` this way under bubblewrap's
+/// `read-only` and under Landlock in every preset). The home stays an empty tmpfs and the call
+/// reads, lists and plants nothing.
+async fn a_workdir_in_dshs_home_does_not_unhide_it(sandbox: &str, preset: &str) {
+    let env = Env::new();
+    let secret = "sk-other-provider-0f1e2d3c4b5a6978";
+    std::fs::write(env.home.join(".env"), format!("OTHER_API_KEY={secret}\n")).unwrap();
+    let command = "cat .env | base32; ls -a; echo x > planted; echo tried";
+    let provider = model_calling(&[json!({
+        "command": command,
+        "description": "look at the home",
+        "workdir": env.home.display().to_string(),
+    })])
+    .await;
+    let mut cmd = env.command(&provider.base_url(), sandbox);
+    cmd.args(["run", "--permission", preset, "look"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let result = env.events("tool/result")[0]["data"].to_string();
+    let encoded = String::from_utf8_lossy(
+        &Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf 'OTHER_API_KEY={secret}\\n' | base32"))
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .lines()
+    .next()
+    .unwrap()
+    .to_string();
+    assert!(
+        !result.contains(&encoded[..16]),
+        "{sandbox} {preset}: {result} {stderr}"
+    );
+    assert!(!result.contains("sessions"), "{sandbox} {preset}: {result}");
+    assert!(
+        !env.home.join("planted").exists(),
+        "{sandbox} {preset}: {result}"
+    );
+}
+
+#[tokio::test]
+async fn a_workdir_in_dshs_home_stays_hidden_under_bubblewrap() {
+    if is_root() {
+        for preset in ["read-only", "workspace-write"] {
+            a_workdir_in_dshs_home_does_not_unhide_it("bubblewrap", preset).await;
+        }
+    } else {
+        eprintln!("NOT RUN: needs root (CI runs as root)");
+    }
+}
+
+#[tokio::test]
+async fn a_workdir_in_dshs_home_stays_hidden_under_landlock() {
+    if is_root() {
+        for preset in ["read-only", "workspace-write"] {
+            a_workdir_in_dshs_home_does_not_unhide_it("landlock", preset).await;
+        }
+    } else {
+        eprintln!("NOT RUN: needs root (CI runs as root)");
+    }
+}
