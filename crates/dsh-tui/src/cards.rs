@@ -1,11 +1,15 @@
 //! Cells to styled lines: user prompts, Markdown replies, reasoning (collapsed or expanded),
-//! tool cards (bash, write/edit with a coloured diff, read, glob/grep, any other tool) and
-//! notices. Pure functions of the cell, so each can be snapshot-tested.
+//! tool cards (as each tool presents its calls: a command's output, a coloured diff, sources,
+//! a summary line) and notices. Pure functions of the cell, so each can be snapshot-tested.
 
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use serde_json::Value;
 use similar::{ChangeTag, TextDiff};
+
+use std::borrow::Cow;
+
+use dsh_tools::{ResultFacts, ResultSummary, Tone, ToolPresentation, ToolRegistry, ToolView};
 
 use crate::markdown::render_markdown;
 use crate::transcript::{Cell, Header, NoticeLevel, ToolCard, ToolStatus};
@@ -198,89 +202,101 @@ fn render_reasoning(text: &str, streaming: bool, expand: bool) -> Vec<Line<'stat
     lines
 }
 
-fn arg_str<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
-    args.get(key).and_then(Value::as_str)
-}
-
 fn truncate(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c == '\n' { ' ' } else { c })
-        .collect();
-    if flat.chars().count() > max {
-        let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-        format!("{cut}…")
-    } else {
-        flat
+    dsh_tools::one_line(text, max)
+}
+
+/// The tools every session has: they show a card made without a presentation (a test's).
+fn standard_tools() -> &'static ToolRegistry {
+    dsh_agent::Presenter::standard_tools()
+}
+
+/// How `card`'s call is shown: its presentation, else the standard tools'.
+fn presentation(card: &ToolCard) -> Cow<'_, ToolPresentation> {
+    match &card.presentation {
+        Some(presentation) => Cow::Borrowed(presentation),
+        None => Cow::Owned(standard_tools().present(&card.name, &card.arguments)),
     }
 }
 
-/// The tool's subject as its card's header shows it: the command, the path, the pattern, ...
-fn subject(card: &ToolCard, args: &Value) -> String {
-    match card.name.as_str() {
-        "bash" => format!(
-            "$ {}",
-            truncate(arg_str(args, "command").unwrap_or(""), 200)
-        ),
-        "read" => {
-            let path = arg_str(args, "file_path").unwrap_or("?");
-            let offset = args.get("offset").and_then(Value::as_u64);
-            let limit = args.get("limit").and_then(Value::as_u64);
-            match (offset, limit) {
-                // Done: the body tells the lines actually read.
-                _ if matches!(card.status, ToolStatus::Done { .. }) => path.to_string(),
-                (None, None) => path.to_string(),
-                (offset, limit) => {
-                    let from = offset.unwrap_or(1).max(1);
-                    match limit {
-                        Some(limit) => format!("{path} lines {from}-{}", from + limit - 1),
-                        None => format!("{path} from line {from}"),
-                    }
-                }
-            }
-        }
-        "write" | "edit" => arg_str(args, "file_path").unwrap_or("?").to_string(),
-        "glob" | "grep" => {
-            let pattern = arg_str(args, "pattern").unwrap_or("?");
-            match arg_str(args, "path") {
-                Some(path) => format!("{pattern} in {path}"),
-                None => pattern.to_string(),
-            }
-        }
-        "web_search" => search_subject(args),
-        "subagent" | "subagent_fork" => arg_str(args, "description")
-            .map_or_else(|| truncate(&card.arguments, 120), |d| truncate(d, 120)),
-        _ => truncate(&card.arguments, 120),
+/// The tool's summary of `card`'s result: the one it carries, else the standard tools'.
+fn summary(card: &ToolCard) -> Option<Cow<'_, ResultSummary>> {
+    if let Some(summary) = &card.summary {
+        return Some(Cow::Borrowed(summary));
     }
+    if card.presentation.is_some() {
+        return None;
+    }
+    let (text, meta, error) = match &card.status {
+        ToolStatus::Running => return None,
+        ToolStatus::Done { output, meta } => (output.as_str(), meta.as_ref(), None),
+        ToolStatus::Failed { code, .. } => ("", None, Some(code.as_str())),
+    };
+    let facts = ResultFacts { text, meta, error };
+    standard_tools()
+        .summarize(&card.name, &card.arguments, &facts)
+        .map(Cow::Owned)
 }
 
-/// A one-line title of a tool call (`bash $ cargo test`), as the children panel shows a
+/// The call's subject as its card's header shows it: the command, the path, the pattern...
+/// (the tool's), else its arguments.
+fn subject(card: &ToolCard, shown: &ToolPresentation, summary: Option<&ResultSummary>) -> String {
+    summary
+        .and_then(|s| s.subject.as_deref())
+        .or(shown.subject.as_deref())
+        .map_or_else(|| truncate(&card.arguments, 120), str::to_string)
+}
+
+/// A one-line title of a logged tool call (`bash $ cargo test`), as the children panel shows a
 /// child's latest activity (docs/tui.md, "Children").
-pub fn tool_title(name: &str, arguments: &str) -> String {
+pub fn tool_title(call: &dsh_session::ToolCall) -> String {
     let card = ToolCard {
         call_id: String::new(),
-        name: name.to_string(),
-        arguments: arguments.to_string(),
+        name: call.name.clone(),
+        arguments: call.arguments.clone(),
         status: ToolStatus::Running,
         progress: None,
+        presentation: Some(dsh_agent::Presenter::shown(call)),
+        summary: None,
     };
-    let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
-    truncate(&format!("{name} {}", subject(&card, &args)), 80)
+    let shown = presentation(&card);
+    truncate(
+        &format!("{} {}", shown.title, subject(&card, &shown, None)),
+        80,
+    )
 }
 
-/// Renders a tool card: a header line (status mark, tool, its subject) and a body.
+/// The summary in a card's header: `✓`/`✗` and green/red when the tool says the result is
+/// good or bad news, dim otherwise.
+fn summary_span(summary: &ResultSummary) -> Span<'static> {
+    match summary.tone {
+        Tone::Success => Span::styled(
+            format!("  ✓ {}", summary.text),
+            Style::default().fg(Color::Green),
+        ),
+        Tone::Failure => Span::styled(
+            format!("  ✗ {}", summary.text),
+            Style::default().fg(Color::Red),
+        ),
+        Tone::Neutral => Span::styled(format!("  {}", summary.text), dim()),
+    }
+}
+
+/// Renders a tool card: a header line (status mark, tool, its subject, the result's summary)
+/// and a body laid out as the tool's view says.
 pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
-    let args: Value = serde_json::from_str(&card.arguments).unwrap_or(Value::Null);
     let (mark, mark_style) = match &card.status {
         ToolStatus::Running => ("◌", Style::default().fg(Color::Yellow)),
         ToolStatus::Done { .. } => ("●", Style::default().fg(Color::Green)),
         ToolStatus::Failed { .. } => ("●", Style::default().fg(Color::Red)),
     };
-    let subject = subject(card, &args);
+    let shown = presentation(card);
+    let summary = summary(card);
+    let subject = subject(card, &shown, summary.as_deref());
     let mut header = vec![
         Span::styled(format!("{mark} "), mark_style),
         Span::styled(
-            card.name.clone(),
+            shown.title.clone(),
             Style::default().add_modifier(Modifier::BOLD),
         ),
         Span::raw(" "),
@@ -294,38 +310,27 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
             None => header.push(Span::styled("  running…", dim())),
         },
         ToolStatus::Failed { code, message } => {
-            header.push(Span::styled(
-                format!("  {code}"),
-                Style::default().fg(Color::Red),
-            ));
+            header.push(match summary.as_deref() {
+                Some(summary) => summary_span(summary),
+                None => Span::styled(format!("  {code}"), Style::default().fg(Color::Red)),
+            });
             body.push(body_line(
                 truncate(message, 200),
                 Style::default().fg(Color::Red),
             ));
         }
         ToolStatus::Done { output, meta } => {
+            if let Some(summary) = summary.as_deref() {
+                header.push(summary_span(summary));
+            }
             let meta = meta.as_ref().unwrap_or(&Value::Null);
-            match card.name.as_str() {
-                "bash" => bash_body(output, meta, &mut header, &mut body),
-                "write" | "edit" => diff_body(meta, &mut header, &mut body),
-                "read" => read_body(output, meta, &mut header),
-                "glob" | "grep" => {
-                    let total = meta.get("total").and_then(Value::as_u64);
-                    let shown = meta.get("shown").and_then(Value::as_u64);
-                    let noun = if card.name == "glob" {
-                        "files"
-                    } else {
-                        "matches"
-                    };
-                    let text = match (total, shown) {
-                        (Some(t), Some(s)) if s < t => format!("  {t} {noun} ({s} shown)"),
-                        (Some(t), _) => format!("  {t} {noun}"),
-                        _ => format!("  {} lines", output.lines().count()),
-                    };
-                    header.push(Span::styled(text, dim()));
-                }
-                "web_search" => search_body(meta, &mut header, &mut body),
-                _ => {
+            match shown.view {
+                ToolView::Terminal => terminal_body(output, &mut body),
+                ToolView::Diff => diff_body(meta, &mut body),
+                // Shown by the summary alone.
+                ToolView::Contents | ToolView::Results => {}
+                ToolView::Sources => sources_body(meta, &mut body),
+                ToolView::Text | ToolView::Todos | ToolView::Question | ToolView::PlanReview => {
                     for line in output.lines().take(3) {
                         body.push(body_line(truncate(line, 160), dim()));
                     }
@@ -338,22 +343,10 @@ pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
     lines
 }
 
-/// `web_search`: its queries.
-fn search_subject(args: &Value) -> String {
-    let queries: Vec<&str> = args
-        .get("queries")
-        .and_then(Value::as_array)
-        .map(|q| q.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    truncate(&queries.join(", "), 200)
-}
-
-/// `web_search`: the sources (title and URL) from `meta.sources` (docs/tools.md, "web_search").
-fn search_body(meta: &Value, header: &mut Vec<Span<'static>>, body: &mut Vec<Line<'static>>) {
+/// Web sources (title and URL) from `meta.sources` (docs/tools.md, "web_search").
+fn sources_body(meta: &Value, body: &mut Vec<Line<'static>>) {
     let sources = meta.get("sources").and_then(Value::as_array);
-    let sources = sources.map(Vec::as_slice).unwrap_or_default();
-    header.push(Span::styled(format!("  {} sources", sources.len()), dim()));
-    for source in sources {
+    for source in sources.map(Vec::as_slice).unwrap_or_default() {
         let url = source.get("url").and_then(Value::as_str).unwrap_or("?");
         let line = match source.get("title").and_then(Value::as_str) {
             Some(title) => format!("{title} — {url}"),
@@ -363,57 +356,12 @@ fn search_body(meta: &Value, header: &mut Vec<Span<'static>>, body: &mut Vec<Lin
     }
 }
 
-/// `read`: the lines actually read, from the result (`meta.linesShown`, `offset` and
-/// `totalLines`, docs/tools.md, "read"; else the numbered lines of its output), not from the
-/// request's `limit`, which a short file or the byte cap cuts.
-fn read_body(output: &str, meta: &Value, header: &mut Vec<Span<'static>>) {
-    let shown = meta
-        .get("linesShown")
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| {
-            output
-                .lines()
-                .filter(|l| {
-                    let digits = l.chars().take_while(char::is_ascii_digit).count();
-                    digits > 0 && (l[digits..].starts_with(": ") || l[digits..].starts_with('\t'))
-                })
-                .count() as u64
-        });
-    let offset = meta.get("offset").and_then(Value::as_u64);
-    let total = meta.get("totalLines").and_then(Value::as_u64);
-    let noun = if shown == 1 { "line" } else { "lines" };
-    let text = match (offset, total) {
-        (Some(from), Some(total)) if shown > 0 && shown < total => format!(
-            "  {shown} {noun} read ({from}-{} of {total})",
-            from + shown - 1
-        ),
-        _ => format!("  {shown} {noun} read"),
-    };
-    header.push(Span::styled(text, dim()));
-}
-
 fn body_line(text: String, style: Style) -> Line<'static> {
     Line::from(vec![Span::styled("  │ ", dim()), Span::styled(text, style)])
 }
 
-fn bash_body(
-    output: &str,
-    meta: &Value,
-    header: &mut Vec<Span<'static>>,
-    body: &mut Vec<Line<'static>>,
-) {
-    let exit = meta.get("exitCode").and_then(Value::as_i64);
-    let timed_out = meta.get("timedOut").and_then(Value::as_bool) == Some(true);
-    let (text, style) = if timed_out {
-        ("  ✗ timed out".to_string(), Style::default().fg(Color::Red))
-    } else {
-        match exit {
-            Some(0) => ("  ✓ exit 0".to_string(), Style::default().fg(Color::Green)),
-            Some(code) => (format!("  ✗ exit {code}"), Style::default().fg(Color::Red)),
-            None => ("  ✗ killed".to_string(), Style::default().fg(Color::Red)),
-        }
-    };
-    header.push(Span::styled(text, style));
+/// A command's output: its last lines.
+fn terminal_body(output: &str, body: &mut Vec<Line<'static>>) {
     let lines: Vec<&str> = output
         .lines()
         .filter(|l| !l.starts_with("[exit code:"))
@@ -427,17 +375,8 @@ fn bash_body(
     }
 }
 
-fn diff_body(meta: &Value, header: &mut Vec<Span<'static>>, body: &mut Vec<Line<'static>>) {
-    let added = meta.get("added").and_then(Value::as_u64).unwrap_or(0);
-    let removed = meta.get("removed").and_then(Value::as_u64).unwrap_or(0);
-    let created = meta.get("created").and_then(Value::as_bool) == Some(true);
-    header.push(Span::styled(
-        format!(
-            "  {}+{added} -{removed}",
-            if created { "new file " } else { "" }
-        ),
-        dim(),
-    ));
+/// File changes: the first file's diff from `meta.diffs` (or `meta.unifiedDiff`).
+fn diff_body(meta: &Value, body: &mut Vec<Line<'static>>) {
     let plus = Style::default().fg(Color::Green);
     let minus = Style::default().fg(Color::Red);
     let mut out: Vec<(String, Style)> = Vec::new();

@@ -328,7 +328,7 @@ fn fold(child: &mut ChildView, event: &Envelope) -> bool {
             }
         }
         Event::ToolCall(call) => {
-            child.activity = crate::cards::tool_title(&call.name, &call.arguments);
+            child.activity = crate::cards::tool_title(call);
         }
         Event::TurnEnd(end) => {
             child.took = child.started.map(|s| s.elapsed());

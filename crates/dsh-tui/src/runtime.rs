@@ -871,6 +871,7 @@ impl Ui {
         };
         self.app.transcript.cells.push(Cell::Header(header.clone()));
         self.header = Some(header);
+        self.app.transcript.set_tools(&handle.tools());
         for envelope in &log.events {
             self.app.transcript.apply(envelope);
         }
@@ -945,6 +946,9 @@ impl Ui {
             ),
             Background::Reloaded(Ok(log)) => {
                 let mut transcript = Transcript::new();
+                if let Some(live) = &self.live {
+                    transcript.set_tools(&live.handle.tools());
+                }
                 if let Some(header) = &self.header {
                     transcript.cells.push(Cell::Header(header.clone()));
                 }

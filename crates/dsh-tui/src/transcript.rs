@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use dsh_llm::{Chunk, ContentBlock, MessageSource, Usage, UsageTotals};
 use dsh_session::{Envelope, Event, PriceTable, TurnEndReason};
+use dsh_tools::{ResultSummary, ToolPresentation, ToolRegistry};
 use serde_json::Value;
 
 /// How a notice is coloured.
@@ -58,6 +59,11 @@ pub struct ToolCard {
     /// Live progress of a running call, when something reports it (a `subagent` call shows
     /// its child's latest activity, docs/tui.md, "Children").
     pub progress: Option<String>,
+    /// How the tool shows the call (docs/tools.md, "Presentation"); `None`: as the tools every
+    /// session has show it.
+    pub presentation: Option<ToolPresentation>,
+    /// The tool's summary of the result, once there is one.
+    pub summary: Option<ResultSummary>,
 }
 
 /// One entry of the conversation view.
@@ -176,12 +182,20 @@ pub struct Transcript {
     pub turn_started: Option<std::time::Instant>,
     /// Text and reasoning deltas streamed by the running turn (about one token each).
     pub streamed: u64,
+    /// How tool calls are shown: as logged, else as the session's tools say.
+    presenter: dsh_agent::Presenter,
 }
 
 impl Transcript {
     /// An empty conversation.
     pub fn new() -> Self {
         Transcript::default()
+    }
+
+    /// Asks the session's `tools` how to show calls a log holds without their presentation
+    /// (logs written before dsh logged it); the tools every session has answer otherwise.
+    pub fn set_tools(&mut self, tools: &ToolRegistry) {
+        self.presenter.set_tools(tools);
     }
 
     /// Adds a notice (command output, local errors).
@@ -270,12 +284,15 @@ impl Transcript {
             }
             Event::ToolCall(call) => {
                 self.end_preview();
+                let presentation = self.presenter.call(call);
                 self.cells.push(Cell::Tool(ToolCard {
                     call_id: call.call_id.clone(),
                     name: call.name.clone(),
                     arguments: call.arguments.clone(),
                     status: ToolStatus::Running,
                     progress: None,
+                    presentation: Some(presentation),
+                    summary: None,
                 }));
             }
             Event::ToolResult(result) => self.tool_result(result),
@@ -416,12 +433,14 @@ impl Transcript {
                 meta: result.meta.clone(),
             },
         };
+        let summary = self.presenter.summary(result);
         let card = self.cells.iter_mut().rev().find_map(|cell| match cell {
             Cell::Tool(card) if card.call_id == call_id => Some(card),
             _ => None,
         });
         if let Some(card) = card {
             card.status = status;
+            card.summary = summary;
         }
     }
 

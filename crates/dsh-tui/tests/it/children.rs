@@ -82,6 +82,9 @@ fn the_panel_the_card_and_the_followed_view_show_a_child_at_work() {
         arguments: r#"{"description":"scan the repo","prompt":"look"}"#.into(),
         status: ToolStatus::Running,
         progress: None,
+        // As `subagent` presents the call (its tool is the runtime's, not a standard one).
+        presentation: Some(dsh_tools::ToolPresentation::new("subagent").subject("scan the repo")),
+        summary: None,
     }));
     let mut cache = ViewCache::default();
     let before = screen(&mut app, &mut cache);

@@ -232,6 +232,8 @@ fn wrapped_code_and_tool_lines_keep_their_gutter() {
             meta: Some(json!({"exitCode": 0})),
         },
         progress: None,
+        presentation: None,
+        summary: None,
     });
     let mut out = String::new();
     for cell in [reply, bash] {
@@ -259,6 +261,8 @@ fn read_card_counts_the_lines_read() {
                 meta: Some(meta),
             },
             progress: None,
+            presentation: None,
+            summary: None,
         })
     };
     // Asked for 2000 lines of a 3-line file: 3 were read.

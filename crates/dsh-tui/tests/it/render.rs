@@ -59,6 +59,8 @@ fn tool(name: &str, args: serde_json::Value, status: ToolStatus) -> Cell {
         arguments: args.to_string(),
         status,
         progress: None,
+        presentation: None,
+        summary: None,
     })
 }
 
@@ -661,4 +663,73 @@ fn permission_switches_in_the_log_become_notices() {
         ]
     );
     assert_eq!(t.stats.permission.as_deref(), Some("read-only"));
+}
+
+/// The first line of a cell, as text.
+fn header_of(cell: &Cell) -> String {
+    let lines = render_cell(cell, false);
+    lines[0]
+        .spans
+        .iter()
+        .map(|s| s.content.to_string())
+        .collect()
+}
+
+#[test]
+fn cards_are_drawn_as_the_tool_presents_its_calls() {
+    let mut t = Transcript::new();
+    // As logged: an MCP tool's title and subject, a summary it gave its result.
+    t.apply(&env(
+        1,
+        Event::ToolCall(ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            name: "mcp__github__create_issue".into(),
+            arguments: json!({"title": "bug"}).to_string(),
+            presentation: Some(json!({"title": "github · create_issue", "subject": "bug"})),
+        }),
+    ));
+    t.apply(&env(
+        2,
+        Event::ToolResult(dsh_session::ToolResult {
+            turn: 1,
+            step: 1,
+            message: Message::tool_result("m1", "c1", vec![ContentBlock::text("#12")], false),
+            error: None,
+            meta: None,
+            summary: Some(json!({"text": "issue #12", "tone": "success"})),
+        }),
+    ));
+    // A log written before calls carried their presentation: the tools present them.
+    t.apply(&env(
+        3,
+        Event::ToolCall(ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: "c2".into(),
+            name: "bash".into(),
+            arguments: json!({"command": "false"}).to_string(),
+            presentation: None,
+        }),
+    ));
+    t.apply(&env(
+        4,
+        Event::ToolResult(dsh_session::ToolResult {
+            turn: 1,
+            step: 1,
+            message: Message::tool_result("m2", "c2", vec![ContentBlock::text("")], false),
+            error: None,
+            meta: Some(json!({"exitCode": 1})),
+            summary: None,
+        }),
+    ));
+    let headers: Vec<String> = t.cells.iter().map(header_of).collect();
+    assert_eq!(
+        headers,
+        [
+            "● github · create_issue bug  ✓ issue #12",
+            "● bash $ false  ✗ exit 1"
+        ]
+    );
 }
