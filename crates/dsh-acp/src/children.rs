@@ -25,7 +25,7 @@ use dsh_llm::{Chunk, ContentBlock};
 use dsh_session::Event;
 use serde_json::{json, Value};
 
-use crate::updates::{result_failed, tool_title};
+use crate::updates::{call_title, result_failed};
 
 /// The shortest time between two updates of one run (at most ten a second).
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
@@ -148,8 +148,7 @@ impl Run {
                 _ => return false,
             },
             Event::ToolCall(call) => {
-                let args: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
-                let title = head(&tool_title(&call.name, &args), TITLE_MAX);
+                let title = head(&call_title(call), TITLE_MAX);
                 self.doing = format!("calling `{title}`");
                 self.tools.push_back(ToolLine {
                     call_id: call.call_id.clone(),

@@ -336,7 +336,7 @@ impl Server {
         let servers = setup::mcp_servers(params)?;
         let opened = self.open(&cwd, Resume::Id(key.clone()), servers)?;
         let id = opened.agent.handle().session_id();
-        let mut mapper = UpdateMapper::new(&cwd);
+        let mut mapper = UpdateMapper::new(&cwd).with_tools(&opened.agent.handle().tools());
         for update in mapper.replay(&opened.history) {
             self.out
                 .notify("session/update", json!({"sessionId": id, "update": update}));

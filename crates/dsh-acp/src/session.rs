@@ -153,11 +153,9 @@ impl AcpSession {
         if !models.contains(&call.model) {
             models.insert(0, call.model.clone());
         }
-        let mapper = UpdateMapper::new(cwd).with_usage(
-            agent.prices().clone(),
-            &call.model,
-            info.context_window,
-        );
+        let mapper = UpdateMapper::new(cwd)
+            .with_usage(agent.prices().clone(), &call.model, info.context_window)
+            .with_tools(&agent.handle().tools());
         let (prompts, jobs) = mpsc::unbounded_channel();
         let cancelled = Arc::new(AtomicBool::new(false));
         let stopping = Arc::new(AtomicBool::new(false));

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::collections::BTreeMap;
 
 use dsh_llm::{Chunk, ContentBlock, Message, MessageSource, Usage, UsageTotals};
-use dsh_session::{Envelope, Event, PriceTable, TodoItem, ToolResult};
+use dsh_session::{Envelope, Event, PriceTable, TodoItem, ToolCall, ToolResult};
 use serde_json::{json, Value};
 
 /// Turns session events into `session/update` payloads (the `update` object of the
@@ -34,6 +34,8 @@ pub struct UpdateMapper {
     cwd: PathBuf,
     streamed: HashSet<(u64, u64, u32)>,
     calls: HashMap<String, (String, Value)>,
+    /// How calls are shown: as logged, else as the session's tools say.
+    presenter: dsh_agent::Presenter,
     usage: UsageBook,
     /// The last logged permission preset (the mode plan mode goes back to).
     preset: Option<String>,
@@ -69,46 +71,10 @@ fn text_chunk(kind: &str, text: &str) -> Value {
     json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
 }
 
-/// The ACP tool kind for a dsh tool name.
-fn tool_kind(name: &str) -> &'static str {
-    match name {
-        "bash" => "execute",
-        "read" => "read",
-        "write" | "edit" => "edit",
-        "glob" | "grep" => "search",
-        "todo_write" => "think",
-        "web_fetch" | "web_search" => "fetch",
-        _ => "other",
-    }
-}
-
-fn arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
-    args.get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-}
-
-/// A short title for the client's tool card.
-pub(crate) fn tool_title(name: &str, args: &Value) -> String {
-    // `web_search`: its queries (the sources are in the result text, docs/tools.md).
-    if let Some(queries) = args.get("queries").and_then(Value::as_array) {
-        let queries: Vec<&str> = queries.iter().filter_map(Value::as_str).collect();
-        if name == "web_search" && !queries.is_empty() {
-            return format!("{name}: {}", queries.join(", "));
-        }
-    }
-    let detail = match name {
-        "bash" => arg(args, "description").or_else(|| arg(args, "command")),
-        "read" | "write" | "edit" => arg(args, "file_path"),
-        "glob" | "grep" => arg(args, "pattern"),
-        "skill" => arg(args, "name"),
-        "subagent" | "subagent_fork" => arg(args, "description"),
-        _ => None,
-    };
-    match detail {
-        Some(detail) => format!("{name}: {detail}"),
-        None => name.to_string(),
-    }
+/// The title of a call on the client's tool card (`read: src/main.rs`, `bash: Run the tests`):
+/// the tool's own headline (docs/tools.md, "Presentation").
+pub(crate) fn call_title(call: &ToolCall) -> String {
+    dsh_agent::Presenter::shown(call).headline()
 }
 
 /// Whether a tool result reports a failure (an error, or a result block marked as one).
@@ -148,6 +114,7 @@ impl UpdateMapper {
             cwd: cwd.into(),
             streamed: HashSet::new(),
             calls: HashMap::new(),
+            presenter: dsh_agent::Presenter::default(),
             usage: UsageBook::default(),
             preset: None,
         }
@@ -159,6 +126,13 @@ impl UpdateMapper {
         self.usage.prices = prices;
         self.usage.model = model.to_string();
         self.usage.context_window = context_window;
+        self
+    }
+
+    /// Asks the session's `tools` how to show calls its log holds without their presentation
+    /// (logs written before dsh logged it); the tools every session has answer otherwise.
+    pub fn with_tools(mut self, tools: &dsh_tools::ToolRegistry) -> Self {
+        self.presenter.set_tools(tools);
         self
     }
 
@@ -205,26 +179,33 @@ impl UpdateMapper {
         }
     }
 
-    fn tool_call(&mut self, call_id: &str, name: &str, arguments: &str) -> Value {
+    fn tool_call(&mut self, call: &ToolCall) -> Value {
+        let arguments = &call.arguments;
         let args: Value = if arguments.trim().is_empty() {
             json!({})
         } else {
             // Arguments that are not JSON are shown as the model wrote them.
             serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.into()))
         };
+        let shown = self.presenter.call(call);
         let mut update = json!({
             "sessionUpdate": "tool_call",
-            "toolCallId": call_id,
-            "title": tool_title(name, &args),
-            "kind": tool_kind(name),
+            "toolCallId": call.call_id,
+            "title": shown.headline(),
+            "kind": shown.kind.as_str(),
             "status": "pending",
             "rawInput": args,
         });
-        if let Some(path) = arg(&args, "file_path") {
-            update["locations"] = json!([{"path": self.absolute(path)}]);
+        if !shown.locations.is_empty() {
+            let locations: Vec<Value> = shown
+                .locations
+                .iter()
+                .map(|path| json!({"path": self.absolute(path)}))
+                .collect();
+            update["locations"] = Value::Array(locations);
         }
         self.calls
-            .insert(call_id.to_string(), (name.to_string(), args));
+            .insert(call.call_id.clone(), (call.name.clone(), args));
         update
     }
 
@@ -299,9 +280,7 @@ impl UpdateMapper {
                 self.streamed.clear();
                 Vec::new()
             }
-            Event::ToolCall(call) => {
-                vec![self.tool_call(&call.call_id, &call.name, &call.arguments)]
-            }
+            Event::ToolCall(call) => vec![self.tool_call(call)],
             Event::ToolStarted(started) => vec![json!({
                 "sessionUpdate": "tool_call_update",
                 "toolCallId": started.call_id,
@@ -354,9 +333,7 @@ impl UpdateMapper {
                     Self::replay_message(message, &mut out);
                 }
                 Event::AssistantMessage(reply) => Self::replay_message(&reply.message, &mut out),
-                Event::ToolCall(call) => {
-                    out.push(self.tool_call(&call.call_id, &call.name, &call.arguments));
-                }
+                Event::ToolCall(call) => out.push(self.tool_call(call)),
                 Event::ToolResult(result) => out.extend(self.tool_result(result)),
                 Event::TodoWrite(todos) => out.push(plan(&todos.todos)),
                 Event::SessionTitle(title) => out.push(title_update(&title.title)),
@@ -410,14 +387,43 @@ mod tests {
         assert_eq!(whole, vec![text_chunk("agent_thought_chunk", "think")]);
     }
 
+    fn call(id: &str, name: &str, arguments: &str, presentation: Option<Value>) -> ToolCall {
+        ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+            presentation,
+        }
+    }
+
     #[test]
     fn tool_calls_get_kind_title_and_locations() {
         let mut mapper = UpdateMapper::new("/w");
-        let update = mapper.tool_call("c1", "read", r#"{"file_path":"a.txt"}"#);
+        let update = mapper.tool_call(&call("c1", "read", r#"{"file_path":"a.txt"}"#, None));
         assert_eq!(update["kind"], "read");
         assert_eq!(update["title"], "read: a.txt");
         assert_eq!(update["locations"][0]["path"], "/w/a.txt");
-        let odd = mapper.tool_call("c2", "bash", "not json");
+        let odd = mapper.tool_call(&call("c2", "bash", "not json", None));
         assert_eq!(odd["rawInput"], "not json");
+    }
+
+    #[test]
+    fn logged_presentations_give_title_kind_and_locations() {
+        let mut mapper = UpdateMapper::new("/w");
+        let logged = json!({"title": "github · create_issue", "subject": "bug",
+            "kind": "fetch", "locations": ["/abs/x"]});
+        let update = mapper.tool_call(&call("c1", "mcp__github__create_issue", "{}", Some(logged)));
+        assert_eq!(update["title"], "github · create_issue: bug");
+        assert_eq!(update["kind"], "fetch");
+        assert_eq!(update["locations"][0]["path"], "/abs/x");
+        // No presentation logged, a tool the standard ones do not know: its name, `other`.
+        let unknown = mapper.tool_call(&call("c2", "mcp__x__y", "{}", None));
+        assert_eq!(
+            (&unknown["title"], &unknown["kind"]),
+            (&json!("mcp__x__y"), &json!("other"))
+        );
+        assert!(unknown.get("locations").is_none());
     }
 }
