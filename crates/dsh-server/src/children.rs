@@ -286,11 +286,15 @@ pub(crate) async fn events(sessions: &Sessions, id: &str, key: &str) -> Result<S
     let call = starting_call(&parent_events, &child);
     let head = summary(&child, live.get(&child.id), call, sessions);
     let mut body = format!("{{\"child\":{head},\"events\":[");
+    // A log written before calls carried their presentation gets it here, as the parent's
+    // stream does (docs/web.md, "Tool cards").
+    let mut presenter = dsh_agent::Presenter::default();
     for (index, envelope) in log.events.iter().enumerate() {
         if index > 0 {
             body.push(',');
         }
-        body.push_str(&envelope_json(envelope));
+        let filled = presenter.fill(envelope);
+        body.push_str(&envelope_json(filled.as_ref().unwrap_or(envelope)));
     }
     body.push_str("]}");
     Ok(body)

@@ -31,6 +31,9 @@ pub(crate) struct FeedState {
     /// A live event arrived ahead of the feed (the forwarder lagged): wait for a flush point
     /// and re-read the log.
     pub gap: bool,
+    /// Fills in the presentation of calls a log written before dsh logged it lacks, so the
+    /// page always gets titles, subjects, kinds and summaries from the server (docs/web.md).
+    presenter: dsh_agent::Presenter,
 }
 
 /// The events of one session. Cheap to share.
@@ -92,7 +95,17 @@ impl Feed {
         true
     }
 
+    /// Presents calls logged without a presentation as the session's `tools` do (a live
+    /// session's; a stored one's feed asks the tools every session has).
+    pub(crate) fn set_tools(&self, tools: &dsh_tools::ToolRegistry) {
+        self.state.lock_or_recover().presenter.set_tools(tools);
+    }
+
     fn push(state: &mut FeedState, envelope: Arc<Envelope>) {
+        let envelope = match state.presenter.fill(&envelope) {
+            Some(filled) => Arc::new(filled),
+            None => envelope,
+        };
         match &envelope.event {
             Event::TurnStart(_) => state.running = true,
             Event::TurnEnd(_) => state.running = false,

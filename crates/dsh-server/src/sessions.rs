@@ -327,6 +327,7 @@ impl Sessions {
         let mut receiver = handle.subscribe();
         let logged_preset = last_preset(&events);
         let feed = Arc::clone(self.feeds.lock_or_recover().entry(id.clone()).or_default());
+        feed.set_tools(&handle.tools());
         feed.extend_from_log(events);
         crate::children::forward(children, Arc::clone(&feed));
 

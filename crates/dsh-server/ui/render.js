@@ -38,15 +38,6 @@ function questionList(args) {
   }));
 }
 
-// The first Markdown heading of a plan (its title), as `dsh_agent::plan_title` reads it.
-function planTitle(plan) {
-  for (const line of plan.split("\n")) {
-    const m = /^#{1,6} +(.*\S)/.exec(line);
-    if (m) return m[1].trim();
-  }
-  return "plan";
-}
-
 // A plan as Markdown with its own heading levels (`# ` is an h1 here; chat replies start at h3).
 function planMarkdown(source) {
   const box = el("div", "md plan-body");
@@ -57,12 +48,6 @@ function planMarkdown(source) {
     h.replaceWith(up);
   }
   return box;
-}
-
-function questionSummary(args) {
-  const qs = questionList(args);
-  const first = qs[0] ? qs[0].header || qs[0].question : "";
-  return qs.length > 1 ? `${first} (+${qs.length - 1} more)` : first;
 }
 
 function messageText(message) {
@@ -216,31 +201,38 @@ class Conversation {
     this.stepBox = null;
   }
 
-  card(id, name, args) {
+  card(id, name, args, presentation) {
     let card = this.cards.get(id);
     // Providers may reuse call ids in later turns: a finished card is not reused.
-    if (card && !card.done) return card.node;
-    const a = parseArgs(args);
+    if (card && !card.done) {
+      if (presentation) this.present(card, presentation);
+      return card.node;
+    }
     const node = el("div", "tool-card running");
     const head = node.appendChild(el("div", "tool-head"));
-    head.append(el("span", "tool-name", name));
-    const what = name === "bash" ? "$ " + (a.command || "")
-      : ["write", "edit", "read"].includes(name) ? a.file_path || ""
-      : ["glob", "grep"].includes(name) ? `${a.pattern || ""}${a.path ? "  in " + a.path : ""}${a.include ? "  (" + a.include + ")" : ""}`
-      : name === "web_search" ? (Array.isArray(a.queries) ? a.queries.join(", ") : "")
-      : name === "todo_write" ? `${(a.todos || []).length} items`
-      : name === "ask_user_question" ? questionSummary(a)
-      : name === "exit_plan_mode" ? planTitle(typeof a.plan === "string" ? a.plan : "")
-      : name === "subagent" || name === "subagent_fork" ? (a.description || "") + (a.run_in_background ? "  (background)" : "")
-      : name === "send_message" ? `to ${a.subagent_id || "?"}: ${a.message || ""}`
-      : (args || "").slice(0, 200);
-    head.append(el("code", "tool-what", what));
+    const title = head.appendChild(el("span", "tool-name", name));
+    const what = head.appendChild(el("code", "tool-what"));
     const status = head.appendChild(el("span", "tool-status", "…"));
-    if (name === "bash" && a.description) node.title = a.description;
     const body = node.appendChild(el("div", "tool-body"));
-    card = { node, name, args: a, status, body };
+    card = { node, name, args: parseArgs(args), raw: args || "", title, what, status, body, view: "text" };
+    // Until its `tool/call` says how the tool shows it (a card drawn from the reply), generic.
+    this.present(card, presentation || { title: name });
     this.cards.set(id, card);
     return node;
+  }
+
+  // How the tool shows the call, as the server sends it with `tool/call` (docs/tools.md,
+  // "Presentation"): title, subject (else the arguments), tooltip, kind, and the view that lays
+  // out its result. Nothing here knows tool names.
+  present(card, p) {
+    card.view = p.view || "text";
+    card.title.textContent = p.title || card.name;
+    card.what.textContent = p.subject != null ? p.subject
+      : card.view === "todos" ? `${(card.args.todos || []).length} items`
+      : card.raw.slice(0, 200);
+    if (p.detail) card.node.title = p.detail;
+    else card.node.removeAttribute("title");
+    card.node.dataset.kind = p.kind || "other";
   }
 
   // The questions of an `ask_user_question` call as a form: options as radio buttons (or
@@ -395,13 +387,14 @@ class Conversation {
 
   // The outcome of a plan review: the plan that was approved (the user's edit, when there was
   // one) or the feedback that sent the agent back to planning.
-  planResult(card, d, text) {
+  planResult(card, d, text, summary) {
     const meta = d.meta || {};
     const md = planMarkdown;
     const box = card.body.appendChild(el("section", "plan-review decided"));
     if (d.error) {
-      const kept = d.error.code === "PERMISSION_DENIED";
-      card.status.textContent = kept ? "kept planning" : d.error.code === "ABORTED" ? "dismissed" : d.error.code || "error";
+      // Feedback (the tool summarises it as kept planning) is no failure; a dismissal is.
+      const kept = !!summary && summary.tone !== "failure";
+      card.status.textContent = summary?.text || d.error.code || "error";
       card.node.classList.add(kept ? "ok" : "failed");
       box.append(el("div", "plan-label", kept ? "Rejected: back to planning" : "Not approved"), output(d.error.message || text, kept ? "" : "err"));
       const presented = typeof card.args.plan === "string" ? card.args.plan : "";
@@ -409,7 +402,7 @@ class Conversation {
       return;
     }
     const decision = meta.decision || "";
-    card.status.textContent = { approved: "approved", "approved-with-edits": "approved with edits", unreviewed: "not reviewed" }[decision] || "done";
+    card.status.textContent = summary?.text || "done";
     card.node.classList.add("ok");
     box.append(el("div", "plan-label", decision === "approved-with-edits" ? "Approved with your edits" : decision === "unreviewed" ? "Plan (not reviewed)" : "Approved plan"));
     box.append(md(String(meta.plan || card.args.plan || "")));
@@ -421,6 +414,8 @@ class Conversation {
     if (!card) { this.container().append(this.card(callId, d.error?.name || "tool", "{}")); card = this.cards.get(callId); }
     const text = resultText(d.message);
     const meta = d.meta || {};
+    // The tool's summary of the result ("exit 1", "3 matches"), as the server sends it.
+    const summary = d.summary || null;
     // A question that got no answer (the process stopped, the turn was cancelled) is closed.
     for (const box of this.approvals.values()) {
       if (box.dataset.callId === callId && !box.classList.contains("decided")) {
@@ -431,65 +426,53 @@ class Conversation {
     card.done = true;
     card.node.classList.remove("running", "asking");
     card.body.replaceChildren();
-    if (card.name === "exit_plan_mode") { this.planResult(card, d, text); return; }
+    if (card.view === "plan-review") { this.planResult(card, d, text, summary); return; }
     if (d.error) {
       card.node.classList.add("failed");
-      card.status.textContent = d.error.code || "error";
+      card.status.textContent = summary?.text || d.error.code || "error";
       card.body.append(output(d.error.message || text, "err"));
       return;
     }
-    if (card.name === "ask_user_question") {
-      card.status.textContent = meta.answers ? "answered" : "dismissed";
-      card.node.classList.add("ok");
-      card.body.append(el("pre", "out answers", text));
-    } else if (card.name === "bash") {
-      const code = meta.exitCode;
-      card.status.textContent = meta.timedOut ? "timed out" : code === 0 ? "exit 0" : code == null ? "killed" : "exit " + code;
-      card.node.classList.add(code === 0 && !meta.timedOut ? "ok" : "failed");
-      card.body.append(output(text, "term"));
-    } else if (card.name === "write" || card.name === "edit") {
-      card.status.textContent = meta.added != null ? `+${meta.added} −${meta.removed}` : "done";
-      card.node.classList.add("ok");
-      const diffs = meta.diffs || [];
-      if (meta.unifiedDiff) card.body.append(unifiedView(meta.unifiedDiff));
-      else for (const f of diffs) if (f.newText != null) card.body.append(el("div", "diff-path", f.path || ""), diffView(lineDiff(f.oldText || "", f.newText)));
-      if (!card.body.childNodes.length) card.body.append(el("div", "summary", text));
-    } else if (card.name === "read") {
-      card.status.textContent = meta.linesShown != null ? `${meta.linesShown} of ${meta.totalLines} lines` : "read";
-      card.node.classList.add("ok", "quiet");
+    card.status.textContent = summary?.text || { contents: "read", todos: "updated" }[card.view] || "done";
+    card.node.classList.add(summary?.tone === "failure" ? "failed" : "ok");
+    const folded = (label) => {
+      card.node.classList.add("quiet");
       const box = card.body.appendChild(el("details"));
-      box.append(el("summary", null, "contents"), el("pre", "out", text));
-    } else if (card.name === "glob" || card.name === "grep") {
-      card.status.textContent = meta.total != null ? `${meta.shown} of ${meta.total} ${card.name === "glob" ? "files" : "matches"}` : "done";
-      card.node.classList.add("ok", "quiet");
-      const box = card.body.appendChild(el("details"));
-      box.append(el("summary", null, "results"), el("pre", "out", text));
-    } else if (card.name === "web_search") {
-      // The sources from meta.sources (docs/tools.md, "web_search"); only http(s) links.
-      const sources = Array.isArray(meta.sources) ? meta.sources : [];
-      card.status.textContent = `${sources.length} sources${meta.truncated ? " (cut)" : ""}`;
-      card.node.classList.add("ok");
-      const ol = card.body.appendChild(el("ol", "sources"));
-      for (const src of sources) {
-        const url = String(src.url || "");
-        const li = ol.appendChild(el("li"));
-        if (/^https?:\/\//i.test(url)) {
-          const link = li.appendChild(el("a", null, src.title || url));
-          link.href = url;
-          link.target = "_blank";
-          link.rel = "noopener noreferrer";
-        } else li.append(el("span", null, src.title || url));
-        if (src.publishedAt) li.append(el("span", "summary", " " + src.publishedAt));
+      box.append(el("summary", null, label), el("pre", "out", text));
+    };
+    switch (card.view) {
+      case "question": card.body.append(el("pre", "out answers", text)); break;
+      case "terminal": card.body.append(output(text, "term")); break;
+      case "diff": {
+        if (meta.unifiedDiff) card.body.append(unifiedView(meta.unifiedDiff));
+        else for (const f of meta.diffs || []) if (f.newText != null) card.body.append(el("div", "diff-path", f.path || ""), diffView(lineDiff(f.oldText || "", f.newText)));
+        if (!card.body.childNodes.length) card.body.append(el("div", "summary", text));
+        break;
       }
-    } else if (card.name === "todo_write") {
-      card.status.textContent = "updated";
-      card.node.classList.add("ok");
-      const ul = card.body.appendChild(el("ul", "todos"));
-      for (const t of card.args.todos || []) ul.append(el("li", t.status, t.content));
-    } else {
-      card.status.textContent = "done";
-      card.node.classList.add("ok");
-      card.body.append(output(text, ""));
+      case "contents": folded("contents"); break;
+      case "results": folded("results"); break;
+      case "sources": {
+        // The sources from meta.sources (docs/tools.md, "web_search"); only http(s) links.
+        const ol = card.body.appendChild(el("ol", "sources"));
+        for (const src of Array.isArray(meta.sources) ? meta.sources : []) {
+          const url = String(src.url || "");
+          const li = ol.appendChild(el("li"));
+          if (/^https?:\/\//i.test(url)) {
+            const link = li.appendChild(el("a", null, src.title || url));
+            link.href = url;
+            link.target = "_blank";
+            link.rel = "noopener noreferrer";
+          } else li.append(el("span", null, src.title || url));
+          if (src.publishedAt) li.append(el("span", "summary", " " + src.publishedAt));
+        }
+        break;
+      }
+      case "todos": {
+        const ul = card.body.appendChild(el("ul", "todos"));
+        for (const t of card.args.todos || []) ul.append(el("li", t.status, t.content));
+        break;
+      }
+      default: card.body.append(output(text, ""));
     }
   }
 }
@@ -561,15 +544,17 @@ Conversation.prototype.handlers = {
   "assistant/message"(d) { this.assistantMessage(d); },
   "tool/call"(d) {
     const known = this.cards.get(d.callId);
-    if (!known || known.done) this.container().append(this.card(d.callId, d.name, d.arguments));
-    // The question waits for an answer until the call's result is logged.
-    if (d.name === "ask_user_question") this.questionForm(d.callId, d.arguments);
-    if (d.name === "exit_plan_mode") this.planReview(d.callId, d.arguments);
+    if (!known || known.done) this.container().append(this.card(d.callId, d.name, d.arguments, d.presentation));
+    else if (d.presentation) this.present(known, d.presentation);
+    // Questions and plans wait for the user until the call's result is logged.
+    const view = this.cards.get(d.callId)?.view;
+    if (view === "question") this.questionForm(d.callId, d.arguments);
+    if (view === "plan-review") this.planReview(d.callId, d.arguments);
   },
   "tool/started"(d) {
     const card = this.cards.get(d.callId);
-    if (card) card.status.textContent = card.name === "ask_user_question" ? "waiting for your answer"
-      : card.name === "exit_plan_mode" ? "waiting for your review" : "running…";
+    if (card) card.status.textContent = card.view === "question" ? "waiting for your answer"
+      : card.view === "plan-review" ? "waiting for your review" : "running…";
   },
   "tool/result"(d) { this.toolResult(d); },
   "llm/retry"(d) {

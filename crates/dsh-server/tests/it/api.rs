@@ -444,3 +444,65 @@ async fn session_list_pages_follow_the_cursor_to_the_end() {
     assert_eq!(status, 400);
     web.stop().await;
 }
+
+/// Every `session.jsonl` under `dir`.
+fn session_logs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            session_logs(&path, out);
+        } else if path.file_name().is_some_and(|n| n == "session.jsonl") {
+            out.push(path);
+        }
+    }
+}
+
+#[tokio::test]
+async fn tool_events_carry_the_tools_presentation_also_from_older_logs() {
+    let call = SseReply::new()
+        .tool_call(0, "c1", "read", r#"{"file_path": "a.txt"}"#)
+        .finish("tool_calls", Some(WireUsage::default()));
+    let mut web = Web::start(vec![call.into(), text("read it")]).await;
+    std::fs::write(web.cwd.path().join("a.txt"), "one line\n").unwrap();
+    let id = web.create("read a.txt").await;
+    let mut stream = web.stream(&id, None).await;
+    let events = stream.until("turn/end").await;
+    let data = |events: &[support::SseEvent], kind: &str| {
+        events
+            .iter()
+            .find(|e| e.kind() == kind)
+            .map(|e| e.data["data"].clone())
+            .unwrap()
+    };
+    let presentation = json!({"title": "read", "subject": "a.txt", "kind": "read",
+        "view": "contents", "locations": ["a.txt"]});
+    let summary = json!({"text": "1 line read", "subject": "a.txt"});
+    assert_eq!(data(&events, "tool/call")["presentation"], presentation);
+    assert_eq!(data(&events, "tool/result")["summary"], summary);
+    drop(stream);
+
+    // The same session as a log written before calls carried their presentation: the server
+    // fills it in, so the page gets titles and summaries all the same.
+    web.restart().await;
+    let mut logs = Vec::new();
+    session_logs(web.home.path(), &mut logs);
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let stripped: Vec<String> = std::fs::read_to_string(&logs[0])
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(data) = value.get_mut("data").and_then(|d| d.as_object_mut()) {
+                data.remove("presentation");
+                data.remove("summary");
+            }
+            value.to_string()
+        })
+        .collect();
+    std::fs::write(&logs[0], stripped.join("\n") + "\n").unwrap();
+    let mut stored = web.stream(&id, None).await;
+    let replayed = stored.until("turn/end").await;
+    assert_eq!(data(&replayed, "tool/call")["presentation"], presentation);
+    assert_eq!(data(&replayed, "tool/result")["summary"], summary);
+    web.stop().await;
+}

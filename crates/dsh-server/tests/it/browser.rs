@@ -471,3 +471,95 @@ async fn starting_a_message_warms_the_provider_connection_in_chromium() {
     });
     web.stop().await;
 }
+
+/// A tool the page has never heard of, which says how its calls are shown.
+struct Lookup;
+
+impl dsh_tools::Tool for Lookup {
+    fn name(&self) -> &str {
+        "mcp__demo__lookup"
+    }
+
+    fn description(&self) -> &str {
+        "Looks a key up."
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        json!({"type": "object", "properties": {"key": {"type": "string"}}})
+    }
+
+    fn present(&self, args: &serde_json::Value) -> dsh_tools::ToolPresentation {
+        dsh_tools::ToolPresentation::new("demo · Lookup")
+            .subject(format!("key {}", args["key"].as_str().unwrap_or("?")))
+            .detail(Some("Look the key up"))
+            .kind(dsh_tools::ToolKind::Search)
+    }
+
+    fn summarize(
+        &self,
+        _args: &serde_json::Value,
+        _result: &dsh_tools::ResultFacts<'_>,
+    ) -> Option<dsh_tools::ResultSummary> {
+        Some(dsh_tools::ResultSummary::new("3 hits").tone(dsh_tools::Tone::Failure))
+    }
+
+    fn execute<'a>(
+        &'a self,
+        _args: serde_json::Value,
+        _ctx: &'a dsh_tools::ToolContext,
+    ) -> futures::future::BoxFuture<'a, Result<dsh_tools::ToolOutput, dsh_tools::ToolError>> {
+        Box::pin(async { Ok(dsh_tools::ToolOutput::text("a\nb\nc")) })
+    }
+}
+
+struct LookupTools;
+
+impl Extension for LookupTools {
+    fn name(&self) -> &str {
+        "lookup"
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn dsh_tools::Tool>> {
+        vec![Arc::new(Lookup)]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_cards_show_what_the_server_says_of_the_tool_in_chromium() {
+    let Some(binary) = find_chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let call = SseReply::new()
+        .tool_call(0, "call-look", "mcp__demo__lookup", r#"{"key": "k1"}"#)
+        .finish("tool_calls", Some(WireUsage::default()));
+    let mut web = Web::start_with(
+        vec![call.into(), text("looked up")],
+        vec![Arc::new(LookupTools) as Arc<dyn Extension>],
+    )
+    .await;
+    let id = web.create("look k1 up").await;
+    let mut stream = web.stream(&id, None).await;
+    stream.until("turn/end").await;
+    let profile = tempfile::tempdir().unwrap();
+    let url = web.server.as_ref().unwrap().issue_url(None);
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
+        browser.show_session(&id);
+        browser.wait_for(
+            "document.querySelector('.tool-card .tool-status')?.textContent === '3 hits'",
+            "the card's summary",
+            15,
+        );
+        let card = browser.eval(
+            "(() => { const c = document.querySelector('.tool-card');
+               return [c.querySelector('.tool-name').textContent, c.querySelector('.tool-what').textContent,
+                       c.title, c.dataset.kind, c.classList.contains('failed')]; })()",
+        );
+        assert_eq!(
+            card,
+            json!(["demo · Lookup", "key k1", "Look the key up", "search", true])
+        );
+    });
+    web.stop().await;
+}
