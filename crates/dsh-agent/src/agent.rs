@@ -90,8 +90,13 @@ pub struct TurnOutcome {
     pub reason: TurnEndReason,
     /// Text of the last assistant message of the turn (possibly partial when aborted).
     pub final_text: String,
-    /// Usage of the turn's model calls.
+    /// Usage of every billed call of the turn (its steps, failed and cancelled replies whose
+    /// usage arrived, compaction, the session title, tools' own calls, children), summed: the
+    /// session log's usage at the turn's end less its usage at the start (docs/sessions.md,
+    /// "Cost").
     pub usage: UsageTotals,
+    /// The same, per model (what costs are computed from).
+    pub usage_by_model: std::collections::BTreeMap<String, UsageTotals>,
     /// One prompt-cache report per successful model call of the turn.
     pub cache_reports: Vec<crate::CacheReport>,
 }
@@ -443,8 +448,6 @@ pub struct Agent {
     /// instead of serializing and copying them again (their size is the cache report's,
     /// `CacheTracker::tools_bytes`; docs/PERFORMANCE.md, "Step 1: fixed costs").
     pub(crate) last_tools: Option<Arc<Vec<dsh_llm::ToolSchema>>>,
-    /// Usage reported by tools that ran models themselves (subagents), added to the turn.
-    pub(crate) delegated_usage: UsageTotals,
 }
 
 impl Agent {
@@ -591,7 +594,6 @@ impl Agent {
             last_usage: None,
             header_bytes: 0,
             last_tools: None,
-            delegated_usage: UsageTotals::default(),
         };
         let handle = agent.handle();
         let attached = crate::extension::AttachedAgent {

@@ -3,6 +3,7 @@
 //! whose failure code names the budget (`BUDGET_STEPS`, `BUDGET_WALL_TIME`, `BUDGET_COST`), so
 //! the log, `dsh run --json`'s result line and ACP all tell which one it was.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dsh_llm::{Failure, FailureCode, UsageTotals};
@@ -36,9 +37,11 @@ pub struct TurnBudget {
     pub max_steps: Option<u64>,
     /// Longest time the turn may run; the running step is cancelled when it passes.
     pub max_wall_time: Option<Duration>,
-    /// Most USD the turn may spend (its own calls and its sub-agents'), priced with the session's
-    /// price table. Checked before each step: the step that crosses the limit finishes, the next
-    /// one does not start.
+    /// Most USD the turn may spend: every billed call of the turn (its steps, failed replies,
+    /// compaction, tools' own calls, its sub-agents'), the same usage the turn reports
+    /// ([`crate::TurnOutcome::usage_by_model`]), each model at its price in the session's price
+    /// table. Checked before each step: the step that crosses the limit finishes, the next one
+    /// does not start.
     pub max_cost_usd: Option<f64>,
 }
 
@@ -49,12 +52,14 @@ impl TurnBudget {
     }
 
     /// The failure that ends the turn before step `step` (1-based), if a budget is used up: more
-    /// steps than allowed, or the cost so far at or above the limit. A cost limit on a model
-    /// without a price ends the turn too: the budget cannot be kept without knowing the cost.
+    /// steps than allowed, or the cost of `spent` (the turn's usage so far, per model) at or
+    /// above the limit. A cost limit with a model without a price (the session's `model`, or
+    /// one the turn spent on) ends the turn too: the budget cannot be kept without knowing the
+    /// cost.
     pub fn check_before_step(
         &self,
         step: u64,
-        usage: &UsageTotals,
+        spent: &BTreeMap<String, UsageTotals>,
         model: &str,
         prices: &PriceTable,
     ) -> Option<Failure> {
@@ -67,7 +72,10 @@ impl TurnBudget {
             }
         }
         let max = self.max_cost_usd?;
-        let Some(price) = prices.models.get(model) else {
+        let unpriced = std::iter::once(model)
+            .chain(spent.keys().map(String::as_str))
+            .find(|model| !prices.models.contains_key(*model));
+        if let Some(model) = unpriced {
             return Some(Failure::new(
                 FailureCode::Other(BUDGET_COST.into()),
                 format!(
@@ -76,8 +84,8 @@ impl TurnBudget {
                      per million tokens) or drop the cost budget"
                 ),
             ));
-        };
-        let spent = price.cost(&usage.usage);
+        }
+        let spent = prices.cost(spent).unwrap_or(f64::INFINITY);
         (spent >= max).then(|| {
             Failure::new(
                 FailureCode::Other(BUDGET_COST.into()),
@@ -167,17 +175,49 @@ mod tests {
             ..TurnBudget::default()
         };
         let failure = budget
-            .check_before_step(
-                1,
-                &UsageTotals::default(),
-                "no-such-model",
-                &PriceTable::default(),
-            )
+            .check_before_step(1, &BTreeMap::new(), "no-such-model", &PriceTable::default())
             .unwrap();
         assert_eq!(failure.code.as_str(), BUDGET_COST);
         assert!(
             failure.message.contains("[models.no-such-model.price]"),
             "the error names the key that exists: {}",
+            failure.message
+        );
+    }
+
+    #[test]
+    fn cost_counts_every_model_the_turn_spent_on() {
+        let budget = TurnBudget {
+            max_cost_usd: Some(0.01),
+            ..TurnBudget::default()
+        };
+        let prices = PriceTable::default_deepseek();
+        let million = |input_tokens| {
+            let mut totals = UsageTotals::default();
+            totals.add(&dsh_llm::Usage {
+                input_tokens,
+                ..dsh_llm::Usage::default()
+            });
+            totals
+        };
+        // Under the limit on the session's model alone, over it with a child's on another.
+        let mut spent = BTreeMap::from([("deepseek-v4-flash".to_string(), million(50_000))]);
+        assert!(budget
+            .check_before_step(2, &spent, "deepseek-v4-flash", &prices)
+            .is_none());
+        spent.insert("deepseek-v4-pro".into(), million(50_000));
+        let failure = budget
+            .check_before_step(2, &spent, "deepseek-v4-flash", &prices)
+            .unwrap();
+        assert_eq!(failure.code.as_str(), BUDGET_COST);
+        // A model the turn spent on without a price: the cost is not known.
+        spent.insert("unpriced".into(), million(1));
+        let failure = budget
+            .check_before_step(2, &spent, "deepseek-v4-flash", &prices)
+            .unwrap();
+        assert!(
+            failure.message.contains("`unpriced`"),
+            "{}",
             failure.message
         );
     }

@@ -395,18 +395,37 @@ impl Agent {
         let adapter = self
             .adapter_for(&request.config.config().provider)
             .map_err(|f| f.to_string())?;
+        let model = request.config.config().model.clone();
         let summary_request: GenerateRequest = request;
         let mut stream = adapter.stream(summary_request);
         let mut assembler = BlockAssembler::new();
-        loop {
+        let cancelled = loop {
             let next = tokio::select! {
-                _ = cancel.cancelled() => return Err("cancelled".into()),
+                _ = cancel.cancelled() => break true,
                 next = stream.next() => next,
             };
-            let Some(chunk) = next else { break };
+            let Some(chunk) = next else { break false };
             if assembler.push(&chunk).is_err() {
-                break;
+                break false;
             }
+        };
+        drop(stream);
+        // The call's usage, when it arrived, was billed whatever becomes of the summary.
+        if let Some(usage) = assembler.usage() {
+            let mut log = self.shared.log();
+            let (turn, step) = log.writer().state().open_step().unzip();
+            let call = dsh_session::UsageCall {
+                purpose: dsh_session::usage::PURPOSE_COMPACTION.to_string(),
+                model,
+                usage,
+                turn,
+                step,
+            };
+            log.append(call.to_event())
+                .map_err(|e| format!("cannot log the summary's usage: {e}"))?;
+        }
+        if cancelled {
+            return Err("cancelled".into());
         }
         let reply = assembler.finish();
         match &reply.finish {

@@ -285,11 +285,12 @@ pub trait Extension: Send + Sync + 'static {
     /// Every durable session event, after it was appended.
     fn on_event(&self, _event: &Envelope) {}
 
-    /// Model usage spent on the agent's behalf since the last call that no tool result
-    /// carried (a failed or background subagent's run); added to the running turn's usage
-    /// at the end of each step (docs/agent.md, "Delegation").
-    fn take_delegated_usage(&self) -> Option<dsh_llm::UsageTotals> {
-        None
+    /// Records of model usage spent on the agent's behalf that no tool result carries (a
+    /// failed or background subagent's run, as `subagent/usage`), not logged yet: the loop
+    /// logs them at the end of each step, and from there they count in the session's and the
+    /// turn's usage (docs/agent.md, "Delegation"; docs/sessions.md, "Cost").
+    fn take_usage_records(&self) -> Vec<Event> {
+        Vec::new()
     }
 
     /// Whether work this extension started (e.g. a running background job) may still wake the

@@ -275,17 +275,10 @@ impl Agent {
         outcome: ToolOutcome,
         extra_events: Vec<Event>,
     ) -> Result<(), AgentError> {
+        // Usage a tool's data reports (a child's `usage`, `web_search`'s `auxiliaryUsage`)
+        // counts from the logged result's meta, by the session's one rule (crate
+        // `dsh_session::usage`).
         let block = dsh_tools::tool_result_block(&info.call_id, &outcome);
-        if let Ok(output) = &outcome {
-            if let Some(usage) = output
-                .data
-                .as_ref()
-                .and_then(|d| d.get("usage"))
-                .and_then(|u| serde_json::from_value::<dsh_llm::UsageTotals>(u.clone()).ok())
-            {
-                self.delegated_usage.merge(&usage);
-            }
-        }
         let (error, meta) = match &outcome {
             Ok(output) => (None, output.data.clone()),
             Err(err) => (

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dsh_llm::{
     Adapter, BlockAssembler, CallConfig, FinishReason, GenerateRequest, Message, ModelInfo,
-    Purpose, ReasoningEffort,
+    Purpose, ReasoningEffort, Usage,
 };
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -32,14 +32,21 @@ message, answer with a title of at most six words that says what the session is 
 Answer with the title alone: plain words on one line, no quotes, no punctuation at the end, \
 no Markdown.";
 
-/// Makes the title call; `None` when it fails or returns nothing usable.
+/// What the title call gave: the title (`None` when the call failed or returned nothing
+/// usable) and the call's usage, when it arrived (billed either way).
+pub(crate) struct TitleReply {
+    pub(crate) title: Option<String>,
+    pub(crate) usage: Option<Usage>,
+}
+
+/// Makes the title call.
 pub(crate) async fn model_title(
     adapter: Arc<dyn Adapter>,
     config: CallConfig,
     info: &ModelInfo,
     prompt: &str,
     cancel: CancellationToken,
-) -> Option<String> {
+) -> TitleReply {
     let mut config = config;
     config.reasoning_effort = if info.efforts.contains(&ReasoningEffort::Off) {
         Some(ReasoningEffort::Off)
@@ -48,7 +55,12 @@ pub(crate) async fn model_title(
     };
     config.max_tokens = Some(64);
     config.temperature = None;
-    let config = config.prepare(info).ok()?;
+    let Ok(config) = config.prepare(info) else {
+        return TitleReply {
+            title: None,
+            usage: None,
+        };
+    };
     let mut excerpt: String = prompt.chars().take(2_000).collect();
     if excerpt.len() < prompt.len() {
         excerpt.push_str(" ...");
@@ -71,11 +83,13 @@ pub(crate) async fn model_title(
         }
     }
     let reply = assembler.finish();
-    if !matches!(reply.finish, FinishReason::Stop) {
-        return None;
+    let title = matches!(reply.finish, FinishReason::Stop)
+        .then(|| clean_title(&reply.text()))
+        .flatten();
+    TitleReply {
+        title,
+        usage: reply.usage,
     }
-    let text = reply.text();
-    clean_title(&text)
 }
 
 /// One line, no wrapping quotes or trailing period, at most 80 characters.

@@ -4,15 +4,18 @@
 use dsh_llm::LockExt;
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+
 use dsh_llm::{
     AssembledReply, BlockAssembler, Chunk, ContentBlock, Failure, FailureCode, FinishReason,
     GenerateRequest, Message, MessageSource, PreparedCallConfig, RetryDecision, Role, ToolSchema,
-    UsageTotals,
+    Usage, UsageTotals,
 };
+use dsh_session::usage::{PURPOSE_CANCELLED_REPLY, PURPOSE_FAILED_REPLY, PURPOSE_TITLE};
 use dsh_session::{
     AbortCause, AssistantChunk, AssistantMessage, Envelope, Event, HeaderReason, HeaderTools,
     LlmRetry, RequestContext, RequestHeader, RequestHeaderEvent, SessionTitle, StepRef, TurnEnd,
-    TurnEndReason, TurnStart,
+    TurnEndReason, TurnStart, UsageCall,
 };
 use futures::StreamExt;
 use serde_json::Map;
@@ -37,10 +40,11 @@ enum CallEnd {
     },
     /// The retry policy gave up on a failure.
     Failed(Failure),
-    /// Cancelled; holds what was received so far.
+    /// Cancelled; holds what was received so far, the call's usage included when it arrived.
     Cancelled {
         partial: Vec<ContentBlock>,
         chunk_seqs: Vec<u64>,
+        usage: Option<Usage>,
     },
 }
 
@@ -52,10 +56,9 @@ enum StepFlow {
     End(TurnEndReason),
 }
 
-/// What the turn gathered over its steps.
+/// What the turn gathered over its steps (its usage is read from the log: [`Agent::turn_usage`]).
 #[derive(Default)]
 struct TurnTotals {
-    usage: UsageTotals,
     cache_reports: Vec<crate::CacheReport>,
     final_text: String,
 }
@@ -63,7 +66,7 @@ struct TurnTotals {
 /// The model-title call of a new session: the task, the seq of the titled message and the
 /// fallback title logged meanwhile.
 struct TitleTask {
-    task: tokio::task::JoinHandle<Option<String>>,
+    task: tokio::task::JoinHandle<crate::titles::TitleReply>,
     seq: u64,
     fallback: String,
 }
@@ -101,6 +104,8 @@ impl Agent {
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, AgentError> {
         let mut totals = TurnTotals::default();
+        // The turn's usage is what the session's grows by from here (docs/sessions.md, "Cost").
+        let start_usage = self.session_usage();
         let mut step = 0u64;
         let interrupted_before = matches!(
             self.shared.log().last_turn_end(),
@@ -129,7 +134,7 @@ impl Agent {
             }
             if let Some(error) = budget.check_before_step(
                 step,
-                &totals.usage,
+                &self.turn_usage(&start_usage),
                 &self.options.call.model,
                 &self.options.prices,
             ) {
@@ -179,15 +184,28 @@ impl Agent {
             reason: reason.clone(),
         }))?;
         if let Some(task) = title_task {
-            self.settle_title(task).await?;
+            self.settle_title(turn, task).await?;
         }
+        let usage_by_model = self.turn_usage(&start_usage);
         Ok(TurnOutcome {
             turn,
             reason,
             final_text: totals.final_text,
-            usage: totals.usage,
+            usage: dsh_session::usage::sum(&usage_by_model),
+            usage_by_model,
             cache_reports: totals.cache_reports,
         })
+    }
+
+    /// The session's usage so far, per model: every billed call its log records.
+    fn session_usage(&self) -> BTreeMap<String, UsageTotals> {
+        self.shared.log().writer().state().usage_by_model().clone()
+    }
+
+    /// What the session's usage grew by since `start` (a turn's usage so far).
+    fn turn_usage(&self, start: &BTreeMap<String, UsageTotals>) -> BTreeMap<String, UsageTotals> {
+        let log = self.shared.log();
+        dsh_session::usage::usage_since(log.writer().state().usage_by_model(), start)
     }
 
     /// Logs `step/start` with the messages claimed for it: after the first step, whatever the
@@ -313,8 +331,11 @@ impl Agent {
             CallEnd::Cancelled {
                 partial,
                 chunk_seqs,
+                usage,
             } => {
                 let mut log = self.shared.log();
+                // The call's usage, when it arrived, is billed: on the partial reply, else on
+                // its own record.
                 if !partial.is_empty() {
                     let message = self.assistant_message(partial);
                     totals.final_text = message.text();
@@ -323,11 +344,15 @@ impl Agent {
                             turn,
                             step,
                             message,
-                            usage: None,
+                            usage,
                             interrupted: true,
                         }))
                         .with_sources(chunk_seqs),
                     )?;
+                } else if let Some(usage) = usage {
+                    let model = self.options.call.model.clone();
+                    let at = (Some(turn), Some(step));
+                    log.append(usage_call(PURPOSE_CANCELLED_REPLY, model, usage, at))?;
                 }
                 log.append(Event::StepEnd(StepRef { turn, step }))?;
                 Ok(StepFlow::End(self.abort_reason(&mut log)?))
@@ -380,9 +405,6 @@ impl Agent {
         cancel: &CancellationToken,
     ) -> Result<StepFlow, AgentError> {
         let StepRef { turn, step } = at;
-        if let Some(u) = &reply.usage {
-            totals.usage.add(u);
-        }
         let finish = reply.finish.clone();
         let report = pending_report.with_usage(
             reply.usage.as_ref(),
@@ -430,15 +452,18 @@ impl Agent {
         } else {
             self.run_tools(turn, step, calls.clone(), cancel).await?
         };
-        totals
-            .usage
-            .merge(&std::mem::take(&mut self.delegated_usage));
-        for extension in self.extensions.snapshot() {
-            if let Some(usage) = extension.take_delegated_usage() {
-                totals.usage.merge(&usage);
-            }
-        }
+        // Usage spent on the agent's behalf that no tool result carries (a failed or
+        // background child's run) is logged before the step ends: it counts from there.
+        let records: Vec<Event> = self
+            .extensions
+            .snapshot()
+            .iter()
+            .flat_map(|extension| extension.take_usage_records())
+            .collect();
         let mut log = self.shared.log();
+        for record in records {
+            log.append(record)?;
+        }
         log.append(Event::StepEnd(at))?;
         if aborted || cancel.is_cancelled() {
             return Ok(StepFlow::End(self.abort_reason(&mut log)?));
@@ -476,9 +501,11 @@ impl Agent {
         }
     }
 
-    /// The title call ran alongside the turn; give it a moment more, then keep the fallback.
-    /// Dropping the handle does not stop the task, so it is aborted explicitly.
-    async fn settle_title(&self, title: TitleTask) -> Result<(), AgentError> {
+    /// The title call ran alongside the turn `turn`; give it a moment more, then keep the
+    /// fallback. Its usage, when it arrived, is logged (`usage/call`, purpose `title`) whether
+    /// or not it gave a title. Dropping the handle does not stop the task, so it is aborted
+    /// explicitly.
+    async fn settle_title(&self, turn: u64, title: TitleTask) -> Result<(), AgentError> {
         let TitleTask {
             task,
             seq,
@@ -486,10 +513,15 @@ impl Agent {
         } = title;
         let abort = task.abort_handle();
         match tokio::time::timeout(std::time::Duration::from_secs(5), task).await {
-            Ok(Ok(Some(title))) => {
+            Ok(Ok(reply)) => {
                 let mut log = self.shared.log();
+                if let Some(usage) = reply.usage {
+                    let model = self.title_route().1;
+                    log.append(usage_call(PURPOSE_TITLE, model, usage, (Some(turn), None)))?;
+                }
                 // A title set meanwhile (a user's rename) wins over the model's.
-                if log.writer().state().title() == Some(fallback.as_str()) {
+                let current = log.writer().state().title() == Some(fallback.as_str());
+                if let Some(title) = reply.title.filter(|_| current) {
                     log.append(Event::SessionTitle(SessionTitle {
                         title,
                         message_seqs: vec![seq],
@@ -498,10 +530,10 @@ impl Agent {
                             "model": self.title_route().1,
                         })),
                     }))?;
-                    // Logged after the turn's last flush point: make it durable now, so
-                    // readers of the file (session lists) see it.
-                    log.flush()?;
                 }
+                // Logged after the turn's last flush point: make it durable now, so readers of
+                // the file (session lists) see it.
+                log.flush()?;
             }
             _ => abort.abort(),
         }
@@ -708,9 +740,11 @@ impl Agent {
             };
             drop(stream);
             if cancelled || cancel.is_cancelled() {
+                let usage = assembler.usage();
                 return Ok(CallEnd::Cancelled {
                     partial: assembler.interrupted(),
                     chunk_seqs,
+                    usage,
                 });
             }
             let reply = assembler.finish();
@@ -731,6 +765,8 @@ impl Agent {
                     }
                 }
             };
+            // A failed attempt whose usage arrived was billed (docs/sessions.md, "Cost").
+            self.log_failed_attempt(&request, reply.usage, (turn, step))?;
             let mut decision = None;
             for extension in self.extensions.snapshot() {
                 if let Some(d) = extension.request_error(&failure, retries_done) {
@@ -751,7 +787,11 @@ impl Agent {
                     self.shared.log().flush()?;
                     tokio::select! {
                         _ = cancel.cancelled() => {
-                            return Ok(CallEnd::Cancelled { partial: Vec::new(), chunk_seqs: Vec::new() });
+                            return Ok(CallEnd::Cancelled {
+                                partial: Vec::new(),
+                                chunk_seqs: Vec::new(),
+                                usage: None,
+                            });
                         }
                         _ = tokio::time::sleep(delay) => {}
                     }
@@ -789,7 +829,10 @@ impl Agent {
     }
 
     /// Starts the title call when model titles are on.
-    fn spawn_title(&self, prompt: &str) -> Option<tokio::task::JoinHandle<Option<String>>> {
+    fn spawn_title(
+        &self,
+        prompt: &str,
+    ) -> Option<tokio::task::JoinHandle<crate::titles::TitleReply>> {
         if self.options.titles == crate::TitleMode::Fallback {
             return None;
         }
@@ -804,6 +847,43 @@ impl Agent {
             crate::titles::model_title(adapter, config, &info, &prompt, CancellationToken::new())
                 .await
         }))
+    }
+}
+
+/// The `usage/call` event of a billed call whose usage no assistant message carries, made for
+/// `purpose` to `model`, in the `(turn, step)` it belongs to (docs/sessions.md, "Cost").
+fn usage_call(
+    purpose: &str,
+    model: String,
+    usage: Usage,
+    (turn, step): (Option<u64>, Option<u64>),
+) -> Event {
+    UsageCall {
+        purpose: purpose.to_string(),
+        model,
+        usage,
+        turn,
+        step,
+    }
+    .to_event()
+}
+
+impl Agent {
+    /// Logs the `usage/call` of a failed attempt of `request` in `(turn, step)`, when its usage
+    /// arrived.
+    fn log_failed_attempt(
+        &self,
+        request: &GenerateRequest,
+        usage: Option<Usage>,
+        (turn, step): (u64, u64),
+    ) -> Result<(), AgentError> {
+        if let Some(usage) = usage {
+            let model = request.config.config().model.clone();
+            let at = (Some(turn), Some(step));
+            let call = usage_call(PURPOSE_FAILED_REPLY, model, usage, at);
+            self.shared.log().append(call)?;
+        }
+        Ok(())
     }
 }
 

@@ -219,6 +219,12 @@ impl BlockAssembler {
         }
     }
 
+    /// The usage received so far: a reply cancelled or failed before its finish was billed
+    /// for it all the same.
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
     /// What survives a cancel: the non-blank text and reasoning received so far, in order.
     pub fn interrupted(self) -> Vec<ContentBlock> {
         self.slots

@@ -12,14 +12,16 @@
 //! step; background children (`run_in_background`) are jobs of the parent's
 //! [`JobTable`](dsh_tools::JobTable) (`subagent-N`). A child outlives its run: its loop is
 //! kept (or reopened from its log after a resume) so `send_message` continues the same
-//! conversation. Every child's usage, failed and cancelled runs included, is added to the
-//! parent's turn usage exactly once.
+//! conversation. Every child's usage, failed and cancelled runs included, is in the parent's
+//! log exactly once, per model (a foreground result's `usage`, or a `subagent/usage` record),
+//! and from there in the parent's session and turn usage (docs/sessions.md, "Cost").
 
 mod feed;
 mod registry;
 mod team;
 
 use dsh_llm::LockExt;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -88,10 +90,9 @@ pub(crate) struct Shared {
     max_depth: std::sync::atomic::AtomicU64,
     /// The children of this agent.
     registry: Registry,
-    /// Usage of children not yet added to a parent turn: failed foreground runs and every
-    /// background run (a successful foreground run's usage travels in its result's data).
-    pending_usage: Mutex<UsageTotals>,
-    /// `subagent/usage` records of that usage, logged in the parent's log before its next step
+    /// `subagent/usage` records of children's usage no tool result carries (failed foreground
+    /// runs, every background run; a successful foreground run's usage travels in its result's
+    /// data), logged in the parent's log at the end of its step, or before its next step
     /// (docs/sessions.md, "Children").
     usage_records: Mutex<Vec<Value>>,
     /// Per child (session id, or name), the usage the parent's log already accounts for (its
@@ -111,7 +112,7 @@ pub(crate) struct Shared {
 
 /// The event type of a child's usage added to its parent's turn (docs/sessions.md,
 /// "Children").
-pub const SUBAGENT_USAGE_EVENT: &str = "subagent/usage";
+pub const SUBAGENT_USAGE_EVENT: &str = dsh_session::SUBAGENT_USAGE_EVENT;
 
 impl Shared {
     /// Where the parent lives, once the agent this extension belongs to is attached.
@@ -124,18 +125,28 @@ impl Shared {
         })
     }
 
-    /// Adds `usage` that `child` spent to the parent's next step (failed foreground runs,
-    /// every background run) and records it for the parent's log.
-    fn account(&self, child: &Child, usage: &UsageTotals, recovered: bool) {
+    /// Records `usage` that `child` spent (per model: `by_model`, when known) for the parent's
+    /// log (failed foreground runs, every background run): logged at the end of the parent's
+    /// step, it counts in its usage from there.
+    fn account(
+        &self,
+        child: &Child,
+        usage: &UsageTotals,
+        by_model: &BTreeMap<String, UsageTotals>,
+        recovered: bool,
+    ) {
         if usage.requests == 0 && usage.usage == dsh_llm::Usage::default() {
             return;
         }
-        self.pending_usage.lock_or_recover().merge(usage);
         let mut record = json!({
             "childId": child.id,
             "agent": child.name,
+            "model": child.model,
             "usage": serde_json::to_value(usage).unwrap_or(Value::Null),
         });
+        if !by_model.is_empty() {
+            record["usageByModel"] = serde_json::to_value(by_model).unwrap_or(Value::Null);
+        }
         if recovered {
             record["recovered"] = json!(true);
         }
@@ -154,26 +165,11 @@ impl Shared {
                 continue;
             }
             let done = accounted.get(&child.id).copied().unwrap_or_default();
-            let missing = usage_minus(&stored, &done);
+            let missing = dsh_session::usage::minus(&stored, &done);
             if missing.requests > 0 {
-                self.account(&child, &missing, true);
+                self.account(&child, &missing, &BTreeMap::new(), true);
             }
         }
-    }
-}
-
-/// `a - b`, count by count (never below zero).
-fn usage_minus(a: &UsageTotals, b: &UsageTotals) -> UsageTotals {
-    let (x, y) = (&a.usage, &b.usage);
-    UsageTotals {
-        usage: dsh_llm::Usage {
-            input_tokens: x.input_tokens.saturating_sub(y.input_tokens),
-            output_tokens: x.output_tokens.saturating_sub(y.output_tokens),
-            cache_read_tokens: x.cache_read_tokens.saturating_sub(y.cache_read_tokens),
-            cache_write_tokens: x.cache_write_tokens.saturating_sub(y.cache_write_tokens),
-            reasoning_tokens: x.reasoning_tokens.saturating_sub(y.reasoning_tokens),
-        },
-        requests: a.requests.saturating_sub(b.requests),
     }
 }
 
@@ -230,7 +226,6 @@ impl Subagents {
                 depth,
                 max_depth: std::sync::atomic::AtomicU64::new(MAX_DELEGATION_DEPTH),
                 registry: Registry::default(),
-                pending_usage: Mutex::new(UsageTotals::default()),
                 usage_records: Mutex::new(Vec::new()),
                 accounted: Mutex::new(std::collections::HashMap::new()),
                 models: Mutex::new(None),
@@ -359,9 +354,14 @@ impl Extension for Subagents {
         Ok(())
     }
 
-    fn take_delegated_usage(&self) -> Option<UsageTotals> {
-        let usage = std::mem::take(&mut *self.shared.pending_usage.lock_or_recover());
-        (usage.requests > 0).then_some(usage)
+    fn take_usage_records(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.shared.usage_records.lock_or_recover())
+            .into_iter()
+            .map(|data| Event::Opaque {
+                event_type: SUBAGENT_USAGE_EVENT.to_string(),
+                data,
+            })
+            .collect()
     }
 }
 
@@ -385,6 +385,8 @@ struct Launch {
 pub(crate) struct RunOutput {
     answer: String,
     usage: UsageTotals,
+    /// The same usage, per model.
+    usage_by_model: BTreeMap<String, UsageTotals>,
     log: String,
     /// The last assistant text of the run (dsh's "closing message").
     closing: Option<String>,
@@ -394,6 +396,8 @@ pub(crate) struct RunOutput {
 pub(crate) struct RunFailure {
     error: ToolError,
     usage: UsageTotals,
+    /// The same usage, per model.
+    usage_by_model: BTreeMap<String, UsageTotals>,
     /// How the run ended, as dsh names a child's stop reason (`error`, `aborted`,
     /// `max-tokens`, `refusal`).
     stop: &'static str,
@@ -411,6 +415,7 @@ impl RunFailure {
         RunFailure {
             error,
             usage: UsageTotals::default(),
+            usage_by_model: BTreeMap::new(),
             stop,
             closing: None,
         }
@@ -689,11 +694,11 @@ fn start_job(
     let started = jobs.start_task("subagent", spec, ctx.spill(), move |kill| {
         Box::pin(async move {
             let result = run(&shared, &child, agent, Some(message), kill, origin).await;
-            let usage = match &result {
-                Ok(output) => output.usage,
-                Err(failure) => failure.usage,
+            let (usage, by_model) = match &result {
+                Ok(output) => (output.usage, &output.usage_by_model),
+                Err(failure) => (failure.usage, &failure.usage_by_model),
             };
-            shared.account(&child, &usage, false);
+            shared.account(&child, &usage, by_model, false);
             let usage_value = serde_json::to_value(usage).unwrap_or(Value::Null);
             let notice = match &result {
                 Ok(output) => settlement_notice(&child.id, "completed", output.closing.as_deref()),
@@ -821,10 +826,7 @@ pub(crate) async fn run(
     let parked = std::mem::take(&mut child.status.lock_or_recover().parked);
     canceller.abort();
     forwarding.finish().await;
-    let mut usage = UsageTotals::default();
-    for outcome in &outcomes {
-        usage.merge(&outcome.usage);
-    }
+    let (usage, usage_by_model) = run_usage(&outcomes);
     let result = match loop_error {
         Some(err) => Err(SubagentError::from(err)),
         // Interrupted before a turn of this run started: nothing ran.
@@ -851,16 +853,31 @@ pub(crate) async fn run(
         Ok(answer) => Ok(RunOutput {
             answer,
             usage,
+            usage_by_model,
             log: child.log.display().to_string(),
             closing,
         }),
         Err(err) => Err(RunFailure {
             error: ToolError::new(err.tool_code(), err.to_string()),
             usage,
+            usage_by_model,
             stop: stop_reason(&err),
             closing,
         }),
     }
+}
+
+/// The usage of a run's turns: summed, and per model.
+fn run_usage(outcomes: &[crate::TurnOutcome]) -> (UsageTotals, BTreeMap<String, UsageTotals>) {
+    let mut usage = UsageTotals::default();
+    let mut by_model: BTreeMap<String, UsageTotals> = BTreeMap::new();
+    for outcome in outcomes {
+        usage.merge(&outcome.usage);
+        for (model, spent) in &outcome.usage_by_model {
+            by_model.entry(model.clone()).or_default().merge(spent);
+        }
+    }
+    (usage, by_model)
 }
 
 /// Runs the child's queued turns one at a time, so that an interrupt parks what is still
@@ -1100,7 +1117,8 @@ impl Tool for SubagentTool {
                     // The error result carries no data: the spent usage reaches the parent's
                     // turn through the extension (docs/agent.md, "Delegation").
                     if let Some(child) = child {
-                        self.shared.account(&child, &failure.usage, false);
+                        self.shared
+                            .account(&child, &failure.usage, &failure.usage_by_model, false);
                     }
                     return Err(failure.error);
                 }
@@ -1114,6 +1132,7 @@ impl Tool for SubagentTool {
             .with_summary(format!("subagent {}: {description}", child.name))
             .with_data(json!({
                 "usage": usage_value,
+                "usageByModel": output.usage_by_model,
                 "log": output.log,
                 "description": description,
                 "agent": child.name,

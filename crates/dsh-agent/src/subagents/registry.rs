@@ -254,7 +254,8 @@ pub struct StoredChild {
     pub cwd: String,
     /// `interrupted` when its last turn never ended.
     state: ChildState,
-    /// Its usage, by model.
+    /// Its usage, by model: every billed call its log records, its own children's included
+    /// (docs/sessions.md, "Cost").
     pub usage_by_model: BTreeMap<String, UsageTotals>,
     /// Its usage over all models.
     pub usage: UsageTotals,
@@ -317,10 +318,12 @@ fn read_child(log: &Path) -> Option<StoredChild> {
         last_activity: loaded.header.created_at,
     };
     let mut open_turn = false;
+    let mut ledger = dsh_session::UsageLedger::new();
     for envelope in &loaded.events {
         if let Some(ts) = envelope.time {
             child.last_activity = child.last_activity.max(ts);
         }
+        ledger.push(&envelope.event);
         match &envelope.event {
             Event::DshOnly(event) if event.event_type() == DESCRIPTOR => {
                 let data = event.data();
@@ -339,14 +342,6 @@ fn read_child(log: &Path) -> Option<StoredChild> {
                 if let dsh_llm::MessageSource::Model { model, .. } = &message.message.source {
                     child.model = model.clone();
                 }
-                if let Some(usage) = &message.usage {
-                    child.usage.add(usage);
-                    child
-                        .usage_by_model
-                        .entry(child.model.clone())
-                        .or_default()
-                        .add(usage);
-                }
                 let text = message.message.text();
                 if !text.trim().is_empty() {
                     child.last_text = text;
@@ -358,5 +353,7 @@ fn read_child(log: &Path) -> Option<StoredChild> {
     if open_turn {
         child.state = ChildState::Interrupted;
     }
+    child.usage = ledger.total();
+    child.usage_by_model = ledger.by_model().clone();
     Some(child)
 }

@@ -122,11 +122,16 @@ impl Tool for SendMessage {
                 )
                 .await;
                 return match output {
-                    Ok(output) => Ok(ToolOutput::text(output.answer).with_data(
-                        json!({"agent": name, "childId": child.id, "usage": output.usage}),
-                    )),
+                    Ok(output) => Ok(ToolOutput::text(output.answer).with_data(json!({
+                        "agent": name,
+                        "childId": child.id,
+                        "model": child.model,
+                        "usage": output.usage,
+                        "usageByModel": output.usage_by_model,
+                    }))),
                     Err(failure) => {
-                        self.shared.account(&child, &failure.usage, false);
+                        self.shared
+                            .account(&child, &failure.usage, &failure.usage_by_model, false);
                         Err(failure.error)
                     }
                 };

@@ -11,6 +11,7 @@
 // formatting").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod accounting;
 #[path = "loop.rs"]
 mod agent_loop;
 mod approval_rules;
