@@ -342,12 +342,16 @@ impl CommandConfinement for Bubblewrap {
             .map_err(unavailable)?;
         let mut args = self.options(request, Some(filter.as_raw_fd()));
         args.push("--".into());
+        // `bwrap` itself runs unconfined: the spawner starts it in `/` with a fixed
+        // environment, and the command's environment is set inside (`Launcher`).
+        let command_at = args.len();
         args.push(plan.program);
         args.extend(plan.args);
         let mut pre_exec = plan.pre_exec;
         pre_exec.push(seccomp_fd_hook(Arc::new(filter)));
         Ok(CommandPlan {
             pre_exec,
+            launcher: Some(dsh_tools::Launcher { command_at }),
             ..CommandPlan::new(self.program.clone().into_os_string(), args)
         })
     }

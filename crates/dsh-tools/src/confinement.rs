@@ -44,7 +44,27 @@ pub struct CommandPlan {
     /// [`ExecImage`]); a hook reads it with `get()`. Plans made for another program start
     /// with an empty slot of their own.
     pub exec_image: ExecSlot,
+    /// Set when `program` is a launcher that runs unconfined and starts the command inside
+    /// the sandbox (bubblewrap, one per command): see [`Launcher`].
+    pub launcher: Option<Launcher>,
 }
+
+/// A launcher plan's command line: the launcher (`bwrap`) runs unconfined, as root when dsh
+/// is, so it must not load anything the command's environment or working directory name (a
+/// `LD_LIBRARY_PATH` a project set, an empty entry that means "the workspace"). The spawner
+/// starts it with [`LAUNCHER_ENV`] only and in `/`, and places the command's environment inside
+/// the sandbox with `env -i -- NAME=VALUE...` at `command_at` (the index in `args` where the
+/// command starts, right after the launcher's `--`); the launcher changes to the working
+/// directory itself (bubblewrap's `--chdir`). Found by the fourth adversarial review, where a
+/// planted `libcap.so.2` ran in `bwrap` as root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launcher {
+    /// Where the command starts in the plan's `args`.
+    pub command_at: usize,
+}
+
+/// The whole environment of a launcher ([`Launcher`]): a fixed `PATH`, nothing else.
+pub const LAUNCHER_ENV: [(&str, &str); 1] = [("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")];
 
 impl CommandPlan {
     /// A plan for `program` with `args`, no hooks yet.
@@ -54,7 +74,45 @@ impl CommandPlan {
             args,
             pre_exec: Vec::new(),
             exec_image: ExecSlot::default(),
+            launcher: None,
         }
+    }
+
+    /// What the spawner runs for this plan with the command's environment `env` in
+    /// `workdir`: program arguments, environment and working directory. A plain plan runs as
+    /// given; a [`Launcher`] plan gets [`LAUNCHER_ENV`] and `/`, and the command gets `env`
+    /// inside the sandbox through `env -i` (variables whose name is empty, holds `=` or a NUL,
+    /// or whose value holds a NUL, cannot be passed and are left out).
+    pub fn spawn_parts(
+        &self,
+        env: Vec<(OsString, OsString)>,
+        workdir: &std::path::Path,
+    ) -> (Vec<OsString>, Vec<(OsString, OsString)>, PathBuf) {
+        let Some(launcher) = self.launcher else {
+            return (self.args.clone(), env, workdir.to_path_buf());
+        };
+        let at = launcher.command_at.min(self.args.len());
+        let mut args: Vec<OsString> = self.args[..at].to_vec();
+        args.extend(["env", "-i", "--"].map(OsString::from));
+        for (name, value) in env {
+            let name_bytes = name.as_encoded_bytes();
+            let passable = !name_bytes.is_empty()
+                && !name_bytes.contains(&b'=')
+                && !name_bytes.contains(&0)
+                && !value.as_encoded_bytes().contains(&0);
+            if passable {
+                let mut pair = name;
+                pair.push("=");
+                pair.push(&value);
+                args.push(pair);
+            }
+        }
+        args.extend(self.args[at..].iter().cloned());
+        let env = LAUNCHER_ENV
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect();
+        (args, env, PathBuf::from("/"))
     }
 }
 
@@ -174,6 +232,7 @@ impl fmt::Debug for CommandPlan {
             .field("program", &self.program)
             .field("args", &self.args)
             .field("pre_exec", &self.pre_exec.len())
+            .field("launcher", &self.launcher)
             .finish()
     }
 }
@@ -280,6 +339,43 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    #[test]
+    fn a_launcher_gets_a_fixed_environment_and_the_command_its_own_inside() {
+        let plan = CommandPlan {
+            launcher: Some(Launcher { command_at: 2 }),
+            ..CommandPlan::new("bwrap", vec!["--opt".into(), "--".into(), "bash".into()])
+        };
+        let env = vec![
+            (OsString::from("LD_LIBRARY_PATH"), OsString::from("lib")),
+            (OsString::from("A"), OsString::from("x y")),
+            (OsString::from("BAD=NAME"), OsString::from("v")),
+        ];
+        let (args, launcher_env, dir) = plan.spawn_parts(env.clone(), Path::new("/ws"));
+        let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into()).collect();
+        assert_eq!(
+            args,
+            [
+                "--opt",
+                "--",
+                "env",
+                "-i",
+                "--",
+                "LD_LIBRARY_PATH=lib",
+                "A=x y",
+                "bash"
+            ]
+        );
+        assert_eq!(launcher_env.len(), 1);
+        assert_eq!(launcher_env[0].0, "PATH");
+        assert_eq!(dir, Path::new("/"));
+        // A plain plan runs as given.
+        let plain = CommandPlan::new("bash", vec!["-c".into(), "true".into()]);
+        let (args, kept, dir) = plain.spawn_parts(env.clone(), Path::new("/ws"));
+        assert_eq!(args, plain.args);
+        assert_eq!(kept, env);
+        assert_eq!(dir, Path::new("/ws"));
+    }
 
     fn script(dir: &Path, name: &str, says: &str, mode: u32) {
         let path = dir.join(name);

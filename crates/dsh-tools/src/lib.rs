@@ -75,7 +75,7 @@ pub use builtin::{
 };
 pub use confinement::{
     hidden_dirs, CommandConfinement, CommandConfiner, CommandPlan, ConfinementRequest, ExecImage,
-    ExecSlot, NoSandbox, PreExecHook,
+    ExecSlot, Launcher, NoSandbox, PreExecHook, LAUNCHER_ENV,
 };
 pub use context::{PermissionPreset, ToolContext, ToolLimits};
 pub use error::{ToolError, ToolErrorCode};
@@ -92,8 +92,8 @@ pub use presentation::{
     one_line, string_arg, ResultFacts, ResultSummary, Tone, ToolKind, ToolPresentation, ToolView,
 };
 pub use process::{
-    group_has_live_members, guard_group, guard_group_std, is_secret_name, kill_group_now,
-    plan_command, scrubbed_env, spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
+    clean_loader_value, group_has_live_members, guard_group, guard_group_std, is_secret_name,
+    kill_group_now, plan_command, scrubbed_env, spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
 };
 pub use protected::{
     existing_protected_entries, is_protected_name, protected_entry, GIT_DIR_CONTROL,

@@ -74,16 +74,50 @@ pub fn is_secret_name(name: &str) -> bool {
         .any(|needle| upper.contains(needle))
 }
 
+/// The dynamic loader's variables that name code to load, with the separators of their lists.
+const LOADER_LISTS: [(&str, &[u8]); 3] = [
+    ("LD_LIBRARY_PATH", b":;"),
+    ("LD_PRELOAD", b": "),
+    ("LD_AUDIT", b":"),
+];
+
+/// `value` of the loader variable `name` (see [`LOADER_LISTS`]) without its empty and relative
+/// entries, which the loader resolves from the working directory: for a child started in the
+/// workspace that is code the model wrote, loaded as root by a hook or a launcher (a Docker
+/// image's `LD_LIBRARY_PATH=:/opt/lib` made the fourth adversarial review's planted
+/// `libtinfo.so.6` run in the user's own hook). `None`: nothing is left, drop the variable.
+/// Other variables pass unchanged.
+pub fn clean_loader_value(name: &str, value: &std::ffi::OsStr) -> Option<OsString> {
+    let Some((_, separators)) = LOADER_LISTS.iter().find(|(n, _)| *n == name) else {
+        return Some(value.to_os_string());
+    };
+    let kept: Vec<&[u8]> = value
+        .as_encoded_bytes()
+        .split(|b| separators.contains(b))
+        .filter(|entry| entry.first() == Some(&b'/'))
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    let joined = kept.join(&separators[0]);
+    // SAFETY: each entry is a slice of `value`'s encoded bytes split at ASCII separators, and
+    // the separator joined in is ASCII, so the bytes are valid OS-string encoding.
+    Some(unsafe { OsString::from_encoded_bytes_unchecked(joined) })
+}
+
 /// The environment for a child process: this process's environment without secret-looking
-/// variables (and without names that are not valid UTF-8, which cannot be classified), plus
+/// variables (and without names that are not valid UTF-8, which cannot be classified), the
+/// loader's lists without empty or relative entries ([`clean_loader_value`]), plus
 /// [`CHILD_ENV_OVERRIDES`].
 pub fn scrubbed_env() -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(name, _)| match name.to_str() {
-            Some(name) => {
-                !is_secret_name(name) && !CHILD_ENV_OVERRIDES.iter().any(|(k, _)| *k == name)
+        .filter_map(|(name, value)| {
+            let text = name.to_str()?;
+            if is_secret_name(text) || CHILD_ENV_OVERRIDES.iter().any(|(k, _)| *k == text) {
+                return None;
             }
-            None => false,
+            let value = clean_loader_value(text, &value)?;
+            Some((name, value))
         })
         .collect();
     env.extend(
@@ -118,21 +152,24 @@ pub fn plan_command(
     env: Vec<(OsString, OsString)>,
 ) -> std::process::Command {
     use std::os::unix::process::CommandExt;
+    // A launcher (bubblewrap per command) runs in `/` with a fixed environment, the command's
+    // environment passed inside the sandbox (`CommandPlan::spawn_parts`).
+    let (args, env, dir) = plan.spawn_parts(env, workdir);
     // The same program, arguments and environment, ready for a hook that starts the command
     // itself (`ExecImage`); only hooks read it. A plan spawned again keeps its first image:
     // same program and arguments, and the environment of a later spawn differs only if dsh's
     // own changed.
     if !plan.pre_exec.is_empty() && plan.exec_image.get().is_none() {
-        if let Some(image) = ExecImage::new(&plan.program, &plan.args, &env) {
+        if let Some(image) = ExecImage::new(&plan.program, &args, &env) {
             let _ = plan.exec_image.set(image);
         }
     }
     let mut command = std::process::Command::new(&plan.program);
     command
-        .args(&plan.args)
+        .args(&args)
         .env_clear()
         .envs(env)
-        .current_dir(workdir)
+        .current_dir(dir)
         .stdin(Stdio::null());
     let hooks = plan.pre_exec.clone();
     let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
@@ -660,6 +697,31 @@ pub(crate) async fn capture<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loader_lists_keep_only_absolute_entries() {
+        let clean = |name: &str, value: &str| {
+            clean_loader_value(name, std::ffi::OsStr::new(value))
+                .map(|v| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(
+            clean("LD_LIBRARY_PATH", ":/opt/lib"),
+            Some("/opt/lib".into())
+        );
+        assert_eq!(
+            clean("LD_LIBRARY_PATH", "lib:/a::./b:/c"),
+            Some("/a:/c".into())
+        );
+        assert_eq!(clean("LD_LIBRARY_PATH", "lib"), None);
+        assert_eq!(clean("LD_LIBRARY_PATH", ""), None);
+        assert_eq!(
+            clean("LD_PRELOAD", "evil.so /usr/lib/x.so"),
+            Some("/usr/lib/x.so".into())
+        );
+        assert_eq!(clean("LD_AUDIT", "./a.so"), None);
+        // Other variables pass as they are, empty entries included.
+        assert_eq!(clean("PATH", ":/bin"), Some(":/bin".into()));
+    }
 
     #[test]
     fn secret_names() {

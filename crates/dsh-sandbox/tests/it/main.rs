@@ -10,6 +10,7 @@
 
 mod escapes;
 mod keeper;
+mod launcher_env;
 mod no_real_root;
 mod prepared_bwrap;
 mod probe;
