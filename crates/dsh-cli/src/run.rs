@@ -433,11 +433,9 @@ fn finish(
     let Some(outcome) = outcome else {
         return Err(user_error("UNKNOWN", "no turn ran"));
     };
-    let prices = &setup.prices;
-    let cost = prices
-        .models
-        .get(&setup.call.model)
-        .map(|price| price.cost(&outcome.usage.usage));
+    // Every billed call of the turn, each model at its price (docs/sessions.md, "Cost"); null
+    // when a model with usage has no price.
+    let cost = setup.prices.cost(&outcome.usage_by_model);
     if args.json {
         let line = serde_json::json!({
             "type": "result",

@@ -130,7 +130,7 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
             if cache {
                 cache_table(&log, &mut out)?;
             } else {
-                let text = human_dates(&log, export_markdown(&log));
+                let text = with_cost(&log, human_dates(&log, export_markdown(&log)));
                 out.write_all(shown(&log, &text, raw).as_bytes())?;
             }
         }
@@ -234,7 +234,7 @@ fn show_children(
                 format!("the session has no subagent `{key}`; `dsh sessions show <session> --children` lists them")
             })?;
         let log = load_file(&found.log)?;
-        let text = human_dates(&log, export_markdown(&log));
+        let text = with_cost(&log, human_dates(&log, export_markdown(&log)));
         out.write_all(shown(&log, &text, raw).as_bytes())?;
         return Ok(());
     }
@@ -589,6 +589,29 @@ fn confirm(id: &str) -> anyhow::Result<bool> {
     let mut answer = String::new();
     std::io::stdin().read_line(&mut answer)?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// The transcript with a `- cost:` line after its `- usage:` line: every billed call of the log
+/// (docs/sessions.md, "Cost") at the configured prices, six decimals as `--children` shows
+/// them, or `unknown` when a model with usage has no price.
+fn with_cost(log: &LoadedLog, markdown: String) -> String {
+    let mut ledger = dsh_session::UsageLedger::new();
+    for envelope in &log.events {
+        ledger.push(&envelope.event);
+    }
+    let cost = ledger
+        .cost(&configured_prices(Path::new(&log.header.cwd)))
+        .map_or_else(
+            || "unknown (a model has no price)".to_string(),
+            |usd| format!("${usd:.6}"),
+        );
+    let Some(start) = markdown.find("\n- usage: ") else {
+        return markdown;
+    };
+    let end = markdown[start + 1..]
+        .find('\n')
+        .map_or(markdown.len(), |at| start + 1 + at + 1);
+    format!("{}- cost: {cost}\n{}", &markdown[..end], &markdown[end..])
 }
 
 /// The transcript of `dsh sessions show` with dates a person reads: the header's creation time

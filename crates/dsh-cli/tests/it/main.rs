@@ -11,6 +11,7 @@
 // All of this crate is test code: a failed unwrap or expect is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod accounting_cli;
 mod acp_fixtures;
 mod approvals_cli;
 mod atif_cli;

@@ -12,13 +12,14 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::common::dsh_command;
 
-struct Launch {
-    child: tokio::process::Child,
+/// A running `dsh web` (also started by `accounting_cli`).
+pub(crate) struct Launch {
+    pub(crate) child: tokio::process::Child,
     /// Kept open: the server may print more.
     _stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     url: String,
-    token: String,
-    base: String,
+    pub(crate) token: String,
+    pub(crate) base: String,
     /// From spawn to the first answered request.
     startup: Duration,
 }
@@ -37,7 +38,11 @@ async fn sign_in(url: &str) -> String {
     pair.split_once('=').unwrap().1.to_string()
 }
 
-async fn launch(home: &std::path::Path, cwd: &std::path::Path, base_url: &str) -> Launch {
+pub(crate) async fn launch(
+    home: &std::path::Path,
+    cwd: &std::path::Path,
+    base_url: &str,
+) -> Launch {
     let started = Instant::now();
     let mut child = tokio::process::Command::from(dsh_command(home, cwd))
         .env("DEEPSEEK_BASE_URL", base_url)
