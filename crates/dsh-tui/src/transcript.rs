@@ -132,7 +132,8 @@ pub struct SessionStats {
     pub context_tokens: u64,
     /// Cache-hit share of the last request.
     pub last_cache_hit: Option<f64>,
-    /// Usage per model.
+    /// Usage per model: every billed call of the session, children's included
+    /// (`dsh_session::usage`, docs/sessions.md, "Cost").
     pub usage_by_model: BTreeMap<String, UsageTotals>,
     /// The session title.
     pub title: Option<String>,
@@ -184,6 +185,8 @@ pub struct Transcript {
     pub streamed: u64,
     /// How tool calls are shown: as logged, else as the session's tools say.
     presenter: dsh_agent::Presenter,
+    /// The session's billed usage, summed by the log's one rule (`stats.usage_by_model`).
+    ledger: dsh_session::UsageLedger,
 }
 
 impl Transcript {
@@ -237,6 +240,9 @@ impl Transcript {
         }
         self.last_seq = Some(envelope.seq);
         self.revision += 1;
+        if self.ledger.push(&envelope.event).is_some() {
+            self.stats.usage_by_model = self.ledger.by_model().clone();
+        }
         match &envelope.event {
             Event::TurnStart(_) => {
                 self.running = true;
@@ -404,17 +410,8 @@ impl Transcript {
         self.preview_blocks.clear();
     }
 
+    /// A reply's usage: the context it leaves (its sum counts in `stats.usage_by_model`).
     fn usage(&mut self, usage: &Usage) {
-        let model = self
-            .stats
-            .model
-            .clone()
-            .unwrap_or_else(|| "unknown".to_string());
-        self.stats
-            .usage_by_model
-            .entry(model)
-            .or_default()
-            .add(usage);
         self.stats.context_tokens = usage.billed_input() + usage.output_tokens;
         self.stats.last_cache_hit = Some(usage.cache_hit_ratio());
     }

@@ -733,3 +733,63 @@ fn cards_are_drawn_as_the_tool_presents_its_calls() {
         ]
     );
 }
+
+/// `/cost` and `/status` count every billed call of the session (docs/sessions.md, "Cost"):
+/// replies, the calls no reply carries (`usage/call`), children's runs, each under its model.
+#[test]
+fn the_usage_counts_every_billed_call_under_its_model() {
+    let usage = |input_tokens, output_tokens| Usage {
+        input_tokens,
+        output_tokens,
+        ..Usage::default()
+    };
+    let mut t = Transcript::new();
+    t.apply(&env(
+        0,
+        Event::AssistantMessage(AssistantMessage {
+            turn: 1,
+            step: 1,
+            message: Message {
+                id: "a1".into(),
+                role: Role::Assistant,
+                content: vec![ContentBlock::text("done")],
+                source: MessageSource::Model {
+                    provider: "deepseek".into(),
+                    model: "deepseek-v4-flash".into(),
+                    extra: Default::default(),
+                },
+            },
+            usage: Some(usage(1000, 10)),
+            interrupted: false,
+        }),
+    ));
+    t.apply(&env(
+        1,
+        Event::Opaque {
+            event_type: "usage/call".into(),
+            data: json!({"purpose": "compaction", "model": "deepseek-v4-flash",
+                "usage": {"inputTokens": 3000, "outputTokens": 40}}),
+        },
+    ));
+    t.apply(&env(
+        2,
+        Event::Opaque {
+            event_type: "subagent/usage".into(),
+            data: json!({"childId": "c1", "agent": "agent-1", "model": "deepseek-v4-pro",
+                "usage": {"inputTokens": 500, "outputTokens": 5, "requests": 2}}),
+        },
+    ));
+    let total = t.stats.total();
+    assert_eq!(total.requests, 4);
+    assert_eq!(total.usage.input_tokens, 4500);
+    assert_eq!(total.usage.output_tokens, 55);
+    assert_eq!(
+        t.stats.usage_by_model.keys().collect::<Vec<_>>(),
+        ["deepseek-v4-flash", "deepseek-v4-pro"]
+    );
+    let prices = PriceTable::default_deepseek();
+    let expected = prices.models["deepseek-v4-flash"].cost(&usage(4000, 50))
+        + prices.models["deepseek-v4-pro"].cost(&usage(500, 5));
+    let cost = t.stats.cost(&prices).unwrap();
+    assert!((cost - expected).abs() < 1e-12, "{cost} != {expected}");
+}
