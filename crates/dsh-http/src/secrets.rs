@@ -22,9 +22,10 @@
 //! C and JSON escapes), ASCII whitespace left out (a secret broken over lines, as `base64`
 //! wraps at 76 columns, `xxd -p` at 60, or `fold`, or spaced out, is found whole), ASCII
 //! letters in lower case (hex in either case, and a secret put through `tr a-z A-Z`), and
-//! `-`/`_` read as `+`/`/` (the URL-safe base64 alphabet as the standard one). What is
-//! replaced is the original text from the first to the last byte of the hit, whitespace and
-//! escapes included.
+//! `-`/`_` read as `+`/`/` (the URL-safe base64 alphabet as the standard one). A text with a
+//! `%` or `\` is also searched without decoding escapes, since an escape's characters can
+//! belong to an encoding (`%` then the hex of the secret). What is replaced is the original
+//! text from the first to the last byte of the hit, whitespace and escapes included.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -192,17 +193,17 @@ fn unescape(rest: &[u8]) -> (u8, usize) {
     escaped.unwrap_or((rest.first().copied().unwrap_or(0), 1))
 }
 
-/// The normalised view of `text`: escapes decoded ([`unescape`]), then each byte as
-/// [`normal`] sees it; and where its bytes came from: `(view index, original index minus view
-/// index)` wherever that difference changes.
-fn view_of(text: &str) -> (Vec<u8>, Vec<(usize, usize)>) {
+/// The normalised view of `text`: escapes decoded ([`unescape`]) when `decode` is set, then
+/// each byte as [`normal`] sees it; and where its bytes came from: `(view index, original
+/// index minus view index)` wherever that difference changes.
+fn view_of(text: &str, decode: bool) -> (Vec<u8>, Vec<(usize, usize)>) {
     let bytes = text.as_bytes();
     let mut view: Vec<u8> = Vec::with_capacity(text.len());
     let mut shifts: Vec<(usize, usize)> = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
         let (byte, width) = match bytes[at] {
-            b'%' | b'\\' => unescape(&bytes[at..]),
+            b'%' | b'\\' if decode => unescape(&bytes[at..]),
             byte => (byte, 1),
         };
         let seen = NORMAL[usize::from(byte)];
@@ -216,6 +217,15 @@ fn view_of(text: &str) -> (Vec<u8>, Vec<(usize, usize)>) {
         at += width;
     }
     (view, shifts)
+}
+
+/// Which views of `text` are searched: the one with escapes decoded, and, when `text` holds
+/// a `%` or `\\`, the one without: an escape's characters may also be part of an encoding
+/// (`%3d2b41...` is the hex of `=+A` after a `%`, and decoding `%3d` would hide it; found by
+/// the redaction property test).
+fn views(text: &str) -> impl Iterator<Item = bool> {
+    let raw_differs = text.bytes().any(|b| b == b'%' || b == b'\\');
+    std::iter::once(true).chain(raw_differs.then_some(false))
 }
 
 /// The offset in the original text of view byte `index`.
@@ -313,19 +323,20 @@ impl SecretMatcher {
         if self.markers.is_empty() {
             return text.len();
         }
-        let (view, shifts) = view_of(text);
-        let cut_view = view.len().saturating_sub(self.longest.saturating_sub(1));
-        let mut cut = if cut_view < view.len() {
-            original(&shifts, cut_view)
-        } else {
-            text.len()
-        };
-        if let Some((range, _)) = self
-            .find_in(&view)
-            .into_iter()
-            .find(|(range, _)| range.end >= cut_view)
-        {
-            cut = cut.min(original(&shifts, range.start));
+        let mut cut = text.len();
+        for decode in views(text) {
+            let (view, shifts) = view_of(text, decode);
+            let cut_view = view.len().saturating_sub(self.longest.saturating_sub(1));
+            if cut_view < view.len() {
+                cut = cut.min(original(&shifts, cut_view));
+            }
+            if let Some((range, _)) = self
+                .find_in(&view)
+                .into_iter()
+                .find(|(range, _)| range.end >= cut_view)
+            {
+                cut = cut.min(original(&shifts, range.start));
+            }
         }
         while !text.is_char_boundary(cut) {
             cut -= 1;
@@ -340,26 +351,48 @@ impl SecretMatcher {
         if self.markers.is_empty() {
             return Vec::new();
         }
-        let (view, shifts) = view_of(text);
-        let mut merged = self.find_in(&view);
-        for (range, _) in &mut merged {
-            // From the hit's first byte to the start of what follows it, less the whitespace
-            // before that.
-            let start = original(&shifts, range.start);
-            let mut end = if range.end < view.len() {
-                original(&shifts, range.end)
-            } else {
-                text.len()
-            };
-            while end > start + 1 && text.as_bytes()[end - 1].is_ascii_whitespace() {
-                end -= 1;
+        let mut found: Vec<(Range<usize>, usize)> = Vec::new();
+        for decode in views(text) {
+            let (view, shifts) = view_of(text, decode);
+            for (range, owner) in self.find_in(&view) {
+                // From the hit's first byte to the start of what follows it, less the
+                // whitespace before that.
+                let start = original(&shifts, range.start);
+                let mut end = if range.end < view.len() {
+                    original(&shifts, range.end)
+                } else {
+                    text.len()
+                };
+                while end > start + 1 && text.as_bytes()[end - 1].is_ascii_whitespace() {
+                    end -= 1;
+                }
+                let mut range = start..end;
+                while !text.is_char_boundary(range.start) {
+                    range.start -= 1;
+                }
+                while !text.is_char_boundary(range.end) {
+                    range.end += 1;
+                }
+                found.push((range, owner));
             }
-            *range = start..end;
-            while !text.is_char_boundary(range.start) {
-                range.start -= 1;
-            }
-            while !text.is_char_boundary(range.end) {
-                range.end += 1;
+        }
+        self.merge(found)
+    }
+
+    /// `hits` in order, those that overlap or touch merged, each named after its longest
+    /// secret.
+    fn merge(&self, mut hits: Vec<(Range<usize>, usize)>) -> Vec<(Range<usize>, usize)> {
+        hits.sort_by_key(|(range, _)| (range.start, range.end));
+        let mut merged: Vec<(Range<usize>, usize)> = Vec::new();
+        for (range, owner) in hits {
+            match merged.last_mut() {
+                Some((last, named)) if range.start <= last.end => {
+                    last.end = last.end.max(range.end);
+                    if self.sizes[owner] > self.sizes[*named] {
+                        *named = owner;
+                    }
+                }
+                _ => merged.push((range, owner)),
             }
         }
         merged
@@ -367,7 +400,7 @@ impl SecretMatcher {
 
     /// The merged hits in the normalised `view`.
     fn find_in(&self, view: &[u8]) -> Vec<(Range<usize>, usize)> {
-        let mut hits: Vec<(Range<usize>, usize)> = match &self.automaton {
+        let hits: Vec<(Range<usize>, usize)> = match &self.automaton {
             Some(automaton) => automaton
                 .find_overlapping_iter(view)
                 .map(|m| (m.range(), self.owner[m.pattern().as_usize()]))
@@ -384,20 +417,7 @@ impl SecretMatcher {
                 })
                 .collect(),
         };
-        hits.sort_by_key(|(range, _)| (range.start, range.end));
-        let mut merged: Vec<(Range<usize>, usize)> = Vec::new();
-        for (range, owner) in hits {
-            match merged.last_mut() {
-                Some((last, named)) if range.start <= last.end => {
-                    last.end = last.end.max(range.end);
-                    if self.sizes[owner] > self.sizes[*named] {
-                        *named = owner;
-                    }
-                }
-                _ => merged.push((range, owner)),
-            }
-        }
-        merged
+        self.merge(hits)
     }
 
     /// `text` with every range of [`SecretMatcher::find`] replaced by its secret's marker;
@@ -441,6 +461,25 @@ mod tests {
                 !out.contains(&form.text),
                 "{out:?} still holds {}",
                 form.text
+            );
+        }
+    }
+
+    #[test]
+    fn an_escape_sign_before_an_encoding_does_not_hide_it() {
+        // Found by the redaction property test: `%3d` read as an escape ate the hex's start.
+        let secret = "=+A=+_++";
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        let matcher = SecretMatcher::new([("[S]", secret)]);
+        for text in [
+            format!("%{hex}"),
+            format!("50%{hex} done"),
+            format!("\\{hex}"),
+        ] {
+            let out = matcher.scrub(&text).into_owned();
+            assert!(
+                out.contains("[S]") && !out.contains(&hex),
+                "{text:?} -> {out:?}"
             );
         }
     }
