@@ -378,6 +378,42 @@ fn project_confiner(
     })
 }
 
+/// A confiner for commands dsh itself runs on the workspace's behalf (the TUI's `/diff` runs
+/// `git diff`, which starts the filters, fsmonitor and submodule commands a repository's
+/// configuration names): the `read-only` sandbox without network, with dsh's `home` hidden.
+/// Whatever the repository makes git run then reads files at most, as the model's own
+/// `read-only` commands do (docs/SECURITY.md, "Snapshots, /undo, /diff and @ mentions").
+pub fn read_only_confiner(
+    cwd: &std::path::Path,
+    home: &std::path::Path,
+) -> dsh_tools::CommandConfiner {
+    let cwd = cwd.to_path_buf();
+    let mut hidden_dirs = dsh_tools::hidden_dirs();
+    if !hidden_dirs.iter().any(|dir| dir == home) {
+        hidden_dirs.push(home.to_path_buf());
+    }
+    Arc::new(move |plan, workdir| {
+        let preset = PermissionPreset::ReadOnly;
+        let sandbox = dsh_sandbox::confinement_for(preset)
+            .map_err(|e| {
+                dsh_tools::ToolError::new(
+                    dsh_tools::ToolErrorCode::SandboxUnavailable,
+                    e.to_string(),
+                )
+            })?
+            .with_network(false);
+        let request = dsh_tools::ConfinementRequest {
+            preset,
+            cwd: cwd.clone(),
+            workdir: workdir.to_path_buf(),
+            writable_roots: Vec::new(),
+            hidden_dirs: hidden_dirs.clone(),
+            network: false,
+        };
+        sandbox.confinement().confine(plan, &request)
+    })
+}
+
 /// How subagents are built: [`agent_parts`] one level deeper, with the preset in force.
 fn child_factory(
     shared: &Arc<SessionShared>,

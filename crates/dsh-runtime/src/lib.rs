@@ -30,7 +30,7 @@ use dsh_session::{Envelope, PriceTable, SessionStore};
 use dsh_tools::PermissionPreset;
 
 pub use adapters::build_adapter;
-pub use compose::permission_summary;
+pub use compose::{permission_summary, read_only_confiner};
 /// What describes the MCP servers of [`SessionSpec::mcp_servers`], so a front end that adds its
 /// own (an ACP editor's `mcpServers`) reaches them through the composition root alone.
 pub use dsh_config::{

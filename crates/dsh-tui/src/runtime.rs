@@ -635,6 +635,7 @@ impl Ui {
     /// read the session log off the UI thread and report back as [`Background::Report`].
     fn session_command(&mut self, command: SlashCommand, handle: AgentHandle) {
         let cwd = self.options.cwd.clone();
+        let home = self.options.home.clone();
         if command == SlashCommand::Init {
             return crate::worktree::init(&mut self.app, &handle, &cwd);
         }
@@ -660,7 +661,8 @@ impl Ui {
                         })
                     }
                     SlashCommand::Diff => {
-                        let lines = crate::worktree::diff_lines(&events, &cwd);
+                        let confine = dsh_runtime::read_only_confiner(&cwd, &home);
+                        let lines = crate::worktree::diff_lines(&events, &cwd, &confine);
                         Box::new(move |app: &mut App| {
                             app.pager = Some(crate::pager::Pager::new("/diff", lines));
                         })

@@ -209,8 +209,12 @@ fn classify(line: &str) -> DiffLine {
 }
 
 /// The `/diff` view: the session's changes from its snapshots, then `git diff` when `cwd` is
-/// in a git work tree.
-pub fn diff_lines(events: &[Envelope], cwd: &Path) -> Vec<DiffLine> {
+/// in a git work tree, run through `confine` (the runtime's `read_only_confiner`).
+pub fn diff_lines(
+    events: &[Envelope],
+    cwd: &Path,
+    confine: &dsh_tools::CommandConfiner,
+) -> Vec<DiffLine> {
     let (changes, _) = changes(events);
     let snapshots: Vec<FileSnapshot> = changes.into_iter().map(|(_, c)| c).collect();
     let diffs = session_diff(&snapshots, cwd);
@@ -234,7 +238,7 @@ pub fn diff_lines(events: &[Envelope], cwd: &Path) -> Vec<DiffLine> {
         out.extend(diff.unified.lines().map(classify));
     }
     out.push(DiffLine::Plain(String::new()));
-    match git_diff(cwd) {
+    match git_diff(cwd, confine) {
         Some(Ok(text)) => {
             out.push(DiffLine::Heading(
                 "git diff (the work tree against the index, whoever made the changes)".to_string(),
@@ -289,7 +293,12 @@ fn filters_off(cwd: &Path) -> Vec<String> {
 }
 
 /// `git diff` of `cwd`: `None` when it is not in a git work tree (or git is not installed).
-fn git_diff(cwd: &Path) -> Option<Result<String, String>> {
+/// It runs confined (`confine`: read-only, no network): a repository's configuration can make
+/// git start programs in ways no list of `-c` overrides closes (the fourth adversarial review
+/// planted a clean filter in a submodule, which `git diff` checks with its own `git status`),
+/// so what git starts is held like the model's `read-only` commands. Without a sandbox, no git
+/// diff is shown.
+fn git_diff(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Option<Result<String, String>> {
     let inside = Command::new("git")
         .arg("-C")
         .arg(cwd)
@@ -299,25 +308,46 @@ fn git_diff(cwd: &Path) -> Option<Result<String, String>> {
     if !inside.status.success() || String::from_utf8_lossy(&inside.stdout).trim() != "true" {
         return None;
     }
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(cwd)
-        // No pager, external diff, textconv, clean/process filter or fsmonitor hook: /diff runs
-        // no program a repository's configuration names, also in a repository a command made
-        // during the session (docs/SECURITY.md, "Protected paths").
-        .args(["-c", "core.fsmonitor=false"])
+    let mut args: Vec<String> = vec![
+        "-C".into(),
+        cwd.to_string_lossy().into_owned(),
+        // No pager, external diff, textconv, clean/process filter or fsmonitor hook: the
+        // overrides stay as a second layer under the sandbox (docs/SECURITY.md, "Protected
+        // paths").
+        "-c".into(),
+        "core.fsmonitor=false".into(),
         // No transport: a planted partial clone would fetch a missing blob by running the
         // remote's `uploadpack` (or `core.sshCommand`); `diff` needs no network.
-        .args(["-c", "protocol.allow=never"])
-        .env("GIT_NO_LAZY_FETCH", "1")
-        .args(filters_off(cwd))
-        .args([
+        "-c".into(),
+        "protocol.allow=never".into(),
+    ];
+    args.extend(filters_off(cwd));
+    args.extend(
+        [
             "--no-pager",
             "diff",
             "--no-color",
             "--no-ext-diff",
             "--no-textconv",
-        ])
+            "--ignore-submodules=all",
+        ]
+        .map(String::from),
+    );
+    let plan = dsh_tools::CommandPlan::new("git", args.into_iter().map(Into::into).collect());
+    let plan = match confine(plan, cwd) {
+        Ok(plan) => plan,
+        Err(err) => {
+            return Some(Err(format!(
+                "not shown: git runs only in the read-only sandbox here, and {}",
+                err.message
+            )))
+        }
+    };
+    let mut env = dsh_tools::scrubbed_env();
+    env.push(("GIT_NO_LAZY_FETCH".into(), "1".into()));
+    let output = dsh_tools::plan_command(&plan, cwd, env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .output();
     Some(match output {
         Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),

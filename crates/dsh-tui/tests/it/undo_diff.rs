@@ -56,6 +56,11 @@ impl Session {
         }
     }
 
+    /// The confiner `/diff` runs git with, as the TUI makes it.
+    fn confiner(&self) -> dsh_tools::CommandConfiner {
+        dsh_runtime::read_only_confiner(&self.cwd, self._dirs.1.path())
+    }
+
     async fn turn(&mut self, prompt: &str) {
         self.agent.handle().followup(prompt).unwrap();
         self.agent.run_turn().await.unwrap().unwrap();
@@ -208,7 +213,7 @@ fn git(cwd: &Path, args: &[&str]) {
 #[tokio::test]
 async fn diff_shows_session_changes_and_git_diff_in_a_coloured_pager() {
     let mut s = Session::new(replies());
-    let outside_git = diff_lines(&s.events(), &s.cwd);
+    let outside_git = diff_lines(&s.events(), &s.cwd, &s.confiner());
     assert!(outside_git
         .iter()
         .any(|l| *l == DiffLine::Plain("(not a git work tree: no git diff)".into())));
@@ -216,7 +221,7 @@ async fn diff_shows_session_changes_and_git_diff_in_a_coloured_pager() {
     git(&s.cwd, &["add", "kept.txt"]);
     git(&s.cwd, &["commit", "-q", "-m", "start"]);
     s.turn("change things").await;
-    let lines = diff_lines(&s.events(), &s.cwd);
+    let lines = diff_lines(&s.events(), &s.cwd, &s.confiner());
     let has = |want: &DiffLine| lines.iter().any(|l| l == want);
     assert!(
         has(&DiffLine::Heading("kept.txt  +1 -2".into()))
@@ -389,7 +394,7 @@ async fn diff_runs_no_filter_or_hook_a_planted_repository_names() {
     std::fs::write(s.cwd.join(".gitattributes"), "* filter=x diff=x\n").unwrap();
     git(&s.cwd, &["config", "diff.x.textconv", &touch]);
     std::fs::write(s.cwd.join("kept.txt"), "changed\n").unwrap();
-    let lines = diff_lines(&s.events(), &s.cwd);
+    let lines = diff_lines(&s.events(), &s.cwd, &s.confiner());
     assert!(
         lines
             .iter()
@@ -431,6 +436,67 @@ async fn diff_fetches_nothing_for_a_planted_partial_clone() {
         git(&s.cwd, &["config", key, value]);
     }
     std::fs::write(s.cwd.join("kept.txt"), "changed\n").unwrap();
-    let _ = diff_lines(&s.events(), &s.cwd);
+    let _ = diff_lines(&s.events(), &s.cwd, &s.confiner());
     assert!(!marker.exists(), "/diff ran the remote's uploadpack");
+}
+
+/// A clean filter planted in a submodule (fourth adversarial review of issue 38): `git diff`
+/// checks a submodule with a `git status` of its own, under the submodule's configuration,
+/// which the top repository's `-c` overrides do not reach. `/diff` runs git in the read-only
+/// sandbox without network, so the filter cannot write anything, and ignores submodules.
+#[tokio::test]
+async fn diff_runs_no_filter_planted_in_a_submodule() {
+    let s = Session::new(replies());
+    let marker = s.cwd.join("..").join(format!(
+        "sub-filter-ran-{}",
+        s.cwd.file_name().unwrap().to_string_lossy()
+    ));
+    let sub = s.cwd.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    git(&sub, &["init", "-q"]);
+    std::fs::write(sub.join(".gitattributes"), "f.txt filter=lint\n").unwrap();
+    std::fs::write(sub.join("f.txt"), "one\n").unwrap();
+    git(&sub, &["add", "."]);
+    git(
+        &sub,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "s",
+        ],
+    );
+    let touch = format!("sh -c \"touch {}; cat\"", marker.display());
+    git(&sub, &["config", "filter.lint.clean", &touch]);
+    git(&s.cwd, &["init", "-q"]);
+    git(&s.cwd, &["add", "kept.txt", "sub"]);
+    std::fs::write(sub.join("f.txt"), "two\n").unwrap();
+    // Control: an unconfined `git diff` runs the planted filter.
+    let control = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&s.cwd)
+        .args(["diff", "--no-ext-diff"])
+        .output()
+        .unwrap();
+    assert!(control.status.success());
+    assert!(
+        marker.exists(),
+        "the control did not run the filter: the test proves nothing"
+    );
+    std::fs::remove_file(&marker).unwrap();
+    let lines = diff_lines(&s.events(), &s.cwd, &s.confiner());
+    assert!(
+        lines
+            .iter()
+            .any(|l| matches!(l, DiffLine::Heading(h) if h.starts_with("git diff"))),
+        "{lines:#?}"
+    );
+    assert!(
+        !marker.exists(),
+        "/diff ran a filter planted in a submodule"
+    );
 }
