@@ -621,7 +621,12 @@ async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Fl
                 let text = compact_command(&mut agent).await;
                 drain(&mut view, &mut events);
                 say(&session_id, &out, &text);
-                out.respond(job.request_id, json!({"stopReason": "end_turn"}));
+                // The summary call's usage is this prompt's (docs/acp.md, "Usage").
+                let mut answer = json!({"stopReason": "end_turn"});
+                if let Some(usage) = view.mapper.take_turn_usage() {
+                    answer["usage"] = usage;
+                }
+                out.respond(job.request_id, answer);
                 continue;
             }
             Some(command) if command.name == PERMISSION => {

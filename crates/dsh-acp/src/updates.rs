@@ -6,12 +6,16 @@
 //! `tool/result` a `tool_call_update` (completed or failed) with the result text and, for file
 //! changes, the diffs from the result's `meta.diffs`; `todo/write` becomes a `plan`.
 //!
-//! After every model call, `assistant/message` with the provider's usage becomes a
-//! `usage_update`: `used` (tokens in context after the call: its whole input plus its output),
-//! `size` (the model's context window), `cost` (the session's cumulative cost in USD, when the
-//! price table knows every model used) and, under `_meta.dsh`, the cumulative token counts
-//! (input including cache reads, output, cache reads and writes, reasoning) and the last
-//! call's. `session/title` becomes a `session_info_update` with the title.
+//! Every event that records billed usage (docs/sessions.md, "Cost": a reply's
+//! `assistant/message`, `usage/call` for compaction, title and failed or cancelled replies, a
+//! tool's own calls, a child's runs) becomes a `usage_update`: `used` (tokens in context after
+//! the last reply: its whole input plus its output), `size` (the model's context window), `cost`
+//! (the session's cumulative cost in USD, when the price table knows every model used) and,
+//! under `_meta.dsh`, the cumulative token counts and requests (input including cache reads,
+//! output, cache reads and writes, reasoning), the usage this event added (`lastCall`) and what
+//! it was for (`purpose`: `reply`, a `usage/call` purpose, `tool` or `subagent`). The sums are
+//! the session's, the loaded history included. `session/title` becomes a `session_info_update`
+//! with the title.
 //!
 //! Replay (`session/load`): the log's messages instead of its chunks: the user's own messages
 //! as `user_message_chunk`, assistant replies as thought and message chunks, and the tool calls,
@@ -20,10 +24,10 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use std::collections::BTreeMap;
-
 use dsh_llm::{Chunk, ContentBlock, Message, MessageSource, Usage, UsageTotals};
-use dsh_session::{Envelope, Event, PriceTable, TodoItem, ToolCall, ToolResult};
+use dsh_session::{
+    Billed, BilledKind, Envelope, Event, PriceTable, TodoItem, ToolCall, ToolResult, UsageLedger,
+};
 use serde_json::{json, Value};
 
 /// Turns session events into `session/update` payloads (the `update` object of the
@@ -48,9 +52,12 @@ struct UsageBook {
     /// The model of the next call (from the latest `request/header`).
     model: String,
     context_window: u64,
-    by_model: BTreeMap<String, UsageTotals>,
+    /// The session's billed usage, by the log's one rule (`dsh_session::usage`).
+    ledger: UsageLedger,
     /// The calls of the current prompt (`PromptResponse.usage`).
     turn: UsageTotals,
+    /// Tokens in context after the last reply (`used`).
+    used: u64,
 }
 
 /// ACP's token counts (`Usage` of the schema): `inputTokens` counts all input, cache reads
@@ -143,28 +150,33 @@ impl UpdateMapper {
         (turn.requests > 0).then(|| token_counts(&turn.usage))
     }
 
-    fn usage_update(&mut self, usage: &Usage) -> Value {
+    /// The `usage_update` for `billed` (already in the ledger); `reply` is the usage of the
+    /// reply it came from, if it is one.
+    fn usage_update(&mut self, billed: &Billed, reply: Option<&Usage>) -> Value {
         let book = &mut self.usage;
-        book.by_model
-            .entry(book.model.clone())
-            .or_default()
-            .add(usage);
-        book.turn.add(usage);
-        let mut total = UsageTotals::default();
-        for totals in book.by_model.values() {
-            total.merge(totals);
+        let added = billed.total();
+        book.turn.merge(&added);
+        if let Some(usage) = reply {
+            book.used = usage.billed_input().saturating_add(usage.output_tokens);
         }
+        let total = book.ledger.total();
         let mut meta = token_counts(&total.usage);
         meta["requests"] = json!(total.requests);
         meta["model"] = json!(book.model);
-        meta["lastCall"] = token_counts(usage);
+        meta["lastCall"] = token_counts(&added.usage);
+        meta["purpose"] = json!(match &billed.kind {
+            BilledKind::Reply => "reply",
+            BilledKind::Call(purpose) => purpose.as_str(),
+            BilledKind::Auxiliary => "tool",
+            BilledKind::Child(_) => "subagent",
+        });
         let mut update = json!({
             "sessionUpdate": "usage_update",
-            "used": usage.billed_input().saturating_add(usage.output_tokens),
+            "used": book.used,
             "size": book.context_window,
             "_meta": {"dsh": meta},
         });
-        if let Some(cost) = book.prices.cost(&book.by_model) {
+        if let Some(cost) = book.ledger.cost(&book.prices) {
             update["cost"] = json!({"amount": cost, "currency": "USD"});
         }
         update
@@ -249,6 +261,18 @@ impl UpdateMapper {
 
     /// The updates for one live event, in order (often none).
     pub fn live(&mut self, envelope: &Envelope) -> Vec<Value> {
+        let mut out = self.live_event(envelope);
+        if let Some(billed) = self.usage.ledger.push(&envelope.event) {
+            let reply = match &envelope.event {
+                Event::AssistantMessage(message) => message.usage.as_ref(),
+                _ => None,
+            };
+            out.push(self.usage_update(&billed, reply));
+        }
+        out
+    }
+
+    fn live_event(&mut self, envelope: &Envelope) -> Vec<Value> {
         match &envelope.event {
             Event::AssistantChunk(chunk) => {
                 let key = |index: u32| (chunk.turn, chunk.step, index);
@@ -292,10 +316,6 @@ impl UpdateMapper {
                 self.usage.model = header.header.config.config().model.clone();
                 Vec::new()
             }
-            Event::AssistantMessage(reply) => match &reply.usage {
-                Some(usage) => vec![self.usage_update(usage)],
-                None => Vec::new(),
-            },
             Event::SessionTitle(title) => vec![title_update(&title.title)],
             Event::Opaque { event_type, data } => {
                 crate::plan::live_update(&mut self.preset, event_type, data)
@@ -328,6 +348,19 @@ impl UpdateMapper {
     pub fn replay(&mut self, events: &[Envelope]) -> Vec<Value> {
         let mut out = Vec::new();
         for envelope in events {
+            // The loaded history's usage counts in the session's sums.
+            self.usage.ledger.push(&envelope.event);
+            match &envelope.event {
+                Event::RequestHeader(header) => {
+                    self.usage.model = header.header.config.config().model.clone();
+                }
+                Event::AssistantMessage(reply) => {
+                    if let Some(usage) = &reply.usage {
+                        self.usage.used = usage.billed_input().saturating_add(usage.output_tokens);
+                    }
+                }
+                _ => {}
+            }
             match &envelope.event {
                 Event::UserMessage(message) if matches!(message.source, MessageSource::User) => {
                     Self::replay_message(message, &mut out);
@@ -425,5 +458,68 @@ mod tests {
             (&json!("mcp__x__y"), &json!("other"))
         );
         assert!(unknown.get("locations").is_none());
+    }
+
+    /// Every billed call of the session is a `usage_update` and counts in the sums, the loaded
+    /// history's too (docs/sessions.md, "Cost").
+    #[test]
+    fn every_billed_call_updates_the_usage() {
+        let usage = |input_tokens, output_tokens| Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        };
+        let reply = |id: &str, u: Usage| {
+            env(Event::AssistantMessage(dsh_session::AssistantMessage {
+                turn: 1,
+                step: 1,
+                message: Message {
+                    id: id.into(),
+                    role: dsh_llm::Role::Assistant,
+                    content: vec![ContentBlock::text("ok")],
+                    source: MessageSource::Model {
+                        provider: "deepseek".into(),
+                        model: "deepseek-v4-flash".into(),
+                        extra: Default::default(),
+                    },
+                },
+                usage: Some(u),
+                interrupted: false,
+            }))
+        };
+        let mut mapper = UpdateMapper::new("/w").with_usage(
+            PriceTable::default_deepseek(),
+            "deepseek-v4-flash",
+            1_000_000,
+        );
+        // A loaded session's reply.
+        mapper.replay(&[reply("a0", usage(100, 1))]);
+        let first = mapper.live(&reply("a1", usage(1000, 10)));
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0]["used"], 1010);
+        assert_eq!(first[0]["_meta"]["dsh"]["purpose"], "reply");
+        assert_eq!(first[0]["_meta"]["dsh"]["requests"], 2);
+        let compaction = mapper.live(&env(Event::Opaque {
+            event_type: "usage/call".into(),
+            data: json!({"purpose": "compaction", "model": "deepseek-v4-flash",
+                "usage": {"inputTokens": 3000, "outputTokens": 40}}),
+        }));
+        assert_eq!(compaction.len(), 1, "{compaction:?}");
+        let update = &compaction[0];
+        assert_eq!(update["sessionUpdate"], "usage_update");
+        // The context is the last reply's; the sums grow.
+        assert_eq!(update["used"], 1010);
+        let meta = &update["_meta"]["dsh"];
+        assert_eq!(meta["purpose"], "compaction");
+        assert_eq!(meta["requests"], 3);
+        assert_eq!(meta["inputTokens"], 4100);
+        assert_eq!(meta["lastCall"]["inputTokens"], 3000);
+        let price = PriceTable::default_deepseek().models["deepseek-v4-flash"];
+        let cost = price.cost(&usage(4100, 51));
+        assert!((update["cost"]["amount"].as_f64().unwrap() - cost).abs() < 1e-12);
+        // The prompt's usage: its two calls, not the loaded history.
+        let turn = mapper.take_turn_usage().unwrap();
+        assert_eq!(turn["inputTokens"], 4000);
+        assert_eq!(turn["outputTokens"], 50);
     }
 }
