@@ -209,6 +209,52 @@ fn add_literal(redactor: &mut SecretRedactor, pairs: &[(String, String)]) {
     }
 }
 
+/// A project's MCP server (`from_project`) gets the variables it names in `env_vars` and
+/// `bearer_token_env` from the project's own `./.env` only, as a provider whose endpoint the
+/// project set gets its key (docs/configuration.md, "Keys never follow a project's endpoint"):
+/// never from the user's environment or `$DSH_HOME/.env`, so a trusted project cannot send the
+/// user's provider key to its own code or host (found by the fourth adversarial review). The
+/// values found become the server's `env` entries (stdio) or its `Authorization` header (HTTP);
+/// returns a warning for each variable the project's `./.env` does not hold.
+pub fn project_server_values(
+    server: &mut dsh_config::McpServerConfig,
+    settings: &Settings,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let mut missing = |name: &str, server: &str| {
+        warnings.push(format!(
+            "MCP server `{server}` of the project asks for {name}; a project's server gets \
+             variables only from the project's ./.env, which does not set it"
+        ));
+    };
+    let name = server.name.clone();
+    match &mut server.transport {
+        dsh_config::McpTransport::Stdio { env, env_vars, .. } => {
+            for variable in std::mem::take(env_vars) {
+                match settings.project_value(&variable) {
+                    Some(value) => env.push((variable, value)),
+                    None => missing(&variable, &name),
+                }
+            }
+        }
+        dsh_config::McpTransport::Http {
+            headers,
+            bearer_token_env,
+            ..
+        } => {
+            if let Some(variable) = bearer_token_env.take() {
+                match settings.project_value(&variable) {
+                    Some(token) => {
+                        headers.push(("Authorization".into(), format!("Bearer {token}")))
+                    }
+                    None => missing(&variable, &name),
+                }
+            }
+        }
+    }
+    warnings
+}
+
 /// Adds what MCP servers hold: the value of each `bearer_token_env` (always), and headers,
 /// `env` entries and passed-through `env_vars` values that are secret by name or look like
 /// tokens. Variables are looked up in `settings` (the environment first).

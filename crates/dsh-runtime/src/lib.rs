@@ -488,8 +488,13 @@ impl Runtime {
             permission: choices.permission.clone(),
             trust_workspace: choices.trust_workspace,
         };
-        let config = dsh_config::Config::load(&self.home, cwd, &lookup, &flags)
+        let mut config = dsh_config::Config::load(&self.home, cwd, &lookup, &flags)
             .map_err(|errors| RuntimeError::InvalidConfig(errors.to_string()))?;
+        for server in config.mcp_servers.iter_mut().filter(|s| s.from_project) {
+            for warning in credentials::project_server_values(server, &settings) {
+                self.warnings.say_once(&format!("warning: {warning}"));
+            }
+        }
         // Untrusted project settings were left out: one line naming them.
         if let Some(warning) = config.trust.warning() {
             self.warnings.say_once(&warning);
