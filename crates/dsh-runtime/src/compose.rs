@@ -315,9 +315,10 @@ fn register_policies(
         });
         for error in hub.start() {
             if depth == 0 {
-                shared.warnings.say(&format!(
-                    "warning: {error}\n  its tools are not offered in this session"
-                ));
+                // The error quotes the server's own stderr, which may print a token it was
+                // given: every loaded secret is redacted first (fourth adversarial review).
+                let line = format!("warning: {error}\n  its tools are not offered in this session");
+                shared.warnings.say(&setup.secrets().redact(&line));
             }
         }
         extensions.register_for_life(crate::mcp::McpExtension::new(Arc::clone(hub)));

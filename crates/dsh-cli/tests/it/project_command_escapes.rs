@@ -275,3 +275,26 @@ async fn a_project_mcp_server_never_gets_the_users_key() {
         "the project's HTTP server got the key: {sent}"
     );
 }
+
+/// The warning for a server that failed to start quotes its stderr; a server that printed a
+/// token it was given shows the marker there, not the token (fourth adversarial review).
+#[tokio::test]
+async fn a_failed_mcp_servers_stderr_is_redacted_in_the_warning() {
+    let env = Env::new();
+    std::fs::write(
+        env.home.join("config.toml"),
+        "[mcp.servers.noisy]\ncommand = \"sh\"\n\
+         args = [\"-c\", \"echo token: $DEEPSEEK_API_KEY >&2\"]\n\
+         env_vars = [\"DEEPSEEK_API_KEY\"]\nstartup_timeout_secs = 5\n",
+    )
+    .unwrap();
+    let provider = model_stepping(&[], SseReply::new().text("done")).await;
+    let mut cmd = env.command(&provider.base_url(), "auto");
+    cmd.args(["run", "go"]);
+    let out = output(cmd).await;
+    let (stdout, stderr) = text(&out);
+    assert!(stderr.contains("noisy"), "{stderr}");
+    assert!(stderr.contains("token: [REDACTED"), "{stderr}");
+    assert!(!stderr.contains(API_KEY), "{stderr}");
+    assert!(!stdout.contains(API_KEY), "{stdout}");
+}
