@@ -265,7 +265,7 @@ function renderUsage() {
   panel.replaceChildren();
   const grid = panel.appendChild(el("div", "usage-grid"));
   const cell = (label, value) => { const c = grid.appendChild(el("div", "cell")); c.append(el("span", "label", label), el("span", "value", value)); };
-  cell("requests", String(perRequest.length));
+  cell("requests", String(perRequest.reduce((n, r) => n + (r.calls ?? 1), 0)));
   cell("input (uncached)", fmt.tokens(total.input));
   cell("cache read", fmt.tokens(total.cacheRead));
   cell("cache write", fmt.tokens(total.cacheWrite));

@@ -125,7 +125,9 @@ class Conversation {
     this.sandbox = null;
     this.model = null;
     this.inbox = { "next-turn": [], "next-step": [] };
-    this.requests = []; // {turn, step, model, usage, cache}
+    // Every billed call (docs/sessions.md, "Cost"): {turn, step, model, usage, cache, purpose,
+    // calls}; `calls` is how many requests the entry stands for (a child's runs, a tool's).
+    this.requests = [];
     this.lastSeq = -1;
     this.pendingRender = new Set();
   }
@@ -195,7 +197,7 @@ class Conversation {
       } else if (b.type === "tool-call") box.append(this.card(b.id, b.name, b.arguments));
     }
     if (d.interrupted) box.append(el("div", "notice warn", "interrupted: the reply was cut off by a cancel"));
-    if (d.usage) this.requests.push({ turn: d.turn, step: d.step, model: d.message?.source?.model || this.model, usage: d.usage, cache: null });
+    if (d.usage) this.requests.push({ turn: d.turn, step: d.step, model: d.message?.source?.model || this.model, usage: d.usage, cache: null, purpose: "reply", calls: 1 });
     this.blocks.clear();
     this.pendingRender.clear();
     this.stepBox = null;
@@ -408,7 +410,20 @@ class Conversation {
     box.append(md(String(meta.plan || card.args.plan || "")));
   }
 
+  // Usage a record carries besides replies: a tool's own calls (`auxiliaryUsage`) and a child's
+  // runs (`childId` with `usageByModel`, else `usage` under `model`), as the server sums them.
+  billedBy(turn, step, record) {
+    const aux = record.auxiliaryUsage;
+    if (aux?.usage) this.requests.push({ turn, step, model: aux.model, usage: aux.usage, cache: null, purpose: "tool", calls: aux.usage.requests || 0 });
+    if (typeof record.childId !== "string") return;
+    const byModel = record.usageByModel || (record.usage ? { [record.model || this.model]: record.usage } : {});
+    for (const [model, usage] of Object.entries(byModel)) {
+      this.requests.push({ turn, step, model, usage, cache: null, purpose: "subagent", calls: usage.requests || 0 });
+    }
+  }
+
   toolResult(d) {
+    if (d.meta) this.billedBy(d.turn, d.step, d.meta);
     const callId = d.message?.source?.callId || (d.message?.content || [])[0]?.toolCallId;
     let card = this.cards.get(callId);
     if (!card) { this.container().append(this.card(callId, d.error?.name || "tool", "{}")); card = this.cards.get(callId); }
@@ -557,6 +572,11 @@ Conversation.prototype.handlers = {
       : card.view === "plan-review" ? "waiting for your review" : "running…";
   },
   "tool/result"(d) { this.toolResult(d); },
+  // Billed calls no reply carries: compaction, title, failed or cancelled replies.
+  "usage/call"(d) {
+    if (d.usage) this.requests.push({ turn: d.turn, step: d.step, model: d.model, usage: d.usage, cache: null, purpose: d.purpose, calls: 1 });
+  },
+  "subagent/usage"(d) { this.billedBy(null, null, d); },
   "llm/retry"(d) {
     if (this.stepBox) { this.stepBox.remove(); this.stepBox = null; this.blocks.clear(); }
     this.notice(`retry ${d.retry} in ${(d.delayMs / 1000).toFixed(1)} s: ${d.failure?.code || ""} ${d.failure?.message || ""}`, "warn");
@@ -605,7 +625,7 @@ Conversation.prototype.handlers = {
     if (d.header?.config) this.effort = d.header.config.reasoningEffort || null;
   },
   "request/cache"(d) {
-    const req = [...this.requests].reverse().find((r) => r.turn === d.turn && r.step === d.step && !r.cache);
+    const req = [...this.requests].reverse().find((r) => r.purpose === "reply" && r.turn === d.turn && r.step === d.step && !r.cache);
     if (req) req.cache = d;
   },
   "permission/preset"(d) { this.permission = d.preset; },
@@ -654,7 +674,7 @@ function costChart(perRequest) {
     rect.setAttribute("class", r.hit == null ? "bar" : r.hit >= 0.8 ? "bar hot" : r.hit >= 0.4 ? "bar warm" : "bar cold");
     const title = document.createElementNS(NS, "title");
     const u = r.usage || {};
-    title.textContent = `turn ${r.turn} step ${r.step} · ${r.model || "?"}\ncost ${fmt.cost(r.cost)} · cache hit ${fmt.pct(r.hit)}\n` +
+    title.textContent = `${r.purpose && r.purpose !== "reply" ? r.purpose + " · " : ""}turn ${r.turn ?? "-"} step ${r.step ?? "-"} · ${r.model || "?"}\ncost ${fmt.cost(r.cost)} · cache hit ${fmt.pct(r.hit)}\n` +
       `input ${u.inputTokens || 0} · cache read ${u.cacheReadTokens || 0} · output ${u.outputTokens || 0}` +
       (r.cache && r.cache.prefixExtension === false && r.cache.brokenAt ? `\nprefix broke at ${r.cache.brokenAt.part}${r.cache.brokenAt.index != null ? " " + r.cache.brokenAt.index : ""}` : "");
     rect.append(title);

@@ -563,3 +563,76 @@ async fn tool_cards_show_what_the_server_says_of_the_tool_in_chromium() {
     });
     web.stop().await;
 }
+
+/// The usage panel counts every billed call (docs/sessions.md, "Cost"): a reply that failed
+/// after its usage arrived (retried) and the session's title call besides the turn's reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_panel_counts_every_billed_call_in_chromium() {
+    let Some(binary) = find_chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let usage = |prompt_tokens, completion_tokens| WireUsage {
+        prompt_tokens,
+        completion_tokens,
+        prompt_cache_hit_tokens: 0,
+        reasoning_tokens: 0,
+    };
+    let web = Web::start_titled(vec![
+        SseReply::new()
+            .text("par")
+            .usage(usage(1000, 20))
+            .end(StreamEnd::DropConnection)
+            .into(),
+        SseReply::new()
+            .text("Counted.")
+            .finish("stop", Some(usage(1200, 30)))
+            .into(),
+    ])
+    .await;
+    web.provider.route(
+        dsh_test_support::RequestMatch::System("You name coding-assistant sessions".into()),
+        [SseReply::new()
+            .text("Usage check")
+            .finish("stop", Some(usage(40, 5)))
+            .into()],
+    );
+    let profile = tempfile::tempdir().unwrap();
+    let url = web.server.as_ref().unwrap().issue_url(None);
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
+        browser.eval("document.getElementById('new-session').click(); document.querySelector('#new-form button[type=submit]').click(); true");
+        browser.wait_for("location.hash.startsWith('#/s/')", "the new session", 10);
+        send(&mut browser, "count me");
+        browser.wait_for(
+            "document.querySelector('.turn-end.completed')",
+            "the turn end",
+            20,
+        );
+        // The title's usage is logged before the title it gave.
+        browser.wait_for(
+            "document.querySelector('.s-title')?.textContent === 'Usage check'",
+            "the model's title",
+            15,
+        );
+        browser.eval("document.getElementById('toggle-usage').click(); true");
+        let cells = browser.eval(
+            "JSON.stringify([...document.querySelectorAll('#usage .cell')].map((c) => \
+             [c.querySelector('.label').textContent, c.querySelector('.value').textContent]))",
+        );
+        let cells: Vec<(String, String)> = serde_json::from_str(cells.as_str().unwrap()).unwrap();
+        let cell = |label: &str| {
+            cells
+                .iter()
+                .find(|(l, _)| l == label)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {label} in {cells:?}"))
+        };
+        assert_eq!(cell("requests"), "3", "{cells:?}");
+        let totals = browser.eval(
+            "JSON.stringify((({ total }) => [total.input, total.output])\
+             (usageSummary(app.conv.requests, app.info?.prices)))",
+        );
+        assert_eq!(totals, json!("[2240,55]"));
+    });
+}
