@@ -27,17 +27,36 @@ pub(crate) struct ReplayArgs {
     pub(crate) permission: String,
 }
 
+/// Copies the folder `from` to `to` without following links: a symbolic link is made again as
+/// the same link (a recording's `workspace/k -> ~/.dsh/.env` would otherwise copy the
+/// victim's file into the workspace the replayed commands read; fourth adversarial review),
+/// and only folders and regular files are copied (a FIFO or device is skipped).
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
+        let kind = entry.file_type()?;
+        if kind.is_symlink() {
+            copy_link(&entry.path(), &target)?;
+        } else if kind.is_dir() {
             copy_dir(&entry.path(), &target)?;
-        } else {
+        } else if kind.is_file() {
             std::fs::copy(entry.path(), &target)?;
         }
     }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn copy_link(link: &Path, target: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(std::fs::read_link(link)?, target)
+}
+
+#[cfg(not(unix))]
+fn copy_link(_link: &Path, _target: &Path) -> std::io::Result<()> {
+    // Links are not made again where making one needs privileges; a recording's link is left
+    // out rather than followed.
     Ok(())
 }
 

@@ -518,3 +518,43 @@ async fn a_session_recorded_under_bubblewrap_replays_under_bubblewrap() {
         "{log}"
     );
 }
+
+/// Seeding the replay's workspace from a recording's `workspace/` follows no link: a crafted
+/// bundle's `workspace/k -> <a secret file>` is made again as the same link, never a copy of
+/// the file (fourth adversarial review: the copy put the victim's `.env` and dsh's own
+/// environment into the workspace the replayed commands read).
+#[tokio::test]
+async fn replay_seeds_its_workspace_without_following_links() {
+    let env = Env::new();
+    let bundle = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello");
+    std::fs::copy(
+        example.join("session.jsonl"),
+        bundle.path().join("session.jsonl"),
+    )
+    .unwrap();
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join(".env");
+    std::fs::write(&secret, "OTHER_API_KEY=sk-replay-secret-0123456789\n").unwrap();
+    let workspace = bundle.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::os::unix::fs::symlink(&secret, workspace.join("k")).unwrap();
+    std::fs::write(workspace.join("plain.txt"), "plain\n").unwrap();
+    let mut cmd = env.command("http://127.0.0.1:9", None);
+    cmd.arg("replay").arg(bundle.path());
+    let out = run(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("working directory: "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let dir = Path::new(dir);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("plain.txt")).unwrap(),
+        "plain\n"
+    );
+    let link = std::fs::symlink_metadata(dir.join("k")).unwrap();
+    assert!(link.file_type().is_symlink(), "the link was followed");
+    assert_eq!(std::fs::read_link(dir.join("k")).unwrap(), secret);
+    std::fs::remove_dir_all(dir).unwrap();
+}
