@@ -269,20 +269,34 @@ pub type CommandConfiner =
 
 /// The directories confined commands must not see: dsh's home, `$DSH_HOME` when set and not
 /// empty, else `$HOME/.dsh` (the rule of `dsh-cli`'s `home.rs`, docs/SECURITY.md "Process
-/// sandbox"). Relative values are ignored: they name no fixed place.
+/// sandbox"). A relative value is taken from dsh's working directory, as dsh itself uses it.
 pub fn hidden_dirs() -> Vec<PathBuf> {
-    let home = match std::env::var_os("DSH_HOME").filter(|v| !v.is_empty()) {
+    hidden_dirs_from(
+        std::env::var_os("DSH_HOME"),
+        std::env::var_os("HOME"),
+        std::env::current_dir().ok(),
+    )
+}
+
+/// [`hidden_dirs`] for the values of `DSH_HOME`, `HOME` and the working directory.
+fn hidden_dirs_from(
+    dsh_home: Option<OsString>,
+    home: Option<OsString>,
+    cwd: Option<PathBuf>,
+) -> Vec<PathBuf> {
+    let home = match dsh_home.filter(|v| !v.is_empty()) {
         Some(home) => PathBuf::from(home),
-        None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        None => match home.filter(|v| !v.is_empty()) {
             Some(home) => PathBuf::from(home).join(".dsh"),
             None => return Vec::new(),
         },
     };
     if home.is_absolute() {
-        vec![home]
-    } else {
-        Vec::new()
+        return vec![home];
     }
+    // A relative home is where dsh uses it: under dsh's working directory (skipping it left
+    // the home visible to every confined command; fourth adversarial review).
+    cwd.map(|dir| vec![dir.join(home)]).unwrap_or_default()
 }
 
 /// Turns a plain command plan into a confined one, or refuses.
@@ -339,6 +353,22 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    #[test]
+    fn a_relative_home_is_hidden_where_dsh_uses_it() {
+        let cwd = Some(PathBuf::from("/work/p"));
+        let of = |dsh: Option<&str>, home: Option<&str>| {
+            hidden_dirs_from(dsh.map(Into::into), home.map(Into::into), cwd.clone())
+        };
+        assert_eq!(of(Some("/h/dsh"), None), [PathBuf::from("/h/dsh")]);
+        assert_eq!(
+            of(Some("rel/home"), None),
+            [PathBuf::from("/work/p/rel/home")]
+        );
+        assert_eq!(of(None, Some("/root")), [PathBuf::from("/root/.dsh")]);
+        assert_eq!(of(Some(""), Some("me")), [PathBuf::from("/work/p/me/.dsh")]);
+        assert!(of(None, None).is_empty());
+    }
 
     #[test]
     fn a_launcher_gets_a_fixed_environment_and_the_command_its_own_inside() {
