@@ -575,12 +575,49 @@ where
 {
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(service)) => Ok(service),
-        Ok(Err(err)) => Err(format!("the MCP handshake failed: {err}")),
+        Ok(Err(err)) => Err(format!("the MCP handshake failed: {}", what_failed(&err))),
         Err(_) => Err(format!(
             "did not complete the MCP handshake within {} s (startup_timeout_secs)",
             timeout.as_secs()
         )),
     }
+}
+
+/// What an MCP client error says went wrong, for people: without the transport's Rust type
+/// names (`Transport [rmcp::transport::worker::WorkerTransport<...>]`) and the client's own
+/// wrapping (`Send message error`, `Client error:`, `when send initialize request`), which
+/// tell a user nothing (issue 40: an HTTP server that failed printed them).
+fn what_failed(err: &dyn std::fmt::Display) -> String {
+    let text = err.to_string();
+    let mut plain = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    // Drop each `[...]` group that names a Rust path (brackets may nest inside generics).
+    while let Some(open) = rest.find('[') {
+        let mut depth = 0usize;
+        let close = rest[open..].char_indices().find_map(|(at, c)| {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(open + at)
+        });
+        let Some(close) = close else { break };
+        plain.push_str(&rest[..open]);
+        if !rest[open..=close].contains("::") {
+            plain.push_str(&rest[open..=close]);
+        }
+        rest = &rest[close + 1..];
+    }
+    plain.push_str(rest);
+    let plain = match plain.rfind("Client error: ") {
+        Some(at) => &plain[at + "Client error: ".len()..],
+        None => plain.as_str(),
+    };
+    let plain = plain
+        .trim_end_matches(", when send initialize request")
+        .trim_end_matches(", when send initialized notification");
+    plain.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 async fn notify_cancel(
@@ -644,7 +681,10 @@ async fn connect_http(
     let transport = StreamableHttpClientTransport::with_client(client, config);
     let service = connecting(timeout, ().serve(transport))
         .await
-        .map_err(|e| format!("{e} (url {url})"))?;
+        .map_err(|e| match e.contains(url) {
+            true => e,
+            false => format!("{e} (url {url})"),
+        })?;
     Ok(Live {
         service,
         pgid: None,

@@ -868,3 +868,50 @@ async fn a_restart_after_the_script_changed_is_refused() {
     );
     assert!(!marker.exists(), "the rewritten server script ran");
 }
+
+/// An HTTP server that cannot be reached, or answers an error, is named with its URL and what
+/// failed, without the MCP client's Rust type names (issue 40: the message printed
+/// `rmcp::transport::worker::WorkerTransport<...>`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_http_server_is_reported_with_its_url_and_no_type_names() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 5\r\nconnection: close\r\n\r\noops!",
+            );
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let refused = "http://127.0.0.1:1/mcp".to_string();
+    let failing = format!("http://127.0.0.1:{port}/mcp");
+    for (url, says) in [(refused, "error sending request"), (failing, "500")] {
+        let hub = McpHub::new(
+            vec![server(
+                "remote",
+                McpTransport::Http {
+                    url: url.clone(),
+                    headers: vec![],
+                    bearer_token_env: None,
+                },
+            )],
+            dir.path(),
+            dir.path(),
+        );
+        let errors: Vec<String> = hub.start().iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let error = &errors[0];
+        assert!(
+            error.contains("`remote`") && error.contains(&url),
+            "{error}"
+        );
+        assert!(error.contains(says), "{error}");
+        assert!(!error.contains("::"), "{error}");
+        assert_eq!(error.matches(&url).count(), 1, "{error}");
+    }
+}
