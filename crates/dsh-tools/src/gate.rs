@@ -3,7 +3,8 @@
 //!
 //! Every in-process file access on the model's or a repository's behalf goes through here:
 //! `read`, `read_image`, `grep`, `glob`, `write`, `edit`, the instruction files (`AGENTS.md`,
-//! `CLAUDE.md`), `@` mentions, `/undo` and `/diff`. One policy ([`GatePolicy`]) answers:
+//! `CLAUDE.md`), `@` mentions (files, images, folders, the finder's walk), `/undo` and `/diff`.
+//! One policy ([`GatePolicy`]) answers:
 //!
 //! * **Denied** (reads and writes, every preset): `$DSH_HOME` (except the session's own spill
 //!   folder and a workspace inside it), other tools' credentials in the home (`~/.ssh`,
@@ -670,18 +671,90 @@ impl GatePolicy {
         Ok(real)
     }
 
-    /// Reads a file that must lie in the workspace ([`GatePolicy::check_workspace_path`]),
-    /// opened without following links, a regular file and not a hard link to a denied file; at
-    /// most `max` bytes are returned.
-    pub fn read_workspace_file(&self, path: &Path, max: u64) -> Result<Vec<u8>, GateError> {
+    /// Opens a file that must lie in the workspace ([`GatePolicy::check_workspace_path`]):
+    /// opened without following links, a regular file, not a hard link to a denied file, and
+    /// readable under the `other-user` rule (checked on the open descriptor, with the folders
+    /// on the way). Read it through [`GateFile::file`] only.
+    pub fn open_workspace_file(&self, path: &Path) -> Result<GateFile, GateError> {
         let real = self.check_workspace_path(path)?;
         let opened = open_regular(&real)?;
         self.check_opened(path, &real, &opened.meta, None)
             .map_err(GateError::Refused)?;
+        Ok(opened)
+    }
+
+    /// Reads a file that must lie in the workspace ([`GatePolicy::open_workspace_file`]); at
+    /// most `max` bytes are returned.
+    pub fn read_workspace_file(&self, path: &Path, max: u64) -> Result<Vec<u8>, GateError> {
+        let opened = self.open_workspace_file(path)?;
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut io::Read::take(opened.file, max), &mut bytes)
             .map_err(GateError::Io)?;
         Ok(bytes)
+    }
+
+    /// The real path of a folder that must lie in the workspace, when its entries may be
+    /// listed ([`GatePolicy::check_workspace_path`]): a folder this process may read and enter
+    /// under the `other-user` rule, as may the folders on the way to it. For walks that list
+    /// names by path (the TUI's `@` finder); [`GatePolicy::list_workspace_dir`] lists through
+    /// a descriptor.
+    pub fn check_workspace_dir(&self, path: &Path) -> Result<PathBuf, GateError> {
+        let real = self.check_workspace_path(path)?;
+        let meta = std::fs::symlink_metadata(&real).map_err(GateError::Io)?;
+        if !meta.is_dir() {
+            return Err(GateError::NotAFile { directory: false });
+        }
+        self.check_listing(path, &real, &meta)?;
+        Ok(real)
+    }
+
+    /// The checks a folder passes before its entries are listed (`meta` is its own).
+    fn check_listing(&self, shown: &Path, real: &Path, meta: &Metadata) -> Result<(), GateError> {
+        self.check_access(shown, meta, Access::Read)
+            .and_then(|()| self.check_access(shown, meta, Access::Enter))
+            .and_then(|()| self.check_folders(real, None))
+            .map_err(GateError::Refused)
+    }
+
+    /// The entries of a folder that must lie in the workspace, sorted by name: the folder is
+    /// checked as [`GatePolicy::check_workspace_dir`] says, opened without following links and
+    /// listed through that descriptor (checked again on it); entries the deny set covers are
+    /// left out. A link is listed as a link, never as the folder it names.
+    pub fn list_workspace_dir(&self, path: &Path) -> Result<Vec<FolderEntry>, GateError> {
+        let real = self.check_workspace_path(path)?;
+        match std::fs::symlink_metadata(&real) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(GateError::NotAFile { directory: false }),
+            Err(err) => return Err(GateError::Io(err)),
+        }
+        let dir = open_directory(&real)?;
+        let meta = dir.metadata().map_err(GateError::Io)?;
+        if !meta.is_dir() {
+            return Err(GateError::Changed);
+        }
+        self.check_listing(path, &real, &meta)?;
+        let mut entries: Vec<FolderEntry> = dir
+            .list()
+            .map_err(GateError::Io)?
+            .into_iter()
+            .filter(|entry| self.denied(&real.join(&entry.name)).is_none())
+            .collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    /// Whether a walk that lists names below a folder [`GatePolicy::check_workspace_dir`]
+    /// allowed (the TUI's `@` finder) may show the entry `path`, whose metadata (of the entry
+    /// itself, links not followed) is `meta`, and descend into it: the entry is not denied, and
+    /// a folder lets this process read and enter it under the `other-user` rule (so the names
+    /// in another user's private folder are never read).
+    pub fn may_list(&self, path: &Path, meta: &Metadata) -> bool {
+        if self.denied(path).is_some() {
+            return false;
+        }
+        !meta.is_dir()
+            || (self.check_access(path, meta, Access::Read).is_ok()
+                && self.check_access(path, meta, Access::Enter).is_ok())
     }
 
     /// Opens `requested` (absolute) for reading through the gate: checked by
@@ -844,6 +917,15 @@ pub struct GateFile {
     pub meta: Metadata,
 }
 
+/// One entry of a folder the gate listed ([`GatePolicy::list_workspace_dir`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FolderEntry {
+    /// The entry's name.
+    pub name: std::ffi::OsString,
+    /// True for a folder (a link to one is not).
+    pub is_dir: bool,
+}
+
 /// Opens the real path `real` (absolute, no links in it) read-only without following any link
 /// on it; only a regular file is returned.
 pub(crate) fn open_regular(real: &Path) -> Result<GateFile, GateError> {
@@ -885,6 +967,40 @@ pub(crate) struct GateDir {
     /// Its real path.
     #[cfg_attr(unix, allow(dead_code))]
     pub(crate) real: PathBuf,
+}
+
+impl GateDir {
+    /// Metadata of the open directory (of its descriptor on Unix).
+    fn metadata(&self) -> io::Result<Metadata> {
+        #[cfg(unix)]
+        {
+            self.fd.metadata()
+        }
+        #[cfg(not(unix))]
+        {
+            std::fs::metadata(&self.real)
+        }
+    }
+
+    /// The entries of the open directory (through its descriptor on Unix).
+    fn list(&self) -> io::Result<Vec<FolderEntry>> {
+        #[cfg(unix)]
+        {
+            fd::list(&self.fd)
+        }
+        #[cfg(not(unix))]
+        {
+            let mut out = Vec::new();
+            for entry in std::fs::read_dir(&self.real)? {
+                let entry = entry?;
+                out.push(FolderEntry {
+                    name: entry.file_name(),
+                    is_dir: entry.file_type().is_ok_and(|t| t.is_dir()),
+                });
+            }
+            Ok(out)
+        }
+    }
 }
 
 /// Opens the directory at the real path `real` without following any link on it (for walks
@@ -1088,6 +1204,31 @@ mod fd {
             )
         };
         rc == 0
+    }
+
+    /// The entries of the open directory `dir`, each looked at without following a link.
+    pub(super) fn list(dir: &File) -> io::Result<Vec<super::FolderEntry>> {
+        let names = beneath::list_names(OwnedFd::from(dir.try_clone()?))?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let Ok(cname) = CString::new(name.as_bytes()) else {
+                continue;
+            };
+            // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: `dir` is open, `cname` is NUL-terminated and `st` a valid out pointer.
+            let rc = unsafe {
+                libc::fstatat(
+                    dir.as_raw_fd(),
+                    cname.as_ptr(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+            let is_dir = rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            out.push(super::FolderEntry { name, is_dir });
+        }
+        Ok(out)
     }
 
     /// Opens `relative` (plain names) beneath `dir` without following links or leaving it.

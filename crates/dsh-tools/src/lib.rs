@@ -79,7 +79,7 @@ pub use confinement::{
 };
 pub use context::{PermissionPreset, ToolContext, ToolLimits};
 pub use error::{ToolError, ToolErrorCode};
-pub use gate::{unsafe_ignore_file, GateError, GateFile, GatePolicy, Refusal};
+pub use gate::{unsafe_ignore_file, FolderEntry, GateError, GateFile, GatePolicy, Refusal};
 pub use jobs::{
     job_tools, FinishCallback, JobEnd, JobKillTool, JobListTool, JobNotice, JobOutputTool,
     JobStatus, JobTable, StoppedJob, TaskBody, TaskDone, TaskSpec, WeakJobTable, MAX_RUNNING_JOBS,

@@ -5,10 +5,15 @@
 //! "Images": PNG/JPEG/GIF/WebP from the bytes, at most 20 MB) and logged once beside the session
 //! (`docs/sessions.md`, "Images"). Paths are read as the user's own input: they may lie outside
 //! the working directory (the user chose the file), but an `@` mention keeps the mention rules.
+//! Either way the file is opened through the file gate (docs/SECURITY.md, "The file gate"):
+//! without following links, a regular file only, never dsh's home or other tools' credentials,
+//! and, as root, never another user's file its mode keeps private; it is read through that
+//! descriptor alone.
 
 use std::path::{Path, PathBuf};
 
 use dsh_llm::{ContentBlock, ImageAttachment, Message};
+use dsh_tools::{GateError, GatePolicy};
 
 /// Most images one message attaches.
 pub const MAX_IMAGES: usize = 20;
@@ -89,8 +94,10 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8(out).unwrap_or_else(|_| text.to_string())
 }
 
-/// Reads one image file into an attachment, refusing what is not an image or too large.
-pub fn load(path: &Path) -> Result<ImageAttachment, String> {
+/// Reads one image file into an attachment through `gate`, refusing what is not an image or
+/// too large. A `mentioned` file (an `@` mention) must lie in the working directory; a typed
+/// or pasted path is read where the gate lets dsh read.
+pub fn load(gate: &GatePolicy, path: &Path, mentioned: bool) -> Result<ImageAttachment, String> {
     use std::io::Read;
     let too_big = |len: u64| {
         format!(
@@ -98,19 +105,26 @@ pub fn load(path: &Path) -> Result<ImageAttachment, String> {
             path.display()
         )
     };
-    // Only regular files, checked before opening: opening a FIFO would block the UI and a
-    // device (`/dev/zero`) never ends.
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
-    }
+    // Only regular files, checked before and after opening: opening a FIFO would block the UI
+    // and a device (`/dev/zero`) never ends.
+    let opened = if mentioned {
+        gate.open_workspace_file(path)
+    } else {
+        gate.open_read(path)
+    };
+    let opened = opened.map_err(|err| match err {
+        GateError::NotAFile { .. } => format!("{}: not a regular file", path.display()),
+        err => format!("{}: {}", path.display(), crate::mentions::reason(err)),
+    })?;
+    let meta = opened.meta;
     if meta.len() > dsh_llm::MAX_IMAGE_BYTES {
         return Err(too_big(meta.len()));
     }
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     // Read at most one byte over the limit, in case the file grew after the size was read.
     let mut data = Vec::with_capacity(meta.len() as usize);
-    file.take(dsh_llm::MAX_IMAGE_BYTES + 1)
+    opened
+        .file
+        .take(dsh_llm::MAX_IMAGE_BYTES + 1)
         .read_to_end(&mut data)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if data.len() as u64 > dsh_llm::MAX_IMAGE_BYTES {
@@ -128,14 +142,16 @@ pub fn attach_images(
     cwd: &Path,
 ) -> ImageAttach {
     let mut out = ImageAttach::default();
-    let mut paths: Vec<PathBuf> = mentioned.to_vec();
+    let mut paths: Vec<(PathBuf, bool)> = mentioned.iter().map(|p| (p.clone(), true)).collect();
     for path in candidate_paths(text, cwd) {
-        if !paths.contains(&path) {
-            paths.push(path);
+        if !paths.iter().any(|(p, _)| *p == path) {
+            paths.push((path, false));
         }
     }
+    let workspace = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let gate = GatePolicy::new(&workspace);
     let mut seen: Vec<String> = Vec::new();
-    for path in paths {
+    for (path, mentioned) in paths {
         if seen.len() >= MAX_IMAGES {
             out.problems.push(format!(
                 "{}: not attached, a message takes at most {MAX_IMAGES} images",
@@ -143,7 +159,7 @@ pub fn attach_images(
             ));
             continue;
         }
-        match load(&path) {
+        match load(&gate, &path, mentioned) {
             Ok(image) => {
                 if seen.contains(&image.attachment_id) {
                     continue;
@@ -172,8 +188,9 @@ mod tests {
     #[test]
     fn devices_and_directories_are_refused_without_reading_them() {
         let dir = tempfile::tempdir().unwrap();
+        let gate = GatePolicy::new(&std::fs::canonicalize(dir.path()).unwrap());
         for path in [Path::new("/dev/zero"), dir.path()] {
-            let err = load(path).unwrap_err();
+            let err = load(&gate, path, false).unwrap_err();
             assert!(err.contains("not a regular file"), "{err}");
         }
     }

@@ -2,7 +2,9 @@
 //! of workspace files matching what follows it, best first. The workspace is listed on a
 //! thread of its own (the `ignore` crate's walk: `.gitignore`, `.ignore` and hidden-file rules,
 //! as `glob` and `grep` do), which fills a shared list as it reads, up to [`MAX_FILES`] entries;
-//! the popup shows what has been read so far.
+//! the popup shows what has been read so far. The walk lists what the file gate lets dsh's
+//! tools list (docs/SECURITY.md, "The file gate"): nothing it denies, and, as root, nothing
+//! inside another user's folder that its mode keeps private (such a folder is not entered).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,6 +100,13 @@ impl FileIndex {
 fn walk(root: &Path, entries: &Mutex<Vec<String>>) {
     let mut batch = Vec::with_capacity(256);
     let mut total = 0;
+    let Ok(real_root) = std::fs::canonicalize(root) else {
+        return;
+    };
+    let gate = dsh_tools::GatePolicy::new(&real_root);
+    if gate.check_workspace_dir(&real_root).is_err() {
+        return;
+    }
     // A repository's ignore file that is a FIFO or a link to `/dev/zero` would hang the walk
     // or fill memory: such folders are not entered, and a root with one is not walked
     // (docs/SECURITY.md, "The file gate").
@@ -107,20 +116,23 @@ fn walk(root: &Path, entries: &Mutex<Vec<String>>) {
     {
         return;
     }
-    let walker = ignore::WalkBuilder::new(root)
+    let walker = ignore::WalkBuilder::new(&real_root)
         .hidden(true)
         .git_ignore(true)
         .git_global(true)
         .git_exclude(true)
         .require_git(false)
         .follow_links(false)
-        .filter_entry(|entry| {
+        .filter_entry(move |entry| {
             !(entry.file_type().is_some_and(|t| t.is_dir())
                 && dsh_tools::unsafe_ignore_file(entry.path()).is_some())
+                && entry
+                    .metadata()
+                    .is_ok_and(|meta| gate.may_list(entry.path(), &meta))
         })
         .build();
     for entry in walker.flatten() {
-        let Ok(relative) = entry.path().strip_prefix(root) else {
+        let Ok(relative) = entry.path().strip_prefix(&real_root) else {
             continue;
         };
         if relative.as_os_str().is_empty() {

@@ -152,7 +152,14 @@ pub fn attach(text: &str, cwd: &Path) -> Attachments {
                 out.skipped.push(format!("@{mention}: {err}, not attached"));
                 continue;
             }
-            Ok(meta) if meta.is_dir() => list_dir(&path),
+            Ok(meta) if meta.is_dir() => match list_dir(&gate, &path) {
+                Ok(pair) => pair,
+                Err(reason) => {
+                    out.skipped
+                        .push(format!("@{mention}: {reason}, not attached"));
+                    continue;
+                }
+            },
             Ok(_) => match read_text(&gate, &path, budget) {
                 Ok(pair) => pair,
                 Err(reason) => {
@@ -213,27 +220,34 @@ impl Gate {
         if !clean.starts_with(&self.cwd) {
             return Err("outside the working directory".to_string());
         }
-        match self.policy.check_workspace_path(&clean) {
-            Ok(real) => Ok(real),
-            Err(dsh_tools::GateError::Refused(refusal)) if refusal.rule == "symlink-out" => {
-                Err("outside the working directory (a link out of it)".to_string())
-            }
-            Err(dsh_tools::GateError::Refused(refusal)) => Err(format!(
-                "refused by the file gate (`{}` rule)",
-                refusal.rule
-            )),
-            Err(err) => Err(err.to_string()),
+        self.policy.check_workspace_path(&clean).map_err(reason)
+    }
+}
+
+/// Why the gate left a mention out, in the words of a skipped line.
+pub(crate) fn reason(err: dsh_tools::GateError) -> String {
+    match err {
+        dsh_tools::GateError::Refused(refusal) if refusal.rule == "symlink-out" => {
+            "outside the working directory (a link out of it)".to_string()
         }
+        dsh_tools::GateError::Refused(refusal) => {
+            format!("refused by the file gate (`{}` rule)", refusal.rule)
+        }
+        err => err.to_string(),
     }
 }
 
 /// The first lines of a text file within the limits and `budget`, and a note for the header.
 fn read_text(gate: &Gate, path: &Path, budget: usize) -> Result<(String, String), String> {
+    use std::io::Read;
     let cap = MAX_FILE_BYTES.min(budget);
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let mut bytes = gate
-        .policy
-        .read_workspace_file(path, cap as u64 + 1)
+    let opened = gate.policy.open_workspace_file(path).map_err(reason)?;
+    let size = opened.meta.len();
+    let mut bytes = Vec::new();
+    opened
+        .file
+        .take(cap as u64 + 1)
+        .read_to_end(&mut bytes)
         .map_err(|err| err.to_string())?;
     if bytes.contains(&0) {
         return Err("binary file".to_string());
@@ -266,20 +280,22 @@ fn read_text(gate: &Gate, path: &Path, budget: usize) -> Result<(String, String)
     Ok((kept, note))
 }
 
-/// A folder's entries, sorted, folders marked with `/`.
-fn list_dir(path: &Path) -> (String, String) {
-    let mut names: Vec<String> = match std::fs::read_dir(path) {
+/// A folder's entries, sorted, folders marked with `/`, listed through the file gate (a
+/// folder another user keeps private is refused as root, as `glob` refuses it).
+fn list_dir(gate: &Gate, path: &Path) -> Result<(String, String), String> {
+    let mut names: Vec<String> = match gate.policy.list_workspace_dir(path) {
         Ok(entries) => entries
-            .flatten()
-            .map(|e| {
-                let mut name = e.file_name().to_string_lossy().into_owned();
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
+            .into_iter()
+            .map(|entry| {
+                let mut name = entry.name.to_string_lossy().into_owned();
+                if entry.is_dir {
                     name.push('/');
                 }
                 name
             })
             .collect(),
-        Err(err) => return (String::new(), format!("folder, cannot list: {err}")),
+        Err(err @ dsh_tools::GateError::Refused(_)) => return Err(reason(err)),
+        Err(err) => return Ok((String::new(), format!("folder, cannot list: {err}"))),
     };
     names.sort();
     let total = names.len();
@@ -291,5 +307,5 @@ fn list_dir(path: &Path) -> (String, String) {
     } else {
         format!("folder, {total} entries")
     };
-    (body, note)
+    Ok((body, note))
 }

@@ -422,7 +422,7 @@ pub fn remove_leftover_temps(root: &Path, relative: &Path) -> io::Result<Vec<OsS
 }
 
 /// The entry names of an open directory (without `.` and `..`).
-fn list_names(fd: OwnedFd) -> io::Result<Vec<OsString>> {
+pub(crate) fn list_names(fd: OwnedFd) -> io::Result<Vec<OsString>> {
     let raw = fd.as_raw_fd();
     // SAFETY: `raw` is an open directory descriptor; on success `fdopendir` owns it, so
     // ownership is released from `fd` first.

@@ -322,3 +322,80 @@ fn the_finder_survives_hostile_ignore_files() {
     assert!(all.iter().any(|p| p == "src/main.rs"), "{all:?}");
     assert!(!all.iter().any(|p| p.starts_with("trap/")), "{all:?}");
 }
+
+/// A PNG header of 1200x800: enough for the image check.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x04, 0xb0, 0x00, 0x00, 0x03, 0x20, 0x08, 0x02, 0x00, 0x00, 0x00, 0x90,
+];
+
+/// Gives `path` to `nobody` (uid and gid 65534) with `mode`.
+fn give_to_nobody(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Issue 38, adversarial review: as root, `@private` listed a folder `nobody` keeps to itself
+/// (0700) and `@other.png` (nobody's, 0600) was attached and sent, while `read`, `read_image`
+/// and `glob` refuse both (the `other-user` rule of the file gate). Mentions, typed image paths
+/// and the finder now pass the same gate: neither is attached nor listed; root's own image
+/// still is.
+#[test]
+fn as_root_another_users_private_files_are_neither_attached_nor_listed() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = workspace();
+    // What this process creates is its effective user's.
+    if std::fs::metadata(dir.path()).unwrap().uid() != 0 {
+        eprintln!("NOT RUN: needs root (CI runs as root)");
+        return;
+    }
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(root.join("private/deeper")).unwrap();
+    std::fs::write(root.join("private/diary.txt"), "NOBODYS-DIARY\n").unwrap();
+    give_to_nobody(&root.join("private"), 0o700);
+    std::fs::write(root.join("other.png"), PNG).unwrap();
+    give_to_nobody(&root.join("other.png"), 0o600);
+    std::fs::write(root.join("mine.png"), PNG).unwrap();
+
+    let text = "look at @private @private/diary.txt @other.png @mine.png";
+    let (mut message, attached) = user_message(text, &root);
+    assert!(!attached.text.contains("diary"), "{}", attached.text);
+    assert!(!attached.text.contains("NOBODYS"), "{}", attached.text);
+    let skipped = attached.skipped.join("\n");
+    assert!(skipped.contains("@private: "), "{skipped}");
+    assert!(skipped.contains("@private/diary.txt: "), "{skipped}");
+    assert!(skipped.contains("other-user"), "{skipped}");
+    let images = dsh_tui::attach::attach_images(&mut message, text, &attached.images, &root);
+    assert_eq!(images.chips, ["[image: mine.png 1200x800]"], "{images:?}");
+    let problems = images.problems.join("\n");
+    assert!(
+        problems.contains("other.png") && problems.contains("other-user"),
+        "{problems}"
+    );
+    let image_blocks = message
+        .content
+        .iter()
+        .filter(|block| matches!(block, dsh_llm::ContentBlock::Image { .. }))
+        .count();
+    assert_eq!(image_blocks, 1);
+
+    // A typed (not mentioned) path passes the same gate.
+    let typed = "compare other.png";
+    let mut message = dsh_agent::new_user_message(typed);
+    let images = dsh_tui::attach::attach_images(&mut message, typed, &[], &root);
+    assert!(images.chips.is_empty(), "{images:?}");
+    assert_eq!(message.content.len(), 1);
+
+    // The finder does not enter the folder.
+    let index = FileIndex::new(&root);
+    index.start();
+    let started = Instant::now();
+    while !index.done() {
+        assert!(started.elapsed() < Duration::from_secs(20), "the walk hung");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let all = index.search("");
+    assert!(all.iter().any(|p| p == "src/main.rs"), "{all:?}");
+    assert!(!all.iter().any(|p| p.starts_with("private")), "{all:?}");
+}
