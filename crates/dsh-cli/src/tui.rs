@@ -55,6 +55,10 @@ fn run(start: StartWith, alt_screen: bool) -> anyhow::Result<ExitCode> {
     let setup = sessions
         .configuration(&start.spec())
         .map_err(crate::run::runtime_error)?;
+    // A session that cannot be found is one line and exit 1, before the UI takes the terminal.
+    sessions
+        .session_to_resume(&start.spec(), sessions.store().as_ref())
+        .map_err(crate::run::runtime_error)?;
     let options = TuiOptions {
         home: setup.home.clone(),
         cwd: setup.cwd.clone(),

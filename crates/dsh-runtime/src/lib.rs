@@ -566,6 +566,32 @@ impl Runtime {
         Arc::clone(store)
     }
 
+    /// The session `spec` continues (the key as given, once `store` knows it; the latest
+    /// session of its working directory), or `None` for a new one. A key the store does not
+    /// know is `NOT_FOUND`. Front ends call it to refuse a wrong id before they start.
+    pub fn session_to_resume(
+        &self,
+        spec: &SessionSpec,
+        store: &dyn SessionStore,
+    ) -> Result<Option<String>, RuntimeError> {
+        match &spec.resume {
+            Resume::New => Ok(None),
+            Resume::Id(key) => {
+                store.resolve(key).map_err(|err| match err {
+                    dsh_session::SessionError::NotFound(_) => {
+                        RuntimeError::NotFound(err.to_string())
+                    }
+                    err => RuntimeError::Session(err),
+                })?;
+                Ok(Some(key.clone()))
+            }
+            Resume::Latest => {
+                let cwd = self.configuration(spec)?.cwd.clone();
+                latest_session(store, &cwd).map(Some)
+            }
+        }
+    }
+
     /// Builds the agent `spec` asks for, on a new, resumed or latest session of `store`.
     pub fn open(
         &self,
@@ -584,6 +610,10 @@ impl Runtime {
             http: self.http_client(),
             provider: spec.provider.clone(),
         });
+        // The session to continue is found before anything starts (the provider connection,
+        // MCP servers): a wrong id is one clear `NOT_FOUND`, with nothing left running to
+        // trip over the runtime's shutdown (issue 41: `dsh run --resume zzzz` panicked).
+        let resume = self.session_to_resume(spec, store)?;
         let mut session = compose::agent_parts(&shared, 0, configuration.permission)?;
         if spec.model_titles {
             session.parts.options.titles = TitleMode::Model {
@@ -591,11 +621,7 @@ impl Runtime {
                 model: None,
             };
         }
-        let resume = match &spec.resume {
-            Resume::New => None,
-            Resume::Id(key) => Some(key.clone()),
-            Resume::Latest => Some(latest_session(store, &configuration.cwd)?),
-        };
+
         let mut agent = match &resume {
             Some(key) => Agent::resume(session.parts, store, key)?,
             None => Agent::create(session.parts, store)?,

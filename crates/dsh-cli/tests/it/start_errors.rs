@@ -114,3 +114,37 @@ async fn refused_starts_exit_one_and_name_what_to_fix() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A session that does not exist is one clear line and exit 1, every time: `dsh run --resume`
+/// with an unknown id and `--continue` in a folder without sessions used to panic now and then
+/// ("A Tokio 1.x context was found, but it is being shutdown": the provider connection had
+/// been started before the lookup failed) and printed the error twice on one line (issue 41).
+#[tokio::test]
+async fn an_unknown_session_is_one_line_and_exit_one_every_time() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            &["run", "--resume", "zzzz", "x"][..],
+            "dsh: NOT_FOUND: no session `zzzz` found",
+        ),
+        (
+            &["run", "--continue", "x"][..],
+            "dsh: NOT_FOUND: no session to continue",
+        ),
+    ] {
+        for _ in 0..50 {
+            let mut cmd = dsh_command(home.path(), cwd.path());
+            cmd.env("DEEPSEEK_API_KEY", "sk-test")
+                .env("DEEPSEEK_BASE_URL", "http://127.0.0.1:9")
+                .args(args);
+            let out = output(cmd).await;
+            let (stdout, stderr) = text(&out);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(stdout.is_empty(), "{args:?}: {stdout}");
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+            assert!(stderr.starts_with(says), "{args:?}: {stderr}");
+            assert_eq!(stderr.matches(says).count(), 1, "{args:?}: {stderr}");
+        }
+    }
+}
