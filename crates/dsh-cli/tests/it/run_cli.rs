@@ -558,3 +558,30 @@ async fn replay_seeds_its_workspace_without_following_links() {
     assert_eq!(std::fs::read_link(dir.join("k")).unwrap(), secret);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `git diff | dsh run "review this change"` sends both: the task, then the piped text as a
+/// fenced block (issue 41: only the argument was sent).
+#[tokio::test]
+async fn piped_input_is_sent_after_the_task_given_as_argument() {
+    let env = Env::new();
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("Looks fine.")
+            .finish("stop", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "review this change"]);
+    let out = crate::common::output_with_input(cmd, "diff --git a/x b/x\n+added line\n").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = provider.requests();
+    let body = String::from_utf8_lossy(&requests.last().unwrap().raw_body).into_owned();
+    assert!(body.contains("review this change"), "{body}");
+    assert!(body.contains("Input piped to dsh run"), "{body}");
+    assert!(body.contains("+added line"), "{body}");
+}
