@@ -5,7 +5,10 @@
 //! `<project>/.dsh/skills` and `<project>/.agents/skills` (plus any extra folders), one
 //! sub-folder per skill; the first folder that defines a name wins, so a repository's skill never
 //! shadows the user's: a later skill of a taken name is skipped with a warning naming both
-//! files (docs/SECURITY.md, "Planted configuration and workspace trust"). The model sees a catalog as a context message, sent only when it changes
+//! files (docs/SECURITY.md, "Planted configuration and workspace trust"). A project's skills are
+//! read through the file gate ([`SkillSet::discover_session`]; docs/SECURITY.md, "The file
+//! gate"): a `SKILL.md` (or skill folder) that is a link out of the project, a denied file, or,
+//! as root, another user's private file is skipped with a warning. The model sees a catalog as a context message, sent only when it changes
 //! (docs/agent.md, "Context discipline"), and loads a skill with the `skill {name}` tool. Users run
 //! a user-invocable skill with `/name` in front ends ([`SkillSet::user_prompt`]).
 
@@ -133,83 +136,105 @@ pub fn parse_skill(text: &str, dir: &Path) -> Result<Skill, String> {
 impl SkillSet {
     /// The standard folders for a session in `cwd` with home `dsh_home`, plus `extra`.
     pub fn standard_dirs(cwd: &Path, dsh_home: Option<&Path>, extra: &[PathBuf]) -> Vec<PathBuf> {
-        let project = cwd
-            .ancestors()
-            .find(|dir| dir.join(".git").exists())
-            .unwrap_or(cwd);
-        // The user's folders first: the first folder defining a name wins, and a repository
-        // (which the model may have written) must not replace the user's own skill.
-        let mut dirs = Vec::new();
-        if let Some(home) = dsh_home {
-            dirs.push(home.join("skills"));
-        }
-        if let Some(user_home) = std::env::var_os("HOME") {
-            dirs.push(PathBuf::from(user_home).join(".agents/skills"));
-        }
-        if project != cwd {
-            dirs.push(cwd.join(".dsh/skills"));
-            dirs.push(cwd.join(".agents/skills"));
-        }
-        dirs.push(project.join(".dsh/skills"));
-        dirs.push(project.join(".agents/skills"));
-        dirs.extend(extra.iter().cloned());
-        dirs
+        standard_folders(cwd, dsh_home, extra)
+            .into_iter()
+            .map(|(dir, _)| dir)
+            .collect()
     }
 
-    /// Reads every `<dir>/<skill>/SKILL.md` under `dirs`, in order (sorted within a folder).
+    /// Reads every `<dir>/<skill>/SKILL.md` under `dirs`, in order (sorted within a folder), as
+    /// they are: for folders the user chose. A session's standard folders are read by
+    /// [`SkillSet::discover_session`], which reads the project's through the file gate.
     pub fn discover(dirs: &[PathBuf]) -> SkillSet {
         let mut set = SkillSet::default();
         for dir in dirs {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            let mut folders: Vec<PathBuf> = entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.join("SKILL.md").is_file())
-                .collect();
-            folders.sort();
-            for folder in folders {
-                let path = folder.join("SKILL.md");
-                let text = match std::fs::metadata(&path) {
-                    Ok(meta) if meta.len() > MAX_SKILL_BYTES => {
-                        set.problems.push(SkillProblem {
-                            path,
-                            message: format!("larger than {MAX_SKILL_BYTES} bytes"),
-                        });
-                        continue;
-                    }
-                    _ => match std::fs::read_to_string(&path) {
-                        Ok(text) => text,
-                        Err(err) => {
-                            set.problems.push(SkillProblem {
-                                path,
-                                message: err.to_string(),
-                            });
-                            continue;
-                        }
-                    },
-                };
-                match parse_skill(&text, &folder) {
-                    Ok(skill) => match set.get(&skill.name) {
-                        None => set.skills.push(skill),
-                        Some(first) if first.dir.join("SKILL.md") != path => {
-                            let message = format!(
-                                "its name `{}` is taken by {}, found first (your own skills are read \
-                                 before a project's); that one is used. Rename one of them to \
-                                 use both",
-                                skill.name,
-                                first.dir.join("SKILL.md").display()
-                            );
-                            set.problems.push(SkillProblem { path, message });
-                        }
-                        Some(_) => {}
-                    },
-                    Err(message) => set.problems.push(SkillProblem { path, message }),
-                }
-            }
+            set.read_folder(dir, None);
         }
         set
+    }
+
+    /// The skills of a session in `cwd` with home `dsh_home`, plus `extra` folders: the
+    /// [`SkillSet::standard_dirs`], the user's own (`$DSH_HOME/skills`, `~/.agents/skills`) and
+    /// `extra` read as they are, the project's (`.dsh/skills`, `.agents/skills` of `cwd` and of
+    /// the project root) through the file gate of the project (docs/SECURITY.md, "The file
+    /// gate"): a skill folder or `SKILL.md` whose real path leaves the project, a denied file,
+    /// a hard link to one, or, as root, another user's file its mode keeps private is skipped
+    /// with a problem saying why, and never read.
+    pub fn discover_session(cwd: &Path, dsh_home: Option<&Path>, extra: &[PathBuf]) -> SkillSet {
+        let root = project_root(cwd);
+        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let mut gate = dsh_tools::GatePolicy::new(&root);
+        if let Some(home) = dsh_home {
+            gate = gate.with_dsh_home(home);
+        }
+        let mut set = SkillSet::default();
+        for (dir, project) in standard_folders(cwd, dsh_home, extra) {
+            set.read_folder(&dir, project.then_some(&gate));
+        }
+        set
+    }
+
+    /// Reads the skills of `dir` (one sub-folder each), through `gate` when given.
+    fn read_folder(&mut self, dir: &Path, gate: Option<&dsh_tools::GatePolicy>) {
+        let mut folders: Vec<PathBuf> = match gate {
+            None => {
+                let Ok(entries) = std::fs::read_dir(dir) else {
+                    return;
+                };
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.join("SKILL.md").is_file())
+                    .collect()
+            }
+            Some(gate) => match gate.list_workspace_dir(dir) {
+                Ok(entries) => entries.into_iter().map(|e| dir.join(e.name)).collect(),
+                // Missing or not a folder: no skills here, as for the user's own folders.
+                Err(dsh_tools::GateError::Io(_) | dsh_tools::GateError::NotAFile { .. }) => return,
+                Err(err) => {
+                    self.problems.push(SkillProblem {
+                        path: dir.to_path_buf(),
+                        message: format!("the folder is not read: {err}"),
+                    });
+                    return;
+                }
+            },
+        };
+        folders.sort();
+        for folder in folders {
+            let path = folder.join("SKILL.md");
+            let text = match gate {
+                None => read_own_skill(&path),
+                Some(gate) => match read_project_skill(gate, &path) {
+                    Some(result) => result,
+                    None => continue,
+                },
+            };
+            let text = match text {
+                Ok(text) => text,
+                Err(message) => {
+                    self.problems.push(SkillProblem { path, message });
+                    continue;
+                }
+            };
+            match parse_skill(&text, &folder) {
+                Ok(skill) => match self.get(&skill.name) {
+                    None => self.skills.push(skill),
+                    Some(first) if first.dir.join("SKILL.md") != path => {
+                        let message = format!(
+                            "its name `{}` is taken by {}, found first (your own skills are read \
+                             before a project's); that one is used. Rename one of them to \
+                             use both",
+                            skill.name,
+                            first.dir.join("SKILL.md").display()
+                        );
+                        self.problems.push(SkillProblem { path, message });
+                    }
+                    Some(_) => {}
+                },
+                Err(message) => self.problems.push(SkillProblem { path, message }),
+            }
+        }
     }
 
     /// The skill called `name`.
@@ -271,6 +296,73 @@ impl SkillSet {
         }
         Ok(text)
     }
+}
+
+/// The folder `cwd` belongs to as a project: the nearest one above it (or itself) with a
+/// `.git`, else `cwd`.
+fn project_root(cwd: &Path) -> &Path {
+    cwd.ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .unwrap_or(cwd)
+}
+
+/// A session's standard skill folders in the order they are read, each with whether it is the
+/// project's (read through the file gate). The user's folders come first: the first folder
+/// defining a name wins, and a repository (which the model may have written) must not replace
+/// the user's own skill.
+fn standard_folders(
+    cwd: &Path,
+    dsh_home: Option<&Path>,
+    extra: &[PathBuf],
+) -> Vec<(PathBuf, bool)> {
+    let project = project_root(cwd);
+    let mut dirs = Vec::new();
+    if let Some(home) = dsh_home {
+        dirs.push((home.join("skills"), false));
+    }
+    if let Some(user_home) = std::env::var_os("HOME") {
+        dirs.push((PathBuf::from(user_home).join(".agents/skills"), false));
+    }
+    if project != cwd {
+        dirs.push((cwd.join(".dsh/skills"), true));
+        dirs.push((cwd.join(".agents/skills"), true));
+    }
+    dirs.push((project.join(".dsh/skills"), true));
+    dirs.push((project.join(".agents/skills"), true));
+    dirs.extend(extra.iter().map(|dir| (dir.clone(), false)));
+    dirs
+}
+
+/// The text of one of the user's own `SKILL.md` files, read as it is.
+fn read_own_skill(path: &Path) -> Result<String, String> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.len() > MAX_SKILL_BYTES => {
+            Err(format!("larger than {MAX_SKILL_BYTES} bytes"))
+        }
+        _ => std::fs::read_to_string(path).map_err(|err| err.to_string()),
+    }
+}
+
+/// The text of a project's `SKILL.md`, read through `gate`; `None` when the folder holds no
+/// skill file (a plain file, an empty folder).
+fn read_project_skill(gate: &dsh_tools::GatePolicy, path: &Path) -> Option<Result<String, String>> {
+    let bytes = match gate.read_workspace_file(path, MAX_SKILL_BYTES + 1) {
+        Ok(bytes) => bytes,
+        Err(dsh_tools::GateError::Io(err))
+            if matches!(
+                err.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return None
+        }
+        Err(dsh_tools::GateError::NotAFile { directory: true }) => return None,
+        Err(err) => return Some(Err(format!("not read: {err}"))),
+    };
+    if bytes.len() as u64 > MAX_SKILL_BYTES {
+        return Some(Err(format!("larger than {MAX_SKILL_BYTES} bytes")));
+    }
+    Some(String::from_utf8(bytes).map_err(|_| "stream did not contain valid UTF-8".to_string()))
 }
 
 /// The `skill` tool.
@@ -491,5 +583,88 @@ mod tests {
             "{}",
             problems[0].message
         );
+    }
+
+    fn write_skill(dir: &Path, name: &str, body: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: {body}\n---\n{body}\n"),
+        )
+        .unwrap();
+    }
+
+    /// Issue 38, adversarial review: a project skill that was a link out of the workspace was
+    /// loaded into the prompt. The project's skills pass the file gate: a `SKILL.md` or a
+    /// skill folder leading out of the project is skipped with a warning and never read; links
+    /// that stay inside keep working, and the user's own skills are read as they are.
+    #[test]
+    fn a_project_skill_linked_out_of_the_project_is_skipped_unread() {
+        let root = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(root.path()).unwrap();
+        let (home, ws, outside) = (root.join("home"), root.join("ws"), root.join("outside"));
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        write_skill(&outside.join("secret"), "stolen", "OUTSIDE-SECRET-TEXT");
+        std::fs::create_dir_all(ws.join(".dsh/skills/leak")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.join("secret/SKILL.md"),
+            ws.join(".dsh/skills/leak/SKILL.md"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(ws.join(".agents/skills")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), ws.join(".agents/skills/folder"))
+            .unwrap();
+        write_skill(&ws.join("shared/inside"), "inside", "stays in the project");
+        std::os::unix::fs::symlink(ws.join("shared/inside"), ws.join(".dsh/skills/inside"))
+            .unwrap();
+        write_skill(&home.join("skills/own"), "own", "the user's");
+        let set = SkillSet::discover_session(&ws, Some(&home), &[]);
+        let names: Vec<&str> = set.skills().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["own", "inside"], "{:?}", set.problems());
+        assert!(set.skills().iter().all(|s| !s.body.contains("OUTSIDE")));
+        let problems: Vec<String> = set
+            .problems()
+            .iter()
+            .map(|p| format!("{}: {}", p.path.display(), p.message))
+            .collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems.iter().all(|p| p.contains("symlink-out")),
+            "{problems:?}"
+        );
+        assert!(
+            problems[0].contains(".dsh/skills/leak/SKILL.md"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].contains(".agents/skills/folder"),
+            "{problems:?}"
+        );
+    }
+
+    /// As root, another user's skill that its mode keeps private (0600 in a 0700 folder) is
+    /// skipped, as `read` refuses it (`other-user` rule).
+    #[test]
+    fn as_root_another_users_private_project_skill_is_skipped() {
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("NOT RUN: needs root (CI runs as root)");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(root.path()).unwrap();
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        let theirs = ws.join(".dsh/skills/theirs");
+        write_skill(&theirs, "theirs", "NOBODYS-PRIVATE-SKILL");
+        for (path, mode) in [(theirs.join("SKILL.md"), 0o600), (theirs.clone(), 0o700)] {
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let set = SkillSet::discover_session(&ws, None, &[]);
+        assert!(set.get("theirs").is_none());
+        let problems = set.problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].message.contains("other-user"), "{problems:?}");
     }
 }

@@ -250,11 +250,8 @@ fn register_policies(
                 + network_sentence(tool_context.network(), permission),
         }),
     )));
-    let skills = dsh_agent::SkillSet::discover(&dsh_agent::SkillSet::standard_dirs(
-        &setup.cwd,
-        Some(&setup.home),
-        &[],
-    ));
+    // The project's skills through the file gate (docs/SECURITY.md, "The file gate").
+    let skills = dsh_agent::SkillSet::discover_session(&setup.cwd, Some(&setup.home), &[]);
     if depth == 0 {
         for problem in skills.problems() {
             shared.warnings.say(&format!(

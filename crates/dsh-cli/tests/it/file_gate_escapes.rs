@@ -160,6 +160,56 @@ async fn symlinked_instruction_files_are_not_loaded() {
     );
 }
 
+/// Issue 38, adversarial review: a project skill whose `SKILL.md` is a link to a file outside
+/// the workspace was loaded into the prompt. The project's skills pass the file gate: that one
+/// is skipped with a warning, and neither its catalog line nor its body reaches the request,
+/// the log or stdout, also when the model asks for it by name; a real project skill still loads.
+#[tokio::test]
+async fn a_project_skill_linked_out_of_the_workspace_never_reaches_the_model() {
+    let env = Env::new();
+    // The workspace is its own project (the scratch folders lie inside dsh's repository).
+    std::fs::create_dir_all(env.cwd.join(".git")).unwrap();
+    let (_other, [secret_dir]) = scratch_dirs(["secret"]);
+    std::fs::write(
+        secret_dir.join("SKILL.md"),
+        "---\nname: leak\ndescription: LEAKED-SKILL-DESCRIPTION\n---\nLEAKED-SKILL-BODY\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(env.cwd.join(".dsh/skills/leak")).unwrap();
+    symlink(
+        secret_dir.join("SKILL.md"),
+        env.cwd.join(".dsh/skills/leak/SKILL.md"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(env.cwd.join(".dsh/skills/real")).unwrap();
+    std::fs::write(
+        env.cwd.join(".dsh/skills/real/SKILL.md"),
+        "---\nname: real\ndescription: a-real-project-skill\n---\nReal steps.\n",
+    )
+    .unwrap();
+    let calls = [("skill", json!({"name": "leak"}))];
+    let (sent, log, stdout) = run_calls(&env, &calls, &[]).await;
+    let places = [
+        ("the requests", sent.as_str()),
+        ("the log", &log),
+        ("stdout", &stdout),
+    ];
+    assert_absent(
+        "LEAKED-SKILL-DESCRIPTION",
+        "the linked skill's catalog line",
+        &places,
+    );
+    assert_absent("LEAKED-SKILL-BODY", "the linked skill's body", &places);
+    assert!(
+        sent.contains("a-real-project-skill"),
+        "a real project skill loads"
+    );
+    assert!(
+        stdout.contains("warning: skipped skill") && stdout.contains("symlink-out"),
+        "{stdout}"
+    );
+}
+
 /// Finding 4: `read` and `grep` of `$DSH_HOME/.env` and of the web UI's launch page are refused
 /// (no content, no hit/miss oracle), naming the rule.
 #[tokio::test]
