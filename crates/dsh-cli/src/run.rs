@@ -226,6 +226,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = runtime(args.cwd.as_deref(), args.choices())?;
     let spec = SessionSpec {
         resume: args.resume(),
+        // Plan mode is in force before anything of the session starts (its MCP servers).
+        plan: args.plan,
         ..SessionSpec::default()
     };
     let setup = runtime.configuration(&spec).map_err(runtime_error)?;
@@ -250,7 +252,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     );
 
     if args.plan {
-        // `/plan <task>`: read-only from the first step, then the task (docs/agent.md, "Plan mode").
+        // `/plan <task>`: plan mode is on since the session opened (read-only from the first
+        // step), so this queues the task (docs/agent.md, "Plan mode").
         handle
             .run_user_command(dsh_agent::PLAN_COMMAND, &prompt)
             .map_err(|err| user_error("PLAN_MODE", err.to_string()))?;

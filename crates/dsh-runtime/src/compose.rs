@@ -291,8 +291,9 @@ fn register_policies(
         let hooks = dsh_agent::CommandHooks::new(codex).with_model(setup.call.model.clone());
         extensions.register_for_life(Arc::new(hooks));
     }
-    // MCP servers (none unless configured or given by the front end): started when the
-    // session's agent is built. A session's own server replaces a configured one of its name.
+    // MCP servers (none unless configured or given by the front end): started once the session
+    // is open and its preset final ([`start_mcp`]). A session's own server replaces a configured
+    // one of its name.
     let mut servers: Vec<dsh_config::McpServerConfig> = setup
         .config
         .mcp_servers
@@ -310,17 +311,28 @@ fn register_policies(
             hub.set_confiner(project_confiner);
             hub
         });
-        for error in hub.start() {
-            if depth == 0 {
-                // The error quotes the server's own stderr, which may print a token it was
-                // given: every loaded secret is redacted first (fourth adversarial review).
-                let line = format!("warning: {error}\n  its tools are not offered in this session");
-                shared.warnings.say(&setup.secrets().redact(&line));
-            }
-        }
         extensions.register_for_life(crate::mcp::McpExtension::new(Arc::clone(hub)));
     }
     Ok(())
+}
+
+/// Starts the session's MCP servers and says why any failed. Called by `Runtime::open` once the
+/// session's preset is final (plan mode entered or restored), so a project's server never runs
+/// its start-up under a wider preset than the session's first step (docs/SECURITY.md, "Project
+/// hooks and MCP servers run confined"). A server not started here starts when its tools are
+/// first listed.
+pub(crate) fn start_mcp(shared: &SessionShared) {
+    let Some(hub) = shared.mcp.get() else {
+        return;
+    };
+    for error in hub.start() {
+        // The error quotes the server's own stderr, which may print a token it was given:
+        // every loaded secret is redacted first (fourth adversarial review).
+        let line = format!("warning: {error}\n  its tools are not offered in this session");
+        shared
+            .warnings
+            .say(&shared.configuration.secrets().redact(&line));
+    }
 }
 
 /// How the project's hooks and MCP servers run: confined exactly as `bash` is, under the preset

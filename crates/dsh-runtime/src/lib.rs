@@ -129,6 +129,10 @@ pub struct SessionSpec {
     /// provider (`dsh replay`'s recorded replies); everything else (tools, sandbox, policies,
     /// hooks, MCP servers) is composed as for a live session.
     pub provider: Option<ProviderReplacement>,
+    /// Start in plan mode (`dsh run --plan`; docs/agent.md, "Plan mode"): entered while the
+    /// session opens, before its MCP servers start, so none of them runs under the wider
+    /// preset first.
+    pub plan: bool,
 }
 
 /// The adapter of [`SessionSpec::provider`] and the model name its requests carry. No key is
@@ -632,7 +636,14 @@ impl Runtime {
             plan.reapply().map_err(|err| {
                 RuntimeError::InvalidConfig(format!("cannot restore plan mode: {err}"))
             })?;
+            if spec.plan {
+                plan.enter().map_err(RuntimeError::InvalidConfig)?;
+            }
         }
+        // The MCP servers start only now, under the preset the session's first step has
+        // (plan mode's read-only included): a project's server is confined by the preset in
+        // force when it starts (docs/SECURITY.md, "Project hooks and MCP servers run confined").
+        compose::start_mcp(&shared);
         let history = match resume {
             Some(_) if spec.history => store.load(&agent.handle().session_id())?.events,
             _ => Vec::new(),

@@ -166,6 +166,64 @@ async fn a_project_mcp_server_stays_confined(sandbox: &str) {
     env.assert_nothing_escaped(sandbox, "mcp", &stderr);
 }
 
+/// Issue 38, adversarial review: `dsh run --plan` started a trusted project's MCP servers under
+/// `workspace-write` before plan mode switched the session to `read-only`, so a server wrote
+/// into the workspace at start-up while the log said read-only throughout. Plan mode is now in
+/// force before the servers start: the server runs (its stderr is in its log), writes nothing.
+async fn under_plan_mode_a_project_mcp_server_writes_nothing(sandbox: &str) {
+    let env = Env::new();
+    let script = "echo server-started >&2\necho changed > changed-by-server.txt\nexit 0\n";
+    std::fs::write(
+        env.cwd.join(".dsh/config.toml"),
+        format!(
+            "[mcp.servers.proj]\ncommand = \"sh\"\nargs = [\"-c\", {}]\nstartup_timeout_secs = 5\n",
+            toml_string(script)
+        ),
+    )
+    .unwrap();
+    env.trust().await;
+    let provider = model_stepping(
+        &[(
+            "exit_plan_mode",
+            json!({"plan": "# Nothing to change\n\n- look"}),
+        )],
+        SseReply::new().text("done"),
+    )
+    .await;
+    let mut cmd = env.command(&provider.base_url(), sandbox);
+    cmd.args(["run", "--plan", "--permission", "workspace-write", "go"]);
+    let out = output(cmd).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{sandbox}: {stdout} {stderr}");
+    let log = std::fs::read_to_string(env.home.join("logs/mcp-proj.log")).unwrap_or_default();
+    assert!(
+        log.contains("server-started"),
+        "{sandbox}: the project's server did not run: {log:?} {stderr}"
+    );
+    assert!(
+        !env.cwd.join("changed-by-server.txt").exists(),
+        "{sandbox}: the project's server wrote in the workspace under --plan"
+    );
+}
+
+#[tokio::test]
+async fn under_plan_mode_a_project_mcp_server_writes_nothing_under_bubblewrap() {
+    if is_root() {
+        under_plan_mode_a_project_mcp_server_writes_nothing("bubblewrap").await;
+    } else {
+        eprintln!("NOT RUN: needs root (CI runs as root)");
+    }
+}
+
+#[tokio::test]
+async fn under_plan_mode_a_project_mcp_server_writes_nothing_under_landlock() {
+    if is_root() {
+        under_plan_mode_a_project_mcp_server_writes_nothing("landlock").await;
+    } else {
+        eprintln!("NOT RUN: needs root (CI runs as root)");
+    }
+}
+
 /// A TOML basic string holding `text`.
 fn toml_string(text: &str) -> String {
     let mut out = String::from("\"");
