@@ -5,7 +5,8 @@ use dsh_llm::LockExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::server::{CommandGate, McpServerConfig, McpTransport, McpTrust};
@@ -48,14 +49,24 @@ struct Live {
     /// The confined plan of a project's server, kept while it runs (a prepared sandbox lives
     /// as long as a plan holding it, `dsh_tools::CommandPlan`).
     _plan: Option<dsh_tools::CommandPlan>,
+    /// The server's epoch when this connection started ([`McpHub::stop_project_servers`]).
+    epoch: u64,
 }
 
-impl Drop for Live {
-    fn drop(&mut self) {
+impl Live {
+    /// Kills a stdio server's process group at once (a call still holding the connection then
+    /// fails as a lost connection).
+    fn kill(&self) {
         // The process group this module created; a group already gone is the wanted state.
         if let Some(pgid) = self.pgid.and_then(|p| i32::try_from(p).ok()) {
             dsh_tools::kill_group_now(pgid);
         }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -80,6 +91,11 @@ struct Server {
     /// The session's confinement, for a server the project configured
     /// (`McpServerConfig::from_project`); such a server does not start without it.
     confiner: Mutex<Option<dsh_tools::CommandConfiner>>,
+    /// Bumped when the server is stopped to run again under another confinement
+    /// ([`McpHub::stop_project_servers`]): a connection of an older epoch is never used.
+    epoch: AtomicU64,
+    /// The running connection, so a stop can kill it while a call still holds it.
+    running: Mutex<Option<Weak<Live>>>,
 }
 
 /// The MCP servers of a session (shared by its subagents). See the crate docs.
@@ -124,6 +140,8 @@ impl McpHub {
                         tools: Mutex::new(None),
                         gate: Mutex::new(None),
                         confiner: Mutex::new(None),
+                        epoch: AtomicU64::new(0),
+                        running: Mutex::new(None),
                     }),
                 )
             })
@@ -152,6 +170,26 @@ impl McpHub {
     pub fn set_confiner(&self, confiner: dsh_tools::CommandConfiner) {
         for server in self.servers.values() {
             *server.confiner.lock_or_recover() = Some(Arc::clone(&confiner));
+        }
+    }
+
+    /// Stops the running stdio servers the project configured (their process groups are killed
+    /// at once; a server still starting is stopped as soon as it is up), so each starts again on
+    /// its next call under the confinement in force then: the session's preset changed, and a
+    /// project server runs under the one in force (docs/mcp.md, "Project servers run
+    /// confined"). Their tools stay offered. The user's own servers and HTTP servers are not
+    /// touched.
+    pub fn stop_project_servers(&self) {
+        for server in self.servers.values() {
+            let stdio = matches!(server.config.transport, McpTransport::Stdio { .. });
+            if !(server.config.from_project && stdio) {
+                continue;
+            }
+            server.epoch.fetch_add(1, Ordering::SeqCst);
+            let running = server.running.lock_or_recover().take();
+            if let Some(live) = running.and_then(|weak| weak.upgrade()) {
+                live.kill();
+            }
         }
     }
 
@@ -285,8 +323,21 @@ impl Server {
             }
         };
         *self.tools.lock_or_recover() = Some(tools);
-        *self.conn.lock().await = Conn::Up(Arc::new(live));
+        // Stopped while it started: the tools are known, the server starts again on its
+        // next call.
+        if let Some(live) = self.keep(live) {
+            *self.conn.lock().await = Conn::Up(live);
+        }
         Ok(())
+    }
+
+    /// `live` as the running connection, unless the server was stopped since it started
+    /// ([`McpHub::stop_project_servers`]): then it is dropped, which kills it. Registered
+    /// before the check, so a stop either sees it or is seen by it.
+    fn keep(&self, live: Live) -> Option<Arc<Live>> {
+        let live = Arc::new(live);
+        *self.running.lock_or_recover() = Some(Arc::downgrade(&live));
+        (live.epoch == self.epoch.load(Ordering::SeqCst)).then_some(live)
     }
 
     /// The error text plus, for stdio servers, the tail of its stderr and where the log is.
@@ -315,6 +366,8 @@ impl Server {
 
     async fn connect(&self, cwd: &Path) -> Result<Live, String> {
         let timeout = self.config.startup_timeout;
+        // Read before the confinement is: a stop after this makes the connection stale.
+        let epoch = self.epoch.load(Ordering::SeqCst);
         match &self.config.transport {
             McpTransport::Stdio {
                 command,
@@ -394,6 +447,7 @@ impl Server {
                     pgid,
                     _child: Some(child),
                     _plan: plan,
+                    epoch,
                 };
                 Ok(live)
             }
@@ -401,7 +455,7 @@ impl Server {
                 url,
                 headers,
                 bearer_token_env,
-            } => connect_http(url, headers, bearer_token_env.as_deref(), timeout).await,
+            } => connect_http(url, headers, bearer_token_env.as_deref(), timeout, epoch).await,
         }
     }
 
@@ -450,13 +504,18 @@ impl Server {
     async fn live(&self, cwd: &Path) -> Result<Arc<Live>, ToolError> {
         let mut conn = self.conn.lock().await;
         if let Conn::Up(live) = &*conn {
-            if !live.service.is_transport_closed() {
+            let stale = live.epoch != self.epoch.load(Ordering::SeqCst);
+            if !stale && !live.service.is_transport_closed() {
                 return Ok(Arc::clone(live));
             }
             *conn = Conn::Down {
                 failures: 0,
                 retry_at: Instant::now(),
-                error: "the server exited".into(),
+                error: if stale {
+                    "stopped to run under the session's new permission preset".into()
+                } else {
+                    "the server exited".into()
+                },
             };
         }
         let failures = match &*conn {
@@ -477,9 +536,17 @@ impl Server {
             }
             _ => 0,
         };
-        match self.connect(cwd).await {
+        let connected = match self.connect(cwd).await {
+            // Stopped while it started (the preset changed again): start it once more.
+            Ok(live) => match self.keep(live) {
+                Some(live) => Ok(live),
+                None => self.connect(cwd).await.map(Arc::new),
+            },
+            Err(error) => Err(error),
+        };
+        match connected {
             Ok(live) => {
-                let live = Arc::new(live);
+                *self.running.lock_or_recover() = Some(Arc::downgrade(&live));
                 *conn = Conn::Up(Arc::clone(&live));
                 Ok(live)
             }
@@ -648,6 +715,7 @@ async fn connect_http(
     headers: &[(String, String)],
     bearer_token_env: Option<&str>,
     timeout: Duration,
+    epoch: u64,
 ) -> Result<Live, String> {
     use rmcp::transport::streamable_http_client::{
         StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
@@ -690,6 +758,7 @@ async fn connect_http(
         pgid: None,
         _child: None,
         _plan: None,
+        epoch,
     })
 }
 

@@ -625,6 +625,60 @@ async fn a_crash_mid_call_is_an_error_result_and_the_server_restarts() {
     assert_eq!(log.matches("fake server starting").count(), 2, "{log}");
 }
 
+/// A preset switch stops the project's stdio servers (`McpHub::stop_project_servers`): the
+/// next call starts a project server again (through the session's confinement, which then
+/// reads the new preset), while the user's own server keeps running untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_project_servers_restarts_them_on_next_use_and_leaves_the_users_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = fake_server(dir.path());
+    let logs = dir.path().join("logs");
+    let mut project = server("proj", stdio("bash", &[script.to_str().unwrap()]));
+    project.from_project = true;
+    let hub = McpHub::new(
+        vec![
+            server("user", stdio("bash", &[script.to_str().unwrap()])),
+            project,
+        ],
+        dir.path(),
+        &logs,
+    );
+    let confined = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&confined);
+    hub.set_confiner(Arc::new(move |plan, _workdir| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(plan)
+    }));
+    assert!(hub.start().is_empty());
+    let ping = |name: &'static str| {
+        let hub = Arc::clone(&hub);
+        async move {
+            hub.call(
+                name,
+                "ping",
+                None,
+                tokio_util::sync::CancellationToken::new(),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    ping("user").await;
+    ping("proj").await;
+    hub.stop_project_servers();
+    ping("user").await;
+    ping("proj").await;
+    let starts = |name: &str| {
+        std::fs::read_to_string(logs.join(format!("mcp-{name}.log")))
+            .unwrap()
+            .matches("fake server starting")
+            .count()
+    };
+    assert_eq!(starts("user"), 1, "the user's server was restarted");
+    assert_eq!(starts("proj"), 2, "the project's server was not restarted");
+    assert_eq!(confined.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_past_its_timeout_fails_with_tool_timeout() {
     let dir = tempfile::tempdir().unwrap();

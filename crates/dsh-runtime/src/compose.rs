@@ -161,7 +161,7 @@ pub(crate) fn agent_parts(
     };
     Ok(SessionParts {
         parts,
-        permission: permission_source(current_permission, network),
+        permission: permission_source(current_permission, network, shared, depth),
         plan,
         children,
         preconnect,
@@ -506,15 +506,27 @@ fn session_hooks(setup: &Configuration) -> Result<dsh_agent::HooksConfig, Runtim
 
 /// What each preset means on this host (`/permission`): the sandbox `bash` runs in and the
 /// sentence the model reads. `current` follows successful switches (subagents start with it).
+/// A top-level session (`depth` 0) also stops the project's running MCP servers on a switch:
+/// they start again on their next call under the new preset, so entering plan mode or
+/// `/permission read-only` leaves no project server running with write access
+/// (docs/SECURITY.md, "Project hooks and MCP servers run confined").
 fn permission_source(
     current: Arc<std::sync::Mutex<PermissionPreset>>,
     network: bool,
+    shared: &Arc<SessionShared>,
+    depth: u64,
 ) -> dsh_agent::PermissionSource {
+    let session = (depth == 0).then(|| Arc::clone(shared));
     Arc::new(move |preset| {
         let sandbox = dsh_sandbox::confinement_for(preset)
             .map_err(|e| dsh_agent::PermissionError::SandboxUnavailable(e.to_string()))?
             .with_network(network);
-        *current.lock_or_recover() = preset;
+        let switched = std::mem::replace(&mut *current.lock_or_recover(), preset) != preset;
+        if let Some(hub) = session.as_ref().and_then(|shared| shared.mcp.get()) {
+            if switched {
+                hub.stop_project_servers();
+            }
+        }
         Ok(dsh_agent::PermissionSetting {
             preset,
             confinement: sandbox.confinement(),
