@@ -74,19 +74,35 @@ pub fn is_secret_name(name: &str) -> bool {
         .any(|needle| upper.contains(needle))
 }
 
-/// The dynamic loader's variables that name code to load, with the separators of their lists.
-const LOADER_LISTS: [(&str, &[u8]); 3] = [
+/// Variables that name where code is loaded from, with the separators of their lists (none:
+/// the whole value is one path): the dynamic loader's, and the search paths and start-up files
+/// of the shells and interpreters a hook or server commonly is. An empty or relative entry is
+/// resolved against the working directory, which for a hook or a user's MCP server is the
+/// workspace.
+const LOADER_LISTS: [(&str, &[u8]); 14] = [
     ("LD_LIBRARY_PATH", b":;"),
     ("LD_PRELOAD", b": "),
     ("LD_AUDIT", b":"),
+    ("GCONV_PATH", b":"),
+    ("PYTHONPATH", b":"),
+    ("PYTHONSTARTUP", b""),
+    ("PERL5LIB", b":"),
+    ("PERLLIB", b":"),
+    ("RUBYLIB", b":"),
+    ("NODE_PATH", b":"),
+    ("CLASSPATH", b":"),
+    ("BASH_ENV", b""),
+    ("ENV", b""),
+    ("GIT_EXEC_PATH", b""),
 ];
 
-/// `value` of the loader variable `name` (see [`LOADER_LISTS`]) without its empty and relative
-/// entries, which the loader resolves from the working directory: for a child started in the
-/// workspace that is code the model wrote, loaded as root by a hook or a launcher (a Docker
-/// image's `LD_LIBRARY_PATH=:/opt/lib` made the fourth adversarial review's planted
-/// `libtinfo.so.6` run in the user's own hook). `None`: nothing is left, drop the variable.
-/// Other variables pass unchanged.
+/// `value` of the code-loading variable `name` (see [`LOADER_LISTS`]) without its empty and
+/// relative entries, which resolve from the working directory: for a child started in the
+/// workspace that is code the model wrote, loaded as root by a hook, a launcher or `/diff`'s
+/// git (a Docker image's `LD_LIBRARY_PATH=:/opt/lib` made the fourth adversarial review's
+/// planted `libtinfo.so.6` run in the user's own hook; `PYTHONPATH=:/app` made the fifth's
+/// planted `json.py` run there). `None`: nothing is left, drop the variable. Other variables
+/// pass unchanged.
 pub fn clean_loader_value(name: &str, value: &std::ffi::OsStr) -> Option<OsString> {
     let Some((_, separators)) = LOADER_LISTS.iter().find(|(n, _)| *n == name) else {
         return Some(value.to_os_string());
@@ -99,7 +115,7 @@ pub fn clean_loader_value(name: &str, value: &std::ffi::OsStr) -> Option<OsStrin
     if kept.is_empty() {
         return None;
     }
-    let joined = kept.join(&separators[0]);
+    let joined = kept.join(separators.first().unwrap_or(&b':'));
     // SAFETY: each entry is a slice of `value`'s encoded bytes split at ASCII separators, and
     // the separator joined in is ASCII, so the bytes are valid OS-string encoding.
     Some(unsafe { OsString::from_encoded_bytes_unchecked(joined) })
@@ -719,6 +735,9 @@ mod tests {
             Some("/usr/lib/x.so".into())
         );
         assert_eq!(clean("LD_AUDIT", "./a.so"), None);
+        assert_eq!(clean("PYTHONPATH", ":/opt/app"), Some("/opt/app".into()));
+        assert_eq!(clean("BASH_ENV", "rc.sh"), None);
+        assert_eq!(clean("BASH_ENV", "/etc/rc:x"), Some("/etc/rc:x".into()));
         // Other variables pass as they are, empty entries included.
         assert_eq!(clean("PATH", ":/bin"), Some(":/bin".into()));
     }

@@ -464,3 +464,45 @@ async fn the_write_tool_cannot_rewrite_a_pinned_hook_script_unasked() {
         "write changed a pinned hook script without approval"
     );
 }
+
+/// The user's own hook runs unconfined in the workspace, so no variable dsh passes may make
+/// its interpreter load code from there: an empty `PYTHONPATH` entry (a Docker image's
+/// `ENV PYTHONPATH=$PYTHONPATH:/app` gives `:/app`) made a hook's `import json` load the
+/// `json.py` the model wrote (fifth adversarial review). Empty and relative entries of the
+/// code-loading variables are dropped from every child's environment.
+#[tokio::test]
+async fn a_users_hook_loads_no_module_the_model_wrote() {
+    let env = Env::new();
+    let hook = env.markers.join("check.py");
+    std::fs::write(&hook, "import json\nprint(json.dumps({}))\n").unwrap();
+    std::fs::write(
+        env.home.join("config.toml"),
+        format!(
+            "[[hooks.PreToolUse]]\nhooks = [{{ type = \"command\", command = \"python3 {}\" }}]\n",
+            hook.display()
+        ),
+    )
+    .unwrap();
+    let planted = format!(
+        "open('{}', 'w').write('loaded')\n",
+        env.marker("planted-module").display()
+    );
+    let provider = scripted(&[
+        ("write", json!({"file_path": "json.py", "content": planted})),
+        ("bash", json!({"command": "true", "description": "noop"})),
+    ])
+    .await;
+    let mut cmd = env.command(&provider);
+    cmd.env("PYTHONPATH", ":/opt/app").args(["run", "go"]);
+    let out = output(cmd).await;
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        env.cwd.join("json.py").exists(),
+        "the model's write did not land"
+    );
+    assert!(
+        !env.marker("planted-module").exists(),
+        "the user's hook loaded a module the model wrote"
+    );
+}
