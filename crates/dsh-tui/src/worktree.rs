@@ -11,7 +11,6 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::Command;
 
 use dsh_agent::AgentHandle;
 use dsh_session::{Envelope, Event};
@@ -256,21 +255,49 @@ pub fn diff_lines(
     out
 }
 
+/// Runs `git -C cwd <args>` in the read-only sandbox without network (`confine`), with the
+/// scrubbed environment (code-loading variables without empty or relative entries): every git
+/// `/diff` starts, not only `git diff` itself (the fifth adversarial review had the unconfined
+/// `rev-parse` load a library planted in the workspace through dsh's own `LD_LIBRARY_PATH`).
+/// `Err` says why git could not run confined.
+fn git(
+    cwd: &Path,
+    confine: &dsh_tools::CommandConfiner,
+    args: &[&str],
+) -> Result<std::process::Output, String> {
+    let mut argv: Vec<std::ffi::OsString> = vec!["-C".into(), cwd.as_os_str().to_os_string()];
+    argv.extend(args.iter().map(Into::into));
+    let plan = dsh_tools::CommandPlan::new("git", argv);
+    let plan = confine(plan, cwd).map_err(|err| {
+        format!(
+            "not shown: git runs only in the read-only sandbox here, and {}",
+            err.message
+        )
+    })?;
+    let mut env = dsh_tools::scrubbed_env();
+    env.push(("GIT_NO_LAZY_FETCH".into(), "1".into()));
+    dsh_tools::plan_command(&plan, cwd, env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|err| err.to_string())
+}
+
 /// `-c` overrides that empty every filter driver the configuration of `cwd`'s repository
 /// defines (`filter.<name>.clean`, `.smudge`, `.process`; an empty command is no filter), so
 /// `git diff` runs none of them on the work tree. Reading the configuration runs nothing.
-fn filters_off(cwd: &Path) -> Vec<String> {
-    let listed = Command::new("git")
-        .arg("-C")
-        .arg(cwd)
-        .args([
+fn filters_off(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Vec<String> {
+    let listed = git(
+        cwd,
+        confine,
+        &[
             "config",
             "--null",
             "--name-only",
             "--get-regexp",
             r"^filter\.",
-        ])
-        .output();
+        ],
+    );
     let Ok(listed) = listed else {
         return Vec::new();
     };
@@ -299,18 +326,14 @@ fn filters_off(cwd: &Path) -> Vec<String> {
 /// so what git starts is held like the model's `read-only` commands. Without a sandbox, no git
 /// diff is shown.
 fn git_diff(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Option<Result<String, String>> {
-    let inside = Command::new("git")
-        .arg("-C")
-        .arg(cwd)
-        .args(["rev-parse", "--is-inside-work-tree"])
-        .output()
-        .ok()?;
+    let inside = match git(cwd, confine, &["rev-parse", "--is-inside-work-tree"]) {
+        Ok(inside) => inside,
+        Err(message) => return Some(Err(message)),
+    };
     if !inside.status.success() || String::from_utf8_lossy(&inside.stdout).trim() != "true" {
         return None;
     }
     let mut args: Vec<String> = vec![
-        "-C".into(),
-        cwd.to_string_lossy().into_owned(),
         // No pager, external diff, textconv, clean/process filter or fsmonitor hook: the
         // overrides stay as a second layer under the sandbox (docs/SECURITY.md, "Protected
         // paths").
@@ -321,7 +344,7 @@ fn git_diff(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Option<Result<S
         "-c".into(),
         "protocol.allow=never".into(),
     ];
-    args.extend(filters_off(cwd));
+    args.extend(filters_off(cwd, confine));
     args.extend(
         [
             "--no-pager",
@@ -333,25 +356,13 @@ fn git_diff(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Option<Result<S
         ]
         .map(String::from),
     );
-    let plan = dsh_tools::CommandPlan::new("git", args.into_iter().map(Into::into).collect());
-    let plan = match confine(plan, cwd) {
-        Ok(plan) => plan,
-        Err(err) => {
-            return Some(Err(format!(
-                "not shown: git runs only in the read-only sandbox here, and {}",
-                err.message
-            )))
-        }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = match git(cwd, confine, &args) {
+        Ok(output) => output,
+        Err(message) => return Some(Err(message)),
     };
-    let mut env = dsh_tools::scrubbed_env();
-    env.push(("GIT_NO_LAZY_FETCH".into(), "1".into()));
-    let output = dsh_tools::plan_command(&plan, cwd, env)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .output();
-    Some(match output {
-        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        Err(err) => Err(err.to_string()),
+    Some(match output.status.success() {
+        true => Ok(String::from_utf8_lossy(&output.stdout).into_owned()),
+        false => Err(String::from_utf8_lossy(&output.stderr).trim().to_string()),
     })
 }

@@ -500,3 +500,37 @@ async fn diff_runs_no_filter_planted_in_a_submodule() {
         "/diff ran a filter planted in a submodule"
     );
 }
+
+/// Every git `/diff` starts goes through the confiner, not only `git diff`: the fifth
+/// adversarial review had the unconfined `git rev-parse` load a library planted in the
+/// workspace (through an empty entry of dsh's own `LD_LIBRARY_PATH`).
+#[tokio::test]
+async fn every_git_of_diff_runs_through_the_confiner() {
+    let s = Session::new(replies());
+    git(&s.cwd, &["init", "-q"]);
+    git(&s.cwd, &["add", "kept.txt"]);
+    std::fs::write(s.cwd.join("kept.txt"), "changed\n").unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let record = Arc::clone(&seen);
+    let inner = s.confiner();
+    let recording: dsh_tools::CommandConfiner = Arc::new(move |plan, workdir| {
+        let words: Vec<String> = plan
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        record.lock().unwrap().push(words.join(" "));
+        inner(plan, workdir)
+    });
+    let lines = diff_lines(&s.events(), &s.cwd, &recording);
+    assert!(
+        lines
+            .iter()
+            .any(|l| matches!(l, DiffLine::Added(a) if a.contains("changed"))),
+        "{lines:#?}"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.iter().any(|c| c.contains("rev-parse")), "{seen:?}");
+    assert!(seen.iter().any(|c| c.contains("config")), "{seen:?}");
+    assert!(seen.iter().any(|c| c.contains(" diff ")), "{seen:?}");
+}
