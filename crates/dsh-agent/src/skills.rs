@@ -167,9 +167,17 @@ impl SkillSet {
         if let Some(home) = dsh_home {
             gate = gate.with_dsh_home(home);
         }
+        let home = dsh_home.map(|h| std::fs::canonicalize(h).unwrap_or_else(|_| h.to_path_buf()));
         let mut set = SkillSet::default();
         for (dir, project) in standard_folders(cwd, dsh_home, extra) {
-            set.read_folder(&dir, project.then_some(&gate));
+            // A folder of the user's that lies in the workspace (`~/.agents/skills` of a session
+            // run in `$HOME`) is where the model can write: read it as a project's (the fifth
+            // adversarial review). dsh's home is hidden from the model, so its skills stay the
+            // user's.
+            let real = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+            let in_workspace = real.starts_with(&root)
+                && !home.as_ref().is_some_and(|home| real.starts_with(home));
+            set.read_folder(&dir, (project || in_workspace).then_some(&gate));
         }
         set
     }
@@ -639,6 +647,42 @@ mod tests {
         assert!(
             problems[1].contains(".agents/skills/folder"),
             "{problems:?}"
+        );
+    }
+
+    /// A folder of the user's that lies in the workspace (`~/.agents/skills` when the session
+    /// runs in `$HOME`; here an extra folder) is where the model can write, so it passes the
+    /// gate as a project's does (fifth adversarial review); dsh's own home stays the user's.
+    #[test]
+    fn a_users_skill_folder_inside_the_workspace_passes_the_gate() {
+        let root = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(root.path()).unwrap();
+        let (ws, outside) = (root.join("ws"), root.join("outside"));
+        let home = ws.join(".dsh-home");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        write_skill(&outside.join("secret"), "stolen", "OUTSIDE-SECRET-TEXT");
+        let user_folder = ws.join(".agents-like/skills");
+        std::fs::create_dir_all(user_folder.join("leak")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.join("secret/SKILL.md"),
+            user_folder.join("leak/SKILL.md"),
+        )
+        .unwrap();
+        write_skill(
+            &home.join("skills/own"),
+            "own",
+            "the user's, in a home inside",
+        );
+        let set = SkillSet::discover_session(&ws, Some(&home), std::slice::from_ref(&user_folder));
+        let names: Vec<&str> = set.skills().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["own"], "{:?}", set.problems());
+        assert!(set.skills().iter().all(|s| !s.body.contains("OUTSIDE")));
+        assert!(
+            set.problems()
+                .iter()
+                .any(|p| p.message.contains("symlink-out")),
+            "{:?}",
+            set.problems()
         );
     }
 
