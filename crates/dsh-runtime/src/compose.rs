@@ -347,10 +347,7 @@ fn project_confiner(
     let cwd = tool_context.cwd().to_path_buf();
     let writable_roots = tool_context.writable_roots();
     let network = tool_context.network();
-    let mut hidden_dirs = dsh_tools::hidden_dirs();
-    if !hidden_dirs.iter().any(|dir| dir == home) {
-        hidden_dirs.push(home.to_path_buf());
-    }
+    let hidden_dirs = hidden_with(home);
     type Kept = Option<(PermissionPreset, Arc<dyn dsh_tools::CommandConfinement>)>;
     let kept: std::sync::Mutex<Kept> = std::sync::Mutex::new(None);
     Arc::new(move |plan, workdir| {
@@ -362,15 +359,7 @@ fn project_confiner(
                     Arc::clone(confinement)
                 }
                 _ => {
-                    let sandbox = dsh_sandbox::confinement_for(preset)
-                        .map_err(|e| {
-                            dsh_tools::ToolError::new(
-                                dsh_tools::ToolErrorCode::SandboxUnavailable,
-                                e.to_string(),
-                            )
-                        })?
-                        .with_network(network);
-                    let confinement = sandbox.confinement();
+                    let confinement = sandbox_confinement(preset, network)?;
                     *kept = Some((preset, Arc::clone(&confinement)));
                     confinement
                 }
@@ -398,20 +387,10 @@ pub fn read_only_confiner(
     home: &std::path::Path,
 ) -> dsh_tools::CommandConfiner {
     let cwd = cwd.to_path_buf();
-    let mut hidden_dirs = dsh_tools::hidden_dirs();
-    if !hidden_dirs.iter().any(|dir| dir == home) {
-        hidden_dirs.push(home.to_path_buf());
-    }
+    let hidden_dirs = hidden_with(home);
     Arc::new(move |plan, workdir| {
         let preset = PermissionPreset::ReadOnly;
-        let sandbox = dsh_sandbox::confinement_for(preset)
-            .map_err(|e| {
-                dsh_tools::ToolError::new(
-                    dsh_tools::ToolErrorCode::SandboxUnavailable,
-                    e.to_string(),
-                )
-            })?
-            .with_network(false);
+        let confinement = sandbox_confinement(preset, false)?;
         let request = dsh_tools::ConfinementRequest {
             preset,
             cwd: cwd.clone(),
@@ -420,8 +399,29 @@ pub fn read_only_confiner(
             hidden_dirs: hidden_dirs.clone(),
             network: false,
         };
-        sandbox.confinement().confine(plan, &request)
+        confinement.confine(plan, &request)
     })
+}
+
+/// The confinement of `preset` on this host, with the network as `network` says, or
+/// `SANDBOX_UNAVAILABLE` with the reason.
+fn sandbox_confinement(
+    preset: PermissionPreset,
+    network: bool,
+) -> Result<Arc<dyn dsh_tools::CommandConfinement>, dsh_tools::ToolError> {
+    let sandbox = dsh_sandbox::confinement_for(preset).map_err(|e| {
+        dsh_tools::ToolError::new(dsh_tools::ToolErrorCode::SandboxUnavailable, e.to_string())
+    })?;
+    Ok(sandbox.with_network(network).confinement())
+}
+
+/// The folders confined commands must not see, `home` (the home the runtime uses) among them.
+fn hidden_with(home: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut hidden_dirs = dsh_tools::hidden_dirs();
+    if !hidden_dirs.iter().any(|dir| dir == home) {
+        hidden_dirs.push(home.to_path_buf());
+    }
+    hidden_dirs
 }
 
 /// How subagents are built: [`agent_parts`] one level deeper, with the preset in force.
