@@ -6,46 +6,23 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use dsh_runtime::Choices;
 
 // Arguments of `dsh acp` (a plain comment: clap would make a doc comment the
 // subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
 pub(crate) struct AcpArgs {
-    /// Provider for the sessions (default: the configured one).
-    #[arg(long)]
-    pub(crate) provider: Option<String>,
-    /// Model for the sessions (default: the configured one).
-    #[arg(long)]
-    pub(crate) model: Option<String>,
-    /// Reasoning effort, one the model supports (`dsh models` lists them).
-    #[arg(long)]
-    pub(crate) effort: Option<String>,
-    /// Permission preset the sessions start with (default: $DSH_PERMISSION_MODE, else
-    /// workspace-write). Actions outside it are asked of the editor's user; the editor can
-    /// switch it per session (the presets are the sessions' ACP modes).
-    #[arg(long)]
-    pub(crate) permission: Option<String>,
-    /// Apply the workspaces' own project settings without a recorded `dsh trust`.
-    #[arg(long)]
-    pub(crate) trust_workspace: bool,
+    // The sessions' provider, model, effort and starting preset (actions outside the preset
+    // are asked of the editor's user; the editor can switch it per session, the presets being
+    // the sessions' ACP modes).
+    #[command(flatten)]
+    pub(crate) session: crate::flags::SessionFlags,
 }
 
 /// Runs `dsh acp` until the editor closes stdin.
 pub(crate) fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
     // Sessions name their own cwd; the process's directory is only the runtime's default.
     let cwd = std::env::current_dir().unwrap_or_else(|_| std::path::PathBuf::from("/"));
-    let runtime = crate::run::runtime(
-        Some(&cwd),
-        Choices {
-            provider: args.provider,
-            model: args.model,
-            effort: args.effort,
-            permission: args.permission,
-            trust_workspace: args.trust_workspace,
-            keyless: false,
-        },
-    )?;
+    let runtime = crate::run::runtime(Some(&cwd), args.session.choices())?;
     let factory = Arc::new(runtime);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -7,6 +7,7 @@
 mod acp;
 mod approvals;
 mod config_cmd;
+mod flags;
 mod headless;
 mod home;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -43,6 +44,14 @@ struct Cli {
     /// terminal's scrollback (also `[tui] alt_screen = true` in config.toml).
     #[arg(long)]
     alt_screen: bool,
+    /// A first message for the interactive UI, sent once the session is open.
+    prompt: Option<String>,
+    /// The interactive UI's working directory (default: the current one).
+    #[arg(short = 'C', long = "cd", value_name = "DIR")]
+    cd: Option<std::path::PathBuf>,
+    // The interactive session's provider, model, effort and preset.
+    #[command(flatten)]
+    session: flags::SessionFlags,
 }
 
 /// Each subcommand's arguments are defined only when it is the one used (`defer`): clap
@@ -138,9 +147,24 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let cli = Cli::parse();
+    let interactive = tui::Interactive {
+        alt_screen: cli.alt_screen,
+        prompt: cli.prompt,
+        cd: cli.cd,
+        session: cli.session,
+    };
+    if cli.command.is_some()
+        && !matches!(cli.command, Some(Command::Resume(_)))
+        && interactive.any()
+    {
+        eprintln!(
+            "dsh: the options before a subcommand are the interactive UI's; give them after it (`dsh run --model M \"task\"`)"
+        );
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
-        None => tui::run_new(cli.alt_screen),
-        Some(Command::Resume(args)) => tui::run_resume(args, cli.alt_screen),
+        None => tui::run_new(interactive),
+        Some(Command::Resume(args)) => tui::run_resume(args, interactive),
         Some(Command::Run(args)) => run::run(args),
         Some(Command::Replay(args)) => replay::run(args),
         Some(Command::Sessions(args)) => sessions::run(args),

@@ -28,16 +28,9 @@ pub(crate) struct RunArgs {
     /// The task for the agent; `-` (or no argument with input piped in) reads it from standard
     /// input.
     pub(crate) prompt: Option<String>,
-    /// Provider name from the configuration (default: `provider` in config.toml, else deepseek).
-    #[arg(long)]
-    pub(crate) provider: Option<String>,
-    /// Model id (default: the configured model, else the provider's default_model).
-    #[arg(long)]
-    pub(crate) model: Option<String>,
-    /// Reasoning effort, one the model supports (`dsh models` lists them; the DeepSeek models
-    /// take off, low, high or max).
-    #[arg(long)]
-    pub(crate) effort: Option<String>,
+    // The session's provider, model, effort and preset.
+    #[command(flatten)]
+    pub(crate) session: crate::flags::SessionFlags,
     /// Colours in progress on stderr: auto (when stderr is a terminal and NO_COLOR is unset),
     /// always or never.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
@@ -64,14 +57,6 @@ pub(crate) struct RunArgs {
     /// Working directory of the session (default: the current directory).
     #[arg(long)]
     pub(crate) cwd: Option<PathBuf>,
-    /// Permission preset: read-only, workspace-write or danger-full-access
-    /// (default: $DSH_PERMISSION_MODE, else workspace-write).
-    #[arg(long)]
-    pub(crate) permission: Option<String>,
-    /// Apply the project's own settings (`.dsh/config.toml` hooks, MCP servers, permission,
-    /// providers; `.dsh/hooks.json`) for this run without a recorded `dsh trust`.
-    #[arg(long)]
-    pub(crate) trust_workspace: bool,
     /// End the turn when it has run this long (e.g. `90s`, `15m`, `2h`; plain numbers are
     /// seconds). Overrides `budget.max_wall_time_secs`.
     #[arg(long, value_parser = parse_wall_time)]
@@ -173,14 +158,7 @@ pub(crate) fn runtime(cwd: Option<&Path>, choices: Choices) -> anyhow::Result<Ru
 
 impl RunArgs {
     fn choices(&self) -> Choices {
-        Choices {
-            provider: self.provider.clone(),
-            model: self.model.clone(),
-            effort: self.effort.clone(),
-            permission: self.permission.clone(),
-            trust_workspace: self.trust_workspace,
-            keyless: false,
-        }
+        self.session.choices()
     }
 
     fn resume(&self) -> Resume {

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use dsh_runtime::Choices;
 use dsh_session::StoreKind;
 use dsh_tui::{StartWith, StatusInfo, TuiOptions};
 
@@ -23,25 +22,63 @@ pub(crate) struct ResumeArgs {
     /// Full-screen on the alternate screen instead of inline (also `[tui] alt_screen = true`).
     #[arg(long)]
     pub(crate) alt_screen: bool,
+    // The session's provider, model, effort and preset (`dsh resume --model M`).
+    #[command(flatten)]
+    pub(crate) session: crate::flags::SessionFlags,
+}
+
+/// What `dsh [OPTIONS] [PROMPT]` asks of the interactive UI (the options before a subcommand).
+#[derive(Debug, Default)]
+pub(crate) struct Interactive {
+    /// `--alt-screen`.
+    pub(crate) alt_screen: bool,
+    /// A first message, sent once the session is open.
+    pub(crate) prompt: Option<String>,
+    /// `-C DIR`: the working directory.
+    pub(crate) cd: Option<std::path::PathBuf>,
+    /// Provider, model, effort, preset.
+    pub(crate) session: crate::flags::SessionFlags,
+}
+
+impl Interactive {
+    /// True when an option that only the interactive UI takes was given (not `--alt-screen`,
+    /// which `dsh --alt-screen resume` uses too).
+    pub(crate) fn any(&self) -> bool {
+        self.prompt.is_some() || self.cd.is_some() || self.session.any()
+    }
 }
 
 /// Opens the UI on a new session (`dsh`).
-pub(crate) fn run_new(alt_screen: bool) -> anyhow::Result<ExitCode> {
-    run(StartWith::New, alt_screen)
+pub(crate) fn run_new(interactive: Interactive) -> anyhow::Result<ExitCode> {
+    run(StartWith::New, interactive)
 }
 
 /// Opens the UI on an existing session (`dsh resume`).
 /// `alt_screen`: `dsh --alt-screen resume`; `dsh resume --alt-screen` works too.
-pub(crate) fn run_resume(args: ResumeArgs, alt_screen: bool) -> anyhow::Result<ExitCode> {
-    let alt_screen = alt_screen || args.alt_screen;
+pub(crate) fn run_resume(
+    args: ResumeArgs,
+    mut interactive: Interactive,
+) -> anyhow::Result<ExitCode> {
+    interactive.alt_screen |= args.alt_screen;
+    // Flags after `resume` win over the same ones before it.
+    let mine = args.session;
+    let theirs = std::mem::take(&mut interactive.session);
+    interactive.session = crate::flags::SessionFlags {
+        provider: mine.provider.or(theirs.provider),
+        model: mine.model.or(theirs.model),
+        effort: mine.effort.or(theirs.effort),
+        permission: mine.permission.or(theirs.permission),
+        trust_workspace: mine.trust_workspace || theirs.trust_workspace,
+    };
     match args.id {
-        Some(id) => run(StartWith::Resume(id), alt_screen),
-        None => run(StartWith::Last, alt_screen),
+        Some(id) => run(StartWith::Resume(id), interactive),
+        None => run(StartWith::Last, interactive),
     }
 }
 
 /// `alt_screen` from the flag; the configuration's `[tui] alt_screen` turns it on too.
-fn run(start: StartWith, alt_screen: bool) -> anyhow::Result<ExitCode> {
+fn run(start: StartWith, interactive: Interactive) -> anyhow::Result<ExitCode> {
+    let alt_screen = interactive.alt_screen;
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         anyhow::bail!(
             "the interactive UI needs a terminal; for scripts use `dsh run \"task\"` (see `dsh --help`)"
@@ -49,9 +86,13 @@ fn run(start: StartWith, alt_screen: bool) -> anyhow::Result<ExitCode> {
     }
     // Untrusted project settings: show them and ask before the UI takes the terminal.
     let home = crate::home::dsh_home()?;
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let cwd = match &interactive.cd {
+        Some(dir) => std::fs::canonicalize(dir)
+            .with_context(|| format!("-C {}: no such directory", dir.display()))?,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
     crate::trust::ask_at_start(&home, &cwd)?;
-    let sessions = crate::run::runtime(Some(&cwd), Choices::default())?;
+    let sessions = crate::run::runtime(Some(&cwd), interactive.session.choices())?;
     let setup = sessions
         .configuration(&start.spec())
         .map_err(crate::run::runtime_error)?;
@@ -72,6 +113,7 @@ fn run(start: StartWith, alt_screen: bool) -> anyhow::Result<ExitCode> {
         },
         start,
         alt_screen: alt_screen || setup.config.tui().alt_screen,
+        initial_prompt: interactive.prompt,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

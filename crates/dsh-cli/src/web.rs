@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use dsh_runtime::{Choices, SessionSpec};
+use dsh_runtime::SessionSpec;
 use dsh_server::{ServerOptions, WebServer};
 use dsh_session::{PriceTable, StoreKind};
 
@@ -38,25 +38,12 @@ pub(crate) struct WebArgs {
     /// or the sign-in cookie can run commands as you.
     #[arg(long)]
     pub(crate) allow_remote: bool,
-    /// Provider for new sessions (default: the configured one).
-    #[arg(long)]
-    pub(crate) provider: Option<String>,
-    /// Model for new sessions (default: the configured one).
-    #[arg(long)]
-    pub(crate) model: Option<String>,
-    /// Reasoning effort for new sessions, one the model supports (`dsh models` lists them).
-    #[arg(long)]
-    pub(crate) effort: Option<String>,
-    /// Permission preset of the sessions' tools (default: $DSH_PERMISSION_MODE, else
-    /// workspace-write).
-    #[arg(long)]
-    pub(crate) permission: Option<String>,
     /// Default workspace for new sessions (default: the current directory).
     #[arg(long)]
     pub(crate) cwd: Option<PathBuf>,
-    /// Apply the workspaces' own project settings without a recorded `dsh trust`.
-    #[arg(long)]
-    pub(crate) trust_workspace: bool,
+    // New sessions' provider, model, effort and preset.
+    #[command(flatten)]
+    pub(crate) session: crate::flags::SessionFlags,
 }
 
 fn listen_address(args: &WebArgs) -> anyhow::Result<SocketAddr> {
@@ -97,17 +84,7 @@ async fn serve(args: WebArgs) -> anyhow::Result<ExitCode> {
             address.ip()
         );
     }
-    let runtime = crate::run::runtime(
-        args.cwd.as_deref(),
-        Choices {
-            provider: args.provider.clone(),
-            model: args.model.clone(),
-            effort: args.effort.clone(),
-            permission: args.permission.clone(),
-            trust_workspace: args.trust_workspace,
-            keyless: false,
-        },
-    )?;
+    let runtime = crate::run::runtime(args.cwd.as_deref(), args.session.choices())?;
     let home = runtime.home().to_path_buf();
     let cwd = runtime.cwd().to_path_buf();
     // The configuration of the default workspace, resolved once: prices and models for the

@@ -81,6 +81,8 @@ pub struct TuiOptions {
     /// Full-screen on the alternate screen (`--alt-screen`, `[tui] alt_screen = true`)
     /// instead of the inline mode (docs/tui.md, "Modes").
     pub alt_screen: bool,
+    /// A first message, sent as soon as the session is open (`dsh "fix the failing test"`).
+    pub initial_prompt: Option<String>,
 }
 
 /// How the UI ended.
@@ -176,6 +178,10 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         }
     });
     ui.open(ui.options.start.clone());
+    if let Some(prompt) = ui.options.initial_prompt.take() {
+        // Queued like a message typed while the session opens: sent once it is open.
+        ui.act(Action::Send(prompt));
+    }
     let result = ui.run_loop(&mut terminal, &mut input).await;
     let exit = TuiExit {
         session_id: ui.app.session_id.clone(),

@@ -488,3 +488,69 @@ async fn effort_is_checked_against_the_model_and_carried_by_a_model_switch() {
         bodies[1].body
     );
 }
+
+/// The interactive UI takes the session flags and a first message, as `codex` and `claude`
+/// do (issue 41): `dsh --model M --effort E --permission P -C DIR "task"` opens a session in
+/// DIR with that model, effort and preset, and sends the task at once.
+#[tokio::test]
+async fn the_interactive_ui_takes_session_flags_and_a_first_message() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("on it")
+            .finish("stop", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let other_dir = std::fs::canonicalize(other.path()).unwrap();
+    let url = provider.base_url();
+    let (h, c, o) = (
+        home.path().to_path_buf(),
+        cwd.path().to_path_buf(),
+        other_dir.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        let dir = o.display().to_string();
+        let mut tui = Tui::start_with(
+            &url,
+            &h,
+            &c,
+            &[
+                "--model",
+                "deepseek-v4-pro",
+                "--effort",
+                "high",
+                "--permission",
+                "read-only",
+                "-C",
+                &dir,
+                "fix the failing test",
+            ],
+        );
+        tui.wait_for("on it");
+        tui.wait_for("read-only");
+        tui.type_text("\x04");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tui.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "dsh did not exit after Ctrl-D");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+    let requests = provider.requests();
+    let bodies: Vec<_> = requests
+        .iter()
+        .filter(|r| r.body["stream"] == true && r.body["tools"].is_array())
+        .collect();
+    assert_eq!(bodies.len(), 1, "{requests:?}");
+    let body = &bodies[0].body;
+    assert_eq!(body["model"], "deepseek-v4-pro");
+    assert_eq!(body["reasoning_effort"], "high", "{body}");
+    assert!(body.to_string().contains("fix the failing test"), "{body}");
+    let logs = crate::common::session_files(home.path());
+    let log = std::fs::read_to_string(&logs[0]).unwrap();
+    assert!(log.contains(&other_dir.display().to_string()), "{log}");
+}
