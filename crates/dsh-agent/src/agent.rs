@@ -120,6 +120,11 @@ pub(crate) struct Shared {
     /// The tools of the latest step (the agent's own before the first), for front ends that
     /// present logged calls ([`AgentHandle::tools`]).
     pub(crate) tools: Mutex<Arc<ToolRegistry>>,
+    /// The model in use (or the one a queued `/model` switches to) takes images: input with an
+    /// image is refused before it is logged when it does not (docs/model-calls.md, "Images").
+    pub(crate) takes_images: std::sync::atomic::AtomicBool,
+    /// The agent's own adapters, to learn whether a model a front end switches to takes images.
+    pub(crate) adapters: AdapterRegistry,
 }
 
 /// The session's preset as last switched, the switch waiting for the next step, and the
@@ -170,6 +175,13 @@ impl AgentHandle {
     }
 
     fn enqueue(&self, target: InboxTarget, message: Message, wake: bool) -> Result<(), AgentError> {
+        if !self.takes_images() && dsh_llm::content_has_image(&message.content) {
+            return Err(AgentError::Config(Failure::new(
+                FailureCode::Other(dsh_llm::UNSUPPORTED_CONTENT.into()),
+                "the session's model takes text only, so the message with an image was not sent; \
+                 switch to a model that takes images (`/model`) or send the message without it",
+            )));
+        }
         {
             let mut log = self.shared.log();
             let splice = log.inbox.push(target, message);
@@ -247,7 +259,29 @@ impl AgentHandle {
     /// new config is validated against the model's metadata when it is applied; the change is
     /// logged as a `request/header {reason: change}`.
     pub fn set_call(&self, call: CallConfig) {
+        // A route only an extension knows keeps the current answer until the switch applies.
+        if let Ok(adapter) = self.shared.adapters.get(&call.provider) {
+            let images = adapter
+                .model_info(&call.model)
+                .is_some_and(|info| dsh_llm::takes_images(&info));
+            self.set_takes_images(images);
+        }
         *self.shared.call_change.lock_or_recover() = Some(call);
+    }
+
+    /// Whether the session's model takes images (after a queued `/model` switch, the new
+    /// model's answer): front ends offer image input only then, and input with an image is
+    /// refused otherwise (docs/model-calls.md, "Images").
+    pub fn takes_images(&self) -> bool {
+        self.shared
+            .takes_images
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_takes_images(&self, images: bool) {
+        self.shared
+            .takes_images
+            .store(images, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Switches the permission preset (`/permission`): logs `permission/preset` (and
@@ -578,6 +612,10 @@ impl Agent {
                 extensions: parts.extensions.clone(),
                 plan_mode: std::sync::atomic::AtomicBool::new(false),
                 tools: Mutex::new(Arc::clone(&parts.tools)),
+                takes_images: std::sync::atomic::AtomicBool::new(dsh_llm::takes_images(
+                    &model_info,
+                )),
+                adapters: parts.adapters.clone(),
             }),
             adapters: parts.adapters,
             step_tools: Arc::clone(&parts.tools),
@@ -712,6 +750,7 @@ impl Agent {
             .unwrap_or_else(|| generic_model_info(&call.model));
         call.clone().prepare(&info)?;
         self.options.call = call;
+        self.handle().set_takes_images(dsh_llm::takes_images(&info));
         self.model_info = info;
         Ok(())
     }

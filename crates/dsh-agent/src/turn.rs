@@ -31,6 +31,44 @@ const INTERRUPTED_NOTICE: &str = "The previous turn was interrupted by the user 
     finished. Any tool call without a result did not run. Do not assume that work completed; \
     check the current state before continuing.";
 
+/// `messages` with every image block (tool results included) replaced by
+/// `[image omitted: <model> takes no images]`, for a model without image input.
+pub(crate) fn omit_images(messages: &[Message], model: &str) -> Vec<Message> {
+    fn walk(content: &[ContentBlock], model: &str) -> Vec<ContentBlock> {
+        content
+            .iter()
+            .map(|block| match block {
+                ContentBlock::Image { .. } => {
+                    ContentBlock::text(format!("[image omitted: {model} takes no images]"))
+                }
+                ContentBlock::ToolResult {
+                    tool_call_id,
+                    content,
+                    is_error,
+                } => ContentBlock::ToolResult {
+                    tool_call_id: tool_call_id.clone(),
+                    content: walk(content, model),
+                    is_error: *is_error,
+                },
+                other => other.clone(),
+            })
+            .collect()
+    }
+    messages
+        .iter()
+        .map(|message| {
+            if dsh_llm::content_has_image(&message.content) {
+                Message {
+                    content: walk(&message.content, model),
+                    ..message.clone()
+                }
+            } else {
+                message.clone()
+            }
+        })
+        .collect()
+}
+
 /// How one model call ended, after retries.
 enum CallEnd {
     /// A reply to store (stop, tool-calls or max-tokens).
@@ -644,6 +682,17 @@ impl Agent {
         drop(log);
         for extension in &extensions {
             extension.request(&mut request);
+        }
+        // A model without image input never gets an image: a logged one (a resumed session, a
+        // `/model` switch after images were sent) goes as a placeholder line, so the session
+        // stays usable (docs/model-calls.md, "Images").
+        if !dsh_llm::takes_images(&self.model_info)
+            && dsh_llm::messages_have_images(&request.messages)
+        {
+            request.messages = Arc::new(omit_images(
+                &request.messages,
+                &request.config.config().model,
+            ));
         }
         // An extension that changed the messages made them its own: the log's lineage no
         // longer vouches for them (docs/model-calls.md, "History lineage").
