@@ -164,11 +164,19 @@ fn prompt_image(block: &Value) -> Result<ImageAttachment, RpcError> {
 
 impl Server {
     fn initialize(&self) -> Value {
+        // Capabilities come before any session: images are offered when the default model
+        // takes them. A session on a text-only model refuses an image prompt with a clear
+        // error before anything is logged (docs/acp.md, "Images").
+        let images = self
+            .factory
+            .default_model(&SessionSpec::default())
+            .and_then(|model| self.factory.model_info(&model))
+            .is_some_and(|info| dsh_llm::takes_images(&info));
         json!({
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": true,
-                "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
+                "promptCapabilities": {"image": images, "audio": false, "embeddedContext": true},
                 "mcpCapabilities": {"http": true, "sse": false},
             },
             "authMethods": setup::auth_methods(),

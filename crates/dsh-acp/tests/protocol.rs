@@ -182,6 +182,14 @@ impl SessionFactory for TestFactory {
     fn store(&self) -> Arc<dyn SessionStore + Send + Sync> {
         Arc::new(JsonlStore::new(&self.home))
     }
+
+    fn default_model(&self, _spec: &SessionSpec) -> Option<String> {
+        Some(self.model.to_string())
+    }
+
+    fn model_info(&self, model: &str) -> Option<dsh_llm::ModelInfo> {
+        Some(dsh_deepseek::model_info(model))
+    }
 }
 
 struct Client {
@@ -1098,4 +1106,51 @@ async fn prompt_images_reach_the_model_and_the_blob_store() {
     let log = std::fs::read_to_string(store.find(&session).unwrap()).unwrap();
     assert!(log.contains(&format!("sha256:{RED_HEX}")));
     assert!(!log.contains(RED_PNG_BASE64), "no base64 in the log");
+}
+
+/// A text-only default model (issue 40): `promptCapabilities.image` is off, and an image prompt
+/// sent anyway is refused with a clear error before anything is logged, so the session's next
+/// text prompt still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_only_model_offers_no_images_and_refuses_them() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new().text("DONE").finish("stop", None),
+    )])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let factory = TestFactory::new(provider.base_url(), home.path(), PermissionPreset::ReadOnly);
+    let mut client = connect(factory);
+    let id = client
+        .request("initialize", json!({"protocolVersion": 1}))
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(
+        answer["result"]["agentCapabilities"]["promptCapabilities"]["image"], false,
+        "{answer}"
+    );
+    let session = new_session(&mut client, cwd.path()).await;
+    let id = client
+        .request(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [
+                {"type": "text", "text": "look"},
+                {"type": "image", "data": RED_PNG_BASE64, "mimeType": "image/png"}
+            ]}),
+        )
+        .await;
+    let answer = client.response(id, "").await;
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("takes text only"), "{answer}");
+    let store = JsonlStore::new(home.path());
+    let log = std::fs::read_to_string(store.find(&session).unwrap()).unwrap();
+    assert!(!log.contains(&format!("sha256:{RED_HEX}")), "{log}");
+
+    let id = client
+        .request("session/prompt", prompt(&session, "hello"))
+        .await;
+    let answer = client.response(id, "").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(provider.requests().len(), 1);
 }
