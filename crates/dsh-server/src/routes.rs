@@ -386,6 +386,8 @@ pub(crate) async fn detail(State(state): Shared, Path(id): Path<String>) -> ApiR
         "model": call.model,
         "effort": call.reasoning_effort.map(|e| e.as_str()),
         "permission": live.handle.permission().as_str(),
+        // The model takes images: the composer offers the image button only then.
+        "images": live.handle.takes_images(),
         "pending": {"nextTurn": texts(next_turn), "nextStep": texts(next_step)},
         "approvals": live.approvals.waiting(),
         "questions": waiting_questions(&feed, &live),
@@ -638,6 +640,7 @@ pub(crate) async fn set_call(
     Ok(Json(json!({
         "model": call.model,
         "effort": call.reasoning_effort.map(|e| e.as_str()),
+        "images": live.handle.takes_images(),
         "note": note,
     }))
     .into_response())

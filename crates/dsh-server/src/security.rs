@@ -332,7 +332,7 @@ pub async fn gate(State(policy): State<Arc<GatePolicy>>, request: Request, next:
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; \
+            "default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; \
              connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
         ),
     );

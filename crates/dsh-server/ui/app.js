@@ -219,6 +219,7 @@ async function refreshDetail() {
     fillEfforts(d.model, d.effort);
   }
   app.detail = d;
+  showImageInput();
   updateState();
   // The session's own commands (user-invocable skills) come from its live agent.
   try {
@@ -284,7 +285,17 @@ const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
 const MAX_IMAGES = 20;
 app.images = [];
 
+// The image button only for a model that takes images (the session's `images`; unknown for a
+// stored session until it opens, which the server refuses then if need be).
+function showImageInput() {
+  $("attach").hidden = app.detail?.images === false;
+}
+
 function attachFiles(files) {
+  if (app.detail?.images === false && files.length) {
+    toast(`${app.detail.model || "the session's model"} takes no images; switch to a model that does`);
+    return;
+  }
   for (const file of files) {
     if (!IMAGE_TYPES.includes(file.type)) { toast(`${file.name || "file"}: not a PNG, JPEG, GIF or WebP image`); continue; }
     if (file.size > MAX_IMAGE_BYTES) { toast(`${file.name || "image"}: ${file.size} bytes, over the 20 MB image limit`); continue; }
@@ -401,6 +412,7 @@ function setCall(body) {
   return api(`/api/sessions/${app.id}/call`, body).then((r) => {
     $("model").value = r.model || "";
     fillEfforts(r.model, r.effort);
+    if (app.detail) { app.detail.images = r.images; showImageInput(); }
     toast(`from the next request: ${r.model}, effort ${r.effort || "default"}` + (r.note ? ` (${r.note})` : ""), "info");
   });
 }

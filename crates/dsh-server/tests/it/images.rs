@@ -56,11 +56,22 @@ async fn images_attach_by_paste_drop_and_picker_in_chromium() {
             "the composer",
             10,
         );
+        // The text-only default model: no image button (issue 40).
+        browser.wait_for(
+            "document.getElementById('attach').hidden === true",
+            "the image button hidden for a text-only model",
+            10,
+        );
         browser.eval("document.getElementById('model').value = 'deepseek-v4-flash-vision-exp'; document.getElementById('apply-call').click(); true");
         browser.wait_for(
             "document.getElementById('toast').innerText.includes('deepseek-v4-flash-vision-exp')",
             "the model switch",
             10,
+        );
+        browser.wait_for(
+            "document.getElementById('attach').hidden === false",
+            "the image button for a vision model",
+            5,
         );
 
         // Paste.
@@ -71,6 +82,12 @@ async fn images_attach_by_paste_drop_and_picker_in_chromium() {
         browser.wait_for(
             "document.querySelector('#attachments img')?.alt === 'pasted.png'",
             "the pasted thumbnail",
+            5,
+        );
+        // The preview is a `blob:` URL the page's CSP lets load (`img-src ... blob:`).
+        browser.wait_for(
+            "(() => { const i = document.querySelector('#attachments img'); return i.src.startsWith('blob:') && i.complete && i.naturalWidth === 1; })()",
+            "the composer's preview loaded from its blob: URL",
             5,
         );
         send_and_wait(&mut browser, "what is pasted", 1);
@@ -183,5 +200,64 @@ async fn the_prompt_api_refuses_bad_images_naming_them() {
         .status()
         .as_u16();
     assert_eq!(missing, 404);
+    web.stop().await;
+}
+
+/// A text-only model (issue 40): the session says it takes no images, a prompt with an image is
+/// refused before anything is logged, and an image already in the history (sent while a vision
+/// model was in use) reaches the text-only model as a placeholder, so later turns still complete.
+#[tokio::test]
+async fn a_text_only_model_refuses_images_and_survives_logged_ones() {
+    let mut web = Web::start(vec![text("hi"), text("red"), text("still here")]).await;
+    let id = web.create("hello").await;
+    let mut stream = web.stream(&id, None).await;
+    stream.until("turn/end").await;
+    let path = format!("/api/sessions/{id}");
+    let before = web.json(web.get(&path)).await.1;
+    assert_eq!(before["images"], false, "{before}");
+    let prompt = format!("/api/sessions/{id}/prompt");
+    let image = json!({"mediaType": "image/png", "data": RED_PNG_BASE64, "name": "red.png"});
+    let (status, body) = web
+        .json(web.post(&prompt, json!({"text": "look", "images": [image]})))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("UNSUPPORTED_CONTENT"), "{body}");
+    assert!(body.to_string().contains("takes text only"), "{body}");
+    // Nothing was logged.
+    assert_eq!(web.json(web.get(&path)).await.1["events"], before["events"]);
+
+    // The vision model takes it.
+    let call = format!("/api/sessions/{id}/call");
+    let (status, body) = web
+        .json(web.post(&call, json!({"model": "deepseek-v4-flash-vision-exp"})))
+        .await;
+    assert_eq!((status, &body["images"]), (200, &json!(true)), "{body}");
+    let (status, body) = web
+        .json(web.post(&prompt, json!({"text": "look", "images": [image]})))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    stream.until("turn/end").await;
+
+    // Back to the text-only model: the next text turn completes; its request has a placeholder
+    // where the image was.
+    let (status, body) = web
+        .json(web.post(&call, json!({"model": "deepseek-v4-flash"})))
+        .await;
+    assert_eq!((status, &body["images"]), (200, &json!(false)), "{body}");
+    let (status, body) = web
+        .json(web.post(&prompt, json!({"text": "and now?"})))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let end = stream.until("turn/end").await;
+    let end = &end.last().unwrap().data;
+    assert_eq!(end["data"]["reason"]["kind"], "completed", "{end}");
+    let requests = web.provider.requests();
+    let last = requests.last().unwrap().body.to_string();
+    assert!(
+        last.contains("[image omitted: deepseek-v4-flash takes no images]"),
+        "{last}"
+    );
+    assert!(!last.contains("image_url"), "{last}");
+    assert!(!last.contains(RED_PNG_BASE64), "{last}");
     web.stop().await;
 }

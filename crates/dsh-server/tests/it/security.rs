@@ -84,10 +84,11 @@ async fn a_launch_code_works_once_and_sets_a_strict_httponly_cookie() {
         .unwrap();
     assert_eq!(page.status(), 200);
     let headers = page.headers().clone();
-    assert!(headers["content-security-policy"]
-        .to_str()
-        .unwrap()
-        .contains("default-src 'self'"));
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'self'"), "{csp}");
+    // The composer previews images from `blob:` URLs; only images may come from there.
+    assert!(csp.contains("img-src 'self' data: blob:;"), "{csp}");
+    assert_eq!(csp.matches("blob:").count(), 1, "{csp}");
     assert_eq!(headers["referrer-policy"], "no-referrer");
     assert!(page.text().await.unwrap().contains("<title>dsh</title>"));
     let script = web
