@@ -53,12 +53,13 @@ pub const CATALOG_FILE: &str = "catalog.db";
 
 /// Bumped whenever the table changes, or what a row holds is computed differently; a catalog
 /// of another version is rebuilt. 3: usage counts every billed call, children's included
-/// (`crate::usage`).
-const SCHEMA_VERSION: i64 = 3;
+/// (`crate::usage`). 4: `text_spans`, so a session's texts are deleted by rowid.
+const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = "
 DROP TABLE IF EXISTS entries;
 DROP TABLE IF EXISTS texts;
+DROP TABLE IF EXISTS text_spans;
 CREATE TABLE entries (
     dir TEXT PRIMARY KEY,
     folder TEXT NOT NULL,
@@ -84,6 +85,13 @@ CREATE INDEX entries_by_folder ON entries (folder);
 CREATE VIRTUAL TABLE texts USING fts5(
     text, dir UNINDEXED, id UNINDEXED, seq UNINDEXED, type UNINDEXED, tokenize = 'trigram'
 );
+-- The rowids of each session folder's texts (inserted in one run, so one range): FTS5 cannot
+-- look up an UNINDEXED column, and deleting by `dir` read the whole table once per session.
+CREATE TABLE text_spans (
+    dir TEXT PRIMARY KEY,
+    lo INTEGER NOT NULL,
+    hi INTEGER NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// The key of a row as one text, to compare with `fts_key` (the key its texts were indexed at).
@@ -500,9 +508,9 @@ impl Catalog {
         for &index in &gone {
             delete_row(&tx, rows.text.get(rows.rows[index].dir)).map_err(self.sql())?;
         }
+        let summaries = summarise(&stale);
         let mut fresh = Vec::with_capacity(stale.len());
-        for (index, entry) in stale {
-            let summary = SessionSummary::of_file(&entry.path).map_err(|e| e.to_string());
+        for ((index, entry), summary) in stale.into_iter().zip(summaries) {
             upsert(&tx, &entry, &summary).map_err(self.sql())?;
             let row = row_of(&mut rows.text, entry, summary)
                 .map_err(too_big)
@@ -723,43 +731,44 @@ impl Catalog {
             return Ok(());
         }
         let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
-        for (dir, path, key) in &stale {
-            tx.execute("DELETE FROM texts WHERE dir = ?1", [dir])
-                .map_err(self.sql())?;
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT INTO texts (text, dir, id, seq, type) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .map_err(self.sql())?;
-            let path = if Path::new(path).is_absolute() {
-                PathBuf::from(path)
-            } else {
-                root.join(path)
-            };
-            if let Ok(mut reader) = LogReader::open(&path) {
-                let id = reader.header().id.clone();
-                while let Ok(Some(env)) = reader.next_event() {
-                    if let Some(message) = env.event.message() {
-                        insert
-                            .execute(params![
-                                message_text(message),
-                                dir,
-                                id,
-                                clamp(env.seq),
-                                env.event.event_type()
-                            ])
-                            .map_err(self.sql())?;
-                    }
-                }
-            }
-            // The key the row had when this read began: a log that changed meanwhile has a
-            // new row key by the next search, which indexes it again.
-            tx.execute(
-                "UPDATE entries SET fts_key = ?2 WHERE dir = ?1",
-                params![dir, key],
+        let mut insert = tx
+            .prepare_cached(
+                "INSERT INTO texts (text, dir, id, seq, type) VALUES (?1, ?2, ?3, ?4, ?5)",
             )
             .map_err(self.sql())?;
+        // Logs are parsed on every core a batch at a time (bounded memory), and their texts
+        // written here.
+        for batch in stale.chunks(512) {
+            let texts = par_map(batch, |(_, path, _)| {
+                if Path::new(path).is_absolute() {
+                    log_texts(Path::new(path))
+                } else {
+                    log_texts(&root.join(path))
+                }
+            });
+            for ((dir, _, key), texts) in batch.iter().zip(texts) {
+                delete_texts(&tx, dir).map_err(self.sql())?;
+                let mut span: Option<(i64, i64)> = None;
+                for (text, id, seq, kind) in texts {
+                    insert
+                        .execute(params![text, dir, id, seq, kind])
+                        .map_err(self.sql())?;
+                    let rowid = tx.last_insert_rowid();
+                    span = Some(span.map_or((rowid, rowid), |(lo, _)| (lo, rowid)));
+                }
+                if let Some((lo, hi)) = span {
+                    tx.prepare_cached("INSERT INTO text_spans (dir, lo, hi) VALUES (?1, ?2, ?3)")
+                        .and_then(|mut s| s.execute(params![dir, lo, hi]))
+                        .map_err(self.sql())?;
+                }
+                // The key the row had when this read began: a log that changed meanwhile has
+                // a new row key by the next search, which indexes it again.
+                tx.prepare_cached("UPDATE entries SET fts_key = ?2 WHERE dir = ?1")
+                    .and_then(|mut s| s.execute(params![dir, key]))
+                    .map_err(self.sql())?;
+            }
         }
+        drop(insert);
         tx.commit().map_err(self.sql())
     }
 
@@ -1004,10 +1013,73 @@ fn log_in(session: &Path) -> Option<(usize, FileKey)> {
         })
 }
 
+/// The summaries of the stale logs, in their order. Parsing them, not the row writes, is most
+/// of a first listing, so many logs (a catalog built anew) are read on every core.
+fn summarise(stale: &[(Option<usize>, Found)]) -> Vec<std::result::Result<SessionSummary, String>> {
+    par_map(stale, |(_, entry)| {
+        SessionSummary::of_file(&entry.path).map_err(|e| e.to_string())
+    })
+}
+
+/// `items.iter().map(f)`, on up to 8 threads when there are enough items to be worth them.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || items.len() < 64 {
+        return items.iter().map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .zip(items.chunks(chunk))
+            // A thread that panicked: its items are done again here (and panic here too).
+            .flat_map(|(part, items)| {
+                part.join()
+                    .unwrap_or_else(|_| items.iter().map(f).collect())
+            })
+            .collect()
+    })
+}
+
+/// The message texts of a log, as the FTS table holds them: (text, session id, seq, type).
+/// A damaged log gives its texts up to the damage; an unreadable one none.
+fn log_texts(path: &Path) -> Vec<(String, String, i64, String)> {
+    let mut out = Vec::new();
+    if let Ok(mut reader) = LogReader::open(path) {
+        let id = reader.header().id.clone();
+        while let Ok(Some(env)) = reader.next_event() {
+            if let Some(message) = env.event.message() {
+                let kind = env.event.event_type().to_string();
+                out.push((message_text(message), id.clone(), clamp(env.seq), kind));
+            }
+        }
+    }
+    out
+}
+
 /// Removes the row of session folder `dir` and its search text.
 fn delete_row(tx: &rusqlite::Transaction<'_>, dir: &str) -> rusqlite::Result<()> {
-    tx.execute("DELETE FROM entries WHERE dir = ?1", [dir])?;
-    tx.execute("DELETE FROM texts WHERE dir = ?1", [dir])?;
+    tx.prepare_cached("DELETE FROM entries WHERE dir = ?1")?
+        .execute([dir])?;
+    delete_texts(tx, dir)
+}
+
+/// Removes the search text of session folder `dir`, by the rowids `text_spans` holds for it
+/// (a lookup per row, where a `dir = ?` condition on the FTS table reads all of it).
+fn delete_texts(tx: &rusqlite::Transaction<'_>, dir: &str) -> rusqlite::Result<()> {
+    let span: Option<(i64, i64)> = tx
+        .prepare_cached("DELETE FROM text_spans WHERE dir = ?1 RETURNING lo, hi")?
+        .query_row([dir], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((lo, hi)) = span {
+        tx.prepare_cached("DELETE FROM texts WHERE rowid BETWEEN ?1 AND ?2")?
+            .execute([lo, hi])?;
+    }
     Ok(())
 }
 

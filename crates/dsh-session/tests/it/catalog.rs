@@ -573,6 +573,25 @@ fn search_reads_the_catalogs_full_text_index_and_follows_changes() {
         .unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].session_id, id);
+    // Indexed again after one more change: its old texts go, the other sessions' stay.
+    let others = |catalog: &mut Catalog| {
+        let hits = catalog.search(&store.root(), "question", 1000);
+        let hits = hits.unwrap().unwrap();
+        hits.into_iter().filter(|h| h.session_id != id).count()
+    };
+    let before = others(&mut catalog);
+    let mut resumed = store.resume(&id).unwrap();
+    resumed
+        .writer
+        .append(Event::UserMessage(Message::user_text("y", "yak shaving")))
+        .unwrap();
+    drop(resumed);
+    let hits = catalog
+        .search(&store.root(), "bra cross", 100)
+        .unwrap()
+        .unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(others(&mut catalog), before);
     // Deleted with its session.
     store.remove(&id).unwrap();
     let hits = catalog
