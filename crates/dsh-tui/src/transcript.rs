@@ -181,6 +181,11 @@ pub struct Transcript {
     pub revision: u64,
     /// When the running turn started (as this view saw its `turn/start`).
     pub turn_started: Option<std::time::Instant>,
+    /// Since when the turn waits for the user's approval (`approval/asked` not yet decided):
+    /// the working time does not count it.
+    pub waiting_since: Option<std::time::Instant>,
+    /// How long the running turn has waited for approvals already decided.
+    pub waited: std::time::Duration,
     /// Text and reasoning deltas streamed by the running turn (about one token each).
     pub streamed: u64,
     /// How tool calls are shown: as logged, else as the session's tools say.
@@ -247,11 +252,14 @@ impl Transcript {
             Event::TurnStart(_) => {
                 self.running = true;
                 self.turn_started = Some(std::time::Instant::now());
+                self.waiting_since = None;
+                self.waited = std::time::Duration::ZERO;
                 self.streamed = 0;
             }
             Event::TurnEnd(end) => {
                 self.running = false;
                 self.turn_started = None;
+                self.waiting_since = None;
                 self.end_preview();
                 self.turn_end(&end.reason);
             }
@@ -542,9 +550,61 @@ impl Transcript {
             _ => return,
         };
         self.end_preview();
-        self.cells.push(Cell::Notice {
+        let notice = Cell::Notice {
             level: NoticeLevel::Info,
             text,
+        };
+        self.place_notice(notice, event_type, data);
+    }
+
+    /// Adds `notice`, of the event `event_type` with `data`. An approval's question and answer
+    /// come before the call's card, which is still running (so not yet in the scrollback):
+    /// asked, answered, then the result. While it waits, the card says so and the working time
+    /// stands still.
+    fn place_notice(&mut self, notice: Cell, event_type: &str, data: &Value) {
+        let waiting = match event_type {
+            "approval/asked" => Some(true),
+            "approval/decided" => Some(false),
+            _ => None,
+        };
+        let call = data["callId"].as_str();
+        let card = call.and_then(|call| {
+            self.cells.iter().rposition(|cell| {
+                matches!(cell, Cell::Tool(card) if card.call_id == call && card.status == ToolStatus::Running)
+            })
         });
+        match (waiting, card) {
+            (Some(waiting), Some(at)) => {
+                self.cells.insert(at, notice);
+                if let Cell::Tool(card) = &mut self.cells[at + 1] {
+                    card.progress = waiting.then(|| "awaiting approval".to_string());
+                }
+            }
+            _ => self.cells.push(notice),
+        }
+        match waiting {
+            Some(true) if self.running => {
+                self.waiting_since
+                    .get_or_insert_with(std::time::Instant::now);
+            }
+            Some(false) => {
+                if let Some(since) = self.waiting_since.take() {
+                    self.waited += since.elapsed();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The running turn's working time: since its start, less the time it waited for the
+    /// user's approval.
+    pub fn working_time(&self) -> std::time::Duration {
+        let Some(started) = self.turn_started else {
+            return std::time::Duration::ZERO;
+        };
+        let until = self.waiting_since.unwrap_or_else(std::time::Instant::now);
+        until
+            .saturating_duration_since(started)
+            .saturating_sub(self.waited)
     }
 }

@@ -277,11 +277,8 @@ pub fn hint_line(app: &App) -> Line<'static> {
     if !app.transcript.running {
         return Line::default();
     }
-    let elapsed = app
-        .transcript
-        .turn_started
-        .map(|t| t.elapsed())
-        .unwrap_or_default();
+    // The time the user takes to answer an approval is not the agent's working time.
+    let elapsed = app.transcript.working_time();
     const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
     let frame = SPINNER[(elapsed.as_millis() / 100) as usize % SPINNER.len()];
     let secs = elapsed.as_secs();
@@ -293,7 +290,13 @@ pub fn hint_line(app: &App) -> Line<'static> {
     let dim = Style::default().fg(Color::DarkGray);
     Line::from(vec![
         Span::styled(format!("{frame} "), Style::default().fg(Color::Cyan)),
-        Span::styled("Working", Style::default().add_modifier(Modifier::BOLD)),
+        Span::styled(
+            match app.transcript.waiting_since {
+                Some(_) => "Waiting for your approval",
+                None => "Working",
+            },
+            Style::default().add_modifier(Modifier::BOLD),
+        ),
         Span::styled(
             format!(
                 " ({time} · ↓ {} tokens · Esc to interrupt)",

@@ -793,3 +793,86 @@ fn the_usage_counts_every_billed_call_under_its_model() {
     let cost = t.stats.cost(&prices).unwrap();
     assert!((cost - expected).abs() < 1e-12, "{cost} != {expected}");
 }
+
+/// While an approval waits, the call's card says so and the working time stands still; the
+/// question and the answer come before the card, so the scrollback reads asked, answered,
+/// result (issue 39: the card said "running…", the timer kept counting, and the finished card
+/// reached the scrollback before "approval asked").
+#[test]
+fn an_approval_is_shown_before_its_card_which_waits_without_counting() {
+    let mut t = Transcript::new();
+    t.apply(&env(
+        1,
+        Event::TurnStart(dsh_session::TurnStart { turn: 1 }),
+    ));
+    t.apply(&env(
+        2,
+        Event::ToolCall(ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            name: "bash".into(),
+            arguments: json!({"command": "rm -rf build", "description": "clean"}).to_string(),
+            presentation: None,
+        }),
+    ));
+    let opaque = |seq, event_type: &str, data: serde_json::Value| {
+        env(
+            seq,
+            Event::Opaque {
+                event_type: event_type.into(),
+                data,
+            },
+        )
+    };
+    t.apply(&opaque(
+        3,
+        "approval/asked",
+        json!({"id": "a1", "callId": "c1", "toolName": "bash", "reason": "outside the preset"}),
+    ));
+    assert!(t.waiting_since.is_some());
+    let card_at = t
+        .cells
+        .iter()
+        .position(|c| matches!(c, Cell::Tool(_)))
+        .unwrap();
+    assert!(
+        matches!(&t.cells[card_at - 1], Cell::Notice { text, .. } if text.starts_with("approval asked")),
+        "{:?}",
+        t.cells
+    );
+    let Cell::Tool(card) = &t.cells[card_at] else {
+        unreachable!()
+    };
+    assert_eq!(card.progress.as_deref(), Some("awaiting approval"));
+    let drawn: String = render_cell(&t.cells[card_at], false)
+        .iter()
+        .map(|line| line.to_string())
+        .collect();
+    assert!(drawn.contains("awaiting approval"), "{drawn}");
+    assert!(!drawn.contains("running"), "{drawn}");
+    // The working time does not move while the user decides.
+    let before = t.working_time();
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    assert_eq!(t.working_time(), before);
+    t.apply(&opaque(
+        4,
+        "approval/decided",
+        json!({"id": "a1", "callId": "c1", "outcome": "approved"}),
+    ));
+    assert!(t.waiting_since.is_none());
+    let card_at = t
+        .cells
+        .iter()
+        .position(|c| matches!(c, Cell::Tool(_)))
+        .unwrap();
+    assert!(
+        matches!(&t.cells[card_at - 1], Cell::Notice { text, .. } if text.starts_with("approval approved")),
+        "{:?}",
+        t.cells
+    );
+    let Cell::Tool(card) = &t.cells[card_at] else {
+        unreachable!()
+    };
+    assert_eq!(card.progress, None);
+}
