@@ -6,7 +6,10 @@
 //! - the first page of `GET /api/sessions?limit=50` of a running `dsh web`, over loopback with a
 //!   signed-in cookie, on a fresh connection per request,
 //! - `dsh sessions show <id>` of one session (what resuming by id does first: find its log), in
-//!   this home and in a home holding only that session (docs/sessions.md, "Finding a session").
+//!   this home and in a home holding only that session (docs/sessions.md, "Finding a session"),
+//! - cold history (docs/PERFORMANCE.md, "History at scale, cold"): the first `dsh sessions
+//!   search WORD` and the first `sessions list --all` after `catalog.db` is removed, against
+//!   `grep -rl WORD` over the same logs and against reading every log (`cat` to /dev/null).
 //!
 //! The logs are written directly (header, turns with usage, a title) without the catalog, as
 //! logs of an older dsh or of another machine would arrive.
@@ -191,6 +194,7 @@ pub(crate) fn sessions_list(
         }
         colds.push(run_quiet(&mut dsh_list())?);
     }
+    let cold = cold_history(dsh, &home, &work, runs)?;
     let web = web_first_page(dsh, &home, &work, runs)
         .unwrap_or_else(|err| json!({"error": format!("{err:#}")}));
     let (show, show_alone) = show_by_id(dsh, &home, &scratch.path().join("alone"), &work, runs)?;
@@ -206,6 +210,68 @@ pub(crate) fn sessions_list(
         "web_first_page": web,
         "show_by_id": show,
         "show_by_id_alone": show_alone,
+        "cold": cold,
+    }))
+}
+
+/// A word of one working directory in fifty: most logs do not hold it, so `grep -rl` reads
+/// them whole.
+const COLD_WORD: &str = "project-07";
+
+/// Removes the catalog and its journal files.
+fn remove_catalog(home: &Path) {
+    let catalog = home.join(dsh_session::CATALOG_FILE);
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut name = catalog.as_os_str().to_owned();
+        name.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(name));
+    }
+}
+
+/// The first search and the first list after the catalog is removed, each against its floor
+/// measured in the same run (the page cache warm for all of them).
+fn cold_history(dsh: &Path, home: &Path, work: &Path, runs: usize) -> anyhow::Result<Value> {
+    let root = home.join("sessions");
+    let dsh_cmd = |args: &[&str]| {
+        let mut command = Command::new(dsh);
+        command
+            .args(args)
+            .current_dir(work)
+            .env("DSH_HOME", home)
+            .env("HOME", work);
+        command
+    };
+    let grep = timed_runs(runs, || {
+        // Exit status 1 means no match: the word must match.
+        run_quiet(Command::new("grep").args(["-rl", COLD_WORD]).arg(&root))
+    })?;
+    let read = timed_runs(runs, || {
+        run_quiet(Command::new("find").arg(&root).args([
+            "-name",
+            "session.jsonl*",
+            "-exec",
+            "cat",
+            "{}",
+            "+",
+        ]))
+    })?;
+    let cold = |args: &[&str]| -> anyhow::Result<Value> {
+        let mut times = Vec::new();
+        for _ in 0..runs.clamp(1, 3) {
+            remove_catalog(home);
+            times.push(run_quiet(&mut dsh_cmd(args))?);
+        }
+        let min = times.iter().cloned().fold(f64::INFINITY, f64::min);
+        Ok(json!({"median_ms": median(&mut times), "min_ms": min, "runs": times.len()}))
+    };
+    let search = cold(&["sessions", "search", COLD_WORD])?;
+    let list = cold(&["sessions", "list", "--all"])?;
+    Ok(json!({
+        "word": COLD_WORD,
+        "grep_rl": grep,
+        "read_logs": read,
+        "first_search": search,
+        "first_list": list,
     }))
 }
 

@@ -423,7 +423,19 @@ fn listing_rows(results: &Path) -> Vec<Row> {
             "`sessions show <id>` of one session, same home (vs the same in a home holding only it)",
             "",
             timed(listing.clone(), "/show_by_id/median_ms"),
-            timed(listing, "/show_by_id_alone/median_ms"),
+            timed(listing.clone(), "/show_by_id_alone/median_ms"),
+        ),
+        row(
+            "first `sessions search WORD` after `catalog.db` is removed (vs `grep -rl WORD` over the logs)",
+            "<= 3x",
+            timed(listing.clone(), "/cold/first_search/median_ms"),
+            timed(listing.clone(), "/cold/grep_rl/median_ms"),
+        ),
+        row(
+            "first `sessions list --all` after `catalog.db` is removed (vs reading every log)",
+            "<= 3x",
+            timed(listing.clone(), "/cold/first_list/median_ms"),
+            timed(listing, "/cold/read_logs/median_ms"),
         ),
     ]
 }
