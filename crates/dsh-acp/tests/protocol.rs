@@ -500,7 +500,25 @@ async fn permission_requests_go_to_the_client() {
             card < request,
             "{call}: tool_call at {card}, request at {request}"
         );
+        // The call is `in_progress` only once it runs, after the answer (issue 39: the update
+        // came before the request); a rejected call never is.
+        let running = client.seen.iter().position(|l: &Value| {
+            l["params"]["update"]["sessionUpdate"] == "tool_call_update"
+                && l["params"]["update"]["toolCallId"] == *call
+                && l["params"]["update"]["status"] == "in_progress"
+        });
+        if let Some(running) = running {
+            assert!(
+                request < running,
+                "{call}: request at {request}, in_progress at {running}"
+            );
+        }
     }
+    let rejected_ran = client.seen.iter().any(|l: &Value| {
+        l["params"]["update"]["toolCallId"] == "call_rejected"
+            && l["params"]["update"]["status"] == "in_progress"
+    });
+    assert!(!rejected_ran, "a rejected call was shown running");
     acp_runtime::assert_seen_valid(&client);
     assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "call_allowed");
     assert_eq!(asked[2]["params"]["toolCall"]["toolCallId"], "call_session");

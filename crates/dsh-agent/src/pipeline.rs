@@ -81,17 +81,8 @@ impl Agent {
                 continue;
             }
             let mut futures = Vec::with_capacity(batch.len());
-            {
-                let mut log = self.shared.log();
-                for info in batch {
-                    log.append(Event::ToolStarted(ToolStarted {
-                        turn,
-                        step,
-                        call_id: info.call_id.clone(),
-                    }))?;
-                }
-                log.flush()?;
-            }
+            // `tool/started` is logged by each call when its body starts (`dispatch`): after
+            // its approval, so no front end shows a call as running while it waits for one.
             for info in batch {
                 futures.push(self.dispatch(info));
             }
@@ -205,7 +196,16 @@ impl Agent {
         let arguments = info.arguments.clone();
         let body_escalation = Arc::clone(&escalated);
         let body_approved = Arc::clone(&approved);
+        let started_log = Arc::clone(&self.shared);
+        let started = ToolStarted {
+            turn: info.turn,
+            step: info.step,
+            call_id: info.call_id.clone(),
+        };
         let mut future: ToolFuture = Box::pin(async move {
+            // The call runs now: whatever had to allow it (its approval, the hooks before
+            // it) did. A log that refuses the record refuses the call.
+            log_started(&started_log, started)?;
             let ctx = match body_escalation.get() {
                 Some(preset) => ctx.with_permission(*preset),
                 None => ctx,
@@ -326,6 +326,19 @@ impl Agent {
 
 /// Appends a non-model-visible approval event. A log that refuses it refuses the call too:
 /// nothing runs unlogged.
+/// Logs (and syncs) that a call's body starts.
+fn log_started(shared: &Shared, started: ToolStarted) -> Result<(), ToolError> {
+    let mut log = shared.log();
+    log.append(Event::ToolStarted(started))
+        .and_then(|_| log.flush())
+        .map_err(|err| {
+            ToolError::new(
+                ToolErrorCode::Io,
+                format!("cannot log the start of the call: {err}"),
+            )
+        })
+}
+
 fn log_approval(shared: &Shared, event_type: &str, data: Value) -> Result<(), ToolError> {
     let mut log = shared.log();
     log.append(Event::Opaque {
