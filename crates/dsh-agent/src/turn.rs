@@ -34,32 +34,14 @@ const INTERRUPTED_NOTICE: &str = "The previous turn was interrupted by the user 
 /// `messages` with every image block (tool results included) replaced by
 /// `[image omitted: <model> takes no images]`, for a model without image input.
 pub(crate) fn omit_images(messages: &[Message], model: &str) -> Vec<Message> {
-    fn walk(content: &[ContentBlock], model: &str) -> Vec<ContentBlock> {
-        content
-            .iter()
-            .map(|block| match block {
-                ContentBlock::Image { .. } => {
-                    ContentBlock::text(format!("[image omitted: {model} takes no images]"))
-                }
-                ContentBlock::ToolResult {
-                    tool_call_id,
-                    content,
-                    is_error,
-                } => ContentBlock::ToolResult {
-                    tool_call_id: tool_call_id.clone(),
-                    content: walk(content, model),
-                    is_error: *is_error,
-                },
-                other => other.clone(),
-            })
-            .collect()
-    }
+    let placeholder =
+        |_: &dsh_llm::ImageAttachment| format!("[image omitted: {model} takes no images]");
     messages
         .iter()
         .map(|message| {
             if dsh_llm::content_has_image(&message.content) {
                 Message {
-                    content: walk(&message.content, model),
+                    content: dsh_llm::replace_images(&message.content, &placeholder),
                     ..message.clone()
                 }
             } else {

@@ -422,17 +422,25 @@ pub fn check_images_loaded(messages: &[Message]) -> Result<(), Failure> {
 
 /// Every image block (tool results included) replaced by its text placeholder.
 pub fn images_to_placeholders(content: &[ContentBlock]) -> Vec<ContentBlock> {
+    replace_images(content, &ImageAttachment::placeholder)
+}
+
+/// Every image block (tool results included) replaced by the text `text` gives for it.
+pub fn replace_images(
+    content: &[ContentBlock],
+    text: &dyn Fn(&ImageAttachment) -> String,
+) -> Vec<ContentBlock> {
     content
         .iter()
         .map(|block| match block {
-            ContentBlock::Image { attachment } => ContentBlock::text(attachment.placeholder()),
+            ContentBlock::Image { attachment } => ContentBlock::text(text(attachment)),
             ContentBlock::ToolResult {
                 tool_call_id,
                 content,
                 is_error,
             } => ContentBlock::ToolResult {
                 tool_call_id: tool_call_id.clone(),
-                content: images_to_placeholders(content),
+                content: replace_images(content, text),
                 is_error: *is_error,
             },
             other => other.clone(),

@@ -39,8 +39,8 @@ pub use effort::{effort_names, CarriedEffort};
 pub use failure::{Failure, FailureCode};
 pub use image::{
     attachment_id, check_image_input, check_images_loaded, content_has_image, extension_media_type,
-    images_to_placeholders, media_type_extension, messages_have_images, takes_images,
-    ImageAttachment, ImageError, IMAGE_INPUT, MAX_IMAGE_BYTES, UNSUPPORTED_CONTENT,
+    images_to_placeholders, media_type_extension, messages_have_images, replace_images,
+    takes_images, ImageAttachment, ImageError, IMAGE_INPUT, MAX_IMAGE_BYTES, UNSUPPORTED_CONTENT,
 };
 pub use message::{Message, MessageSource, Role};
 pub use model_table::{ModelRow, ModelTable};
