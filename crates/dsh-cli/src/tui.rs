@@ -96,10 +96,15 @@ fn run(start: StartWith, interactive: Interactive) -> anyhow::Result<ExitCode> {
     let setup = sessions
         .configuration(&start.spec())
         .map_err(crate::run::runtime_error)?;
-    // A session that cannot be found is one line and exit 1, before the UI takes the terminal.
-    sessions
+    // A session that cannot be found is one line and exit 1, before the UI takes the terminal;
+    // the latest one, once found, is opened by its id (not looked up a second time).
+    let found = sessions
         .session_to_resume(&start.spec(), sessions.store().as_ref())
         .map_err(crate::run::runtime_error)?;
+    let start = match (start, found) {
+        (StartWith::Last, Some(id)) => StartWith::Resume(id),
+        (start, _) => start,
+    };
     let options = TuiOptions {
         home: setup.home.clone(),
         cwd: setup.cwd.clone(),
