@@ -157,10 +157,6 @@ pub(crate) fn runtime(cwd: Option<&Path>, choices: Choices) -> anyhow::Result<Ru
 }
 
 impl RunArgs {
-    fn choices(&self) -> Choices {
-        self.session.choices()
-    }
-
     fn resume(&self) -> Resume {
         match (&self.resume, self.continue_last) {
             (Some(key), _) => Resume::Id(key.clone()),
@@ -201,7 +197,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     // The task first: a missing one is refused before any configuration is read.
     let prompt = task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?;
-    let runtime = runtime(args.cwd.as_deref(), args.choices())?;
+    let runtime = runtime(args.cwd.as_deref(), args.session.choices())?;
     let spec = SessionSpec {
         resume: args.resume(),
         // Plan mode is in force before anything of the session starts (its MCP servers).
