@@ -97,7 +97,7 @@ pub use reader::{
     is_zstd_path, load_file, LoadedLog, LogInput, LogReader, TornTail, ZstdInput,
     ZSTD_MAX_EXPANDED, ZSTD_MAX_RATIO, ZSTD_RATIO_FLOOR,
 };
-pub use sqlite::{sub_agent_anchor, SqliteStore, SqliteWriter};
+pub use sqlite::{load_location, sub_agent_anchor, SqliteStore, SqliteWriter};
 pub use state::{ClosedTurn, OpenCall, SessionTracker};
 pub use store::{
     cwd_folder_name, is_flush_point, is_sync_point, open_store, session_path, CreateOptions,

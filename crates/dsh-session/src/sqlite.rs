@@ -84,6 +84,18 @@ pub fn sub_agent_anchor(location: &str) -> PathBuf {
     PathBuf::from(location)
 }
 
+/// The log written at `location` (a writer's `location()`): a JSONL file, or a SQLite session
+/// (`sqlite:<db>#<id>`).
+pub fn load_location(location: &str) -> Result<crate::LoadedLog> {
+    match location
+        .strip_prefix("sqlite:")
+        .and_then(|rest| rest.rsplit_once('#'))
+    {
+        Some((db, id)) => SqliteStore::open(Path::new(db))?.load(id),
+        None => crate::load_file(Path::new(location)),
+    }
+}
+
 /// The SQLite store.
 pub struct SqliteStore {
     path: PathBuf,
