@@ -1,0 +1,260 @@
+//! Operations: what a front end asks of a session. Every front end turns its input (a key, an
+//! HTTP request, a JSON-RPC call, a command-line flag) into an [`Op`] and hands it to the
+//! session's [`SessionControl`]; what an operation does is decided here, once.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use dsh_agent::{AgentError, AgentHandle, ApprovalDecision, PLAN_COMMAND};
+use dsh_llm::{effort_names, CallConfig, LockExt, Message, ModelInfo, ReasoningEffort};
+use dsh_tools::PermissionPreset;
+
+use crate::interactions::{AnswerError, Interactions, Reply};
+
+/// One operation on a session.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// A user message: starts a turn, or waits for the running one to end (queued).
+    Prompt(Message),
+    /// A user message for the running turn, read before its next step (steering); starts a
+    /// turn when none runs.
+    Steer(Message),
+    /// Cancels the running turn; `keep_queued` keeps queued prompts for the next turn.
+    Cancel {
+        /// Keep queued prompts.
+        keep_queued: bool,
+    },
+    /// Answers approval question `id`.
+    Approve {
+        /// The question (`ApprovalRequested`'s `id`).
+        id: String,
+        /// The answer.
+        decision: ApprovalDecision,
+    },
+    /// Answers the questions (or plan review) of tool call `call_id`.
+    Answer {
+        /// The waiting call (`QuestionAsked`'s `call_id`).
+        call_id: String,
+        /// The answer.
+        reply: Reply,
+    },
+    /// Switches the model from the next request, carrying an effort the new model takes.
+    SetModel(String),
+    /// Switches the reasoning effort from the next request (`None`: the model's default).
+    SetEffort(Option<ReasoningEffort>),
+    /// Switches the permission preset from the next step.
+    SetPreset(PermissionPreset),
+    /// Enters (`true`) or leaves plan mode.
+    SetPlanMode(bool),
+    /// Runs a user command (a skill, `/plan`) with its arguments.
+    Command {
+        /// The command's name, without `/`.
+        name: String,
+        /// Its arguments.
+        arguments: String,
+    },
+    /// Compacts the context before the next request.
+    Compact,
+    /// Reverts the file changes `write` and `edit` made in the latest turn that has some and
+    /// was not undone yet, and tells the model (`files/undo`, docs/protocol.md, "Undo").
+    Undo,
+}
+
+/// Why an operation was refused. `code` is stable (front ends map it to their error forms);
+/// `message` says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpError {
+    /// `NOT_WAITING`, `INVALID_ANSWER`, `UNSUPPORTED_REASONING_EFFORT`, `UNAVAILABLE`,
+    /// `AGENT_CLOSED`, `UNDO_REFUSED`.
+    pub code: &'static str,
+    /// For the user.
+    pub message: String,
+}
+
+impl OpError {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        OpError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for OpError {}
+
+impl From<AnswerError> for OpError {
+    fn from(err: AnswerError) -> Self {
+        match err {
+            AnswerError::NotWaiting => OpError::new("NOT_WAITING", err.to_string()),
+            AnswerError::Invalid(why) => OpError::new("INVALID_ANSWER", why),
+        }
+    }
+}
+
+impl From<AgentError> for OpError {
+    fn from(err: AgentError) -> Self {
+        OpError::new("AGENT_CLOSED", err.to_string())
+    }
+}
+
+/// What describes a model (its efforts), by id: the runtime's model table.
+pub type ModelLookup = Arc<dyn Fn(&str) -> Option<ModelInfo> + Send + Sync>;
+
+/// The operations side of one session: its agent, its broker and its call settings.
+#[derive(Clone)]
+pub struct SessionControl {
+    handle: AgentHandle,
+    interactions: Interactions,
+    call: Arc<Mutex<CallConfig>>,
+    models: ModelLookup,
+    cwd: PathBuf,
+}
+
+impl std::fmt::Debug for SessionControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionControl")
+            .field("session", &self.handle.session_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionControl {
+    /// Controls the agent of `handle`, whose approver and asker are `interactions`, and whose
+    /// call settings are `call`; `models` describes models for effort checks; `cwd` is the
+    /// session's working directory (undo names files relative to it).
+    pub fn new(
+        handle: AgentHandle,
+        interactions: Interactions,
+        call: CallConfig,
+        models: ModelLookup,
+        cwd: impl Into<PathBuf>,
+    ) -> Self {
+        SessionControl {
+            handle,
+            interactions,
+            call: Arc::new(Mutex::new(call)),
+            models,
+            cwd: cwd.into(),
+        }
+    }
+
+    /// The agent.
+    pub fn handle(&self) -> &AgentHandle {
+        &self.handle
+    }
+
+    /// The broker.
+    pub fn interactions(&self) -> &Interactions {
+        &self.interactions
+    }
+
+    /// The call settings the next request uses (model, effort).
+    pub fn call(&self) -> CallConfig {
+        self.call.lock_or_recover().clone()
+    }
+
+    /// Carries out `op`. Returns notes for the user (e.g. "effort set to high from the next
+    /// request", or that a model switch changed the effort).
+    pub fn submit(&self, op: Op) -> Result<Vec<String>, OpError> {
+        match op {
+            Op::Prompt(message) => self.handle.followup_message(message)?,
+            Op::Steer(message) => self.handle.steer_message(message)?,
+            Op::Cancel { keep_queued } => {
+                self.handle.cancel(keep_queued);
+            }
+            Op::Approve { id, decision } => self.interactions.approve(&id, decision)?,
+            Op::Answer { call_id, reply } => self.interactions.answer(&call_id, reply)?,
+            Op::SetModel(model) => return Ok(self.set_model(model)),
+            Op::SetEffort(effort) => return self.set_effort(effort).map(|n| vec![n]),
+            Op::SetPreset(preset) => {
+                self.handle.set_permission(preset)?;
+                return Ok(vec![format!(
+                    "permission set to {} from the next step",
+                    preset.as_str()
+                )]);
+            }
+            Op::SetPlanMode(on) => {
+                if self.handle.plan_mode() != on {
+                    let arguments = if on { "" } else { "off" };
+                    self.run_command(PLAN_COMMAND, arguments)?;
+                }
+            }
+            Op::Command { name, arguments } => self.run_command(&name, &arguments)?,
+            Op::Compact => self.handle.request_compaction(),
+            Op::Undo => return self.undo().map(|note| vec![note]),
+        }
+        Ok(Vec::new())
+    }
+
+    fn run_command(&self, name: &str, arguments: &str) -> Result<(), OpError> {
+        if !self.handle.user_commands().iter().any(|c| c.name == name) {
+            return Err(OpError::new(
+                "UNAVAILABLE",
+                format!("this session has no command `/{name}`"),
+            ));
+        }
+        Ok(self.handle.run_user_command(name, arguments)?)
+    }
+
+    fn set_model(&self, model: String) -> Vec<String> {
+        let mut call = self.call.lock_or_recover();
+        call.model = model.clone();
+        let note = (self.models)(&model).and_then(|described| {
+            let carried = described.carry_effort(call.reasoning_effort);
+            call.reasoning_effort = carried.effort;
+            carried.note
+        });
+        self.handle.set_call(call.clone());
+        std::iter::once(format!("model set to {model} from the next request"))
+            .chain(note)
+            .collect()
+    }
+
+    fn set_effort(&self, effort: Option<ReasoningEffort>) -> Result<String, OpError> {
+        let mut call = self.call.lock_or_recover();
+        if let (Some(wanted), Some(described)) = (effort, (self.models)(&call.model)) {
+            described
+                .check_effort(wanted)
+                .map_err(|message| OpError::new("UNSUPPORTED_REASONING_EFFORT", message))?;
+        }
+        call.reasoning_effort = effort;
+        self.handle.set_call(call.clone());
+        Ok(format!(
+            "effort set to {} from the next request",
+            effort.map_or("the model's default", |e| e.as_str())
+        ))
+    }
+
+    fn undo(&self) -> Result<String, OpError> {
+        let location = self.handle.location();
+        let events = dsh_session::load_location(&location)
+            .map_err(|err| {
+                OpError::new(
+                    "UNDO_REFUSED",
+                    format!("cannot read the session log to undo: {err}"),
+                )
+            })?
+            .events;
+        let report = crate::undo::undo_last_turn(&events, &self.handle, &self.cwd);
+        if report.done {
+            Ok(report.message)
+        } else {
+            Err(OpError::new("UNDO_REFUSED", report.message))
+        }
+    }
+
+    /// The efforts the session's model takes, in words (`off, high, max`).
+    pub fn efforts(&self) -> String {
+        let model = self.call.lock_or_recover().model.clone();
+        (self.models)(&model).map_or_else(
+            || "off, low, medium, high, max".to_string(),
+            |d| effort_names(&d.offered_efforts()),
+        )
+    }
+}
