@@ -1,5 +1,6 @@
-//! What `dsh run` shows while it works: streamed text and reasoning, tool activity and retries
-//! on stderr (human progress), or one JSON object per session event on stdout (`--json`).
+//! What `dsh run` shows while it works: the session's view events (docs/protocol.md) as human
+//! progress on stderr (streamed text and reasoning, tool cards, retries, compaction), or one
+//! JSON object per session event and per view event on stdout (`--json`).
 //!
 //! Everything shown is first cleared of known secrets (plain or encoded; streamed text is
 //! held back where a secret could be cut in two) and then of terminal controls: the model's
@@ -8,8 +9,10 @@
 
 use std::io::Write;
 
-use dsh_llm::Chunk;
-use dsh_session::{Envelope, Event};
+use std::collections::HashSet;
+
+use dsh_protocol::{Card, CardState, ViewEvent};
+use dsh_session::Envelope;
 use dsh_tools::{printable, SecretRedactor, StreamRedactor};
 
 /// Human progress on stderr.
@@ -23,6 +26,10 @@ pub(crate) struct ProgressPrinter {
     secrets: SecretRedactor,
     /// The block being streamed, redacted as it arrives.
     stream: Option<StreamRedactor>,
+    /// Cards announced and not ended yet.
+    cards_shown: HashSet<String>,
+    /// The first model was seen (later ones are switches worth a line).
+    model_shown: bool,
 }
 
 impl ProgressPrinter {
@@ -35,6 +42,8 @@ impl ProgressPrinter {
             streaming: 0,
             secrets,
             stream: None,
+            cards_shown: HashSet::new(),
+            model_shown: false,
         }
     }
 
@@ -77,100 +86,113 @@ impl ProgressPrinter {
         }
     }
 
-    /// Prints one event.
-    pub(crate) fn print(&mut self, envelope: &Envelope) {
+    /// Prints one view event (docs/protocol.md, "View events").
+    pub(crate) fn print(&mut self, event: &ViewEvent) {
         let mut err = std::io::stderr().lock();
-        match &envelope.event {
-            Event::AssistantChunk(chunk) => match &chunk.chunk {
-                Chunk::TextDelta { text, .. } => {
-                    if self.streaming != 1 {
-                        self.end_stream(&mut err);
-                        self.streaming = 1;
-                    }
-                    let text = self.streamed(text);
-                    let _ = write!(err, "{text}");
+        match event {
+            ViewEvent::TextDelta { text } => {
+                if self.streaming != 1 {
+                    self.end_stream(&mut err);
+                    self.streaming = 1;
                 }
-                Chunk::ReasoningDelta { text, .. } if self.show_reasoning => {
-                    if self.streaming != 2 {
-                        self.end_stream(&mut err);
-                        let _ = write!(err, "{}", self.paint("2", "[reasoning] "));
-                        self.streaming = 2;
-                    }
-                    let text = self.streamed(text);
-                    let _ = write!(err, "{}", self.paint("2", &text));
-                }
-                Chunk::Finish { .. } => self.end_stream(&mut err),
-                _ => {}
-            },
-            Event::ToolCall(call) => {
-                self.end_stream(&mut err);
-                let name = self.paint("36", &self.shown(&call.name));
-                let arguments = self.shown(&call.arguments);
-                let _ = writeln!(err, "-> {name} {}", one_line(&arguments, 160));
+                let text = self.streamed(text);
+                let _ = write!(err, "{text}");
             }
-            Event::ToolResult(result) => {
-                self.end_stream(&mut err);
-                match &result.error {
-                    Some(error) => {
-                        let _ = writeln!(
-                            err,
-                            "   {} {} {}",
-                            self.paint("31", "failed:"),
-                            error.code,
-                            one_line(&self.shown(error.message.as_deref().unwrap_or("")), 160)
-                        );
-                    }
-                    None => {
-                        let text = self.shown(&result.message.tool_result_text());
-                        let _ = writeln!(err, "   ok: {}", one_line(&text, 120));
-                    }
+            ViewEvent::ReasoningDelta { text } if self.show_reasoning => {
+                if self.streaming != 2 {
+                    self.end_stream(&mut err);
+                    let _ = write!(err, "{}", self.paint("2", "[reasoning] "));
+                    self.streaming = 2;
                 }
+                let text = self.streamed(text);
+                let _ = write!(err, "{}", self.paint("2", &text));
             }
-            Event::LlmRetry(retry) => {
+            ViewEvent::AssistantMessage { .. } | ViewEvent::TurnEnded { .. } => {
+                self.end_stream(&mut err)
+            }
+            ViewEvent::ToolCard(card) => {
+                self.end_stream(&mut err);
+                self.card(card, &mut err);
+            }
+            ViewEvent::Retry {
+                retry,
+                delay_ms,
+                message,
+            } => {
                 self.end_stream(&mut err);
                 let _ = writeln!(
                     err,
-                    "dsh: {} {} in {:.1} s after {}: {}",
+                    "dsh: {} {retry} in {:.1} s: {}",
                     self.paint("33", "retry"),
-                    retry.retry,
-                    retry.delay_ms as f64 / 1000.0,
-                    retry.failure.code,
-                    self.shown(&retry.failure.message)
+                    *delay_ms as f64 / 1000.0,
+                    self.shown(message)
                 );
             }
-            Event::Opaque { event_type, data } if event_type == "compaction/start" => {
+            ViewEvent::ModelChanged { model, .. } if self.model_shown => {
                 self.end_stream(&mut err);
-                let _ = writeln!(
-                    err,
-                    "dsh: compacting the conversation ({}; ~{} tokens of a {}-token window)",
-                    data["trigger"].as_str().unwrap_or("?"),
-                    data["estimatedTokens"],
-                    data["contextWindow"]
-                );
+                let _ = writeln!(err, "dsh: model now {}", self.shown(model));
             }
-            Event::Opaque { event_type, data } if event_type == "compaction/end" => {
+            ViewEvent::ModelChanged { .. } => self.model_shown = true,
+            ViewEvent::Compaction { phase, data } => {
                 self.end_stream(&mut err);
-                match data["warning"].as_str() {
-                    Some(warning) => {
-                        let _ =
-                            writeln!(err, "dsh: compaction incomplete: {}", self.shown(warning));
-                    }
-                    None => {
-                        let _ = writeln!(
-                            err,
-                            "dsh: compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens",
-                            data["summarizedMessages"],
-                            data["pruned"],
-                            data["tokensBefore"],
-                            data["tokensAfter"]
-                        );
-                    }
-                }
+                self.compaction(phase, data, &mut err);
             }
-            Event::TurnEnd(_) => self.end_stream(&mut err),
             _ => {}
         }
         let _ = err.flush();
+    }
+
+    /// A card's first appearance and its end; states between are not worth a line headless.
+    fn card(&mut self, card: &Card, err: &mut impl Write) {
+        let shown = &card.presentation;
+        match card.state {
+            CardState::Pending if self.cards_shown.insert(card.call_id.clone()) => {
+                let title = self.paint("36", &self.shown(&shown.title));
+                let subject = shown
+                    .subject
+                    .clone()
+                    .unwrap_or_else(|| card.arguments.clone());
+                let _ = writeln!(err, "-> {title} {}", one_line(&self.shown(&subject), 160));
+            }
+            state if state.is_final() => {
+                self.cards_shown.remove(&card.call_id);
+                let label = match (&card.summary, &card.error_code) {
+                    (Some(summary), _) => format!("{} ({})", state.as_str(), summary.text),
+                    (None, Some(code)) => format!("{} ({code})", state.as_str()),
+                    (None, None) => state.as_str().to_string(),
+                };
+                let label = self.shown(&label);
+                let label = if state == CardState::Done {
+                    label
+                } else {
+                    self.paint("31", &label)
+                };
+                let result = card.result.as_deref().unwrap_or_default();
+                let _ = writeln!(err, "   {label}: {}", one_line(&self.shown(result), 160));
+            }
+            _ => {}
+        }
+    }
+
+    fn compaction(&self, phase: &str, data: &serde_json::Value, err: &mut impl Write) {
+        if phase == "started" {
+            let _ = writeln!(
+                err,
+                "dsh: compacting the conversation ({}; ~{} tokens of a {}-token window)",
+                data["trigger"].as_str().unwrap_or("?"),
+                data["estimatedTokens"],
+                data["contextWindow"]
+            );
+            return;
+        }
+        let _ = match data["warning"].as_str() {
+            Some(warning) => writeln!(err, "dsh: compaction incomplete: {}", self.shown(warning)),
+            None => writeln!(
+                err,
+                "dsh: compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens",
+                data["summarizedMessages"], data["pruned"], data["tokensBefore"], data["tokensAfter"]
+            ),
+        };
     }
 }
 

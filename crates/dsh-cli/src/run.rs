@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use dsh_agent::TurnOutcome;
 use dsh_llm::UsageTotals;
+use dsh_protocol::{Interactions, Op, SessionControl, ViewEvent, ViewProjector};
 use dsh_runtime::{
     Choices, Configuration, Resume, Runtime, RuntimeError, RuntimeOptions, SessionSpec, WarningSink,
 };
@@ -175,6 +176,41 @@ fn apply_budget(agent: &mut dsh_agent::Agent, args: &RunArgs) {
     agent.set_budget(budget);
 }
 
+/// The session's operations, with the headless broker as its approver and asker: nobody can
+/// answer, so approvals are refused (the model is told how to stay within its preset) and
+/// questions answered "unavailable" (docs/protocol.md, "Approvals and questions").
+fn headless_control(agent: &mut dsh_agent::Agent, setup: &Configuration) -> SessionControl {
+    let broker = Interactions::headless();
+    agent.set_approver(Arc::new(broker.clone()));
+    agent.set_asker(Arc::new(broker.clone()));
+    // `dsh run` never switches the model, so it needs no model table.
+    SessionControl::new(
+        agent.handle(),
+        broker,
+        agent.call().clone(),
+        Arc::new(|_: &str| None),
+        setup.cwd.clone(),
+    )
+}
+
+/// Queues the task: as `/plan <task>` with `--plan` (plan mode is on since the session
+/// opened, read-only from the first step; docs/agent.md, "Plan mode"), else as a prompt.
+fn queue_task(control: &SessionControl, plan: bool, prompt: String) -> anyhow::Result<()> {
+    let op = if plan {
+        Op::Command {
+            name: dsh_agent::PLAN_COMMAND.to_string(),
+            arguments: prompt,
+        }
+    } else {
+        Op::Prompt(dsh_agent::new_user_message(prompt))
+    };
+    let code = if plan { "PLAN_MODE" } else { "PROMPT" };
+    control
+        .submit(op)
+        .map(drop)
+        .map_err(|err| user_error(code, err.message))
+}
+
 /// Runs `dsh run`.
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -213,34 +249,32 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     apply_budget(&mut agent, &args);
     let handle = agent.handle();
     let session_id = handle.session_id();
+    let control = headless_control(&mut agent, &setup);
 
     // Prints events as they are logged; once the run is over (`finished`), prints what is
     // still buffered and stops.
     let finished = tokio_util::sync::CancellationToken::new();
+    let projector = ViewProjector::new(
+        dsh_agent::Presenter::new(Some(&handle.tools())),
+        agent.prices().clone(),
+    );
     let printer = spawn_printer(
         &args,
         setup.secrets().clone(),
         session_id.clone(),
+        projector,
         handle.subscribe(),
         finished.clone(),
     );
 
-    if args.plan {
-        // `/plan <task>`: plan mode is on since the session opened (read-only from the first
-        // step), so this queues the task (docs/agent.md, "Plan mode").
-        handle
-            .run_user_command(dsh_agent::PLAN_COMMAND, &prompt)
-            .map_err(|err| user_error("PLAN_MODE", err.to_string()))?;
-    } else {
-        handle.followup(prompt)?;
-    }
+    queue_task(&control, args.plan, prompt)?;
 
     // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Stops waiting for background jobs' wake-ups (docs/agent.md, "Wake-ups").
     let settle_stop = tokio_util::sync::CancellationToken::new();
     let signal_task = tokio::spawn({
-        let handle = handle.clone();
+        let control = control.clone();
         let interrupted = Arc::clone(&interrupted);
         let settle_stop = settle_stop.clone();
         async move {
@@ -248,7 +282,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
                 interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
                 settle_stop.cancel();
                 eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
-                handle.cancel(false);
+                let _ = control.submit(Op::Cancel { keep_queued: false });
                 if ctrl_c_or_terminate().await {
                     std::process::exit(130);
                 }
@@ -267,6 +301,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         .await
         .unwrap_or_default();
     signal_task.abort();
+    drop(control);
     drop(handle);
     drop(agent);
     // Every event of the run is in the channel by now: the printer drains it and stops.
@@ -353,6 +388,7 @@ fn spawn_printer(
     args: &RunArgs,
     secrets: dsh_tools::SecretRedactor,
     session_id: String,
+    mut projector: ViewProjector,
     mut events: tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
     finished: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
@@ -365,15 +401,28 @@ fn spawn_printer(
         let mut progress = ProgressPrinter::new(show_reasoning, color, secrets.clone());
         let mut stdout = std::io::stdout();
         let mut print = |envelope: &dsh_session::Envelope| {
-            if json && json_prints(envelope, json_deltas) {
-                let value = serde_json::json!({
-                    "type": "session_event",
-                    "sessionId": session_id,
-                    "event": envelope_json(envelope),
-                });
-                let _ = writeln!(stdout, "{}", json_line(value, &secrets));
+            let view = projector.project(envelope);
+            if json {
+                if json_prints(envelope, json_deltas) {
+                    let value = serde_json::json!({
+                        "type": "session_event",
+                        "sessionId": session_id,
+                        "event": envelope_json(envelope),
+                    });
+                    let _ = writeln!(stdout, "{}", json_line(value, &secrets));
+                }
+                for event in view.iter().filter(|e| json_deltas || !is_delta(e)) {
+                    let value = serde_json::json!({
+                        "type": "view",
+                        "sessionId": session_id,
+                        "event": event,
+                    });
+                    let _ = writeln!(stdout, "{}", json_line(value, &secrets));
+                }
             } else if show_progress {
-                progress.print(envelope);
+                for event in &view {
+                    progress.print(event);
+                }
             }
         };
         loop {
@@ -397,6 +446,14 @@ fn spawn_printer(
             }
         }
     })
+}
+
+/// A streamed piece of text or reasoning (printed in `--json` only with `--json-deltas`).
+fn is_delta(event: &ViewEvent) -> bool {
+    matches!(
+        event,
+        ViewEvent::TextDelta { .. } | ViewEvent::ReasoningDelta { .. }
+    )
 }
 
 fn finish(

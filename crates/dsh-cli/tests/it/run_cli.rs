@@ -159,9 +159,25 @@ async fn json_mode_prints_events_and_a_result_line() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert!(lines.len() > 5);
-    assert!(lines[..lines.len() - 1]
+    assert!(lines[..lines.len() - 1].iter().all(|l| {
+        (l["type"] == "session_event" && l["event"]["type"].is_string())
+            || (l["type"] == "view" && l["event"]["kind"].is_string())
+    }));
+    // The view events (docs/protocol.md) come with the session events they derive from.
+    let kinds: Vec<&str> = lines
         .iter()
-        .all(|l| l["type"] == "session_event" && l["event"]["type"].is_string()));
+        .filter(|l| l["type"] == "view")
+        .filter_map(|l| l["event"]["kind"].as_str())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"turnStarted"), "{kinds:?}");
+    for kind in ["userMessage", "modelChanged", "assistantMessage", "usage"] {
+        assert!(kinds.contains(&kind), "{kind} missing: {kinds:?}");
+    }
+    let ended = lines
+        .iter()
+        .rfind(|l| l["type"] == "view" && l["event"]["kind"] == "turnEnded")
+        .unwrap();
+    assert_eq!(ended["event"]["state"], "completed");
     let result = lines.last().unwrap();
     assert_eq!(result["type"], "result");
     assert_eq!(result["output"], "answer");
