@@ -254,10 +254,16 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Prints events as they are logged; once the run is over (`finished`), prints what is
     // still buffered and stops.
     let finished = tokio_util::sync::CancellationToken::new();
-    let projector = ViewProjector::new(
+    let mut projector = ViewProjector::new(
         dsh_agent::Presenter::new(Some(&handle.tools())),
         agent.prices().clone(),
     );
+    if !matches!(spec.resume, Resume::New) {
+        // The live events continue the stored log: totals and the model shown go on from it.
+        if let Ok(log) = store.load(&session_id) {
+            projector.continue_after(&log.events);
+        }
+    }
     let printer = spawn_printer(
         &args,
         setup.secrets().clone(),

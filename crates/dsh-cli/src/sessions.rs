@@ -99,6 +99,9 @@ enum ExportFormat {
     Zip,
     /// ATIF trajectory JSON (docs/harbor.md, "Trajectories"), sub-agents embedded.
     Atif,
+    /// The session's view events as JSON lines (docs/protocol.md, "View events"): what every
+    /// front end shows of it, the lines `dsh run --json` printed as `view`.
+    View,
 }
 
 /// Runs `dsh sessions`.
@@ -425,10 +428,11 @@ fn export(
         })
     };
     match format {
-        ExportFormat::Jsonl | ExportFormat::Md | ExportFormat::Atif => {
+        ExportFormat::Jsonl | ExportFormat::Md | ExportFormat::Atif | ExportFormat::View => {
             let bytes = match format {
                 ExportFormat::Jsonl => jsonl()?,
                 ExportFormat::Atif => atif_bytes(store, key, &log)?,
+                ExportFormat::View => view_lines(&log),
                 _ => export_markdown(&log).into_bytes(),
             };
             match output {
@@ -477,6 +481,21 @@ fn export(
 
 /// The session as an ATIF trajectory (docs/harbor.md, "Trajectories"): its sub-agents are the
 /// other logs below the session file's folder (given a path) or the store's sub-agent logs.
+/// The view events of `log`, one JSON object per line, secrets and terminal controls as
+/// `dsh run --json` prints them.
+fn view_lines(log: &LoadedLog) -> Vec<u8> {
+    let prices = configured_prices(Path::new(&log.header.cwd));
+    let mut projector = dsh_protocol::ViewProjector::new(dsh_agent::Presenter::default(), prices);
+    let secrets = dsh_tools::SecretRedactor::default();
+    let mut out = String::new();
+    for event in projector.project_all(&log.events) {
+        let value = serde_json::to_value(&event).unwrap_or(serde_json::Value::Null);
+        out.push_str(&crate::progress::json_line(value, &secrets));
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
 fn atif_bytes(store: &dyn SessionStore, key: &str, log: &LoadedLog) -> anyhow::Result<Vec<u8>> {
     let path = Path::new(key);
     let subs = if path.exists() {

@@ -351,6 +351,16 @@ impl ViewProjector {
         self.cards.get(call_id)
     }
 
+    /// Reads `events` (a resumed session's log so far) without showing them, so the live
+    /// events that continue the log are projected as they would be in one pass over the whole
+    /// log: running usage totals, the model shown, calls still open. A front end that shows
+    /// the history itself projects it with [`ViewProjector::project_all`] instead.
+    pub fn continue_after<'a>(&mut self, events: impl IntoIterator<Item = &'a Envelope>) {
+        for envelope in events {
+            self.project(envelope);
+        }
+    }
+
     /// The view events of every envelope of `events`, in order.
     pub fn project_all<'a>(
         &mut self,
@@ -603,7 +613,7 @@ impl ViewProjector {
             BilledKind::Reply => "reply".to_string(),
             BilledKind::Call(purpose) => purpose.clone(),
             BilledKind::Auxiliary => "tool".to_string(),
-            BilledKind::Child(name) => name.clone(),
+            BilledKind::Child(child) => format!("subagent {child}"),
         };
         out.push(ViewEvent::Usage {
             purpose,

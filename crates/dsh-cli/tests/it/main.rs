@@ -42,4 +42,5 @@ mod tui_harness;
 mod tui_inline;
 mod tui_pty;
 mod version_cli;
+mod view_cli;
 mod web_cli;
