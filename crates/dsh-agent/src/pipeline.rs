@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use dsh_llm::{ContentBlock, Message, MessageSource, Role};
+use dsh_llm::{ContentBlock, LockExt, Message, MessageSource, Role};
 use dsh_session::{Envelope, Event, ToolCall, ToolStarted};
 use dsh_tools::{PermissionPreset, ToolError, ToolErrorCode};
 use futures::future::join_all;
@@ -191,7 +191,8 @@ impl Agent {
             .tool_context
             .for_call()
             .with_cancel(info.cancel.clone())
-            .with_call_id(info.call_id.clone());
+            .with_call_id(info.call_id.clone())
+            .with_progress(progress_sink(&self.shared, &info.call_id));
         let name = info.name.clone();
         let arguments = info.arguments.clone();
         let body_escalation = Arc::clone(&escalated);
@@ -337,6 +338,35 @@ fn log_started(shared: &Shared, started: ToolStarted) -> Result<(), ToolError> {
                 format!("cannot log the start of the call: {err}"),
             )
         })
+}
+
+/// The shortest time between two logged progress reports of one call; a report that comes
+/// sooner is dropped, except the one that reaches the total.
+const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Logs the call's progress reports as `tool/progress` (throttled; not flushed: progress is
+/// worth no fsync, and the call's result is flushed after it anyway).
+fn progress_sink(shared: &Arc<Shared>, call_id: &str) -> dsh_tools::ProgressSink {
+    let shared = Arc::clone(shared);
+    let call_id = call_id.to_string();
+    let last: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    Arc::new(move |report: dsh_tools::ToolProgress| {
+        let reached_total = report.total.is_some_and(|total| report.progress >= total);
+        {
+            let mut last = last.lock_or_recover();
+            if !reached_total && last.is_some_and(|at| at.elapsed() < PROGRESS_INTERVAL) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let mut data = serde_json::to_value(&report).unwrap_or_else(|_| json!({}));
+        data["callId"] = json!(call_id);
+        // A log that refuses a progress report loses only the report.
+        let _ = shared.log().append(Event::Opaque {
+            event_type: dsh_session::TOOL_PROGRESS_EVENT.to_string(),
+            data,
+        });
+    })
 }
 
 fn log_approval(shared: &Shared, event_type: &str, data: Value) -> Result<(), ToolError> {

@@ -2,7 +2,7 @@
 //! with backoff after a crash.
 
 use dsh_llm::LockExt;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::server::{CommandGate, McpServerConfig, McpTransport, McpTrust};
-use dsh_tools::{ToolError, ToolErrorCode};
+use dsh_tools::{ProgressSink, ToolError, ToolErrorCode, ToolProgress};
 use rmcp::model::{
     CallToolRequestParam, CallToolResult, CancelledNotificationParam, ClientRequest, JsonObject,
-    Request, ServerResult, Tool as McpToolInfo,
+    ProgressNotificationParam, ProgressToken, Request, ServerResult, Tool as McpToolInfo,
 };
 use rmcp::service::{PeerRequestOptions, RunningService, ServiceError};
 use rmcp::{RoleClient, ServiceExt};
@@ -41,9 +41,43 @@ impl std::fmt::Display for McpStartError {
     }
 }
 
+/// Where each running call's progress reports go, by the progress token its request carries.
+type ProgressRoutes = Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>;
+
+/// The client side of a connection: it answers nothing of its own, and passes each
+/// `notifications/progress` to the call whose request carried the token.
+#[derive(Clone, Default)]
+struct Client {
+    progress: ProgressRoutes,
+}
+
+impl rmcp::ClientHandler for Client {
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        let sink = self
+            .progress
+            .lock_or_recover()
+            .get(&params.progress_token)
+            .cloned();
+        if let Some(sink) = sink {
+            sink(ToolProgress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+        std::future::ready(())
+    }
+}
+
 /// A live connection. Dropping it closes the session and kills a stdio server's process group.
 struct Live {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, Client>,
+    /// The progress routes of `service`'s client.
+    progress: ProgressRoutes,
     pgid: Option<u32>,
     _child: Option<tokio::process::Child>,
     /// The confined plan of a project's server, kept while it runs (a prepared sandbox lives
@@ -277,6 +311,7 @@ impl McpHub {
         tool: &str,
         arguments: Option<JsonObject>,
         cancel: CancellationToken,
+        progress: Option<ProgressSink>,
     ) -> Result<CallToolResult, ToolError> {
         let Some(server) = self.servers.get(server).cloned() else {
             return Err(ToolError::new(
@@ -292,7 +327,8 @@ impl McpHub {
         };
         let cwd = self.cwd.clone();
         let tool = tool.to_string();
-        let task = handle.spawn(async move { server.call(&cwd, &tool, arguments, cancel).await });
+        let task = handle
+            .spawn(async move { server.call(&cwd, &tool, arguments, cancel, progress).await });
         task.await.unwrap_or_else(|err| {
             Err(ToolError::new(
                 ToolErrorCode::Io,
@@ -427,7 +463,9 @@ impl Server {
                 let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
                     return Err("the server's pipes could not be opened".into());
                 };
-                let service = match connecting(timeout, ().serve((stdout, stdin))).await {
+                let client = Client::default();
+                let service = match connecting(timeout, client.clone().serve((stdout, stdin))).await
+                {
                     Ok(service) => service,
                     Err(error) => {
                         // A server that already died says more than the broken pipe does.
@@ -444,6 +482,7 @@ impl Server {
                 };
                 let live = Live {
                     service,
+                    progress: client.progress,
                     pgid,
                     _child: Some(child),
                     _plan: plan,
@@ -574,8 +613,10 @@ impl Server {
         tool: &str,
         arguments: Option<JsonObject>,
         cancel: CancellationToken,
+        progress: Option<ProgressSink>,
     ) -> Result<CallToolResult, ToolError> {
         let live = self.live(cwd).await?;
+        let routes = Arc::clone(&live.progress);
         let peer = live.service.peer().clone();
         let request = ClientRequest::CallToolRequest(Request::new(CallToolRequestParam {
             name: tool.to_string().into(),
@@ -586,6 +627,10 @@ impl Server {
             .await
             .map_err(|e| self.lost(e))?;
         let id = handle.id.clone();
+        // The server reports progress under the token the request carried; the route goes
+        // when the call ends, however it ends.
+        let _route =
+            progress.map(|sink| ProgressRoute::open(&routes, handle.progress_token.clone(), sink));
         let timeout = self.config.tool_timeout;
         let outcome = tokio::select! {
             response = handle.rx => response,
@@ -632,12 +677,34 @@ impl Server {
     }
 }
 
+/// A call's entry in its connection's progress routes, removed when dropped.
+struct ProgressRoute {
+    routes: ProgressRoutes,
+    token: ProgressToken,
+}
+
+impl ProgressRoute {
+    fn open(routes: &ProgressRoutes, token: ProgressToken, sink: ProgressSink) -> ProgressRoute {
+        routes.lock_or_recover().insert(token.clone(), sink);
+        ProgressRoute {
+            routes: Arc::clone(routes),
+            token,
+        }
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.routes.lock_or_recover().remove(&self.token);
+    }
+}
+
 async fn connecting<F, E>(
     timeout: Duration,
     connect: F,
-) -> Result<RunningService<RoleClient, ()>, String>
+) -> Result<RunningService<RoleClient, Client>, String>
 where
-    F: std::future::Future<Output = Result<RunningService<RoleClient, ()>, E>>,
+    F: std::future::Future<Output = Result<RunningService<RoleClient, Client>, E>>,
     E: std::fmt::Display,
 {
     match tokio::time::timeout(timeout, connect).await {
@@ -747,7 +814,8 @@ async fn connect_http(
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let transport = StreamableHttpClientTransport::with_client(client, config);
-    let service = connecting(timeout, ().serve(transport))
+    let client = Client::default();
+    let service = connecting(timeout, client.clone().serve(transport))
         .await
         .map_err(|e| match e.contains(url) {
             true => e,
@@ -755,6 +823,7 @@ async fn connect_http(
         })?;
     Ok(Live {
         service,
+        progress: client.progress,
         pgid: None,
         _child: None,
         _plan: None,

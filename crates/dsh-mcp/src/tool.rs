@@ -159,9 +159,19 @@ impl Tool for McpTool {
                     ))
                 }
             };
+            // The server's progress reports go to the call's card (`tool/progress`).
+            let reporter = ctx.clone();
+            let progress: dsh_tools::ProgressSink =
+                Arc::new(move |report| reporter.report_progress(report));
             let result = self
                 .hub
-                .call(&self.server, &self.tool, arguments, ctx.cancel().clone())
+                .call(
+                    &self.server,
+                    &self.tool,
+                    arguments,
+                    ctx.cancel().clone(),
+                    Some(progress),
+                )
                 .await?;
             let text = result_text(&result);
             if result.is_error == Some(true) {

@@ -153,6 +153,8 @@ struct Run {
     final_text: String,
     /// `(type, data)` of every `approval/*` event.
     approvals: Vec<(String, serde_json::Value)>,
+    /// The data of every `tool/progress` event.
+    progress: Vec<serde_json::Value>,
 }
 
 /// One prompt under `preset`, with `approver` (headless when `None`) and the approval rules
@@ -203,6 +205,7 @@ async fn run_agent_with(
         errors: Vec::new(),
         final_text: outcome.final_text,
         approvals: Vec::new(),
+        progress: Vec::new(),
     };
     for envelope in &events {
         match &envelope.event {
@@ -212,6 +215,11 @@ async fn run_agent_with(
             }
             Event::Opaque { event_type, data } if event_type.starts_with("approval/") => {
                 run.approvals.push((event_type.clone(), data.clone()))
+            }
+            Event::Opaque { event_type, data }
+                if event_type == dsh_session::TOOL_PROGRESS_EVENT =>
+            {
+                run.progress.push(data.clone())
             }
             _ => {}
         }
@@ -514,6 +522,49 @@ async fn everything_echo_over_stdio() {
     assert_eq!(final_text, "echoed");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_tools_progress_reports_are_logged_on_its_call() {
+    if !everything_installed() {
+        return;
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let run = run_agent_with(
+        everything(McpTrust::ReadOnly, logs.path()),
+        vec![
+            tool_call(
+                "c1",
+                "mcp__everything__trigger-long-running-operation",
+                r#"{"duration":1.2,"steps":4}"#,
+            ),
+            text("done"),
+        ],
+        PermissionPreset::WorkspaceWrite,
+        None,
+        home.path(),
+    )
+    .await;
+    assert_eq!(run.errors, vec![None], "{:?}", run.results);
+    assert!(!run.progress.is_empty(), "no progress was logged");
+    assert!(
+        run.progress.iter().all(|p| p["callId"] == "c1"),
+        "{:?}",
+        run.progress
+    );
+    // In order, with the server's total. (The server's last report may race its result: a
+    // report that arrives after the call ended has no card to go to and is dropped.)
+    let values: Vec<f64> = run
+        .progress
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect();
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    assert!(run
+        .progress
+        .iter()
+        .all(|p| p["total"].as_f64() == Some(4.0)));
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -658,6 +709,7 @@ async fn stopping_project_servers_restarts_them_on_next_use_and_leaves_the_users
                 "ping",
                 None,
                 tokio_util::sync::CancellationToken::new(),
+                None,
             )
             .await
             .unwrap()
@@ -693,6 +745,7 @@ async fn a_call_past_its_timeout_fails_with_tool_timeout() {
             "hang",
             None,
             tokio_util::sync::CancellationToken::new(),
+            None,
         )
         .await
         .unwrap_err();
@@ -704,7 +757,10 @@ async fn a_call_past_its_timeout_fails_with_tool_timeout() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         trigger.cancel();
     });
-    let err = hub.call("fake", "hang", None, cancel).await.unwrap_err();
+    let err = hub
+        .call("fake", "hang", None, cancel, None)
+        .await
+        .unwrap_err();
     assert_eq!(err.code, dsh_tools::ToolErrorCode::Aborted);
     // The server still answers afterwards.
     let ok = hub
@@ -713,6 +769,7 @@ async fn a_call_past_its_timeout_fails_with_tool_timeout() {
             "ping",
             None,
             tokio_util::sync::CancellationToken::new(),
+            None,
         )
         .await
         .unwrap();

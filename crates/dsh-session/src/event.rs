@@ -21,6 +21,11 @@ pub const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
 /// but whose outcome was never logged: the tool's side effects may or may not have happened.
 pub const TOOL_OUTCOME_UNKNOWN: &str = "TOOL_OUTCOME_UNKNOWN";
 
+/// `tool/progress {callId, progress, total?, message?}`: how far a long tool call has come (an
+/// MCP server's `notifications/progress`), at most a few a second per call. Ours, written
+/// `"ignorable": true`, never model-visible; front ends show it on the call's card.
+pub const TOOL_PROGRESS_EVENT: &str = "tool/progress";
+
 /// Event types dsh writes that are known but carry nothing model-visible. They load as
 /// [`Event::Opaque`] without needing `ignorable: true`.
 pub const KNOWN_OPAQUE_TYPES: &[&str] = &[

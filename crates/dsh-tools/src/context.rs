@@ -147,7 +147,25 @@ pub struct ToolContext {
     snapshots: SnapshotDir,
     network: bool,
     gate: Arc<GatePolicy>,
+    progress: Option<ProgressSink>,
 }
+
+/// How far a long call has come, as the tool reports it (an MCP server's
+/// `notifications/progress`): shown on the call's card, never model-visible.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolProgress {
+    /// The progress so far; grows with every report.
+    pub progress: f64,
+    /// The total, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What is happening, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Where a call's progress reports go (set per call by the agent's pipeline).
+pub type ProgressSink = Arc<dyn Fn(ToolProgress) + Send + Sync>;
 
 impl fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -209,6 +227,7 @@ impl ToolContext {
             snapshots,
             network: true,
             gate: Arc::new(gate),
+            progress: None,
         })
     }
 
@@ -337,6 +356,19 @@ impl ToolContext {
     /// context, or a tool run directly as in unit tests).
     pub fn call_id(&self) -> Option<&str> {
         self.call_id.as_deref()
+    }
+
+    /// Sends this call's progress reports to `sink` (the pipeline sets one per call).
+    pub fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Reports how far this call has come; nothing happens when nobody listens.
+    pub fn report_progress(&self, progress: ToolProgress) {
+        if let Some(sink) = &self.progress {
+            sink(progress);
+        }
     }
 
     /// The canonical session working directory.

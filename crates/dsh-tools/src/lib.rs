@@ -77,7 +77,7 @@ pub use confinement::{
     hidden_dirs, CommandConfinement, CommandConfiner, CommandPlan, ConfinementRequest, ExecImage,
     ExecSlot, Launcher, NoSandbox, PreExecHook, LAUNCHER_ENV,
 };
-pub use context::{PermissionPreset, ToolContext, ToolLimits};
+pub use context::{PermissionPreset, ProgressSink, ToolContext, ToolLimits, ToolProgress};
 pub use error::{ToolError, ToolErrorCode};
 pub use gate::{unsafe_ignore_file, FolderEntry, GateError, GateFile, GatePolicy, Refusal};
 pub use jobs::{
