@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use dsh_agent::Presenter;
 use dsh_llm::{Chunk, ContentBlock, MessageSource};
 use dsh_session::{BilledKind, Envelope, Event, PriceTable, TurnEndReason, UsageLedger};
-use dsh_tools::{ResultSummary, ToolPresentation, ToolView};
+use dsh_tools::{ResultSummary, ToolPresentation, ToolProgress, ToolView};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -132,6 +132,10 @@ pub struct Card {
     /// The result's details for front ends (`meta`: diffs, exit code, sources), once ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
+    /// How far the running call has come, as it last reported (`tool/progress`: an MCP
+    /// server's progress notifications).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ToolProgress>,
 }
 
 /// One thing a front end shows. Serialized with `"kind"` naming the variant (camelCase), the
@@ -142,6 +146,9 @@ pub struct Card {
     rename_all = "camelCase",
     rename_all_fields = "camelCase"
 )]
+// A card is the common event and is moved once from projector to renderer: boxing it would
+// add an allocation to every card for no measurable gain.
+#[allow(clippy::large_enum_variant)]
 pub enum ViewEvent {
     /// A turn began.
     TurnStarted {
@@ -485,6 +492,7 @@ impl ViewProjector {
                     error_code: None,
                     result: None,
                     meta: None,
+                    progress: None,
                 };
                 self.cards.insert(call.call_id.clone(), card.clone());
                 out.push(ViewEvent::ToolCard(card));
@@ -515,6 +523,7 @@ impl ViewProjector {
                         error_code: code,
                         result: Some(result.message.tool_result_text()),
                         meta: result.meta.clone(),
+                        progress: None,
                         ..card
                     }));
                 }
@@ -598,6 +607,18 @@ impl ViewProjector {
                 data: data.clone(),
             }),
             "jobs/stopped" => out.push(ViewEvent::JobsStopped { data: data.clone() }),
+            dsh_session::TOOL_PROGRESS_EVENT => {
+                let (Some(call_id), Ok(report)) = (
+                    text("callId"),
+                    serde_json::from_value::<ToolProgress>(data.clone()),
+                ) else {
+                    return;
+                };
+                if let Some(card) = self.cards.get_mut(&call_id) {
+                    card.progress = Some(report);
+                    out.push(ViewEvent::ToolCard(card.clone()));
+                }
+            }
             _ => self.usage(event, out),
         }
     }
@@ -629,5 +650,55 @@ impl ViewProjector {
         let card = self.cards.get_mut(call_id)?;
         card.state = state;
         Some(card.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_session::{ToolCall, ToolStarted};
+    use serde_json::json;
+
+    fn envelope(event: Event) -> Envelope {
+        Envelope::new(event)
+    }
+
+    #[test]
+    fn progress_reports_update_the_running_card_and_unknown_calls_are_ignored() {
+        let mut projector = ViewProjector::default();
+        let call = ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            name: "mcp__s__long".into(),
+            arguments: "{}".into(),
+            presentation: None,
+        };
+        projector.project(&envelope(Event::ToolCall(call)));
+        projector.project(&envelope(Event::ToolStarted(ToolStarted {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+        })));
+        let progress = |call_id: &str| {
+            envelope(Event::Opaque {
+                event_type: dsh_session::TOOL_PROGRESS_EVENT.into(),
+                data: json!({"callId": call_id, "progress": 2.0, "total": 4.0, "message": "half"}),
+            })
+        };
+        let shown = projector.project(&progress("c1"));
+        let [ViewEvent::ToolCard(card)] = shown.as_slice() else {
+            panic!("{shown:?}");
+        };
+        assert_eq!(card.state, CardState::Running);
+        assert_eq!(
+            card.progress,
+            Some(ToolProgress {
+                progress: 2.0,
+                total: Some(4.0),
+                message: Some("half".into())
+            })
+        );
+        assert!(projector.project(&progress("other")).is_empty());
     }
 }
