@@ -110,16 +110,27 @@ impl TurnBudget {
     }
 }
 
-/// A dollar amount as people read it: cents for a dollar or more, and up to six decimals below
-/// that, so a small spend never shows as `$0.0000` (`$0.50`, `$0.000031`, `$12.35`).
+/// A dollar amount as people read it: cents for a dollar or more, four significant digits
+/// below that, so a small spend never shows as `$0.00` or `$0.0000` (`$0.50`, `$0.000031`,
+/// `$0.0000004`, `$12.35`).
 fn usd(amount: f64) -> String {
-    if amount >= 1.0 {
+    if amount >= 1.0 || amount <= 0.0 || !amount.is_finite() {
         return format!("${amount:.2}");
     }
-    let text = format!("{amount:.6}");
+    // Decimals for four significant digits: 0.0123 has its first digit at the second
+    // decimal, so 5. Counted, not `log10`: that would make the binary load libm
+    // (crates/dsh-cli/src/math_symbols.rs).
+    let mut first = 1;
+    let mut scaled = amount * 10.0;
+    while scaled < 1.0 {
+        scaled *= 10.0;
+        first += 1;
+    }
+    let decimals = first + 3;
+    let text = format!("{amount:.decimals$}");
     let trimmed = text.trim_end_matches('0');
-    let decimals = trimmed.split('.').nth(1).map_or(0, str::len);
-    if decimals < 2 {
+    let kept = trimmed.split('.').nth(1).map_or(0, str::len);
+    if kept < 2 {
         format!("${amount:.2}")
     } else {
         format!("${trimmed}")
@@ -229,5 +240,10 @@ mod tests {
         assert_eq!(usd(0.0), "$0.00");
         assert_eq!(usd(12.345), "$12.35");
         assert_eq!(usd(0.0012), "$0.0012");
+        // Below a millionth a spend keeps its first digits instead of becoming $0.00.
+        assert_eq!(usd(0.000_000_4), "$0.0000004");
+        assert_eq!(usd(0.000_123_456), "$0.0001235");
+        assert_eq!(usd(0.123_456), "$0.1235");
+        assert_eq!(usd(0.999_96), "$1.00");
     }
 }
