@@ -457,6 +457,12 @@ impl View {
         }
     }
 
+    /// The `usage_update` that closes a prompt, sent before its answer however the turn
+    /// ended (a budget, a cancel, an error): the session's sums as the answer finds them.
+    fn close_usage(&self) {
+        self.send(vec![self.mapper.closing_usage()]);
+    }
+
     /// One event of the session's own log.
     fn event(&mut self, event: &SessionEvent) {
         if let Event::ToolResult(result) = &event.event {
@@ -621,6 +627,7 @@ async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Fl
                 let text = compact_command(&mut agent).await;
                 drain(&mut view, &mut events);
                 say(&session_id, &out, &text);
+                view.close_usage();
                 // The summary call's usage is this prompt's (docs/acp.md, "Usage").
                 let mut answer = json!({"stopReason": "end_turn"});
                 if let Some(usage) = view.mapper.take_turn_usage() {
@@ -632,6 +639,7 @@ async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Fl
             Some(command) if command.name == PERMISSION => {
                 let text = permission_command(&handle, &out, command.arguments);
                 say(&session_id, &out, &text);
+                view.close_usage();
                 out.respond(job.request_id, json!({"stopReason": "end_turn"}));
                 continue;
             }
@@ -651,6 +659,7 @@ async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Fl
         }
         let result = run_turns(&mut agent, &mut view, &mut events, &mut flushes).await;
         drain(&mut view, &mut events);
+        view.close_usage();
         let was_cancelled = cancelled.swap(false, Ordering::SeqCst);
         let usage = view.mapper.take_turn_usage();
         respond(&out, job.request_id, result, was_cancelled, usage);

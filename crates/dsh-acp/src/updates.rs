@@ -150,6 +150,14 @@ impl UpdateMapper {
         (turn.requests > 0).then(|| token_counts(&turn.usage))
     }
 
+    /// The `usage_update` that closes a prompt (`purpose: "prompt-end"`, nothing added): the
+    /// session's sums as they stand when the prompt is answered, sent after every prompt
+    /// however it ended, so a turn a budget or a cancel cut short still leaves the client the
+    /// last totals (docs/acp.md, "Usage and title").
+    pub fn closing_usage(&self) -> Value {
+        self.usage.update("prompt-end", &UsageTotals::default())
+    }
+
     /// The `usage_update` for `billed` (already in the ledger); `reply` is the usage of the
     /// reply it came from, if it is one.
     fn usage_update(&mut self, billed: &Billed, reply: Option<&Usage>) -> Value {
@@ -159,29 +167,39 @@ impl UpdateMapper {
         if let Some(usage) = reply {
             book.used = usage.billed_input().saturating_add(usage.output_tokens);
         }
-        let total = book.ledger.total();
-        let mut meta = token_counts(&total.usage);
-        meta["requests"] = json!(total.requests);
-        meta["model"] = json!(book.model);
-        meta["lastCall"] = token_counts(&added.usage);
-        meta["purpose"] = json!(match &billed.kind {
+        let purpose = match &billed.kind {
             BilledKind::Reply => "reply",
             BilledKind::Call(purpose) => purpose.as_str(),
             BilledKind::Auxiliary => "tool",
             BilledKind::Child(_) => "subagent",
-        });
+        };
+        book.update(purpose, &added)
+    }
+}
+
+impl UsageBook {
+    /// A `usage_update` with the session's sums, `added` by the call of `purpose`.
+    fn update(&self, purpose: &str, added: &UsageTotals) -> Value {
+        let total = self.ledger.total();
+        let mut meta = token_counts(&total.usage);
+        meta["requests"] = json!(total.requests);
+        meta["model"] = json!(self.model);
+        meta["lastCall"] = token_counts(&added.usage);
+        meta["purpose"] = json!(purpose);
         let mut update = json!({
             "sessionUpdate": "usage_update",
-            "used": book.used,
-            "size": book.context_window,
+            "used": self.used,
+            "size": self.context_window,
             "_meta": {"dsh": meta},
         });
-        if let Some(cost) = book.ledger.cost(&book.prices) {
+        if let Some(cost) = self.ledger.cost(&self.prices) {
             update["cost"] = json!({"amount": cost, "currency": "USD"});
         }
         update
     }
+}
 
+impl UpdateMapper {
     fn absolute(&self, path: &str) -> String {
         let path = Path::new(path);
         if path.is_absolute() {

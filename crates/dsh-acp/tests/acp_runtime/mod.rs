@@ -116,6 +116,33 @@ fn updates<'a>(client: &'a Client, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The `usage_update` that closes the last prompt: the last update before its answer, and
+/// the session's sums with nothing added (docs/acp.md, "Usage and title").
+fn closing_usage(client: &Client) -> Value {
+    let answer = client
+        .seen
+        .iter()
+        .rposition(|l| l.get("id").is_some() && l.get("method").is_none())
+        .expect("a prompt was answered");
+    let update = client.seen[..answer]
+        .iter()
+        .rev()
+        .find(|l| l["method"] == "session/update")
+        .map(|l| l["params"]["update"].clone())
+        .expect("an update before the answer");
+    assert_eq!(update["sessionUpdate"], "usage_update", "{update}");
+    assert_eq!(update["_meta"]["dsh"]["purpose"], "prompt-end", "{update}");
+    assert_eq!(
+        update["_meta"]["dsh"]["lastCall"]["totalTokens"], 0,
+        "{update}"
+    );
+    assert_valid(
+        "SessionNotification",
+        &json!({"sessionId": "s", "update": update}),
+    );
+    update
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleets_get_usage_title_auth_methods_and_pick_model_and_effort() {
     let usage = WireUsage {
@@ -250,13 +277,22 @@ async fn fleets_get_usage_title_auth_methods_and_pick_model_and_effort() {
     assert_eq!(requests[0].body["model"], "deepseek-v4-pro");
     assert_eq!(requests[0].body["reasoning_effort"], "high");
 
-    let usage = updates(&client, "usage_update");
+    let all = updates(&client, "usage_update");
+    let usage: Vec<_> = all
+        .iter()
+        .filter(|u| u["_meta"]["dsh"]["purpose"] != "prompt-end")
+        .collect();
     assert_eq!(
         usage.len(),
         1,
         "one model call, one usage_update: {usage:?}"
     );
-    let usage = usage[0];
+    let usage = *usage[0];
+    // The prompt's closing update repeats the sums.
+    let closing = closing_usage(&client);
+    assert_eq!(closing["used"], 1230, "{closing}");
+    assert_eq!(closing["cost"], usage["cost"], "{closing}");
+    assert_eq!(closing["_meta"]["dsh"]["requests"], 1, "{closing}");
     assert_eq!(usage["used"], 1230, "{usage}");
     assert!(usage["size"].as_u64().unwrap() > 1230, "{usage}");
     assert_eq!(usage["cost"]["currency"], "USD");
@@ -668,4 +704,98 @@ async fn a_budget_stop_names_the_budget_in_meta() {
         .contains("step budget"));
     assert_valid("PromptResponse", &answer["result"]);
     assert_eq!(provider.requests().len(), 1);
+    closing_usage(&client);
+}
+
+/// A reply with a tool call and usage: the first step of a turn a budget stops after it.
+fn first_step() -> ScriptedReply {
+    let usage = WireUsage {
+        prompt_tokens: 2000,
+        completion_tokens: 40,
+        prompt_cache_hit_tokens: 0,
+        reasoning_tokens: 0,
+    };
+    SseReply::new()
+        .tool_call(0, "call_1", "todo_write", r#"{"todos": []}"#)
+        .finish("tool_calls", Some(usage))
+        .into()
+}
+
+/// Runs one prompt under `budget` (a `[budget]` table's lines) against `replies`; returns the
+/// answer and the client.
+async fn budget_prompt(budget: &str, replies: Vec<ScriptedReply>) -> (Value, Client, FakeProvider) {
+    let provider = FakeProvider::start(replies).await.unwrap();
+    let env = Env::new(&format!("{}[budget]\n{budget}\n", user_config(&provider)));
+    let mut client = connect(env.runtime("danger-full-access"));
+    let opened = call(
+        &mut client,
+        "session/new",
+        json!({"cwd": env.cwd_text(), "mcpServers": []}),
+    )
+    .await;
+    let session = opened["result"]["sessionId"].as_str().unwrap().to_string();
+    let answer = call(&mut client, "session/prompt", prompt(&session, "go")).await;
+    assert_eq!(
+        answer["result"]["stopReason"], "max_turn_requests",
+        "{answer}"
+    );
+    assert_valid("PromptResponse", &answer["result"]);
+    (answer, client, provider)
+}
+
+/// A cost budget that the first step used up: the answer names `cost` and says what was spent
+/// against the limit, and the closing `usage_update` carries the cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_stop_names_the_budget_and_closes_with_the_usage() {
+    let never = SseReply::new()
+        .text("never sent")
+        .finish("stop", None)
+        .into();
+    let (answer, client, provider) =
+        budget_prompt("max_cost_usd = 0.0000001", vec![first_step(), never]).await;
+    let meta = &answer["result"]["_meta"]["dsh"];
+    assert_eq!(meta["budget"], "cost", "{answer}");
+    let message = meta["message"].as_str().unwrap();
+    assert!(message.contains("cost budget ($0.0000001)"), "{message}");
+    assert!(!message.contains("$0.00 "), "{message}");
+    assert_eq!(provider.requests().len(), 1);
+    let closing = closing_usage(&client);
+    assert!(
+        closing["cost"]["amount"].as_f64().unwrap() > 0.0,
+        "{closing}"
+    );
+    assert_eq!(closing["_meta"]["dsh"]["requests"], 1, "{closing}");
+    assert_eq!(closing["used"], 2040, "{closing}");
+    assert_seen_valid(&client);
+}
+
+/// A wall-time stop cancels the running step: the answer names `wall_time`, and the closing
+/// `usage_update` still reports the step that finished before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_time_stop_names_the_budget_and_closes_with_the_usage() {
+    let stalled = SseReply::new()
+        .delay(Duration::from_secs(20))
+        .text("too late")
+        .finish("stop", None)
+        .into();
+    let (answer, client, provider) =
+        budget_prompt("max_wall_time_secs = 1.5", vec![first_step(), stalled]).await;
+    let meta = &answer["result"]["_meta"]["dsh"];
+    assert_eq!(meta["budget"], "wall_time", "{answer}");
+    assert!(
+        meta["message"]
+            .as_str()
+            .unwrap()
+            .contains("wall-time budget"),
+        "{answer}"
+    );
+    assert_eq!(provider.requests().len(), 2);
+    let closing = closing_usage(&client);
+    assert_eq!(closing["_meta"]["dsh"]["requests"], 1, "{closing}");
+    assert_eq!(closing["_meta"]["dsh"]["inputTokens"], 2000, "{closing}");
+    assert!(
+        closing["cost"]["amount"].as_f64().unwrap() > 0.0,
+        "{closing}"
+    );
+    assert_seen_valid(&client);
 }
