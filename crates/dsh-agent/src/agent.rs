@@ -907,6 +907,8 @@ pub fn generic_model_info(model: &str) -> ModelInfo {
         ],
         default_effort: None,
         modalities: vec!["text".to_string()],
+        temperature: None,
+        stop: None,
     }
 }
 

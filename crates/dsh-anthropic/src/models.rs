@@ -25,5 +25,7 @@ pub fn model_info(model: &str) -> ModelInfo {
         ],
         default_effort: None,
         modalities: vec!["text".to_string()],
+        temperature: None,
+        stop: None,
     }
 }

@@ -121,6 +121,10 @@ pub struct ModelEntry {
     pub price: Option<ModelPrice>,
     /// Input kinds (`["text", "image"]`), if configured (docs/model-calls.md, "Images").
     pub input: Option<Vec<String>>,
+    /// Sampling temperature sent with each call to the model, if configured.
+    pub temperature: Option<f64>,
+    /// Stop sequences sent with each call to the model, if configured.
+    pub stop: Option<Vec<String>>,
 }
 
 impl ModelEntry {
@@ -133,6 +137,8 @@ impl ModelEntry {
             efforts: self.efforts.clone(),
             default_effort: self.default_effort,
             input: self.input.clone(),
+            temperature: self.temperature,
+            stop: self.stop.clone(),
         }
     }
 
@@ -238,6 +244,17 @@ fn as_f64(value: Option<&Value>) -> Option<f64> {
         Value::Integer(n) => Some(*n as f64),
         _ => None,
     }
+}
+
+/// An array of strings (its other items left out: the schema reports them).
+fn strings(value: Option<&Value>) -> Option<Vec<String>> {
+    value.and_then(Value::as_array).map(|items| {
+        items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    })
 }
 
 fn as_string(value: Option<&Value>) -> Option<String> {
@@ -440,13 +457,9 @@ fn parse_model(
         efforts,
         default_effort,
         price,
-        input: table.get("input").and_then(Value::as_array).map(|items| {
-            items
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        }),
+        input: strings(table.get("input")),
+        temperature: as_f64(table.get("temperature")),
+        stop: strings(table.get("stop")),
     }
 }
 

@@ -84,6 +84,8 @@ const MODEL_KEYS: &[&str] = &[
     "default_effort",
     "price",
     "input",
+    "temperature",
+    "stop",
 ];
 /// Input kinds of a model row (`models.<id>.input`; docs/model-calls.md, "Images").
 const INPUTS: &[&str] = &["text", "image"];
@@ -709,6 +711,31 @@ impl Checker<'_> {
                             type_name(other)
                         ),
                         "write e.g. `input = [\"text\", \"image\"]`",
+                    ),
+                },
+                "temperature" => self.expect_number(
+                    &full,
+                    value,
+                    (0.0, 2.0),
+                    "write the sampling temperature, e.g. `temperature = 0.2`",
+                ),
+                "stop" => match value {
+                    Value::Array(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            let key = format!("{full}[{i}]");
+                            if self.expect_str(&key, item).is_some_and(|s| s.is_empty()) {
+                                self.error(
+                                    &key,
+                                    "an empty stop sequence would stop every reply at once",
+                                    "remove it, or write the text the reply should stop at",
+                                );
+                            }
+                        }
+                    }
+                    other => self.error(
+                        &full,
+                        format!("must be an array of strings, found {}", type_name(other)),
+                        "write e.g. `stop = [\"</answer>\"]`",
                     ),
                 },
                 "price" => {

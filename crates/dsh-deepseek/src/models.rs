@@ -39,6 +39,8 @@ pub fn model_info(model: &str) -> ModelInfo {
             efforts: DEEPSEEK_EFFORTS.to_vec(),
             default_effort: Some(DEEPSEEK_DEFAULT_EFFORT),
             modalities: spec.input.iter().map(|i| i.to_string()).collect(),
+            temperature: None,
+            stop: None,
         },
         None => ModelInfo {
             id: model.to_string(),
@@ -47,6 +49,8 @@ pub fn model_info(model: &str) -> ModelInfo {
             efforts: Vec::new(),
             default_effort: None,
             modalities: vec!["text".to_string()],
+            temperature: None,
+            stop: None,
         },
     }
 }

@@ -119,6 +119,13 @@ pub struct ModelInfo {
     pub default_effort: Option<ReasoningEffort>,
     /// Input kinds the model accepts (`text`, `image`).
     pub modalities: Vec<String>,
+    /// Sampling temperature sent when a call sets none (a configured row's `temperature`);
+    /// `None` leaves it to the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Stop sequences sent when a call sets none (a configured row's `stop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Vec<String>>,
 }
 
 /// One wire format. An implementation makes exactly one attempt per call (it never retries),

@@ -78,6 +78,10 @@ pub enum ConfigField {
     ReasoningEffort,
     /// [`CallConfig::max_tokens`].
     MaxTokens,
+    /// [`CallConfig::temperature`], from the model's configured row.
+    Temperature,
+    /// [`CallConfig::stop`], from the model's configured row.
+    Stop,
 }
 
 /// A call config after defaults were resolved against one model's metadata. Immutable.
@@ -107,8 +111,8 @@ impl CallConfig {
         }
     }
 
-    /// Resolves defaults once, before dispatch: absent effort and max tokens come from `model`
-    /// (and are marked adapter-filled); an effort the model does not support is rejected with
+    /// Resolves defaults once, before dispatch: absent effort, max tokens, temperature and stop
+    /// sequences come from `model` (and are marked adapter-filled); an effort the model does not support is rejected with
     /// `UNSUPPORTED_REASONING_EFFORT`. `Off` is accepted when the model lists it, and for a
     /// model that lists no efforts at all (one without reasoning, or one the adapter does not
     /// know: off is all it can do, so asking for it is not an error).
@@ -147,6 +151,16 @@ impl CallConfig {
             config.max_tokens = Some(model.default_max_tokens);
             adapter_filled.push(ConfigField::MaxTokens);
         }
+        // Sampling the model's row configures (docs/configuration.md, `models.<id>.temperature`
+        // and `.stop`), unless the caller set its own.
+        if config.temperature.is_none() && model.temperature.is_some() {
+            config.temperature = model.temperature;
+            adapter_filled.push(ConfigField::Temperature);
+        }
+        if config.stop.is_none() && model.stop.is_some() {
+            config.stop.clone_from(&model.stop);
+            adapter_filled.push(ConfigField::Stop);
+        }
         Ok(PreparedCallConfig {
             config,
             adapter_filled,
@@ -173,6 +187,8 @@ impl PreparedCallConfig {
             match field {
                 ConfigField::ReasoningEffort => config.reasoning_effort = None,
                 ConfigField::MaxTokens => config.max_tokens = None,
+                ConfigField::Temperature => config.temperature = None,
+                ConfigField::Stop => config.stop = None,
             }
         }
         config
@@ -191,6 +207,8 @@ mod tests {
             efforts: vec![ReasoningEffort::Off, ReasoningEffort::High],
             default_effort: Some(ReasoningEffort::High),
             modalities: vec!["text".into()],
+            temperature: None,
+            stop: None,
         }
     }
 
@@ -204,6 +222,25 @@ mod tests {
             &[ConfigField::ReasoningEffort, ConfigField::MaxTokens]
         );
         assert_eq!(p.caller_config(), CallConfig::new("r", "m"));
+    }
+
+    #[test]
+    fn a_models_sampling_fills_what_the_caller_left_out() {
+        let mut info = model();
+        info.temperature = Some(0.2);
+        info.stop = Some(vec!["</done>".into()]);
+        let p = CallConfig::new("r", "m").prepare(&info).unwrap();
+        assert_eq!(p.config().temperature, Some(0.2));
+        assert_eq!(p.config().stop, Some(vec!["</done>".to_string()]));
+        assert!(p.adapter_filled().contains(&ConfigField::Temperature));
+        assert!(p.adapter_filled().contains(&ConfigField::Stop));
+        // Another model is prepared afresh: the first one's sampling does not follow.
+        assert_eq!(p.caller_config(), CallConfig::new("r", "m"));
+        let mut own = CallConfig::new("r", "m");
+        own.temperature = Some(1.0);
+        let p = own.prepare(&info).unwrap();
+        assert_eq!(p.config().temperature, Some(1.0));
+        assert!(!p.adapter_filled().contains(&ConfigField::Temperature));
     }
 
     #[test]

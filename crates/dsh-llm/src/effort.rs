@@ -94,6 +94,8 @@ mod tests {
             efforts,
             default_effort: default,
             modalities: vec!["text".into()],
+            temperature: None,
+            stop: None,
         }
     }
 

@@ -564,6 +564,8 @@ mod tests {
             efforts: vec![],
             default_effort: None,
             modalities: vec!["text".into()],
+            temperature: None,
+            stop: None,
         };
         let err = check_image_input(
             "flash",

@@ -9,7 +9,7 @@ use crate::adapter::ModelInfo;
 use crate::config::ReasoningEffort;
 
 /// One row of the model table. Each field that is `None` keeps the adapter's own value.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelRow {
     /// Context window in tokens.
     pub context_window: Option<u64>,
@@ -21,6 +21,10 @@ pub struct ModelRow {
     pub default_effort: Option<ReasoningEffort>,
     /// Input kinds the model takes (`["text", "image"]`; docs/model-calls.md, "Images").
     pub input: Option<Vec<String>>,
+    /// Sampling temperature sent when the caller sets none.
+    pub temperature: Option<f64>,
+    /// Stop sequences sent when the caller sets none.
+    pub stop: Option<Vec<String>>,
 }
 
 impl ModelRow {
@@ -33,12 +37,14 @@ impl ModelRow {
             efforts: self.efforts.clone().unwrap_or(own.efforts),
             default_effort: self.default_effort.or(own.default_effort),
             modalities: self.input.clone().unwrap_or(own.modalities),
+            temperature: self.temperature.or(own.temperature),
+            stop: self.stop.clone().or(own.stop),
         }
     }
 }
 
 /// The model table: rows by model id. Empty by default (the adapter's own descriptions apply).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelTable {
     rows: BTreeMap<String, ModelRow>,
 }
@@ -112,6 +118,8 @@ mod tests {
             efforts: vec![ReasoningEffort::Off, ReasoningEffort::High],
             default_effort: Some(ReasoningEffort::High),
             modalities: vec!["text".to_string()],
+            temperature: None,
+            stop: None,
         }
     }
 

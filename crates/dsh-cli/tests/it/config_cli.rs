@@ -6,7 +6,7 @@ use std::process::Command;
 
 use crate::common::{dsh_command, output, text};
 
-use dsh_test_support::{AnthropicReply, AnthropicUsage, FakeProvider};
+use dsh_test_support::{AnthropicReply, AnthropicUsage, FakeProvider, SseReply};
 
 const DEEPSEEK_SECRET: &str = "sk-deepseek-secret-5be2d19a77";
 const ANTHROPIC_SECRET: &str = "sk-ant-secret-0c4e8f1b9d";
@@ -276,4 +276,58 @@ async fn models_merges_the_listing_with_the_table() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("ANTHROPIC_API_KEY is not set"), "{stderr}");
     assert!(stdout.starts_with("MODEL"));
+}
+
+/// `models.<id>.temperature` and `.stop` reach the request of that model and of no other
+/// (issue 40, point 10: both existed in the call config with nothing to set them).
+#[tokio::test]
+async fn a_models_temperature_and_stop_reach_its_requests() {
+    let provider = FakeProvider::start([
+        SseReply::new().text("one").finish("stop", None).into(),
+        SseReply::new().text("two").finish("stop", None).into(),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    env.write_user(&format!(
+        "[providers.deepseek]\nbase_url = \"{}\"\n\
+         [models.deepseek-v4-flash]\ntemperature = 0.2\nstop = [\"</done>\", \"\\nEND\"]\n",
+        provider.base_url()
+    ));
+    for model in ["deepseek-v4-flash", "deepseek-v4-pro"] {
+        let mut cmd = env.command(&["run", "--model", model, "hi"]);
+        cmd.env("DEEPSEEK_API_KEY", DEEPSEEK_SECRET);
+        let out = output(cmd).await;
+        assert!(out.status.success(), "{}", text(&out).1);
+    }
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    let flash = &requests[0].body;
+    assert_eq!(flash["model"], "deepseek-v4-flash");
+    assert_eq!(flash["temperature"], 0.2, "{flash}");
+    assert_eq!(
+        flash["stop"],
+        serde_json::json!(["</done>", "\nEND"]),
+        "{flash}"
+    );
+    let pro = &requests[1].body;
+    assert_eq!(pro["model"], "deepseek-v4-pro");
+    assert!(
+        pro.get("temperature").is_none() && pro.get("stop").is_none(),
+        "{pro}"
+    );
+
+    // Out of range or an empty stop sequence: refused with the key and the fix.
+    env.write_user("[models.deepseek-v4-flash]\ntemperature = 3\nstop = [\"\"]\n");
+    let out = output(env.command(&["config", "show"])).await;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("models.deepseek-v4-flash.temperature"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("models.deepseek-v4-flash.stop[0]"),
+        "{stderr}"
+    );
 }
