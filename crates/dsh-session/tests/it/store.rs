@@ -113,6 +113,14 @@ fn truncated_last_line_is_dropped_and_resume_sets_it_aside() {
     assert!(log.torn_tail.is_none());
     let side = path.with_file_name(format!("session.jsonl.torn-{}", torn.offset));
     assert!(side.is_file(), "torn bytes kept in {}", side.display());
+    // The torn bytes are the session's as much as the log is: private like it (issue 40).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600, "the log");
+        assert_eq!(mode(&side), 0o600, "{} is not private", side.display());
+    }
 }
 
 #[test]
