@@ -218,6 +218,15 @@ fn show_children_lists_subagents_and_shows_one_transcript() {
     let transcript = text(&out.stdout);
     assert!(transcript.contains("ALPHA"), "{transcript}");
     assert!(!transcript.contains("BETA"), "{transcript}");
+    // A child says who started it and what its descriptor is, not "forked after 0 events" or
+    // "no feature for it in this build" (issue 40, point 10).
+    assert!(
+        transcript.contains("sub-agent started by `14dda109-5728-45ba-a002-7db9543fe50e`"),
+        "{transcript}"
+    );
+    assert!(transcript.contains("_(sub-agent `"), "{transcript}");
+    assert!(!transcript.contains("after 0 events"), "{transcript}");
+    assert!(!transcript.contains("no feature for it"), "{transcript}");
 
     let out = dsh(
         home.path(),
