@@ -557,3 +557,29 @@ async fn warm_opens_the_provider_connection_of_a_live_session_only() {
         "{events:?}"
     );
 }
+
+/// `GET /api/sessions/:id` answers `events` as a count of the feed's events, not the events,
+/// and docs/web.md says so (issue 40, point 10: the table listed `events` as if it were them).
+#[tokio::test]
+async fn session_detail_counts_its_events_as_the_docs_say() {
+    let mut web = Web::start(vec![text("Done.")]).await;
+    let id = web.create("one").await;
+    let mut stream = web.stream(&id, None).await;
+    let seen = stream.until("turn/end").await;
+    let (status, body) = web.json(web.get(&format!("/api/sessions/{id}"))).await;
+    assert_eq!(status, 200, "{body}");
+    let count = body["events"].as_u64().unwrap_or_else(|| panic!("{body}"));
+    assert!(count >= seen.len() as u64, "{count} < {}", seen.len());
+
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/web.md")).unwrap();
+    let row = docs
+        .lines()
+        .find(|l| l.starts_with("| `GET /api/sessions/:id` |"))
+        .expect("docs/web.md has a row for GET /api/sessions/:id");
+    assert!(
+        row.contains("`events`: how many events") && row.contains("a count"),
+        "docs/web.md does not say `events` is a count: {row}"
+    );
+    web.stop().await;
+}
