@@ -7,25 +7,41 @@
 //! lag and lose events. Should the feed's own forwarder ever lag behind the broadcast, it
 //! stops taking events until the next flush-point event, then re-reads the missing ones from
 //! the log file, which holds everything up to that point.
+//!
+//! Each envelope also gets its view events (docs/protocol.md, "View events"), made by the
+//! feed's [`ViewProjector`] as the envelope joins the feed: the same events whether the feed was
+//! filled live or from the log, so a reload or a stored session shows what the live page did.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use axum::response::sse;
 use dsh_llm::LockExt;
-use dsh_session::{Envelope, Event};
+use dsh_protocol::{ViewEvent, ViewProjector};
+use dsh_session::{Envelope, Event, PriceTable};
 use futures::Stream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::children::ChildEvents;
 
+/// The view events of one session event, each as SSE data (its JSON).
+type Views = Arc<[Arc<str>]>;
+
 /// What the server derived from a session's events so far.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub(crate) struct FeedState {
     /// Every event, in seq order; `events[i].seq == i`.
     pub events: Vec<Arc<Envelope>>,
+    /// The view events of each event, as SSE data (`views[i]` of `events[i]`).
+    views: Vec<Views>,
+    /// Makes them.
+    projector: ViewProjector,
+    /// Prices for the view's usage costs (kept to rebuild the projector).
+    prices: PriceTable,
+    /// Calls whose questions (or plan review) are shown and not answered yet.
+    asking: HashSet<String>,
     /// A turn has started and not ended.
     pub running: bool,
     /// A live event arrived ahead of the feed (the forwarder lagged): wait for a flush point
@@ -46,15 +62,24 @@ pub struct Feed {
 
 impl Default for Feed {
     fn default() -> Self {
-        Feed::new()
+        Feed::new(PriceTable::default())
     }
 }
 
 impl Feed {
-    /// An empty feed.
-    pub fn new() -> Feed {
+    /// An empty feed whose view prices usage with `prices`.
+    pub fn new(prices: PriceTable) -> Feed {
         Feed {
-            state: Mutex::new(FeedState::default()),
+            state: Mutex::new(FeedState {
+                events: Vec::new(),
+                views: Vec::new(),
+                projector: ViewProjector::new(dsh_agent::Presenter::default(), prices.clone()),
+                prices,
+                asking: HashSet::new(),
+                running: false,
+                gap: false,
+                presenter: dsh_agent::Presenter::default(),
+            }),
             length: watch::Sender::new(0),
             children: ChildEvents::default(),
         }
@@ -97,8 +122,20 @@ impl Feed {
 
     /// Presents calls logged without a presentation as the session's `tools` do (a live
     /// session's; a stored one's feed asks the tools every session has).
+    /// The view is made again with a presenter over them (`Presenter::new(Some(tools))`).
     pub(crate) fn set_tools(&self, tools: &dsh_tools::ToolRegistry) {
-        self.state.lock_or_recover().presenter.set_tools(tools);
+        let mut guard = self.state.lock_or_recover();
+        let state = &mut *guard;
+        state.presenter.set_tools(tools);
+        state.projector =
+            ViewProjector::new(dsh_agent::Presenter::new(Some(tools)), state.prices.clone());
+        state.asking.clear();
+        let events = state.events.clone();
+        let mut views = Vec::with_capacity(events.len());
+        for envelope in &events {
+            views.push(Self::project(state, envelope));
+        }
+        state.views = views;
     }
 
     fn push(state: &mut FeedState, envelope: Arc<Envelope>) {
@@ -111,7 +148,46 @@ impl Feed {
             Event::TurnEnd(_) => state.running = false,
             _ => {}
         }
+        let views = Self::project(state, &envelope);
+        state.views.push(views);
         state.events.push(envelope);
+    }
+
+    /// The view events of `envelope`, as SSE data; notes the questions shown.
+    fn project(state: &mut FeedState, envelope: &Envelope) -> Views {
+        let views = state.projector.project(envelope);
+        for view in &views {
+            match view {
+                ViewEvent::QuestionAsked { call_id, .. } => {
+                    state.asking.insert(call_id.clone());
+                }
+                ViewEvent::ToolCard(card) if card.state.is_final() => {
+                    state.asking.remove(&card.call_id);
+                }
+                _ => {}
+            }
+        }
+        views
+            .iter()
+            .map(|view| Arc::from(view_json(view)))
+            .collect()
+    }
+
+    /// True while the questions (or plan review) of call `call_id` are shown unanswered.
+    pub(crate) fn asking(&self, call_id: &str) -> bool {
+        self.state.lock_or_recover().asking.contains(call_id)
+    }
+
+    /// The view events of the events from seq `from` on (at most `limit` events).
+    pub fn views_since(&self, from: usize, limit: usize) -> Vec<Arc<str>> {
+        let state = self.state.lock_or_recover();
+        state
+            .views
+            .iter()
+            .skip(from)
+            .take(limit)
+            .flat_map(|views| views.iter().cloned())
+            .collect()
     }
 
     /// Number of events.
@@ -131,13 +207,22 @@ impl Feed {
 
     /// Events from seq `from` on (at most `limit`).
     pub fn since(&self, from: usize, limit: usize) -> Vec<Arc<Envelope>> {
+        self.since_with_views(from, limit)
+            .into_iter()
+            .map(|(envelope, _)| envelope)
+            .collect()
+    }
+
+    /// Events from seq `from` on (at most `limit`), each with its view events.
+    fn since_with_views(&self, from: usize, limit: usize) -> Vec<(Arc<Envelope>, Views)> {
         let state = self.state.lock_or_recover();
         state
             .events
             .iter()
+            .cloned()
+            .zip(state.views.iter().cloned())
             .skip(from)
             .take(limit)
-            .cloned()
             .collect()
     }
 
@@ -148,9 +233,11 @@ impl Feed {
 
     /// The SSE stream from seq `from`: stored events, then live ones as they come; ends when
     /// `shutdown` is cancelled. Each SSE event has `id: <seq>` and the envelope's JSON line
-    /// (the log's own encoding) as data. The children's events received so far, then live,
-    /// are interleaved as SSE events named `child` without an id (docs/web.md, "Children"),
-    /// so `Last-Event-ID` stays the session's seq.
+    /// (the log's own encoding) as data; the envelope's view events go just before it, as SSE
+    /// events named `view` without an id (a client resuming after seq `n` has the views of `n`,
+    /// and gets those of `n + 1` again if the connection broke among them). The children's
+    /// events received so far, then live, are interleaved as SSE events named `child` without
+    /// an id (docs/web.md, "Children"), so `Last-Event-ID` stays the session's seq.
     pub fn stream(
         self: Arc<Self>,
         from: usize,
@@ -193,9 +280,16 @@ impl StreamCursor {
             // Mark the current lengths seen before reading, so a push after the read wakes us.
             self.length.borrow_and_update();
             self.child_count.borrow_and_update();
-            let batch = self.feed.since(self.next, 256);
+            let batch = self.feed.since_with_views(self.next, 256);
             self.next += batch.len();
-            self.queue.extend(batch.iter().map(|e| sse_event(e)));
+            for (envelope, views) in batch {
+                self.queue.extend(
+                    views
+                        .iter()
+                        .map(|view| sse::Event::default().event("view").data(&**view)),
+                );
+                self.queue.push_back(sse_event(&envelope));
+            }
             let (next_child, children) = self.feed.children.since(self.next_child, 256);
             self.next_child = next_child;
             self.queue.extend(
@@ -228,6 +322,13 @@ pub(crate) fn envelope_json(envelope: &Envelope) -> String {
         })
         .to_string(),
     }
+}
+
+/// A view event's JSON (docs/protocol.md, "View events").
+pub(crate) fn view_json(view: &ViewEvent) -> String {
+    serde_json::to_string(view).unwrap_or_else(|err| {
+        serde_json::json!({"kind": "serverEncodeError", "message": err.to_string()}).to_string()
+    })
 }
 
 /// One envelope as an SSE event.

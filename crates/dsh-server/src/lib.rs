@@ -8,25 +8,27 @@
 //!   mutating requests.
 //! - [`Sessions`] keeps one [`dsh_agent::Agent`] per open session running `serve()` in a task,
 //!   and serves the others from their logs; the binary supplies a
-//!   [`dsh_runtime::SessionFactory`]. Each live agent gets a [`WebApprover`] (tool
-//!   approvals) and a [`WebAsker`] (`ask_user_question`), answered through the API.
+//!   [`dsh_runtime::SessionFactory`]. Each live agent gets one
+//!   [`dsh_protocol::SessionControl`]: the API's requests become its operations, and its
+//!   [`dsh_protocol::Interactions`] (the agent's approver and asker) keeps approvals and
+//!   questions waiting until the API answers them (docs/protocol.md).
 //! - The children (subagents) of a live session stream on its event stream as `child` events;
 //!   stored children are read through a path-confined API (`children.rs`).
 //! - Everything the UI shows is rendered from session events (`GET
-//!   /api/sessions/:id/events`), so a reload or a second tab shows the same state.
+//!   /api/sessions/:id/events`): the log's envelopes and the view events a
+//!   [`dsh_protocol::ViewProjector`] makes of them (tool cards, approvals, questions, turn
+//!   ends), so a reload, a second tab or a stored session shows the same state.
 //!
 //! The API reference and the security model are in `docs/web.md`.
 
 #![warn(missing_docs, unreachable_pub)]
 #![warn(clippy::too_many_lines)]
 
-mod approvals;
 mod assets;
 mod children;
 mod effort;
 mod error;
 mod feed;
-mod questions;
 mod routes;
 pub mod security;
 mod sessions;
@@ -43,12 +45,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use approvals::WebApprover;
 /// HTTP status codes, for [`ApiError`]s built by front ends.
 pub use axum::http::StatusCode;
 pub use error::ApiError;
 pub use feed::Feed;
-pub use questions::WebAsker;
 pub use security::{check_bind_address, Access, AccessToken, GatePolicy};
 pub use sessions::{LiveSession, OpenRequest, Sessions};
 
@@ -277,6 +277,8 @@ fn router(state: Arc<routes::AppState>, policy: Arc<GatePolicy>) -> Router {
             "/api/sessions/{id}/commands",
             get(routes::commands).post(routes::run_command),
         )
+        .route("/api/sessions/{id}/undo", post(routes::undo))
+        .route("/api/sessions/{id}/plan", post(routes::plan_mode))
         .route("/api/sessions/{id}/fork", post(routes::fork))
         .route("/api/sessions/{id}/export", get(routes::export))
         .route("/api/sessions/{id}/title", post(routes::rename))

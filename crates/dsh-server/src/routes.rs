@@ -11,7 +11,8 @@ use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use dsh_agent::{ApprovalDecision, UserAnswer};
-use dsh_llm::{LockExt, ReasoningEffort};
+use dsh_llm::ReasoningEffort;
+use dsh_protocol::{Op, Reply, Waiting};
 use dsh_session::SessionTitle;
 use dsh_tools::PermissionPreset;
 use serde::de::DeserializeOwned;
@@ -19,10 +20,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::feed::Feed;
-use crate::questions;
 use crate::security::Access;
-use crate::sessions::{check_id, LiveSession, OpenRequest, Sessions};
+use crate::sessions::{check_id, OpenRequest, Sessions};
 
 /// What the handlers share.
 pub(crate) struct AppState {
@@ -196,7 +195,7 @@ pub(crate) async fn create(State(state): Shared, body: Bytes) -> ApiResult {
     let id = state.sessions.create(request).await?;
     if let Some(prompt) = body.prompt.filter(|p| !p.trim().is_empty()) {
         if let Some(live) = state.sessions.live(&id) {
-            live.handle.followup(prompt)?;
+            live.submit(Op::Prompt(dsh_agent::new_user_message(prompt)))?;
         }
     }
     Ok((StatusCode::CREATED, Json(json!({"id": id}))).into_response())
@@ -389,8 +388,8 @@ pub(crate) async fn detail(State(state): Shared, Path(id): Path<String>) -> ApiR
         // The model takes images: the composer offers the image button only then.
         "images": live.handle.takes_images(),
         "pending": {"nextTurn": texts(next_turn), "nextStep": texts(next_step)},
-        "approvals": live.approvals.waiting(),
-        "questions": waiting_questions(&feed, &live),
+        "approvals": waiting(&live, true),
+        "questions": waiting(&live, false),
     }))
     .into_response())
 }
@@ -508,15 +507,16 @@ pub(crate) async fn prompt(State(state): Shared, Path(id): Path<String>, body: B
         message.content.clear();
     }
     message.content.extend(images);
-    match mode.as_str() {
-        "followup" => live.handle.followup_message(message)?,
-        "steer" => live.handle.steer_message(message)?,
+    let op = match mode.as_str() {
+        "followup" => Op::Prompt(message),
+        "steer" => Op::Steer(message),
         other => {
             return Err(ApiError::bad_request(format!(
                 "unknown mode `{other}` (expected followup or steer)"
             )))
         }
-    }
+    };
+    live.submit(op)?;
     Ok((StatusCode::ACCEPTED, Json(json!({"queued": mode}))).into_response())
 }
 
@@ -572,7 +572,14 @@ pub(crate) async fn cancel(State(state): Shared, Path(id): Path<String>, body: B
     check_id(&id)?;
     let body: CancelBody = parse(&body)?;
     let cancelled = match state.sessions.live(&id) {
-        Some(live) => live.handle.cancel(body.keep_inbox.unwrap_or(false)),
+        Some(live) => {
+            // Whether a turn was open, as the session's events say.
+            let running = state.sessions.running(&id);
+            live.submit(Op::Cancel {
+                keep_queued: body.keep_inbox.unwrap_or(false),
+            })?;
+            running
+        }
         None => false,
     };
     Ok(Json(json!({"cancelled": cancelled})).into_response())
@@ -594,7 +601,7 @@ pub(crate) async fn warm(State(state): Shared, Path(id): Path<String>) -> ApiRes
 /// `POST /api/sessions/:id/compact`: compacts before the next step (or at once when idle).
 pub(crate) async fn compact(State(state): Shared, Path(id): Path<String>) -> ApiResult {
     let live = state.sessions.ensure_live(&id).await?;
-    live.handle.request_compaction();
+    live.submit(Op::Compact)?;
     Ok((StatusCode::ACCEPTED, Json(json!({"requested": true}))).into_response())
 }
 
@@ -623,20 +630,34 @@ pub(crate) async fn set_call(
         })?)),
     };
     let live = state.sessions.ensure_live(&id).await?;
-    let mut call = live.call();
-    let switched = match body.model.filter(|m| !m.trim().is_empty()) {
-        Some(model) => {
-            let switched = model.trim() != call.model;
-            call.model = model.trim().to_string();
-            switched
+    let model = body
+        .model
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty());
+    // Both at once: the effort is checked against the new model before anything changes.
+    if let (Some(model), Some(Some(wanted))) = (&model, effort) {
+        if let Some(info) = state.sessions.model_info(model) {
+            info.check_effort(wanted).map_err(|message| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "UNSUPPORTED_REASONING_EFFORT",
+                    message,
+                )
+            })?;
         }
-        None => false,
-    };
+    }
     // Only efforts the model takes: refused before any request, and a model switch carries a
-    // valid one (docs/web.md, "Model and effort").
-    let note = crate::effort::settle(&state.sessions, &mut call, effort, switched)?;
-    live.handle.set_call(call.clone());
-    *live.call.lock_or_recover() = call.clone();
+    // valid one (docs/web.md, "Model and effort"); the protocol decides both.
+    let mut notes = Vec::new();
+    if let Some(model) = model.filter(|m| *m != live.call().model) {
+        // The first note says the model is set; the rest, that its effort changed.
+        notes.extend(live.submit(Op::SetModel(model))?.into_iter().skip(1));
+    }
+    if let Some(effort) = effort {
+        live.submit(Op::SetEffort(effort))?;
+    }
+    let note = (!notes.is_empty()).then(|| notes.join("; "));
+    let call = live.call();
     Ok(Json(json!({
         "model": call.model,
         "effort": call.reasoning_effort.map(|e| e.as_str()),
@@ -680,16 +701,20 @@ pub(crate) async fn approve(
             )))
         }
     };
-    let answered = state
-        .sessions
-        .live(&id)
-        .is_some_and(|live| live.approvals.answer(&approval, decision));
-    if !answered {
-        return Err(ApiError::not_found(format!(
+    let not_waiting = || {
+        ApiError::not_found(format!(
             "no approval `{approval}` is waiting in session {id}"
-        )));
+        ))
+    };
+    let live = state.sessions.live(&id).ok_or_else(not_waiting)?;
+    match live.control.submit(Op::Approve {
+        id: approval.clone(),
+        decision,
+    }) {
+        Ok(_) => Ok(Json(json!({"answered": true})).into_response()),
+        Err(err) if err.code == "NOT_WAITING" => Err(not_waiting()),
+        Err(err) => Err(err.into()),
     }
-    Ok(Json(json!({"answered": true})).into_response())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -840,15 +865,22 @@ pub(crate) async fn set_permission(
             ),
         ));
     }
-    live.handle.set_permission(preset)?;
+    live.submit(Op::SetPreset(preset))?;
     Ok(Json(json!({"permission": live.handle.permission().as_str()})).into_response())
 }
 
-/// Call ids of the `ask_user_question` calls of `live` that wait for an answer.
-fn waiting_questions(feed: &Feed, live: &LiveSession) -> Vec<String> {
-    questions::open_calls(&feed.snapshot())
+/// What waits for the user in `live`: the ids of approval questions (`approvals`), else the
+/// call ids of the tool calls whose questions (or plan review) wait.
+fn waiting(live: &crate::sessions::LiveSession, approvals: bool) -> Vec<String> {
+    live.control
+        .interactions()
+        .waiting()
         .into_iter()
-        .filter(|call_id| live.questions.is_waiting(call_id))
+        .filter_map(|waiting| match waiting {
+            Waiting::Approval(request) if approvals => Some(request.id),
+            Waiting::Question(request) if !approvals => Some(request.call_id),
+            _ => None,
+        })
         .collect()
 }
 
@@ -877,7 +909,7 @@ pub(crate) async fn answer_question(
     check_id(&id)?;
     let body: QuestionBody = parse(&body)?;
     let reply = match (body.answers, body.decline) {
-        (Some(answers), None) => questions::Reply::Answers(
+        (Some(answers), None) => Reply::Answers(
             answers
                 .into_iter()
                 .map(|a| UserAnswer {
@@ -886,7 +918,7 @@ pub(crate) async fn answer_question(
                 })
                 .collect(),
         ),
-        (None, Some(message)) => questions::Reply::Decline(message),
+        (None, Some(message)) => Reply::Decline(message),
         _ => return Err(ApiError::bad_request("give either `answers` or `decline`")),
     };
     let not_waiting = || {
@@ -895,44 +927,39 @@ pub(crate) async fn answer_question(
         ))
     };
     let live = state.sessions.live(&id).ok_or_else(not_waiting)?;
-    let answered = matches!(reply, questions::Reply::Answers(_));
-    // The UI shows the question from the logged `tool/call`, a moment before the tool asks:
-    // an answer in that moment waits for the question (docs/web.md, "Questions
-    // (`ask_user_question`)").
+    let answered = matches!(reply, Reply::Answers(_));
+    // The stream shows the question (`questionAsked`) as its `tool/started` is logged, a moment
+    // before the tool asks: an answer in that moment waits for the question (docs/web.md,
+    // "Questions (`ask_user_question`)").
     let deadline = tokio::time::Instant::now() + QUESTION_GRACE;
     loop {
-        match live.questions.answer(&call_id, reply.clone()) {
-            Ok(()) => {
+        let op = Op::Answer {
+            call_id: call_id.clone(),
+            reply: reply.clone(),
+        };
+        match live.control.submit(op) {
+            Ok(_) => {
                 return Ok(
                     Json(json!({"answered": answered, "declined": !answered})).into_response()
                 )
             }
-            Err(questions::AnswerError::NotWaiting)
-                if tokio::time::Instant::now() < deadline
-                    && question_open(&state, &id, &call_id).await =>
-            {
+            Err(err) if err.code == "NOT_WAITING" => {
+                let asked = match state.sessions.feed(&id).await {
+                    Ok(feed) => feed.asking(&call_id),
+                    Err(_) => false,
+                };
+                if !asked || tokio::time::Instant::now() >= deadline {
+                    return Err(not_waiting());
+                }
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
-            Err(questions::AnswerError::NotWaiting) => return Err(not_waiting()),
-            Err(questions::AnswerError::Invalid(message)) => {
-                return Err(ApiError::bad_request(message))
-            }
+            Err(err) => return Err(err.into()),
         }
     }
 }
 
-/// How long an answer waits for a question whose call is logged but not asked yet.
+/// How long an answer waits for a question whose call is shown but not asked yet.
 const QUESTION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Whether the question call `call_id` of session `id` is logged and has no result yet.
-async fn question_open(state: &AppState, id: &str, call_id: &str) -> bool {
-    match state.sessions.feed(id).await {
-        Ok(feed) => questions::open_calls(&feed.snapshot())
-            .iter()
-            .any(|open| open == call_id),
-        Err(_) => false,
-    }
-}
 
 /// `GET /api/sessions/:id/commands`: the slash commands the session's extensions offer
 /// (user-invocable skills); empty for a stored session, whose extensions are not loaded.
@@ -975,12 +1002,43 @@ pub(crate) async fn run_command(
         )));
     }
     let live = state.sessions.ensure_live(&id).await?;
-    live.handle.run_user_command(&name, body.arguments.trim())?;
+    live.submit(Op::Command {
+        name: name.clone(),
+        arguments: body.arguments.trim().to_string(),
+    })?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"queued": "followup", "command": name})),
     )
         .into_response())
+}
+
+/// `POST /api/sessions/:id/undo`: reverts the file changes `write` and `edit` made in the
+/// latest turn that has some and was not undone yet (docs/protocol.md, "Undo"); `409
+/// UNDO_REFUSED` with the reason when nothing is undone. Opens a stored session first.
+pub(crate) async fn undo(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    let live = state.sessions.ensure_live(&id).await?;
+    let notes = live.submit(Op::Undo)?;
+    Ok(Json(json!({"undone": true, "message": notes.join("; ")})).into_response())
+}
+
+/// `POST /api/sessions/:id/plan {active}`: enters or leaves plan mode (docs/web.md, "Plan
+/// mode"); `400` when the session has no plan mode. Opens a stored session first.
+pub(crate) async fn plan_mode(
+    State(state): Shared,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let body: PlanBody = parse(&body)?;
+    let live = state.sessions.ensure_live(&id).await?;
+    live.submit(Op::SetPlanMode(body.active))?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"planMode": body.active}))).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanBody {
+    active: bool,
 }
 
 /// Any other path.

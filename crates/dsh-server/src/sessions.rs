@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use dsh_agent::AgentHandle;
 use dsh_llm::{CallConfig, LockExt};
+use dsh_protocol::{Interactions, ModelLookup, Op, SessionControl};
 use dsh_runtime::{Choices, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, Envelope, Event, PriceTable, SessionStore, SessionTitle, StoreKind};
 use tokio::task::JoinHandle;
@@ -59,14 +60,11 @@ impl OpenRequest {
 pub struct LiveSession {
     /// Drives the agent.
     pub handle: AgentHandle,
-    /// The call config the agent uses (as last set through the API).
-    pub call: Mutex<CallConfig>,
+    /// Carries out the API's operations on the session (docs/protocol.md): its
+    /// [`dsh_protocol::Interactions`] is the agent's approver and asker.
+    pub control: SessionControl,
     /// The session's working directory.
     pub cwd: PathBuf,
-    /// Answers tool approvals asked by this agent.
-    pub approvals: Arc<crate::approvals::WebApprover>,
-    /// Answers `ask_user_question` calls of this agent.
-    pub questions: Arc<crate::questions::WebAsker>,
     /// Opens the provider connection again when the user starts a message (docs/web.md,
     /// "Connection warm-up").
     pub preconnect: dsh_runtime::Preconnector,
@@ -77,7 +75,12 @@ pub struct LiveSession {
 impl LiveSession {
     /// The current call config.
     pub fn call(&self) -> CallConfig {
-        self.call.lock_or_recover().clone()
+        self.control.call()
+    }
+
+    /// Carries out `op` (docs/protocol.md, "Operations"), refusals as API errors.
+    pub fn submit(&self, op: Op) -> Result<Vec<String>, ApiError> {
+        self.control.submit(op).map_err(ApiError::from)
     }
 }
 
@@ -260,11 +263,20 @@ impl Sessions {
         }
         let key = id.to_string();
         let loaded = self.with_store(move |store| Ok(store.load(&key)?)).await?;
-        let feed = existing.unwrap_or_default();
+        let feed = existing.unwrap_or_else(|| Arc::new(Feed::new(self.prices.clone())));
         feed.extend_from_log(loaded.events);
         let mut feeds = self.feeds.lock_or_recover();
         let entry = feeds.entry(loaded.header.id.clone()).or_insert(feed);
         Ok(Arc::clone(entry))
+    }
+
+    /// The feed of `id`, created empty when the server has none.
+    fn feed_entry(&self, id: &str) -> Arc<Feed> {
+        let mut feeds = self.feeds.lock_or_recover();
+        let feed = feeds
+            .entry(id.to_string())
+            .or_insert_with(|| Arc::new(Feed::new(self.prices.clone())));
+        Arc::clone(feed)
     }
 
     /// Creates a session in `request.cwd` and starts its agent. Returns its id.
@@ -300,15 +312,15 @@ impl Sessions {
     /// Builds and starts an agent; the caller holds the lifecycle lock.
     async fn open(&self, request: OpenRequest) -> Result<String, ApiError> {
         let factory = Arc::clone(&self.factory);
-        let approver = Arc::new(crate::approvals::WebApprover::default());
-        let asker = Arc::new(crate::questions::WebAsker::default());
+        // The session's one approval and question broker: questions wait for the API's
+        // answers (docs/protocol.md, "Approvals and questions").
+        let interactions = Interactions::interactive();
         let opened = {
-            let approver = Arc::clone(&approver);
-            let asker = Arc::clone(&asker);
+            let interactions = interactions.clone();
             self.with_store(move |store| {
                 let mut opened = factory.open(&request.spec(), store)?;
-                crate::approvals::install(&mut opened.agent, approver);
-                crate::questions::install(&mut opened.agent, asker);
+                opened.agent.set_approver(Arc::new(interactions.clone()));
+                opened.agent.set_asker(Arc::new(interactions));
                 // Everything the agent wrote while opening (resume closers) is durable before
                 // the feed reads the log below.
                 let loaded = store.load(&opened.agent.handle().session_id())?;
@@ -326,7 +338,7 @@ impl Sessions {
         // Subscribe before anything else can append: nothing runs until `serve` starts.
         let mut receiver = handle.subscribe();
         let logged_preset = last_preset(&events);
-        let feed = Arc::clone(self.feeds.lock_or_recover().entry(id.clone()).or_default());
+        let feed = self.feed_entry(&id);
         feed.set_tools(&handle.tools());
         feed.extend_from_log(events);
         crate::children::forward(children, Arc::clone(&feed));
@@ -366,13 +378,19 @@ impl Sessions {
         }
 
         let stop = CancellationToken::new();
-        let call = agent.call().clone();
+        let factory = Arc::clone(&self.factory);
+        let models: ModelLookup = Arc::new(move |model: &str| factory.model_info(model));
+        let control = SessionControl::new(
+            handle.clone(),
+            interactions,
+            agent.call().clone(),
+            models,
+            cwd.clone(),
+        );
         let live = Arc::new(LiveSession {
             handle,
-            call: Mutex::new(call),
+            control,
             cwd,
-            approvals: approver,
-            questions: asker,
             preconnect,
             stop: stop.clone(),
             task: Mutex::new(None),
@@ -413,6 +431,10 @@ impl Sessions {
         let Some(live) = self.live.lock_or_recover().remove(id) else {
             return;
         };
+        // What waits for an answer is refused: nobody can answer it once the agent goes.
+        live.control
+            .interactions()
+            .close("the web UI closed this session before the user answered");
         live.stop.cancel();
         let task = live.task.lock_or_recover().take();
         if let Some(task) = task {

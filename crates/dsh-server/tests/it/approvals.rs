@@ -5,30 +5,10 @@
 
 use std::sync::Arc;
 
-use crate::support::{text, Web};
-use dsh_agent::{Extension, ToolCallInfo, ToolVerdict};
+use crate::support::{text, AskForBash, Web};
+use dsh_agent::Extension;
 use dsh_test_support::{ScriptedReply, SseReply, WireUsage};
 use serde_json::json;
-
-/// Asks before every `bash` call.
-struct AskForBash;
-
-impl Extension for AskForBash {
-    fn name(&self) -> &str {
-        "ask-for-bash"
-    }
-
-    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
-        if call.name == "bash" {
-            ToolVerdict::Ask {
-                reason: "test policy: bash needs approval".into(),
-                escalation: None,
-            }
-        } else {
-            ToolVerdict::Continue
-        }
-    }
-}
 
 fn bash(command: &str) -> ScriptedReply {
     let args = json!({"command": command, "description": "test"}).to_string();

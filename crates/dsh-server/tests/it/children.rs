@@ -84,6 +84,7 @@ async fn child_frames_until_turn_end(stream: &mut crate::support::SseReader) -> 
                 out.push(child);
             }
             Frame::Session(event) => parent_ended |= event.kind() == "turn/end",
+            Frame::View(_) => {}
         }
     }
     out
@@ -115,6 +116,7 @@ async fn a_child_streams_on_its_parents_stream_and_the_api_serves_its_log() {
                 assert_ne!(event.kind(), "tool/result", "the parent's call ended first");
                 assert_ne!(event.kind(), "turn/end", "the parent's turn ended first");
             }
+            Frame::View(_) => {}
         }
     };
     assert!(!gate.exists());
@@ -169,7 +171,7 @@ async fn a_child_streams_on_its_parents_stream_and_the_api_serves_its_log() {
             .await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["child"]["id"], child_id.as_str());
-        assert_eq!(body["child"]["state"], "idle");
+        assert_eq!(body["child"]["state"], "completed");
         assert_eq!(body["child"]["callId"], "p1");
         assert_eq!(body["child"]["lastText"], "child counted 3 files");
         let got: Vec<(u64, String)> = body["events"]

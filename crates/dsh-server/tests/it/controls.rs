@@ -346,11 +346,15 @@ async fn skills_run_as_slash_commands() {
     let (status, body) = web
         .json(web.post(&path, json!({"name": "nope", "arguments": ""})))
         .await;
-    assert_eq!(status, 400);
+    // Refused by the protocol's `Op::Command`, in its words (docs/protocol.md).
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("INVALID_REQUEST"))
+    );
     assert!(body["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("unknown command /nope"));
+        .contains("no command `/nope`"));
     let (status, _) = web
         .json(web.post(&path, json!({"name": "two words"})))
         .await;

@@ -231,6 +231,27 @@ pub struct Web {
     pub store: StoreKind,
 }
 
+/// A test policy that asks before every call of `bash` (approvals tests; no front end names
+/// tools).
+pub struct AskForBash;
+
+impl dsh_agent::Extension for AskForBash {
+    fn name(&self) -> &str {
+        "ask-for-bash"
+    }
+
+    fn tool_pre(&self, call: &dsh_agent::ToolCallInfo) -> dsh_agent::ToolVerdict {
+        if call.name == "bash" {
+            dsh_agent::ToolVerdict::Ask {
+                reason: "test policy: bash needs approval".into(),
+                escalation: None,
+            }
+        } else {
+            dsh_agent::ToolVerdict::Continue
+        }
+    }
+}
+
 pub fn text(reply: &str) -> ScriptedReply {
     SseReply::new()
         .text(reply)
@@ -414,12 +435,14 @@ pub struct SseReader {
     buffer: String,
 }
 
-/// One SSE event of either kind: a session event (with its seq as id) or a child's event
-/// (named `child`, no id; data `{child, callId, background, event}`).
+/// One SSE event of any kind: a session event (with its seq as id), a child's event (named
+/// `child`, no id; data `{child, callId, background, event, view}`) or a view event (named
+/// `view`, no id; data a `ViewEvent`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
     Session(SseEvent),
     Child(Value),
+    View(Value),
 }
 
 impl SseReader {
@@ -464,6 +487,10 @@ impl SseReader {
                     assert!(id.is_none(), "a child event carries no id: {block}");
                     return Frame::Child(serde_json::from_str(&data).unwrap());
                 }
+                if name.as_deref() == Some("view") {
+                    assert!(id.is_none(), "a view event carries no id: {block}");
+                    return Frame::View(serde_json::from_str(&data).unwrap());
+                }
                 if let Some(id) = id {
                     return Frame::Session(SseEvent {
                         id,
@@ -474,6 +501,19 @@ impl SseReader {
             }
             let chunk = self.body.next().await.expect("SSE stream ended").unwrap();
             self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// The view events up to and including the session event of type `kind` (whose views
+    /// come before it), and that event.
+    pub async fn views_until(&mut self, kind: &str) -> (Vec<Value>, SseEvent) {
+        let mut views = Vec::new();
+        loop {
+            match self.next_frame().await {
+                Frame::View(view) => views.push(view),
+                Frame::Session(event) if event.kind() == kind => return (views, event),
+                _ => {}
+            }
         }
     }
 
