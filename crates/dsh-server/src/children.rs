@@ -18,12 +18,13 @@ use std::sync::{Arc, Mutex};
 
 use dsh_agent::{ChildActivity, StoredChild};
 use dsh_llm::LockExt;
-use dsh_session::{Envelope, Event};
+use dsh_protocol::{EndState, ViewProjector};
+use dsh_session::{Envelope, Event, TurnEndReason};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
 use crate::error::ApiError;
-use crate::feed::{envelope_json, Feed};
+use crate::feed::{envelope_json, view_json, Feed};
 use crate::sessions::{check_id, Sessions};
 
 /// Most child events a feed keeps; past it the oldest go (the page reads them from the
@@ -39,7 +40,7 @@ pub(crate) struct LiveChild {
     pub first_call: Option<String>,
     /// A turn of the child has started and not ended.
     pub running: bool,
-    /// How its last turn ended (`idle`, `cancelled`, `failed`), when one did.
+    /// How its last turn ended ([`EndState`]: `completed`, `cancelled`, `failed`), when one did.
     pub ended: Option<&'static str>,
 }
 
@@ -51,6 +52,8 @@ struct State {
     items: VecDeque<Arc<str>>,
     /// Children by id.
     children: BTreeMap<String, LiveChild>,
+    /// The view of each child's events, by child id.
+    views: BTreeMap<String, ViewProjector>,
 }
 
 /// The child events one parent's feed received (see the module docs).
@@ -78,13 +81,22 @@ impl ChildEvents {
             "id": child.id, "name": child.name, "label": child.label,
             "model": child.model, "depth": child.depth,
         });
+        let mut state = self.state.lock_or_recover();
+        let views: Vec<String> = state
+            .views
+            .entry(child.id.clone())
+            .or_default()
+            .project(&activity.event)
+            .iter()
+            .map(view_json)
+            .collect();
         let data = format!(
-            "{{\"child\":{identity},\"callId\":{},\"background\":{},\"event\":{}}}",
+            "{{\"child\":{identity},\"callId\":{},\"background\":{},\"event\":{},\"view\":[{}]}}",
             json!(activity.call_id),
             activity.background,
-            envelope_json(&activity.event)
+            envelope_json(&activity.event),
+            views.join(",")
         );
-        let mut state = self.state.lock_or_recover();
         let entry = state
             .children
             .entry(child.id.clone())
@@ -101,7 +113,7 @@ impl ChildEvents {
             }
             Event::TurnEnd(end) => {
                 entry.running = false;
-                entry.ended = Some(dsh_agent::child_state_after(&end.reason));
+                entry.ended = Some(EndState::of(&end.reason).as_str());
             }
             _ => {}
         }
@@ -199,8 +211,28 @@ fn starting_call(events: &[Arc<Envelope>], child: &StoredChild) -> Option<String
     })
 }
 
+/// How a stored child's last turn ended ([`EndState`], docs/protocol.md, "Turn ends"): a turn
+/// that never ended (the process stopped) and one crash repair closed are `cancelled`, a reply
+/// cut at the output limit `failed`. Reads the log of a child whose turn did not complete.
+fn stored_state(child: &StoredChild) -> &'static str {
+    match child.state() {
+        "idle" => EndState::Completed.as_str(),
+        "cancelled" | "interrupted" => EndState::Cancelled.as_str(),
+        _ => {
+            let last_end = dsh_session::load_file(&child.log).ok().and_then(|log| {
+                log.events.iter().rev().find_map(|e| match &e.event {
+                    Event::TurnEnd(end) => Some(end.reason.clone()),
+                    _ => None,
+                })
+            });
+            EndState::of(&last_end.unwrap_or(TurnEndReason::Interrupted)).as_str()
+        }
+    }
+}
+
 fn summary(
     child: &StoredChild,
+    stored: &'static str,
     live: Option<&LiveChild>,
     call: Option<String>,
     sessions: &Sessions,
@@ -212,7 +244,7 @@ fn summary(
         Some(LiveChild {
             ended: Some(ended), ..
         }) => ended,
-        _ => child.state(),
+        _ => stored,
     };
     json!({
         "id": child.id,
@@ -236,14 +268,22 @@ pub(crate) async fn list(sessions: &Sessions, id: &str) -> Result<Value, ApiErro
     let feed = sessions.feed(id).await?;
     let parent_events = feed.snapshot();
     let mut live = feed.children().live();
-    let stored = tokio::task::spawn_blocking(move || confined_children(&folder))
-        .await
-        .map_err(|err| ApiError::internal(format!("reading the children failed: {err}")))?;
+    let stored = tokio::task::spawn_blocking(move || {
+        confined_children(&folder)
+            .into_iter()
+            .map(|child| {
+                let state = stored_state(&child);
+                (child, state)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|err| ApiError::internal(format!("reading the children failed: {err}")))?;
     let mut out = Vec::new();
-    for child in &stored {
+    for (child, state) in &stored {
         let seen = live.remove(&child.id);
         let call = starting_call(&parent_events, child);
-        out.push(summary(child, seen.as_ref(), call, sessions));
+        out.push(summary(child, state, seen.as_ref(), call, sessions));
     }
     // A child the feed announced whose log is not readable yet.
     for (_, seen) in live {
@@ -273,29 +313,39 @@ pub(crate) async fn events(sessions: &Sessions, id: &str, key: &str) -> Result<S
             .into_iter()
             .find(|c| c.id == wanted || c.name.as_deref() == Some(wanted.as_str()))?;
         let log = dsh_session::load_file(&child.log);
-        Some((child, log))
+        let state = stored_state(&child);
+        Some((child, state, log))
     })
     .await
     .map_err(|err| ApiError::internal(format!("reading the child failed: {err}")))?;
-    let Some((child, log)) = found else {
+    let Some((child, state, log)) = found else {
         return Err(ApiError::not_found(format!(
             "session {id} has no child `{key}`; GET /api/sessions/{id}/children lists them"
         )));
     };
     let log = log?;
     let call = starting_call(&parent_events, &child);
-    let head = summary(&child, live.get(&child.id), call, sessions);
+    let head = summary(&child, state, live.get(&child.id), call, sessions);
     let mut body = format!("{{\"child\":{head},\"events\":[");
     // A log written before calls carried their presentation gets it here, as the parent's
     // stream does (docs/web.md, "Tool cards").
     let mut presenter = dsh_agent::Presenter::default();
+    // The view events of each event (`views[i]` of `events[i]`), as the live stream has them.
+    let mut projector = ViewProjector::default();
+    let mut views = String::from("],\"views\":[");
     for (index, envelope) in log.events.iter().enumerate() {
         if index > 0 {
             body.push(',');
+            views.push(',');
         }
         let filled = presenter.fill(envelope);
         body.push_str(&envelope_json(filled.as_ref().unwrap_or(envelope)));
+        let made: Vec<String> = projector.project(envelope).iter().map(view_json).collect();
+        views.push('[');
+        views.push_str(&made.join(","));
+        views.push(']');
     }
+    body.push_str(&views);
     body.push_str("]}");
     Ok(body)
 }
