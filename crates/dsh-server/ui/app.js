@@ -11,6 +11,7 @@ const BUILTINS = [
   { name: "model", args: "<model>", description: "Switch the model from the next request", run: (a) => (a ? setCall({ model: a }) : usage("/model <model>")) },
   { name: "effort", args: "<default|level the model takes>", description: "Switch the reasoning effort from the next request (the menu lists the model's)", run: (a) => (a ? setCall({ effort: a }) : usage("/effort <level>")) },
   { name: "permission", args: "<read-only|workspace-write|danger-full-access>", description: "Switch the permission preset from the next step", run: (a) => (a ? setPermission(a) : usage("/permission <preset>")) },
+  { name: "undo", args: "", description: "Revert the file changes write and edit made in the latest turn", run: () => undo() },
   { name: "fork", args: "", description: "New session with the history up to the last finished turn", run: () => fork(null) },
   { name: "rename", args: "<title>", description: "Rename the session", run: (a) => (a ? rename(a) : usage("/rename <title>")) },
   { name: "export", args: "", description: "Download the transcript as Markdown", run: () => { location.href = `/api/sessions/${app.id}/export?format=md`; } },
@@ -173,9 +174,17 @@ function select(id) {
   const source = new EventSource(`/api/sessions/${encodeURIComponent(id)}/events`);
   app.source = source;
   let batch = [];
+  // The view events of a session event come just before it (named `view`, docs/web.md,
+  // "Events"): they are drawn with it, so a replayed event is skipped with its views.
+  let views = [];
+  source.addEventListener("view", (message) => {
+    try { views.push(JSON.parse(message.data)); } catch { /* skipped */ }
+  });
   source.onmessage = (message) => {
     let ev;
-    try { ev = JSON.parse(message.data); } catch { return; }
+    try { ev = JSON.parse(message.data); } catch { views = []; return; }
+    ev.view = views;
+    views = [];
     batch.push(ev);
     if (batch.length === 1) queueMicrotask(() => flushEvents(batch.splice(0)));
   };
@@ -187,7 +196,8 @@ function select(id) {
   });
   app.children.reset();
   app.children.load();
-  source.onerror = () => { $("status").textContent = "reconnecting…"; };
+  // Views of an event the broken connection did not deliver come again with it.
+  source.onerror = () => { views = []; $("status").textContent = "reconnecting…"; };
   source.onopen = () => updateState();
 }
 
@@ -449,6 +459,12 @@ function toggleUsage() {
   app.usageOpen = !app.usageOpen;
   $("usage").hidden = !app.usageOpen;
   if (app.usageOpen) renderUsage();
+}
+
+// `/undo` (docs/web.md, "Undo"): what was reverted, or why nothing was.
+async function undo() {
+  const data = await api(`/api/sessions/${app.id}/undo`, {});
+  toast(data.message || "undone", "info");
 }
 
 async function fork(turn) {

@@ -6,7 +6,9 @@
 // `child`); the rest, and every finished child after a reload, from the children API.
 "use strict";
 
-const CHILD_STATES = { running: "running", idle: "done", failed: "failed", cancelled: "cancelled", interrupted: "interrupted" };
+// `state` of the children API: running, else how the last turn ended (docs/protocol.md, "Turn
+// ends": completed, cancelled or failed).
+const CHILD_STATES = { running: "running", completed: "done", failed: "failed", cancelled: "cancelled", idle: "idle" };
 
 class Children {
   // `panel`: where children without a known card go; `cards(callId)`: the parent's card
@@ -84,7 +86,7 @@ class Children {
     this.summary(child);
   }
 
-  // One SSE `child` event: `{child, callId, background, event}`.
+  // One SSE `child` event: `{child, callId, background, event, view}`.
   live(message) {
     const info = message.child || {};
     if (!info.id || !message.event) return;
@@ -92,10 +94,10 @@ class Children {
     child.live = true;
     if (!child.callId && message.callId) child.callId = message.callId;
     const ev = message.event;
-    if (ev.type === "turn/start") this.setState(child, "running");
-    else if (ev.type === "turn/end") {
-      const kind = ev.data?.reason?.kind;
-      this.setState(child, kind === "completed" ? "idle" : kind === "aborted" ? "cancelled" : "failed");
+    ev.view = message.view || [];
+    for (const v of ev.view) {
+      if (v.kind === "turnStarted") this.setState(child, "running");
+      else if (v.kind === "turnEnded") this.setState(child, v.state);
     }
     this.take(child, ev);
     this.place(child);
@@ -131,7 +133,7 @@ class Children {
         const data = await response.json();
         child.loaded = true;
         if (!child.live && data.child?.state) this.setState(child, data.child.state);
-        for (const ev of data.events || []) this.take(child, ev);
+        (data.events || []).forEach((ev, i) => { ev.view = data.views?.[i] || []; this.take(child, ev); });
       } catch { /* a later event or toggle tries again */ } finally {
         child.loading = null;
       }

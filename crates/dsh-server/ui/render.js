@@ -1,6 +1,9 @@
 // Renders a session from its events: the conversation (streamed text, reasoning, tool cards,
 // approvals, questions, notices) and the usage figures. Everything shown is derived from the events, so
-// replaying the same events (a reload, a second tab) gives the same view.
+// replaying the same events (a reload, a second tab) gives the same view. Tool cards, approvals,
+// questions and turn ends are drawn from the server's view events (docs/protocol.md, "View
+// events"), which carry each card's state and the tool's own presentation; nothing here knows
+// a tool by its name.
 "use strict";
 
 const el = Markdown.el;
@@ -129,6 +132,7 @@ class Conversation {
     // calls}; `calls` is how many requests the entry stands for (a child's runs, a tool's).
     this.requests = [];
     this.lastSeq = -1;
+    this.route = null; // the last `modelChanged`'s provider/model
     this.pendingRender = new Set();
   }
 
@@ -141,9 +145,14 @@ class Conversation {
     return this.container().appendChild(el("div", "notice " + (cls || ""), text));
   }
 
+  // One session event and `ev.view`, the view events the server made of it (drawn first).
   apply(ev) {
     if (ev.seq <= this.lastSeq) return;
     this.lastSeq = ev.seq;
+    for (const view of ev.view || []) {
+      const handler = this.views[view.kind];
+      if (handler) handler.call(this, view);
+    }
     const d = ev.data || {};
     const handler = this.handlers[ev.type];
     if (handler) handler.call(this, d, ev);
@@ -195,6 +204,7 @@ class Conversation {
         r.append(el("summary", null, `Reasoning (${b.text.length} chars)`), el("div", "reasoning-body", b.text));
         box.append(r);
       } else if (b.type === "tool-call") box.append(this.card(b.id, b.name, b.arguments));
+      // The card's presentation and state follow in its `toolCard` view event.
     }
     if (d.interrupted) box.append(el("div", "notice warn", "interrupted: the reply was cut off by a cancel"));
     if (d.usage) this.requests.push({ turn: d.turn, step: d.step, model: d.message?.source?.model || this.model, usage: d.usage, cache: null, purpose: "reply", calls: 1 });
@@ -210,22 +220,22 @@ class Conversation {
       if (presentation) this.present(card, presentation);
       return card.node;
     }
-    const node = el("div", "tool-card running");
+    // Until its `toolCard` says how the tool shows the call (a shell drawn from the reply).
+    const node = el("div", "tool-card");
     const head = node.appendChild(el("div", "tool-head"));
     const title = head.appendChild(el("span", "tool-name", name));
     const what = head.appendChild(el("code", "tool-what"));
     const status = head.appendChild(el("span", "tool-status", "…"));
     const body = node.appendChild(el("div", "tool-body"));
     card = { node, name, args: parseArgs(args), raw: args || "", title, what, status, body, view: "text" };
-    // Until its `tool/call` says how the tool shows it (a card drawn from the reply), generic.
     this.present(card, presentation || { title: name });
     this.cards.set(id, card);
     return node;
   }
 
-  // How the tool shows the call, as the server sends it with `tool/call` (docs/tools.md,
-  // "Presentation"): title, subject (else the arguments), tooltip, kind, and the view that lays
-  // out its result. Nothing here knows tool names.
+  // How the tool shows the call, as its `toolCard` carries it (docs/tools.md, "Presentation"):
+  // title, subject (else the arguments), tooltip, kind, and the view that lays out its result.
+  // Nothing here knows tool names.
   present(card, p) {
     card.view = p.view || "text";
     card.title.textContent = p.title || card.name;
@@ -242,7 +252,7 @@ class Conversation {
   questionForm(callId, args) {
     const card = this.cards.get(callId);
     if (!card || card.done) return;
-    const questions = questionList(parseArgs(args));
+    const questions = questionList(args && typeof args === "object" ? args : parseArgs(args));
     const form = el("form", "question");
     form.dataset.callId = callId;
     const fields = questions.map((q) => {
@@ -311,7 +321,7 @@ class Conversation {
   planReview(callId, args) {
     const card = this.cards.get(callId);
     if (!card || card.done) return;
-    const plan = String(parseArgs(args).plan || "").trim();
+    const plan = String((args && typeof args === "object" ? args : parseArgs(args)).plan || "").trim();
     const box = el("section", "plan-review");
     box.setAttribute("role", "region");
     box.setAttribute("aria-label", "Approve this plan and leave plan mode?");
@@ -389,16 +399,16 @@ class Conversation {
 
   // The outcome of a plan review: the plan that was approved (the user's edit, when there was
   // one) or the feedback that sent the agent back to planning.
-  planResult(card, d, text, summary) {
-    const meta = d.meta || {};
+  planResult(card, c, text, summary) {
+    const meta = c.meta || {};
     const md = planMarkdown;
     const box = card.body.appendChild(el("section", "plan-review decided"));
-    if (d.error) {
+    if (c.errorCode) {
       // Feedback (the tool summarises it as kept planning) is no failure; a dismissal is.
       const kept = !!summary && summary.tone !== "failure";
-      card.status.textContent = summary?.text || d.error.code || "error";
-      card.node.classList.add(kept ? "ok" : "failed");
-      box.append(el("div", "plan-label", kept ? "Rejected: back to planning" : "Not approved"), output(d.error.message || text, kept ? "" : "err"));
+      card.status.textContent = summary?.text || c.errorCode;
+      card.node.classList.add(kept ? "ok" : c.state);
+      box.append(el("div", "plan-label", kept ? "Rejected: back to planning" : "Not approved"), output(text, kept ? "" : "err"));
       const presented = typeof card.args.plan === "string" ? card.args.plan : "";
       if (presented) { const more = box.appendChild(el("details")); more.append(el("summary", null, "the plan"), md(presented)); }
       return;
@@ -422,97 +432,176 @@ class Conversation {
     }
   }
 
-  toolResult(d) {
-    if (d.meta) this.billedBy(d.turn, d.step, d.meta);
-    const callId = d.message?.source?.callId || (d.message?.content || [])[0]?.toolCallId;
-    let card = this.cards.get(callId);
-    if (!card) { this.container().append(this.card(callId, d.error?.name || "tool", "{}")); card = this.cards.get(callId); }
-    const text = resultText(d.message);
-    const meta = d.meta || {};
+  // A `toolCard` view event: the card appears, or changes state (the whole card each time).
+  toolCard(c) {
+    let card = this.cards.get(c.callId);
+    if (!card || card.done) {
+      this.container().append(this.card(c.callId, c.tool, c.arguments, c.presentation));
+      card = this.cards.get(c.callId);
+    }
+    card.args = parseArgs(c.arguments);
+    card.raw = c.arguments || "";
+    this.present(card, c.presentation || {});
+    card.node.dataset.state = c.state;
+    card.node.classList.remove(...CARD_CLASSES);
+    const waiting = { question: "waiting for your answer", "plan-review": "waiting for your review" }[card.view];
+    if (c.state === "awaitingApproval") {
+      card.node.classList.add("awaiting");
+      card.status.textContent = "awaiting approval";
+    } else if (c.state === "running") {
+      card.node.classList.add(waiting ? "asking" : "running");
+      card.status.textContent = waiting || "running…";
+    } else if (c.state === "pending") {
+      card.status.textContent = "pending";
+    } else this.finished(card, c);
+  }
+
+  // A card whose call ended: its status, and its result as the tool's view lays it out.
+  finished(card, c) {
+    const text = c.result || "";
+    const meta = c.meta || {};
     // The tool's summary of the result ("exit 1", "3 matches"), as the server sends it.
-    const summary = d.summary || null;
+    const summary = c.summary || null;
     // A question that got no answer (the process stopped, the turn was cancelled) is closed.
     for (const box of this.approvals.values()) {
-      if (box.dataset.callId === callId && !box.classList.contains("decided")) {
+      if (box.dataset.callId === c.callId && !box.classList.contains("decided")) {
         box.classList.add("decided");
         box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, "no longer waiting"));
       }
     }
     card.done = true;
-    card.node.classList.remove("running", "asking");
     card.body.replaceChildren();
-    if (card.view === "plan-review") { this.planResult(card, d, text, summary); return; }
-    if (d.error) {
-      card.node.classList.add("failed");
-      card.status.textContent = summary?.text || d.error.code || "error";
-      card.body.append(output(d.error.message || text, "err"));
+    if (card.view === "plan-review" && c.state !== "cancelled") { this.planResult(card, c, text, summary); return; }
+    if (c.state !== "done") {
+      // failed, denied (the user, a policy, a hook or the preset) or cancelled: each its own.
+      card.node.classList.add(c.state);
+      card.status.textContent = summary?.text || (c.state === "failed" ? c.errorCode || "failed" : c.state);
+      if (text) card.body.append(output(text, "err"));
       return;
     }
     card.status.textContent = summary?.text || { contents: "read", todos: "updated" }[card.view] || "done";
     card.node.classList.add(summary?.tone === "failure" ? "failed" : "ok");
-    const folded = (label) => {
-      card.node.classList.add("quiet");
-      const box = card.body.appendChild(el("details"));
-      box.append(el("summary", null, label), el("pre", "out", text));
-    };
-    switch (card.view) {
-      case "question": card.body.append(el("pre", "out answers", text)); break;
-      case "terminal": card.body.append(output(text, "term")); break;
-      case "diff": {
-        if (meta.unifiedDiff) card.body.append(unifiedView(meta.unifiedDiff));
-        else for (const f of meta.diffs || []) if (f.newText != null) card.body.append(el("div", "diff-path", f.path || ""), diffView(lineDiff(f.oldText || "", f.newText)));
-        if (!card.body.childNodes.length) card.body.append(el("div", "summary", text));
-        break;
-      }
-      case "contents": folded("contents"); break;
-      case "results": folded("results"); break;
-      case "sources": {
-        // The sources from meta.sources (docs/tools.md, "web_search"); only http(s) links.
-        const ol = card.body.appendChild(el("ol", "sources"));
-        for (const src of Array.isArray(meta.sources) ? meta.sources : []) {
-          const url = String(src.url || "");
-          const li = ol.appendChild(el("li"));
-          if (/^https?:\/\//i.test(url)) {
-            const link = li.appendChild(el("a", null, src.title || url));
-            link.href = url;
-            link.target = "_blank";
-            link.rel = "noopener noreferrer";
-          } else li.append(el("span", null, src.title || url));
-          if (src.publishedAt) li.append(el("span", "summary", " " + src.publishedAt));
-        }
-        break;
-      }
-      case "todos": {
-        const ul = card.body.appendChild(el("ul", "todos"));
-        for (const t of card.args.todos || []) ul.append(el("li", t.status, t.content));
-        break;
-      }
-      default: card.body.append(output(text, ""));
-    }
+    (RESULT_VIEWS[card.view] || RESULT_VIEWS.text)(card, text, meta);
   }
 }
 
-Conversation.prototype.handlers = {
-  "turn/start"(d) {
+// How each view (the tool's `presentation.view`) lays out a result.
+const RESULT_VIEWS = {
+  question: (card, text) => card.body.append(el("pre", "out answers", text)),
+  terminal: (card, text) => card.body.append(output(text, "term")),
+  diff: (card, text, meta) => {
+    if (meta.unifiedDiff) card.body.append(unifiedView(meta.unifiedDiff));
+    else for (const f of meta.diffs || []) if (f.newText != null) card.body.append(el("div", "diff-path", f.path || ""), diffView(lineDiff(f.oldText || "", f.newText)));
+    if (!card.body.childNodes.length) card.body.append(el("div", "summary", text));
+  },
+  contents: (card, text) => folded(card, "contents", text),
+  results: (card, text) => folded(card, "results", text),
+  // The sources from meta.sources (docs/tools.md, "web_search"); only http(s) links.
+  sources: (card, text, meta) => {
+    const ol = card.body.appendChild(el("ol", "sources"));
+    for (const src of Array.isArray(meta.sources) ? meta.sources : []) {
+      const url = String(src.url || "");
+      const li = ol.appendChild(el("li"));
+      if (/^https?:\/\//i.test(url)) {
+        const link = li.appendChild(el("a", null, src.title || url));
+        link.href = url;
+        link.target = "_blank";
+        link.rel = "noopener noreferrer";
+      } else li.append(el("span", null, src.title || url));
+      if (src.publishedAt) li.append(el("span", "summary", " " + src.publishedAt));
+    }
+  },
+  todos: (card) => {
+    const ul = card.body.appendChild(el("ul", "todos"));
+    for (const t of card.args.todos || []) ul.append(el("li", t.status, t.content));
+  },
+  text: (card, text) => card.body.append(output(text, "")),
+};
+
+// A result folded away behind `label`.
+function folded(card, label, text) {
+  card.node.classList.add("quiet");
+  const box = card.body.appendChild(el("details"));
+  box.append(el("summary", null, label), el("pre", "out", text));
+}
+
+// The classes a card's state sets (all removed when it changes).
+const CARD_CLASSES = ["running", "awaiting", "asking", "ok", "failed", "denied", "cancelled", "quiet"];
+
+// Turn ends as every front end classifies them (`turnEnded.state`, docs/protocol.md).
+function turnEndText(v) {
+  if (v.state === "completed") return "completed";
+  if (v.state === "cancelled") return v.reason === "interrupted" ? "cancelled (the process stopped)" : "cancelled";
+  return `failed (${v.reason})` + (v.message ? `: ${v.code ? v.code + " " : ""}${v.message}` : "");
+}
+
+// View events (docs/protocol.md, "View events"); kinds not listed are skipped.
+Conversation.prototype.views = {
+  turnStarted(v) {
     this.turn = this.root.appendChild(el("div", "turn"));
-    this.turn.dataset.turn = d.turn;
+    this.turn.dataset.turn = v.turn;
     this.running = true;
   },
-  "turn/end"(d) {
+  turnEnded(v) {
     this.running = false;
-    const r = d.reason || {};
-    const foot = this.container().appendChild(el("div", "turn-end " + r.kind));
-    const text = { completed: "completed", "max-tokens": "stopped: the reply hit the output token limit; its tool calls were not run",
-      aborted: "cancelled", blocked: "blocked" + (r.message ? ": " + r.message : ""), interrupted: "interrupted (the process stopped)" }[r.kind]
-      || (r.kind === "error" ? `error ${r.error?.code || ""}: ${r.error?.message || ""}` : r.kind);
-    foot.append(el("span", null, `turn ${d.turn} · ${text}`));
+    // The logged reason stays a class (`aborted`, `max-tokens`) next to the state.
+    const foot = this.container().appendChild(el("div", `turn-end ${v.reason} ${v.state}`));
+    foot.append(el("span", null, `turn ${v.turn} · ${turnEndText(v)}`));
     const fork = foot.appendChild(el("button", "link", "fork here"));
     fork.title = "New session with the history up to the end of this turn";
-    fork.addEventListener("click", () => this.hooks.fork(d.turn));
+    fork.addEventListener("click", () => this.hooks.fork(v.turn));
     this.stepBox = null;
     this.blocks.clear();
     this.turn = null;
   },
+  toolCard(v) { this.toolCard(v); },
+  // `/undo` reverted a turn's file changes (live, after a reload and after a resume alike).
+  filesUndone(v) {
+    const files = (Array.isArray(v.files) ? v.files : []).map((f) => `${f.path} (${f.action})`).join(", ");
+    this.notice(`undo: turn ${v.turn}'s file changes reverted: ${files}` + (v.complete ? "" : " (not all files could be restored)"), v.complete ? "info" : "warn");
+  },
+  // A switch of model (`/model`, a fallback), shown where it took effect; the first is the start.
+  modelChanged(v) {
+    if (this.route && this.route !== `${v.provider}/${v.model}`) this.notice(`model: ${v.model} (${v.provider}) from here`, "info");
+    this.route = `${v.provider}/${v.model}`;
+  },
+  questionAsked(v) {
+    if (v.form === "planReview") this.planReview(v.callId, v.arguments);
+    else this.questionForm(v.callId, v.arguments);
+  },
+  approvalRequested(v) {
+    const card = this.cards.get(v.callId);
+    const box = this.container().appendChild(el("div", "approval"));
+    box.append(el("div", "approval-q", `Allow ${card?.title.textContent || "this call"}${v.escalation ? " with " + v.escalation : ""}?`), el("div", "approval-why", v.reason || ""));
+    if (card) box.append(el("code", "tool-what", card.what.textContent || ""));
+    // One button per offered choice; "for this session" and "always" remember `v.rule`.
+    const choices = Array.isArray(v.choices) && v.choices.length ? v.choices : ["allow_once", "reject"];
+    if (v.rule && choices.some((c) => c === "allow_session" || c === "allow_always")) {
+      box.append(el("div", "approval-why approval-rule", `"This session" / "Always" would allow ${v.rule}`));
+    }
+    const buttons = box.appendChild(el("div", "approval-buttons"));
+    for (const choice of choices) {
+      const label = APPROVAL_LABELS[choice];
+      if (!label) continue;
+      const button = buttons.appendChild(el("button", choice === "allow_once" ? "primary" : null, label));
+      button.dataset.choice = choice;
+      button.addEventListener("click", () => this.hooks.approve(v.id, choice === "allow_once" ? "allow" : choice));
+    }
+    box.dataset.callId = v.callId;
+    this.approvals.set(v.id, box);
+  },
+  approvalDecided(v) {
+    // A remembered rule answered: the notice comes from the logged event, which names the rule.
+    if (v.scope === "rule") return;
+    const box = this.approvals.get(v.id);
+    if (!box) return;
+    box.classList.add("decided");
+    const allowed = { once: "allowed once", session: "allowed for this session", always: "always allowed" };
+    box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, v.outcome === "approved" ? allowed[v.scope] || "allowed" : v.outcome));
+  },
+};
+
+Conversation.prototype.handlers = {
   "user/message"(d, ev) {
     const src = d.source || {};
     if (src.kind === "user") {
@@ -557,21 +646,9 @@ Conversation.prototype.handlers = {
     }
   },
   "assistant/message"(d) { this.assistantMessage(d); },
-  "tool/call"(d) {
-    const known = this.cards.get(d.callId);
-    if (!known || known.done) this.container().append(this.card(d.callId, d.name, d.arguments, d.presentation));
-    else if (d.presentation) this.present(known, d.presentation);
-    // Questions and plans wait for the user until the call's result is logged.
-    const view = this.cards.get(d.callId)?.view;
-    if (view === "question") this.questionForm(d.callId, d.arguments);
-    if (view === "plan-review") this.planReview(d.callId, d.arguments);
-  },
-  "tool/started"(d) {
-    const card = this.cards.get(d.callId);
-    if (card) card.status.textContent = card.view === "question" ? "waiting for your answer"
-      : card.view === "plan-review" ? "waiting for your review" : "running…";
-  },
-  "tool/result"(d) { this.toolResult(d); },
+  // The usage a tool's result carries (its own calls, a child's runs); the card is drawn from
+  // the result's `toolCard`.
+  "tool/result"(d) { if (d.meta) this.billedBy(d.turn, d.step, d.meta); },
   // Billed calls no reply carries: compaction, title, failed or cancelled replies.
   "usage/call"(d) {
     if (d.usage) this.requests.push({ turn: d.turn, step: d.step, model: d.model, usage: d.usage, cache: null, purpose: d.purpose, calls: 1 });
@@ -586,37 +663,10 @@ Conversation.prototype.handlers = {
     this.notice(d.ok ? `compacted: ${d.pruned || 0} tool results pruned, ${d.summarizedMessages || 0} messages summarised; about ${fmt.tokens(d.tokensBefore)} → ${fmt.tokens(d.tokensAfter)} tokens`
       : `compaction failed, history kept: ${d.warning || ""}`, d.ok ? "info" : "warn");
   },
-  "approval/asked"(d) {
-    const box = this.container().appendChild(el("div", "approval"));
-    box.append(el("div", "approval-q", `Allow ${d.toolName}${d.escalation ? " with " + d.escalation : ""}?`), el("div", "approval-why", d.reason || ""));
-    const card = this.cards.get(d.callId);
-    if (card) box.append(el("code", "tool-what", card.node.querySelector(".tool-what")?.textContent || ""));
-    // One button per offered choice; "for this session" and "always" remember `d.rule`.
-    const choices = Array.isArray(d.choices) && d.choices.length ? d.choices : ["allow_once", "reject"];
-    if (d.rule && choices.some((c) => c === "allow_session" || c === "allow_always")) {
-      box.append(el("div", "approval-why approval-rule", `"This session" / "Always" would allow ${d.rule}`));
-    }
-    const buttons = box.appendChild(el("div", "approval-buttons"));
-    for (const choice of choices) {
-      const label = APPROVAL_LABELS[choice];
-      if (!label) continue;
-      const button = buttons.appendChild(el("button", choice === "allow_once" ? "primary" : null, label));
-      button.dataset.choice = choice;
-      button.addEventListener("click", () => this.hooks.approve(d.id, choice === "allow_once" ? "allow" : choice));
-    }
-    box.dataset.callId = d.callId;
-    this.approvals.set(d.id, box);
-  },
   "approval/decided"(d) {
-    if (d.scope === "rule") {
-      this.notice(`${d.toolName} allowed without asking by a remembered approval: ${d.rule}`, "info");
-      return;
-    }
-    const box = this.approvals.get(d.id);
-    if (!box) return;
-    box.classList.add("decided");
-    const allowed = { once: "allowed once", session: "allowed for this session", always: "always allowed" };
-    box.querySelector(".approval-buttons")?.replaceChildren(el("span", null, d.outcome === "approved" ? allowed[d.scope] || "allowed" : d.outcome));
+    if (d.scope !== "rule") return;
+    const card = this.cards.get(d.callId);
+    this.notice(`${card?.title.textContent || "the call"} allowed without asking by a remembered approval: ${d.rule}`, "info");
   },
   "session/title"(d) { this.title = d.title; },
   "request/header"(d) {

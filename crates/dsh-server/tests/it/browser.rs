@@ -162,6 +162,16 @@ async fn prompt_approve_answer_cancel_and_reload_in_chromium() {
         if let Some(dir) = &shots {
             browser.screenshot(&dir.join("web-approval.png"));
         }
+        // While the approval waits, its card says so (the `toolCard` state
+        // `awaitingApproval`), not "running".
+        assert_eq!(
+            browser.eval(
+                "(() => { const c = document.querySelector('.tool-card[data-state=awaitingApproval]');
+                   return c && [c.classList.contains('awaiting'), c.classList.contains('running'),
+                     c.querySelector('.tool-status').textContent].join('|'); })()"
+            ),
+            json!("true|false|awaiting approval")
+        );
         // One button per offered choice (rules are not persisted in this server, so no
         // "Always allow"), and the rule the session button would remember.
         assert_eq!(
