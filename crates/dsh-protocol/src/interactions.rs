@@ -224,6 +224,26 @@ impl Interactions {
             .map_err(|_| AnswerError::NotWaiting)
     }
 
+    /// Answers the questions of tool call `call_id` "unavailable": the front end cannot show
+    /// them (ACP cannot ask a free-text question, or the editor failed to show it), so the
+    /// model is told to decide on its own, as when nobody can answer.
+    pub fn unavailable(&self, call_id: &str, reason: &str) -> Result<(), AnswerError> {
+        let mut pending = self.pending.lock_or_recover();
+        pending.prune();
+        let index = pending
+            .questions
+            .iter()
+            .position(|p| p.request.call_id == call_id)
+            .ok_or(AnswerError::NotWaiting)?;
+        let entry = pending.questions.remove(index);
+        entry
+            .sender
+            .send(AskOutcome::Unavailable {
+                reason: reason.to_string(),
+            })
+            .map_err(|_| AnswerError::NotWaiting)
+    }
+
     /// Refuses everything waiting (a front end that closes: the web's closed session, a TUI
     /// that quits): approvals are rejected with `why`, questions answered "unavailable".
     pub fn close(&self, why: &str) {
@@ -453,6 +473,21 @@ mod tests {
                 answers: vec!["x".into()],
             }])
         );
+    }
+
+    #[tokio::test]
+    async fn a_question_the_front_end_cannot_show_is_answered_unavailable() {
+        let broker = Interactions::interactive();
+        let asked = broker.ask(questions("c", false));
+        assert_eq!(
+            broker.unavailable("x", "cannot show it"),
+            Err(AnswerError::NotWaiting)
+        );
+        broker.unavailable("c", "cannot show it").unwrap();
+        assert!(
+            matches!(asked.await, AskOutcome::Unavailable { reason } if reason == "cannot show it")
+        );
+        assert!(!broker.question_waits("c"));
     }
 
     #[tokio::test]
