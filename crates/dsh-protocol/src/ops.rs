@@ -99,7 +99,12 @@ impl From<AnswerError> for OpError {
 
 impl From<AgentError> for OpError {
     fn from(err: AgentError) -> Self {
-        OpError::new("AGENT_CLOSED", err.to_string())
+        match err {
+            // A setting the agent refuses (a preset this host cannot confine): the user reads
+            // its words, not the failure code in front of them.
+            AgentError::Config(failure) => OpError::new("AGENT_CLOSED", failure.message),
+            other => OpError::new("AGENT_CLOSED", other.to_string()),
+        }
     }
 }
 
