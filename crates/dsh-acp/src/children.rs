@@ -12,6 +12,11 @@
 //! id), so it gets a card of its own, `<call id>/<child name>`: a `tool_call` at its first
 //! event, progress updates, and `completed` or `failed` when its turn ends.
 //!
+//! A run's events go through a `dsh_protocol::ViewProjector` of its own, so the snapshot shows
+//! the child's calls with their tools' titles and the protocol's card states, and the run's end
+//! is classified once, as every front end does (`EndState`: a reply cut at the output limit
+//! failed, a cancel or an interrupted run is not completed).
+//!
 //! Updates are throttled per run: at most one per [`MIN_INTERVAL`]; a change that arrives
 //! sooner is held and sent when the interval has passed (or before the parent's result for the
 //! call), so the last state always reaches the client.
@@ -22,10 +27,9 @@ use std::time::{Duration, Instant};
 
 use dsh_agent::{ChildActivity, ChildIdentity};
 use dsh_llm::{Chunk, ContentBlock};
-use dsh_session::Event;
+use dsh_protocol::{EndState, ViewEvent, ViewProjector};
+use dsh_session::{Envelope, Event};
 use serde_json::{json, Value};
-
-use crate::updates::{call_title, result_failed};
 
 /// The shortest time between two updates of one run (at most ten a second).
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
@@ -43,6 +47,7 @@ const TITLE_MAX: usize = 120;
 struct ToolLine {
     call_id: String,
     title: String,
+    /// The card's state (`pending`, `running`, `done`, ...).
     state: &'static str,
 }
 
@@ -57,14 +62,16 @@ struct Run {
     tools: VecDeque<ToolLine>,
     /// The end of the text of the child's current reply.
     text: String,
-    /// `Some(failed)` once the child's turn ended.
-    ended: Option<bool>,
+    /// How the child's turn ended, once it did.
+    ended: Option<EndState>,
     /// The snapshot last sent, and when.
     sent: Option<(String, Instant)>,
     /// The status last sent (background cards only).
     sent_status: &'static str,
     /// Something shown changed since the last update.
     dirty: bool,
+    /// The child's events as the session protocol shows them.
+    projector: ViewProjector,
 }
 
 /// Children's activity to ACP updates, throttled (see the module docs).
@@ -108,6 +115,7 @@ impl Run {
             sent: None,
             sent_status: "in_progress",
             dirty: false,
+            projector: ViewProjector::default(),
         }
     }
 
@@ -124,65 +132,76 @@ impl Run {
     }
 
     /// Takes in one event of the child; false when it changes nothing shown.
-    fn observe(&mut self, event: &Event) -> bool {
+    fn observe(&mut self, envelope: &Envelope) -> bool {
+        let mut changed = false;
+        // A text block that arrived whole, without deltas (the view streams deltas only).
+        if let Event::AssistantChunk(chunk) = &envelope.event {
+            if let Chunk::BlockEnd {
+                block: ContentBlock::Text { text },
+                ..
+            } = &chunk.chunk
+            {
+                if self.text.is_empty() && !text.is_empty() {
+                    self.push_text(text);
+                    changed = true;
+                }
+            }
+        }
+        let new_call = matches!(envelope.event, Event::ToolCall(_));
+        for event in self.projector.project(envelope) {
+            changed |= self.view(event, new_call);
+        }
+        changed
+    }
+
+    /// Takes in one view event of the child (of a `tool/call` when `new_call`); false when it
+    /// changes nothing shown.
+    fn view(&mut self, event: ViewEvent, new_call: bool) -> bool {
         match event {
-            Event::TurnStart(_) => {
+            ViewEvent::TurnStarted { .. } => {
                 self.ended = None;
                 self.text.clear();
                 self.doing = "working".to_string();
             }
-            Event::StepStart(_) => {
+            ViewEvent::StepStarted { .. } => {
                 self.text.clear();
                 self.doing = "thinking".to_string();
             }
-            Event::AssistantChunk(chunk) => match &chunk.chunk {
-                Chunk::TextDelta { text, .. } if !text.is_empty() => self.push_text(text),
-                Chunk::ReasoningDelta { text, .. } if !text.is_empty() => {
-                    self.doing = "thinking".to_string();
-                }
-                // A text block that arrived whole, without deltas.
-                Chunk::BlockEnd {
-                    block: ContentBlock::Text { text },
-                    ..
-                } if self.text.is_empty() && !text.is_empty() => self.push_text(text),
-                _ => return false,
-            },
-            Event::ToolCall(call) => {
-                let title = head(&call_title(call), TITLE_MAX);
-                self.doing = format!("calling `{title}`");
-                self.tools.push_back(ToolLine {
-                    call_id: call.call_id.clone(),
-                    title,
-                    state: "pending",
-                });
-                while self.tools.len() > RECENT_TOOLS {
-                    self.tools.pop_front();
-                }
-            }
-            Event::ToolStarted(started) => {
-                let Some(tool) = self.tool(&started.call_id) else {
-                    return false;
-                };
-                tool.state = "running";
-                let doing = format!("running `{}`", tool.title);
-                self.doing = doing;
-            }
-            Event::ToolResult(result) => {
-                let failed = result_failed(result);
-                let Some(tool) = result.call_id().and_then(|id| self.tool(id)) else {
-                    return false;
-                };
-                tool.state = if failed { "failed" } else { "done" };
+            ViewEvent::TextDelta { text } if !text.is_empty() => self.push_text(&text),
+            ViewEvent::ReasoningDelta { text } if !text.is_empty() => {
                 self.doing = "thinking".to_string();
             }
-            Event::TurnEnd(end) => {
-                // The one end-of-turn state every front end shows (`idle` is success).
-                let failed = dsh_agent::child_state_after(&end.reason) != "idle";
-                self.ended = Some(failed);
-                self.doing = if failed {
-                    format!("stopped ({})", end.reason.kind())
+            ViewEvent::ToolCard(card) => {
+                let state = card.state.as_str();
+                if let Some(tool) = self.tool(&card.call_id) {
+                    tool.state = state;
+                    let title = tool.title.clone();
+                    self.doing = match card.state {
+                        dsh_protocol::CardState::Running => format!("running `{title}`"),
+                        s if s.is_final() => "thinking".to_string(),
+                        _ => self.doing.clone(),
+                    };
+                } else if new_call {
+                    let title = head(&card.presentation.headline(), TITLE_MAX);
+                    self.doing = format!("calling `{title}`");
+                    self.tools.push_back(ToolLine {
+                        call_id: card.call_id,
+                        title,
+                        state,
+                    });
+                    while self.tools.len() > RECENT_TOOLS {
+                        self.tools.pop_front();
+                    }
                 } else {
-                    "finished".to_string()
+                    // A call no longer listed.
+                    return false;
+                }
+            }
+            ViewEvent::TurnEnded { state, reason, .. } => {
+                self.ended = Some(state);
+                self.doing = match state {
+                    EndState::Completed => "finished".to_string(),
+                    _ => format!("stopped ({reason})"),
                 };
             }
             _ => return false,
@@ -206,8 +225,8 @@ impl Run {
 
     fn status(&self) -> &'static str {
         match (self.background, self.ended) {
-            (true, Some(false)) => "completed",
-            (true, Some(true)) => "failed",
+            (true, Some(EndState::Completed)) => "completed",
+            (true, Some(_)) => "failed",
             _ => "in_progress",
         }
     }
@@ -306,7 +325,7 @@ impl ChildProgress {
             .runs
             .entry(card.clone())
             .or_insert_with(|| Run::new(Arc::clone(&activity.child), background));
-        if !run.observe(&activity.event.event) {
+        if !run.observe(&activity.event) {
             return Vec::new();
         }
         run.dirty = true;

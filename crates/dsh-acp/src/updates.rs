@@ -78,12 +78,6 @@ fn text_chunk(kind: &str, text: &str) -> Value {
     json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
 }
 
-/// The title of a call on the client's tool card (`read: src/main.rs`, `bash: Run the tests`):
-/// the tool's own headline (docs/tools.md, "Presentation").
-pub(crate) fn call_title(call: &ToolCall) -> String {
-    dsh_agent::Presenter::shown(call).headline()
-}
-
 /// Whether a tool result reports a failure (an error, or a result block marked as one).
 pub(crate) fn result_failed(result: &ToolResult) -> bool {
     result.error.is_some()
