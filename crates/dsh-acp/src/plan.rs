@@ -1,10 +1,11 @@
 //! Plan mode as the ACP session mode `plan` (docs/agent.md, "Plan mode"; docs/acp.md, "Plan
 //! mode"): offered beside the permission presets, entered and left with `session/set_mode` (or a
-//! `/plan` prompt), and reported with `current_mode_update` whenever `plan/mode` is logged. The
-//! review of the plan is an `ask_user_question`-style question, which `AcpAsker` shows with
+//! `/plan` prompt) through `Op::SetPlanMode`, and reported with `current_mode_update` whenever
+//! `plan/mode` is logged (the protocol's `planMode` view event). The review of the plan is an
+//! `ask_user_question`-style question of the broker, which [`crate::questions`] shows with
 //! `session/request_permission` (Approve / Keep planning).
 
-use dsh_agent::{AgentHandle, PERMISSION_PRESET_EVENT, PLAN_COMMAND, PLAN_MODE_EVENT};
+use dsh_agent::{AgentHandle, PLAN_COMMAND};
 use serde_json::{json, Value};
 
 /// The mode id of plan mode.
@@ -37,8 +38,19 @@ pub(crate) fn with_plan_mode(mut state: Value, handle: &AgentHandle) -> Value {
     state
 }
 
+/// The `current_mode_update` of the mode in force: plan mode when `plan`, else `preset` (the
+/// one plan mode goes back to).
+pub(crate) fn mode_update(plan: bool, preset: Option<&str>) -> Value {
+    let mode = if plan {
+        PLAN_MODE_ID
+    } else {
+        preset.unwrap_or("workspace-write")
+    };
+    json!({"sessionUpdate": "current_mode_update", "currentModeId": mode})
+}
+
 /// Enters (`on`) or leaves plan mode through the `/plan` command of the session; the mode
-/// update reaches the client through the logged `plan/mode` ([`live_update`]).
+/// update reaches the client through the logged `plan/mode`.
 pub(crate) fn switch(handle: &AgentHandle, on: bool) -> Result<(), String> {
     if handle.plan_mode() == on {
         return Ok(());
@@ -47,32 +59,4 @@ pub(crate) fn switch(handle: &AgentHandle, on: bool) -> Result<(), String> {
     handle
         .run_user_command(PLAN_COMMAND, arguments)
         .map_err(crate::modes::user_message)
-}
-
-/// Follows `permission/preset` (into `preset`) and turns `plan/mode` into the
-/// `current_mode_update` of the mode now in force.
-pub(crate) fn live_update(
-    preset: &mut Option<String>,
-    event_type: &str,
-    data: &Value,
-) -> Option<Value> {
-    if event_type == PERMISSION_PRESET_EVENT {
-        *preset = data
-            .get("preset")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        return None;
-    }
-    if event_type != PLAN_MODE_EVENT {
-        return None;
-    }
-    let active = data.get("active").and_then(Value::as_bool)?;
-    let mode = if active {
-        PLAN_MODE_ID.to_string()
-    } else {
-        preset
-            .clone()
-            .unwrap_or_else(|| "workspace-write".to_string())
-    };
-    Some(json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}))
 }

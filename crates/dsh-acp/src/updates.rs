@@ -1,10 +1,18 @@
 //! Session events to ACP `session/update` payloads.
 //!
+//! Tool calls are the cards of the session protocol (`dsh_protocol::ViewProjector`,
+//! docs/protocol.md, "Tool cards"): a card's first appearance is a `tool_call` with the tool's
+//! own presentation (title, kind, locations) and each change a `tool_call_update` whose status
+//! is the card's state in ACP's words: `pending` for pending and awaitingApproval,
+//! `in_progress` for running, `completed` for done, `failed` for failed, denied and cancelled.
+//! Every card update carries the protocol's state under `_meta.dsh.state` and, once the user
+//! answered an approval question about the call, the answer under `_meta.dsh.approval`
+//! (`outcome`, `scope`). An ended card carries the result text and, for file changes, the
+//! diffs from the result's `meta.diffs`. `todo/write` becomes a `plan`, `plan/mode` a
+//! `current_mode_update`.
+//!
 //! Live: text and reasoning deltas become `agent_message_chunk` / `agent_thought_chunk` as they
-//! arrive (a block that arrives whole, without deltas, is sent once at its end); `tool/call`
-//! becomes `tool_call` (pending), `tool/started` a `tool_call_update` (in progress), and
-//! `tool/result` a `tool_call_update` (completed or failed) with the result text and, for file
-//! changes, the diffs from the result's `meta.diffs`; `todo/write` becomes a `plan`.
+//! arrive (a block that arrives whole, without deltas, is sent once at its end).
 //!
 //! Every event that records billed usage (docs/sessions.md, "Cost": a reply's
 //! `assistant/message`, `usage/call` for compaction, title and failed or cancelled replies, a
@@ -18,28 +26,32 @@
 //! with the title.
 //!
 //! Replay (`session/load`): the log's messages instead of its chunks: the user's own messages
-//! as `user_message_chunk`, assistant replies as thought and message chunks, and the tool calls,
-//! results and plans as above. Context injected by extensions is not shown.
+//! as `user_message_chunk`, assistant replies as thought and message chunks, and the tool
+//! cards, through the same projector, with the same statuses the live session showed. Context
+//! injected by extensions is not shown.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use dsh_agent::Presenter;
 use dsh_llm::{Chunk, ContentBlock, Message, MessageSource, Usage, UsageTotals};
-use dsh_session::{
-    Billed, BilledKind, Envelope, Event, PriceTable, TodoItem, ToolCall, ToolResult, UsageLedger,
-};
+use dsh_protocol::{Card, CardState, ViewEvent, ViewProjector};
+use dsh_session::{Billed, BilledKind, Envelope, Event, PriceTable, TodoItem, UsageLedger};
 use serde_json::{json, Value};
 
 /// Turns session events into `session/update` payloads (the `update` object of the
-/// notification). Keeps what later events need: which blocks were streamed, and each call's
-/// tool name and arguments.
+/// notification). Keeps what later events need: which blocks were streamed, the cards (in its
+/// [`ViewProjector`]) and which of them the client was shown.
 #[derive(Debug)]
 pub struct UpdateMapper {
     cwd: PathBuf,
     streamed: HashSet<(u64, u64, u32)>,
-    calls: HashMap<String, (String, Value)>,
-    /// How calls are shown: as logged, else as the session's tools say.
-    presenter: dsh_agent::Presenter,
+    /// The session protocol's view of the events: the cards and their states.
+    projector: ViewProjector,
+    /// Calls whose `tool_call` was sent.
+    shown: HashSet<String>,
+    /// The user's answer to the approval question of a call (`_meta.dsh.approval`).
+    approvals: HashMap<String, Value>,
     usage: UsageBook,
     /// The last logged permission preset (the mode plan mode goes back to).
     preset: Option<String>,
@@ -78,14 +90,14 @@ fn text_chunk(kind: &str, text: &str) -> Value {
     json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
 }
 
-/// Whether a tool result reports a failure (an error, or a result block marked as one).
-pub(crate) fn result_failed(result: &ToolResult) -> bool {
-    result.error.is_some()
-        || result
-            .message
-            .content
-            .iter()
-            .any(dsh_agent::is_error_result)
+/// ACP's status of a card in `state` (docs/protocol.md, "Tool cards").
+pub(crate) fn status(state: CardState) -> &'static str {
+    match state {
+        CardState::Pending | CardState::AwaitingApproval => "pending",
+        CardState::Running => "in_progress",
+        CardState::Done => "completed",
+        CardState::Failed | CardState::Denied | CardState::Cancelled => "failed",
+    }
 }
 
 fn title_update(title: &str) -> Value {
@@ -114,8 +126,9 @@ impl UpdateMapper {
         UpdateMapper {
             cwd: cwd.into(),
             streamed: HashSet::new(),
-            calls: HashMap::new(),
-            presenter: dsh_agent::Presenter::default(),
+            projector: ViewProjector::default(),
+            shown: HashSet::new(),
+            approvals: HashMap::new(),
             usage: UsageBook::default(),
             preset: None,
         }
@@ -133,7 +146,7 @@ impl UpdateMapper {
     /// Asks the session's `tools` how to show calls its log holds without their presentation
     /// (logs written before dsh logged it); the tools every session has answer otherwise.
     pub fn with_tools(mut self, tools: &dsh_tools::ToolRegistry) -> Self {
-        self.presenter.set_tools(tools);
+        self.projector = ViewProjector::new(Presenter::new(Some(tools)), PriceTable::default());
         self
     }
 
@@ -203,22 +216,51 @@ impl UpdateMapper {
         }
     }
 
-    fn tool_call(&mut self, call: &ToolCall) -> Value {
-        let arguments = &call.arguments;
+    /// The updates that show `card` as it is now: its `tool_call` the first time, else a
+    /// `tool_call_update` with its status (and, once ended, its content).
+    fn card(&mut self, card: &Card) -> Vec<Value> {
+        let mut meta = json!({"state": card.state.as_str()});
+        if let Some(approval) = self.approvals.get(&card.call_id) {
+            meta["approval"] = approval.clone();
+        }
+        let mut out = Vec::new();
+        if self.shown.insert(card.call_id.clone()) {
+            out.push(self.tool_call(card, meta.clone()));
+            if !card.state.is_final() {
+                return out;
+            }
+        }
+        let mut update = json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": card.call_id,
+            "status": status(card.state),
+            "_meta": {"dsh": meta},
+        });
+        if card.state.is_final() {
+            update["content"] = Value::Array(self.content(card));
+            self.approvals.remove(&card.call_id);
+        }
+        out.push(update);
+        out
+    }
+
+    fn tool_call(&self, card: &Card, meta: Value) -> Value {
+        let arguments = &card.arguments;
         let args: Value = if arguments.trim().is_empty() {
             json!({})
         } else {
             // Arguments that are not JSON are shown as the model wrote them.
             serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.into()))
         };
-        let shown = self.presenter.call(call);
+        let shown = &card.presentation;
         let mut update = json!({
             "sessionUpdate": "tool_call",
-            "toolCallId": call.call_id,
+            "toolCallId": card.call_id,
             "title": shown.headline(),
             "kind": shown.kind.as_str(),
-            "status": "pending",
+            "status": status(card.state),
             "rawInput": args,
+            "_meta": {"dsh": meta},
         });
         if !shown.locations.is_empty() {
             let locations: Vec<Value> = shown
@@ -228,17 +270,15 @@ impl UpdateMapper {
                 .collect();
             update["locations"] = Value::Array(locations);
         }
-        self.calls
-            .insert(call.call_id.clone(), (call.name.clone(), args));
         update
     }
 
-    fn tool_result(&self, result: &ToolResult) -> Option<Value> {
-        let call_id = result.call_id()?;
-        let failed = result_failed(result);
+    /// An ended card's content: the diffs of the changes it made (when done), then its
+    /// result text.
+    fn content(&self, card: &Card) -> Vec<Value> {
         let mut content = Vec::new();
-        if !failed {
-            let diffs = result
+        if card.state == CardState::Done {
+            let diffs = card
                 .meta
                 .as_ref()
                 .and_then(|meta| meta.get("diffs"))
@@ -259,21 +299,43 @@ impl UpdateMapper {
                 }));
             }
         }
-        let text = result.message.tool_result_text();
+        let text = card.result.as_deref().unwrap_or_default();
         if !text.is_empty() {
             content.push(json!({"type": "content", "content": {"type": "text", "text": text}}));
         }
-        Some(json!({
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": call_id,
-            "status": if failed { "failed" } else { "completed" },
-            "content": content,
-        }))
+        content
+    }
+
+    /// The updates for the view events of one envelope: cards, approvals' answers and (live
+    /// only) the mode plan mode leaves in force.
+    fn view(&mut self, envelope: &Envelope, live: bool) -> Vec<Value> {
+        let mut out = Vec::new();
+        for event in self.projector.project(envelope) {
+            match event {
+                ViewEvent::ToolCard(card) => out.extend(self.card(&card)),
+                ViewEvent::ApprovalDecided {
+                    call_id: Some(call_id),
+                    outcome,
+                    scope,
+                    ..
+                } => {
+                    self.approvals
+                        .insert(call_id, json!({"outcome": outcome, "scope": scope}));
+                }
+                ViewEvent::PresetChanged { preset } => self.preset = Some(preset),
+                ViewEvent::PlanMode { active } if live => {
+                    out.push(crate::plan::mode_update(active, self.preset.as_deref()));
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
     /// The updates for one live event, in order (often none).
     pub fn live(&mut self, envelope: &Envelope) -> Vec<Value> {
         let mut out = self.live_event(envelope);
+        out.extend(self.view(envelope, true));
         if let Some(billed) = self.usage.ledger.push(&envelope.event) {
             let reply = match &envelope.event {
                 Event::AssistantMessage(message) => message.usage.as_ref(),
@@ -316,24 +378,12 @@ impl UpdateMapper {
                 self.streamed.clear();
                 Vec::new()
             }
-            Event::ToolCall(call) => vec![self.tool_call(call)],
-            Event::ToolStarted(started) => vec![json!({
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": started.call_id,
-                "status": "in_progress",
-            })],
-            Event::ToolResult(result) => self.tool_result(result).into_iter().collect(),
             Event::TodoWrite(todos) => vec![plan(&todos.todos)],
             Event::RequestHeader(header) => {
                 self.usage.model = header.header.config.config().model.clone();
                 Vec::new()
             }
             Event::SessionTitle(title) => vec![title_update(&title.title)],
-            Event::Opaque { event_type, data } => {
-                crate::plan::live_update(&mut self.preset, event_type, data)
-                    .into_iter()
-                    .collect()
-            }
             _ => Vec::new(),
         }
     }
@@ -378,12 +428,11 @@ impl UpdateMapper {
                     Self::replay_message(message, &mut out);
                 }
                 Event::AssistantMessage(reply) => Self::replay_message(&reply.message, &mut out),
-                Event::ToolCall(call) => out.push(self.tool_call(call)),
-                Event::ToolResult(result) => out.extend(self.tool_result(result)),
                 Event::TodoWrite(todos) => out.push(plan(&todos.todos)),
                 Event::SessionTitle(title) => out.push(title_update(&title.title)),
                 _ => {}
             }
+            out.extend(self.view(envelope, false));
         }
         out
     }
@@ -393,7 +442,7 @@ impl UpdateMapper {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use dsh_session::{AssistantChunk, StepRef};
+    use dsh_session::{AssistantChunk, StepRef, ToolCall};
 
     fn env(event: Event) -> Envelope {
         Envelope::new(event)
@@ -446,11 +495,18 @@ mod tests {
     #[test]
     fn tool_calls_get_kind_title_and_locations() {
         let mut mapper = UpdateMapper::new("/w");
-        let update = mapper.tool_call(&call("c1", "read", r#"{"file_path":"a.txt"}"#, None));
+        let update = mapper.live(&env(Event::ToolCall(call(
+            "c1",
+            "read",
+            r#"{"file_path":"a.txt"}"#,
+            None,
+        ))))[0]
+            .clone();
         assert_eq!(update["kind"], "read");
         assert_eq!(update["title"], "read: a.txt");
         assert_eq!(update["locations"][0]["path"], "/w/a.txt");
-        let odd = mapper.tool_call(&call("c2", "bash", "not json", None));
+        let odd =
+            mapper.live(&env(Event::ToolCall(call("c2", "bash", "not json", None))))[0].clone();
         assert_eq!(odd["rawInput"], "not json");
     }
 
@@ -459,12 +515,19 @@ mod tests {
         let mut mapper = UpdateMapper::new("/w");
         let logged = json!({"title": "github · create_issue", "subject": "bug",
             "kind": "fetch", "locations": ["/abs/x"]});
-        let update = mapper.tool_call(&call("c1", "mcp__github__create_issue", "{}", Some(logged)));
+        let update = mapper.live(&env(Event::ToolCall(call(
+            "c1",
+            "mcp__github__create_issue",
+            "{}",
+            Some(logged),
+        ))))[0]
+            .clone();
         assert_eq!(update["title"], "github · create_issue: bug");
         assert_eq!(update["kind"], "fetch");
         assert_eq!(update["locations"][0]["path"], "/abs/x");
         // No presentation logged, a tool the standard ones do not know: its name, `other`.
-        let unknown = mapper.tool_call(&call("c2", "mcp__x__y", "{}", None));
+        let unknown =
+            mapper.live(&env(Event::ToolCall(call("c2", "mcp__x__y", "{}", None))))[0].clone();
         assert_eq!(
             (&unknown["title"], &unknown["kind"]),
             (&json!("mcp__x__y"), &json!("other"))

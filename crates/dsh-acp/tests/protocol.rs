@@ -500,6 +500,18 @@ async fn permission_requests_go_to_the_client() {
             card < request,
             "{call}: tool_call at {card}, request at {request}"
         );
+        // While the client is asked, the call is `pending`: the protocol's awaitingApproval.
+        let before = client.seen[..request]
+            .iter()
+            .rev()
+            .map(|l| &l["params"]["update"])
+            .find(|u| u["toolCallId"] == *call && u["status"].is_string())
+            .unwrap();
+        assert_eq!(before["status"], "pending", "{call}: {before}");
+        assert_eq!(
+            before["_meta"]["dsh"]["state"], "awaitingApproval",
+            "{call}: {before}"
+        );
         // The call is `in_progress` only once it runs, after the answer (issue 39: the update
         // came before the request); a rejected call never is.
         let running = client.seen.iter().position(|l: &Value| {
@@ -547,6 +559,18 @@ async fn permission_requests_go_to_the_client() {
     };
     assert_eq!(status("call_allowed"), Some(json!("completed")));
     assert_eq!(status("call_rejected"), Some(json!("failed")));
+    // Denied by the user: `failed` in ACP's words, the protocol's state and answer in `_meta`.
+    let denied = client
+        .updates()
+        .into_iter()
+        .rev()
+        .find(|u| u["toolCallId"] == "call_rejected")
+        .unwrap();
+    assert_eq!(denied["_meta"]["dsh"]["state"], "denied", "{denied}");
+    assert_eq!(
+        denied["_meta"]["dsh"]["approval"]["outcome"], "rejected",
+        "{denied}"
+    );
     assert_eq!(status("call_session"), Some(json!("completed")));
     assert_eq!(status("call_covered"), Some(json!("completed")));
 }
@@ -1031,6 +1055,115 @@ async fn user_invocable_skills_are_slash_commands() {
         .await;
     client.response(id, "").await;
     assert_eq!(advertised(&client).len(), 1);
+}
+
+/// The final state of each tool call the client was shown: title (from its `tool_call`),
+/// status and the protocol's state and approval answer (from its last update).
+fn final_cards(updates: &[&Value]) -> Vec<(String, Value, Value, Value, Value)> {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .map(|card| {
+            let call = card["toolCallId"].as_str().unwrap();
+            let last = updates
+                .iter()
+                .rev()
+                .find(|u| u["toolCallId"] == call && u["status"].is_string())
+                .unwrap();
+            (
+                call.to_string(),
+                card["title"].clone(),
+                last["status"].clone(),
+                last["_meta"]["dsh"]["state"].clone(),
+                last["_meta"]["dsh"]["approval"]["outcome"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// `session/load` replays the log through the same projector as the live view: an approved
+/// and a denied call end with the same titles, statuses and approval answers either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loaded_session_shows_the_cards_the_live_one_showed() {
+    let args = r#"{"command":"echo escalated","description":"echo","sandbox_permissions":"danger-full-access","justification":"the test asks"}"#;
+    let replies = vec![
+        SseReply::new()
+            .tool_call(0, "call_yes", "bash", args)
+            .tool_call(1, "call_no", "bash", args)
+            .finish("tool_calls", None)
+            .into(),
+        SseReply::new().text("one ran").finish("stop", None).into(),
+    ];
+    let provider = FakeProvider::start(replies).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let factory = || {
+        TestFactory::new(
+            provider.base_url(),
+            home.path(),
+            PermissionPreset::WorkspaceWrite,
+        )
+    };
+    let mut client = connect(factory());
+    let session = new_session(&mut client, cwd.path()).await;
+    let id = client
+        .request("session/prompt", prompt(&session, "run both"))
+        .await;
+    let answer = client
+        .response_with(id, |request| {
+            let option = match request["params"]["toolCall"]["toolCallId"].as_str() {
+                Some("call_yes") => dsh_acp::ALLOW_ONCE,
+                _ => dsh_acp::REJECT_ONCE,
+            };
+            Some(json!({"outcome": {"outcome": "selected", "optionId": option}}))
+        })
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let live = final_cards(&client.updates());
+    acp_runtime::assert_seen_valid(&client);
+    let Client {
+        server, mut write, ..
+    } = client;
+    write.shutdown().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("server did not stop after EOF")
+        .unwrap()
+        .unwrap();
+
+    let mut client = connect(factory());
+    let id = client
+        .request(
+            "session/load",
+            json!({"sessionId": session, "cwd": cwd.path().display().to_string(), "mcpServers": []}),
+        )
+        .await;
+    let answer = client.response(id, "").await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    let loaded = final_cards(&client.updates());
+    acp_runtime::assert_seen_valid(&client);
+    assert_eq!(
+        live.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+        ["call_yes", "call_no"],
+        "{live:?}"
+    );
+    let yes = &live[0];
+    assert_eq!(
+        (&yes.2, &yes.3, &yes.4),
+        (&json!("completed"), &json!("done"), &json!("approved")),
+        "{live:?}"
+    );
+    let no = &live[1];
+    assert_eq!(
+        (&no.2, &no.3, &no.4),
+        (&json!("failed"), &json!("denied"), &json!("rejected")),
+        "{live:?}"
+    );
+    assert!(
+        yes.1.as_str().unwrap().starts_with("bash"),
+        "the tool's own title: {live:?}"
+    );
+    assert_eq!(loaded, live);
 }
 
 /// Sessions built by the real composition root ([`dsh_runtime::Runtime`]): fleets (usage,
