@@ -1,8 +1,8 @@
 //! Permission presets as ACP session modes: offered in the `session/new` and `session/load`
-//! results (`modes`), switched with `session/set_mode` or a `/permission <preset>` prompt,
-//! and reported with `current_mode_update` when they change.
+//! results (`modes`), switched with `session/set_mode` or a `/permission <preset>` prompt
+//! (both `Op::SetPreset`), and reported with `current_mode_update` when they change.
 
-use dsh_agent::{AgentError, AgentHandle};
+use dsh_protocol::{Op, SessionControl};
 use dsh_tools::PermissionPreset;
 use serde_json::{json, Value};
 
@@ -50,23 +50,18 @@ pub(crate) fn mode_state(current: PermissionPreset) -> Value {
     json!({"currentModeId": current.as_str(), "availableModes": available})
 }
 
-/// A message for the user from an agent error (without the failure code).
-pub(crate) fn user_message(error: AgentError) -> String {
-    match error {
-        AgentError::Config(failure) => failure.message,
-        other => other.to_string(),
-    }
-}
-
 /// Switches the session's preset. When it changed, tells the client with a
 /// `current_mode_update`; returns whether it changed, or the user-facing reason it cannot.
 pub(crate) fn switch(
-    handle: &AgentHandle,
+    control: &SessionControl,
     out: &Outgoing,
     preset: PermissionPreset,
 ) -> Result<bool, String> {
+    let handle = control.handle();
     let before = handle.permission();
-    handle.set_permission(preset).map_err(user_message)?;
+    control
+        .submit(Op::SetPreset(preset))
+        .map_err(|error| error.message)?;
     let changed = before != preset;
     if changed {
         out.notify(

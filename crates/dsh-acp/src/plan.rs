@@ -48,15 +48,3 @@ pub(crate) fn mode_update(plan: bool, preset: Option<&str>) -> Value {
     };
     json!({"sessionUpdate": "current_mode_update", "currentModeId": mode})
 }
-
-/// Enters (`on`) or leaves plan mode through the `/plan` command of the session; the mode
-/// update reaches the client through the logged `plan/mode`.
-pub(crate) fn switch(handle: &AgentHandle, on: bool) -> Result<(), String> {
-    if handle.plan_mode() == on {
-        return Ok(());
-    }
-    let arguments = if on { "" } else { "off" };
-    handle
-        .run_user_command(PLAN_COMMAND, arguments)
-        .map_err(crate::modes::user_message)
-}

@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 
 use crate::rpc::{parse_line, write_lines, Incoming, Outgoing, RpcError, METHOD_NOT_FOUND};
-use crate::session::{AcpSession, EFFORT_OPTION, MODEL_OPTION};
+use crate::session::{AcpSession, Setting, EFFORT_OPTION, MODEL_OPTION};
 use crate::setup;
 use crate::updates::UpdateMapper;
 use crate::PROTOCOL_VERSION;
@@ -206,14 +206,15 @@ impl Server {
     }
 
     fn start(&self, opened: OpenedSession, cwd: PathBuf) -> AcpSession {
-        AcpSession::start(
-            opened.agent,
-            &opened.children,
+        let factory = Arc::clone(&self.factory);
+        let setting = Setting {
             cwd,
-            self.out.clone(),
-            self.factory.models(),
-            self.elicits_forms,
-        )
+            out: self.out.clone(),
+            models: self.factory.models(),
+            lookup: Arc::new(move |model: &str| factory.model_info(model)),
+            forms: self.elicits_forms,
+        };
+        AcpSession::start(opened.agent, &opened.children, setting)
     }
 
     /// `session/new`: the result and the new session's id. When the workspace has project
@@ -225,7 +226,7 @@ impl Server {
         let servers = setup::mcp_servers(params)?;
         let opened = self.open(&cwd, Resume::New, servers.clone())?;
         let session = self.start(opened, cwd.clone());
-        let id = session.handle.session_id();
+        let id = session.id();
         let result = json!({
             "sessionId": id,
             "modes": session.modes(),
@@ -397,7 +398,7 @@ impl Server {
         }
         let answer = match method {
             "initialize" => {
-                self.elicits_forms = crate::asker::elicits_forms(&params);
+                self.elicits_forms = crate::questions::elicits_forms(&params);
                 Ok(self.initialize())
             }
             "authenticate" => Ok(json!({})),

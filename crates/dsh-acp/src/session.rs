@@ -9,24 +9,26 @@
 //! The task also forwards the live events of the agent's subagents, as progress on the card of
 //! the call that waits for them ([`crate::children`]; docs/acp.md, "Subagents"), between
 //! prompts too (background children).
+//!
+//! What the client asks of the session (prompts, cancels, model, effort, mode) goes through the
+//! session's one `dsh_protocol::SessionControl`; its approvals and questions wait in the
+//! session's `dsh_protocol::Interactions`, carried to the client by [`crate::broker`].
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dsh_agent::{
-    Agent, AgentError, AgentHandle, ChildActivity, ChildFeed, SessionEvent, TurnOutcome,
-};
-use dsh_llm::{CallConfig, LockExt, ReasoningEffort};
+use dsh_agent::{Agent, AgentError, ChildActivity, ChildFeed, SessionEvent, TurnOutcome};
+use dsh_llm::{ModelInfo, ReasoningEffort};
+use dsh_protocol::{Interactions, ModelLookup, Op, OpError, SessionControl};
 use dsh_session::{Event, TurnEndReason};
 use dsh_tools::PermissionPreset;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::approver::AcpApprover;
-use crate::asker::AcpAsker;
+use crate::broker::{self, Transport};
 use crate::children::ChildProgress;
 use crate::commands::{self, COMPACT, PERMISSION};
 use crate::modes;
@@ -50,7 +52,7 @@ struct PromptJob {
     content: Option<Vec<dsh_llm::ContentBlock>>,
 }
 
-/// Keeps the client's view in order: before the approver or the asker sends a
+/// Keeps the client's view in order: before [`crate::broker`] sends a
 /// `session/request_permission`, the session's task forwards every event already published
 /// (the `tool/call` the question is about among them), so the `tool_call` notification always
 /// precedes its permission request (docs/acp.md, "Ordering").
@@ -71,14 +73,6 @@ impl UpdateBarrier {
     }
 }
 
-/// The model and effort a session's next requests use, and the choices offered for them
-/// (ACP session config options `model` and `effort`, and `session/set_model`).
-struct CallChoices {
-    call: CallConfig,
-    models: Vec<String>,
-    efforts: Vec<ReasoningEffort>,
-}
-
 /// Config option ids (`session/set_config_option`).
 pub(crate) const MODEL_OPTION: &str = "model";
 /// Config option id of the reasoning effort.
@@ -88,13 +82,39 @@ const DEFAULT_EFFORT: &str = "default";
 
 /// A running ACP session.
 pub(crate) struct AcpSession {
-    pub(crate) handle: AgentHandle,
+    /// Its operations: every request of the client about the session goes through it.
+    pub(crate) control: SessionControl,
     out: Outgoing,
-    choices: Mutex<CallChoices>,
+    /// The models the editor may pick from (ACP config option `model`, `session/set_model`).
+    models: Vec<String>,
+    /// What describes a model (its efforts).
+    lookup: ModelLookup,
     prompts: mpsc::UnboundedSender<PromptJob>,
     cancelled: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
     task: JoinHandle<()>,
+    /// Carries the broker's questions to the client.
+    broker: JoinHandle<()>,
+}
+
+/// Where the session is opened: its working directory, the client, the model choices and
+/// whether the client renders forms.
+pub(crate) struct Setting {
+    /// The session's working directory.
+    pub(crate) cwd: PathBuf,
+    /// The client.
+    pub(crate) out: Outgoing,
+    /// The model ids the editor may pick from (the one in use is added).
+    pub(crate) models: Vec<String>,
+    /// What describes a model: the runtime's model table (`SessionFactory::model_info`).
+    pub(crate) lookup: ModelLookup,
+    /// The client renders `elicitation/create` forms.
+    pub(crate) forms: bool,
+}
+
+/// An operation's refusal as the client's error: `Invalid params` with the words for the user.
+fn refused(error: OpError) -> RpcError {
+    RpcError::new(INVALID_PARAMS, error.message)
 }
 
 /// The ACP answer for how a turn ended: a stop reason, or an error for a failed turn.
@@ -124,43 +144,50 @@ pub(crate) fn stop_reason(
 }
 
 impl AcpSession {
-    /// Starts the session's task for `agent`, which works in `cwd` and talks through `out`.
-    /// `models` are the model ids the editor may pick from (the one in use is added);
-    /// `children` is the live feed of the agent's subagents (docs/acp.md, "Subagents").
-    pub(crate) fn start(
-        mut agent: Agent,
-        children: &ChildFeed,
-        cwd: PathBuf,
-        out: Outgoing,
-        models: Vec<String>,
-        forms: bool,
-    ) -> Self {
+    /// Starts the session's task for `agent` in `setting`; `children` is the live feed of
+    /// the agent's subagents (docs/acp.md, "Subagents"). The agent's approver and asker is an
+    /// interactive broker, whose questions [`crate::broker`] carries to the client.
+    pub(crate) fn start(mut agent: Agent, children: &ChildFeed, setting: Setting) -> Self {
+        let Setting {
+            cwd,
+            out,
+            mut models,
+            lookup,
+            forms,
+        } = setting;
         let handle = agent.handle();
         let session_id = handle.session_id();
-        let (flushes, flush_requests) = mpsc::unbounded_channel();
-        let barrier = UpdateBarrier { flushes };
-        agent.set_approver(Arc::new(
-            AcpApprover::new(&session_id, out.clone()).ordered(barrier.clone()),
-        ));
-        agent.set_asker(Arc::new(
-            AcpAsker::new(&session_id, out.clone())
-                .ordered(barrier)
-                .with_forms(forms),
-        ));
+        let interactions = Interactions::interactive();
+        agent.set_approver(Arc::new(interactions.clone()));
+        agent.set_asker(Arc::new(interactions.clone()));
         let call = agent.call().clone();
         let info = agent.model_info().clone();
-        let mut models = models;
         if !models.contains(&call.model) {
             models.insert(0, call.model.clone());
         }
+        let control = SessionControl::new(
+            handle.clone(),
+            interactions,
+            call.clone(),
+            Arc::clone(&lookup),
+            cwd.clone(),
+        );
+        let (flushes, flush_requests) = mpsc::unbounded_channel();
+        let broker = broker::spawn(Transport {
+            control: control.clone(),
+            out: out.clone(),
+            session_id: session_id.clone(),
+            barrier: UpdateBarrier { flushes },
+            forms,
+        });
         let mapper = UpdateMapper::new(cwd)
             .with_usage(agent.prices().clone(), &call.model, info.context_window)
-            .with_tools(&agent.handle().tools());
+            .with_tools(&handle.tools());
         let (prompts, jobs) = mpsc::unbounded_channel();
         let cancelled = Arc::new(AtomicBool::new(false));
         let stopping = Arc::new(AtomicBool::new(false));
         let view = View {
-            session_id: session_id.clone(),
+            session_id,
             out: out.clone(),
             mapper,
             progress: ChildProgress::new(),
@@ -170,6 +197,7 @@ impl AcpSession {
         };
         let task = tokio::spawn(run_session(
             agent,
+            control.clone(),
             Inputs {
                 jobs,
                 flushes: flush_requests,
@@ -181,18 +209,21 @@ impl AcpSession {
             },
         ));
         AcpSession {
-            handle,
+            control,
             out,
-            choices: Mutex::new(CallChoices {
-                call,
-                models,
-                efforts: info.efforts,
-            }),
+            models,
+            lookup,
             prompts,
             cancelled,
             stopping,
             task,
+            broker,
         }
+    }
+
+    /// The session's id.
+    pub(crate) fn id(&self) -> String {
+        self.control.handle().session_id()
     }
 
     /// Queues a prompt; its response is sent when its turn ends.
@@ -213,32 +244,39 @@ impl AcpSession {
 
     /// The `modes` of the session's `session/new` / `session/load` result.
     pub(crate) fn modes(&self) -> Value {
-        crate::plan::with_plan_mode(modes::mode_state(self.handle.permission()), &self.handle)
+        let handle = self.control.handle();
+        crate::plan::with_plan_mode(modes::mode_state(handle.permission()), handle)
+    }
+
+    /// What describes `model`: the runtime's model table, else what dsh assumes of a model
+    /// it does not know.
+    fn describe(&self, model: &str) -> ModelInfo {
+        (self.lookup)(model).unwrap_or_else(|| dsh_agent::generic_model_info(model))
     }
 
     /// The session's config options (`configOptions` of `session/new`, `session/load` and
-    /// `session/set_config_option`): the model and the reasoning effort, as selects.
+    /// `session/set_config_option`): the model and the reasoning effort (those the model in use
+    /// takes), as selects.
     pub(crate) fn config_options(&self) -> Value {
-        let choices = self.choices.lock_or_recover();
-        let models: Vec<Value> = choices
+        let call = self.control.call();
+        let models: Vec<Value> = self
             .models
             .iter()
             .map(|m| json!({"value": m, "name": m}))
             .collect();
         let mut efforts = vec![json!({"value": DEFAULT_EFFORT, "name": "Model default"})];
         efforts.extend(
-            choices
-                .efforts
+            self.describe(&call.model)
+                .offered_efforts()
                 .iter()
                 .map(|e| json!({"value": e.as_str(), "name": e.as_str()})),
         );
-        let effort = choices
-            .call
+        let effort = call
             .reasoning_effort
             .map_or(DEFAULT_EFFORT, ReasoningEffort::as_str);
         json!([
             {"id": MODEL_OPTION, "name": "Model", "category": "model", "type": "select",
-             "currentValue": choices.call.model, "options": models},
+             "currentValue": call.model, "options": models},
             {"id": EFFORT_OPTION, "name": "Reasoning effort", "category": "thought_level",
              "type": "select", "currentValue": effort, "options": efforts},
         ])
@@ -247,77 +285,69 @@ impl AcpSession {
     /// The legacy `models` state of `session/new` (`currentModelId`, `availableModels`),
     /// for clients that switch with `session/set_model`.
     pub(crate) fn model_state(&self) -> Value {
-        let choices = self.choices.lock_or_recover();
-        let available: Vec<Value> = choices
+        let available: Vec<Value> = self
             .models
             .iter()
             .map(|m| json!({"modelId": m, "name": m}))
             .collect();
-        json!({"currentModelId": choices.call.model, "availableModels": available})
+        json!({"currentModelId": self.control.call().model, "availableModels": available})
     }
 
-    /// Switches the model of the next requests. Offered models only; the effort goes back to
-    /// the new model's default (an effort one model accepts may be refused by another).
+    /// Switches the model of the next requests (`Op::SetModel`: an effort the new model does
+    /// not take is replaced by its default). Offered models only.
     pub(crate) fn set_model(&self, model: &str) -> Result<(), RpcError> {
-        let mut choices = self.choices.lock_or_recover();
-        if !choices.models.iter().any(|m| m == model) {
+        if !self.models.iter().any(|m| m == model) {
             return Err(RpcError::invalid_params(format!(
                 "unknown model `{model}`; this session offers: {}",
-                choices.models.join(", ")
+                self.models.join(", ")
             )));
         }
-        if choices.call.model != model {
-            choices.call.model = model.to_string();
-            choices.call.reasoning_effort = None;
-            self.handle.set_call(choices.call.clone());
+        if self.control.call().model != model {
+            self.control
+                .submit(Op::SetModel(model.to_string()))
+                .map_err(refused)?;
         }
         Ok(())
     }
 
-    /// Sets the reasoning effort of the next requests (`default`: the model's own).
+    /// Sets the reasoning effort of the next requests (`default`: the model's own), through
+    /// `Op::SetEffort`, which refuses one the model does not take.
     pub(crate) fn set_effort(&self, value: &str) -> Result<(), RpcError> {
-        let mut choices = self.choices.lock_or_recover();
         let effort = if value == DEFAULT_EFFORT {
             None
         } else {
-            let offered: Vec<&str> = choices.efforts.iter().map(|e| e.as_str()).collect();
-            match ReasoningEffort::parse(value) {
-                Some(e) if choices.efforts.contains(&e) => Some(e),
-                _ => {
-                    return Err(RpcError::invalid_params(format!(
-                        "effort `{value}` is not offered for {}; pick one of: {DEFAULT_EFFORT}, {}",
-                        choices.call.model,
-                        offered.join(", ")
-                    )))
-                }
-            }
+            let Some(effort) = ReasoningEffort::parse(value) else {
+                return Err(RpcError::invalid_params(format!(
+                    "effort `{value}` is not offered for {}; pick one of: {DEFAULT_EFFORT}, {}",
+                    self.control.call().model,
+                    self.control.efforts()
+                )));
+            };
+            Some(effort)
         };
-        if choices.call.reasoning_effort != effort {
-            choices.call.reasoning_effort = effort;
-            self.handle.set_call(choices.call.clone());
-        }
-        Ok(())
+        self.control
+            .submit(Op::SetEffort(effort))
+            .map(|_| ())
+            .map_err(|error| RpcError::invalid_params(error.message))
     }
 
-    /// `session/set_mode`: switches the permission preset (from the next step on) and sends
-    /// `current_mode_update` when it changed. A preset this session cannot use is an error
-    /// carrying the reason.
+    /// `session/set_mode`: enters plan mode (`plan`), or switches the permission preset (from
+    /// the next step on), leaving plan mode first; sends `current_mode_update` when the mode
+    /// changed. A preset this session cannot use is an error carrying the reason.
     pub(crate) fn set_mode(&self, mode_id: &str) -> Result<(), RpcError> {
-        // Plan mode (docs/agent.md, "Plan mode"): `plan`, or a preset, which leaves it first.
-        let leave_plan = mode_id != crate::plan::PLAN_MODE_ID && self.handle.plan_mode();
-        if mode_id == crate::plan::PLAN_MODE_ID || leave_plan {
-            crate::plan::switch(&self.handle, !leave_plan)
-                .map_err(|message| RpcError::new(INVALID_PARAMS, message))?;
-            if !leave_plan {
-                self.out.notify(
-                    "session/update",
-                    json!({"sessionId": self.handle.session_id(), "update": {
-                        "sessionUpdate": "current_mode_update",
-                        "currentModeId": crate::plan::PLAN_MODE_ID,
-                    }}),
-                );
-                return Ok(());
-            }
+        let plan = |on: bool| {
+            self.control
+                .submit(Op::SetPlanMode(on))
+                .map(|_| ())
+                .map_err(refused)
+        };
+        if mode_id == crate::plan::PLAN_MODE_ID {
+            plan(true)?;
+            self.out.notify(
+                "session/update",
+                json!({"sessionId": self.id(), "update": crate::plan::mode_update(true, None)}),
+            );
+            return Ok(());
         }
         let preset: PermissionPreset = mode_id.parse().map_err(|_| {
             RpcError::invalid_params(format!(
@@ -326,7 +356,10 @@ impl AcpSession {
                 crate::plan::PLAN_MODE_ID
             ))
         })?;
-        modes::switch(&self.handle, &self.out, preset)
+        if self.control.handle().plan_mode() {
+            plan(false)?;
+        }
+        modes::switch(&self.control, &self.out, preset)
             .map(|_| ())
             .map_err(|message| RpcError::new(INVALID_PARAMS, message))
     }
@@ -336,9 +369,9 @@ impl AcpSession {
     pub(crate) fn advertise_commands(&self) {
         self.out.notify(
             "session/update",
-            json!({"sessionId": self.handle.session_id(), "update": {
+            json!({"sessionId": self.id(), "update": {
                 "sessionUpdate": "available_commands_update",
-                "availableCommands": commands::available(&self.handle.user_commands()),
+                "availableCommands": commands::available(&self.control.handle().user_commands()),
             }}),
         );
     }
@@ -347,22 +380,29 @@ impl AcpSession {
     /// prompt answered `cancelled`).
     pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
-        self.handle.cancel(false);
+        // Refused only by a closed agent, which runs nothing to cancel.
+        let _ = self.control.submit(Op::Cancel { keep_queued: false });
     }
 
-    /// Stops the session: cancels a running turn, lets it close its log, answers queued
-    /// prompts `cancelled` without running them, and ends the task.
+    /// Stops the session: closes its broker (what waits for the client is refused), cancels a
+    /// running turn, lets it close its log, answers queued prompts `cancelled` without running
+    /// them, and ends the tasks.
     pub(crate) async fn stop(self) {
         let AcpSession {
-            handle,
+            control,
             prompts,
             stopping,
             task,
+            broker,
             ..
         } = self;
         stopping.store(true, Ordering::SeqCst);
-        handle.cancel(false);
+        control
+            .interactions()
+            .close("the ACP session was closed before the user answered");
+        let _ = control.submit(Op::Cancel { keep_queued: false });
         drop(prompts);
+        broker.abort();
         // A task that panicked has nothing left to close; report nothing more.
         let _ = task.await;
     }
@@ -380,18 +420,18 @@ fn say(session_id: &str, out: &Outgoing, text: &str) {
 
 /// `/permission [preset]`: the answer for the user (the switch itself is reported as a
 /// `current_mode_update` too).
-fn permission_command(handle: &AgentHandle, out: &Outgoing, arguments: &str) -> String {
+fn permission_command(control: &SessionControl, out: &Outgoing, arguments: &str) -> String {
     if arguments.is_empty() {
         return format!(
             "Permission preset: {}. Switch with /permission read-only, workspace-write or danger-full-access (or the editor's mode selector).",
-            handle.permission()
+            control.handle().permission()
         );
     }
     let preset: PermissionPreset = match arguments.parse() {
         Ok(preset) => preset,
         Err(message) => return format!("Permission preset unchanged: {message}."),
     };
-    match modes::switch(handle, out, preset) {
+    match modes::switch(control, out, preset) {
         Ok(true) => format!("Permission preset switched to {preset} (from the next step on)."),
         Ok(false) => format!("Permission preset is already {preset}."),
         Err(message) => format!("Permission preset unchanged: {message}."),
@@ -417,22 +457,35 @@ async fn compact_command(agent: &mut Agent) -> String {
 }
 
 /// Queues the prompt's input: the expansion of a user command (`/name arguments` for one of
-/// the session's user commands), else the text as is.
-fn queue_input(handle: &AgentHandle, text: String) -> Result<(), RpcError> {
+/// the session's user commands, `Op::Command`), else the text as is (`Op::Prompt`).
+fn queue_input(control: &SessionControl, text: String) -> Result<(), RpcError> {
     if let Some(command) = commands::parse(&text) {
         let known = command.name != COMPACT
             && command.name != PERMISSION
-            && handle
+            && control
+                .handle()
                 .user_commands()
                 .iter()
                 .any(|c| c.name == command.name);
         if known {
-            return handle
-                .run_user_command(command.name, command.arguments)
-                .map_err(|err| RpcError::new(INVALID_PARAMS, modes::user_message(err)));
+            return control
+                .submit(Op::Command {
+                    name: command.name.to_string(),
+                    arguments: command.arguments.to_string(),
+                })
+                .map(|_| ())
+                .map_err(refused);
         }
     }
-    handle.followup(text).map_err(RpcError::internal)
+    prompt_message(control, dsh_agent::new_user_message(text))
+}
+
+/// Queues a user message for the next turn (`Op::Prompt`).
+fn prompt_message(control: &SessionControl, message: dsh_llm::Message) -> Result<(), RpcError> {
+    control
+        .submit(Op::Prompt(message))
+        .map(|_| ())
+        .map_err(|error| RpcError::internal(error.message))
 }
 
 /// What the client is shown of the session: its own events through the [`UpdateMapper`], its
@@ -597,7 +650,13 @@ async fn run_turns(
     }
 }
 
-async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Flags) {
+async fn run_session(
+    mut agent: Agent,
+    control: SessionControl,
+    inputs: Inputs,
+    mut view: View,
+    flags: Flags,
+) {
     let Flags {
         cancelled,
         stopping,
@@ -606,7 +665,7 @@ async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Fl
         mut jobs,
         mut flushes,
     } = inputs;
-    let handle = agent.handle();
+    let handle = control.handle().clone();
     let session_id = handle.session_id();
     let out = view.out.clone();
     while let Some(job) = next_job(&mut jobs, &mut view).await {
@@ -637,7 +696,7 @@ async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Fl
                 continue;
             }
             Some(command) if command.name == PERMISSION => {
-                let text = permission_command(&handle, &out, command.arguments);
+                let text = permission_command(&control, &out, command.arguments);
                 say(&session_id, &out, &text);
                 view.close_usage();
                 out.respond(job.request_id, json!({"stopReason": "end_turn"}));
@@ -649,9 +708,9 @@ async fn run_session(mut agent: Agent, inputs: Inputs, mut view: View, flags: Fl
             Some(content) => {
                 let mut message = dsh_agent::new_user_message("");
                 message.content = content;
-                handle.followup_message(message).map_err(RpcError::internal)
+                prompt_message(&control, message)
             }
-            None => queue_input(&handle, job.text),
+            None => queue_input(&control, job.text),
         };
         if let Err(error) = queued {
             out.respond_error(job.request_id, &error);

@@ -1,12 +1,11 @@
-//! Permission questions of the agent loop sent to the ACP client as
-//! `session/request_permission`.
+//! Approval questions of the session's broker (`dsh_protocol::Interactions`) sent to the ACP
+//! client as `session/request_permission`; the client's choice is the answer
+//! ([`crate::broker`] submits it as `Op::Approve`).
 
-use dsh_agent::{ApprovalChoice, ApprovalDecision, ApprovalRequest, Approver};
-use futures::future::BoxFuture;
+use dsh_agent::{ApprovalChoice, ApprovalDecision, ApprovalRequest};
 use serde_json::{json, Value};
 
 use crate::rpc::Outgoing;
-use crate::session::UpdateBarrier;
 
 /// Option id of "allow this call once" (kind `allow_once`).
 pub const ALLOW_ONCE: &str = "allow_once";
@@ -18,35 +17,6 @@ pub const ALLOW_SESSION: &str = "allow_session";
 pub const ALLOW_ALWAYS: &str = "allow_always";
 /// Option id of "reject this call".
 pub const REJECT_ONCE: &str = "reject_once";
-
-/// Answers the loop's [`ApprovalRequest`]s by asking the client (one option per offered choice:
-/// allow once, for this session, always, reject) and waiting for its choice. "For this session"
-/// lasts as long as the ACP session's agent. A client that answers `cancelled`, answers with an
-/// error or an unknown option, or goes away, rejects the call; a cancelled turn stops waiting
-/// (the loop drops the future) and the question's late answer is discarded.
-pub struct AcpApprover {
-    session_id: String,
-    out: Outgoing,
-    order: Option<UpdateBarrier>,
-}
-
-impl AcpApprover {
-    /// An approver for the ACP session `session_id` that asks through `out`.
-    pub fn new(session_id: impl Into<String>, out: Outgoing) -> Self {
-        AcpApprover {
-            session_id: session_id.into(),
-            out,
-            order: None,
-        }
-    }
-
-    /// Waits for `barrier` before each request, so the session's pending updates (the tool
-    /// call's card) reach the client first.
-    pub(crate) fn ordered(mut self, barrier: UpdateBarrier) -> Self {
-        self.order = Some(barrier);
-        self
-    }
-}
 
 fn params(session_id: &str, request: &ApprovalRequest) -> Value {
     let raw_input: Value = serde_json::from_str(&request.arguments)
@@ -120,19 +90,18 @@ fn decision(tool: &str, answer: Result<Value, Value>) -> ApprovalDecision {
     }
 }
 
-impl Approver for AcpApprover {
-    fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision> {
-        let out = self.out.clone();
-        let params = params(&self.session_id, &request);
-        let order = self.order.clone();
-        Box::pin(async move {
-            if let Some(order) = &order {
-                order.flushed().await;
-            }
-            let answer = out.request("session/request_permission", params).await;
-            decision(&request.tool_name, answer)
-        })
-    }
+/// Asks the client about `request` (one option per offered choice: allow once, for this
+/// session, always, reject) and gives the decision its answer stands for. A client that
+/// answers `cancelled`, answers with an error or an unknown option rejects the call.
+pub(crate) async fn ask(
+    out: &Outgoing,
+    session_id: &str,
+    request: &ApprovalRequest,
+) -> ApprovalDecision {
+    let answer = out
+        .request("session/request_permission", params(session_id, request))
+        .await;
+    decision(&request.tool_name, answer)
 }
 
 #[cfg(test)]

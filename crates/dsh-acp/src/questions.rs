@@ -1,17 +1,16 @@
-//! `ask_user_question` over ACP. The protocol has no question method, so each question that
-//! offers options is shown with `session/request_permission`: one permission option per
-//! choice plus "Don't answer", attached to the `ask_user_question` tool card. Free-text
-//! questions (no options) cannot be shown that way and are not asked.
+//! `ask_user_question` and the plan review over ACP: the questions the session's broker
+//! (`dsh_protocol::Interactions`) holds, shown to the client; [`crate::broker`] answers the
+//! broker with what the client chose (`Op::Answer`). The protocol has no question method, so
+//! each question that offers options is shown with `session/request_permission`: one
+//! permission option per choice plus "Don't answer", attached to the `ask_user_question` tool
+//! card. Free-text questions (no options) cannot be shown that way and are not asked.
 
 use dsh_agent::{
-    AskOutcome, Asker, QuestionRequest, UserAnswer, UserQuestion, APPROVE_LABEL,
-    KEEP_PLANNING_LABEL,
+    AskOutcome, QuestionRequest, UserAnswer, UserQuestion, APPROVE_LABEL, KEEP_PLANNING_LABEL,
 };
-use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use crate::rpc::Outgoing;
-use crate::session::UpdateBarrier;
 
 /// Option id of "Don't answer" (the questions are declined).
 pub const DECLINE_QUESTION: &str = "decline";
@@ -21,53 +20,6 @@ pub const ANSWER_PREFIX: &str = "answer-";
 
 /// What the model is told when no question of a call can be shown.
 pub const FREE_TEXT_UNAVAILABLE: &str = "the editor is connected over ACP, which can only offer the user a choice between options; questions without `options` (free-text answers) cannot be shown";
-
-/// Answers `ask_user_question` by asking the ACP client, one `session/request_permission` per
-/// question with options:
-///
-/// - the chosen option's label is the answer (one per question: ACP picks a single option,
-///   so a `multi_select` question gets one choice);
-/// - "Don't answer", or a `cancelled` outcome (the client cancelled the request), declines
-///   the whole call: the model is told the user dismissed the questions;
-/// - an error answer or an unknown option makes the call `Unavailable` with the reason;
-/// - free-text questions are skipped (no answer) when the call also has questions with
-///   options, and the call is `Unavailable` when it has only free-text questions.
-///
-/// The permission request names the `ask_user_question` call (its `toolCallId`), so clients
-/// show the choice on that call's card.
-pub struct AcpAsker {
-    session_id: String,
-    out: Outgoing,
-    order: Option<UpdateBarrier>,
-    forms: bool,
-}
-
-impl AcpAsker {
-    /// An asker for the ACP session `session_id` that asks through `out`.
-    pub fn new(session_id: impl Into<String>, out: Outgoing) -> Self {
-        AcpAsker {
-            session_id: session_id.into(),
-            out,
-            order: None,
-            forms: false,
-        }
-    }
-
-    /// Whether the client renders `elicitation/create` forms (its
-    /// `clientCapabilities.elicitation.form` at `initialize`); with them the plan review offers
-    /// "Approve with edits" and asks for feedback (docs/acp.md, "Plan mode").
-    pub(crate) fn with_forms(mut self, forms: bool) -> Self {
-        self.forms = forms;
-        self
-    }
-
-    /// Waits for `barrier` before each request, so the session's pending updates (the tool
-    /// call's card) reach the client first.
-    pub(crate) fn ordered(mut self, barrier: UpdateBarrier) -> Self {
-        self.order = Some(barrier);
-        self
-    }
-}
 
 fn params(session_id: &str, call_id: &str, question: &UserQuestion) -> Value {
     let title = match &question.header {
@@ -336,53 +288,63 @@ async fn elicit(
     }
 }
 
-impl Asker for AcpAsker {
-    fn ask(&self, request: QuestionRequest) -> BoxFuture<'static, AskOutcome> {
-        let call_id = request.call_id.clone();
-        let out = self.out.clone();
-        let session_id = self.session_id.clone();
-        let order = self.order.clone();
-        let forms = self.forms;
-        Box::pin(async move {
-            if let Some(order) = &order {
-                order.flushed().await;
-            }
-            if let Some(review) = request
-                .questions
-                .first()
-                .filter(|q| q.id == dsh_agent::PLAN_REVIEW_QUESTION)
-            {
-                return plan_review(&out, &session_id, &call_id, review, forms).await;
-            }
-            if request.questions.iter().all(|q| q.options.is_empty()) {
-                return AskOutcome::Unavailable {
-                    reason: FREE_TEXT_UNAVAILABLE.to_string(),
-                };
-            }
-            let mut answers = Vec::new();
-            for question in request.questions.iter().filter(|q| !q.options.is_empty()) {
-                let answer = out
-                    .request(
-                        "session/request_permission",
-                        params(&session_id, &call_id, question),
-                    )
-                    .await;
-                match choice(question, answer) {
-                    Choice::Picked(label) => answers.push(UserAnswer {
-                        id: question.id.clone(),
-                        answers: vec![label],
-                    }),
-                    Choice::Declined => {
-                        return AskOutcome::Declined {
-                            message: String::new(),
-                        }
-                    }
-                    Choice::Failed(reason) => return AskOutcome::Unavailable { reason },
+/// Asks the client the questions of `request`, one `session/request_permission` per question
+/// with options (a plan review as described at [`plan_review`]), and gives what the answers
+/// stand for:
+///
+/// - the chosen option's label is the answer (one per question: ACP picks a single option,
+///   so a `multi_select` question gets one choice);
+/// - "Don't answer", or a `cancelled` outcome (the client cancelled the request), declines
+///   the whole call: the model is told the user dismissed the questions;
+/// - an error answer or an unknown option makes the call `Unavailable` with the reason;
+/// - free-text questions are skipped (no answer) when the call also has questions with
+///   options, and the call is `Unavailable` when it has only free-text questions.
+///
+/// The permission request names the `ask_user_question` call (its `toolCallId`), so clients
+/// show the choice on that call's card. `forms`: the client renders `elicitation/create`
+/// forms (its `clientCapabilities.elicitation.form` at `initialize`); with them the plan
+/// review offers "Approve with edits" and asks for feedback (docs/acp.md, "Plan mode").
+pub(crate) async fn ask(
+    out: &Outgoing,
+    session_id: &str,
+    request: &QuestionRequest,
+    forms: bool,
+) -> AskOutcome {
+    let call_id = request.call_id.as_str();
+    if let Some(review) = request
+        .questions
+        .first()
+        .filter(|q| q.id == dsh_agent::PLAN_REVIEW_QUESTION)
+    {
+        return plan_review(out, session_id, call_id, review, forms).await;
+    }
+    if request.questions.iter().all(|q| q.options.is_empty()) {
+        return AskOutcome::Unavailable {
+            reason: FREE_TEXT_UNAVAILABLE.to_string(),
+        };
+    }
+    let mut answers = Vec::new();
+    for question in request.questions.iter().filter(|q| !q.options.is_empty()) {
+        let answer = out
+            .request(
+                "session/request_permission",
+                params(session_id, call_id, question),
+            )
+            .await;
+        match choice(question, answer) {
+            Choice::Picked(label) => answers.push(UserAnswer {
+                id: question.id.clone(),
+                answers: vec![label],
+            }),
+            Choice::Declined => {
+                return AskOutcome::Declined {
+                    message: String::new(),
                 }
             }
-            AskOutcome::Answered(answers)
-        })
+            Choice::Failed(reason) => return AskOutcome::Unavailable { reason },
+        }
     }
+    AskOutcome::Answered(answers)
 }
 
 #[cfg(test)]
