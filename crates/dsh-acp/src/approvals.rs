@@ -18,14 +18,16 @@ pub const ALLOW_ALWAYS: &str = "allow_always";
 /// Option id of "reject this call".
 pub const REJECT_ONCE: &str = "reject_once";
 
-fn params(session_id: &str, request: &ApprovalRequest) -> Value {
+/// The request's params; `tool` is the tool's title (its presentation, e.g. `server · tool`
+/// for an MCP tool).
+fn params(session_id: &str, tool: &str, request: &ApprovalRequest) -> Value {
     let raw_input: Value = serde_json::from_str(&request.arguments)
         .unwrap_or_else(|_| Value::String(request.arguments.clone()));
     json!({
         "sessionId": session_id,
         "toolCall": {
             "toolCallId": request.call_id,
-            "title": format!("{}: {}", request.tool_name, request.reason),
+            "title": format!("{tool}: {}", request.reason),
             "status": "pending",
             "rawInput": raw_input,
         },
@@ -90,16 +92,21 @@ fn decision(tool: &str, answer: Result<Value, Value>) -> ApprovalDecision {
     }
 }
 
-/// Asks the client about `request` (one option per offered choice: allow once, for this
-/// session, always, reject) and gives the decision its answer stands for. A client that
-/// answers `cancelled`, answers with an error or an unknown option rejects the call.
+/// Asks the client about `request`, a call of the tool titled `tool` (one option per offered
+/// choice: allow once, for this session, always, reject), and gives the decision its answer
+/// stands for. A client that answers `cancelled`, answers with an error or an unknown option
+/// rejects the call.
 pub(crate) async fn ask(
     out: &Outgoing,
     session_id: &str,
+    tool: &str,
     request: &ApprovalRequest,
 ) -> ApprovalDecision {
     let answer = out
-        .request("session/request_permission", params(session_id, request))
+        .request(
+            "session/request_permission",
+            params(session_id, tool, request),
+        )
         .await;
     decision(&request.tool_name, answer)
 }

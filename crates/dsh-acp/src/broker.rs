@@ -89,7 +89,13 @@ async fn carry(transport: Transport, question: Waiting) {
             if !interactions.approval_waits(&request.id) {
                 return;
             }
-            let decision = crate::approvals::ask(&out, &session_id, &request).await;
+            // The tool as it presents itself, as on the call's card.
+            let tool = control
+                .handle()
+                .tools()
+                .present(&request.tool_name, &request.arguments)
+                .title;
+            let decision = crate::approvals::ask(&out, &session_id, &tool, &request).await;
             control.submit(Op::Approve {
                 id: request.id,
                 decision,
