@@ -197,6 +197,9 @@ struct Client {
     write: WriteHalf<DuplexStream>,
     read: Lines<BufReader<tokio::io::ReadHalf<DuplexStream>>>,
     seen: Vec<Value>,
+    /// For each request of the server the client answered: how many lines it had read then,
+    /// and the request's id.
+    answered: Vec<(usize, Value)>,
     next_id: u64,
 }
 
@@ -255,6 +258,7 @@ impl Client {
                 };
                 self.send(json!({"jsonrpc": "2.0", "id": value["id"], "result": result}))
                     .await;
+                self.answered.push((self.seen.len(), value["id"].clone()));
             } else if value["id"] == json!(id) {
                 return value;
             }
@@ -286,6 +290,7 @@ fn connect(factory: impl SessionFactory) -> Client {
         write,
         read: BufReader::new(read).lines(),
         seen: Vec::new(),
+        answered: Vec::new(),
         next_id: 0,
     }
 }
@@ -512,8 +517,14 @@ async fn permission_requests_go_to_the_client() {
             before["_meta"]["dsh"]["state"], "awaitingApproval",
             "{call}: {before}"
         );
-        // The call is `in_progress` only once it runs, after the answer (issue 39: the update
-        // came before the request); a rejected call never is.
+        // The call is `in_progress` only once it runs, after the client's answer (issue 39:
+        // the update came before the request); a rejected call never is.
+        let answered = client
+            .answered
+            .iter()
+            .find(|(_, id)| *id == client.seen[request]["id"])
+            .map(|(at, _)| *at)
+            .unwrap();
         let running = client.seen.iter().position(|l: &Value| {
             l["params"]["update"]["sessionUpdate"] == "tool_call_update"
                 && l["params"]["update"]["toolCallId"] == *call
@@ -521,8 +532,8 @@ async fn permission_requests_go_to_the_client() {
         });
         if let Some(running) = running {
             assert!(
-                request < running,
-                "{call}: request at {request}, in_progress at {running}"
+                answered <= running,
+                "{call}: answered after line {answered}, in_progress at {running}"
             );
         }
     }
