@@ -98,6 +98,15 @@ impl Pending {
         self.approvals.retain(|p| !p.sender.is_closed());
         self.questions.retain(|p| !p.sender.is_closed());
     }
+
+    /// Where the questions of tool call `call_id` wait (after pruning).
+    fn question(&mut self, call_id: &str) -> Result<usize, AnswerError> {
+        self.prune();
+        self.questions
+            .iter()
+            .position(|p| p.request.call_id == call_id)
+            .ok_or(AnswerError::NotWaiting)
+    }
 }
 
 /// The session's approval and question broker (see the module docs). Cheap to clone; clones
@@ -203,12 +212,7 @@ impl Interactions {
     /// bounded texts) and an invalid answer leaves the questions waiting.
     pub fn answer(&self, call_id: &str, reply: Reply) -> Result<(), AnswerError> {
         let mut pending = self.pending.lock_or_recover();
-        pending.prune();
-        let index = pending
-            .questions
-            .iter()
-            .position(|p| p.request.call_id == call_id)
-            .ok_or(AnswerError::NotWaiting)?;
+        let index = pending.question(call_id)?;
         let outcome = match reply {
             Reply::Answers(answers) => {
                 AskOutcome::Answered(check_answers(&pending.questions[index].request, answers)?)
@@ -229,12 +233,7 @@ impl Interactions {
     /// model is told to decide on its own, as when nobody can answer.
     pub fn unavailable(&self, call_id: &str, reason: &str) -> Result<(), AnswerError> {
         let mut pending = self.pending.lock_or_recover();
-        pending.prune();
-        let index = pending
-            .questions
-            .iter()
-            .position(|p| p.request.call_id == call_id)
-            .ok_or(AnswerError::NotWaiting)?;
+        let index = pending.question(call_id)?;
         let entry = pending.questions.remove(index);
         entry
             .sender
