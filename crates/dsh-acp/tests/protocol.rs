@@ -265,6 +265,31 @@ impl Client {
         }
     }
 
+    /// Closes the connection and waits for the server to end, which releases the sessions'
+    /// logs.
+    async fn close(self) {
+        let Client {
+            server, mut write, ..
+        } = self;
+        write.shutdown().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("server did not stop after EOF")
+            .unwrap()
+            .unwrap();
+    }
+
+    /// `session/load` of `session` in `cwd`: the answer, once the replay was read.
+    async fn load(&mut self, session: &str, cwd: &Path) -> Value {
+        let id = self
+            .request(
+                "session/load",
+                json!({"sessionId": session, "cwd": cwd.display().to_string(), "mcpServers": []}),
+            )
+            .await;
+        self.response(id, "").await
+    }
+
     fn updates(&self) -> Vec<&Value> {
         self.seen
             .iter()
@@ -390,25 +415,11 @@ async fn tool_cards_diffs_plans_and_load() {
         .unwrap();
     assert_eq!(plan["entries"][0]["status"], "completed");
     // Closing the connection ends the server, which releases the session's log.
-    let Client {
-        server, mut write, ..
-    } = client;
-    write.shutdown().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(30), server)
-        .await
-        .expect("server did not stop after EOF")
-        .unwrap()
-        .unwrap();
+    client.close().await;
 
     // A new connection loads the session: the conversation comes back as updates.
     let mut client = connect(factory());
-    let id = client
-        .request(
-            "session/load",
-            json!({"sessionId": session, "cwd": cwd.display().to_string(), "mcpServers": []}),
-        )
-        .await;
-    let answer = client.response(id, "").await;
+    let answer = client.load(&session, &cwd).await;
     assert_eq!(
         answer["result"]["modes"]["currentModeId"], "danger-full-access",
         "{answer}"
@@ -605,14 +616,7 @@ async fn bad_input_gets_errors_and_the_server_keeps_going() {
         .await;
     assert_eq!(client.response(id, "").await["error"]["code"], -32602);
     // An unknown session is ACP's "resource not found", naming the id, not an internal error.
-    let id = client
-        .request(
-            "session/load",
-            json!({"sessionId": "no-such-session", "cwd": home.path().display().to_string(),
-                   "mcpServers": []}),
-        )
-        .await;
-    let answer = client.response(id, "").await;
+    let answer = client.load("no-such-session", home.path()).await;
     assert_eq!(answer["error"]["code"], -32002, "{answer}");
     assert!(
         answer["error"]["message"]
@@ -1045,19 +1049,9 @@ async fn user_invocable_skills_are_slash_commands() {
     );
 
     // Loading the session advertises the commands again.
-    let Client {
-        server, mut write, ..
-    } = client;
-    write.shutdown().await.unwrap();
-    server.await.unwrap().unwrap();
+    client.close().await;
     let mut client = connect(factory());
-    let id = client
-        .request(
-            "session/load",
-            json!({"sessionId": session, "cwd": cwd.path().display().to_string(), "mcpServers": []}),
-        )
-        .await;
-    client.response(id, "").await;
+    client.load(&session, cwd.path()).await;
     let id = client
         .request(
             "session/set_mode",
@@ -1132,24 +1126,10 @@ async fn a_loaded_session_shows_the_cards_the_live_one_showed() {
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     let live = final_cards(&client.updates());
     acp_runtime::assert_seen_valid(&client);
-    let Client {
-        server, mut write, ..
-    } = client;
-    write.shutdown().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(30), server)
-        .await
-        .expect("server did not stop after EOF")
-        .unwrap()
-        .unwrap();
+    client.close().await;
 
     let mut client = connect(factory());
-    let id = client
-        .request(
-            "session/load",
-            json!({"sessionId": session, "cwd": cwd.path().display().to_string(), "mcpServers": []}),
-        )
-        .await;
-    let answer = client.response(id, "").await;
+    let answer = client.load(&session, cwd.path()).await;
     assert!(answer.get("result").is_some(), "{answer}");
     let loaded = final_cards(&client.updates());
     acp_runtime::assert_seen_valid(&client);
