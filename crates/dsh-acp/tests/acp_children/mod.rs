@@ -284,3 +284,44 @@ async fn a_background_child_is_shown_on_a_card_of_its_own_that_its_end_completes
         .unwrap();
     assert!(started < opened);
 }
+
+/// A child's turn cut at the output limit did not do its work: its card ends `failed`, as the
+/// session protocol classifies the end (`EndState`) for every front end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_child_cut_at_the_output_limit_ends_its_card_failed() {
+    let mut s = setup(true).await;
+    s.provider.route(
+        RequestMatch::FirstUser("delegate a long answer".into()),
+        [
+            call(
+                "p1",
+                "subagent",
+                json!({"description": "long answer", "prompt": "CHILD: write at length",
+                    "run_in_background": true}),
+            ),
+            call(
+                "p2",
+                "job_output",
+                json!({"job_id": "subagent-1", "wait": true, "timeout_ms": 20000}),
+            ),
+            say("parent done"),
+        ],
+    );
+    s.provider.route(
+        RequestMatch::FirstUser("CHILD: write at length".into()),
+        [SseReply::new()
+            .text("the first half of")
+            .finish("length", None)
+            .into()],
+    );
+    let answer = run_prompt(&mut s, "delegate a long answer").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    crate::acp_runtime::assert_seen_valid(&s.client);
+    let own = card(&s.client, "p1/agent-1");
+    let last = own.last().unwrap();
+    assert_eq!(last["status"], "failed", "{own:?}");
+    assert!(
+        text(last).starts_with("agent-1: stopped (max-tokens)"),
+        "{last}"
+    );
+}
