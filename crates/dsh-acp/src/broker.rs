@@ -14,7 +14,7 @@ use std::collections::HashSet;
 
 use dsh_agent::AskOutcome;
 use dsh_protocol::{Op, OpError, Reply, SessionControl, Waiting};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::rpc::Outgoing;
@@ -31,11 +31,32 @@ pub(crate) struct Transport {
     pub(crate) forms: bool,
 }
 
+/// The running transport of one session's broker.
+pub(crate) struct Carrier {
+    task: JoinHandle<()>,
+    stop: oneshot::Sender<()>,
+}
+
+impl Carrier {
+    /// Stops carrying: open requests are dropped (the session closed its broker, which refused
+    /// what waits), and once this returns nothing of the transport holds the session's agent
+    /// any more (its log can be opened again, e.g. by a `session/load`).
+    pub(crate) async fn stop(self) {
+        // An Err: the task ended already.
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
 /// Subscribes to the broker now (before any turn can ask) and starts the task that carries its
-/// questions to the client. The task runs until aborted (the session's `stop`).
-pub(crate) fn spawn(transport: Transport) -> JoinHandle<()> {
+/// questions to the client, until [`Carrier::stop`].
+pub(crate) fn spawn(transport: Transport) -> Carrier {
     let waiting = transport.control.interactions().subscribe();
-    tokio::spawn(run(transport, waiting))
+    let (stop, stopped) = oneshot::channel();
+    Carrier {
+        task: tokio::spawn(run(transport, waiting, stopped)),
+        stop,
+    }
 }
 
 /// A key per question: approvals by id, tool questions by call.
@@ -46,13 +67,20 @@ fn key(waiting: &Waiting) -> String {
     }
 }
 
-async fn run(transport: Transport, mut waiting: broadcast::Receiver<Waiting>) {
+async fn run(
+    transport: Transport,
+    mut waiting: broadcast::Receiver<Waiting>,
+    mut stopped: oneshot::Receiver<()>,
+) {
     let mut seen = HashSet::new();
-    // Aborted with this task: an open request ends with the session, whose close has
-    // refused what waits anyway.
     let mut asking = JoinSet::new();
     loop {
         let received = tokio::select! {
+            _ = &mut stopped => {
+                // Waits until every request's task is gone, with the agent handle it holds.
+                asking.shutdown().await;
+                return;
+            }
             received = waiting.recv() => received,
             Some(_) = asking.join_next() => continue,
         };

@@ -94,7 +94,7 @@ pub(crate) struct AcpSession {
     stopping: Arc<AtomicBool>,
     task: JoinHandle<()>,
     /// Carries the broker's questions to the client.
-    broker: JoinHandle<()>,
+    broker: broker::Carrier,
 }
 
 /// Where the session is opened: its working directory, the client, the model choices and
@@ -402,7 +402,7 @@ impl AcpSession {
             .close("the ACP session was closed before the user answered");
         let _ = control.submit(Op::Cancel { keep_queued: false });
         drop(prompts);
-        broker.abort();
+        broker.stop().await;
         // A task that panicked has nothing left to close; report nothing more.
         let _ = task.await;
     }
