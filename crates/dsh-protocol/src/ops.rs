@@ -65,10 +65,14 @@ pub enum Op {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpError {
     /// `NOT_WAITING`, `INVALID_ANSWER`, `UNSUPPORTED_REASONING_EFFORT`, `UNAVAILABLE`,
-    /// `AGENT_CLOSED`, `UNDO_REFUSED`.
+    /// `UNDO_REFUSED`; `REFUSED` when the agent refused the setting or input (its own code in
+    /// [`OpError::cause`]), `SESSION_LOG` when the session log refused to record it.
     pub code: &'static str,
     /// For the user.
     pub message: String,
+    /// For `REFUSED`: the agent's failure code (`UNSUPPORTED_CONTENT` for an image a text-only
+    /// model cannot take, `CONFIG` for a preset this host cannot confine, ...).
+    pub cause: Option<String>,
 }
 
 impl OpError {
@@ -76,7 +80,13 @@ impl OpError {
         OpError {
             code,
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// The most specific code: the agent's for `REFUSED`, else [`OpError::code`].
+    pub fn specific_code(&self) -> &str {
+        self.cause.as_deref().unwrap_or(self.code)
     }
 }
 
@@ -100,10 +110,14 @@ impl From<AnswerError> for OpError {
 impl From<AgentError> for OpError {
     fn from(err: AgentError) -> Self {
         match err {
-            // A setting the agent refuses (a preset this host cannot confine): the user reads
-            // its words, not the failure code in front of them.
-            AgentError::Config(failure) => OpError::new("AGENT_CLOSED", failure.message),
-            other => OpError::new("AGENT_CLOSED", other.to_string()),
+            // A setting or input the agent refuses (a preset this host cannot confine, an image
+            // for a text-only model): the user reads its words, front ends its code.
+            AgentError::Config(failure) => OpError {
+                code: "REFUSED",
+                cause: Some(failure.code.as_str().into_owned()),
+                message: failure.message,
+            },
+            AgentError::Session(err) => OpError::new("SESSION_LOG", err.to_string()),
         }
     }
 }

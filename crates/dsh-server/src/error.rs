@@ -95,39 +95,26 @@ impl From<dsh_runtime::RuntimeError> for ApiError {
 }
 
 /// An operation's refusal (docs/protocol.md, "Operations") as the API has always answered it:
-/// nothing waiting is `404`, a bad answer or effort `400`, a refused undo `409`. The agent's own
-/// refusals reach the protocol as `AGENT_CLOSED` with the agent error's text, `CODE: message`
-/// for a configuration refusal (an image for a text-only model: `UNSUPPORTED_CONTENT`) or
-/// `session log: ...`; they keep the status and code the agent's error had.
+/// nothing waiting is `404`, a bad answer or effort `400`, a refused undo `409`; the agent's own
+/// refusals (an image for a text-only model: `UNSUPPORTED_CONTENT`) keep the status and code
+/// the agent's error had, `400` with the agent's code, and a log that refused is `500`.
 impl From<dsh_protocol::OpError> for ApiError {
     fn from(err: dsh_protocol::OpError) -> Self {
-        let message = err.message;
         match err.code {
-            "NOT_WAITING" => Self::not_found(message),
-            "INVALID_ANSWER" => Self::bad_request(message),
-            "UNSUPPORTED_REASONING_EFFORT" => Self::new(StatusCode::BAD_REQUEST, err.code, message),
-            "UNAVAILABLE" => Self::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message),
-            "UNDO_REFUSED" => Self::conflict(err.code, message),
-            "AGENT_CLOSED" => agent_refusal(message),
-            code => Self::internal(format!("{code}: {message}")),
+            "NOT_WAITING" => Self::not_found(err.message),
+            "INVALID_ANSWER" => Self::bad_request(err.message),
+            "UNSUPPORTED_REASONING_EFFORT" => {
+                Self::new(StatusCode::BAD_REQUEST, err.code, err.message)
+            }
+            "UNAVAILABLE" => Self::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", err.message),
+            "UNDO_REFUSED" => Self::conflict(err.code, err.message),
+            "REFUSED" => {
+                let code = err.specific_code().to_string();
+                Self::new(StatusCode::BAD_REQUEST, &code, err.message)
+            }
+            "SESSION_LOG" => Self::new(StatusCode::INTERNAL_SERVER_ERROR, err.code, err.message),
+            code => Self::internal(format!("{code}: {}", err.message)),
         }
-    }
-}
-
-/// The error of an agent refusal whose text is `message` (see `From<OpError>`).
-fn agent_refusal(message: String) -> ApiError {
-    if message.starts_with("session log: ") {
-        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "SESSION_LOG", message);
-    }
-    let coded = message.split_once(": ").filter(|(code, _)| {
-        !code.is_empty()
-            && code
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-    });
-    match coded {
-        Some((code, text)) => ApiError::new(StatusCode::BAD_REQUEST, code, text),
-        None => ApiError::new(StatusCode::CONFLICT, "AGENT_CLOSED", message),
     }
 }
 
