@@ -9,15 +9,12 @@ use serde_json::{json, Value};
 use crate::rpc::Outgoing;
 
 /// The presets offered as modes, from the most to the least restricted.
-pub const MODES: [PermissionPreset; 3] = [
-    PermissionPreset::ReadOnly,
-    PermissionPreset::WorkspaceWrite,
-    PermissionPreset::DangerFullAccess,
-];
+pub const MODES: [PermissionPreset; 4] = PermissionPreset::ALL;
 
 fn name(preset: PermissionPreset) -> &'static str {
     match preset {
         PermissionPreset::ReadOnly => "Read only",
+        PermissionPreset::Ask => "Ask",
         PermissionPreset::WorkspaceWrite => "Workspace write",
         PermissionPreset::DangerFullAccess => "Full access",
     }
@@ -32,6 +29,10 @@ fn description(preset: PermissionPreset) -> &'static str {
             "Edits files in the project and temp directories; commands sandboxed to them"
         }
         PermissionPreset::DangerFullAccess => "No restrictions: commands run unconfined",
+        PermissionPreset::Ask => {
+            "Sandboxed as workspace write, and every edit, command and MCP tool that may change \
+             something asks for your approval first"
+        }
     }
 }
 
@@ -80,7 +81,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modes_are_the_three_presets() {
+    fn modes_are_the_four_presets() {
         let state = mode_state(PermissionPreset::WorkspaceWrite);
         assert_eq!(state["currentModeId"], "workspace-write");
         let ids: Vec<&str> = state["availableModes"]
@@ -89,6 +90,9 @@ mod tests {
             .flatten()
             .filter_map(|m| m["id"].as_str())
             .collect();
-        assert_eq!(ids, ["read-only", "workspace-write", "danger-full-access"]);
+        assert_eq!(
+            ids,
+            ["read-only", "ask", "workspace-write", "danger-full-access"]
+        );
     }
 }

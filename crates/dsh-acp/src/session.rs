@@ -351,7 +351,7 @@ impl AcpSession {
         }
         let preset: PermissionPreset = mode_id.parse().map_err(|_| {
             RpcError::invalid_params(format!(
-                "unknown mode `{mode_id}` (expected read-only, workspace-write, \
+                "unknown mode `{mode_id}` (expected read-only, ask, workspace-write, \
                  danger-full-access or {})",
                 crate::plan::PLAN_MODE_ID
             ))
@@ -423,7 +423,7 @@ fn say(session_id: &str, out: &Outgoing, text: &str) {
 fn permission_command(control: &SessionControl, out: &Outgoing, arguments: &str) -> String {
     if arguments.is_empty() {
         return format!(
-            "Permission preset: {}. Switch with /permission read-only, workspace-write or danger-full-access (or the editor's mode selector).",
+            "Permission preset: {}. Switch with /permission read-only, ask, workspace-write or danger-full-access (or the editor's mode selector).",
             control.handle().permission()
         );
     }

@@ -747,7 +747,10 @@ async fn permission_presets_are_session_modes() {
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["read-only", "workspace-write", "danger-full-access"]);
+    assert_eq!(
+        ids,
+        ["read-only", "ask", "workspace-write", "danger-full-access"]
+    );
     assert!(modes["availableModes"][0]["name"].is_string());
 
     // Switching to read-only: answered `{}`, reported, and the next write is refused.

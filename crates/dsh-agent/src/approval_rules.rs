@@ -153,7 +153,7 @@ impl ApprovalRule {
         let rank = |preset: Option<PermissionPreset>| match preset {
             None => 0,
             Some(PermissionPreset::ReadOnly) => 1,
-            Some(PermissionPreset::WorkspaceWrite) => 2,
+            Some(PermissionPreset::WorkspaceWrite | PermissionPreset::Ask) => 2,
             Some(PermissionPreset::DangerFullAccess) => 3,
         };
         // An unreadable escalation covers nothing wider than the session's preset.

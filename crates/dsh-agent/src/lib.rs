@@ -85,7 +85,7 @@ pub use presentation::Presenter;
 pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
 pub use repeat_guard::RepeatCallGuard;
 pub use replay::{compare_runs, Difference, RecordedRun, RecordedTurn, ReplayAdapter};
-pub use safety::{SafetyPolicy, PERMISSION_PRESET_EVENT, SANDBOX_MODE_EVENT};
+pub use safety::{SafetyPolicy, PERMISSION_PRESET_EVENT, RUNS_UNASKED, SANDBOX_MODE_EVENT};
 pub use skills::{parse_skill, Skill, SkillProblem, SkillSet, Skills, SKILLS_PLUGIN};
 pub use subagents::{
     child_state_after, read_children, ChildActivity, ChildFactory, ChildFeed, ChildIdentity,

@@ -14,13 +14,21 @@
 //!   ([`SafetyPolicy::with_network`]), a `bash` call with `network: true` and a `justification`
 //!   becomes [`ToolVerdict::Ask`] (without one it is denied); `bash` gives the call the network
 //!   only once it was approved. With network it changes nothing.
-//! * Protected paths (docs/SECURITY.md, "Protected paths"): under `workspace-write`, a `write`
-//!   or `edit` call whose real target lies in a protected entry (`.git/hooks`, `.git/config`,
-//!   `.dsh`, `.env*`, `.agents`, `.mcp.json`, at any depth, symlinks followed) becomes
-//!   [`ToolVerdict::Ask`] with the reason "writes `<path>`, which configures code that runs later
-//!   (...)"; headless, the approver refuses it (`PERMISSION_DENIED` naming the path). The tools
-//!   refuse such writes by themselves unless the call was approved, so this only decides who
-//!   is asked. Needs [`SafetyPolicy::with_workspace`].
+//! * The `ask` preset (docs/SECURITY.md, "Presets and switching"): every call that may change
+//!   something becomes [`ToolVerdict::Ask`] ("the session's preset is ask: ..."): `write`,
+//!   `edit`, `bash` (foreground and background) and any tool not in [`RUNS_UNASKED`], the
+//!   tools known to only read or to touch nothing but the session's own state. MCP tools
+//!   (`mcp__*`) are left to the MCP extension, which asks under `ask` for every tool not
+//!   declared read-only. Remembered approval rules answer these asks as any other; headless,
+//!   the approver refuses them. The tools refuse an unapproved `write`/`edit`/`bash` under
+//!   `ask` by themselves too, so a session built without this policy writes nothing unasked.
+//! * Protected paths (docs/SECURITY.md, "Protected paths"): under `workspace-write` (and
+//!   `ask`), a `write` or `edit` call whose real target lies in a protected entry (`.git/hooks`,
+//!   `.git/config`, `.dsh`, `.env*`, `.agents`, `.mcp.json`, at any depth, symlinks followed)
+//!   becomes [`ToolVerdict::Ask`] with the reason "writes `<path>`, which configures code that
+//!   runs later (...)"; headless, the approver refuses it (`PERMISSION_DENIED` naming the
+//!   path). The tools refuse such writes by themselves unless the call was approved, so this
+//!   only decides who is asked. Needs [`SafetyPolicy::with_workspace`].
 //! * Leftover temp files: on resume ([`Extension::restore`]), `.dsh-tmp-<hex>` files that a
 //!   crash between creating and renaming them left beside the targets of the session's logged
 //!   `write`/`edit` calls are removed (only in those directories, only below a writable root,
@@ -47,6 +55,33 @@ pub const SANDBOX_MODE_EVENT: &str = "sandbox/mode";
 
 /// Tools whose `file_path` argument is written (protected-path approvals, leftover cleanup).
 pub(crate) const FILE_WRITING_TOOLS: [&str; 2] = ["write", "edit"];
+
+/// The tools that run under `ask` without a question: they read (files, the web, skills,
+/// job output, the subagent list) or change only the session's own state (the todo list,
+/// questions to the user, plan review, messages to and from subagents, stopping a job or a
+/// subagent turn). A subagent starts under its parent's preset, so its own writes and commands
+/// are asked in turn. Any other tool (a new built-in, a tool added later) is asked.
+pub const RUNS_UNASKED: &[&str] = &[
+    "read",
+    "glob",
+    "grep",
+    "read_image",
+    "web_fetch",
+    "web_search",
+    "skill",
+    "todo_write",
+    "ask_user_question",
+    "exit_plan_mode",
+    "job_output",
+    "job_list",
+    "job_kill",
+    "subagent",
+    "subagent_fork",
+    "send_message",
+    "list_agents",
+    "interrupt_agent",
+    "report",
+];
 
 /// What protected-path approvals say the write would do.
 const PROTECTED_REASON: &str =
@@ -144,10 +179,10 @@ impl SafetyPolicy {
     }
 
     /// The approval reason for a `write`/`edit` call to a protected path under
-    /// `workspace-write`, or `None`.
+    /// `workspace-write` (or `ask`, confined the same), or `None`.
     fn protected_write(&self, call: &ToolCallInfo) -> Option<String> {
         if !FILE_WRITING_TOOLS.contains(&call.name.as_str())
-            || self.preset() != PermissionPreset::WorkspaceWrite
+            || self.preset().confinement() != PermissionPreset::WorkspaceWrite
         {
             return None;
         }
@@ -174,8 +209,9 @@ impl SafetyPolicy {
         let Some(requested) = args.get("sandbox_permissions") else {
             return ToolVerdict::Continue;
         };
+        // `ask` names no confinement of its own: asking for it is asking for workspace-write.
         let wanted = match requested.as_str().map(str::parse::<PermissionPreset>) {
-            Some(Ok(preset)) => preset,
+            Some(Ok(preset)) => preset.confinement(),
             _ => {
                 return ToolVerdict::Deny {
                     reason: format!(
@@ -271,13 +307,38 @@ fn shown(cwd: &Path, path: &Path) -> String {
     }
 }
 
-/// Orders presets by what they allow.
+/// Orders presets by what their confinement allows (`ask` is confined as `workspace-write`,
+/// so asking for `workspace-write` under `ask` escalates nothing).
 fn breadth(preset: PermissionPreset) -> u8 {
-    match preset {
+    match preset.confinement() {
         PermissionPreset::ReadOnly => 0,
-        PermissionPreset::WorkspaceWrite => 1,
+        PermissionPreset::WorkspaceWrite | PermissionPreset::Ask => 1,
         PermissionPreset::DangerFullAccess => 2,
     }
+}
+
+/// Why `call` needs the user's approval because the session's preset is `ask`, or `None`
+/// (another preset, a tool in [`RUNS_UNASKED`], or an MCP tool, which the MCP extension
+/// judges).
+fn ask_preset_reason(call: &ToolCallInfo) -> Option<String> {
+    if !call.preset.asks_first()
+        || RUNS_UNASKED.contains(&call.name.as_str())
+        || call.name.starts_with("mcp__")
+    {
+        return None;
+    }
+    let what = match call.name.as_str() {
+        "bash" => "runs a command".to_string(),
+        "write" | "edit" => match file_path_of(&call.arguments) {
+            Some(path) => format!("changes {path}"),
+            None => "changes a file".to_string(),
+        },
+        _ => "may change something".to_string(),
+    };
+    Some(format!(
+        "the session's preset is ask: every call that may change something is approved first; this {} call {what}",
+        call.name
+    ))
 }
 
 impl Extension for SafetyPolicy {
@@ -344,6 +405,15 @@ impl Extension for SafetyPolicy {
             },
             (verdict, _) => verdict,
         };
+        // Under `ask` a call that changes something is asked even when nothing above asks;
+        // an ask above already puts it to the user, with its own reason.
+        let verdict = match (verdict, ask_preset_reason(call)) {
+            (ToolVerdict::Continue, Some(reason)) => ToolVerdict::Ask {
+                reason,
+                escalation: None,
+            },
+            (verdict, _) => verdict,
+        };
         match (verdict, self.network_escalation(call)) {
             (verdict, None) | (verdict @ ToolVerdict::Deny { .. }, _) => verdict,
             (_, Some(Err(reason))) => ToolVerdict::Deny { reason },
@@ -380,6 +450,74 @@ mod tests {
             cancel: CancellationToken::new(),
             preset: PermissionPreset::WorkspaceWrite,
         }
+    }
+
+    #[test]
+    fn ask_asks_before_every_call_that_may_change_something() {
+        let policy = SafetyPolicy::new(PermissionPreset::Ask, "landlock", "test");
+        let under_ask = |name: &str, arguments: &str| ToolCallInfo {
+            name: name.into(),
+            preset: PermissionPreset::Ask,
+            ..call(arguments)
+        };
+        for name in RUNS_UNASKED {
+            assert_eq!(
+                policy.tool_pre(&under_ask(name, "{}")),
+                ToolVerdict::Continue,
+                "{name}"
+            );
+        }
+        // MCP tools are judged by the MCP extension (by readOnlyHint and trust).
+        assert_eq!(
+            policy.tool_pre(&under_ask("mcp__srv__create", "{}")),
+            ToolVerdict::Continue
+        );
+        for (name, arguments, says) in [
+            ("write", r#"{"file_path":"a.txt"}"#, "changes a.txt"),
+            ("edit", r#"{"file_path":"b.rs"}"#, "changes b.rs"),
+            ("bash", r#"{"command":"ls"}"#, "runs a command"),
+            (
+                "bash",
+                r#"{"command":"sleep 9","run_in_background":true}"#,
+                "runs",
+            ),
+            // A tool this list does not know is asked too.
+            ("new_tool", "{}", "may change something"),
+        ] {
+            let ToolVerdict::Ask { reason, escalation } =
+                policy.tool_pre(&under_ask(name, arguments))
+            else {
+                panic!("{name} was not asked");
+            };
+            assert!(
+                reason.contains("preset is ask") && reason.contains(says),
+                "{reason}"
+            );
+            assert_eq!(escalation, None);
+        }
+        // Asking for workspace-write under `ask` escalates nothing but is still asked; a
+        // real escalation keeps its own reason and preset.
+        let ToolVerdict::Ask { escalation, .. } = policy.tool_pre(&under_ask(
+            "bash",
+            r#"{"command":"ls","sandbox_permissions":"workspace-write","justification":"x"}"#,
+        )) else {
+            panic!("not asked");
+        };
+        assert_eq!(escalation, None);
+        let ToolVerdict::Ask { reason, escalation } = policy.tool_pre(&under_ask(
+            "bash",
+            r#"{"command":"ls","sandbox_permissions":"danger-full-access","justification":"x"}"#,
+        )) else {
+            panic!("not asked");
+        };
+        assert!(reason.contains("instead of ask"), "{reason}");
+        assert_eq!(escalation, Some(PermissionPreset::DangerFullAccess));
+        // The same calls under workspace-write run without a question.
+        let plain = SafetyPolicy::new(PermissionPreset::WorkspaceWrite, "landlock", "test");
+        assert_eq!(
+            plain.tool_pre(&call(r#"{"command":"ls"}"#)),
+            ToolVerdict::Continue
+        );
     }
 
     #[test]

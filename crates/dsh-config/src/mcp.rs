@@ -38,11 +38,11 @@ pub enum McpTrust {
     /// declare `readOnlyHint`.
     None,
     /// `"read-only"` (default): tools that declare `readOnlyHint = true` run without asking;
-    /// the others are asked under `read-only` and `workspace-write`.
+    /// the others are asked under `read-only`, `ask` and `workspace-write`.
     #[default]
     ReadOnly,
-    /// `"all"`: under `workspace-write` no call is asked; under `read-only` tools without
-    /// `readOnlyHint` are still asked.
+    /// `"all"`: under `workspace-write` no call is asked; under `read-only` and `ask` tools
+    /// without `readOnlyHint` are still asked.
     All,
 }
 

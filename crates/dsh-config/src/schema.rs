@@ -10,7 +10,8 @@ use crate::load::key_path as join;
 pub const PROVIDER_KINDS: &[&str] = &["deepseek", "openai-compatible", "anthropic"];
 
 /// Permission presets (`permission`).
-pub const PERMISSION_PRESETS: &[&str] = &["read-only", "workspace-write", "danger-full-access"];
+pub const PERMISSION_PRESETS: &[&str] =
+    &["read-only", "ask", "workspace-write", "danger-full-access"];
 
 /// Reasoning efforts (`effort`, `models.<id>.efforts`, `models.<id>.default_effort`).
 pub const EFFORTS: &[&str] = &["off", "low", "medium", "high", "max"];

@@ -488,11 +488,13 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
     }
 }
 
+/// What a preset lets the model do without asking (an unknown one counts as the widest).
 fn rank(preset: &str) -> u8 {
     match preset {
         "read-only" => 0,
-        "workspace-write" => 1,
-        _ => 2,
+        "ask" => 1,
+        "workspace-write" => 2,
+        _ => 3,
     }
 }
 

@@ -14,11 +14,11 @@ pub enum McpTrust {
     /// `readOnlyHint`.
     None,
     /// Tools that declare `readOnlyHint = true` run without asking; the others are asked under
-    /// `read-only` and `workspace-write`.
+    /// `read-only`, `ask` and `workspace-write`.
     #[default]
     ReadOnly,
-    /// Under `workspace-write` no call is asked; under `read-only` tools without
-    /// `readOnlyHint` are still asked.
+    /// Under `workspace-write` no call is asked; under `read-only` and `ask` tools
+    /// without `readOnlyHint` are still asked.
     All,
 }
 

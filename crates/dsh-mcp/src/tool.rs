@@ -237,7 +237,9 @@ impl McpTools {
 
 /// Why a call of an MCP tool needs the user's approval under `preset`, or `None` when it may
 /// run: `danger-full-access` asks nothing; a tool that declares `readOnlyHint` runs unless the
-/// server's trust is `none`; under `workspace-write` a server trusted with `all` runs.
+/// server's trust is `none`; under `workspace-write` a server trusted with `all` runs. Under
+/// `ask` (every change approved first) only tools declaring `readOnlyHint` run unasked, as
+/// under `read-only`: a server's `trust = "all"` does not lift the question there.
 pub fn approval_reason(
     preset: PermissionPreset,
     trust: McpTrust,
@@ -250,7 +252,9 @@ pub fn approval_reason(
         PermissionPreset::WorkspaceWrite => {
             trust == McpTrust::All || (read_only_hint && trust != McpTrust::None)
         }
-        PermissionPreset::ReadOnly => read_only_hint && trust != McpTrust::None,
+        PermissionPreset::ReadOnly | PermissionPreset::Ask => {
+            read_only_hint && trust != McpTrust::None
+        }
     };
     if runs {
         return None;
@@ -330,7 +334,7 @@ mod tests {
     #[test]
     fn the_approval_table() {
         use McpTrust::{All, None as Distrusted, ReadOnly};
-        use PermissionPreset::{DangerFullAccess, ReadOnly as Ro, WorkspaceWrite};
+        use PermissionPreset::{Ask, DangerFullAccess, ReadOnly as Ro, WorkspaceWrite};
         // (preset, trust, readOnlyHint) -> asks?
         let table = [
             (Ro, Distrusted, true, true),
@@ -339,6 +343,12 @@ mod tests {
             (Ro, ReadOnly, false, true),
             (Ro, All, true, false),
             (Ro, All, false, true),
+            (Ask, Distrusted, true, true),
+            (Ask, Distrusted, false, true),
+            (Ask, ReadOnly, true, false),
+            (Ask, ReadOnly, false, true),
+            (Ask, All, true, false),
+            (Ask, All, false, true),
             (WorkspaceWrite, Distrusted, true, true),
             (WorkspaceWrite, Distrusted, false, true),
             (WorkspaceWrite, ReadOnly, true, false),

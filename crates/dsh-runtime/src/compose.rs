@@ -351,7 +351,8 @@ fn project_confiner(
     type Kept = Option<(PermissionPreset, Arc<dyn dsh_tools::CommandConfinement>)>;
     let kept: std::sync::Mutex<Kept> = std::sync::Mutex::new(None);
     Arc::new(move |plan, workdir| {
-        let preset = *current.lock_or_recover();
+        // `ask` is confined exactly as `workspace-write`.
+        let preset = current.lock_or_recover().confinement();
         let confinement = {
             let mut kept = kept.lock_or_recover();
             match &*kept {
@@ -617,5 +618,13 @@ pub fn permission_summary(preset: PermissionPreset, sandbox_mode: &str) -> Strin
         PermissionPreset::DangerFullAccess => {
             "danger-full-access: no file or command restrictions".to_string()
         }
+        PermissionPreset::Ask => format!(
+            "ask: every file change (write, edit), every command (bash, also in the background) \
+             and every MCP tool not declared read-only waits for the user's approval before it \
+             runs; reading and searching run without asking; approved changes are confined as \
+             under workspace-write: files can be modified inside the working directory and temp \
+             directories only; {commands}; actions outside that are refused. A rejected call \
+             fails with PERMISSION_DENIED: do not repeat it unchanged"
+        ),
     }
 }

@@ -55,7 +55,7 @@ pub struct Choices {
     pub model: Option<String>,
     /// Reasoning effort: off, low, medium, high or max.
     pub effort: Option<String>,
-    /// Permission preset: read-only, workspace-write or danger-full-access.
+    /// Permission preset: read-only, ask, workspace-write or danger-full-access.
     pub permission: Option<String>,
     /// Apply the project's own settings without a recorded `dsh trust`
     /// (docs/configuration.md, "Workspace trust").

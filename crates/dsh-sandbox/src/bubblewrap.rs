@@ -158,7 +158,9 @@ impl Bubblewrap {
                     push(&["--remount-ro".as_ref(), dir.as_os_str()]);
                 }
             }
-            PermissionPreset::WorkspaceWrite | PermissionPreset::DangerFullAccess => {
+            PermissionPreset::WorkspaceWrite
+            | PermissionPreset::Ask
+            | PermissionPreset::DangerFullAccess => {
                 // Parents before children, so a nested root is bound on top of its parent.
                 let mut roots: Vec<&PathBuf> = request
                     .writable_roots

@@ -167,7 +167,9 @@ impl Landlock {
         let everywhere = AccessFs::from_read(abi) | (all & AccessFs::IoctlDev);
         let devices = all & (AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev);
         let writable: Vec<&PathBuf> = match request.preset {
-            PermissionPreset::WorkspaceWrite | PermissionPreset::DangerFullAccess => request
+            PermissionPreset::WorkspaceWrite
+            | PermissionPreset::Ask
+            | PermissionPreset::DangerFullAccess => request
                 .writable_roots
                 .iter()
                 .filter(|root| root.is_dir())

@@ -431,6 +431,8 @@ fn reason<T>(result: &Result<T, String>) -> String {
 /// mechanism yet: every preset but `danger-full-access` is [`SandboxMode::Unavailable`]. An
 /// invalid [`SANDBOX_ENV`] value is an error.
 pub fn confinement_for(preset: PermissionPreset) -> Result<Sandbox, SandboxSettingError> {
+    // `ask` is confined exactly as `workspace-write` (its approvals are the agent's business).
+    let preset = preset.confinement();
     let preference = match std::env::var(SANDBOX_ENV) {
         Ok(value) => value.parse()?,
         Err(std::env::VarError::NotPresent) => SandboxPreference::Auto,
@@ -608,7 +610,9 @@ impl CommandConfinement for Unavailable {
     ) -> Result<CommandPlan, ToolError> {
         match request.preset {
             PermissionPreset::DangerFullAccess => Ok(plan),
-            preset @ (PermissionPreset::ReadOnly | PermissionPreset::WorkspaceWrite) => {
+            preset @ (PermissionPreset::ReadOnly
+            | PermissionPreset::WorkspaceWrite
+            | PermissionPreset::Ask) => {
                 Err(ToolError::new(
                     ToolErrorCode::SandboxUnavailable,
                     format!(

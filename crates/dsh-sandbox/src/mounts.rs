@@ -229,7 +229,9 @@ impl MountPlan {
             }
         };
         let roots: Vec<PathBuf> = match request.preset {
-            PermissionPreset::WorkspaceWrite | PermissionPreset::DangerFullAccess => request
+            PermissionPreset::WorkspaceWrite
+            | PermissionPreset::Ask
+            | PermissionPreset::DangerFullAccess => request
                 .writable_roots
                 .iter()
                 .filter_map(|root| std::fs::canonicalize(root).ok())

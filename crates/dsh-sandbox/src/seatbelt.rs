@@ -98,7 +98,7 @@ pub fn seatbelt_profile(policy: &SeatbeltPolicy) -> Result<String, String> {
         let _ = write!(out, "\n  (literal \"{device}\")");
     }
     out.push_str("\n  (subpath \"/dev/fd\"))\n");
-    if policy.preset == PermissionPreset::WorkspaceWrite {
+    if policy.preset.confinement() == PermissionPreset::WorkspaceWrite {
         for root in &policy.writable_roots {
             root_rule(&mut out, root)?;
         }
@@ -110,7 +110,7 @@ pub fn seatbelt_profile(policy: &SeatbeltPolicy) -> Result<String, String> {
             .writable_roots
             .iter()
             .map(|root| &root.path)
-            .filter(|_| policy.preset == PermissionPreset::WorkspaceWrite);
+            .filter(|_| policy.preset.confinement() == PermissionPreset::WorkspaceWrite);
         for inside in roots.chain(&policy.visible_dirs) {
             if inside.starts_with(hidden) {
                 let text = checked(inside)?;

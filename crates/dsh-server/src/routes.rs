@@ -56,7 +56,7 @@ pub(crate) async fn info(State(state): Shared) -> ApiResult {
         "models": state.sessions.models(),
         "efforts": ["off", "low", "medium", "high", "max"],
         "modelEfforts": crate::effort::model_efforts(&state.sessions),
-        "permissions": ["read-only", "workspace-write", "danger-full-access"],
+        "permissions": PermissionPreset::ALL.map(PermissionPreset::as_str),
         "prices": state.sessions.prices.models,
     }))
     .into_response())
@@ -832,18 +832,11 @@ struct PermissionBody {
     confirm: bool,
 }
 
-/// How much a preset allows, for telling a widening from a narrowing.
-fn breadth(preset: PermissionPreset) -> u8 {
-    match preset {
-        PermissionPreset::ReadOnly => 0,
-        PermissionPreset::WorkspaceWrite => 1,
-        PermissionPreset::DangerFullAccess => 2,
-    }
-}
-
 /// `POST /api/sessions/:id/permission {preset, confirm?}`: switches the permission preset;
 /// logged at once (`permission/preset`, `sandbox/mode`), applied from the next step on. A
-/// widening (read-only -> workspace-write, anything -> danger-full-access) needs `confirm:
+/// widening (to a preset of higher [`PermissionPreset::rank`]: read-only -> ask ->
+/// workspace-write -> danger-full-access; leaving `ask` for `workspace-write` drops the
+/// approvals, so it widens too) needs `confirm:
 /// true`, which the UI sends only after the user said yes in a dialog (docs/web.md).
 pub(crate) async fn set_permission(
     State(state): Shared,
@@ -854,7 +847,7 @@ pub(crate) async fn set_permission(
     let preset: PermissionPreset = body.preset.trim().parse().map_err(ApiError::bad_request)?;
     let live = state.sessions.ensure_live(&id).await?;
     let current = live.handle.permission();
-    if breadth(preset) > breadth(current) && !body.confirm {
+    if preset.rank() > current.rank() && !body.confirm {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "CONFIRMATION_REQUIRED",

@@ -240,7 +240,8 @@ impl fmt::Debug for CommandPlan {
 /// What a confinement needs to know about the call.
 #[derive(Debug, Clone)]
 pub struct ConfinementRequest {
-    /// The session's preset.
+    /// The preset whose confinement applies: the session's [`PermissionPreset::confinement`]
+    /// (`ask` arrives as `workspace-write`; a confinement given `ask` confines it the same).
     pub preset: PermissionPreset,
     /// The canonical session cwd.
     pub cwd: PathBuf,
@@ -332,7 +333,9 @@ impl CommandConfinement for NoSandbox {
     ) -> Result<CommandPlan, ToolError> {
         match request.preset {
             PermissionPreset::DangerFullAccess => Ok(plan),
-            preset @ (PermissionPreset::ReadOnly | PermissionPreset::WorkspaceWrite) => {
+            preset @ (PermissionPreset::ReadOnly
+            | PermissionPreset::WorkspaceWrite
+            | PermissionPreset::Ask) => {
                 Err(ToolError::new(
                     ToolErrorCode::SandboxUnavailable,
                     format!(

@@ -30,6 +30,11 @@ pub enum PermissionPreset {
     WorkspaceWrite,
     /// No restriction; `bash` runs unconfined.
     DangerFullAccess,
+    /// Confined as `workspace-write`, and every call that may change something (`write`,
+    /// `edit`, `bash`, MCP tools not declared read-only, any tool not known to only read) is
+    /// asked of the user first; the tools themselves refuse a `write`/`edit`/`bash` call that
+    /// was not approved.
+    Ask,
 }
 
 impl PermissionPreset {
@@ -39,6 +44,40 @@ impl PermissionPreset {
             PermissionPreset::ReadOnly => "read-only",
             PermissionPreset::WorkspaceWrite => "workspace-write",
             PermissionPreset::DangerFullAccess => "danger-full-access",
+            PermissionPreset::Ask => "ask",
+        }
+    }
+
+    /// Every preset, narrowest first, as listed to users.
+    pub const ALL: [PermissionPreset; 4] = [
+        PermissionPreset::ReadOnly,
+        PermissionPreset::Ask,
+        PermissionPreset::WorkspaceWrite,
+        PermissionPreset::DangerFullAccess,
+    ];
+
+    /// The preset whose confinement (sandbox, writable roots, path rules) applies: `ask` is
+    /// confined exactly as `workspace-write`; the others are their own.
+    pub fn confinement(self) -> PermissionPreset {
+        match self {
+            PermissionPreset::Ask => PermissionPreset::WorkspaceWrite,
+            other => other,
+        }
+    }
+
+    /// True when every call that may change something needs the user's approval first (`ask`).
+    pub fn asks_first(self) -> bool {
+        self == PermissionPreset::Ask
+    }
+
+    /// Orders presets by what the model may do without asking: `read-only` 0, `ask` 1,
+    /// `workspace-write` 2, `danger-full-access` 3 (a switch to a higher rank widens).
+    pub fn rank(self) -> u8 {
+        match self {
+            PermissionPreset::ReadOnly => 0,
+            PermissionPreset::Ask => 1,
+            PermissionPreset::WorkspaceWrite => 2,
+            PermissionPreset::DangerFullAccess => 3,
         }
     }
 }
@@ -52,15 +91,16 @@ impl fmt::Display for PermissionPreset {
 impl FromStr for PermissionPreset {
     type Err = String;
 
-    /// Parses `read-only`, `workspace-write` or `danger-full-access`; anything else is an error
-    /// listing the accepted values.
+    /// Parses `read-only`, `ask`, `workspace-write` or `danger-full-access`; anything else is
+    /// an error listing the accepted values.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "read-only" => Ok(PermissionPreset::ReadOnly),
             "workspace-write" => Ok(PermissionPreset::WorkspaceWrite),
             "danger-full-access" => Ok(PermissionPreset::DangerFullAccess),
+            "ask" => Ok(PermissionPreset::Ask),
             other => Err(format!(
-                "unknown permission preset `{other}` (expected read-only, workspace-write or danger-full-access)"
+                "unknown permission preset `{other}` (expected read-only, ask, workspace-write or danger-full-access)"
             )),
         }
     }
@@ -426,8 +466,9 @@ impl ToolContext {
     /// The writable root a write to the real path `real` is confined to: the longest of
     /// [`ToolContext::writable_roots`] that contains it, under `workspace-write`. `None` under
     /// the other presets (`danger-full-access` writes by path; `read-only` writes nothing).
+    /// `ask` is confined as `workspace-write`.
     pub fn write_root(&self, real: &Path) -> Option<PathBuf> {
-        match self.permission {
+        match self.permission.confinement() {
             PermissionPreset::WorkspaceWrite => write_root_of(&self.writable_roots(), real),
             _ => None,
         }
@@ -446,8 +487,19 @@ impl ToolContext {
     /// [`crate::protected_entry`]) is refused too unless the call was approved
     /// ([`ToolContext::with_approval`]). Under every preset the file gate's deny set
     /// (`$DSH_HOME`, other tools' credentials, `/proc/<pid>`, ...; [`GatePolicy::denied`]) is
-    /// refused. Returns the real path to write to.
+    /// refused. Under `ask` a call that was not approved is refused before anything is
+    /// resolved; an approved one is checked as under `workspace-write`. Returns the real path
+    /// to write to.
     pub fn check_writable(&self, path: &str) -> Result<PathBuf, ToolError> {
+        if self.permission.asks_first() && !self.approved {
+            return Err(ToolError::new(
+                ToolErrorCode::PermissionDenied,
+                format!(
+                    "writing {} needs the user's approval: this session's permission preset is ask, and this call was not approved",
+                    self.absolute(path).display()
+                ),
+            ));
+        }
         let requested = self.absolute(path);
         let real = self.gate.resolve(&requested).map_err(|err| match err {
             crate::gate::GateError::Io(err) => ToolError::io("cannot resolve", &requested, &err),
@@ -455,7 +507,7 @@ impl ToolContext {
         })?;
         self.gate.check_write(&requested)?;
         self.gate.check_write(&real)?;
-        match self.permission {
+        match self.permission.confinement() {
             PermissionPreset::DangerFullAccess => Ok(real),
             PermissionPreset::ReadOnly => Err(ToolError::new(
                 ToolErrorCode::PermissionDenied,
@@ -464,7 +516,7 @@ impl ToolContext {
                     requested.display()
                 ),
             )),
-            PermissionPreset::WorkspaceWrite => {
+            PermissionPreset::WorkspaceWrite | PermissionPreset::Ask => {
                 if self
                     .writable_roots()
                     .iter()
@@ -491,8 +543,9 @@ impl ToolContext {
                     Err(ToolError::new(
                         ToolErrorCode::PermissionDenied,
                         format!(
-                            "writing {}{via} is not allowed: the workspace-write preset only permits writes inside {} and the temp directories",
+                            "writing {}{via} is not allowed: the {} preset only permits writes inside {} and the temp directories",
                             requested.display(),
+                            self.permission,
                             self.cwd.display()
                         ),
                     ))

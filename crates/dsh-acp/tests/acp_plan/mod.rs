@@ -120,7 +120,13 @@ async fn plan_is_a_session_mode_and_the_review_is_a_permission_request() {
         .collect();
     assert_eq!(
         ids,
-        ["read-only", "workspace-write", "danger-full-access", "plan"]
+        [
+            "read-only",
+            "ask",
+            "workspace-write",
+            "danger-full-access",
+            "plan"
+        ]
     );
 
     assert_eq!(enter_plan_mode(client, &session).await["result"], json!({}));

@@ -17,7 +17,7 @@
 //!    our capabilities add `loadSession` and our `authMethods` describe the key variable, both
 //!    checked separately); `session/new`: the `modes` we add (the permission presets as
 //!    session modes; the original offered none) are removed and checked separately (current
-//!    mode `danger-full-access`, as the runner sets, and the three presets), and so are the
+//!    mode `danger-full-access`, as the runner sets, and the four presets), and so are the
 //!    `configOptions` and `models` of model and effort selection; `sessionId` is compared; a
 //!    prompt's `usage` (the turn's token counts, our addition) is removed;
 //! 5. turn errors: the code and the `Internal error: turn failed: ` prefix are compared, the
@@ -303,7 +303,14 @@ fn check_modes(answer: &Value) -> Result<(), String> {
         .filter_map(|m| m["id"].as_str())
         .collect();
     if modes["currentModeId"] != "danger-full-access"
-        || ids != ["read-only", "workspace-write", "danger-full-access", "plan"]
+        || ids
+            != [
+                "read-only",
+                "ask",
+                "workspace-write",
+                "danger-full-access",
+                "plan",
+            ]
     {
         return Err(format!("session/new offers unexpected modes: {answer}"));
     }

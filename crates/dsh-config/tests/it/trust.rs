@@ -146,6 +146,18 @@ fn narrowing_settings_apply_without_trust_and_need_no_warning() {
     let config = dirs.load(&Flags::default()).unwrap();
     assert_eq!(config.permission.as_deref(), Some("read-only"));
     assert_eq!(config.trust.ignored[0].1, ["permission"]);
+    // `ask` lies between: it narrows workspace-write, and a project cannot lift a user's
+    // `ask` to workspace-write.
+    dirs.user("");
+    dirs.write(".dsh/config.toml", "permission = \"ask\"\n");
+    let config = dirs.load(&Flags::default()).unwrap();
+    assert_eq!(config.permission.as_deref(), Some("ask"));
+    assert!(config.trust.ignored.is_empty());
+    dirs.user("permission = \"ask\"\n");
+    dirs.write(".dsh/config.toml", "permission = \"workspace-write\"\n");
+    let config = dirs.load(&Flags::default()).unwrap();
+    assert_eq!(config.permission.as_deref(), Some("ask"));
+    assert_eq!(config.trust.ignored[0].1, ["permission"]);
 }
 
 #[test]

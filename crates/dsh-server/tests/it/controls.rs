@@ -123,6 +123,46 @@ async fn a_widening_needs_the_confirmation_and_a_narrowing_does_not() {
     web.stop().await;
 }
 
+/// `ask` is listed and ranks between read-only and workspace-write: leaving it for
+/// workspace-write drops the approvals, so that widening needs the confirmation too.
+#[tokio::test]
+async fn ask_is_offered_and_ranks_between_read_only_and_workspace_write() {
+    let mut web = Web::start(vec![text("One.")]).await;
+    let (status, info) = web.json(web.get("/api/info")).await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(
+        info["permissions"],
+        json!(["read-only", "ask", "workspace-write", "danger-full-access"])
+    );
+    let id = web.create("hi").await;
+    let mut stream = web.stream(&id, None).await;
+    stream.until("turn/end").await;
+    let path = format!("/api/sessions/{id}/permission");
+    // The session starts under danger-full-access: ask is a narrowing.
+    let (status, body) = web.json(web.post(&path, json!({"preset": "ask"}))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(preset(&web, &id).await, "ask");
+    let (status, answer) = web
+        .json(web.post(&path, json!({"preset": "workspace-write"})))
+        .await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "CONFIRMATION_REQUIRED");
+    assert_eq!(preset(&web, &id).await, "ask");
+    let (status, _) = web
+        .json(web.post(&path, json!({"preset": "read-only"})))
+        .await;
+    assert_eq!(status, 200);
+    let (status, answer) = web.json(web.post(&path, json!({"preset": "ask"}))).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(preset(&web, &id).await, "read-only");
+    let (status, body) = web
+        .json(web.post(&path, json!({"preset": "ask", "confirm": true})))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["permission"], "ask");
+    web.stop().await;
+}
+
 #[tokio::test]
 async fn permission_switches_are_logged_and_refusals_explained() {
     let mut web = Web::start(vec![

@@ -137,6 +137,13 @@ impl Tool for BashTool {
 
 async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let args: BashArgs = parse_args("bash", args)?;
+    if ctx.permission().asks_first() && !ctx.approved() {
+        return Err(ToolError::new(
+            ToolErrorCode::PermissionDenied,
+            "this command needs the user's approval: this session's permission preset is ask, \
+             and this call was not approved",
+        ));
+    }
     let (background, timeout) = check_args(&args, ctx)?;
     let limits = ctx.limits();
     let workdir = resolve_workdir(ctx, args.workdir.as_deref())?;
@@ -261,7 +268,8 @@ fn confined_plan(
 ) -> Result<(CommandPlan, ConfinementRequest), ToolError> {
     let plan = CommandPlan::new("bash", vec!["-c".into(), command.into()]);
     let request = ConfinementRequest {
-        preset: ctx.permission(),
+        // `ask` is confined exactly as `workspace-write`.
+        preset: ctx.permission().confinement(),
         cwd: ctx.cwd().to_path_buf(),
         workdir: workdir.to_path_buf(),
         writable_roots: ctx.writable_roots(),
@@ -406,7 +414,7 @@ fn sandbox_note(
     Some(format!(
         "[sandbox: commands run confined ({}) under the {} preset: {allowed}; a write elsewhere fails with the error above. Work inside the allowed directories, or retry this exact command once with `sandbox_permissions` (the narrowest wider preset that suffices) and a `justification`: the user is asked to approve it.]",
         ctx.confinement().name(),
-        request.preset
+        ctx.permission()
     ))
 }
 

@@ -184,6 +184,77 @@ async fn presets_gate_writes() {
     assert_eq!(read_file(&target), "ok");
 }
 
+/// Under `ask` the tools themselves refuse a change nobody approved (the safety policy asks
+/// first; this holds even where no policy runs), and an approved one is confined as under
+/// `workspace-write`.
+#[tokio::test]
+async fn ask_refuses_unapproved_changes_and_confines_approved_ones() {
+    let mut s = Scratch::new(PermissionPreset::Ask);
+    s.put("a.txt", "x\n");
+    s.ok("read", json!({"file_path": "a.txt"})).await;
+    let msg = s
+        .err(
+            "write",
+            json!({"file_path": "new.txt", "content": "y"}),
+            ToolErrorCode::PermissionDenied,
+        )
+        .await;
+    assert!(
+        msg.contains("preset is ask") && msg.contains("not approved"),
+        "{msg}"
+    );
+    s.err(
+        "edit",
+        json!({"file_path": "a.txt", "old_string": "x", "new_string": "y"}),
+        ToolErrorCode::PermissionDenied,
+    )
+    .await;
+    let msg = s
+        .err(
+            "bash",
+            json!({"command": "touch by-bash.txt", "description": "t"}),
+            ToolErrorCode::PermissionDenied,
+        )
+        .await;
+    assert!(msg.contains("preset is ask"), "{msg}");
+    let msg = s
+        .err(
+            "bash",
+            json!({"command": "touch by-job.txt", "description": "t", "run_in_background": true}),
+            ToolErrorCode::PermissionDenied,
+        )
+        .await;
+    assert!(msg.contains("preset is ask"), "{msg}");
+    assert!(!s.path("new.txt").exists());
+    assert_eq!(read_file(&s.path("a.txt")), "x\n");
+    assert!(!s.path("by-bash.txt").exists() && !s.path("by-job.txt").exists());
+
+    s.ctx = s.ctx.clone().with_approval(true);
+    s.ok("write", json!({"file_path": "new.txt", "content": "y"}))
+        .await;
+    assert_eq!(read_file(&s.path("new.txt")), "y");
+    s.ok(
+        "edit",
+        json!({"file_path": "a.txt", "old_string": "x", "new_string": "z"}),
+    )
+    .await;
+    assert_eq!(read_file(&s.path("a.txt")), "z\n");
+    // Approved, still confined: outside the workspace and temp dirs is refused.
+    let target = s.outside.join("escaped.txt");
+    let msg = s
+        .err(
+            "write",
+            json!({"file_path": target.display().to_string(), "content": "no"}),
+            ToolErrorCode::PermissionDenied,
+        )
+        .await;
+    assert!(
+        msg.contains("the ask preset only permits writes inside"),
+        "{msg}"
+    );
+    assert!(!target.exists());
+}
+
 #[tokio::test]
 async fn edit_unique_replacement_with_diff() {
     let s = scratch();
