@@ -21,6 +21,9 @@
 //!   no rule is offered or matched for a dangling symlink.
 //! * Every rule keeps the wider preset the call asked for (`escalation`); it covers calls that
 //!   ask for the same or a narrower one only.
+//! * A `bash` rule keeps whether the approved call asked for the network (`network: true`); a
+//!   rule approved without it never covers a call that asks for it, so the network is granted
+//!   only where the user saw it asked (under `ask` every command is asked, often without it).
 //!
 //! Other tools get no rule (allow once or reject only).
 
@@ -93,6 +96,9 @@ pub struct ApprovalRule {
     /// The wider preset the approved call asked for (`None`: the session's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation: Option<String>,
+    /// `bash` only: the approved call asked for the network (`network: true`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
 }
 
 impl ApprovalRule {
@@ -107,6 +113,9 @@ impl ApprovalRule {
         };
         if let Some(preset) = &self.escalation {
             text.push_str(&format!(" (under {preset})"));
+        }
+        if self.network {
+            text.push_str(" (with network)");
         }
         text
     }
@@ -138,6 +147,9 @@ impl ApprovalRule {
                 let Some(words) = plain_words(command) else {
                     return false;
                 };
+                if asks_network(&args) && !self.network {
+                    return false;
+                }
                 let wanted: Vec<&str> = prefix.split_whitespace().collect();
                 !wanted.is_empty() && words.len() >= wanted.len() && words[..wanted.len()] == wanted
             }
@@ -260,6 +272,7 @@ pub fn proposed_rule(
         command_prefix: None,
         path: None,
         escalation: escalation.map(|p| p.as_str().to_string()),
+        network: false,
     };
     match RuleKind::of(tool)? {
         RuleKind::Command => {
@@ -276,11 +289,17 @@ pub fn proposed_rule(
                 None => program.to_string(),
             };
             rule.command_prefix = Some(prefix);
+            rule.network = asks_network(&args);
         }
         RuleKind::Tool => {}
         RuleKind::Path => rule.path = Some(file_path(&args, cwd)?),
     }
     Some(rule)
+}
+
+/// True when a `bash` call's arguments ask for the network (`network: true`).
+fn asks_network(args: &Value) -> bool {
+    args.get("network") == Some(&Value::Bool(true))
 }
 
 /// Where the persisted rules of `home` (`$DSH_HOME`) live.
@@ -449,6 +468,34 @@ mod tests {
 
     fn bash(command: &str) -> String {
         serde_json::json!({"command": command, "description": "d"}).to_string()
+    }
+
+    #[test]
+    fn a_rule_grants_the_network_only_when_it_was_approved_with_it() {
+        let cwd = Path::new("/w");
+        let with_network = |command: &str| {
+            serde_json::json!({"command": command, "description": "d", "network": true,
+                "justification": "x"})
+            .to_string()
+        };
+        let plain = proposed_rule("bash", &bash("curl example.org"), cwd, None).unwrap();
+        assert!(!plain.network);
+        assert!(plain.covers("bash", &bash("curl example.org"), cwd, None));
+        assert!(!plain.covers("bash", &with_network("curl example.org"), cwd, None));
+        let online = proposed_rule("bash", &with_network("curl example.org"), cwd, None).unwrap();
+        assert!(online.network);
+        assert!(
+            online.describe().ends_with("(with network)"),
+            "{}",
+            online.describe()
+        );
+        assert!(online.covers("bash", &with_network("curl example.org"), cwd, None));
+        assert!(online.covers("bash", &bash("curl example.org"), cwd, None));
+        // Rules written before the field existed read as approved without the network.
+        let old: ApprovalRule =
+            serde_json::from_str(r#"{"tool":"bash","command_prefix":"curl example.org"}"#).unwrap();
+        assert_eq!(old, plain);
+        assert!(!serde_json::to_string(&plain).unwrap().contains("network"));
     }
 
     #[test]
