@@ -19,8 +19,9 @@ pub(crate) struct SessionFlags {
     /// take off, low, high or max).
     #[arg(long)]
     pub(crate) effort: Option<String>,
-    /// Permission preset: read-only, workspace-write or danger-full-access (default:
-    /// $DSH_PERMISSION_MODE, else workspace-write).
+    /// Permission preset: read-only, ask (workspace-write's sandbox, every edit and command
+    /// approved first; headless runs refuse them unless a remembered rule allows), workspace-write
+    /// or danger-full-access (default: $DSH_PERMISSION_MODE, else workspace-write).
     #[arg(long)]
     pub(crate) permission: Option<String>,
     /// Apply the workspace's own project settings without a recorded `dsh trust`.

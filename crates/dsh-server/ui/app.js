@@ -10,7 +10,7 @@ const BUILTINS = [
   { name: "compact", args: "", description: "Summarise the older history now", run: () => api(`/api/sessions/${app.id}/compact`, {}).then(() => toast("compaction requested", "info")) },
   { name: "model", args: "<model>", description: "Switch the model from the next request", run: (a) => (a ? setCall({ model: a }) : usage("/model <model>")) },
   { name: "effort", args: "<default|level the model takes>", description: "Switch the reasoning effort from the next request (the menu lists the model's)", run: (a) => (a ? setCall({ effort: a }) : usage("/effort <level>")) },
-  { name: "permission", args: "<read-only|workspace-write|danger-full-access>", description: "Switch the permission preset from the next step", run: (a) => (a ? setPermission(a) : usage("/permission <preset>")) },
+  { name: "permission", args: "<read-only|ask|workspace-write|danger-full-access>", description: "Switch the permission preset from the next step", run: (a) => (a ? setPermission(a) : usage("/permission <preset>")) },
   { name: "undo", args: "", description: "Revert the file changes write and edit made in the latest turn", run: () => undo() },
   { name: "fork", args: "", description: "New session with the history up to the last finished turn", run: () => fork(null) },
   { name: "rename", args: "<title>", description: "Rename the session", run: (a) => (a ? rename(a) : usage("/rename <title>")) },
@@ -431,11 +431,13 @@ async function setPermission(preset) {
   const current = app.conv.permission || app.detail?.permission;
   if (preset === current) { updateState(); return; }
   // A widening needs the user's yes here; the server refuses it without `confirm: true`.
-  const breadth = { "read-only": 0, "workspace-write": 1, "danger-full-access": 2 };
-  const widens = (breadth[preset] ?? 3) > (breadth[current] ?? 0);
+  const breadth = { "read-only": 0, "ask": 1, "workspace-write": 2, "danger-full-access": 3 };
+  const widens = (breadth[preset] ?? 4) > (breadth[current] ?? 0);
   const warning = preset === "danger-full-access"
     ? "danger-full-access runs the model's commands without a sandbox, with all your rights (every file, the network)."
-    : `${preset} lets the model's commands and edits change files in the workspace.`;
+    : preset === "ask"
+      ? "ask lets the model's commands and edits change files in the workspace once you approved each of them."
+      : `${preset} lets the model's commands and edits change files in the workspace without asking.`;
   if (widens && !window.confirm(`${warning} Switch this session from ${current} to ${preset}?`)) {
     updateState();
     return;

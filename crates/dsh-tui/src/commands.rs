@@ -114,6 +114,10 @@ pub const PERMISSION_PRESETS: &[(PermissionPreset, &str)] = &[
         "no file writes; bash runs in a read-only sandbox",
     ),
     (
+        PermissionPreset::Ask,
+        "as workspace-write, but every edit and bash call is approved first",
+    ),
+    (
         PermissionPreset::WorkspaceWrite,
         "writes inside the working directory and temp dirs; bash sandboxed",
     ),
@@ -266,6 +270,15 @@ mod tests {
             .map(|c| c.0)
             .collect();
         assert_eq!(names, ["/permission danger-full-access"]);
+        let ask = completions("/permission a", &[]);
+        assert_eq!(ask.len(), 1, "{ask:?}");
+        assert_eq!(ask[0].0, "/permission ask");
+        assert!(ask[0].1.contains("approved first"), "{ask:?}");
+        let listed: Vec<_> = PERMISSION_PRESETS.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            listed,
+            ["read-only", "ask", "workspace-write", "danger-full-access"]
+        );
         // An empty argument completes nothing, so Enter opens the preset list.
         assert!(completions("/permission ", &[]).is_empty());
         assert_eq!(

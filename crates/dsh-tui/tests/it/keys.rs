@@ -155,12 +155,29 @@ fn permission_list_and_confirmation() {
         vec![Action::Command(SlashCommand::Permission(None))]
     );
     app.permission_menu = Some(PermissionMenu::new(PermissionPreset::WorkspaceWrite));
-    assert_eq!(app.permission_menu.unwrap().selected, 1);
+    assert_eq!(app.permission_menu.unwrap().selected, 2);
     app.on_key(key(KeyCode::Up));
     assert_eq!(
         app.on_key(key(KeyCode::Enter)),
         vec![Action::Command(SlashCommand::Permission(Some(
+            "ask".into()
+        )))]
+    );
+    // Four presets: 1 is read-only, 4 danger-full-access, and 9 stops at the last.
+    app.permission_menu = Some(PermissionMenu::new(PermissionPreset::WorkspaceWrite));
+    app.on_key(key(KeyCode::Char('1')));
+    assert_eq!(
+        app.on_key(key(KeyCode::Enter)),
+        vec![Action::Command(SlashCommand::Permission(Some(
             "read-only".into()
+        )))]
+    );
+    app.permission_menu = Some(PermissionMenu::new(PermissionPreset::ReadOnly));
+    app.on_key(key(KeyCode::Char('9')));
+    assert_eq!(
+        app.on_key(key(KeyCode::Enter)),
+        vec![Action::Command(SlashCommand::Permission(Some(
+            "danger-full-access".into()
         )))]
     );
     // Esc keeps the preset.
