@@ -1,5 +1,5 @@
 //! `dsh approvals list|remove` with the real binary and a temporary DSH_HOME, and `dsh run`
-//! using a remembered rule (fake provider on loopback).
+//! using a remembered rule (fake provider on loopback), also under `--permission ask`.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -198,4 +198,108 @@ async fn dsh_run_uses_a_remembered_rule_and_refuses_without_one() {
         err.contains("approvals.json") && err.contains("approvals remove all"),
         "{err}"
     );
+}
+
+/// `dsh run --permission ask` (the real binary, headless): nobody can approve, so a write and
+/// a command are refused with the headless message; a remembered "always" rule lets exactly
+/// its command run, and the write stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dsh_run_under_ask_runs_only_what_a_rule_allows() {
+    use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let provider = || async {
+        let step = |id: &str, tool: &str, args: serde_json::Value| {
+            ScriptedReply::from(
+                SseReply::new()
+                    .tool_call(0, id, tool, &args.to_string())
+                    .finish("tool_calls", Some(WireUsage::default())),
+            )
+        };
+        FakeProvider::start([
+            step(
+                "call_w",
+                "write",
+                serde_json::json!({"file_path": "written.txt", "content": "x"}),
+            ),
+            step(
+                "call_b",
+                "bash",
+                serde_json::json!({"command": "printf remembered", "description": "print"}),
+            ),
+            ScriptedReply::from(
+                SseReply::new()
+                    .text("done")
+                    .finish("stop", Some(WireUsage::default())),
+            ),
+        ])
+        .await
+        .unwrap()
+    };
+    let run = |base_url: String| {
+        let mut cmd = dsh_command(home.path(), cwd.path());
+        cmd.env("DEEPSEEK_BASE_URL", base_url)
+            .env("DEEPSEEK_API_KEY", "sk-test-approvals-0123456789")
+            .args(["run", "--permission", "ask", "go"]);
+        output(cmd)
+    };
+    let results = |log: &str| -> Vec<serde_json::Value> {
+        log.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|event| event["type"] == "tool/result")
+            .map(|event| event["data"].clone())
+            .collect()
+    };
+
+    let fake = provider().await;
+    let out = run(fake.base_url()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(session_files(home.path()).last().unwrap()).unwrap();
+    assert!(log.contains("\"preset\":\"ask\""), "{log}");
+    let refused = results(&log);
+    assert_eq!(refused.len(), 2, "{log}");
+    for result in &refused {
+        assert_eq!(result["error"]["code"], "PERMISSION_DENIED", "{result}");
+        assert!(
+            result.to_string().contains("nobody can approve"),
+            "{result}"
+        );
+    }
+    assert!(!cwd.path().join("written.txt").exists());
+
+    let rule = proposed_rule(
+        "bash",
+        r#"{"command":"printf remembered"}"#,
+        cwd.path(),
+        None,
+    )
+    .unwrap();
+    write_rules(&approvals_path(home.path()), &[rule]).unwrap();
+    std::fs::remove_dir_all(home.path().join("sessions")).unwrap();
+    let fake = provider().await;
+    let out = run(fake.base_url()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(session_files(home.path()).last().unwrap()).unwrap();
+    let results = results(&log);
+    assert_eq!(results.len(), 2, "{log}");
+    assert_eq!(
+        results[0]["error"]["code"], "PERMISSION_DENIED",
+        "{}",
+        results[0]
+    );
+    assert!(results[1]["error"].is_null(), "{}", results[1]);
+    assert!(
+        results[1].to_string().contains("remembered"),
+        "{}",
+        results[1]
+    );
+    assert!(!cwd.path().join("written.txt").exists());
 }
