@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use dsh_agent::Presenter;
+use dsh_agent::{is_error_result, Presenter};
 use dsh_llm::{Chunk, ContentBlock, MessageSource};
 use dsh_session::{BilledKind, Envelope, Event, PriceTable, TurnEndReason, UsageLedger};
 use dsh_tools::{ResultSummary, ToolPresentation, ToolProgress, ToolView};
@@ -517,8 +517,15 @@ impl ViewProjector {
                 let summary = self.presenter.summary(result);
                 if let Some(card) = result.call_id().and_then(|id| self.cards.remove(id)) {
                     let code = result.error.as_ref().map(|e| e.code.clone());
+                    // Logs that carry no structured error (dsh's, older ones) mark a failed
+                    // result on its block only.
+                    let flagged = result.message.content.iter().any(is_error_result);
+                    let state = match CardState::of_result(code.as_deref()) {
+                        CardState::Done if flagged => CardState::Failed,
+                        state => state,
+                    };
                     out.push(ViewEvent::ToolCard(Card {
-                        state: CardState::of_result(code.as_deref()),
+                        state,
                         summary,
                         error_code: code,
                         result: Some(result.message.tool_result_text()),
@@ -700,5 +707,38 @@ mod tests {
             })
         );
         assert!(projector.project(&progress("other")).is_empty());
+    }
+
+    #[test]
+    fn a_result_flagged_only_on_its_block_ends_the_card_failed() {
+        let mut projector = ViewProjector::default();
+        projector.project(&envelope(Event::ToolCall(ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            name: "bash".into(),
+            arguments: r#"{"command":"false"}"#.into(),
+            presentation: None,
+        })));
+        let result = dsh_session::ToolResult {
+            turn: 1,
+            step: 1,
+            message: dsh_llm::Message::tool_result(
+                "m1",
+                "c1",
+                vec![ContentBlock::Text {
+                    text: "exit 1".into(),
+                }],
+                true,
+            ),
+            error: None,
+            meta: None,
+            summary: None,
+        };
+        let shown = projector.project(&envelope(Event::ToolResult(result)));
+        assert!(
+            matches!(shown.as_slice(), [ViewEvent::ToolCard(card)] if card.state == CardState::Failed),
+            "{shown:?}"
+        );
     }
 }
