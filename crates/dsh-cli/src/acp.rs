@@ -24,11 +24,7 @@ pub(crate) fn run(args: AcpArgs) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| std::path::PathBuf::from("/"));
     let runtime = crate::run::runtime(Some(&cwd), args.session.choices())?;
     let factory = Arc::new(runtime);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = crate::run::async_runtime()?;
     runtime
         .block_on(dsh_acp::serve(
             tokio::io::stdin(),

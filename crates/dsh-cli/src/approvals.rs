@@ -5,8 +5,6 @@ use std::process::ExitCode;
 
 use dsh_agent::{approvals_path, read_rules, write_rules};
 
-use crate::run::UserError;
-
 // Arguments of `dsh approvals` (a plain comment: clap would make a doc comment the
 // subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
@@ -27,10 +25,7 @@ enum ApprovalsCommand {
 }
 
 fn user_error(message: String) -> anyhow::Error {
-    anyhow::Error::new(UserError {
-        code: "INVALID_ARGS".into(),
-        message,
-    })
+    crate::run::user_error("INVALID_ARGS", message)
 }
 
 /// Runs `dsh approvals`.

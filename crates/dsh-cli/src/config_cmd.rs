@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::credentials::Settings;
-use crate::run::UserError;
 
 // Arguments of `dsh config` (a plain comment: clap would make a doc comment the
 // subcommand's help line, which the variant's doc in main.rs is).
@@ -26,10 +25,7 @@ pub(crate) enum ConfigCommand {
 }
 
 fn config_error(message: String) -> anyhow::Error {
-    anyhow::Error::new(UserError {
-        code: "INVALID_CONFIG".into(),
-        message,
-    })
+    crate::run::user_error("INVALID_CONFIG", message)
 }
 
 /// Runs `dsh config`.

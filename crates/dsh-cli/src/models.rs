@@ -9,7 +9,6 @@ use dsh_config::ProviderConfig;
 use dsh_llm::ModelInfo;
 
 use crate::credentials::Settings;
-use crate::run::UserError;
 
 // Arguments of `dsh models` (a plain comment: clap would make a doc comment the
 // subcommand's help line, which the variant's doc in main.rs is).
@@ -20,12 +19,7 @@ pub(crate) struct ModelsArgs {
     pub(crate) provider: Option<String>,
 }
 
-fn user_error(code: &str, message: String) -> anyhow::Error {
-    anyhow::Error::new(UserError {
-        code: code.into(),
-        message,
-    })
-}
+use crate::run::user_error;
 
 /// Runs `dsh models`: asks the provider's `/models` endpoint when a key is available (a
 /// failure there is a warning, not an error) and prints one line per model with the table's

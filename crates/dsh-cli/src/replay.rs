@@ -62,11 +62,7 @@ fn copy_link(_link: &Path, _target: &Path) -> std::io::Result<()> {
 
 /// Runs `dsh replay`.
 pub(crate) fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = crate::run::async_runtime()?;
     runtime.block_on(run_async(args))
 }
 

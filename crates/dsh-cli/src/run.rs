@@ -120,11 +120,22 @@ impl std::fmt::Display for UserError {
 
 impl std::error::Error for UserError {}
 
-fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
+/// A failure the user fixes, reported as `dsh: CODE: message` (exit status 1).
+pub(crate) fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UserError {
         code: code.to_string(),
         message: message.into(),
     })
+}
+
+/// The async runtime of every command that runs sessions: two workers (dsh's own work is I/O;
+/// the machines it runs on in CI have two cores).
+pub(crate) fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 /// A runtime error as the CLI reports it: the failures a user fixes as `dsh: CODE: message`,
@@ -213,11 +224,7 @@ fn queue_task(control: &SessionControl, plan: bool, prompt: String) -> anyhow::R
 
 /// Runs `dsh run`.
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = async_runtime()?;
     // The run is a task on a worker, not the future `block_on` drives on this thread: the
     // reply's frames then wake the loop on the worker that polls the connection instead of
     // crossing to the main thread for each (docs/PERFORMANCE.md, "Step 1: fixed costs").

@@ -8,8 +8,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use dsh_config::trust::{self, TrustReason, TrustStore, WorkspaceTrust};
 
-use crate::run::UserError;
-
 // Arguments of `dsh trust` (a plain comment: clap would make a doc comment the
 // subcommand's help line, which the variant's doc in main.rs is).
 #[derive(Debug, clap::Args)]
@@ -28,12 +26,7 @@ pub(crate) struct TrustArgs {
     pub(crate) revoke: Option<Option<PathBuf>>,
 }
 
-fn user_error(code: &str, message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(UserError {
-        code: code.to_string(),
-        message: message.into(),
-    })
-}
+use crate::run::user_error;
 
 fn current_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     let dir = match given {

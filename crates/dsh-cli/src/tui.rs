@@ -120,11 +120,7 @@ fn run(start: StartWith, interactive: Interactive) -> anyhow::Result<ExitCode> {
         alt_screen: alt_screen || setup.config.tui().alt_screen,
         initial_prompt: interactive.prompt,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = crate::run::async_runtime()?;
     let factory = Arc::new(sessions);
     let exit = runtime.block_on(dsh_tui::run(options, factory))?;
     // The input thread may still block in a terminal read; do not wait for it.

@@ -60,11 +60,7 @@ fn listen_address(args: &WebArgs) -> anyhow::Result<SocketAddr> {
 
 /// Runs `dsh web` until Ctrl-C.
 pub(crate) fn run(args: WebArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = crate::run::async_runtime()?;
     runtime.block_on(serve(args))
 }
 
