@@ -239,6 +239,11 @@ impl UpdateMapper {
         if card.state.is_final() {
             update["content"] = Value::Array(self.content(card));
             self.approvals.remove(&card.call_id);
+        } else if let Some(progress) = &card.progress {
+            // A long call's progress (an MCP server's reports): the running card's content.
+            update["_meta"]["dsh"]["progress"] = json!(progress);
+            update["content"] = json!([{"type": "content",
+                "content": {"type": "text", "text": progress.describe()}}]);
         }
         out.push(update);
         out
@@ -490,6 +495,32 @@ mod tests {
             arguments: arguments.into(),
             presentation,
         }
+    }
+
+    #[test]
+    fn a_running_calls_progress_is_its_cards_content() {
+        let mut mapper = UpdateMapper::new("/w");
+        mapper.live(&env(Event::ToolCall(call(
+            "c1",
+            "mcp__s__long",
+            "{}",
+            None,
+        ))));
+        mapper.live(&env(Event::ToolStarted(dsh_session::ToolStarted {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+        })));
+        let updates = mapper.live(&env(Event::Opaque {
+            event_type: dsh_session::TOOL_PROGRESS_EVENT.into(),
+            data: json!({"callId": "c1", "progress": 2, "total": 4, "message": "half"}),
+        }));
+        let [update] = updates.as_slice() else {
+            panic!("{updates:?}");
+        };
+        assert_eq!(update["status"], "in_progress");
+        assert_eq!(update["content"][0]["content"]["text"], "2/4 (50%) half");
+        assert_eq!(update["_meta"]["dsh"]["progress"]["total"], 4.0);
     }
 
     #[test]

@@ -156,7 +156,7 @@ impl ProgressPrinter {
             }
             CardState::Running => {
                 if let Some(report) = &card.progress {
-                    let line = self.shown(&progress_line(report));
+                    let line = self.shown(&one_line(&report.describe(), 160));
                     let _ = writeln!(err, "   {}", self.paint("2", &line));
                 }
             }
@@ -200,24 +200,6 @@ impl ProgressPrinter {
             ),
         };
     }
-}
-
-/// A progress report in words: `2/4 (50%) copying`, `7 copying` without a total.
-pub(crate) fn progress_line(report: &dsh_tools::ToolProgress) -> String {
-    let mut line = match report.total {
-        Some(total) if total > 0.0 => format!(
-            "{}/{} ({:.0}%)",
-            report.progress,
-            total,
-            (report.progress / total * 100.0).min(100.0)
-        ),
-        _ => format!("{}", report.progress),
-    };
-    if let Some(message) = &report.message {
-        line.push(' ');
-        line.push_str(&one_line(message, 120));
-    }
-    line
 }
 
 /// The first `max` characters of `text` on one line.

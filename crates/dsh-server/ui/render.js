@@ -450,7 +450,7 @@ class Conversation {
       card.status.textContent = "awaiting approval";
     } else if (c.state === "running") {
       card.node.classList.add(waiting ? "asking" : "running");
-      card.status.textContent = waiting || "running…";
+      card.status.textContent = waiting || (c.progress ? progressText(c.progress) : "running…");
     } else if (c.state === "pending") {
       card.status.textContent = "pending";
     } else this.finished(card, c);
@@ -526,6 +526,14 @@ function folded(card, label, text) {
 }
 
 // The classes a card's state sets (all removed when it changes).
+// A long call's progress as its tool reported it (an MCP server's `notifications/progress`):
+// `2/4 (50%) copying`, or the count and message without a total.
+function progressText(p) {
+  let text = p.total > 0 ? `${p.progress}/${p.total} (${Math.min(100, Math.round((p.progress / p.total) * 100))}%)` : `${p.progress}`;
+  if (p.message) text += ` ${p.message}`;
+  return text;
+}
+
 const CARD_CLASSES = ["running", "awaiting", "asking", "ok", "failed", "denied", "cancelled", "quiet"];
 
 // Turn ends as every front end classifies them (`turnEnded.state`, docs/protocol.md).

@@ -204,6 +204,32 @@ pub struct ToolProgress {
     pub message: Option<String>,
 }
 
+impl ToolProgress {
+    /// The report in words, on one line: `2/4 (50%) copying`, `7 copying` without a total.
+    pub fn describe(&self) -> String {
+        let mut line = match self.total {
+            Some(total) if total > 0.0 => format!(
+                "{}/{} ({:.0}%)",
+                self.progress,
+                total,
+                (self.progress / total * 100.0).clamp(0.0, 100.0)
+            ),
+            _ => format!("{}", self.progress),
+        };
+        if let Some(message) = self.message.as_deref().map(str::trim) {
+            if !message.is_empty() {
+                line.push(' ');
+                line.extend(
+                    message
+                        .chars()
+                        .map(|c| if c.is_control() { ' ' } else { c }),
+                );
+            }
+        }
+        line
+    }
+}
+
 /// Where a call's progress reports go (set per call by the agent's pipeline).
 pub type ProgressSink = Arc<dyn Fn(ToolProgress) + Send + Sync>;
 
