@@ -1,18 +1,18 @@
 //! Cells to styled lines: user prompts, Markdown replies, reasoning (collapsed or expanded),
 //! tool cards (as each tool presents its calls: a command's output, a coloured diff, sources,
-//! a summary line) and notices. Pure functions of the cell, so each can be snapshot-tested.
+//! a summary line), in the state the protocol gives them (docs/protocol.md, "Tool cards"), and
+//! notices. Pure functions of the cell, so each can be snapshot-tested.
 
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use serde_json::Value;
 use similar::{ChangeTag, TextDiff};
 
-use std::borrow::Cow;
-
-use dsh_tools::{ResultFacts, ResultSummary, Tone, ToolPresentation, ToolRegistry, ToolView};
+use dsh_protocol::{Card, CardState};
+use dsh_tools::{ResultSummary, Tone, ToolView};
 
 use crate::markdown::render_markdown;
-use crate::transcript::{Cell, Header, NoticeLevel, ToolCard, ToolStatus};
+use crate::transcript::{Cell, Header, NoticeLevel, ToolCard};
 
 /// Most diff lines a write/edit card shows.
 const MAX_DIFF_LINES: usize = 40;
@@ -206,64 +206,25 @@ fn truncate(text: &str, max: usize) -> String {
     dsh_tools::one_line(text, max)
 }
 
-/// The tools every session has: they show a card made without a presentation (a test's).
-fn standard_tools() -> &'static ToolRegistry {
-    dsh_agent::Presenter::standard_tools()
-}
-
-/// How `card`'s call is shown: its presentation, else the standard tools'.
-fn presentation(card: &ToolCard) -> Cow<'_, ToolPresentation> {
-    match &card.presentation {
-        Some(presentation) => Cow::Borrowed(presentation),
-        None => Cow::Owned(standard_tools().present(&card.name, &card.arguments)),
-    }
-}
-
-/// The tool's summary of `card`'s result: the one it carries, else the standard tools'.
-fn summary(card: &ToolCard) -> Option<Cow<'_, ResultSummary>> {
-    if let Some(summary) = &card.summary {
-        return Some(Cow::Borrowed(summary));
-    }
-    if card.presentation.is_some() {
-        return None;
-    }
-    let (text, meta, error) = match &card.status {
-        ToolStatus::Running => return None,
-        ToolStatus::Done { output, meta } => (output.as_str(), meta.as_ref(), None),
-        ToolStatus::Failed { code, .. } => ("", None, Some(code.as_str())),
-    };
-    let facts = ResultFacts { text, meta, error };
-    standard_tools()
-        .summarize(&card.name, &card.arguments, &facts)
-        .map(Cow::Owned)
-}
-
 /// The call's subject as its card's header shows it: the command, the path, the pattern...
-/// (the tool's), else its arguments.
-fn subject(card: &ToolCard, shown: &ToolPresentation, summary: Option<&ResultSummary>) -> String {
-    summary
+/// (the tool's, docs/tools.md, "Presentation"), else its arguments.
+fn subject(card: &Card) -> String {
+    card.summary
+        .as_ref()
         .and_then(|s| s.subject.as_deref())
-        .or(shown.subject.as_deref())
+        .or(card.presentation.subject.as_deref())
         .map_or_else(|| truncate(&card.arguments, 120), str::to_string)
 }
 
 /// A one-line title of a logged tool call (`bash $ cargo test`), as the children panel shows a
 /// child's latest activity (docs/tui.md, "Children").
 pub fn tool_title(call: &dsh_session::ToolCall) -> String {
-    let card = ToolCard {
-        call_id: String::new(),
-        name: call.name.clone(),
-        arguments: call.arguments.clone(),
-        status: ToolStatus::Running,
-        progress: None,
-        presentation: Some(dsh_agent::Presenter::shown(call)),
-        summary: None,
-    };
-    let shown = presentation(&card);
-    truncate(
-        &format!("{} {}", shown.title, subject(&card, &shown, None)),
-        80,
-    )
+    let shown = dsh_agent::Presenter::shown(call);
+    let subject = shown
+        .subject
+        .clone()
+        .unwrap_or_else(|| truncate(&call.arguments, 120));
+    truncate(&format!("{} {subject}", shown.title), 80)
 }
 
 /// The summary in a card's header: `✓`/`✗` and green/red when the tool says the result is
@@ -282,49 +243,72 @@ fn summary_span(summary: &ResultSummary) -> Span<'static> {
     }
 }
 
-/// Renders a tool card: a header line (status mark, tool, its subject, the result's summary)
-/// and a body laid out as the tool's view says.
-pub fn render_tool(card: &ToolCard) -> Vec<Line<'static>> {
-    let (mark, mark_style) = match &card.status {
-        ToolStatus::Running => ("◌", Style::default().fg(Color::Yellow)),
-        ToolStatus::Done { .. } => ("●", Style::default().fg(Color::Green)),
-        ToolStatus::Failed { .. } => ("●", Style::default().fg(Color::Red)),
-    };
-    let shown = presentation(card);
-    let summary = summary(card);
-    let subject = subject(card, &shown, summary.as_deref());
+/// The mark before a card's title, in the colour of its state (docs/protocol.md, "Tool
+/// cards"): open calls `◌`, ended ones `●`, refused ones `⊘`.
+fn state_mark(state: CardState) -> (&'static str, Style) {
+    match state {
+        CardState::Pending => ("◌", dim()),
+        CardState::AwaitingApproval => ("◌", Style::default().fg(Color::Magenta)),
+        CardState::Running => ("◌", Style::default().fg(Color::Yellow)),
+        CardState::Done => ("●", Style::default().fg(Color::Green)),
+        CardState::Failed => ("●", Style::default().fg(Color::Red)),
+        CardState::Denied => ("⊘", Style::default().fg(Color::Red)),
+        CardState::Cancelled => ("●", dim()),
+    }
+}
+
+/// Renders a tool card: a header line (state mark, the tool's title and subject, the state or
+/// the result's summary) and a body laid out as the tool's view says.
+pub fn render_tool(tool: &ToolCard) -> Vec<Line<'static>> {
+    let card = &tool.card;
+    let (mark, mark_style) = state_mark(card.state);
     let mut header = vec![
         Span::styled(format!("{mark} "), mark_style),
         Span::styled(
-            shown.title.clone(),
+            card.presentation.title.clone(),
             Style::default().add_modifier(Modifier::BOLD),
         ),
         Span::raw(" "),
-        Span::raw(subject),
+        Span::raw(subject(card)),
     ];
     let mut body = Vec::new();
-    match &card.status {
-        ToolStatus::Running => match &card.progress {
+    let output = card.result.as_deref().unwrap_or("");
+    match card.state {
+        CardState::AwaitingApproval => header.push(Span::styled(
+            "  awaiting approval",
+            Style::default().fg(Color::Magenta),
+        )),
+        CardState::Pending | CardState::Running => {
+            let word = if card.state == CardState::Pending {
+                "pending…"
+            } else {
+                "running…"
+            };
             // A child's latest activity on its `subagent` card (docs/tui.md, "Children").
-            Some(progress) => header.push(Span::styled(format!("  {progress}"), dim())),
-            None => header.push(Span::styled("  running…", dim())),
-        },
-        ToolStatus::Failed { code, message } => {
-            header.push(match summary.as_deref() {
-                Some(summary) => summary_span(summary),
-                None => Span::styled(format!("  {code}"), Style::default().fg(Color::Red)),
-            });
-            body.push(body_line(
-                truncate(message, 200),
-                Style::default().fg(Color::Red),
-            ));
+            let shown = tool.progress.clone().unwrap_or_else(|| word.to_string());
+            header.push(Span::styled(format!("  {shown}"), dim()));
         }
-        ToolStatus::Done { output, meta } => {
-            if let Some(summary) = summary.as_deref() {
+        CardState::Failed | CardState::Denied | CardState::Cancelled => {
+            let word = match card.state {
+                CardState::Denied => "denied",
+                CardState::Cancelled => "cancelled",
+                _ => card.error_code.as_deref().unwrap_or("failed"),
+            };
+            header.push(match &card.summary {
+                Some(summary) if card.state == CardState::Failed => summary_span(summary),
+                _ => Span::styled(format!("  {word}"), mark_style),
+            });
+            let why = output.lines().find(|l| !l.trim().is_empty());
+            if let Some(why) = why {
+                body.push(body_line(truncate(why, 200), mark_style));
+            }
+        }
+        CardState::Done => {
+            if let Some(summary) = &card.summary {
                 header.push(summary_span(summary));
             }
-            let meta = meta.as_ref().unwrap_or(&Value::Null);
-            match shown.view {
+            let meta = card.meta.as_ref().unwrap_or(&Value::Null);
+            match card.presentation.view {
                 ToolView::Terminal => terminal_body(output, &mut body),
                 ToolView::Diff => diff_body(meta, &mut body),
                 // Shown by the summary alone.

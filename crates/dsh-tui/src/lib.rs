@@ -40,5 +40,6 @@ pub mod worktree;
 pub mod wrap;
 
 pub use app::{Action, App, StatusInfo};
+pub use dsh_protocol::{Card, CardState};
 pub use runtime::{run, StartWith, TuiExit, TuiOptions};
-pub use transcript::{Cell, Header, NoticeLevel, ToolCard, ToolStatus, Transcript};
+pub use transcript::{Cell, Header, NoticeLevel, ToolCard, Transcript};

@@ -6,11 +6,12 @@
 //! *preview* of the current reply; the reply's `assistant/message` replaces the preview, and a
 //! retry discards it, so a failed attempt leaves only its notice behind.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use dsh_llm::{Chunk, ContentBlock, MessageSource, Usage, UsageTotals};
-use dsh_session::{Envelope, Event, PriceTable, TurnEndReason};
-use dsh_tools::{ResultSummary, ToolPresentation, ToolRegistry};
+use dsh_protocol::{Card, CardState, EndState, ViewEvent, ViewProjector};
+use dsh_session::{Envelope, Event, PriceTable};
+use dsh_tools::ToolRegistry;
 use serde_json::Value;
 
 /// How a notice is coloured.
@@ -24,46 +25,27 @@ pub enum NoticeLevel {
     Error,
 }
 
-/// Where a tool call is.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToolStatus {
-    /// Logged, not finished.
-    Running,
-    /// Finished; `meta` is the tool's structured data (exit code, diffs, counts).
-    Done {
-        /// The result text the model saw.
-        output: String,
-        /// The tool's structured result data.
-        meta: Option<Value>,
-    },
-    /// Finished with an error.
-    Failed {
-        /// The error code (`PERMISSION_DENIED`, `TOOL_TIMEOUT`, ...).
-        code: String,
-        /// What went wrong.
-        message: String,
-    },
-}
-
-/// One tool call and its result.
+/// One tool call as the protocol shows it (`dsh_protocol::Card`: the tool's presentation, the
+/// state, the result), and what the TUI adds while it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCard {
-    /// The call id.
-    pub call_id: String,
-    /// The tool name.
-    pub name: String,
-    /// The raw arguments.
-    pub arguments: String,
-    /// Progress and result.
-    pub status: ToolStatus,
+    /// The card, as the session's [`ViewProjector`] last showed it.
+    pub card: Card,
     /// Live progress of a running call, when something reports it (a `subagent` call shows
     /// its child's latest activity, docs/tui.md, "Children").
     pub progress: Option<String>,
-    /// How the tool shows the call (docs/tools.md, "Presentation"); `None`: as the tools every
-    /// session has show it.
-    pub presentation: Option<ToolPresentation>,
-    /// The tool's summary of the result, once there is one.
-    pub summary: Option<ResultSummary>,
+}
+
+impl ToolCard {
+    /// The call id.
+    pub fn call_id(&self) -> &str {
+        &self.card.call_id
+    }
+
+    /// Where the call is.
+    pub fn state(&self) -> CardState {
+        self.card.state
+    }
 }
 
 /// One entry of the conversation view.
@@ -181,17 +163,24 @@ pub struct Transcript {
     pub revision: u64,
     /// When the running turn started (as this view saw its `turn/start`).
     pub turn_started: Option<std::time::Instant>,
-    /// Since when the turn waits for the user's approval (`approval/asked` not yet decided):
-    /// the working time does not count it.
+    /// Since when the turn waits for the user's approval (a card `awaitingApproval`): the
+    /// working time does not count it.
     pub waiting_since: Option<std::time::Instant>,
     /// How long the running turn has waited for approvals already decided.
     pub waited: std::time::Duration,
     /// Text and reasoning deltas streamed by the running turn (about one token each).
     pub streamed: u64,
-    /// How tool calls are shown: as logged, else as the session's tools say.
-    presenter: dsh_agent::Presenter,
+    /// The protocol's view of the session (docs/protocol.md, "View events"): tool cards and
+    /// their states, approvals, model switches, undos, retries and turn ends.
+    projector: ViewProjector,
+    /// Calls whose card awaits approval.
+    awaiting: HashSet<String>,
+    /// What "for this session" / "always" of an asked approval would allow, by question id.
+    rules: HashMap<String, String>,
     /// The session's billed usage, summed by the log's one rule (`stats.usage_by_model`).
     ledger: dsh_session::UsageLedger,
+    /// A model switch was seen (the first route is the session's model, not a switch).
+    routed: bool,
 }
 
 impl Transcript {
@@ -202,8 +191,12 @@ impl Transcript {
 
     /// Asks the session's `tools` how to show calls a log holds without their presentation
     /// (logs written before dsh logged it); the tools every session has answer otherwise.
+    /// Called before the first event is applied.
     pub fn set_tools(&mut self, tools: &ToolRegistry) {
-        self.presenter.set_tools(tools);
+        self.projector = ViewProjector::new(
+            dsh_agent::Presenter::new(Some(tools)),
+            PriceTable::default(),
+        );
     }
 
     /// Adds a notice (command output, local errors).
@@ -217,7 +210,7 @@ impl Transcript {
     }
 
     /// How many leading cells are final: they will not change any more (no streaming text,
-    /// no running tool, nothing a retry or the final message could replace), so the inline
+    /// no open tool call, nothing a retry or the final message could replace), so the inline
     /// view can write them into the terminal's scrollback (docs/tui.md, "Modes").
     pub fn settled_len(&self) -> usize {
         if !self.running {
@@ -230,7 +223,7 @@ impl Transcript {
         self.cells[..end]
             .iter()
             .position(|cell| match cell {
-                Cell::Tool(card) => card.status == ToolStatus::Running,
+                Cell::Tool(card) => !card.state().is_final(),
                 Cell::Assistant { streaming, .. } | Cell::Reasoning { streaming, .. } => *streaming,
                 _ => false,
             })
@@ -239,6 +232,10 @@ impl Transcript {
 
     /// Folds one session event in. Events at or below the highest seq already applied are
     /// ignored, so history and live events may overlap.
+    ///
+    /// What the protocol shows (cards, approvals, switches, undos, retries, turn ends) comes
+    /// from its [`ViewEvent`]s; the envelope itself gives only what the TUI adds: the typed
+    /// part of a message, streamed blocks by index, reasoning of a reply, status figures.
     pub fn apply(&mut self, envelope: &Envelope) {
         if self.last_seq.is_some_and(|last| envelope.seq <= last) {
             return;
@@ -248,20 +245,22 @@ impl Transcript {
         if self.ledger.push(&envelope.event).is_some() {
             self.stats.usage_by_model = self.ledger.by_model().clone();
         }
+        self.figures(envelope);
+        for view in self.projector.project(envelope) {
+            self.view(view, envelope);
+        }
+    }
+
+    /// The TUI's own part of an event: figures, and cells the view events lack the detail for.
+    fn figures(&mut self, envelope: &Envelope) {
         match &envelope.event {
             Event::TurnStart(_) => {
                 self.running = true;
                 self.turn_started = Some(std::time::Instant::now());
                 self.waiting_since = None;
                 self.waited = std::time::Duration::ZERO;
+                self.awaiting.clear();
                 self.streamed = 0;
-            }
-            Event::TurnEnd(end) => {
-                self.running = false;
-                self.turn_started = None;
-                self.waiting_since = None;
-                self.end_preview();
-                self.turn_end(&end.reason);
             }
             Event::UserMessage(message) => {
                 if matches!(message.source, MessageSource::User) {
@@ -296,60 +295,201 @@ impl Transcript {
                     self.usage(usage);
                 }
             }
-            Event::ToolCall(call) => {
-                self.end_preview();
-                let presentation = self.presenter.call(call);
-                self.cells.push(Cell::Tool(ToolCard {
-                    call_id: call.call_id.clone(),
-                    name: call.name.clone(),
-                    arguments: call.arguments.clone(),
-                    status: ToolStatus::Running,
-                    progress: None,
-                    presentation: Some(presentation),
-                    summary: None,
-                }));
-            }
-            Event::ToolResult(result) => self.tool_result(result),
             Event::RequestHeader(header) => {
                 let config = header.header.config.config();
                 self.stats.model = Some(config.model.clone());
                 self.stats.effort = config.reasoning_effort.map(|e| e.as_str().to_string());
             }
-            Event::LlmRetry(retry) => {
+            Event::Opaque { event_type, data } => match event_type.as_str() {
+                "request/cache" => {
+                    if let Some(ratio) = data["cacheHitRatio"].as_f64() {
+                        self.stats.last_cache_hit = Some(ratio);
+                    }
+                }
+                "sandbox/mode" => {
+                    let Some(mode) = data["mode"].as_str() else {
+                        return;
+                    };
+                    let previous = self.stats.sandbox.replace(mode.to_string());
+                    if previous.is_some_and(|previous| previous != mode) {
+                        let detail = data["detail"].as_str().unwrap_or("no detail");
+                        self.info(format!("sandbox: {mode} ({detail})"));
+                    }
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    /// Shows one view event.
+    fn view(&mut self, view: ViewEvent, envelope: &Envelope) {
+        match view {
+            ViewEvent::ToolCard(card) => self.card(card),
+            ViewEvent::ApprovalRequested {
+                id,
+                call_id,
+                reason,
+                rule,
+                ..
+            } => {
+                if let Some(rule) = rule {
+                    self.rules.insert(id, rule);
+                }
+                let tool = self.title_of(&call_id);
+                self.place_notice(format!("approval asked for {tool}: {reason}"), &call_id);
+            }
+            ViewEvent::ApprovalDecided {
+                id,
+                call_id,
+                outcome,
+                scope,
+            } => {
+                // A remembered rule answers without a question: the rule is in the event.
+                let logged = match &envelope.event {
+                    Event::Opaque { data, .. } => data["rule"].as_str().map(str::to_string),
+                    _ => None,
+                };
+                let rule = self.rules.remove(&id).or(logged);
+                let rule = rule.as_deref().unwrap_or("a rule");
+                let call_id = call_id.unwrap_or_default();
+                let text = match (outcome.as_str(), scope.as_deref()) {
+                    ("approved", Some("rule")) => format!(
+                        "{} allowed by a remembered approval: {rule}",
+                        self.title_of(&call_id)
+                    ),
+                    ("approved", Some("session")) => {
+                        format!("approved; for this session also {rule}")
+                    }
+                    ("approved", Some("always")) => {
+                        format!("approved; remembered for later sessions: {rule}")
+                    }
+                    (outcome, _) => format!("approval {outcome}"),
+                };
+                self.place_notice(text, &call_id);
+            }
+            ViewEvent::ModelChanged { provider, model } => self.model_changed(&provider, &model),
+            ViewEvent::PresetChanged { preset } => {
+                let previous = self.stats.permission.replace(preset.clone());
+                // The session's first record, or the preset already in force, says nothing.
+                if let Some(previous) = previous.filter(|p| *p != preset) {
+                    self.info(format!(
+                        "permission preset: {preset} (was {previous}); applies from the next step"
+                    ));
+                }
+            }
+            ViewEvent::FilesUndone {
+                turn,
+                files,
+                complete,
+            } => self.info(undone_text(turn, &files, complete)),
+            ViewEvent::Retry {
+                retry,
+                delay_ms,
+                message,
+            } => {
                 self.drop_preview();
                 self.cells.push(Cell::Notice {
                     level: NoticeLevel::Warn,
                     text: format!(
-                        "retry {} in {:.1} s after {}: {}",
-                        retry.retry,
-                        retry.delay_ms as f64 / 1000.0,
-                        retry.failure.code,
-                        retry.failure.message
+                        "retry {retry} in {:.1} s after {message}",
+                        delay_ms as f64 / 1000.0
                     ),
                 });
             }
-            Event::SessionTitle(title) => self.stats.title = Some(title.title.clone()),
-            Event::Opaque { event_type, data } => self.opaque(event_type, data),
-            Event::StepStart(_)
-            | Event::StepEnd(_)
-            | Event::ToolStarted(_)
-            | Event::RequestContext(_)
-            | Event::LlmRetryStarted(_)
-            | Event::InboxSpliced(_)
-            | Event::TodoWrite(_)
-            | Event::DshOnly(_)
-            | Event::EndSeed(_) => {}
+            ViewEvent::Compaction { phase, data } => self.info(compaction_text(&phase, &data)),
+            ViewEvent::Title { title } => self.stats.title = Some(title),
+            ViewEvent::TurnEnded {
+                state,
+                reason,
+                message,
+                code,
+                ..
+            } => {
+                self.running = false;
+                self.turn_started = None;
+                self.waiting_since = None;
+                self.awaiting.clear();
+                self.end_preview();
+                self.turn_end(state, &reason, message, code);
+            }
+            _ => {}
         }
+    }
+
+    /// The requests go to `model` from now on: a notice, unless it is the session's first
+    /// route (the session's model, which the header shows).
+    fn model_changed(&mut self, provider: &str, model: &str) {
+        if std::mem::replace(&mut self.routed, true) {
+            self.info(format!("model: {model} ({provider}) from this request on"));
+        }
+    }
+
+    /// A card appeared or changed: its cell is added or updated, and the working time stops
+    /// while a card awaits approval.
+    fn card(&mut self, card: Card) {
+        let awaiting = card.state == CardState::AwaitingApproval;
+        if awaiting {
+            self.awaiting.insert(card.call_id.clone());
+            if self.running {
+                self.waiting_since
+                    .get_or_insert_with(std::time::Instant::now);
+            }
+        } else if self.awaiting.remove(&card.call_id) && self.awaiting.is_empty() {
+            if let Some(since) = self.waiting_since.take() {
+                self.waited += since.elapsed();
+            }
+        }
+        match self.card_at(&card.call_id) {
+            Some(at) => {
+                if let Cell::Tool(shown) = &mut self.cells[at] {
+                    if card.state.is_final() {
+                        shown.progress = None;
+                    }
+                    shown.card = card;
+                }
+            }
+            None => {
+                self.end_preview();
+                self.cells.push(Cell::Tool(ToolCard {
+                    card,
+                    progress: None,
+                }));
+            }
+        }
+    }
+
+    /// The cell of call `call_id`'s card.
+    fn card_at(&self, call_id: &str) -> Option<usize> {
+        self.cells
+            .iter()
+            .rposition(|cell| matches!(cell, Cell::Tool(card) if card.call_id() == call_id))
+    }
+
+    /// How call `call_id` is titled (`bash`, `github · create_issue`), for notices about it.
+    fn title_of(&self, call_id: &str) -> String {
+        match self.card_at(call_id).map(|at| &self.cells[at]) {
+            Some(Cell::Tool(card)) => card.card.presentation.title.clone(),
+            _ => "a tool".to_string(),
+        }
+    }
+
+    fn info(&mut self, text: String) {
+        self.end_preview();
+        self.cells.push(Cell::Notice {
+            level: NoticeLevel::Info,
+            text,
+        });
     }
 
     /// Shows `progress` on the running card of tool call `call_id`; false when there is none.
     pub fn set_progress(&mut self, call_id: &str, progress: &str) -> bool {
         let card = self.cells.iter_mut().rev().find_map(|cell| match cell {
-            Cell::Tool(card) if card.call_id == call_id => Some(card),
+            Cell::Tool(card) if card.call_id() == call_id => Some(card),
             _ => None,
         });
         match card {
-            Some(card) if card.status == ToolStatus::Running => {
+            Some(card) if !card.state().is_final() => {
                 if card.progress.as_deref() != Some(progress) {
                     card.progress = Some(progress.to_string());
                     self.revision += 1;
@@ -424,175 +564,49 @@ impl Transcript {
         self.stats.last_cache_hit = Some(usage.cache_hit_ratio());
     }
 
-    fn tool_result(&mut self, result: &dsh_session::ToolResult) {
-        let Some(call_id) = result.call_id() else {
-            return;
-        };
-        let status = match &result.error {
-            Some(error) => ToolStatus::Failed {
-                code: error.code.clone(),
-                message: error.message.clone().unwrap_or_default(),
-            },
-            None => ToolStatus::Done {
-                output: result.message.tool_result_text(),
-                meta: result.meta.clone(),
-            },
-        };
-        let summary = self.presenter.summary(result);
-        let card = self.cells.iter_mut().rev().find_map(|cell| match cell {
-            Cell::Tool(card) if card.call_id == call_id => Some(card),
-            _ => None,
-        });
-        if let Some(card) = card {
-            card.status = status;
-            card.summary = summary;
-        }
-    }
-
-    fn turn_end(&mut self, reason: &TurnEndReason) {
-        let (level, text) = match reason {
-            TurnEndReason::Completed => return,
-            TurnEndReason::Aborted { .. } => (NoticeLevel::Warn, "turn cancelled".to_string()),
-            TurnEndReason::MaxTokens => (
+    /// The notice of a turn's end, as the protocol classifies it (`EndState`).
+    fn turn_end(
+        &mut self,
+        state: EndState,
+        reason: &str,
+        message: Option<String>,
+        code: Option<String>,
+    ) {
+        let (level, text) = match state {
+            EndState::Completed => return,
+            EndState::Cancelled if reason == "interrupted" => (
                 NoticeLevel::Warn,
-                "the reply hit the output token limit; its tool calls were not run".to_string(),
+                "turn cancelled: the process ended while it ran".to_string(),
             ),
-            TurnEndReason::Error { error } => (
-                NoticeLevel::Error,
-                format!("{}: {}", error.code, error.message),
-            ),
-            TurnEndReason::Blocked { message } => (
-                NoticeLevel::Error,
-                format!(
-                    "turn blocked: {}",
-                    message.as_deref().unwrap_or("no reason given")
-                ),
-            ),
-            TurnEndReason::Interrupted => (
-                NoticeLevel::Warn,
-                "turn interrupted (the process ended while it ran)".to_string(),
-            ),
+            EndState::Cancelled => (NoticeLevel::Warn, "turn cancelled".to_string()),
+            EndState::Failed => {
+                let why = message.unwrap_or_else(|| "no reason given".to_string());
+                let text = match (reason, code) {
+                    (_, Some(code)) => format!("turn failed: {code}: {why}"),
+                    ("blocked", None) => format!("turn failed: blocked: {why}"),
+                    (_, None) => format!("turn failed: {why}"),
+                };
+                (NoticeLevel::Error, text)
+            }
         };
         self.cells.push(Cell::Notice { level, text });
     }
 
-    fn opaque(&mut self, event_type: &str, data: &Value) {
-        let text = match event_type {
-            "request/cache" => {
-                if let Some(ratio) = data["cacheHitRatio"].as_f64() {
-                    self.stats.last_cache_hit = Some(ratio);
-                }
-                return;
-            }
-            "compaction/start" => format!(
-                "compacting the conversation ({}; ~{} tokens of a {}-token window)",
-                data["trigger"].as_str().unwrap_or("?"),
-                data["estimatedTokens"],
-                data["contextWindow"]
-            ),
-            "compaction/end" => match data["warning"].as_str() {
-                Some(warning) => format!("compaction incomplete: {warning}"),
-                None => format!(
-                    "compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens",
-                    data["summarizedMessages"],
-                    data["pruned"],
-                    data["tokensBefore"],
-                    data["tokensAfter"]
-                ),
-            },
-            "approval/asked" => format!(
-                "approval asked for {}: {}",
-                data["toolName"].as_str().unwrap_or("a tool"),
-                data["reason"].as_str().unwrap_or("")
-            ),
-            "permission/preset" => {
-                let Some(preset) = data["preset"].as_str() else {
-                    return;
-                };
-                let previous = self.stats.permission.replace(preset.to_string());
-                match previous {
-                    Some(previous) if previous != preset => format!(
-                        "permission preset: {preset} (was {previous}); applies from the next step"
-                    ),
-                    // The session's first record, or the preset already in force.
-                    _ => return,
-                }
-            }
-            "sandbox/mode" => {
-                let Some(mode) = data["mode"].as_str() else {
-                    return;
-                };
-                let previous = self.stats.sandbox.replace(mode.to_string());
-                match previous {
-                    Some(previous) if previous != mode => format!(
-                        "sandbox: {mode} ({})",
-                        data["detail"].as_str().unwrap_or("no detail")
-                    ),
-                    _ => return,
-                }
-            }
-            "approval/decided" => {
-                let rule = data["rule"].as_str().unwrap_or("a rule");
-                match (data["outcome"].as_str(), data["scope"].as_str()) {
-                    (Some("approved"), Some("rule")) => format!(
-                        "{} allowed by a remembered approval: {rule}",
-                        data["toolName"].as_str().unwrap_or("a tool")
-                    ),
-                    (Some("approved"), Some("session")) => {
-                        format!("approved; for this session also {rule}")
-                    }
-                    (Some("approved"), Some("always")) => {
-                        format!("approved; remembered for later sessions: {rule}")
-                    }
-                    (outcome, _) => format!("approval {}", outcome.unwrap_or("decided")),
-                }
-            }
-            _ => return,
-        };
+    /// Adds the notice of an approval of call `call_id`. The question and answer come before
+    /// the call's card while it is open (so not yet in the scrollback): asked, answered, then
+    /// the result.
+    fn place_notice(&mut self, text: String, call_id: &str) {
         self.end_preview();
         let notice = Cell::Notice {
             level: NoticeLevel::Info,
             text,
         };
-        self.place_notice(notice, event_type, data);
-    }
-
-    /// Adds `notice`, of the event `event_type` with `data`. An approval's question and answer
-    /// come before the call's card, which is still running (so not yet in the scrollback):
-    /// asked, answered, then the result. While it waits, the card says so and the working time
-    /// stands still.
-    fn place_notice(&mut self, notice: Cell, event_type: &str, data: &Value) {
-        let waiting = match event_type {
-            "approval/asked" => Some(true),
-            "approval/decided" => Some(false),
-            _ => None,
-        };
-        let call = data["callId"].as_str();
-        let card = call.and_then(|call| {
-            self.cells.iter().rposition(|cell| {
-                matches!(cell, Cell::Tool(card) if card.call_id == call && card.status == ToolStatus::Running)
-            })
-        });
-        match (waiting, card) {
-            (Some(waiting), Some(at)) => {
-                self.cells.insert(at, notice);
-                if let Cell::Tool(card) = &mut self.cells[at + 1] {
-                    card.progress = waiting.then(|| "awaiting approval".to_string());
-                }
-            }
-            _ => self.cells.push(notice),
-        }
-        match waiting {
-            Some(true) if self.running => {
-                self.waiting_since
-                    .get_or_insert_with(std::time::Instant::now);
-            }
-            Some(false) => {
-                if let Some(since) = self.waiting_since.take() {
-                    self.waited += since.elapsed();
-                }
-            }
-            _ => {}
+        let open = self
+            .card_at(call_id)
+            .filter(|&at| matches!(&self.cells[at], Cell::Tool(c) if !c.state().is_final()));
+        match open {
+            Some(at) => self.cells.insert(at, notice),
+            None => self.cells.push(notice),
         }
     }
 
@@ -607,4 +621,49 @@ impl Transcript {
             .saturating_duration_since(started)
             .saturating_sub(self.waited)
     }
+}
+
+/// A compaction's notice.
+fn compaction_text(phase: &str, data: &Value) -> String {
+    if phase == "started" {
+        return format!(
+            "compacting the conversation ({}; ~{} tokens of a {}-token window)",
+            data["trigger"].as_str().unwrap_or("?"),
+            data["estimatedTokens"],
+            data["contextWindow"]
+        );
+    }
+    match data["warning"].as_str() {
+        Some(warning) => format!("compaction incomplete: {warning}"),
+        None => format!(
+            "compacted: {} old messages summarised, {} tool results pruned, ~{} -> ~{} tokens",
+            data["summarizedMessages"], data["pruned"], data["tokensBefore"], data["tokensAfter"]
+        ),
+    }
+}
+
+/// `/undo`'s notice: the turn and its files, each with what happened to it.
+fn undone_text(turn: u64, files: &Value, complete: bool) -> String {
+    let files: Vec<String> = files
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|f| {
+            let path = f["path"].as_str().unwrap_or("?");
+            match f["action"].as_str() {
+                Some(action) => format!("{path} ({action})"),
+                None => path.to_string(),
+            }
+        })
+        .collect();
+    let incomplete = if complete {
+        ""
+    } else {
+        "; some files could not be restored"
+    };
+    format!(
+        "undo: the file changes of turn {turn} were reverted: {}{incomplete}",
+        files.join(", ")
+    )
 }

@@ -17,7 +17,7 @@ use crate::cards::render_cell;
 use crate::commands::PERMISSION_PRESETS;
 use crate::links::LinkArea;
 use crate::question::QuestionForm;
-use crate::transcript::{Cell, ToolStatus, Transcript};
+use crate::transcript::{Cell, Transcript};
 use crate::wrap::{wrap_lines, wrap_lines_with_links, LinkSpot};
 
 /// Rendered lines of one cell, valid while its key and the width are unchanged.
@@ -55,12 +55,9 @@ fn cell_key(cell: &Cell, expand: bool) -> u64 {
         } => (1u8, text.len(), streaming, interrupted).hash(&mut h),
         Cell::Reasoning { text, streaming } => (2u8, text.len(), streaming, expand).hash(&mut h),
         Cell::Tool(card) => {
-            let status = match &card.status {
-                ToolStatus::Running => (0u8, 0),
-                ToolStatus::Done { output, .. } => (1, output.len()),
-                ToolStatus::Failed { message, .. } => (2, message.len()),
-            };
-            (3u8, status, &card.call_id, &card.progress).hash(&mut h)
+            let result = card.card.result.as_ref().map(String::len);
+            let state = card.state().as_str();
+            (3u8, state, result, card.call_id(), &card.progress).hash(&mut h)
         }
         Cell::Notice { text, .. } => (4u8, text.len()).hash(&mut h),
         Cell::Header(header) => (5u8, header).hash(&mut h),

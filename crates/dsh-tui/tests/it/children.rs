@@ -10,7 +10,7 @@ use dsh_agent::{ChildActivity, ChildIdentity};
 use dsh_llm::Chunk;
 use dsh_session::{AssistantChunk, Envelope, Event, ToolCall, TurnEnd, TurnEndReason, TurnStart};
 use dsh_tui::view::{draw, ViewCache};
-use dsh_tui::{App, Cell, StatusInfo, ToolCard, ToolStatus};
+use dsh_tui::{App, Card, CardState, Cell, StatusInfo, ToolCard};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
@@ -77,14 +77,19 @@ fn the_panel_the_card_and_the_followed_view_show_a_child_at_work() {
     app.loading = false;
     app.transcript.running = true;
     app.transcript.cells.push(Cell::Tool(ToolCard {
-        call_id: "p1".into(),
-        name: "subagent".into(),
-        arguments: r#"{"description":"scan the repo","prompt":"look"}"#.into(),
-        status: ToolStatus::Running,
+        card: Card {
+            call_id: "p1".into(),
+            tool: "subagent".into(),
+            // As `subagent` presents the call (its tool is the runtime's, not a standard one).
+            presentation: dsh_tools::ToolPresentation::new("subagent").subject("scan the repo"),
+            arguments: r#"{"description":"scan the repo","prompt":"look"}"#.into(),
+            state: CardState::Running,
+            summary: None,
+            error_code: None,
+            result: None,
+            meta: None,
+        },
         progress: None,
-        // As `subagent` presents the call (its tool is the runtime's, not a standard one).
-        presentation: Some(dsh_tools::ToolPresentation::new("subagent").subject("scan the repo")),
-        summary: None,
     }));
     let mut cache = ViewCache::default();
     let before = screen(&mut app, &mut cache);

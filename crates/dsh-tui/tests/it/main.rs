@@ -15,4 +15,5 @@ mod mentions;
 mod plan_review;
 mod polish;
 mod render;
+mod support;
 mod undo_diff;

@@ -11,7 +11,9 @@ use dsh_tui::cards::{render_cell, short_path};
 use dsh_tui::markdown::render_markdown;
 use dsh_tui::view::{draw, draw_live, hint_line, live_height, ViewCache};
 use dsh_tui::wrap::wrap_lines;
-use dsh_tui::{Action, App, Cell, Header, StatusInfo, ToolCard, ToolStatus};
+use dsh_tui::{Action, App, Cell, Header, StatusInfo};
+
+use crate::support::{tool_cell, Outcome};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier};
@@ -223,18 +225,14 @@ fn wrapped_code_and_tool_lines_keep_their_gutter() {
         streaming: false,
         interrupted: false,
     };
-    let bash = Cell::Tool(ToolCard {
-        call_id: "c".into(),
-        name: "bash".into(),
-        arguments: json!({"command": "cat log"}).to_string(),
-        status: ToolStatus::Done {
-            output: "error: the configuration value is out of range for this machine".into(),
-            meta: Some(json!({"exitCode": 0})),
-        },
-        progress: None,
-        presentation: None,
-        summary: None,
-    });
+    let bash = tool_cell(
+        "bash",
+        &json!({"command": "cat log"}).to_string(),
+        Outcome::Done(
+            "error: the configuration value is out of range for this machine",
+            json!({"exitCode": 0}),
+        ),
+    );
     let mut out = String::new();
     for cell in [reply, bash] {
         let rows = wrap_lines(&render_cell(&cell, false), 30);
@@ -252,18 +250,7 @@ fn wrapped_code_and_tool_lines_keep_their_gutter() {
 #[test]
 fn read_card_counts_the_lines_read() {
     let card = |args: serde_json::Value, output: &str, meta: serde_json::Value| {
-        Cell::Tool(ToolCard {
-            call_id: "c".into(),
-            name: "read".into(),
-            arguments: args.to_string(),
-            status: ToolStatus::Done {
-                output: output.into(),
-                meta: Some(meta),
-            },
-            progress: None,
-            presentation: None,
-            summary: None,
-        })
+        tool_cell("read", &args.to_string(), Outcome::Done(output, meta))
     };
     // Asked for 2000 lines of a 3-line file: 3 were read.
     let output = "<path>/w/a.txt</path>\n<type>file</type>\n<content>\n1: a\n2: b\n3: c\n\n(End of file - total 3 lines)\n</content>";

@@ -6,7 +6,9 @@
 use dsh_llm::{Chunk, ContentBlock, Message, MessageSource, Role, Usage};
 use dsh_session::{AssistantChunk, AssistantMessage, Envelope, Event, PriceTable, ToolCall};
 use dsh_tui::cards::render_cell;
-use dsh_tui::{App, Cell, StatusInfo, ToolCard, ToolStatus, Transcript};
+use dsh_tui::{App, Cell, StatusInfo, Transcript};
+
+use crate::support::{tool_cell, Outcome};
 use ratatui::backend::TestBackend;
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Terminal;
@@ -52,23 +54,12 @@ fn colour_of_row(cell: &Cell, prefix: &str) -> Option<ratatui::style::Color> {
     })
 }
 
-fn tool(name: &str, args: serde_json::Value, status: ToolStatus) -> Cell {
-    Cell::Tool(ToolCard {
-        call_id: "call_1".into(),
-        name: name.into(),
-        arguments: args.to_string(),
-        status,
-        progress: None,
-        presentation: None,
-        summary: None,
-    })
+fn tool(name: &str, args: serde_json::Value, outcome: Outcome<'_>) -> Cell {
+    tool_cell(name, &args.to_string(), outcome)
 }
 
-fn done(output: &str, meta: serde_json::Value) -> ToolStatus {
-    ToolStatus::Done {
-        output: output.into(),
-        meta: Some(meta),
-    }
+fn done(output: &str, meta: serde_json::Value) -> Outcome<'_> {
+    Outcome::Done(output, meta)
 }
 
 #[test]
@@ -86,7 +77,7 @@ fn bash_cards() {
         json!({"command": "false"}),
         done("(no output)\n[exit code: 1]", json!({"exitCode": 1})),
     );
-    let running = tool("bash", json!({"command": "sleep 5"}), ToolStatus::Running);
+    let running = tool("bash", json!({"command": "sleep 5"}), Outcome::Running);
     let text = [ok, failed, running]
         .iter()
         .map(|c| draw_cell(c, false, 60, 6))
@@ -153,10 +144,18 @@ fn read_glob_grep_and_failed_cards() {
         tool(
             "write",
             json!({"file_path": "/etc/passwd", "content": "x"}),
-            ToolStatus::Failed {
-                code: "PERMISSION_DENIED".into(),
-                message: "outside the workspace".into(),
-            },
+            Outcome::Failed("PERMISSION_DENIED", "outside the workspace"),
+        ),
+        // Each end state the protocol names is drawn apart: failed, cancelled, still waiting.
+        tool(
+            "bash",
+            json!({"command": "sleep 99"}),
+            Outcome::Failed("TOOL_TIMEOUT", "timed out after 60 s"),
+        ),
+        tool(
+            "bash",
+            json!({"command": "make"}),
+            Outcome::Failed("ABORTED", "the turn was cancelled"),
         ),
         tool(
             "todo_write",
@@ -844,7 +843,7 @@ fn an_approval_is_shown_before_its_card_which_waits_without_counting() {
     let Cell::Tool(card) = &t.cells[card_at] else {
         unreachable!()
     };
-    assert_eq!(card.progress.as_deref(), Some("awaiting approval"));
+    assert_eq!(card.state(), dsh_tui::CardState::AwaitingApproval);
     let drawn: String = render_cell(&t.cells[card_at], false)
         .iter()
         .map(|line| line.to_string())
@@ -874,5 +873,11 @@ fn an_approval_is_shown_before_its_card_which_waits_without_counting() {
     let Cell::Tool(card) = &t.cells[card_at] else {
         unreachable!()
     };
-    assert_eq!(card.progress, None);
+    // Approved: pending again until its body starts (a hook may still refuse it).
+    assert_eq!(card.state(), dsh_tui::CardState::Pending);
+    let drawn: String = render_cell(&t.cells[card_at], false)
+        .iter()
+        .map(|line| line.to_string())
+        .collect();
+    assert!(!drawn.contains("awaiting approval"), "{drawn}");
 }
