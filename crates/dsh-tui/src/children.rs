@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use dsh_agent::{ChildActivity, StoredChild};
 use dsh_llm::Chunk;
+use dsh_protocol::{CardState, EndState};
 use dsh_session::{Envelope, Event};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -31,11 +32,20 @@ pub enum ChildState {
     Done,
     /// Its last run failed.
     Failed,
-    /// Its last run was cancelled or interrupted.
+    /// Its last run was cancelled, or the process stopped while it ran.
     Cancelled,
 }
 
 impl ChildState {
+    /// The state after a run that ended as `end`.
+    pub fn ended(end: EndState) -> ChildState {
+        match end {
+            EndState::Completed => ChildState::Done,
+            EndState::Cancelled => ChildState::Cancelled,
+            EndState::Failed => ChildState::Failed,
+        }
+    }
+
     /// The word the panel shows.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -190,18 +200,19 @@ impl Children {
         }
     }
 
-    /// The parent's tool call `call_id` has its result: a child still shown running for it
-    /// (its last events were missed, the feed lagged) has ended, as the result says.
-    pub fn call_settled(&mut self, call_id: &str, failed: bool) {
+    /// The parent's tool call `call_id` has its result, which left its card in `state`: a
+    /// child still shown running for it (its last events were missed, the feed lagged) has
+    /// ended, as the card says.
+    pub fn call_settled(&mut self, call_id: &str, state: CardState) {
         for child in &mut self.list {
             let waited = !child.background && child.call_id.as_deref() == Some(call_id);
             if child.state == ChildState::Running && waited {
                 child.took = child.started.map(|s| s.elapsed());
                 child.streamed = 0;
-                child.state = if failed {
-                    ChildState::Failed
-                } else {
-                    ChildState::Done
+                child.state = match state {
+                    CardState::Done => ChildState::Done,
+                    CardState::Cancelled => ChildState::Cancelled,
+                    _ => ChildState::Failed,
                 };
                 child.activity = child.state.as_str().to_string();
             }
@@ -333,13 +344,9 @@ fn fold(child: &mut ChildView, event: &Envelope) -> bool {
         Event::TurnEnd(end) => {
             child.took = child.started.map(|s| s.elapsed());
             child.streamed = 0;
-            // The one end-of-turn state every front end shows (docs/agent.md, "Watching
-            // children").
-            child.state = match dsh_agent::child_state_after(&end.reason) {
-                "idle" => ChildState::Done,
-                "cancelled" => ChildState::Cancelled,
-                _ => ChildState::Failed,
-            };
+            // The one classification of a turn's end every front end shows
+            // (docs/protocol.md, "Turn ends").
+            child.state = ChildState::ended(EndState::of(&end.reason));
             child.activity = child.state.as_str().to_string();
         }
         _ => {}

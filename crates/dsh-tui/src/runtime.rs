@@ -13,6 +13,7 @@ use std::time::Duration;
 use crossterm::event::Event as TermEvent;
 use dsh_agent::{AgentError, AgentHandle, ChildActivity, SessionEvent};
 use dsh_llm::CallConfig;
+use dsh_protocol::CardState;
 use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, LoadedLog, SessionStore, SessionSummary, StoreKind};
 use dsh_tools::PermissionPreset;
@@ -993,8 +994,9 @@ impl Ui {
             Ok(envelope) => {
                 if let dsh_session::Event::ToolResult(result) = &envelope.event {
                     if let Some(call) = result.call_id() {
-                        let failed = result.error.is_some();
-                        self.app.children.call_settled(call, failed);
+                        let code = result.error.as_ref().map(|e| e.code.as_str());
+                        let state = CardState::of_result(code);
+                        self.app.children.call_settled(call, state);
                     }
                 }
                 match &mut self.resync {

@@ -180,10 +180,37 @@ fn a_childs_missed_end_is_settled_by_the_parents_result() {
     assert!(app.children.any_running());
     assert!(app.children.panel_rows() > 0);
     // Another call's result leaves it running; its own ends it.
-    app.children.call_settled("other", false);
+    app.children.call_settled("other", CardState::Done);
     assert!(app.children.any_running());
-    app.children.call_settled("p1", true);
+    app.children.call_settled("p1", CardState::Failed);
     assert!(!app.children.any_running());
     assert_eq!(app.children.list[0].state.as_str(), "failed");
     assert_eq!(app.children.panel_rows(), 0);
+}
+
+/// A child's end is classified as every front end classifies it (docs/protocol.md, "Turn
+/// ends"): a reply cut at the output limit failed (its tool calls were dropped), a run the
+/// process stopped in was cancelled, an abort was cancelled, a completed run is done.
+#[test]
+fn a_childs_end_is_the_protocols_end_state() {
+    let cases = [
+        (TurnEndReason::Completed, "done"),
+        (TurnEndReason::MaxTokens, "failed"),
+        (TurnEndReason::Interrupted, "cancelled"),
+        (TurnEndReason::Aborted { reason: None }, "cancelled"),
+    ];
+    for (reason, shown) in cases {
+        let mut app = App::new(StatusInfo::default());
+        app.children
+            .apply(&activity(1, Event::TurnStart(TurnStart { turn: 1 })));
+        app.children.apply(&activity(
+            2,
+            Event::TurnEnd(TurnEnd {
+                turn: 1,
+                reason: reason.clone(),
+            }),
+        ));
+        assert_eq!(app.children.list[0].state.as_str(), shown, "{reason:?}");
+        assert_eq!(app.children.list[0].activity, shown, "{reason:?}");
+    }
 }
