@@ -5,10 +5,10 @@
 use std::collections::VecDeque;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use dsh_agent::{ApprovalChoice, ApprovalDecision, ApprovalRequest, AskOutcome, UserCommand};
+use dsh_agent::{ApprovalChoice, ApprovalDecision, ApprovalRequest, UserCommand};
+use dsh_protocol::Reply;
 use dsh_session::{PriceTable, SessionSummary};
 use dsh_tools::PermissionPreset;
-use tokio::sync::oneshot;
 
 use crate::commands::{completions, parse, SlashCommand, PERMISSION_PRESETS};
 use crate::composer::Composer;
@@ -36,6 +36,20 @@ pub enum Action {
     /// The user started writing a message while no turn runs: open the provider connection
     /// now, so the call finds it ready (docs/tui.md, "Connection warm-up").
     WarmConnection,
+    /// Answer approval question `id` (`dsh_protocol::Op::Approve`).
+    Approve {
+        /// The question.
+        id: String,
+        /// The user's answer.
+        decision: ApprovalDecision,
+    },
+    /// Answer the questions of tool call `call_id` (`dsh_protocol::Op::Answer`).
+    Answer {
+        /// The waiting call.
+        call_id: String,
+        /// The user's answers, or a dismissal.
+        reply: Reply,
+    },
     /// Leave.
     Quit,
 }
@@ -55,22 +69,20 @@ pub struct StatusInfo {
     pub prices: PriceTable,
 }
 
-/// A tool call waiting for the user's answer.
+/// A tool call waiting for the user's answer (the session's `dsh_protocol::Interactions`
+/// holds it until [`Action::Approve`] answers it).
 pub struct PendingApproval {
     /// The question.
     pub request: ApprovalRequest,
-    /// Where the answer goes (the loop waits on it).
-    pub respond: Option<oneshot::Sender<ApprovalDecision>>,
     /// Rows of the arguments scrolled past (Up/Down/PgUp/PgDn; the view clamps it).
     pub scroll: usize,
 }
 
-/// Questions from `ask_user_question` waiting for the user's answers.
+/// Questions from `ask_user_question` (or a plan review) waiting for the user's answers (the
+/// session's `dsh_protocol::Interactions` holds them until [`Action::Answer`] answers them).
 pub struct PendingQuestion {
     /// The questions and the user's answers so far.
     pub form: QuestionForm,
-    /// Where the outcome goes (the tool waits on it).
-    pub respond: Option<oneshot::Sender<AskOutcome>>,
 }
 
 /// The `/permission` list: the presets, the one in force marked.
@@ -255,8 +267,7 @@ impl App {
             return vec![Action::Quit];
         }
         if !self.approvals.is_empty() {
-            self.approval_key(key);
-            return Vec::new();
+            return self.approval_key(key);
         }
         // `/diff`'s view takes the keys while it is open (a question hides it, crate::pager).
         if self.questions.is_empty() {
@@ -269,8 +280,7 @@ impl App {
             return Vec::new();
         }
         if !self.questions.is_empty() {
-            self.question_key(key);
-            return Vec::new();
+            return self.question_key(key);
         }
         if let Some(actions) = self.menu_key(key) {
             return actions;
@@ -384,8 +394,8 @@ impl App {
             return Vec::new();
         }
         if self.transcript.running || !self.approvals.is_empty() || !self.questions.is_empty() {
-            // The loop answers a pending approval `canceled` itself when the turn ends; a
-            // withdrawn question stops waiting on the same cancellation.
+            // The cancel ends the turn, and with it what its calls wait for (the broker
+            // forgets questions whose turn ended).
             self.approvals.clear();
             self.questions.clear();
             self.armed = None;
@@ -444,17 +454,23 @@ impl App {
         }
     }
 
-    fn approval_key(&mut self, key: KeyEvent) {
+    fn approval_key(&mut self, key: KeyEvent) -> Vec<Action> {
         let page = self.page.max(2) / 2;
         if let Some(pending) = self.approvals.front_mut() {
             let scroll = &mut pending.scroll;
             match key.code {
-                KeyCode::Up => return *scroll = scroll.saturating_sub(1),
-                KeyCode::Down => return *scroll += 1,
-                KeyCode::PageUp => return *scroll = scroll.saturating_sub(page),
-                KeyCode::PageDown => return *scroll += page,
-                KeyCode::Home => return *scroll = 0,
+                KeyCode::Up => *scroll = scroll.saturating_sub(1),
+                KeyCode::Down => *scroll += 1,
+                KeyCode::PageUp => *scroll = scroll.saturating_sub(page),
+                KeyCode::PageDown => *scroll += page,
+                KeyCode::Home => *scroll = 0,
                 _ => {}
+            }
+            if matches!(
+                key.code,
+                KeyCode::Up | KeyCode::Down | KeyCode::PageUp | KeyCode::PageDown | KeyCode::Home
+            ) {
+                return Vec::new();
             }
         }
         let offers = |choice: ApprovalChoice| {
@@ -477,28 +493,30 @@ impl App {
                         .to_string(),
                 }
             }
-            _ => return,
+            _ => return Vec::new(),
         };
-        if let Some(mut pending) = self.approvals.pop_front() {
-            if let Some(respond) = pending.respond.take() {
-                // The loop stopped waiting (turn cancelled): nobody needs the answer.
-                let _ = respond.send(decision);
-            }
+        match self.approvals.pop_front() {
+            Some(pending) => vec![Action::Approve {
+                id: pending.request.id,
+                decision,
+            }],
+            None => Vec::new(),
         }
     }
 
-    fn question_key(&mut self, key: KeyEvent) {
+    fn question_key(&mut self, key: KeyEvent) -> Vec<Action> {
         let Some(pending) = self.questions.front_mut() else {
-            return;
+            return Vec::new();
         };
-        let Some(outcome) = pending.form.on_key(key) else {
-            return;
+        let Some(reply) = pending.form.on_key(key) else {
+            return Vec::new();
         };
-        if let Some(mut pending) = self.questions.pop_front() {
-            if let Some(respond) = pending.respond.take() {
-                // The tool stopped waiting (turn cancelled): nobody needs the answers.
-                let _ = respond.send(outcome);
-            }
+        match self.questions.pop_front() {
+            Some(pending) => vec![Action::Answer {
+                call_id: pending.form.request.call_id,
+                reply,
+            }],
+            None => Vec::new(),
         }
     }
 

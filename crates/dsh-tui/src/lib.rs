@@ -16,13 +16,11 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod app;
-pub mod approval;
 pub mod attach;
 pub mod cards;
 pub mod children;
 pub mod commands;
 pub mod composer;
-mod effort;
 pub mod finder;
 pub mod highlight;
 pub mod inline;

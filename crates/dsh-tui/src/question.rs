@@ -1,55 +1,19 @@
-//! `ask_user_question` in the TUI: the [`Asker`] that hands the model's questions to the UI
-//! loop, and the form that answers them.
+//! `ask_user_question` (and `exit_plan_mode`'s plan review) in the TUI: the form that answers
+//! the questions the session's `dsh_protocol::Interactions` holds; the answer goes back as
+//! `Op::Answer` (docs/protocol.md, "Approvals and questions"), which checks it.
 //!
 //! The form shows one question at a time: numbered options (a multi-select question toggles
 //! them), then an "Other" row that takes free text, always. Enter confirms the question and
 //! moves to the next; after the last one the answers go back to the tool. Esc asks whether to
 //! dismiss all the questions, with an optional message for the model. Key handling is pure
-//! ([`QuestionForm::on_key`] returns the outcome when the form is done), so it is tested
+//! ([`QuestionForm::on_key`] returns the reply when the form is done), so it is tested
 //! without a terminal.
 
 use std::collections::BTreeSet;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use dsh_agent::{AskOutcome, Asker, QuestionRequest, UserAnswer};
-use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
-
-/// Questions of one tool call and where the outcome goes.
-pub type AskQuestion = (QuestionRequest, oneshot::Sender<AskOutcome>);
-
-/// Sends questions to the UI loop and waits for the user's answers.
-#[derive(Clone)]
-pub struct TuiAsker {
-    questions: mpsc::UnboundedSender<AskQuestion>,
-}
-
-impl TuiAsker {
-    /// An asker that asks through `questions`.
-    pub fn new(questions: mpsc::UnboundedSender<AskQuestion>) -> Self {
-        TuiAsker { questions }
-    }
-}
-
-impl Asker for TuiAsker {
-    fn ask(&self, request: QuestionRequest) -> BoxFuture<'static, AskOutcome> {
-        let (respond, answer) = oneshot::channel();
-        let sent = self.questions.send((request, respond));
-        Box::pin(async move {
-            if sent.is_err() {
-                return AskOutcome::Unavailable {
-                    reason: "the terminal UI closed before the user answered".to_string(),
-                };
-            }
-            match answer.await {
-                Ok(outcome) => outcome,
-                // The UI only withdraws a question when the user cancels the turn (Ctrl-C):
-                // the tool stops waiting on that cancellation, not on an invented answer.
-                Err(_) => std::future::pending().await,
-            }
-        })
-    }
-}
+use dsh_agent::{QuestionRequest, UserAnswer};
+use dsh_protocol::Reply;
 
 /// The user's work on one question.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -102,18 +66,14 @@ impl QuestionForm {
 
     /// Applies a key; returns the outcome once the user confirmed the last question or
     /// dismissed them all.
-    pub fn on_key(&mut self, key: KeyEvent) -> Option<AskOutcome> {
+    pub fn on_key(&mut self, key: KeyEvent) -> Option<Reply> {
         if key.kind == KeyEventKind::Release {
             return None;
         }
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         if let Some(message) = self.declining.as_mut() {
             match key.code {
-                KeyCode::Enter => {
-                    return Some(AskOutcome::Declined {
-                        message: message.trim().to_string(),
-                    })
-                }
+                KeyCode::Enter => return Some(Reply::Decline(message.trim().to_string())),
                 KeyCode::Esc => self.declining = None,
                 KeyCode::Backspace => {
                     message.pop();
@@ -128,7 +88,7 @@ impl QuestionForm {
             self.drafts.get_mut(self.current),
         ) else {
             // No question at all: nothing to answer.
-            return Some(AskOutcome::Answered(Vec::new()));
+            return Some(Reply::Answers(Vec::new()));
         };
         let options = question.options.len();
         let on_other = draft.highlight >= options;
@@ -186,12 +146,12 @@ impl QuestionForm {
     }
 
     /// Enter: the next question, or the answers after the last one.
-    fn confirm(&mut self) -> Option<AskOutcome> {
+    fn confirm(&mut self) -> Option<Reply> {
         if self.current + 1 < self.request.questions.len() {
             self.current += 1;
             return None;
         }
-        Some(AskOutcome::Answered(self.answers()))
+        Some(Reply::Answers(self.answers()))
     }
 
     /// The answers as they stand: a single-select question answers its highlighted option
@@ -266,7 +226,7 @@ mod tests {
         KeyEvent::new(code, KeyModifiers::NONE)
     }
 
-    fn press(form: &mut QuestionForm, codes: &[KeyCode]) -> Option<AskOutcome> {
+    fn press(form: &mut QuestionForm, codes: &[KeyCode]) -> Option<Reply> {
         let mut last = None;
         for code in codes {
             assert!(last.is_none(), "the form finished before {code:?}");
@@ -304,7 +264,7 @@ mod tests {
         typed(&mut f, "2");
         assert_eq!(
             press(&mut f, &[KeyCode::Enter]),
-            Some(AskOutcome::Answered(vec![
+            Some(Reply::Answers(vec![
                 answer("db", &["postgres"]),
                 answer("lang", &["go"]),
             ]))
@@ -323,7 +283,7 @@ mod tests {
         assert_eq!(f.drafts[0].highlight, 1);
         assert_eq!(
             press(&mut f, &[KeyCode::Enter, KeyCode::Enter]),
-            Some(AskOutcome::Answered(vec![
+            Some(Reply::Answers(vec![
                 answer("a", &["y"]),
                 answer("b", &["z"])
             ]))
@@ -341,10 +301,7 @@ mod tests {
         assert_eq!(f.drafts[0].chosen, BTreeSet::from([0, 1]));
         assert_eq!(
             press(&mut f, &[KeyCode::Enter]),
-            Some(AskOutcome::Answered(vec![answer(
-                "tests",
-                &["unit", "e2e"]
-            )]))
+            Some(Reply::Answers(vec![answer("tests", &["unit", "e2e"])]))
         );
     }
 
@@ -357,7 +314,7 @@ mod tests {
         press(&mut f, &[KeyCode::Backspace]);
         assert_eq!(
             press(&mut f, &[KeyCode::Enter]),
-            Some(AskOutcome::Answered(vec![answer("name", &["baz"])]))
+            Some(Reply::Answers(vec![answer("name", &["baz"])]))
         );
 
         let mut f = form(vec![question("extras", &["docs", "ci"], true)]);
@@ -365,7 +322,7 @@ mod tests {
         typed(&mut f, "also a changelog");
         assert_eq!(
             press(&mut f, &[KeyCode::Enter]),
-            Some(AskOutcome::Answered(vec![answer(
+            Some(Reply::Answers(vec![answer(
                 "extras",
                 &["ci", "also a changelog"]
             )]))
@@ -381,7 +338,7 @@ mod tests {
         f.on_paste(" it\nworks");
         assert_eq!(
             press(&mut f, &[KeyCode::Enter, KeyCode::Enter]),
-            Some(AskOutcome::Answered(vec![
+            Some(Reply::Answers(vec![
                 answer("why", &["1 because it works"]),
                 answer("more", &[]),
             ]))
@@ -396,7 +353,7 @@ mod tests {
         assert_eq!(f.drafts[0].highlight, 1);
         assert_eq!(
             press(&mut f, &[KeyCode::Enter]),
-            Some(AskOutcome::Answered(vec![answer("q", &["b"])]))
+            Some(Reply::Answers(vec![answer("q", &["b"])]))
         );
     }
 
@@ -414,17 +371,13 @@ mod tests {
         press(&mut f, &[KeyCode::Backspace]);
         assert_eq!(
             press(&mut f, &[KeyCode::Enter]),
-            Some(AskOutcome::Declined {
-                message: "decide yourself".into()
-            })
+            Some(Reply::Decline("decide yourself".into()))
         );
 
         let mut f = form(vec![question("q", &[], false)]);
         assert_eq!(
             press(&mut f, &[KeyCode::Esc, KeyCode::Enter]),
-            Some(AskOutcome::Declined {
-                message: String::new()
-            })
+            Some(Reply::Decline(String::new()))
         );
     }
 }

@@ -1,5 +1,7 @@
-//! The event loop: terminal input, session events, approval questions, `ask_user_question`
-//! questions and background jobs in, frames out.
+//! The event loop: terminal input, session events, the questions the session's broker holds
+//! (approvals, `ask_user_question`, plan reviews) and background jobs in, frames out. The TUI
+//! speaks the session protocol (docs/protocol.md): what the user does becomes an `Op` for the
+//! session's [`SessionControl`], and the questions wait in its [`Interactions`].
 //!
 //! Start-up draws the first frame before any blocking work: the session is opened (and, for a
 //! resume, its log read) on a blocking thread while the user can already type; what is sent
@@ -12,8 +14,7 @@ use std::time::Duration;
 
 use crossterm::event::Event as TermEvent;
 use dsh_agent::{AgentError, AgentHandle, ChildActivity, SessionEvent};
-use dsh_llm::CallConfig;
-use dsh_protocol::CardState;
+use dsh_protocol::{CardState, Interactions, ModelLookup, Op, SessionControl, Waiting};
 use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, LoadedLog, SessionStore, SessionSummary, StoreKind};
 use dsh_tools::PermissionPreset;
@@ -28,12 +29,11 @@ use tokio_util::sync::CancellationToken;
 use crate::app::{
     Action, App, PendingApproval, PendingQuestion, PermissionMenu, Picker, StatusInfo, CANCELLING,
 };
-use crate::approval::{ApprovalQuestion, TuiApprover};
 use crate::cards::{render_cell, short_path};
 use crate::commands::{help_text, SlashCommand};
 use crate::inline::{hyperlinks_supported, InlineScreen};
 use crate::links::LinkOverlay;
-use crate::question::{AskQuestion, QuestionForm, TuiAsker};
+use crate::question::QuestionForm;
 use crate::terminal::TerminalGuard;
 use crate::transcript::{Cell, Header, NoticeLevel, Transcript};
 use crate::view::{draw, draw_live, live_height, short_tokens, ViewCache};
@@ -103,18 +103,23 @@ enum Background {
     ListedMore(Vec<SessionSummary>),
     Forked(anyhow::Result<String>),
     Exported(anyhow::Result<PathBuf>),
-    /// What `/undo`, `/diff` or `/status` found (crate::worktree, crate::status).
+    /// What `/diff` or `/status` found (crate::worktree, crate::status).
     Report(Box<dyn FnOnce(&mut App) + Send>),
+    /// What an operation carried out off the UI thread returned (`/undo`).
+    Submitted(Result<Vec<String>, dsh_protocol::OpError>),
     Reloaded(anyhow::Result<LoadedLog>),
 }
 
 /// A serving agent.
 struct Live {
     handle: AgentHandle,
+    /// Carries out the user's operations (docs/protocol.md, "Operations").
+    control: SessionControl,
     events: broadcast::Receiver<SessionEvent>,
+    /// The questions of the session's broker, as they start waiting.
+    waiting: broadcast::Receiver<Waiting>,
     stop: CancellationToken,
     task: JoinHandle<Result<(), AgentError>>,
-    call: CallConfig,
     /// The children's live events (docs/agent.md, "Watching children"); `None` once the feed
     /// closed.
     children: Option<broadcast::Receiver<ChildActivity>>,
@@ -164,8 +169,6 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         options,
         factory,
         background: mpsc::unbounded_channel(),
-        questions: mpsc::unbounded_channel(),
-        asks: mpsc::unbounded_channel(),
     };
     ui.render(&mut terminal)?;
 
@@ -233,6 +236,8 @@ enum FromLive {
     Session(Result<SessionEvent, broadcast::error::RecvError>),
     /// An event of a child (docs/agent.md, "Watching children").
     Child(Result<ChildActivity, broadcast::error::RecvError>),
+    /// A question of the session's broker started waiting.
+    Waiting(Result<Waiting, broadcast::error::RecvError>),
 }
 
 async fn next_live(live: &mut Option<Live>) -> FromLive {
@@ -243,8 +248,12 @@ async fn next_live(live: &mut Option<Live>) -> FromLive {
         Some(children) => tokio::select! {
             event = live.events.recv() => FromLive::Session(event),
             activity = children.recv() => FromLive::Child(activity),
+            waiting = live.waiting.recv() => FromLive::Waiting(waiting),
         },
-        None => FromLive::Session(live.events.recv().await),
+        None => tokio::select! {
+            event = live.events.recv() => FromLive::Session(event),
+            waiting = live.waiting.recv() => FromLive::Waiting(waiting),
+        },
     }
 }
 
@@ -281,14 +290,6 @@ struct Ui {
     background: (
         mpsc::UnboundedSender<Background>,
         mpsc::UnboundedReceiver<Background>,
-    ),
-    questions: (
-        mpsc::UnboundedSender<ApprovalQuestion>,
-        mpsc::UnboundedReceiver<ApprovalQuestion>,
-    ),
-    asks: (
-        mpsc::UnboundedSender<AskQuestion>,
-        mpsc::UnboundedReceiver<AskQuestion>,
     ),
 }
 
@@ -365,16 +366,8 @@ impl Ui {
                 event = next_live(&mut self.live) => match event {
                     FromLive::Session(event) => self.on_session_event(event),
                     FromLive::Child(activity) => self.on_child(activity),
+                    FromLive::Waiting(waiting) => self.on_waiting(waiting),
                 },
-                Some((request, respond)) = self.questions.1.recv() => {
-                    self.app.approvals.push_back(PendingApproval { request, respond: Some(respond), scroll: 0 });
-                }
-                Some((request, respond)) = self.asks.1.recv() => {
-                    self.app.questions.push_back(PendingQuestion {
-                        form: QuestionForm::new(request),
-                        respond: Some(respond),
-                    });
-                }
                 Some(done) = self.background.1.recv() => self.on_background(done),
             }
             // Batch whatever else is ready into the same frame.
@@ -410,14 +403,15 @@ impl Ui {
             if !self.app.transcript.running && self.app.hint.as_deref() == Some(CANCELLING) {
                 self.app.hint = None;
             }
-            // A prompt whose asker stopped waiting (its turn was cancelled) goes away.
-            self.app
-                .approvals
-                .retain(|a| a.respond.as_ref().is_some_and(|r| !r.is_closed()));
-            self.app
-                .questions
-                .retain(|q| q.respond.as_ref().is_some_and(|r| !r.is_closed()));
             if let Some(live) = &self.live {
+                // A prompt the broker no longer holds (its turn was cancelled) goes away.
+                let broker = live.control.interactions();
+                self.app
+                    .approvals
+                    .retain(|a| broker.approval_waits(&a.request.id));
+                self.app
+                    .questions
+                    .retain(|q| broker.question_waits(&q.form.request.call_id));
                 self.app.status.permission = live.handle.permission().as_str().to_string();
                 let (turn, step) = live.handle.pending();
                 // Only what the user typed: notes for the model (`/undo`'s, background
@@ -497,6 +491,14 @@ impl Ui {
                 }
                 return false;
             }
+            Action::Approve { id, decision } => {
+                self.submit(Op::Approve { id, decision });
+                return false;
+            }
+            Action::Answer { call_id, reply } => {
+                self.submit(Op::Answer { call_id, reply });
+                return false;
+            }
             Action::Send(_) | Action::Steer(_) | Action::Cancel => {}
         }
         let Some(live) = &self.live else {
@@ -530,12 +532,14 @@ impl Ui {
                     let text = images.problems.join("\n");
                     self.app.transcript.notice(NoticeLevel::Warn, text);
                 }
-                live.handle.followup_message(message)
+                live.control.submit(Op::Prompt(message))
             }
-            Action::Steer(text) => live.handle.steer(text),
+            Action::Steer(text) => live
+                .control
+                .submit(Op::Steer(dsh_agent::new_user_message(text))),
             Action::Cancel => {
                 let (turn, step) = live.handle.pending();
-                live.handle.cancel(false);
+                let cancelled = live.control.submit(Op::Cancel { keep_queued: false });
                 let queued: Vec<String> = step
                     .iter()
                     .chain(&turn)
@@ -550,20 +554,97 @@ impl Ui {
                     self.app.composer.set_text(&text);
                     self.app.hint = Some("queued messages were returned to the composer".into());
                 }
-                Ok(())
+                cancelled
             }
-            Action::OpenSession(_)
-            | Action::Command(_)
-            | Action::SetPermission(_)
-            | Action::WarmConnection
-            | Action::Quit => Ok(()),
+            _ => Ok(Vec::new()),
         };
         if let Err(err) = result {
-            self.app
-                .transcript
-                .notice(NoticeLevel::Error, format!("cannot queue input: {err}"));
+            self.app.transcript.notice(
+                NoticeLevel::Error,
+                format!("cannot queue input: {}", err.message),
+            );
         }
         false
+    }
+
+    /// Hands `op` to the session (docs/protocol.md, "Operations"): its notes become info
+    /// notices, a refusal an error notice. Returns true when it was carried out.
+    fn submit(&mut self, op: Op) -> bool {
+        let Some(live) = &self.live else {
+            self.app.hint = Some("no session is open yet".to_string());
+            return false;
+        };
+        let result = live.control.submit(op);
+        self.show_result(result)
+    }
+
+    /// Shows what an operation returned; true when it was carried out.
+    fn show_result(&mut self, result: Result<Vec<String>, dsh_protocol::OpError>) -> bool {
+        match result {
+            Ok(notes) => {
+                for note in notes {
+                    info(&mut self.app, note);
+                }
+                true
+            }
+            Err(err) => {
+                self.app.transcript.notice(NoticeLevel::Error, err.message);
+                false
+            }
+        }
+    }
+
+    /// The model and effort the next request uses, on the status line.
+    fn show_call(&mut self) {
+        let Some(live) = &self.live else { return };
+        let call = live.control.call();
+        let effort = call.reasoning_effort.map(|e| e.as_str().to_string());
+        self.app.status.model = call.model.clone();
+        self.app.status.effort = effort.clone();
+        self.app.transcript.stats.model = Some(call.model);
+        self.app.transcript.stats.effort = effort;
+    }
+
+    /// A question of the session's broker started waiting: its prompt replaces the composer
+    /// (after those already shown). A lagging feed is caught up from the broker's list.
+    fn on_waiting(&mut self, waiting: Result<Waiting, broadcast::error::RecvError>) {
+        let pushed = match waiting {
+            Ok(waiting) => vec![waiting],
+            Err(broadcast::error::RecvError::Lagged(_)) => match &self.live {
+                Some(live) => live.control.interactions().waiting(),
+                None => Vec::new(),
+            },
+            Err(broadcast::error::RecvError::Closed) => Vec::new(),
+        };
+        for waiting in pushed {
+            match waiting {
+                Waiting::Approval(request) => {
+                    if !self
+                        .app
+                        .approvals
+                        .iter()
+                        .any(|a| a.request.id == request.id)
+                    {
+                        self.app
+                            .approvals
+                            .push_back(PendingApproval { request, scroll: 0 });
+                    }
+                }
+                Waiting::Question(request) => {
+                    let call = &request.call_id;
+                    if !self
+                        .app
+                        .questions
+                        .iter()
+                        .any(|q| &q.form.request.call_id == call)
+                    {
+                        self.app.questions.push_back(PendingQuestion {
+                            form: QuestionForm::new(request),
+                        });
+                    }
+                }
+            }
+        }
     }
 
     /// Carries out a slash command (docs/tui.md, "Slash commands"). Each command is one step
@@ -583,35 +664,34 @@ impl Ui {
         match command {
             SlashCommand::Help | SlashCommand::Quit => {}
             SlashCommand::Compact => {
-                live.handle.request_compaction();
-                info(&mut self.app, "compaction requested".to_string());
+                if self.submit(Op::Compact) {
+                    info(&mut self.app, "compaction requested".to_string());
+                }
             }
-            SlashCommand::Model(model) => crate::effort::switch_model(
-                &mut self.app,
-                &mut live.call,
-                &live.handle,
-                &*self.factory,
-                model,
-            ),
-            SlashCommand::Effort(text) => crate::effort::switch_effort(
-                &mut self.app,
-                &mut live.call,
-                &live.handle,
-                &*self.factory,
-                text,
-            ),
+            SlashCommand::Model(None) => {
+                let text = format!(
+                    "model: {} (switch with /model <id>, e.g. deepseek-v4-flash, deepseek-v4-pro)",
+                    live.control.call().model
+                );
+                info(&mut self.app, text);
+            }
+            SlashCommand::Model(Some(model)) => {
+                if self.submit(Op::SetModel(model)) {
+                    self.show_call();
+                }
+            }
+            SlashCommand::Effort(text) => self.effort_command(text),
             SlashCommand::Cost => show_cost(&mut self.app),
             SlashCommand::Permission(None) => {
                 self.app.permission_menu = Some(PermissionMenu::new(live.handle.permission()));
             }
             SlashCommand::Permission(Some(text)) => self.permission_command(&text),
             SlashCommand::User { name, arguments } => {
-                match live.handle.run_user_command(&name, &arguments) {
-                    Ok(()) => self.app.scroll = 0,
-                    Err(err) => self
-                        .app
-                        .transcript
-                        .notice(NoticeLevel::Error, format!("/{name}: {err}")),
+                match live.control.submit(Op::Command { name, arguments }) {
+                    Ok(_) => self.app.scroll = 0,
+                    Err(err) => {
+                        self.show_result(Err(err));
+                    }
                 }
             }
             SlashCommand::Resume => self.list_sessions(),
@@ -631,24 +711,34 @@ impl Ui {
                 let location = live.handle.location();
                 self.agents_command(name, location);
             }
-            SlashCommand::Undo | SlashCommand::Diff | SlashCommand::Status | SlashCommand::Init => {
+            SlashCommand::Undo => {
+                if busy {
+                    self.app.hint =
+                        Some("a turn is running: cancel it first (Ctrl-C), then /undo".into());
+                    return;
+                }
+                // Undo reads the session log: off the UI thread.
+                let control = live.control.clone();
+                let done = self.background.0.clone();
+                tokio::task::spawn_blocking(move || {
+                    let result = control.submit(Op::Undo);
+                    let _ = done.send(Background::Submitted(result));
+                });
+            }
+            SlashCommand::Diff | SlashCommand::Status | SlashCommand::Init => {
                 let handle = live.handle.clone();
                 self.session_command(command, handle);
             }
         }
     }
 
-    /// `/undo`, `/diff`, `/status` and `/init` (docs/tui.md, "Undo and diff"). The first three
-    /// read the session log off the UI thread and report back as [`Background::Report`].
+    /// `/diff`, `/status` and `/init` (docs/tui.md, "Undo and diff"). The first two read the
+    /// session log off the UI thread and report back as [`Background::Report`].
     fn session_command(&mut self, command: SlashCommand, handle: AgentHandle) {
         let cwd = self.options.cwd.clone();
         let home = self.options.home.clone();
         if command == SlashCommand::Init {
             return crate::worktree::init(&mut self.app, &handle, &cwd);
-        }
-        if command == SlashCommand::Undo && self.app.transcript.running {
-            self.app.hint = Some("a turn is running: cancel it first (Ctrl-C), then /undo".into());
-            return;
         }
         let id = handle.session_id();
         let preset = handle.permission().as_str().to_string();
@@ -656,17 +746,6 @@ impl Ui {
             move |store| {
                 let events = store.load(&id)?.events;
                 let show: Box<dyn FnOnce(&mut App) + Send> = match command {
-                    SlashCommand::Undo => {
-                        let report = crate::worktree::undo_last_turn(&events, &handle, &cwd);
-                        Box::new(move |app: &mut App| {
-                            let level = if report.done {
-                                NoticeLevel::Info
-                            } else {
-                                NoticeLevel::Error
-                            };
-                            app.transcript.notice(level, report.message);
-                        })
-                    }
                     SlashCommand::Diff => {
                         let confine = dsh_runtime::read_only_confiner(&cwd, &home);
                         let lines = crate::worktree::diff_lines(&events, &cwd, &confine);
@@ -711,6 +790,32 @@ impl Ui {
         }
         let text = help_text(&self.app.user_commands);
         info(&mut self.app, text);
+    }
+
+    /// `/effort [level]`: shows the effort and the ones the model takes, or switches it with
+    /// `Op::SetEffort`, which refuses an effort the model does not take before any request.
+    fn effort_command(&mut self, text: Option<String>) {
+        let Some(live) = &self.live else { return };
+        let choices = live.control.efforts();
+        let call = live.control.call();
+        let Some(text) = text else {
+            let current = call
+                .reasoning_effort
+                .map_or("model default", |e| e.as_str());
+            let text = format!(
+                "reasoning effort: {current} ({} takes: {choices})",
+                call.model
+            );
+            return info(&mut self.app, text);
+        };
+        match dsh_llm::ReasoningEffort::parse(&text) {
+            Some(effort) => {
+                if self.submit(Op::SetEffort(Some(effort))) {
+                    self.show_call();
+                }
+            }
+            None => self.app.hint = Some(format!("unknown effort `{text}`: {choices}")),
+        }
     }
 
     /// `/permission <preset>`: switching to `danger-full-access` removes the sandbox, so it
@@ -822,8 +927,8 @@ impl Ui {
         );
     }
 
-    /// Switches the permission preset (already confirmed). The logged `permission/preset`
-    /// event brings the notice; a refusal is shown as an error.
+    /// Switches the permission preset (already confirmed) with `Op::SetPreset`; a refusal is
+    /// shown as an error.
     fn set_permission(&mut self, preset: PermissionPreset) {
         let Some(live) = &self.live else {
             self.app.hint = Some("no session is open yet".to_string());
@@ -836,29 +941,34 @@ impl Ui {
             );
             return;
         }
-        match live.handle.set_permission(preset) {
-            Ok(()) => self.app.status.permission = preset.as_str().to_string(),
-            Err(err) => self.app.transcript.notice(
-                NoticeLevel::Error,
-                format!("cannot switch the permission preset: {err}"),
-            ),
+        if self.submit(Op::SetPreset(preset)) {
+            self.app.status.permission = preset.as_str().to_string();
         }
     }
 
     /// An opened session starts serving: the UI answers its approvals and questions, shows
     /// its log, and sends what the user typed while it was opening.
     fn start_serving(&mut self, mut opened: OpenedSession, log: LoadedLog) {
-        opened
-            .agent
-            .set_approver(Arc::new(TuiApprover::new(self.questions.0.clone())));
-        opened
-            .agent
-            .set_asker(Arc::new(TuiAsker::new(self.asks.0.clone())));
+        // The session's one approver and asker (docs/protocol.md, "Approvals and questions"):
+        // its questions wait until the user answers them here.
+        let interactions = Interactions::interactive();
+        let waiting = interactions.subscribe();
+        opened.agent.set_approver(Arc::new(interactions.clone()));
+        opened.agent.set_asker(Arc::new(interactions.clone()));
         let handle = opened.agent.handle();
         let events = handle.subscribe();
         let children = Some(opened.children.subscribe());
         let preconnect = opened.preconnect.clone();
         let call = opened.agent.call().clone();
+        let factory = Arc::clone(&self.factory);
+        let models: ModelLookup = Arc::new(move |model: &str| factory.model_info(model));
+        let control = SessionControl::new(
+            handle.clone(),
+            interactions,
+            call.clone(),
+            models,
+            self.options.cwd.clone(),
+        );
         self.app.status.context_window = opened.agent.model_info().context_window;
         self.app.status.model = call.model.clone();
         self.app.session_id = Some(handle.session_id());
@@ -898,10 +1008,11 @@ impl Ui {
         });
         self.live = Some(Live {
             handle,
+            control,
             events,
+            waiting,
             stop,
             task,
-            call,
             children,
             preconnect,
         });
@@ -980,6 +1091,9 @@ impl Ui {
                 );
             }
             Background::Report(show) => show(&mut self.app),
+            Background::Submitted(result) => {
+                self.show_result(result);
+            }
             Background::Listed(Err(err))
             | Background::Forked(Err(err))
             | Background::Exported(Err(err)) => self
@@ -1116,6 +1230,9 @@ impl Ui {
                 Err(err) => format!("the session stopped: {err}"),
             };
             self.app.transcript.running = false;
+            // Nobody waits for the answers any more.
+            self.app.approvals.clear();
+            self.app.questions.clear();
             self.app.transcript.notice(NoticeLevel::Error, message);
         }
     }
@@ -1127,6 +1244,11 @@ impl Ui {
             return;
         }
         if let Some(live) = self.live.take() {
+            live.control
+                .interactions()
+                .close("the user switched to another session");
+            self.app.approvals.clear();
+            self.app.questions.clear();
             live.stop.cancel();
             // The loop is idle (no turn runs), so it returns at once; the task drops the
             // agent and releases the session lock.
@@ -1149,6 +1271,9 @@ impl Ui {
     /// log for the next resume.
     async fn shutdown(&mut self) {
         if let Some(live) = self.live.take() {
+            live.control
+                .interactions()
+                .close("the terminal UI closed before the user answered");
             live.handle.cancel(true);
             live.stop.cancel();
             // A tool that ignores cancellation is dropped after the agent's grace period.

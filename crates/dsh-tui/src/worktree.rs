@@ -1,14 +1,13 @@
 //! `/diff` and `/init` (docs/tui.md, "Undo and diff"). `/diff` shows the session's file changes
 //! from the snapshots `write` and `edit` keep (docs/tools.md, "Snapshots"); `/undo` is the
-//! protocol's (`dsh_protocol::Op::Undo`, re-exported here for the TUI's callers).
+//! protocol's `dsh_protocol::Op::Undo`.
 
 use std::path::Path;
 
 use dsh_agent::AgentHandle;
+use dsh_protocol::undo::changes;
 use dsh_session::Envelope;
 use dsh_tools::{session_diff, FileSnapshot};
-
-pub use dsh_protocol::undo::{changes, undo_last_turn, UndoReport, UNDO_EVENT};
 
 /// `/init`: asks the agent to write AGENTS.md (queued like a typed message, so it waits for a
 /// running turn). When `cwd` already has one, the first `/init` only says so; a second one

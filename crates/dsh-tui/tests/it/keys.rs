@@ -5,15 +5,13 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use dsh_agent::{
-    AskOutcome, QuestionOption, QuestionRequest, UserAnswer, UserCommand, UserQuestion,
-};
+use dsh_agent::{QuestionOption, QuestionRequest, UserAnswer, UserCommand, UserQuestion};
+use dsh_protocol::Reply;
 use dsh_tools::PermissionPreset;
 use dsh_tui::app::{PendingQuestion, PermissionMenu};
 use dsh_tui::commands::SlashCommand;
 use dsh_tui::question::QuestionForm;
 use dsh_tui::{Action, App, StatusInfo};
-use tokio::sync::oneshot;
 
 fn app() -> App {
     let mut app = App::new(StatusInfo {
@@ -37,8 +35,7 @@ fn typed(app: &mut App, text: &str) -> Vec<Action> {
     actions
 }
 
-fn ask(app: &mut App, options: &[&str]) -> oneshot::Receiver<AskOutcome> {
-    let (respond, answer) = oneshot::channel();
+fn ask(app: &mut App, options: &[&str]) {
     app.questions.push_back(PendingQuestion {
         form: QuestionForm::new(QuestionRequest {
             call_id: "call_1".into(),
@@ -56,9 +53,15 @@ fn ask(app: &mut App, options: &[&str]) -> oneshot::Receiver<AskOutcome> {
                 multi_select: false,
             }],
         }),
-        respond: Some(respond),
     });
-    answer
+}
+
+/// The one answer `actions` holds, for call `call_1`.
+fn answer(actions: Vec<Action>) -> Reply {
+    match actions.as_slice() {
+        [Action::Answer { call_id, reply }] if call_id == "call_1" => reply.clone(),
+        other => panic!("not one answer: {other:?}"),
+    }
 }
 
 #[test]
@@ -66,13 +69,13 @@ fn an_answer_goes_to_the_asker_and_the_composer_is_left_alone() {
     let mut app = app();
     app.transcript.running = true;
     app.composer.insert_str("draft");
-    let mut answer = ask(&mut app, &["a", "b"]);
+    ask(&mut app, &["a", "b"]);
     assert!(typed(&mut app, "2").is_empty());
-    assert!(app.on_key(key(KeyCode::Enter)).is_empty());
+    let actions = app.on_key(key(KeyCode::Enter));
     assert!(app.questions.is_empty());
     assert_eq!(
-        answer.try_recv().unwrap(),
-        AskOutcome::Answered(vec![UserAnswer {
+        answer(actions),
+        Reply::Answers(vec![UserAnswer {
             id: "q1".into(),
             answers: vec!["b".into()],
         }])
@@ -84,65 +87,66 @@ fn an_answer_goes_to_the_asker_and_the_composer_is_left_alone() {
 fn esc_then_enter_declines_with_the_typed_message() {
     let mut app = app();
     app.transcript.running = true;
-    let mut answer = ask(&mut app, &[]);
+    ask(&mut app, &[]);
     app.on_key(key(KeyCode::Esc));
     typed(&mut app, "skip it");
-    app.on_key(key(KeyCode::Enter));
-    assert_eq!(
-        answer.try_recv().unwrap(),
-        AskOutcome::Declined {
-            message: "skip it".into()
-        }
-    );
+    let actions = app.on_key(key(KeyCode::Enter));
+    assert_eq!(answer(actions), Reply::Decline("skip it".into()));
 }
 
 #[test]
 fn ctrl_c_cancels_the_turn_and_closes_the_form() {
     let mut app = app();
     app.transcript.running = true;
-    let mut answer = ask(&mut app, &["a"]);
+    ask(&mut app, &["a"]);
     let actions = app.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+    // The cancel is the only thing sent: no answer (the broker forgets the question when the
+    // turn ends).
     assert_eq!(actions, vec![Action::Cancel]);
     assert!(app.questions.is_empty());
-    // The responder is gone: the asker stops waiting on the cancellation.
-    assert!(answer.try_recv().is_err());
 }
 
+/// The form's answer, submitted as the runtime submits it (`Op::Answer`), reaches the tool
+/// waiting in the session's broker; closing the broker (quitting the UI) answers what still
+/// waits "unavailable".
 #[test]
-fn the_asker_waits_for_the_ui_and_reports_a_closed_ui() {
-    use dsh_agent::Asker;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let request = QuestionRequest {
-            call_id: "call_1".into(),
-            questions: Vec::new(),
-        };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let asker = dsh_tui::question::TuiAsker::new(tx);
-        let asked = asker.ask(request.clone());
-        let (_, respond) = rx.recv().await.unwrap();
-        respond
-            .send(AskOutcome::Declined {
-                message: String::new(),
-            })
-            .unwrap();
-        assert!(matches!(asked.await, AskOutcome::Declined { .. }));
-
-        // A withdrawn question never resolves on its own (the turn's cancel ends the tool).
-        let asked = asker.ask(request.clone());
-        drop(rx.recv().await.unwrap());
-        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), asked).await;
-        assert!(waited.is_err());
-
-        drop(rx);
-        assert!(matches!(
-            asker.ask(request).await,
-            AskOutcome::Unavailable { .. }
-        ));
+fn the_forms_answer_reaches_the_waiting_tool_through_the_broker() {
+    use dsh_agent::{AskOutcome, Asker};
+    let broker = dsh_protocol::Interactions::interactive();
+    let request = QuestionRequest {
+        call_id: "call_1".into(),
+        questions: vec![UserQuestion {
+            id: "q1".into(),
+            question: "Which one?".into(),
+            header: None,
+            options: vec![QuestionOption {
+                label: "a".into(),
+                description: None,
+            }],
+            multi_select: false,
+        }],
+    };
+    let asked = broker.ask(request.clone());
+    let mut app = app();
+    app.questions.push_back(PendingQuestion {
+        form: QuestionForm::new(request.clone()),
     });
+    let reply = answer(app.on_key(key(KeyCode::Enter)));
+    broker.answer("call_1", reply).unwrap();
+    assert_eq!(
+        futures::executor::block_on(asked),
+        AskOutcome::Answered(vec![UserAnswer {
+            id: "q1".into(),
+            answers: vec!["a".into()],
+        }])
+    );
+
+    let asked = broker.ask(request);
+    broker.close("the terminal UI closed before the user answered");
+    assert!(matches!(
+        futures::executor::block_on(asked),
+        AskOutcome::Unavailable { .. }
+    ));
 }
 
 #[test]

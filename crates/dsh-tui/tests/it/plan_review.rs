@@ -5,21 +5,23 @@
 #![allow(clippy::unwrap_used)]
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use dsh_agent::{decision_of, review_request, AskOutcome, PlanDecision};
+use dsh_agent::{decision_of, review_request, AskOutcome, Asker, PlanDecision};
+use dsh_protocol::Interactions;
 use dsh_tui::app::PendingQuestion;
 use dsh_tui::question::QuestionForm;
-use dsh_tui::{App, StatusInfo};
-use tokio::sync::oneshot;
+use dsh_tui::{Action, App, StatusInfo};
+use futures::future::BoxFuture;
 
 const PLAN: &str = "# Add a greeting flag\n\n- parse `--greeting`";
 
-fn review(app: &mut App) -> oneshot::Receiver<AskOutcome> {
-    let (respond, answer) = oneshot::channel();
+/// The review waiting in a session's broker, as `exit_plan_mode` asks it, and in the form.
+fn review(app: &mut App, broker: &Interactions) -> BoxFuture<'static, AskOutcome> {
+    let request = review_request("call_plan", PLAN);
+    let asked = broker.ask(request.clone());
     app.questions.push_back(PendingQuestion {
-        form: QuestionForm::new(review_request("call_plan", PLAN)),
-        respond: Some(respond),
+        form: QuestionForm::new(request),
     });
-    answer
+    asked
 }
 
 fn app() -> App {
@@ -39,18 +41,26 @@ fn key(code: KeyCode) -> KeyEvent {
 
 fn decide(keys: &[KeyCode], paste: Option<&str>, after_paste: &[KeyCode]) -> PlanDecision {
     let mut app = app();
-    let mut answer = review(&mut app);
+    let broker = Interactions::interactive();
+    let asked = review(&mut app, &broker);
+    let mut actions = Vec::new();
     for code in keys {
-        app.on_key(key(*code));
+        actions.extend(app.on_key(key(*code)));
     }
     if let Some(text) = paste {
-        app.on_paste(text);
+        actions.extend(app.on_paste(text));
     }
     for code in after_paste {
-        app.on_key(key(*code));
+        actions.extend(app.on_key(key(*code)));
     }
     assert!(app.questions.is_empty(), "the review is still open");
-    decision_of(answer.try_recv().unwrap())
+    // Submitted as the runtime submits it (`Op::Answer`), checked by the broker.
+    for action in actions {
+        if let Action::Answer { call_id, reply } = action {
+            broker.answer(&call_id, reply).unwrap();
+        }
+    }
+    decision_of(futures::executor::block_on(asked))
 }
 
 #[test]

@@ -182,7 +182,6 @@ fn approval_box_shows_every_argument_and_scrolls() {
     app.transcript.running = true;
     app.approvals.push_back(PendingApproval {
         request: long_request(),
-        respond: None,
         scroll: 0,
     });
     let first = draw_app(&mut app, 60, 24);

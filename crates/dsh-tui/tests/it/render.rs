@@ -380,7 +380,6 @@ fn approval_prompt_replaces_the_composer() {
             choices: vec![dsh_agent::ApprovalChoice::AllowOnce, dsh_agent::ApprovalChoice::Reject],
             rule: None,
         },
-        respond: None,
         scroll: 0,
     });
     let mut terminal = Terminal::new(TestBackend::new(90, 12)).unwrap();
@@ -394,7 +393,14 @@ fn approval_prompt_replaces_the_composer() {
         crossterm::event::KeyCode::Char('y'),
         crossterm::event::KeyModifiers::NONE,
     );
-    assert!(app.on_key(key).is_empty());
+    // The answer goes to the session's broker as `Op::Approve`.
+    assert_eq!(
+        app.on_key(key),
+        vec![dsh_tui::Action::Approve {
+            id: "a1".into(),
+            decision: dsh_agent::ApprovalDecision::AllowOnce
+        }]
+    );
     assert!(app.approvals.is_empty());
     assert_eq!(app.composer.text(), "draft stays");
 }
@@ -429,31 +435,29 @@ fn approval_prompt_offers_session_and_always_with_the_rule() {
     let mut app = App::new(status());
     app.loading = false;
     app.transcript.running = true;
-    let (respond, mut answer) = tokio::sync::oneshot::channel();
+    let answer = |actions: Vec<dsh_tui::Action>| match actions.as_slice() {
+        [dsh_tui::Action::Approve { id, decision }] if id == "a1" => decision.clone(),
+        other => panic!("not one answer to a1: {other:?}"),
+    };
     app.approvals.push_back(dsh_tui::app::PendingApproval {
         request: request(all.clone()),
-        respond: Some(respond),
         scroll: 0,
     });
     insta::assert_snapshot!("approval_prompt_with_rule", draw_app(&mut app, 100, 12));
-    app.on_key(key(crossterm::event::KeyCode::Char('s')));
+    let actions = app.on_key(key(crossterm::event::KeyCode::Char('s')));
     assert!(app.approvals.is_empty());
-    assert_eq!(answer.try_recv().unwrap(), ApprovalDecision::AllowSession);
+    assert_eq!(answer(actions), ApprovalDecision::AllowSession);
 
-    let (respond, mut answer) = tokio::sync::oneshot::channel();
     app.approvals.push_back(dsh_tui::app::PendingApproval {
         request: request(all),
-        respond: Some(respond),
         scroll: 0,
     });
-    app.on_key(key(crossterm::event::KeyCode::Char('a')));
-    assert_eq!(answer.try_recv().unwrap(), ApprovalDecision::AllowAlways);
+    let actions = app.on_key(key(crossterm::event::KeyCode::Char('a')));
+    assert_eq!(answer(actions), ApprovalDecision::AllowAlways);
 
     // Keys of choices that are not offered do nothing.
-    let (respond, mut answer) = tokio::sync::oneshot::channel();
     app.approvals.push_back(dsh_tui::app::PendingApproval {
         request: request(vec![ApprovalChoice::AllowOnce, ApprovalChoice::Reject]),
-        respond: Some(respond),
         scroll: 0,
     });
     let screen = draw_app(&mut app, 100, 12);
@@ -461,14 +465,15 @@ fn approval_prompt_offers_session_and_always_with_the_rule() {
         !screen.contains("[a] always") && !screen.contains("[s] this session"),
         "{screen}"
     );
-    app.on_key(key(crossterm::event::KeyCode::Char('a')));
-    app.on_key(key(crossterm::event::KeyCode::Char('s')));
+    assert!(app
+        .on_key(key(crossterm::event::KeyCode::Char('a')))
+        .is_empty());
+    assert!(app
+        .on_key(key(crossterm::event::KeyCode::Char('s')))
+        .is_empty());
     assert_eq!(app.approvals.len(), 1);
-    app.on_key(key(crossterm::event::KeyCode::Char('n')));
-    assert!(matches!(
-        answer.try_recv().unwrap(),
-        ApprovalDecision::Reject { .. }
-    ));
+    let actions = app.on_key(key(crossterm::event::KeyCode::Char('n')));
+    assert!(matches!(answer(actions), ApprovalDecision::Reject { .. }));
 }
 
 fn draw_app(app: &mut App, width: u16, height: u16) -> String {
@@ -527,7 +532,6 @@ fn question_form_single_multi_and_dismiss() {
     app.composer.insert_str("draft stays");
     app.questions.push_back(dsh_tui::app::PendingQuestion {
         form: dsh_tui::question::QuestionForm::new(questions()),
-        respond: None,
     });
     let mut frames = vec![draw_app(&mut app, 90, 16)];
     app.on_key(key(KeyCode::Down));
@@ -572,7 +576,6 @@ fn question_form_scrolls_to_the_highlighted_option_on_a_small_screen() {
                 multi_select: false,
             }],
         }),
-        respond: None,
     });
     app.on_key(key(crossterm::event::KeyCode::Char('9')));
     let screen = draw_app(&mut app, 60, 12);

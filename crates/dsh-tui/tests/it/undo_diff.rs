@@ -1,33 +1,42 @@
 //! `/undo`, `/diff` and `/status` against a real agent: the real `write`/`edit`/`read` tools
 //! change files in a temp workspace during scripted turns, and the commands read the session
-//! log back from the store (docs/tui.md, "Undo and diff").
+//! log back from the store (docs/tui.md, "Undo and diff"). `/undo` is the protocol's
+//! `Op::Undo`, submitted as the TUI submits it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_agent::{Agent, AgentOptions, AgentParts, ExtensionSet, ReplayAdapter};
 use dsh_llm::{AdapterRegistry, CallConfig, Chunk, MessageSource};
+use dsh_protocol::undo::UNDO_EVENT;
+use dsh_protocol::{Interactions, Op, OpError, SessionControl};
 use dsh_session::{load_file, open_store, Envelope, Event, StoreKind};
 use dsh_test_support::chunks::{text, tool_call};
 use dsh_tools::{PermissionPreset, SpillDir, ToolContext, ToolRegistry};
 use dsh_tui::pager::Pager;
 use dsh_tui::status::{status_text, StatusFacts};
-use dsh_tui::worktree::{diff_lines, undo_last_turn, DiffLine, UNDO_EVENT};
+use dsh_tui::worktree::{diff_lines, DiffLine};
 use dsh_tui::{App, StatusInfo};
 use ratatui::backend::TestBackend;
 use ratatui::style::Color;
 use ratatui::Terminal;
 use serde_json::json;
 
-struct Session {
+/// A real agent with the built-in tools in a temp workspace (also the resume tests').
+pub(crate) struct Session {
     _dirs: (tempfile::TempDir, tempfile::TempDir),
-    cwd: PathBuf,
-    agent: Agent,
+    pub(crate) cwd: PathBuf,
+    pub(crate) agent: Agent,
 }
 
 impl Session {
     /// A workspace holding `kept.txt`, and an agent that will serve `replies`.
-    fn new(replies: Vec<Vec<Chunk>>) -> Session {
+    pub(crate) fn new(replies: Vec<Vec<Chunk>>) -> Session {
+        Session::with_extensions(replies, ExtensionSet::new())
+    }
+
+    /// [`Session::new`] with `extensions` (a safety policy that asks approvals).
+    pub(crate) fn with_extensions(replies: Vec<Vec<Chunk>>, extensions: ExtensionSet) -> Session {
         let work = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
         let cwd = std::fs::canonicalize(work.path()).unwrap();
@@ -43,7 +52,7 @@ impl Session {
         let parts = AgentParts {
             adapters,
             tools: Arc::new(ToolRegistry::with_builtins()),
-            extensions: ExtensionSet::new(),
+            extensions,
             tool_context,
             options: AgentOptions::new(CallConfig::new("scripted", "m"), &cwd),
         };
@@ -61,18 +70,31 @@ impl Session {
         dsh_runtime::read_only_confiner(&self.cwd, self._dirs.1.path())
     }
 
-    async fn turn(&mut self, prompt: &str) {
+    pub(crate) async fn turn(&mut self, prompt: &str) {
         self.agent.handle().followup(prompt).unwrap();
         self.agent.run_turn().await.unwrap().unwrap();
     }
 
-    fn events(&self) -> Vec<Envelope> {
+    /// `/undo` as the TUI runs it: `Op::Undo` on the session's control; the note shown, or
+    /// the refusal.
+    fn undo(&self) -> Result<String, OpError> {
+        let control = SessionControl::new(
+            self.agent.handle(),
+            Interactions::interactive(),
+            CallConfig::new("scripted", "m"),
+            Arc::new(|_: &str| None),
+            &self.cwd,
+        );
+        control.submit(Op::Undo).map(|notes| notes.join("\n"))
+    }
+
+    pub(crate) fn events(&self) -> Vec<Envelope> {
         load_file(Path::new(&self.agent.handle().location()))
             .unwrap()
             .events
     }
 
-    fn read(&self, name: &str) -> String {
+    pub(crate) fn read(&self, name: &str) -> String {
         std::fs::read_to_string(self.cwd.join(name)).unwrap()
     }
 }
@@ -121,18 +143,14 @@ async fn undo_reverts_the_last_turn_logs_it_and_tells_the_model() {
     assert_eq!(s.read("made/new.txt"), "fresh\n");
     let handle = s.agent.handle();
 
-    let report = undo_last_turn(&s.events(), &handle, &s.cwd);
-    assert!(report.done, "{}", report.message);
+    let message = s.undo().unwrap();
     assert_eq!(s.read("kept.txt"), "alpha\nbeta\n");
     assert!(!s.cwd.join("made/new.txt").exists());
     assert!(
-        report
-            .message
-            .contains("made/new.txt (deleted: the turn created it)")
-            && report.message.contains("kept.txt (restored)")
-            && report.message.contains("bash commands are not tracked"),
-        "{}",
-        report.message
+        message.contains("made/new.txt (deleted: the turn created it)")
+            && message.contains("kept.txt (restored)")
+            && message.contains("bash commands are not tracked"),
+        "{message}"
     );
     // Logged, with what was done to which file.
     let logged = undo_events(&s.events());
@@ -167,8 +185,8 @@ async fn undo_reverts_the_last_turn_logs_it_and_tells_the_model() {
     assert!(note.contains("turn 1") && note.contains("bash"), "{note}");
 
     // Nothing left to undo: turn 1 is undone and turn 2 changed nothing.
-    let again = undo_last_turn(&events, &handle, &s.cwd);
-    assert!(!again.done);
+    let again = s.undo().unwrap_err();
+    assert_eq!(again.code, "UNDO_REFUSED");
     assert!(
         again.message.starts_with("nothing to undo"),
         "{}",
@@ -183,15 +201,15 @@ async fn undo_refuses_when_a_file_changed_since_and_logs_nothing() {
     s.turn("change things").await;
     // Someone (an editor, a bash command) changed a file the turn wrote.
     std::fs::write(s.cwd.join("kept.txt"), "mine now\n").unwrap();
-    let report = undo_last_turn(&s.events(), &s.agent.handle(), &s.cwd);
-    assert!(!report.done);
+    let refused = s.undo().unwrap_err();
+    assert_eq!(refused.code, "UNDO_REFUSED");
     assert!(
-        report
+        refused
             .message
             .contains("cannot undo turn 1: kept.txt was changed since")
-            && report.message.contains("nothing was reverted"),
+            && refused.message.contains("nothing was reverted"),
         "{}",
-        report.message
+        refused.message
     );
     assert_eq!(s.read("kept.txt"), "mine now\n");
     assert_eq!(s.read("made/new.txt"), "fresh\n", "no file may be undone");
