@@ -169,6 +169,7 @@ async fn write_then_diff_shows_the_change_and_undo_restores_it() {
     let url = provider.base_url();
     let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
     let notes_path = notes.clone();
+    let resume_with = (url.clone(), h.clone(), c.clone());
     let (tui, diff_screen) = tokio::task::spawn_blocking(move || {
         let tui = Tui::start(&url, &h, &c);
         tui.wait_for("Ask dsh anything");
@@ -211,8 +212,24 @@ async fn write_then_diff_shows_the_change_and_undo_restores_it() {
     );
     let screen = tui.contents();
     assert!(screen.contains("notes.txt (restored)"), "{screen}");
+    assert!(
+        screen.contains("undo: the file changes of turn 1 were reverted"),
+        "{screen}"
+    );
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), original);
     let _tui = quit(tui).await;
+
+    // Resumed, the session shows the undo the live view showed (from its `files/undo`).
+    let resumed = tokio::task::spawn_blocking(move || {
+        let (url, h, c) = resume_with;
+        let resumed = Tui::start_with(&url, &h, &c, &["resume", "--last", "--alt-screen"]);
+        resumed.wait_for("rewrote the notes");
+        resumed.wait_for("undo: the file changes of turn 1 were reverted");
+        resumed
+    })
+    .await
+    .unwrap();
+    let _resumed = quit(resumed).await;
 
     let log = load_file(&session_file(home.path())).unwrap();
     let undo = log

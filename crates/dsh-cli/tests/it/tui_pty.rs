@@ -1,5 +1,6 @@
 //! The interactive UI end to end: the real `dsh` binary in a pseudo-terminal against the fake
-//! provider. Type a prompt and see the streamed reply; approve an escalated `bash` call; start a stalling reply, type a draft,
+//! provider. Type a prompt and see the streamed reply; approve an escalated `bash` call (its card
+//! `awaiting approval` meanwhile, the working time standing still); start a stalling reply, type a draft,
 //! press Ctrl-C: the turn is logged `aborted` with the partial reply, and the draft survives
 //! on screen and is printed when the UI closes (Ctrl-D). A resumed session renders its history,
 //! switches its permission preset with `/permission` (danger-full-access asks first), runs a
@@ -16,6 +17,16 @@ use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, StreamEnd, WireUsa
 
 use crate::common::session_file;
 use crate::tui_harness::Tui;
+
+/// The seconds the working indicator shows while it waits for an approval.
+fn waiting_time(screen: &str) -> String {
+    let line = screen
+        .lines()
+        .find(|l| l.contains("Waiting for your approval ("))
+        .unwrap_or_else(|| panic!("no waiting indicator:\n{screen}"));
+    let after = line.split("Waiting for your approval (").nth(1).unwrap();
+    after.split(' ').next().unwrap().to_string()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn type_stream_cancel_keep_draft() {
@@ -78,6 +89,17 @@ async fn type_stream_cancel_keep_draft() {
     tui.type_text("write the marker\r");
     tui.wait_for("approval needed");
     tui.wait_for("[y] allow once");
+    // While the question waits, the card says so (not `running…`) and the working time stands
+    // still (docs/protocol.md, "Tool cards").
+    tui.wait_until("the card awaits approval", |s| {
+        s.lines()
+            .any(|l| l.contains("bash") && l.contains("awaiting approval"))
+    });
+    let waited = waiting_time(&tui.contents());
+    std::thread::sleep(Duration::from_millis(2200));
+    let screen = tui.contents();
+    assert_eq!(waiting_time(&screen), waited, "{screen}");
+    assert!(!screen.contains("running…"), "{screen}");
     tui.type_text("y");
     tui.wait_for("marker written");
     tui.wait_for("✓ exit 0");
@@ -446,6 +468,7 @@ async fn effort_is_checked_against_the_model_and_carried_by_a_model_switch() {
     let cwd = tempfile::tempdir().unwrap();
     let url = provider.base_url();
     let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let resume_with = (url.clone(), h.clone(), c.clone());
     tokio::task::spawn_blocking(move || {
         let mut tui = Tui::start(&url, &h, &c);
         tui.wait_for("Ask dsh anything");
@@ -463,10 +486,25 @@ async fn effort_is_checked_against_the_model_and_carried_by_a_model_switch() {
         tui.wait_for("(supported: off); using the model's");
         tui.type_text("hello\r");
         tui.wait_for("switched fine");
+        // The request that used the new model shows the switch (logged: a resume shows it too).
+        tui.wait_for("model: local-model");
         tui.type_text("\x04");
         let deadline = Instant::now() + Duration::from_secs(20);
         while tui.child.try_wait().unwrap().is_none() {
             assert!(Instant::now() < deadline, "dsh did not exit after Ctrl-D");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (url, h, c) = resume_with;
+        let mut resumed = Tui::start_with(&url, &h, &c, &["resume", "--last", "--alt-screen"]);
+        resumed.wait_for("switched fine");
+        resumed.wait_for("model: local-model");
+        resumed.type_text("\x04");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while resumed.child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "dsh resume did not exit after Ctrl-D"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     })

@@ -15,5 +15,6 @@ mod mentions;
 mod plan_review;
 mod polish;
 mod render;
+mod resume;
 mod support;
 mod undo_diff;
