@@ -284,8 +284,13 @@ pub fn render_tool(tool: &ToolCard) -> Vec<Line<'static>> {
             } else {
                 "running…"
             };
-            // A child's latest activity on its `subagent` card (docs/tui.md, "Children").
-            let shown = tool.progress.clone().unwrap_or_else(|| word.to_string());
+            // A child's latest activity on its `subagent` card (docs/tui.md, "Children"), else
+            // the call's own progress reports (an MCP server's), else the state.
+            let shown = tool
+                .progress
+                .clone()
+                .or_else(|| card.progress.as_ref().map(|p| p.describe()))
+                .unwrap_or_else(|| word.to_string());
             header.push(Span::styled(format!("  {shown}"), dim()));
         }
         CardState::Failed | CardState::Denied | CardState::Cancelled => {
@@ -412,5 +417,44 @@ fn diff_body(meta: &Value, body: &mut Vec<Line<'static>>) {
     }
     if extra > 0 {
         body.push(body_line(format!("… {extra} more diff lines"), dim()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transcript::ToolCard;
+
+    #[test]
+    fn a_running_card_shows_its_calls_progress() {
+        let mut card = Card {
+            call_id: "c1".into(),
+            tool: "mcp__s__long".into(),
+            presentation: dsh_tools::ToolPresentation::new("s · long"),
+            arguments: "{}".into(),
+            state: CardState::Running,
+            summary: None,
+            error_code: None,
+            result: None,
+            meta: None,
+            progress: None,
+        };
+        let text = |card: &Card| {
+            let cell = Cell::Tool(ToolCard {
+                card: card.clone(),
+                progress: None,
+            });
+            render_cell(&cell, false)
+                .iter()
+                .flat_map(|line| line.spans.iter().map(|s| s.content.to_string()))
+                .collect::<String>()
+        };
+        assert!(text(&card).contains("running…"), "{}", text(&card));
+        card.progress = Some(dsh_tools::ToolProgress {
+            progress: 2.0,
+            total: Some(4.0),
+            message: Some("half".into()),
+        });
+        assert!(text(&card).contains("2/4 (50%) half"), "{}", text(&card));
     }
 }

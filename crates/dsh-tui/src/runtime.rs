@@ -231,6 +231,8 @@ fn show_cost(app: &mut App) {
 }
 
 /// What a serving agent sent.
+// One value per event, moved once into the loop: boxing would add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 enum FromLive {
     /// An event of the session's log.
     Session(Result<SessionEvent, broadcast::error::RecvError>),

@@ -50,6 +50,8 @@ impl ToolCard {
 
 /// One entry of the conversation view.
 #[derive(Debug, Clone, PartialEq)]
+// Cards are most of a transcript's cells: boxing them would add an allocation per card.
+#[allow(clippy::large_enum_variant)]
 pub enum Cell {
     /// Text the user sent.
     User {

@@ -88,6 +88,7 @@ fn the_panel_the_card_and_the_followed_view_show_a_child_at_work() {
             error_code: None,
             result: None,
             meta: None,
+            progress: None,
         },
         progress: None,
     }));
