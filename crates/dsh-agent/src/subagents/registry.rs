@@ -33,8 +33,8 @@ pub(crate) enum ChildState {
     Interrupted,
 }
 
-/// The state a child is left in when a turn of it ends for `reason`: `idle`, `cancelled` or
-/// `failed`, as `list_agents` and the front ends name it.
+/// The state a child is left in when a turn of it ends for `reason`: `idle`, `cancelled`,
+/// `interrupted` (crash repair closed the turn) or `failed`, as `list_agents` names it.
 pub fn child_state_after(reason: &TurnEndReason) -> &'static str {
     ChildState::after(reason).as_str()
 }
@@ -45,6 +45,9 @@ impl ChildState {
         match reason {
             TurnEndReason::Completed => ChildState::Idle,
             TurnEndReason::Aborted { .. } => ChildState::Cancelled,
+            // Crash repair closed the turn: the process stopped while it ran, as a child found
+            // running on resume (front ends show both as cancelled, docs/protocol.md).
+            TurnEndReason::Interrupted => ChildState::Interrupted,
             other => ChildState::Failed(other.kind().to_string()),
         }
     }
@@ -356,4 +359,23 @@ fn read_child(log: &Path) -> Option<StoredChild> {
     child.usage = ledger.total();
     child.usage_by_model = ledger.by_model().clone();
     Some(child)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_crash_repair_closed_leaves_the_child_interrupted_not_failed() {
+        assert_eq!(
+            child_state_after(&TurnEndReason::Interrupted),
+            "interrupted"
+        );
+        assert_eq!(child_state_after(&TurnEndReason::MaxTokens), "failed");
+        assert_eq!(child_state_after(&TurnEndReason::Completed), "idle");
+        assert_eq!(
+            child_state_after(&TurnEndReason::Aborted { reason: None }),
+            "cancelled"
+        );
+    }
 }
