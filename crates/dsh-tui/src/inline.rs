@@ -8,6 +8,14 @@
 //! feeds on its last row when the rows run out (the scroll region is never narrowed, so every
 //! terminal moves the lines scrolled off the top into its scrollback), writes the rows where
 //! the live area was, and moves the live area below them.
+//!
+//! Nothing here erases the display (`ESC [ J`, `ESC [ 2 J`): rows are erased one line at a time
+//! (`ESC [ K`). Terminals may keep an erased screen: tmux (`scroll-on-clear`, on by default)
+//! moves the screen into its scrollback when everything below its top-left corner is erased,
+//! which is what erasing from a live area at row 0 is, so frames of the live area (a tall
+//! reply's rows, the spinner, the composer, `/diff`'s box) landed in the scrollback and the
+//! reply's rows came twice once written as history (issue 41). [`LiveBackend`] gives ratatui the
+//! same line-by-line erasing.
 
 use std::io::Write;
 
@@ -17,7 +25,9 @@ use crossterm::style::{
     Attribute, Print, ResetColor, SetAttribute, SetBackgroundColor, SetForegroundColor,
 };
 use crossterm::terminal::{Clear, ClearType};
-use ratatui::layout::Rect;
+use ratatui::backend::{Backend, ClearType as RegionClear, CrosstermBackend, WindowSize};
+use ratatui::buffer::Cell;
+use ratatui::layout::{Position, Rect, Size};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
 
@@ -121,13 +131,136 @@ impl InlineScreen {
         if self.top >= self.rows {
             self.scroll(out, self.top - self.rows + 1)?;
         }
-        queue!(
-            out,
-            MoveTo(0, self.top),
-            Clear(ClearType::FromCursorDown),
-            crossterm::cursor::Show
-        )?;
+        erase_rows(out, self.top, self.rows)?;
+        queue!(out, MoveTo(0, self.top), crossterm::cursor::Show)?;
         out.flush()
+    }
+}
+
+/// Erases rows `from..rows` line by line, never with an erase of the display (see the module
+/// documentation: terminals may move an erased screen into their scrollback).
+pub(crate) fn erase_rows(out: &mut impl Write, from: u16, rows: u16) -> std::io::Result<()> {
+    for y in from..rows {
+        queue!(out, MoveTo(0, y), Clear(ClearType::CurrentLine))?;
+    }
+    Ok(())
+}
+
+/// ratatui's crossterm backend; in the inline mode clearing erases line by line (ratatui
+/// clears a fixed viewport that moved or changed size with "erase below the cursor" from its
+/// first row, an erase of the whole screen when that row is the top one). On the alternate
+/// screen (no scrollback to spoil) it is crossterm's backend as it is.
+pub struct LiveBackend<W: Write> {
+    inner: CrosstermBackend<W>,
+    /// The inline mode's screen rows (erasing below the cursor goes down to the last one);
+    /// `None` on the alternate screen.
+    pub rows: Option<u16>,
+    /// Where ratatui last put the cursor: what "below the cursor" is measured from.
+    cursor: Position,
+    /// Rows from this one down are blank since the last erase (ratatui clears a fixed viewport
+    /// by erasing below each of its rows in turn: one pass is enough).
+    erased: Option<u16>,
+}
+
+impl<W: Write> LiveBackend<W> {
+    /// A backend writing to `out`; `rows`: the inline mode's screen rows, `None` on the
+    /// alternate screen.
+    pub fn new(out: W, rows: Option<u16>) -> Self {
+        LiveBackend {
+            inner: CrosstermBackend::new(out),
+            rows,
+            cursor: Position::ORIGIN,
+            erased: None,
+        }
+    }
+}
+
+impl<W: Write> Write for LiveBackend<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.erased = None;
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Write::flush(&mut self.inner)
+    }
+}
+
+impl<W: Write> Backend for LiveBackend<W> {
+    fn draw<'a, I>(&mut self, content: I) -> std::io::Result<()>
+    where
+        I: Iterator<Item = (u16, u16, &'a Cell)>,
+    {
+        self.erased = None;
+        self.inner.draw(content)
+    }
+
+    fn append_lines(&mut self, n: u16) -> std::io::Result<()> {
+        self.erased = None;
+        self.inner.append_lines(n)
+    }
+
+    fn hide_cursor(&mut self) -> std::io::Result<()> {
+        self.inner.hide_cursor()
+    }
+
+    fn show_cursor(&mut self) -> std::io::Result<()> {
+        self.inner.show_cursor()
+    }
+
+    fn get_cursor_position(&mut self) -> std::io::Result<Position> {
+        self.inner.get_cursor_position()
+    }
+
+    fn set_cursor_position<P: Into<Position>>(&mut self, position: P) -> std::io::Result<()> {
+        self.cursor = position.into();
+        self.inner.set_cursor_position(self.cursor)
+    }
+
+    fn clear(&mut self) -> std::io::Result<()> {
+        self.clear_region(RegionClear::All)
+    }
+
+    fn clear_region(&mut self, clear_type: RegionClear) -> std::io::Result<()> {
+        let Some(rows) = self.rows else {
+            return self.inner.clear_region(clear_type);
+        };
+        let Position { x, y } = self.cursor;
+        let erased = self.erased.take();
+        match clear_type {
+            RegionClear::All => erase_rows(&mut self.inner, 0, rows)?,
+            RegionClear::AfterCursor if x == 0 && erased.is_some_and(|from| from <= y) => {}
+            RegionClear::AfterCursor => {
+                queue!(self.inner, Clear(ClearType::UntilNewLine))?;
+                erase_rows(&mut self.inner, y.saturating_add(1), rows)?;
+            }
+            RegionClear::BeforeCursor => {
+                erase_rows(&mut self.inner, 0, y)?;
+                // Erase in line, from its start to the cursor.
+                queue!(self.inner, MoveTo(x, y), Print("\x1b[1K"))?;
+            }
+            RegionClear::CurrentLine => queue!(self.inner, Clear(ClearType::CurrentLine))?,
+            RegionClear::UntilNewLine => queue!(self.inner, Clear(ClearType::UntilNewLine))?,
+        }
+        self.erased = match clear_type {
+            RegionClear::All => Some(0),
+            RegionClear::AfterCursor if x == 0 => Some(erased.map_or(y, |from| from.min(y))),
+            _ => None,
+        };
+        queue!(self.inner, MoveTo(x, y))?;
+        Write::flush(&mut self.inner)
+    }
+
+    fn size(&self) -> std::io::Result<Size> {
+        self.inner.size()
+    }
+
+    fn window_size(&mut self) -> std::io::Result<WindowSize> {
+        self.inner.window_size()
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Backend::flush(&mut self.inner)
     }
 }
 
@@ -200,6 +333,70 @@ mod tests {
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("line 2"), "{text}");
         assert_eq!(text.matches('\n').count(), 2, "{text:?}");
+    }
+
+    /// Erase-in-display sequences: below the cursor, above it, all of it.
+    fn erases_display(bytes: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(bytes);
+        ["\x1b[J", "\x1b[0J", "\x1b[1J", "\x1b[2J", "\x1b[3J"]
+            .iter()
+            .any(|seq| text.contains(seq))
+    }
+
+    /// A writer whose bytes the test reads while the backend owns it.
+    #[derive(Clone, Default)]
+    struct Shared(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_live_area_is_erased_line_by_line_never_as_a_screen() {
+        // A live area at the top row taking the whole screen, then shrunk: ratatui clears it
+        // from its first row down, which must not be an erase of the display (tmux keeps an
+        // erased screen in its scrollback, issue 41).
+        let written = Shared::default();
+        let mut terminal = ratatui::Terminal::with_options(
+            LiveBackend::new(written.clone(), Some(6)),
+            ratatui::TerminalOptions {
+                viewport: ratatui::Viewport::Fixed(Rect::new(0, 0, 10, 6)),
+            },
+        )
+        .unwrap();
+        terminal.resize(Rect::new(0, 0, 10, 2)).unwrap();
+        let bytes = written.0.take();
+        assert!(
+            !erases_display(&bytes),
+            "{:?}",
+            String::from_utf8_lossy(&bytes)
+        );
+        let text = String::from_utf8_lossy(&bytes);
+        // Each row once: the first from the cursor (at its start), the others whole.
+        assert!(text.starts_with("\x1b[1;1H\x1b[K"), "{text:?}");
+        for row in 2..=6 {
+            let erase = format!("\x1b[{row};1H\x1b[2K");
+            assert_eq!(text.matches(&erase).count(), 1, "row {row}: {text:?}");
+        }
+        // Leaving the screen erases the same way.
+        let mut out = Vec::new();
+        let mut screen = InlineScreen::new(10, 6, 0, false);
+        screen.finish(&mut out).unwrap();
+        assert!(!erases_display(&out), "{:?}", String::from_utf8_lossy(&out));
+        assert!(String::from_utf8_lossy(&out).contains("\x1b[6;1H\x1b[2K"));
+        // On the alternate screen the backend is crossterm's as it is.
+        let alt = Shared::default();
+        LiveBackend::new(alt.clone(), None)
+            .clear_region(RegionClear::All)
+            .unwrap();
+        assert!(erases_display(&alt.0.borrow()));
     }
 
     #[test]

@@ -18,7 +18,6 @@ use dsh_protocol::{CardState, Interactions, ModelLookup, Op, SessionControl, Wai
 use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec};
 use dsh_session::{open_store, LoadedLog, SessionStore, SessionSummary, StoreKind};
 use dsh_tools::PermissionPreset;
-use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::{Terminal, TerminalOptions, Viewport};
@@ -31,7 +30,7 @@ use crate::app::{
 };
 use crate::cards::{render_cell, short_path};
 use crate::commands::{help_text, SlashCommand};
-use crate::inline::{hyperlinks_supported, InlineScreen};
+use crate::inline::{hyperlinks_supported, InlineScreen, LiveBackend};
 use crate::links::LinkOverlay;
 use crate::question::QuestionForm;
 use crate::terminal::TerminalGuard;
@@ -39,7 +38,7 @@ use crate::transcript::{Cell, Header, NoticeLevel, Transcript};
 use crate::view::{draw, draw_live, live_height, short_tokens, ViewCache};
 
 /// The terminal the UI draws on.
-type Term = Terminal<CrosstermBackend<std::io::Stdout>>;
+type Term = Terminal<LiveBackend<std::io::Stdout>>;
 
 /// Which session the UI opens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +147,7 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         None => Viewport::Fullscreen,
     };
     let mut terminal = Terminal::with_options(
-        CrosstermBackend::new(std::io::stdout()),
+        LiveBackend::new(std::io::stdout(), inline.as_ref().map(|screen| screen.rows)),
         TerminalOptions { viewport },
     )?;
     let mut ui = Ui {
@@ -338,7 +337,8 @@ impl Ui {
         screen.make_room(terminal.backend_mut(), height)?;
         let area = screen.area(height);
         if moved || area != self.live_area {
-            // Clears from the live area's first row to the bottom of the screen.
+            // Clears from the live area's first row to the bottom of the screen, line by line.
+            terminal.backend_mut().rows = Some(screen.rows);
             terminal.resize(area)?;
             self.live_area = area;
         }
