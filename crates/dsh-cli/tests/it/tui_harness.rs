@@ -13,6 +13,67 @@ pub const COLS: u16 = 100;
 pub const ROWS: u16 = 30;
 /// Where a terminal answers "where is the cursor" (`ESC [ 6 n`).
 const CURSOR_QUERY: &[u8] = b"\x1b[6n";
+/// Erase in display: below the cursor (`ESC [ J`, `ESC [ 0 J`) and all of it (`ESC [ 2 J`).
+const ERASE_BELOW: [&[u8]; 2] = [b"\x1b[J", b"\x1b[0J"];
+const ERASE_ALL: &[u8] = b"\x1b[2J";
+
+/// Feeds `chunk` to the emulator as a terminal takes it: cursor queries are answered with the
+/// emulator's cursor at that point, and an erase of the whole screen (everything below the
+/// top-left corner, or all of it) first moves the screen's used rows into the scrollback, as
+/// tmux does (`scroll-on-clear`, on by default) and VTE for `ESC [ 2 J`: what the program
+/// erases that way is in the scrollback (issue 41). A sequence split across two reads is taken
+/// as plain text by this scan (vt100 still runs it), so the emulation can miss, never invent.
+fn feed(parser: &mut vt100::Parser, mut chunk: &[u8], writer: &Mutex<Box<dyn Write + Send>>) {
+    loop {
+        let found = [CURSOR_QUERY, ERASE_BELOW[0], ERASE_BELOW[1], ERASE_ALL]
+            .into_iter()
+            .filter_map(|seq| {
+                let at = chunk.windows(seq.len()).position(|w| w == seq)?;
+                Some((at, seq))
+            })
+            .min_by_key(|(at, _)| *at);
+        let Some((at, seq)) = found else {
+            parser.process(chunk);
+            return;
+        };
+        parser.process(&chunk[..at]);
+        if seq == CURSOR_QUERY {
+            let (row, col) = parser.screen().cursor_position();
+            let answer = format!("\x1b[{};{}R", row + 1, col + 1);
+            let mut w = writer.lock().unwrap();
+            let _ = w.write_all(answer.as_bytes());
+            let _ = w.flush();
+        } else {
+            let cursor = parser.screen().cursor_position();
+            if seq == ERASE_ALL || cursor == (0, 0) {
+                scroll_into_history(parser, cursor);
+            }
+            parser.process(seq);
+        }
+        chunk = &chunk[at + seq.len()..];
+    }
+}
+
+/// Moves the screen's rows down to its last used one into the scrollback (line feeds on the
+/// last row), then puts the cursor back at `(row, col)`.
+fn scroll_into_history(parser: &mut vt100::Parser, (row, col): (u16, u16)) {
+    let (rows, cols) = parser.screen().size();
+    let used = parser
+        .screen()
+        .rows(0, cols)
+        .enumerate()
+        .filter(|(_, text)| !text.trim().is_empty())
+        .map(|(i, _)| i + 1)
+        .last()
+        .unwrap_or(0);
+    if used == 0 {
+        return;
+    }
+    let mut bytes = format!("\x1b[0m\x1b[{rows};1H").into_bytes();
+    bytes.extend(std::iter::repeat_n(b'\n', used));
+    bytes.extend(format!("\x1b[{};{}H", row + 1, col + 1).into_bytes());
+    parser.process(&bytes);
+}
 
 pub struct Tui {
     pub screen: Arc<Mutex<vt100::Parser>>,
@@ -42,10 +103,22 @@ impl Tui {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Tui {
+        Tui::start_sized(base_url, home, cwd, args, env, (ROWS, COLS))
+    }
+
+    /// `dsh <args>` as [`Tui::start_env`], in a pty of `(rows, cols)`.
+    pub fn start_sized(
+        base_url: &str,
+        home: &Path,
+        cwd: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        (rows, cols): (u16, u16),
+    ) -> Tui {
         let pty = native_pty_system()
             .openpty(PtySize {
-                rows: ROWS,
-                cols: COLS,
+                rows,
+                cols,
                 pixel_width: 0,
                 pixel_height: 0,
             })
@@ -69,7 +142,7 @@ impl Tui {
         let mut reader = pty.master.try_clone_reader().unwrap();
         let writer: Arc<Mutex<Box<dyn Write + Send>>> =
             Arc::new(Mutex::new(pty.master.take_writer().unwrap()));
-        let screen = Arc::new(Mutex::new(vt100::Parser::new(ROWS, COLS, 5000)));
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 5000)));
         let raw = Arc::new(Mutex::new(Vec::new()));
         std::thread::spawn({
             let screen = Arc::clone(&screen);
@@ -81,20 +154,9 @@ impl Tui {
                     if n == 0 {
                         break;
                     }
-                    let mut chunk = &buf[..n];
+                    let chunk = &buf[..n];
                     raw.lock().unwrap().extend_from_slice(chunk);
-                    // Answer cursor queries with the emulator's cursor at that point.
-                    while let Some(at) = chunk.windows(4).position(|w| w == CURSOR_QUERY) {
-                        let mut parser = screen.lock().unwrap();
-                        parser.process(&chunk[..at]);
-                        let (row, col) = parser.screen().cursor_position();
-                        let answer = format!("\x1b[{};{}R", row + 1, col + 1);
-                        let mut w = writer.lock().unwrap();
-                        let _ = w.write_all(answer.as_bytes());
-                        let _ = w.flush();
-                        chunk = &chunk[at + CURSOR_QUERY.len()..];
-                    }
-                    screen.lock().unwrap().process(chunk);
+                    feed(&mut screen.lock().unwrap(), chunk, &writer);
                 }
             }
         });
@@ -154,25 +216,25 @@ impl Tui {
     /// The rows scrolled off the top of the screen, oldest first, then the screen's rows.
     pub fn scrollback_and_screen(&self) -> (Vec<String>, Vec<String>) {
         let mut parser = self.screen.lock().unwrap();
+        let (rows, cols) = parser.screen().size();
         parser.set_scrollback(usize::MAX);
         let total = parser.screen().scrollback();
-        // vt100 0.15 cannot show a scrollback offset past one screen (it overflows).
-        assert!(
-            total <= usize::from(ROWS),
-            "{total} rows of scrollback: make the test shorter"
-        );
-        let mut history = Vec::new();
-        for offset in (1..=total).rev() {
-            parser.set_scrollback(offset);
-            let top = parser.screen().rows(0, COLS).next().unwrap_or_default();
-            history.push(top.trim_end().to_string());
-        }
         parser.set_scrollback(0);
-        let screen = parser
+        // vt100 0.15 cannot show a scrollback offset past one screen (it overflows): grow the
+        // screen by empty rows at its bottom for the read, so that the whole scrollback is one
+        // view above the screen's rows, then shrink it back (which drops those rows again).
+        let tall = u16::try_from(usize::from(rows) + total).expect("scrollback fits a u16");
+        parser.set_size(tall, cols);
+        parser.set_scrollback(total);
+        let view: Vec<String> = parser
             .screen()
-            .rows(0, COLS)
+            .rows(0, cols)
             .map(|r| r.trim_end().to_string())
             .collect();
+        parser.set_scrollback(0);
+        parser.set_size(rows, cols);
+        let history = view[..total].to_vec();
+        let screen = view[total..total + usize::from(rows)].to_vec();
         (history, screen)
     }
 

@@ -3,7 +3,10 @@
 //! answers the cursor-position query as a terminal does. Finished cells go into the terminal's
 //! scrollback above the live area and stay there after quitting, exactly once each, with no
 //! copy of the live area among them; Esc interrupts a running turn and the "cancelling" hint
-//! goes once it has ended; a resize redraws one clean live area.
+//! goes once it has ended; a resize redraws one clean live area. The emulator keeps a screen
+//! erased from its top-left corner in the scrollback as tmux does, so a live area erased that
+//! way shows (issue 41): a reply taller than the screen lands there once, overlays leave no
+//! rows behind.
 
 use std::time::Duration;
 
@@ -180,4 +183,191 @@ async fn esc_interrupts_the_turn_and_a_resize_redraws_one_live_area() {
         matches!(ends.as_slice(), [TurnEndReason::Aborted { .. }]),
         "{ends:?}"
     );
+}
+
+/// Lines of the tall reply of issue 41: more than the pty's rows.
+const TALL: usize = 70;
+/// The pty's rows for the tall reply.
+const TALL_ROWS: u16 = 40;
+
+/// A reply of `TALL` list items streamed one a chunk, slowly enough to be drawn many times.
+fn tall_reply() -> ScriptedReply {
+    let mut reply = SseReply::new().chunk_delay(Duration::from_millis(15));
+    for i in 1..=TALL {
+        reply = reply.text(&format!("- tall line {i:02}\n"));
+    }
+    ScriptedReply::from(reply.finish("stop", Some(WireUsage::default())))
+}
+
+/// Every line of the tall reply exactly once and in order in the scrollback and on the
+/// screen, and nothing of a live area (spinner, composer, status line) in the scrollback.
+fn assert_written_once(when: &str, history: &[String], screen: &[String]) {
+    let all: Vec<&String> = history.iter().chain(screen).collect();
+    let joined = all
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut last = None;
+    for i in 1..=TALL {
+        let line = format!("• tall line {i:02}");
+        let rows: Vec<usize> = (0..all.len()).filter(|&r| all[r] == &line).collect();
+        assert_eq!(
+            rows.len(),
+            1,
+            "{when}: `{line}` {} times:\n{joined}",
+            rows.len()
+        );
+        assert!(
+            last < Some(rows[0]),
+            "{when}: `{line}` out of order:\n{joined}"
+        );
+        last = Some(rows[0]);
+    }
+    let scrolled = history.join("\n");
+    for live in [
+        "Working (",
+        "Esc to interrupt",
+        "Ask dsh anything",
+        "· ctx ",
+    ] {
+        assert!(
+            !scrolled.contains(live),
+            "{when}: `{live}` of a live area in the scrollback:\n{joined}"
+        );
+    }
+}
+
+/// Issue 41: a streamed reply taller than the screen, with or without a resize while it
+/// streams, lands in the scrollback once.
+fn tall_reply_lands_once(resize: Option<(u16, u16)>) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let provider = runtime
+        .block_on(FakeProvider::start([tall_reply()]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start_sized(
+        &provider.base_url(),
+        home.path(),
+        cwd.path(),
+        &[],
+        &[],
+        (TALL_ROWS, 100),
+    );
+    tui.wait_for("Ask dsh anything");
+    tui.type_text("a tall reply please\r");
+    if let Some((rows, cols)) = resize {
+        tui.wait_for("tall line 30");
+        tui.resize(rows, cols);
+    }
+    tui.wait_for(&format!("tall line {TALL}"));
+    tui.wait_until("the turn ended", |s| {
+        s.contains("Ask dsh anything") && !s.contains("Working (")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (history, screen) = tui.scrollback_and_screen();
+    assert_written_once("after the reply", &history, &screen);
+    tui.quit();
+    let (history, screen) = tui.scrollback_and_screen();
+    assert_written_once("after quitting", &history, &screen);
+    drop(provider);
+}
+
+#[test]
+fn a_reply_taller_than_the_screen_lands_in_the_scrollback_once() {
+    tall_reply_lands_once(None);
+}
+
+/// Rows of a box drawn by the live area: the `/diff` view's borders and its empty rows.
+fn box_rows(rows: &[String]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| {
+            let r = r.trim();
+            let inside = r.trim_start_matches('│').trim_end_matches('│');
+            (r.starts_with('│') && r.ends_with('│') && inside.trim().is_empty())
+                || r.starts_with('┌')
+                || r.starts_with('└')
+        })
+        .cloned()
+        .collect()
+}
+
+/// Issue 41: closing `/diff` or `/help` leaves nothing of them in the scrollback or on the
+/// screen but what `/help` writes as history, once.
+#[test]
+fn overlays_leave_no_rows_behind_after_esc() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let provider = runtime
+        .block_on(FakeProvider::start([ScriptedReply::from(
+            SseReply::new()
+                .text("the first answer")
+                .finish("stop", Some(WireUsage::default())),
+        )]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start_sized(
+        &provider.base_url(),
+        home.path(),
+        cwd.path(),
+        &[],
+        &[],
+        (TALL_ROWS, 100),
+    );
+    tui.wait_for("Ask dsh anything");
+    tui.type_text("hello\r");
+    tui.wait_for("the first answer");
+    tui.wait_until("the turn ended", |s| {
+        s.contains("Ask dsh anything") && !s.contains("Working (")
+    });
+    tui.type_text("/diff\r");
+    tui.wait_for("/diff · lines");
+    tui.type_text("\x1b");
+    tui.wait_until("the /diff view closed", |s| {
+        !s.contains("/diff · lines") && s.contains("Ask dsh anything")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (history, screen) = tui.scrollback_and_screen();
+    let all: Vec<String> = history.iter().chain(&screen).cloned().collect();
+    let joined = all.join("\n");
+    assert_eq!(
+        box_rows(&all),
+        Vec::<String>::new(),
+        "after /diff:\n{joined}"
+    );
+    assert!(!joined.contains("/diff · lines"), "after /diff:\n{joined}");
+    assert_eq!(
+        all.iter()
+            .filter(|r| r.contains("the first answer"))
+            .count(),
+        1,
+        "after /diff:\n{joined}"
+    );
+
+    tui.type_text("/help\r");
+    tui.wait_for("keys and commands");
+    tui.type_text("\x1b");
+    std::thread::sleep(Duration::from_millis(300));
+    tui.quit();
+    let (history, screen) = tui.scrollback_and_screen();
+    let all: Vec<String> = history.iter().chain(&screen).cloned().collect();
+    let joined = all.join("\n");
+    assert_eq!(
+        box_rows(&all),
+        Vec::<String>::new(),
+        "after /help:\n{joined}"
+    );
+    for once in [
+        "the first answer",
+        "/help        keys and commands",
+        "Commands:",
+    ] {
+        let count = all.iter().filter(|r| r.contains(once)).count();
+        assert_eq!(count, 1, "`{once}` {count} times after /help:\n{joined}");
+    }
+    for live in ["Ask dsh anything", "· ctx "] {
+        assert!(!joined.contains(live), "`{live}` left behind:\n{joined}");
+    }
+    drop(provider);
 }
