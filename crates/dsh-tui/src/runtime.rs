@@ -317,6 +317,14 @@ impl Ui {
             }
             return Ok(());
         };
+        // The terminal's size now, not as of the last resize event: a frame placed for the old
+        // size scrolls the live area's rows into the scrollback (issue 41).
+        if let Ok((cols, rows)) = crossterm::terminal::size() {
+            if (cols.max(1), rows.max(1)) != (screen.cols, screen.rows) {
+                screen.resize(cols, rows);
+                self.redraw = true;
+            }
+        }
         let cells = self.app.transcript.cells.len();
         screen.emitted = screen.emitted.min(cells);
         let settled = self.app.transcript.settled_len().min(cells);

@@ -238,9 +238,9 @@ fn assert_written_once(when: &str, history: &[String], screen: &[String]) {
     }
 }
 
-/// Issue 41: a streamed reply taller than the screen, with or without a resize while it
-/// streams, lands in the scrollback once.
-fn tall_reply_lands_once(resize: Option<(u16, u16)>) {
+/// Issue 41: a streamed reply taller than the screen, with or without resizes while it
+/// streams (`(line, rows, cols)`: once that line shows), lands in the scrollback once.
+fn tall_reply_lands_once(resizes: &[(usize, u16, u16)]) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let provider = runtime
         .block_on(FakeProvider::start([tall_reply()]))
@@ -257,8 +257,8 @@ fn tall_reply_lands_once(resize: Option<(u16, u16)>) {
     );
     tui.wait_for("Ask dsh anything");
     tui.type_text("a tall reply please\r");
-    if let Some((rows, cols)) = resize {
-        tui.wait_for("tall line 30");
+    for &(line, rows, cols) in resizes {
+        tui.wait_for(&format!("tall line {line:02}"));
         tui.resize(rows, cols);
     }
     tui.wait_for(&format!("tall line {TALL}"));
@@ -276,7 +276,12 @@ fn tall_reply_lands_once(resize: Option<(u16, u16)>) {
 
 #[test]
 fn a_reply_taller_than_the_screen_lands_in_the_scrollback_once() {
-    tall_reply_lands_once(None);
+    tall_reply_lands_once(&[]);
+}
+
+#[test]
+fn a_tall_reply_resized_while_it_streams_lands_in_the_scrollback_once() {
+    tall_reply_lands_once(&[(20, 37, 96), (30, 34, 92), (40, 38, 90), (50, 32, 90)]);
 }
 
 /// Rows of a box drawn by the live area: the `/diff` view's borders and its empty rows.
