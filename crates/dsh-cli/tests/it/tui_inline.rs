@@ -376,3 +376,126 @@ fn overlays_leave_no_rows_behind_after_esc() {
     }
     drop(provider);
 }
+
+/// Issue 41: the boxes that replace the composer (an approval, the model's question) and the
+/// menus on rows of their own (`/permission`, `/resume`) leave nothing behind once closed:
+/// no row of theirs in the scrollback or on the screen, and the history around them once.
+#[test]
+fn boxes_and_menus_leave_no_rows_behind() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let question = serde_json::json!({"questions": [{
+        "id": "db",
+        "question": "Which database?",
+        "options": [{"label": "sqlite"}, {"label": "postgres", "description": "the big one"}],
+    }]});
+    let bash = serde_json::json!({
+        "command": "printf approved-output",
+        "description": "print",
+        "sandbox_permissions": "danger-full-access",
+        "justification": "the test needs it",
+    });
+    let text = |text: &str| {
+        ScriptedReply::from(
+            SseReply::new()
+                .text(text)
+                .finish("stop", Some(WireUsage::default())),
+        )
+    };
+    let call = |id: &str, tool: &str, args: &serde_json::Value| {
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, id, tool, &args.to_string())
+                .finish("tool_calls", Some(WireUsage::default())),
+        )
+    };
+    let provider = runtime
+        .block_on(FakeProvider::start([
+            call("call_bash", "bash", &bash),
+            text("the approved answer"),
+            call("call_ask", "ask_user_question", &question),
+            text("the postgres answer"),
+        ]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start_sized(
+        &provider.base_url(),
+        home.path(),
+        cwd.path(),
+        &[],
+        &[],
+        (TALL_ROWS, 100),
+    );
+    let idle = |tui: &Tui, what: &str| {
+        tui.wait_until(what, |s| {
+            s.contains("Ask dsh anything") && !s.contains("Working (")
+        });
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // Rows only the closed box or menu has.
+    let gone = |tui: &Tui, when: &str, marks: &[&str]| {
+        let (history, screen) = tui.scrollback_and_screen();
+        let all: Vec<String> = history.iter().chain(&screen).cloned().collect();
+        let joined = all.join("\n");
+        assert_eq!(box_rows(&all), Vec::<String>::new(), "{when}:\n{joined}");
+        for mark in marks {
+            assert!(!joined.contains(mark), "{when}: `{mark}` left:\n{joined}");
+        }
+        for live in ["Ask dsh anything", "· ctx "] {
+            assert!(
+                !history.join("\n").contains(live),
+                "{when}: `{live}` in the scrollback:\n{joined}"
+            );
+        }
+    };
+    tui.wait_for("Ask dsh anything");
+    tui.type_text("print it\r");
+    tui.wait_for("approval needed");
+    tui.type_text("y");
+    tui.wait_for("the approved answer");
+    idle(&tui, "the approved turn ended");
+    gone(
+        &tui,
+        "after the approval",
+        &["approval needed", "[y] allow", "[n] "],
+    );
+
+    tui.type_text("which db?\r");
+    tui.wait_for("question 1/1");
+    tui.type_text("2\r");
+    tui.wait_for("the postgres answer");
+    idle(&tui, "the question's turn ended");
+    gone(&tui, "after the question", &["question 1/1", "Other"]);
+
+    tui.type_text("/permission\r");
+    tui.wait_for("permission preset · Enter switches");
+    tui.type_text("\x1b");
+    idle(&tui, "the /permission menu closed");
+    gone(
+        &tui,
+        "after /permission",
+        &["permission preset · Enter switches"],
+    );
+
+    tui.type_text("/resume\r");
+    tui.wait_for("resume a session");
+    tui.type_text("\x1b");
+    idle(&tui, "the /resume picker closed");
+    gone(&tui, "after /resume", &["resume a session (Enter opens"]);
+
+    tui.quit();
+    gone(&tui, "after quitting", &["approval needed", "question 1/1"]);
+    let (history, screen) = tui.scrollback_and_screen();
+    let all: Vec<String> = history.iter().chain(&screen).cloned().collect();
+    let joined = all.join("\n");
+    for once in [
+        "the approved answer",
+        "the postgres answer",
+        "› print it",
+        "› which db?",
+    ] {
+        let count = all.iter().filter(|r| r.contains(once)).count();
+        assert_eq!(count, 1, "`{once}` {count} times:\n{joined}");
+    }
+    drop(provider);
+}
