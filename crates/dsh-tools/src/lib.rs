@@ -89,7 +89,8 @@ pub use observe::{ContentHasher, FileObservations, Observation};
 pub use output::ToolOutput;
 pub use paths::{absolutize, protected_write_path, resolve_real_path};
 pub use presentation::{
-    one_line, string_arg, ResultFacts, ResultSummary, Tone, ToolKind, ToolPresentation, ToolView,
+    one_line, string_arg, ChangePreview, ResultFacts, ResultSummary, Tone, ToolKind,
+    ToolPresentation, ToolView,
 };
 pub use process::{
     clean_loader_value, group_has_live_members, guard_group, guard_group_std, is_secret_name,

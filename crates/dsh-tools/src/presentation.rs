@@ -207,6 +207,17 @@ impl ResultSummary {
     }
 }
 
+/// What a call would change, worked out from its arguments alone (no file is read, so a
+/// preview never shows the user a file the call has not written yet): shown while the call
+/// waits for approval ([`crate::Tool::preview`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChangePreview {
+    /// A unified diff of the change (`---`/`+++` headers, `@@` hunks, `+`/`-`/` ` lines).
+    pub diff: String,
+    /// The arguments the diff shows, which front ends need not list again.
+    pub covers: Vec<&'static str>,
+}
+
 /// What a tool summarises a result from: as the log keeps it, so logs can be summarised later.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ResultFacts<'a> {

@@ -147,6 +147,13 @@ impl ToolRegistry {
         }
     }
 
+    /// What a call of `name` with the raw `arguments` would change ([`Tool::preview`]); `None`
+    /// for a tool not registered here or one that gives no preview.
+    pub fn preview(&self, name: &str, arguments: &str) -> Option<crate::ChangePreview> {
+        let tool = self.tools.get(name)?;
+        tool.preview(&parse_raw_arguments(arguments).ok()?)
+    }
+
     /// The summary of a result of that call ([`Tool::summarize`]); `None` for a tool not
     /// registered here.
     pub fn summarize(

@@ -73,6 +73,14 @@ pub trait Tool: Send + Sync {
         None
     }
 
+    /// What a call with these arguments would change, for the user deciding whether to allow
+    /// it (a diff for `write` and `edit`); from the arguments alone, never failing. Default:
+    /// `None` (front ends list the arguments).
+    fn preview(&self, args: &Value) -> Option<crate::ChangePreview> {
+        let _ = args;
+        None
+    }
+
     /// Runs one call with already parsed arguments (see [`crate::parse_raw_arguments`]).
     fn execute<'a>(
         &'a self,

@@ -46,6 +46,10 @@ impl Tool for EditTool {
         crate::builtin::file_change::present(self.name(), args)
     }
 
+    fn preview(&self, args: &Value) -> Option<crate::ChangePreview> {
+        crate::builtin::file_change::preview_edit(args)
+    }
+
     fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
         crate::builtin::file_change::summarize(result)
     }

@@ -393,6 +393,56 @@ pub(crate) fn present(name: &str, args: &Value) -> crate::ToolPresentation {
         .location(path)
 }
 
+/// Most lines of a preview's diff; the rest is counted on its last line.
+const MAX_PREVIEW_LINES: usize = 2_000;
+
+/// The diff an `edit` call would make, from its strings: hunks numbered within `old_string`,
+/// since the file is not read.
+pub(crate) fn preview_edit(args: &Value) -> Option<crate::ChangePreview> {
+    let path = crate::string_arg(args, "file_path")?;
+    let old = args.get("old_string")?.as_str()?;
+    let new = args.get("new_string")?.as_str()?;
+    let every = args.get("replace_all").and_then(Value::as_bool) == Some(true);
+    let new_label = if every {
+        format!("{path} (at every occurrence)")
+    } else {
+        path.to_string()
+    };
+    let (_, _, unified) = line_diff(old, new, path, &new_label);
+    Some(crate::ChangePreview {
+        diff: cap_lines(unified),
+        covers: vec!["file_path", "old_string", "new_string", "replace_all"],
+    })
+}
+
+/// The content a `write` call would leave, as a diff adding every line (what the file holds
+/// now is not read).
+pub(crate) fn preview_write(args: &Value) -> Option<crate::ChangePreview> {
+    let path = crate::string_arg(args, "file_path")?;
+    let content = args.get("content")?.as_str()?;
+    let old_label = format!("{path} (its content now is not shown)");
+    let (_, _, unified) = line_diff("", content, &old_label, path);
+    Some(crate::ChangePreview {
+        diff: cap_lines(unified),
+        covers: vec!["file_path", "content"],
+    })
+}
+
+/// `diff` cut to [`MAX_PREVIEW_LINES`] lines, saying how many more there were.
+fn cap_lines(diff: String) -> String {
+    let total = diff.lines().count();
+    if total <= MAX_PREVIEW_LINES {
+        return diff;
+    }
+    let mut kept: String = diff
+        .lines()
+        .take(MAX_PREVIEW_LINES)
+        .flat_map(|line| [line, "\n"])
+        .collect();
+    kept.push_str(&format!("… {} more lines\n", total - MAX_PREVIEW_LINES));
+    kept
+}
+
 /// `+added -removed` of a change (`new file` first for a created one).
 pub(crate) fn summarize(result: &crate::ResultFacts<'_>) -> Option<crate::ResultSummary> {
     if result.error.is_some() {

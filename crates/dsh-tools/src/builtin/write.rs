@@ -45,6 +45,10 @@ impl Tool for WriteTool {
         crate::builtin::file_change::present(self.name(), args)
     }
 
+    fn preview(&self, args: &Value) -> Option<crate::ChangePreview> {
+        crate::builtin::file_change::preview_write(args)
+    }
+
     fn summarize(&self, _args: &Value, result: &ResultFacts<'_>) -> Option<ResultSummary> {
         crate::builtin::file_change::summarize(result)
     }

@@ -219,3 +219,54 @@ fn escalation_is_taught_and_schemas_are_deterministic() {
         );
     }
 }
+
+/// `write` and `edit` preview their change as a diff from the arguments alone, without
+/// touching the file; other tools and bad arguments give none.
+#[test]
+fn write_and_edit_preview_their_change_without_reading_the_file() {
+    let tools = ToolRegistry::standard();
+    let edit = tools
+        .preview(
+            "edit",
+            &json!({"file_path": "/etc/shadow", "old_string": "a\nb\n", "new_string": "a\nc\n", "replace_all": true})
+                .to_string(),
+        )
+        .expect("edit previews");
+    assert!(
+        edit.diff
+            .starts_with("--- /etc/shadow\n+++ /etc/shadow (at every occurrence)\n"),
+        "{}",
+        edit.diff
+    );
+    assert!(edit.diff.contains("\n a\n-b\n+c\n"), "{}", edit.diff);
+    assert!(edit.covers.contains(&"old_string") && edit.covers.contains(&"replace_all"));
+
+    let content: String = (1..=2_500).map(|i| format!("line {i}\n")).collect();
+    let write = tools
+        .preview(
+            "write",
+            &json!({"file_path": "big.txt", "content": content}).to_string(),
+        )
+        .expect("write previews");
+    assert!(
+        write.diff.contains("+++ big.txt\n"),
+        "{}",
+        &write.diff[..200]
+    );
+    assert!(write.diff.contains("+line 1\n"));
+    assert_eq!(write.diff.lines().count(), 2_001);
+    assert!(
+        write.diff.ends_with("more lines\n"),
+        "{}",
+        &write.diff[write.diff.len() - 100..]
+    );
+    assert_eq!(write.covers, vec!["file_path", "content"]);
+
+    assert!(tools
+        .preview("bash", &json!({"command": "ls"}).to_string())
+        .is_none());
+    assert!(tools.preview("edit", "{not json").is_none());
+    assert!(tools
+        .preview("write", &json!({"file_path": "x"}).to_string())
+        .is_none());
+}
