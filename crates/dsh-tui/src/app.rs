@@ -74,8 +74,23 @@ pub struct StatusInfo {
 pub struct PendingApproval {
     /// The question.
     pub request: ApprovalRequest,
+    /// What the call would change, as its tool previews it (a diff for `write` and `edit`).
+    pub preview: Option<dsh_tools::ChangePreview>,
     /// Rows of the arguments scrolled past (Up/Down/PgUp/PgDn; the view clamps it).
     pub scroll: usize,
+}
+
+impl PendingApproval {
+    /// The question `request`, with its call's preview from the tools every session has.
+    pub fn new(request: ApprovalRequest) -> Self {
+        let preview =
+            dsh_agent::Presenter::standard_tools().preview(&request.tool_name, &request.arguments);
+        PendingApproval {
+            request,
+            preview,
+            scroll: 0,
+        }
+    }
 }
 
 /// Questions from `ask_user_question` (or a plan review) waiting for the user's answers (the

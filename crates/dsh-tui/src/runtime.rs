@@ -635,9 +635,7 @@ impl Ui {
                         .iter()
                         .any(|a| a.request.id == request.id)
                     {
-                        self.app
-                            .approvals
-                            .push_back(PendingApproval { request, scroll: 0 });
+                        self.app.approvals.push_back(PendingApproval::new(request));
                     }
                 }
                 Waiting::Question(request) => {

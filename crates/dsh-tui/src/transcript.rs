@@ -177,6 +177,10 @@ pub struct Transcript {
     projector: ViewProjector,
     /// Calls whose card awaits approval.
     awaiting: HashSet<String>,
+    /// The notices of approvals asked and not yet decided, by question id, with their call:
+    /// while one waits the approval box shows its reason, so the notice is placed with the
+    /// answer (or when the turn ends unanswered), and the reason is on screen once.
+    asked: Vec<(String, String, String)>,
     /// What "for this session" / "always" of an asked approval would allow, by question id.
     rules: HashMap<String, String>,
     /// The session's billed usage, summed by the log's one rule (`stats.usage_by_model`).
@@ -262,6 +266,10 @@ impl Transcript {
                 self.waiting_since = None;
                 self.waited = std::time::Duration::ZERO;
                 self.awaiting.clear();
+                // A turn that never ended (a crash): its unanswered questions are history.
+                for (_, call_id, text) in std::mem::take(&mut self.asked) {
+                    self.place_notice(text, &call_id);
+                }
                 self.streamed = 0;
             }
             Event::UserMessage(message) => {
@@ -336,10 +344,11 @@ impl Transcript {
                 ..
             } => {
                 if let Some(rule) = rule {
-                    self.rules.insert(id, rule);
+                    self.rules.insert(id.clone(), rule);
                 }
                 let tool = self.title_of(&call_id);
-                self.place_notice(format!("approval asked for {tool}: {reason}"), &call_id);
+                self.asked
+                    .push((id, call_id, format!("approval asked for {tool}: {reason}")));
             }
             ViewEvent::ApprovalDecided {
                 id,
@@ -352,6 +361,10 @@ impl Transcript {
                     Event::Opaque { data, .. } => data["rule"].as_str().map(str::to_string),
                     _ => None,
                 };
+                if let Some(at) = self.asked.iter().position(|(asked, ..)| *asked == id) {
+                    let (_, asked_call, text) = self.asked.remove(at);
+                    self.place_notice(text, &asked_call);
+                }
                 let rule = self.rules.remove(&id).or(logged);
                 let rule = rule.as_deref().unwrap_or("a rule");
                 let call_id = call_id.unwrap_or_default();
@@ -412,6 +425,9 @@ impl Transcript {
                 self.turn_started = None;
                 self.waiting_since = None;
                 self.awaiting.clear();
+                for (_, call_id, text) in std::mem::take(&mut self.asked) {
+                    self.place_notice(text, &call_id);
+                }
                 self.end_preview();
                 self.turn_end(state, &reason, message, code);
             }

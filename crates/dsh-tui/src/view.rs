@@ -351,43 +351,91 @@ pub fn approval_lines(pending: &PendingApproval) -> (Vec<Line<'static>>, Vec<Lin
             Style::default().fg(Color::Gray),
         )));
     }
+    let mut body = match &pending.preview {
+        Some(preview) => diff_lines(&preview.diff),
+        None => Vec::new(),
+    };
+    let covered: &[&str] = pending.preview.as_ref().map_or(&[], |p| &p.covers);
+    body.extend(argument_lines(request, covered));
+    (fixed, body)
+}
+
+/// A preview's unified diff, coloured by line: added green, removed red, hunk headers cyan.
+fn diff_lines(diff: &str) -> Vec<Line<'static>> {
+    diff.lines()
+        .map(|line| {
+            let style = if line.starts_with("+++") || line.starts_with("---") {
+                Style::default().add_modifier(Modifier::BOLD)
+            } else if line.starts_with('+') {
+                Style::default().fg(Color::Green)
+            } else if line.starts_with('-') {
+                Style::default().fg(Color::Red)
+            } else if line.starts_with("@@") {
+                Style::default().fg(Color::Cyan)
+            } else {
+                Style::default()
+            };
+            Line::from(Span::styled(line.to_string(), style))
+        })
+        .collect()
+}
+
+/// The arguments of an asked call not shown otherwise, each `key: value`: not those the
+/// preview shows (`covered`), nor an escalation's preset and justification when the reason
+/// quotes them; one-line values first (a path before a file's content), then the
+/// others, each in the order of their names.
+fn argument_lines(request: &dsh_agent::ApprovalRequest, covered: &[&str]) -> Vec<Line<'static>> {
     let key_style = Style::default().fg(Color::Cyan);
     let loud = Style::default()
         .fg(Color::Yellow)
         .add_modifier(Modifier::BOLD);
-    let mut body = Vec::new();
-    match serde_json::from_str::<serde_json::Value>(&request.arguments) {
-        Ok(serde_json::Value::Object(map)) => {
-            for (key, value) in &map {
-                let style = if key == "sandbox_permissions" || key == "justification" {
-                    loud
-                } else {
-                    Style::default()
-                };
-                let text = match value {
-                    serde_json::Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                };
-                for (i, part) in text.split('\n').enumerate() {
-                    let label = if i == 0 {
-                        format!("{key}: ")
-                    } else {
-                        " ".repeat(key.chars().count() + 2)
-                    };
-                    body.push(Line::from(vec![
-                        Span::styled(label, key_style),
-                        Span::styled(part.to_string(), style),
-                    ]));
-                }
-            }
-        }
+    let map = match serde_json::from_str::<serde_json::Value>(&request.arguments) {
+        Ok(serde_json::Value::Object(map)) => map,
         _ => {
-            for part in request.arguments.split('\n') {
-                body.push(Line::from(part.to_string()));
-            }
+            return request
+                .arguments
+                .split('\n')
+                .map(|part| Line::from(part.to_string()))
+                .collect()
+        }
+    };
+    let mut shown: Vec<(&String, String)> = map
+        .iter()
+        .filter(|(key, _)| !covered.contains(&key.as_str()))
+        .map(|(key, value)| {
+            let text = match value {
+                serde_json::Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            (key, text)
+        })
+        // The escalation arguments every tool takes: its reason quotes both.
+        .filter(|(key, text)| {
+            !matches!(key.as_str(), "sandbox_permissions" | "justification")
+                || !request.reason.contains(text.as_str())
+        })
+        .collect();
+    shown.sort_by_key(|(_, text)| text.contains('\n'));
+    let mut lines = Vec::new();
+    for (key, text) in shown {
+        let style = if key == "sandbox_permissions" || key == "justification" {
+            loud
+        } else {
+            Style::default()
+        };
+        for (i, part) in text.split('\n').enumerate() {
+            let label = if i == 0 {
+                format!("{key}: ")
+            } else {
+                " ".repeat(key.chars().count() + 2)
+            };
+            lines.push(Line::from(vec![
+                Span::styled(label, key_style),
+                Span::styled(part.to_string(), style),
+            ]));
         }
     }
-    (fixed, body)
+    lines
 }
 
 /// The box asking to approve a tool call: the choices the request offers, the tool, the reason

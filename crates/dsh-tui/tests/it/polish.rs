@@ -175,38 +175,103 @@ fn long_request() -> ApprovalRequest {
     }
 }
 
+/// An asked `edit` or `write` shows its change as a diff, the path first, and does not list
+/// the arguments the diff shows (issue 41: a diff preview, path before content).
+#[test]
+fn approval_box_previews_a_file_change_as_a_diff() {
+    let asked = |tool: &str, arguments: serde_json::Value| ApprovalRequest {
+        id: "a1".into(),
+        call_id: "c1".into(),
+        tool_name: tool.into(),
+        arguments: arguments.to_string(),
+        reason: format!("{tool} needs approval under the ask preset"),
+        escalation: None,
+        choices: vec![ApprovalChoice::AllowOnce, ApprovalChoice::Reject],
+        rule: None,
+    };
+    let mut app = App::new(status());
+    app.loading = false;
+    app.transcript.running = true;
+    app.approvals.push_back(PendingApproval::new(asked(
+        "edit",
+        json!({"file_path": "src/lib.rs", "old_string": "fn a() {}\nfn b() {}\n", "new_string": "fn a() {}\nfn c() {}\n"}),
+    )));
+    let screen = draw_app(&mut app, 70, 20);
+    let rows: Vec<&str> = screen.lines().collect();
+    let path = rows
+        .iter()
+        .position(|r| r.contains("--- src/lib.rs"))
+        .expect(&screen);
+    let removed = rows
+        .iter()
+        .position(|r| r.contains("-fn b() {}"))
+        .expect(&screen);
+    let added = rows
+        .iter()
+        .position(|r| r.contains("+fn c() {}"))
+        .expect(&screen);
+    assert!(path < removed && removed < added, "{screen}");
+    assert!(screen.contains(" fn a() {}"), "context kept: {screen}");
+    assert!(!screen.contains("old_string:"), "{screen}");
+    assert!(!screen.contains("new_string:"), "{screen}");
+    // The reason is on screen once.
+    assert_eq!(
+        screen.matches("needs approval under").count(),
+        1,
+        "{screen}"
+    );
+    app.on_key(key(KeyCode::Char('y')));
+
+    app.approvals.push_back(PendingApproval::new(asked(
+        "write",
+        json!({"content": "hello\nworld\n", "file_path": "notes.txt"}),
+    )));
+    let screen = draw_app(&mut app, 70, 20);
+    let rows: Vec<&str> = screen.lines().collect();
+    let path = rows
+        .iter()
+        .position(|r| r.contains("+++ notes.txt"))
+        .expect(&screen);
+    let first = rows
+        .iter()
+        .position(|r| r.contains("+hello"))
+        .expect(&screen);
+    assert!(path < first, "path before content: {screen}");
+    assert!(screen.contains("+world"), "{screen}");
+    assert!(!screen.contains("content:"), "{screen}");
+}
+
 #[test]
 fn approval_box_shows_every_argument_and_scrolls() {
     let mut app = App::new(status());
     app.loading = false;
     app.transcript.running = true;
-    app.approvals.push_back(PendingApproval {
-        request: long_request(),
-        scroll: 0,
-    });
+    app.approvals
+        .push_back(PendingApproval::new(long_request()));
     let first = draw_app(&mut app, 60, 24);
     insta::assert_snapshot!("approval_box_long_arguments", first);
     assert!(first.contains("[s] for this session"), "{first}");
     assert!(first.contains("[a] always"), "{first}");
     assert!(first.contains("[n] deny"), "{first}");
-    assert!(first.contains("command: echo step-1"), "{first}");
     assert!(first.contains("PgDn scroll"), "{first}");
+    // One-line arguments first; the preset asked for is in the reason, not listed again.
+    assert!(first.contains("description: run every step"), "{first}");
     assert!(
-        !first.contains("justification:"),
+        first.contains("justification: the release check"),
+        "{first}"
+    );
+    assert!(!first.contains("sandbox_permissions:"), "{first}");
+    assert!(
+        !first.contains("step-12"),
         "below the fold at first: {first}"
     );
-    // Down to the end: the sandbox request and the justification come into view, wrapped.
+    // Down to the end: the command's last lines come into view.
     for _ in 0..40 {
         app.on_key(key(KeyCode::Down));
     }
     let last = draw_app(&mut app, 60, 24);
-    assert!(
-        last.contains("sandbox_permissions: danger-full-access"),
-        "{last}"
-    );
-    assert!(last.contains("justification: the release check"), "{last}");
-    assert!(last.contains("needs the network"), "{last}");
-    assert!(!last.contains("command: echo step-1"), "{last}");
+    assert!(last.contains("echo step-12"), "{last}");
+    assert!(!last.contains("description:"), "{last}");
     // The view clamped the scroll: one PgUp moves back at once.
     let clamped = app.approvals.front().unwrap().scroll;
     assert!(clamped < 40, "{clamped}");

@@ -369,8 +369,7 @@ fn approval_prompt_replaces_the_composer() {
     app.loading = false;
     app.transcript.running = true;
     app.composer.insert_str("draft stays");
-    app.approvals.push_back(dsh_tui::app::PendingApproval {
-        request: dsh_agent::ApprovalRequest {
+    app.approvals.push_back(dsh_tui::app::PendingApproval::new(dsh_agent::ApprovalRequest {
             id: "a1".into(),
             call_id: "c1".into(),
             tool_name: "bash".into(),
@@ -379,9 +378,7 @@ fn approval_prompt_replaces_the_composer() {
             escalation: None,
             choices: vec![dsh_agent::ApprovalChoice::AllowOnce, dsh_agent::ApprovalChoice::Reject],
             rule: None,
-        },
-        scroll: 0,
-    });
+        }));
     let mut terminal = Terminal::new(TestBackend::new(90, 12)).unwrap();
     let mut cache = dsh_tui::view::ViewCache::default();
     terminal
@@ -439,27 +436,24 @@ fn approval_prompt_offers_session_and_always_with_the_rule() {
         [dsh_tui::Action::Approve { id, decision }] if id == "a1" => decision.clone(),
         other => panic!("not one answer to a1: {other:?}"),
     };
-    app.approvals.push_back(dsh_tui::app::PendingApproval {
-        request: request(all.clone()),
-        scroll: 0,
-    });
+    app.approvals
+        .push_back(dsh_tui::app::PendingApproval::new(request(all.clone())));
     insta::assert_snapshot!("approval_prompt_with_rule", draw_app(&mut app, 100, 12));
     let actions = app.on_key(key(crossterm::event::KeyCode::Char('s')));
     assert!(app.approvals.is_empty());
     assert_eq!(answer(actions), ApprovalDecision::AllowSession);
 
-    app.approvals.push_back(dsh_tui::app::PendingApproval {
-        request: request(all),
-        scroll: 0,
-    });
+    app.approvals
+        .push_back(dsh_tui::app::PendingApproval::new(request(all)));
     let actions = app.on_key(key(crossterm::event::KeyCode::Char('a')));
     assert_eq!(answer(actions), ApprovalDecision::AllowAlways);
 
     // Keys of choices that are not offered do nothing.
-    app.approvals.push_back(dsh_tui::app::PendingApproval {
-        request: request(vec![ApprovalChoice::AllowOnce, ApprovalChoice::Reject]),
-        scroll: 0,
-    });
+    app.approvals
+        .push_back(dsh_tui::app::PendingApproval::new(request(vec![
+            ApprovalChoice::AllowOnce,
+            ApprovalChoice::Reject,
+        ])));
     let screen = draw_app(&mut app, 100, 12);
     assert!(
         !screen.contains("[a] always") && !screen.contains("[s] this session"),
@@ -799,7 +793,8 @@ fn the_usage_counts_every_billed_call_under_its_model() {
 /// While an approval waits, the call's card says so and the working time stands still; the
 /// question and the answer come before the card, so the scrollback reads asked, answered,
 /// result (issue 39: the card said "running…", the timer kept counting, and the finished card
-/// reached the scrollback before "approval asked").
+/// reached the scrollback before "approval asked"). While it waits, its reason is in the
+/// approval box alone (issue 41: the reason shown once); the asked notice comes with the answer.
 #[test]
 fn an_approval_is_shown_before_its_card_which_waits_without_counting() {
     let mut t = Transcript::new();
@@ -839,8 +834,10 @@ fn an_approval_is_shown_before_its_card_which_waits_without_counting() {
         .position(|c| matches!(c, Cell::Tool(_)))
         .unwrap();
     assert!(
-        matches!(&t.cells[card_at - 1], Cell::Notice { text, .. } if text.starts_with("approval asked")),
-        "{:?}",
+        !t.cells
+            .iter()
+            .any(|c| matches!(c, Cell::Notice { text, .. } if text.contains("outside the preset"))),
+        "the box shows the reason while it waits: {:?}",
         t.cells
     );
     let Cell::Tool(card) = &t.cells[card_at] else {
@@ -870,6 +867,11 @@ fn an_approval_is_shown_before_its_card_which_waits_without_counting() {
         .unwrap();
     assert!(
         matches!(&t.cells[card_at - 1], Cell::Notice { text, .. } if text.starts_with("approval approved")),
+        "{:?}",
+        t.cells
+    );
+    assert!(
+        matches!(&t.cells[card_at - 2], Cell::Notice { text, .. } if text == "approval asked for bash: outside the preset"),
         "{:?}",
         t.cells
     );
