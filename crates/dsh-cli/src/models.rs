@@ -87,8 +87,12 @@ fn provider_key(
         Some(variable) if config.redirected_by_project(provider) => settings
             .project_value(variable)
             .map(dsh_deepseek::ApiKey::new),
-        Some(variable) => settings.get(variable).map(dsh_deepseek::ApiKey::new),
-        None => Some(dsh_deepseek::ApiKey::new(dsh_config::KEYLESS_PLACEHOLDER)),
+        Some(variable) => match settings.get(variable) {
+            Some(key) => Some(dsh_deepseek::ApiKey::new(key)),
+            None if provider.keyless_when_unset() => Some(dsh_deepseek::ApiKey::keyless()),
+            None => None,
+        },
+        None => Some(dsh_deepseek::ApiKey::keyless()),
     }
 }
 

@@ -228,9 +228,22 @@ impl std::fmt::Display for SelectError {
 
 impl std::error::Error for SelectError {}
 
-/// Placeholder key sent to an OpenAI-compatible server configured without `api_key_env`
-/// (local servers ignore the `Authorization` header).
-pub const KEYLESS_PLACEHOLDER: &str = "no-key";
+impl ProviderConfig {
+    /// True when this provider's calls go without a key when its `api_key_env` variable is not
+    /// set: a built-in chat-completions provider pointed at another endpoint (`DEEPSEEK_BASE_URL`
+    /// or `base_url` naming a local server or a proxy, which often take none). Its own hosted
+    /// API, Anthropic's format and providers the user defined with `api_key_env` need the key
+    /// (docs/providers.md, "Servers without a key").
+    pub fn keyless_when_unset(&self) -> bool {
+        let moved = dsh_llm::providers::BUILTIN_PROVIDERS
+            .iter()
+            .find(|builtin| builtin.name == self.name)
+            .is_some_and(|builtin| {
+                builtin.base_url.trim_end_matches('/') != self.base_url.trim_end_matches('/')
+            });
+        moved && self.kind != ProviderKind::Anthropic
+    }
+}
 
 fn as_u64(value: Option<&Value>) -> Option<u64> {
     value
@@ -858,6 +871,14 @@ impl Config {
             }
             Some(variable) => {
                 let key = lookup(variable).map(ApiKey::new).filter(|k| !k.is_empty());
+                if key.is_none() && provider.keyless_when_unset() {
+                    return Ok(Selection {
+                        provider,
+                        model,
+                        effort: self.effort,
+                        api_key: Some(ApiKey::keyless()),
+                    });
+                }
                 if key.is_none() {
                     let key_name = key_path(&key_path("providers", &provider.name), "api_key_env");
                     return Err(SelectError::MissingKey(ConfigError::new(
@@ -869,14 +890,17 @@ impl Config {
                         ),
                         format!(
                             "set {variable} in the environment, in ./.env or in $DSH_HOME/.env, \
-                             or point `api_key_env` at the variable that holds the key"
+                             or point `api_key_env` at the variable that holds the key; for a \
+                             server that takes no key, remove `api_key_env` from \
+                             [providers.{}] (calls then go without Authorization)",
+                            provider.name
                         ),
                     )));
                 }
                 key
             }
             None if provider.kind == ProviderKind::Anthropic => None,
-            None => Some(ApiKey::new(KEYLESS_PLACEHOLDER)),
+            None => Some(ApiKey::keyless()),
         };
         Ok(Selection {
             provider,

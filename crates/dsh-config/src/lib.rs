@@ -40,7 +40,7 @@ pub use builtin::{
 };
 pub use config::{
     AgentsSettings, BudgetSettings, CompactionSettings, Config, MaxTokensField, ModelEntry,
-    ProviderConfig, ProviderKind, Quirks, SelectError, Selection, KEYLESS_PLACEHOLDER,
+    ProviderConfig, ProviderKind, Quirks, SelectError, Selection,
 };
 pub use error::{ConfigError, ConfigErrors, Source};
 pub use load::{

@@ -532,6 +532,8 @@ pub struct Endpoint {
     models_url: String,
     headers: HeaderMap,
     secret: Option<String>,
+    /// The endpoint takes no key: calls go without one ([`crate::ApiKey::keyless`]).
+    keyless: bool,
     /// The key and the configured header values in every form the matcher knows
     /// (docs/SECURITY.md, "Secrets and redaction").
     scrubber: Arc<crate::SecretMatcher>,
@@ -581,7 +583,14 @@ impl Endpoint {
             headers.insert(name, value);
         }
         let mut secret = None;
-        if let Some((key, name, text)) = config.key.filter(|(key, _, _)| !key.is_empty()) {
+        let keyless = config
+            .key
+            .as_ref()
+            .is_some_and(|(key, _, _)| key.is_keyless());
+        if let Some((key, name, text)) = config
+            .key
+            .filter(|(key, _, _)| !key.is_empty() && !key.is_keyless())
+        {
             let mut value = HeaderValue::from_str(&text).map_err(|_| {
                 AdapterConfigError(format!(
                     "the API key ({}) holds characters that cannot be sent in an HTTP header",
@@ -625,6 +634,7 @@ impl Endpoint {
             models_url: config.models_url,
             headers,
             secret,
+            keyless,
             scrubber,
             key_variable: config.key_variable,
             idle_timeout: config.idle_timeout,
@@ -638,7 +648,9 @@ impl Endpoint {
     /// preconnect"). Nothing is sent without a key (no call would follow), nor to an origin
     /// used in the last 30 s. Returns the task, or `None` when nothing is sent.
     pub fn preconnect(&self) -> Option<tokio::task::JoinHandle<()>> {
-        self.secret.as_ref()?;
+        if !self.has_key() {
+            return None;
+        }
         self.client.preconnect(self.origin.as_ref()?)
     }
 
@@ -658,9 +670,9 @@ impl Endpoint {
         self.idle_timeout
     }
 
-    /// True when a key is configured.
+    /// True when a key is configured, or the endpoint takes none.
     pub fn has_key(&self) -> bool {
-        self.secret.is_some()
+        self.secret.is_some() || self.keyless
     }
 
     /// Removes the key and the configured header values from a failure message, whatever put
@@ -704,7 +716,7 @@ impl Endpoint {
         let errors = Arc::clone(&endpoint);
         let scrubber = Arc::clone(&endpoint);
         let prepare: PrepareRequest = Box::new(move || {
-            if endpoint.secret.is_none() {
+            if !endpoint.has_key() {
                 return Err(endpoint.missing_credential());
             }
             let body = body()?.into().into_reqwest();
@@ -733,7 +745,7 @@ impl Endpoint {
 
     /// The ids of the provider's model list (`GET` on the models URL), failures scrubbed.
     pub async fn model_ids(&self) -> Result<Vec<String>, Failure> {
-        if self.secret.is_none() {
+        if !self.has_key() {
             return Err(self.missing_credential());
         }
         let mut headers = self.headers.clone();

@@ -18,28 +18,51 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// An API key. It is only ever written into a request header: `Debug` and `Display` print a
 /// redacted placeholder, so the key cannot leak through logs or error messages.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
+pub struct ApiKey {
+    secret: String,
+    /// The endpoint takes no key ([`ApiKey::keyless`]).
+    keyless: bool,
+}
 
 impl ApiKey {
     /// Wraps a key. Surrounding white space (a common copy-paste accident) is trimmed.
     pub fn new(key: impl Into<String>) -> Self {
         let key = key.into();
         let trimmed = key.trim();
-        if trimmed.len() == key.len() {
-            ApiKey(key)
+        let secret = if trimmed.len() == key.len() {
+            key
         } else {
-            ApiKey(trimmed.to_string())
+            trimmed.to_string()
+        };
+        ApiKey {
+            secret,
+            keyless: false,
         }
+    }
+
+    /// The credential of an endpoint that takes none (a local OpenAI-compatible server):
+    /// requests go without an `Authorization` header, and calls are not refused for want of a
+    /// key (docs/providers.md, "Servers without a key").
+    pub fn keyless() -> Self {
+        ApiKey {
+            secret: String::new(),
+            keyless: true,
+        }
+    }
+
+    /// True for [`ApiKey::keyless`].
+    pub fn is_keyless(&self) -> bool {
+        self.keyless
     }
 
     /// The secret itself. Callers must only put it on the wire.
     pub fn expose_secret(&self) -> &str {
-        &self.0
+        &self.secret
     }
 
-    /// True for an empty key (treated as missing).
+    /// True for an empty key (treated as missing); a keyless one is not missing.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.secret.is_empty() && !self.keyless
     }
 }
 
@@ -70,6 +93,15 @@ impl std::error::Error for AdapterConfigError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_keyless_credential_is_not_a_missing_key() {
+        let keyless = ApiKey::keyless();
+        assert!(keyless.is_keyless() && !keyless.is_empty());
+        assert_eq!(keyless.expose_secret(), "");
+        let blank = ApiKey::new("  ");
+        assert!(blank.is_empty() && !blank.is_keyless());
+    }
 
     #[test]
     fn the_key_is_trimmed_and_never_printed() {

@@ -233,7 +233,8 @@ fn configuration_is_resolved_once_per_workspace_and_choices() {
 
 #[test]
 fn failures_carry_their_codes() {
-    let setup = Setup::new("http://127.0.0.1:9", None);
+    // DeepSeek's own endpoint needs the key (another one would be called without).
+    let setup = Setup::new("https://api.deepseek.com", None);
     let runtime = setup.runtime(full_access());
     let store = runtime.store();
     let missing = runtime

@@ -81,6 +81,45 @@ async fn replays_recorded_text_turn_and_prints_only_the_final_text() {
     assert!(log.contains("\"completed\""));
 }
 
+/// A local OpenAI-compatible server needs no dummy key: with `DEEPSEEK_BASE_URL` pointing
+/// away from DeepSeek's API and no key set, calls go without `Authorization` (issue 41).
+#[tokio::test]
+async fn another_endpoint_without_a_key_is_called_without_authorization() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .text("keyless ok")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("keyless again")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut cmd = env.command(&provider.base_url(), None);
+    cmd.args(["run", "hi"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "keyless ok\n");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].header("authorization"), None);
+    // `dsh models` lists such a server's models without a key too.
+    let mut cmd = env.command(&provider.base_url(), None);
+    cmd.arg("models");
+    let out = run(cmd).await;
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("MISSING_CREDENTIAL"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test]
 async fn key_from_dotenv_file_in_home() {
     let provider = FakeProvider::start([ScriptedReply::from(

@@ -29,10 +29,21 @@ const CASES: &[Case] = &[
     Case {
         name: "no key for the default provider",
         user_config: None,
-        env: &[("DEEPSEEK_BASE_URL", "http://127.0.0.1:9")],
+        env: &[],
         args: &["run", "hi"],
         prefix: "dsh: MISSING_CREDENTIAL:",
         needles: &["DEEPSEEK_API_KEY"],
+    },
+    Case {
+        name: "no key for a provider the user defined with a key variable",
+        user_config: Some(
+            "[providers.lab]\nkind = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             api_key_env = \"LAB_KEY\"\ndefault_model = \"m\"\n",
+        ),
+        env: &[],
+        args: &["run", "--provider", "lab", "hi"],
+        prefix: "dsh: MISSING_CREDENTIAL:",
+        needles: &["LAB_KEY", "remove `api_key_env` from [providers.lab]"],
     },
     Case {
         name: "no key for a chosen provider",
