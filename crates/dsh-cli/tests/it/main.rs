@@ -25,6 +25,7 @@ mod opt_in_tools;
 mod plan_cli;
 mod plant_escapes;
 mod project_command_escapes;
+mod readme;
 mod run_cancel;
 mod run_cli;
 mod run_jobs;
