@@ -120,10 +120,13 @@ fn working_directory(cwd: Option<&Path>, file: &Path) -> anyhow::Result<PathBuf>
         .with_context(|| format!("working directory {} does not exist", cwd.display()))
 }
 
+/// The folder under `$DSH_HOME` whose `sessions/` holds the sessions replays write.
+const REPLAYS_DIR: &str = "replays";
+
 /// The agent of the replay, composed by the runtime exactly as a live `dsh run` in `cwd` under
 /// `permission` would be (sandbox, safety policy, hooks, MCP servers, skills, subagents), with
 /// one part replaced: the provider, whose every reply comes from the recording. Logs to a new
-/// session under the home. Also returns the signal the adapter gives when a recorded reply
+/// session under `$DSH_HOME/replays/sessions/`. Also returns the signal the adapter gives when a recorded reply
 /// ends without a finish (a cancelled call).
 fn replay_agent(
     cwd: &Path,
@@ -150,9 +153,11 @@ fn replay_agent(
         provider: Some(ProviderReplacement { adapter, model }),
         ..SessionSpec::default()
     };
-    let store = runtime.store();
+    // Replays are kept apart from the user's sessions (`sessions list` does not show them);
+    // the path printed at the end opens one.
+    let store = dsh_session::JsonlStore::new(&runtime.home().join(REPLAYS_DIR));
     let opened = runtime
-        .open(&spec, store.as_ref())
+        .open(&spec, &store)
         .map_err(crate::run::runtime_error)?;
     Ok((opened.agent, hanging))
 }

@@ -341,6 +341,24 @@ async fn the_shipped_example_replays_without_differences() {
         std::fs::read_to_string(env.cwd.path().join("hello.txt")).unwrap(),
         "Hello from dsh! Have a great day.\n"
     );
+    // The replay's session is kept apart: `sessions list --all` shows the user's sessions
+    // only (issue 41), and the path the replay printed opens it.
+    assert!(session_files(env.home.path()).is_empty());
+    let replayed = session_files(&env.home.path().join("replays"));
+    assert_eq!(replayed.len(), 1);
+    assert!(
+        stdout.contains(&replayed[0].display().to_string()),
+        "{stdout}"
+    );
+    let mut list = env.command("http://127.0.0.1:9", None);
+    list.args(["sessions", "list", "--all"]);
+    let listed = String::from_utf8_lossy(&run(list).await.stdout).into_owned();
+    assert!(!listed.contains("hello.txt"), "{listed}");
+    let mut show = env.command("http://127.0.0.1:9", None);
+    show.args(["sessions", "show"]).arg(&replayed[0]);
+    let shown = run(show).await;
+    assert!(shown.status.success());
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("hello.txt"));
 }
 
 /// A background job that is still running when the turn ends keeps `dsh run` waiting; when it
@@ -562,10 +580,7 @@ async fn a_session_recorded_under_bubblewrap_replays_under_bubblewrap() {
         "recorded\n"
     );
     // The replayed session ran its command in the sandbox a live run gets.
-    let replayed: Vec<PathBuf> = session_files(env.home.path())
-        .into_iter()
-        .filter(|file| *file != recorded[0])
-        .collect();
+    let replayed: Vec<PathBuf> = session_files(&env.home.path().join("replays"));
     let log = std::fs::read_to_string(&replayed[0]).unwrap();
     assert!(
         log.lines()
