@@ -162,7 +162,16 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
             writeln!(out, "removed {id}")?;
         }
         SessionsCommand::Search { text, limit } => {
-            for hit in store.search(&text, limit)? {
+            let hits = store.search(&text, limit)?;
+            if hits.is_empty() {
+                // As `list` says when it has nothing: silence reads as a search that failed.
+                writeln!(
+                    out,
+                    "no session message contains `{}`",
+                    dsh_tools::printable(&text)
+                )?;
+            }
+            for hit in hits {
                 writeln!(
                     out,
                     "{}  #{}  {}  {}",

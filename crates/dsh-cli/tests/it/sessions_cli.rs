@@ -162,6 +162,14 @@ fn list_fork_export_search_and_rm() {
 
         let hits = text(&run(&["search", "zebra"]).stdout);
         assert!(hits.contains(&id), "{store}: {hits}");
+        // No hit says so (issue 41), in both stores.
+        let none = run(&["search", "quokka"]);
+        assert!(none.status.success());
+        assert_eq!(
+            text(&none.stdout),
+            "no session message contains `quokka`\n",
+            "{store}"
+        );
 
         let out = run(&["rm", &child]);
         assert!(!out.status.success());
