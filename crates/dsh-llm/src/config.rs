@@ -124,19 +124,9 @@ impl CallConfig {
                 let off_without_reasoning =
                     effort == ReasoningEffort::Off && model.efforts.is_empty();
                 if !model.efforts.contains(&effort) && !off_without_reasoning {
-                    let supported: Vec<&str> = model.efforts.iter().map(|e| e.as_str()).collect();
                     return Err(Failure::new(
                         FailureCode::UnsupportedReasoningEffort,
-                        format!(
-                            "model {} does not support reasoning effort `{}` (supported: {})",
-                            config.model,
-                            effort.as_str(),
-                            if supported.is_empty() {
-                                "none".to_string()
-                            } else {
-                                supported.join(", ")
-                            }
-                        ),
+                        model.effort_refusal(effort),
                     ));
                 }
             }

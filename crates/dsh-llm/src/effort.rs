@@ -46,12 +46,29 @@ impl ModelInfo {
         if self.takes_effort(effort) {
             return Ok(());
         }
-        Err(format!(
+        Err(self.effort_refusal(effort))
+    }
+
+    /// Why `effort` is refused: the efforts this model takes, or, for a model that lists none
+    /// (one the model table does not know), that it is unknown and how to describe it.
+    pub fn effort_refusal(&self, effort: ReasoningEffort) -> String {
+        if self.efforts.is_empty() {
+            return format!(
+                "model {} is not in the model table, so it has no reasoning efforts to choose \
+                 from (`{}` asked): check the id (`dsh models` lists the provider's models), \
+                 leave the effort out, or describe the model with `efforts = [...]` under \
+                 [models.\"{}\"] in config.toml",
+                self.id,
+                effort.as_str(),
+                self.id
+            );
+        }
+        format!(
             "model {} does not support reasoning effort `{}` (supported: {})",
             self.id,
             effort.as_str(),
             effort_names(&self.offered_efforts())
-        ))
+        )
     }
 
     /// The effort to keep after switching to this model from one that used `current`: the same

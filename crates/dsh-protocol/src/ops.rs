@@ -38,8 +38,12 @@ pub enum Op {
         /// The answer.
         reply: Reply,
     },
-    /// Switches the model from the next request, carrying an effort the new model takes.
+    /// Switches the model from the next request, carrying an effort the new model takes. A
+    /// model the session's model table does not know is refused (`UNKNOWN_MODEL`).
     SetModel(String),
+    /// [`Op::SetModel`] without the model-table check: for a model the table does not list
+    /// (a local server's), which the user named on purpose.
+    ForceModel(String),
     /// Switches the reasoning effort from the next request (`None`: the model's default).
     SetEffort(Option<ReasoningEffort>),
     /// Switches the permission preset from the next step.
@@ -189,7 +193,21 @@ impl SessionControl {
             }
             Op::Approve { id, decision } => self.interactions.approve(&id, decision)?,
             Op::Answer { call_id, reply } => self.interactions.answer(&call_id, reply)?,
-            Op::SetModel(model) => return Ok(self.set_model(model)),
+            Op::SetModel(model) => {
+                if (self.models)(&model).is_none() {
+                    return Err(OpError::new(
+                        "UNKNOWN_MODEL",
+                        format!(
+                            "model `{model}` is not in the model table: check the id (`dsh \
+                             models` lists the provider's models), describe it under \
+                             [models.\"{model}\"] in config.toml, or switch anyway (`/model \
+                             --force {model}` in the terminal UI)"
+                        ),
+                    ));
+                }
+                return Ok(self.set_model(model));
+            }
+            Op::ForceModel(model) => return Ok(self.set_model(model)),
             Op::SetEffort(effort) => return self.set_effort(effort).map(|n| vec![n]),
             Op::SetPreset(preset) => {
                 self.handle.set_permission(preset)?;
@@ -224,11 +242,26 @@ impl SessionControl {
     fn set_model(&self, model: String) -> Vec<String> {
         let mut call = self.call.lock_or_recover();
         call.model = model.clone();
-        let note = (self.models)(&model).and_then(|described| {
-            let carried = described.carry_effort(call.reasoning_effort);
-            call.reasoning_effort = carried.effort;
-            carried.note
-        });
+        let note = match (self.models)(&model) {
+            Some(described) => {
+                let carried = described.carry_effort(call.reasoning_effort);
+                call.reasoning_effort = carried.effort;
+                carried.note
+            }
+            // A forced model the table does not describe: no effort can be checked for it,
+            // so none is sent but `off`.
+            None => match call.reasoning_effort {
+                Some(effort) if effort != ReasoningEffort::Off => {
+                    call.reasoning_effort = None;
+                    Some(format!(
+                        "model {model} is not in the model table, so reasoning effort `{}` is \
+                         not sent: the provider's default applies",
+                        effort.as_str()
+                    ))
+                }
+                _ => None,
+            },
+        };
         self.handle.set_call(call.clone());
         std::iter::once(format!("model set to {model} from the next request"))
             .chain(note)

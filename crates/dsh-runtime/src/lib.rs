@@ -316,9 +316,13 @@ impl SessionFactory for Runtime {
             .unwrap_or_default()
     }
 
-    /// The adapter of the default workspace's provider, asked about `model`.
+    /// The adapter of the default workspace's provider, asked about `model`; `None` for a
+    /// model the model table does not list (the adapter would describe it generically).
     fn model_info(&self, model: &str) -> Option<dsh_llm::ModelInfo> {
         let setup = self.configuration(&SessionSpec::default()).ok()?;
+        if !setup.config.models.contains_key(model) {
+            return None;
+        }
         let provider = &setup.selection.provider;
         let adapter = build_adapter(
             &setup.config,

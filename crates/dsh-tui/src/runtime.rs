@@ -683,8 +683,23 @@ impl Ui {
                 );
                 info(&mut self.app, text);
             }
-            SlashCommand::Model(Some(model)) => {
-                if self.submit(Op::SetModel(model)) {
+            SlashCommand::Model(Some(text)) => {
+                // `--force` switches to a model the table does not list.
+                let words: Vec<&str> = text.split_whitespace().collect();
+                let forced = words.contains(&"--force");
+                let model = words
+                    .iter()
+                    .find(|w| **w != "--force")
+                    .map(|w| w.to_string());
+                let op = match model {
+                    Some(model) if forced => Op::ForceModel(model),
+                    Some(model) => Op::SetModel(model),
+                    None => {
+                        info(&mut self.app, "usage: /model [--force] <id>".to_string());
+                        return;
+                    }
+                };
+                if self.submit(op) {
                     self.show_call();
                 }
             }

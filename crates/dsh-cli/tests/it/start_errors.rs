@@ -61,6 +61,18 @@ const CASES: &[Case] = &[
         needles: &["ANTHROPIC_API_KEY"],
     },
     Case {
+        name: "an effort for a model the table does not know",
+        user_config: None,
+        env: &[("DEEPSEEK_BASE_URL", "http://127.0.0.1:9")],
+        args: &["run", "--model", "deepseek-v9", "--effort", "high", "hi"],
+        prefix: "dsh: UNSUPPORTED_REASONING_EFFORT:",
+        needles: &[
+            "deepseek-v9 is not in the model table",
+            "dsh models",
+            "[models.\"deepseek-v9\"]",
+        ],
+    },
+    Case {
         name: "an unknown provider",
         user_config: None,
         env: &[],

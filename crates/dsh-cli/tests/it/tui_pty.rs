@@ -481,9 +481,12 @@ async fn effort_is_checked_against_the_model_and_carried_by_a_model_switch() {
         tui.wait_for("does not support reasoning effort `medium`");
         tui.type_text("/effort max\r");
         tui.wait_for("effort set to max from the next request");
+        // A model the table does not list is refused unless forced (issue 41).
         tui.type_text("/model local-model\r");
+        tui.wait_for("local-model` is not in the model table");
+        tui.type_text("/model --force local-model\r");
         tui.wait_for("model set to local-model");
-        tui.wait_for("(supported: off); using the model's");
+        tui.wait_for("effort `max` is not sent");
         tui.type_text("hello\r");
         tui.wait_for("switched fine");
         // The request that used the new model shows the switch (logged: a resume shows it too).

@@ -118,7 +118,7 @@ async fn a_resumed_session_shows_what_the_live_view_showed() {
     let undone = control.submit(Op::Undo).unwrap();
     assert!(undone[0].contains("made.txt"), "{undone:?}");
     assert!(!s.cwd.join("made.txt").exists());
-    control.submit(Op::SetModel("m2".into())).unwrap();
+    control.submit(Op::ForceModel("m2".into())).unwrap();
     s.turn("what now?").await;
     let live = tokio::time::timeout(std::time::Duration::from_secs(20), viewer)
         .await
