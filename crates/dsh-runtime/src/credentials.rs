@@ -22,6 +22,27 @@ use dsh_tools::SecretRedactor;
 /// Key variables of the built-in providers, always accepted from `./.env`.
 pub const BUILTIN_KEY_VARIABLES: [&str; 2] = ["DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY"];
 
+/// Where a setting was found (see [`Settings::origin`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// dsh's environment.
+    Environment,
+    /// The project's `./.env` at this path.
+    ProjectEnvFile(PathBuf),
+    /// `$DSH_HOME/.env` at this path.
+    HomeEnvFile(PathBuf),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Environment => f.write_str("the environment"),
+            Origin::ProjectEnvFile(path) => write!(f, "the project's {}", path.display()),
+            Origin::HomeEnvFile(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// Variables from the environment with `.env` files as fallbacks.
 #[derive(Debug, Default)]
 pub struct Settings {
@@ -29,6 +50,8 @@ pub struct Settings {
     project: Option<(PathBuf, HashMap<String, String>)>,
     /// `$DSH_HOME/.env`.
     home: HashMap<String, String>,
+    /// The path of `$DSH_HOME/.env`.
+    home_path: PathBuf,
     /// Variables `./.env` may set.
     credentials: Mutex<BTreeSet<String>>,
     /// Variables asked for that only `./.env` had, refused; reported once.
@@ -66,6 +89,7 @@ impl Settings {
         Settings {
             project,
             home: read_env_file(&home_path).unwrap_or_default(),
+            home_path,
             credentials: Mutex::new(
                 BUILTIN_KEY_VARIABLES
                     .iter()
@@ -84,19 +108,38 @@ impl Settings {
     /// The value of `name`: environment first, then `./.env` (credentials only), then
     /// `$DSH_HOME/.env`. Blank values count as unset.
     pub fn get(&self, name: &str) -> Option<String> {
+        self.find(name).map(|(value, _)| value)
+    }
+
+    /// Where [`Settings::get`] finds `name` (never its value): `dsh doctor` says where the
+    /// key came from.
+    pub fn origin(&self, name: &str) -> Option<Origin> {
+        self.find(name).map(|(_, origin)| origin)
+    }
+
+    /// The value of `name` and where it was found, in [`Settings::get`]'s order.
+    fn find(&self, name: &str) -> Option<(String, Origin)> {
         if let Some(value) = std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
-            return Some(value);
+            return Some((value, Origin::Environment));
         }
         if let Some(value) = self.project_value(name) {
             if self.credentials.lock_or_recover().contains(name) {
-                return Some(value);
+                return self
+                    .project
+                    .as_ref()
+                    .map(|(path, _)| (value, Origin::ProjectEnvFile(path.clone())));
             }
             self.refused.lock_or_recover().insert(name.to_string());
         }
         self.home
             .get(name)
             .filter(|v| !v.trim().is_empty())
-            .cloned()
+            .map(|value| (value.clone(), Origin::HomeEnvFile(self.home_path.clone())))
+    }
+
+    /// The path of the project's `./.env` when it was read.
+    pub fn project_file(&self) -> Option<&Path> {
+        self.project.as_ref().map(|(path, _)| path.as_path())
     }
 
     /// The value of `name` in `./.env` only: the key of a provider whose endpoint the
@@ -333,6 +376,43 @@ mod tests {
         assert_eq!(map.get("C").map(String::as_str), Some("x"));
         assert_eq!(map.get("D").map(String::as_str), Some(""));
         assert_eq!(map.len(), 4);
+    }
+
+    /// `origin` names the source `get` read, in `get`'s order, and a variable `./.env` may not
+    /// set is found in `$DSH_HOME/.env` instead.
+    #[test]
+    fn origin_names_where_get_found_the_value() {
+        let root = tempfile::tempdir().unwrap();
+        let (home, cwd) = (root.path().join("home"), root.path().join("ws"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::write(
+            home.join(".env"),
+            "ANTHROPIC_API_KEY=from-home\nDSH_ORIGIN_TEST_OTHER=home-other\n",
+        )
+        .unwrap();
+        std::fs::write(
+            cwd.join(".env"),
+            "DEEPSEEK_API_KEY=from-project\nDSH_ORIGIN_TEST_OTHER=project-other\n",
+        )
+        .unwrap();
+        let settings = Settings::load(&cwd, &home);
+        assert_eq!(
+            settings.origin("DEEPSEEK_API_KEY"),
+            Some(Origin::ProjectEnvFile(cwd.join(".env")))
+        );
+        assert_eq!(
+            settings.origin("ANTHROPIC_API_KEY"),
+            Some(Origin::HomeEnvFile(home.join(".env")))
+        );
+        // Not a credential: `./.env` may not set it.
+        assert_eq!(
+            settings.origin("DSH_ORIGIN_TEST_OTHER"),
+            Some(Origin::HomeEnvFile(home.join(".env")))
+        );
+        assert_eq!(settings.origin("DSH_ORIGIN_TEST_UNSET"), None);
+        assert_eq!(settings.origin("PATH"), Some(Origin::Environment));
+        assert_eq!(Origin::Environment.to_string(), "the environment");
     }
 
     /// Every provider's key (active or not, from either `.env`), MCP bearer tokens, headers
