@@ -433,19 +433,46 @@ fn reason<T>(result: &Result<T, String>) -> String {
 pub fn confinement_for(preset: PermissionPreset) -> Result<Sandbox, SandboxSettingError> {
     // `ask` is confined exactly as `workspace-write` (its approvals are the agent's business).
     let preset = preset.confinement();
-    let preference = match std::env::var(SANDBOX_ENV) {
-        Ok(value) => value.parse()?,
-        Err(std::env::VarError::NotPresent) => SandboxPreference::Auto,
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(SandboxSettingError(format!(
-                "{SANDBOX_ENV} is not valid UTF-8 (expected auto, bubblewrap or landlock)"
-            )))
-        }
-    };
+    let preference = preference_from_env()?;
     if preset == PermissionPreset::DangerFullAccess {
         return Ok(Sandbox::unconfined());
     }
     Ok(platform_sandbox(preset, preference))
+}
+
+/// [`confinement_for`] from a trial of each mechanism made now, not from the process-wide
+/// probe or the verdict cached in the home: what works on this host at this moment, for
+/// `dsh doctor` (docs/doctor.md). Linux: a fresh [`SandboxProbe::run`] with this process's
+/// `PATH` (a few tens of milliseconds); elsewhere the same as [`confinement_for`], whose trial
+/// is the process's own.
+pub fn confinement_tried(preset: PermissionPreset) -> Result<Sandbox, SandboxSettingError> {
+    let preset = preset.confinement();
+    let preference = preference_from_env()?;
+    if preset == PermissionPreset::DangerFullAccess {
+        return Ok(Sandbox::unconfined());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let path = std::env::var_os("PATH");
+        Ok(Sandbox::choose(
+            preset,
+            preference,
+            &SandboxProbe::run(path.as_deref()),
+        ))
+    }
+    #[cfg(not(target_os = "linux"))]
+    Ok(platform_sandbox(preset, preference))
+}
+
+/// The mechanism [`SANDBOX_ENV`] asks for (`auto` when unset); an invalid value is an error.
+fn preference_from_env() -> Result<SandboxPreference, SandboxSettingError> {
+    match std::env::var(SANDBOX_ENV) {
+        Ok(value) => value.parse(),
+        Err(std::env::VarError::NotPresent) => Ok(SandboxPreference::Auto),
+        Err(std::env::VarError::NotUnicode(_)) => Err(SandboxSettingError(format!(
+            "{SANDBOX_ENV} is not valid UTF-8 (expected auto, bubblewrap or landlock)"
+        ))),
+    }
 }
 
 /// Linux: from the process-wide probe. A verdict read from the cache is tried again before the
@@ -579,14 +606,19 @@ pub(crate) fn setup_failed(preset: PermissionPreset, reason: &str) -> ToolError 
     )
 }
 
-/// What makes a mechanism work on this platform, for the `SANDBOX_UNAVAILABLE` message.
+/// What makes a mechanism work on this platform, for the `SANDBOX_UNAVAILABLE` message and
+/// `dsh doctor`.
 #[cfg(target_os = "linux")]
-const INSTALL_ADVICE: &str =
+pub const INSTALL_ADVICE: &str =
     "install bubblewrap (Debian/Ubuntu package `bubblewrap`) or enable Landlock";
+/// What makes a mechanism work on this platform, for the `SANDBOX_UNAVAILABLE` message and
+/// `dsh doctor`.
 #[cfg(target_os = "macos")]
-const INSTALL_ADVICE: &str = "dsh needs /usr/bin/sandbox-exec, which macOS ships, to work";
+pub const INSTALL_ADVICE: &str = "dsh needs /usr/bin/sandbox-exec, which macOS ships, to work";
+/// What makes a mechanism work on this platform, for the `SANDBOX_UNAVAILABLE` message and
+/// `dsh doctor`.
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-const INSTALL_ADVICE: &str =
+pub const INSTALL_ADVICE: &str =
     "this platform has no dsh sandbox yet (docs/decisions/0007-windows-confinement.md)";
 
 /// The confinement when no mechanism works: runs commands unconfined only under
