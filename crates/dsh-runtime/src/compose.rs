@@ -303,17 +303,79 @@ fn register_policies(
         .collect();
     servers.extend(shared.extra_mcp.iter().cloned());
     if !servers.is_empty() {
-        let hub = shared.mcp.get_or_init(|| {
-            let servers = servers.iter().map(crate::mcp::server).collect();
-            let hub = dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs"));
-            let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
-            hub.set_script_gate(Arc::new(crate::mcp::Pinned(gate)));
-            hub.set_confiner(project_confiner);
-            hub
-        });
+        let hub = shared
+            .mcp
+            .get_or_init(|| mcp_hub(setup, &servers, project_confiner));
         extensions.register_for_life(crate::mcp::McpExtension::new(Arc::clone(hub)));
     }
     Ok(())
+}
+
+/// The hub of `servers` as a session has it: each stdio server's command through the
+/// configuration's script gate, the project's servers confined by `project_confiner`. Nothing
+/// starts yet.
+fn mcp_hub(
+    setup: &Configuration,
+    servers: &[dsh_config::McpServerConfig],
+    project_confiner: dsh_tools::CommandConfiner,
+) -> Arc<dsh_mcp::McpHub> {
+    let servers = servers.iter().map(crate::mcp::server).collect();
+    let hub = dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs"));
+    let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
+    hub.set_script_gate(Arc::new(crate::mcp::Pinned(gate)));
+    hub.set_confiner(project_confiner);
+    hub
+}
+
+/// The configured MCP servers of `setup` started as a session of its preset starts them
+/// ([`mcp_hub`], the project's servers confined under the preset), each one's tools listed,
+/// then all stopped: the hub is dropped, which kills each stdio server's process group. For
+/// `dsh doctor`; failures are redacted of every loaded secret, as [`start_mcp`]'s warnings are.
+pub(crate) fn check_mcp(
+    setup: &Configuration,
+) -> Result<Vec<crate::mcp::McpServerCheck>, RuntimeError> {
+    let servers = &setup.config.mcp_servers;
+    if servers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let permission = setup.permission;
+    let network = setup.config.sandbox().network;
+    let sandbox = dsh_sandbox::confinement_for(permission)
+        .map_err(invalid)?
+        .with_network(network);
+    let tool_context = tool_context(setup, permission, &sandbox)?.with_network(network);
+    let spill = tool_context.spill().path().to_path_buf();
+    let current = Arc::new(std::sync::Mutex::new(permission));
+    let hub = mcp_hub(
+        setup,
+        servers,
+        project_confiner(&current, &tool_context, &setup.home),
+    );
+    let errors = hub.start();
+    let tools = hub.tools();
+    drop(hub);
+    drop(tool_context);
+    // The spill folder of this check only: no tool ran, nothing in it is wanted.
+    let _ = std::fs::remove_dir_all(spill);
+    let redact = |text: &str| setup.secrets().redact(text).into_owned();
+    Ok(servers
+        .iter()
+        .map(|server| {
+            let outcome = match errors.iter().find(|e| e.server == server.name) {
+                Some(error) => Err(redact(&error.message)),
+                None => Ok(tools
+                    .iter()
+                    .filter(|(name, _)| *name == server.name)
+                    .map(|(_, tool)| redact(&tool.name))
+                    .collect()),
+            };
+            crate::mcp::McpServerCheck {
+                name: server.name.clone(),
+                from_project: server.from_project,
+                outcome,
+            }
+        })
+        .collect())
 }
 
 /// Starts the session's MCP servers and says why any failed. Called by `Runtime::open` once the

@@ -37,6 +37,7 @@ pub use dsh_config::{
     McpServerConfig, McpTransport, McpTrust, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
 };
 pub use error::RuntimeError;
+pub use mcp::McpServerCheck;
 
 use crate::credentials::Settings;
 
@@ -546,6 +547,14 @@ impl Runtime {
             search,
             secrets,
         })
+    }
+
+    /// Starts each MCP server `spec`'s configuration names as a session would (script gate,
+    /// a project's server confined under the session's preset), lists its tools and stops it
+    /// again: what `dsh doctor` reports per server. No session is opened. Blocks until every
+    /// server is up or has failed, each within its startup timeout.
+    pub fn check_mcp(&self, spec: &SessionSpec) -> Result<Vec<McpServerCheck>, RuntimeError> {
+        compose::check_mcp(&*self.configuration(spec)?)
     }
 
     /// Drops the configurations resolved in `workspace` or below it (after its trust changed):

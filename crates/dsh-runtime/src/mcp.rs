@@ -13,6 +13,18 @@ use dsh_config::{McpServerConfig, McpTransport, McpTrust};
 use dsh_mcp::{CommandGate, McpHub, McpTools};
 use dsh_tools::Tool;
 
+/// One configured MCP server as [`crate::Runtime::check_mcp`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerCheck {
+    /// The server's name (`[mcp.servers.<name>]`).
+    pub name: String,
+    /// The project's configuration defined it (it runs confined, docs/mcp.md).
+    pub from_project: bool,
+    /// The names of the tools it listed once started, or why it did not start (every loaded
+    /// secret redacted).
+    pub outcome: Result<Vec<String>, String>,
+}
+
 /// A configured server as the hub takes it.
 pub(crate) fn server(config: &McpServerConfig) -> dsh_mcp::McpServerConfig {
     let transport = match &config.transport {
