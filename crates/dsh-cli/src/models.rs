@@ -3,10 +3,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use dsh_config::ProviderConfig;
-use dsh_llm::ModelInfo;
+use dsh_llm::{Failure, FailureCode, ModelInfo};
 
 use crate::credentials::Settings;
 
@@ -43,7 +44,16 @@ pub(crate) fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
             );
             Vec::new()
         }
-        Some(key) => list_models(&config, &provider, key)?,
+        Some(key) => match provider_models(&config, &provider, key, None)? {
+            Ok(models) => models,
+            Err(failure) => {
+                eprintln!(
+                    "dsh: warning: could not list the models of provider `{}`: {}; showing the model table only",
+                    provider.name, failure
+                );
+                Vec::new()
+            }
+        },
     };
     print_table(&config, &merge_rows(&config, &provider, listed));
     Ok(ExitCode::SUCCESS)
@@ -96,32 +106,44 @@ fn provider_key(
     }
 }
 
-/// The provider's own model list, each model described by the adapter where it knows it. A
-/// failing endpoint is a warning and an empty list; a bad provider configuration is an error.
-fn list_models(
+/// The provider's own model list (`GET /models` through the provider's adapter), each model
+/// described by the adapter where it knows it, or the failure of that request; a bad provider
+/// configuration is an error. `deadline` bounds the whole request (`dsh doctor`'s reachability
+/// check); without one, the provider's own timeouts apply.
+pub(crate) fn provider_models(
     config: &dsh_config::Config,
     provider: &ProviderConfig,
     key: dsh_deepseek::ApiKey,
-) -> anyhow::Result<Vec<ModelInfo>> {
+    deadline: Option<Duration>,
+) -> anyhow::Result<Result<Vec<ModelInfo>, Failure>> {
     let adapter = dsh_runtime::build_adapter(config, provider, Some(key), None)
         .map_err(|e| user_error("INVALID_CONFIG", e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    match runtime.block_on(adapter.list_models()) {
-        Ok(models) => Ok(models
+    let listed = runtime.block_on(async {
+        match deadline {
+            None => adapter.list_models().await,
+            Some(deadline) => tokio::time::timeout(deadline, adapter.list_models())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Failure::new(
+                        FailureCode::Timeout,
+                        format!(
+                            "no answer to GET /models within {} s",
+                            deadline.as_secs_f64()
+                        ),
+                    ))
+                }),
+        }
+    });
+    Ok(listed.map(|models| {
+        models
             .into_iter()
             .map(|m| adapter.model_info(&m.id).unwrap_or(m))
-            .collect()),
-        Err(failure) => {
-            eprintln!(
-                "dsh: warning: could not list the models of provider `{}`: {}; showing the model table only",
-                provider.name, failure
-            );
-            Ok(Vec::new())
-        }
-    }
+            .collect()
+    }))
 }
 
 /// One row per model id: what the provider listed (if it did) and whether the table of this
