@@ -7,6 +7,7 @@
 mod acp;
 mod approvals;
 mod config_cmd;
+mod doctor;
 mod flags;
 mod headless;
 mod home;
@@ -82,6 +83,9 @@ enum Command {
     Trust(trust::TrustArgs),
     /// List or remove the approval rules remembered with "always allow".
     Approvals(approvals::ApprovalsArgs),
+    /// Check what a session needs, one line each: configuration, trust, key, endpoint,
+    /// sandbox, session store, MCP servers; exit 1 when something blocks work.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// True when the only argument is `--version` or `-V` (anything more goes through clap). On
@@ -174,6 +178,7 @@ fn main() -> ExitCode {
         Some(Command::Web(args)) => web::run(args),
         Some(Command::Trust(args)) => trust::run(args),
         Some(Command::Approvals(args)) => approvals::run(args),
+        Some(Command::Doctor(args)) => doctor::run(args),
     };
     match result {
         Ok(code) => code,

@@ -18,6 +18,7 @@ mod atif_cli;
 mod budgets;
 mod common;
 mod config_cli;
+mod doctor_cli;
 mod dsh_logs;
 mod file_gate_escapes;
 mod headless_cli;
