@@ -378,9 +378,25 @@ fn key_check(setup: &Configuration, settings: &Settings) -> (Check, Option<dsh_d
                 provider.name
             ),
         );
-        let placeholder = dsh_deepseek::ApiKey::new(dsh_config::KEYLESS_PLACEHOLDER);
-        return (check, Some(selection.api_key.unwrap_or(placeholder)));
+        let keyless = dsh_deepseek::ApiKey::keyless();
+        return (check, Some(selection.api_key.unwrap_or(keyless)));
     };
+    if selection
+        .api_key
+        .as_ref()
+        .is_some_and(|key| key.is_keyless())
+    {
+        let check = Check::new(
+            "key",
+            Status::Ok,
+            format!(
+                "{variable} is not set; provider {} points at {}, which is called without a key \
+                 (docs/providers.md, \"Servers without a key\")",
+                provider.name, provider.base_url
+            ),
+        );
+        return (check, selection.api_key);
+    }
     let origin = if config.redirected_by_project(provider) {
         let file = settings
             .project_file()

@@ -153,25 +153,38 @@ async fn every_check_passes_and_the_mcp_server_is_stopped_after() {
         .all(|r| r.method == "GET" && r.path.ends_with("/models")));
 }
 
-/// No key for the provider: `key` fails naming the variable and where to set it, and the
-/// endpoint is not asked.
+/// No key for a provider that needs one (defined with `api_key_env`): `key` fails naming the
+/// variable and where to set it, and the endpoint is not asked. Without a key, the built-in
+/// provider pointed at another endpoint is keyless, and says so.
 #[tokio::test]
 async fn a_missing_key_fails_and_names_the_fix() {
     let env = Env::new();
     let provider = provider().await;
-    let out = output(env.command(&provider.base_url(), false, &[])).await;
+    env.write_user(&format!(
+        "[providers.lab]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\n\
+         api_key_env = \"LAB_KEY\"\ndefault_model = \"deepseek-v4-flash\"\n",
+        provider.base_url()
+    ));
+    let out = output(env.command(&provider.base_url(), false, &["--provider", "lab"])).await;
     let (stdout, _) = checked_text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let key = line(&stdout, "key", "DEEPSEEK_API_KEY");
+    let key = line(&stdout, "key", "LAB_KEY");
     assert!(key.starts_with("FAIL"), "{key}");
     assert!(
-        key.contains(
-            "Fix: set DEEPSEEK_API_KEY in the environment, in ./.env or in $DSH_HOME/.env"
-        ),
+        key.contains("Fix: set LAB_KEY in the environment, in ./.env or in $DSH_HOME/.env"),
         "{key}"
     );
     assert!(line(&stdout, "endpoint", "no key").starts_with("skip"));
     assert!(provider.requests().is_empty());
+
+    let out = output(env.command(&provider.base_url(), false, &[])).await;
+    let (stdout, _) = checked_text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let key = line(&stdout, "key", "DEEPSEEK_API_KEY");
+    assert!(
+        key.starts_with("ok") && key.contains("without a key"),
+        "{key}"
+    );
 }
 
 /// The key in the project's `./.env` is named by its file; `--json` carries the same checks.

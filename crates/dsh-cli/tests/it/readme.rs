@@ -63,6 +63,7 @@ const EXAMPLES: &[(&str, Example)] = &[
     ("dsh config show", Example::Run),
     ("dsh config path", Example::Run),
     ("dsh models", Example::Run),
+    ("dsh doctor", Example::Run),
     ("dsh replay examples/hello", Example::Run),
     (
         "dsh sessions show examples/hello/session.jsonl",
