@@ -162,19 +162,37 @@ impl ProgressPrinter {
             }
             state if state.is_final() => {
                 self.cards_shown.remove(&card.call_id);
+                // A call that ran but whose own check failed (a command exiting non-zero)
+                // reads as failed, as the TUI marks it.
+                let failed_check = card
+                    .summary
+                    .as_ref()
+                    .is_some_and(|summary| summary.tone == dsh_tools::Tone::Failure);
+                let word = if state == CardState::Done && failed_check {
+                    "failed"
+                } else {
+                    state.as_str()
+                };
                 let label = match (&card.summary, &card.error_code) {
-                    (Some(summary), _) => format!("{} ({})", state.as_str(), summary.text),
-                    (None, Some(code)) => format!("{} ({code})", state.as_str()),
-                    (None, None) => state.as_str().to_string(),
+                    (Some(summary), _) => format!("{word} ({})", summary.text),
+                    (None, Some(code)) => format!("{word} ({code})"),
+                    (None, None) => word.to_string(),
                 };
                 let label = self.shown(&label);
-                let label = if state == CardState::Done {
+                let label = if state == CardState::Done && !failed_check {
                     label
                 } else {
                     self.paint("31", &label)
                 };
+                // The tool's summary says what came of the call; the result text (markup the
+                // model reads, such as `read`'s `<content>`) is shown only without one, or
+                // for a failure, whose first line says why.
                 let result = card.result.as_deref().unwrap_or_default();
-                let _ = writeln!(err, "   {label}: {}", one_line(&self.shown(result), 160));
+                if card.summary.is_some() && state == CardState::Done && !failed_check {
+                    let _ = writeln!(err, "   {label}");
+                } else {
+                    let _ = writeln!(err, "   {label}: {}", one_line(&self.shown(result), 160));
+                }
             }
             _ => {}
         }

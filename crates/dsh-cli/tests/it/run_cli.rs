@@ -655,3 +655,41 @@ async fn piped_input_is_sent_after_the_task_given_as_argument() {
     assert!(body.contains("Input piped to dsh run"), "{body}");
     assert!(body.contains("+added line"), "{body}");
 }
+
+/// `dsh run -v` shows each call's summary, not the markup the model reads (`read`'s
+/// `<content>`), and a command that exited non-zero as failed (issue 41).
+#[tokio::test]
+async fn verbose_progress_shows_summaries_and_a_failed_command_as_failed() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "c1", "read", "{\"file_path\": \"notes.txt\"}")
+                .tool_call(
+                    1,
+                    "c2",
+                    "bash",
+                    "{\"command\": \"echo broken; exit 1\", \"description\": \"fail\"}",
+                )
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("done")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.cwd.path().join("notes.txt"), "one\ntwo\n").unwrap();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "-v", "--color", "never", "look"]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("<content>"), "{stderr}");
+    assert!(!stderr.contains("<path>"), "{stderr}");
+    assert!(stderr.contains("-> read notes.txt"), "{stderr}");
+    assert!(stderr.contains("   done (2 lines"), "{stderr}");
+    assert!(stderr.contains("   failed (exit 1): broken"), "{stderr}");
+}
