@@ -270,6 +270,11 @@ pub trait Extension: Send + Sync + 'static {
     /// After a tool body finished (or failed).
     fn tool_post(&self, _ctx: &mut ToolPostContext<'_>) {}
 
+    /// A running call reported progress (an MCP server's message, a command's latest output),
+    /// before it is logged and shown: change it in place (the safety policy redacts secrets
+    /// here as in `tool_post`).
+    fn tool_progress(&self, _progress: &mut dsh_tools::ToolProgress) {}
+
     /// The turn is about to end: return a message to steer the model into another step instead.
     fn turn_stopping(&self, _ctx: &TurnStoppingContext<'_>) -> Option<Message> {
         None

@@ -192,7 +192,11 @@ impl Agent {
             .for_call()
             .with_cancel(info.cancel.clone())
             .with_call_id(info.call_id.clone())
-            .with_progress(progress_sink(&self.shared, &info.call_id));
+            .with_progress(progress_sink(
+                &self.shared,
+                &info.call_id,
+                self.extensions.snapshot(),
+            ));
         let name = info.name.clone();
         let arguments = info.arguments.clone();
         let body_escalation = Arc::clone(&escalated);
@@ -345,12 +349,17 @@ fn log_started(shared: &Shared, started: ToolStarted) -> Result<(), ToolError> {
 const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Logs the call's progress reports as `tool/progress` (throttled; not flushed: progress is
-/// worth no fsync, and the call's result is flushed after it anyway).
-fn progress_sink(shared: &Arc<Shared>, call_id: &str) -> dsh_tools::ProgressSink {
+/// worth no fsync, and the call's result is flushed after it anyway), each first through the
+/// extensions' `tool_progress` (secrets redacted).
+fn progress_sink(
+    shared: &Arc<Shared>,
+    call_id: &str,
+    extensions: Vec<Arc<dyn crate::Extension>>,
+) -> dsh_tools::ProgressSink {
     let shared = Arc::clone(shared);
     let call_id = call_id.to_string();
     let last: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
-    Arc::new(move |report: dsh_tools::ToolProgress| {
+    Arc::new(move |mut report: dsh_tools::ToolProgress| {
         let reached_total = report.total.is_some_and(|total| report.progress >= total);
         {
             let mut last = last.lock_or_recover();
@@ -358,6 +367,9 @@ fn progress_sink(shared: &Arc<Shared>, call_id: &str) -> dsh_tools::ProgressSink
                 return;
             }
             *last = Some(std::time::Instant::now());
+        }
+        for extension in &extensions {
+            extension.tool_progress(&mut report);
         }
         let mut data = serde_json::to_value(&report).unwrap_or_else(|_| json!({}));
         data["callId"] = json!(call_id);

@@ -431,6 +431,10 @@ impl Extension for SafetyPolicy {
     fn tool_post(&self, ctx: &mut ToolPostContext<'_>) {
         self.redactor.redact_outcome(ctx.outcome);
     }
+
+    fn tool_progress(&self, progress: &mut dsh_tools::ToolProgress) {
+        self.redactor.redact_progress(progress);
+    }
 }
 
 #[cfg(test)]

@@ -63,11 +63,11 @@ impl rmcp::ClientHandler for Client {
             .get(&params.progress_token)
             .cloned();
         if let Some(sink) = sink {
-            sink(ToolProgress {
-                progress: params.progress,
-                total: params.total,
-                message: params.message,
-            });
+            sink(ToolProgress::new(
+                params.progress,
+                params.total,
+                params.message,
+            ));
         }
         std::future::ready(())
     }

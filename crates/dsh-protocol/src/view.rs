@@ -700,11 +700,7 @@ mod tests {
         assert_eq!(card.state, CardState::Running);
         assert_eq!(
             card.progress,
-            Some(ToolProgress {
-                progress: 2.0,
-                total: Some(4.0),
-                message: Some("half".into())
-            })
+            Some(ToolProgress::new(2.0, Some(4.0), Some("half".into())))
         );
         assert!(projector.project(&progress("other")).is_empty());
     }

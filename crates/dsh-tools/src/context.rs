@@ -202,11 +202,33 @@ pub struct ToolProgress {
     /// What is happening, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The last lines a running command printed (`bash`: stdout and stderr as they came, at
+    /// most [`ToolProgress::OUTPUT_LINES`], control characters removed); `progress` then counts
+    /// the lines printed so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<String>,
 }
 
 impl ToolProgress {
-    /// The report in words, on one line: `2/4 (50%) copying`, `7 copying` without a total.
+    /// Most lines of output a report carries.
+    pub const OUTPUT_LINES: usize = 5;
+
+    /// A report of how far: `progress` of `total`, with a message.
+    pub fn new(progress: f64, total: Option<f64>, message: Option<String>) -> Self {
+        ToolProgress {
+            progress,
+            total,
+            message,
+            output: Vec::new(),
+        }
+    }
+
+    /// The report in words, on one line: `2/4 (50%) copying`, `7 copying` without a total; a
+    /// command's last line of output when the report carries output.
     pub fn describe(&self) -> String {
+        if let Some(last) = self.output.last() {
+            return last.chars().take(200).collect();
+        }
         let mut line = match self.total {
             Some(total) if total > 0.0 => format!(
                 "{}/{} ({:.0}%)",

@@ -253,6 +253,21 @@ impl SecretRedactor {
         }
     }
 
+    /// Redacts a progress report's message and output lines (they are logged and shown, as
+    /// a result is).
+    pub fn redact_progress(&self, progress: &mut crate::ToolProgress) {
+        if self.is_empty() {
+            return;
+        }
+        if let Some(message) = progress.message.as_mut() {
+            self.redact_in_place(message);
+        }
+        progress
+            .output
+            .iter_mut()
+            .for_each(|line| self.redact_in_place(line));
+    }
+
     /// A redactor for text that arrives in pieces (streamed model output): see
     /// [`StreamRedactor`].
     pub fn stream(&self) -> StreamRedactor {

@@ -286,12 +286,22 @@ pub fn render_tool(tool: &ToolCard) -> Vec<Line<'static>> {
             };
             // A child's latest activity on its `subagent` card (docs/tui.md, "Children"), else
             // the call's own progress reports (an MCP server's), else the state.
+            // A running command's last lines of output (a `bash` call's live tail) go below.
+            let tail = card.progress.as_ref().filter(|p| !p.output.is_empty());
             let shown = tool
                 .progress
                 .clone()
-                .or_else(|| card.progress.as_ref().map(|p| p.describe()))
+                .or_else(|| {
+                    card.progress
+                        .as_ref()
+                        .filter(|_| tail.is_none())
+                        .map(|p| p.describe())
+                })
                 .unwrap_or_else(|| word.to_string());
             header.push(Span::styled(format!("  {shown}"), dim()));
+            for line in tail.map_or(&[][..], |report| &report.output[..]) {
+                body.push(body_line(truncate(line, 200), dim()));
+            }
         }
         CardState::Failed | CardState::Denied | CardState::Cancelled => {
             let word = match card.state {
@@ -450,11 +460,20 @@ mod tests {
                 .collect::<String>()
         };
         assert!(text(&card).contains("running…"), "{}", text(&card));
-        card.progress = Some(dsh_tools::ToolProgress {
-            progress: 2.0,
-            total: Some(4.0),
-            message: Some("half".into()),
-        });
+        card.progress = Some(dsh_tools::ToolProgress::new(
+            2.0,
+            Some(4.0),
+            Some("half".into()),
+        ));
         assert!(text(&card).contains("2/4 (50%) half"), "{}", text(&card));
+        // A command's output tail: its lines under the card, the last one in the header.
+        card.progress = Some(dsh_tools::ToolProgress {
+            output: vec!["Compiling a".into(), "Compiling b".into()],
+            ..dsh_tools::ToolProgress::new(2.0, None, None)
+        });
+        let shown = text(&card);
+        assert!(shown.contains("running…"), "{shown}");
+        let (a, b) = (shown.find("Compiling a"), shown.find("Compiling b"));
+        assert!(a.is_some() && a < b, "{shown}");
     }
 }
