@@ -656,13 +656,108 @@ pub(crate) struct Captured {
     pub spill_error: Option<String>,
 }
 
+/// The last output of a running command, both streams as their bytes arrive, for its card
+/// (`ToolProgress::output`): a few KiB, however much it prints.
+#[derive(Debug, Default)]
+pub(crate) struct LiveOutput {
+    state: std::sync::Mutex<LiveState>,
+}
+
+#[derive(Debug, Default)]
+struct LiveState {
+    /// The last bytes printed (at most [`LiveOutput::KEPT`]).
+    bytes: Vec<u8>,
+    /// Line ends printed so far.
+    lines: u64,
+    /// Something arrived since the last report.
+    changed: bool,
+}
+
+impl LiveOutput {
+    /// Bytes kept: enough for a few long lines.
+    const KEPT: usize = 4096;
+
+    fn push(&self, bytes: &[u8]) {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.lines += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+        state.bytes.extend_from_slice(bytes);
+        if state.bytes.len() > Self::KEPT {
+            let excess = state.bytes.len() - Self::KEPT;
+            state.bytes.drain(..excess);
+        }
+        state.changed = true;
+    }
+
+    /// A report of the output since the last one, or `None` when nothing new was printed:
+    /// the last non-blank lines (a carriage return keeps what followed it, as a terminal
+    /// would show a progress bar), control characters removed.
+    pub(crate) fn report(&self) -> Option<crate::ToolProgress> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !std::mem::take(&mut state.changed) {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&state.bytes);
+        let mut output: Vec<String> = text
+            .split('\n')
+            .map(|line| {
+                line.rsplit('\r')
+                    .find(|part| !part.trim().is_empty())
+                    .unwrap_or("")
+            })
+            .map(plain_line)
+            .filter(|line| !line.trim().is_empty())
+            .collect();
+        let keep = output
+            .len()
+            .saturating_sub(crate::ToolProgress::OUTPUT_LINES);
+        output.drain(..keep);
+        Some(crate::ToolProgress {
+            output,
+            ..crate::ToolProgress::new(state.lines as f64, None, None)
+        })
+    }
+}
+
+/// A line of command output as shown on a card: colour and other CSI sequences dropped, every
+/// other character a terminal would obey ([`crate::is_unsafe_for_terminal`], tabs too) left
+/// out, trailing blanks trimmed.
+fn plain_line(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: parameters up to a final byte in `@`..=`~`; any other escape: one more.
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+        } else if c == '\t' {
+            out.push(' ');
+        } else if !crate::is_unsafe_for_terminal(c) {
+            out.push(c);
+        }
+    }
+    out.trim_end().to_string()
+}
+
 /// Reads `reader` to EOF, keeping the last `cap` bytes in memory and, once the stream exceeds
-/// `cap`, writing the complete stream to a private file in `spill`.
+/// `cap`, writing the complete stream to a private file in `spill`; with `live`, every chunk
+/// also goes there as it arrives.
 pub(crate) async fn capture<R: AsyncRead + Unpin>(
     mut reader: R,
     cap: usize,
     spill: SpillDir,
     label: &'static str,
+    live: Option<std::sync::Arc<LiveOutput>>,
 ) -> Captured {
     let mut out = Captured::default();
     let mut file: Option<File> = None;
@@ -676,6 +771,9 @@ pub(crate) async fn capture<R: AsyncRead + Unpin>(
             Err(_) => break,
         };
         let bytes = &chunk[..n];
+        if let Some(live) = &live {
+            live.push(bytes);
+        }
         out.total += n as u64;
         if out.total > cap as u64 && file.is_none() && out.spill_error.is_none() {
             match spill.create_file(label) {
@@ -764,11 +862,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn live_output_reports_the_last_lines_once_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = SpillDir::create(dir.path().join("s")).unwrap();
+        let live = std::sync::Arc::new(LiveOutput::default());
+        assert!(live.report().is_none());
+        let text: String = (1..=8).map(|i| format!("line {i}\n")).collect::<String>()
+            + "50%\r100% done\x1b[0m\n\n";
+        capture(text.as_bytes(), 1000, spill, "t", Some(live.clone())).await;
+        let report = live.report().unwrap();
+        assert_eq!(report.progress, 10.0);
+        assert_eq!(
+            report.output,
+            vec!["line 5", "line 6", "line 7", "line 8", "100% done"]
+        );
+        assert!(live.report().is_none(), "nothing new since");
+    }
+
+    #[tokio::test]
     async fn capture_keeps_tail_and_spills_everything() {
         let dir = tempfile::tempdir().unwrap();
         let spill = SpillDir::create(dir.path().join("s")).unwrap();
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-        let got = capture(&data[..], 1000, spill, "t").await;
+        let got = capture(&data[..], 1000, spill, "t", None).await;
         assert_eq!(got.total, 100_000);
         assert_eq!(got.tail, data[99_000..]);
         assert_eq!(std::fs::read(got.full_path.unwrap()).unwrap(), data);

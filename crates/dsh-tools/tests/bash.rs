@@ -394,3 +394,62 @@ async fn refusals_and_invalid_arguments() {
         .await;
     assert!(msg.contains("workspace-write"));
 }
+
+/// A running command's latest lines reach the call's progress sink as they are printed
+/// (issue 41: the card shows the output tail while it runs).
+#[tokio::test]
+async fn a_running_command_reports_its_latest_output() {
+    let s = full();
+    let reports: Arc<std::sync::Mutex<Vec<dsh_tools::ToolProgress>>> = Arc::default();
+    let sink = Arc::clone(&reports);
+    let ctx = s
+        .ctx
+        .for_call()
+        .with_progress(Arc::new(move |report| sink.lock().unwrap().push(report)));
+    let out = BashTool
+        .execute(
+            json!({"command": "for i in 1 2 3; do echo step-$i; sleep 0.4; done", "description": "steps"}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert!(out.text_content().contains("step-3"));
+    let reports = reports.lock().unwrap();
+    let first = reports
+        .iter()
+        .position(|r| r.output == ["step-1"])
+        .unwrap_or_else(|| panic!("{reports:?}"));
+    let later = reports
+        .iter()
+        .position(|r| r.output.ends_with(&["step-2".to_string()]))
+        .unwrap_or_else(|| panic!("{reports:?}"));
+    assert!(first < later);
+    assert_eq!(reports[first].describe(), "step-1");
+}
+
+/// A cancelled command keeps what it printed until then in its ABORTED result.
+#[tokio::test]
+async fn a_cancelled_command_keeps_its_partial_output() {
+    let s = full();
+    let ctx = s.ctx.for_call();
+    let cancel = ctx.cancel().clone();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel();
+    });
+    let err = BashTool
+        .execute(
+            json!({"command": "echo half-done; echo oops >&2; sleep 100", "description": "x"}),
+            &ctx,
+        )
+        .await
+        .unwrap_err();
+    canceller.await.unwrap();
+    assert_eq!(err.code, ToolErrorCode::Aborted);
+    assert!(
+        err.message
+            .ends_with("its output until then:\nhalf-done\n[stderr]\noops"),
+        "{}",
+        err.message
+    );
+}

@@ -178,9 +178,12 @@ async fn keys_from_both_env_files_never_leave_in_any_encoding() {
         "{PRINT_FORMS}\n\
          p \"$(sed -n 's/^DEEPSEEK_API_KEY=//p' .env)\"\n\
          p \"$(sed -n 's/^ANTHROPIC_API_KEY=//p' {})\"\n\
-         p \"$(sed -n 's/.*app:\\(.*\\)@db.*/\\1/p' .env)\"",
+         p \"$(sed -n 's/.*app:\\(.*\\)@db.*/\\1/p' .env)\"\n\
+         sleep 0.7",
         home_env.display()
     );
+    // The script sleeps after printing, so its output is reported live too (`tool/progress`,
+    // redacted as results are).
     // Half of the active key in one result, the other half in the next.
     let halves = [
         "sed -n 's/^DEEPSEEK_API_KEY=\\(.\\{18\\}\\).*/\\1/p' .env".to_string(),
@@ -213,6 +216,15 @@ async fn keys_from_both_env_files_never_leave_in_any_encoding() {
         .filter(|event| event["type"] == "tool/result")
         .collect();
     assert_eq!(results.len(), 3);
+    let live = log
+        .lines()
+        .filter(|line| line.contains("\"tool/progress\""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        live.contains("[REDACTED:"),
+        "no live output was logged: {live}"
+    );
     let printed = results[0]["data"].to_string();
     for marker in ["DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY", "DATABASE_URL"] {
         assert!(

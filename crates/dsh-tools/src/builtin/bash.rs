@@ -1,6 +1,7 @@
 //! `bash`: one fresh `bash -c` per call, in its own session and process group.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -17,7 +18,9 @@ use crate::output::ToolOutput;
 use crate::presentation::{
     one_line, string_arg, ResultFacts, ResultSummary, Tone, ToolKind, ToolPresentation, ToolView,
 };
-use crate::process::{capture, group_command, spawn_child, Captured, Pid, ProcessGroup};
+use crate::process::{
+    capture, group_command, spawn_child, Captured, LiveOutput, Pid, ProcessGroup,
+};
 use crate::tool::Tool;
 
 /// How long a `SIGTERM`ed group gets before `SIGKILL`.
@@ -25,6 +28,9 @@ const KILL_GRACE: Duration = Duration::from_millis(1500);
 /// How long to keep reading output after the process group is gone. Only a process that left
 /// the group (its own `setsid`) can hold the pipes open that long.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+/// How often a running command's latest output is reported to its card (the pipeline logs a
+/// report at most every 250 ms anyway).
+const LIVE_INTERVAL: Duration = Duration::from_millis(250);
 
 const BASE_DESCRIPTION: &str = "Runs a shell command with `bash -c` and returns its output. \
 Every call starts a new shell in the session's working directory: `cd`, variables and functions do not carry over, so pass `workdir` rather than chaining `cd`. \
@@ -167,12 +173,15 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let started = Instant::now();
     let (mut child, mut group) = spawn_group(&plan, &workdir)?;
     let cap = limits.bash_stream_cap;
+    // Both streams' latest lines, reported on the call's card while it runs.
+    let live = Arc::new(LiveOutput::default());
     let stdout = child.stdout.take().map(|s| {
         AbortOnDrop(tokio::spawn(capture(
             s,
             cap,
             ctx.spill().clone(),
             "bash-stdout",
+            Some(Arc::clone(&live)),
         )))
     });
     let stderr = child.stderr.take().map(|s| {
@@ -181,32 +190,24 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
             cap,
             ctx.spill().clone(),
             "bash-stderr",
+            Some(Arc::clone(&live)),
         )))
     });
 
-    let mut timed_out = false;
-    let mut leftovers = false;
-    let status = tokio::select! {
-        status = child.wait() => {
-            let status = status.ok();
-            leftovers = group.terminate(KILL_GRACE).await;
-            status
-        }
-        _ = tokio::time::sleep(timeout) => {
-            timed_out = true;
-            group.terminate(KILL_GRACE).await;
-            tokio::time::timeout(DRAIN_LIMIT, child.wait()).await.ok().and_then(Result::ok)
-        }
-        _ = ctx.cancel().cancelled() => {
-            group.terminate(KILL_GRACE).await;
-            let _reaped = tokio::time::timeout(DRAIN_LIMIT, child.wait()).await;
-            return Err(aborted());
-        }
-    };
+    let ended = wait_reporting(&mut child, &mut group, timeout, ctx, &live).await;
     group.mark_finished();
     let (stdout, stdout_detached) = drain(stdout).await;
     let (stderr, stderr_detached) = drain(stderr).await;
     let elapsed = started.elapsed();
+    if ended.cancelled {
+        return Err(aborted_with(ctx, &stdout, &stderr, cap));
+    }
+    let Ended {
+        status,
+        timed_out,
+        leftovers,
+        ..
+    } = ended;
 
     let text = render(&RunReport {
         stdout: &stdout,
@@ -234,6 +235,60 @@ async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
             "stdoutFile": stdout.full_path,
             "stderrFile": stderr.full_path,
         })))
+}
+
+/// How a foreground command ended.
+struct Ended {
+    status: Option<std::process::ExitStatus>,
+    timed_out: bool,
+    cancelled: bool,
+    /// Processes were left in its group when it exited (killed since).
+    leftovers: bool,
+}
+
+/// Waits for the command to exit, its `timeout` or the call's cancellation (the whole group is
+/// stopped in each case), reporting its latest output every [`LIVE_INTERVAL`] meanwhile.
+async fn wait_reporting(
+    child: &mut tokio::process::Child,
+    group: &mut ProcessGroup,
+    timeout: Duration,
+    ctx: &ToolContext,
+    live: &LiveOutput,
+) -> Ended {
+    let mut ended = Ended {
+        status: None,
+        timed_out: false,
+        cancelled: false,
+        leftovers: false,
+    };
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(LIVE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                ended.status = status.ok();
+                ended.leftovers = group.terminate(KILL_GRACE).await;
+                return ended;
+            }
+            _ = &mut deadline => ended.timed_out = true,
+            _ = ctx.cancel().cancelled() => ended.cancelled = true,
+            _ = tick.tick() => {
+                if let Some(report) = live.report() {
+                    ctx.report_progress(report);
+                }
+                continue;
+            }
+        }
+        // Timed out or cancelled: stop the group, then reap the shell.
+        group.terminate(KILL_GRACE).await;
+        ended.status = tokio::time::timeout(DRAIN_LIMIT, child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok);
+        return ended;
+    }
 }
 
 /// Checks the arguments: a command, background runs only where the session has jobs, a
@@ -321,6 +376,27 @@ fn aborted() -> ToolError {
         ToolErrorCode::Aborted,
         "the command was cancelled; it and every process it started were killed",
     )
+}
+
+/// [`aborted`], with what the command printed before it was cancelled (kept as a finished
+/// run's output is: each stream's tail, a large text saved to a file).
+fn aborted_with(ctx: &ToolContext, stdout: &Captured, stderr: &Captured, cap: usize) -> ToolError {
+    let mut error = aborted();
+    if stdout.total == 0 && stderr.total == 0 {
+        return error;
+    }
+    let mut printed = String::new();
+    push_stream(&mut printed, "stdout", stdout, cap);
+    if stderr.total > 0 {
+        ensure_newline(&mut printed);
+        printed.push_str("[stderr]\n");
+        push_stream(&mut printed, "stderr", stderr, cap);
+    }
+    let printed = ctx
+        .externalize(printed.trim_end(), "bash")
+        .unwrap_or_else(|_| "(the output could not be kept)".to_string());
+    error.message = format!("{}; its output until then:\n{printed}", error.message);
+    error
 }
 
 fn resolve_workdir(
