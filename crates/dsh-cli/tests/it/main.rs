@@ -21,6 +21,7 @@ mod config_cli;
 mod doctor_cli;
 mod dsh_logs;
 mod file_gate_escapes;
+mod four_views;
 mod headless_cli;
 mod opt_in_tools;
 mod plan_cli;

@@ -43,11 +43,21 @@ pub(crate) async fn launch(
     cwd: &std::path::Path,
     base_url: &str,
 ) -> Launch {
+    launch_as(home, cwd, base_url, "danger-full-access").await
+}
+
+/// [`launch`] with the permission preset `preset`.
+pub(crate) async fn launch_as(
+    home: &std::path::Path,
+    cwd: &std::path::Path,
+    base_url: &str,
+    preset: &str,
+) -> Launch {
     let started = Instant::now();
     let mut child = tokio::process::Command::from(dsh_command(home, cwd))
         .env("DEEPSEEK_BASE_URL", base_url)
         .env("DEEPSEEK_API_KEY", "sk-web-cli")
-        .env("DSH_PERMISSION_MODE", "danger-full-access")
+        .env("DSH_PERMISSION_MODE", preset)
         .args(["web", "--port", "0", "--no-open"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
