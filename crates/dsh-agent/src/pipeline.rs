@@ -251,12 +251,14 @@ impl Agent {
         let approver = Arc::clone(&self.approver);
         let cancel = info.cancel.clone();
         Box::pin(async move {
-            log_approval(&shared, "approval/asked", asked_event(&request))?;
-            let id = request.id.clone();
-            let offered = request.choices.clone();
+            let asked = asked_event(&request);
+            let (id, offered) = (request.id.clone(), request.choices.clone());
             let rule = request.rule.clone();
+            // Held by the approver before it is logged: an answer to `approval/asked` finds it.
+            let decide = approver.decide(request);
+            log_approval(&shared, "approval/asked", asked)?;
             let decision = tokio::select! {
-                decision = approver.decide(request) => Some(decision),
+                decision = decide => Some(decision),
                 _ = cancel.cancelled() => None,
             };
             let mut decided = json!({"id": id});

@@ -62,33 +62,9 @@ struct Api {
 }
 
 impl Api {
-    /// Answers approval `approval` of session `id` once the session lists it as waiting (the
-    /// question is logged, and so streamed, just before the broker holds it).
+    /// Answers approval `approval` of session `id` as soon as its question was streamed (the
+    /// broker holds a question before it is logged, so it is waiting by then).
     async fn approve(&self, id: &str, approval: &str, decision: &str) {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let session: Value = self
-                .client
-                .get(format!("{}/api/sessions/{id}", self.base))
-                .bearer_auth(&self.token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if session["approvals"]
-                .as_array()
-                .is_some_and(|waiting| waiting.iter().any(|a| a == approval))
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{approval} never waited: {session}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
         self.post(
             &format!("/api/sessions/{id}/approvals/{approval}"),
             json!({"decision": decision}),
