@@ -393,8 +393,13 @@ pub(crate) fn present(name: &str, args: &Value) -> crate::ToolPresentation {
         .location(path)
 }
 
-/// Most lines of a preview's diff; the rest is counted on its last line.
-const MAX_PREVIEW_LINES: usize = 2_000;
+/// Largest arguments (old and new text together) a preview diffs: past it the approval box
+/// lists the arguments themselves, all of them, scrollable.
+const MAX_PREVIEW_BYTES: usize = 512 * 1024;
+
+/// Longest a preview's diff may search for the smallest change (it runs on the front end's
+/// loop while the user waits); past it the diff is still correct, only coarser.
+const PREVIEW_DIFF_TIME: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The diff an `edit` call would make, from its strings: hunks numbered within `old_string`,
 /// since the file is not read.
@@ -402,15 +407,17 @@ pub(crate) fn preview_edit(args: &Value) -> Option<crate::ChangePreview> {
     let path = crate::string_arg(args, "file_path")?;
     let old = args.get("old_string")?.as_str()?;
     let new = args.get("new_string")?.as_str()?;
+    if old.len() + new.len() > MAX_PREVIEW_BYTES {
+        return None;
+    }
     let every = args.get("replace_all").and_then(Value::as_bool) == Some(true);
     let new_label = if every {
         format!("{path} (at every occurrence)")
     } else {
         path.to_string()
     };
-    let (_, _, unified) = line_diff(old, new, path, &new_label);
     Some(crate::ChangePreview {
-        diff: cap_lines(unified),
+        diff: preview_diff(old, new, path, &new_label),
         covers: vec!["file_path", "old_string", "new_string", "replace_all"],
     })
 }
@@ -420,27 +427,26 @@ pub(crate) fn preview_edit(args: &Value) -> Option<crate::ChangePreview> {
 pub(crate) fn preview_write(args: &Value) -> Option<crate::ChangePreview> {
     let path = crate::string_arg(args, "file_path")?;
     let content = args.get("content")?.as_str()?;
+    if content.len() > MAX_PREVIEW_BYTES {
+        return None;
+    }
     let old_label = format!("{path} (its content now is not shown)");
-    let (_, _, unified) = line_diff("", content, &old_label, path);
     Some(crate::ChangePreview {
-        diff: cap_lines(unified),
+        diff: preview_diff("", content, &old_label, path),
         covers: vec!["file_path", "content"],
     })
 }
 
-/// `diff` cut to [`MAX_PREVIEW_LINES`] lines, saying how many more there were.
-fn cap_lines(diff: String) -> String {
-    let total = diff.lines().count();
-    if total <= MAX_PREVIEW_LINES {
-        return diff;
-    }
-    let mut kept: String = diff
-        .lines()
-        .take(MAX_PREVIEW_LINES)
-        .flat_map(|line| [line, "\n"])
-        .collect();
-    kept.push_str(&format!("… {} more lines\n", total - MAX_PREVIEW_LINES));
-    kept
+/// The whole unified diff from `old` to `new` (3 lines of context), its search bounded by
+/// [`PREVIEW_DIFF_TIME`].
+fn preview_diff(old: &str, new: &str, old_label: &str, new_label: &str) -> String {
+    TextDiff::configure()
+        .timeout(PREVIEW_DIFF_TIME)
+        .diff_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(old_label, new_label)
+        .to_string()
 }
 
 /// `+added -removed` of a change (`new file` first for a created one).
