@@ -87,6 +87,18 @@ struct Live {
     epoch: u64,
 }
 
+/// A stdio server's process group while it connects: killed when this is dropped with the
+/// group still in it (a failed start), as [`Live::kill`] does for a running one.
+struct StartedGroup(Option<i32>);
+
+impl Drop for StartedGroup {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            dsh_tools::kill_group_now(pgid);
+        }
+    }
+}
+
 impl Live {
     /// Kills a stdio server's process group at once (a call still holding the connection then
     /// fails as a lost connection).
@@ -460,6 +472,9 @@ impl Server {
                 let mut child = dsh_tools::spawn_child(process)
                     .map_err(|e| format!("cannot start `{command}`: {e} (check `command` in [mcp.servers.{}] and PATH)", self.config.name))?;
                 let pgid = child.id();
+                // Until the connection holds it, a failure kills the whole group: dropping
+                // the child kills only its leader (the keeper), not what it started.
+                let mut started = StartedGroup(pgid.and_then(|p| i32::try_from(p).ok()));
                 let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
                     return Err("the server's pipes could not be opened".into());
                 };
@@ -480,6 +495,7 @@ impl Server {
                         return Err(self.with_log(error));
                     }
                 };
+                started.0 = None;
                 let live = Live {
                     service,
                     progress: client.progress,

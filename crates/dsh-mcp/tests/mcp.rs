@@ -804,6 +804,33 @@ async fn servers_that_fail_to_start_give_clear_errors() {
     assert!(hub.tools().is_empty());
 }
 
+/// A server that never completes the handshake is stopped with everything it started, not
+/// only its first process (found by the adversarial review of `dsh doctor`: a child of the
+/// server outlived it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_is_stopped_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let script = format!(
+        "sleep 300 & echo $! > {}.tmp && mv {0}.tmp {0}; exec sleep 301",
+        pid_file.display()
+    );
+    let mut mute = server("mute", stdio("sh", &["-c", &script]));
+    mute.startup_timeout = Duration::from_secs(1);
+    let hub = McpHub::new(vec![mute], dir.path(), dir.path());
+    let errors = tokio::task::spawn_blocking(move || hub.start())
+        .await
+        .unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let pid = dsh_test_support::process::wait_for_pid(&pid_file);
+    assert!(
+        dsh_test_support::process::poll_until(Duration::from_secs(5), || {
+            !dsh_test_support::process::alive(pid)
+        }),
+        "the server's child {pid} outlived its failed start"
+    );
+}
+
 /// Env var naming the scratch dir of [`helper_starts_a_server_and_waits`]; unset, it does
 /// nothing.
 const MCP_HELPER_ENV: &str = "DSH_MCP_DEATH_HELPER_DIR";
