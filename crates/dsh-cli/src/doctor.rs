@@ -102,7 +102,8 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let (checks, secrets) = checks(&home, &cwd, &args.session);
     // Every message already avoids secrets; redacting every loaded one again costs nothing.
     let clean = |text: &str| {
-        let text = one_line(text);
+        // A URL's own credentials are no loaded secret: removed wherever a URL is quoted.
+        let text = dsh_config::show::redact_urls_in(&one_line(text));
         let text = match &secrets {
             Some(secrets) => secrets.redact(&text).into_owned(),
             None => text,

@@ -92,6 +92,66 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// `text` with the credentials of every URL in it replaced by the placeholder: a
+/// `user:password@` part, and the values of query parameters named like a credential (`key`,
+/// `token`, `secret`, `password`, `sig`, `auth` in the name). For messages that quote URLs
+/// (an endpoint that failed, a redirect's target), whatever put them there.
+pub fn redact_urls_in(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, url_on) = rest.split_at(at + 3);
+        out.push_str(before);
+        // A URL already redacted (`scheme://<redacted>@host`) goes on after its placeholder.
+        let url_on = match url_on.strip_prefix(REDACTED) {
+            Some(after) => {
+                out.push_str(REDACTED);
+                after
+            }
+            None => url_on,
+        };
+        let end = url_on
+            .find(|c: char| c.is_whitespace() || "\"'`<>()[]{},".contains(c))
+            .unwrap_or(url_on.len());
+        let (url, after) = url_on.split_at(end);
+        let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+        let (authority, path) = url.split_at(authority_end);
+        match authority.rfind('@').filter(|&at| at > 0) {
+            Some(at) => {
+                out.push_str(REDACTED);
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        out.push_str(&redact_query(path));
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `path_and_query` with the values of credential-named query parameters replaced.
+fn redact_query(path_and_query: &str) -> String {
+    let Some((path, query)) = path_and_query.split_once('?') else {
+        return path_and_query.to_string();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if credential_name(name) => format!("{name}={REDACTED}"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{path}?{}", pairs.join("&"))
+}
+
+fn credential_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["key", "token", "secret", "password", "sig", "auth"]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
 /// `value` of the key `path` as TOML text, secrets replaced by the placeholder.
 pub fn render_value(path: &str, value: &Value) -> String {
     if is_secret_key(path) {

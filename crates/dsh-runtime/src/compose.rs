@@ -327,6 +327,9 @@ fn mcp_hub(
     hub
 }
 
+/// The longest [`check_mcp`] waits for a server to start.
+const CHECK_STARTUP_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The configured MCP servers of `setup` started as a session of its preset starts them
 /// ([`mcp_hub`], the project's servers confined under the preset), each one's tools listed,
 /// then all stopped: the hub is dropped, which kills each stdio server's process group. For
@@ -334,10 +337,22 @@ fn mcp_hub(
 pub(crate) fn check_mcp(
     setup: &Configuration,
 ) -> Result<Vec<crate::mcp::McpServerCheck>, RuntimeError> {
-    let servers = &setup.config.mcp_servers;
-    if servers.is_empty() {
+    if setup.config.mcp_servers.is_empty() {
         return Ok(Vec::new());
     }
+    // A check answers within a bounded time, whatever a server's own `startup_timeout_secs`
+    // (a project may set a day); every server starts at the same time.
+    let servers: Vec<_> = setup
+        .config
+        .mcp_servers
+        .iter()
+        .cloned()
+        .map(|mut server| {
+            server.startup_timeout = server.startup_timeout.min(CHECK_STARTUP_LIMIT);
+            server
+        })
+        .collect();
+    let servers = &servers;
     let permission = setup.permission;
     let network = setup.config.sandbox().network;
     let sandbox = dsh_sandbox::confinement_for(permission)

@@ -233,6 +233,20 @@ async fn an_unreachable_endpoint_fails() {
     assert!(endpoint.starts_with("FAIL"), "{endpoint}");
     assert!(endpoint.contains(&url), "{endpoint}");
     assert!(endpoint.contains("DEEPSEEK_BASE_URL"), "{endpoint}");
+
+    // Credentials in the URL are never printed, on any line, keyless or not (adversarial
+    // review: the key line and the failure quoted `user:password@`).
+    let with_password = format!("http://alice:hunter2pass@127.0.0.1:{closed}/v1?api-key=qs-secret");
+    for key in [true, false] {
+        let out = output(env.command(&with_password, key, &["--json"])).await;
+        let (stdout, stderr) = text(&out);
+        for secret in ["hunter2pass", "alice", "qs-secret"] {
+            assert!(
+                !stdout.contains(secret) && !stderr.contains(secret),
+                "{stdout}{stderr}"
+            );
+        }
+    }
 }
 
 /// A configured MCP server whose command does not exist is a warning naming it (the session

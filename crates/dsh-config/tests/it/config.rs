@@ -429,3 +429,27 @@ fn the_model_table_falls_back_to_max_output() {
     );
     // Building the adapters from the table: dsh-runtime's `adapters.rs`.
 }
+
+/// A message quoting a URL shows none of its credentials: user and password, and the values
+/// of query parameters named like a key (found in `dsh doctor`'s endpoint lines).
+#[test]
+fn credentials_in_the_urls_of_a_message_are_redacted() {
+    use dsh_config::show::redact_urls_in;
+    assert_eq!(
+        redact_urls_in(
+            "could not reach http://alice:hunter2@127.0.0.1:1/v1/models?api-key=abc&x=1: refused; \
+             see https://example.com/a"
+        ),
+        "could not reach http://<redacted>@127.0.0.1:1/v1/models?api-key=<redacted>&x=1: \
+         refused; see https://example.com/a"
+    );
+    assert_eq!(redact_urls_in("no url here"), "no url here");
+    assert_eq!(
+        redact_urls_in("http://<redacted>@h:1/v1?token=t unreachable"),
+        "http://<redacted>@h:1/v1?token=<redacted> unreachable"
+    );
+    assert_eq!(
+        redact_urls_in("(http://u@h/p) and 'ftp://a:b@c'"),
+        "(http://<redacted>@h/p) and 'ftp://<redacted>@c'"
+    );
+}
