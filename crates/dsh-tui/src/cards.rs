@@ -18,6 +18,8 @@ use crate::transcript::{Cell, Header, NoticeLevel, ToolCard};
 const MAX_DIFF_LINES: usize = 40;
 /// Most output lines a bash card shows (the tail).
 const MAX_OUTPUT_LINES: usize = 6;
+/// Characters of an output line a bash card shows (a longer one is cut, ending in `…`).
+const MAX_LINE_CHARS: usize = 200;
 
 fn dim() -> Style {
     Style::default().fg(Color::DarkGray)
@@ -324,7 +326,7 @@ pub fn render_tool(tool: &ToolCard) -> Vec<Line<'static>> {
             }
             let meta = card.meta.as_ref().unwrap_or(&Value::Null);
             match card.presentation.view {
-                ToolView::Terminal => terminal_body(output, &mut body),
+                ToolView::Terminal => terminal_body(output, meta, &mut body),
                 ToolView::Diff => diff_body(meta, &mut body),
                 // Shown by the summary alone.
                 ToolView::Contents | ToolView::Results => {}
@@ -359,18 +361,81 @@ fn body_line(text: String, style: Style) -> Line<'static> {
     Line::from(vec![Span::styled("  │ ", dim()), Span::styled(text, style)])
 }
 
-/// A command's output: its last lines.
-fn terminal_body(output: &str, body: &mut Vec<Line<'static>>) {
+/// A command's output: its last lines, under a line that says what the card leaves out: the
+/// lines above them and, when the lines are long or the output was cut before it reached the
+/// result, how many bytes of the output are not shown (docs/tui.md, "Screen").
+fn terminal_body(output: &str, meta: &Value, body: &mut Vec<Line<'static>>) {
     let lines: Vec<&str> = output
         .lines()
         .filter(|l| !l.starts_with("[exit code:"))
         .collect();
     let skip = lines.len().saturating_sub(MAX_OUTPUT_LINES);
-    if skip > 0 {
-        body.push(body_line(format!("… {skip} more lines"), dim()));
+    let shown = &lines[skip..];
+    if let Some(hidden) = hidden_output(&lines, skip, meta) {
+        body.push(body_line(hidden, dim()));
     }
-    for line in &lines[skip..] {
-        body.push(body_line(truncate(line, 200), dim()));
+    for line in shown {
+        body.push(body_line(truncate(line, MAX_LINE_CHARS), dim()));
+    }
+}
+
+/// What a command card does not show of its output, in words (`None`: nothing). `lines` are the
+/// result's lines, of which the card shows those from `skip` on, each cut at
+/// [`MAX_LINE_CHARS`]; `meta` may say how much the command wrote (`bash`: `stdoutBytes` and
+/// `stderrBytes`), which is more than the result holds when the output was cut before it.
+fn hidden_output(lines: &[&str], skip: usize, meta: &Value) -> Option<String> {
+    let above: u64 = lines[..skip].iter().map(|l| l.len() as u64 + 1).sum();
+    let shown: u64 = lines[skip..].iter().map(|l| kept_bytes(l) as u64).sum();
+    let cut = lines[skip..].iter().any(|l| kept_bytes(l) < l.len());
+    let text: u64 = lines.iter().map(|l| l.len() as u64 + 1).sum();
+    let written: u64 = ["stdoutBytes", "stderrBytes"]
+        .iter()
+        .filter_map(|key| meta.get(key).and_then(Value::as_u64))
+        .sum();
+    let dropped = written > text;
+    let total = written.max(text);
+    let hidden = total.saturating_sub(shown);
+    // Lines longer than a row shows, on average: their count alone would belittle them.
+    let long = above > skip as u64 * MAX_LINE_CHARS as u64;
+    // A result that holds only part of the output has fewer lines than the output: its count
+    // would mislead, its size does not.
+    let lines = (skip > 0 && !dropped).then(|| {
+        let noun = if skip == 1 { "line" } else { "lines" };
+        format!("{skip} more {noun}")
+    });
+    let bytes = (cut || dropped || long).then(|| {
+        format!(
+            "{} of {} not shown{}",
+            byte_size(hidden),
+            byte_size(total),
+            if cut { " (long lines cut)" } else { "" }
+        )
+    });
+    match (lines, bytes) {
+        (Some(lines), Some(bytes)) => Some(format!("… {lines} · {bytes}")),
+        (Some(text), None) | (None, Some(text)) => Some(format!("… {text}")),
+        (None, None) => None,
+    }
+}
+
+/// The bytes of `line` a card shows: all of it, or what [`truncate`] keeps of a longer one.
+fn kept_bytes(line: &str) -> usize {
+    match line.char_indices().nth(MAX_LINE_CHARS) {
+        Some(_) => line
+            .char_indices()
+            .nth(MAX_LINE_CHARS - 1)
+            .map_or(line.len(), |(at, _)| at),
+        None => line.len(),
+    }
+}
+
+/// `bytes` for people: `512 bytes`, `12.5 KiB`, `3.0 MiB`.
+fn byte_size(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    match bytes {
+        0..1024 => format!("{bytes} bytes"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / KIB),
+        _ => format!("{:.1} MiB", bytes as f64 / (KIB * KIB)),
     }
 }
 

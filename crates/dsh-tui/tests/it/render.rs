@@ -86,6 +86,78 @@ fn bash_cards() {
     insta::assert_snapshot!("bash_cards", text);
 }
 
+/// The card's text rows, without the gutter.
+fn card_rows(cell: &Cell) -> Vec<String> {
+    render_cell(cell, false)
+        .iter()
+        .map(|line| {
+            line.spans
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect::<String>()
+        })
+        .map(|row| row.trim_start_matches("  │ ").to_string())
+        .collect()
+}
+
+#[test]
+fn a_bash_card_says_how_much_of_a_huge_output_it_hides() {
+    let bash = |output: &str, meta: serde_json::Value| {
+        card_rows(&tool(
+            "bash",
+            json!({"command": "make"}),
+            done(output, meta),
+        ))
+    };
+    // Short lines: their count says it all.
+    let short: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    let rows = bash(&short, json!({"exitCode": 0}));
+    assert_eq!(rows[1], "… 4 more lines", "{rows:#?}");
+    assert_eq!(rows[2], "line 5", "{rows:#?}");
+    // 300 KB in seven long lines: one line is hidden, but nearly all of the bytes are.
+    let long: String = (0..7)
+        .map(|i| format!("{i}{}\n", "x".repeat(42_856)))
+        .collect();
+    let rows = bash(&long, json!({"exitCode": 0}));
+    assert_eq!(
+        rows[1], "… 1 more line · 291.8 KiB of 293.0 KiB not shown (long lines cut)",
+        "{rows:#?}"
+    );
+    // One line of 200 KB: no line is hidden, its bytes are.
+    let rows = bash(&"y".repeat(200_000), json!({"exitCode": 0}));
+    assert_eq!(
+        rows[1], "… 195.1 KiB of 195.3 KiB not shown (long lines cut)",
+        "{rows:#?}"
+    );
+    // Output cut before it reached the result (bash keeps a preview, `meta` has the size
+    // written): the size of the whole output, and no count of the preview's lines.
+    let preview: String = (1..=8).map(|i| format!("tail {i}\n")).collect();
+    let rows = bash(
+        &preview,
+        json!({"exitCode": 0, "stdoutBytes": 300_000, "stderrBytes": 0}),
+    );
+    assert_eq!(rows[1], "… 292.9 KiB of 293.0 KiB not shown", "{rows:#?}");
+    // As bash hands back 300 KB of output: a head and tail preview of about 50 KB naming the
+    // file with the rest (docs/tools.md, "Externalising").
+    let written: String = (0..3000)
+        .map(|i| format!("{i:>5} {}\n", "z".repeat(93)))
+        .collect();
+    let spill = tempfile::tempdir().unwrap();
+    let spill = dsh_tools::SpillDir::create(spill.path().join("spill")).unwrap();
+    let preview = dsh_tools::externalize(&written, 50_000, &spill, "bash").unwrap();
+    let rows = bash(
+        &preview.text,
+        json!({"exitCode": 0, "stdoutBytes": written.len(), "stderrBytes": 0}),
+    );
+    assert_eq!(
+        rows[1], "… 292.5 KiB of 293.0 KiB not shown (long lines cut)",
+        "{rows:#?}"
+    );
+    // Nothing hidden: no line about it.
+    let rows = bash("ok\n", json!({"exitCode": 0, "stdoutBytes": 3}));
+    assert_eq!(rows[1..], ["ok".to_string()], "{rows:#?}");
+}
+
 #[test]
 fn edit_and_write_cards_show_a_coloured_diff() {
     let edit = tool(
