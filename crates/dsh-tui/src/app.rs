@@ -164,6 +164,10 @@ pub struct App {
     pub picker: Option<Picker>,
     /// Show reasoning in full.
     pub expand_reasoning: bool,
+    /// The inline mode (docs/tui.md, "Modes"): the conversation's finished cells are in the
+    /// terminal's scrollback, out of the UI's reach (Ctrl-T opens a view of them instead, and
+    /// PgUp/PgDn have no conversation to scroll).
+    pub inline: bool,
     /// Lines scrolled up from the bottom of the conversation.
     pub scroll: usize,
     /// Highlighted completion.
@@ -205,6 +209,7 @@ impl App {
             user_commands: Vec::new(),
             picker: None,
             expand_reasoning: false,
+            inline: false,
             scroll: 0,
             completion: 0,
             hint: None,
@@ -309,9 +314,7 @@ impl App {
             KeyCode::Char('j') | KeyCode::Char('J') if ctrl => self.composer.insert('\n'),
             KeyCode::Enter => return self.submit(false),
             KeyCode::Char('s') | KeyCode::Char('S') if ctrl => return self.submit(true),
-            KeyCode::Char('t') | KeyCode::Char('T') if ctrl => {
-                self.expand_reasoning = !self.expand_reasoning
-            }
+            KeyCode::Char('t') | KeyCode::Char('T') if ctrl => self.toggle_reasoning(),
             KeyCode::Char('a') if ctrl => self.composer.home(),
             KeyCode::Char('e') if ctrl => self.composer.end(),
             KeyCode::Char('u') if ctrl => self.composer.delete_to_line_start(),
@@ -358,6 +361,18 @@ impl App {
             _ => {}
         }
         Vec::new()
+    }
+
+    /// Ctrl-T: reasoning in full, or collapsed again. Drawn anew on every frame, the full
+    /// screen and a followed child's view expand it in place; the inline mode's history is in
+    /// the terminal's scrollback, so there it opens the conversation with its reasoning in full
+    /// in a view of its own (crate::pager), which Ctrl-T closes again.
+    fn toggle_reasoning(&mut self) {
+        if self.inline && self.children.followed().is_none() {
+            self.pager = Some(crate::pager::Pager::conversation(&self.transcript));
+        } else {
+            self.expand_reasoning = !self.expand_reasoning;
+        }
     }
 
     /// PgUp/PgDn scroll the conversation by a page; true when `code` was one of them.

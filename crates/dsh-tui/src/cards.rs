@@ -186,7 +186,7 @@ fn render_reasoning(text: &str, streaming: bool, expand: bool) -> Vec<Line<'stat
             .unwrap_or("")
             .trim();
         let mut spans = vec![Span::styled(
-            format!("▸ {state} ({words} words, Ctrl-T expands)"),
+            format!("▸ {state} ({words} words, Ctrl-T shows it)"),
             style,
         )];
         if streaming && !last.is_empty() {

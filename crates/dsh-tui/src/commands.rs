@@ -214,13 +214,18 @@ fn user_entries(user: &[UserCommand]) -> impl Iterator<Item = (String, String)> 
         .filter(|(name, _)| !is_builtin(name))
 }
 
-/// The `/help` text; `user` are the extensions' commands, listed after the built-ins.
-pub fn help_text(user: &[UserCommand]) -> String {
-    let mut out = String::from(
+/// The `/help` text; `user` are the extensions' commands, listed after the built-ins. `inline`:
+/// the inline mode's keys (docs/tui.md, "Modes"), else the full screen's.
+pub fn help_text(user: &[UserCommand], inline: bool) -> String {
+    let view = if inline {
+        "Ctrl-T the conversation with its reasoning in full · PgUp/PgDn scroll"
+    } else {
+        "Ctrl-T expand/collapse reasoning · PgUp/PgDn scroll"
+    };
+    let mut out = format!(
         "Keys: Enter send (queues a followup while a turn runs) · Ctrl-S send as steering · \
          Shift/Alt-Enter or Ctrl-J newline · Ctrl-C cancel turn / clear draft (twice) / quit \
-         (twice, when empty) · Ctrl-D quit · Ctrl-T expand reasoning · PgUp/PgDn scroll · \
-         Up/Down recall · Tab complete\nCommands:",
+         (twice, when empty) · Ctrl-D quit · {view} · Up/Down recall · Tab complete\nCommands:",
     );
     for (name, about) in COMMANDS {
         out.push_str(&format!("\n  {name:<12} {about}"));
@@ -302,9 +307,9 @@ mod tests {
         assert_eq!(parse("/export", &user), Ok(SlashCommand::Export(None)));
         assert_eq!(parse("/clear", &user), Ok(SlashCommand::New));
         assert!(parse("/reviewer", &user).is_err());
-        let help = help_text(&user);
+        let help = help_text(&user, false);
         assert!(help.contains("\n  /review      the review skill"), "{help}");
         assert!(!help.contains("the export skill"), "{help}");
-        assert!(!help_text(&[]).contains("Skills"));
+        assert!(!help_text(&[], false).contains("Skills"));
     }
 }

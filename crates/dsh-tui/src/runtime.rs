@@ -159,6 +159,7 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         header: None,
         app: App {
             finder: crate::finder::Finder::new(&options.cwd),
+            inline: !options.alt_screen,
             ..App::new(options.status.clone())
         },
         cache: ViewCache::default(),
@@ -811,7 +812,7 @@ impl Ui {
         if let Some(live) = &self.live {
             self.app.user_commands = live.handle.user_commands();
         }
-        let text = help_text(&self.app.user_commands);
+        let text = help_text(&self.app.user_commands, self.inline.is_some());
         info(&mut self.app, text);
     }
 

@@ -44,6 +44,7 @@ mod tui_commands;
 mod tui_harness;
 mod tui_inline;
 mod tui_pty;
+mod tui_truthful;
 mod version_cli;
 mod view_cli;
 mod web_cli;

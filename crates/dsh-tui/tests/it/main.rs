@@ -17,4 +17,5 @@ mod polish;
 mod render;
 mod resume;
 mod support;
+mod truthful;
 mod undo_diff;

@@ -1,0 +1,76 @@
+//! Issue 41's "truthful UI" items on the running terminal: the real `dsh` binary in a
+//! pseudo-terminal against the fake provider (crate::tui_harness). What the UI offers works where
+//! it is offered: Ctrl-T shows reasoning the inline mode already wrote to the scrollback.
+
+use std::time::Duration;
+
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+
+use crate::tui_harness::Tui;
+
+const ROWS: u16 = 40;
+
+/// Ctrl-T in the inline mode opens the conversation with its reasoning in full, though the
+/// reasoning is in the terminal's scrollback already; Ctrl-T closes the view again and leaves
+/// nothing of it behind (docs/tui.md, "Modes").
+#[test]
+fn ctrl_t_shows_reasoning_already_in_the_scrollback() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let provider = runtime
+        .block_on(FakeProvider::start([ScriptedReply::from(
+            SseReply::new()
+                .reasoning("First the failing test.\nThen the lexer's spans.\nLast the fix.")
+                .text("the parser skips the last token")
+                .finish("stop", Some(WireUsage::default())),
+        )]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start_sized(
+        &provider.base_url(),
+        home.path(),
+        cwd.path(),
+        &[],
+        &[],
+        (ROWS, 100),
+    );
+    tui.wait_for("Ask dsh anything");
+    tui.type_text("why does the parser fail\r");
+    tui.wait_for("the parser skips the last token");
+    tui.wait_until("the turn ended", |s| {
+        s.contains("Ask dsh anything") && !s.contains("Working (")
+    });
+    let screen = tui.contents();
+    assert!(screen.contains("Ctrl-T shows it"), "{screen}");
+    assert!(!screen.contains("Then the lexer's spans."), "{screen}");
+
+    tui.type_text("\x14");
+    tui.wait_for("reasoning in full");
+    tui.wait_for("Then the lexer's spans.");
+    let view = tui.contents();
+    assert!(view.contains("First the failing test."), "{view}");
+    assert!(view.contains("Last the fix."), "{view}");
+
+    tui.type_text("\x14");
+    tui.wait_until("the view closed", |s| {
+        !s.contains("reasoning in full") && s.contains("Ask dsh anything")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    tui.quit();
+    let (history, screen) = tui.scrollback_and_screen();
+    let joined = history
+        .iter()
+        .chain(&screen)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The view was live: none of it reached the scrollback, whose reasoning stays collapsed.
+    assert!(!joined.contains("reasoning in full"), "{joined}");
+    assert!(!joined.contains("Then the lexer's spans."), "{joined}");
+    assert_eq!(
+        joined.matches("the parser skips the last token").count(),
+        1,
+        "{joined}"
+    );
+    drop(provider);
+}

@@ -1,0 +1,129 @@
+//! Issue 41's "truthful UI" items that the UI state shows: Ctrl-T reaches finished reasoning in
+//! the inline mode too (in a view of its own, since the terminal's scrollback holds it there).
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use dsh_tui::view::{draw, draw_live, live_height, ViewCache};
+use dsh_tui::{App, Cell, StatusInfo};
+use ratatui::backend::TestBackend;
+use ratatui::layout::Rect;
+use ratatui::{Terminal, TerminalOptions, Viewport};
+
+fn app(inline: bool) -> App {
+    let mut app = App::new(StatusInfo {
+        model: "deepseek-v4-flash".into(),
+        effort: Some("high".into()),
+        permission: "workspace-write".into(),
+        context_window: 128_000,
+        ..StatusInfo::default()
+    });
+    app.loading = false;
+    app.inline = inline;
+    app
+}
+
+fn key(code: KeyCode) -> KeyEvent {
+    KeyEvent::new(code, KeyModifiers::NONE)
+}
+
+fn ctrl(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL)
+}
+
+fn buffer_text(terminal: &Terminal<TestBackend>) -> String {
+    let buffer = terminal.backend().buffer();
+    let mut out = String::new();
+    for y in 0..buffer.area.height {
+        let mut line = String::new();
+        for x in 0..buffer.area.width {
+            line.push_str(buffer[(x, y)].symbol());
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The inline mode's live area on a `width` x `height` screen, every cell already in history.
+fn draw_inline(app: &mut App, width: u16, height: u16) -> String {
+    let mut cache = ViewCache::default();
+    let first = app.transcript.cells.len();
+    let rows = live_height(app, &mut cache, width, height, first);
+    let area = Rect::new(0, height - rows, width, rows);
+    let mut terminal = Terminal::with_options(
+        TestBackend::new(width, height),
+        TerminalOptions {
+            viewport: Viewport::Fixed(area),
+        },
+    )
+    .unwrap();
+    terminal
+        .draw(|f| draw_live(f, app, &mut cache, first, height))
+        .unwrap();
+    buffer_text(&terminal)
+}
+
+fn with_finished_reasoning(app: &mut App) {
+    app.transcript.cells.push(Cell::User {
+        text: "why does the parser fail".into(),
+    });
+    let long = "then check the lexer, whose tokens carry their spans; ".repeat(4);
+    app.transcript.cells.push(Cell::Reasoning {
+        text: format!("First read the failing test.\n{long}\nLast, fix the off-by-one."),
+        streaming: false,
+    });
+    app.transcript.cells.push(Cell::Assistant {
+        text: "the parser skips the last token".into(),
+        streaming: false,
+        interrupted: false,
+    });
+}
+
+#[test]
+fn ctrl_t_shows_finished_reasoning_in_the_inline_mode() {
+    let mut app = app(true);
+    with_finished_reasoning(&mut app);
+    // Every cell is in the terminal's scrollback: the live area holds none of them.
+    let before = draw_inline(&mut app, 60, 20);
+    assert!(!before.contains("First read"), "{before}");
+
+    app.on_key(ctrl('t'));
+    assert!(app.pager.is_some(), "Ctrl-T opens the conversation's view");
+    assert!(!app.expand_reasoning);
+    let view = draw_inline(&mut app, 60, 20);
+    assert!(view.contains("reasoning in full"), "{view}");
+    // Opened at the bottom: the reply and the whole reasoning above it, wrapped.
+    assert!(view.contains("the parser skips the last token"), "{view}");
+    assert!(view.contains("First read the failing test."), "{view}");
+    assert!(view.contains("Last, fix the off-by-one."), "{view}");
+    assert!(view.contains("▾ Thought"), "{view}");
+    assert!(!view.contains("Ctrl-T shows it"), "{view}");
+
+    // Ctrl-T closes it again, as Esc does.
+    app.on_key(ctrl('t'));
+    assert!(app.pager.is_none());
+    app.on_key(ctrl('t'));
+    app.on_key(key(KeyCode::Esc));
+    assert!(app.pager.is_none());
+}
+
+#[test]
+fn ctrl_t_expands_reasoning_in_place_on_the_full_screen() {
+    let mut app = app(false);
+    with_finished_reasoning(&mut app);
+    let mut terminal = Terminal::new(TestBackend::new(60, 20)).unwrap();
+    let mut cache = ViewCache::default();
+    terminal.draw(|f| draw(f, &mut app, &mut cache)).unwrap();
+    let collapsed = buffer_text(&terminal);
+    assert!(collapsed.contains("Ctrl-T shows it"), "{collapsed}");
+    assert!(!collapsed.contains("First read"), "{collapsed}");
+
+    app.on_key(ctrl('t'));
+    assert!(app.pager.is_none());
+    assert!(app.expand_reasoning);
+    terminal.draw(|f| draw(f, &mut app, &mut cache)).unwrap();
+    let expanded = buffer_text(&terminal);
+    assert!(
+        expanded.contains("First read the failing test."),
+        "{expanded}"
+    );
+}
