@@ -375,8 +375,15 @@ impl App {
         }
     }
 
-    /// PgUp/PgDn scroll the conversation by a page; true when `code` was one of them.
+    /// PgUp/PgDn scroll the conversation by a page; true when `code` was one of them. Inline,
+    /// the conversation is in the terminal's scrollback: only a followed child's view scrolls.
     fn scroll_key(&mut self, code: KeyCode) -> bool {
+        if !matches!(code, KeyCode::PageUp | KeyCode::PageDown) {
+            return false;
+        }
+        if self.inline && self.children.followed().is_none() {
+            return true;
+        }
         let page = self.page.max(2) - 1;
         match code {
             KeyCode::PageUp => self.scroll += page,

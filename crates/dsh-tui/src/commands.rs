@@ -218,7 +218,8 @@ fn user_entries(user: &[UserCommand]) -> impl Iterator<Item = (String, String)> 
 /// the inline mode's keys (docs/tui.md, "Modes"), else the full screen's.
 pub fn help_text(user: &[UserCommand], inline: bool) -> String {
     let view = if inline {
-        "Ctrl-T the conversation with its reasoning in full · PgUp/PgDn scroll"
+        // The conversation is in the terminal's scrollback: PgUp/PgDn have nothing to scroll.
+        "Ctrl-T the conversation with its reasoning in full · the terminal scrolls the conversation"
     } else {
         "Ctrl-T expand/collapse reasoning · PgUp/PgDn scroll"
     };
@@ -311,5 +312,8 @@ mod tests {
         assert!(help.contains("\n  /review      the review skill"), "{help}");
         assert!(!help.contains("the export skill"), "{help}");
         assert!(!help_text(&[], false).contains("Skills"));
+        // PgUp/PgDn scroll the full screen's conversation; inline, the terminal holds it.
+        assert!(help_text(&[], false).contains("PgUp/PgDn scroll"));
+        assert!(!help_text(&[], true).contains("PgUp"));
     }
 }

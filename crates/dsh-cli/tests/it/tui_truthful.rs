@@ -1,6 +1,7 @@
 //! Issue 41's "truthful UI" items on the running terminal: the real `dsh` binary in a
 //! pseudo-terminal against the fake provider (crate::tui_harness). What the UI offers works where
-//! it is offered: Ctrl-T shows reasoning the inline mode already wrote to the scrollback.
+//! it is offered: Ctrl-T shows reasoning the inline mode already wrote to the scrollback, and
+//! `/help` offers PgUp/PgDn only on the full screen, where they scroll the conversation.
 
 use std::time::Duration;
 
@@ -73,4 +74,40 @@ fn ctrl_t_shows_reasoning_already_in_the_scrollback() {
         "{joined}"
     );
     drop(provider);
+}
+
+/// `/help` lists the keys of the mode it runs in: PgUp/PgDn scroll the full screen's
+/// conversation; inline, the terminal's scrollback holds it and they are not offered.
+#[test]
+fn help_offers_pgup_pgdn_only_on_the_full_screen() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    for (args, offered) in [(&[][..], false), (&["--alt-screen"][..], true)] {
+        let mut tui = Tui::start_sized(
+            "http://127.0.0.1:9",
+            home.path(),
+            cwd.path(),
+            args,
+            &[],
+            (ROWS, 160),
+        );
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("/help\r");
+        tui.wait_for("keys and commands");
+        tui.wait_for("Ctrl-D quit");
+        let screen = tui.contents();
+        assert_eq!(
+            screen.contains("PgUp/PgDn scroll"),
+            offered,
+            "{args:?}:\n{screen}"
+        );
+        if !offered {
+            assert!(!screen.contains("PgUp"), "{screen}");
+            assert!(
+                screen.contains("the terminal scrolls the conversation"),
+                "{screen}"
+            );
+        }
+        tui.quit();
+    }
 }

@@ -1,5 +1,6 @@
 //! Issue 41's "truthful UI" items that the UI state shows: Ctrl-T reaches finished reasoning in
-//! the inline mode too (in a view of its own, since the terminal's scrollback holds it there).
+//! the inline mode too (in a view of its own, since the terminal's scrollback holds it there);
+//! PgUp/PgDn scroll only where there is something to scroll.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use dsh_tui::view::{draw, draw_live, live_height, ViewCache};
@@ -126,4 +127,24 @@ fn ctrl_t_expands_reasoning_in_place_on_the_full_screen() {
         expanded.contains("First read the failing test."),
         "{expanded}"
     );
+}
+
+#[test]
+fn pgup_scrolls_the_full_screen_conversation_and_nothing_inline() {
+    let mut full = app(false);
+    with_finished_reasoning(&mut full);
+    full.page = 10;
+    full.on_key(key(KeyCode::PageUp));
+    assert_eq!(full.scroll, 9);
+    full.on_key(key(KeyCode::PageDown));
+    assert_eq!(full.scroll, 0);
+
+    // Inline, the conversation is in the terminal's scrollback: the keys leave the live area
+    // as it is (a stale offset would hide the bottom of the next reply).
+    let mut inline = app(true);
+    with_finished_reasoning(&mut inline);
+    inline.page = 10;
+    inline.on_key(key(KeyCode::PageUp));
+    assert_eq!(inline.scroll, 0);
+    assert!(inline.composer.is_empty());
 }
