@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use dsh_runtime::SessionFactory;
 use dsh_session::StoreKind;
 use dsh_tui::{StartWith, StatusInfo, TuiOptions};
 
@@ -111,7 +112,10 @@ fn run(start: StartWith, interactive: Interactive) -> anyhow::Result<ExitCode> {
         store: StoreKind::Jsonl,
         status: StatusInfo {
             model: setup.call.model.clone(),
-            effort: setup.call.reasoning_effort.map(|e| e.as_str().to_string()),
+            effort: dsh_tui::status::effective_effort(
+                setup.call.reasoning_effort,
+                sessions.model_info(&setup.call.model).as_ref(),
+            ),
             permission: setup.permission.to_string(),
             context_window: 0,
             prices: setup.prices.clone(),

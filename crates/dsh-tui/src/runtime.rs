@@ -609,7 +609,8 @@ impl Ui {
     fn show_call(&mut self) {
         let Some(live) = &self.live else { return };
         let call = live.control.call();
-        let effort = call.reasoning_effort.map(|e| e.as_str().to_string());
+        let model = self.factory.model_info(&call.model);
+        let effort = crate::status::effective_effort(call.reasoning_effort, model.as_ref());
         self.app.status.model = call.model.clone();
         self.app.status.effort = effort.clone();
         self.app.transcript.stats.model = Some(call.model);
@@ -823,9 +824,15 @@ impl Ui {
         let choices = live.control.efforts();
         let call = live.control.call();
         let Some(text) = text else {
-            let current = call
-                .reasoning_effort
-                .map_or("model default", |e| e.as_str());
+            let default = self
+                .factory
+                .model_info(&call.model)
+                .and_then(|m| m.default_effort);
+            let current = match (call.reasoning_effort, default) {
+                (Some(effort), _) => effort.as_str().to_string(),
+                (None, Some(default)) => format!("{} (the model's default)", default.as_str()),
+                (None, None) => "the model's default".to_string(),
+            };
             let text = format!(
                 "reasoning effort: {current} ({} takes: {choices})",
                 call.model
@@ -995,11 +1002,16 @@ impl Ui {
         );
         self.app.status.context_window = opened.agent.model_info().context_window;
         self.app.status.model = call.model.clone();
+        // Before the first request, the effort it will use (the model's default when none was
+        // asked), not a blank.
+        let effort =
+            crate::status::effective_effort(call.reasoning_effort, Some(opened.agent.model_info()));
+        self.app.status.effort = effort.clone();
         self.app.session_id = Some(handle.session_id());
         let header = Header {
             version: env!("CARGO_PKG_VERSION").to_string(),
             model: call.model.clone(),
-            effort: call.reasoning_effort.map(|e| e.as_str().to_string()),
+            effort,
             preset: handle.permission().as_str().to_string(),
             cwd: short_path(
                 &self.options.cwd,

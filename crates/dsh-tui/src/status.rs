@@ -45,6 +45,23 @@ pub fn mcp_servers(events: &[Envelope]) -> Option<BTreeMap<String, usize>> {
     Some(servers)
 }
 
+/// The effort the requests of a call asking for `asked` use (docs/tui.md, "Status line"): the
+/// one asked, else the model's default, which the adapter fills in (`dsh_llm::CallConfig`);
+/// `default` for a model that takes efforts but names no default, `None` for one that takes
+/// none. `model` is what the provider says about the call's model, when it is known.
+pub fn effective_effort(
+    asked: Option<dsh_llm::ReasoningEffort>,
+    model: Option<&dsh_llm::ModelInfo>,
+) -> Option<String> {
+    if let Some(effort) = asked.or(model.and_then(|m| m.default_effort)) {
+        return Some(effort.as_str().to_string());
+    }
+    match model {
+        Some(model) if model.efforts.is_empty() => None,
+        _ => Some("default".to_string()),
+    }
+}
+
 /// The model and effort the session uses now: the last request's, else the configured ones.
 pub fn model_and_effort(app: &App) -> (String, String) {
     let stats = &app.transcript.stats;

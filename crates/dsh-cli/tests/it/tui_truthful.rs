@@ -111,3 +111,33 @@ fn help_offers_pgup_pgdn_only_on_the_full_screen() {
         tui.quit();
     }
 }
+
+/// The header and the status line show the effort the requests will use before the first one:
+/// the model's default when none was asked (deepseek-v4-flash: `high`), else the one asked.
+#[test]
+fn header_and_status_line_show_the_effective_effort_before_the_first_turn() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    for (args, effort) in [(&[][..], "high"), (&["--effort", "max"][..], "max")] {
+        let mut tui = Tui::start_sized(
+            "http://127.0.0.1:9",
+            home.path(),
+            cwd.path(),
+            args,
+            &[],
+            (ROWS, 100),
+        );
+        tui.wait_for("Ask dsh anything");
+        tui.wait_for(">_ dsh");
+        let screen = tui.contents();
+        assert!(
+            screen.contains(&format!("deepseek-v4-flash · effort {effort}")),
+            "{args:?}: header\n{screen}"
+        );
+        assert!(
+            screen.contains(&format!("deepseek-v4-flash {effort} · workspace-write")),
+            "{args:?}: status line\n{screen}"
+        );
+        tui.quit();
+    }
+}

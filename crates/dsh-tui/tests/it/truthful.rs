@@ -1,9 +1,12 @@
 //! Issue 41's "truthful UI" items that the UI state shows: Ctrl-T reaches finished reasoning in
 //! the inline mode too (in a view of its own, since the terminal's scrollback holds it there);
-//! PgUp/PgDn scroll only where there is something to scroll.
+//! PgUp/PgDn scroll only where there is something to scroll; the header and the status line
+//! show the effort the requests use before the first one.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use dsh_tui::view::{draw, draw_live, live_height, ViewCache};
+use dsh_llm::{ModelInfo, ReasoningEffort};
+use dsh_tui::status::effective_effort;
+use dsh_tui::view::{draw, draw_live, live_height, status_line, ViewCache};
 use dsh_tui::{App, Cell, StatusInfo};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
@@ -147,4 +150,43 @@ fn pgup_scrolls_the_full_screen_conversation_and_nothing_inline() {
     inline.on_key(key(KeyCode::PageUp));
     assert_eq!(inline.scroll, 0);
     assert!(inline.composer.is_empty());
+}
+
+fn model(efforts: Vec<ReasoningEffort>, default: Option<ReasoningEffort>) -> ModelInfo {
+    ModelInfo {
+        id: "m".into(),
+        context_window: 1000,
+        default_max_tokens: 100,
+        efforts,
+        default_effort: default,
+        modalities: vec!["text".into()],
+        temperature: None,
+        stop: None,
+    }
+}
+
+#[test]
+fn the_effective_effort_is_the_one_asked_else_the_models_default() {
+    use ReasoningEffort::{High, Low, Max, Off};
+    let thinking = model(vec![Off, Low, High, Max], Some(High));
+    let effort = |asked, model: Option<&ModelInfo>| effective_effort(asked, model);
+    assert_eq!(effort(Some(Max), Some(&thinking)).as_deref(), Some("max"));
+    assert_eq!(effort(None, Some(&thinking)).as_deref(), Some("high"));
+    // Efforts but no default: the provider's, unnamed.
+    let open = model(vec![Low, High], None);
+    assert_eq!(effort(None, Some(&open)).as_deref(), Some("default"));
+    assert_eq!(effort(None, None).as_deref(), Some("default"));
+    // No effort control at all: nothing to show.
+    let plain = model(Vec::new(), None);
+    assert_eq!(effort(None, Some(&plain)), None);
+
+    // The status line shows it until a request header says otherwise.
+    let mut app = app(true);
+    app.status.effort = effort(None, Some(&thinking));
+    let line: String = status_line(&app)
+        .spans
+        .iter()
+        .map(|s| s.content.to_string())
+        .collect();
+    assert!(line.starts_with("deepseek-v4-flash high · "), "{line}");
 }
