@@ -100,13 +100,23 @@ enum Background {
     Listed(anyhow::Result<Vec<SessionSummary>>),
     /// A later page of the `/resume` listing (the picker fills as pages arrive).
     ListedMore(Vec<SessionSummary>),
-    Forked(anyhow::Result<String>),
+    Forked(anyhow::Result<Forked>),
     Exported(anyhow::Result<PathBuf>),
     /// What `/diff` or `/status` found (crate::worktree, crate::status).
     Report(Box<dyn FnOnce(&mut App) + Send>),
     /// What an operation carried out off the UI thread returned (`/undo`).
     Submitted(Result<Vec<String>, dsh_protocol::OpError>),
     Reloaded(anyhow::Result<LoadedLog>),
+}
+
+/// A session `/fork` made.
+struct Forked {
+    /// The new session.
+    id: String,
+    /// The session it copies.
+    parent: String,
+    /// The parent's last turn it copies.
+    turn: u64,
 }
 
 /// A serving agent.
@@ -166,6 +176,7 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         live: None,
         early: Vec::new(),
         resync: None,
+        opened_notice: None,
         options,
         factory,
         background: mpsc::unbounded_channel(),
@@ -287,6 +298,8 @@ struct Ui {
     early: Vec<Action>,
     /// Live events held back while the transcript is rebuilt after a lag.
     resync: Option<Vec<SessionEvent>>,
+    /// A notice for the session with this id, shown once it is open (what `/fork` made).
+    opened_notice: Option<(String, String)>,
     options: TuiOptions,
     factory: Arc<dyn SessionFactory>,
     background: (
@@ -932,10 +945,24 @@ impl Ui {
         });
     }
 
-    /// `/fork`: copies session `id` into a new session, which the UI then switches to.
+    /// `/fork`: copies session `id` up to its last closed turn into a new session, which the UI
+    /// then switches to, saying what it copied.
     fn fork_session(&self, id: String) {
         self.with_store(
-            move |store| Ok(dsh_session::fork(store, &id, None)?.id),
+            move |store| {
+                let mut tracker = dsh_session::SessionTracker::new();
+                for envelope in &store.load(&id)?.events {
+                    tracker.push(envelope);
+                }
+                let turn = tracker.closed_turns().last().map(|t| t.turn);
+                // Without a closed turn the fork refuses, in its words.
+                let header = dsh_session::fork(store, &id, turn)?;
+                Ok(Forked {
+                    id: header.id,
+                    parent: id,
+                    turn: turn.unwrap_or(0),
+                })
+            },
             Background::Forked,
         );
     }
@@ -1036,6 +1063,12 @@ impl Ui {
         self.app.status.permission = permission.clone();
         self.app.transcript.stats.permission = Some(permission);
         self.app.user_commands = handle.user_commands();
+        if let Some((_, text)) = self
+            .opened_notice
+            .take_if(|(id, _)| *id == handle.session_id())
+        {
+            info(&mut self.app, text);
+        }
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();
@@ -1090,11 +1123,17 @@ impl Ui {
                     picker.sessions.extend(sessions);
                 }
             }
-            Background::Forked(Ok(id)) => {
-                self.app
-                    .transcript
-                    .notice(NoticeLevel::Info, format!("forked into {id}"));
-                self.switch(StartWith::Resume(id));
+            Background::Forked(Ok(Forked { id, parent, turn })) => {
+                let what = format!("forked session {parent} after turn {turn} into {id}");
+                if self.app.transcript.running {
+                    // A turn started while the fork was made: it is not left for the copy.
+                    let text = format!("{what}; not opened, since a turn runs (/resume opens it)");
+                    info(&mut self.app, text);
+                } else {
+                    let text = format!("{what}; this is the copy (the parent is unchanged)");
+                    self.opened_notice = Some((id.clone(), text));
+                    self.switch(StartWith::Resume(id));
+                }
             }
             Background::Exported(Ok(path)) => self.app.transcript.notice(
                 NoticeLevel::Info,

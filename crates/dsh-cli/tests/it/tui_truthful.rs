@@ -1,12 +1,14 @@
 //! Issue 41's "truthful UI" items on the running terminal: the real `dsh` binary in a
 //! pseudo-terminal against the fake provider (crate::tui_harness). What the UI offers works where
 //! it is offered: Ctrl-T shows reasoning the inline mode already wrote to the scrollback, and
-//! `/help` offers PgUp/PgDn only on the full screen, where they scroll the conversation.
+//! `/help` offers PgUp/PgDn only on the full screen, where they scroll the conversation; the
+//! header and status line show the effort the requests use; `/fork` names what it copied.
 
 use std::time::Duration;
 
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 
+use crate::common::{session_file, session_files};
 use crate::tui_harness::Tui;
 
 const ROWS: u16 = 40;
@@ -140,4 +142,73 @@ fn header_and_status_line_show_the_effective_effort_before_the_first_turn() {
         );
         tui.quit();
     }
+}
+
+fn text_reply(text: &str) -> ScriptedReply {
+    ScriptedReply::from(
+        SseReply::new()
+            .text(text)
+            .finish("stop", Some(WireUsage::default())),
+    )
+}
+
+/// `/fork` says what it forked from, the parent's id and its last closed turn, and which session
+/// the UI continues in; the notice is shown in the copy, after the history it copied.
+#[test]
+fn fork_names_the_parent_session_and_turn() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let provider = runtime
+        .block_on(FakeProvider::start([
+            text_reply("the first answer"),
+            text_reply("the second answer"),
+        ]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start_sized(
+        &provider.base_url(),
+        home.path(),
+        cwd.path(),
+        &[],
+        &[],
+        (ROWS, 160),
+    );
+    tui.wait_for("Ask dsh anything");
+    for (prompt, answer) in [("one", "the first answer"), ("two", "the second answer")] {
+        tui.type_text(&format!("{prompt}\r"));
+        tui.wait_for(answer);
+        tui.wait_until("the turn ended", |s| {
+            s.contains("Ask dsh anything") && !s.contains("Working (")
+        });
+    }
+    let parent = dsh_session::load_file(&session_file(home.path()))
+        .unwrap()
+        .header
+        .id;
+    tui.type_text("/fork\r");
+    tui.wait_for("forked session");
+    tui.wait_for("this is the copy");
+    tui.quit();
+    let logs: Vec<_> = session_files(home.path())
+        .iter()
+        .map(|path| dsh_session::load_file(path).unwrap())
+        .collect();
+    assert_eq!(logs.len(), 2, "the parent and its copy");
+    let copy = logs
+        .iter()
+        .find(|log| log.header.parent_session.as_deref() == Some(parent.as_str()))
+        .expect("a fork of the parent");
+    let (history, screen) = tui.scrollback_and_screen();
+    let joined = history
+        .iter()
+        .chain(&screen)
+        .map(|row| row.trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let said = format!(
+        "forked session {parent} after turn 2 into {}; this is the copy",
+        copy.header.id
+    );
+    assert!(joined.contains(&said), "`{said}` not in:\n{joined}");
+    drop(provider);
 }
