@@ -22,7 +22,7 @@ pub enum SlashCommand {
     Resume,
     /// `/fork`: continue in a copy of this session.
     Fork,
-    /// `/export [path]`: write a Markdown transcript.
+    /// `/export [path]`: write a Markdown transcript (by default into the session's folder).
     Export(Option<String>),
     /// `/new`: start a new session.
     New,
@@ -65,7 +65,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ),
     ("/resume", "pick an earlier session of this directory"),
     ("/fork", "continue in a copy of this session"),
-    ("/export", "write a Markdown transcript: /export [path]"),
+    (
+        "/export",
+        "write a Markdown transcript into the session's folder: /export [path]",
+    ),
     ("/new", "start a new session"),
     (
         "/undo",

@@ -70,7 +70,7 @@ impl StartWith {
 pub struct TuiOptions {
     /// The dsh home (sessions live under it).
     pub home: PathBuf,
-    /// The working directory (listing for `/resume`, default export folder).
+    /// The working directory (listing for `/resume`, where an `/export` path is taken from).
     pub cwd: PathBuf,
     /// The session store kind.
     pub store: StoreKind,
@@ -215,6 +215,35 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
     drop(terminal);
     drop(guard);
     result.map(|()| exit)
+}
+
+/// The folder of the session whose log is at `location` (a writer's `location()`): the JSONL
+/// log's folder, or for a SQLite session the folder its sub-agents' logs go to
+/// (docs/sessions.md, "Where sessions live").
+fn session_folder(location: &str) -> PathBuf {
+    let anchor = dsh_session::sub_agent_anchor(location);
+    anchor
+        .parent()
+        .map_or_else(|| PathBuf::from("."), std::path::Path::to_path_buf)
+}
+
+/// Creates `dir` and its missing parents, readable by the owner alone where that can be said.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Writes `bytes` to `path`, a new file readable by the owner alone (a transcript holds the
+/// whole conversation, as the session log does); an existing file is replaced in place.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(bytes)
 }
 
 /// Shows `text` as an informational notice in the transcript.
@@ -742,8 +771,8 @@ impl Ui {
                 self.fork_session(id);
             }
             SlashCommand::Export(path) => {
-                let id = live.handle.session_id();
-                self.export_session(id, path);
+                let (id, location) = (live.handle.session_id(), live.handle.location());
+                self.export_session(id, &location, path);
             }
             SlashCommand::Agents(name) => {
                 let location = live.handle.location();
@@ -967,18 +996,26 @@ impl Ui {
         );
     }
 
-    /// `/export [path]`: writes session `id` as Markdown, by default to `dsh-<id>.md` in the
-    /// working directory.
-    fn export_session(&self, id: String, path: Option<String>) {
-        let short: String = id.chars().take(8).collect();
-        let path = self
-            .options
-            .cwd
-            .join(path.unwrap_or_else(|| format!("dsh-{short}.md")));
+    /// `/export [path]`: writes session `id` (its log at `location`) as Markdown, by default to
+    /// `dsh-<id8>.md` in the session's folder, not into the working directory (a repository,
+    /// usually); a path given is taken from the working directory.
+    fn export_session(&self, id: String, location: &str, path: Option<String>) {
+        let (path, folder) = match path {
+            Some(path) => (self.options.cwd.join(path), None),
+            None => {
+                let short: String = id.chars().take(8).collect();
+                let folder = session_folder(location);
+                (folder.join(format!("dsh-{short}.md")), Some(folder))
+            }
+        };
         self.with_store(
             move |store| {
                 let log = store.load(&id)?;
-                std::fs::write(&path, dsh_session::export_markdown(&log))?;
+                if let Some(folder) = folder {
+                    // A SQLite session's folder is made on first use (0700, as the store's).
+                    create_private_dir(&folder)?;
+                }
+                write_private(&path, dsh_session::export_markdown(&log).as_bytes())?;
                 Ok(path)
             },
             Background::Exported,
@@ -1135,10 +1172,11 @@ impl Ui {
                     self.switch(StartWith::Resume(id));
                 }
             }
-            Background::Exported(Ok(path)) => self.app.transcript.notice(
-                NoticeLevel::Info,
-                format!("transcript written to {}", path.display()),
-            ),
+            Background::Exported(Ok(path)) => {
+                let home = std::env::var_os("HOME").map(PathBuf::from);
+                let shown = short_path(&path, home.as_deref());
+                info(&mut self.app, format!("transcript written to {shown}"));
+            }
             Background::Reloaded(Ok(log)) => {
                 let mut transcript = Transcript::new();
                 if let Some(live) = &self.live {

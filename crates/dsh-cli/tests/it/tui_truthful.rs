@@ -2,7 +2,8 @@
 //! pseudo-terminal against the fake provider (crate::tui_harness). What the UI offers works where
 //! it is offered: Ctrl-T shows reasoning the inline mode already wrote to the scrollback, and
 //! `/help` offers PgUp/PgDn only on the full screen, where they scroll the conversation; the
-//! header and status line show the effort the requests use; `/fork` names what it copied.
+//! header and status line show the effort the requests use; `/fork` names what it copied;
+//! `/export` writes into the session's folder, not into the working directory, and says where.
 
 use std::time::Duration;
 
@@ -210,5 +211,59 @@ fn fork_names_the_parent_session_and_turn() {
         copy.header.id
     );
     assert!(joined.contains(&said), "`{said}` not in:\n{joined}");
+    drop(provider);
+}
+
+/// `/export` writes the transcript into the session's folder, not into the working directory
+/// (a repository, usually), and says where; a path given is taken from the working directory.
+#[test]
+fn export_writes_into_the_session_folder_and_says_where() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let provider = runtime
+        .block_on(FakeProvider::start([text_reply("the exported answer")]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut tui = Tui::start_sized(
+        &provider.base_url(),
+        home.path(),
+        cwd.path(),
+        &[],
+        &[],
+        (ROWS, 200),
+    );
+    tui.wait_for("Ask dsh anything");
+    tui.type_text("export me\r");
+    tui.wait_for("the exported answer");
+    tui.wait_until("the turn ended", |s| {
+        s.contains("Ask dsh anything") && !s.contains("Working (")
+    });
+    tui.type_text("/export\r");
+    tui.wait_for("transcript written to");
+    let log = session_file(home.path());
+    let id = dsh_session::load_file(&log).unwrap().header.id;
+    let written = log.parent().unwrap().join(format!("dsh-{}.md", &id[..8]));
+    let shown = format!(
+        "transcript written to ~/{}",
+        written.strip_prefix(home.path()).unwrap().display()
+    );
+    let screen = tui.contents();
+    assert!(screen.contains(&shown), "`{shown}` not in:\n{screen}");
+    let text = std::fs::read_to_string(&written).unwrap();
+    assert!(text.contains("the exported answer"), "{text}");
+    let mode = std::fs::metadata(&written).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let in_cwd: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().flatten().collect();
+    assert!(in_cwd.is_empty(), "the working directory got {in_cwd:?}");
+
+    // Asked for a path: there, from the working directory.
+    tui.type_text("/export chat.md\r");
+    let asked = cwd.path().join("chat.md");
+    tui.wait_for(&format!("transcript written to {}", asked.display()));
+    tui.quit();
+    let text = std::fs::read_to_string(&asked).unwrap();
+    assert!(text.contains("the exported answer"), "{text}");
     drop(provider);
 }
