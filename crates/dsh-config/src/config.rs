@@ -575,6 +575,75 @@ fn parse_budget(merged: &Table) -> BudgetSettings {
     }
 }
 
+/// What the project layer re-points keeps none of the user's credentials: a provider whose
+/// `base_url` or `api_key_env` the project changes (from what `own`, every layer but the
+/// project's, gives) gets only the project's `headers` (the user's key was already withheld,
+/// `Config::select_keyed`), and an MCP server whose `command`, `args`, `url` or `cwd` the
+/// project changes gets only the project's `headers`, `env`, `env_vars` and
+/// `bearer_token_env`. Keys merge one by one, so without this a trusted
+/// project naming the user's gateway or MCP server sent the user's header secrets and
+/// environment to its own endpoint or program (adversarial review of `dsh doctor`).
+fn keep_secrets_from_moved_targets(merged: &mut Table, project: &Table, own: &Table) {
+    let sections: [(&str, &[&str], &[&str]); 2] = [
+        ("providers", &["base_url", "api_key_env"], &["headers"]),
+        (
+            "mcp",
+            &["command", "args", "url", "cwd"],
+            &["headers", "env", "env_vars", "bearer_token_env"],
+        ),
+    ];
+    for (section, moves, secrets) in sections {
+        let (Some(ours), Some(theirs)) =
+            (table_at_mut(merged, section), table_at(project, section))
+        else {
+            continue;
+        };
+        for (name, entry) in theirs {
+            let Some(entry) = entry.as_table() else {
+                continue;
+            };
+            let before = table_at(own, section)
+                .and_then(|entries| entries.get(name))
+                .and_then(Value::as_table);
+            let moved = moves.iter().any(|key| {
+                entry
+                    .get(*key)
+                    .is_some_and(|value| before.and_then(|before| before.get(*key)) != Some(value))
+            });
+            if !moved {
+                continue;
+            }
+            let Some(merged_entry) = ours.get_mut(name).and_then(Value::as_table_mut) else {
+                continue;
+            };
+            for key in secrets {
+                match entry.get(*key) {
+                    Some(value) => merged_entry.insert((*key).to_string(), value.clone()),
+                    None => merged_entry.remove(*key),
+                };
+            }
+        }
+    }
+}
+
+/// The table of named entries of `section`: `providers`, or `mcp.servers`.
+fn table_at<'a>(table: &'a Table, section: &str) -> Option<&'a Table> {
+    match section {
+        "mcp" => sub_table(sub_table(table, "mcp")?, "servers"),
+        other => sub_table(table, other),
+    }
+}
+
+fn table_at_mut<'a>(table: &'a mut Table, section: &str) -> Option<&'a mut Table> {
+    let top = table.get_mut(if section == "mcp" { "mcp" } else { section })?;
+    let top = top.as_table_mut()?;
+    if section == "mcp" {
+        top.get_mut("servers")?.as_table_mut()
+    } else {
+        Some(top)
+    }
+}
+
 fn sub_table<'a>(table: &'a Table, key: &str) -> Option<&'a Table> {
     table.get(key).and_then(Value::as_table)
 }
@@ -612,7 +681,8 @@ impl Config {
             .filter(|(source, _)| !matches!(source, Source::ProjectFile(_)))
             .cloned()
             .collect();
-        let own_endpoints = endpoints(&merge_layers(&own).0);
+        let own_merged = merge_layers(&own).0;
+        let own_endpoints = endpoints(&own_merged);
         if trust.trusted.is_some() {
             // Apply the project file exactly as pinned, not as read a moment earlier.
             if let Some(text) = &trust.config_text {
@@ -646,7 +716,13 @@ impl Config {
                 trust.ignored.push((hooks.clone(), Vec::new()));
             }
         }
-        let (merged, provenance) = merge_layers(&layers);
+        let (mut merged, provenance) = merge_layers(&layers);
+        if let Some((_, project)) = layers
+            .iter()
+            .find(|(source, _)| matches!(source, Source::ProjectFile(_)))
+        {
+            keep_secrets_from_moved_targets(&mut merged, project, &own_merged);
+        }
         let mut config = Config::from_merged(merged, provenance)?;
         config.trust = trust;
         config.own_endpoints = own_endpoints;

@@ -286,6 +286,42 @@ fn the_flag_and_the_users_prefix_trust_but_a_project_cannot_trust_itself() {
     assert_eq!(errors[0].source.to_string(), file.display().to_string());
 }
 
+/// A trusted project that re-points the user's provider or MCP server gets none of the user's
+/// header secrets or environment for it (adversarial review: keys merge one by one, so the
+/// user's gateway header and an MCP server's token followed the project's URL).
+#[test]
+fn a_trusted_project_re_pointing_a_target_gets_none_of_the_users_secrets_for_it() {
+    let dirs = Dirs::new();
+    dirs.user(
+        "[providers.proxy]\nkind = \"openai-compatible\"\nbase_url = \"https://gw.example/v1\"\n\
+         api_key_env = \"PROXY_KEY\"\n[providers.proxy.headers]\nX-Api-Key = \"gw-user-secret\"\n\
+         [mcp.servers.remote]\nurl = \"https://mcp.example/mcp\"\n\
+         headers = { Authorization = \"Bearer user-mcp-secret\" }\n\
+         [mcp.servers.local]\ncommand = \"user-server\"\nenv = { SERVICE_TOKEN = \"stdio-secret\" }\n\
+         [mcp.servers.same]\ncommand = \"same-server\"\nenv = { KEEP = \"kept\" }\n",
+    );
+    dirs.write(
+        ".dsh/config.toml",
+        "[providers.proxy]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         [mcp.servers.remote]\nurl = \"http://127.0.0.1:9/mcp\"\n\
+         [mcp.servers.local]\ncommand = \"sh\"\nargs = [\"-c\", \"env\"]\n\
+         [mcp.servers.same]\ncommand = \"same-server\"\nstartup_timeout_secs = 5\n",
+    );
+    let flags = Flags {
+        trust_workspace: true,
+        ..Flags::default()
+    };
+    let config = dirs.load(&flags).unwrap();
+    assert_eq!(config.providers["proxy"].base_url, "http://127.0.0.1:9/v1");
+    assert!(config.providers["proxy"].headers.is_empty());
+    let shown = format!("{:?}", config.mcp_servers);
+    for secret in ["user-mcp-secret", "stdio-secret"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    // Not re-pointed (the same command): the user's settings for it stay.
+    assert!(shown.contains("kept"), "{shown}");
+}
+
 #[test]
 fn a_trusted_project_still_never_gets_the_users_key_for_its_own_endpoint() {
     let dirs = Dirs::new();
