@@ -35,7 +35,7 @@ use crate::links::LinkOverlay;
 use crate::question::QuestionForm;
 use crate::terminal::TerminalGuard;
 use crate::transcript::{Cell, Header, NoticeLevel, Transcript};
-use crate::view::{draw, draw_live, live_height, short_tokens, ViewCache};
+use crate::view::{draw, draw_live, live_height, ViewCache};
 
 /// The terminal the UI draws on.
 type Term = Terminal<LiveBackend<std::io::Stdout>>;
@@ -255,17 +255,11 @@ fn info(app: &mut App, text: String) {
 fn show_cost(app: &mut App) {
     let stats = &app.transcript.stats;
     let total = stats.total();
-    let u = total.usage;
     let cost = crate::status::cost_text(app);
     let text = format!(
-        "{} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {}) · cache hits {:.0}% · cost {cost}",
-        total.requests,
-        short_tokens(u.input_tokens),
-        short_tokens(u.cache_read_tokens),
-        short_tokens(u.cache_write_tokens),
-        short_tokens(u.output_tokens),
-        short_tokens(u.reasoning_tokens),
-        u.cache_hit_ratio() * 100.0,
+        "{} · cache hits {:.0}% · cost {cost}",
+        crate::status::usage_text(&total),
+        total.usage.cache_hit_ratio() * 100.0,
     );
     info(app, text);
 }

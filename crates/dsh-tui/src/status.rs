@@ -96,7 +96,6 @@ pub fn status_text(app: &App, facts: &StatusFacts<'_>) -> String {
         .clone()
         .unwrap_or_else(|| "not reported yet".to_string());
     let total = stats.total();
-    let u = total.usage;
     let cost = cost_text(app);
     let window = app.status.context_window.max(1);
     let percent = stats.context_tokens as f64 * 100.0 / window as f64;
@@ -118,15 +117,7 @@ pub fn status_text(app: &App, facts: &StatusFacts<'_>) -> String {
         format!("model     {model} · effort {effort}"),
         format!("preset    {} · sandbox {sandbox}", facts.preset),
         format!("cwd       {}", facts.cwd.display()),
-        format!(
-            "tokens    {} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {}) · cost {cost}",
-            total.requests,
-            short_tokens(u.input_tokens),
-            short_tokens(u.cache_read_tokens),
-            short_tokens(u.cache_write_tokens),
-            short_tokens(u.output_tokens),
-            short_tokens(u.reasoning_tokens),
-        ),
+        format!("tokens    {} · cost {cost}", usage_text(&total)),
         format!(
             "context   {}/{} ({percent:.0}%)",
             short_tokens(stats.context_tokens),
@@ -134,9 +125,24 @@ pub fn status_text(app: &App, facts: &StatusFacts<'_>) -> String {
         ),
         format!(
             "cache     {:.0}% of input read from cache this session · last request {last_hit}",
-            u.cache_hit_ratio() * 100.0
+            total.usage.cache_hit_ratio() * 100.0
         ),
         format!("mcp       {mcp}"),
     ]
     .join("\n")
+}
+
+/// The usage of every billed request, in words: `N requests · input A uncached + B cache read
+/// + C cache write · output D (reasoning E)` (`/cost` and `/status`).
+pub(crate) fn usage_text(total: &dsh_llm::UsageTotals) -> String {
+    let u = &total.usage;
+    format!(
+        "{} requests · input {} uncached + {} cache read + {} cache write · output {} (reasoning {})",
+        total.requests,
+        short_tokens(u.input_tokens),
+        short_tokens(u.cache_read_tokens),
+        short_tokens(u.cache_write_tokens),
+        short_tokens(u.output_tokens),
+        short_tokens(u.reasoning_tokens),
+    )
 }
