@@ -1,4 +1,4 @@
-//! Slash commands: dsh's own (`/compact`, `/permission`) and the session's user commands
+//! Slash commands: dsh's own (`/compact`, `/permission`, `/undo`) and the session's user commands
 //! (user-invocable skills), advertised with `available_commands_update` and recognised at the
 //! start of a prompt.
 
@@ -9,6 +9,11 @@ use serde_json::{json, Value};
 pub const COMPACT: &str = "compact";
 /// `/permission [preset]`: shows or switches the permission preset (the session mode).
 pub const PERMISSION: &str = "permission";
+/// `/undo`: reverts the file changes of the latest turn that made some (`Op::Undo`).
+pub(crate) const UNDO: &str = "undo";
+
+/// dsh's own commands, which a user command of the same name does not shadow.
+pub(crate) const OWN: [&str; 3] = [COMPACT, PERMISSION, UNDO];
 
 /// A prompt that starts with a slash command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,9 +48,10 @@ pub(crate) fn available(user: &[UserCommand]) -> Value {
             "description": "Show or switch the permission preset (the session mode)",
             "input": {"hint": "read-only | workspace-write | danger-full-access"},
         }),
+        json!({"name": UNDO, "description": "Revert the file changes of the latest turn that made some"}),
     ];
     for command in user {
-        if command.name == COMPACT || command.name == PERMISSION {
+        if OWN.contains(&command.name.as_str()) {
             continue;
         }
         commands.push(json!({
@@ -100,7 +106,7 @@ mod tests {
             .flatten()
             .filter_map(|c| c["name"].as_str())
             .collect();
-        assert_eq!(names, ["compact", "permission", "review"]);
-        assert_eq!(list[2]["description"], "Review code");
+        assert_eq!(names, ["compact", "permission", "undo", "review"]);
+        assert_eq!(list[3]["description"], "Review code");
     }
 }

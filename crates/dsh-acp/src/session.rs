@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 
 use crate::broker::{self, Transport};
 use crate::children::ChildProgress;
-use crate::commands::{self, COMPACT, PERMISSION};
+use crate::commands::{self, COMPACT, PERMISSION, UNDO};
 use crate::modes;
 use crate::rpc::{Outgoing, RpcError, INVALID_PARAMS};
 use crate::updates::UpdateMapper;
@@ -460,8 +460,7 @@ async fn compact_command(agent: &mut Agent) -> String {
 /// the session's user commands, `Op::Command`), else the text as is (`Op::Prompt`).
 fn queue_input(control: &SessionControl, text: String) -> Result<(), RpcError> {
     if let Some(command) = commands::parse(&text) {
-        let known = command.name != COMPACT
-            && command.name != PERMISSION
+        let known = !commands::OWN.contains(&command.name)
             && control
                 .handle()
                 .user_commands()
@@ -693,6 +692,18 @@ async fn run_session(
                     answer["usage"] = usage;
                 }
                 out.respond(job.request_id, answer);
+                continue;
+            }
+            Some(command) if command.name == UNDO && command.arguments.is_empty() => {
+                // `Op::Undo`: the latest turn's file changes reverted, or why not.
+                let text = match control.submit(Op::Undo) {
+                    Ok(notes) => notes.join("\n"),
+                    Err(err) => format!("Nothing was undone: {}", err.message),
+                };
+                drain(&mut view, &mut events);
+                say(&session_id, &out, &text);
+                view.close_usage();
+                out.respond(job.request_id, json!({"stopReason": "end_turn"}));
                 continue;
             }
             Some(command) if command.name == PERMISSION => {

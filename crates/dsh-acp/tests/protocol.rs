@@ -685,6 +685,67 @@ async fn slash_compact_compacts_the_conversation() {
     assert!(requests[2].body.to_string().contains("handoff"));
 }
 
+/// `/undo` reverts the latest turn's file changes through the protocol's `Op::Undo` and says
+/// what it did; with nothing left to undo it says why (issue 39: undo in every front end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_undo_reverts_the_latest_turns_files() {
+    let provider = FakeProvider::start([
+        SseReply::new()
+            .tool_call(
+                0,
+                "call_w",
+                "write",
+                r#"{"file_path":"notes.txt","content":"hello\n"}"#,
+            )
+            .finish("tool_calls", None)
+            .into(),
+        ScriptedReply::from(SseReply::new().text("written").finish("stop", None)),
+    ])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd = std::fs::canonicalize(cwd.path()).unwrap();
+    let mut client = connect(TestFactory::new(
+        provider.base_url(),
+        home.path(),
+        PermissionPreset::DangerFullAccess,
+    ));
+    let session = new_session(&mut client, &cwd).await;
+    let id = client
+        .request("session/prompt", prompt(&session, "write notes"))
+        .await;
+    assert_eq!(
+        client.response(id, "").await["result"]["stopReason"],
+        "end_turn"
+    );
+    assert!(cwd.join("notes.txt").exists());
+    let said = |client: &Client| -> String {
+        client
+            .updates()
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|u| u["content"]["text"].as_str())
+            .collect()
+    };
+    for expected in ["notes.txt", "Nothing was undone"] {
+        let id = client
+            .request("session/prompt", prompt(&session, "/undo"))
+            .await;
+        assert_eq!(
+            client.response(id, "").await["result"]["stopReason"],
+            "end_turn"
+        );
+        assert!(said(&client).contains(expected), "{}", said(&client));
+    }
+    assert!(!cwd.join("notes.txt").exists(), "the undo kept the file");
+    assert_eq!(
+        provider.requests().len(),
+        2,
+        "/undo sends nothing to the model"
+    );
+}
+
 fn updates_of<'a>(client: &'a Client, kind: &str) -> Vec<&'a Value> {
     client
         .updates()
@@ -1027,9 +1088,9 @@ async fn user_invocable_skills_are_slash_commands() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["compact", "permission", "review"]);
-    assert_eq!(lists[0][2]["description"], "The review skill");
-    assert!(lists[0][2]["input"]["hint"].is_string());
+    assert_eq!(names, ["compact", "permission", "undo", "review"]);
+    assert_eq!(lists[0][3]["description"], "The review skill");
+    assert!(lists[0][3]["input"]["hint"].is_string());
 
     // `/review ...` ran the skill: its instructions and the request reached the model.
     let requests = provider.requests();
