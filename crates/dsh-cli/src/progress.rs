@@ -185,10 +185,11 @@ impl ProgressPrinter {
                     self.paint("31", &label)
                 };
                 // The tool's summary says what came of the call; the result text (markup the
-                // model reads, such as `read`'s `<content>`) is shown only without one, or
-                // for a failure, whose first line says why.
+                // model reads, such as `read`'s `<content>`) is shown only without one, for a
+                // command's output, or for a failure, whose first line says why.
                 let result = card.result.as_deref().unwrap_or_default();
-                if card.summary.is_some() && state == CardState::Done && !failed_check {
+                let output = card.presentation.view == dsh_tools::ToolView::Terminal;
+                if card.summary.is_some() && state == CardState::Done && !failed_check && !output {
                     let _ = writeln!(err, "   {label}");
                 } else {
                     let _ = writeln!(err, "   {label}: {}", one_line(&self.shown(result), 160));
