@@ -262,7 +262,7 @@ fn read_row(text: &mut Text, r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
 /// The row `upsert` writes for `entry` and `summary`, as `read_row` would read it back.
 fn row_of(
     text: &mut Text,
-    entry: Found,
+    entry: &Found,
     summary: std::result::Result<SessionSummary, String>,
 ) -> std::result::Result<Row, TextFull> {
     match summary {
@@ -494,6 +494,12 @@ impl Catalog {
     /// The rows are read on this thread while another walks the folders; when this thread is
     /// done with the rows it takes its share of the walk's `fstatat`s.
     fn sync(&mut self, root: &Path, folder: Option<&str>) -> Result<Rows> {
+        self.sync_with(root, folder, false)
+    }
+
+    /// [`Catalog::sync`]; with `texts`, the message texts of every log read are indexed for
+    /// search in the same read (a search after the catalog was removed reads each log once).
+    fn sync_with(&mut self, root: &Path, folder: Option<&str>, texts: bool) -> Result<Rows> {
         let (rows, walk) = walk(root, folder, || self.rows(folder));
         let Some((folders, seen)) = walk else {
             return Err(SessionError::Io {
@@ -503,23 +509,46 @@ impl Catalog {
             });
         };
         let mut rows = rows?;
-        let (stale, mut gone) = compare(&rows, &folders, seen);
+        let (mut stale, mut gone) = compare(&rows, &folders, seen);
         if stale.is_empty() && gone.is_empty() {
             return Ok(rows);
         }
+        // In the order of their folders, not the walk's (its threads make it vary): rows and
+        // search texts get their rowids in this order, and equal search ranks come out in
+        // rowid order, so the same logs always give the same results in the same order.
+        stale.sort_unstable_by(|(_, a), (_, b)| a.dir.cmp(&b.dir));
         let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
         for &index in &gone {
             delete_row(&tx, rows.text.get(rows.rows[index].dir)).map_err(self.sql())?;
         }
-        let summaries = summarise(&stale);
+        // Parsing the logs, not the row writes, is most of a first listing: many logs (a
+        // catalog built anew) are parsed on every core while this thread writes.
         let mut fresh = Vec::with_capacity(stale.len());
-        for ((index, entry), summary) in stale.into_iter().zip(summaries) {
-            upsert(&tx, &entry, &summary).map_err(self.sql())?;
-            let row = row_of(&mut rows.text, entry, summary)
-                .map_err(too_big)
-                .map_err(self.sql())?;
-            fresh.push((index, row));
-        }
+        let sql = self.sql();
+        par_stream(
+            &stale,
+            |(_, entry)| {
+                if texts {
+                    let (summary, texts) = read_log(&entry.path);
+                    (summary, Some(texts))
+                } else {
+                    let summary = SessionSummary::of_file(&entry.path).map_err(|e| e.to_string());
+                    (summary, None)
+                }
+            },
+            |i, (summary, log_texts)| {
+                let (index, entry) = &stale[i];
+                upsert(&tx, entry, &summary, log_texts.is_some()).map_err(&sql)?;
+                if let Some(log_texts) = log_texts {
+                    replace_texts(&tx, &entry.dir, log_texts).map_err(&sql)?;
+                }
+                let row = row_of(&mut rows.text, entry, summary)
+                    .map_err(too_big)
+                    .map_err(&sql)?;
+                fresh.push((*index, row));
+                Ok(())
+            },
+        )?;
         tx.commit().map_err(self.sql())?;
         for (index, row) in fresh {
             match index {
@@ -563,7 +592,7 @@ impl Catalog {
                     if key == found.key && *path == *found.path.to_string_lossy() => {}
                 (Some(found), _) => {
                     let summary = SessionSummary::of_file(&found.path).map_err(|e| e.to_string());
-                    upsert(&tx, &found, &summary).map_err(self.sql())?;
+                    upsert(&tx, &found, &summary, false).map_err(self.sql())?;
                 }
                 (None, Some(_)) => delete_row(&tx, &dir).map_err(self.sql())?,
                 (None, None) => {}
@@ -688,7 +717,7 @@ impl Catalog {
         if query.chars().count() < 3 {
             return Ok(None);
         }
-        self.sync(root, None)?;
+        self.sync_with(root, None, true)?;
         self.index_texts(root)?;
         // Quoted as one FTS5 string so user text is never parsed as query syntax.
         let phrase = format!("\"{}\"", query.replace('"', "\"\""));
@@ -722,7 +751,8 @@ impl Catalog {
             let mut stmt = self
                 .conn
                 .prepare_cached(&format!(
-                    "SELECT dir, path, {ROW_KEY} FROM entries WHERE fts_key IS NOT {ROW_KEY}"
+                    "SELECT dir, path, {ROW_KEY} FROM entries WHERE fts_key IS NOT {ROW_KEY}
+                     ORDER BY rowid"
                 ))
                 .map_err(self.sql())?;
             let rows = stmt
@@ -734,44 +764,28 @@ impl Catalog {
             return Ok(());
         }
         let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
-        let mut insert = tx
-            .prepare_cached(
-                "INSERT INTO texts (text, dir, id, seq, type) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .map_err(self.sql())?;
-        // Logs are parsed on every core a batch at a time (bounded memory), and their texts
-        // written here.
-        for batch in stale.chunks(512) {
-            let texts = par_map(batch, |(_, path, _)| {
+        let sql = self.sql();
+        // Logs are parsed on every core and their texts written here as they come.
+        par_stream(
+            &stale,
+            |(_, path, _)| {
                 if Path::new(path).is_absolute() {
                     log_texts(Path::new(path))
                 } else {
                     log_texts(&root.join(path))
                 }
-            });
-            for ((dir, _, key), texts) in batch.iter().zip(texts) {
-                delete_texts(&tx, dir).map_err(self.sql())?;
-                let mut span: Option<(i64, i64)> = None;
-                for (text, id, seq, kind) in texts {
-                    insert
-                        .execute(params![text, dir, id, seq, kind])
-                        .map_err(self.sql())?;
-                    let rowid = tx.last_insert_rowid();
-                    span = Some(span.map_or((rowid, rowid), |(lo, _)| (lo, rowid)));
-                }
-                if let Some((lo, hi)) = span {
-                    tx.prepare_cached("INSERT INTO text_spans (dir, lo, hi) VALUES (?1, ?2, ?3)")
-                        .and_then(|mut s| s.execute(params![dir, lo, hi]))
-                        .map_err(self.sql())?;
-                }
+            },
+            |i, texts| {
+                let (dir, _, key) = &stale[i];
+                replace_texts(&tx, dir, texts).map_err(&sql)?;
                 // The key the row had when this read began: a log that changed meanwhile has
                 // a new row key by the next search, which indexes it again.
                 tx.prepare_cached("UPDATE entries SET fts_key = ?2 WHERE dir = ?1")
                     .and_then(|mut s| s.execute(params![dir, key]))
-                    .map_err(self.sql())?;
-            }
-        }
-        drop(insert);
+                    .map_err(&sql)
+                    .map(drop)
+            },
+        )?;
         tx.commit().map_err(self.sql())
     }
 
@@ -1016,42 +1030,166 @@ fn log_in(session: &Path) -> Option<(usize, FileKey)> {
         })
 }
 
-/// The summaries of the stale logs, in their order. Parsing them, not the row writes, is most
-/// of a first listing, so many logs (a catalog built anew) are read on every core.
-fn summarise(stale: &[(Option<usize>, Found)]) -> Vec<std::result::Result<SessionSummary, String>> {
-    par_map(stale, |(_, entry)| {
-        SessionSummary::of_file(&entry.path).map_err(|e| e.to_string())
+/// How far ahead of the oldest result not yet handed on [`par_stream`]'s threads may run.
+const STREAM_WINDOW: usize = 64;
+
+/// Runs `f` on every item on up to 8 threads, handing each result with its item's index to
+/// `sink` on this thread in the items' order: logs are parsed on every core while one thread
+/// writes what they gave, in the order one thread would have (search texts get their rowids,
+/// the tie-break of equal ranks, as one thread gives them). Threads take the next item as they
+/// finish one, but never one [`STREAM_WINDOW`] or more past the oldest result still awaited:
+/// however long one log takes, at most that many results wait in memory. The first error of
+/// `sink` stops the threads and is returned; a panic in `f` is raised again here.
+fn par_stream<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+    mut sink: impl FnMut(usize, R) -> Result<()>,
+) -> Result<()> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || items.len() < 64 {
+        return items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, item)| sink(i, f(item)));
+    }
+    let stream = Stream {
+        state: std::sync::Mutex::new(StreamState {
+            next: 0,
+            due: 0,
+            ready: BTreeMap::new(),
+            stop: false,
+        }),
+        taken: std::sync::Condvar::new(),
+        done: std::sync::Condvar::new(),
+    };
+    let (stream, f) = (&stream, &f);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(move || {
+                // A panic in `f` stops the stream, so that no thread waits for its result.
+                let _stop = Stop {
+                    stream,
+                    always: false,
+                };
+                while let Some(i) = stream.take(items.len()) {
+                    let result = f(&items[i]);
+                    stream.state.lock_or_recover().ready.insert(i, result);
+                    stream.done.notify_one();
+                }
+            });
+        }
+        // Stops the threads however this returns (an error of `sink` included).
+        let _stop = Stop {
+            stream,
+            always: true,
+        };
+        for due in 0..items.len() {
+            let result = {
+                let mut state = stream.state.lock_or_recover();
+                loop {
+                    if let Some(result) = state.ready.remove(&due) {
+                        state.due = due + 1;
+                        break result;
+                    }
+                    if state.stop {
+                        // A thread panicked: the scope raises its panic when it ends.
+                        return Ok(());
+                    }
+                    state = stream
+                        .done
+                        .wait(state)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            };
+            stream.taken.notify_all();
+            sink(due, result)?;
+        }
+        Ok(())
     })
 }
 
-/// `items.iter().map(f)`, on up to 8 threads when there are enough items to be worth them.
-fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-    if threads < 2 || items.len() < 64 {
-        return items.iter().map(&f).collect();
+/// What [`par_stream`]'s threads share.
+struct Stream<R> {
+    state: std::sync::Mutex<StreamState<R>>,
+    /// Signalled when a result is taken from `ready` (room in the window) or on stop.
+    taken: std::sync::Condvar,
+    /// Signalled when a result is put in `ready` or on stop.
+    done: std::sync::Condvar,
+}
+
+struct StreamState<R> {
+    /// The next item no thread has taken.
+    next: usize,
+    /// The oldest item whose result has not been handed on.
+    due: usize,
+    /// Results not yet handed on, by item.
+    ready: BTreeMap<usize, R>,
+    /// Set when the stream ends early: a failed `sink` or a panic.
+    stop: bool,
+}
+
+impl<R> Stream<R> {
+    /// The next item for a thread, once it is within the window; `None` when all are taken or
+    /// the stream stopped.
+    fn take(&self, len: usize) -> Option<usize> {
+        let mut state = self.state.lock_or_recover();
+        loop {
+            if state.stop || state.next >= len {
+                return None;
+            }
+            if state.next < state.due + STREAM_WINDOW {
+                state.next += 1;
+                return Some(state.next - 1);
+            }
+            state = self
+                .taken
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
     }
-    let chunk = items.len().div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
-            .collect();
-        parts
-            .into_iter()
-            .zip(items.chunks(chunk))
-            // A thread that panicked: its items are done again here (and panic here too).
-            .flat_map(|(part, items)| {
-                part.join()
-                    .unwrap_or_else(|_| items.iter().map(f).collect())
-            })
-            .collect()
+}
+
+/// Stops a [`Stream`] when dropped: `always`, or during a panic.
+struct Stop<'s, R> {
+    stream: &'s Stream<R>,
+    always: bool,
+}
+
+impl<R> Drop for Stop<'_, R> {
+    fn drop(&mut self) {
+        if self.always || std::thread::panicking() {
+            self.stream.state.lock_or_recover().stop = true;
+            self.stream.taken.notify_all();
+            self.stream.done.notify_all();
+        }
+    }
+}
+
+/// A log's message texts as the FTS table holds them: (text, session id, seq, type).
+type LogTexts = Vec<(String, String, i64, String)>;
+
+/// One read of a log for both its row (its summary, or the problem that kept it from being
+/// read) and its message texts (up to the damage, as [`log_texts`] gives them).
+fn read_log(path: &Path) -> (std::result::Result<SessionSummary, String>, LogTexts) {
+    let mut texts = Vec::new();
+    let summary = SessionSummary::of_file_visiting(path, |header, env| {
+        if let Some(message) = env.event.message() {
+            let kind = env.event.event_type().to_string();
+            texts.push((
+                message_text(message),
+                header.id.clone(),
+                clamp(env.seq),
+                kind,
+            ));
+        }
     })
+    .map_err(|e| e.to_string());
+    (summary, texts)
 }
 
 /// The message texts of a log, as the FTS table holds them: (text, session id, seq, type).
 /// A damaged log gives its texts up to the damage; an unreadable one none.
-fn log_texts(path: &Path) -> Vec<(String, String, i64, String)> {
+fn log_texts(path: &Path) -> LogTexts {
     let mut out = Vec::new();
     if let Ok(mut reader) = LogReader::open(path) {
         let id = reader.header().id.clone();
@@ -1063,6 +1201,30 @@ fn log_texts(path: &Path) -> Vec<(String, String, i64, String)> {
         }
     }
     out
+}
+
+/// Writes the texts of session folder `dir` in place of those it had, in one run of rowids
+/// recorded in `text_spans`.
+fn replace_texts(
+    tx: &rusqlite::Transaction<'_>,
+    dir: &str,
+    texts: LogTexts,
+) -> rusqlite::Result<()> {
+    delete_texts(tx, dir)?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO texts (text, dir, id, seq, type) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    let mut span: Option<(i64, i64)> = None;
+    for (text, id, seq, kind) in texts {
+        insert.execute(params![text, dir, id, seq, kind])?;
+        let rowid = tx.last_insert_rowid();
+        span = Some(span.map_or((rowid, rowid), |(lo, _)| (lo, rowid)));
+    }
+    if let Some((lo, hi)) = span {
+        tx.prepare_cached("INSERT INTO text_spans (dir, lo, hi) VALUES (?1, ?2, ?3)")?
+            .execute(params![dir, lo, hi])?;
+    }
+    Ok(())
 }
 
 /// Removes the row of session folder `dir` and its search text.
@@ -1149,15 +1311,19 @@ fn stat_file_at(dir: &File, rel: &[u8]) -> Option<FileKey> {
 }
 
 /// Writes the row of `entry`: its summary, or the problem that kept its log from being read.
+/// With `indexed`, its texts were written from the same read: `fts_key` is its key (as
+/// [`ROW_KEY`] computes it), else NULL (indexed by the next search).
 fn upsert(
     conn: &Connection,
     entry: &Found,
     summary: &std::result::Result<SessionSummary, String>,
+    indexed: bool,
 ) -> rusqlite::Result<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT OR REPLACE INTO entries (dir, folder, path, size, mtime_ns, ctime_ns, ino, id,
-         cwd, title, created_at, updated_at, turns, usage, parent, open, problem)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+         cwd, title, created_at, updated_at, turns, usage, parent, open, problem, fts_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+         CASE WHEN ?18 THEN ?4 || ':' || ?5 || ':' || ?6 || ':' || ?7 END)",
     )?;
     let path = entry.path.to_string_lossy();
     let k = entry.key;
@@ -1180,6 +1346,7 @@ fn upsert(
             s.parent_session,
             s.open,
             None::<String>,
+            indexed,
         ])?,
         Err(problem) => {
             let id = entry.dir.rsplit('/').next().unwrap_or_default();
@@ -1202,6 +1369,7 @@ fn upsert(
                 None::<String>,
                 false,
                 problem,
+                indexed,
             ])?
         }
     };
@@ -1373,7 +1541,7 @@ impl CatalogLink {
             }
         }
         if let Some(conn) = &self.conn {
-            if upsert(conn, &entry, &Ok(summary)).is_err() {
+            if upsert(conn, &entry, &Ok(summary), false).is_err() {
                 self.failed = true;
                 self.conn = None;
             }
@@ -1553,6 +1721,70 @@ mod tests {
             );
             assert_eq!(s.summary(), summary, "{text}");
         }
+    }
+
+    /// `par_stream` hands every result on in the items' order, however long each takes, with
+    /// no thread ever more than the window ahead of the result awaited; an error of the sink
+    /// ends it early, and a panic in a thread is raised on the caller's.
+    #[test]
+    fn the_stream_keeps_order_and_its_window() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let items: Vec<usize> = (0..2000).collect();
+        let handed = AtomicUsize::new(0);
+        let ahead = AtomicUsize::new(0);
+        let mut order = Vec::new();
+        par_stream(
+            &items,
+            |&i| {
+                ahead.fetch_max(
+                    i.saturating_sub(handed.load(Ordering::SeqCst)),
+                    Ordering::SeqCst,
+                );
+                // Some items take much longer than the others.
+                if i % 97 == 0 {
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+                i * 2
+            },
+            |i, result| {
+                assert_eq!(result, i * 2);
+                order.push(i);
+                handed.store(i + 1, Ordering::SeqCst);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(order, items);
+        // An item is taken only below `due + STREAM_WINDOW`, and `due` is at most one past
+        // the results handed on.
+        assert!(ahead.load(Ordering::SeqCst) <= STREAM_WINDOW, "{ahead:?}");
+
+        let done = AtomicUsize::new(0);
+        let err = par_stream(
+            &items,
+            |_| done.fetch_add(1, Ordering::SeqCst),
+            |i, _| {
+                if i == 100 {
+                    Err(SessionError::BadCursor("stop".into()))
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        assert!(matches!(err, Err(SessionError::BadCursor(_))));
+        assert!(done.load(Ordering::SeqCst) <= 101 + STREAM_WINDOW + 8);
+
+        let panicked = std::panic::catch_unwind(|| {
+            par_stream(
+                &items,
+                |&i| {
+                    assert!(i != 500, "item 500");
+                    i
+                },
+                |_, _| Ok(()),
+            )
+        });
+        assert!(panicked.is_err());
     }
 
     /// The scan's `fstatat` key must equal the key a writer records from `File::metadata`

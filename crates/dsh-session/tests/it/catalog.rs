@@ -601,6 +601,84 @@ fn search_reads_the_catalogs_full_text_index_and_follows_changes() {
     assert!(hits.is_empty(), "{hits:?}");
 }
 
+/// A search with no catalog reads each log once, for its row and its texts together, on
+/// several threads (enough logs for them). What it finds, in what order and with what
+/// snippets, equals what a listing and then a search find (the rows first, then the texts of
+/// every row in a second read), and, as a set, what the full scan finds: over damaged, torn,
+/// compressed and unreadable logs too.
+#[test]
+fn a_search_without_a_catalog_finds_what_a_listing_then_a_search_find() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let mut rng = StdRng::seed_from_u64(41);
+    for _ in 0..150 {
+        new_session(&store, &mut rng);
+    }
+    let logs = all_logs(home.path());
+    for (k, path) in logs.iter().enumerate().filter(|(k, _)| k % 9 == 0) {
+        match k % 4 {
+            0 => {
+                let bytes = std::fs::read(path).unwrap();
+                std::fs::write(
+                    path.with_file_name("session.jsonl.zstd"),
+                    zstd::encode_all(&bytes[..], 3).unwrap(),
+                )
+                .unwrap();
+                std::fs::remove_file(path).unwrap();
+            }
+            1 => std::fs::write(path, b"not a log\n").unwrap(),
+            _ => {
+                tamper(path, &mut rng);
+            }
+        }
+    }
+    let remove_catalog = || {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(home.path().join(format!("{CATALOG_FILE}{suffix}")));
+        }
+    };
+    for (query, limit) in [
+        ("question 1", 100_000),
+        ("question", 100_000),
+        ("question", 7),
+        ("DONE", 100_000),
+    ] {
+        remove_catalog();
+        let cold = Catalog::open(home.path())
+            .unwrap()
+            .search(&store.root(), query, limit)
+            .unwrap()
+            .unwrap();
+        remove_catalog();
+        let mut catalog = Catalog::open(home.path()).unwrap();
+        catalog
+            .list_all(&store.root(), &ListFilter::default())
+            .unwrap();
+        let listed_first = catalog
+            .search(&store.root(), query, limit)
+            .unwrap()
+            .unwrap();
+        assert!(!cold.is_empty(), "{query:?}");
+        assert_eq!(cold, listed_first, "{query:?} (limit {limit})");
+        if limit == 100_000 {
+            let set = |hits: &[SearchHit]| -> BTreeSet<(String, u64, String)> {
+                hits.iter()
+                    .map(|h| (h.session_id.clone(), h.seq, h.event_type.clone()))
+                    .collect()
+            };
+            let scan = store.scan_search(query, limit).unwrap();
+            assert_eq!(set(&cold), set(&scan), "{query:?}");
+        }
+    }
+    // The rows the search wrote are those a listing writes.
+    remove_catalog();
+    Catalog::open(home.path())
+        .unwrap()
+        .search(&store.root(), "question", 1)
+        .unwrap();
+    assert_listing_matches_scan(&store, "after a search without a catalog");
+}
+
 /// A home that a listing creates first (before any session) and everything written into it
 /// later stay private to the user: folders 0700, logs and the catalog 0600, under the usual
 /// 022 umask (docs/SECURITY.md, "Other local users").
