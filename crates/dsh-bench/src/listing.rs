@@ -4,7 +4,8 @@
 //! - `dsh sessions list --all` warm (the session catalog is up to date) and cold (no catalog:
 //!   the first listing reads every log and builds it),
 //! - the first page of `GET /api/sessions?limit=50` of a running `dsh web`, over loopback with a
-//!   signed-in cookie, on a fresh connection per request,
+//!   signed-in cookie, on a fresh connection per request, and the server's resident set before
+//!   its first listing and after those pages and one `GET /api/sessions` without `limit`,
 //! - `dsh sessions show <id>` of one session (what resuming by id does first: find its log), in
 //!   this home and in a home holding only that session (docs/sessions.md, "Finding a session"),
 //! - cold history (docs/PERFORMANCE.md, "History at scale, cold"): the first `dsh sessions
@@ -378,6 +379,8 @@ fn web_first_page(dsh: &Path, home: &Path, work: &Path, runs: usize) -> anyhow::
                 .then(|| value.trim().split(';').next().unwrap_or("").to_string())
         })
         .context("the launch code gave no sign-in cookie")?;
+    let pid = server.0.id();
+    let rss_start = rss_kib(pid);
     let mut sessions_seen = 0;
     let result = timed_runs(runs.max(5), || {
         let start = Instant::now();
@@ -389,8 +392,34 @@ fn web_first_page(dsh: &Path, home: &Path, work: &Path, runs: usize) -> anyhow::
         sessions_seen = reply.matches("\"turns\":").count();
         Ok(ms)
     })?;
+    // The listing without `limit` (once the whole history, now its first page), then what the
+    // server keeps resident.
+    let all = http(port, "/api/sessions", Some(&cookie))?;
+    let rss = rss_kib(pid);
     drop(server);
     let mut result = result;
     result["sessions_in_page"] = json!(sessions_seen);
+    result["sessions_without_limit"] = json!(all.matches("\"turns\":").count());
+    result["rss_start"] = json!(rss_start);
+    result["rss_after"] = json!(rss);
     Ok(result)
+}
+
+/// The resident set of process `pid` (`VmRSS`) and its anonymous part (`RssAnon`: the heap,
+/// not mapped files), in KiB; nulls where `/proc` does not tell.
+fn rss_kib(pid: u32) -> Value {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+    };
+    json!({"rss_kib": field("VmRSS:"), "anon_kib": field("RssAnon:")})
 }

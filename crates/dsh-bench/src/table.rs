@@ -110,6 +110,11 @@ pub(crate) fn render(results: &Path, criterion: &Path) -> String {
     markdown(rows)
 }
 
+/// A size in KiB at `pointer` of a result, with its rendering.
+fn kib(v: Result<Value, String>, pointer: &str) -> Result<(f64, String), String> {
+    v.and_then(|v| number(&v, pointer)).map(|x| (x, mib(x)))
+}
+
 /// A measured time at `pointer` of a result, with its rendering.
 fn timed(v: Result<Value, String>, pointer: &str) -> Result<(f64, String), String> {
     v.and_then(|v| number(&v, pointer)).map(|x| (x, ms(x)))
@@ -418,6 +423,18 @@ fn listing_rows(results: &Path) -> Vec<Row> {
             "< 50 ms",
             timed(listing.clone(), "/web_first_page/median_ms"),
             find,
+        ),
+        row(
+            "`dsh web`'s resident set after those pages and `GET /api/sessions` (vs before its first listing)",
+            "",
+            kib(listing.clone(), "/web_first_page/rss_after/rss_kib"),
+            kib(listing.clone(), "/web_first_page/rss_start/rss_kib"),
+        ),
+        row(
+            "same, its heap (`RssAnon`; vs before its first listing)",
+            "",
+            kib(listing.clone(), "/web_first_page/rss_after/anon_kib"),
+            kib(listing.clone(), "/web_first_page/rss_start/anon_kib"),
         ),
         row(
             "`sessions show <id>` of one session, same home (vs the same in a home holding only it)",
