@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const app = { info: null, id: null, workspaces: [], nextSessions: null, source: null, conv: null, usageOpen: false, commands: [], permissionPending: null, cwds: {}, trust: null };
+const app = { info: null, id: null, workspaces: [], sessions: [], sessionsRun: 0, olderPages: false, loadingMore: false, moreObserver: null, nextSessions: null, source: null, conv: null, usageOpen: false, commands: [], permissionPending: null, cwds: {}, trust: null };
 
 // Commands of the page itself; they win over session commands (skills) of the same name.
 const BUILTINS = [
@@ -54,29 +54,87 @@ function ago(ms) {
   return new Date(ms).toLocaleDateString();
 }
 
-// The sidebar shows the first page of sessions at once and fetches later pages on demand
-// (docs/web.md; the pages come from the session catalog, docs/sessions.md "Paged listing").
+// The sidebar shows the first page of sessions at once and fetches later pages on demand: the
+// "Older sessions…" button, clicked or scrolled into view (docs/web.md; the pages come from the
+// session catalog, docs/sessions.md "Paged listing"). The server never sends the whole history.
 const SESSION_PAGE = 100;
 
-async function loadSessions() {
-  let data;
-  try { data = await api(`/api/sessions?limit=${SESSION_PAGE}`); } catch { return; }
-  app.workspaces = data.workspaces;
-  app.nextSessions = data.next;
+// The server's order: most recently updated first, then by id.
+function newestFirst(a, b) {
+  return b.updatedAt - a.updatedAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+}
+
+// The sessions of a page, flat, in the server's order, each with its workspace.
+function pageSessions(data) {
+  return data.workspaces.flatMap((ws) => ws.sessions.map((s) => ({ ...s, cwd: ws.cwd }))).sort(newestFirst);
+}
+
+// Groups `app.sessions` by workspace (the workspace of the most recent session first), as the
+// server groups a page, and draws the sidebar.
+function showSessions() {
+  const groups = new Map();
+  for (const s of app.sessions) {
+    if (!groups.has(s.cwd)) groups.set(s.cwd, { cwd: s.cwd, sessions: [] });
+    groups.get(s.cwd).sessions.push(s);
+  }
+  app.workspaces = [...groups.values()];
   renderSessions();
 }
 
-async function moreSessions() {
-  if (!app.nextSessions) return;
+// Fetches the first page again (a refresh). The older pages loaded stay listed after it: those
+// of their sessions that still sort after the first page (one updated since is in the first page
+// now, and only there).
+async function loadSessions() {
+  const run = ++app.sessionsRun;
   let data;
-  try { data = await api(`/api/sessions?limit=${SESSION_PAGE}&after=${encodeURIComponent(app.nextSessions)}`); } catch { return; }
-  for (const ws of data.workspaces) {
-    const known = app.workspaces.find((w) => w.cwd === ws.cwd);
-    if (known) known.sessions.push(...ws.sessions);
-    else app.workspaces.push(ws);
+  try { data = await api(`/api/sessions?limit=${SESSION_PAGE}`); } catch { return; }
+  if (run !== app.sessionsRun) return;
+  let list = pageSessions(data);
+  let next = data.next;
+  if (app.olderPages && next && list.length) {
+    const last = list[list.length - 1];
+    const fresh = new Set(list.map((s) => s.id));
+    list = list.concat(app.sessions.filter((s) => !fresh.has(s.id) && newestFirst(last, s) < 0));
+    next = app.nextSessions;
+  } else {
+    app.olderPages = false;
   }
+  app.sessions = list;
+  app.nextSessions = next;
+  showSessions();
+}
+
+async function moreSessions() {
+  if (!app.nextSessions || app.loadingMore) return;
+  app.loadingMore = true;
+  const run = app.sessionsRun;
+  let data;
+  try {
+    data = await api(`/api/sessions?limit=${SESSION_PAGE}&after=${encodeURIComponent(app.nextSessions)}`);
+  } catch {
+    return;
+  } finally {
+    app.loadingMore = false;
+  }
+  // A refresh began meanwhile and lists what it saw; the button asks for this page again.
+  if (run !== app.sessionsRun) return;
+  const known = new Set(app.sessions.map((s) => s.id));
+  app.sessions.push(...pageSessions(data).filter((s) => !known.has(s.id)));
   app.nextSessions = data.next;
-  renderSessions();
+  app.olderPages = true;
+  showSessions();
+}
+
+// Loads the next page when the "Older sessions…" button scrolls into view.
+function watchMoreButton(button) {
+  if (!("IntersectionObserver" in window)) return;
+  if (!app.moreObserver) {
+    app.moreObserver = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) moreSessions();
+    });
+  }
+  app.moreObserver.disconnect();
+  app.moreObserver.observe(button);
 }
 
 function renderSessions() {
@@ -109,6 +167,7 @@ function renderSessions() {
   if (app.nextSessions) {
     const more = nav.appendChild(el("button", "link more-sessions", "Older sessions…"));
     more.addEventListener("click", () => moreSessions());
+    watchMoreButton(more);
   }
 }
 

@@ -431,7 +431,7 @@ async fn session_list_pages_follow_the_cursor_to_the_end() {
         seen.into_iter().collect::<std::collections::BTreeSet<_>>(),
         made
     );
-    // Without `limit`: everything, and no cursor.
+    // Without `limit`: a page of 100, all seven here, and no cursor.
     let (_, all) = web.json(web.get("/api/sessions")).await;
     assert!(all["next"].is_null(), "{all}");
     // Refused with a fix: a made-up cursor, a zero limit.
@@ -442,6 +442,58 @@ async fn session_list_pages_follow_the_cursor_to_the_end() {
     assert!(body.to_string().contains("`next` value"), "{body}");
     let (status, _) = web.json(web.get("/api/sessions?limit=0")).await;
     assert_eq!(status, 400);
+    web.stop().await;
+}
+
+/// The listing is never sent whole: without `limit` a page holds 100 sessions, and no `limit`
+/// gets more than 500 (docs/web.md); the pages still reach every session, once each.
+#[tokio::test]
+async fn session_list_is_paged_without_a_limit_and_capped() {
+    let mut web = Web::start(Vec::new()).await;
+    let store = dsh_session::JsonlStore::new(web.home.path());
+    let mut made = std::collections::BTreeSet::new();
+    for k in 0..501 {
+        let cwd = format!("/stored/project-{}", k % 4);
+        let writer = dsh_session::SessionStore::create(&store, &cwd, Default::default()).unwrap();
+        made.insert(writer.header().id.clone());
+    }
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["workspaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|ws| ws["sessions"].as_array().unwrap().clone())
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut sizes = Vec::new();
+    let mut seen = Vec::new();
+    let mut path = "/api/sessions".to_string();
+    loop {
+        let (status, page) = web.json(web.get(&path)).await;
+        assert_eq!(status, 200, "{page}");
+        sizes.push(ids(&page).len());
+        seen.extend(ids(&page));
+        match page["next"].as_str() {
+            Some(next) => path = format!("/api/sessions?after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(sizes, [100, 100, 100, 100, 100, 1]);
+    assert_eq!(seen.len(), made.len(), "no session twice");
+    assert_eq!(
+        seen.into_iter().collect::<std::collections::BTreeSet<_>>(),
+        made
+    );
+    let (status, big) = web.json(web.get("/api/sessions?limit=100000")).await;
+    assert_eq!(status, 200, "{big}");
+    assert_eq!(ids(&big).len(), 500);
+    let next = big["next"].as_str().expect("a cursor after 500 of 501");
+    let (_, rest) = web
+        .json(web.get(&format!("/api/sessions?limit=100000&after={next}")))
+        .await;
+    assert_eq!(ids(&rest).len(), 1, "{rest}");
+    assert!(rest["next"].is_null(), "{rest}");
     web.stop().await;
 }
 

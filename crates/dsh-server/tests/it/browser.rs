@@ -646,3 +646,62 @@ async fn the_usage_panel_counts_every_billed_call_in_chromium() {
         assert_eq!(totals, json!("[2240,55]"));
     });
 }
+
+/// The sidebar over more sessions than a page (docs/web.md, "Sidebar"): the first 100 at once,
+/// the next page once "Older sessions…" scrolls into view, and a refresh keeps the older
+/// sessions loaded, with a session updated since listed once, at the top.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sidebar_loads_older_pages_on_demand_and_keeps_them() {
+    let Some(binary) = find_chromium() else {
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let mut web = Web::start(Vec::new()).await;
+    let store = dsh_session::JsonlStore::new(web.home.path());
+    let mut oldest = None;
+    for k in 0..150 {
+        let writer = dsh_session::SessionStore::create(
+            &store,
+            &format!("/stored/p{}", k % 3),
+            Default::default(),
+        )
+        .unwrap();
+        let id = writer.header().id.clone();
+        oldest.get_or_insert_with(|| (id.clone(), store.find(&id).unwrap()));
+    }
+    let (oldest_id, oldest_log) = oldest.unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let url = web.server.as_ref().unwrap().issue_url(None);
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::signed_in(&binary, profile.path(), &url);
+        const ROWS: &str = "document.querySelectorAll('#session-list a.session').length";
+        browser.wait_for(&format!("{ROWS} === 100"), "the first page", 10);
+        browser.eval("document.querySelector('.more-sessions').scrollIntoView(); true");
+        browser.wait_for(&format!("{ROWS} === 150"), "the second page", 10);
+        assert_eq!(count(&mut browser, ".more-sessions"), 0);
+        // Updated behind the page's back: the oldest session moves to the top.
+        let later = dsh_session::now_ms() + 3_600_000;
+        std::fs::write(
+            &oldest_log,
+            format!(
+                "{}{{\"type\":\"session/title\",\"time\":{later},\"data\":{{\"title\":\"moved up\"}}}}\n",
+                std::fs::read_to_string(&oldest_log).unwrap()
+            ),
+        )
+        .unwrap();
+        browser.eval("window.refreshed = false; loadSessions().then(() => { window.refreshed = true; }); true");
+        browser.wait_for("window.refreshed", "the refresh", 10);
+        assert_eq!(browser.eval(ROWS), json!(150));
+        assert_eq!(
+            browser.eval("document.querySelector('#session-list a.session').getAttribute('href')"),
+            json!(format!("#/s/{oldest_id}"))
+        );
+        assert_eq!(
+            browser.eval(&format!(
+                "document.querySelectorAll('#session-list a.session[href=\"#/s/{oldest_id}\"]').length"
+            )),
+            json!(1)
+        );
+    });
+    web.stop().await;
+}
