@@ -59,15 +59,36 @@ pub struct Settings {
     reported: Mutex<BTreeSet<String>>,
 }
 
+/// Largest `.env` file read; a bigger one is ignored with a warning.
+const MAX_ENV_FILE: u64 = 1024 * 1024;
+
+/// The entries of the `.env` file at `path`; `None` when there is none. Only a regular file of
+/// at most [`MAX_ENV_FILE`] bytes is read: a repository's `./.env` may be planted as a link to
+/// `/dev/zero` or a FIFO, which must neither exhaust memory nor stall every command.
 fn read_env_file(path: &Path) -> Option<HashMap<String, String>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Some(parse_env_file(&text)),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-        Err(err) => {
-            let line = format!("cannot read {}: {err}", path.display());
-            eprintln!("dsh: warning: {}", dsh_tools::printable(&line));
-            None
+    let warn = |problem: String| {
+        let line = format!("{} ignored: {problem}", path.display());
+        eprintln!("dsh: warning: {}", dsh_tools::printable(&line));
+        None
+    };
+    match std::fs::metadata(path) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(err) => return warn(format!("cannot read it: {err}")),
+        Ok(meta) if !meta.is_file() => return warn("it is not a regular file".to_string()),
+        Ok(meta) if meta.len() > MAX_ENV_FILE => {
+            return warn(format!("it is larger than {MAX_ENV_FILE} bytes"))
         }
+        Ok(_) => {}
+    }
+    let mut text = String::new();
+    let read = std::fs::File::open(path).and_then(|file| {
+        use std::io::Read;
+        file.take(MAX_ENV_FILE + 1).read_to_string(&mut text)
+    });
+    match read {
+        Ok(n) if n as u64 > MAX_ENV_FILE => warn(format!("it is larger than {MAX_ENV_FILE} bytes")),
+        Ok(_) => Some(parse_env_file(&text)),
+        Err(err) => warn(format!("cannot read it: {err}")),
     }
 }
 
@@ -365,6 +386,27 @@ pub fn parse_env_file(text: &str) -> HashMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A planted `./.env` that is a device, a FIFO or huge is ignored at once, not read until
+    /// memory runs out or a writer comes (adversarial review).
+    #[cfg(unix)]
+    #[test]
+    fn a_planted_env_that_is_no_small_file_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = dir.path().join(".env");
+        std::os::unix::fs::symlink("/dev/zero", &env).unwrap();
+        assert!(read_env_file(&env).is_none());
+        std::fs::remove_file(&env).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&env).status();
+        if made.is_ok_and(|s| s.success()) {
+            assert!(read_env_file(&env).is_none());
+            std::fs::remove_file(&env).unwrap();
+        }
+        std::fs::write(&env, "A=1\n".repeat(300_000)).unwrap();
+        assert!(read_env_file(&env).is_none());
+        std::fs::write(&env, "A=1\n").unwrap();
+        assert_eq!(read_env_file(&env).unwrap()["A"], "1");
+    }
 
     #[test]
     fn parses_common_env_file_forms() {
