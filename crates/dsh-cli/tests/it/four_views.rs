@@ -12,38 +12,16 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dsh_test_support::{FakeProvider, RequestMatch, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, RequestMatch, SseReply, WireUsage};
 use serde_json::{json, Value};
 
 use crate::common::{dsh_command, output, text};
 use crate::tui_harness::Tui;
+use crate::view_cli::{call, card_states, reply};
 use crate::web_cli::launch_as;
 
 const CHILD_PROMPT: &str = "CHILD THAT RUNS LONG";
 const WAIT: Duration = Duration::from_secs(60);
-
-fn reply(text: &str) -> ScriptedReply {
-    SseReply::new()
-        .text(text)
-        .finish("stop", Some(WireUsage::default()))
-        .into()
-}
-
-fn call(id: &str, tool: &str, arguments: Value) -> ScriptedReply {
-    SseReply::new()
-        .tool_call(0, id, tool, &arguments.to_string())
-        .finish("tool_calls", Some(WireUsage::default()))
-        .into()
-}
-
-/// The states of the cards of call `call_id` among view events, in order.
-fn card_states(views: &[Value], call_id: &str) -> Vec<String> {
-    views
-        .iter()
-        .filter(|v| v["kind"] == "toolCard" && v["callId"] == call_id)
-        .map(|v| v["state"].as_str().unwrap().to_string())
-        .collect()
-}
 
 /// View events without the streamed deltas (a reconnecting client gets the whole messages).
 fn settled(views: &[Value]) -> Vec<Value> {

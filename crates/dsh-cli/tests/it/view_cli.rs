@@ -11,14 +11,14 @@ use serde_json::{json, Value};
 
 use crate::common::{dsh_command, output, text};
 
-fn reply(text: &str) -> ScriptedReply {
+pub(crate) fn reply(text: &str) -> ScriptedReply {
     SseReply::new()
         .text(text)
         .finish("stop", Some(WireUsage::default()))
         .into()
 }
 
-fn call(id: &str, tool: &str, arguments: Value) -> ScriptedReply {
+pub(crate) fn call(id: &str, tool: &str, arguments: Value) -> ScriptedReply {
     SseReply::new()
         .tool_call(0, id, tool, &arguments.to_string())
         .finish("tool_calls", Some(WireUsage::default()))
@@ -40,7 +40,8 @@ fn view_lines(stdout: &str) -> (Vec<Value>, String) {
     (events, id)
 }
 
-fn card_states(view: &[Value], call_id: &str) -> Vec<String> {
+/// The states of the cards of call `call_id` among view events, in order.
+pub(crate) fn card_states(view: &[Value], call_id: &str) -> Vec<String> {
     view.iter()
         .filter(|e| e["kind"] == "toolCard" && e["callId"] == call_id)
         .map(|e| e["state"].as_str().unwrap().to_string())
