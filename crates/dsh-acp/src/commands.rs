@@ -1,4 +1,5 @@
-//! Slash commands: dsh's own (`/compact`, `/permission`, `/undo`) and the session's user commands
+//! Slash commands: dsh's own (`/compact`, `/permission`, `/undo`, `/fork`) and the session's user
+//! commands
 //! (user-invocable skills), advertised with `available_commands_update` and recognised at the
 //! start of a prompt.
 
@@ -12,8 +13,11 @@ pub const PERMISSION: &str = "permission";
 /// `/undo`: reverts the file changes of the latest turn that made some (`Op::Undo`).
 pub(crate) const UNDO: &str = "undo";
 
+/// `/fork [turn]`: copies the session up to that turn into a new one (`Op::Fork`).
+pub(crate) const FORK: &str = "fork";
+
 /// dsh's own commands, which a user command of the same name does not shadow.
-pub(crate) const OWN: [&str; 3] = [COMPACT, PERMISSION, UNDO];
+pub(crate) const OWN: [&str; 4] = [COMPACT, PERMISSION, UNDO, FORK];
 
 /// A prompt that starts with a slash command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +53,11 @@ pub(crate) fn available(user: &[UserCommand]) -> Value {
             "input": {"hint": "read-only | workspace-write | danger-full-access"},
         }),
         json!({"name": UNDO, "description": "Revert the file changes of the latest turn that made some"}),
+        json!({
+            "name": FORK,
+            "description": "Copy this session up to a turn into a new session (load it to go on there)",
+            "input": {"hint": "turn number (default: the last finished turn)"},
+        }),
     ];
     for command in user {
         if OWN.contains(&command.name.as_str()) {
@@ -106,7 +115,7 @@ mod tests {
             .flatten()
             .filter_map(|c| c["name"].as_str())
             .collect();
-        assert_eq!(names, ["compact", "permission", "undo", "review"]);
-        assert_eq!(list[3]["description"], "Review code");
+        assert_eq!(names, ["compact", "permission", "undo", "fork", "review"]);
+        assert_eq!(list[4]["description"], "Review code");
     }
 }

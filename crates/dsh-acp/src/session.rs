@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 
 use crate::broker::{self, Transport};
 use crate::children::ChildProgress;
-use crate::commands::{self, COMPACT, PERMISSION, UNDO};
+use crate::commands::{self, COMPACT, FORK, PERMISSION, UNDO};
 use crate::modes;
 use crate::rpc::{Outgoing, RpcError, INVALID_PARAMS};
 use crate::updates::UpdateMapper;
@@ -701,6 +701,26 @@ async fn run_session(
                     Err(err) => format!("Nothing was undone: {}", err.message),
                 };
                 drain(&mut view, &mut events);
+                say(&session_id, &out, &text);
+                view.close_usage();
+                out.respond(job.request_id, json!({"stopReason": "end_turn"}));
+                continue;
+            }
+            Some(command) if command.name == FORK => {
+                // `Op::Fork`: a new session the editor can `session/load`; this one goes on.
+                let text = match command.arguments {
+                    "" => Ok(None),
+                    turn => turn.parse::<u64>().map(Some).map_err(|_| {
+                        format!("Not forked: `{turn}` is no turn number (try /fork or /fork 2)")
+                    }),
+                }
+                .and_then(|at_turn| {
+                    control
+                        .submit(Op::Fork { at_turn })
+                        .map(|notes| notes.join("\n"))
+                        .map_err(|err| format!("Not forked: {}", err.message))
+                })
+                .unwrap_or_else(|refusal| refusal);
                 say(&session_id, &out, &text);
                 view.close_usage();
                 out.respond(job.request_id, json!({"stopReason": "end_turn"}));

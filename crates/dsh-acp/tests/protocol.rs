@@ -686,9 +686,10 @@ async fn slash_compact_compacts_the_conversation() {
 }
 
 /// `/undo` reverts the latest turn's file changes through the protocol's `Op::Undo` and says
-/// what it did; with nothing left to undo it says why (issue 39: undo in every front end).
+/// what it did; with nothing left to undo it says why; `/fork` makes a loadable copy through
+/// `Op::Fork` (issue 39: undo and fork in every front end).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slash_undo_reverts_the_latest_turns_files() {
+async fn slash_undo_and_fork_go_through_the_protocol() {
     let provider = FakeProvider::start([
         SseReply::new()
             .tool_call(
@@ -743,6 +744,43 @@ async fn slash_undo_reverts_the_latest_turns_files() {
         provider.requests().len(),
         2,
         "/undo sends nothing to the model"
+    );
+
+    // `/fork` (Op::Fork) copies the session into a new one the editor can load.
+    for (text, expected) in [
+        ("/fork 9", "Not forked: cannot fork"),
+        ("/fork two", "no turn number"),
+        ("/fork", "after turn 1 into"),
+    ] {
+        let id = client
+            .request("session/prompt", prompt(&session, text))
+            .await;
+        assert_eq!(
+            client.response(id, "").await["result"]["stopReason"],
+            "end_turn"
+        );
+        assert!(
+            said(&client).contains(expected),
+            "{text}: {}",
+            said(&client)
+        );
+    }
+    let said = said(&client);
+    let forked = said
+        .split("into ")
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    assert_ne!(forked, session);
+    let answer = client.load(&forked, &cwd).await;
+    assert!(answer.get("error").is_none(), "{answer}");
+    assert_eq!(
+        provider.requests().len(),
+        2,
+        "/fork sends nothing to the model"
     );
 }
 
@@ -1088,9 +1126,9 @@ async fn user_invocable_skills_are_slash_commands() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["compact", "permission", "undo", "review"]);
-    assert_eq!(lists[0][3]["description"], "The review skill");
-    assert!(lists[0][3]["input"]["hint"].is_string());
+    assert_eq!(names, ["compact", "permission", "undo", "fork", "review"]);
+    assert_eq!(lists[0][4]["description"], "The review skill");
+    assert!(lists[0][4]["input"]["hint"].is_string());
 
     // `/review ...` ran the skill: its instructions and the request reached the model.
     let requests = provider.requests();

@@ -62,6 +62,13 @@ pub enum Op {
     /// Reverts the file changes `write` and `edit` made in the latest turn that has some and
     /// was not undone yet, and tells the model (`files/undo`, docs/protocol.md, "Undo").
     Undo,
+    /// Copies the session up to the end of turn `at_turn` (`None`: the last closed one) into a
+    /// new session of the same store, whose id the note gives ([`SessionControl::fork`] returns
+    /// it); this session goes on unchanged. `FORK_REFUSED` when there is no such closed turn.
+    Fork {
+        /// The last turn to copy.
+        at_turn: Option<u64>,
+    },
 }
 
 /// Why an operation was refused. `code` is stable (front ends map it to their error forms);
@@ -225,6 +232,15 @@ impl SessionControl {
             Op::Command { name, arguments } => self.run_command(&name, &arguments)?,
             Op::Compact => self.handle.request_compaction(),
             Op::Undo => return self.undo().map(|note| vec![note]),
+            Op::Fork { at_turn } => {
+                let forked = self.fork(at_turn)?;
+                return Ok(vec![format!(
+                    "forked session {} after turn {} into {}",
+                    self.handle.session_id(),
+                    forked.turn,
+                    forked.header.id
+                )]);
+            }
         }
         Ok(Vec::new())
     }
@@ -281,6 +297,12 @@ impl SessionControl {
             "effort set to {} from the next request",
             effort.map_or("the model's default", |e| e.as_str())
         ))
+    }
+
+    /// [`Op::Fork`]: the new session's header and the last turn it copies.
+    pub fn fork(&self, at_turn: Option<u64>) -> Result<dsh_session::Forked, OpError> {
+        dsh_session::fork_location(&self.handle.location(), at_turn)
+            .map_err(|err| OpError::new("FORK_REFUSED", format!("cannot fork: {err}")))
     }
 
     fn undo(&self) -> Result<String, OpError> {

@@ -12,6 +12,11 @@ use crate::store::SessionStore;
 /// turn's `turn/end` (`None`: the last closed turn). Fails when the turn does not exist or is
 /// not closed.
 pub fn fork_point(log: &LoadedLog, at_turn: Option<u64>) -> Result<u64> {
+    fork_turn(log, at_turn).map(|(cut, _)| cut)
+}
+
+/// [`fork_point`], with the turn the fork ends with.
+fn fork_turn(log: &LoadedLog, at_turn: Option<u64>) -> Result<(u64, u64)> {
     let mut tracker = SessionTracker::new();
     for env in &log.events {
         tracker.push(env);
@@ -22,7 +27,7 @@ pub fn fork_point(log: &LoadedLog, at_turn: Option<u64>) -> Result<u64> {
         None => closed.last(),
     };
     match (found, at_turn) {
-        (Some(t), _) => Ok(t.end_seq + 1),
+        (Some(t), _) => Ok((t.end_seq + 1, t.turn)),
         (None, Some(turn)) => Err(SessionError::ForkPoint {
             turn,
             reason: if tracker.open_turn() == Some(turn) {
@@ -95,4 +100,44 @@ pub fn fork(store: &dyn SessionStore, key: &str, at_turn: Option<u64>) -> Result
     }
     writer.flush()?;
     Ok(header)
+}
+
+/// A fork made by [`fork_location`].
+#[derive(Debug, Clone)]
+pub struct Forked {
+    /// The new session's header (its id, `parentSession`).
+    pub header: SessionHeader,
+    /// The last turn it copies.
+    pub turn: u64,
+}
+
+/// Forks the session whose log is at `location` (a live agent's `AgentHandle::location`: a
+/// `session.jsonl` path of a JSONL store, or `sqlite:<db>#<id>`) at `at_turn` (`None`: the
+/// last closed turn) into a new session of the same store.
+pub fn fork_location(location: &str, at_turn: Option<u64>) -> Result<Forked> {
+    if let Some((db, id)) = location
+        .strip_prefix("sqlite:")
+        .and_then(|rest| rest.rsplit_once('#'))
+    {
+        let store = crate::SqliteStore::open(std::path::Path::new(db))?;
+        return fork_in(&store, id, at_turn);
+    }
+    // `<root>/sessions/<cwd folder>/<session folder>/session.jsonl`: the store is `<root>`.
+    let path = std::path::Path::new(location);
+    let root = path
+        .ancestors()
+        .nth(4)
+        .filter(|_| {
+            path.ancestors().nth(3).and_then(|p| p.file_name()) == Some("sessions".as_ref())
+        })
+        .ok_or_else(|| SessionError::NotFound(location.to_string()))?;
+    let store = crate::JsonlStore::new(root);
+    let id = crate::LogReader::open(path)?.header().id.clone();
+    fork_in(&store, &id, at_turn)
+}
+
+fn fork_in(store: &dyn SessionStore, key: &str, at_turn: Option<u64>) -> Result<Forked> {
+    let (_, turn) = fork_turn(&store.load(key)?, at_turn)?;
+    let header = fork(store, key, Some(turn))?;
+    Ok(Forked { header, turn })
 }

@@ -89,7 +89,7 @@ pub use event::{
     KNOWN_OPAQUE_TYPES, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, TOOL_PROGRESS_EVENT,
 };
 pub use export::{encode_jsonl, export_markdown, export_zip, TRANSCRIPT_RESULT_LIMIT};
-pub use fork::{fork, fork_log, fork_point};
+pub use fork::{fork, fork_location, fork_log, fork_point, Forked};
 pub use jsonl::{plain_continuation, session_file_in, JsonlStore, JsonlWriter};
 pub use listing::{message_text, SessionSummary};
 pub use projection::{project, HistoryEntry, Projector};

@@ -761,8 +761,8 @@ impl Ui {
             }
             SlashCommand::New => self.switch(StartWith::New),
             SlashCommand::Fork => {
-                let id = live.handle.session_id();
-                self.fork_session(id);
+                let control = live.control.clone();
+                self.fork_session(control);
             }
             SlashCommand::Export(path) => {
                 let (id, location) = (live.handle.session_id(), live.handle.location());
@@ -968,26 +968,23 @@ impl Ui {
         });
     }
 
-    /// `/fork`: copies session `id` up to its last closed turn into a new session, which the UI
-    /// then switches to, saying what it copied.
-    fn fork_session(&self, id: String) {
-        self.with_store(
-            move |store| {
-                let mut tracker = dsh_session::SessionTracker::new();
-                for envelope in &store.load(&id)?.events {
-                    tracker.push(envelope);
-                }
-                let turn = tracker.closed_turns().last().map(|t| t.turn);
-                // Without a closed turn the fork refuses, in its words.
-                let header = dsh_session::fork(store, &id, turn)?;
-                Ok(Forked {
-                    id: header.id,
-                    parent: id,
-                    turn: turn.unwrap_or(0),
+    /// `/fork` (`Op::Fork`): copies the session up to its last closed turn into a new session,
+    /// which the UI then switches to, saying what it copied.
+    fn fork_session(&self, control: SessionControl) {
+        let done = self.background.0.clone();
+        tokio::task::spawn_blocking(move || {
+            // `Op::Fork`: the last closed turn, copied into a new session of the same store.
+            let forked = control
+                .fork(None)
+                .map(|forked| Forked {
+                    id: forked.header.id,
+                    parent: control.handle().session_id(),
+                    turn: forked.turn,
                 })
-            },
-            Background::Forked,
-        );
+                .map_err(|err| anyhow::anyhow!(err.message));
+            // The UI may be gone (quit meanwhile); then nobody needs the result.
+            let _ = done.send(Background::Forked(forked));
+        });
     }
 
     /// `/export [path]`: writes session `id` (its log at `location`) as Markdown, by default to

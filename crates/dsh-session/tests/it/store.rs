@@ -277,7 +277,19 @@ fn fork_listing_search_export_and_remove() {
         }))
         .unwrap();
         full_turn(w.as_mut(), 2, "charlie delta");
+        let location = w.location();
         drop(w);
+
+        // By the live writer's location (`Op::Fork`), in the same store: the last closed turn.
+        let by_location = dsh_session::fork_location(&location, None).unwrap();
+        assert_eq!(by_location.turn, 2, "{kind:?}");
+        assert_eq!(
+            by_location.header.parent_session.as_deref(),
+            Some(id.as_str())
+        );
+        assert!(store.load(&by_location.header.id).is_ok(), "{kind:?}");
+        assert!(dsh_session::fork_location(&location, Some(7)).is_err());
+        store.remove(&by_location.header.id).unwrap();
 
         let child = fork(store.as_ref(), &id, Some(1)).unwrap();
         assert_eq!(child.parent_session.as_deref(), Some(id.as_str()));
