@@ -118,11 +118,12 @@ impl ProgressPrinter {
                 retry,
                 delay_ms,
                 message,
+                code,
             } => {
                 self.end_stream(&mut err);
                 let _ = writeln!(
                     err,
-                    "dsh: {} {retry} in {:.1} s: {}",
+                    "dsh: {} {retry} in {:.1} s: {code}: {}",
                     self.paint("33", "retry"),
                     *delay_ms as f64 / 1000.0,
                     self.shown(message)

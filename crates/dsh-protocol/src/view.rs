@@ -220,6 +220,9 @@ pub enum ViewEvent {
         /// `once`, `session`, `always` or `rule`.
         #[serde(skip_serializing_if = "Option::is_none")]
         scope: Option<String>,
+        /// The rule remembered (`session`, `always`) or that answered (`rule`), in words.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
     },
     /// A tool waits for the user's answers: questions (`ask_user_question`) or a plan review
     /// (`exit_plan_mode`). Answer with [`crate::Op::Answer`].
@@ -265,6 +268,8 @@ pub enum ViewEvent {
         delay_ms: u64,
         /// What failed.
         message: String,
+        /// The failure's code (`RATE_LIMITED`, `SERVER_ERROR`, ...).
+        code: String,
     },
     /// One billed model call, and the session's totals after it.
     Usage {
@@ -434,6 +439,7 @@ impl ViewProjector {
                 retry: retry.retry,
                 delay_ms: retry.delay_ms,
                 message: retry.failure.message.clone(),
+                code: retry.failure.code.as_str().to_string(),
             }),
             Event::SessionTitle(title) => out.push(ViewEvent::Title {
                 title: title.title.clone(),
@@ -578,6 +584,7 @@ impl ViewProjector {
                     call_id: call_id.clone(),
                     outcome: outcome.clone(),
                     scope: text("scope"),
+                    rule: text("rule"),
                 });
                 // Approved: back to pending until the body starts (hooks may still refuse).
                 if outcome == "approved" {

@@ -253,7 +253,7 @@ impl Transcript {
         }
         self.figures(envelope);
         for view in self.projector.project(envelope) {
-            self.view(view, envelope);
+            self.view(view);
         }
     }
 
@@ -333,7 +333,7 @@ impl Transcript {
     }
 
     /// Shows one view event.
-    fn view(&mut self, view: ViewEvent, envelope: &Envelope) {
+    fn view(&mut self, view: ViewEvent) {
         match view {
             ViewEvent::ToolCard(card) => self.card(card),
             ViewEvent::ApprovalRequested {
@@ -355,12 +355,9 @@ impl Transcript {
                 call_id,
                 outcome,
                 scope,
+                rule: logged,
             } => {
                 // A remembered rule answers without a question: the rule is in the event.
-                let logged = match &envelope.event {
-                    Event::Opaque { data, .. } => data["rule"].as_str().map(str::to_string),
-                    _ => None,
-                };
                 if let Some(at) = self.asked.iter().position(|(asked, ..)| *asked == id) {
                     let (_, asked_call, text) = self.asked.remove(at);
                     self.place_notice(text, &asked_call);
@@ -402,12 +399,13 @@ impl Transcript {
                 retry,
                 delay_ms,
                 message,
+                code,
             } => {
                 self.drop_preview();
                 self.cells.push(Cell::Notice {
                     level: NoticeLevel::Warn,
                     text: format!(
-                        "retry {retry} in {:.1} s after {message}",
+                        "retry {retry} in {:.1} s after {code}: {message}",
                         delay_ms as f64 / 1000.0
                     ),
                 });
