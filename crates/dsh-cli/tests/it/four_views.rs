@@ -1,14 +1,16 @@
 //! One scripted session, every front end (issue 39): a write to a protected file the user
 //! approves, an escalated `bash` call the user rejects, a child cut at its output limit, an
-//! undo and a model switch, driven live through `dsh web` with the real binary. What the web
-//! stream showed live is what the stored log gives (`dsh sessions export --format view`); ACP's
-//! `session/load` of that log gives every card the same states (`_meta.dsh.state`, the card's
-//! lifecycle); and the TUI's `dsh resume` shows the approvals, the undo and the model switch
-//! in the order they happened. `dsh run --json` is held to the same rule in `view_cli`.
+//! undo and a model switch. Driven live through `dsh web` (its SSE stream's view events are the
+//! stored log's, `dsh sessions export --format view`) and live through `dsh acp` (permission
+//! requests answered, `/undo`, `session/set_model`: every card's `_meta.dsh.state` sequence is
+//! the stored log's); after the fact, ACP's `session/load` gives the same states and the TUI's
+//! `dsh resume` shows the approvals, the undo and the model switch in order. `dsh run --json` is
+//! held to the same rule in `view_cli` (headless: its approvals are refused).
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -104,69 +106,114 @@ impl Views {
     }
 }
 
-/// `dsh acp`'s updates for `session/load` of session `id`.
-fn acp_load(home: &std::path::Path, cwd: &std::path::Path, base_url: &str, id: &str) -> Vec<Value> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
-        .arg("acp")
-        .current_dir(cwd)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("DSH_HOME", home)
-        .env("DEEPSEEK_BASE_URL", base_url)
-        .env("DEEPSEEK_API_KEY", "sk-four-views")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let (send, lines) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut request = |id: u64, method: &str, params: Value| {
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(stdin, "{message}").unwrap();
-        stdin.flush().unwrap();
-    };
-    let answer = |id: u64, seen: &mut Vec<Value>| loop {
-        let line = lines.recv_timeout(WAIT).expect("dsh acp answered nothing");
-        let value: Value = serde_json::from_str(&line).unwrap();
-        if value["id"] == json!(id) && value.get("method").is_none() {
-            assert!(value.get("error").is_none(), "{value}");
-            return;
-        }
-        seen.push(value);
-    };
-    let mut seen = Vec::new();
-    request(
-        1,
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {}}),
-    );
-    answer(1, &mut seen);
-    request(
-        2,
-        "session/load",
-        json!({"sessionId": id, "cwd": cwd, "mcpServers": []}),
-    );
-    answer(2, &mut seen);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    seen.into_iter()
-        .filter(|v| v["method"] == "session/update")
-        .map(|v| v["params"]["update"].clone())
-        .collect()
+/// A `dsh acp` process driven over its stdio: requests, their answers, and every
+/// `session/update` on the way; permission requests are answered by `decide` (the tool call id
+/// to an option id).
+struct Acp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    next_id: u64,
+    updates: Vec<Value>,
+    decide: fn(&str) -> &'static str,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_session_shows_the_same_through_every_front_end() {
+impl Acp {
+    fn start(home: &Path, cwd: &Path, base_url: &str, decide: fn(&str) -> &'static str) -> Acp {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .arg("acp")
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", home)
+            .env("DSH_HOME", home)
+            .env("DEEPSEEK_BASE_URL", base_url)
+            .env("DEEPSEEK_API_KEY", "sk-four-views")
+            .env("DSH_PERMISSION_MODE", "workspace-write")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let (send, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut acp = Acp {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+            updates: Vec::new(),
+            decide,
+        };
+        acp.call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
+        acp
+    }
+
+    fn send(&mut self, message: &Value) {
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Sends request `method` and reads until its answer, which it returns.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(WAIT)
+                .expect("dsh acp answered nothing");
+            let value: Value = serde_json::from_str(&line).unwrap();
+            if value["method"] == "session/request_permission" {
+                let call = value["params"]["toolCall"]["toolCallId"]
+                    .as_str()
+                    .unwrap_or("");
+                let option = (self.decide)(call);
+                let answer = json!({"jsonrpc": "2.0", "id": value["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": option}}});
+                self.send(&answer);
+            } else if value["method"] == "session/update" {
+                self.updates.push(value["params"]["update"].clone());
+            } else if value["id"] == json!(id) && value.get("method").is_none() {
+                assert!(value.get("error").is_none(), "{method}: {value}");
+                return value["result"].clone();
+            }
+        }
+    }
+
+    /// The `_meta.dsh.state` of every card update of tool call `call`, in order (a child's
+    /// progress on its `subagent` card is no card update: it has no state).
+    fn card_states(&self, call: &str) -> Vec<String> {
+        self.updates
+            .iter()
+            .filter(|u| u["toolCallId"] == call)
+            .filter_map(|u| u["_meta"]["dsh"]["state"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+impl Drop for Acp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The provider of the scripted session: a protected write, an escalated bash call, a child cut
+/// at its output limit, the first turn's answer, then the second turn's.
+async fn scripted_provider() -> FakeProvider {
     let provider = FakeProvider::start(vec![
         call(
             "w1",
@@ -204,6 +251,105 @@ async fn one_session_shows_the_same_through_every_front_end() {
             .finish("length", Some(WireUsage::default()))
             .into()],
     );
+    provider
+}
+
+/// The view events `dsh sessions export --format view` gives for session `id`.
+async fn exported_views(home: &Path, cwd: &Path, id: &str) -> Vec<Value> {
+    let mut export = dsh_command(home, cwd);
+    export.args(["sessions", "export", id, "--format", "view"]);
+    let exported = output(export).await;
+    let (stdout, stderr) = text(&exported);
+    assert!(exported.status.success(), "{stderr}");
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The same session driven live through ACP: the permission requests answered (the write
+/// allowed, the escalation rejected), `/undo`, a model switch, a second prompt. Every card's
+/// `_meta.dsh.state` sequence live is the stored log's, and a `session/load` gives it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_session_through_acp_live_and_loaded() {
+    let provider = scripted_provider().await;
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = provider.base_url();
+    let (h, c, u) = (
+        home.path().to_path_buf(),
+        std::fs::canonicalize(cwd.path()).unwrap(),
+        url.clone(),
+    );
+    let (live, id) = tokio::task::spawn_blocking(move || {
+        let decide: fn(&str) -> &'static str = |call| match call {
+            "w1" => "allow_once",
+            _ => "reject_once",
+        };
+        let mut acp = Acp::start(&h, &c, &u, decide);
+        let session = acp.call("session/new", json!({"cwd": c, "mcpServers": []}));
+        let id = session["sessionId"].as_str().unwrap().to_string();
+        let prompt =
+            |text: &str| json!({"sessionId": id, "prompt": [{"type": "text", "text": text}]});
+        let first = acp.call("session/prompt", prompt("do four things"));
+        assert_eq!(first["stopReason"], "end_turn", "{first}");
+        assert!(
+            c.join(".env.sample").exists(),
+            "the approved write did not happen"
+        );
+        acp.call("session/prompt", prompt("/undo"));
+        assert!(!c.join(".env.sample").exists(), "the undo kept the file");
+        acp.call(
+            "session/set_model",
+            json!({"sessionId": id, "modelId": "deepseek-v4-pro"}),
+        );
+        let second = acp.call("session/prompt", prompt("again"));
+        assert_eq!(second["stopReason"], "end_turn", "{second}");
+        let live: Vec<(String, Vec<String>)> = ["w1", "b1", "s1"]
+            .iter()
+            .map(|call| (call.to_string(), acp.card_states(call)))
+            .collect();
+        (live, id)
+    })
+    .await
+    .unwrap();
+    let stored = exported_views(home.path(), cwd.path(), &id).await;
+    for (call, states) in &live {
+        assert_eq!(
+            states,
+            &card_states(&stored, call),
+            "ACP live states of {call}"
+        );
+    }
+    assert_eq!(
+        live[0].1,
+        ["pending", "awaitingApproval", "pending", "running", "done"]
+    );
+    assert_eq!(live[1].1, ["pending", "awaitingApproval", "denied"]);
+    // The undo and the model switch are in the log, as the web's were.
+    assert!(stored.iter().any(|v| v["kind"] == "filesUndone"));
+    assert!(stored
+        .iter()
+        .any(|v| v["kind"] == "modelChanged" && v["model"] == "deepseek-v4-pro"));
+    let cwd_path = std::fs::canonicalize(cwd.path()).unwrap();
+    let loaded = tokio::task::spawn_blocking(move || {
+        let mut acp = Acp::start(home.path(), &cwd_path, &url, |_| "reject_once");
+        acp.call(
+            "session/load",
+            json!({"sessionId": id, "cwd": cwd_path, "mcpServers": []}),
+        );
+        ["w1", "b1", "s1"].map(|call| acp.card_states(call))
+    })
+    .await
+    .unwrap();
+    for (i, (call, states)) in live.iter().enumerate() {
+        assert_eq!(&loaded[i], states, "ACP loaded states of {call}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_shows_the_same_through_every_front_end() {
+    let provider = scripted_provider().await;
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
     let url = provider.base_url();
@@ -288,15 +434,7 @@ async fn one_session_shows_the_same_through_every_front_end() {
     assert_eq!(card_states(&live, "s1").last().unwrap(), "failed");
 
     // Stored: the export of the log is the live stream.
-    let mut export = dsh_command(home.path(), cwd.path());
-    export.args(["sessions", "export", &id, "--format", "view"]);
-    let exported = output(export).await;
-    let (stdout, stderr) = text(&exported);
-    assert!(exported.status.success(), "{stderr}");
-    let stored: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let stored = exported_views(home.path(), cwd.path(), &id).await;
     assert_eq!(
         live,
         settled(&stored),
@@ -306,17 +444,22 @@ async fn one_session_shows_the_same_through_every_front_end() {
     // ACP: loading the session gives each card the same states.
     let (home_path, cwd_path) = (home.path().to_path_buf(), cwd.path().to_path_buf());
     let (load_url, load_id) = (url.clone(), id.clone());
-    let updates =
-        tokio::task::spawn_blocking(move || acp_load(&home_path, &cwd_path, &load_url, &load_id))
-            .await
-            .unwrap();
-    for call in ["w1", "b1", "s1"] {
-        let acp: Vec<String> = updates
-            .iter()
-            .filter(|u| u["toolCallId"] == call)
-            .map(|u| u["_meta"]["dsh"]["state"].as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(acp, card_states(&stored, call), "ACP's states of {call}");
+    let loaded = tokio::task::spawn_blocking(move || {
+        let mut acp = Acp::start(&home_path, &cwd_path, &load_url, |_| "reject_once");
+        acp.call(
+            "session/load",
+            json!({"sessionId": load_id, "cwd": cwd_path, "mcpServers": []}),
+        );
+        ["w1", "b1", "s1"].map(|call| acp.card_states(call))
+    })
+    .await
+    .unwrap();
+    for (i, call) in ["w1", "b1", "s1"].iter().enumerate() {
+        assert_eq!(
+            loaded[i],
+            card_states(&stored, call),
+            "ACP's states of {call}"
+        );
     }
 
     // The TUI: `dsh resume` shows what happened, in order.
