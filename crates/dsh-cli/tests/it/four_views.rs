@@ -3,9 +3,10 @@
 //! undo and a model switch. Driven live through `dsh web` (its SSE stream's view events are the
 //! stored log's, `dsh sessions export --format view`) and live through `dsh acp` (permission
 //! requests answered, `/undo`, `session/set_model`: every card's `_meta.dsh.state` sequence is
-//! the stored log's); after the fact, ACP's `session/load` gives the same states and the TUI's
-//! `dsh resume` shows the approvals, the undo and the model switch in order. `dsh run --json` is
-//! held to the same rule in `view_cli` (headless: its approvals are refused).
+//! the stored log's) and live in the TUI (pty: `y`, `n`, `/undo`, `/model`); after the fact,
+//! ACP's `session/load` gives the same states and the TUI's `dsh resume` shows the approvals,
+//! the undo and the model switch in order. `dsh run --json` is held to the same rule in
+//! `view_cli` (headless: its approvals are refused).
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
@@ -493,4 +494,90 @@ async fn one_session_shows_the_same_through_every_front_end() {
     })
     .await
     .unwrap();
+}
+
+/// The same session driven live in the TUI (pty): the write allowed with `y`, the escalation
+/// denied with `n`, `/undo`, `/model`, a second prompt. The conversation reads asked, approved,
+/// asked, rejected, the undo and the model switch in order, and the stored log's cards went
+/// through the same states as with the web and ACP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_session_live_in_the_tui() {
+    let provider = scripted_provider().await;
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let all = tokio::task::spawn_blocking(move || {
+        let mut tui = Tui::start_env(
+            &url,
+            &h,
+            &c,
+            &[],
+            &[("DSH_PERMISSION_MODE", "workspace-write")],
+        );
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("do four things\r");
+        tui.wait_for("approval needed");
+        tui.type_text("y");
+        tui.wait_until("the bash call's approval box", |screen| {
+            screen.contains("approval needed") && screen.contains("echo escalated")
+        });
+        tui.type_text("n");
+        tui.wait_for("first turn done");
+        assert!(
+            c.join(".env.sample").exists(),
+            "the approved write did not happen"
+        );
+        tui.type_text("/undo\r");
+        tui.wait_for("were reverted");
+        assert!(!c.join(".env.sample").exists(), "the undo kept the file");
+        tui.type_text("/model deepseek-v4-pro\r");
+        tui.wait_for("model set to deepseek-v4-pro");
+        tui.type_text("again\r");
+        tui.wait_for("second turn done");
+        let (scrollback, screen) = tui.scrollback_and_screen();
+        tui.quit();
+        scrollback
+            .into_iter()
+            .chain(screen)
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+    .await
+    .unwrap();
+    let mut from = 0;
+    for text in [
+        "approval asked for write",
+        "approval approved",
+        "approval asked for bash",
+        "approval rejected",
+        "undo: the file changes of turn 1 were reverted",
+        "model: deepseek-v4-pro",
+        "second turn done",
+    ] {
+        let at = all[from..]
+            .find(text)
+            .unwrap_or_else(|| panic!("`{text}` missing or out of order in:\n{all}"));
+        from += at + text.len();
+    }
+    let id = std::fs::read_dir(home.path().join("sessions"))
+        .unwrap()
+        .flatten()
+        .flat_map(|cwd_dir| std::fs::read_dir(cwd_dir.path()).unwrap().flatten())
+        .find_map(|session| {
+            let log = std::fs::read_to_string(session.path().join("session.jsonl")).ok()?;
+            let header: Value = serde_json::from_str(log.lines().next()?).ok()?;
+            Some(header["id"].as_str()?.to_string())
+        })
+        .expect("the TUI stored its session");
+    let stored = exported_views(home.path(), cwd.path(), &id).await;
+    assert_eq!(
+        card_states(&stored, "w1"),
+        ["pending", "awaitingApproval", "pending", "running", "done"]
+    );
+    assert_eq!(
+        card_states(&stored, "b1"),
+        ["pending", "awaitingApproval", "denied"]
+    );
+    assert_eq!(card_states(&stored, "s1").last().unwrap(), "failed");
 }
