@@ -255,6 +255,21 @@ async fn scripted_provider() -> FakeProvider {
     provider
 }
 
+/// The cards of the scripted session went through the lifecycles of issue 39's point 1: the
+/// approved write pending, awaiting approval, pending, running, done; the rejected escalation
+/// denied; the child cut at its output limit failed.
+fn assert_lifecycles(views: &[Value]) {
+    assert_eq!(
+        card_states(views, "w1"),
+        ["pending", "awaitingApproval", "pending", "running", "done"]
+    );
+    assert_eq!(
+        card_states(views, "b1"),
+        ["pending", "awaitingApproval", "denied"]
+    );
+    assert_eq!(card_states(views, "s1").last().unwrap(), "failed");
+}
+
 /// The view events `dsh sessions export --format view` gives for session `id`.
 async fn exported_views(home: &Path, cwd: &Path, id: &str) -> Vec<Value> {
     let mut export = dsh_command(home, cwd);
@@ -322,11 +337,7 @@ async fn the_same_session_through_acp_live_and_loaded() {
             "ACP live states of {call}"
         );
     }
-    assert_eq!(
-        live[0].1,
-        ["pending", "awaitingApproval", "pending", "running", "done"]
-    );
-    assert_eq!(live[1].1, ["pending", "awaitingApproval", "denied"]);
+    assert_lifecycles(&stored);
     // The undo and the model switch are in the log, as the web's were.
     assert!(stored.iter().any(|v| v["kind"] == "filesUndone"));
     assert!(stored
@@ -424,15 +435,7 @@ async fn one_session_shows_the_same_through_every_front_end() {
 
     // Card lifecycles as point 1 of issue 39 names them.
     let live = settled(&live.views);
-    assert_eq!(
-        card_states(&live, "w1"),
-        ["pending", "awaitingApproval", "pending", "running", "done"]
-    );
-    assert_eq!(
-        card_states(&live, "b1"),
-        ["pending", "awaitingApproval", "denied"]
-    );
-    assert_eq!(card_states(&live, "s1").last().unwrap(), "failed");
+    assert_lifecycles(&live);
 
     // Stored: the export of the log is the live stream.
     let stored = exported_views(home.path(), cwd.path(), &id).await;
@@ -571,13 +574,5 @@ async fn the_same_session_live_in_the_tui() {
         })
         .expect("the TUI stored its session");
     let stored = exported_views(home.path(), cwd.path(), &id).await;
-    assert_eq!(
-        card_states(&stored, "w1"),
-        ["pending", "awaitingApproval", "pending", "running", "done"]
-    );
-    assert_eq!(
-        card_states(&stored, "b1"),
-        ["pending", "awaitingApproval", "denied"]
-    );
-    assert_eq!(card_states(&stored, "s1").last().unwrap(), "failed");
+    assert_lifecycles(&stored);
 }
