@@ -17,13 +17,16 @@ fn bash(call_id: &str, command: &str) -> ScriptedReply {
         .into()
 }
 
-/// The states of the `toolCard`s of call `call_id` among `views`, in order.
+/// The states of the `toolCard`s of call `call_id` among `views`, in order, each once where it
+/// repeats (a running command's output reports update its card, as many times as it lasts).
 fn card_states(views: &[Value], call_id: &str) -> Vec<String> {
-    views
+    let mut states: Vec<String> = views
         .iter()
         .filter(|v| v["kind"] == "toolCard" && v["callId"] == call_id)
         .map(|v| v["state"].as_str().unwrap().to_string())
-        .collect()
+        .collect();
+    states.dedup();
+    states
 }
 
 /// The view event of `kind` among `views` (the first).
