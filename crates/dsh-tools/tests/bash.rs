@@ -408,13 +408,13 @@ async fn a_running_command_reports_its_latest_output() {
         .with_progress(Arc::new(move |report| sink.lock().unwrap().push(report)));
     let out = BashTool
         .execute(
-            json!({"command": "for i in 1 2 3; do echo step-$i; sleep 0.4; done", "description": "steps"}),
+            json!({"command": "echo step-1; sleep 1.3; echo step-2; sleep 0.6", "description": "steps"}),
             &ctx,
         )
         .await
         .unwrap();
-    assert!(out.text_content().contains("step-3"));
-    let reports = reports.lock().unwrap();
+    assert!(out.text_content().contains("step-2"));
+    let reports = reports.lock().unwrap().clone();
     let first = reports
         .iter()
         .position(|r| r.output == ["step-1"])
@@ -425,6 +425,22 @@ async fn a_running_command_reports_its_latest_output() {
         .unwrap_or_else(|| panic!("{reports:?}"));
     assert!(first < later);
     assert_eq!(reports[first].describe(), "step-1");
+
+    // A quick command reports nothing: its result comes before the first report would.
+    let quiet: Arc<std::sync::Mutex<Vec<dsh_tools::ToolProgress>>> = Arc::default();
+    let sink = Arc::clone(&quiet);
+    let ctx = s
+        .ctx
+        .for_call()
+        .with_progress(Arc::new(move |report| sink.lock().unwrap().push(report)));
+    BashTool
+        .execute(
+            json!({"command": "echo quick", "description": "quick"}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert!(quiet.lock().unwrap().is_empty());
 }
 
 /// A cancelled command keeps what it printed until then in its ABORTED result.

@@ -179,7 +179,7 @@ async fn keys_from_both_env_files_never_leave_in_any_encoding() {
          p \"$(sed -n 's/^DEEPSEEK_API_KEY=//p' .env)\"\n\
          p \"$(sed -n 's/^ANTHROPIC_API_KEY=//p' {})\"\n\
          p \"$(sed -n 's/.*app:\\(.*\\)@db.*/\\1/p' .env)\"\n\
-         sleep 0.7",
+         sleep 1.6",
         home_env.display()
     );
     // The script sleeps after printing, so its output is reported live too (`tool/progress`,

@@ -31,6 +31,8 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// How often a running command's latest output is reported to its card (the pipeline logs a
 /// report at most every 250 ms anyway).
 const LIVE_INTERVAL: Duration = Duration::from_millis(250);
+/// How long a command runs before its output is first reported.
+const LIVE_DELAY: Duration = Duration::from_secs(1);
 
 const BASE_DESCRIPTION: &str = "Runs a shell command with `bash -c` and returns its output. \
 Every call starts a new shell in the session's working directory: `cd`, variables and functions do not carry over, so pass `workdir` rather than chaining `cd`. \
@@ -247,7 +249,8 @@ struct Ended {
 }
 
 /// Waits for the command to exit, its `timeout` or the call's cancellation (the whole group is
-/// stopped in each case), reporting its latest output every [`LIVE_INTERVAL`] meanwhile.
+/// stopped in each case), reporting its latest output every [`LIVE_INTERVAL`] once it has run
+/// for [`LIVE_DELAY`].
 async fn wait_reporting(
     child: &mut tokio::process::Child,
     group: &mut ProcessGroup,
@@ -263,7 +266,9 @@ async fn wait_reporting(
     };
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
-    let mut tick = tokio::time::interval(LIVE_INTERVAL);
+    // A quick command reports nothing: its card shows its result at once.
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + LIVE_DELAY, LIVE_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
