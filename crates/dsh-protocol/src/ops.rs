@@ -19,7 +19,9 @@ pub enum Op {
     /// A user message for the running turn, read before its next step (steering); starts a
     /// turn when none runs.
     Steer(Message),
-    /// Cancels the running turn; `keep_queued` keeps queued prompts for the next turn.
+    /// Cancels the running turn; `keep_queued` keeps queued prompts for the next turn. The
+    /// note says whether a turn was running (`cancelling the running turn` / `no turn was
+    /// running`).
     Cancel {
         /// Keep queued prompts.
         keep_queued: bool,
@@ -196,7 +198,11 @@ impl SessionControl {
             Op::Prompt(message) => self.handle.followup_message(message)?,
             Op::Steer(message) => self.handle.steer_message(message)?,
             Op::Cancel { keep_queued } => {
-                self.handle.cancel(keep_queued);
+                return Ok(vec![if self.handle.cancel(keep_queued) {
+                    "cancelling the running turn".to_string()
+                } else {
+                    "no turn was running".to_string()
+                }]);
             }
             Op::Approve { id, decision } => self.interactions.approve(&id, decision)?,
             Op::Answer { call_id, reply } => self.interactions.answer(&call_id, reply)?,

@@ -253,7 +253,8 @@ async fn a_cancelled_turn_withdraws_its_question_and_the_card_is_cancelled() {
         let Ok(Waiting::Approval(request)) = waiting.recv().await else {
             panic!("no approval question");
         };
-        control.submit(Op::Cancel { keep_queued: false }).unwrap();
+        let notes = control.submit(Op::Cancel { keep_queued: false }).unwrap();
+        assert_eq!(notes, ["cancelling the running turn"]);
         request.id
     });
     session
@@ -267,6 +268,9 @@ async fn a_cancelled_turn_withdraws_its_question_and_the_card_is_cancelled() {
         decision: ApprovalDecision::AllowOnce,
     });
     assert_eq!(refused.unwrap_err().code, "NOT_WAITING");
+    // The turn is over: a second cancel says nothing was running.
+    let again = session.control.submit(Op::Cancel { keep_queued: false });
+    assert_eq!(again.unwrap(), ["no turn was running"]);
     let stored = load_file(Path::new(&session.location)).unwrap().events;
     let view = ViewProjector::default().project_all(&stored);
     assert_eq!(
