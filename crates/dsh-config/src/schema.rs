@@ -34,10 +34,14 @@ const ROOT_KEYS: &[&str] = &[
     "tools",
     "trust",
     "tui",
+    "notify",
     "sandbox",
 ];
 const TRUST_KEYS: &[&str] = &["workspaces"];
-const TUI_KEYS: &[&str] = &["alt_screen"];
+const TUI_KEYS: &[&str] = &["alt_screen", "notifications"];
+/// Values of `tui.notifications`.
+pub(crate) const TUI_NOTIFICATIONS: &[&str] = &["auto", "osc9", "osc777", "bel", "off"];
+const NOTIFY_KEYS: &[&str] = &["command"];
 const SANDBOX_KEYS: &[&str] = &["network"];
 /// Values of `sandbox.network`.
 pub(crate) const SANDBOX_NETWORK: &[&str] = &["on", "off"];
@@ -277,6 +281,11 @@ impl Checker<'_> {
                         self.tui(t);
                     }
                 }
+                "notify" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.notify(t);
+                    }
+                }
                 "sandbox" => {
                     if let Some(t) = self.expect_table(key, value) {
                         self.sandbox(t);
@@ -431,7 +440,35 @@ impl Checker<'_> {
             let path = join("tui", key);
             match key.as_str() {
                 "alt_screen" => self.expect_bool(&path, value),
+                "notifications" => {
+                    self.expect_one_of(&path, value, TUI_NOTIFICATIONS, "notification kind")
+                }
                 other => self.unknown("tui", other, TUI_KEYS),
+            }
+        }
+    }
+
+    /// `[notify]` (docs/tui.md, "Notifications"): `command`, a program and its arguments.
+    fn notify(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("notify", key);
+            match key.as_str() {
+                "command" => {
+                    let words = value.as_array().filter(|words| {
+                        !words.is_empty()
+                            && words
+                                .iter()
+                                .all(|w| w.as_str().is_some_and(|w| !w.is_empty()))
+                    });
+                    if words.is_none() {
+                        self.error(
+                            &path,
+                            "must be a non-empty array of non-empty strings",
+                            "write the program and its arguments: `command = [\"notify-send\", \"dsh\"]`",
+                        );
+                    }
+                }
+                other => self.unknown("notify", other, NOTIFY_KEYS),
             }
         }
     }

@@ -543,6 +543,10 @@ pub(crate) fn restrict_project_layer(project: &mut Table, below: &Table) -> Vec<
             _ => ignored.push("mcp".to_string()),
         }
     }
+    // `[notify] command` runs a program, as hooks do.
+    if project.remove("notify").is_some() {
+        ignored.push("notify".to_string());
+    }
     if let Some(hooks) = project.remove("hooks") {
         match hooks.as_table() {
             Some(events) if !events.is_empty() => {

