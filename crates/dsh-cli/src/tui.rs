@@ -106,6 +106,7 @@ fn run(start: StartWith, interactive: Interactive) -> anyhow::Result<ExitCode> {
         (StartWith::Last, Some(id)) => StartWith::Resume(id),
         (start, _) => start,
     };
+    let tui = setup.config.tui();
     let options = TuiOptions {
         home: setup.home.clone(),
         cwd: setup.cwd.clone(),
@@ -121,7 +122,13 @@ fn run(start: StartWith, interactive: Interactive) -> anyhow::Result<ExitCode> {
             prices: setup.prices.clone(),
         },
         start,
-        alt_screen: alt_screen || setup.config.tui().alt_screen,
+        alt_screen: alt_screen || tui.alt_screen,
+        notifications: (
+            dsh_tui::notify::TerminalNotice::resolve(&tui.notifications, |name| {
+                std::env::var(name).ok()
+            }),
+            tui.notify_command.clone(),
+        ),
         initial_prompt: interactive.prompt,
     };
     let runtime = crate::run::async_runtime()?;

@@ -27,6 +27,7 @@ pub mod inline;
 pub mod links;
 pub mod markdown;
 pub mod mentions;
+pub mod notify;
 pub mod pager;
 pub mod question;
 pub mod runtime;

@@ -83,6 +83,9 @@ pub struct TuiOptions {
     pub alt_screen: bool,
     /// A first message, sent as soon as the session is open (`dsh "fix the failing test"`).
     pub initial_prompt: Option<String>,
+    /// How the terminal is told of a finished turn or a waiting question while unfocused
+    /// (`[tui] notifications`, resolved), and the user's `[notify] command`.
+    pub notifications: (crate::notify::TerminalNotice, Vec<String>),
 }
 
 /// How the UI ended.
@@ -177,6 +180,10 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         early: Vec::new(),
         resync: None,
         opened_notice: None,
+        notifier: crate::notify::Notifier::new(
+            options.notifications.0,
+            options.notifications.1.clone(),
+        ),
         options,
         factory,
         background: mpsc::unbounded_channel(),
@@ -323,6 +330,8 @@ struct Ui {
     resync: Option<Vec<SessionEvent>>,
     /// A notice for the session with this id, shown once it is open (what `/fork` made).
     opened_notice: Option<(String, String)>,
+    /// Tells of finished turns and waiting questions (docs/tui.md, "Notifications").
+    notifier: crate::notify::Notifier,
     options: TuiOptions,
     factory: Arc<dyn SessionFactory>,
     background: (
@@ -507,6 +516,14 @@ impl Ui {
                 }
                 Vec::new()
             }
+            TermEvent::FocusGained => {
+                self.notifier.set_focused(true);
+                Vec::new()
+            }
+            TermEvent::FocusLost => {
+                self.notifier.set_focused(false);
+                Vec::new()
+            }
             _ => Vec::new(),
         };
         let mut quit = false;
@@ -673,6 +690,9 @@ impl Ui {
                         .iter()
                         .any(|a| a.request.id == request.id)
                     {
+                        self.notify(&crate::notify::Moment::ApprovalRequested {
+                            tool: request.tool_name.clone(),
+                        });
                         self.app.approvals.push_back(PendingApproval::new(request));
                     }
                 }
@@ -684,6 +704,7 @@ impl Ui {
                         .iter()
                         .any(|q| &q.form.request.call_id == call)
                     {
+                        self.notify(&crate::notify::Moment::QuestionAsked);
                         self.app.questions.push_back(PendingQuestion {
                             form: QuestionForm::new(request),
                         });
@@ -1207,9 +1228,22 @@ impl Ui {
         }
     }
 
+    /// Tells of `moment` (docs/tui.md, "Notifications").
+    fn notify(&self, moment: &crate::notify::Moment) {
+        let session = self.app.session_id.clone().unwrap_or_default();
+        let cwd = self.options.cwd.to_string_lossy();
+        self.notifier
+            .notify(moment, &session, &cwd, &mut std::io::stdout());
+    }
+
     fn on_session_event(&mut self, event: Result<SessionEvent, broadcast::error::RecvError>) {
         match event {
             Ok(envelope) => {
+                if let dsh_session::Event::TurnEnd(end) = &envelope.event {
+                    self.notify(&crate::notify::Moment::TurnEnded {
+                        reason: end.reason.kind().to_string(),
+                    });
+                }
                 if let dsh_session::Event::ToolResult(result) = &envelope.event {
                     if let Some(call) = result.call_id() {
                         let code = result.error.as_ref().map(|e| e.code.as_str());

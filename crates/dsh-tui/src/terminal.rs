@@ -32,7 +32,12 @@ static ON_ALT_SCREEN: AtomicBool = AtomicBool::new(false);
 /// once; errors are ignored because there is nothing better to do with them on the way out.
 pub fn restore_terminal() {
     let mut out = stdout();
-    let _ = execute!(out, PopKeyboardEnhancementFlags, DisableBracketedPaste);
+    let _ = execute!(
+        out,
+        PopKeyboardEnhancementFlags,
+        DisableBracketedPaste,
+        crossterm::event::DisableFocusChange
+    );
     if ON_ALT_SCREEN.swap(false, Ordering::SeqCst) {
         let _ = execute!(out, LeaveAlternateScreen);
     }
@@ -68,6 +73,8 @@ impl TerminalGuard {
         let entered = execute!(
             out,
             EnableBracketedPaste,
+            // Focus reports: notifications go out only while the terminal is not focused.
+            crossterm::event::EnableFocusChange,
             PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
         );
         if let Err(err) = entered {

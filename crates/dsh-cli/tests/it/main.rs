@@ -43,6 +43,7 @@ mod tui_children;
 mod tui_commands;
 mod tui_harness;
 mod tui_inline;
+mod tui_notify;
 mod tui_pty;
 mod tui_truthful;
 mod version_cli;
