@@ -38,7 +38,7 @@ const ROOT_KEYS: &[&str] = &[
     "sandbox",
 ];
 const TRUST_KEYS: &[&str] = &["workspaces"];
-const TUI_KEYS: &[&str] = &["alt_screen", "notifications"];
+const TUI_KEYS: &[&str] = &["alt_screen", "notifications", "status_command"];
 /// Values of `tui.notifications`.
 pub(crate) const TUI_NOTIFICATIONS: &[&str] = &["auto", "osc9", "osc777", "bel", "off"];
 const NOTIFY_KEYS: &[&str] = &["command"];
@@ -443,6 +443,7 @@ impl Checker<'_> {
                 "notifications" => {
                     self.expect_one_of(&path, value, TUI_NOTIFICATIONS, "notification kind")
                 }
+                "status_command" => self.expect_command(&path, value),
                 other => self.unknown("tui", other, TUI_KEYS),
             }
         }
@@ -453,23 +454,29 @@ impl Checker<'_> {
         for (key, value) in table {
             let path = join("notify", key);
             match key.as_str() {
-                "command" => {
-                    let words = value.as_array().filter(|words| {
-                        !words.is_empty()
-                            && words
-                                .iter()
-                                .all(|w| w.as_str().is_some_and(|w| !w.is_empty()))
-                    });
-                    if words.is_none() {
-                        self.error(
-                            &path,
-                            "must be a non-empty array of non-empty strings",
-                            "write the program and its arguments: `command = [\"notify-send\", \"dsh\"]`",
-                        );
-                    }
-                }
+                "command" => self.expect_command(&path, value),
                 other => self.unknown("notify", other, NOTIFY_KEYS),
             }
+        }
+    }
+
+    /// A program and its arguments: a non-empty array of non-empty strings.
+    fn expect_command(&mut self, key: &str, value: &Value) {
+        let words = value.as_array().filter(|words| {
+            !words.is_empty()
+                && words
+                    .iter()
+                    .all(|w| w.as_str().is_some_and(|w| !w.is_empty()))
+        });
+        if words.is_none() {
+            let name = key.rsplit('.').next().unwrap_or(key);
+            self.error(
+                key,
+                "must be a non-empty array of non-empty strings",
+                format!(
+                    "write the program and its arguments: `{name} = [\"my-program\", \"--flag\"]`"
+                ),
+            );
         }
     }
 

