@@ -129,6 +129,7 @@ fn run(start: StartWith, interactive: Interactive) -> anyhow::Result<ExitCode> {
             }),
             tui.notify_command.clone(),
         ),
+        status_command: tui.status_command.clone(),
         initial_prompt: interactive.prompt,
     };
     let runtime = crate::run::async_runtime()?;

@@ -150,6 +150,9 @@ pub struct App {
     pub status: StatusInfo,
     /// The session id, once a session is open.
     pub session_id: Option<String>,
+    /// What `tui.status_command` printed last, shown in place of the status line's figures
+    /// (docs/tui.md, "Status line").
+    pub status_text: Option<String>,
     /// Questions from the approver, first one shown.
     pub approvals: VecDeque<PendingApproval>,
     /// Questions from `ask_user_question`, first one shown (after any approval).
@@ -202,6 +205,7 @@ impl App {
             queue: Vec::new(),
             status,
             session_id: None,
+            status_text: None,
             approvals: VecDeque::new(),
             questions: VecDeque::new(),
             permission_menu: None,

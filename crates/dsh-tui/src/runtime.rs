@@ -86,6 +86,8 @@ pub struct TuiOptions {
     /// How the terminal is told of a finished turn or a waiting question while unfocused
     /// (`[tui] notifications`, resolved), and the user's `[notify] command`.
     pub notifications: (crate::notify::TerminalNotice, Vec<String>),
+    /// `tui.status_command`: its output replaces the status line's figures (empty: none).
+    pub status_command: Vec<String>,
 }
 
 /// How the UI ended.
@@ -184,6 +186,7 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
             options.notifications.0,
             options.notifications.1.clone(),
         ),
+        status_running: Arc::default(),
         options,
         factory,
         background: mpsc::unbounded_channel(),
@@ -332,6 +335,8 @@ struct Ui {
     opened_notice: Option<(String, String)>,
     /// Tells of finished turns and waiting questions (docs/tui.md, "Notifications").
     notifier: crate::notify::Notifier,
+    /// A `tui.status_command` run is under way (one at a time).
+    status_running: Arc<std::sync::atomic::AtomicBool>,
     options: TuiOptions,
     factory: Arc<dyn SessionFactory>,
     background: (
@@ -409,12 +414,17 @@ impl Ui {
         // The working indicator's spinner and clock move while a turn runs.
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // `tui.status_command` runs at most once a second.
+        let mut status_tick = tokio::time::interval(Duration::from_secs(1));
+        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let custom_status = !self.options.status_command.is_empty();
         loop {
             let mut quit = false;
             tokio::select! {
                 _ = tick.tick(), if self.app.transcript.running
                     || self.app.children.any_running()
                     || self.app.finder.keeps_redrawing() => {}
+                _ = status_tick.tick(), if custom_status => self.refresh_status(),
                 event = input.recv() => match event {
                     Some(event) => quit = self.on_terminal(event),
                     None => quit = true,
@@ -1226,6 +1236,26 @@ impl Ui {
                 .transcript
                 .notice(NoticeLevel::Error, format!("{err:#}")),
         }
+    }
+
+    /// Runs `tui.status_command` off the UI thread, unless a run is still under way; its line
+    /// (or, when it failed, the usual figures) shows from the next frame.
+    fn refresh_status(&self) {
+        use std::sync::atomic::Ordering;
+        if self.status_running.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let state = crate::status::status_state(&self.app, &self.options.cwd);
+        let command = self.options.status_command.clone();
+        let running = Arc::clone(&self.status_running);
+        let done = self.background.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let text = crate::status::run_status_command(&command, &state);
+            running.store(false, Ordering::SeqCst);
+            let _ = done.send(Background::Report(Box::new(move |app: &mut App| {
+                app.status_text = text;
+            })));
+        });
     }
 
     /// Tells of `moment` (docs/tui.md, "Notifications").

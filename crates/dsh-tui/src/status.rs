@@ -146,3 +146,74 @@ pub(crate) fn usage_text(total: &dsh_llm::UsageTotals) -> String {
         short_tokens(u.reasoning_tokens),
     )
 }
+
+/// Runs `tui.status_command` (docs/tui.md, "Status line") with `state` (the session's state as
+/// JSON) on its standard input, in a process group that dies with dsh and without key variables
+/// in its environment; its first output line, control characters left out and cut to 200
+/// characters, or `None` when it failed, printed nothing or took more than 2 s (its group is
+/// then killed). Blocks: run it off the UI thread.
+pub fn run_status_command(command: &[String], state: &serde_json::Value) -> Option<String> {
+    use std::io::{Read, Write};
+    let (program, args) = command.split_first()?;
+    let mut process = std::process::Command::new(program);
+    process
+        .args(args)
+        .env_clear()
+        .envs(dsh_tools::scrubbed_env())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    #[cfg(unix)]
+    dsh_tools::guard_group_std(&mut process);
+    let mut child = dsh_tools::spawn_std_child(process).ok()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A program that does not read its input is no error.
+        let _ = stdin.write_all(state.to_string().as_bytes());
+    }
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < std::time::Duration::from_secs(2) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                #[cfg(unix)]
+                if let Ok(pgid) = i32::try_from(child.id()) {
+                    dsh_tools::kill_group_now(pgid);
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
+    let mut out = Vec::new();
+    child.stdout.take()?.take(4096).read_to_end(&mut out).ok()?;
+    let text = String::from_utf8_lossy(&out);
+    let line: String = text
+        .lines()
+        .next()?
+        .chars()
+        .filter(|c| !dsh_tools::is_unsafe_for_terminal(*c) && *c != '\t')
+        .take(200)
+        .collect();
+    (status.success() && !line.trim().is_empty()).then(|| line.trim().to_string())
+}
+
+/// The session's state given to `tui.status_command`.
+pub fn status_state(app: &App, cwd: &std::path::Path) -> serde_json::Value {
+    let stats = &app.transcript.stats;
+    let (model, effort) = model_and_effort(app);
+    serde_json::json!({
+        "sessionId": app.session_id,
+        "cwd": cwd,
+        "model": model,
+        "effort": effort,
+        "permission": app.status.permission,
+        "contextTokens": stats.context_tokens,
+        "contextWindow": app.status.context_window,
+        "costUsd": stats.cost(&app.status.prices),
+        "running": app.transcript.running,
+    })
+}

@@ -974,13 +974,20 @@ pub fn status_line(app: &App) -> Line<'static> {
     } else {
         Style::default()
     };
-    Line::from(vec![
+    let mut line = vec![
         Span::styled(model, Style::default().fg(Color::Cyan)),
         Span::raw(" "),
         Span::styled(effort, Style::default().fg(Color::Gray)),
         sep.clone(),
         Span::raw(app.status.permission.clone()),
         sep.clone(),
+    ];
+    // `tui.status_command`'s line replaces the figures.
+    if let Some(text) = &app.status_text {
+        line.push(Span::raw(text.clone()));
+        return Line::from(line);
+    }
+    line.extend([
         Span::styled(
             format!(
                 "ctx {}/{} {percent:.0}%",
@@ -993,5 +1000,6 @@ pub fn status_line(app: &App) -> Line<'static> {
         Span::raw(format!("cache {cache}")),
         sep,
         Span::raw(cost),
-    ])
+    ]);
+    Line::from(line)
 }

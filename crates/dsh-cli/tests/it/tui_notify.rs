@@ -2,7 +2,7 @@
 //! While the terminal reports it lost focus, a finished turn is announced with the sequence the
 //! terminal takes (OSC 9 under WezTerm); focused, nothing is written; the user's
 //! `[notify] command` runs each time with a JSON payload, without the provider key in its
-//! environment.
+//! environment; `tui.status_command`'s line replaces the status line's figures.
 
 use std::time::{Duration, Instant};
 
@@ -94,4 +94,43 @@ fn an_unfocused_terminal_is_told_and_the_notify_command_runs() {
             .as_str()
             .is_some_and(|id| !id.is_empty()));
     }
+}
+
+/// `tui.status_command` gets the session's state as JSON on its input and its first line
+/// replaces the status line's figures (issue 42 point 9); without the provider key in its
+/// environment.
+#[test]
+fn the_status_command_replaces_the_figures_of_the_status_line() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let provider = runtime
+        .block_on(FakeProvider::start([ScriptedReply::from(
+            SseReply::new()
+                .text("fine")
+                .finish("stop", Some(WireUsage::default())),
+        )]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let state = home.path().join("state.json");
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[tui]\nstatus_command = [\"sh\", \"-c\", \"cat > \\\"$0\\\"; echo \\\"CUSTOM ${{DEEPSEEK_API_KEY:-no-key}}\\\"\", \"{}\"]\n",
+            state.display()
+        ),
+    )
+    .unwrap();
+    let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
+    tui.wait_for("Ask dsh anything");
+    tui.wait_for("CUSTOM no-key");
+    let screen = tui.contents();
+    assert!(!screen.contains("cache -"), "the figures stayed: {screen}");
+    tui.type_text("hello\r");
+    tui.wait_for("fine");
+    tui.quit();
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(state["model"], "deepseek-v4-flash", "{state}");
+    assert_eq!(state["permission"], "workspace-write", "{state}");
+    assert!(state["contextWindow"].is_u64(), "{state}");
 }
