@@ -74,6 +74,10 @@ pub(crate) struct RunArgs {
     /// plan, which is printed on stdout; no file is changed.
     #[arg(long)]
     pub(crate) plan: bool,
+    /// Attach this image (PNG, JPEG, GIF or WebP, at most 20 MB) after the task; repeatable.
+    /// `@shot.png` in the task attaches a workspace image too. Needs a model that takes images.
+    #[arg(long = "image", short = 'i', value_name = "PATH")]
+    pub(crate) images: Vec<PathBuf>,
     /// How long to wait, after the last turn, for background jobs that may still wake the
     /// agent (e.g. `30s`, `10m`; `0` waits not at all). Jobs still running then are stopped,
     /// whole process group, and reported (docs/run-json.md, "Background jobs").
@@ -178,6 +182,60 @@ impl RunArgs {
     }
 }
 
+/// The images of the task: each `--image` (read where the file gate lets dsh read), then each
+/// `@image` mention of the task (in the working directory), as image blocks; the first that
+/// cannot be attached fails the run with `IMAGE`, saying why, and so do images with `--plan`;
+/// images for a model the table says takes none fail with `UNSUPPORTED_CONTENT`.
+fn task_images(
+    args: &RunArgs,
+    prompt: &str,
+    setup: &dsh_runtime::Configuration,
+    runtime: &dsh_runtime::Runtime,
+) -> anyhow::Result<Vec<dsh_llm::ContentBlock>> {
+    let cwd = setup.cwd.as_path();
+    let mentioned = dsh_tui::mentions::mentioned_paths(prompt)
+        .into_iter()
+        .map(PathBuf::from)
+        .filter(|path| dsh_tui::mentions::is_image(path))
+        .map(|path| (cwd.join(path), true));
+    let given = args.images.iter().map(|path| (cwd.join(path), false));
+    let workspace = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let gate = dsh_tools::GatePolicy::new(&workspace);
+    let mut images: Vec<dsh_llm::ContentBlock> = Vec::new();
+    for (path, mentioned) in given.chain(mentioned) {
+        let attachment = dsh_tui::attach::load(&gate, &path, mentioned)
+            .map_err(|reason| user_error("IMAGE", format!("cannot attach {reason}")))?;
+        if images.len() >= dsh_tui::attach::MAX_IMAGES {
+            return Err(user_error(
+                "IMAGE",
+                format!(
+                    "a task takes at most {} images",
+                    dsh_tui::attach::MAX_IMAGES
+                ),
+            ));
+        }
+        images.push(dsh_llm::ContentBlock::Image { attachment });
+    }
+    if args.plan && !images.is_empty() {
+        return Err(user_error(
+            "IMAGE",
+            "--plan takes a task in words only: leave the images out, or run without --plan",
+        ));
+    }
+    let model = &setup.call.model;
+    let info = dsh_runtime::SessionFactory::model_info(runtime, model);
+    if !images.is_empty() && info.is_some_and(|info| !dsh_llm::takes_images(&info)) {
+        return Err(user_error(
+            "UNSUPPORTED_CONTENT",
+            format!(
+                "model {model} takes no images; choose one that does with --model (`dsh models` \
+                 lists them; e.g. deepseek-v4-flash-vision-exp) or leave the image out"
+            ),
+        ));
+    }
+    Ok(images)
+}
+
 /// Flags override `[budget]` one limit at a time (docs/run-json.md, "Budgets").
 fn apply_budget(agent: &mut dsh_agent::Agent, args: &RunArgs) {
     let mut budget = agent.budget();
@@ -206,14 +264,21 @@ fn headless_control(agent: &mut dsh_agent::Agent, setup: &Configuration) -> Sess
 
 /// Queues the task: as `/plan <task>` with `--plan` (plan mode is on since the session
 /// opened, read-only from the first step; docs/agent.md, "Plan mode"), else as a prompt.
-fn queue_task(control: &SessionControl, plan: bool, prompt: String) -> anyhow::Result<()> {
+fn queue_task(
+    control: &SessionControl,
+    plan: bool,
+    prompt: String,
+    images: Vec<dsh_llm::ContentBlock>,
+) -> anyhow::Result<()> {
     let op = if plan {
         Op::Command {
             name: dsh_agent::PLAN_COMMAND.to_string(),
             arguments: prompt,
         }
     } else {
-        Op::Prompt(dsh_agent::new_user_message(prompt))
+        let mut message = dsh_agent::new_user_message(prompt);
+        message.content.extend(images);
+        Op::Prompt(message)
     };
     let code = if plan { "PLAN_MODE" } else { "PROMPT" };
     control
@@ -248,6 +313,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         ..SessionSpec::default()
     };
     let setup = runtime.configuration(&spec).map_err(runtime_error)?;
+    // Images are read and checked before a session opens: a bad one loses nothing.
+    let images = task_images(&args, &prompt, &setup, &runtime)?;
     let store = runtime.store();
     let mut agent = runtime
         .open(&spec, store.as_ref())
@@ -280,7 +347,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         finished.clone(),
     );
 
-    queue_task(&control, args.plan, prompt)?;
+    queue_task(&control, args.plan, prompt, images)?;
 
     // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));

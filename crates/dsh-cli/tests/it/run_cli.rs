@@ -693,3 +693,92 @@ async fn verbose_progress_shows_summaries_and_a_failed_command_as_failed() {
     assert!(stderr.contains("   done (2 lines"), "{stderr}");
     assert!(stderr.contains("   failed (exit 1): broken"), "{stderr}");
 }
+
+/// `dsh run -i shot.png` and `@shot.png` in the task attach images after the task (issue 42
+/// point 2), for a model that takes them; a text-only model, a missing file or `--plan` with an
+/// image stop the run before a session opens or anything is sent.
+#[tokio::test]
+async fn images_attach_to_a_headless_task_for_a_model_that_takes_them() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new()
+            .text("a red square")
+            .finish("stop", Some(WireUsage::default())),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.cwd.path().join("shot.png"),
+        dsh_test_support::images::RED_PNG,
+    )
+    .unwrap();
+    std::fs::write(
+        env.cwd.path().join("other.png"),
+        dsh_test_support::images::RED_PNG,
+    )
+    .unwrap();
+    let refused = |args: &[&str]| {
+        let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+        cmd.arg("run").args(args);
+        cmd
+    };
+    for (args, needle) in [
+        (&["-i", "shot.png", "what is it"][..], "UNSUPPORTED_CONTENT"),
+        (
+            &[
+                "--model",
+                "deepseek-v4-flash-vision-exp",
+                "-i",
+                "nope.png",
+                "x",
+            ][..],
+            "IMAGE: cannot attach",
+        ),
+        (
+            &[
+                "--model",
+                "deepseek-v4-flash-vision-exp",
+                "--plan",
+                "-i",
+                "shot.png",
+                "x",
+            ][..],
+            "--plan takes a task in words only",
+        ),
+    ] {
+        let out = run(refused(args)).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    assert!(
+        provider.requests().is_empty(),
+        "a refused run sent something"
+    );
+    assert!(
+        session_files(env.home.path()).is_empty(),
+        "a refused run opened a session"
+    );
+
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args([
+        "run",
+        "--model",
+        "deepseek-v4-flash-vision-exp",
+        "-i",
+        "shot.png",
+        "compare with @other.png",
+    ]);
+    let out = run(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a red square\n");
+    let body = provider.requests()[0].body.to_string();
+    assert_eq!(
+        body.matches(dsh_test_support::images::RED_PNG_BASE64)
+            .count(),
+        2,
+        "both images are sent"
+    );
+    assert!(body.contains("compare with @other.png"), "{body}");
+}
