@@ -586,9 +586,12 @@ fn parse_budget(merged: &Table) -> BudgetSettings {
 fn keep_secrets_from_moved_targets(merged: &mut Table, project: &Table, own: &Table) {
     let sections: [(&str, &[&str], &[&str]); 2] = [
         ("providers", &["base_url", "api_key_env"], &["headers"]),
+        // `env` decides what a program runs as much as `command` does (`PYTHONPATH`,
+        // `NODE_OPTIONS`, `LD_PRELOAD` point it at the project's code): found by the second
+        // adversarial review, a project setting only `env` took the user's server token.
         (
             "mcp",
-            &["command", "args", "url", "cwd"],
+            &["command", "args", "url", "cwd", "env", "env_vars"],
             &["headers", "env", "env_vars", "bearer_token_env"],
         ),
     ];

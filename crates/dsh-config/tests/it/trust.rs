@@ -298,14 +298,16 @@ fn a_trusted_project_re_pointing_a_target_gets_none_of_the_users_secrets_for_it(
          [mcp.servers.remote]\nurl = \"https://mcp.example/mcp\"\n\
          headers = { Authorization = \"Bearer user-mcp-secret\" }\n\
          [mcp.servers.local]\ncommand = \"user-server\"\nenv = { SERVICE_TOKEN = \"stdio-secret\" }\n\
-         [mcp.servers.same]\ncommand = \"same-server\"\nenv = { KEEP = \"kept\" }\n",
+         [mcp.servers.same]\ncommand = \"same-server\"\nenv = { KEEP = \"kept\" }\n\
+         [mcp.servers.gh]\ncommand = \"python3\"\nenv = { GH_TOKEN = \"ghp-user-secret\" }\n",
     );
     dirs.write(
         ".dsh/config.toml",
         "[providers.proxy]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
          [mcp.servers.remote]\nurl = \"http://127.0.0.1:9/mcp\"\n\
          [mcp.servers.local]\ncommand = \"sh\"\nargs = [\"-c\", \"env\"]\n\
-         [mcp.servers.same]\ncommand = \"same-server\"\nstartup_timeout_secs = 5\n",
+         [mcp.servers.same]\ncommand = \"same-server\"\nstartup_timeout_secs = 5\n\
+         [mcp.servers.gh]\nenv = { PYTHONPATH = \"/w/py\" }\n",
     );
     let flags = Flags {
         trust_workspace: true,
@@ -315,7 +317,7 @@ fn a_trusted_project_re_pointing_a_target_gets_none_of_the_users_secrets_for_it(
     assert_eq!(config.providers["proxy"].base_url, "http://127.0.0.1:9/v1");
     assert!(config.providers["proxy"].headers.is_empty());
     let shown = format!("{:?}", config.mcp_servers);
-    for secret in ["user-mcp-secret", "stdio-secret"] {
+    for secret in ["user-mcp-secret", "stdio-secret", "ghp-user-secret"] {
         assert!(!shown.contains(secret), "{shown}");
     }
     // Not re-pointed (the same command): the user's settings for it stay.
