@@ -136,8 +136,9 @@ fn patterns_of(form: &Form, secret_len: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// What the search sees for every byte value: ASCII whitespace as `0` (left out; a NUL byte,
-/// also `0` here, is kept), ASCII letters in lower case, `-` and `_` as `+` and `/`.
+/// What the search sees for every byte value: ASCII whitespace, the other C0 controls and DEL
+/// as `0` (left out: nothing a terminal shows), ASCII letters in lower case, `-` and `_` as `+`
+/// and `/`.
 const NORMAL: [u8; 256] = {
     let mut table = [0u8; 256];
     let mut byte = 0;
@@ -146,7 +147,7 @@ const NORMAL: [u8; 256] = {
         table[byte] = match b {
             b'-' => b'+',
             b'_' => b'/',
-            b' ' | b'\t' | b'\n' | b'\r' | 0x0c => 0,
+            b' ' | 0x00..=0x1f | 0x7f => 0,
             b => b.to_ascii_lowercase(),
         };
         byte += 1;
@@ -202,12 +203,20 @@ fn view_of(text: &str, decode: bool) -> (Vec<u8>, Vec<(usize, usize)>) {
     let mut shifts: Vec<(usize, usize)> = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
+        // What a terminal or the TUI would not show between two pieces of a secret joins them
+        // for the search too (found by an adversarial review: `K[..10]\0K[10..]...` showed
+        // the key whole on screen while no piece was long enough to be found).
+        let invisible = invisible_len(&bytes[at..]);
+        if invisible > 0 {
+            at += invisible;
+            continue;
+        }
         let (byte, width) = match bytes[at] {
             b'%' | b'\\' if decode => unescape(&bytes[at..]),
             byte => (byte, 1),
         };
         let seen = NORMAL[usize::from(byte)];
-        if seen != 0 || byte == 0 {
+        if seen != 0 {
             let offset = at - view.len();
             if shifts.last().map(|(_, last)| *last) != Some(offset) {
                 shifts.push((view.len(), offset));
@@ -217,6 +226,21 @@ fn view_of(text: &str, decode: bool) -> (Vec<u8>, Vec<(usize, usize)>) {
         at += width;
     }
     (view, shifts)
+}
+
+/// The length of the invisible character `rest` starts with, or 0: a C1 control (U+0080 to
+/// U+009F), a zero-width or direction mark (U+200B to U+200F), a bidirectional embedding,
+/// override or isolate (U+202A to U+202E, U+2066 to U+2069), a word joiner or invisible
+/// operator (U+2060 to U+2064), or a byte-order mark (U+FEFF). C0 controls and DEL are left
+/// out by [`NORMAL`].
+fn invisible_len(rest: &[u8]) -> usize {
+    match rest {
+        [0xc2, 0x80..=0x9f, ..] => 2,
+        [0xe2, 0x80, 0x8b..=0x8f | 0xaa..=0xae, ..] => 3,
+        [0xe2, 0x81, 0xa0..=0xa4 | 0xa6..=0xa9, ..] => 3,
+        [0xef, 0xbb, 0xbf, ..] => 3,
+        _ => 0,
+    }
 }
 
 /// Which views of `text` are searched: the one with escapes decoded, and, when `text` holds
@@ -567,6 +591,28 @@ mod tests {
         assert_eq!(m.scrub("  spaced   words  "), "  spaced   words  ");
         let spaced = SecretMatcher::new([("[P]", "correct horse battery")]);
         assert_eq!(spaced.scrub("say correct horse battery!"), "say [P]!");
+    }
+
+    /// Pieces of a secret shorter than the pieces searched for, joined by what a terminal does
+    /// not show (NUL, other controls, zero-width and direction marks, C1), are the secret.
+    #[test]
+    fn secrets_broken_by_invisible_characters_are_found_whole() {
+        let m = matcher();
+        for sep in [
+            "\0", "\x07", "\x7f", "\u{200b}", "\u{2060}", "\u{feff}", "\u{85}", "\u{202e}",
+        ] {
+            let broken: String = KEY
+                .as_bytes()
+                .chunks(8)
+                .map(|c| std::str::from_utf8(c).unwrap())
+                .collect::<Vec<_>>()
+                .join(sep);
+            assert_eq!(
+                m.scrub(&format!("P6 nul {broken}\n")),
+                "P6 nul [K]\n",
+                "{sep:?}"
+            );
+        }
     }
 
     #[test]
