@@ -150,10 +150,13 @@ pub(crate) fn usage_text(total: &dsh_llm::UsageTotals) -> String {
 /// Runs `tui.status_command` (docs/tui.md, "Status line") with `state` (the session's state as
 /// JSON) on its standard input, in a process group that dies with dsh and without key variables
 /// in its environment; its first output line, control characters left out and cut to 200
-/// characters, or `None` when it failed, printed nothing or took more than 2 s (its group is
-/// then killed). Blocks: run it off the UI thread.
+/// characters, or `None` when it failed, printed nothing or gave no line within 2 s (its group
+/// is then killed). The input is written and the line read on threads of their own, so a
+/// command that reads nothing, or whose descendant keeps the output open, cannot hold this past
+/// the 2 s. Blocks: run it off the UI thread.
 pub fn run_status_command(command: &[String], state: &serde_json::Value) -> Option<String> {
-    use std::io::{Read, Write};
+    use std::io::{BufRead, Read, Write};
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
     let (program, args) = command.split_first()?;
     let mut process = std::process::Command::new(program);
     process
@@ -166,39 +169,50 @@ pub fn run_status_command(command: &[String], state: &serde_json::Value) -> Opti
     #[cfg(unix)]
     dsh_tools::guard_group_std(&mut process);
     let mut child = dsh_tools::spawn_std_child(process).ok()?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A program that does not read its input is no error.
-        let _ = stdin.write_all(state.to_string().as_bytes());
-    }
     let started = std::time::Instant::now();
+    if let Some(mut stdin) = child.stdin.take() {
+        let input = state.to_string();
+        // A program that does not read its input is no error.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+    }
+    let (send, line) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take()?;
+    std::thread::spawn(move || {
+        let mut first = String::new();
+        let read = std::io::BufReader::new(stdout.take(4096)).read_line(&mut first);
+        let _ = send.send(read.map(|_| first));
+    });
+    let line = line
+        .recv_timeout(LIMIT.saturating_sub(started.elapsed()))
+        .ok()
+        .and_then(Result::ok);
+    // The line is in (or the time is up): the command has nothing more to say.
     let status = loop {
         match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < std::time::Duration::from_secs(2) => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if line.is_some() && started.elapsed() < LIMIT => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            _ => {
-                #[cfg(unix)]
-                if let Ok(pgid) = i32::try_from(child.id()) {
-                    dsh_tools::kill_group_now(pgid);
-                }
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
+            _ => break None,
         }
     };
-    let mut out = Vec::new();
-    child.stdout.take()?.take(4096).read_to_end(&mut out).ok()?;
-    let text = String::from_utf8_lossy(&out);
-    let line: String = text
-        .lines()
-        .next()?
+    #[cfg(unix)]
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        dsh_tools::kill_group_now(pgid);
+    }
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    let line: String = line?
         .chars()
-        .filter(|c| !dsh_tools::is_unsafe_for_terminal(*c) && *c != '\t')
+        .filter(|c| !dsh_tools::is_unsafe_for_terminal(*c) && *c != '\t' && *c != '\n')
         .take(200)
         .collect();
-    (status.success() && !line.trim().is_empty()).then(|| line.trim().to_string())
+    let ok = status.is_none_or(|status| status.success());
+    (ok && !line.trim().is_empty()).then(|| line.trim().to_string())
 }
 
 /// The session's state given to `tui.status_command`.
@@ -216,4 +230,42 @@ pub fn status_state(app: &App, cwd: &std::path::Path) -> serde_json::Value {
         "costUsd": stats.cost(&app.status.prices),
         "running": app.transcript.running,
     })
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::run_status_command;
+    use std::time::{Duration, Instant};
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    /// The 2 s cover the whole run: a descendant that left the group and keeps the output
+    /// open, a command that never ends, one that fails (second adversarial review: a setsid
+    /// child held the read forever and froze the status line).
+    #[test]
+    fn a_status_command_answers_within_its_time_whatever_it_leaves_behind() {
+        let state = serde_json::json!({"model": "m"});
+        let started = Instant::now();
+        let line = run_status_command(&sh("setsid sleep 30 & echo 'S \u{1b}[2Jok'"), &state);
+        assert_eq!(line.as_deref(), Some("S [2Jok"));
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            started.elapsed()
+        );
+
+        let started = Instant::now();
+        assert_eq!(run_status_command(&sh("sleep 10"), &state), None);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+
+        assert_eq!(run_status_command(&sh("echo no; exit 3"), &state), None);
+        let read = run_status_command(&sh("head -c 13"), &state);
+        assert_eq!(read.as_deref(), Some("{\"model\":\"m\"}"));
+    }
 }
