@@ -82,7 +82,9 @@ pub use plan::{
     PLAN_EDITS_QUESTION, PLAN_MODE_EVENT, PLAN_MODE_REFUSAL, PLAN_PLUGIN, PLAN_REVIEW_QUESTION,
 };
 pub use presentation::Presenter;
-pub use prompt::{assemble_system_prompt, BasePrompt, PromptContext, PromptSection};
+pub use prompt::{
+    assemble_system_prompt, AppendedPrompt, BasePrompt, PromptContext, PromptSection,
+};
 pub use repeat_guard::RepeatCallGuard;
 pub use replay::{compare_runs, Difference, RecordedRun, RecordedTurn, ReplayAdapter};
 pub use safety::{SafetyPolicy, PERMISSION_PRESET_EVENT, RUNS_UNASKED, SANDBOX_MODE_EVENT};

@@ -102,3 +102,31 @@ impl Extension for BasePrompt {
         ]
     }
 }
+
+/// Text the user adds to the system prompt for one session (`dsh run --append-system-prompt`):
+/// the last section, after every built-in one, so the stable prefix before it is cached as for
+/// any session. Logged with the system prompt in `request/header`.
+pub struct AppendedPrompt {
+    text: String,
+}
+
+impl AppendedPrompt {
+    /// The section holding `text`.
+    pub fn new(text: impl Into<String>) -> Self {
+        AppendedPrompt { text: text.into() }
+    }
+}
+
+impl Extension for AppendedPrompt {
+    fn name(&self) -> &str {
+        "appended-prompt"
+    }
+
+    fn prompt_sections(&self, _ctx: &PromptContext<'_>) -> Vec<PromptSection> {
+        vec![PromptSection {
+            order: u32::MAX,
+            name: "appended-by-user".to_string(),
+            text: self.text.clone(),
+        }]
+    }
+}

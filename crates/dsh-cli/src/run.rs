@@ -74,6 +74,10 @@ pub(crate) struct RunArgs {
     /// plan, which is printed on stdout; no file is changed.
     #[arg(long)]
     pub(crate) plan: bool,
+    /// Add this text at the end of the system prompt (after its stable part, so the prompt
+    /// cache still holds); `@FILE` reads it from a file. Logged with the system prompt.
+    #[arg(long, value_name = "TEXT|@FILE")]
+    pub(crate) append_system_prompt: Option<String>,
     /// Attach this image (PNG, JPEG, GIF or WebP, at most 20 MB) after the task; repeatable.
     /// `@shot.png` in the task attaches a workspace image too. Needs a model that takes images.
     #[arg(long = "image", short = 'i', value_name = "PATH")]
@@ -180,6 +184,31 @@ impl RunArgs {
             (None, false) => Resume::New,
         }
     }
+}
+
+/// Largest `--append-system-prompt @FILE` read.
+const MAX_APPENDED_PROMPT: u64 = 256 * 1024;
+
+/// The text of `--append-system-prompt`: as given, or `@FILE`'s content (a regular file of at
+/// most 256 KiB); a file that cannot be read fails the run with `APPEND_SYSTEM_PROMPT`.
+fn appended_prompt(given: Option<&str>) -> anyhow::Result<Option<String>> {
+    let Some(given) = given else {
+        return Ok(None);
+    };
+    let Some(path) = given.strip_prefix('@') else {
+        return Ok(Some(given.to_string()));
+    };
+    let fail = |why: String| user_error("APPEND_SYSTEM_PROMPT", format!("{path}: {why}"));
+    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    if meta.len() > MAX_APPENDED_PROMPT {
+        return Err(fail(format!("larger than {MAX_APPENDED_PROMPT} bytes")));
+    }
+    std::fs::read_to_string(path)
+        .map(Some)
+        .map_err(|e| fail(e.to_string()))
 }
 
 /// The images of the task: each `--image` (read where the file gate lets dsh read), then each
@@ -302,19 +331,24 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The session `args` ask for.
+fn session_spec(args: &RunArgs) -> anyhow::Result<SessionSpec> {
+    Ok(SessionSpec {
+        resume: args.resume(),
+        // Plan mode is in force before anything of the session starts (its MCP servers).
+        plan: args.plan,
+        append_system_prompt: appended_prompt(args.append_system_prompt.as_deref())?,
+        ..SessionSpec::default()
+    })
+}
+
 async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     // The task first: a missing one is refused before any configuration is read.
     let prompt = task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?;
     let runtime = runtime(args.cwd.as_deref(), args.session.choices())?;
-    let spec = SessionSpec {
-        resume: args.resume(),
-        // Plan mode is in force before anything of the session starts (its MCP servers).
-        plan: args.plan,
-        ..SessionSpec::default()
-    };
+    let spec = session_spec(&args)?;
     let setup = runtime.configuration(&spec).map_err(runtime_error)?;
-    // Images are read and checked before a session opens: a bad one loses nothing.
-    let images = task_images(&args, &prompt, &setup, &runtime)?;
+    let images = task_images(&args, &prompt, &setup, &runtime)?; // before a session opens
     let store = runtime.store();
     let mut agent = runtime
         .open(&spec, store.as_ref())

@@ -134,6 +134,9 @@ pub struct SessionSpec {
     /// session opens, before its MCP servers start, so none of them runs under the wider
     /// preset first.
     pub plan: bool,
+    /// Text added at the end of the system prompt, after its stable sections (`dsh run
+    /// --append-system-prompt`); this session only, not its subagents.
+    pub append_system_prompt: Option<String>,
 }
 
 /// The adapter of [`SessionSpec::provider`] and the model name its requests carry. No key is
@@ -632,6 +635,16 @@ impl Runtime {
         // trip over the runtime's shutdown (issue 41: `dsh run --resume zzzz` panicked).
         let resume = self.session_to_resume(spec, store)?;
         let mut session = compose::agent_parts(&shared, 0, configuration.permission)?;
+        if let Some(text) = spec
+            .append_system_prompt
+            .as_ref()
+            .filter(|t| !t.trim().is_empty())
+        {
+            session
+                .parts
+                .extensions
+                .register_for_life(Arc::new(dsh_agent::AppendedPrompt::new(text.clone())));
+        }
         if spec.model_titles {
             session.parts.options.titles = TitleMode::Model {
                 route: None,

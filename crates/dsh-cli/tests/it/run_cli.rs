@@ -782,3 +782,70 @@ async fn images_attach_to_a_headless_task_for_a_model_that_takes_them() {
     );
     assert!(body.contains("compare with @other.png"), "{body}");
 }
+
+/// `--append-system-prompt TEXT|@FILE` ends the system prompt with the text, after its stable
+/// part, which stays byte for byte what a run without it sends (issue 42 point 3); a file that
+/// cannot be read stops the run before anything is sent.
+#[tokio::test]
+async fn append_system_prompt_ends_the_system_prompt_and_keeps_its_prefix() {
+    let reply = || {
+        ScriptedReply::from(
+            SseReply::new()
+                .text("ok")
+                .finish("stop", Some(WireUsage::default())),
+        )
+    };
+    let provider = FakeProvider::start([reply(), reply(), reply()])
+        .await
+        .unwrap();
+    let env = Env::new();
+    std::fs::write(env.cwd.path().join("extra.md"), "Answer in French.\n").unwrap();
+    let run_with = |extra: &[&str]| {
+        let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+        cmd.arg("run").args(extra).arg("hi");
+        cmd
+    };
+    for extra in [
+        &[][..],
+        &["--append-system-prompt", "Always cite file:line."][..],
+        &["--append-system-prompt", "@extra.md"][..],
+    ] {
+        let out = run(run_with(extra)).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = run(run_with(&["--append-system-prompt", "@missing.md"])).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("APPEND_SYSTEM_PROMPT"));
+    let systems: Vec<String> = provider
+        .requests()
+        .iter()
+        .map(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(systems.len(), 3, "the refused run sent nothing");
+    assert!(
+        systems[1].starts_with(&systems[0]),
+        "the stable prefix changed"
+    );
+    assert!(
+        systems[1].ends_with("Always cite file:line."),
+        "{}",
+        systems[1]
+    );
+    assert!(systems[2].starts_with(&systems[0]));
+    assert!(systems[2].ends_with("Answer in French."), "{}", systems[2]);
+    // Logged with the system prompt, so a resumed or exported session shows it.
+    let logged: String = session_files(env.home.path())
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    assert!(logged.contains("Always cite file:line."));
+}
