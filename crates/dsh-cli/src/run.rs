@@ -56,8 +56,12 @@ pub(crate) struct RunArgs {
     #[arg(long = "continue")]
     pub(crate) continue_last: bool,
     /// Working directory of the session (default: the current directory).
-    #[arg(long)]
+    #[arg(long, short = 'C', visible_alias = "cd")]
     pub(crate) cwd: Option<PathBuf>,
+    /// Store nothing: the session lives in a private temporary folder removed when the run
+    /// ends (it cannot be resumed, listed or searched).
+    #[arg(long, conflicts_with_all = ["resume", "continue_last"])]
+    pub(crate) ephemeral: bool,
     /// End the turn when it has run this long (e.g. `90s`, `15m`, `2h`; plain numbers are
     /// seconds). Overrides `budget.max_wall_time_secs`.
     #[arg(long, value_parser = parse_wall_time)]
@@ -183,6 +187,38 @@ impl RunArgs {
             (None, true) => Resume::Latest,
             (None, false) => Resume::New,
         }
+    }
+}
+
+/// The session store of `--ephemeral`: a private (0700) folder under the system's temporary
+/// folder, removed when this is dropped.
+struct EphemeralStore {
+    dir: PathBuf,
+}
+
+impl EphemeralStore {
+    fn create() -> anyhow::Result<EphemeralStore> {
+        let dir = std::env::temp_dir().join(format!("dsh-ephemeral-{}", uuid::Uuid::new_v4()));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&dir).map_err(|err| {
+            user_error(
+                "EPHEMERAL",
+                format!("cannot create a temporary folder for the session: {err}"),
+            )
+        })?;
+        Ok(EphemeralStore { dir })
+    }
+
+    fn store(&self) -> Arc<dyn dsh_session::SessionStore + Send + Sync> {
+        Arc::new(dsh_session::JsonlStore::new(&self.dir))
+    }
+}
+
+impl Drop for EphemeralStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -349,7 +385,12 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     let spec = session_spec(&args)?;
     let setup = runtime.configuration(&spec).map_err(runtime_error)?;
     let images = task_images(&args, &prompt, &setup, &runtime)?; // before a session opens
-    let store = runtime.store();
+                                                                 // `--ephemeral`: a store of its own, removed with this guard whatever way the run ends.
+    let ephemeral = args.ephemeral.then(EphemeralStore::create).transpose()?;
+    let store = match &ephemeral {
+        Some(ephemeral) => ephemeral.store(),
+        None => runtime.store(),
+    };
     let mut agent = runtime
         .open(&spec, store.as_ref())
         .map_err(runtime_error)?

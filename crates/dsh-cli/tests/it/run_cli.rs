@@ -849,3 +849,64 @@ async fn append_system_prompt_ends_the_system_prompt_and_keeps_its_prefix() {
         .collect();
     assert!(logged.contains("Always cite file:line."));
 }
+
+/// `--ephemeral` stores nothing: the session lives in a private temporary folder removed when
+/// the run ends; `--cd` (and `-C`) is `--cwd` (issue 42 point 3).
+#[tokio::test]
+async fn an_ephemeral_run_stores_nothing_and_cd_names_the_directory() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .text("gone")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("kept")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(env.cwd.path().join("sub")).unwrap();
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.env("TMPDIR", tmp.path())
+        .args(["run", "--ephemeral", "--cd", "sub", "hi"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "gone\n");
+    assert!(
+        session_files(env.home.path()).is_empty(),
+        "an ephemeral run stored its session"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the temporary store outlived the run"
+    );
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--ephemeral", "--continue", "x"]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(2), "clap refuses the pair");
+    // `-C sub`: the stored session's working directory is the subfolder.
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "-C", "sub", "hi"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(&session_files(env.home.path())[0]).unwrap();
+    let header: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert!(
+        header["cwd"].as_str().unwrap().ends_with("/sub"),
+        "{header}"
+    );
+}
