@@ -48,6 +48,48 @@ pub struct AgentOptions {
     /// "always allow"; front ends load `$DSH_HOME/approvals.json` with
     /// [`crate::ApprovalRules::load`]). Subagents may share their parent's.
     pub approval_rules: Arc<crate::ApprovalRules>,
+    /// Which tools the model is offered (`dsh run --allowed-tools` / `--disallowed-tools`);
+    /// `None`: every tool.
+    pub tool_filter: Option<ToolFilter>,
+}
+
+/// Which tools a session offers, by name or by a pattern with `*` (`mcp__github__*`): with
+/// `allowed`, only tools it names; never the ones `disallowed` names. A tool left out is not
+/// offered, so a call of it fails as a call of an unknown tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolFilter {
+    /// Names or patterns of the tools offered (empty: all).
+    pub allowed: Vec<String>,
+    /// Names or patterns of tools never offered.
+    pub disallowed: Vec<String>,
+}
+
+impl ToolFilter {
+    /// True when tool `name` is offered.
+    pub fn admits(&self, name: &str) -> bool {
+        let named = |patterns: &[String]| patterns.iter().any(|p| glob_match(p, name));
+        (self.allowed.is_empty() || named(&self.allowed)) && !named(&self.disallowed)
+    }
+}
+
+/// `pattern` matches all of `name`; `*` stands for any run of characters.
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 impl AgentOptions {
@@ -66,6 +108,7 @@ impl AgentOptions {
             titles: crate::TitleMode::Fallback,
             prices: dsh_session::PriceTable::default_deepseek(),
             approval_rules: Arc::new(crate::ApprovalRules::in_memory()),
+            tool_filter: None,
         }
     }
 }
@@ -656,7 +699,7 @@ impl Agent {
                 contributed.push((extension.name().to_string(), tool));
             }
         }
-        if contributed.is_empty() {
+        if contributed.is_empty() && self.options.tool_filter.is_none() {
             return Ok(Arc::clone(&self.tools));
         }
         let mut registry = (*self.tools).clone();
@@ -668,6 +711,16 @@ impl Agent {
                     format!("extension `{extension}` cannot add tool `{name}`: {err}"),
                 )
             })?;
+        }
+        if let Some(filter) = &self.options.tool_filter {
+            let left_out: Vec<String> = registry
+                .names()
+                .filter(|name| !filter.admits(name))
+                .map(str::to_string)
+                .collect();
+            for name in left_out {
+                registry.unregister(&name);
+            }
         }
         Ok(Arc::new(registry))
     }
@@ -919,5 +972,34 @@ pub fn session_failure(err: &AgentError) -> Failure {
         AgentError::Session(err) => {
             Failure::new(FailureCode::Other("SESSION_LOG".into()), err.to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tool_filter_tests {
+    use super::ToolFilter;
+
+    #[test]
+    fn names_and_patterns_admit_and_leave_out() {
+        let filter = ToolFilter {
+            allowed: vec!["read".into(), "mcp__github__*".into(), "*_list".into()],
+            disallowed: vec!["mcp__github__delete*".into()],
+        };
+        for (name, admitted) in [
+            ("read", true),
+            ("bash", false),
+            ("mcp__github__issues", true),
+            ("mcp__github__delete_repo", false),
+            ("job_list", true),
+            ("readme", false),
+        ] {
+            assert_eq!(filter.admits(name), admitted, "{name}");
+        }
+        let deny = ToolFilter {
+            allowed: Vec::new(),
+            disallowed: vec!["bash".into()],
+        };
+        assert!(deny.admits("read") && !deny.admits("bash"));
+        assert!(ToolFilter::default().admits("anything"));
     }
 }

@@ -38,7 +38,7 @@ mod turn;
 
 pub use agent::{
     generic_model_info, new_user_message, plugin_message, session_failure, Agent, AgentError,
-    AgentHandle, AgentOptions, AgentParts, TurnOutcome, WeakAgentHandle,
+    AgentHandle, AgentOptions, AgentParts, ToolFilter, TurnOutcome, WeakAgentHandle,
 };
 pub use approval_rules::{
     approvals_path, proposed_rule, read_rules, write_rules, ApprovalChoice, ApprovalRule,

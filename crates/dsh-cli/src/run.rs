@@ -82,6 +82,13 @@ pub(crate) struct RunArgs {
     /// cache still holds); `@FILE` reads it from a file. Logged with the system prompt.
     #[arg(long, value_name = "TEXT|@FILE")]
     pub(crate) append_system_prompt: Option<String>,
+    /// Offer the model only these tools (names, or patterns with `*` such as `mcp__github__*`;
+    /// comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', value_name = "TOOLS")]
+    pub(crate) allowed_tools: Vec<String>,
+    /// Never offer these tools (names or patterns, as `--allowed-tools`).
+    #[arg(long, value_delimiter = ',', value_name = "TOOLS")]
+    pub(crate) disallowed_tools: Vec<String>,
     /// Attach this image (PNG, JPEG, GIF or WebP, at most 20 MB) after the task; repeatable.
     /// `@shot.png` in the task attaches a workspace image too. Needs a model that takes images.
     #[arg(long = "image", short = 'i', value_name = "PATH")]
@@ -367,6 +374,14 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The non-empty words of `list`, trimmed.
+fn trimmed(list: &[String]) -> Vec<String> {
+    list.iter()
+        .map(|word| word.trim().to_string())
+        .filter(|word| !word.is_empty())
+        .collect()
+}
+
 /// The session `args` ask for.
 fn session_spec(args: &RunArgs) -> anyhow::Result<SessionSpec> {
     Ok(SessionSpec {
@@ -374,6 +389,12 @@ fn session_spec(args: &RunArgs) -> anyhow::Result<SessionSpec> {
         // Plan mode is in force before anything of the session starts (its MCP servers).
         plan: args.plan,
         append_system_prompt: appended_prompt(args.append_system_prompt.as_deref())?,
+        tool_filter: (!args.allowed_tools.is_empty() || !args.disallowed_tools.is_empty()).then(
+            || dsh_agent::ToolFilter {
+                allowed: trimmed(&args.allowed_tools),
+                disallowed: trimmed(&args.disallowed_tools),
+            },
+        ),
         ..SessionSpec::default()
     })
 }

@@ -137,6 +137,9 @@ pub struct SessionSpec {
     /// Text added at the end of the system prompt, after its stable sections (`dsh run
     /// --append-system-prompt`); this session only, not its subagents.
     pub append_system_prompt: Option<String>,
+    /// Which tools the model is offered (`dsh run --allowed-tools` / `--disallowed-tools`);
+    /// this session only, not its subagents.
+    pub tool_filter: Option<dsh_agent::ToolFilter>,
 }
 
 /// The adapter of [`SessionSpec::provider`] and the model name its requests carry. No key is
@@ -645,6 +648,7 @@ impl Runtime {
                 .extensions
                 .register_for_life(Arc::new(dsh_agent::AppendedPrompt::new(text.clone())));
         }
+        session.parts.options.tool_filter = spec.tool_filter.clone();
         if spec.model_titles {
             session.parts.options.titles = TitleMode::Model {
                 route: None,

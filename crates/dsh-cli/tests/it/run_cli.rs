@@ -910,3 +910,83 @@ async fn an_ephemeral_run_stores_nothing_and_cd_names_the_directory() {
         "{header}"
     );
 }
+
+/// `--allowed-tools` offers the model only the tools it names (patterns with `*` too) and
+/// `--disallowed-tools` never offers those it names (issue 42 point 3); a call of a tool left
+/// out fails as a call of an unknown tool.
+#[tokio::test]
+async fn allowed_and_disallowed_tools_decide_what_the_model_is_offered() {
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .text("one")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(
+                    0,
+                    "c1",
+                    "bash",
+                    "{\"command\": \"echo hidden\", \"description\": \"x\"}",
+                )
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("two")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let names = |body: &serde_json::Value| -> Vec<String> {
+        body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args(["run", "--allowed-tools", "read, glob,job_*", "hi"]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut offered = names(&provider.requests()[0].body);
+    offered.sort();
+    assert_eq!(
+        offered,
+        ["glob", "job_kill", "job_list", "job_output", "read"]
+    );
+
+    let mut cmd = env.command(&provider.base_url(), Some("sk-x"));
+    cmd.args([
+        "run",
+        "--disallowed-tools",
+        "bash",
+        "--disallowed-tools",
+        "subagent*",
+        "go",
+    ]);
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = provider.requests();
+    let offered = names(&requests[1].body);
+    assert!(offered.contains(&"read".to_string()), "{offered:?}");
+    for hidden in ["bash", "subagent", "subagent_fork"] {
+        assert!(!offered.contains(&hidden.to_string()), "{offered:?}");
+    }
+    // The model called `bash` anyway: the call failed, nothing ran.
+    let result = requests[2].body["messages"].to_string();
+    assert!(!result.contains("hidden\\n"), "{result}");
+    assert!(result.contains("bash"), "{result}");
+}
