@@ -50,7 +50,12 @@ fn fork_turn(log: &LoadedLog, at_turn: Option<u64>) -> Result<(u64, u64)> {
 /// `parentSession` and `seedLength` set, the copied events unchanged (seqs and times kept),
 /// then `session/end-seed {inherited: true}`.
 pub fn fork_log(log: &LoadedLog, at_turn: Option<u64>) -> Result<(SessionHeader, Vec<Envelope>)> {
-    let cut = fork_point(log, at_turn)?;
+    let (cut, _) = fork_turn(log, at_turn)?;
+    Ok(seeded(log, cut))
+}
+
+/// The header and events of a fork of `log` that copies its first `cut` events.
+fn seeded(log: &LoadedLog, cut: u64) -> (SessionHeader, Vec<Envelope>) {
     let mut header = SessionHeader::new(
         uuid::Uuid::new_v4().to_string(),
         log.header.cwd.clone(),
@@ -70,7 +75,7 @@ pub fn fork_log(log: &LoadedLog, at_turn: Option<u64>) -> Result<(SessionHeader,
     seed_end.seq = cut;
     seed_end.time = Some(now_ms());
     events.push(seed_end);
-    Ok((header, events))
+    (header, events)
 }
 
 /// The key of the session a fork was made from.
@@ -84,8 +89,18 @@ fn header_parent(header: &SessionHeader, key: &str) -> String {
 /// Forks session `key` of `store` at `at_turn` into a new session of the same store and
 /// returns the new session's header. The new log is flushed when this returns.
 pub fn fork(store: &dyn SessionStore, key: &str, at_turn: Option<u64>) -> Result<SessionHeader> {
-    let log = store.load(key)?;
-    let (header, events) = fork_log(&log, at_turn)?;
+    fork_loaded(store, key, &store.load(key)?, at_turn).map(|forked| forked.header)
+}
+
+/// [`fork`] of `log`, session `key` of `store`, already loaded.
+fn fork_loaded(
+    store: &dyn SessionStore,
+    key: &str,
+    log: &LoadedLog,
+    at_turn: Option<u64>,
+) -> Result<Forked> {
+    let (cut, turn) = fork_turn(log, at_turn)?;
+    let (header, events) = seeded(log, cut);
     let mut writer = store.create_with_header(header.clone())?;
     // The copied events name images by reference: the fork gets its own copy of their files
     // (docs/sessions.md, "Images").
@@ -99,7 +114,7 @@ pub fn fork(store: &dyn SessionStore, key: &str, at_turn: Option<u64>) -> Result
         writer.append_verbatim(env)?;
     }
     writer.flush()?;
-    Ok(header)
+    Ok(Forked { header, turn })
 }
 
 /// A fork made by [`fork_location`].
@@ -115,12 +130,9 @@ pub struct Forked {
 /// `session.jsonl` path of a JSONL store, or `sqlite:<db>#<id>`) at `at_turn` (`None`: the
 /// last closed turn) into a new session of the same store.
 pub fn fork_location(location: &str, at_turn: Option<u64>) -> Result<Forked> {
-    if let Some((db, id)) = location
-        .strip_prefix("sqlite:")
-        .and_then(|rest| rest.rsplit_once('#'))
-    {
+    if let Some((db, id)) = crate::sqlite::sqlite_location(location) {
         let store = crate::SqliteStore::open(std::path::Path::new(db))?;
-        return fork_in(&store, id, at_turn);
+        return fork_loaded(&store, id, &store.load(id)?, at_turn);
     }
     // `<root>/sessions/<cwd folder>/<session folder>/session.jsonl`: the store is `<root>`.
     let path = std::path::Path::new(location);
@@ -131,13 +143,6 @@ pub fn fork_location(location: &str, at_turn: Option<u64>) -> Result<Forked> {
             path.ancestors().nth(3).and_then(|p| p.file_name()) == Some("sessions".as_ref())
         })
         .ok_or_else(|| SessionError::NotFound(location.to_string()))?;
-    let store = crate::JsonlStore::new(root);
-    let id = crate::LogReader::open(path)?.header().id.clone();
-    fork_in(&store, &id, at_turn)
-}
-
-fn fork_in(store: &dyn SessionStore, key: &str, at_turn: Option<u64>) -> Result<Forked> {
-    let (_, turn) = fork_turn(&store.load(key)?, at_turn)?;
-    let header = fork(store, key, Some(turn))?;
-    Ok(Forked { header, turn })
+    let log = crate::load_file(path)?;
+    fork_loaded(&crate::JsonlStore::new(root), &log.header.id, &log, at_turn)
 }

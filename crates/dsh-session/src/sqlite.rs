@@ -68,15 +68,20 @@ fn open_connection(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
+/// The database and session id of a SQLite session's `location` (`sqlite:<db>#<id>`); `None`
+/// for a JSONL log's path.
+pub(crate) fn sqlite_location(location: &str) -> Option<(&str, &str)> {
+    location
+        .strip_prefix("sqlite:")
+        .and_then(|rest| rest.rsplit_once('#'))
+}
+
 /// A path whose folder is where the sub-agents of the session written at `location` (a
 /// writer's `location()`) keep their logs: the log file itself for a JSONL session (children go
 /// to `<folder>/subagents/<child>/`); for a SQLite session (`sqlite:<db>#<id>`) a file name in
 /// `<db>.subagents/<id>/`, the folder [`SqliteStore`]'s `sub_agent_logs` reads.
 pub fn sub_agent_anchor(location: &str) -> PathBuf {
-    if let Some((db, id)) = location
-        .strip_prefix("sqlite:")
-        .and_then(|rest| rest.rsplit_once('#'))
-    {
+    if let Some((db, id)) = sqlite_location(location) {
         let mut name = std::ffi::OsString::from(db);
         name.push(".subagents");
         return PathBuf::from(name).join(id).join("session.jsonl");
@@ -87,10 +92,7 @@ pub fn sub_agent_anchor(location: &str) -> PathBuf {
 /// The log written at `location` (a writer's `location()`): a JSONL file, or a SQLite session
 /// (`sqlite:<db>#<id>`).
 pub fn load_location(location: &str) -> Result<crate::LoadedLog> {
-    match location
-        .strip_prefix("sqlite:")
-        .and_then(|rest| rest.rsplit_once('#'))
-    {
+    match sqlite_location(location) {
         Some((db, id)) => SqliteStore::open(Path::new(db))?.load(id),
         None => crate::load_file(Path::new(location)),
     }
