@@ -154,23 +154,45 @@ impl Notifier {
     }
 }
 
-/// Starts `command` with `payload` as its last argument, in its own process group that dies with
-/// dsh (`dsh_tools::guard_group_std`), with the environment bash gets (no `*KEY*`, `*TOKEN*`,
-/// ... variables) and no input or output; a thread reaps it and kills the group past
-/// [`COMMAND_LIMIT`]. Nothing waits for it.
-fn run_command(command: &[String], payload: &Value) {
-    let mut process = Command::new(&command[0]);
+/// A program of the user's (`[notify] command`, `tui.status_command`) ready to start: `command`
+/// and its arguments, with the environment bash gets (no `*KEY*`, `*TOKEN*`, ... variables), no
+/// error output, in its own process group that dies with dsh as a hook's does
+/// (`dsh_tools::guard_group_std`); start it with `dsh_tools::spawn_std_child`. `None` for an
+/// empty command.
+pub(crate) fn user_program(command: &[String]) -> Option<Command> {
+    let (program, args) = command.split_first()?;
+    let mut process = Command::new(program);
     process
-        .args(&command[1..])
-        .arg(payload.to_string())
+        .args(args)
         .env_clear()
         .envs(dsh_tools::scrubbed_env())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // Its own group, which dies with dsh, as a hook's does.
     #[cfg(unix)]
     dsh_tools::guard_group_std(&mut process);
+    Some(process)
+}
+
+/// Kills what is left of a [`user_program`]'s process group and reaps it.
+pub(crate) fn stop_group(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        dsh_tools::kill_group_now(pgid);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Starts `command` with `payload` as its last argument and no input or output
+/// ([`user_program`]); a thread reaps it and kills the group past [`COMMAND_LIMIT`]. Nothing
+/// waits for it.
+fn run_command(command: &[String], payload: &Value) {
+    let Some(mut process) = user_program(command) else {
+        return;
+    };
+    process
+        .arg(payload.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
     let Ok(mut child) = dsh_tools::spawn_std_child(process) else {
         return;
     };
@@ -181,15 +203,7 @@ fn run_command(command: &[String], payload: &Value) {
                 Ok(None) if started.elapsed() < COMMAND_LIMIT => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                Ok(None) => {
-                    #[cfg(unix)]
-                    if let Ok(pgid) = i32::try_from(child.id()) {
-                        dsh_tools::kill_group_now(pgid);
-                    }
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return;
-                }
+                Ok(None) => return stop_group(&mut child),
                 _ => return,
             }
         }

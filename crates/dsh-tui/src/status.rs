@@ -157,17 +157,10 @@ pub(crate) fn usage_text(total: &dsh_llm::UsageTotals) -> String {
 pub fn run_status_command(command: &[String], state: &serde_json::Value) -> Option<String> {
     use std::io::{BufRead, Read, Write};
     const LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
-    let (program, args) = command.split_first()?;
-    let mut process = std::process::Command::new(program);
+    let mut process = crate::notify::user_program(command)?;
     process
-        .args(args)
-        .env_clear()
-        .envs(dsh_tools::scrubbed_env())
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    #[cfg(unix)]
-    dsh_tools::guard_group_std(&mut process);
+        .stdout(std::process::Stdio::piped());
     let mut child = dsh_tools::spawn_std_child(process).ok()?;
     let started = std::time::Instant::now();
     if let Some(mut stdin) = child.stdin.take() {
@@ -198,14 +191,7 @@ pub fn run_status_command(command: &[String], state: &serde_json::Value) -> Opti
             _ => break None,
         }
     };
-    #[cfg(unix)]
-    if let Ok(pgid) = i32::try_from(child.id()) {
-        dsh_tools::kill_group_now(pgid);
-    }
-    if status.is_none() {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
+    crate::notify::stop_group(&mut child);
     let line: String = line?
         .chars()
         .filter(|c| !dsh_tools::is_unsafe_for_terminal(*c) && *c != '\t' && *c != '\n')
