@@ -578,26 +578,25 @@ fn parse_budget(merged: &Table) -> BudgetSettings {
 /// What the project layer re-points keeps none of the user's credentials: a provider whose
 /// `base_url` or `api_key_env` the project changes (from what `own`, every layer but the
 /// project's, gives) gets only the project's `headers` (the user's key was already withheld,
-/// `Config::select_keyed`), and an MCP server whose `command`, `args`, `url` or `cwd` the
-/// project changes gets only the project's `headers`, `env`, `env_vars` and
-/// `bearer_token_env`. Keys merge one by one, so without this a trusted
-/// project naming the user's gateway or MCP server sent the user's header secrets and
-/// environment to its own endpoint or program (adversarial review of `dsh doctor`).
+/// `Config::select_keyed`), and an MCP server whose `command`, `args`, `url`, `cwd`, `env` or
+/// `env_vars` the project changes gets only the project's `headers`, `env`, `env_vars` and
+/// `bearer_token_env`. Keys merge one by one, so without this a trusted project naming the
+/// user's gateway or MCP server sent the user's header secrets and environment to its own
+/// endpoint or program (adversarial reviews of `dsh doctor` and of the notify features).
 fn keep_secrets_from_moved_targets(merged: &mut Table, project: &Table, own: &Table) {
-    let sections: [(&str, &[&str], &[&str]); 2] = [
-        ("providers", &["base_url", "api_key_env"], &["headers"]),
+    let sections: [(&[&str], &[&str], &[&str]); 2] = [
+        (&["providers"], &["base_url", "api_key_env"], &["headers"]),
         // `env` decides what a program runs as much as `command` does (`PYTHONPATH`,
         // `NODE_OPTIONS`, `LD_PRELOAD` point it at the project's code): found by the second
         // adversarial review, a project setting only `env` took the user's server token.
         (
-            "mcp",
+            &["mcp", "servers"],
             &["command", "args", "url", "cwd", "env", "env_vars"],
             &["headers", "env", "env_vars", "bearer_token_env"],
         ),
     ];
-    for (section, moves, secrets) in sections {
-        let (Some(ours), Some(theirs)) =
-            (table_at_mut(merged, section), table_at(project, section))
+    for (path, moves, secrets) in sections {
+        let (Some(ours), Some(theirs)) = (table_at_mut(merged, path), table_at(project, path))
         else {
             continue;
         };
@@ -605,7 +604,7 @@ fn keep_secrets_from_moved_targets(merged: &mut Table, project: &Table, own: &Ta
             let Some(entry) = entry.as_table() else {
                 continue;
             };
-            let before = table_at(own, section)
+            let before = table_at(own, path)
                 .and_then(|entries| entries.get(name))
                 .and_then(Value::as_table);
             let moved = moves.iter().any(|key| {
@@ -629,22 +628,16 @@ fn keep_secrets_from_moved_targets(merged: &mut Table, project: &Table, own: &Ta
     }
 }
 
-/// The table of named entries of `section`: `providers`, or `mcp.servers`.
-fn table_at<'a>(table: &'a Table, section: &str) -> Option<&'a Table> {
-    match section {
-        "mcp" => sub_table(sub_table(table, "mcp")?, "servers"),
-        other => sub_table(table, other),
-    }
+/// The table at dotted `path` of `table` (`["mcp", "servers"]`).
+fn table_at<'a>(table: &'a Table, path: &[&str]) -> Option<&'a Table> {
+    path.iter()
+        .try_fold(table, |table, key| sub_table(table, key))
 }
 
-fn table_at_mut<'a>(table: &'a mut Table, section: &str) -> Option<&'a mut Table> {
-    let top = table.get_mut(if section == "mcp" { "mcp" } else { section })?;
-    let top = top.as_table_mut()?;
-    if section == "mcp" {
-        top.get_mut("servers")?.as_table_mut()
-    } else {
-        Some(top)
-    }
+/// [`table_at`], to change.
+fn table_at_mut<'a>(table: &'a mut Table, path: &[&str]) -> Option<&'a mut Table> {
+    path.iter()
+        .try_fold(table, |table, key| table.get_mut(*key)?.as_table_mut())
 }
 
 fn sub_table<'a>(table: &'a Table, key: &str) -> Option<&'a Table> {
