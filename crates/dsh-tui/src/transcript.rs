@@ -267,9 +267,7 @@ impl Transcript {
                 self.waited = std::time::Duration::ZERO;
                 self.awaiting.clear();
                 // A turn that never ended (a crash): its unanswered questions are history.
-                for (_, call_id, text) in std::mem::take(&mut self.asked) {
-                    self.place_notice(text, &call_id);
-                }
+                self.place_unanswered();
                 self.streamed = 0;
             }
             Event::UserMessage(message) => {
@@ -423,9 +421,7 @@ impl Transcript {
                 self.turn_started = None;
                 self.waiting_since = None;
                 self.awaiting.clear();
-                for (_, call_id, text) in std::mem::take(&mut self.asked) {
-                    self.place_notice(text, &call_id);
-                }
+                self.place_unanswered();
                 self.end_preview();
                 self.turn_end(state, &reason, message, code);
             }
@@ -623,6 +619,13 @@ impl Transcript {
         match open {
             Some(at) => self.cells.insert(at, notice),
             None => self.cells.push(notice),
+        }
+    }
+
+    /// Places the notices of approvals asked and never answered (the turn ended first).
+    fn place_unanswered(&mut self) {
+        for (_, call_id, text) in std::mem::take(&mut self.asked) {
+            self.place_notice(text, &call_id);
         }
     }
 
