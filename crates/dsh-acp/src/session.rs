@@ -679,21 +679,25 @@ async fn run_session(
             None => commands::parse(&job.text),
             Some(_) => None,
         };
-        match command {
-            Some(command) if command.name == COMPACT && command.arguments.is_empty() => {
-                // `/compact` compacts the conversation now instead of sending a prompt.
-                let text = compact_command(&mut agent).await;
-                drain(&mut view, &mut events);
-                say(&session_id, &out, &text);
-                view.close_usage();
-                // The summary call's usage is this prompt's (docs/acp.md, "Usage").
-                let mut answer = json!({"stopReason": "end_turn"});
-                if let Some(usage) = view.mapper.take_turn_usage() {
-                    answer["usage"] = usage;
-                }
-                out.respond(job.request_id, answer);
-                continue;
+        if command
+            .as_ref()
+            .is_some_and(|c| c.name == COMPACT && c.arguments.is_empty())
+        {
+            // `/compact` compacts the conversation now instead of sending a prompt.
+            let text = compact_command(&mut agent).await;
+            drain(&mut view, &mut events);
+            say(&session_id, &out, &text);
+            view.close_usage();
+            // The summary call's usage is this prompt's (docs/acp.md, "Usage").
+            let mut answer = json!({"stopReason": "end_turn"});
+            if let Some(usage) = view.mapper.take_turn_usage() {
+                answer["usage"] = usage;
             }
+            out.respond(job.request_id, answer);
+            continue;
+        }
+        // dsh's own commands answered without a model call: a message and `end_turn`.
+        let reply = match &command {
             Some(command) if command.name == UNDO && command.arguments.is_empty() => {
                 // `Op::Undo`: the latest turn's file changes reverted, or why not.
                 let text = match control.submit(Op::Undo) {
@@ -701,39 +705,21 @@ async fn run_session(
                     Err(err) => format!("Nothing was undone: {}", err.message),
                 };
                 drain(&mut view, &mut events);
-                say(&session_id, &out, &text);
-                view.close_usage();
-                out.respond(job.request_id, json!({"stopReason": "end_turn"}));
-                continue;
+                Some(text)
             }
             Some(command) if command.name == FORK => {
-                // `Op::Fork`: a new session the editor can `session/load`; this one goes on.
-                let text = match command.arguments {
-                    "" => Ok(None),
-                    turn => turn.parse::<u64>().map(Some).map_err(|_| {
-                        format!("Not forked: `{turn}` is no turn number (try /fork or /fork 2)")
-                    }),
-                }
-                .and_then(|at_turn| {
-                    control
-                        .submit(Op::Fork { at_turn })
-                        .map(|notes| notes.join("\n"))
-                        .map_err(|err| format!("Not forked: {}", err.message))
-                })
-                .unwrap_or_else(|refusal| refusal);
-                say(&session_id, &out, &text);
-                view.close_usage();
-                out.respond(job.request_id, json!({"stopReason": "end_turn"}));
-                continue;
+                Some(fork_command(&control, command.arguments))
             }
             Some(command) if command.name == PERMISSION => {
-                let text = permission_command(&control, &out, command.arguments);
-                say(&session_id, &out, &text);
-                view.close_usage();
-                out.respond(job.request_id, json!({"stopReason": "end_turn"}));
-                continue;
+                Some(permission_command(&control, &out, command.arguments))
             }
-            _ => {}
+            _ => None,
+        };
+        if let Some(text) = reply {
+            say(&session_id, &out, &text);
+            view.close_usage();
+            out.respond(job.request_id, json!({"stopReason": "end_turn"}));
+            continue;
         }
         let queued = match job.content {
             Some(content) => {
@@ -755,6 +741,24 @@ async fn run_session(
         respond(&out, job.request_id, result, was_cancelled, usage);
     }
     drop(agent);
+}
+
+/// `/fork [turn]` (`Op::Fork`): the new session the editor can `session/load` (this one goes
+/// on), or why there is none.
+fn fork_command(control: &SessionControl, arguments: &str) -> String {
+    let at_turn = match arguments {
+        "" => None,
+        turn => match turn.parse::<u64>() {
+            Ok(turn) => Some(turn),
+            Err(_) => {
+                return format!("Not forked: `{turn}` is no turn number (try /fork or /fork 2)")
+            }
+        },
+    };
+    match control.submit(Op::Fork { at_turn }) {
+        Ok(notes) => notes.join("\n"),
+        Err(err) => format!("Not forked: {}", err.message),
+    }
 }
 
 /// Answers a prompt: its stop reason and, when the turn's calls reported usage, their token
