@@ -70,6 +70,19 @@ impl ToolFilter {
         let named = |patterns: &[String]| patterns.iter().any(|p| glob_match(p, name));
         (self.allowed.is_empty() || named(&self.allowed)) && !named(&self.disallowed)
     }
+
+    /// `registry` without the tools this filter leaves out.
+    fn apply(&self, mut registry: ToolRegistry) -> ToolRegistry {
+        let left_out: Vec<String> = registry
+            .names()
+            .filter(|name| !self.admits(name))
+            .map(str::to_string)
+            .collect();
+        for name in left_out {
+            registry.unregister(&name);
+        }
+        registry
+    }
 }
 
 /// `pattern` matches all of `name`; `*` stands for any run of characters.
@@ -600,7 +613,7 @@ impl Agent {
     }
 
     fn assemble(
-        parts: AgentParts,
+        mut parts: AgentParts,
         writer: Box<dyn SessionWriter>,
         projector: dsh_session::Projector,
         inbox: Inbox,
@@ -629,6 +642,10 @@ impl Agent {
             .clone()
             .prepare(&model_info)
             .map_err(AgentError::Config)?;
+        // The session's own tools are filtered once; extensions' tools at each step.
+        if let Some(filter) = &parts.options.tool_filter {
+            parts.tools = Arc::new(filter.apply((*parts.tools).clone()));
+        }
         let depth = writer.header().delegation_depth.unwrap_or(0);
         let parent_session = writer.header().parent_session.clone();
         let log = SessionLog::new(
@@ -699,28 +716,26 @@ impl Agent {
                 contributed.push((extension.name().to_string(), tool));
             }
         }
-        if contributed.is_empty() && self.options.tool_filter.is_none() {
+        if contributed.is_empty() {
             return Ok(Arc::clone(&self.tools));
         }
         let mut registry = (*self.tools).clone();
         for (extension, tool) in contributed {
             let name = tool.name().to_string();
+            if self
+                .options
+                .tool_filter
+                .as_ref()
+                .is_some_and(|filter| !filter.admits(&name))
+            {
+                continue;
+            }
             registry.register(tool).map_err(|err| {
                 Failure::new(
                     FailureCode::InvalidRequest,
                     format!("extension `{extension}` cannot add tool `{name}`: {err}"),
                 )
             })?;
-        }
-        if let Some(filter) = &self.options.tool_filter {
-            let left_out: Vec<String> = registry
-                .names()
-                .filter(|name| !filter.admits(name))
-                .map(str::to_string)
-                .collect();
-            for name in left_out {
-                registry.unregister(&name);
-            }
         }
         Ok(Arc::new(registry))
     }
