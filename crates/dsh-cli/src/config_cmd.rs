@@ -52,7 +52,7 @@ pub(crate) fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
             let settings = Settings::load(&cwd, &home);
             let lookup = |name: &str| settings.get(name);
             let config =
-                dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default())
+                dsh_config::Config::load(&home, &cwd, &lookup, &crate::flags::config_flags())
                     .map_err(|errors| config_error(errors.to_string()))?;
             settings.allow_credentials(config.own_key_variables());
             print!("{}", dsh_config::show::render(&config, &lookup));

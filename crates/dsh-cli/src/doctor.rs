@@ -247,6 +247,8 @@ fn config_check(setup: &Configuration) -> Check {
     let mut files = Vec::new();
     let mut variables = std::collections::BTreeSet::new();
     let mut flags = std::collections::BTreeSet::new();
+    let mut profiles = std::collections::BTreeSet::new();
+    let mut overrides = std::collections::BTreeSet::new();
     for (_, _, source) in config.values() {
         match source {
             Source::Default => {}
@@ -258,6 +260,12 @@ fn config_check(setup: &Configuration) -> Check {
             Source::Env(name) => {
                 variables.insert(name.clone());
             }
+            Source::Profile { name, .. } => {
+                profiles.insert(name.clone());
+            }
+            Source::Override(key) => {
+                overrides.insert(key.clone());
+            }
             Source::Flag(name) => {
                 flags.insert(format!("--{name}"));
             }
@@ -265,9 +273,16 @@ fn config_check(setup: &Configuration) -> Check {
     }
     let mut layers = vec!["built-in defaults".to_string()];
     layers.extend(files.iter().map(|path| path.display().to_string()));
+    if let Some(name) = profiles.into_iter().next() {
+        layers.push(format!("profile {name}"));
+    }
     if !variables.is_empty() {
         let names: Vec<String> = variables.into_iter().collect();
         layers.push(format!("environment ({})", names.join(", ")));
+    }
+    if !overrides.is_empty() {
+        let keys: Vec<String> = overrides.into_iter().collect();
+        layers.push(format!("-c ({})", keys.join(", ")));
     }
     if !flags.is_empty() {
         let names: Vec<String> = flags.into_iter().collect();

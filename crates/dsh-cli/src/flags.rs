@@ -2,7 +2,52 @@
 //! front end that opens sessions: the interactive UI (`dsh`, `dsh resume`), `dsh run`,
 //! `dsh web` and `dsh acp` (issue 41: each declared its own).
 
+use std::sync::OnceLock;
+
 use dsh_runtime::Choices;
+
+/// `--profile` and `-c key=value`: global options, accepted by every command. Set once by
+/// `main` from the command line ([`set_config_options`]) and read by whatever loads the
+/// configuration.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConfigOptions {
+    /// `--profile NAME`.
+    pub(crate) profile: Option<String>,
+    /// `-c key.path=value`, in command-line order.
+    pub(crate) overrides: Vec<String>,
+}
+
+static CONFIG_OPTIONS: OnceLock<ConfigOptions> = OnceLock::new();
+
+/// Records the command line's [`ConfigOptions`]; called once, by `main`.
+pub(crate) fn set_config_options(options: ConfigOptions) {
+    let _ = CONFIG_OPTIONS.set(options);
+}
+
+fn config_options() -> ConfigOptions {
+    CONFIG_OPTIONS.get().cloned().unwrap_or_default()
+}
+
+/// The configuration flags of a command that loads the configuration without opening a
+/// session (`dsh config show`, `dsh models`, `dsh sessions`): the profile and overrides.
+pub(crate) fn config_flags() -> dsh_config::Flags {
+    let options = config_options();
+    dsh_config::Flags {
+        profile: options.profile,
+        overrides: options.overrides,
+        ..dsh_config::Flags::default()
+    }
+}
+
+/// Runtime choices that carry only the profile and the overrides.
+pub(crate) fn base_choices() -> Choices {
+    let options = config_options();
+    Choices {
+        profile: options.profile,
+        overrides: options.overrides,
+        ..Choices::default()
+    }
+}
 
 // A plain comment: clap would take a doc comment as the help of the commands it is flattened
 // into.
@@ -38,7 +83,7 @@ impl SessionFlags {
             effort: self.effort.clone(),
             permission: self.permission.clone(),
             trust_workspace: self.trust_workspace,
-            keyless: false,
+            ..base_choices()
         }
     }
 

@@ -53,6 +53,14 @@ struct Cli {
     // The interactive session's provider, model, effort and preset.
     #[command(flatten)]
     session: flags::SessionFlags,
+    /// Set a configuration value for this command, as config.toml would (repeatable):
+    /// `-c model=deepseek-reasoner`, `-c budget.max_steps=20`. The value is read as TOML,
+    /// else taken as a string.
+    #[arg(short = 'c', long = "config", value_name = "KEY=VALUE", global = true)]
+    config: Vec<String>,
+    /// Apply the `[profiles.NAME]` table of the user's config.toml (also $DSH_PROFILE).
+    #[arg(long, value_name = "NAME", global = true)]
+    profile: Option<String>,
 }
 
 /// Each subcommand's arguments are defined only when it is the one used (`defer`): clap
@@ -151,6 +159,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let cli = Cli::parse();
+    flags::set_config_options(flags::ConfigOptions {
+        profile: cli.profile,
+        overrides: cli.config,
+    });
     let interactive = tui::Interactive {
         alt_screen: cli.alt_screen,
         prompt: cli.prompt,

@@ -69,7 +69,7 @@ fn load_config(
     let lookup = |name: &str| settings.get(name);
     let flags = dsh_config::Flags {
         provider,
-        ..dsh_config::Flags::default()
+        ..crate::flags::config_flags()
     };
     let config = dsh_config::Config::load(home, cwd, &lookup, &flags)
         .map_err(|errors| user_error("INVALID_CONFIG", errors.to_string()))?;

@@ -146,7 +146,7 @@ fn replay_agent(
         .unwrap_or_else(|| "recorded-model".to_string());
     let choices = Choices {
         permission: Some(permission.to_string()),
-        ..Choices::default()
+        ..crate::flags::base_choices()
     };
     let runtime = crate::run::runtime(Some(cwd), choices)?;
     let spec = SessionSpec {

@@ -554,7 +554,7 @@ fn configured_prices(session_cwd: &Path) -> PriceTable {
     let loaded = crate::home::dsh_home()
         .map_err(|err| err.to_string())
         .and_then(|home| {
-            dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default())
+            dsh_config::Config::load(&home, &cwd, &lookup, &crate::flags::config_flags())
                 .map_err(|errors| errors.to_string())
         });
     match loaded {
@@ -595,7 +595,7 @@ fn known_secrets(session_cwd: &Path) -> dsh_tools::SecretRedactor {
     };
     let settings = dsh_runtime::credentials::Settings::load(&cwd, &home);
     let lookup = |name: &str| settings.get(name);
-    match dsh_config::Config::load(&home, &cwd, &lookup, &dsh_config::Flags::default()) {
+    match dsh_config::Config::load(&home, &cwd, &lookup, &crate::flags::config_flags()) {
         Ok(config) => dsh_runtime::credentials::secrets(&settings, &config),
         Err(_) => {
             let mut secrets = dsh_tools::SecretRedactor::from_env();

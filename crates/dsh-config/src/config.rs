@@ -190,6 +190,8 @@ pub struct Config {
     pub hooks: Table,
     /// The project files and whether their settings applied (docs/configuration.md).
     pub trust: crate::trust::WorkspaceTrust,
+    /// The profile applied (`--profile`, `DSH_PROFILE`), if any.
+    pub profile: Option<String>,
     /// `(base_url, api_key_env)` of each provider without the project layer.
     own_endpoints: BTreeMap<String, (Option<String>, Option<String>)>,
     merged: Table,
@@ -694,9 +696,15 @@ impl Config {
                 }
             }
         } else {
+            // The user's own settings: defaults, the user file and its profile.
             let below: Vec<(Source, Table)> = layers
                 .iter()
-                .filter(|(source, _)| source.precedence() < 2)
+                .filter(|(source, _)| {
+                    matches!(
+                        source,
+                        Source::Default | Source::UserFile(_) | Source::Profile { .. }
+                    )
+                })
                 .cloned()
                 .collect();
             let below = merge_layers(&below).0;
@@ -720,6 +728,10 @@ impl Config {
             keep_secrets_from_moved_targets(&mut merged, project, &own_merged);
         }
         let mut config = Config::from_merged(merged, provenance)?;
+        config.profile = layers.iter().find_map(|(source, _)| match source {
+            Source::Profile { name, .. } => Some(name.clone()),
+            _ => None,
+        });
         config.trust = trust;
         config.own_endpoints = own_endpoints;
         Ok(config)
@@ -791,6 +803,7 @@ impl Config {
             mcp: sub_table(&merged, "mcp").cloned().unwrap_or_default(),
             hooks: sub_table(&merged, "hooks").cloned().unwrap_or_default(),
             trust: crate::trust::WorkspaceTrust::default(),
+            profile: None,
             own_endpoints: BTreeMap::new(),
             merged,
             provenance,

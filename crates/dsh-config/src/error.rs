@@ -13,21 +13,33 @@ pub enum Source {
     UserFile(PathBuf),
     /// `.dsh/config.toml` of the project.
     ProjectFile(PathBuf),
+    /// `[profiles.<name>]` of the user file, selected with `--profile` or `DSH_PROFILE`.
+    Profile {
+        /// The profile's name.
+        name: String,
+        /// The user file that defines it.
+        file: PathBuf,
+    },
     /// An environment variable (or a `.env` file entry) of this name.
     Env(String),
+    /// A `-c key=value` override of the command line, by its dotted key.
+    Override(String),
     /// A command-line flag of this name (without dashes).
     Flag(String),
 }
 
 impl Source {
-    /// Precedence of the layer kind: default 0, user file 1, project file 2, env 3, flag 4.
+    /// Precedence of the layer kind: default 0, user file 1, project file 2, profile 3,
+    /// env 4, `-c` override 5, flag 6.
     pub fn precedence(&self) -> u8 {
         match self {
             Source::Default => 0,
             Source::UserFile(_) => 1,
             Source::ProjectFile(_) => 2,
-            Source::Env(_) => 3,
-            Source::Flag(_) => 4,
+            Source::Profile { .. } => 3,
+            Source::Env(_) => 4,
+            Source::Override(_) => 5,
+            Source::Flag(_) => 6,
         }
     }
 }
@@ -38,7 +50,11 @@ impl fmt::Display for Source {
             Source::Default => f.write_str("built-in default"),
             Source::UserFile(path) => write!(f, "{}", path.display()),
             Source::ProjectFile(path) => write!(f, "{}", path.display()),
+            Source::Profile { name, file } => {
+                write!(f, "profile {name} ({})", file.display())
+            }
             Source::Env(name) => write!(f, "environment variable {name}"),
+            Source::Override(key) => write!(f, "-c {key}"),
             Source::Flag(name) => write!(f, "flag --{name}"),
         }
     }

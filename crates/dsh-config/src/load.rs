@@ -60,7 +60,16 @@ pub struct Flags {
     /// `--trust-workspace`: the project's settings apply for this run without a recorded
     /// trust (docs/configuration.md, "Workspace trust").
     pub trust_workspace: bool,
+    /// `--profile`: the `[profiles.<name>]` table of the user file to apply (else
+    /// `DSH_PROFILE`).
+    pub profile: Option<String>,
+    /// `-c key.path=value` overrides in command-line order, each a layer above the environment
+    /// (docs/configuration.md, "Profiles and overrides").
+    pub overrides: Vec<String>,
 }
+
+/// The variable that selects a profile when `--profile` is not given.
+pub const PROFILE_ENV: &str = "DSH_PROFILE";
 
 /// Environment variables read as configuration, with the key each sets.
 pub const ENV_KEYS: &[(&str, &[&str])] = &[
@@ -145,13 +154,20 @@ pub(crate) fn collect_layers(
     let mut errors = Vec::new();
     let user = user_config_path(home);
     let files = [
-        Some((Source::UserFile(user.clone()), user)),
+        Some((Source::UserFile(user.clone()), user.clone())),
         project_config_path(cwd, home).map(|p| (Source::ProjectFile(p.clone()), p)),
     ];
     let mut project_errors = Vec::new();
+    let mut profiles = None;
     for (source, path) in files.into_iter().flatten() {
         let project = matches!(source, Source::ProjectFile(_));
         match read_layer(&path, &source) {
+            Ok(Some(mut table)) if !project => {
+                if let Some(defined) = table.remove("profiles") {
+                    profiles = Some((path.clone(), defined));
+                }
+                layers.push((source, table));
+            }
             Ok(Some(table)) if project => {
                 let problems = check_layer(&table, &source);
                 if problems.is_empty() {
@@ -160,16 +176,29 @@ pub(crate) fn collect_layers(
                     project_errors.extend(problems);
                 }
             }
-            Ok(Some(table)) => layers.push((source, table)),
-            Ok(None) => {}
+            Ok(Some(_)) | Ok(None) => {}
             Err(error) if project => project_errors.push(error),
             Err(error) => errors.push(error),
         }
+    }
+    if let Some((path, defined)) = &profiles {
+        errors.extend(check_profiles(path, defined));
+    }
+    match profile_layer(&profiles, &user, lookup, flags) {
+        Ok(Some(layer)) => layers.push(layer),
+        Ok(None) => {}
+        Err(error) => errors.push(error),
     }
     for (variable, path) in ENV_KEYS {
         if let Some(value) = lookup(variable).filter(|v| !v.trim().is_empty()) {
             let value = Value::String(value.trim().to_string());
             layers.push((Source::Env(variable.to_string()), nested(path, value)));
+        }
+    }
+    for text in &flags.overrides {
+        match override_layer(text) {
+            Ok(layer) => layers.push(layer),
+            Err(error) => errors.push(error),
         }
     }
     let flag_values = [
@@ -194,6 +223,117 @@ pub(crate) fn collect_layers(
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+/// The selected profile (`--profile`, else `DSH_PROFILE`) as a layer: its table from the
+/// user file's `[profiles]` (`defined`, with that file's path). Profiles come from the user
+/// file only: the schema refuses `profiles` in a project file, whose settings a profile would
+/// otherwise lift above the project's own restrictions.
+fn profile_layer(
+    defined: &Option<(PathBuf, Value)>,
+    user: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    flags: &Flags,
+) -> Result<Option<(Source, Table)>, ConfigError> {
+    let (name, asked_by) = match (&flags.profile, lookup(PROFILE_ENV)) {
+        (Some(name), _) => (name.trim().to_string(), Source::Flag("profile".into())),
+        (None, Some(name)) if !name.trim().is_empty() => {
+            (name.trim().to_string(), Source::Env(PROFILE_ENV.into()))
+        }
+        _ => return Ok(None),
+    };
+    let tables = defined.as_ref().and_then(|(_, value)| value.as_table());
+    let Some(table) = tables.and_then(|t| t.get(&name)).and_then(Value::as_table) else {
+        let names: Vec<&str> = tables
+            .map(|t| t.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let fix = match names.is_empty() {
+            true => format!(
+                "define it as a `[profiles.{name}]` table in {}, or drop the selection",
+                user.display()
+            ),
+            false => format!(
+                "use one of the profiles {} defines: {}",
+                user.display(),
+                names.join(", ")
+            ),
+        };
+        return Err(ConfigError::new(
+            &asked_by,
+            "profile",
+            format!("no profile is named `{name}`"),
+            fix,
+        ));
+    };
+    let file = defined.as_ref().map(|(path, _)| path.clone());
+    let source = Source::Profile {
+        name,
+        file: file.unwrap_or_default(),
+    };
+    Ok(Some((source, table.clone())))
+}
+
+/// Every profile of the user file checked as a layer of its own, selected or not: a typo in
+/// a profile is found the day it is written, not the day it is first used.
+fn check_profiles(file: &Path, defined: &Value) -> Vec<ConfigError> {
+    let user = Source::UserFile(file.to_path_buf());
+    let Some(tables) = defined.as_table() else {
+        return vec![ConfigError::new(
+            &user,
+            "profiles",
+            "must be a table of profiles",
+            "write each profile as a table: `[profiles.NAME]` followed by its keys",
+        )];
+    };
+    let mut errors = Vec::new();
+    for (name, table) in tables {
+        match table.as_table() {
+            Some(table) => {
+                let source = Source::Profile {
+                    name: name.clone(),
+                    file: file.to_path_buf(),
+                };
+                errors.extend(check_layer(table, &source));
+            }
+            None => errors.push(ConfigError::new(
+                &user,
+                key_path("profiles", name),
+                "must be a table",
+                format!("write it as `[profiles.{name}]` followed by its keys"),
+            )),
+        }
+    }
+    errors
+}
+
+/// One `-c key.path=value` as a layer. The value is read as a TOML value (`5`, `true`,
+/// `["a", "b"]`, `{ x = 1 }`, `"text"`); anything that is not one is taken as a string, so
+/// `-c model=deepseek-chat` needs no quotes.
+fn override_layer(text: &str) -> Result<(Source, Table), ConfigError> {
+    let Some((key, value)) = text.split_once('=') else {
+        return Err(ConfigError::new(
+            &Source::Override(text.trim().to_string()),
+            "",
+            "is not of the form key=value",
+            "write `-c key.path=value`, e.g. `-c model=deepseek-reasoner` or `-c budget.max_steps=20`",
+        ));
+    };
+    let key = key.trim();
+    let source = Source::Override(key.to_string());
+    let value = value.trim();
+    let table = format!("{key} = {value}")
+        .parse::<Table>()
+        .or_else(|_| format!("{key} = {}", Value::String(value.to_string())).parse::<Table>())
+        .map_err(|_| {
+            ConfigError::new(
+                &source,
+                "",
+                "is not a key path",
+                "name the key as in config.toml, parts joined by dots (`tui.alt_screen`); quote \
+                 parts with other characters (`models.\"my.model\".context_window`)",
+            )
+        })?;
+    Ok((source, table))
 }
 
 /// Provenance of every leaf value, by dotted key path.

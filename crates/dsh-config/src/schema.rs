@@ -254,6 +254,14 @@ impl Checker<'_> {
     fn root(&mut self, table: &Table) {
         for (key, value) in table {
             match key.as_str() {
+                // The user file's `[profiles]` is taken out before its layer is checked
+                // (`load::collect_layers`); anywhere else it is refused.
+                "profiles" => self.error(
+                    key,
+                    "profiles are read from the user's config.toml only",
+                    "move the `[profiles.NAME]` tables to $DSH_HOME/config.toml (a project \
+                     file, a profile or `-c` cannot define profiles)",
+                ),
                 "provider" | "model" => {
                     self.expect_str(key, value);
                 }

@@ -179,6 +179,9 @@ pub fn render_value(path: &str, value: &Value) -> String {
 /// each provider's key variable is set (never its value). `lookup` reads variables.
 pub fn render(config: &Config, lookup: &dyn Fn(&str) -> Option<String>) -> String {
     let mut out = String::new();
+    if let Some(name) = &config.profile {
+        let _ = writeln!(out, "# profile {name} applies");
+    }
     let lines: Vec<(String, String, String)> = config
         .values()
         .into_iter()

@@ -64,6 +64,12 @@ pub struct Choices {
     /// The provider is replaced ([`SessionSpec::provider`]): its key is not looked up, and a
     /// missing one is no error. Set by [`Runtime::configuration`] for such a spec.
     pub keyless: bool,
+    /// `--profile`: a `[profiles.<name>]` of the user file (docs/configuration.md, "Profiles
+    /// and overrides").
+    pub profile: Option<String>,
+    /// `-c key.path=value` overrides, in command-line order; a spec's own replace the
+    /// process's when it has any.
+    pub overrides: Vec<String>,
 }
 
 impl Choices {
@@ -79,6 +85,11 @@ impl Choices {
             permission: pick(&self.permission, &defaults.permission),
             trust_workspace: self.trust_workspace || defaults.trust_workspace,
             keyless: self.keyless || defaults.keyless,
+            profile: pick(&self.profile, &defaults.profile),
+            overrides: match self.overrides.is_empty() {
+                true => defaults.overrides.clone(),
+                false => self.overrides.clone(),
+            },
         }
     }
 }
@@ -502,6 +513,8 @@ impl Runtime {
             effort: choices.effort.clone(),
             permission: choices.permission.clone(),
             trust_workspace: choices.trust_workspace,
+            profile: choices.profile.clone(),
+            overrides: choices.overrides.clone(),
         };
         let mut config = dsh_config::Config::load(&self.home, cwd, &lookup, &flags)
             .map_err(|errors| RuntimeError::InvalidConfig(errors.to_string()))?;

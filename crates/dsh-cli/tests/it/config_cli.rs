@@ -331,3 +331,91 @@ async fn a_models_temperature_and_stop_reach_its_requests() {
         "{stderr}"
     );
 }
+
+/// Issue 42, point 4: `--profile` and `-c` on the real binary, before and after the
+/// subcommand: the run's request carries the profile's and the override's values, `config
+/// show` names the profile and the override as the sources, `doctor` lists both layers, and
+/// a bad override stops the run before any request.
+#[tokio::test]
+async fn profiles_and_overrides_reach_the_request_and_are_attributed() {
+    let provider = FakeProvider::start([
+        SseReply::new().text("one").finish("stop", None).into(),
+        SseReply::new().text("two").finish("stop", None).into(),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    env.write_user(&format!(
+        "# kept as written\n\
+         [providers.deepseek]\nbase_url = \"{}\"\n\
+         [profiles.pro]\nmodel = \"deepseek-v4-pro\"\neffort = \"max\"\n",
+        provider.base_url()
+    ));
+    let runs: [&[&str]; 2] = [
+        &[
+            "run",
+            "--profile",
+            "pro",
+            "-c",
+            "models.deepseek-v4-pro.temperature=0.4",
+            "hi",
+        ],
+        &["--profile", "pro", "-c", "effort=low", "run", "hi"],
+    ];
+    for args in runs {
+        let mut cmd = env.command(args);
+        cmd.env("DEEPSEEK_API_KEY", DEEPSEEK_SECRET);
+        let out = output(cmd).await;
+        assert!(out.status.success(), "{args:?}: {}", text(&out).1);
+    }
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    let first = &requests[0].body;
+    assert_eq!(first["model"], "deepseek-v4-pro", "{first}");
+    assert_eq!(first["temperature"], 0.4, "{first}");
+    assert_eq!(first["reasoning_effort"], "max", "{first}");
+    let second = &requests[1].body;
+    assert_eq!(second["model"], "deepseek-v4-pro", "{second}");
+    assert_eq!(second["reasoning_effort"], "low", "{second}");
+
+    let mut cmd = env.command(&["config", "show", "-c", "budget.max_steps=9"]);
+    cmd.env("DSH_PROFILE", "pro");
+    let out = output(cmd).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.starts_with("# profile pro applies\n"), "{stdout}");
+    let line = |key: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+            .to_string()
+    };
+    assert!(line("model").contains("# profile pro ("), "{stdout}");
+    assert!(
+        line("budget.max_steps").ends_with("# -c budget.max_steps"),
+        "{stdout}"
+    );
+
+    let mut cmd = env.command(&["doctor", "--profile", "pro", "-c", "budget.max_steps=9"]);
+    cmd.env("DEEPSEEK_API_KEY", DEEPSEEK_SECRET);
+    let out = output(cmd).await;
+    let stdout = text(&out).0;
+    let config_line = stdout.lines().next().unwrap_or_default().to_string();
+    assert!(
+        config_line.contains("profile pro") && config_line.contains("-c (budget.max_steps)"),
+        "{stdout}"
+    );
+
+    // Doctor asked the endpoint for its models.
+    let asked = provider.requests().len();
+    let out = output(env.command(&["run", "-c", "budget.max_steps=lots", "hi"])).await;
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("-c budget.max_steps"), "{stderr}");
+    assert_eq!(
+        provider.requests().len(),
+        asked,
+        "a bad override sent a request"
+    );
+}

@@ -12,6 +12,7 @@ mod agents_config;
 mod config;
 mod config_dirs;
 mod mcp_config;
+mod profiles;
 mod reply_timeout;
 mod sandbox_config;
 mod search_tools_config;
