@@ -14,10 +14,12 @@ mod home;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod math_symbols;
 mod models;
+mod output_schema;
 mod progress;
 mod replay;
 mod run;
 mod sessions;
+mod stream_input;
 mod trust;
 mod tui;
 mod web;
@@ -70,7 +72,7 @@ struct Cli {
 #[command(defer = true)]
 enum Command {
     /// Run one task headless: final answer on stdout, progress on stderr.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Re-run a recorded session with its recorded model replies and real tools; report what
     /// differed. Needs no API key.
     Replay(replay::ReplayArgs),
@@ -181,7 +183,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => tui::run_new(interactive),
         Some(Command::Resume(args)) => tui::run_resume(args, interactive),
-        Some(Command::Run(args)) => run::run(args),
+        Some(Command::Run(args)) => run::run(*args),
         Some(Command::Replay(args)) => replay::run(args),
         Some(Command::Sessions(args)) => sessions::run(args),
         Some(Command::Config(args)) => config_cmd::run(args),

@@ -19,7 +19,10 @@ use dsh_runtime::{
 };
 use dsh_session::TurnEndReason;
 
+use serde_json::Value;
+
 use crate::headless::{json_prints, task_text, ColorChoice};
+use crate::output_schema::OutputSchema;
 use crate::progress::{envelope_json, json_line, ProgressPrinter};
 
 // Arguments of `dsh run` (a plain comment: clap would make a doc comment the
@@ -98,6 +101,27 @@ pub(crate) struct RunArgs {
     /// whole process group, and reported (docs/run-json.md, "Background jobs").
     #[arg(long, value_parser = parse_jobs_wait, default_value = "5m")]
     pub(crate) jobs_wait: Duration,
+    /// The final answer must be one JSON value valid under this JSON Schema (a file): the
+    /// model is told the schema, an invalid answer is sent back once, and the value is printed
+    /// (and is the `--json` result line's `structuredOutput`); still invalid: exit 1,
+    /// `OUTPUT_SCHEMA`.
+    #[arg(long, value_name = "FILE", conflicts_with = "plan")]
+    pub(crate) output_schema: Option<PathBuf>,
+    /// `stream-json`: read user messages as JSON lines from stdin, one turn each, in one
+    /// session, and answer with `--json` lines and a `result` line per message
+    /// (docs/run-json.md, "Streamed input"). Implies `--json`; takes no task argument.
+    #[arg(long, value_enum, default_value_t = InputFormat::Text,
+          conflicts_with_all = ["prompt", "plan", "images"])]
+    pub(crate) input_format: InputFormat,
+}
+
+/// Where `dsh run` takes its user messages from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum InputFormat {
+    /// The task argument (or stdin's whole text).
+    Text,
+    /// One JSON user message per stdin line.
+    StreamJson,
 }
 
 fn parse_jobs_wait(text: &str) -> Result<Duration, String> {
@@ -382,13 +406,18 @@ fn trimmed(list: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The session `args` ask for.
-fn session_spec(args: &RunArgs) -> anyhow::Result<SessionSpec> {
+/// The session `args` ask for; `schema`'s instructions follow `--append-system-prompt`'s text.
+fn session_spec(args: &RunArgs, schema: Option<&OutputSchema>) -> anyhow::Result<SessionSpec> {
+    let appended = appended_prompt(args.append_system_prompt.as_deref())?;
+    let appended = match (appended, schema.map(OutputSchema::instructions)) {
+        (Some(text), Some(format)) => Some(format!("{}\n\n{format}", text.trim_end())),
+        (text, format) => text.or(format),
+    };
     Ok(SessionSpec {
         resume: args.resume(),
         // Plan mode is in force before anything of the session starts (its MCP servers).
         plan: args.plan,
-        append_system_prompt: appended_prompt(args.append_system_prompt.as_deref())?,
+        append_system_prompt: appended,
         tool_filter: (!args.allowed_tools.is_empty() || !args.disallowed_tools.is_empty()).then(
             || dsh_agent::ToolFilter {
                 allowed: trimmed(&args.allowed_tools),
@@ -399,14 +428,29 @@ fn session_spec(args: &RunArgs) -> anyhow::Result<SessionSpec> {
     })
 }
 
-async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
+async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let streamed = args.input_format == InputFormat::StreamJson;
+    // A program reads the answers: the output is the `--json` lines.
+    args.json |= streamed;
     // The task first: a missing one is refused before any configuration is read.
-    let prompt = task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?;
+    let prompt = match streamed {
+        true => None,
+        false => Some(task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?),
+    };
+    let schema = args
+        .output_schema
+        .as_deref()
+        .map(OutputSchema::load)
+        .transpose()?;
     let runtime = runtime(args.cwd.as_deref(), args.session.choices())?;
-    let spec = session_spec(&args)?;
+    let spec = session_spec(&args, schema.as_ref())?;
     let setup = runtime.configuration(&spec).map_err(runtime_error)?;
-    let images = task_images(&args, &prompt, &setup, &runtime)?; // before a session opens
-                                                                 // `--ephemeral`: a store of its own, removed with this guard whatever way the run ends.
+    // Before a session opens.
+    let images = match &prompt {
+        Some(prompt) => task_images(&args, prompt, &setup, &runtime)?,
+        None => Vec::new(),
+    };
+    // `--ephemeral`: a store of its own, removed with this guard whatever way the run ends.
     let ephemeral = args.ephemeral.then(EphemeralStore::create).transpose()?;
     let store = match &ephemeral {
         Some(ephemeral) => ephemeral.store(),
@@ -421,84 +465,126 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
     let session_id = handle.session_id();
     let control = headless_control(&mut agent, &setup);
 
-    // Prints events as they are logged; once the run is over (`finished`), prints what is
-    // still buffered and stops.
+    // Prints events as they are logged, and the lines `lines` is sent after the events before
+    // them; once the run is over (`finished`), prints what is still buffered and stops.
     let finished = tokio_util::sync::CancellationToken::new();
-    let mut projector = ViewProjector::new(
-        dsh_agent::Presenter::new(Some(&handle.tools())),
-        agent.prices().clone(),
-    );
-    if !matches!(spec.resume, Resume::New) {
-        // The live events continue the stored log: totals and the model shown go on from it.
-        if let Ok(log) = store.load(&session_id) {
-            projector.continue_after(&log.events);
-        }
-    }
+    let projector = live_projector(&agent, &spec, store.as_ref(), &session_id);
+    let (lines, printed_lines) = tokio::sync::mpsc::unbounded_channel();
     let printer = spawn_printer(
         &args,
-        setup.secrets().clone(),
-        session_id.clone(),
+        (setup.secrets().clone(), session_id.clone()),
         projector,
-        handle.subscribe(),
+        (handle.subscribe(), printed_lines),
         finished.clone(),
     );
 
-    queue_task(&control, args.plan, prompt, images)?;
+    if let Some(prompt) = prompt {
+        queue_task(&control, args.plan, prompt, images)?;
+    }
 
     // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // Stops waiting for background jobs' wake-ups (docs/agent.md, "Wake-ups").
+    // Stops waiting for background jobs' wake-ups (docs/agent.md, "Wake-ups") and for input.
     let settle_stop = tokio_util::sync::CancellationToken::new();
-    let signal_task = tokio::spawn({
-        let control = control.clone();
-        let interrupted = Arc::clone(&interrupted);
-        let settle_stop = settle_stop.clone();
-        async move {
-            if ctrl_c_or_terminate().await {
-                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
-                settle_stop.cancel();
-                eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
-                let _ = control.submit(Op::Cancel { keep_queued: false });
-                if ctrl_c_or_terminate().await {
-                    std::process::exit(130);
-                }
-            }
-        }
-    });
+    let signal_task = cancel_on_signal(
+        control.clone(),
+        Arc::clone(&interrupted),
+        settle_stop.clone(),
+    );
 
+    let mut turns = Turns {
+        agent,
+        control,
+        stop: settle_stop,
+        schema,
+    };
     // A finished background job wakes the agent (at most 3 turns in a row); `dsh run` waits
     // for the jobs it started while they can still do so, at most `--jobs-wait` after the
     // last turn; what still runs then is stopped and reported, so a run always ends.
-    let outcomes = agent
-        .run_until_settled_within(&settle_stop, Some(args.jobs_wait))
-        .await;
-    let stopped = agent
+    let answered = match streamed {
+        false => turns
+            .answer(args.jobs_wait)
+            .await
+            .map(|answer| vec![answer]),
+        true => {
+            let printed = ResultLines {
+                args: &args,
+                setup: &setup,
+                session_id: &session_id,
+                lines: &lines,
+            };
+            stream_turns(&mut turns, &printed, &runtime, &setup).await
+        }
+    };
+    let stopped = turns
+        .agent
         .stop_background_jobs("the headless run ended")
         .await
         .unwrap_or_default();
     signal_task.abort();
-    drop(control);
+    let schema = turns.schema.take();
+    drop(turns);
     drop(handle);
-    drop(agent);
+    if streamed && !stopped.is_empty() {
+        let line = serde_json::json!({
+            "type": "jobs_stopped",
+            "sessionId": session_id,
+            "jobs": stopped,
+        });
+        let _ = lines.send(line);
+    }
     // Every event of the run is in the channel by now: the printer drains it and stops.
     finished.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
 
-    let outcomes = outcomes?;
-    let mut outcome = outcomes.last().cloned();
-    if args.plan {
-        // The plan, not the model's closing words, is what `dsh run --plan` prints.
-        let events = store
-            .load(&session_id)
-            .map(|log| log.events)
-            .unwrap_or_default();
-        if let (Some(plan), Some(outcome)) = (dsh_agent::last_presented_plan(&events), &mut outcome)
-        {
-            outcome.final_text = plan;
+    let ended = RunEnd {
+        session_id: &session_id,
+        stopped: &stopped,
+        interrupted: interrupted.load(std::sync::atomic::Ordering::SeqCst),
+    };
+    conclude(&args, &setup, store.as_ref(), answered?, schema, &ended)
+}
+
+/// The view projector of the run's live events; a resumed session's continue its stored log:
+/// totals and the model shown go on from it.
+fn live_projector(
+    agent: &dsh_agent::Agent,
+    spec: &SessionSpec,
+    store: &(dyn dsh_session::SessionStore + Send + Sync),
+    session_id: &str,
+) -> ViewProjector {
+    let tools = agent.handle().tools();
+    let mut projector = ViewProjector::new(
+        dsh_agent::Presenter::new(Some(&tools)),
+        agent.prices().clone(),
+    );
+    if !matches!(spec.resume, Resume::New) {
+        if let Ok(log) = store.load(session_id) {
+            projector.continue_after(&log.events);
         }
     }
-    let was_interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
-    let when = if was_interrupted {
+    projector
+}
+
+/// How the run ended, for its report.
+struct RunEnd<'a> {
+    session_id: &'a str,
+    stopped: &'a [dsh_tools::StoppedJob],
+    interrupted: bool,
+}
+
+/// Reports the end of the run: stopped jobs on stderr, the answer (unless streamed, which
+/// printed each as it came) and the exit status of the last answer.
+fn conclude(
+    args: &RunArgs,
+    setup: &Configuration,
+    store: &(dyn dsh_session::SessionStore + Send + Sync),
+    mut answers: Vec<Answer>,
+    schema: Option<OutputSchema>,
+    ended: &RunEnd<'_>,
+) -> anyhow::Result<ExitCode> {
+    let session_id = ended.session_id;
+    let when = if ended.interrupted {
         "when the run was cancelled".to_string()
     } else {
         format!(
@@ -506,15 +592,288 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
             args.jobs_wait.as_secs()
         )
     };
-    report_stopped_jobs(&setup, &stopped, &when);
-    finish(
-        &args,
-        &setup,
-        &session_id,
-        outcome,
-        &stopped,
-        was_interrupted,
-    )
+    report_stopped_jobs(setup, ended.stopped, &when);
+    let Some(last) = answers.pop() else {
+        return Err(user_error(
+            "NO_TASK",
+            "stdin held no user message; send lines such as {\"type\": \"user\", \"content\": \"...\"}",
+        ));
+    };
+    let mut outcome = run_outcome(last.outcomes);
+    if args.plan {
+        // The plan, not the model's closing words, is what `dsh run --plan` prints.
+        let events = store
+            .load(session_id)
+            .map(|log| log.events)
+            .unwrap_or_default();
+        if let (Some(plan), Some(outcome)) = (dsh_agent::last_presented_plan(&events), &mut outcome)
+        {
+            outcome.final_text = plan;
+        }
+    }
+    let Some(outcome) = outcome else {
+        return Err(user_error("UNKNOWN", "no turn ran"));
+    };
+    let verdict = last.structured.map(|checked| (schema, checked));
+    if args.input_format != InputFormat::StreamJson {
+        // The streamed run printed each answer's result line as it came.
+        print_result(
+            args,
+            setup,
+            session_id,
+            &outcome,
+            ended.stopped,
+            ended.interrupted,
+            verdict.as_ref(),
+        );
+    }
+    exit_status(setup, session_id, &outcome, ended.interrupted, verdict)
+}
+
+/// Cancels the turn on Ctrl-C, `SIGTERM` or `SIGHUP` (which is then logged as aborted),
+/// noting it in `interrupted` and stopping waits (`stop`); a second one exits at once.
+fn cancel_on_signal(
+    control: SessionControl,
+    interrupted: Arc<std::sync::atomic::AtomicBool>,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if ctrl_c_or_terminate().await {
+            interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+            stop.cancel();
+            eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
+            let _ = control.submit(Op::Cancel { keep_queued: false });
+            if ctrl_c_or_terminate().await {
+                std::process::exit(130);
+            }
+        }
+    })
+}
+
+/// The session's agent and what its turns need.
+struct Turns {
+    agent: dsh_agent::Agent,
+    control: SessionControl,
+    /// Cancelled by Ctrl-C: stops waiting for wake-ups and for input.
+    stop: tokio_util::sync::CancellationToken,
+    schema: Option<OutputSchema>,
+}
+
+/// What one user message's turns came to: their outcomes and, with `--output-schema`, the
+/// verdict on the final answer.
+struct Answer {
+    outcomes: Vec<TurnOutcome>,
+    structured: Option<Result<Value, String>>,
+}
+
+impl Turns {
+    /// Runs the queued input's turns, and the turns background jobs wake within `wait`; with
+    /// `--output-schema`, sends an invalid final answer back once and runs that turn too.
+    async fn answer(&mut self, wait: Duration) -> anyhow::Result<Answer> {
+        let mut outcomes = self
+            .agent
+            .run_until_settled_within(&self.stop, Some(wait))
+            .await?;
+        let Some(schema) = &self.schema else {
+            return Ok(Answer {
+                outcomes,
+                structured: None,
+            });
+        };
+        let structured = match schema_check(schema, &outcomes) {
+            Some(Err(problem)) if !self.stop.is_cancelled() => {
+                queue_task(
+                    &self.control,
+                    false,
+                    schema.correction(&problem),
+                    Vec::new(),
+                )?;
+                let corrected = self
+                    .agent
+                    .run_until_settled_within(&self.stop, Some(wait))
+                    .await?;
+                outcomes.extend(corrected);
+                schema_check(schema, &outcomes)
+            }
+            checked => checked,
+        };
+        Ok(Answer {
+            outcomes,
+            structured,
+        })
+    }
+}
+
+/// Where a streamed run prints each answer's `result` line: through the printer, after the
+/// event lines before it.
+struct ResultLines<'a> {
+    args: &'a RunArgs,
+    setup: &'a Configuration,
+    session_id: &'a str,
+    lines: &'a tokio::sync::mpsc::UnboundedSender<Value>,
+}
+
+impl ResultLines<'_> {
+    fn answered(&self, answer: &Answer, schema: Option<&OutputSchema>) {
+        let Some(outcome) = run_outcome(answer.outcomes.clone()) else {
+            return;
+        };
+        let verdict = answer.structured.clone().map(|checked| (schema, checked));
+        let line = result_json(
+            self.args,
+            self.session_id,
+            self.setup,
+            &outcome,
+            &[],
+            verdict.as_ref().map(|(_, checked)| checked),
+        );
+        let _ = self.lines.send(line);
+    }
+
+    /// An input line that could not be used: said on stdout (the program reads it there) and
+    /// on stderr; the run goes on with the next line.
+    fn refused(&self, number: u64, problem: &str) {
+        let problem = shown(self.setup, problem);
+        eprintln!("dsh: BAD_INPUT: line {number}: {problem}");
+        let _ = self.lines.send(serde_json::json!({
+            "type": "error",
+            "sessionId": self.session_id,
+            "code": "BAD_INPUT",
+            "line": number,
+            "message": problem,
+        }));
+    }
+}
+
+/// Reads and drops the rest of a line, a buffer at a time (a line over the limit may be of
+/// any length).
+async fn skip_line(input: &mut (impl tokio::io::AsyncBufRead + Unpin)) {
+    use tokio::io::AsyncBufReadExt as _;
+    loop {
+        let (used, ended) = match input.fill_buf().await {
+            Ok([]) | Err(_) => return,
+            Ok(buffer) => match buffer.iter().position(|b| *b == b'\n') {
+                Some(at) => (at + 1, true),
+                None => (buffer.len(), false),
+            },
+        };
+        input.consume(used);
+        if ended {
+            return;
+        }
+    }
+}
+
+/// `--input-format stream-json`: each stdin line is a user message, answered in order (the
+/// next line is read once the previous one's turns ended), each answer followed by its
+/// `result` line; at the end of the input, the turns background jobs wake within
+/// `--jobs-wait` get one `result` line more. Returns every answer.
+async fn stream_turns(
+    turns: &mut Turns,
+    printed: &ResultLines<'_>,
+    runtime: &Runtime,
+    setup: &Configuration,
+) -> anyhow::Result<Vec<Answer>> {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
+    let workspace = std::fs::canonicalize(&setup.cwd).unwrap_or_else(|_| setup.cwd.clone());
+    let gate = dsh_tools::GatePolicy::new(&workspace);
+    let model = setup.call.model.clone();
+    let text_only = dsh_runtime::SessionFactory::model_info(runtime, &model)
+        .is_some_and(|info| !dsh_llm::takes_images(&info));
+    let context = crate::stream_input::InputContext {
+        cwd: &setup.cwd,
+        gate: &gate,
+        text_only_model: text_only.then_some(model.as_str()),
+    };
+    let mut input = tokio::io::BufReader::new(tokio::io::stdin());
+    let mut answers = Vec::new();
+    let mut number = 0;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let mut bounded = (&mut input).take(crate::stream_input::MAX_LINE_BYTES as u64 + 1);
+        let read = tokio::select! {
+            read = bounded.read_until(b'\n', &mut line) => read,
+            () = turns.stop.cancelled() => break,
+        };
+        match read {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(err) => return Err(anyhow::Error::new(err).context("cannot read stdin")),
+        }
+        number += 1;
+        if line.len() > crate::stream_input::MAX_LINE_BYTES {
+            printed.refused(number, "the line is longer than 32 MiB");
+            skip_line(&mut input).await;
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(&line) else {
+            printed.refused(number, "the line is not UTF-8");
+            continue;
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let message = match crate::stream_input::user_message(text.trim(), &context) {
+            Ok(message) => message,
+            Err(problem) => {
+                printed.refused(number, &problem);
+                continue;
+            }
+        };
+        if let Err(err) = turns.control.submit(Op::Prompt(message)) {
+            printed.refused(number, &err.message);
+            continue;
+        }
+        let answer = turns.answer(Duration::ZERO).await?;
+        printed.answered(&answer, turns.schema.as_ref());
+        answers.push(answer);
+    }
+    let woken = turns
+        .agent
+        .run_until_settled_within(&turns.stop, Some(printed.args.jobs_wait))
+        .await?;
+    if !woken.is_empty() {
+        let answer = Answer {
+            outcomes: woken,
+            structured: None,
+        };
+        printed.answered(&answer, None);
+        answers.push(answer);
+    }
+    Ok(answers)
+}
+
+/// The final answer of the last turn checked against `schema`, when that turn completed
+/// (a turn that failed is reported as its failure, not as a wrong answer).
+fn schema_check(schema: &OutputSchema, outcomes: &[TurnOutcome]) -> Option<Result<Value, String>> {
+    outcomes
+        .last()
+        .filter(|outcome| matches!(outcome.reason, TurnEndReason::Completed))
+        .map(|outcome| schema.check(&outcome.final_text))
+}
+
+/// What the run's turns add up to: the last turn's end and answer, with the usage, cost and
+/// cache reports of every turn this run started (the task's, a background job's wake-ups, an
+/// `--output-schema` correction), so the result line counts every billed call of the run.
+fn run_outcome(outcomes: Vec<TurnOutcome>) -> Option<TurnOutcome> {
+    let mut outcomes = outcomes.into_iter();
+    let mut total = outcomes.next()?;
+    for later in outcomes {
+        total.usage.merge(&later.usage);
+        for (model, usage) in &later.usage_by_model {
+            total
+                .usage_by_model
+                .entry(model.clone())
+                .or_default()
+                .merge(usage);
+        }
+        total.cache_reports.extend(later.cache_reports);
+        total.turn = later.turn;
+        total.reason = later.reason;
+        total.final_text = later.final_text;
+    }
+    Some(total)
 }
 
 /// Waits for Ctrl-C, or for `SIGTERM` / `SIGHUP` on Unix: each ends the run the way Ctrl-C
@@ -562,10 +921,12 @@ fn report_stopped_jobs(setup: &Configuration, stopped: &[dsh_tools::StoppedJob],
 /// stderr. Once `finished` is cancelled it prints what is still buffered and stops.
 fn spawn_printer(
     args: &RunArgs,
-    secrets: dsh_tools::SecretRedactor,
-    session_id: String,
+    (secrets, session_id): (dsh_tools::SecretRedactor, String),
     mut projector: ViewProjector,
-    mut events: tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
+    (mut events, mut lines): (
+        tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
+        tokio::sync::mpsc::UnboundedReceiver<Value>,
+    ),
     finished: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let show_progress = !args.json && (args.verbose || std::io::stderr().is_terminal());
@@ -601,12 +962,26 @@ fn spawn_printer(
                 }
             }
         };
+        let print_line = |line: Value| {
+            let _ = writeln!(std::io::stdout(), "{}", json_line(line, &secrets));
+        };
         loop {
             let received = tokio::select! {
                 received = events.recv() => received,
+                Some(line) = lines.recv() => {
+                    // After the events logged before it was sent.
+                    while let Ok(envelope) = events.try_recv() {
+                        print(&envelope);
+                    }
+                    print_line(line);
+                    continue;
+                }
                 () = finished.cancelled() => {
                     while let Ok(envelope) = events.try_recv() {
                         print(&envelope);
+                    }
+                    while let Ok(line) = lines.try_recv() {
+                        print_line(line);
                     }
                     break;
                 }
@@ -632,47 +1007,97 @@ fn is_delta(event: &ViewEvent) -> bool {
     )
 }
 
-fn finish(
+/// `--output-schema`'s verdict on the final answer: the schema and the value, or what is wrong.
+type Verdict<S> = (S, Result<Value, String>);
+
+/// The `--json` result line of `outcome` (docs/run-json.md, "The result line").
+fn result_json(
+    args: &RunArgs,
+    session_id: &str,
+    setup: &Configuration,
+    outcome: &TurnOutcome,
+    stopped_jobs: &[dsh_tools::StoppedJob],
+    checked: Option<&Result<Value, String>>,
+) -> Value {
+    // Every billed call of the turns, each model at its price (docs/sessions.md, "Cost");
+    // null when a model with usage has no price.
+    let cost = setup.prices.cost(&outcome.usage_by_model);
+    let mut line = serde_json::json!({
+        "type": "result",
+        "schemaVersion": RESULT_SCHEMA_VERSION,
+        "sessionId": session_id,
+        "output": outcome.final_text,
+        "stop": outcome.reason.kind(),
+        "budget": dsh_agent::budget_of(&outcome.reason),
+        "turn": outcome.turn,
+        "reason": outcome.reason,
+        "usage": usage_json(&outcome.usage),
+        "costUsd": cost,
+        "cache": cache_json(&outcome.cache_reports),
+        "stoppedJobs": stopped_jobs,
+    });
+    if args.output_schema.is_some() {
+        line["structuredOutput"] = match checked {
+            Some(Ok(value)) => value.clone(),
+            _ => Value::Null,
+        };
+        if let Some(Err(problem)) = checked {
+            line["schemaError"] = Value::String(problem.clone());
+        }
+    }
+    line
+}
+
+/// Prints the run's answer: the result line with `--json`, else the final text (or the
+/// `--output-schema` value) on stdout.
+fn print_result(
     args: &RunArgs,
     setup: &Configuration,
     session_id: &str,
-    outcome: Option<TurnOutcome>,
+    outcome: &TurnOutcome,
     stopped_jobs: &[dsh_tools::StoppedJob],
     interrupted: bool,
-) -> anyhow::Result<ExitCode> {
-    let Some(outcome) = outcome else {
-        return Err(user_error("UNKNOWN", "no turn ran"));
-    };
-    // Every billed call of the turn, each model at its price (docs/sessions.md, "Cost"); null
-    // when a model with usage has no price.
-    let cost = setup.prices.cost(&outcome.usage_by_model);
+    verdict: Option<&Verdict<Option<OutputSchema>>>,
+) {
+    let checked = verdict.map(|(_, checked)| checked);
     if args.json {
-        let line = serde_json::json!({
-            "type": "result",
-            "schemaVersion": RESULT_SCHEMA_VERSION,
-            "sessionId": session_id,
-            "output": outcome.final_text,
-            "stop": outcome.reason.kind(),
-            "budget": dsh_agent::budget_of(&outcome.reason),
-            "turn": outcome.turn,
-            "reason": outcome.reason,
-            "usage": usage_json(&outcome.usage),
-            "costUsd": cost,
-            "cache": cache_json(&outcome.cache_reports),
-            "stoppedJobs": stopped_jobs,
-        });
+        let line = result_json(args, session_id, setup, outcome, stopped_jobs, checked);
         println!("{}", json_line(line, setup.secrets()));
-    } else if !outcome.final_text.is_empty() && !interrupted {
-        // After Ctrl-C stdout stays empty, so a pipeline never consumes half an answer; the
-        // partial reply stays in the session log.
-        // Secrets replaced and the model's escape sequences shown, not obeyed (docs/SECURITY.md,
-        // "Terminal output (dsh run, sessions show)").
-        let text = setup.secrets().redact(outcome.final_text.trim_end());
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{}", dsh_tools::printable(&text));
+        return;
     }
+    // After Ctrl-C stdout stays empty, so a pipeline never consumes half an answer; the
+    // partial reply stays in the session log.
+    if interrupted {
+        return;
+    }
+    let text = match checked {
+        // The value as one line of JSON, whatever layout the model gave it.
+        Some(Ok(value)) => value.to_string(),
+        // An answer the schema refused is not printed: a program would read it as valid.
+        Some(Err(_)) => return,
+        None if outcome.final_text.is_empty() => return,
+        None => outcome.final_text.trim_end().to_string(),
+    };
+    // Secrets replaced and the model's escape sequences shown, not obeyed (docs/SECURITY.md,
+    // "Terminal output (dsh run, sessions show)").
+    let text = setup.secrets().redact(&text);
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", dsh_tools::printable(&text));
+}
+
+/// The exit status of a run whose last turn ended as `outcome` (docs/run-json.md).
+fn exit_status(
+    setup: &Configuration,
+    session_id: &str,
+    outcome: &TurnOutcome,
+    interrupted: bool,
+    verdict: Option<Verdict<Option<OutputSchema>>>,
+) -> anyhow::Result<ExitCode> {
     match &outcome.reason {
-        TurnEndReason::Completed => Ok(ExitCode::SUCCESS),
+        TurnEndReason::Completed => match verdict {
+            Some((Some(schema), Err(problem))) => Err(schema.failure(&problem, session_id)),
+            _ => Ok(ExitCode::SUCCESS),
+        },
         TurnEndReason::Aborted { .. } if interrupted => {
             eprintln!("dsh: ABORTED: the turn was cancelled; the session was saved ({session_id})");
             Ok(ExitCode::from(130))
