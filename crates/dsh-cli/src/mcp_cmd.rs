@@ -57,6 +57,27 @@ enum McpCommand {
         /// The server's name.
         name: String,
     },
+    /// Log in to an HTTP server that asks for OAuth: opens (or prints) the authorization URL
+    /// and stores the tokens in $DSH_HOME/mcp-auth/NAME.json (0600), never in config.toml.
+    Login {
+        /// The server's name.
+        name: String,
+        /// Print the authorization URL instead of opening a browser.
+        #[arg(long)]
+        no_browser: bool,
+        /// A client id registered with the authorization server beforehand (default: dsh
+        /// registers itself, RFC 7591).
+        #[arg(long, value_name = "ID")]
+        client_id: Option<String>,
+        /// How long to wait for the browser's redirect, in seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Delete the stored OAuth tokens of a server.
+    Logout {
+        /// The server's name.
+        name: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -105,6 +126,19 @@ pub(crate) fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         McpCommand::List { json } => run_list(&home, &cwd, json),
         McpCommand::Get { name, json } => run_get(&home, &cwd, &name, json),
         McpCommand::Remove { name } => run_remove(&home, &cwd, &name),
+        McpCommand::Login {
+            name,
+            no_browser,
+            client_id,
+            timeout,
+        } => {
+            let options = dsh_mcp::oauth::LoginOptions {
+                client_id,
+                timeout: std::time::Duration::from_secs(timeout.max(1)),
+            };
+            run_login(&home, &cwd, &name, &options, !no_browser)
+        }
+        McpCommand::Logout { name } => run_logout(&home, &name),
     }
 }
 
@@ -227,6 +261,10 @@ fn run_remove(home: &Path, cwd: &Path, name: &str) -> anyhow::Result<ExitCode> {
     let path = dsh_config::user_config_path(home);
     if mcp_edit::remove(&path, name)? {
         println!("removed MCP server `{name}` from {}", path.display());
+        // Its login goes with it: a later server of the same name starts logged out.
+        if dsh_mcp::oauth::delete_login(&login_dir(home), name).map_err(user_error)? {
+            println!("deleted its stored OAuth tokens");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(project) = dsh_config::project_config_path(cwd, home) {
@@ -308,7 +346,7 @@ fn target(server: &McpServerConfig) -> String {
 }
 
 /// A server's configuration as JSON, `env` and header values redacted.
-fn config_json(server: &McpServerConfig) -> Value {
+fn config_json(server: &McpServerConfig, login_dir: Option<&Path>) -> Value {
     let redacted = |pairs: &[(String, String)]| -> Value {
         pairs
             .iter()
@@ -343,6 +381,22 @@ fn config_json(server: &McpServerConfig) -> Value {
         }),
     };
     out["tool_timeout_secs"] = server.tool_timeout.as_secs().into();
+    if let (
+        McpTransport::Http {
+            url,
+            bearer_token_env: None,
+            ..
+        },
+        Some(dir),
+    ) = (&server.transport, login_dir)
+    {
+        let login = dsh_mcp::oauth::read_login(dir, &server.name).ok().flatten();
+        out["oauth"] = match login {
+            Some(login) if login.fits(url) => "logged in".into(),
+            Some(_) => "stored login is for another address (not sent)".into(),
+            None => "not logged in".into(),
+        };
+    }
     out["startup_timeout_secs"] = server.startup_timeout.as_secs().into();
     out["trust"] = server.trust.as_str().into();
     out
@@ -356,7 +410,10 @@ fn server_json(
 ) -> Value {
     let (layer, file) = layer(setup, &server.name);
     let mut out = json!({ "name": server.name, "layer": layer, "file": file });
-    if let (Some(out), Value::Object(config)) = (out.as_object_mut(), config_json(server)) {
+    if let (Some(out), Value::Object(config)) = (
+        out.as_object_mut(),
+        config_json(server, Some(&login_dir(&setup.home))),
+    ) {
         out.extend(config);
     }
     match check.map(|c| &c.outcome) {
@@ -478,6 +535,7 @@ fn run_get(home: &Path, cwd: &Path, name: &str, json: bool) -> anyhow::Result<Ex
         "url",
         "headers",
         "bearer_token_env",
+        "oauth",
         "tool_timeout_secs",
         "startup_timeout_secs",
         "trust",
@@ -522,5 +580,98 @@ fn run_get(home: &Path, cwd: &Path, name: &str, json: bool) -> anyhow::Result<Ex
         )),
     }
     print_out(&setup, &text);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `$DSH_HOME/mcp-auth`, where logins are stored.
+fn login_dir(home: &Path) -> PathBuf {
+    home.join(dsh_mcp::oauth::LOGIN_DIR)
+}
+
+fn run_login(
+    home: &Path,
+    cwd: &Path,
+    name: &str,
+    options: &dsh_mcp::oauth::LoginOptions,
+    browser: bool,
+) -> anyhow::Result<ExitCode> {
+    let (_runtime, setup) = resolve(home, cwd)?;
+    let Some(server) = setup.config.mcp_servers.iter().find(|s| s.name == name) else {
+        return Err(user_error(format!(
+            "MCP server `{name}` is not configured (`dsh mcp list` shows the configured ones)"
+        )));
+    };
+    let url = match &server.transport {
+        McpTransport::Http {
+            bearer_token_env: Some(variable),
+            ..
+        } => {
+            return Err(user_error(format!(
+                "MCP server `{name}` sends the token of {variable} (bearer_token_env); remove                  that key to log in with OAuth instead"
+            )))
+        }
+        McpTransport::Http { url, .. } => url.clone(),
+        McpTransport::Stdio { .. } => {
+            return Err(user_error(format!(
+                "MCP server `{name}` is a stdio server; OAuth applies to HTTP servers (--url) only"
+            )))
+        }
+    };
+    let show = move |link: &str| {
+        eprintln!("dsh: open this URL to log in to MCP server `{name}`:\n  {link}");
+        if browser {
+            open_browser(link);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let login = runtime
+        .block_on(dsh_mcp::oauth::login(&url, options, &show))
+        .map_err(|e| user_error(format!("login to MCP server `{name}` failed: {e}")))?;
+    let dir = login_dir(home);
+    dsh_mcp::oauth::write_login(&dir, name, &login).map_err(user_error)?;
+    println!(
+        "logged in to MCP server `{name}`; its tokens are in {} (readable by you only), sent only to {}",
+        dsh_mcp::oauth::login_path(&dir, name).display(),
+        origin_of(&url)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The scheme, host and port of `url`, for messages.
+fn origin_of(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or(rest)),
+        None => url.to_string(),
+    }
+}
+
+/// Best effort: the platform's opener, detached; the URL is printed either way.
+fn open_browser(link: &str) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let _ = std::process::Command::new(opener)
+        .arg(link)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+}
+
+fn run_logout(home: &Path, name: &str) -> anyhow::Result<ExitCode> {
+    let dir = login_dir(home);
+    if dsh_mcp::oauth::delete_login(&dir, name).map_err(user_error)? {
+        println!("logged out of MCP server `{name}` (its tokens were deleted)");
+    } else {
+        println!(
+            "MCP server `{name}` has no stored login ({} does not exist)",
+            dsh_mcp::oauth::login_path(&dir, name).display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -324,6 +324,7 @@ fn mcp_hub(
     let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
     hub.set_script_gate(Arc::new(crate::mcp::Pinned(gate)));
     hub.set_confiner(project_confiner);
+    hub.set_oauth_dir(&setup.home.join(dsh_mcp::oauth::LOGIN_DIR));
     hub
 }
 

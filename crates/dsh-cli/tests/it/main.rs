@@ -24,6 +24,7 @@ mod file_gate_escapes;
 mod four_views;
 mod headless_cli;
 mod mcp_cli;
+mod oauth_server;
 mod opt_in_tools;
 mod plan_cli;
 mod plant_escapes;

@@ -309,3 +309,208 @@ async fn help_names_the_user_file_and_the_project_rule() {
         assert!(stdout.contains(needle), "{needle}: {stdout}");
     }
 }
+
+/// Runs `dsh mcp login NAME --no-browser` and plays the browser: reads the authorization URL
+/// it prints, follows the authorization server's redirect to dsh's loopback listener.
+async fn login(env: &Env, name: &str) -> Output {
+    use tokio::io::AsyncBufReadExt;
+    let mut cmd = dsh_command(&env.home, &env.cwd);
+    cmd.args(["mcp", "login", name, "--no-browser", "--timeout", "30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = tokio::process::Command::from(cmd).spawn().unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    let link = loop {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), stderr.next_line())
+            .await
+            .expect("no authorization URL within 30 s")
+            .unwrap()
+            .unwrap_or_else(|| panic!("dsh ended without an authorization URL:\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(link) = line
+            .trim()
+            .strip_prefix("http://")
+            .filter(|l| l.contains("/authorize?"))
+        {
+            break format!("http://{link}");
+        }
+    };
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let answer = browser.get(&link).send().await.unwrap();
+    assert_eq!(answer.status(), 302, "{link}");
+    let back = answer.headers()["location"].to_str().unwrap().to_string();
+    assert!(back.starts_with("http://127.0.0.1:"), "{back}");
+    let page = browser.get(&back).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let mut rest = String::new();
+    while let Ok(Some(line)) = stderr.next_line().await {
+        rest.push_str(&line);
+    }
+    let mut out = tokio::time::timeout(crate::common::DSH_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    out.stderr = format!("{seen}{rest}").into_bytes();
+    out
+}
+
+/// The line of `dsh mcp list` for `name`.
+async fn list_line(env: &Env, name: &str) -> String {
+    let (stdout, _) = ok(&env.mcp(&["list"]).await);
+    stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no line for {name}:\n{stdout}"))
+        .to_string()
+}
+
+/// OAuth against a local authorization server: `list` says to log in; `login` registers,
+/// authorizes with PKCE and stores the tokens 0600 (never in config.toml); a session calls the
+/// server's tool with the token; a refused or expired token is refreshed; a server re-pointed
+/// to another origin gets no token; `logout` deletes the tokens.
+#[tokio::test]
+async fn oauth_login_refresh_origin_binding_and_logout() {
+    use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+    let server = crate::oauth_server::OAuthServer::start().await;
+    let env = Env::new();
+    ok(&env
+        .mcp(&["add", "secure", "--url", &server.mcp_url()])
+        .await);
+    let line = list_line(&env, "secure").await;
+    assert!(
+        line.contains("needs login (run `dsh mcp login secure`)"),
+        "{line}"
+    );
+
+    let out = login(&env, "secure").await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("logged in to MCP server `secure`"),
+        "{stdout}"
+    );
+    let tokens = env.home.join("mcp-auth").join("secure.json");
+    assert_eq!(mode(&tokens), 0o600);
+    assert_eq!(mode(tokens.parent().unwrap()), 0o700);
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&tokens).unwrap()).unwrap();
+    let first = stored["access_token"].as_str().unwrap().to_string();
+    assert!(server.valid_tokens().contains(&first));
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    assert!(
+        !config.contains(&first) && !config.contains("rt-"),
+        "{config}"
+    );
+    assert!(!stdout.contains(&first) && !stderr.contains(&first));
+
+    let line = list_line(&env, "secure").await;
+    assert!(line.contains(": ok, 1 tools: whoami"), "{line}");
+    let (stdout, _) = ok(&env.mcp(&["get", "secure"]).await);
+    assert!(stdout.contains("oauth: logged in"), "{stdout}");
+    assert!(!stdout.contains(&first), "{stdout}");
+
+    // A session calls the tool; the server sees the token on the call.
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "call_1", "mcp__secure__whoami", "{}")
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("the server answered")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = dsh_command(&env.home, &env.cwd);
+    cmd.env("DEEPSEEK_BASE_URL", provider.base_url())
+        .env("DEEPSEEK_API_KEY", "sk-test-oauth")
+        .args(["run", "ask the server who I am"]);
+    let out = output(cmd).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("the server answered"), "{stdout}");
+    let calls: Vec<_> = server
+        .mcp_requests()
+        .into_iter()
+        .filter(|r| r.rpc.as_deref() == Some("tools/call"))
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].token.as_deref(), Some(first.as_str()));
+    let requests = provider.requests();
+    let second = requests[1].body.to_string();
+    assert!(
+        second.contains("hello, holder of a valid token"),
+        "{second}"
+    );
+    assert!(
+        !std::fs::read_to_string(crate::common::session_file(&env.home))
+            .unwrap()
+            .contains(&first),
+        "the token reached the session log"
+    );
+
+    // The server refuses the token (401): refreshed once, stored, and the list works.
+    server.revoke_access();
+    let line = list_line(&env, "secure").await;
+    assert!(line.contains(": ok,"), "{line}");
+    assert_eq!(server.refreshes(), 1);
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&tokens).unwrap()).unwrap();
+    let second_token = stored["access_token"].as_str().unwrap().to_string();
+    assert_ne!(second_token, first);
+    assert!(server.valid_tokens().contains(&second_token));
+    assert_eq!(mode(&tokens), 0o600);
+
+    // An expired token is refreshed before it is sent.
+    let mut expired = stored.clone();
+    expired["expires_at"] = 1.into();
+    std::fs::write(&tokens, expired.to_string()).unwrap();
+    let before = server.mcp_requests().len();
+    let line = list_line(&env, "secure").await;
+    assert!(line.contains(": ok,"), "{line}");
+    assert_eq!(server.refreshes(), 2);
+    assert!(
+        server.mcp_requests()[before..]
+            .iter()
+            .all(|r| r.token.as_deref() != Some(second_token.as_str())),
+        "the expired token was sent"
+    );
+
+    // Another origin (here the same listener under another host name) gets no token.
+    let moved = server.mcp_url().replace("127.0.0.1", "localhost");
+    ok(&env
+        .mcp(&["add", "secure", "--force", "--url", &moved])
+        .await);
+    let before = server.mcp_requests().len();
+    let line = list_line(&env, "secure").await;
+    assert!(
+        line.contains("needs login") && line.contains("another address"),
+        "{line}"
+    );
+    let after = server.mcp_requests();
+    assert!(after.len() > before, "the moved server was not asked");
+    assert!(
+        after[before..].iter().all(|r| r.token.is_none()),
+        "a token went to another origin: {:?}",
+        &after[before..]
+    );
+
+    // Logout deletes the tokens; the server asks for a login again.
+    ok(&env
+        .mcp(&["add", "secure", "--force", "--url", &server.mcp_url()])
+        .await);
+    let (stdout, _) = ok(&env.mcp(&["logout", "secure"]).await);
+    assert!(stdout.contains("logged out"), "{stdout}");
+    assert!(!tokens.exists());
+    let line = list_line(&env, "secure").await;
+    assert!(
+        line.contains("needs login (run `dsh mcp login secure`)"),
+        "{line}"
+    );
+}
