@@ -712,8 +712,11 @@ fn mcp_checks(runtime: &Runtime, setup: &Configuration) -> Vec<Check> {
             let whose = if server.from_project { "project " } else { "" };
             match server.outcome {
                 Ok(tools) => {
-                    let mut names: Vec<&str> =
-                        tools.iter().take(TOOLS_SHOWN).map(String::as_str).collect();
+                    let mut names: Vec<&str> = tools
+                        .iter()
+                        .take(TOOLS_SHOWN)
+                        .map(|t| t.name.as_str())
+                        .collect();
                     if tools.len() > TOOLS_SHOWN {
                         names.push("...");
                     }

@@ -13,6 +13,8 @@ mod headless;
 mod home;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod math_symbols;
+mod mcp_cmd;
+mod mcp_edit;
 mod models;
 mod output_schema;
 mod progress;
@@ -96,6 +98,8 @@ enum Command {
     /// Check what a session needs, one line each: configuration, trust, key, endpoint,
     /// sandbox, session store, MCP servers; exit 1 when something blocks work.
     Doctor(doctor::DoctorArgs),
+    /// Add, list, inspect and remove MCP servers, and log in to those that use OAuth.
+    Mcp(mcp_cmd::McpArgs),
 }
 
 /// True when the only argument is `--version` or `-V` (anything more goes through clap). On
@@ -193,6 +197,7 @@ fn main() -> ExitCode {
         Some(Command::Trust(args)) => trust::run(args),
         Some(Command::Approvals(args)) => approvals::run(args),
         Some(Command::Doctor(args)) => doctor::run(args),
+        Some(Command::Mcp(args)) => mcp_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -44,8 +44,8 @@ pub use config::{
 };
 pub use error::{ConfigError, ConfigErrors, Source};
 pub use load::{
-    key_path, project_config_path, user_config_path, Flags, CONFIG_FILE, ENV_KEYS, PROFILE_ENV,
-    PROJECT_DIR,
+    check_user_file, key_path, project_config_path, user_config_path, Flags, CONFIG_FILE, ENV_KEYS,
+    PROFILE_ENV, PROJECT_DIR,
 };
 pub use mcp::{
     McpServerConfig, McpTransport, McpTrust, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,

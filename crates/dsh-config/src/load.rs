@@ -403,3 +403,25 @@ fn record(value: &Value, path: &str, source: &Source, provenance: &mut Provenanc
         }
     }
 }
+
+/// Checks the text of `$DSH_HOME/config.toml` (at `path`) as [`Config::load`](crate::Config::load)
+/// checks that layer: syntax, every key, and each `[mcp.servers.<name>]` entry by the loader's
+/// rules. What `dsh mcp add` writes passes here before it is written, so it always loads.
+pub fn check_user_file(text: &str, path: &Path) -> Result<(), ConfigErrors> {
+    let source = Source::UserFile(path.to_path_buf());
+    let mut table = parse_layer(text, &source).map_err(|e| ConfigErrors(vec![e]))?;
+    // The user file's profiles are checked as loading checks them.
+    let profiles = table.remove("profiles");
+    let mut errors = check_layer(&table, &source);
+    if let Some(profiles) = &profiles {
+        errors.extend(check_profiles(path, profiles));
+    }
+    let mcp = table.get("mcp").and_then(Value::as_table);
+    let (_, mcp_errors) = crate::mcp::mcp_servers(mcp, &|_: &str| source.clone());
+    errors.extend(mcp_errors);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}

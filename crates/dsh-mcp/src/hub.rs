@@ -142,6 +142,8 @@ struct Server {
     epoch: AtomicU64,
     /// The running connection, so a stop can kill it while a call still holds it.
     running: Mutex<Option<Weak<Live>>>,
+    /// Where OAuth logins are stored (`$DSH_HOME/mcp-auth`), for an HTTP server.
+    oauth_dir: Mutex<Option<PathBuf>>,
 }
 
 /// The MCP servers of a session (shared by its subagents). See the crate docs.
@@ -188,6 +190,7 @@ impl McpHub {
                         confiner: Mutex::new(None),
                         epoch: AtomicU64::new(0),
                         running: Mutex::new(None),
+                        oauth_dir: Mutex::new(None),
                     }),
                 )
             })
@@ -207,6 +210,15 @@ impl McpHub {
     pub fn set_script_gate(&self, gate: Arc<dyn CommandGate>) {
         for server in self.servers.values() {
             *server.gate.lock_or_recover() = Some(Arc::clone(&gate));
+        }
+    }
+
+    /// Sends an HTTP server without `bearer_token_env` the access token of its OAuth login
+    /// stored in `dir` (`dsh mcp login`, [`crate::oauth`]), when the login was made for the
+    /// server's origin; an expired token, or one the server refuses, is refreshed once.
+    pub fn set_oauth_dir(&self, dir: &Path) {
+        for server in self.servers.values() {
+            *server.oauth_dir.lock_or_recover() = Some(dir.to_path_buf());
         }
     }
 
@@ -510,8 +522,86 @@ impl Server {
                 url,
                 headers,
                 bearer_token_env,
-            } => connect_http(url, headers, bearer_token_env.as_deref(), timeout, epoch).await,
+            } => {
+                let bearer = bearer_token_env.as_deref();
+                self.connect_http(url, headers, bearer, timeout, epoch)
+                    .await
+            }
         }
+    }
+
+    /// An HTTP server's connection with its OAuth login when it has one (docs/mcp.md,
+    /// "OAuth"): refreshed first when expired, and once more when the server answers 401. A
+    /// 401 without a login says how to log in.
+    async fn connect_http(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        bearer: Option<&str>,
+        timeout: Duration,
+        epoch: u64,
+    ) -> Result<Live, String> {
+        let name = &self.config.name;
+        let dir = self.oauth_dir.lock_or_recover().clone();
+        let (login, dir) = match (bearer, dir) {
+            (None, Some(dir)) => (crate::oauth::read_login(&dir, name)?, Some(dir)),
+            _ => (None, None),
+        };
+        // A login made for another origin is never sent (a project may re-point the name).
+        let other_origin = login.as_ref().is_some_and(|l| !l.fits(url));
+        let mut login = login.filter(|l| l.fits(url));
+        let mut refreshed = false;
+        if let (Some(current), Some(dir)) = (&login, &dir) {
+            if current.expired() && current.refresh_token.is_some() {
+                let fresh = self.refresh(current, dir).await?;
+                login = Some(fresh);
+                refreshed = true;
+            }
+        }
+        let token = login.as_ref().map(|l| l.access_token.clone());
+        let first = connect_http(url, headers, bearer, token, timeout, epoch).await;
+        let error = match first {
+            Err(error) if unauthorized(&error) => error,
+            other => return other,
+        };
+        let relogin = format!("run `dsh mcp login {name}`");
+        match (login, dir) {
+            (Some(current), Some(dir)) if !refreshed && current.refresh_token.is_some() => {
+                let fresh = self.refresh(&current, &dir).await?;
+                connect_http(url, headers, bearer, Some(fresh.access_token), timeout, epoch)
+                    .await
+                    .map_err(|error| match unauthorized(&error) {
+                        true => format!(
+                            "the server refused its stored login even after a refresh (HTTP 401,                              url {url}); {relogin} again"
+                        ),
+                        false => error,
+                    })
+            }
+            (Some(_), Some(_)) => Err(format!(
+                "the server refused its stored login (HTTP 401, url {url}); {relogin} again"
+            )),
+            _ if bearer.is_some() => Err(error),
+            _ if other_origin => Err(format!(
+                "needs login ({relogin}): the stored login was made for another address and is                  not sent to {url}"
+            )),
+            _ => Err(format!(
+                "needs login ({relogin}): the server answered HTTP 401 (url {url})"
+            )),
+        }
+    }
+
+    /// `login` refreshed and stored again.
+    async fn refresh(
+        &self,
+        login: &crate::oauth::StoredLogin,
+        dir: &Path,
+    ) -> Result<crate::oauth::StoredLogin, String> {
+        let name = &self.config.name;
+        let fresh = crate::oauth::refresh(login).await.map_err(|error| {
+            format!("its OAuth token could not be refreshed ({error}); run `dsh mcp login {name}` again")
+        })?;
+        crate::oauth::write_login(dir, name, &fresh)?;
+        Ok(fresh)
     }
 
     /// The process of a stdio server: a project's runs confined like `bash`; the user's own
@@ -797,6 +887,7 @@ async fn connect_http(
     url: &str,
     headers: &[(String, String)],
     bearer_token_env: Option<&str>,
+    oauth_token: Option<String>,
     timeout: Duration,
     epoch: u64,
 ) -> Result<Live, String> {
@@ -815,6 +906,8 @@ async fn connect_http(
     if let Some(variable) = bearer_token_env {
         let token = std::env::var(variable)
             .map_err(|_| format!("the variable {variable} (bearer_token_env) is not set"))?;
+        config = config.auth_header(token);
+    } else if let Some(token) = oauth_token {
         config = config.auth_header(token);
     }
     // Configured headers may hold a secret that reqwest would carry across hosts (it drops only
@@ -845,6 +938,14 @@ async fn connect_http(
         _plan: None,
         epoch,
     })
+}
+
+/// Whether a connection failed because the server answered 401 (with or without
+/// `WWW-Authenticate`).
+fn unauthorized(error: &str) -> bool {
+    error.contains("AuthRequired")
+        || error.contains("Auth required")
+        || error.contains("401 Unauthorized")
 }
 
 /// Up to five redirects, each to the origin (scheme, host, port) of the request that was

@@ -13,12 +13,16 @@
 //! - The servers are described by [`McpServerConfig`] and a stdio server's command passes a
 //!   [`CommandGate`], both given by the composition root: this crate reads no configuration.
 //! - A stdio server's stderr goes to `<log dir>/mcp-<server>.log`.
+//! - [`oauth`]: the login of an HTTP server that asks for OAuth (`dsh mcp login`), stored
+//!   per server and sent, refreshed when needed, only to the origin it was made for
+//!   ([`McpHub::set_oauth_dir`]).
 //!
 //! MCP servers run outside dsh's sandbox, with the user's rights; none is configured by default.
 #![warn(missing_docs, unreachable_pub)]
 #![warn(clippy::too_many_lines)]
 
 mod hub;
+pub mod oauth;
 mod server;
 mod tool;
 

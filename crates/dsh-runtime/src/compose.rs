@@ -324,6 +324,7 @@ fn mcp_hub(
     let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
     hub.set_script_gate(Arc::new(crate::mcp::Pinned(gate)));
     hub.set_confiner(project_confiner);
+    hub.set_oauth_dir(&setup.home.join(dsh_mcp::oauth::LOGIN_DIR));
     hub
 }
 
@@ -336,8 +337,11 @@ const CHECK_STARTUP_LIMIT: std::time::Duration = std::time::Duration::from_secs(
 /// `dsh doctor`; failures are redacted of every loaded secret, as [`start_mcp`]'s warnings are.
 pub(crate) fn check_mcp(
     setup: &Configuration,
+    only: Option<&str>,
 ) -> Result<Vec<crate::mcp::McpServerCheck>, RuntimeError> {
-    if setup.config.mcp_servers.is_empty() {
+    let wanted =
+        |server: &&dsh_config::McpServerConfig| only.is_none_or(|name| server.name == name);
+    if !setup.config.mcp_servers.iter().any(|s| wanted(&s)) {
         return Ok(Vec::new());
     }
     // A check answers within a bounded time, whatever a server's own `startup_timeout_secs`
@@ -346,6 +350,7 @@ pub(crate) fn check_mcp(
         .config
         .mcp_servers
         .iter()
+        .filter(wanted)
         .cloned()
         .map(|mut server| {
             server.startup_timeout = server.startup_timeout.min(CHECK_STARTUP_LIMIT);
@@ -381,7 +386,10 @@ pub(crate) fn check_mcp(
                 None => Ok(tools
                     .iter()
                     .filter(|(name, _)| *name == server.name)
-                    .map(|(_, tool)| redact(&tool.name))
+                    .map(|(_, tool)| crate::mcp::McpToolCheck {
+                        name: redact(&tool.name),
+                        description: tool.description.as_deref().map(redact),
+                    })
                     .collect()),
             };
             crate::mcp::McpServerCheck {

@@ -37,7 +37,7 @@ pub use dsh_config::{
     McpServerConfig, McpTransport, McpTrust, DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT,
 };
 pub use error::RuntimeError;
-pub use mcp::McpServerCheck;
+pub use mcp::{McpServerCheck, McpToolCheck};
 
 use crate::credentials::Settings;
 
@@ -573,7 +573,17 @@ impl Runtime {
     /// again: what `dsh doctor` reports per server. No session is opened. Blocks until every
     /// server is up or has failed, each within its startup timeout.
     pub fn check_mcp(&self, spec: &SessionSpec) -> Result<Vec<McpServerCheck>, RuntimeError> {
-        compose::check_mcp(&*self.configuration(spec)?)
+        compose::check_mcp(&*self.configuration(spec)?, None)
+    }
+
+    /// [`Runtime::check_mcp`] for the one server named `name` (`dsh mcp get`); empty when the
+    /// configuration enables no server of that name.
+    pub fn check_mcp_server(
+        &self,
+        spec: &SessionSpec,
+        name: &str,
+    ) -> Result<Vec<McpServerCheck>, RuntimeError> {
+        compose::check_mcp(&*self.configuration(spec)?, Some(name))
     }
 
     /// Drops the configurations resolved in `workspace` or below it (after its trust changed):

@@ -20,9 +20,18 @@ pub struct McpServerCheck {
     pub name: String,
     /// The project's configuration defined it (it runs confined, docs/mcp.md).
     pub from_project: bool,
-    /// The names of the tools it listed once started, or why it did not start (every loaded
-    /// secret redacted).
-    pub outcome: Result<Vec<String>, String>,
+    /// The tools it listed once started, or why it did not start (every loaded secret
+    /// redacted).
+    pub outcome: Result<Vec<McpToolCheck>, String>,
+}
+
+/// One tool a started server listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpToolCheck {
+    /// The tool's name as the server gives it (offered as `mcp__<server>__<name>`).
+    pub name: String,
+    /// The server's description of it, if any.
+    pub description: Option<String>,
 }
 
 /// A configured server as the hub takes it.

@@ -23,6 +23,8 @@ mod dsh_logs;
 mod file_gate_escapes;
 mod four_views;
 mod headless_cli;
+mod mcp_cli;
+mod oauth_server;
 mod opt_in_tools;
 mod output_schema_cli;
 mod plan_cli;

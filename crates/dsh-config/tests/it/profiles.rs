@@ -282,3 +282,14 @@ fn bad_overrides_name_the_override_and_the_fix() {
         "{errors:#?}"
     );
 }
+
+/// What `dsh mcp add` checks before writing the user file: the file's profiles as loading
+/// checks them (a file with profiles was refused by the first version of that check).
+#[test]
+fn the_user_file_check_reads_profiles_as_loading_does() {
+    let path = std::path::Path::new("/home/me/.dsh/config.toml");
+    assert!(dsh_config::check_user_file(USER, path).is_ok());
+    let broken = "[profiles.deep]\neffort = \"extreme\"\n";
+    let errors = dsh_config::check_user_file(broken, path).unwrap_err().0;
+    assert_eq!(errors[0].key, "effort", "{errors:#?}");
+}
