@@ -262,6 +262,31 @@ fn is_common_variable(name: &str) -> bool {
 
 /// Adds the `(name, value)` pairs that are secret by name or look like tokens
 /// ([`dsh_tools::env_file_secrets`]).
+/// The tokens `dsh mcp login` stored for `server` (docs/mcp.md, "OAuth"): a server that
+/// echoes its token in a tool result, or a command that finds it, shows the model a
+/// placeholder. Tokens a session refreshes later are not added.
+fn add_oauth_login(redactor: &mut SecretRedactor, server: &str, settings: &Settings) {
+    let Some(home) = settings
+        .home_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    else {
+        return;
+    };
+    let dir = home.join(dsh_mcp::oauth::LOGIN_DIR);
+    let Ok(Some(login)) = dsh_mcp::oauth::read_login(&dir, server) else {
+        return;
+    };
+    let name = format!("mcp-login:{server}");
+    redactor.add(&name, &login.access_token);
+    for value in [&login.refresh_token, &login.client_secret]
+        .into_iter()
+        .flatten()
+    {
+        redactor.add(&name, value);
+    }
+}
+
 fn add_literal(redactor: &mut SecretRedactor, pairs: &[(String, String)]) {
     let found = dsh_tools::env_file_secrets(
         pairs
@@ -348,6 +373,7 @@ pub fn add_mcp_secrets(
                 if let Some((name, value)) = variable.and_then(|n| Some((n, settings.get(n)?))) {
                     redactor.add(name, &value);
                 }
+                add_oauth_login(redactor, &server.name, settings);
             }
         }
     }

@@ -449,6 +449,12 @@ async fn oauth_login_refresh_origin_binding_and_logout() {
         second.contains("hello, holder of a valid token"),
         "{second}"
     );
+    // The stored token is a secret of the session: the echo reached the model redacted.
+    assert!(
+        !second.contains(&first),
+        "the model saw the token: {second}"
+    );
+    assert!(second.contains("[REDACTED:mcp-login:secure]"), "{second}");
     assert!(
         !std::fs::read_to_string(crate::common::session_file(&env.home))
             .unwrap()

@@ -281,7 +281,11 @@ async fn serve(
                 };
                 ok.then(|| {
                     s.next += 1;
-                    let (access, refresh) = (format!("at-{}", s.next), format!("rt-{}", s.next));
+                    // Token-sized values (the redaction set ignores strings under 12 bytes).
+                    let (access, refresh) = (
+                        format!("at-{}-9f2c41d7e8b3a605", s.next),
+                        format!("rt-{}-5b7e0c93d1a4f826", s.next),
+                    );
                     s.access.insert(access.clone());
                     s.refresh.insert(refresh.clone());
                     json!({ "access_token": access, "token_type": "Bearer",
@@ -343,8 +347,12 @@ async fn serve(
                             "inputSchema": { "type": "object" },
                             "annotations": { "readOnlyHint": true }
                         }]}),
+                        // A careless server: it echoes the caller's token.
                         Some("tools/call") => json!({
-                            "content": [{ "type": "text", "text": "hello, holder of a valid token" }]
+                            "content": [{ "type": "text", "text": format!(
+                                "hello, holder of a valid token ({})",
+                                token.as_deref().unwrap_or_default()
+                            ) }]
                         }),
                         _ => json!({}),
                     };
