@@ -15,9 +15,7 @@ use crate::setup;
 use crate::updates::UpdateMapper;
 use crate::PROTOCOL_VERSION;
 use dsh_llm::{ContentBlock, ImageAttachment};
-use dsh_runtime::{
-    McpServerConfig, OpenedSession, Resume, SessionFactory, SessionSpec, TrustQuestion,
-};
+use dsh_runtime::{OpenedSession, Resume, SessionFactory, SessionSpec, TrustQuestion};
 
 /// Work that finishes on the connection's loop after an answer from the client.
 enum Deferred {
@@ -26,7 +24,7 @@ enum Deferred {
         session_id: String,
         cwd: PathBuf,
         question: TrustQuestion,
-        mcp_servers: Vec<McpServerConfig>,
+        extras: setup::SessionExtras,
         trusted: bool,
     },
 }
@@ -49,7 +47,7 @@ struct Server {
     awaiting_trust: HashMap<String, Vec<Held>>,
     /// The trust question of the session just opened, asked once its `session/new` answer
     /// is out (a request about a session the client does not know yet would be lost).
-    to_ask: Option<(String, PathBuf, TrustQuestion, Vec<McpServerConfig>)>,
+    to_ask: Option<(String, PathBuf, TrustQuestion, setup::SessionExtras)>,
     deferred: mpsc::UnboundedSender<Deferred>,
     /// The client said at `initialize` that it renders `elicitation/create` forms (the plan
     /// review's "Approve with edits", docs/acp.md, "Plan mode").
@@ -190,13 +188,17 @@ impl Server {
         &self,
         cwd: &std::path::Path,
         resume: Resume,
-        mcp_servers: Vec<McpServerConfig>,
+        extras: setup::SessionExtras,
     ) -> Result<OpenedSession, RpcError> {
         let spec = SessionSpec {
             cwd: Some(cwd.to_path_buf()),
             resume,
             history: true,
-            mcp_servers,
+            mcp_servers: extras.mcp_servers,
+            choices: dsh_runtime::Choices {
+                add_dirs: extras.add_dirs,
+                ..dsh_runtime::Choices::default()
+            },
             ..SessionSpec::default()
         };
         let store = self.factory.store();
@@ -222,9 +224,8 @@ impl Server {
     /// asked (see [`Server::ask_trust`]).
     fn new_session(&mut self, params: &Value) -> Result<(Value, String), RpcError> {
         let cwd = cwd_param(params)?;
-        setup::refuse_additional_directories(params)?;
-        let servers = setup::mcp_servers(params)?;
-        let opened = self.open(&cwd, Resume::New, servers.clone())?;
+        let extras = setup::session_extras(params)?;
+        let opened = self.open(&cwd, Resume::New, extras.clone())?;
         let session = self.start(opened, cwd.clone());
         let id = session.id();
         let result = json!({
@@ -237,7 +238,7 @@ impl Server {
         if let Some(question) = self.factory.trust_question(&cwd) {
             // Requests for the session wait from now on; the question follows the answer.
             self.awaiting_trust.insert(id.clone(), Vec::new());
-            self.to_ask = Some((id.clone(), cwd, question, servers));
+            self.to_ask = Some((id.clone(), cwd, question, extras));
         }
         Ok((result, id))
     }
@@ -246,7 +247,7 @@ impl Server {
     /// trust"). Until it answers, the session's prompts wait; the answer comes back to the
     /// connection's loop as [`Deferred::Trust`].
     fn ask_trust(&mut self) {
-        let Some((session_id, cwd, question, mcp_servers)) = self.to_ask.take() else {
+        let Some((session_id, cwd, question, extras)) = self.to_ask.take() else {
             return;
         };
         let out = self.out.clone();
@@ -260,7 +261,7 @@ impl Server {
                 session_id,
                 cwd,
                 question,
-                mcp_servers,
+                extras,
                 trusted,
             });
         });
@@ -274,7 +275,7 @@ impl Server {
             session_id,
             cwd,
             question,
-            mcp_servers,
+            extras,
             trusted,
         } = answer;
         let held = self.awaiting_trust.remove(&session_id).unwrap_or_default();
@@ -288,7 +289,7 @@ impl Server {
                     if let Some(old) = self.sessions.remove(&session_id) {
                         old.stop().await;
                     }
-                    match self.open(&cwd, Resume::Id(session_id.clone()), mcp_servers) {
+                    match self.open(&cwd, Resume::Id(session_id.clone()), extras) {
                         Ok(opened) => {
                             let session = self.start(opened, cwd);
                             self.sessions.insert(session_id.clone(), session);
@@ -341,9 +342,8 @@ impl Server {
         if let Some(open) = self.sessions.remove(&key) {
             open.stop().await;
         }
-        setup::refuse_additional_directories(params)?;
-        let servers = setup::mcp_servers(params)?;
-        let opened = self.open(&cwd, Resume::Id(key.clone()), servers)?;
+        let extras = setup::session_extras(params)?;
+        let opened = self.open(&cwd, Resume::Id(key.clone()), extras)?;
         let id = opened.agent.handle().session_id();
         let mut mapper = UpdateMapper::new(&cwd).with_tools(&opened.agent.handle().tools());
         for update in mapper.replay(&opened.history) {

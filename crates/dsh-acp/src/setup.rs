@@ -154,22 +154,50 @@ pub(crate) fn mcp_servers(params: &Value) -> Result<Vec<McpServerConfig>, RpcErr
     Ok(servers)
 }
 
-/// `additionalDirectories`: dsh confines a session to its working directory (the writable
-/// root of `workspace-write`), so extra roots are refused rather than silently not granted.
-pub(crate) fn refuse_additional_directories(params: &Value) -> Result<(), RpcError> {
-    let extra = params
-        .get("additionalDirectories")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
-    if extra == 0 {
-        return Ok(());
+/// What `session/new` and `session/load` add to a session beyond its `cwd`: the editor's MCP
+/// servers and `additionalDirectories`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SessionExtras {
+    pub(crate) mcp_servers: Vec<McpServerConfig>,
+    /// Writable roots besides `cwd` under `workspace-write` and `ask`, as for `dsh run
+    /// --add-dir`; the runtime checks them (`dsh_runtime::extra_roots`).
+    pub(crate) add_dirs: Vec<std::path::PathBuf>,
+}
+
+/// The [`SessionExtras`] of `params`. `additionalDirectories` are absolute paths (as ACP
+/// says); anything else is refused with invalid params.
+pub(crate) fn session_extras(params: &Value) -> Result<SessionExtras, RpcError> {
+    let mut add_dirs = Vec::new();
+    match params.get("additionalDirectories") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) => {
+            for entry in list {
+                let path = entry.as_str().map(std::path::PathBuf::from);
+                match path {
+                    Some(path) if path.is_absolute() => add_dirs.push(path),
+                    _ => {
+                        return Err(RpcError::new(
+                            INVALID_PARAMS,
+                            format!(
+                                "Invalid params: `additionalDirectories` holds absolute \
+                                 paths of directories, not {entry}"
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid params: `additionalDirectories` is a list of paths, not {other}"),
+            ))
+        }
     }
-    Err(RpcError::new(
-        INVALID_PARAMS,
-        "Invalid params: `additionalDirectories` is not supported: a dsh session works in its \
-         `cwd` only (under workspace-write that is the one writable root). Open a session in a \
-         directory that contains the others, or one session per directory.",
-    ))
+    Ok(SessionExtras {
+        mcp_servers: mcp_servers(params)?,
+        add_dirs,
+    })
 }
 
 /// The `session/request_permission` that asks the editor's user whether to trust the

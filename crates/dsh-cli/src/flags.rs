@@ -72,6 +72,10 @@ pub(crate) struct SessionFlags {
     /// Apply the workspace's own project settings without a recorded `dsh trust`.
     #[arg(long)]
     pub(crate) trust_workspace: bool,
+    /// Make this directory writable too, as the working directory is, under workspace-write
+    /// and ask (files and sandboxed commands); repeatable. Not dsh's home, not `/`.
+    #[arg(long = "add-dir", value_name = "DIR")]
+    pub(crate) add_dirs: Vec<std::path::PathBuf>,
 }
 
 impl SessionFlags {
@@ -83,6 +87,7 @@ impl SessionFlags {
             effort: self.effort.clone(),
             permission: self.permission.clone(),
             trust_workspace: self.trust_workspace,
+            add_dirs: self.add_dirs.clone(),
             ..base_choices()
         }
     }
@@ -94,5 +99,6 @@ impl SessionFlags {
             || self.effort.is_some()
             || self.permission.is_some()
             || self.trust_workspace
+            || !self.add_dirs.is_empty()
     }
 }

@@ -70,6 +70,7 @@ pub(crate) fn run_resume(
         effort: mine.effort.or(theirs.effort),
         permission: mine.permission.or(theirs.permission),
         trust_workspace: mine.trust_workspace || theirs.trust_workspace,
+        add_dirs: theirs.add_dirs.into_iter().chain(mine.add_dirs).collect(),
     };
     match args.id {
         Some(id) => run(StartWith::Resume(id), interactive),

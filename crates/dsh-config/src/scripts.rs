@@ -884,18 +884,22 @@ fn real(path: &Path) -> PathBuf {
     path.to_path_buf()
 }
 
-/// The roots the model can write under `workspace-write`: the workspace, the working directory
-/// and the temp directories (`$TMPDIR`, `/tmp`, `/var/tmp`, `/dev/shm`), as given and resolved.
-pub fn writable_roots(workspace: &Path, cwd: &Path) -> Vec<PathBuf> {
+/// The roots the model can write under `workspace-write`: the workspace, the working directory,
+/// the directories the user added (`extra`: `--add-dir`, ACP `additionalDirectories`) and the
+/// temp directories (`$TMPDIR`, `/tmp`, `/var/tmp`, `/dev/shm`), as given and resolved.
+pub fn writable_roots(workspace: &Path, cwd: &Path, extra: &[PathBuf]) -> Vec<PathBuf> {
     let mut roots = Vec::new();
-    for root in [
-        workspace.to_path_buf(),
-        cwd.to_path_buf(),
+    let fixed = [
         std::env::temp_dir(),
         PathBuf::from("/tmp"),
         PathBuf::from("/var/tmp"),
         PathBuf::from("/dev/shm"),
-    ] {
+    ];
+    let all = [workspace.to_path_buf(), cwd.to_path_buf()]
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .chain(fixed);
+    for root in all {
         for form in [absolute(Path::new("/"), &root), real(&root)] {
             if !roots.contains(&form) {
                 roots.push(form);
@@ -949,6 +953,9 @@ pub struct ScriptGate {
     pub home: Option<PathBuf>,
     /// Pinned scripts: resolved path -> `sha256:<hex>`.
     pub pins: BTreeMap<PathBuf, String>,
+    /// The directories the session added as writable roots: scripts there are model-writable
+    /// too.
+    pub extra_roots: Vec<PathBuf>,
 }
 
 impl ScriptGate {
@@ -958,7 +965,7 @@ impl ScriptGate {
     /// the user's `PATH`). `None` when dsh has no `PATH`.
     pub fn command_path(&self) -> Option<OsString> {
         let path = std::env::var_os("PATH")?;
-        let roots = writable_roots(&self.workspace, &self.cwd);
+        let roots = writable_roots(&self.workspace, &self.cwd, &self.extra_roots);
         let kept: Vec<PathBuf> = std::env::split_paths(&path)
             .filter(|dir| dir.is_absolute())
             .filter(|dir| !model_writable(dir, &roots, self.home.as_deref()))
@@ -992,7 +999,7 @@ impl ScriptGate {
     }
 
     fn check(&self, scripts: &CommandScripts, what: &str) -> Result<(), String> {
-        let roots = writable_roots(&self.workspace, &self.cwd);
+        let roots = writable_roots(&self.workspace, &self.cwd, &self.extra_roots);
         if let Some(unknown) = scripts.unknown.first() {
             return Err(format!(
                 "{what} runs `{unknown}`, which dsh cannot resolve before it runs (a variable or \
@@ -1092,12 +1099,13 @@ impl ProjectCommands {
         cwd: &Path,
         home: &Path,
     ) -> Vec<PathBuf> {
-        let roots = writable_roots(workspace, cwd);
+        let roots = writable_roots(workspace, cwd, &[]);
         let gate = ScriptGate {
             workspace: workspace.to_path_buf(),
             cwd: cwd.to_path_buf(),
             home: Some(home.to_path_buf()),
             pins: BTreeMap::new(),
+            extra_roots: Vec::new(),
         };
         let place = gate.place(cwd);
         let mut files: Vec<PathBuf> = Vec::new();
@@ -1387,6 +1395,7 @@ mod tests {
             cwd: ws.clone(),
             home: None,
             pins: BTreeMap::new(),
+            extra_roots: Vec::new(),
         };
         let kept = gate.command_path().unwrap_or_default();
         for dir in std::env::split_paths(&kept) {
@@ -1398,7 +1407,7 @@ mod tests {
     fn writable_roots_cover_the_workspace_temp_dirs_and_symlinks_into_them() {
         let dir = tempfile::tempdir().unwrap();
         let ws = std::fs::canonicalize(dir.path()).unwrap();
-        let roots = writable_roots(&ws, &ws);
+        let roots = writable_roots(&ws, &ws, &[]);
         assert!(model_writable(&ws.join("a/b.sh"), &roots, None));
         assert!(model_writable(Path::new("/tmp/x.sh"), &roots, None));
         assert!(!model_writable(Path::new("/usr/bin/env"), &roots, None));
@@ -1437,6 +1446,7 @@ mod tests {
             cwd: ws.clone(),
             home: None,
             pins: BTreeMap::new(),
+            extra_roots: Vec::new(),
         };
         let refused = gate.check_shell("sh pre.sh").unwrap_err();
         assert!(

@@ -98,6 +98,7 @@ impl WorkspaceTrust {
             cwd: std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf()),
             home: Some(home.to_path_buf()),
             pins,
+            extra_roots: Vec::new(),
         }
     }
 

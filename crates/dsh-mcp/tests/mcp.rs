@@ -981,6 +981,7 @@ async fn a_restart_after_the_script_changed_is_refused() {
         cwd: ws.clone(),
         home: None,
         pins,
+        extra_roots: Vec::new(),
     })));
     assert!(hub.start().is_empty(), "the pinned script starts");
     let marker = ws.join("rewritten-ran");

@@ -189,6 +189,7 @@ fn tool_context(
             reason,
         })?
         .with_permission(permission)
+        .with_extra_roots(setup.extra_roots.clone())
         .with_confinement(sandbox.confinement())
         // The file gate denies the home the runtime really uses (docs/SECURITY.md, "The file
         // gate"), not only the one the environment names.
@@ -247,6 +248,7 @@ fn register_policies(
         Some(setup.home.clone()),
         Box::new(dsh_agent::SystemContext {
             permission: permission_summary(permission, sandbox.mode().as_str())
+                + &added_roots_sentence(tool_context.extra_roots(), permission)
                 + network_sentence(tool_context.network(), permission),
         }),
     )));
@@ -321,7 +323,7 @@ fn mcp_hub(
 ) -> Arc<dsh_mcp::McpHub> {
     let servers = servers.iter().map(crate::mcp::server).collect();
     let hub = dsh_mcp::McpHub::new(servers, &setup.cwd, &setup.home.join("logs"));
-    let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
+    let gate = setup.script_gate();
     hub.set_script_gate(Arc::new(crate::mcp::Pinned(gate)));
     hub.set_confiner(project_confiner);
     hub.set_oauth_dir(&setup.home.join(dsh_mcp::oauth::LOGIN_DIR));
@@ -536,7 +538,7 @@ fn child_factory(
 /// "Scripts in the workspace are pinned"); and the `PATH` hooks run with, without entries the
 /// model can write.
 fn script_check(setup: &Configuration) -> (dsh_agent::ScriptCheck, Option<std::ffi::OsString>) {
-    let gate = setup.config.trust.script_gate(&setup.cwd, &setup.home);
+    let gate = setup.script_gate();
     let path = gate.command_path();
     (
         Arc::new(move |command: &str| gate.check_shell(command)),
@@ -603,6 +605,7 @@ fn permission_source(
     depth: u64,
 ) -> dsh_agent::PermissionSource {
     let session = (depth == 0).then(|| Arc::clone(shared));
+    let extra_roots = shared.configuration.extra_roots.clone();
     Arc::new(move |preset| {
         let sandbox = dsh_sandbox::confinement_for(preset)
             .map_err(|e| dsh_agent::PermissionError::SandboxUnavailable(e.to_string()))?
@@ -619,6 +622,7 @@ fn permission_source(
             sandbox_mode: sandbox.mode().as_str().to_string(),
             sandbox_detail: sandbox.detail().to_string(),
             summary: permission_summary(preset, sandbox.mode().as_str())
+                + &added_roots_sentence(&extra_roots, preset)
                 + network_sentence(network, preset),
         })
     })
@@ -685,6 +689,23 @@ fn session_tools(
             .map_err(invalid)?;
     }
     Ok(tools)
+}
+
+/// What the model is told of the directories added as writable roots, under the presets that
+/// confine writes to roots; empty otherwise.
+fn added_roots_sentence(roots: &[std::path::PathBuf], preset: PermissionPreset) -> String {
+    let confined = matches!(
+        preset,
+        PermissionPreset::WorkspaceWrite | PermissionPreset::Ask
+    );
+    if roots.is_empty() || !confined {
+        return String::new();
+    }
+    let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    format!(
+        "; the user also made these directories writable, as the working directory is: {}",
+        list.join(", ")
+    )
 }
 
 /// What the model is told about the permission preset (docs/SECURITY.md).

@@ -70,6 +70,10 @@ pub struct Choices {
     /// `-c key.path=value` overrides, in command-line order; a spec's own replace the
     /// process's when it has any.
     pub overrides: Vec<String>,
+    /// Directories writable under `workspace-write` and `ask` besides the working directory
+    /// (`--add-dir`, ACP `additionalDirectories`; relative ones against the working
+    /// directory). A spec's are added to the process's. Checked by [`extra_roots`].
+    pub add_dirs: Vec<PathBuf>,
 }
 
 impl Choices {
@@ -90,6 +94,12 @@ impl Choices {
                 true => defaults.overrides.clone(),
                 false => self.overrides.clone(),
             },
+            add_dirs: defaults
+                .add_dirs
+                .iter()
+                .chain(&self.add_dirs)
+                .cloned()
+                .collect(),
         }
     }
 }
@@ -192,14 +202,68 @@ pub struct Configuration {
     search: Option<web_search::SearchSetup>,
     /// Every secret loaded for this workspace (docs/SECURITY.md, "Secrets and redaction").
     secrets: dsh_tools::SecretRedactor,
+    /// The directories added as writable roots ([`Choices::add_dirs`], checked and
+    /// canonical): the one list the file tools, the sandbox and the script gate all use.
+    pub extra_roots: Vec<PathBuf>,
 }
 
 impl Configuration {
+    /// The gate hooks and MCP servers pass before they start, knowing every root the model
+    /// can write ([`Configuration::extra_roots`] included).
+    pub fn script_gate(&self) -> dsh_config::scripts::ScriptGate {
+        let mut gate = self.config.trust.script_gate(&self.cwd, &self.home);
+        gate.extra_roots = self.extra_roots.clone();
+        gate
+    }
+
     /// Every secret dsh loaded for this workspace ([`credentials::secrets`]): what tool
     /// results, the session log and the front ends' output must not show.
     pub fn secrets(&self) -> &dsh_tools::SecretRedactor {
         &self.secrets
     }
+}
+
+/// `dirs` checked as writable roots besides `cwd`: each (relative ones against `cwd`) must be
+/// an existing directory, and is kept canonical, so the sandbox binds what the file tools
+/// check. Refused: the root directory `/` (everything would be writable), and a directory
+/// that is `home` (`$DSH_HOME`: credentials, trust records), lies in it or contains it, which
+/// would let the model rewrite what decides its own confinement. Duplicates and `cwd` itself
+/// are dropped.
+pub fn extra_roots(
+    dirs: &[PathBuf],
+    cwd: &Path,
+    home: &Path,
+) -> Result<Vec<PathBuf>, RuntimeError> {
+    let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        let refuse = |why: &str| {
+            RuntimeError::InvalidConfig(format!(
+                "added directory {}: {why}",
+                dsh_tools::printable(&dir.display().to_string())
+            ))
+        };
+        let real = std::fs::canonicalize(cwd.join(dir))
+            .map_err(|e| refuse(&format!("{e}; name an existing directory")))?;
+        if !real.is_dir() {
+            return Err(refuse("not a directory"));
+        }
+        if real.parent().is_none() {
+            return Err(refuse(
+                "the root directory cannot be made writable; name a folder",
+            ));
+        }
+        if real.starts_with(&home) || home.starts_with(&real) {
+            return Err(refuse(&format!(
+                "it holds or lies in dsh's home {}, which the model must never write",
+                home.display()
+            )));
+        }
+        if real != cwd && !roots.contains(&real) {
+            roots.push(real);
+        }
+    }
+    Ok(roots)
 }
 
 /// A built agent, ready for its front end to install its approver and asker
@@ -565,6 +629,7 @@ impl Runtime {
             selection,
             search,
             secrets,
+            extra_roots: extra_roots(&choices.add_dirs, cwd, &self.home)?,
         })
     }
 

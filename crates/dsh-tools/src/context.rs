@@ -180,6 +180,9 @@ pub struct ToolContext {
     limits: Arc<ToolLimits>,
     confinement: Arc<dyn CommandConfinement>,
     temp_roots: Arc<Vec<PathBuf>>,
+    /// Directories the user added as writable roots (`--add-dir`, ACP
+    /// `additionalDirectories`), canonical.
+    extra_roots: Arc<Vec<PathBuf>>,
     jobs: Option<JobTable>,
     asker: Arc<dyn Asker>,
     call_id: Option<String>,
@@ -308,6 +311,7 @@ impl ToolContext {
             limits: Arc::new(ToolLimits::default()),
             confinement: Arc::new(NoSandbox),
             temp_roots: Arc::new(temp_roots),
+            extra_roots: Arc::default(),
             jobs: None,
             asker: Arc::new(HeadlessAsker),
             call_id: None,
@@ -504,11 +508,39 @@ impl ToolContext {
         &self.confinement
     }
 
-    /// Directories writable under `workspace-write`: the cwd, then the temp directories.
+    /// Adds `dirs` (canonical directories the user chose: `--add-dir`, ACP
+    /// `additionalDirectories`) to the roots writable under `workspace-write` and `ask`, for
+    /// the file tools, the file gate and every confined command alike
+    /// ([`ToolContext::writable_roots`]). The runtime checks them first
+    /// (`dsh_runtime::extra_roots`).
+    pub fn with_extra_roots(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.extra_roots = Arc::new(dirs);
+        let gate = (*self.gate).clone().with_write_roots(self.writable_roots());
+        self.gate = Arc::new(gate);
+        self
+    }
+
+    /// The directories the user added as writable roots.
+    pub fn extra_roots(&self) -> &[PathBuf] {
+        &self.extra_roots
+    }
+
+    /// Directories writable under `workspace-write`: the cwd, the added directories, then the
+    /// temp directories.
     pub fn writable_roots(&self) -> Vec<PathBuf> {
         let mut roots = vec![self.cwd.clone()];
+        roots.extend(self.extra_roots.iter().cloned());
         roots.extend(self.temp_roots.iter().cloned());
         roots
+    }
+
+    /// The writable roots other than the temp directories, in words (`/w` or `/w, /data`).
+    pub fn own_roots_text(&self) -> String {
+        std::iter::once(&self.cwd)
+            .chain(self.extra_roots.iter())
+            .map(|root| root.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The writable root a write to the real path `real` is confined to: the longest of
@@ -594,7 +626,7 @@ impl ToolContext {
                             "writing {}{via} is not allowed: the {} preset only permits writes inside {} and the temp directories",
                             requested.display(),
                             self.permission,
-                            self.cwd.display()
+                            self.own_roots_text()
                         ),
                     ))
                 }

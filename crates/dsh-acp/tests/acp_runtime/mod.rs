@@ -180,11 +180,12 @@ async fn fleets_get_usage_title_auth_methods_and_pick_model_and_effort() {
         .unwrap()
         .contains("DEEPSEEK_API_KEY"));
 
-    // Extra roots are refused with a message, not silently ignored.
+    // Extra roots are absolute paths of existing directories; others are refused with a
+    // message, not silently ignored (the writes themselves: dsh-cli's add_dir_escapes.rs).
     let refused = call(
         &mut client,
         "session/new",
-        json!({"cwd": env.cwd_text(), "mcpServers": [], "additionalDirectories": ["/srv"]}),
+        json!({"cwd": env.cwd_text(), "mcpServers": [], "additionalDirectories": ["srv"]}),
     )
     .await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
@@ -192,6 +193,20 @@ async fn fleets_get_usage_title_auth_methods_and_pick_model_and_effort() {
         .as_str()
         .unwrap()
         .contains("additionalDirectories"));
+    let missing = call(
+        &mut client,
+        "session/new",
+        json!({"cwd": env.cwd_text(), "mcpServers": [],
+               "additionalDirectories": ["/nonexistent-dsh-extra-root"]}),
+    )
+    .await;
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("added directory /nonexistent-dsh-extra-root"),
+        "{missing}"
+    );
 
     let opened = call(
         &mut client,

@@ -13,6 +13,7 @@
 
 mod accounting_cli;
 mod acp_fixtures;
+mod add_dir_escapes;
 mod approvals_cli;
 mod atif_cli;
 mod budgets;

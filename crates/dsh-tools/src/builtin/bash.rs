@@ -489,7 +489,7 @@ fn sandbox_note(
             "files may be written only inside {} and the temp directories, except git \
              directories (.git), dsh and editor settings and .env files, which are read-only \
              (so git add, commit, checkout and stash need an escalation)",
-            request.cwd.display()
+            ctx.own_roots_text()
         ),
     };
     Some(format!(
