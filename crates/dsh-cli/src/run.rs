@@ -374,6 +374,17 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The tool filter of `--allowed-tools` / `--disallowed-tools`; `None` when both are empty.
+pub(crate) fn tool_filter(
+    allowed: &[String],
+    disallowed: &[String],
+) -> Option<dsh_agent::ToolFilter> {
+    (!allowed.is_empty() || !disallowed.is_empty()).then(|| dsh_agent::ToolFilter {
+        allowed: trimmed(allowed),
+        disallowed: trimmed(disallowed),
+    })
+}
+
 /// The non-empty words of `list`, trimmed.
 fn trimmed(list: &[String]) -> Vec<String> {
     list.iter()
@@ -389,40 +400,70 @@ fn session_spec(args: &RunArgs) -> anyhow::Result<SessionSpec> {
         // Plan mode is in force before anything of the session starts (its MCP servers).
         plan: args.plan,
         append_system_prompt: appended_prompt(args.append_system_prompt.as_deref())?,
-        tool_filter: (!args.allowed_tools.is_empty() || !args.disallowed_tools.is_empty()).then(
-            || dsh_agent::ToolFilter {
-                allowed: trimmed(&args.allowed_tools),
-                disallowed: trimmed(&args.disallowed_tools),
-            },
-        ),
+        tool_filter: tool_filter(&args.allowed_tools, &args.disallowed_tools),
         ..SessionSpec::default()
     })
 }
 
-async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
-    // The task first: a missing one is refused before any configuration is read.
-    let prompt = task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?;
-    let runtime = runtime(args.cwd.as_deref(), args.session.choices())?;
-    let spec = session_spec(&args)?;
-    let setup = runtime.configuration(&spec).map_err(runtime_error)?;
-    let images = task_images(&args, &prompt, &setup, &runtime)?; // before a session opens
-                                                                 // `--ephemeral`: a store of its own, removed with this guard whatever way the run ends.
+/// What watches a headless run as it goes (the progress printer of `dsh run`, the progress
+/// notifications of `dsh mcp-server`): the session's events from its opening on, and the
+/// projector that makes view events of them. Once `finished` is cancelled every event of the
+/// run is in `events`: the watcher drains them and stops.
+pub(crate) struct Watch {
+    /// Every secret dsh loaded, never to be shown.
+    pub(crate) secrets: dsh_tools::SecretRedactor,
+    /// The session's id.
+    pub(crate) session_id: String,
+    /// View events of the session's events, continuing a resumed session's totals.
+    pub(crate) projector: ViewProjector,
+    /// The session's events as they are logged.
+    pub(crate) events: tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
+    /// Cancelled once the run is over.
+    pub(crate) finished: tokio_util::sync::CancellationToken,
+}
+
+/// How a headless run ended: what `dsh run` prints and `dsh mcp-server` answers.
+pub(crate) struct HeadlessEnd {
+    /// The configuration the session ran with (its secrets, its prices).
+    pub(crate) setup: Arc<Configuration>,
+    /// The session's id.
+    pub(crate) session_id: String,
+    /// The last turn's outcome; `None` when no turn ran.
+    pub(crate) outcome: Option<TurnOutcome>,
+    /// Background jobs still running at the end, stopped.
+    pub(crate) stopped: Vec<dsh_tools::StoppedJob>,
+}
+
+/// One headless run, the one `dsh run` and `dsh mcp-server` share: opens the session `spec`
+/// asks for in `runtime` (new or resumed), with the headless broker as approver and asker,
+/// queues `prompt`, and drives the agent until it settles (background jobs waited for at most
+/// `args.jobs_wait`). `watch` is started once the session is open, before the task is queued.
+/// Cancelling `cancel` cancels the running turn (`Op::Cancel`) and the wait for jobs.
+pub(crate) async fn run_headless(
+    runtime: &Runtime,
+    spec: &SessionSpec,
+    args: &RunArgs,
+    prompt: String,
+    cancel: &tokio_util::sync::CancellationToken,
+    watch: impl FnOnce(Watch) -> tokio::task::JoinHandle<()>,
+) -> anyhow::Result<HeadlessEnd> {
+    let setup = runtime.configuration(spec).map_err(runtime_error)?;
+    let images = task_images(args, &prompt, &setup, runtime)?; // before a session opens
+                                                               // `--ephemeral`: a store of its own, removed with this guard whatever way the run ends.
     let ephemeral = args.ephemeral.then(EphemeralStore::create).transpose()?;
     let store = match &ephemeral {
         Some(ephemeral) => ephemeral.store(),
         None => runtime.store(),
     };
     let mut agent = runtime
-        .open(&spec, store.as_ref())
+        .open(spec, store.as_ref())
         .map_err(runtime_error)?
         .agent;
-    apply_budget(&mut agent, &args);
+    apply_budget(&mut agent, args);
     let handle = agent.handle();
     let session_id = handle.session_id();
     let control = headless_control(&mut agent, &setup);
 
-    // Prints events as they are logged; once the run is over (`finished`), prints what is
-    // still buffered and stops.
     let finished = tokio_util::sync::CancellationToken::new();
     let mut projector = ViewProjector::new(
         dsh_agent::Presenter::new(Some(&handle.tools())),
@@ -434,40 +475,39 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
             projector.continue_after(&log.events);
         }
     }
-    let printer = spawn_printer(
-        &args,
-        setup.secrets().clone(),
-        session_id.clone(),
+    let watcher = watch(Watch {
+        secrets: setup.secrets().clone(),
+        session_id: session_id.clone(),
         projector,
-        handle.subscribe(),
-        finished.clone(),
-    );
+        events: handle.subscribe(),
+        finished: finished.clone(),
+    });
 
-    queue_task(&control, args.plan, prompt, images)?;
+    if let Err(err) = queue_task(&control, args.plan, prompt, images) {
+        finished.cancel();
+        return Err(err);
+    }
 
-    // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Stops waiting for background jobs' wake-ups (docs/agent.md, "Wake-ups").
     let settle_stop = tokio_util::sync::CancellationToken::new();
-    let signal_task = tokio::spawn({
+    // A cancel that comes before the turn has started finds none running: it is repeated
+    // until the run is over, so the turn is cancelled as soon as it starts.
+    let canceller = tokio::spawn({
         let control = control.clone();
-        let interrupted = Arc::clone(&interrupted);
+        let cancel = cancel.clone();
         let settle_stop = settle_stop.clone();
         async move {
-            if ctrl_c_or_terminate().await {
-                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
-                settle_stop.cancel();
-                eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
+            cancel.cancelled().await;
+            settle_stop.cancel();
+            loop {
                 let _ = control.submit(Op::Cancel { keep_queued: false });
-                if ctrl_c_or_terminate().await {
-                    std::process::exit(130);
-                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     });
 
-    // A finished background job wakes the agent (at most 3 turns in a row); `dsh run` waits
-    // for the jobs it started while they can still do so, at most `--jobs-wait` after the
+    // A finished background job wakes the agent (at most 3 turns in a row); a headless run
+    // waits for the jobs it started while they can still do so, at most `jobs_wait` after the
     // last turn; what still runs then is stopped and reported, so a run always ends.
     let outcomes = agent
         .run_until_settled_within(&settle_stop, Some(args.jobs_wait))
@@ -476,13 +516,13 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
         .stop_background_jobs("the headless run ended")
         .await
         .unwrap_or_default();
-    signal_task.abort();
+    canceller.abort();
     drop(control);
     drop(handle);
     drop(agent);
-    // Every event of the run is in the channel by now: the printer drains it and stops.
+    // Every event of the run is in the channel by now: the watcher drains it and stops.
     finished.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), watcher).await;
 
     let outcomes = outcomes?;
     let mut outcome = outcomes.last().cloned();
@@ -497,6 +537,44 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
             outcome.final_text = plan;
         }
     }
+    Ok(HeadlessEnd {
+        setup,
+        session_id,
+        outcome,
+        stopped,
+    })
+}
+
+async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // The task first: a missing one is refused before any configuration is read.
+    let prompt = task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?;
+    let runtime = runtime(args.cwd.as_deref(), args.session.choices())?;
+    let spec = session_spec(&args)?;
+
+    // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let signal_task = tokio::spawn({
+        let interrupted = Arc::clone(&interrupted);
+        let cancel = cancel.clone();
+        async move {
+            if ctrl_c_or_terminate().await {
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
+                cancel.cancel();
+                if ctrl_c_or_terminate().await {
+                    std::process::exit(130);
+                }
+            }
+        }
+    });
+    let end = run_headless(&runtime, &spec, &args, prompt, &cancel, |watch| {
+        spawn_printer(&args, watch)
+    })
+    .await;
+    signal_task.abort();
+    let end = end?;
+
     let was_interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
     let when = if was_interrupted {
         "when the run was cancelled".to_string()
@@ -506,15 +584,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<ExitCode> {
             args.jobs_wait.as_secs()
         )
     };
-    report_stopped_jobs(&setup, &stopped, &when);
-    finish(
-        &args,
-        &setup,
-        &session_id,
-        outcome,
-        &stopped,
-        was_interrupted,
-    )
+    report_stopped_jobs(&end.setup, &end.stopped, &when);
+    finish(&args, end, was_interrupted)
 }
 
 /// Waits for Ctrl-C, or for `SIGTERM` / `SIGHUP` on Unix: each ends the run the way Ctrl-C
@@ -560,14 +631,14 @@ fn report_stopped_jobs(setup: &Configuration, stopped: &[dsh_tools::StoppedJob],
 
 /// Prints the run's events as they are logged: JSON lines on stdout (`--json`) or progress on
 /// stderr. Once `finished` is cancelled it prints what is still buffered and stops.
-fn spawn_printer(
-    args: &RunArgs,
-    secrets: dsh_tools::SecretRedactor,
-    session_id: String,
-    mut projector: ViewProjector,
-    mut events: tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
-    finished: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+fn spawn_printer(args: &RunArgs, watch: Watch) -> tokio::task::JoinHandle<()> {
+    let Watch {
+        secrets,
+        session_id,
+        mut projector,
+        mut events,
+        finished,
+    } = watch;
     let show_progress = !args.json && (args.verbose || std::io::stderr().is_terminal());
     let json = args.json;
     let show_reasoning = args.show_reasoning;
@@ -632,36 +703,62 @@ fn is_delta(event: &ViewEvent) -> bool {
     )
 }
 
-fn finish(
-    args: &RunArgs,
-    setup: &Configuration,
-    session_id: &str,
-    outcome: Option<TurnOutcome>,
-    stopped_jobs: &[dsh_tools::StoppedJob],
-    interrupted: bool,
-) -> anyhow::Result<ExitCode> {
-    let Some(outcome) = outcome else {
-        return Err(user_error("UNKNOWN", "no turn ran"));
-    };
+/// The `result` object of a headless run (docs/run-json.md): `dsh run --json`'s last line and
+/// the structured content of `dsh mcp-server`'s answers. Not yet cleared of secrets.
+pub(crate) fn result_json(end: &HeadlessEnd, outcome: &TurnOutcome) -> serde_json::Value {
     // Every billed call of the turn, each model at its price (docs/sessions.md, "Cost"); null
     // when a model with usage has no price.
-    let cost = setup.prices.cost(&outcome.usage_by_model);
+    let cost = end.setup.prices.cost(&outcome.usage_by_model);
+    serde_json::json!({
+        "type": "result",
+        "schemaVersion": RESULT_SCHEMA_VERSION,
+        "sessionId": end.session_id,
+        "output": outcome.final_text,
+        "stop": outcome.reason.kind(),
+        "budget": dsh_agent::budget_of(&outcome.reason),
+        "turn": outcome.turn,
+        "reason": outcome.reason,
+        "usage": usage_json(&outcome.usage),
+        "costUsd": cost,
+        "cache": cache_json(&outcome.cache_reports),
+        "stoppedJobs": end.stopped,
+    })
+}
+
+/// Why a turn that did not complete failed, as `CODE` and a message that may be shown
+/// (secrets replaced, controls as text); `None` for a completed turn.
+pub(crate) fn turn_failure(setup: &Configuration, reason: &TurnEndReason) -> Option<UserError> {
+    let (code, message) = match reason {
+        TurnEndReason::Completed => return None,
+        TurnEndReason::Aborted { .. } => ("ABORTED".to_string(), "the turn was cancelled".into()),
+        TurnEndReason::MaxTokens => (
+            "MAX_TOKENS".to_string(),
+            "the reply hit the output token limit; its tool calls were not run. Continue with \
+             `dsh run --continue \"...\"` or raise the limit."
+                .to_string(),
+        ),
+        TurnEndReason::Error { error } => (
+            error.code.as_str().to_string(),
+            shown(setup, &error.message),
+        ),
+        TurnEndReason::Blocked { message } => (
+            "BLOCKED".to_string(),
+            shown(setup, message.as_deref().unwrap_or("the turn was blocked")),
+        ),
+        TurnEndReason::Interrupted => {
+            ("INTERRUPTED".to_string(), "the turn was interrupted".into())
+        }
+    };
+    Some(UserError { code, message })
+}
+
+fn finish(args: &RunArgs, end: HeadlessEnd, interrupted: bool) -> anyhow::Result<ExitCode> {
+    let Some(outcome) = &end.outcome else {
+        return Err(user_error("UNKNOWN", "no turn ran"));
+    };
+    let setup = &end.setup;
     if args.json {
-        let line = serde_json::json!({
-            "type": "result",
-            "schemaVersion": RESULT_SCHEMA_VERSION,
-            "sessionId": session_id,
-            "output": outcome.final_text,
-            "stop": outcome.reason.kind(),
-            "budget": dsh_agent::budget_of(&outcome.reason),
-            "turn": outcome.turn,
-            "reason": outcome.reason,
-            "usage": usage_json(&outcome.usage),
-            "costUsd": cost,
-            "cache": cache_json(&outcome.cache_reports),
-            "stoppedJobs": stopped_jobs,
-        });
-        println!("{}", json_line(line, setup.secrets()));
+        println!("{}", json_line(result_json(&end, outcome), setup.secrets()));
     } else if !outcome.final_text.is_empty() && !interrupted {
         // After Ctrl-C stdout stays empty, so a pipeline never consumes half an answer; the
         // partial reply stays in the session log.
@@ -672,26 +769,17 @@ fn finish(
         let _ = writeln!(stdout, "{}", dsh_tools::printable(&text));
     }
     match &outcome.reason {
-        TurnEndReason::Completed => Ok(ExitCode::SUCCESS),
         TurnEndReason::Aborted { .. } if interrupted => {
-            eprintln!("dsh: ABORTED: the turn was cancelled; the session was saved ({session_id})");
+            eprintln!(
+                "dsh: ABORTED: the turn was cancelled; the session was saved ({})",
+                end.session_id
+            );
             Ok(ExitCode::from(130))
         }
-        TurnEndReason::Aborted { .. } => Err(user_error("ABORTED", "the turn was cancelled")),
-        TurnEndReason::MaxTokens => Err(user_error(
-            "MAX_TOKENS",
-            "the reply hit the output token limit; its tool calls were not run. Continue with \
-             `dsh run --continue \"...\"` or raise the limit.",
-        )),
-        TurnEndReason::Error { error } => Err(user_error(
-            &error.code.as_str(),
-            shown(setup, &error.message),
-        )),
-        TurnEndReason::Blocked { message } => Err(user_error(
-            "BLOCKED",
-            shown(setup, message.as_deref().unwrap_or("the turn was blocked")),
-        )),
-        TurnEndReason::Interrupted => Err(user_error("INTERRUPTED", "the turn was interrupted")),
+        reason => match turn_failure(setup, reason) {
+            None => Ok(ExitCode::SUCCESS),
+            Some(failure) => Err(anyhow::Error::new(failure)),
+        },
     }
 }
 
