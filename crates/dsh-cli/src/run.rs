@@ -96,7 +96,7 @@ pub(crate) struct RunArgs {
     /// How long to wait, after the last turn, for background jobs that may still wake the
     /// agent (e.g. `30s`, `10m`; `0` waits not at all). Jobs still running then are stopped,
     /// whole process group, and reported (docs/run-json.md, "Background jobs").
-    #[arg(long, value_parser = parse_jobs_wait, default_value = "5m")]
+    #[arg(long, value_parser = parse_jobs_wait, default_value = JOBS_WAIT_FLAG_DEFAULT)]
     pub(crate) jobs_wait: Duration,
 }
 
@@ -373,6 +373,13 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     })
 }
+
+/// `--jobs-wait`'s default, as written.
+const JOBS_WAIT_FLAG_DEFAULT: &str = "5m";
+
+/// How long a headless run waits for background jobs by default: `--jobs-wait`'s default
+/// (a test holds the two together).
+pub(crate) const DEFAULT_JOBS_WAIT: Duration = Duration::from_secs(300);
 
 /// The tool filter of `--allowed-tools` / `--disallowed-tools`; `None` when both are empty.
 pub(crate) fn tool_filter(
@@ -812,4 +819,19 @@ fn usage_json(usage: &UsageTotals) -> serde_json::Value {
         "requests": usage.requests,
         "cacheHitRatio": usage.usage.cache_hit_ratio(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_default_jobs_wait_is_the_flags_default() {
+        assert_eq!(
+            parse_jobs_wait(JOBS_WAIT_FLAG_DEFAULT).unwrap(),
+            DEFAULT_JOBS_WAIT
+        );
+    }
 }

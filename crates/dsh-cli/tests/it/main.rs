@@ -23,6 +23,7 @@ mod dsh_logs;
 mod file_gate_escapes;
 mod four_views;
 mod headless_cli;
+mod mcp_server_cli;
 mod opt_in_tools;
 mod plan_cli;
 mod plant_escapes;
