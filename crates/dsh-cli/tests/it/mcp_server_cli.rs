@@ -512,7 +512,7 @@ async fn a_read_only_call_changes_no_file_and_cannot_widen_the_servers_preset() 
         call_reply(
             "call_w",
             "write",
-            json!({"path": "inside.txt", "content": "changed"}),
+            json!({"file_path": "inside.txt", "content": "changed"}),
         ),
         call_reply(
             "call_b",
@@ -520,6 +520,17 @@ async fn a_read_only_call_changes_no_file_and_cannot_widen_the_servers_preset() 
             json!({
                 "command": format!("touch {} inside2.txt", outside_file.display()),
                 "description": "touch"
+            }),
+        ),
+        // An escalation needs an approval, which nobody can give headless.
+        call_reply(
+            "call_e",
+            "bash",
+            json!({
+                "command": "touch inside3.txt",
+                "description": "touch",
+                "sandbox_permissions": "workspace-write",
+                "justification": "the task needs it"
             }),
         ),
         text_reply("tried"),
@@ -538,8 +549,37 @@ async fn a_read_only_call_changes_no_file_and_cannot_widen_the_servers_preset() 
     assert!(!workspace.join("inside.txt").exists());
     assert!(!workspace.join("inside2.txt").exists());
     assert!(!outside_file.exists());
-    let log = std::fs::read_to_string(session_files(home.path()).remove(0)).unwrap();
+    let file = session_files(home.path()).remove(0);
+    let log = std::fs::read_to_string(&file).unwrap();
     assert!(log.contains(r#""preset":"read-only""#), "{log}");
+    // Both calls were refused or failed, as under `dsh run --permission read-only`.
+    let results: Vec<String> = load_file(&file)
+        .unwrap()
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolResult(result) => Some(format!(
+                "{:?} {}",
+                result.error.as_ref().map(|e| e.code.clone()),
+                dsh_test_support::tool_result_text(&result.message)
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(
+        results[0].starts_with(r#"Some("PERMISSION_DENIED")"#),
+        "{results:?}"
+    );
+    assert!(
+        results[1].contains("Read-only file system") || results[1].starts_with("Some("),
+        "{results:?}"
+    );
+    assert!(
+        results[2].starts_with(r#"Some("PERMISSION_DENIED")"#),
+        "{results:?}"
+    );
+    assert!(!workspace.join("inside3.txt").exists());
 
     // A call cannot ask for more than the server gives (workspace-write by default).
     let wider = server
@@ -554,7 +594,7 @@ async fn a_read_only_call_changes_no_file_and_cannot_widen_the_servers_preset() 
         text.starts_with("PERMISSION_DENIED: preset `danger-full-access`"),
         "{text}"
     );
-    assert_eq!(provider.requests().len(), 3);
+    assert_eq!(provider.requests().len(), 4);
     assert!(server.close().await.success());
 }
 
