@@ -455,8 +455,9 @@ pub(crate) async fn run_headless(
     watch: impl FnOnce(Watch) -> tokio::task::JoinHandle<()>,
 ) -> anyhow::Result<HeadlessEnd> {
     let setup = runtime.configuration(spec).map_err(runtime_error)?;
-    let images = task_images(args, &prompt, &setup, runtime)?; // before a session opens
-                                                               // `--ephemeral`: a store of its own, removed with this guard whatever way the run ends.
+    // Before a session opens.
+    let images = task_images(args, &prompt, &setup, runtime)?;
+    // `--ephemeral`: a store of its own, removed with this guard whatever way the run ends.
     let ephemeral = args.ephemeral.then(EphemeralStore::create).transpose()?;
     let store = match &ephemeral {
         Some(ephemeral) => ephemeral.store(),
