@@ -681,3 +681,31 @@ async fn dsh_run_delegates_to_dsh_mcp_server() {
         TurnEndReason::Completed
     ));
 }
+
+/// A client that goes away mid-call: the server cancels the turn, logs it and exits.
+#[tokio::test]
+async fn closing_stdin_cancels_running_calls_and_exits() {
+    let provider = FakeProvider::start([ScriptedReply::from(
+        SseReply::new().text("partial").end(StreamEnd::Stall),
+    )])
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut server = Server::start(home.path(), cwd.path(), &provider.base_url(), &[]).await;
+    server
+        .send_request(
+            "tools/call",
+            json!({"name": "dsh", "arguments": {"prompt": "long task"}}),
+        )
+        .await;
+    tokio::time::timeout(WAIT, provider.wait_until(|e| e.stalls >= 1))
+        .await
+        .unwrap();
+    assert!(server.close().await.success());
+    let log = load_file(&session_files(home.path()).remove(0)).unwrap();
+    assert!(matches!(
+        last_turn_end(&log.events),
+        TurnEndReason::Aborted { .. }
+    ));
+}
