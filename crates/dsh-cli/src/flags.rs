@@ -1,6 +1,6 @@
 //! The flags that choose a session's provider, model, effort and preset, defined once for every
 //! front end that opens sessions: the interactive UI (`dsh`, `dsh resume`), `dsh run`,
-//! `dsh web` and `dsh acp` (issue 41: each declared its own).
+//! `dsh web`, `dsh acp` and `dsh mcp-server` (issue 41: each declared its own).
 
 use std::sync::OnceLock;
 

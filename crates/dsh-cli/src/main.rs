@@ -15,6 +15,7 @@ mod home;
 mod math_symbols;
 mod mcp_cmd;
 mod mcp_edit;
+mod mcp_server;
 mod models;
 mod output_schema;
 mod progress;
@@ -90,6 +91,9 @@ enum Command {
     Models(models::ModelsArgs),
     /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed and others).
     Acp(acp::AcpArgs),
+    /// Serve the Model Context Protocol on stdin/stdout: tools `dsh` and `dsh-reply` run tasks
+    /// for other agents and editors.
+    McpServer(mcp_server::McpServerArgs),
     /// Review the workspace's own settings (project hooks, MCP servers, permission, providers)
     /// and trust them; `--list` and `--revoke` manage recorded trust.
     Trust(trust::TrustArgs),
@@ -193,6 +197,7 @@ fn main() -> ExitCode {
         Some(Command::Config(args)) => config_cmd::run(args),
         Some(Command::Models(args)) => models::run(args),
         Some(Command::Acp(args)) => acp::run(args),
+        Some(Command::McpServer(args)) => mcp_server::run(args),
         Some(Command::Web(args)) => web::run(args),
         Some(Command::Trust(args)) => trust::run(args),
         Some(Command::Approvals(args)) => approvals::run(args),

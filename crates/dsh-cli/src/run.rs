@@ -99,7 +99,7 @@ pub(crate) struct RunArgs {
     /// How long to wait, after the last turn, for background jobs that may still wake the
     /// agent (e.g. `30s`, `10m`; `0` waits not at all). Jobs still running then are stopped,
     /// whole process group, and reported (docs/run-json.md, "Background jobs").
-    #[arg(long, value_parser = parse_jobs_wait, default_value = "5m")]
+    #[arg(long, value_parser = parse_jobs_wait, default_value = JOBS_WAIT_FLAG_DEFAULT)]
     pub(crate) jobs_wait: Duration,
     /// The final answer must be one JSON value valid under this JSON Schema (a file): the
     /// model is told the schema, an invalid answer is sent back once, and the value is printed
@@ -123,6 +123,13 @@ pub(crate) enum InputFormat {
     /// One JSON user message per stdin line.
     StreamJson,
 }
+
+/// `--jobs-wait`'s default, as written.
+const JOBS_WAIT_FLAG_DEFAULT: &str = "5m";
+
+/// How long a headless run waits for background jobs by default: `--jobs-wait`'s default
+/// (a test holds the two together).
+pub(crate) const DEFAULT_JOBS_WAIT: Duration = Duration::from_secs(300);
 
 fn parse_jobs_wait(text: &str) -> Result<Duration, String> {
     if text.trim() == "0" {
@@ -398,6 +405,17 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The tool filter of `--allowed-tools` / `--disallowed-tools`; `None` when both are empty.
+pub(crate) fn tool_filter(
+    allowed: &[String],
+    disallowed: &[String],
+) -> Option<dsh_agent::ToolFilter> {
+    (!allowed.is_empty() || !disallowed.is_empty()).then(|| dsh_agent::ToolFilter {
+        allowed: trimmed(allowed),
+        disallowed: trimmed(disallowed),
+    })
+}
+
 /// The non-empty words of `list`, trimmed.
 fn trimmed(list: &[String]) -> Vec<String> {
     list.iter()
@@ -418,38 +436,80 @@ fn session_spec(args: &RunArgs, schema: Option<&OutputSchema>) -> anyhow::Result
         // Plan mode is in force before anything of the session starts (its MCP servers).
         plan: args.plan,
         append_system_prompt: appended,
-        tool_filter: (!args.allowed_tools.is_empty() || !args.disallowed_tools.is_empty()).then(
-            || dsh_agent::ToolFilter {
-                allowed: trimmed(&args.allowed_tools),
-                disallowed: trimmed(&args.disallowed_tools),
-            },
-        ),
+        tool_filter: tool_filter(&args.allowed_tools, &args.disallowed_tools),
         ..SessionSpec::default()
     })
 }
 
-async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
-    let streamed = args.input_format == InputFormat::StreamJson;
-    // A program reads the answers: the output is the `--json` lines.
-    args.json |= streamed;
-    // The task first: a missing one is refused before any configuration is read.
-    let prompt = match streamed {
-        true => None,
-        false => Some(task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?),
-    };
-    let schema = args
-        .output_schema
-        .as_deref()
-        .map(OutputSchema::load)
-        .transpose()?;
-    let runtime = runtime(args.cwd.as_deref(), args.session.choices())?;
-    let spec = session_spec(&args, schema.as_ref())?;
-    let setup = runtime.configuration(&spec).map_err(runtime_error)?;
+/// What watches a headless run as it goes (the progress printer of `dsh run`, the progress
+/// notifications of `dsh mcp-server`): the session's events from its opening on, the projector
+/// that makes view events of them, and the lines to print after the events logged before them
+/// (a streamed run's `result` and `error` lines). Once `finished` is cancelled every event of
+/// the run is in `events`: the watcher drains them and stops.
+pub(crate) struct Watch {
+    /// Every secret dsh loaded, never to be shown.
+    pub(crate) secrets: dsh_tools::SecretRedactor,
+    /// The session's id.
+    pub(crate) session_id: String,
+    /// View events of the session's events, continuing a resumed session's totals.
+    pub(crate) projector: ViewProjector,
+    /// The session's events as they are logged.
+    pub(crate) events: tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
+    /// Lines to print in order with the events.
+    pub(crate) lines: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    /// Cancelled once the run is over.
+    pub(crate) finished: tokio_util::sync::CancellationToken,
+}
+
+/// Where a headless run's user messages come from.
+pub(crate) enum HeadlessInput {
+    /// One task (with `@image` mentions and `--image`s).
+    Task(String),
+    /// `--input-format stream-json`: JSON lines on stdin, each answered in turn.
+    Stream,
+}
+
+/// How a headless run ended: what `dsh run` prints and `dsh mcp-server` answers.
+pub(crate) struct HeadlessEnd {
+    /// The configuration the session ran with (its secrets, its prices).
+    pub(crate) setup: Arc<Configuration>,
+    /// The session's id.
+    pub(crate) session_id: String,
+    /// The last message's turns, summed ([`run_outcome`]); `None` when no turn ran.
+    pub(crate) outcome: Option<TurnOutcome>,
+    /// `--output-schema` and its verdict on the last answer, when it was checked.
+    pub(crate) structured: Option<(OutputSchema, Result<Value, String>)>,
+    /// Background jobs still running at the end, stopped.
+    pub(crate) stopped: Vec<dsh_tools::StoppedJob>,
+    /// How many user messages were answered.
+    pub(crate) answered: usize,
+}
+
+/// One headless run, the one `dsh run` and `dsh mcp-server` share: opens the session `spec`
+/// asks for in `runtime` (new or resumed), with the headless broker as approver and asker,
+/// answers `input` (with `schema`, an invalid final answer is sent back once), and drives the
+/// agent until it settles (background jobs waited for at most `args.jobs_wait`). `watch` is
+/// started once the session is open, before anything is queued. Cancelling `cancel` cancels
+/// the running turn (`Op::Cancel`), the wait for jobs and the reading of input.
+pub(crate) async fn run_headless(
+    runtime: &Runtime,
+    spec: &SessionSpec,
+    args: &RunArgs,
+    schema: Option<OutputSchema>,
+    input: HeadlessInput,
+    cancel: &tokio_util::sync::CancellationToken,
+    watch: impl FnOnce(Watch) -> tokio::task::JoinHandle<()>,
+) -> anyhow::Result<HeadlessEnd> {
+    let setup = runtime.configuration(spec).map_err(runtime_error)?;
     // Before a session opens.
-    let images = match &prompt {
-        Some(prompt) => task_images(&args, prompt, &setup, &runtime)?,
-        None => Vec::new(),
+    let task = match input {
+        HeadlessInput::Task(prompt) => {
+            let images = task_images(args, &prompt, &setup, runtime)?;
+            Some((prompt, images))
+        }
+        HeadlessInput::Stream => None,
     };
+    let streamed = task.is_none();
     // `--ephemeral`: a store of its own, removed with this guard whatever way the run ends.
     let ephemeral = args.ephemeral.then(EphemeralStore::create).transpose()?;
     let store = match &ephemeral {
@@ -457,49 +517,42 @@ async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         None => runtime.store(),
     };
     let mut agent = runtime
-        .open(&spec, store.as_ref())
+        .open(spec, store.as_ref())
         .map_err(runtime_error)?
         .agent;
-    apply_budget(&mut agent, &args);
+    apply_budget(&mut agent, args);
     let handle = agent.handle();
     let session_id = handle.session_id();
     let control = headless_control(&mut agent, &setup);
 
-    // Prints events as they are logged, and the lines `lines` is sent after the events before
-    // them; once the run is over (`finished`), prints what is still buffered and stops.
     let finished = tokio_util::sync::CancellationToken::new();
-    let projector = live_projector(&agent, &spec, store.as_ref(), &session_id);
     let (lines, printed_lines) = tokio::sync::mpsc::unbounded_channel();
-    let printer = spawn_printer(
-        &args,
-        (setup.secrets().clone(), session_id.clone()),
-        projector,
-        (handle.subscribe(), printed_lines),
-        finished.clone(),
-    );
-
-    if let Some(prompt) = prompt {
-        queue_task(&control, args.plan, prompt, images)?;
+    let watcher = watch(Watch {
+        secrets: setup.secrets().clone(),
+        session_id: session_id.clone(),
+        projector: live_projector(&agent, spec, store.as_ref(), &session_id),
+        events: handle.subscribe(),
+        lines: printed_lines,
+        finished: finished.clone(),
+    });
+    if let Some((prompt, images)) = task {
+        if let Err(err) = queue_task(&control, args.plan, prompt, images) {
+            finished.cancel();
+            return Err(err);
+        }
     }
 
-    // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Stops waiting for background jobs' wake-ups (docs/agent.md, "Wake-ups") and for input.
     let settle_stop = tokio_util::sync::CancellationToken::new();
-    let signal_task = cancel_on_signal(
-        control.clone(),
-        Arc::clone(&interrupted),
-        settle_stop.clone(),
-    );
-
+    let canceller = cancel_when(cancel, &control, &settle_stop);
     let mut turns = Turns {
         agent,
         control,
         stop: settle_stop,
         schema,
     };
-    // A finished background job wakes the agent (at most 3 turns in a row); `dsh run` waits
-    // for the jobs it started while they can still do so, at most `--jobs-wait` after the
+    // A finished background job wakes the agent (at most 3 turns in a row); a headless run
+    // waits for the jobs it started while they can still do so, at most `jobs_wait` after the
     // last turn; what still runs then is stopped and reported, so a run always ends.
     let answered = match streamed {
         false => turns
@@ -508,12 +561,12 @@ async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             .map(|answer| vec![answer]),
         true => {
             let printed = ResultLines {
-                args: &args,
+                args,
                 setup: &setup,
                 session_id: &session_id,
                 lines: &lines,
             };
-            stream_turns(&mut turns, &printed, &runtime, &setup).await
+            stream_turns(&mut turns, &printed, runtime, &setup).await
         }
     };
     let stopped = turns
@@ -521,7 +574,7 @@ async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         .stop_background_jobs("the headless run ended")
         .await
         .unwrap_or_default();
-    signal_task.abort();
+    canceller.abort();
     let schema = turns.schema.take();
     drop(turns);
     drop(handle);
@@ -533,16 +586,152 @@ async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         });
         let _ = lines.send(line);
     }
-    // Every event of the run is in the channel by now: the printer drains it and stops.
+    // Every event of the run is in the channel by now: the watcher drains it and stops.
     finished.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), watcher).await;
 
-    let ended = RunEnd {
-        session_id: &session_id,
-        stopped: &stopped,
-        interrupted: interrupted.load(std::sync::atomic::Ordering::SeqCst),
+    let mut answers = answered?;
+    let count = answers.len();
+    let (mut outcome, checked) = match answers.pop() {
+        Some(last) => (run_outcome(last.outcomes), last.structured),
+        None => (None, None),
     };
-    conclude(&args, &setup, store.as_ref(), answered?, schema, &ended)
+    if let (true, Some(outcome)) = (args.plan, &mut outcome) {
+        presented_plan(outcome, store.as_ref(), &session_id);
+    }
+    Ok(HeadlessEnd {
+        setup,
+        session_id,
+        outcome,
+        structured: schema.zip(checked),
+        stopped,
+        answered: count,
+    })
+}
+
+/// The plan, not the model's closing words, is what `dsh run --plan` answers: the last plan
+/// the session's log holds replaces the outcome's text.
+fn presented_plan(
+    outcome: &mut TurnOutcome,
+    store: &(dyn dsh_session::SessionStore + Send + Sync),
+    session_id: &str,
+) {
+    let events = store
+        .load(session_id)
+        .map(|log| log.events)
+        .unwrap_or_default();
+    if let Some(plan) = dsh_agent::last_presented_plan(&events) {
+        outcome.final_text = plan;
+    }
+}
+
+/// Once `cancel` is cancelled: stops the waits (`stop`) and cancels the turn. A cancel that
+/// comes before the turn has started finds none running, so it is repeated until the run is
+/// over (the task is aborted): the turn is cancelled as soon as it starts.
+fn cancel_when(
+    cancel: &tokio_util::sync::CancellationToken,
+    control: &SessionControl,
+    stop: &tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let control = control.clone();
+    let cancel = cancel.clone();
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        cancel.cancelled().await;
+        stop.cancel();
+        loop {
+            let _ = control.submit(Op::Cancel { keep_queued: false });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let streamed = args.input_format == InputFormat::StreamJson;
+    // A program reads the answers: the output is the `--json` lines.
+    args.json |= streamed;
+    // The task first: a missing one is refused before any configuration is read.
+    let input = match streamed {
+        true => HeadlessInput::Stream,
+        false => HeadlessInput::Task(
+            task_text(args.prompt.as_deref()).map_err(|msg| user_error("NO_TASK", msg))?,
+        ),
+    };
+    let schema = args
+        .output_schema
+        .as_deref()
+        .map(OutputSchema::load)
+        .transpose()?;
+    let runtime = runtime(args.cwd.as_deref(), args.session.choices())?;
+    let spec = session_spec(&args, schema.as_ref())?;
+
+    // Ctrl-C cancels the turn (which is then logged as aborted); a second Ctrl-C exits at once.
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let signal_task = tokio::spawn({
+        let interrupted = Arc::clone(&interrupted);
+        let cancel = cancel.clone();
+        async move {
+            if ctrl_c_or_terminate().await {
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
+                cancel.cancel();
+                if ctrl_c_or_terminate().await {
+                    std::process::exit(130);
+                }
+            }
+        }
+    });
+    let end = run_headless(&runtime, &spec, &args, schema, input, &cancel, |watch| {
+        spawn_printer(&args, watch)
+    })
+    .await;
+    signal_task.abort();
+    let end = end?;
+    let interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
+    conclude(&args, &end, interrupted)
+}
+
+/// Reports the end of the run: stopped jobs on stderr, the answer (unless streamed, which
+/// printed each as it came) and the exit status of the last answer.
+fn conclude(args: &RunArgs, end: &HeadlessEnd, interrupted: bool) -> anyhow::Result<ExitCode> {
+    let when = if interrupted {
+        "when the run was cancelled".to_string()
+    } else {
+        format!(
+            "{}s after the last turn; raise --jobs-wait to let jobs finish",
+            args.jobs_wait.as_secs()
+        )
+    };
+    report_stopped_jobs(&end.setup, &end.stopped, &when);
+    let streamed = args.input_format == InputFormat::StreamJson;
+    if streamed && end.answered == 0 {
+        return Err(user_error(
+            "NO_TASK",
+            "stdin held no user message; send lines such as {\"type\": \"user\", \"content\": \"...\"}",
+        ));
+    }
+    let Some(outcome) = &end.outcome else {
+        return Err(user_error("UNKNOWN", "no turn ran"));
+    };
+    if !streamed {
+        // A streamed run printed each answer's result line as it came.
+        print_result(args, end, outcome, interrupted);
+    }
+    match &outcome.reason {
+        TurnEndReason::Aborted { .. } if interrupted => {
+            eprintln!(
+                "dsh: ABORTED: the turn was cancelled; the session was saved ({})",
+                end.session_id
+            );
+            Ok(ExitCode::from(130))
+        }
+        reason => match (turn_failure(&end.setup, reason), &end.structured) {
+            (Some(failure), _) => Err(anyhow::Error::new(failure)),
+            (None, Some((schema, Err(problem)))) => Err(schema.failure(problem, &end.session_id)),
+            (None, _) => Ok(ExitCode::SUCCESS),
+        },
+    }
 }
 
 /// The view projector of the run's live events; a resumed session's continue its stored log:
@@ -564,90 +753,6 @@ fn live_projector(
         }
     }
     projector
-}
-
-/// How the run ended, for its report.
-struct RunEnd<'a> {
-    session_id: &'a str,
-    stopped: &'a [dsh_tools::StoppedJob],
-    interrupted: bool,
-}
-
-/// Reports the end of the run: stopped jobs on stderr, the answer (unless streamed, which
-/// printed each as it came) and the exit status of the last answer.
-fn conclude(
-    args: &RunArgs,
-    setup: &Configuration,
-    store: &(dyn dsh_session::SessionStore + Send + Sync),
-    mut answers: Vec<Answer>,
-    schema: Option<OutputSchema>,
-    ended: &RunEnd<'_>,
-) -> anyhow::Result<ExitCode> {
-    let session_id = ended.session_id;
-    let when = if ended.interrupted {
-        "when the run was cancelled".to_string()
-    } else {
-        format!(
-            "{}s after the last turn; raise --jobs-wait to let jobs finish",
-            args.jobs_wait.as_secs()
-        )
-    };
-    report_stopped_jobs(setup, ended.stopped, &when);
-    let Some(last) = answers.pop() else {
-        return Err(user_error(
-            "NO_TASK",
-            "stdin held no user message; send lines such as {\"type\": \"user\", \"content\": \"...\"}",
-        ));
-    };
-    let mut outcome = run_outcome(last.outcomes);
-    if args.plan {
-        // The plan, not the model's closing words, is what `dsh run --plan` prints.
-        let events = store
-            .load(session_id)
-            .map(|log| log.events)
-            .unwrap_or_default();
-        if let (Some(plan), Some(outcome)) = (dsh_agent::last_presented_plan(&events), &mut outcome)
-        {
-            outcome.final_text = plan;
-        }
-    }
-    let Some(outcome) = outcome else {
-        return Err(user_error("UNKNOWN", "no turn ran"));
-    };
-    let verdict = last.structured.map(|checked| (schema, checked));
-    if args.input_format != InputFormat::StreamJson {
-        // The streamed run printed each answer's result line as it came.
-        print_result(
-            args,
-            setup,
-            session_id,
-            &outcome,
-            ended.stopped,
-            ended.interrupted,
-            verdict.as_ref(),
-        );
-    }
-    exit_status(setup, session_id, &outcome, ended.interrupted, verdict)
-}
-
-/// Cancels the turn on Ctrl-C, `SIGTERM` or `SIGHUP` (which is then logged as aborted),
-/// noting it in `interrupted` and stopping waits (`stop`); a second one exits at once.
-fn cancel_on_signal(
-    control: SessionControl,
-    interrupted: Arc<std::sync::atomic::AtomicBool>,
-    stop: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        if ctrl_c_or_terminate().await {
-            interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
-            stop.cancel();
-            eprintln!("\ndsh: cancelling (press Ctrl-C again to quit at once)");
-            let _ = control.submit(Op::Cancel { keep_queued: false });
-            if ctrl_c_or_terminate().await {
-                std::process::exit(130);
-            }
-        }
-    })
 }
 
 /// The session's agent and what its turns need.
@@ -714,19 +819,12 @@ struct ResultLines<'a> {
 }
 
 impl ResultLines<'_> {
-    fn answered(&self, answer: &Answer, schema: Option<&OutputSchema>) {
+    fn answered(&self, answer: &Answer) {
         let Some(outcome) = run_outcome(answer.outcomes.clone()) else {
             return;
         };
-        let verdict = answer.structured.clone().map(|checked| (schema, checked));
-        let line = result_json(
-            self.args,
-            self.session_id,
-            self.setup,
-            &outcome,
-            &[],
-            verdict.as_ref().map(|(_, checked)| checked),
-        );
+        let checked = answer.structured.as_ref();
+        let line = result_value(self.session_id, self.setup, &outcome, &[], checked);
         let _ = self.lines.send(line);
     }
 
@@ -826,7 +924,7 @@ async fn stream_turns(
             continue;
         }
         let answer = turns.answer(Duration::ZERO).await?;
-        printed.answered(&answer, turns.schema.as_ref());
+        printed.answered(&answer);
         answers.push(answer);
     }
     let woken = turns
@@ -838,7 +936,7 @@ async fn stream_turns(
             outcomes: woken,
             structured: None,
         };
-        printed.answered(&answer, None);
+        printed.answered(&answer);
         answers.push(answer);
     }
     Ok(answers)
@@ -919,16 +1017,15 @@ fn report_stopped_jobs(setup: &Configuration, stopped: &[dsh_tools::StoppedJob],
 
 /// Prints the run's events as they are logged: JSON lines on stdout (`--json`) or progress on
 /// stderr. Once `finished` is cancelled it prints what is still buffered and stops.
-fn spawn_printer(
-    args: &RunArgs,
-    (secrets, session_id): (dsh_tools::SecretRedactor, String),
-    mut projector: ViewProjector,
-    (mut events, mut lines): (
-        tokio::sync::broadcast::Receiver<Arc<dsh_session::Envelope>>,
-        tokio::sync::mpsc::UnboundedReceiver<Value>,
-    ),
-    finished: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+fn spawn_printer(args: &RunArgs, watch: Watch) -> tokio::task::JoinHandle<()> {
+    let Watch {
+        secrets,
+        session_id,
+        mut projector,
+        mut events,
+        mut lines,
+        finished,
+    } = watch;
     let show_progress = !args.json && (args.verbose || std::io::stderr().is_terminal());
     let json = args.json;
     let show_reasoning = args.show_reasoning;
@@ -1007,12 +1104,15 @@ fn is_delta(event: &ViewEvent) -> bool {
     )
 }
 
-/// `--output-schema`'s verdict on the final answer: the schema and the value, or what is wrong.
-type Verdict<S> = (S, Result<Value, String>);
+/// The `--json` result line of `outcome` (docs/run-json.md, "The result line"), the object
+/// `dsh mcp-server` answers with too.
+pub(crate) fn result_json(end: &HeadlessEnd, outcome: &TurnOutcome) -> Value {
+    let checked = end.structured.as_ref().map(|(_, checked)| checked);
+    result_value(&end.session_id, &end.setup, outcome, &end.stopped, checked)
+}
 
-/// The `--json` result line of `outcome` (docs/run-json.md, "The result line").
-fn result_json(
-    args: &RunArgs,
+/// [`result_json`] of its parts; `checked` is `--output-schema`'s verdict, when there was one.
+fn result_value(
     session_id: &str,
     setup: &Configuration,
     outcome: &TurnOutcome,
@@ -1036,33 +1136,48 @@ fn result_json(
         "cache": cache_json(&outcome.cache_reports),
         "stoppedJobs": stopped_jobs,
     });
-    if args.output_schema.is_some() {
-        line["structuredOutput"] = match checked {
-            Some(Ok(value)) => value.clone(),
-            _ => Value::Null,
-        };
-        if let Some(Err(problem)) = checked {
+    if let Some(checked) = checked {
+        line["structuredOutput"] = checked.as_ref().ok().cloned().unwrap_or(Value::Null);
+        if let Err(problem) = checked {
             line["schemaError"] = Value::String(problem.clone());
         }
     }
     line
 }
 
+/// Why a turn that did not complete failed, as `CODE` and a message that may be shown
+/// (secrets replaced, controls as text); `None` for a completed turn.
+pub(crate) fn turn_failure(setup: &Configuration, reason: &TurnEndReason) -> Option<UserError> {
+    let (code, message) = match reason {
+        TurnEndReason::Completed => return None,
+        TurnEndReason::Aborted { .. } => ("ABORTED".to_string(), "the turn was cancelled".into()),
+        TurnEndReason::MaxTokens => (
+            "MAX_TOKENS".to_string(),
+            "the reply hit the output token limit; its tool calls were not run. Continue with \
+             `dsh run --continue \"...\"` or raise the limit."
+                .to_string(),
+        ),
+        TurnEndReason::Error { error } => (
+            error.code.as_str().to_string(),
+            shown(setup, &error.message),
+        ),
+        TurnEndReason::Blocked { message } => (
+            "BLOCKED".to_string(),
+            shown(setup, message.as_deref().unwrap_or("the turn was blocked")),
+        ),
+        TurnEndReason::Interrupted => {
+            ("INTERRUPTED".to_string(), "the turn was interrupted".into())
+        }
+    };
+    Some(UserError { code, message })
+}
+
 /// Prints the run's answer: the result line with `--json`, else the final text (or the
 /// `--output-schema` value) on stdout.
-fn print_result(
-    args: &RunArgs,
-    setup: &Configuration,
-    session_id: &str,
-    outcome: &TurnOutcome,
-    stopped_jobs: &[dsh_tools::StoppedJob],
-    interrupted: bool,
-    verdict: Option<&Verdict<Option<OutputSchema>>>,
-) {
-    let checked = verdict.map(|(_, checked)| checked);
+fn print_result(args: &RunArgs, end: &HeadlessEnd, outcome: &TurnOutcome, interrupted: bool) {
+    let setup = &end.setup;
     if args.json {
-        let line = result_json(args, session_id, setup, outcome, stopped_jobs, checked);
-        println!("{}", json_line(line, setup.secrets()));
+        println!("{}", json_line(result_json(end, outcome), setup.secrets()));
         return;
     }
     // After Ctrl-C stdout stays empty, so a pipeline never consumes half an answer; the
@@ -1070,7 +1185,7 @@ fn print_result(
     if interrupted {
         return;
     }
-    let text = match checked {
+    let text = match end.structured.as_ref().map(|(_, checked)| checked) {
         // The value as one line of JSON, whatever layout the model gave it.
         Some(Ok(value)) => value.to_string(),
         // An answer the schema refused is not printed: a program would read it as valid.
@@ -1083,41 +1198,6 @@ fn print_result(
     let text = setup.secrets().redact(&text);
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{}", dsh_tools::printable(&text));
-}
-
-/// The exit status of a run whose last turn ended as `outcome` (docs/run-json.md).
-fn exit_status(
-    setup: &Configuration,
-    session_id: &str,
-    outcome: &TurnOutcome,
-    interrupted: bool,
-    verdict: Option<Verdict<Option<OutputSchema>>>,
-) -> anyhow::Result<ExitCode> {
-    match &outcome.reason {
-        TurnEndReason::Completed => match verdict {
-            Some((Some(schema), Err(problem))) => Err(schema.failure(&problem, session_id)),
-            _ => Ok(ExitCode::SUCCESS),
-        },
-        TurnEndReason::Aborted { .. } if interrupted => {
-            eprintln!("dsh: ABORTED: the turn was cancelled; the session was saved ({session_id})");
-            Ok(ExitCode::from(130))
-        }
-        TurnEndReason::Aborted { .. } => Err(user_error("ABORTED", "the turn was cancelled")),
-        TurnEndReason::MaxTokens => Err(user_error(
-            "MAX_TOKENS",
-            "the reply hit the output token limit; its tool calls were not run. Continue with \
-             `dsh run --continue \"...\"` or raise the limit.",
-        )),
-        TurnEndReason::Error { error } => Err(user_error(
-            &error.code.as_str(),
-            shown(setup, &error.message),
-        )),
-        TurnEndReason::Blocked { message } => Err(user_error(
-            "BLOCKED",
-            shown(setup, message.as_deref().unwrap_or("the turn was blocked")),
-        )),
-        TurnEndReason::Interrupted => Err(user_error("INTERRUPTED", "the turn was interrupted")),
-    }
 }
 
 /// A message from the provider or a hook as it may be printed: secrets replaced, controls
@@ -1149,4 +1229,19 @@ fn usage_json(usage: &UsageTotals) -> serde_json::Value {
         "requests": usage.requests,
         "cacheHitRatio": usage.usage.cache_hit_ratio(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_default_jobs_wait_is_the_flags_default() {
+        assert_eq!(
+            parse_jobs_wait(JOBS_WAIT_FLAG_DEFAULT).unwrap(),
+            DEFAULT_JOBS_WAIT
+        );
+    }
 }

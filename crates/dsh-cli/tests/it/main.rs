@@ -25,6 +25,7 @@ mod file_gate_escapes;
 mod four_views;
 mod headless_cli;
 mod mcp_cli;
+mod mcp_server_cli;
 mod oauth_server;
 mod opt_in_tools;
 mod output_schema_cli;
