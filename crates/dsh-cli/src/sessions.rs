@@ -90,6 +90,13 @@ enum SessionsCommand {
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
+    /// Build the search index of the session catalog now (a search that finds it far behind
+    /// the logs answers by reading them and starts this in the background).
+    Reindex {
+        /// Print nothing (the background run's form).
+        #[arg(long)]
+        quiet: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -161,8 +168,21 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
             store.remove(&id)?;
             writeln!(out, "removed {id}")?;
         }
+        SessionsCommand::Reindex { quiet } => {
+            let root = home.join("sessions");
+            let built = dsh_session::build_index(&home, &root)?;
+            if !quiet {
+                match built {
+                    true => writeln!(out, "indexed the sessions of {}", root.display())?,
+                    false => writeln!(out, "another dsh is indexing the sessions already")?,
+                }
+            }
+        }
         SessionsCommand::Search { text, limit } => {
             let hits = store.search(&text, limit)?;
+            if store.index_behind() {
+                index_in_background();
+            }
             if hits.is_empty() {
                 // As `list` says when it has nothing: silence reads as a search that failed.
                 writeln!(
@@ -184,6 +204,37 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts `dsh sessions reindex --quiet` detached (its own session, lowest CPU priority,
+/// no terminal), as git detaches its automatic `gc`: the search that found the index far
+/// behind answered by reading the logs, and the next one finds the index built
+/// (docs/decisions/0010-cold-search-scans.md). Nothing is reported when it cannot start: the
+/// next search reads the logs again.
+fn index_in_background() {
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["sessions", "reindex", "--quiet"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: between fork and exec only async-signal-safe calls are made (setsid, nice).
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                libc::nice(19);
+                Ok(())
+            });
+        }
+    }
+    // Not waited for: it outlives this process (reparented when this one exits).
+    let _ = command.spawn();
 }
 
 /// A session by path (any `session.jsonl` or `session.jsonl.zstd`, or its folder) or from the

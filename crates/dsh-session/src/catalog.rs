@@ -97,6 +97,24 @@ CREATE TABLE text_spans (
 INSERT INTO texts (texts, rank) VALUES ('hashsize', 16777216);
 ";
 
+/// Most logs whose texts a search indexes before it answers; with more, it answers by scanning
+/// and leaves the indexing to `dsh sessions reindex` (docs/decisions/0010-cold-search-scans.md).
+/// A thousand logs index in about a tenth of a second.
+pub const INLINE_INDEX_LIMIT: u64 = 1000;
+
+/// How [`Catalog::search`] answered.
+#[derive(Debug)]
+pub enum CatalogSearch {
+    /// From the full-text index.
+    Hits(Vec<SearchHit>),
+    /// The caller scans the logs; `reindex`: the index is far behind and worth building apart
+    /// ([`Catalog::build_index`]).
+    Scan {
+        /// Whether the index should be built.
+        reindex: bool,
+    },
+}
+
 /// The key of a row as one text, to compare with `fts_key` (the key its texts were indexed at).
 const ROW_KEY: &str = "size || ':' || mtime_ns || ':' || ctime_ns || ':' || ino";
 
@@ -500,6 +518,24 @@ impl Catalog {
     /// [`Catalog::sync`]; with `texts`, the message texts of every log read are indexed for
     /// search in the same read (a search after the catalog was removed reads each log once).
     fn sync_with(&mut self, root: &Path, folder: Option<&str>, texts: bool) -> Result<Rows> {
+        let synced = self.sync_at_most(root, folder, texts, usize::MAX)?;
+        synced.ok_or_else(|| SessionError::Io {
+            action: "reading the session logs in",
+            path: root.to_path_buf(),
+            source: std::io::Error::other("more changed logs than there are"),
+        })
+    }
+
+    /// [`Catalog::sync_with`], unless more than `most` logs changed since their rows were
+    /// written: then nothing is read or written, and `None` says so (a search answers by
+    /// scanning instead of reading them all first).
+    fn sync_at_most(
+        &mut self,
+        root: &Path,
+        folder: Option<&str>,
+        texts: bool,
+        most: usize,
+    ) -> Result<Option<Rows>> {
         let (rows, walk) = walk(root, folder, || self.rows(folder));
         let Some((folders, seen)) = walk else {
             return Err(SessionError::Io {
@@ -511,7 +547,10 @@ impl Catalog {
         let mut rows = rows?;
         let (mut stale, mut gone) = compare(&rows, &folders, seen);
         if stale.is_empty() && gone.is_empty() {
-            return Ok(rows);
+            return Ok(Some(rows));
+        }
+        if stale.len() > most {
+            return Ok(None);
         }
         // In the order of their folders, not the walk's (its threads make it vary): rows and
         // search texts get their rowids in this order, and equal search ranks come out in
@@ -561,7 +600,7 @@ impl Catalog {
         for index in gone {
             rows.rows.swap_remove(index);
         }
-        Ok(rows)
+        Ok(Some(rows))
     }
 
     /// Mends the rows of the given session folders only (`(working-directory folder, session
@@ -706,18 +745,24 @@ impl Catalog {
 
     /// Messages of every session whose text contains `query` (case-insensitive), at most
     /// `limit`, from the full-text index (FTS5, trigram tokens), after the rows were mended
-    /// and the texts of every changed log indexed again. `None` when `query` is shorter than
-    /// three characters, which a trigram index cannot look up.
-    pub fn search(
-        &mut self,
-        root: &Path,
-        query: &str,
-        limit: usize,
-    ) -> Result<Option<Vec<SearchHit>>> {
+    /// and the texts of every changed log indexed again. Answered by scanning the logs
+    /// instead ([`CatalogSearch::Scan`]) when `query` is shorter than three characters (a
+    /// trigram index cannot look it up), and when the index is far behind the logs: the
+    /// catalog has no rows yet (new, removed, rebuilt), or more than [`INLINE_INDEX_LIMIT`]
+    /// logs' texts are not indexed. Indexing them all first would make the first search cost
+    /// several times a scan (docs/decisions/0010-cold-search-scans.md); the caller indexes
+    /// them apart ([`Catalog::build_index`], `dsh sessions reindex`).
+    pub fn search(&mut self, root: &Path, query: &str, limit: usize) -> Result<CatalogSearch> {
         if query.chars().count() < 3 {
-            return Ok(None);
+            return Ok(CatalogSearch::Scan { reindex: false });
         }
-        self.sync_with(root, None, true)?;
+        let most = usize::try_from(INLINE_INDEX_LIMIT).unwrap_or(usize::MAX);
+        if !self.has_rows()? || self.sync_at_most(root, None, true, most)?.is_none() {
+            return Ok(CatalogSearch::Scan { reindex: true });
+        }
+        if self.unindexed()? > INLINE_INDEX_LIMIT {
+            return Ok(CatalogSearch::Scan { reindex: true });
+        }
         self.index_texts(root)?;
         // Quoted as one FTS5 string so user text is never parsed as query syntax.
         let phrase = format!("\"{}\"", query.replace('"', "\"\""));
@@ -741,7 +786,34 @@ impl Catalog {
         let hits = rows
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(self.sql())?;
-        Ok(Some(hits))
+        Ok(CatalogSearch::Hits(hits))
+    }
+
+    /// Brings everything a search reads up to date: the rows of every log, and the texts of
+    /// every log whose texts are not indexed at its current state. What `dsh sessions
+    /// reindex` runs, apart from the search that found the index behind.
+    pub fn build_index(&mut self, root: &Path) -> Result<()> {
+        self.sync_with(root, None, true)?;
+        self.index_texts(root)
+    }
+
+    /// Whether the catalog holds any row.
+    fn has_rows(&self) -> Result<bool> {
+        self.conn
+            .query_row("SELECT EXISTS (SELECT 1 FROM entries)", [], |r| r.get(0))
+            .map_err(self.sql())
+    }
+
+    /// How many rows' texts are not indexed at the row's current state.
+    fn unindexed(&self) -> Result<u64> {
+        self.conn
+            .query_row(
+                &format!("SELECT count(*) FROM entries WHERE fts_key IS NOT {ROW_KEY}"),
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(self.sql())
     }
 
     /// Indexes the message texts of every row whose log changed since its texts were indexed.
@@ -1040,7 +1112,7 @@ const STREAM_WINDOW: usize = 64;
 /// finish one, but never one [`STREAM_WINDOW`] or more past the oldest result still awaited:
 /// however long one log takes, at most that many results wait in memory. The first error of
 /// `sink` stops the threads and is returned; a panic in `f` is raised again here.
-fn par_stream<T: Sync, R: Send>(
+pub(crate) fn par_stream<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> R + Sync,
     mut sink: impl FnMut(usize, R) -> Result<()>,
@@ -1570,9 +1642,37 @@ pub(crate) fn search_via_catalog(
     root: &Path,
     query: &str,
     limit: usize,
-) -> Result<Option<Vec<SearchHit>>> {
+) -> Result<CatalogSearch> {
+    // No catalog yet: nothing to open (or create) before the scan.
+    if !home.join(CATALOG_FILE).exists() {
+        return Ok(CatalogSearch::Scan { reindex: true });
+    }
     with_catalog(home, |catalog| catalog.search(root, query, limit))
 }
+
+/// Builds the catalog's rows and search index of `home` ([`Catalog::build_index`]) unless
+/// another process is already doing it (a lock beside the catalog); true when this call built
+/// it.
+pub fn build_index(home: &Path, root: &Path) -> Result<bool> {
+    crate::private::create_dir_all(home).map_err(crate::error::io_err("creating", home))?;
+    let lock_path = home.join(INDEX_LOCK_FILE);
+    let lock = crate::private::open_options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(crate::error::io_err("opening", &lock_path))?;
+    match crate::lock::lock_exclusive(&lock, &lock_path) {
+        Ok(()) => {}
+        Err(SessionError::Locked { .. }) => return Ok(false),
+        Err(other) => return Err(other),
+    }
+    with_catalog(home, |catalog| catalog.build_index(root))?;
+    Ok(true)
+}
+
+/// The lock `dsh sessions reindex` holds while it builds the index.
+pub const INDEX_LOCK_FILE: &str = "catalog.index.lock";
 
 /// Lists everything through the catalog of `home` as compact rows, rebuilding the catalog once
 /// when SQLite finds it damaged midway.

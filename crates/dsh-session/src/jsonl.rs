@@ -573,6 +573,9 @@ impl Drop for JsonlWriter {
 #[derive(Debug, Clone)]
 pub struct JsonlStore {
     home: PathBuf,
+    /// The last search found the catalog's index far behind the logs and scanned them
+    /// ([`SessionStore::index_behind`]).
+    index_behind: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl JsonlStore {
@@ -580,6 +583,7 @@ impl JsonlStore {
     pub fn new(home: &Path) -> JsonlStore {
         JsonlStore {
             home: home.to_path_buf(),
+            index_behind: std::sync::Arc::default(),
         }
     }
 
@@ -677,28 +681,89 @@ impl JsonlStore {
         Ok(listing)
     }
 
-    /// Search by reading every log: messages whose text contains `query` (case-insensitive),
-    /// at most `limit` (what the catalog's index must agree with).
+    /// Searches every log's message texts for `query` (case-insensitive), at most `limit` hits
+    /// in folder order, without the catalog: what a search answers when the catalog's index is
+    /// far behind (docs/decisions/0010-cold-search-scans.md). Logs are read on every core; a
+    /// plain log whose bytes do not hold the query (ASCII letters compared without case) is
+    /// not parsed, so a search costs little more than reading the logs.
     pub fn scan_search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>> {
         let needle = query.to_lowercase();
+        let check = RawCheck::new(query);
+        let sessions = self.all_sessions(None)?;
         let mut hits = Vec::new();
-        for (_, path) in self.all_sessions(None)? {
-            let Ok(mut reader) = LogReader::open(&path) else {
-                continue;
-            };
-            let id = reader.header().id.clone();
-            // A damaged log is searched up to the damage; listing reports the damage.
-            while let Ok(Some(env)) = reader.next_event() {
-                if hits.len() >= limit {
-                    return Ok(hits);
-                }
-                if let Some(hit) = crate::listing::match_event(&id, &env, &needle) {
-                    hits.push(hit);
-                }
-            }
-        }
+        crate::catalog::par_stream(
+            &sessions,
+            |(_, path)| search_log(path, &needle, check.as_ref(), limit),
+            |_, found| {
+                let room = limit.saturating_sub(hits.len());
+                hits.extend(found.into_iter().take(room));
+                Ok(())
+            },
+        )?;
         Ok(hits)
     }
+}
+
+/// A check of a log's raw bytes that can only rule a log out: when the query's text cannot
+/// appear in the log's bytes, no message of it can hold the query. `None` when the bytes
+/// cannot decide: a query with characters JSON writes escaped (`"`, `\`, controls), or with
+/// non-ASCII letters, whose other cases the check would miss.
+struct RawCheck(aho_corasick::AhoCorasick);
+
+impl RawCheck {
+    fn new(query: &str) -> Option<RawCheck> {
+        let plain = query
+            .chars()
+            .all(|c| c.is_ascii() && !c.is_ascii_control() && c != '"' && c != '\\');
+        if !plain || query.is_empty() {
+            return None;
+        }
+        aho_corasick::AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build([query])
+            .ok()
+            .map(RawCheck)
+    }
+
+    /// False when `path` is a plain log whose bytes do not hold the query. A compressed log,
+    /// or a plain one continuing a compressed one beside it, is left to the parser.
+    fn may_hold(&self, path: &Path) -> bool {
+        let plain = path
+            .file_name()
+            .is_some_and(|name| name == SESSION_FILE_NAMES[0]);
+        let continues = SESSION_FILE_NAMES[1..]
+            .iter()
+            .any(|name| path.with_file_name(name).exists());
+        if !plain || continues {
+            return true;
+        }
+        match fs::read(path) {
+            Ok(bytes) => self.0.is_match(&bytes),
+            Err(_) => true,
+        }
+    }
+}
+
+/// The hits of one log (at most `limit`); a damaged log is searched up to the damage (listing
+/// reports the damage).
+fn search_log(path: &Path, needle: &str, check: Option<&RawCheck>, limit: usize) -> Vec<SearchHit> {
+    if check.is_some_and(|check| !check.may_hold(path)) {
+        return Vec::new();
+    }
+    let Ok(mut reader) = LogReader::open(path) else {
+        return Vec::new();
+    };
+    let id = reader.header().id.clone();
+    let mut hits = Vec::new();
+    while let Ok(Some(env)) = reader.next_event() {
+        if hits.len() >= limit {
+            break;
+        }
+        if let Some(hit) = crate::listing::match_event(&id, &env, needle) {
+            hits.push(hit);
+        }
+    }
+    hits
 }
 
 /// `blobs/` in the folder of the session file `path`.
@@ -756,12 +821,21 @@ impl SessionStore for JsonlStore {
     /// Searches the catalog's full-text index (docs/sessions.md, "The session catalog") when
     /// it can be used and the query is long enough for it, else every log.
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>> {
-        if let Ok(Some(hits)) =
-            crate::catalog::search_via_catalog(&self.home, &self.root(), query, limit)
-        {
-            return Ok(hits);
+        self.index_behind
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        match crate::catalog::search_via_catalog(&self.home, &self.root(), query, limit) {
+            Ok(crate::catalog::CatalogSearch::Hits(hits)) => return Ok(hits),
+            Ok(crate::catalog::CatalogSearch::Scan { reindex }) => {
+                self.index_behind
+                    .store(reindex, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(_) => {}
         }
         self.scan_search(query, limit)
+    }
+
+    fn index_behind(&self) -> bool {
+        self.index_behind.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn remove(&self, key: &str) -> Result<()> {

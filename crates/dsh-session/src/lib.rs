@@ -75,7 +75,10 @@ pub use atif::{
     export_atif, load_log_bytes, load_sub_agent_logs, AtifOptions, ATIF_SCHEMA_VERSION,
 };
 pub use blobs::{blobs_beside, zip_image_entries, BlobProblem, BlobStore};
-pub use catalog::{Catalog, ListedSession, ListedSessions, WatchedCatalog, CATALOG_FILE};
+pub use catalog::{
+    build_index, Catalog, CatalogSearch, ListedSession, ListedSessions, WatchedCatalog,
+    CATALOG_FILE, INDEX_LOCK_FILE, INLINE_INDEX_LIMIT,
+};
 /// The price table lives in `dsh-llm`, below the configuration; named here too for the crates
 /// that read costs from summaries.
 pub use dsh_llm::{ModelPrice, PriceTable};

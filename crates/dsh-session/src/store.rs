@@ -277,6 +277,13 @@ pub trait SessionStore {
     /// Messages whose text contains `query` (case-insensitive), at most `limit`.
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>>;
 
+    /// True when the last [`SessionStore::search`] found the store's search index far behind
+    /// its logs and scanned them instead: the caller may build the index apart (`dsh sessions
+    /// reindex`, docs/decisions/0010-cold-search-scans.md).
+    fn index_behind(&self) -> bool {
+        false
+    }
+
     /// Deletes a session (refused while a writer holds its lock). For the JSONL store, the
     /// whole session folder goes, sub-agent logs included.
     fn remove(&self, key: &str) -> Result<()>;

@@ -466,3 +466,46 @@ fn list_all_prints_what_the_summaries_say() {
         }
     }
 }
+
+/// docs/decisions/0010-cold-search-scans.md: with no catalog, `sessions search` answers by
+/// reading the logs (the hits a built index gives) and starts `dsh sessions reindex` in the
+/// background, which builds the catalog and its index; the next search answers from it.
+#[test]
+fn a_cold_search_scans_and_indexes_in_the_background() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd_path = cwd.path().canonicalize().unwrap();
+    let zebra = seed_session(home.path(), &cwd_path, "jsonl", "zebra");
+    seed_session(home.path(), &cwd_path, "jsonl", "yak");
+    let catalog = home.path().join(dsh_session::CATALOG_FILE);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", catalog.display()));
+    }
+    let out = dsh(home.path(), &cwd_path, &["search", "ZEBRA"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let cold = text(&out.stdout);
+    assert!(cold.contains(&zebra) && !cold.contains("yak"), "{cold}");
+    // The background indexer builds the catalog with the texts of both sessions.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let indexed = || {
+        let store = dsh_session::JsonlStore::new(home.path());
+        let mut catalog = dsh_session::Catalog::open(home.path()).unwrap();
+        let hits = catalog.search(&store.root(), "zebra", 10).unwrap();
+        let done = matches!(&hits, dsh_session::CatalogSearch::Hits(h) if !h.is_empty());
+        done
+    };
+    while !(catalog.exists() && indexed()) {
+        assert!(std::time::Instant::now() < deadline, "no index after 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = dsh(home.path(), &cwd_path, &["search", "ZEBRA"]);
+    assert_eq!(
+        text(&out.stdout),
+        cold,
+        "the index answers what the scan did"
+    );
+    // By hand, and again while nothing changed.
+    let out = dsh(home.path(), &cwd_path, &["reindex"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("indexed the sessions of"));
+}

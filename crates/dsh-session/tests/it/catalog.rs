@@ -545,17 +545,18 @@ fn search_reads_the_catalogs_full_text_index_and_follows_changes() {
         new_session(&store, &mut rng);
     }
     let mut catalog = Catalog::open(home.path()).unwrap();
-    let hits = catalog
-        .search(&store.root(), "QUESTION 1", 100)
-        .unwrap()
-        .expect("a query of three or more characters uses the index");
+    // Writers recorded their rows at turn end: a few logs' texts are indexed before it answers.
+    let hits = index_hits(catalog.search(&store.root(), "QUESTION 1", 100));
     assert!(!hits.is_empty(), "the index found the messages");
     assert!(
         hits.iter().all(|h| h.snippet.contains("question 1")),
         "{hits:?}"
     );
     // Too short for trigrams: the caller reads the logs instead.
-    assert!(catalog.search(&store.root(), "qu", 100).unwrap().is_none());
+    assert!(matches!(
+        catalog.search(&store.root(), "qu", 100).unwrap(),
+        CatalogSearch::Scan { reindex: false }
+    ));
     // A message appended by a writer is found by the next search.
     let id = new_session(&store, &mut rng);
     let mut resumed = store.resume(&id).unwrap();
@@ -567,16 +568,12 @@ fn search_reads_the_catalogs_full_text_index_and_follows_changes() {
         )))
         .unwrap();
     drop(resumed);
-    let hits = catalog
-        .search(&store.root(), "bra cross", 100)
-        .unwrap()
-        .unwrap();
+    let hits = index_hits(catalog.search(&store.root(), "bra cross", 100));
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].session_id, id);
     // Indexed again after one more change: its old texts go, the other sessions' stay.
     let others = |catalog: &mut Catalog| {
-        let hits = catalog.search(&store.root(), "question", 1000);
-        let hits = hits.unwrap().unwrap();
+        let hits = index_hits(catalog.search(&store.root(), "question", 1000));
         hits.into_iter().filter(|h| h.session_id != id).count()
     };
     let before = others(&mut catalog);
@@ -586,28 +583,31 @@ fn search_reads_the_catalogs_full_text_index_and_follows_changes() {
         .append(Event::UserMessage(Message::user_text("y", "yak shaving")))
         .unwrap();
     drop(resumed);
-    let hits = catalog
-        .search(&store.root(), "bra cross", 100)
-        .unwrap()
-        .unwrap();
+    let hits = index_hits(catalog.search(&store.root(), "bra cross", 100));
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(others(&mut catalog), before);
     // Deleted with its session.
     store.remove(&id).unwrap();
-    let hits = catalog
-        .search(&store.root(), "bra cross", 100)
-        .unwrap()
-        .unwrap();
+    let hits = index_hits(catalog.search(&store.root(), "bra cross", 100));
     assert!(hits.is_empty(), "{hits:?}");
 }
 
-/// A search with no catalog reads each log once, for its row and its texts together, on
-/// several threads (enough logs for them). What it finds, in what order and with what
-/// snippets, equals what a listing and then a search find (the rows first, then the texts of
-/// every row in a second read), and, as a set, what the full scan finds: over damaged, torn,
-/// compressed and unreadable logs too.
+/// What the search index answers once built: the hits, else the test fails.
+fn index_hits(found: dsh_session::Result<CatalogSearch>) -> Vec<SearchHit> {
+    match found.unwrap() {
+        CatalogSearch::Hits(hits) => hits,
+        CatalogSearch::Scan { reindex } => panic!("the index was not used (reindex: {reindex})"),
+    }
+}
+
+/// A search with no catalog is answered by scanning the logs (docs/decisions/
+/// 0010-cold-search-scans.md) and says the index is behind; what the scan finds equals, as a
+/// set, what the index finds once `build_index` made it (in one read of each log, for its row
+/// and its texts together, on several threads), and that index answers, in order and with the
+/// same snippets, what an index built after a listing answers: over damaged, torn, compressed
+/// and unreadable logs too.
 #[test]
-fn a_search_without_a_catalog_finds_what_a_listing_then_a_search_find() {
+fn a_search_without_a_catalog_scans_and_the_index_built_after_agrees() {
     let home = tempfile::tempdir().unwrap();
     let store = JsonlStore::new(home.path());
     let mut rng = StdRng::seed_from_u64(41);
@@ -637,6 +637,11 @@ fn a_search_without_a_catalog_finds_what_a_listing_then_a_search_find() {
             let _ = std::fs::remove_file(home.path().join(format!("{CATALOG_FILE}{suffix}")));
         }
     };
+    let set = |hits: &[SearchHit]| -> BTreeSet<(String, u64, String)> {
+        hits.iter()
+            .map(|h| (h.session_id.clone(), h.seq, h.event_type.clone()))
+            .collect()
+    };
     for (query, limit) in [
         ("question 1", 100_000),
         ("question", 100_000),
@@ -644,39 +649,125 @@ fn a_search_without_a_catalog_finds_what_a_listing_then_a_search_find() {
         ("DONE", 100_000),
     ] {
         remove_catalog();
-        let cold = Catalog::open(home.path())
-            .unwrap()
-            .search(&store.root(), query, limit)
-            .unwrap()
-            .unwrap();
+        let scanned = store.search(query, limit).unwrap();
+        assert!(
+            store.index_behind(),
+            "{query:?}: the cold search did not ask for the index"
+        );
+        assert!(
+            !home.path().join(CATALOG_FILE).exists(),
+            "the cold search made a catalog"
+        );
+        assert!(dsh_session::build_index(home.path(), &store.root()).unwrap());
+        let built = index_hits(Catalog::open(home.path()).unwrap().search(
+            &store.root(),
+            query,
+            limit,
+        ));
         remove_catalog();
         let mut catalog = Catalog::open(home.path()).unwrap();
         catalog
             .list_all(&store.root(), &ListFilter::default())
             .unwrap();
-        let listed_first = catalog
-            .search(&store.root(), query, limit)
-            .unwrap()
-            .unwrap();
-        assert!(!cold.is_empty(), "{query:?}");
-        assert_eq!(cold, listed_first, "{query:?} (limit {limit})");
+        catalog.build_index(&store.root()).unwrap();
+        let listed_first = index_hits(catalog.search(&store.root(), query, limit));
+        assert!(!built.is_empty(), "{query:?}");
+        assert_eq!(built, listed_first, "{query:?} (limit {limit})");
+        assert_eq!(
+            scanned.len(),
+            built.len().min(limit),
+            "{query:?} (limit {limit})"
+        );
         if limit == 100_000 {
-            let set = |hits: &[SearchHit]| -> BTreeSet<(String, u64, String)> {
-                hits.iter()
-                    .map(|h| (h.session_id.clone(), h.seq, h.event_type.clone()))
-                    .collect()
-            };
-            let scan = store.scan_search(query, limit).unwrap();
-            assert_eq!(set(&cold), set(&scan), "{query:?}");
+            assert_eq!(set(&scanned), set(&built), "{query:?}");
         }
+        // Warm: the store's own search answers from the index now.
+        assert_eq!(
+            set(&store.search(query, limit).unwrap()),
+            set(&listed_first)
+        );
+        assert!(!store.index_behind(), "{query:?}");
     }
-    // The rows the search wrote are those a listing writes.
+    // The rows the index build wrote are those a listing writes.
     remove_catalog();
-    Catalog::open(home.path())
-        .unwrap()
-        .search(&store.root(), "question", 1)
+    dsh_session::build_index(home.path(), &store.root()).unwrap();
+    assert_listing_matches_scan(&store, "after an index build without a catalog");
+}
+
+/// A catalog with rows whose logs changed by more than `INLINE_INDEX_LIMIT` since (a history
+/// copied in, a catalog of an older home) also answers by scanning rather than reading them all
+/// first; once built, the index answers again.
+#[test]
+fn many_changed_logs_send_the_search_to_the_logs() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let mut w = store.create("/w/many", CreateOptions::default()).unwrap();
+    w.append(Event::UserMessage(Message::user_text(
+        "m",
+        "a question to find",
+    )))
+    .unwrap();
+    let id = w.header().id.clone();
+    drop(w);
+    assert!(dsh_session::build_index(home.path(), &store.root()).unwrap());
+    let mut catalog = Catalog::open(home.path()).unwrap();
+    assert!(!index_hits(catalog.search(&store.root(), "question", 100)).is_empty());
+    // Copies of the session's folder, each a log the catalog has no row for.
+    let folder = store.session_folder(&id).unwrap();
+    let log = session_file_in(&folder).unwrap();
+    let bytes = std::fs::read(&log).unwrap();
+    let parent = folder.parent().unwrap();
+    for k in 0..=INLINE_INDEX_LIMIT {
+        let copy = parent.join(format!("copy-{k}"));
+        std::fs::create_dir(&copy).unwrap();
+        std::fs::write(copy.join(log.file_name().unwrap()), &bytes).unwrap();
+    }
+    assert!(matches!(
+        catalog.search(&store.root(), "question", 100).unwrap(),
+        CatalogSearch::Scan { reindex: true }
+    ));
+    let scanned = store.search("question", 100_000).unwrap();
+    assert!(store.index_behind());
+    assert!(dsh_session::build_index(home.path(), &store.root()).unwrap());
+    let built = index_hits(catalog.search(&store.root(), "question", 100_000));
+    assert_eq!(scanned.len(), built.len());
+}
+
+/// The raw-bytes check that lets the scan skip most logs never hides a hit: queries of other
+/// cases, with JSON-escaped characters (`"`, `\`, a newline), non-ASCII letters, and texts of
+/// logs that continue a compressed one are found as the parser finds them.
+#[test]
+fn the_scans_byte_check_never_hides_a_hit() {
+    let home = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(home.path());
+    let texts = [
+        "Say \"hello\" to C:\\temp",
+        "first line\nsecond line",
+        "Größe und Übermaß",
+        "MiXeD CaSe Needle",
+    ];
+    let mut w = store.create("/w/check", CreateOptions::default()).unwrap();
+    for (k, text) in texts.iter().enumerate() {
+        w.append(Event::UserMessage(Message::user_text(
+            format!("m{k}"),
+            *text,
+        )))
         .unwrap();
-    assert_listing_matches_scan(&store, "after a search without a catalog");
+    }
+    drop(w);
+    for query in [
+        "\"hello\"",
+        "c:\\temp",
+        "line\nsecond",
+        "GRÖßE",
+        "übermaß",
+        "mixed case needle",
+        "NEEDLE",
+    ] {
+        let hits = store.scan_search(query, 100).unwrap();
+        assert_eq!(hits.len(), 1, "{query:?}: {hits:?}");
+    }
+    assert!(store.scan_search("absent words", 100).unwrap().is_empty());
 }
 
 /// A home that a listing creates first (before any session) and everything written into it
