@@ -20,6 +20,7 @@ mod models;
 mod output_schema;
 mod progress;
 mod replay;
+mod review;
 mod run;
 mod sessions;
 mod stream_input;
@@ -85,6 +86,9 @@ enum Command {
     Resume(tui::ResumeArgs),
     /// Show the effective configuration (`show`) or the configuration file paths (`path`).
     Config(config_cmd::ConfigArgs),
+    /// Review the workspace's changes (uncommitted, a branch against its base, or a commit) in
+    /// a read-only session: findings with file:line, priority and a suggested fix.
+    Review(review::ReviewArgs),
     /// Serve the local web UI and API (loopback only, token-protected).
     Web(web::WebArgs),
     /// List a provider's models, merged with the configured model table.
@@ -199,6 +203,7 @@ fn main() -> ExitCode {
         Some(Command::Acp(args)) => acp::run(args),
         Some(Command::McpServer(args)) => mcp_server::run(args),
         Some(Command::Web(args)) => web::run(args),
+        Some(Command::Review(args)) => review::run(args),
         Some(Command::Trust(args)) => trust::run(args),
         Some(Command::Approvals(args)) => approvals::run(args),
         Some(Command::Doctor(args)) => doctor::run(args),

@@ -478,28 +478,11 @@ impl Inner {
 /// waited for as `dsh run` waits.
 fn run_args(settings: &CallSettings) -> RunArgs {
     RunArgs {
-        prompt: None,
-        session: crate::flags::SessionFlags::default(),
-        color: crate::headless::ColorChoice::Never,
-        show_reasoning: false,
-        verbose: false,
-        json: false,
-        json_deltas: false,
-        resume: None,
-        continue_last: false,
         cwd: settings.cwd.clone(),
-        ephemeral: false,
         max_wall_time: settings.max_wall_time,
         max_steps: settings.max_steps,
         max_cost_usd: settings.max_cost_usd,
-        plan: false,
-        append_system_prompt: None,
-        allowed_tools: Vec::new(),
-        disallowed_tools: Vec::new(),
-        images: Vec::new(),
-        jobs_wait: crate::run::DEFAULT_JOBS_WAIT,
-        output_schema: None,
-        input_format: crate::run::InputFormat::Text,
+        ..RunArgs::driven()
     }
 }
 

@@ -43,13 +43,18 @@ impl OutputSchema {
                 "is not JSON ({e}); write the schema as a JSON document"
             ))
         })?;
+        OutputSchema::from_value(&schema, &shown).map_err(fail)
+    }
+
+    /// A schema given as a value (`dsh review`'s own), named `name` in messages.
+    pub(crate) fn from_value(schema: &Value, name: &str) -> Result<OutputSchema, String> {
         if !schema.is_object() && !schema.is_boolean() {
-            return Err(fail("a JSON Schema is an object (or true / false)".into()));
+            return Err("a JSON Schema is an object (or true / false)".into());
         }
-        let validator = jsonschema::validator_for(&schema)
-            .map_err(|e| fail(format!("is not a valid JSON Schema: {e}")))?;
+        let validator = jsonschema::validator_for(schema)
+            .map_err(|e| format!("is not a valid JSON Schema: {e}"))?;
         Ok(OutputSchema {
-            path: shown,
+            path: name.to_string(),
             text: schema.to_string(),
             validator,
         })

@@ -219,6 +219,35 @@ pub(crate) fn runtime(cwd: Option<&Path>, choices: Choices) -> anyhow::Result<Ru
 }
 
 impl RunArgs {
+    /// The arguments of a run another command drives (`dsh mcp-server`, `dsh review`): no task
+    /// argument, nothing printed by the run itself, every default of `dsh run`.
+    pub(crate) fn driven() -> RunArgs {
+        RunArgs {
+            prompt: None,
+            session: crate::flags::SessionFlags::default(),
+            color: crate::headless::ColorChoice::Never,
+            show_reasoning: false,
+            verbose: false,
+            json: false,
+            json_deltas: false,
+            resume: None,
+            continue_last: false,
+            cwd: None,
+            ephemeral: false,
+            max_wall_time: None,
+            max_steps: None,
+            max_cost_usd: None,
+            plan: false,
+            append_system_prompt: None,
+            allowed_tools: Vec::new(),
+            disallowed_tools: Vec::new(),
+            images: Vec::new(),
+            jobs_wait: DEFAULT_JOBS_WAIT,
+            output_schema: None,
+            input_format: InputFormat::Text,
+        }
+    }
+
     fn resume(&self) -> Resume {
         match (&self.resume, self.continue_last) {
             (Some(key), _) => Resume::Id(key.clone()),
@@ -1017,7 +1046,7 @@ fn report_stopped_jobs(setup: &Configuration, stopped: &[dsh_tools::StoppedJob],
 
 /// Prints the run's events as they are logged: JSON lines on stdout (`--json`) or progress on
 /// stderr. Once `finished` is cancelled it prints what is still buffered and stops.
-fn spawn_printer(args: &RunArgs, watch: Watch) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn_printer(args: &RunArgs, watch: Watch) -> tokio::task::JoinHandle<()> {
     let Watch {
         secrets,
         session_id,

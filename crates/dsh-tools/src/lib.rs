@@ -47,6 +47,7 @@ mod confinement;
 mod context;
 mod error;
 mod gate;
+pub mod git;
 mod jobs;
 mod observe;
 mod os;

@@ -111,96 +111,15 @@ pub fn diff_lines(
     out
 }
 
-/// Runs `git -C cwd <args>` in the read-only sandbox without network (`confine`), with the
-/// scrubbed environment (code-loading variables without empty or relative entries): every git
-/// `/diff` starts, not only `git diff` itself (the fifth adversarial review had the unconfined
-/// `rev-parse` load a library planted in the workspace through dsh's own `LD_LIBRARY_PATH`).
-/// `Err` says why git could not run confined.
-fn git(
-    cwd: &Path,
-    confine: &dsh_tools::CommandConfiner,
-    args: &[&str],
-) -> Result<std::process::Output, String> {
-    let mut argv: Vec<std::ffi::OsString> = vec!["-C".into(), cwd.as_os_str().to_os_string()];
-    argv.extend(args.iter().map(Into::into));
-    let plan = dsh_tools::CommandPlan::new("git", argv);
-    let plan = confine(plan, cwd).map_err(|err| {
-        format!(
-            "not shown: git runs only in the read-only sandbox here, and {}",
-            err.message
-        )
-    })?;
-    let mut env = dsh_tools::scrubbed_env();
-    env.push(("GIT_NO_LAZY_FETCH".into(), "1".into()));
-    dsh_tools::plan_command(&plan, cwd, env)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .map_err(|err| err.to_string())
-}
-
-/// `-c` overrides that empty every filter driver the configuration of `cwd`'s repository
-/// defines (`filter.<name>.clean`, `.smudge`, `.process`; an empty command is no filter), so
-/// `git diff` runs none of them on the work tree. Reading the configuration runs nothing.
-fn filters_off(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Vec<String> {
-    let listed = git(
-        cwd,
-        confine,
-        &[
-            "config",
-            "--null",
-            "--name-only",
-            "--get-regexp",
-            r"^filter\.",
-        ],
-    );
-    let Ok(listed) = listed else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = String::from_utf8_lossy(&listed.stdout)
-        .split('\0')
-        .filter_map(|key| key.strip_prefix("filter."))
-        .filter_map(|rest| rest.rsplit_once('.').map(|(name, _)| name.to_string()))
-        .collect();
-    names.sort();
-    names.dedup();
-    names
-        .iter()
-        .flat_map(|name| {
-            ["clean", "smudge", "process"]
-                .iter()
-                .flat_map(move |key| ["-c".to_string(), format!("filter.{name}.{key}=")])
-                .chain(["-c".to_string(), format!("filter.{name}.required=false")])
-        })
-        .collect()
-}
-
 /// `git diff` of `cwd`: `None` when it is not in a git work tree (or git is not installed).
-/// It runs confined (`confine`: read-only, no network): a repository's configuration can make
-/// git start programs in ways no list of `-c` overrides closes (the fourth adversarial review
-/// planted a clean filter in a submodule, which `git diff` checks with its own `git status`),
-/// so what git starts is held like the model's `read-only` commands. Without a sandbox, no git
-/// diff is shown.
+/// It runs confined and with the overrides of [`dsh_tools::git`].
 fn git_diff(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Option<Result<String, String>> {
-    let inside = match git(cwd, confine, &["rev-parse", "--is-inside-work-tree"]) {
-        Ok(inside) => inside,
-        Err(message) => return Some(Err(message)),
-    };
-    if !inside.status.success() || String::from_utf8_lossy(&inside.stdout).trim() != "true" {
-        return None;
+    match dsh_tools::git::inside_work_tree(cwd, confine) {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(message) => return Some(Err(format!("not shown: {message}"))),
     }
-    let mut args: Vec<String> = vec![
-        // No pager, external diff, textconv, clean/process filter or fsmonitor hook: the
-        // overrides stay as a second layer under the sandbox (docs/SECURITY.md, "Protected
-        // paths").
-        "-c".into(),
-        "core.fsmonitor=false".into(),
-        // No transport: a planted partial clone would fetch a missing blob by running the
-        // remote's `uploadpack` (or `core.sshCommand`); `diff` needs no network.
-        "-c".into(),
-        "protocol.allow=never".into(),
-    ];
-    args.extend(filters_off(cwd, confine));
+    let mut args = dsh_tools::git::diff_overrides(cwd, confine);
     args.extend(
         [
             "--no-pager",
@@ -213,9 +132,9 @@ fn git_diff(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Option<Result<S
         .map(String::from),
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let output = match git(cwd, confine, &args) {
+    let output = match dsh_tools::git::confined_git(cwd, confine, &args) {
         Ok(output) => output,
-        Err(message) => return Some(Err(message)),
+        Err(message) => return Some(Err(format!("not shown: {message}"))),
     };
     Some(match output.status.success() {
         true => Ok(String::from_utf8_lossy(&output.stdout).into_owned()),

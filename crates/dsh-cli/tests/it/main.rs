@@ -33,6 +33,7 @@ mod plan_cli;
 mod plant_escapes;
 mod project_command_escapes;
 mod readme;
+mod review_cli;
 mod run_cancel;
 mod run_cli;
 mod run_jobs;
