@@ -176,12 +176,16 @@ async fn the_directory_is_writable_only_when_added_and_under_a_writing_preset() 
 }
 
 /// What may not be added is refused before anything is sent: `/`, dsh's home, a directory
-/// holding dsh's home, a file, a missing path.
+/// holding dsh's home, a file, a missing path, a protected entry (`.git`, `.dsh`, a bare
+/// repository).
 #[tokio::test]
 async fn dangerous_or_missing_directories_are_refused_up_front() {
     let env = Env::new();
     let provider = model_stepping(&[], SseReply::new().text("done")).await;
     std::fs::write(env.extra.join("a-file"), "x").unwrap();
+    std::fs::create_dir_all(env.extra.join(".dsh")).unwrap();
+    std::fs::create_dir_all(env.extra.join("bare.git/objects")).unwrap();
+    std::fs::write(env.extra.join("bare.git/HEAD"), "ref: refs/heads/main\n").unwrap();
     let parent = env.home.parent().unwrap().display().to_string();
     let cases = [
         ("/".to_string(), "root directory"),
@@ -194,6 +198,24 @@ async fn dangerous_or_missing_directories_are_refused_up_front() {
         (
             env.extra.join("a-file").display().to_string(),
             "not a directory",
+        ),
+        // Protected entries: as a root of their own every file in them was writable
+        // (`--add-dir .git` let `bash` plant `.git/hooks/pre-commit`).
+        (
+            env.extra.join(".git").display().to_string(),
+            "protected entry",
+        ),
+        (
+            env.extra.join(".git/hooks").display().to_string(),
+            "protected entry",
+        ),
+        (
+            env.extra.join(".dsh").display().to_string(),
+            "protected entry",
+        ),
+        (
+            env.extra.join("bare.git").display().to_string(),
+            "protected entry",
         ),
         (
             env.extra.join("missing").display().to_string(),
