@@ -273,8 +273,23 @@ impl ServerHandler for McpServer {
         let (resume, settings, prompt) = match request.name.as_ref() {
             START_TOOL => {
                 let args: StartArgs = parse_arguments(START_TOOL, arguments)?;
+                // The client's directory is checked as an added one is: never `/`, dsh's home
+                // or a protected entry (docs/SECURITY.md, "A delegating client cannot widen
+                // the preset").
+                let home = self.inner.runtime.home();
+                let cwd = args
+                    .cwd
+                    .as_deref()
+                    .map(|dir| dsh_runtime::delegated_cwd(dir, home))
+                    .transpose();
+                let cwd = match cwd {
+                    Ok(cwd) => cwd,
+                    Err(err) => {
+                        return Ok(failed(&failure_of(&crate::run::runtime_error(err)), None))
+                    }
+                };
                 let settings = CallSettings {
-                    cwd: args.cwd,
+                    cwd,
                     model: args.model,
                     effort: args.effort,
                     preset: args.preset,

@@ -248,22 +248,74 @@ pub fn extra_roots(
         if !real.is_dir() {
             return Err(refuse("not a directory"));
         }
-        if real.parent().is_none() {
-            return Err(refuse(
-                "the root directory cannot be made writable; name a folder",
-            ));
-        }
-        if real.starts_with(&home) || home.starts_with(&real) {
-            return Err(refuse(&format!(
-                "it holds or lies in dsh's home {}, which the model must never write",
-                home.display()
-            )));
+        if let Some(why) = unsafe_root(&real, &home) {
+            return Err(refuse(&why));
         }
         if real != cwd && !roots.contains(&real) {
             roots.push(real);
         }
     }
     Ok(roots)
+}
+
+/// Why the real directory `real` may not become writable at the word of someone other than
+/// the user at the terminal (an added directory, a delegating MCP client's `cwd`), or `None`:
+/// `/`; dsh's `home` (canonical) or a directory holding it; and a protected entry or a
+/// directory inside one (`.git` and anything shaped like a git directory, `.dsh`, `.env*`,
+/// `.claude`, ..., a dot entry of the user's home such as `~/.ssh`), whose files configure code
+/// that runs later. Inside a root those stay read-only, but as a root of their own all of
+/// their files were writable (adversarial review of issue 42: `--add-dir .git` let `bash`
+/// plant `.git/hooks/pre-commit`).
+fn unsafe_root(real: &Path, home: &Path) -> Option<String> {
+    if real.parent().is_none() {
+        return Some("the root directory cannot be made writable; name a folder".to_string());
+    }
+    if real.starts_with(home) || home.starts_with(real) {
+        return Some(format!(
+            "it holds or lies in dsh's home {}, which the model must never write",
+            home.display()
+        ));
+    }
+    let in_git_dir = real.ancestors().any(|dir| {
+        dir.file_name()
+            .is_some_and(|name| name.eq_ignore_ascii_case(".git"))
+            || (dir.join("HEAD").is_file() && dir.join("objects").is_dir())
+    });
+    let protected = dsh_tools::protected_entry(Path::new("/"), real);
+    if in_git_dir || protected.is_some() {
+        let entry = protected.unwrap_or_else(|| real.to_path_buf());
+        return Some(format!(
+            "it is or lies in {}, a protected entry (git directories, dsh and editor settings, \
+             .env files, the home's dot entries) that configures code that runs later; name a \
+             folder outside it",
+            dsh_tools::printable(&entry.display().to_string())
+        ));
+    }
+    None
+}
+
+/// The working directory a delegating client (`dsh mcp-server`'s `cwd`) names for a session,
+/// canonical, or why it is refused: as for an added directory ([`extra_roots`]), not `/`, not
+/// dsh's `home` or a directory holding it, not a protected entry. The session would write
+/// there; a client must not make dsh's own settings, credentials and approval rules (or
+/// `/`) the model's workspace.
+pub fn delegated_cwd(dir: &Path, home: &Path) -> Result<PathBuf, RuntimeError> {
+    let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+    let refuse = |why: &str| {
+        RuntimeError::InvalidConfig(format!(
+            "working directory {}: {why}",
+            dsh_tools::printable(&dir.display().to_string())
+        ))
+    };
+    let real = std::fs::canonicalize(dir)
+        .map_err(|e| refuse(&format!("{e}; name an existing directory")))?;
+    if !real.is_dir() {
+        return Err(refuse("not a directory"));
+    }
+    match unsafe_root(&real, &home) {
+        Some(why) => Err(refuse(&why)),
+        None => Ok(real),
+    }
 }
 
 /// A built agent, ready for its front end to install its approver and asker

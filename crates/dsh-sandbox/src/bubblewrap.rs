@@ -169,8 +169,26 @@ impl Bubblewrap {
                     .collect();
                 roots.sort_by_key(|root| root.components().count());
                 roots.dedup();
-                for root in &roots {
-                    bind_root(&mut push, root);
+                // Each directory between a root and a root nested in it becomes a mount point
+                // too, parents first, so no command can rename it and put a symbolic link
+                // on the nested root's path (`crate::nested_root_chains`).
+                let owned: Vec<PathBuf> = roots.iter().map(|root| (*root).clone()).collect();
+                let pins: Vec<PathBuf> = crate::nested_root_chains(&owned)
+                    .into_iter()
+                    .filter(|dir| !owned.contains(dir))
+                    .collect();
+                let mut order: Vec<(&PathBuf, bool)> = roots
+                    .iter()
+                    .map(|root| (*root, true))
+                    .chain(pins.iter().map(|dir| (dir, false)))
+                    .collect();
+                order.sort_by_key(|(dir, _)| dir.components().count());
+                for (dir, is_root) in order {
+                    if is_root {
+                        bind_root(&mut push, dir);
+                    } else {
+                        push(&["--bind".as_ref(), dir.as_os_str(), dir.as_os_str()]);
+                    }
                 }
                 for dir in &hidden {
                     push(&["--tmpfs".as_ref(), dir.as_os_str()]);
@@ -307,6 +325,8 @@ impl CommandConfinement for StrictlyPrepared<'_> {
         plan: CommandPlan,
         request: &ConfinementRequest,
     ) -> Result<CommandPlan, ToolError> {
+        crate::check_roots(request)
+            .map_err(|reason| crate::setup_failed(request.preset, &reason))?;
         self.0
             .confine_prepared(plan, request, false)
             .map_err(|reason| crate::setup_failed(request.preset, &reason))
@@ -331,6 +351,8 @@ impl CommandConfinement for Bubblewrap {
         if request.preset == PermissionPreset::DangerFullAccess {
             return Ok(plan);
         }
+        crate::check_roots(request)
+            .map_err(|reason| crate::setup_failed(request.preset, &reason))?;
         if self.prepared {
             // A sandbox that cannot be prepared now (bwrap failed to start it) leaves the
             // command to a `bwrap` of its own: the same options, so the same confinement.

@@ -662,6 +662,7 @@ impl CommandConfinement for Landlock {
             return Ok(plan);
         }
         let unavailable = |reason: String| crate::setup_failed(request.preset, &reason);
+        crate::check_roots(request).map_err(unavailable)?;
         let fd = self.ruleset(request).map_err(unavailable)?;
         let filter = Program::get(Profile::Landlock, crate::bubblewrap::network(request))
             .map_err(unavailable)?;

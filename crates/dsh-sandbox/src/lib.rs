@@ -594,6 +594,73 @@ impl RootProtection {
     }
 }
 
+/// Refuses a request whose writable roots are no longer their own real paths. The roots are
+/// made canonical when the session starts (the cwd, the temp directories, `--add-dir`); a
+/// symbolic link that appeared on the way to one since then (a confined command renamed a
+/// directory above it that lies in another writable root, e.g. `/tmp/x` above a workspace
+/// `/tmp/x/ws`, and put `x/ws -> ../../etc` in its place) would have the mechanism, which
+/// resolves paths when it sets up, make the link's target writable (adversarial review of
+/// issue 42: `/etc` written as root under both mechanisms). Roots that do not exist are left to
+/// the mechanism, which skips them. The mount-based mechanisms also pin every directory on
+/// such a path ([`nested_root_chains`]), so a command cannot make the change in the first
+/// place; this check also covers Landlock without a mount namespace.
+#[cfg(target_os = "linux")]
+pub(crate) fn check_roots(request: &ConfinementRequest) -> Result<(), String> {
+    if !matches!(
+        request.preset,
+        PermissionPreset::WorkspaceWrite | PermissionPreset::Ask
+    ) {
+        return Ok(());
+    }
+    for root in &request.writable_roots {
+        match std::fs::canonicalize(root) {
+            Ok(real) if real != *root => {
+                return Err(format!(
+                    "the writable directory {} now leads to {} (a directory on its path was \
+                     replaced by a symbolic link since the session started); start the session \
+                     again",
+                    dsh_tools::printable(&root.display().to_string()),
+                    dsh_tools::printable(&real.display().to_string())
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The directories to bind onto themselves so that no confined command can rename or remove a
+/// directory on the path of a writable root nested in another (a mount point can be neither):
+/// for each root inside another, every directory from just below the closest root holding it
+/// down to the root itself, parents first. Without them, a command could move `/tmp/x` aside
+/// (the temp directory is writable) and put a symbolic link at `/tmp/x/ws`, the workspace's
+/// path, for the next command's sandbox to follow ([`check_roots`]).
+#[cfg(target_os = "linux")]
+pub(crate) fn nested_root_chains(roots: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let mut chains: Vec<std::path::PathBuf> = Vec::new();
+    for root in roots {
+        let Some(holder) = roots
+            .iter()
+            .filter(|other| *other != root && root.starts_with(other))
+            .max_by_key(|other| other.components().count())
+        else {
+            continue;
+        };
+        let Ok(below) = root.strip_prefix(holder) else {
+            continue;
+        };
+        let mut dir = holder.clone();
+        for component in below.components() {
+            dir.push(component);
+            if !chains.contains(&dir) {
+                chains.push(dir.clone());
+            }
+        }
+    }
+    chains.sort_by_key(|dir| dir.components().count());
+    chains
+}
+
 /// `SANDBOX_UNAVAILABLE` for a mechanism that works on this host but could not set up one
 /// command (a ruleset, a filter or a descriptor failed): the command is refused, never run with
 /// less confinement.
@@ -654,5 +721,59 @@ impl CommandConfinement for Unavailable {
                 ))
             }
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod root_path_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::path::PathBuf;
+
+    use dsh_tools::{ConfinementRequest, PermissionPreset};
+
+    #[test]
+    fn every_folder_between_a_root_and_one_nested_in_it_is_pinned() {
+        let roots: Vec<PathBuf> = ["/tmp", "/tmp/a/b/ws", "/tmp/a/b/ws/sub/data", "/srv/x"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let pins = super::nested_root_chains(&roots);
+        let expected: Vec<PathBuf> = [
+            "/tmp/a",
+            "/tmp/a/b",
+            "/tmp/a/b/ws",
+            "/tmp/a/b/ws/sub",
+            "/tmp/a/b/ws/sub/data",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(pins, expected);
+        assert!(super::nested_root_chains(&roots[3..]).is_empty());
+    }
+
+    #[test]
+    fn a_root_that_became_a_link_refuses_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let ws = base.join("x/ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let mut request = ConfinementRequest {
+            preset: PermissionPreset::WorkspaceWrite,
+            cwd: ws.clone(),
+            workdir: ws.clone(),
+            writable_roots: vec![ws.clone(), base.clone(), base.join("missing")],
+            hidden_dirs: Vec::new(),
+            network: true,
+        };
+        super::check_roots(&request).unwrap();
+        std::fs::rename(base.join("x"), base.join("moved")).unwrap();
+        std::fs::create_dir(base.join("x")).unwrap();
+        std::os::unix::fs::symlink(base.join("moved/ws"), &ws).unwrap();
+        let refused = super::check_roots(&request).unwrap_err();
+        assert!(refused.contains("symbolic link"), "{refused}");
+        request.preset = PermissionPreset::ReadOnly;
+        super::check_roots(&request).unwrap();
     }
 }

@@ -17,7 +17,9 @@
 //!    MOUNT_ATTR_NOSUID)`); `/proc` and `/sys` with it, so no kernel setting is written;
 //! 4. each copy attached back on its root (`move_mount`) and made `nosuid,nodev`: the roots are
 //!    writable again as on the host, but nothing on them gives privilege or opens a device;
-//! 5. each root's `.git` directory bound onto itself (a mount point cannot be renamed away) and
+//! 5. every directory between a root and a root nested in it (the nested root included) bound
+//!    onto itself, parents first (`crate::nested_root_chains`: nothing on a root's path can be
+//!    renamed and replaced by a symbolic link); each root's `.git` directory bound onto itself (a mount point cannot be renamed away) and
 //!    the protected entries (`dsh_tools::existing_protected_entries`) bound read-only on top;
 //! 6. dsh's home (`ConfinementRequest::hidden_dirs`) covered by an empty read-only tmpfs; a
 //!    root or the working directory inside it is attached back (copied before the cover).
@@ -239,7 +241,13 @@ impl MountPlan {
                 .collect(),
             PermissionPreset::ReadOnly => Vec::new(),
         };
-        let mut pinned = Vec::new();
+        // Every directory between a root and a root nested in it, the nested root included,
+        // is bound onto itself first (parents first), so no command can rename it and put a
+        // symbolic link on the nested root's path (`crate::nested_root_chains`).
+        let mut pinned = crate::nested_root_chains(&roots)
+            .iter()
+            .map(|dir| c_path(dir))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut read_only = Vec::new();
         for root in &roots {
             let protection = crate::RootProtection::of(root);
@@ -530,7 +538,12 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(plan.writable, [c_path(&base).unwrap()]);
-        assert_eq!(plan.pinned, [c_path(&ws.join(".git")).unwrap()]);
+        // The nested root is a mount point first (nothing on its path can be renamed), then
+        // its `.git`.
+        assert_eq!(
+            plan.pinned,
+            [c_path(&ws).unwrap(), c_path(&ws.join(".git")).unwrap()]
+        );
         // The whole git directory is bound read-only (docs/SECURITY.md, "Protected paths").
         assert!(plan.read_only.contains(&c_path(&ws.join(".env")).unwrap()));
         assert!(plan.read_only.contains(&c_path(&ws.join(".git")).unwrap()));

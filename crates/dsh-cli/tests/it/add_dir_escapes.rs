@@ -176,12 +176,16 @@ async fn the_directory_is_writable_only_when_added_and_under_a_writing_preset() 
 }
 
 /// What may not be added is refused before anything is sent: `/`, dsh's home, a directory
-/// holding dsh's home, a file, a missing path.
+/// holding dsh's home, a file, a missing path, a protected entry (`.git`, `.dsh`, a bare
+/// repository).
 #[tokio::test]
 async fn dangerous_or_missing_directories_are_refused_up_front() {
     let env = Env::new();
     let provider = model_stepping(&[], SseReply::new().text("done")).await;
     std::fs::write(env.extra.join("a-file"), "x").unwrap();
+    std::fs::create_dir_all(env.extra.join(".dsh")).unwrap();
+    std::fs::create_dir_all(env.extra.join("bare.git/objects")).unwrap();
+    std::fs::write(env.extra.join("bare.git/HEAD"), "ref: refs/heads/main\n").unwrap();
     let parent = env.home.parent().unwrap().display().to_string();
     let cases = [
         ("/".to_string(), "root directory"),
@@ -194,6 +198,24 @@ async fn dangerous_or_missing_directories_are_refused_up_front() {
         (
             env.extra.join("a-file").display().to_string(),
             "not a directory",
+        ),
+        // Protected entries: as a root of their own every file in them was writable
+        // (`--add-dir .git` let `bash` plant `.git/hooks/pre-commit`).
+        (
+            env.extra.join(".git").display().to_string(),
+            "protected entry",
+        ),
+        (
+            env.extra.join(".git/hooks").display().to_string(),
+            "protected entry",
+        ),
+        (
+            env.extra.join(".dsh").display().to_string(),
+            "protected entry",
+        ),
+        (
+            env.extra.join("bare.git").display().to_string(),
+            "protected entry",
         ),
         (
             env.extra.join("missing").display().to_string(),
@@ -247,4 +269,89 @@ async fn a_server_program_in_an_added_directory_is_refused() {
             "added={added}: {stderr}"
         );
     }
+}
+
+/// A writable root nested in another (an added directory in the workspace, a workspace in a
+/// folder of the temp directory) lies on a path a confined command may change: before the fix
+/// the model moved the folder above it aside, put a symbolic link on the root's path, and the
+/// next command's sandbox, which resolves paths when it sets up, made the link's target
+/// writable (`/etc` as root; adversarial review of issue 42). Now every folder on that path is
+/// a mount point (the move fails) and a root that no longer is its own real path refuses the
+/// command.
+async fn a_nested_root_cannot_be_swapped_for_a_link(sandbox: &str) {
+    let env = Env::new();
+    let data = env.cwd.join("sub/data");
+    std::fs::create_dir_all(&data).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let temp = std::fs::canonicalize(temp.path()).unwrap();
+    let temp_ws = temp.join("ws");
+    std::fs::create_dir_all(&temp_ws).unwrap();
+    // `link` -> `target` as a relative link, which bubblewrap also follows when it sets up (an
+    // absolute one it would look up outside its new root and fail on).
+    let link = |target: &std::path::Path, link: &std::path::Path| {
+        let depth = link.parent().unwrap().components().count() - 1;
+        format!(
+            "ln -s {}{} {}",
+            "../".repeat(depth),
+            target.strip_prefix("/").unwrap().display(),
+            link.display()
+        )
+    };
+    let other = &env.other;
+    let sub = env.cwd.join("sub");
+    let calls = [
+        bash(&format!(
+            "mv {sub} {sub}-moved; mkdir -p {sub}; {}; echo SWAPPED",
+            link(other, &data),
+            sub = sub.display()
+        )),
+        bash(&format!("echo escaped > {}/by-bash.txt", data.display())),
+        write(&data.join("by-write.txt"), "escaped"),
+    ];
+    let provider = model_stepping(&calls, SseReply::new().text("done")).await;
+    let added = data.display().to_string();
+    let out = output(env.run(&provider.base_url(), sandbox, &["--add-dir", &added, "go"])).await;
+    assert!(out.status.success(), "{sandbox}: {}", text(&out).1);
+    let names = || -> Vec<String> {
+        std::fs::read_dir(other)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert!(
+        names().is_empty(),
+        "{sandbox}: written outside: {:?}",
+        names()
+    );
+    // The workspace itself, in a folder of the temp directory.
+    let calls = [
+        bash(&format!(
+            "cd / && mv {temp} {temp}-moved; mkdir -p {temp}; {}; echo SWAPPED",
+            link(other, &temp_ws),
+            temp = temp.display()
+        )),
+        bash("echo escaped > by-bash-in-ws.txt"),
+    ];
+    let provider = model_stepping(&calls, SseReply::new().text("done")).await;
+    let mut cmd = env.run(&provider.base_url(), sandbox, &["go"]);
+    cmd.current_dir(&temp_ws);
+    let out = output(cmd).await;
+    assert!(out.status.success(), "{sandbox}: {}", text(&out).1);
+    assert!(
+        names().is_empty(),
+        "{sandbox}: written outside: {:?}",
+        names()
+    );
+    let _ = std::fs::remove_dir_all(format!("{}-moved", temp.display()));
+    let _ = std::fs::remove_file(&temp_ws);
+}
+
+#[tokio::test]
+async fn under_bubblewrap_a_nested_root_cannot_be_swapped_for_a_link() {
+    a_nested_root_cannot_be_swapped_for_a_link("bubblewrap").await;
+}
+
+#[tokio::test]
+async fn under_landlock_a_nested_root_cannot_be_swapped_for_a_link() {
+    a_nested_root_cannot_be_swapped_for_a_link("landlock").await;
 }

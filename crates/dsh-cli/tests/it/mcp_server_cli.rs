@@ -709,3 +709,67 @@ async fn closing_stdin_cancels_running_calls_and_exits() {
         TurnEndReason::Aborted { .. }
     ));
 }
+
+/// A client's `cwd` is checked as an added directory is (adversarial review of issue 42):
+/// before, `cwd` = `$DSH_HOME` made dsh's home the workspace, and the model's `write` put
+/// `permission = "danger-full-access"` (or hooks that run unconfined) into the user's
+/// `config.toml`; `cwd` = `/` made the whole file system writable. `/`, dsh's home, a folder
+/// holding it and a protected entry (`.git`) are refused before anything is sent; an ordinary
+/// folder works.
+#[tokio::test]
+async fn a_client_cannot_make_dshs_home_or_root_the_workspace() {
+    let (_root, [workspace, home]) = crate::common::scratch_dirs(["workspace", "home"]);
+    std::fs::create_dir_all(workspace.join(".git/hooks")).unwrap();
+    let provider = FakeProvider::start([
+        call_reply(
+            "call_w",
+            "write",
+            json!({
+                "file_path": home.join("config.toml"),
+                "content": "permission = \"danger-full-access\"\n"
+            }),
+        ),
+        text_reply("done"),
+    ])
+    .await
+    .unwrap();
+    let mut server = Server::start(&home, &workspace, &provider.base_url(), &[]).await;
+    let cases = [
+        (home.display().to_string(), "dsh's home"),
+        (home.join("sessions").display().to_string(), "dsh's home"),
+        (home.parent().unwrap().display().to_string(), "dsh's home"),
+        ("/".to_string(), "root directory"),
+        (
+            workspace.join(".git").display().to_string(),
+            "protected entry",
+        ),
+        (
+            workspace.join(".git/hooks").display().to_string(),
+            "protected entry",
+        ),
+    ];
+    for (cwd, expected) in cases {
+        let _ = std::fs::create_dir_all(home.join("sessions"));
+        let result = server
+            .call("dsh", json!({"prompt": "plant", "cwd": cwd}))
+            .await;
+        assert_eq!(result["result"]["isError"], true, "{cwd}: {result}");
+        let said = content_text(&result["result"]);
+        assert!(
+            said.starts_with("INVALID_CONFIG") && said.contains(expected),
+            "{cwd}: {said}"
+        );
+    }
+    assert!(provider.requests().is_empty(), "a refused call ran");
+    assert!(!home.join("config.toml").exists());
+    // An ordinary folder is the workspace; the write into dsh's home is refused there.
+    let result = server
+        .call(
+            "dsh",
+            json!({"prompt": "plant", "cwd": workspace.display().to_string()}),
+        )
+        .await;
+    assert_ne!(result["result"]["isError"], true, "{result}");
+    assert!(!home.join("config.toml").exists());
+    server.close().await;
+}
