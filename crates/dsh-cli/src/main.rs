@@ -27,6 +27,7 @@ mod stream_input;
 mod trust;
 mod tui;
 mod web;
+mod worktree;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -56,6 +57,11 @@ struct Cli {
     /// The interactive UI's working directory (default: the current one).
     #[arg(short = 'C', long = "cd", value_name = "DIR")]
     cd: Option<std::path::PathBuf>,
+    /// Start the interactive session in a new git worktree of this repository, on a new
+    /// branch `dsh/NAME` (docs/worktrees.md).
+    #[arg(long, value_name = "NAME", num_args = 0..=1, require_equals = true,
+          default_missing_value = "")]
+    worktree: Option<String>,
     // The interactive session's provider, model, effort and preset.
     #[command(flatten)]
     session: flags::SessionFlags,
@@ -86,6 +92,8 @@ enum Command {
     Resume(tui::ResumeArgs),
     /// Show the effective configuration (`show`) or the configuration file paths (`path`).
     Config(config_cmd::ConfigArgs),
+    /// List or remove the git worktrees `--worktree` made.
+    Worktree(worktree::WorktreeArgs),
     /// Review the workspace's changes (uncommitted, a branch against its base, or a commit) in
     /// a read-only session: findings with file:line, priority and a suggested fix.
     Review(review::ReviewArgs),
@@ -182,6 +190,7 @@ fn main() -> ExitCode {
         prompt: cli.prompt,
         cd: cli.cd,
         session: cli.session,
+        worktree: cli.worktree,
     };
     if cli.command.is_some()
         && !matches!(cli.command, Some(Command::Resume(_)))
@@ -204,6 +213,7 @@ fn main() -> ExitCode {
         Some(Command::McpServer(args)) => mcp_server::run(args),
         Some(Command::Web(args)) => web::run(args),
         Some(Command::Review(args)) => review::run(args),
+        Some(Command::Worktree(args)) => worktree::run(args),
         Some(Command::Trust(args)) => trust::run(args),
         Some(Command::Approvals(args)) => approvals::run(args),
         Some(Command::Doctor(args)) => doctor::run(args),

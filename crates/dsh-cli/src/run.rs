@@ -113,6 +113,11 @@ pub(crate) struct RunArgs {
     #[arg(long, value_enum, default_value_t = InputFormat::Text,
           conflicts_with_all = ["prompt", "plan", "images"])]
     pub(crate) input_format: InputFormat,
+    /// Run in a new git worktree of this repository, on a new branch `dsh/NAME` (a name is
+    /// made when none is given), beside the repository (docs/worktrees.md).
+    #[arg(long, value_name = "NAME", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", conflicts_with_all = ["resume", "continue_last"])]
+    pub(crate) worktree: Option<String>,
 }
 
 /// Where `dsh run` takes its user messages from.
@@ -245,6 +250,7 @@ impl RunArgs {
             jobs_wait: DEFAULT_JOBS_WAIT,
             output_schema: None,
             input_format: InputFormat::Text,
+            worktree: None,
         }
     }
 
@@ -691,6 +697,15 @@ async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(OutputSchema::load)
         .transpose()?;
+    if let Some(name) = &args.worktree {
+        let from = match &args.cwd {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        let home = crate::home::dsh_home()?;
+        let made = crate::worktree::create(&from, Some(name.as_str()), &home)?;
+        args.cwd = Some(made.path);
+    }
     let runtime = runtime(args.cwd.as_deref(), args.session.choices())?;
     let spec = session_spec(&args, schema.as_ref())?;
 

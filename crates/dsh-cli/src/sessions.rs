@@ -355,6 +355,10 @@ fn list(store: &dyn SessionStore, all: bool, stdout: &mut impl Write) -> anyhow:
         return Ok(());
     }
     let prices = PriceTable::default_deepseek();
+    // Sessions in a worktree dsh made are marked with its name (docs/worktrees.md).
+    let worktrees = crate::home::dsh_home()
+        .map(|home| crate::worktree::registered(&home))
+        .unwrap_or_default();
     // The whole listing is laid out in one buffer by hand (the padding of `format!` wrote
     // one character at a time) and written at once: a listing can be 10,000 lines
     // (docs/PERFORMANCE.md, "Session listing"). The columns are those of the header.
@@ -394,6 +398,11 @@ fn list(store: &dyn SessionStore, all: bool, stdout: &mut impl Write) -> anyhow:
         out.extend_from_slice(dsh_tools::printable(s.title().unwrap_or("(untitled)")).as_bytes());
         if s.open() {
             out.extend_from_slice(b" [open]");
+        }
+        if let Some(name) = crate::worktree::holding(&worktrees, s.cwd()) {
+            out.extend_from_slice(b" [worktree ");
+            out.extend_from_slice(name.as_bytes());
+            out.push(b']');
         }
         if all {
             out.extend_from_slice(b"  (");

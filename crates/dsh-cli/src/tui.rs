@@ -39,18 +39,28 @@ pub(crate) struct Interactive {
     pub(crate) cd: Option<std::path::PathBuf>,
     /// Provider, model, effort, preset.
     pub(crate) session: crate::flags::SessionFlags,
+    /// `--worktree[=NAME]`: a new git worktree to work in.
+    pub(crate) worktree: Option<String>,
 }
 
 impl Interactive {
     /// True when an option that only the interactive UI takes was given (not `--alt-screen`,
     /// which `dsh --alt-screen resume` uses too).
     pub(crate) fn any(&self) -> bool {
-        self.prompt.is_some() || self.cd.is_some() || self.session.any()
+        self.prompt.is_some() || self.cd.is_some() || self.session.any() || self.worktree.is_some()
     }
 }
 
-/// Opens the UI on a new session (`dsh`).
-pub(crate) fn run_new(interactive: Interactive) -> anyhow::Result<ExitCode> {
+/// Opens the UI on a new session (`dsh`), in a new worktree with `--worktree`.
+pub(crate) fn run_new(mut interactive: Interactive) -> anyhow::Result<ExitCode> {
+    if let Some(name) = interactive.worktree.take() {
+        let from = match &interactive.cd {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir()?,
+        };
+        let home = crate::home::dsh_home()?;
+        interactive.cd = Some(crate::worktree::create(&from, Some(name.as_str()), &home)?.path);
+    }
     run(StartWith::New, interactive)
 }
 

@@ -56,3 +56,4 @@ mod tui_truthful;
 mod version_cli;
 mod view_cli;
 mod web_cli;
+mod worktree_cli;

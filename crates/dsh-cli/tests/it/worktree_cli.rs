@@ -1,0 +1,171 @@
+//! `--worktree` and `dsh worktree` with the real binary, real git repositories and the scripted
+//! provider (issue 43, point 4): the run works in a new worktree on a new branch beside the
+//! repository, `sessions list` marks its session, removing is explicit and refused while there
+//! are uncommitted changes, and the repository's hooks do not run when dsh makes the worktree.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::common::{dsh_command, model_stepping, output, scratch_dirs, text};
+
+use dsh_test_support::SseReply;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct Env {
+    _root: tempfile::TempDir,
+    home: PathBuf,
+    repo: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let (root, [home, repo]) = scratch_dirs(["home", "app"]);
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README"), "hello\n").unwrap();
+        git(&repo, &["add", "."]);
+        git(&repo, &["commit", "-q", "-m", "first"]);
+        Env {
+            _root: root,
+            home,
+            repo,
+        }
+    }
+
+    fn dsh(&self, args: &[&str]) -> Command {
+        let mut cmd = dsh_command(&self.home, &self.repo);
+        cmd.args(args);
+        cmd
+    }
+}
+
+#[tokio::test]
+async fn a_run_in_a_worktree_and_its_explicit_removal() {
+    let env = Env::new();
+    let marker = env.repo.parent().unwrap().join("hook-ran");
+    let hook = env.repo.join(".git/hooks/post-checkout");
+    std::fs::write(&hook, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let worktree = env.repo.parent().unwrap().join("app.worktrees/feat");
+    let provider = model_stepping(
+        &[(
+            "write",
+            json!({"file_path": "notes.txt", "content": "made in the worktree\n"}),
+        )],
+        SseReply::new().text("done"),
+    )
+    .await;
+    let mut cmd = env.dsh(&["run", "--worktree=feat", "write a note"]);
+    cmd.env("DEEPSEEK_BASE_URL", provider.base_url())
+        .env("DEEPSEEK_API_KEY", "sk-worktree-test");
+    let out = output(cmd).await;
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("branch dsh/feat"), "{stderr}");
+    assert!(!marker.exists(), "the repository's post-checkout hook ran");
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("notes.txt")).unwrap(),
+        "made in the worktree\n"
+    );
+    assert!(
+        !env.repo.join("notes.txt").exists(),
+        "written in the repository"
+    );
+    assert!(git(&env.repo, &["branch", "--list", "dsh/feat"]).contains("dsh/feat"));
+    let context = provider.requests()[0].body["messages"].to_string();
+    assert!(context.contains("app.worktrees/feat"), "{context}");
+
+    let listed = text(&output(env.dsh(&["sessions", "list", "--all"])).await).0;
+    assert!(listed.contains("[worktree feat]"), "{listed}");
+    let list = text(&output(env.dsh(&["worktree", "list"])).await).0;
+    assert!(
+        list.contains("feat  dsh/feat") && list.contains("1 uncommitted changes"),
+        "{list}"
+    );
+
+    // The same name again is refused; removing with changes is refused, then forced.
+    let again = output(env.dsh(&["run", "--worktree=feat", "x"])).await;
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        text(&again).1.contains("exists already"),
+        "{}",
+        text(&again).1
+    );
+    let refused = output(env.dsh(&["worktree", "remove", "feat"])).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused).1.contains("UNCOMMITTED_CHANGES"),
+        "{}",
+        text(&refused).1
+    );
+    assert!(worktree.join("notes.txt").exists());
+    let forced = output(env.dsh(&["worktree", "remove", "feat", "--force"])).await;
+    assert!(forced.status.success(), "{}", text(&forced).1);
+    assert!(!worktree.exists());
+    assert!(
+        git(&env.repo, &["branch", "--list", "dsh/feat"]).contains("dsh/feat"),
+        "the branch is kept"
+    );
+    let list = text(&output(env.dsh(&["worktree", "list"])).await).0;
+    assert!(list.starts_with("no worktrees"), "{list}");
+}
+
+#[tokio::test]
+async fn a_clean_worktree_is_removed_and_bad_names_are_refused() {
+    let env = Env::new();
+    let provider = model_stepping(&[], SseReply::new().text("done")).await;
+    let mut cmd = env.dsh(&["run", "--worktree", "just look"]);
+    cmd.env("DEEPSEEK_BASE_URL", provider.base_url())
+        .env("DEEPSEEK_API_KEY", "sk-worktree-test");
+    let out = output(cmd).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let list = text(&output(env.dsh(&["worktree", "list"])).await).0;
+    let name = list.split_whitespace().next().unwrap().to_string();
+    assert!(
+        name.starts_with("dsh-") && list.contains("(clean)"),
+        "{list}"
+    );
+    let out = output(env.dsh(&["worktree", "remove", &name])).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    for bad in ["--worktree=-x", "--worktree=a/b", "--worktree=..x"] {
+        let out = output(env.dsh(&["run", bad, "x"])).await;
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        assert!(
+            text(&out).1.contains("not a worktree name"),
+            "{bad}: {}",
+            text(&out).1
+        );
+    }
+    let plain = tempfile::tempdir().unwrap();
+    let mut cmd = dsh_command(&env.home, plain.path());
+    cmd.args(["run", "--worktree", "x"]);
+    let out = output(cmd).await;
+    assert!(
+        text(&out).1.contains("NOT_A_REPOSITORY"),
+        "{}",
+        text(&out).1
+    );
+}
