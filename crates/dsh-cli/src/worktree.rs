@@ -265,7 +265,8 @@ fn git_text(dir: &Path, args: &[&str]) -> Result<String, String> {
 /// `name` if it is a safe folder and branch name: letters, digits, `.`, `-`, `_`, not
 /// starting with `.` or `-`, at most 64 characters.
 fn checked_name(name: &str) -> anyhow::Result<String> {
-    let ok = name.len() <= 64
+    let ok = !name.is_empty()
+        && name.len() <= 64
         && !name.starts_with(['.', '-'])
         && !name.contains("..")
         && !name.ends_with(".lock")
