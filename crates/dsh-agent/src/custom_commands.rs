@@ -330,8 +330,8 @@ pub fn substitute(body: &str, arguments: &str) -> Result<String, String> {
 }
 
 /// The command name of `relative` (a path below a commands folder, ending in `.md`): its
-/// folders and file stem joined by `:`.
-fn name_of(relative: &Path) -> Result<String, String> {
+/// folders and file stem joined by `:`; an error for an invalid or reserved name.
+pub fn command_name(relative: &Path) -> Result<String, String> {
     let mut parts = Vec::new();
     for component in relative.components() {
         let part = component.as_os_str().to_string_lossy();
@@ -412,7 +412,7 @@ impl CustomCommandSet {
     fn add(&mut self, dir: &Path, path: &Path, text: Result<String, String>) {
         let parsed = text.and_then(|text| {
             let relative = path.strip_prefix(dir).unwrap_or(path);
-            parse_command(&name_of(relative)?, &text, path)
+            parse_command(&command_name(relative)?, &text, path)
         });
         match parsed {
             Ok((command, warnings)) => {

@@ -248,7 +248,7 @@ pub(crate) async fn trust_review(State(state): Shared, RawQuery(query): RawQuery
             .map(|f| {
                 json!({
                     "file": f.file.to_string_lossy(),
-                    "kind": if f.hooks { "hooks" } else { "config" },
+                    "kind": if f.hooks { "hooks" } else if f.command { "command" } else { "config" },
                     "lines": f.lines,
                 })
             })

@@ -551,7 +551,9 @@ async function checkTrust(cwd, sessionId) {
     + (t.changedSinceTrusted ? " They changed since you trusted this workspace." : "");
   const lines = [];
   for (const f of t.files || []) {
-    lines.push(f.kind === "hooks" ? `${f.file} (hooks: commands run confined, as bash does):` : `${f.file} would set:`);
+    lines.push(f.kind === "hooks" ? `${f.file} (hooks: commands run confined, as bash does):`
+      : f.kind === "command" ? `${f.file} (slash command: typing it sends this text; nothing in it runs):`
+      : `${f.file} would set:`);
     for (const line of f.lines) lines.push("  " + line);
   }
   if (t.env) lines.push("", t.env.note);

@@ -107,15 +107,21 @@ fn substitution() {
 
 #[test]
 fn names_come_from_paths() {
-    assert_eq!(name_of(Path::new("git/pr.md")).unwrap(), "git:pr");
-    assert_eq!(name_of(Path::new("review_2-x.md")).unwrap(), "review_2-x");
-    assert!(name_of(Path::new("bad name.md")).is_err());
-    assert!(name_of(Path::new("a.b.md")).is_err());
-    assert!(name_of(Path::new("compact.md"))
+    assert_eq!(command_name(Path::new("git/pr.md")).unwrap(), "git:pr");
+    assert_eq!(
+        command_name(Path::new("review_2-x.md")).unwrap(),
+        "review_2-x"
+    );
+    assert!(command_name(Path::new("bad name.md")).is_err());
+    assert!(command_name(Path::new("a.b.md")).is_err());
+    assert!(command_name(Path::new("compact.md"))
         .unwrap_err()
         .contains("dsh's own"));
     // A namespaced name is not dsh's own.
-    assert_eq!(name_of(Path::new("x/compact.md")).unwrap(), "x:compact");
+    assert_eq!(
+        command_name(Path::new("x/compact.md")).unwrap(),
+        "x:compact"
+    );
 }
 
 fn write(path: &Path, text: &str) {
