@@ -388,7 +388,7 @@ impl CustomCommandSet {
         let mut set = CustomCommandSet::default();
         if let Some(dir) = user_dir {
             let mut files = Vec::new();
-            walk_own(dir, dir, 0, &mut files, &mut set.problems);
+            walk_own(dir, 0, &mut files, &mut set.problems);
             files.sort();
             for path in files {
                 set.add(dir, &path, read_own(&path));
@@ -397,7 +397,7 @@ impl CustomCommandSet {
         if let Some(project) = project {
             for dir in &project.dirs {
                 let mut files = Vec::new();
-                walk_gated(project, dir, dir, 0, &mut files, &mut set.problems);
+                walk_gated(project, dir, 0, &mut files, &mut set.problems);
                 files.sort();
                 for path in files {
                     let text = read_project(project, dir, &path);
@@ -451,7 +451,6 @@ impl CustomCommandSet {
 
 /// The `.md` files below `dir` (the user's own folder), links followed.
 fn walk_own(
-    root: &Path,
     dir: &Path,
     depth: usize,
     files: &mut Vec<PathBuf>,
@@ -464,7 +463,7 @@ fn walk_own(
         let path = entry.path();
         if path.is_dir() {
             if depth < MAX_DEPTH {
-                walk_own(root, &path, depth + 1, files, problems);
+                walk_own(&path, depth + 1, files, problems);
             } else {
                 problems.push(CommandProblem {
                     path,
@@ -507,7 +506,6 @@ fn too_large() -> String {
 /// listed as an entry, never entered).
 fn walk_gated(
     project: &ProjectCommands,
-    root: &Path,
     dir: &Path,
     depth: usize,
     files: &mut Vec<PathBuf>,
@@ -528,7 +526,7 @@ fn walk_gated(
         let path = dir.join(&entry.name);
         if entry.is_dir {
             if depth < MAX_DEPTH {
-                walk_gated(project, root, &path, depth + 1, files, problems);
+                walk_gated(project, &path, depth + 1, files, problems);
             }
         } else if path.extension().is_some_and(|e| e == "md") {
             files.push(path);

@@ -38,6 +38,9 @@ const MAX_COMMAND_BYTES: u64 = 64 * 1024;
 const MAX_COMMAND_FILES: usize = 1000;
 const MAX_COMMAND_DEPTH: usize = 8;
 
+/// A file and its bytes as pinned.
+pub type PinnedFile = (PathBuf, Vec<u8>);
+
 /// Why a workspace is trusted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TrustReason {
@@ -101,7 +104,7 @@ impl WorkspaceTrust {
     }
 
     /// The project's command folders and files as pinned: only when the workspace is trusted.
-    pub fn project_commands(&self) -> Option<(&[PathBuf], &[(PathBuf, Vec<u8>)])> {
+    pub fn project_commands(&self) -> Option<(&[PathBuf], &[PinnedFile])> {
         self.trusted
             .as_ref()
             .map(|_| (self.command_dirs.as_slice(), self.commands.as_slice()))
