@@ -63,11 +63,11 @@ pub(crate) fn available(user: &[UserCommand]) -> Value {
         if OWN.contains(&command.name.as_str()) {
             continue;
         }
-        commands.push(json!({
-            "name": command.name,
-            "description": command.description,
-            "input": {"hint": "optional request for this skill"},
-        }));
+        let mut entry = json!({"name": command.name, "description": command.description});
+        if let Some(hint) = &command.hint {
+            entry["input"] = json!({ "hint": hint });
+        }
+        commands.push(entry);
     }
     Value::Array(commands)
 }
@@ -102,10 +102,12 @@ mod tests {
             UserCommand {
                 name: "compact".into(),
                 description: "shadowed".into(),
+                hint: None,
             },
             UserCommand {
                 name: "review".into(),
                 description: "Review code".into(),
+                hint: Some("what to review".into()),
             },
         ];
         let list = available(&user);
@@ -117,5 +119,7 @@ mod tests {
             .collect();
         assert_eq!(names, ["compact", "permission", "undo", "fork", "review"]);
         assert_eq!(list[4]["description"], "Review code");
+        assert_eq!(list[4]["input"]["hint"], "what to review");
+        assert!(list[0].get("input").is_none());
     }
 }

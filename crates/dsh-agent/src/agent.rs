@@ -181,6 +181,8 @@ pub(crate) struct Shared {
     pub(crate) takes_images: std::sync::atomic::AtomicBool,
     /// The agent's own adapters, to learn whether a model a front end switches to takes images.
     pub(crate) adapters: AdapterRegistry,
+    /// Turn settings of queued command messages, by message id (`crate::turn_settings`).
+    pub(crate) command_turns: Mutex<Vec<(String, crate::TurnSettings)>>,
 }
 
 /// The session's preset as last switched, the switch waiting for the next step, and the
@@ -204,7 +206,7 @@ impl Shared {
 /// Drives a session from front ends: queue input, cancel, watch events. Cheap to clone.
 #[derive(Clone)]
 pub struct AgentHandle {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 /// A handle that does not keep the agent alive. Extensions are owned by the agent, so they
@@ -410,8 +412,8 @@ impl AgentHandle {
             .unwrap_or_else(|| Err(crate::ExtensionError::UnknownCommand(name.to_string())));
         match expanded {
             // A command that only switches something (`/plan`, `/plan off`) queues nothing.
-            Ok(text) if text.trim().is_empty() => Ok(()),
-            Ok(text) => self.followup(text),
+            Ok(expansion) if expansion.text.trim().is_empty() => Ok(()),
+            Ok(expansion) => self.queue_expansion(name, expansion),
             Err(message) => Err(AgentError::Config(Failure::new(
                 FailureCode::InvalidRequest,
                 message.to_string(),
@@ -538,6 +540,8 @@ pub struct Agent {
     /// instead of serializing and copying them again (their size is the cache report's,
     /// `CacheTracker::tools_bytes`; docs/PERFORMANCE.md, "Step 1: fixed costs").
     pub(crate) last_tools: Option<Arc<Vec<dsh_llm::ToolSchema>>>,
+    /// What the running turn changed for a command (`crate::turn_settings`).
+    pub(crate) turn_settings: crate::turn_settings::ActiveTurnSettings,
 }
 
 impl Agent {
@@ -592,6 +596,8 @@ impl Agent {
         for extension in parts.extensions.snapshot() {
             extension.restore(&loaded.events);
         }
+        let command_turns =
+            crate::turn_settings::restore_settings(&loaded.events, &inbox.pending().0);
         drop(loaded);
         let resumed = store.resume(key)?;
         let last_end = resumed
@@ -601,7 +607,7 @@ impl Agent {
             .last()
             .map(|t| t.reason.clone());
         let last_turn = resumed.next_turn.saturating_sub(1);
-        Self::assemble(
+        let agent = Self::assemble(
             parts,
             resumed.writer,
             resumed.history,
@@ -609,7 +615,9 @@ impl Agent {
             last_end,
             last_turn,
             true,
-        )
+        )?;
+        *agent.shared.command_turns.lock_or_recover() = command_turns;
+        Ok(agent)
     }
 
     fn assemble(
@@ -676,6 +684,7 @@ impl Agent {
                     &model_info,
                 )),
                 adapters: parts.adapters.clone(),
+                command_turns: Mutex::new(Vec::new()),
             }),
             adapters: parts.adapters,
             step_tools: Arc::clone(&parts.tools),
@@ -692,6 +701,7 @@ impl Agent {
             last_usage: None,
             header_bytes: 0,
             last_tools: None,
+            turn_settings: Default::default(),
         };
         let handle = agent.handle();
         let attached = crate::extension::AttachedAgent {
@@ -716,7 +726,8 @@ impl Agent {
                 contributed.push((extension.name().to_string(), tool));
             }
         }
-        if contributed.is_empty() {
+        let turn_filtered = !self.turn_settings.filters.is_empty();
+        if contributed.is_empty() && !turn_filtered {
             return Ok(Arc::clone(&self.tools));
         }
         let mut registry = (*self.tools).clone();
@@ -736,6 +747,16 @@ impl Agent {
                     format!("extension `{extension}` cannot add tool `{name}`: {err}"),
                 )
             })?;
+        }
+        if turn_filtered {
+            let left_out: Vec<String> = registry
+                .names()
+                .filter(|name| !self.turn_settings.admits(name))
+                .map(str::to_string)
+                .collect();
+            for name in left_out {
+                registry.unregister(&name);
+            }
         }
         Ok(Arc::new(registry))
     }
@@ -817,6 +838,8 @@ impl Agent {
             .model_info(&call.model)
             .unwrap_or_else(|| generic_model_info(&call.model));
         call.clone().prepare(&info)?;
+        // A switch during a command's turn is the user's choice: it stays after the turn.
+        self.turn_settings.restore = None;
         self.options.call = call;
         self.handle().set_takes_images(dsh_llm::takes_images(&info));
         self.model_info = info;

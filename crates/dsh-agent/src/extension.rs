@@ -311,13 +311,14 @@ pub trait Extension: Send + Sync + 'static {
         Vec::new()
     }
 
-    /// The user message for `/name arguments`, when `name` is one of this extension's
-    /// [`Extension::user_commands`]; `Some(Err)` is a message for the user.
+    /// What `/name arguments` expands to, when `name` is one of this extension's
+    /// [`Extension::user_commands`]: the user message and the settings of the turn it starts;
+    /// `Some(Err)` is a message for the user.
     fn expand_user_command(
         &self,
         _name: &str,
         _arguments: &str,
-    ) -> Option<Result<String, crate::ExtensionError>> {
+    ) -> Option<Result<CommandExpansion, crate::ExtensionError>> {
         None
     }
 }
@@ -329,6 +330,46 @@ pub struct UserCommand {
     pub name: String,
     /// One line for completion menus and `/help`.
     pub description: String,
+    /// What to type after the name (ACP `input.hint`, completion menus); `None`: nothing said.
+    pub hint: Option<String>,
+}
+
+/// What a slash command expands to ([`Extension::expand_user_command`]): the text queued as
+/// the next turn's user message, and settings that hold for that turn only.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CommandExpansion {
+    /// The user message (empty: the command only switched something, nothing is queued).
+    pub text: String,
+    /// Settings of the turn the message starts (docs/commands.md, "Front matter").
+    pub turn: TurnSettings,
+    /// Where the command came from (its file), logged with the message as `user/command`;
+    /// `None` logs nothing.
+    pub origin: Option<String>,
+}
+
+impl From<String> for CommandExpansion {
+    fn from(text: String) -> Self {
+        CommandExpansion {
+            text,
+            ..CommandExpansion::default()
+        }
+    }
+}
+
+/// Settings one turn runs with instead of the session's, restored when it ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnSettings {
+    /// Only the tools this filter admits are offered in the turn (within the session's own).
+    pub tool_filter: Option<crate::ToolFilter>,
+    /// The model of the turn (same provider route); the session's model is back after it.
+    pub model: Option<String>,
+}
+
+impl TurnSettings {
+    /// True when the turn runs as the session does.
+    pub fn is_empty(&self) -> bool {
+        self.tool_filter.is_none() && self.model.is_none()
+    }
 }
 
 struct Entry {

@@ -17,6 +17,7 @@ mod budget;
 mod cache_report;
 mod compaction;
 mod context;
+mod custom_commands;
 mod errors;
 mod extension;
 mod hooks;
@@ -35,6 +36,7 @@ mod subagents;
 mod titles;
 mod todo_events;
 mod turn;
+mod turn_settings;
 
 pub use agent::{
     generic_model_info, new_user_message, plugin_message, session_failure, Agent, AgentError,
@@ -56,16 +58,20 @@ pub use context::{
     civil_date, ContextMessages, ContextSource, SystemContext, PROJECT_INSTRUCTIONS_PLUGIN,
     RUNTIME_CONTEXT_PLUGIN,
 };
+pub use custom_commands::{
+    command_name, parse_command, split_arguments, substitute, CommandProblem, CustomCommand,
+    CustomCommandSet, CustomCommands, ProjectCommands, MAX_COMMAND_BYTES, RESERVED_COMMAND_NAMES,
+};
 pub use dsh_tools::{
     AskOutcome, AskUserQuestionTool, Asker, HeadlessAsker, QuestionOption, QuestionRequest,
     UserAnswer, UserQuestion,
 };
 pub use errors::{ExtensionError, PermissionError, SubagentError};
 pub use extension::{
-    ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, Extension, ExtensionGuard,
-    ExtensionSet, HeadlessApprover, PreStepContext, RetryExtension, ToolCallInfo, ToolFuture,
-    ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict, TurnStoppingContext,
-    UserCommand,
+    ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, CommandExpansion, Extension,
+    ExtensionGuard, ExtensionSet, HeadlessApprover, PreStepContext, RetryExtension, ToolCallInfo,
+    ToolFuture, ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict, TurnSettings,
+    TurnStoppingContext, UserCommand,
 };
 pub use hooks::{
     ClaudeCodeHooks, CommandHooks, HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup,
@@ -98,6 +104,7 @@ pub use titles::TitleMode;
 pub use todo_events::TodoEvents;
 /// The cancellation token type taken by [`Agent::compact`].
 pub use tokio_util::sync::CancellationToken as CompactionCancel;
+pub use turn_settings::USER_COMMAND_EVENT;
 
 /// Registers the built-in extensions in their standard order: base prompt, retry with `retry`,
 /// the repeat-call guard, todo logging, and a default tool timeout. Keep the guards alive as long

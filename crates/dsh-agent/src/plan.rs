@@ -378,6 +378,7 @@ impl Extension for PlanMode {
             description: "Plan mode: explore read-only and present a plan for review \
                           (/plan [task], /plan off)"
                 .to_string(),
+            hint: Some("task to plan, or off".to_string()),
         }]
     }
 
@@ -385,7 +386,7 @@ impl Extension for PlanMode {
         &self,
         name: &str,
         arguments: &str,
-    ) -> Option<Result<String, ExtensionError>> {
+    ) -> Option<Result<crate::CommandExpansion, ExtensionError>> {
         if name != PLAN_COMMAND {
             return None;
         }
@@ -395,7 +396,11 @@ impl Extension for PlanMode {
         } else {
             self.enter().map(|_| arguments.to_string())
         };
-        Some(outcome.map_err(ExtensionError::CommandRefused))
+        Some(
+            outcome
+                .map(Into::into)
+                .map_err(ExtensionError::CommandRefused),
+        )
     }
 }
 

@@ -480,6 +480,7 @@ impl Extension for Skills {
             .map(|skill| crate::UserCommand {
                 name: skill.name.clone(),
                 description: skill.description.clone(),
+                hint: Some("optional request for this skill".to_string()),
             })
             .collect()
     }
@@ -488,11 +489,12 @@ impl Extension for Skills {
         &self,
         name: &str,
         arguments: &str,
-    ) -> Option<Result<String, crate::ExtensionError>> {
+    ) -> Option<Result<crate::CommandExpansion, crate::ExtensionError>> {
         self.skills.get(name)?;
         Some(
             self.skills
                 .user_prompt(name, arguments)
+                .map(Into::into)
                 .map_err(crate::ExtensionError::CommandRefused),
         )
     }

@@ -110,7 +110,10 @@ impl Agent {
             (claimed, turn)
         };
         *self.shared.turn_cancel.lock_or_recover() = Some(cancel.clone());
+        // A command's model and tools hold for this turn only (`crate::turn_settings`).
+        self.begin_turn_settings(&claimed);
         let result = self.run_steps(turn, claimed, &cancel).await;
+        self.end_turn_settings();
         *self.shared.turn_cancel.lock_or_recover() = None;
         let outcome = result?;
         self.shared.log().flush()?;

@@ -719,6 +719,7 @@ impl Config {
             if let Some(hooks) = &trust.hooks_file {
                 trust.ignored.push((hooks.clone(), Vec::new()));
             }
+            trust.ignore_commands();
         }
         let (mut merged, provenance) = merge_layers(&layers);
         if let Some((_, project)) = layers

@@ -28,6 +28,19 @@ pub const TRUST_FILE: &str = "trust.toml";
 /// Name of the project hooks file in `.dsh/` (the same name dsh-agent's hooks loader reads).
 pub const PROJECT_HOOKS_FILE: &str = "hooks.json";
 
+/// Folder of slash command files in `.dsh/` and in `$DSH_HOME` (docs/commands.md).
+pub const COMMANDS_DIR: &str = "commands";
+
+/// Largest command file (dsh-agent refuses a larger one; only this much is pinned).
+const MAX_COMMAND_BYTES: u64 = 64 * 1024;
+
+/// Most command files pinned per folder, and the deepest nesting walked.
+const MAX_COMMAND_FILES: usize = 1000;
+const MAX_COMMAND_DEPTH: usize = 8;
+
+/// A file and its bytes as pinned.
+pub type PinnedFile = (PathBuf, Vec<u8>);
+
 /// Why a workspace is trusted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TrustReason {
@@ -72,6 +85,11 @@ pub struct WorkspaceTrust {
     /// The project config file did not parse or check; it was left out (untrusted) with this
     /// message.
     pub invalid_project: Option<String>,
+    /// The project's `.dsh/commands` folders (canonical; docs/commands.md).
+    pub command_dirs: Vec<PathBuf>,
+    /// The command files in them, part of [`Self::files`] and of the pin, each with its bytes
+    /// as pinned: only a file that still has them is used.
+    pub commands: Vec<(PathBuf, Vec<u8>)>,
 }
 
 impl WorkspaceTrust {
@@ -83,6 +101,18 @@ impl WorkspaceTrust {
             Some(_) => self.hooks_file.as_deref().zip(self.hooks_text.as_deref()),
             None => None,
         }
+    }
+
+    /// The project's command folders and files as pinned: only when the workspace is trusted.
+    pub fn project_commands(&self) -> Option<(&[PathBuf], &[PinnedFile])> {
+        self.trusted
+            .as_ref()
+            .map(|_| (self.command_dirs.as_slice(), self.commands.as_slice()))
+    }
+
+    /// True when `file` is one of the project's command files.
+    pub fn is_command(&self, file: &Path) -> bool {
+        self.commands.iter().any(|(path, _)| path == file)
     }
 
     /// The gate that hooks and MCP servers of a session in `cwd` (with `$DSH_HOME` `home`) pass before they start: the
@@ -99,6 +129,13 @@ impl WorkspaceTrust {
             home: Some(home.to_path_buf()),
             pins,
             extra_roots: Vec::new(),
+        }
+    }
+
+    /// Lists the command files as ignored (all of each).
+    pub(crate) fn ignore_commands(&mut self) {
+        for (file, _) in &self.commands {
+            self.ignored.push((file.clone(), Vec::new()));
         }
     }
 
@@ -174,6 +211,75 @@ pub fn project_hooks_path(cwd: &Path, home: &Path) -> Option<PathBuf> {
     None
 }
 
+/// The `.dsh/commands` folders of a session in `cwd` (canonical): the working directory's and
+/// the workspace's, never `$DSH_HOME/commands` itself.
+pub fn project_command_dirs(cwd: &Path, workspace: &Path, home: &Path) -> Vec<PathBuf> {
+    let user = home.join(COMMANDS_DIR);
+    let mut dirs = Vec::new();
+    for base in [cwd, workspace] {
+        let dir = base.join(PROJECT_DIR).join(COMMANDS_DIR);
+        if dir.is_dir() && !same_file(&dir, &user) && !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs
+}
+
+/// The `.md` files below `dir` to pin: regular files, and links to a regular file inside
+/// `dir` (a link leading out is left to the loader, which refuses it with a warning). Folders
+/// are entered only when they are real folders, never through a link.
+fn command_files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(real_root: &Path, dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        for path in entries {
+            if out.len() >= MAX_COMMAND_FILES {
+                return;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                if depth < MAX_COMMAND_DEPTH {
+                    walk(real_root, &path, depth + 1, out);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "md") {
+                continue;
+            }
+            let inside = meta.is_file()
+                || (meta.file_type().is_symlink()
+                    && std::fs::canonicalize(&path).is_ok_and(|real| {
+                        real.starts_with(real_root)
+                            && std::fs::metadata(&real).is_ok_and(|m| m.is_file())
+                    }));
+            if inside {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let real_root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    walk(&real_root, dir, 0, &mut out);
+    out
+}
+
+/// At most [`MAX_COMMAND_BYTES`] + 1 bytes of a command file (a larger one is refused by the
+/// loader; its first bytes are enough to pin it).
+fn read_command(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(path)?;
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_COMMAND_BYTES + 1),
+        &mut bytes,
+    )?;
+    Ok(bytes)
+}
+
 /// `sha256:<hex>` over the list of `files` and their exact bytes (each: path, NUL, length as
 /// 8 little-endian bytes, content). Fails when a file cannot be read.
 pub fn pin_files(files: &[PathBuf]) -> std::io::Result<String> {
@@ -214,12 +320,17 @@ struct ReadProject {
 fn read_project(
     project: &[PathBuf],
     config_file: Option<&Path>,
+    slash_commands: &[PathBuf],
     places: (&Path, &Path, &Path),
 ) -> std::io::Result<ReadProject> {
     let (workspace, cwd, home) = places;
     let mut contents = Vec::new();
     let mut commands = crate::scripts::ProjectCommands::default();
     for file in project {
+        if slash_commands.contains(file) {
+            contents.push(read_command(file)?);
+            continue;
+        }
         let bytes = std::fs::read(file)?;
         let text = String::from_utf8_lossy(&bytes);
         if Some(file.as_path()) == config_file {
@@ -439,22 +550,38 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
     let workspace = workspace_root(&cwd);
     let config_file = crate::load::project_config_path(&cwd, home);
     let hooks_file = project_hooks_path(&cwd, home);
+    let command_dirs = project_command_dirs(&cwd, &workspace, home);
+    // A commands folder that leads out of the workspace is not read (the loader says so).
+    let command_paths: Vec<PathBuf> = command_dirs
+        .iter()
+        .filter(|dir| std::fs::canonicalize(dir).is_ok_and(|real| real.starts_with(&workspace)))
+        .flat_map(|dir| command_files(dir))
+        .collect();
     let mut files: Vec<PathBuf> = config_file
         .iter()
         .chain(hooks_file.iter())
+        .chain(command_paths.iter())
         .cloned()
         .collect();
-    let (pin, contents, scripts) =
-        match read_project(&files, config_file.as_deref(), (&workspace, &cwd, home)) {
-            Ok(read) => (Some(read.pin), read.contents, read.scripts),
-            Err(_) => (None, Vec::new(), Vec::new()),
-        };
+    let (pin, contents, scripts) = match read_project(
+        &files,
+        config_file.as_deref(),
+        &command_paths,
+        (&workspace, &cwd, home),
+    ) {
+        Ok(read) => (Some(read.pin), read.contents, read.scripts),
+        Err(_) => (None, Vec::new(), Vec::new()),
+    };
     files.extend(scripts.iter().map(|(path, _)| path.clone()));
+    let mut contents = contents.into_iter();
     let mut texts = contents
-        .into_iter()
+        .by_ref()
+        .take(usize::from(config_file.is_some()) + usize::from(hooks_file.is_some()))
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
     let config_text = config_file.as_ref().and_then(|_| texts.next());
     let hooks_text = hooks_file.as_ref().and_then(|_| texts.next());
+    drop(texts);
+    let commands: Vec<(PathBuf, Vec<u8>)> = command_paths.into_iter().zip(contents).collect();
     let mut changed_since_trusted = false;
     let trusted = if flag {
         Some(TrustReason::Flag)
@@ -486,6 +613,8 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         changed_since_trusted,
         scripts,
         invalid_project: None,
+        command_dirs,
+        commands,
     }
 }
 
@@ -615,6 +744,7 @@ pub fn inspect(home: &Path, cwd: &Path) -> Result<WorkspaceTrust, String> {
     if let Some(hooks) = &state.hooks_file {
         state.ignored.push((hooks.clone(), Vec::new()));
     }
+    state.ignore_commands();
     Ok(state)
 }
 

@@ -168,6 +168,35 @@ pub(crate) fn agent_parts(
     })
 }
 
+/// The user's slash commands (`$DSH_HOME/commands`) and, in a trusted workspace, the
+/// project's (`.dsh/commands`, through the file gate, as pinned by the trust; docs/commands.md).
+/// Their problems are warnings; a command's `model` must be in the model table.
+fn custom_commands(shared: &SessionShared) -> dsh_agent::CustomCommands {
+    let setup = &shared.configuration;
+    let project = setup
+        .config
+        .trust
+        .project_commands()
+        .filter(|(dirs, _)| !dirs.is_empty())
+        .map(|(dirs, pinned)| dsh_agent::ProjectCommands {
+            dirs: dirs.to_vec(),
+            gate: dsh_tools::GatePolicy::new(&setup.config.trust.workspace)
+                .with_dsh_home(&setup.home),
+            pinned: pinned.to_vec(),
+        });
+    let user = setup.home.join(dsh_config::trust::COMMANDS_DIR);
+    let set = dsh_agent::CustomCommandSet::load(Some(&user), project.as_ref());
+    for problem in set.problems() {
+        shared.warnings.say(&format!(
+            "warning: command file {}: {}",
+            problem.path.display(),
+            problem.message
+        ));
+    }
+    let table = setup.config.model_table();
+    dsh_agent::CustomCommands::new(set, move |model| table.get(model).is_some())
+}
+
 /// The tools' context: the working directory, a fresh spill folder under the home, the
 /// preset and the confinement `bash` runs in.
 fn tool_context(
@@ -264,6 +293,9 @@ fn register_policies(
         }
     }
     extensions.register_for_life(Arc::new(dsh_agent::Skills::new(skills)));
+    if depth == 0 {
+        extensions.register_for_life(Arc::new(custom_commands(shared)));
+    }
     let hooks = session_hooks(setup)?;
     if depth == 0 {
         for warning in &hooks.warnings {

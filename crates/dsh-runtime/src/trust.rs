@@ -19,6 +19,8 @@ pub struct ReviewFile {
     pub file: PathBuf,
     /// True for the hooks file (every command in it runs, confined as `bash` is, once trusted).
     pub hooks: bool,
+    /// True for a slash command file (its text is sent as the user's message when typed).
+    pub command: bool,
     /// One line per setting: `key = value` (secrets redacted) for a config file,
     /// ``<event> (matcher m): runs `<command>` `` for a hooks file.
     pub lines: Vec<String>,
@@ -49,6 +51,7 @@ pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
     let scripts = state.scripts.iter().map(|(file, pin)| ReviewFile {
         file: file.clone(),
         hooks: true,
+        command: false,
         lines: vec![format!(
             "a script the hooks or MCP servers above run; trusting pins these bytes ({pin}), and \
              a changed script is not run until you trust again"
@@ -58,16 +61,25 @@ pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
         .ignored
         .iter()
         .map(|(file, keys)| {
-            if keys.is_empty() {
+            if state.is_command(file) {
+                ReviewFile {
+                    file: file.clone(),
+                    hooks: false,
+                    command: true,
+                    lines: command_lines(state, file),
+                }
+            } else if keys.is_empty() {
                 ReviewFile {
                     file: file.clone(),
                     hooks: true,
+                    command: false,
                     lines: hook_lines(file),
                 }
             } else {
                 ReviewFile {
                     file: file.clone(),
                     hooks: false,
+                    command: false,
                     lines: config_trust::describe_keys(file, keys),
                 }
             }
@@ -108,6 +120,7 @@ impl ReviewFile {
         ReviewFile {
             file: PathBuf::from(shown(&self.file.to_string_lossy())),
             hooks: self.hooks,
+            command: self.command,
             lines: self.lines.iter().map(|line| shown(line)).collect(),
         }
     }
@@ -121,6 +134,12 @@ impl Review {
             if file.hooks {
                 out.push_str(&format!(
                     "\n{} (hooks: commands run confined, as bash does):\n",
+                    file.file.display()
+                ));
+            } else if file.command {
+                out.push_str(&format!(
+                    "\n{} (slash command: typing it sends this text as your message; nothing \
+                     in it runs):\n",
                     file.file.display()
                 ));
             } else {
@@ -151,6 +170,50 @@ pub fn env_note(env: &ReviewEnv) -> String {
         },
         BUILTIN_KEY_VARIABLES.join(", ")
     )
+}
+
+/// Most body lines of a command file a review shows.
+const COMMAND_REVIEW_LINES: usize = 40;
+
+/// What a command file would offer: its name, front matter and (the start of) its text, as
+/// pinned.
+fn command_lines(state: &WorkspaceTrust, file: &Path) -> Vec<String> {
+    let Some((_, bytes)) = state.commands.iter().find(|(path, _)| path == file) else {
+        return Vec::new();
+    };
+    let relative = state
+        .command_dirs
+        .iter()
+        .find_map(|dir| file.strip_prefix(dir).ok())
+        .unwrap_or(file);
+    let text = String::from_utf8_lossy(bytes);
+    let parsed = dsh_agent::command_name(relative)
+        .and_then(|name| dsh_agent::parse_command(&name, &text, file));
+    let command = match parsed {
+        Ok((command, _)) => command,
+        Err(err) => return vec![format!("not usable as a command: {err}")],
+    };
+    let mut out = vec![format!("/{}: {}", command.name, command.description)];
+    if let Some(hint) = &command.argument_hint {
+        out.push(format!("argument-hint: {hint}"));
+    }
+    if let Some(model) = &command.model {
+        out.push(format!("model: {model}"));
+    }
+    if let Some(tools) = &command.allowed_tools {
+        out.push(format!("allowed-tools: {}", tools.join(", ")));
+    }
+    let lines: Vec<&str> = command.body.lines().collect();
+    for line in lines.iter().take(COMMAND_REVIEW_LINES) {
+        out.push(format!("| {line}"));
+    }
+    if lines.len() > COMMAND_REVIEW_LINES {
+        out.push(format!(
+            "| … {} more lines",
+            lines.len() - COMMAND_REVIEW_LINES
+        ));
+    }
+    out
 }
 
 fn hook_lines(file: &Path) -> Vec<String> {

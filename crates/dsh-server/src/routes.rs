@@ -248,7 +248,7 @@ pub(crate) async fn trust_review(State(state): Shared, RawQuery(query): RawQuery
             .map(|f| {
                 json!({
                     "file": f.file.to_string_lossy(),
-                    "kind": if f.hooks { "hooks" } else { "config" },
+                    "kind": if f.hooks { "hooks" } else if f.command { "command" } else { "config" },
                     "lines": f.lines,
                 })
             })
@@ -980,7 +980,7 @@ pub(crate) async fn commands(State(state): Shared, Path(id): Path<String>) -> Ap
         .map(|live| live.handle.user_commands())
         .unwrap_or_default()
         .into_iter()
-        .map(|c| json!({"name": c.name, "description": c.description}))
+        .map(|c| json!({"name": c.name, "description": c.description, "hint": c.hint}))
         .collect();
     Ok(Json(json!({"live": live.is_some(), "commands": commands})).into_response())
 }

@@ -450,7 +450,7 @@ function runCommand(name, args) {
 // Commands matching what follows the `/` typed so far: the page's, then the session's.
 function commandMatches(prefix) {
   const session = app.commands.filter((c) => !BUILTINS.some((b) => b.name === c.name))
-    .map((c) => ({ name: c.name, args: "", description: c.description, skill: true }));
+    .map((c) => ({ name: c.name, args: c.hint || "", description: c.description }));
   return [...BUILTINS, ...session].filter((c) => c.name.startsWith(prefix));
 }
 
@@ -464,7 +464,7 @@ function updateSlashMenu() {
     item.type = "button";
     item.dataset.name = c.name;
     item.append(el("span", "slash-name", "/" + c.name), el("span", "slash-args", c.args ? " " + c.args : ""),
-      el("span", "slash-desc", c.description + (c.skill ? " (skill)" : "")));
+      el("span", "slash-desc", c.description));
     item.addEventListener("click", () => completeCommand(c.name));
     return item;
   }));
@@ -551,7 +551,9 @@ async function checkTrust(cwd, sessionId) {
     + (t.changedSinceTrusted ? " They changed since you trusted this workspace." : "");
   const lines = [];
   for (const f of t.files || []) {
-    lines.push(f.kind === "hooks" ? `${f.file} (hooks: commands run confined, as bash does):` : `${f.file} would set:`);
+    lines.push(f.kind === "hooks" ? `${f.file} (hooks: commands run confined, as bash does):`
+      : f.kind === "command" ? `${f.file} (slash command: typing it sends this text; nothing in it runs):`
+      : `${f.file} would set:`);
     for (const line of f.lines) lines.push("  " + line);
   }
   if (t.env) lines.push("", t.env.note);

@@ -44,6 +44,8 @@ pub const KNOWN_OPAQUE_TYPES: &[&str] = &[
     "web/deepseek-search-llm-request",
     // Plan mode on/off (`dsh_agent::PlanMode`, docs/agent.md, "Plan mode").
     "plan/mode",
+    // A custom slash command queued a message (`dsh_agent::USER_COMMAND_EVENT`, docs/commands.md).
+    "user/command",
 ];
 
 /// Event types of dsh's persistence catalog (dsh 0.1.1-rc.2) that this build has no feature

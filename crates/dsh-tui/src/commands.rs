@@ -254,6 +254,7 @@ mod tests {
             .map(|n| UserCommand {
                 name: (*n).to_string(),
                 description: format!("the {n} skill"),
+                hint: None,
             })
             .collect()
     }

@@ -19,6 +19,7 @@ mod atif_cli;
 mod budgets;
 mod common;
 mod config_cli;
+mod custom_commands_cli;
 mod doctor_cli;
 mod dsh_logs;
 mod file_gate_escapes;

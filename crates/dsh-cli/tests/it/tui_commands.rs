@@ -2,7 +2,8 @@
 //! the real `dsh` binary in a pseudo-terminal against the fake provider. An `@` mention picked
 //! in the finder attaches the file's content to the request; `/diff` shows a `write` call's
 //! changed line; `/undo` puts the old content back on disk and logs `files/undo`; `/status`
-//! shows the session id and the model the requests used.
+//! shows the session id and the model the requests used; a custom command file is completed
+//! and listed by `/help`.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
@@ -288,5 +289,45 @@ async fn status_shows_the_session_id_and_the_model() {
         screen.contains(&format!("model     {model} · effort")),
         "/status lacks the model {model}:\n{screen}"
     );
+    let _tui = quit(tui).await;
+}
+
+/// A custom command file (docs/commands.md) is in the completion menu with its description
+/// and in `/help`, next to dsh's own commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_commands_are_completed_and_listed_by_help() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let folder = home.path().join("commands/git");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join("pr.md"),
+        "---\ndescription: Open a pull request\nargument-hint: <title>\n---\nOpen a PR: $ARGUMENTS\n",
+    )
+    .unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let tui = tokio::task::spawn_blocking(move || {
+        let tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("/gi");
+        tui.wait_until("the completion menu", |screen| {
+            screen
+                .lines()
+                .any(|l| l.contains("/git:pr") && l.contains("Open a pull request"))
+        });
+        tui.type_text("\x7f\x7f\x7f");
+        tui.type_text("/help\r");
+        tui.wait_until("/help", |screen| {
+            screen.contains("/compact")
+                && screen
+                    .lines()
+                    .any(|l| l.contains("/git:pr") && l.contains("Open a pull request"))
+        });
+        tui
+    })
+    .await
+    .unwrap();
     let _tui = quit(tui).await;
 }

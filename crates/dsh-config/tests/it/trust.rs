@@ -450,3 +450,59 @@ fn config_show_redacts_by_key_list_and_value_shape_not_by_substring() {
     );
     assert!(!text.contains("sk-live-123"), "{text}");
 }
+
+/// Project slash commands (`.dsh/commands/**.md`) are project files under the pin: untrusted
+/// they are ignored and named, trusted they are handed out with their bytes as pinned, and a
+/// changed or new command voids the trust (docs/commands.md, "Trust").
+#[test]
+fn project_command_files_are_pinned_and_named_when_ignored() {
+    let dirs = Dirs::new();
+    std::fs::create_dir_all(dirs.root().join(".dsh/commands/git")).unwrap();
+    let pr = dirs.write(".dsh/commands/git/pr.md", "Open a PR for $ARGUMENTS");
+    dirs.write(".dsh/commands/notes.txt", "not a command");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("x.md"), "OUTSIDE").unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("x.md"),
+        dirs.root().join(".dsh/commands/leak.md"),
+    )
+    .unwrap();
+
+    let config = dirs.load(&Flags::default()).unwrap();
+    assert!(config.trust.trusted.is_none());
+    assert_eq!(config.trust.commands.len(), 1, "{:?}", config.trust.files);
+    assert!(config.trust.files.contains(&pr));
+    assert!(config
+        .trust
+        .ignored
+        .iter()
+        .any(|(f, keys)| *f == pr && keys.is_empty()));
+    assert!(config.trust.project_commands().is_none());
+    let warning = config.trust.warning().unwrap();
+    assert!(warning.contains("git/pr.md"), "{warning}");
+
+    dirs.record_trust();
+    let config = dirs.load(&Flags::default()).unwrap();
+    assert_eq!(config.trust.trusted, Some(TrustReason::Recorded));
+    let (folders, pinned) = config.trust.project_commands().unwrap();
+    assert_eq!(folders, [dirs.root().join(".dsh/commands")]);
+    assert_eq!(pinned, [(pr.clone(), b"Open a PR for $ARGUMENTS".to_vec())]);
+
+    dirs.write(".dsh/commands/git/pr.md", "Open a PR and push --force");
+    let config = dirs.load(&Flags::default()).unwrap();
+    assert!(config.trust.trusted.is_none() && config.trust.changed_since_trusted);
+    dirs.write(".dsh/commands/git/pr.md", "Open a PR for $ARGUMENTS");
+    assert!(dirs
+        .load(&Flags::default())
+        .unwrap()
+        .trust
+        .trusted
+        .is_some());
+    dirs.write(".dsh/commands/new.md", "a new command");
+    assert!(dirs
+        .load(&Flags::default())
+        .unwrap()
+        .trust
+        .trusted
+        .is_none());
+}

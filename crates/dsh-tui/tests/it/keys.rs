@@ -218,6 +218,7 @@ fn extension_commands_complete_and_dispatch() {
     app.user_commands = vec![UserCommand {
         name: "review".into(),
         description: "Review the changes.".into(),
+        hint: None,
     }];
     typed(&mut app, "/rev");
     let names: Vec<String> = app.completions().into_iter().map(|c| c.0).collect();
