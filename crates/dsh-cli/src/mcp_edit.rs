@@ -132,6 +132,8 @@ impl UserFile {
         if !dir.exists() {
             create_private_dir(dir)?;
         }
+        // The file keeps the rights it had (a new one is the owner's only).
+        #[cfg(unix)]
         let mode = match self.existed {
             true => std::fs::metadata(&self.target)
                 .map(|m| {
@@ -142,14 +144,17 @@ impl UserFile {
             false => 0o600,
         };
         let temp = dir.join(format!(".config.toml.dsh-{}", std::process::id()));
-        let written = (|| -> std::io::Result<()> {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
             use std::os::unix::fs::OpenOptionsExt;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)?;
+            options.mode(0o600);
+        }
+        let written = (|| -> std::io::Result<()> {
+            let mut file = options.open(&temp)?;
             file.write_all(text.as_bytes())?;
+            #[cfg(unix)]
             {
                 use std::os::unix::fs::PermissionsExt;
                 file.set_permissions(std::fs::Permissions::from_mode(mode))?;
@@ -170,10 +175,14 @@ impl UserFile {
 
 /// Creates `dir` (and its parents) readable by its owner only, as `$DSH_HOME` is.
 pub(crate) fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder
         .create(dir)
         .map_err(|err| user_error(format!("cannot create {}: {err}", dir.display())))
 }

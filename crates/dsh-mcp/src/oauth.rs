@@ -136,23 +136,33 @@ pub fn read_login(dir: &Path, server: &str) -> Result<Option<StoredLogin>, Strin
 /// over the old one.
 pub fn write_login(dir: &Path, server: &str, login: &StoredLogin) -> Result<(), String> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
+    let mut folder = std::fs::DirBuilder::new();
+    folder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        folder.mode(0o700);
+    }
+    folder
         .create(dir)
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     // A folder that existed with wider rights is narrowed: it holds tokens.
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
     let path = login_path(dir, server);
     let temp = dir.join(format!(".{server}.json.{}", std::process::id()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
     let written = (|| -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)?;
+        let mut file = options.open(&temp)?;
         file.write_all(login.to_json().to_string().as_bytes())?;
         file.sync_all()?;
         std::fs::rename(&temp, &path)
