@@ -379,7 +379,11 @@ async fn skills_run_as_slash_commands() {
     assert_eq!(listed["live"], true);
     assert_eq!(
         listed["commands"],
-        json!([{"name": "review", "description": "Review the current change"}])
+        json!([{
+            "name": "review",
+            "description": "Review the current change",
+            "hint": "optional request for this skill",
+        }])
     );
 
     let path = format!("/api/sessions/{id}/commands");
