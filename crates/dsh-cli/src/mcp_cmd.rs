@@ -629,7 +629,12 @@ fn run_login(
         .context("cannot start the async runtime")?;
     let login = runtime
         .block_on(dsh_mcp::oauth::login(&url, options, &show))
-        .map_err(|e| user_error(format!("login to MCP server `{name}` failed: {e}")))?;
+        .map_err(|e| {
+            user_error(format!(
+                "login to MCP server `{name}` failed: {}",
+                dsh_tools::printable(&e)
+            ))
+        })?;
     let dir = login_dir(home);
     dsh_mcp::oauth::write_login(&dir, name, &login).map_err(user_error)?;
     println!(

@@ -343,9 +343,12 @@ impl Inner {
     /// The session `key` names and the settings to continue it with: those it started with
     /// when this server started it, else the server's own in the session's working directory.
     fn reply_settings(&self, key: &str) -> Result<(String, CallSettings), UserError> {
-        // An id, never a path: a reply continues a session of the store, not any file that
-        // looks like a log.
-        if key.is_empty() || key.contains(['/', '\\']) || key.starts_with('.') {
+        // A whole id, never a path or a prefix: a reply continues a session of the store, not
+        // any file that looks like a log (`x.jsonl` beside the server), and an ambiguous prefix
+        // would list every stored id (docs/SECURITY.md, "A delegating client cannot widen the
+        // preset").
+        let id_like = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if key.is_empty() || !key.chars().all(id_like) {
             return Err(UserError {
                 code: "INVALID_ARGS".to_string(),
                 message: format!(
@@ -354,21 +357,30 @@ impl Inner {
             });
         }
         let store = self.runtime.store();
-        let id = store.resolve(key).map_err(|err| UserError {
+        let not_found = || UserError {
             code: "NOT_FOUND".to_string(),
             message: format!(
-                "no session `{key}`: {err}; start one with the `dsh` tool (`dsh sessions list` \
-                 shows the stored ones)"
+                "no session `{key}`; give the whole session_id a `dsh` call returned, or start \
+                 one with the `dsh` tool"
             ),
-        })?;
+        };
+        let id = store.resolve(key).map_err(|_| not_found())?;
+        if id != key {
+            return Err(not_found());
+        }
         if let Some(settings) = self.sessions.lock_or_recover().get(&id) {
             return Ok((id, settings.clone()));
         }
+        // The directory the session was logged in passes the check a client's `cwd` passes:
+        // a session the user ran in dsh's home or in `/` is not the client's to continue there.
         let cwd = store
             .load(&id)
             .ok()
             .map(|log| PathBuf::from(log.header.cwd))
-            .filter(|cwd| cwd.is_dir());
+            .filter(|cwd| cwd.is_dir())
+            .map(|cwd| dsh_runtime::delegated_cwd(&cwd, self.runtime.home()))
+            .transpose()
+            .map_err(|err| failure_of(&crate::run::runtime_error(err)))?;
         Ok((
             id,
             CallSettings {

@@ -19,6 +19,11 @@ pub const LOGIN_DIR: &str = "mcp-auth";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// An access token this close to its expiry is refreshed before use.
 const EXPIRY_MARGIN_SECS: u64 = 30;
+/// Largest reply body read from a server or authorization server (metadata, registration,
+/// tokens): a few kilobytes in practice; a longer one is refused, not buffered.
+const MAX_REPLY_BYTES: usize = 1024 * 1024;
+/// Longest wait for one connection to the redirect listener to send its request line.
+const REDIRECT_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Tokens of one server, as stored after `dsh mcp login`.
 #[derive(Clone, PartialEq, Eq)]
@@ -153,13 +158,15 @@ pub fn write_login(dir: &Path, server: &str, login: &StoredLogin) -> Result<(), 
         let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
     }
     let path = login_path(dir, server);
-    let temp = dir.join(format!(".{server}.json.{}", std::process::id()));
+    // A new file under a random name (`O_EXCL`, and `O_NOFOLLOW` on Unix): never a planted
+    // link, never the temp file of another refresh running at the same time.
+    let temp = dir.join(format!(".{server}.json.{}", random_text()));
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
+        options.custom_flags(libc::O_NOFOLLOW).mode(0o600);
     }
     let written = (|| -> std::io::Result<()> {
         let mut file = options.open(&temp)?;
@@ -201,6 +208,9 @@ fn oauth_error(status: reqwest::StatusCode, body: &[u8]) -> String {
     let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let code = value.get("error").and_then(Value::as_str);
     let description = value.get("error_description").and_then(Value::as_str);
+    // The server's words reach a terminal (and, through the hub's errors, the model).
+    let code = code.map(dsh_tools::printable);
+    let description = description.map(dsh_tools::printable);
     match (code, description) {
         (Some(code), Some(text)) => format!("HTTP {status}: {code}: {text}"),
         (Some(code), None) => format!("HTTP {status}: {code}"),
@@ -222,12 +232,7 @@ async fn token_request(
         .await
         .map_err(|e| format!("the token request to {endpoint} failed: {}", plain(&e)))?;
     let status = response.status();
-    let body = response.bytes().await.map_err(|e| {
-        format!(
-            "reading the token reply of {endpoint} failed: {}",
-            plain(&e)
-        )
-    })?;
+    let body = capped_body(response, &format!("the token reply of {endpoint}")).await?;
     if !status.is_success() {
         return Err(format!(
             "{endpoint} refused the token request ({})",
@@ -261,6 +266,77 @@ fn plain(err: &reqwest::Error) -> String {
         source = inner.source();
     }
     text
+}
+
+/// The body of `response`, at most [`MAX_REPLY_BYTES`]: a longer one is an error before it is
+/// all read (a hostile server cannot fill memory; the request's timeout bounds a slow one).
+async fn capped_body(mut response: reqwest::Response, what: &str) -> Result<Vec<u8>, String> {
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_REPLY_BYTES as u64)
+    {
+        return Err(format!("{what} is larger than {MAX_REPLY_BYTES} bytes"));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("reading {what} failed: {}", plain(&e)))?
+    {
+        if body.len() + chunk.len() > MAX_REPLY_BYTES {
+            return Err(format!("{what} is larger than {MAX_REPLY_BYTES} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Whether `host` is this machine (`localhost`, `127.0.0.0/8`, `::1`).
+fn loopback(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => {
+            let host = host.to_ascii_lowercase();
+            host == "localhost" || host.ends_with(".localhost")
+        }
+    }
+}
+
+/// `endpoint` (an address discovery found: metadata, issuer, authorization, token or
+/// registration endpoint) parsed, or why dsh does not use it for the server at `server`: only
+/// `https`, or `http` on this machine; and an address on this machine only for a server on
+/// this machine. A hostile server's metadata so cannot make dsh open a `file:` or other
+/// handler's URL in the browser, send the code verifier, client secret or refresh token in
+/// clear over the network, or post them to a service on the user's machine.
+fn checked_endpoint(server: &Url, endpoint: &str, what: &str) -> Result<Url, String> {
+    let shown = dsh_tools::printable(endpoint);
+    let url =
+        Url::parse(endpoint).map_err(|e| format!("the {what} `{shown}` is not a URL: {e}"))?;
+    let local = loopback(&url);
+    match url.scheme() {
+        "https" => {}
+        "http" if local => {}
+        scheme => {
+            return Err(format!(
+                "the {what} `{url}` uses `{scheme}:`; dsh uses only https (http on this machine) \
+                 for OAuth"
+            ))
+        }
+    }
+    if local && !loopback(server) {
+        return Err(format!(
+            "the {what} `{url}` is on this machine but the server is not; dsh does not send it \
+             there"
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!("the {what} `{url}` holds a user name or password"));
+    }
+    Ok(url)
 }
 
 /// A new access token for `login` through its refresh token; the refresh token is kept when
@@ -326,7 +402,7 @@ async fn get_json(client: &reqwest::Client, url: &str) -> Option<Value> {
     if !response.status().is_success() {
         return None;
     }
-    serde_json::from_slice(&response.bytes().await.ok()?).ok()
+    serde_json::from_slice(&capped_body(response, url).await.ok()?).ok()
 }
 
 /// `origin` + `/.well-known/<name>` + the path of `url` (RFC 8414 / RFC 9728 insertion), then
@@ -379,7 +455,8 @@ async fn discover(client: &reqwest::Client, url: &str) -> Result<Endpoints, Stri
         .to_string();
     let mut candidates = Vec::new();
     if let Some(metadata) = auth_param(&challenge, "resource_metadata") {
-        candidates.push(metadata);
+        candidates
+            .push(checked_endpoint(&server, &metadata, "protected resource metadata")?.to_string());
     }
     candidates.extend(well_known(&server, "oauth-protected-resource"));
     let mut resource = url.to_string();
@@ -405,7 +482,7 @@ async fn discover(client: &reqwest::Client, url: &str) -> Result<Endpoints, Stri
             .and_then(|a| a.first())
             .and_then(Value::as_str)
         {
-            issuer = first.to_string();
+            issuer = checked_endpoint(&server, first, "authorization server")?.to_string();
         }
         if scope.is_none() {
             scope = metadata
@@ -422,6 +499,14 @@ async fn discover(client: &reqwest::Client, url: &str) -> Result<Endpoints, Stri
         break;
     }
     let (authorization, token, registration) = authorization_server(client, &issuer).await?;
+    // Every address the flow uses is checked before any is used (docs/SECURITY.md, "Stored MCP
+    // OAuth tokens").
+    let authorization =
+        checked_endpoint(&server, &authorization, "authorization endpoint")?.to_string();
+    let token = checked_endpoint(&server, &token, "token endpoint")?.to_string();
+    let registration = registration
+        .map(|r| checked_endpoint(&server, &r, "registration endpoint").map(|u| u.to_string()))
+        .transpose()?;
     Ok(Endpoints {
         authorization,
         token,
@@ -501,7 +586,7 @@ async fn register(
         .await
         .map_err(|e| format!("client registration at {endpoint} failed: {}", plain(&e)))?;
     let status = response.status();
-    let bytes = response.bytes().await.unwrap_or_default();
+    let bytes = capped_body(response, &format!("the registration reply of {endpoint}")).await?;
     if !status.is_success() {
         return Err(format!(
             "client registration at {endpoint} was refused ({}); give a registered client id with \
@@ -538,84 +623,33 @@ pub fn pkce_challenge(verifier: &str) -> String {
 }
 
 /// Waits on `listener` for the browser's redirect carrying `state`; answers it with a short
-/// page and returns the code.
+/// page and returns the code. Each connection is served on its own: one that sends nothing
+/// (within [`REDIRECT_READ_TIMEOUT`]), asks for another path or carries another `state` is
+/// answered and ignored, so another local process that connects first can neither stall nor
+/// end the login. Only the redirect with the login's `state` ends the wait.
 async fn receive_code(
     listener: tokio::net::TcpListener,
     state: &str,
     timeout: Duration,
 ) -> Result<String, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (done, mut outcome) = tokio::sync::mpsc::unbounded_channel();
+    let state: std::sync::Arc<str> = state.into();
     let wait = async {
         loop {
-            let (mut stream, _) = listener
-                .accept()
-                .await
-                .map_err(|e| format!("the redirect listener failed: {e}"))?;
-            let mut head = Vec::new();
-            let mut buf = [0u8; 2048];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (stream, _) =
+                        accepted.map_err(|e| format!("the redirect listener failed: {e}"))?;
+                    let done = done.clone();
+                    let state = std::sync::Arc::clone(&state);
+                    tokio::spawn(async move {
+                        if let Some(answer) = answer_redirect(stream, &state).await {
+                            let _ = done.send(answer);
+                        }
+                    });
                 }
+                Some(answer) = outcome.recv() => return answer,
             }
-            let head = String::from_utf8_lossy(&head);
-            let target = head.split_whitespace().nth(1).unwrap_or_default();
-            let Ok(url) = Url::parse(&format!("http://127.0.0.1{target}")) else {
-                continue;
-            };
-            if url.path() != "/callback" {
-                let _ = stream
-                    .write_all(
-                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                    )
-                    .await;
-                continue;
-            }
-            let param = |name: &str| {
-                url.query_pairs()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.into_owned())
-            };
-            let (status, page, outcome) = if param("state").as_deref() != Some(state) {
-                (
-                    "400 Bad Request",
-                    "dsh: this answer does not belong to the login dsh started.",
-                    Err(
-                        "the redirect's `state` did not match the login dsh started; nothing \
-                         was stored (run `dsh mcp login` again)"
-                            .to_string(),
-                    ),
-                )
-            } else if let Some(error) = param("error") {
-                (
-                    "400 Bad Request",
-                    "dsh: the login was refused.",
-                    Err(format!(
-                        "the authorization server refused the login: {}",
-                        dsh_tools::printable(&error)
-                    )),
-                )
-            } else if let Some(code) = param("code") {
-                (
-                    "200 OK",
-                    "dsh: logged in. You can close this tab.",
-                    Ok(code),
-                )
-            } else {
-                (
-                    "400 Bad Request",
-                    "dsh: the redirect carried no code.",
-                    Err("the redirect carried no authorization code".to_string()),
-                )
-            };
-            let reply = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
-                page.len()
-            );
-            let _ = stream.write_all(reply.as_bytes()).await;
-            let _ = stream.shutdown().await;
-            return outcome;
         }
     };
     tokio::time::timeout(timeout, wait)
@@ -626,6 +660,77 @@ async fn receive_code(
                 timeout.as_secs()
             ))
         })
+}
+
+/// Reads one request on the redirect listener and answers it; `Some` with the login's outcome
+/// when it is the redirect carrying `state`, `None` for anything else.
+async fn answer_redirect(
+    mut stream: tokio::net::TcpStream,
+    state: &str,
+) -> Option<Result<String, String>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 2048];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    if tokio::time::timeout(REDIRECT_READ_TIMEOUT, read)
+        .await
+        .is_err()
+    {
+        return None;
+    }
+    let head = String::from_utf8_lossy(&head);
+    let target = head.split_whitespace().nth(1).unwrap_or_default();
+    let url = Url::parse(&format!("http://127.0.0.1{target}")).ok();
+    let param = |name: &str| {
+        url.as_ref()?
+            .query_pairs()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    };
+    let (status, page, outcome) = if url.as_ref().is_none_or(|u| u.path() != "/callback") {
+        ("404 Not Found", "", None)
+    } else if param("state").as_deref() != Some(state) {
+        (
+            "400 Bad Request",
+            "dsh: this answer does not belong to the login dsh started.",
+            None,
+        )
+    } else if let Some(error) = param("error") {
+        (
+            "400 Bad Request",
+            "dsh: the login was refused.",
+            Some(Err(format!(
+                "the authorization server refused the login: {}",
+                dsh_tools::printable(&error)
+            ))),
+        )
+    } else if let Some(code) = param("code") {
+        (
+            "200 OK",
+            "dsh: logged in. You can close this tab.",
+            Some(Ok(code)),
+        )
+    } else {
+        (
+            "400 Bad Request",
+            "dsh: the redirect carried no code.",
+            Some(Err("the redirect carried no authorization code".to_string())),
+        )
+    };
+    let reply = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+        page.len()
+    );
+    let _ = stream.write_all(reply.as_bytes()).await;
+    let _ = stream.shutdown().await;
+    outcome
 }
 
 /// Runs the authorization code flow with PKCE for the server at `url` and returns the login to
@@ -747,5 +852,193 @@ mod tests {
         );
         assert_eq!(auth_param(header, "scope").as_deref(), Some("read"));
         assert_eq!(auth_param(header, "realm"), None);
+    }
+    /// A local server answering every request with the reply `route` gives its path (status,
+    /// extra header lines, body); it records the paths asked for.
+    async fn serve(
+        route: impl Fn(&str, u16) -> (u16, String, Vec<u8>) + Send + Sync + 'static,
+    ) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (route, log) = (std::sync::Arc::new(route), std::sync::Arc::clone(&seen));
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (route, log) = (std::sync::Arc::clone(&route), std::sync::Arc::clone(&log));
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).to_string();
+                    let path = text
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or_default()
+                        .to_string();
+                    log.lock().unwrap().push(path.clone());
+                    let (status, headers, body) = route(&path, port);
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(reply.as_bytes()).await;
+                    let _ = stream.write_all(&body).await;
+                });
+            }
+        });
+        (port, seen)
+    }
+
+    #[test]
+    fn endpoints_are_https_or_this_machines_for_a_server_on_it() {
+        let remote = Url::parse("https://mcp.example.com/mcp").unwrap();
+        let local = Url::parse("http://127.0.0.1:8080/mcp").unwrap();
+        for bad in [
+            "file:///etc/passwd",
+            "javascript:alert(1)",
+            "smb://evil.example/share",
+            "http://auth.example.com/token",
+            "http://127.0.0.1:9/token",
+            "https://localhost/token",
+            "https://[::1]/token",
+            "https://user:pw@auth.example.com/token",
+        ] {
+            assert!(
+                checked_endpoint(&remote, bad, "token endpoint").is_err(),
+                "{bad}"
+            );
+        }
+        assert!(checked_endpoint(&remote, "https://auth.example.com/token", "t").is_ok());
+        assert!(checked_endpoint(&local, "http://127.0.0.1:9/token", "t").is_ok());
+        assert!(checked_endpoint(&local, "http://localhost:9/token", "t").is_ok());
+        assert!(checked_endpoint(&local, "file:///etc/passwd", "t").is_err());
+        let shown = checked_endpoint(&remote, "\u{1b}]0;x\u{7}", "t").unwrap_err();
+        assert!(!shown.contains('\u{1b}'), "{shown}");
+    }
+
+    /// A hostile server's metadata names a `file:` authorization endpoint (dsh would hand it
+    /// to `xdg-open`) or a token endpoint in clear on another host: the login stops before
+    /// showing anything. Before the adversarial review both were used as given.
+    #[tokio::test]
+    async fn a_servers_metadata_cannot_name_a_file_or_a_clear_text_endpoint() {
+        for (authorize, token) in [
+            ("file:///tmp/evil.desktop", "http://127.0.0.1:1/token"),
+            (
+                "https://auth.example.com/authorize",
+                "http://auth.example.com/token",
+            ),
+        ] {
+            let (authorize, token) = (authorize.to_string(), token.to_string());
+            let (port, _) = serve(move |path, port| match path {
+                "/mcp" => (
+                    401,
+                    format!(
+                        "www-authenticate: Bearer resource_metadata=\"http://127.0.0.1:{port}/prm\"\r\n"
+                    ),
+                    Vec::new(),
+                ),
+                "/prm" => (200, String::new(), json!({
+                    "resource": format!("http://127.0.0.1:{port}/mcp"),
+                    "authorization_servers": [format!("http://127.0.0.1:{port}")],
+                }).to_string().into_bytes()),
+                _ if path.starts_with("/.well-known/oauth-authorization-server") => (
+                    200,
+                    String::new(),
+                    json!({
+                        "authorization_endpoint": authorize,
+                        "token_endpoint": token,
+                        "registration_endpoint": format!("http://127.0.0.1:{port}/register"),
+                        "code_challenge_methods_supported": ["S256"],
+                    })
+                    .to_string()
+                    .into_bytes(),
+                ),
+                "/register" => (201, String::new(), json!({"client_id": "c"}).to_string().into_bytes()),
+                _ => (404, String::new(), Vec::new()),
+            })
+            .await;
+            let shown = std::sync::Mutex::new(Vec::new());
+            let show = |link: &str| shown.lock().unwrap().push(link.to_string());
+            let options = LoginOptions {
+                client_id: None,
+                timeout: Duration::from_secs(3),
+            };
+            let error = login(&format!("http://127.0.0.1:{port}/mcp"), &options, &show)
+                .await
+                .unwrap_err();
+            assert!(error.contains("dsh uses only https"), "{error}");
+            assert!(shown.lock().unwrap().is_empty(), "{error}");
+        }
+    }
+
+    /// A token endpoint answering with more than a mebibyte is refused, not buffered.
+    #[tokio::test]
+    async fn an_endless_token_reply_is_refused() {
+        let (port, seen) = serve(|_, _| {
+            let mut body = br#"{"access_token":"a","pad":""#.to_vec();
+            body.extend(std::iter::repeat_n(b'x', 8 * 1024 * 1024));
+            body.extend_from_slice(b"\"}");
+            (200, String::new(), body)
+        })
+        .await;
+        let login = StoredLogin {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            access_token: "old".into(),
+            refresh_token: Some("r".into()),
+            expires_at: None,
+            token_endpoint: format!("http://127.0.0.1:{port}/token"),
+            client_id: "c".into(),
+            client_secret: None,
+            resource: format!("http://127.0.0.1:{port}/mcp"),
+        };
+        let error = refresh(&login).await.unwrap_err();
+        assert!(error.contains("larger than"), "{error}");
+        assert_eq!(seen.lock().unwrap().as_slice(), ["/token"]);
+    }
+
+    /// Another local process that connects to the redirect listener first, sends nothing, or
+    /// sends a redirect with another `state`, neither stalls nor ends the login; the browser's
+    /// redirect still delivers the code. Before the review a silent connection held the
+    /// listener until the login timed out, and a wrong `state` ended the login.
+    #[tokio::test]
+    async fn the_redirect_listener_ignores_silent_and_foreign_connections() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let waiting =
+            tokio::spawn(
+                async move { receive_code(listener, "s3cret", Duration::from_secs(20)).await },
+            );
+        let _silent = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let ask = |target: &'static str| async move {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
+            stream
+                .write_all(format!("GET {target} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut reply = String::new();
+            let _ = stream.read_to_string(&mut reply).await;
+            reply
+        };
+        let foreign = tokio::time::timeout(
+            Duration::from_secs(8),
+            ask("/callback?state=guess&code=planted"),
+        )
+        .await
+        .expect("a silent connection stalled the listener");
+        assert!(foreign.starts_with("HTTP/1.1 400"), "{foreign}");
+        let good = ask("/callback?state=s3cret&code=real").await;
+        assert!(good.starts_with("HTTP/1.1 200"), "{good}");
+        assert_eq!(waiting.await.unwrap(), Ok("real".to_string()));
     }
 }

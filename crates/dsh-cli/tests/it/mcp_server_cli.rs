@@ -773,3 +773,65 @@ async fn a_client_cannot_make_dshs_home_or_root_the_workspace() {
     assert!(!home.join("config.toml").exists());
     server.close().await;
 }
+
+/// `dsh-reply` reaches no further than `dsh`: the adversarial review of the OAuth work found
+/// that a reply took the working directory logged in the session unchecked, resolved id
+/// prefixes (an ambiguous one listed every stored id) and read a key ending in `.jsonl` as a
+/// path beside the server. A client could so continue the user's own session logged in
+/// dsh's home (or `/`) under `workspace-write`, or a log its model had written into the
+/// workspace naming `cwd: "/"`, and write into the user's `config.toml`. Now a reply takes a
+/// whole id of the store only, and a logged working directory passes the check a client's
+/// `cwd` passes.
+#[tokio::test]
+async fn a_reply_reaches_no_session_or_directory_a_call_could_not() {
+    let (_root, [workspace, home]) = crate::common::scratch_dirs(["workspace", "home"]);
+    let provider = FakeProvider::start([
+        text_reply("first answer"),
+        call_reply(
+            "call_w",
+            "write",
+            json!({
+                "file_path": home.join("config.toml"),
+                "content": "permission = \"danger-full-access\"\n"
+            }),
+        ),
+        text_reply("done"),
+    ])
+    .await
+    .unwrap();
+    let mut server = Server::start(&home, &workspace, &provider.base_url(), &[]).await;
+    let first = server.call("dsh", json!({"prompt": "hello"})).await;
+    let session_id = first["result"]["structuredContent"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(server.close().await.success());
+    // The session as if the user had run it in dsh's home.
+    let [log] = session_files(&home).try_into().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let (head, rest) = text.split_once('\n').unwrap();
+    let mut header: Value = serde_json::from_str(head).unwrap();
+    header["cwd"] = json!(home.display().to_string());
+    std::fs::write(&log, format!("{header}\n{rest}")).unwrap();
+    // And a copy the client's model could have written beside the server.
+    std::fs::write(workspace.join("planted.jsonl"), format!("{header}\n{rest}")).unwrap();
+
+    let mut server = Server::start(&home, &workspace, &provider.base_url(), &[]).await;
+    for key in [&session_id[..8], "planted.jsonl", session_id.as_str()] {
+        let result = server
+            .call("dsh-reply", json!({"session_id": key, "prompt": "plant"}))
+            .await;
+        assert_eq!(result["result"]["isError"], true, "{key}: {result}");
+        let said = content_text(&result["result"]);
+        assert!(
+            ["NOT_FOUND", "INVALID_ARGS", "INVALID_CONFIG"]
+                .iter()
+                .any(|code| said.starts_with(code)),
+            "{key}: {said}"
+        );
+        assert!(!said.contains(&session_id[8..]), "{key}: {said}");
+    }
+    server.close().await;
+    assert_eq!(provider.requests().len(), 1, "a refused reply ran");
+    assert!(!home.join("config.toml").exists());
+}
