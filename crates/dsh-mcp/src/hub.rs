@@ -144,6 +144,9 @@ struct Server {
     running: Mutex<Option<Weak<Live>>>,
     /// Where OAuth logins are stored (`$DSH_HOME/mcp-auth`), for an HTTP server.
     oauth_dir: Mutex<Option<PathBuf>>,
+    /// Every OAuth token of this server's login this process held (the stored ones and each
+    /// refresh's): hidden from its tool results ([`Server::hide_tokens`]).
+    tokens: Mutex<Vec<String>>,
 }
 
 /// The MCP servers of a session (shared by its subagents). See the crate docs.
@@ -191,6 +194,7 @@ impl McpHub {
                         epoch: AtomicU64::new(0),
                         running: Mutex::new(None),
                         oauth_dir: Mutex::new(None),
+                        tokens: Mutex::default(),
                     }),
                 )
             })
@@ -558,6 +562,9 @@ impl Server {
                 refreshed = true;
             }
         }
+        if let Some(login) = &login {
+            self.hold_tokens(login);
+        }
         let token = login.as_ref().map(|l| l.access_token.clone());
         let first = connect_http(url, headers, bearer, token, timeout, epoch).await;
         let error = match first {
@@ -568,21 +575,30 @@ impl Server {
         match (login, dir) {
             (Some(current), Some(dir)) if !refreshed && current.refresh_token.is_some() => {
                 let fresh = self.refresh(&current, &dir).await?;
-                connect_http(url, headers, bearer, Some(fresh.access_token), timeout, epoch)
-                    .await
-                    .map_err(|error| match unauthorized(&error) {
-                        true => format!(
-                            "the server refused its stored login even after a refresh (HTTP 401,                              url {url}); {relogin} again"
-                        ),
-                        false => error,
-                    })
+                connect_http(
+                    url,
+                    headers,
+                    bearer,
+                    Some(fresh.access_token),
+                    timeout,
+                    epoch,
+                )
+                .await
+                .map_err(|error| match unauthorized(&error) {
+                    true => format!(
+                        "the server refused its stored login even after a refresh (HTTP 401, \
+                             url {url}); {relogin} again"
+                    ),
+                    false => error,
+                })
             }
             (Some(_), Some(_)) => Err(format!(
                 "the server refused its stored login (HTTP 401, url {url}); {relogin} again"
             )),
             _ if bearer.is_some() => Err(error),
             _ if other_origin => Err(format!(
-                "needs login ({relogin}): the stored login was made for another address and is                  not sent to {url}"
+                "needs login ({relogin}): the stored login was made for another address and is \
+                 not sent to {url}"
             )),
             _ => Err(format!(
                 "needs login ({relogin}): the server answered HTTP 401 (url {url})"
@@ -601,7 +617,39 @@ impl Server {
             format!("its OAuth token could not be refreshed ({error}); run `dsh mcp login {name}` again")
         })?;
         crate::oauth::write_login(dir, name, &fresh)?;
+        self.hold_tokens(&fresh);
         Ok(fresh)
+    }
+
+    /// Remembers `login`'s tokens, to hide them from tool results.
+    fn hold_tokens(&self, login: &crate::oauth::StoredLogin) {
+        let mut held = self.tokens.lock_or_recover();
+        let tokens = [Some(&login.access_token), login.refresh_token.as_ref()];
+        for token in tokens.into_iter().flatten() {
+            // As the session's redaction: shorter values would garble ordinary text.
+            if token.len() >= 12 && !held.contains(token) {
+                held.push(token.clone());
+            }
+        }
+    }
+
+    /// `result` with every OAuth token this process sent the server replaced by
+    /// `[REDACTED:mcp-login:<server>]`: a server that echoes the token it was called with
+    /// must not show it to the model. The session's redaction set holds the tokens stored
+    /// when it started; a token refreshed since is known only here (docs/SECURITY.md).
+    fn hide_tokens(&self, result: CallToolResult) -> CallToolResult {
+        let tokens = self.tokens.lock_or_recover().clone();
+        if tokens.is_empty() {
+            return result;
+        }
+        let Ok(mut value) = serde_json::to_value(&result) else {
+            return result;
+        };
+        let placeholder = format!("[REDACTED:mcp-login:{}]", self.config.name);
+        if !replace_in_strings(&mut value, &tokens, &placeholder) {
+            return result;
+        }
+        serde_json::from_value(value).unwrap_or(result)
     }
 
     /// The process of a stdio server: a project's runs confined like `bash`; the user's own
@@ -753,7 +801,7 @@ impl Server {
             }
         };
         match outcome {
-            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
+            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(self.hide_tokens(result)),
             Ok(Ok(_)) => Err(io_error(format!(
                 "MCP server `{}` answered the call with something other than a tool result",
                 self.config.name
@@ -780,6 +828,43 @@ impl Server {
             "MCP server `{}` failed during the call ({error}); it is restarted on the next call",
             self.config.name
         )))
+    }
+}
+
+/// Replaces every occurrence of each of `secrets` in the strings of `value` (keys and values)
+/// by `placeholder`; true when something was replaced.
+fn replace_in_strings(
+    value: &mut serde_json::Value,
+    secrets: &[String],
+    placeholder: &str,
+) -> bool {
+    use serde_json::Value;
+    let replace = |text: &mut String| {
+        let mut changed = false;
+        for secret in secrets {
+            if text.contains(secret.as_str()) {
+                *text = text.replace(secret.as_str(), placeholder);
+                changed = true;
+            }
+        }
+        changed
+    };
+    match value {
+        Value::String(text) => replace(text),
+        Value::Array(items) => items.iter_mut().fold(false, |changed, item| {
+            replace_in_strings(item, secrets, placeholder) | changed
+        }),
+        Value::Object(map) => {
+            let mut changed = false;
+            let entries = std::mem::take(map);
+            for (mut key, mut item) in entries {
+                changed |= replace(&mut key);
+                changed |= replace_in_strings(&mut item, secrets, placeholder);
+                map.insert(key, item);
+            }
+            changed
+        }
+        _ => false,
     }
 }
 

@@ -488,6 +488,40 @@ async fn oauth_login_refresh_origin_binding_and_logout() {
         "the expired token was sent"
     );
 
+    // A token refreshed during a session (the stored one is refused when the session first
+    // calls) is not in the redaction set the session started with: the hub hides it from
+    // the results of the server that echoes it.
+    server.revoke_access();
+    let provider = FakeProvider::start([
+        ScriptedReply::from(
+            SseReply::new()
+                .tool_call(0, "call_1", "mcp__secure__whoami", "{}")
+                .finish("tool_calls", Some(WireUsage::default())),
+        ),
+        ScriptedReply::from(
+            SseReply::new()
+                .text("done")
+                .finish("stop", Some(WireUsage::default())),
+        ),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = dsh_command(&env.home, &env.cwd);
+    cmd.env("DEEPSEEK_BASE_URL", provider.base_url())
+        .env("DEEPSEEK_API_KEY", "sk-test-oauth")
+        .args(["run", "ask again"]);
+    let out = output(cmd).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&tokens).unwrap()).unwrap();
+    let refreshed = stored["access_token"].as_str().unwrap().to_string();
+    assert_eq!(server.refreshes(), 3);
+    let sent = provider.requests()[1].body.to_string();
+    assert!(
+        !sent.contains(&refreshed),
+        "the refreshed token reached the model: {sent}"
+    );
+    assert!(sent.contains("[REDACTED:mcp-login:secure]"), "{sent}");
+
     // Another origin (here the same listener under another host name) gets no token.
     let moved = server.mcp_url().replace("127.0.0.1", "localhost");
     ok(&env

@@ -283,8 +283,14 @@ async fn serve(
                     s.next += 1;
                     // Token-sized values (the redaction set ignores strings under 12 bytes).
                     let (access, refresh) = (
-                        format!("at-{}-9f2c41d7e8b3a605", s.next),
-                        format!("rt-{}-5b7e0c93d1a4f826", s.next),
+                        format!(
+                            "at-{:016x}",
+                            (s.next as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        ),
+                        format!(
+                            "rt-{:016x}",
+                            (s.next as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+                        ),
                     );
                     s.access.insert(access.clone());
                     s.refresh.insert(refresh.clone());
