@@ -17,7 +17,7 @@ use crate::{Agent, AgentError, AgentHandle, CommandExpansion, ToolFilter, TurnSe
 /// `user/command {name, messageId, origin, model?, tools?: {allowed, disallowed}}`: a slash command of a file
 /// (docs/commands.md) queued the message `messageId`; the turn that claims it runs with the
 /// model and tools given. Never model-visible.
-pub const USER_COMMAND_EVENT: &str = "user/command";
+pub const USER_COMMAND_EVENT: &str = dsh_session::USER_COMMAND_EVENT;
 
 /// What the turn running now changed, to undo at its end.
 #[derive(Debug, Default)]

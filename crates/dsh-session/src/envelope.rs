@@ -94,15 +94,17 @@ pub struct Envelope {
 
 impl Envelope {
     /// Wraps an event for appending: message events get `surfaceOp: append`, and
-    /// `tool/started`, `tool/progress`, `files/undo`, `subagent/usage` and `usage/call` (ours,
-    /// not in dsh's catalog) are marked ignorable: readers that do not know them skip them, and
-    /// ours load the last four as [`Event::Opaque`] (docs/sessions.md). The store assigns `seq` and `time`.
+    /// `tool/started`, `tool/progress`, `files/undo`, `subagent/usage`, `usage/call` and
+    /// `user/command` (ours, not in dsh's catalog) are marked ignorable: readers that do not
+    /// know them skip them, and ours load all but the first as [`Event::Opaque`]
+    /// (docs/sessions.md). The store assigns `seq` and `time`.
     pub fn new(event: Event) -> Self {
         let surface_op = event.is_message().then_some(SurfaceOp::Append);
         let ignorable = matches!(event, Event::ToolStarted(_))
             || matches!(&event, Event::Opaque { event_type, .. }
                 if event_type == "files/undo"
                     || event_type == crate::event::TOOL_PROGRESS_EVENT
+                    || event_type == crate::event::USER_COMMAND_EVENT
                     || event_type == crate::usage::SUBAGENT_USAGE_EVENT
                     || event_type == crate::usage::USAGE_CALL_EVENT);
         Envelope {

@@ -44,9 +44,12 @@ pub const KNOWN_OPAQUE_TYPES: &[&str] = &[
     "web/deepseek-search-llm-request",
     // Plan mode on/off (`dsh_agent::PlanMode`, docs/agent.md, "Plan mode").
     "plan/mode",
-    // A custom slash command queued a message (`dsh_agent::USER_COMMAND_EVENT`, docs/commands.md).
-    "user/command",
 ];
+
+/// `user/command {name, messageId, origin, model?, tools?}`: a custom slash command queued a
+/// message (`dsh_agent` turn settings, docs/commands.md). Ours, not in dsh's catalog: written
+/// `"ignorable": true`, read back as [`Event::Opaque`].
+pub const USER_COMMAND_EVENT: &str = "user/command";
 
 /// Event types of dsh's persistence catalog (dsh 0.1.1-rc.2) that this build has no feature
 /// for. They load as [`Event::DshOnly`], never reach the model, and are written back with their

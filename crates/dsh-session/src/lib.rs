@@ -90,6 +90,7 @@ pub use event::{
     RequestHeader, RequestHeaderEvent, SessionTitle, StepRef, TodoItem, TodoWrite, ToolCall,
     ToolError, ToolResult, ToolStarted, TurnEnd, TurnEndReason, TurnStart, DSH_ONLY_TYPES,
     KNOWN_OPAQUE_TYPES, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, TOOL_PROGRESS_EVENT,
+    USER_COMMAND_EVENT,
 };
 pub use export::{encode_jsonl, export_markdown, export_zip, TRANSCRIPT_RESULT_LIMIT};
 pub use fork::{fork, fork_location, fork_log, fork_point, Forked};

@@ -531,8 +531,21 @@ async fn the_same_session_live_in_the_tui() {
             c.join(".env.sample").exists(),
             "the approved write did not happen"
         );
-        tui.type_text("/undo\r");
-        tui.wait_for("were reverted");
+        // The reply's last words show before its turn has ended: `/undo` during the turn is
+        // refused ("a turn is running"), so it is typed again until it runs (a full run under
+        // load caught the turn still open).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            tui.type_text("/undo\r");
+            tui.wait_until("/undo answered", |screen| {
+                screen.contains("were reverted") || screen.contains("a turn is running")
+            });
+            if tui.contents().contains("were reverted") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the turn never ended");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
         assert!(!c.join(".env.sample").exists(), "the undo kept the file");
         tui.type_text("/model deepseek-v4-pro\r");
         tui.wait_for("model set to deepseek-v4-pro");
