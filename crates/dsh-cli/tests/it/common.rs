@@ -133,3 +133,28 @@ pub(crate) async fn model_stepping(
         .await
         .unwrap()
 }
+
+/// `git -C dir <args>` as a test's own set-up (an author and no signing configured), its
+/// stdout; a failure fails the test.
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run git: {error}"));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -3,12 +3,12 @@
 //! commit reaches a read-only session, the findings come back as text and as JSON, and a
 //! repository's configuration cannot make the diff run anything.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::common::{dsh_command, output, scratch_dirs, text};
+use crate::common::{dsh_command, git, output, scratch_dirs, text};
 
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 
@@ -36,29 +36,6 @@ struct Repo {
     _root: tempfile::TempDir,
     home: PathBuf,
     dir: PathBuf,
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 impl Repo {

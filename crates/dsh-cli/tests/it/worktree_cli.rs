@@ -3,37 +3,14 @@
 //! repository, `sessions list` marks its session, removing is explicit and refused while there
 //! are uncommitted changes, and the repository's hooks do not run when dsh makes the worktree.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::json;
 
-use crate::common::{dsh_command, model_stepping, output, scratch_dirs, text};
+use crate::common::{dsh_command, git, model_stepping, output, scratch_dirs, text};
 
 use dsh_test_support::SseReply;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 struct Env {
     _root: tempfile::TempDir,
