@@ -15,6 +15,7 @@ mod home;
 mod math_symbols;
 mod mcp_cmd;
 mod mcp_edit;
+mod mcp_import;
 mod mcp_server;
 mod models;
 mod output_schema;

@@ -78,39 +78,73 @@ enum McpCommand {
         /// The server's name.
         name: String,
     },
+    /// Copy the MCP servers of Codex (`~/.codex/config.toml`) or Claude Code
+    /// (`~/.claude.json`) into $DSH_HOME/config.toml, each checked as `add` checks it; the
+    /// source is only read.
+    Import {
+        /// Whose servers.
+        #[arg(long, value_enum, default_value_t = crate::mcp_import::Source::Codex)]
+        from: crate::mcp_import::Source,
+        /// Read this file instead of the tool's usual one.
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Replace servers of the same name.
+        #[arg(long)]
+        force: bool,
+        /// Say what would be imported; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, clap::Args)]
-struct AddArgs {
+pub(crate) struct AddArgs {
     /// The server's name: letters, digits, `-` and single `_` (its tools are offered as
     /// `mcp__<name>__<tool>`).
-    name: String,
+    pub(crate) name: String,
     /// A streamable-HTTP server at this URL (http:// or https://) instead of a command.
     #[arg(long, value_name = "URL")]
-    url: Option<String>,
+    pub(crate) url: Option<String>,
     /// An extra request header of an HTTP server, `NAME:VALUE` (repeatable; not for secrets:
     /// see --bearer-token-env).
     #[arg(long = "header", value_name = "NAME:VALUE")]
-    headers: Vec<String>,
+    pub(crate) headers: Vec<String>,
     /// The variable holding a bearer token an HTTP server gets as `Authorization: Bearer`.
     #[arg(long, value_name = "VAR")]
-    bearer_token_env: Option<String>,
+    pub(crate) bearer_token_env: Option<String>,
     /// A variable set for a stdio server, `KEY=VALUE` (repeatable; not for secrets: see
     /// --env-var).
     #[arg(long = "env", value_name = "KEY=VALUE")]
-    env: Vec<String>,
+    pub(crate) env: Vec<String>,
     /// A variable passed through from dsh's environment to a stdio server by name (repeatable).
     #[arg(long = "env-var", value_name = "NAME")]
-    env_vars: Vec<String>,
+    pub(crate) env_vars: Vec<String>,
     /// The working directory of a stdio server (default: the session's).
     #[arg(long, value_name = "DIR")]
-    cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Replace an existing server of that name.
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     /// The stdio server's command and its arguments, after `--`.
     #[arg(last = true, value_name = "CMD ARGS")]
-    command: Vec<String>,
+    pub(crate) command: Vec<String>,
+}
+
+impl AddArgs {
+    /// The arguments of `dsh mcp add NAME` with nothing else given.
+    pub(crate) fn named(name: &str) -> AddArgs {
+        AddArgs {
+            name: name.to_string(),
+            url: None,
+            headers: Vec::new(),
+            bearer_token_env: None,
+            env: Vec::new(),
+            env_vars: Vec::new(),
+            cwd: None,
+            force: false,
+            command: Vec::new(),
+        }
+    }
 }
 
 fn user_error(message: String) -> anyhow::Error {
@@ -139,6 +173,12 @@ pub(crate) fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
             run_login(&home, &cwd, &name, &options, !no_browser)
         }
         McpCommand::Logout { name } => run_logout(&home, &name),
+        McpCommand::Import {
+            from,
+            file,
+            force,
+            dry_run,
+        } => run_import(&home, &cwd, from, file, force, dry_run),
     }
 }
 
@@ -254,6 +294,67 @@ fn run_add(home: &Path, cwd: &Path, add: AddArgs) -> anyhow::Result<ExitCode> {
         path.display(),
         add.name
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dsh mcp import`: each server of the source added as `dsh mcp add` would add it, or the
+/// reason it was not (one line each); exit status 1 only when the source cannot be read.
+fn run_import(
+    home: &Path,
+    cwd: &Path,
+    from: crate::mcp_import::Source,
+    file: Option<PathBuf>,
+    force: bool,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    let Some(file) = file.or_else(|| crate::mcp_import::default_file(from)) else {
+        return Err(user_error(
+            "no home folder to find the file in: give --file".into(),
+        ));
+    };
+    let found = crate::mcp_import::read(from, &file)?;
+    if found.is_empty() {
+        println!("no MCP servers in {}", file.display());
+    }
+    let path = dsh_config::user_config_path(home);
+    let shown = |text: &str| dsh_tools::printable(text).into_owned();
+    for server in found {
+        let name = shown(&server.name);
+        let mut args = match server.args {
+            Ok(args) => args,
+            Err(why) => {
+                println!("skipped {name}: {}", shown(&why));
+                continue;
+            }
+        };
+        args.force = force;
+        let entry = match entry(&args, cwd) {
+            Ok(entry) => entry,
+            Err(why) => {
+                println!("skipped {name}: {}", shown(&format!("{why:#}")));
+                continue;
+            }
+        };
+        let note = match server.dropped.is_empty() {
+            true => String::new(),
+            false => format!(" (not taken: {})", shown(&server.dropped.join(", "))),
+        };
+        if dry_run {
+            println!("would import {name}{note}");
+            continue;
+        }
+        if !force && mcp_edit::defines(&path, &args.name) {
+            println!(
+                "skipped {name}: {} defines it already (--force replaces it)",
+                path.display()
+            );
+            continue;
+        }
+        match mcp_edit::add(&path, &args.name, &entry, force) {
+            Ok(_) => println!("imported {name}{note}"),
+            Err(why) => println!("skipped {name}: {}", shown(&format!("{why:#}"))),
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

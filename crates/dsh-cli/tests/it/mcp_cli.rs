@@ -554,3 +554,84 @@ async fn oauth_login_refresh_origin_binding_and_logout() {
         "{line}"
     );
 }
+
+/// `dsh mcp import` (issue 43, point 6): Codex's and Claude Code's servers copied into the
+/// user's config through `add`'s checks: a secret header is refused (and never printed), a
+/// disabled or SSE server skipped with the reason, settings dsh does not take named, an
+/// existing name kept unless --force, the source never written; --dry-run writes nothing.
+#[tokio::test]
+async fn servers_of_codex_and_claude_code_are_imported_through_adds_checks() {
+    let env = Env::new();
+    let codex = env.home.parent().unwrap().join("codex.toml");
+    let source = "model = \"gpt-5\"\n\
+        [mcp_servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"server-filesystem\"]\n\
+        env = { LOG_LEVEL = \"info\" }\nstartup_timeout_sec = 20\n\
+        [mcp_servers.docs]\nurl = \"https://docs.example/mcp\"\nbearer_token_env_var = \"DOCS_TOKEN\"\n\
+        [mcp_servers.leaky]\nurl = \"https://leak.example/mcp\"\n\
+        http_headers = { Authorization = \"Bearer sk-never-printed-123\" }\n\
+        [mcp_servers.off]\ncommand = \"x\"\nenabled = false\n";
+    std::fs::write(&codex, source).unwrap();
+    let file = codex.display().to_string();
+    let (stdout, _) = ok(&env.mcp(&["import", "--file", &file, "--dry-run"]).await);
+    assert!(
+        stdout.contains("would import files (not taken: startup_timeout_sec)"),
+        "{stdout}"
+    );
+    assert!(!env.config().exists(), "--dry-run wrote the config");
+    let (stdout, stderr) = ok(&env.mcp(&["import", "--file", &file]).await);
+    for expected in [
+        "imported docs",
+        "imported files",
+        "skipped leaky: INVALID_ARGS: header `Authorization` looks like a secret",
+        "skipped off: disabled there",
+    ] {
+        assert!(stdout.contains(expected), "{expected}: {stdout}");
+    }
+    assert!(!format!("{stdout}{stderr}").contains("sk-never-printed"));
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    assert!(
+        config.contains("bearer_token_env = \"DOCS_TOKEN\""),
+        "{config}"
+    );
+    assert!(config.contains("LOG_LEVEL"), "{config}");
+    assert!(!config.contains("leak.example"), "{config}");
+    assert_eq!(
+        std::fs::read_to_string(&codex).unwrap(),
+        source,
+        "the source changed"
+    );
+    assert_eq!(mode(&env.config()), 0o600);
+    let (stdout, _) = ok(&env.mcp(&["import", "--file", &file]).await);
+    assert!(
+        stdout.contains("skipped docs:") && stdout.contains("--force"),
+        "{stdout}"
+    );
+    let (stdout, _) = ok(&env.mcp(&["import", "--file", &file, "--force"]).await);
+    assert!(stdout.contains("imported docs"), "{stdout}");
+
+    // Claude Code's user file: stdio and HTTP servers; SSE is not spoken.
+    let claude = env.home.parent().unwrap().join("claude.json");
+    std::fs::write(
+        &claude,
+        serde_json::json!({"mcpServers": {
+            "memory": {"type": "stdio", "command": "npx", "args": ["-y", "server-memory"]},
+            "web": {"type": "http", "url": "https://web.example/mcp"},
+            "old": {"type": "sse", "url": "https://old.example/sse"},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let path = claude.display().to_string();
+    let (stdout, _) = ok(&env
+        .mcp(&["import", "--from", "claude", "--file", &path])
+        .await);
+    assert!(
+        stdout.contains("imported memory") && stdout.contains("imported web"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("skipped old: an SSE server"), "{stdout}");
+    let out = env
+        .mcp(&["import", "--file", "/nonexistent/config.toml"])
+        .await;
+    assert!(failed(&out).contains("IMPORT"), "{}", text(&out).1);
+}
