@@ -421,6 +421,21 @@ impl AgentHandle {
         }
     }
 
+    /// Appends the user's note to the instructions file of `scope` ([`crate::Extension::remember`]);
+    /// the model is told at its next step, as of any change to a loaded instructions file.
+    pub fn remember(
+        &self,
+        scope: crate::NoteScope,
+        text: &str,
+    ) -> Result<std::path::PathBuf, String> {
+        self.shared
+            .extensions
+            .snapshot()
+            .iter()
+            .find_map(|extension| extension.remember(scope, text))
+            .unwrap_or_else(|| Err("this session keeps no instructions files".to_string()))
+    }
+
     /// Whether plan mode is on (docs/agent.md, "Plan mode"; `/plan` and `/plan off` switch it).
     pub fn plan_mode(&self) -> bool {
         self.shared

@@ -444,9 +444,110 @@ fn context_message(plugin: &str, text: String) -> Message {
     crate::agent::plugin_message(plugin, "snapshot", text)
 }
 
+impl ContextMessages {
+    /// The file a note of `scope` goes to: the user's `$DSH_HOME/AGENTS.md`; the project's
+    /// `AGENTS.md` at the project root, else its `CLAUDE.md` when only that exists there.
+    fn note_file(&self, scope: crate::NoteScope) -> Result<(PathBuf, Option<PathBuf>), String> {
+        match scope {
+            crate::NoteScope::User => match &self.home {
+                Some(home) => Ok((home.join("AGENTS.md"), None)),
+                None => Err("this session has no dsh home for a user note".to_string()),
+            },
+            crate::NoteScope::Project => {
+                let root = self.project_root();
+                let root = std::fs::canonicalize(&root).unwrap_or(root);
+                let claude = root.join("CLAUDE.md");
+                let agents = root.join("AGENTS.md");
+                let file = match (agents.exists(), claude.is_file()) {
+                    (false, true) => claude,
+                    _ => agents,
+                };
+                Ok((file, Some(root)))
+            }
+        }
+    }
+}
+
+/// Largest instructions file a note is appended to.
+const MAX_NOTE_TARGET: u64 = 1024 * 1024;
+
+/// Appends `line` to `path` (created when missing), after a line break if the file does not
+/// end with one. Only a regular file is written, never through a symbolic link at `path`
+/// (`O_NOFOLLOW`), and, with `within`, only one whose real path lies in it: a repository may
+/// plant `AGENTS.md` as a link to a file elsewhere.
+fn append_note(path: &Path, line: &str, within: Option<&Path>) -> Result<(), String> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let shown = path.display();
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).append(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+        options.mode(if within.is_some() { 0o644 } else { 0o600 });
+    }
+    let mut file = options
+        .open(path)
+        .map_err(|e| format!("cannot open {shown} ({e}); it must be a regular file"))?;
+    let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown} is not a regular file"));
+    }
+    if meta.len() > MAX_NOTE_TARGET {
+        return Err(format!("{shown} is larger than {MAX_NOTE_TARGET} bytes"));
+    }
+    if let Some(root) = within {
+        let real = std::fs::canonicalize(path).map_err(|e| format!("{shown}: {e}"))?;
+        if !real.starts_with(root) {
+            return Err(format!("{shown} leads out of the project"));
+        }
+    }
+    let mut text = String::new();
+    if meta.len() > 0 {
+        let mut last = [0u8; 1];
+        file.seek(SeekFrom::End(-1))
+            .and_then(|_| file.read_exact(&mut last))
+            .map_err(|e| format!("{shown}: {e}"))?;
+        if last[0] != b'\n' {
+            text.push('\n');
+        }
+    }
+    text.push_str(line);
+    text.push('\n');
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write {shown}: {e}"))
+}
+
 impl Extension for ContextMessages {
     fn name(&self) -> &str {
         "context-messages"
+    }
+
+    fn remember(&self, scope: crate::NoteScope, text: &str) -> Option<Result<PathBuf, String>> {
+        let note = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if note.is_empty() {
+            return Some(Err("the note is empty".to_string()));
+        }
+        let (path, within) = match self.note_file(scope) {
+            Ok(found) => found,
+            Err(why) => return Some(Err(why)),
+        };
+        if let Err(why) = append_note(&path, &format!("- {note}"), within.as_deref()) {
+            return Some(Err(why));
+        }
+        // The next step tells the model: a loaded file is checked again, a new one is looked
+        // for in its folder.
+        let mut last = self.last.lock_or_recover();
+        last.touched = true;
+        if !last.loaded.contains_key(&path) {
+            if let Some(dir) = path.parent() {
+                last.reached.remove(dir);
+                if !last.new_dirs.iter().any(|d| d == dir) {
+                    last.new_dirs.push(dir.to_path_buf());
+                }
+            }
+        }
+        Some(Ok(path))
     }
 
     fn restore(&self, events: &[Envelope]) {

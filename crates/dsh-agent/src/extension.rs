@@ -311,6 +311,17 @@ pub trait Extension: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Appends the user's note `text` to the instructions file of `scope` (a `# note` typed
+    /// in a front end, docs/agent.md "Notes to the instructions"), when this extension owns
+    /// the instruction files: `Some(Ok(path))` written, `Some(Err)` why not.
+    fn remember(
+        &self,
+        _scope: NoteScope,
+        _text: &str,
+    ) -> Option<Result<std::path::PathBuf, String>> {
+        None
+    }
+
     /// What `/name arguments` expands to, when `name` is one of this extension's
     /// [`Extension::user_commands`]: the user message and the settings of the turn it starts;
     /// `Some(Err)` is a message for the user.
@@ -321,6 +332,15 @@ pub trait Extension: Send + Sync + 'static {
     ) -> Option<Result<CommandExpansion, crate::ExtensionError>> {
         None
     }
+}
+
+/// Whose instructions file a note goes to ([`Extension::remember`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoteScope {
+    /// The project's (`AGENTS.md` at the project root): `# note`.
+    Project,
+    /// The user's (`$DSH_HOME/AGENTS.md`): `## note`.
+    User,
 }
 
 /// A slash command contributed by an extension (see [`Extension::user_commands`]).

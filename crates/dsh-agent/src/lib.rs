@@ -69,9 +69,9 @@ pub use dsh_tools::{
 pub use errors::{ExtensionError, PermissionError, SubagentError};
 pub use extension::{
     ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, CommandExpansion, Extension,
-    ExtensionGuard, ExtensionSet, HeadlessApprover, PreStepContext, RetryExtension, ToolCallInfo,
-    ToolFuture, ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict, TurnSettings,
-    TurnStoppingContext, UserCommand,
+    ExtensionGuard, ExtensionSet, HeadlessApprover, NoteScope, PreStepContext, RetryExtension,
+    ToolCallInfo, ToolFuture, ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict,
+    TurnSettings, TurnStoppingContext, UserCommand,
 };
 pub use hooks::{
     ClaudeCodeHooks, CommandHooks, HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup,

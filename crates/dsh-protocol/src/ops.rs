@@ -71,6 +71,15 @@ pub enum Op {
         /// The last turn to copy.
         at_turn: Option<u64>,
     },
+    /// Appends the user's note to an instructions file (`# note`: the project's `AGENTS.md`;
+    /// `## note`: the user's `$DSH_HOME/AGENTS.md`), after the front end had the user confirm
+    /// it; the model is told at its next step (docs/protocol.md, "Notes").
+    Remember {
+        /// Whose file.
+        scope: dsh_agent::NoteScope,
+        /// The note (one line; spaces and line breaks collapse).
+        text: String,
+    },
 }
 
 /// Why an operation was refused. `code` is stable (front ends map it to their error forms);
@@ -238,6 +247,16 @@ impl SessionControl {
             Op::Command { name, arguments } => self.run_command(&name, &arguments)?,
             Op::Compact => self.handle.request_compaction(),
             Op::Undo => return self.undo().map(|note| vec![note]),
+            Op::Remember { scope, text } => {
+                let path = self
+                    .handle
+                    .remember(scope, &text)
+                    .map_err(|why| OpError::new("REFUSED", why))?;
+                return Ok(vec![format!(
+                    "noted in {}; the agent reads it at its next step",
+                    path.display()
+                )]);
+            }
             Op::Fork { at_turn } => {
                 let forked = self.fork(at_turn)?;
                 return Ok(vec![format!(

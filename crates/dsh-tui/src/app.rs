@@ -33,6 +33,8 @@ pub enum Action {
     OpenSession(String),
     /// Switch the permission preset, confirmed (danger-full-access asks before this).
     SetPermission(PermissionPreset),
+    /// Append a confirmed `# note` to an instructions file (`dsh_protocol::Op::Remember`).
+    Remember(dsh_agent::NoteScope, String),
     /// The user started writing a message while no turn runs: open the provider connection
     /// now, so the call finds it ready (docs/tui.md, "Connection warm-up").
     WarmConnection,
@@ -161,6 +163,9 @@ pub struct App {
     pub permission_menu: Option<PermissionMenu>,
     /// A switch to this preset waits for y/n (danger-full-access removes the sandbox).
     pub confirm_permission: Option<PermissionPreset>,
+    /// A `# note` (project) or `## note` (user) waiting for y/n before it is written into an
+    /// instructions file (docs/tui.md, "Notes to the instructions").
+    pub confirm_note: Option<(dsh_agent::NoteScope, String)>,
     /// Slash commands of the session's extensions (user-invocable skills).
     pub user_commands: Vec<UserCommand>,
     /// The `/resume` picker, when open.
@@ -210,6 +215,7 @@ impl App {
             questions: VecDeque::new(),
             permission_menu: None,
             confirm_permission: None,
+            confirm_note: None,
             user_commands: Vec::new(),
             picker: None,
             expand_reasoning: false,
@@ -241,6 +247,7 @@ impl App {
         !self.approvals.is_empty()
             || !self.questions.is_empty()
             || self.confirm_permission.is_some()
+            || self.confirm_note.is_some()
             || self.permission_menu.is_some()
             || self.picker.is_some()
             || self.pager.is_some()
@@ -430,7 +437,8 @@ impl App {
         let closed = self.picker.take().is_some()
             | self.children.menu.take().is_some()
             | self.permission_menu.take().is_some()
-            | self.confirm_permission.take().is_some();
+            | self.confirm_permission.take().is_some()
+            | self.note_kept();
         if closed && self.approvals.is_empty() && self.questions.is_empty() {
             return Vec::new();
         }
@@ -485,6 +493,12 @@ impl App {
                     Vec::new()
                 }
             };
+        }
+        if let Some(note) = note_of(&draft) {
+            // Asked first: a message that only looks like a heading is not written away.
+            self.composer.take();
+            self.confirm_note = Some(note);
+            return Vec::new();
         }
         let text = self.composer.take();
         self.scroll = 0;
@@ -561,6 +575,35 @@ impl App {
         }
     }
 
+    /// The note waiting for its confirmation goes back into the composer, as typed; true when
+    /// there was one.
+    fn note_kept(&mut self) -> bool {
+        let Some((scope, text)) = self.confirm_note.take() else {
+            return false;
+        };
+        let mark = match scope {
+            dsh_agent::NoteScope::Project => "# ",
+            dsh_agent::NoteScope::User => "## ",
+        };
+        self.composer.insert_str(&format!("{mark}{text}"));
+        self.hint = Some("not noted: the text is back in the composer".to_string());
+        true
+    }
+
+    fn note_key(&mut self, key: KeyEvent) -> Vec<Action> {
+        match key.code {
+            KeyCode::Char('y') | KeyCode::Char('Y') => match self.confirm_note.take() {
+                Some((scope, text)) => vec![Action::Remember(scope, text)],
+                None => Vec::new(),
+            },
+            KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
+                self.note_kept();
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     fn confirm_key(&mut self, key: KeyEvent) -> Vec<Action> {
         let Some(preset) = self.confirm_permission else {
             return Vec::new();
@@ -609,6 +652,9 @@ impl App {
     fn menu_key(&mut self, key: KeyEvent) -> Option<Vec<Action>> {
         if self.confirm_permission.is_some() {
             return Some(self.confirm_key(key));
+        }
+        if self.confirm_note.is_some() {
+            return Some(self.note_key(key));
         }
         if self.permission_menu.is_some() {
             return Some(self.permission_menu_key(key));
@@ -675,5 +721,44 @@ impl App {
             _ => {}
         }
         Vec::new()
+    }
+}
+
+/// A message that is a note for an instructions file: `# text` for the project's, `## text`
+/// for the user's (a `#` then a space; `#!`, `#include` and a lone `#` are messages).
+pub fn note_of(draft: &str) -> Option<(dsh_agent::NoteScope, String)> {
+    let draft = draft.trim_start();
+    let (scope, rest) = match draft.strip_prefix("##") {
+        Some(rest) => (dsh_agent::NoteScope::User, rest),
+        None => (dsh_agent::NoteScope::Project, draft.strip_prefix('#')?),
+    };
+    if !rest.starts_with([' ', '\t']) || rest.trim().is_empty() {
+        return None;
+    }
+    Some((scope, rest.trim().to_string()))
+}
+
+#[cfg(test)]
+mod note_tests {
+    use super::note_of;
+    use dsh_agent::NoteScope;
+
+    #[test]
+    fn notes_are_hash_then_space() {
+        assert_eq!(
+            note_of("  # use pnpm "),
+            Some((NoteScope::Project, "use pnpm".to_string()))
+        );
+        assert_eq!(
+            note_of("## be brief"),
+            Some((NoteScope::User, "be brief".to_string()))
+        );
+        for message in ["#!/bin/sh", "#include <x>", "#", "# ", "### x", "hello # x"] {
+            let found = note_of(message);
+            assert!(
+                found.is_none() || message == "### x",
+                "{message}: {found:?}"
+            );
+        }
     }
 }

@@ -559,6 +559,15 @@ impl Ui {
                 self.set_permission(preset);
                 return false;
             }
+            Action::Remember(scope, text) => {
+                if self.live.is_none() && self.app.loading {
+                    // Written once the session is open, as a message typed meanwhile is sent.
+                    self.early.push(Action::Remember(scope, text));
+                } else {
+                    self.submit(Op::Remember { scope, text });
+                }
+                return false;
+            }
             Action::WarmConnection => {
                 if let Some(live) = &self.live {
                     live.preconnect.warm();

@@ -100,6 +100,9 @@ fn parts(app: &App, width: u16, rows: u16, inline: bool) -> Parts {
     } else if let Some(preset) = app.confirm_permission {
         let inner = wrapped_height(&confirm_lines(app, preset), width.saturating_sub(2));
         u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)
+    } else if let Some(note) = &app.confirm_note {
+        let inner = wrapped_height(&note_lines(note), width.saturating_sub(2));
+        u16::try_from(inner).unwrap_or(u16::MAX).saturating_add(2)
     } else {
         (composer_rows.len() as u16).clamp(1, 8) + 2
     };
@@ -180,7 +183,12 @@ fn draw_screen(
     let question = app.questions.front().map(|q| question_lines(&q.form));
     let confirm = app
         .confirm_permission
-        .map(|preset| confirm_lines(app, preset));
+        .map(|preset| (confirm_lines(app, preset), " confirm permission preset "))
+        .or_else(|| {
+            app.confirm_note
+                .as_ref()
+                .map(|note| (note_lines(note), " note to the instructions "))
+        });
     let parts = parts(app, width, rows, inline);
     let [conversation, popup, queue, children, hint, bottom, status] = Layout::vertical([
         Constraint::Min(0),
@@ -203,11 +211,11 @@ fn draw_screen(
         draw_approval(frame, pending, bottom);
     } else if let (Some(pending), Some((lines, highlight))) = (app.questions.front(), question) {
         draw_question(frame, &pending.form, lines, highlight, bottom);
-    } else if let Some(lines) = confirm {
+    } else if let Some((lines, title)) = confirm {
         let block = Block::default()
             .borders(Borders::ALL)
             .border_style(Style::default().fg(Color::Red))
-            .title(" confirm permission preset ");
+            .title(title);
         frame.render_widget(
             Paragraph::new(lines)
                 .block(block)
@@ -504,6 +512,24 @@ fn confirm_lines(app: &App, preset: dsh_tools::PermissionPreset) -> Vec<Line<'st
                 format!("[n] keep {}", app.status.permission),
                 Style::default().fg(Color::Green),
             ),
+        ]),
+    ]
+}
+
+/// The inside of the box asking to confirm a `# note` (docs/tui.md, "Notes to the
+/// instructions").
+fn note_lines((scope, text): &(dsh_agent::NoteScope, String)) -> Vec<Line<'static>> {
+    let file = match scope {
+        dsh_agent::NoteScope::Project => "the project's AGENTS.md",
+        dsh_agent::NoteScope::User => "your own AGENTS.md in dsh's home",
+    };
+    vec![
+        Line::from(format!("Add this line to {file}?")),
+        Line::from(format!("- {}", dsh_tools::printable(text))),
+        Line::from(vec![
+            Span::styled("[y] add it", Style::default().fg(Color::Green)),
+            Span::raw("   "),
+            Span::styled("[n] keep it as a draft", Style::default().fg(Color::Yellow)),
         ]),
     ]
 }

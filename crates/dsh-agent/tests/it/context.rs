@@ -263,3 +263,74 @@ async fn nested_instructions_load_on_touch_and_changes_are_reported() {
     );
     assert!(texts[0].contains("Package rule, third."));
 }
+
+/// A `# note` (`Extension::remember`, docs/agent.md "Notes to the instructions") is appended
+/// to the project's AGENTS.md and the model is told at the next step, as of any change to a
+/// loaded file; a `## note` creates the user's file, which the next step adds; a project with
+/// only a CLAUDE.md at its root gets the note there.
+#[test]
+fn notes_reach_the_instructions_and_the_next_step() {
+    use dsh_agent::{Extension, NoteScope, PreStepContext};
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(project.path()).unwrap();
+    std::fs::create_dir(root.join(".git")).unwrap();
+    std::fs::write(root.join("AGENTS.md"), "Root rule.").unwrap();
+    let day = Arc::new(Mutex::new("2026-12-07".to_string()));
+    let context = ContextMessages::new(
+        &root,
+        Some(home.path().to_path_buf()),
+        Box::new(FixedDay(day.clone())),
+    );
+    let step = |context: &ContextMessages| {
+        let mut step = PreStepContext::default();
+        context.pre_step(&mut step).unwrap();
+        plugin_messages(&step.inject, PROJECT_INSTRUCTIONS_PLUGIN)
+    };
+    assert!(step(&context)[0].contains("Root rule."));
+    assert!(step(&context).is_empty(), "nothing changed");
+
+    let path = context
+        .remember(NoteScope::Project, "use  pnpm,\nnot npm")
+        .unwrap()
+        .unwrap();
+    assert_eq!(path, root.join("AGENTS.md"));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "Root rule.\n- use pnpm, not npm\n"
+    );
+    let update = step(&context);
+    assert_eq!(update.len(), 1, "{update:#?}");
+    assert!(
+        update[0].starts_with("Updated instructions from: AGENTS.md"),
+        "{update:#?}"
+    );
+    assert!(update[0].contains("- use pnpm, not npm"));
+
+    let user = context
+        .remember(NoteScope::User, "be brief")
+        .unwrap()
+        .unwrap();
+    assert_eq!(user, home.path().join("AGENTS.md"));
+    let added = step(&context);
+    assert!(
+        added[0].contains("Additional instructions from:") && added[0].contains("- be brief"),
+        "{added:#?}"
+    );
+    assert!(
+        context.remember(NoteScope::User, "  ").unwrap().is_err(),
+        "an empty note"
+    );
+
+    let other = tempfile::tempdir().unwrap();
+    let other_root = std::fs::canonicalize(other.path()).unwrap();
+    std::fs::create_dir(other_root.join(".git")).unwrap();
+    std::fs::write(other_root.join("CLAUDE.md"), "Claude rule.\n").unwrap();
+    let context = ContextMessages::new(&other_root, None, Box::new(FixedDay(day)));
+    let path = context.remember(NoteScope::Project, "x").unwrap().unwrap();
+    assert_eq!(path, other_root.join("CLAUDE.md"));
+    assert!(
+        context.remember(NoteScope::User, "x").unwrap().is_err(),
+        "no home"
+    );
+}

@@ -331,3 +331,80 @@ async fn custom_commands_are_completed_and_listed_by_help() {
     .unwrap();
     let _tui = quit(tui).await;
 }
+
+/// Notes to the instructions (issue 43, point 7): `# note` asks, then appends a line to the
+/// project's AGENTS.md, and the model is told at its next step; `## note` would go to the
+/// user's file, and `n` keeps the text as a draft without writing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_notes_go_to_the_instructions_after_a_yes() {
+    let provider = FakeProvider::start([text_reply("noted answer")])
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::create_dir(cwd.path().join(".git")).unwrap();
+    std::fs::write(cwd.path().join("AGENTS.md"), "# Guide\n\n- run the tests").unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let tui = tokio::task::spawn_blocking(move || {
+        let tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("## keep answers short\r");
+        tui.wait_for("your own AGENTS.md in dsh's home");
+        tui.type_text("n");
+        tui.wait_for("not noted");
+        tui.wait_for("## keep answers short");
+        // The draft is back: clear it, then the project note.
+        tui.type_text(&"\x7f".repeat("## keep answers short".len()));
+        tui.type_text("# use pnpm, not npm\r");
+        tui.wait_for("the project's AGENTS.md?");
+        tui.wait_for("- use pnpm, not npm");
+        tui.type_text("y");
+        tui.wait_for("noted in");
+        tui.type_text("hello\r");
+        tui.wait_for("noted answer");
+        tui
+    })
+    .await
+    .unwrap();
+    let _tui = quit(tui).await;
+    let agents = std::fs::read_to_string(cwd.path().join("AGENTS.md")).unwrap();
+    assert_eq!(agents, "# Guide\n\n- run the tests\n- use pnpm, not npm\n");
+    assert!(
+        !home.path().join("AGENTS.md").exists(),
+        "the refused user note was written"
+    );
+    let sent = provider.requests()[0].body["messages"].to_string();
+    assert!(
+        sent.contains("use pnpm, not npm"),
+        "the model was not told: {sent}"
+    );
+}
+
+/// A planted `AGENTS.md` that is a link out of the project is not written through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_note_never_writes_through_a_planted_link() {
+    let provider = FakeProvider::start(Vec::new()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(cwd.path().join(".git")).unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "untouched\n").unwrap();
+    std::os::unix::fs::symlink(&victim, cwd.path().join("AGENTS.md")).unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let tui = tokio::task::spawn_blocking(move || {
+        let tui = Tui::start(&url, &h, &c);
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("# planted\r");
+        tui.wait_for("the project's AGENTS.md?");
+        tui.type_text("y");
+        tui.wait_for("Too many levels of symbolic links");
+        tui
+    })
+    .await
+    .unwrap();
+    let _tui = quit(tui).await;
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+}
