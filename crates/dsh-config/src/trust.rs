@@ -108,6 +108,10 @@ pub struct WorkspaceTrust {
     pub claude_settings: Option<PathBuf>,
     /// Its text as pinned.
     pub claude_settings_text: Option<String>,
+    /// The project's Claude Code skills (`.claude/skills/<name>/SKILL.md`, regular files
+    /// only), part of [`Self::files`] and of the pin, each with its bytes as pinned: only
+    /// these bytes are used (docs/other-tools.md).
+    pub skills: Vec<(PathBuf, Vec<u8>)>,
     /// Warnings about other tools' files found but not (all) used: an unsupported server type
     /// or key, a server shadowed by `.dsh/config.toml`, settings dsh does not read. One line
     /// each, said at session start (docs/other-tools.md).
@@ -169,6 +173,19 @@ impl WorkspaceTrust {
         if let Some(file) = &self.claude_settings {
             self.ignored.push((file.clone(), Vec::new()));
         }
+        for (file, _) in &self.skills {
+            self.ignored.push((file.clone(), Vec::new()));
+        }
+    }
+
+    /// The project's Claude Code skills as pinned: only when the workspace is trusted.
+    pub fn project_skills(&self) -> Option<&[PinnedFile]> {
+        self.trusted.as_ref().map(|_| self.skills.as_slice())
+    }
+
+    /// True when `file` is one of the project's Claude Code skill files.
+    pub fn is_skill(&self, file: &Path) -> bool {
+        self.skills.iter().any(|(path, _)| path == file)
     }
 
     /// True when `file` is one of the project's command files.
@@ -341,6 +358,36 @@ fn command_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let real_root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     walk(&real_root, dir, 0, &mut out);
+    out
+}
+
+/// The `SKILL.md` files of the project's `.claude/skills` folders (of the working directory
+/// and the workspace): `<dir>/<name>/SKILL.md` where both are real (no link is followed, so a
+/// pinned skill is never a file outside the workspace), sorted.
+fn claude_skill_files(cwd: &Path, workspace: &Path) -> Vec<PathBuf> {
+    let user = user_claude_dir().map(|dir| dir.join("skills"));
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for base in [cwd, workspace] {
+        let dir = base.join(CLAUDE_DIR).join("skills");
+        let real_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+        if !real_dir || seen.contains(&dir) || user.as_ref().is_some_and(|u| same_file(&dir, u)) {
+            continue;
+        }
+        seen.push(dir.clone());
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path().join("SKILL.md"))
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+            .take(MAX_COMMAND_FILES)
+            .collect();
+        found.sort();
+        out.extend(found);
+    }
     out
 }
 
@@ -640,18 +687,21 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         .collect();
     let mcp_json = crate::other_tools::project_mcp_json_path(&workspace);
     let claude_settings = crate::other_tools::project_claude_settings_path(&workspace);
+    let skill_paths = claude_skill_files(&cwd, &workspace);
     let mut files: Vec<PathBuf> = config_file
         .iter()
         .chain(hooks_file.iter())
         .chain(mcp_json.iter())
         .chain(claude_settings.iter())
         .chain(command_paths.iter())
+        .chain(skill_paths.iter())
         .cloned()
         .collect();
+    let capped: Vec<PathBuf> = command_paths.iter().chain(&skill_paths).cloned().collect();
     let (pin, contents, scripts) = match read_project(
         &files,
         config_file.as_deref(),
-        &command_paths,
+        &capped,
         (&workspace, &cwd, home),
     ) {
         Ok(read) => (Some(read.pin), read.contents, read.scripts),
@@ -673,7 +723,9 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
     let mcp_json_text = mcp_json.as_ref().and_then(|_| texts.next());
     let claude_settings_text = claude_settings.as_ref().and_then(|_| texts.next());
     drop(texts);
-    let commands: Vec<(PathBuf, Vec<u8>)> = command_paths.into_iter().zip(contents).collect();
+    let commands: Vec<(PathBuf, Vec<u8>)> =
+        command_paths.into_iter().zip(contents.by_ref()).collect();
+    let skills: Vec<(PathBuf, Vec<u8>)> = skill_paths.into_iter().zip(contents).collect();
     let mut changed_since_trusted = false;
     let trusted = if flag {
         Some(TrustReason::Flag)
@@ -711,6 +763,7 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         mcp_json_text,
         claude_settings,
         claude_settings_text,
+        skills,
         notes: Vec::new(),
     }
 }

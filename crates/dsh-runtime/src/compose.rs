@@ -291,7 +291,11 @@ fn register_policies(
         }),
     )));
     // The project's skills through the file gate (docs/SECURITY.md, "The file gate").
-    let skills = dsh_agent::SkillSet::discover_session(&setup.cwd, Some(&setup.home), &[]);
+    let mut skills = dsh_agent::SkillSet::discover_session(&setup.cwd, Some(&setup.home), &[]);
+    // The project's `.claude/skills`, trusted and as pinned (docs/other-tools.md).
+    if let Some(pinned) = setup.config.trust.project_skills() {
+        skills.add_pinned(pinned);
+    }
     if depth == 0 {
         for problem in skills.problems() {
             shared.warnings.say(&format!(

@@ -71,6 +71,13 @@ pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
                         state.mcp_json_text.as_deref().unwrap_or_default(),
                     ),
                 }
+            } else if state.is_skill(file) {
+                ReviewFile {
+                    file: file.clone(),
+                    hooks: false,
+                    command: false,
+                    lines: skill_lines(state, file),
+                }
             } else if state.is_command(file) {
                 ReviewFile {
                     file: file.clone(),
@@ -226,6 +233,21 @@ fn command_lines(state: &WorkspaceTrust, file: &Path) -> Vec<String> {
         ));
     }
     out
+}
+
+/// What a Claude Code skill would offer: its name and description, as pinned.
+fn skill_lines(state: &WorkspaceTrust, file: &Path) -> Vec<String> {
+    let Some((_, bytes)) = state.skills.iter().find(|(path, _)| path == file) else {
+        return Vec::new();
+    };
+    let folder = file.parent().unwrap_or(file);
+    match dsh_agent::parse_skill(&String::from_utf8_lossy(bytes), folder) {
+        Ok(skill) => vec![format!(
+            "skill {}: {} (the model may read its instructions)",
+            skill.name, skill.description
+        )],
+        Err(err) => vec![format!("not usable as a skill: {err}")],
+    }
 }
 
 fn hook_lines(file: &Path) -> Vec<String> {

@@ -148,6 +148,19 @@ async fn claude_code_files_apply_only_after_trust() {
         "an untrusted hook ran"
     );
     assert!(
+        warning.contains(".claude/skills/greet/SKILL.md"),
+        "{warning}"
+    );
+    let listed: String = provider
+        .requests()
+        .into_iter()
+        .map(|r| r.body["messages"].to_string())
+        .collect();
+    assert!(
+        !listed.contains("Greets people politely"),
+        "an untrusted skill was listed"
+    );
+    assert!(
         !offered_tools(&provider)
             .iter()
             .any(|t| t.starts_with("mcp__")),
@@ -164,6 +177,10 @@ async fn claude_code_files_apply_only_after_trust() {
         "{stdout}"
     );
     assert!(stdout.contains("/hello: Greet someone"), "{stdout}");
+    assert!(
+        stdout.contains("skill greet: Greets people politely"),
+        "{stdout}"
+    );
     assert!(stdout.contains("trusted "), "{stdout}");
 
     // Trusted: the hook runs, confined; the server's tools are offered; the unused parts warn.
@@ -185,6 +202,16 @@ async fn claude_code_files_apply_only_after_trust() {
     );
     assert!(stderr.contains("Notification"), "{stderr}");
     assert!(stderr.contains("not used: permissions"), "{stderr}");
+    let system = provider
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/chat/completions"))
+        .map(|r| r.body["messages"].to_string())
+        .collect::<String>();
+    assert!(
+        system.contains("Greets people politely"),
+        "the .claude/skills skill is not listed"
+    );
     if server {
         let tools = offered_tools(&provider);
         assert!(
@@ -206,9 +233,10 @@ async fn claude_code_files_apply_only_after_trust() {
     acp.call("session/prompt", prompt(&id, "/hello world"));
     drop(acp);
     let requests = model_requests(&provider);
-    let (_, tools, user) = &requests[0];
+    let (_, tools, _) = &requests[0];
     assert_eq!(tools, &["read"]);
-    assert!(user.contains("Say hello to world."), "{user}");
+    let sent = provider.requests()[0].body["messages"].to_string();
+    assert!(sent.contains("Say hello to world."), "{sent}");
 
     // A changed .mcp.json voids the trust.
     let text = std::fs::read_to_string(ws.cwd.join(".mcp.json")).unwrap();
