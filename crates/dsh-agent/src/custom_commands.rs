@@ -152,6 +152,61 @@ pub fn parse_command(
     Ok((command, warnings))
 }
 
+/// True when `dir` is a Claude Code folder (`…/.claude/commands`).
+fn is_claude_folder(dir: &Path) -> bool {
+    dir.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|name| name == ".claude")
+}
+
+/// Claude Code's names of dsh's tools, as its `allowed-tools` writes them.
+const CLAUDE_TOOL_NAMES: &[(&str, &str)] = &[
+    ("Bash", "bash"),
+    ("Read", "read"),
+    ("Write", "write"),
+    ("Edit", "edit"),
+    ("MultiEdit", "edit"),
+    ("Glob", "glob"),
+    ("Grep", "grep"),
+    ("TodoWrite", "todo_write"),
+    ("WebFetch", "web_fetch"),
+    ("WebSearch", "web_search"),
+    ("Task", "subagent"),
+];
+
+/// Front matter keys of Claude Code's command files that dsh reads as its own.
+const CLAUDE_KEYS: &[&str] = &["description", "argument-hint", "allowed-tools", "model"];
+
+/// Parses a command file of a `.claude/commands` folder (Claude Code's dialect, docs/other-tools.md):
+/// the same format, with Claude Code's tool names in `allowed-tools` (`Bash`, `Edit`, ...)
+/// mapped to dsh's (`bash`, `edit`, ...); its other keys (`disable-model-invocation`, ...) are
+/// warnings naming them, and argument patterns (`Bash(git add:*)`) refuse the file, as in
+/// dsh's own folders.
+pub fn parse_claude_command(
+    name: &str,
+    text: &str,
+    path: &Path,
+) -> Result<(CustomCommand, Vec<String>), String> {
+    let (mut command, mut warnings) = parse_command(name, text, path)?;
+    if let Some(tools) = &mut command.allowed_tools {
+        for tool in tools.iter_mut() {
+            if let Some((_, ours)) = CLAUDE_TOOL_NAMES.iter().find(|(theirs, _)| theirs == tool) {
+                *tool = (*ours).to_string();
+            }
+        }
+        tools.dedup();
+    }
+    for warning in &mut warnings {
+        if !CLAUDE_KEYS
+            .iter()
+            .any(|key| warning.contains(&format!("`{key}`")))
+        {
+            warning.push_str(" (a Claude Code setting dsh does not support)");
+        }
+    }
+    Ok((command, warnings))
+}
+
 /// The front matter (without its `---` lines) and the body.
 fn split_front_matter(text: &str) -> Result<(&str, &str), String> {
     let Some(rest) = text
@@ -385,8 +440,15 @@ impl CustomCommandSet {
     /// The user's commands in `user_dir` (read as they are), then the project's (through the
     /// gate, as pinned), which replace a user command of the same name.
     pub fn load(user_dir: Option<&Path>, project: Option<&ProjectCommands>) -> Self {
+        CustomCommandSet::load_all(&user_dir.into_iter().collect::<Vec<_>>(), project)
+    }
+
+    /// As [`CustomCommandSet::load`] with several user folders (`~/.claude/commands`, then
+    /// `$DSH_HOME/commands`), each replacing an earlier one's command of the same name. A
+    /// folder `…/.claude/commands` is read in Claude Code's dialect ([`claude_dialect`]).
+    pub fn load_all(user_dirs: &[&Path], project: Option<&ProjectCommands>) -> Self {
         let mut set = CustomCommandSet::default();
-        if let Some(dir) = user_dir {
+        for dir in user_dirs {
             let mut files = Vec::new();
             walk_own(dir, 0, &mut files, &mut set.problems);
             files.sort();
@@ -412,7 +474,11 @@ impl CustomCommandSet {
     fn add(&mut self, dir: &Path, path: &Path, text: Result<String, String>) {
         let parsed = text.and_then(|text| {
             let relative = path.strip_prefix(dir).unwrap_or(path);
-            parse_command(&command_name(relative)?, &text, path)
+            let name = command_name(relative)?;
+            match is_claude_folder(dir) {
+                true => parse_claude_command(&name, &text, path),
+                false => parse_command(&name, &text, path),
+            }
         });
         match parsed {
             Ok((command, warnings)) => {

@@ -59,8 +59,9 @@ pub use context::{
     RUNTIME_CONTEXT_PLUGIN,
 };
 pub use custom_commands::{
-    command_name, parse_command, split_arguments, substitute, CommandProblem, CustomCommand,
-    CustomCommandSet, CustomCommands, ProjectCommands, MAX_COMMAND_BYTES, RESERVED_COMMAND_NAMES,
+    command_name, parse_claude_command, parse_command, split_arguments, substitute, CommandProblem,
+    CustomCommand, CustomCommandSet, CustomCommands, ProjectCommands, MAX_COMMAND_BYTES,
+    RESERVED_COMMAND_NAMES,
 };
 pub use dsh_tools::{
     AskOutcome, AskUserQuestionTool, Asker, HeadlessAsker, QuestionOption, QuestionRequest,

@@ -218,14 +218,47 @@ impl SkillSet {
                     None => continue,
                 },
             };
-            let text = match text {
-                Ok(text) => text,
-                Err(message) => {
-                    self.problems.push(SkillProblem { path, message });
-                    continue;
-                }
+            match text {
+                Ok(text) => self.add_text(&folder, path, &text),
+                Err(message) => self.problems.push(SkillProblem { path, message }),
+            }
+        }
+    }
+
+    /// Adds the project's Claude Code skills (`.claude/skills/<name>/SKILL.md`) with their
+    /// bytes as pinned by the workspace trust, which the caller passes only when the
+    /// workspace is trusted (docs/other-tools.md). A name already taken is a problem, as in
+    /// [`SkillSet::discover_session`].
+    pub fn add_pinned(&mut self, files: &[(PathBuf, Vec<u8>)]) {
+        for (path, bytes) in files {
+            let Some(folder) = path.parent() else {
+                continue;
             };
-            match parse_skill(&text, &folder) {
+            // The trust pins at most this much of a project file (as of a command file).
+            if bytes.len() as u64 > crate::MAX_COMMAND_BYTES {
+                self.problems.push(SkillProblem {
+                    path: path.clone(),
+                    message: format!(
+                        "larger than {} bytes, the most a project's Claude Code skill may be",
+                        crate::MAX_COMMAND_BYTES
+                    ),
+                });
+                continue;
+            }
+            match std::str::from_utf8(bytes) {
+                Ok(text) => self.add_text(folder, path.clone(), text),
+                Err(_) => self.problems.push(SkillProblem {
+                    path: path.clone(),
+                    message: "not UTF-8 text".to_string(),
+                }),
+            }
+        }
+    }
+
+    /// Parses the `SKILL.md` at `path` (of `folder`) and adds it unless its name is taken.
+    fn add_text(&mut self, folder: &Path, path: PathBuf, text: &str) {
+        {
+            match parse_skill(text, folder) {
                 Ok(skill) => match self.get(&skill.name) {
                     None => self.skills.push(skill),
                     Some(first) if first.dir.join("SKILL.md") != path => {
@@ -329,7 +362,10 @@ fn standard_folders(
         dirs.push((home.join("skills"), false));
     }
     if let Some(user_home) = std::env::var_os("HOME") {
-        dirs.push((PathBuf::from(user_home).join(".agents/skills"), false));
+        dirs.push((PathBuf::from(&user_home).join(".agents/skills"), false));
+        // Claude Code's own skills (docs/other-tools.md); a project's `.claude/skills` is
+        // read only as pinned by the trust ([`SkillSet::add_pinned`]).
+        dirs.push((PathBuf::from(user_home).join(".claude/skills"), false));
     }
     if project != cwd {
         dirs.push((cwd.join(".dsh/skills"), true));

@@ -1,7 +1,7 @@
 //! The effective configuration: typed, cross-checked, with the provenance of every value.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dsh_http::ApiKey;
@@ -642,6 +642,57 @@ fn table_at_mut<'a>(table: &'a mut Table, path: &[&str]) -> Option<&'a mut Table
         .try_fold(table, |table, key| table.get_mut(*key)?.as_table_mut())
 }
 
+/// Claude Code's `.mcp.json` (docs/other-tools.md): in a trusted workspace, its servers (as
+/// pinned) join the layers as a project layer just below `.dsh/config.toml`, whose server of
+/// the same name wins; what it holds that dsh does not use becomes a note. Untrusted, it was
+/// listed as ignored and only its unreadable form is a note.
+fn add_mcp_json_layer(layers: &mut Vec<(Source, Table)>, trust: &mut crate::trust::WorkspaceTrust) {
+    let (Some(file), Some(text)) = (trust.mcp_json.clone(), trust.mcp_json_text.clone()) else {
+        return;
+    };
+    let origin = file.display().to_string();
+    let (mut layer, notes) = match crate::other_tools::mcp_json_layer(&origin, &text) {
+        Ok(parsed) => parsed,
+        Err(problem) => {
+            trust.notes.push(format!("not used: {problem}"));
+            return;
+        }
+    };
+    if trust.trusted.is_none() {
+        return;
+    }
+    trust.notes.extend(notes);
+    let project_servers: Vec<(PathBuf, Vec<String>)> = layers
+        .iter()
+        .filter_map(|(source, table)| match source {
+            Source::ProjectFile(path) => Some((
+                path.clone(),
+                table_at(table, &["mcp", "servers"])
+                    .map(|s| s.keys().cloned().collect())
+                    .unwrap_or_default(),
+            )),
+            _ => None,
+        })
+        .collect();
+    if let Some(servers) = table_at_mut(&mut layer, &["mcp", "servers"]) {
+        for (path, names) in &project_servers {
+            for name in names {
+                if servers.remove(name).is_some() {
+                    trust.notes.push(format!(
+                        "{origin}: server `{name}` is not used: {} defines a server of that                          name, which wins",
+                        path.display()
+                    ));
+                }
+            }
+        }
+    }
+    let at = layers
+        .iter()
+        .position(|(source, _)| source.precedence() >= 2)
+        .unwrap_or(layers.len());
+    layers.insert(at, (Source::ProjectFile(file), layer));
+}
+
 fn sub_table<'a>(table: &'a Table, key: &str) -> Option<&'a Table> {
     table.get(key).and_then(Value::as_table)
 }
@@ -719,13 +770,26 @@ impl Config {
             if let Some(hooks) = &trust.hooks_file {
                 trust.ignored.push((hooks.clone(), Vec::new()));
             }
+            trust.ignore_other_tools();
             trust.ignore_commands();
         }
+        add_mcp_json_layer(&mut layers, &mut trust);
+        if let (Some(_), Some(file), Some(text)) = (
+            &trust.trusted,
+            &trust.claude_settings,
+            &trust.claude_settings_text,
+        ) {
+            match crate::other_tools::claude_settings_unused(&file.display().to_string(), text) {
+                Ok(Some(note)) => trust.notes.push(note),
+                Ok(None) => {}
+                Err(problem) => trust.notes.push(format!("not used: {problem}")),
+            }
+        }
         let (mut merged, provenance) = merge_layers(&layers);
-        if let Some((_, project)) = layers
-            .iter()
-            .find(|(source, _)| matches!(source, Source::ProjectFile(_)))
-        {
+        // The project's own config file (`.mcp.json`'s layer sets no provider).
+        if let Some((_, project)) = layers.iter().find(|(source, _)| {
+            matches!(source, Source::ProjectFile(path) if Some(path) != trust.mcp_json.as_ref())
+        }) {
             keep_secrets_from_moved_targets(&mut merged, project, &own_merged);
         }
         let mut config = Config::from_merged(merged, provenance)?;

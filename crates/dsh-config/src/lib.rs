@@ -25,6 +25,7 @@ mod config;
 mod error;
 mod load;
 mod mcp;
+pub mod other_tools;
 mod sandbox;
 mod schema;
 pub mod scripts;

@@ -1086,6 +1086,16 @@ impl ProjectCommands {
         }
     }
 
+    /// The servers of a `.mcp.json` (`mcpServers.<name>.command` and `args`).
+    pub(crate) fn add_mcp_json(&mut self, text: &str) {
+        let Ok((layer, _)) = crate::other_tools::mcp_json_layer("", text) else {
+            return;
+        };
+        if let Ok(text) = toml::to_string(&layer) {
+            self.add_toml(&text);
+        }
+    }
+
     pub(crate) fn add_json(&mut self, text: &str) {
         if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
             json_commands(&value, &mut self.shell);

@@ -31,6 +31,16 @@ pub const PROJECT_HOOKS_FILE: &str = "hooks.json";
 /// Folder of slash command files in `.dsh/` and in `$DSH_HOME` (docs/commands.md).
 pub const COMMANDS_DIR: &str = "commands";
 
+/// Claude Code's folder, in a project and in the user's home (docs/other-tools.md).
+pub const CLAUDE_DIR: &str = ".claude";
+
+/// The user's own Claude Code folder, `~/.claude` (from `$HOME`), if `$HOME` is set.
+pub fn user_claude_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(CLAUDE_DIR))
+}
+
 /// Largest command file (dsh-agent refuses a larger one; only this much is pinned).
 const MAX_COMMAND_BYTES: u64 = 64 * 1024;
 
@@ -90,6 +100,22 @@ pub struct WorkspaceTrust {
     /// The command files in them, part of [`Self::files`] and of the pin, each with its bytes
     /// as pinned: only a file that still has them is used.
     pub commands: Vec<(PathBuf, Vec<u8>)>,
+    /// Claude Code's `.mcp.json` at the workspace root, if there is one (docs/other-tools.md).
+    pub mcp_json: Option<PathBuf>,
+    /// Its text as pinned.
+    pub mcp_json_text: Option<String>,
+    /// Claude Code's `.claude/settings.json` of the workspace, if there is one.
+    pub claude_settings: Option<PathBuf>,
+    /// Its text as pinned.
+    pub claude_settings_text: Option<String>,
+    /// The project's Claude Code skills (`.claude/skills/<name>/SKILL.md`, regular files
+    /// only), part of [`Self::files`] and of the pin, each with its bytes as pinned: only
+    /// these bytes are used (docs/other-tools.md).
+    pub skills: Vec<(PathBuf, Vec<u8>)>,
+    /// Warnings about other tools' files found but not (all) used: an unsupported server type
+    /// or key, a server shadowed by `.dsh/config.toml`, settings dsh does not read. One line
+    /// each, said at session start (docs/other-tools.md).
+    pub notes: Vec<String>,
 }
 
 impl WorkspaceTrust {
@@ -108,6 +134,58 @@ impl WorkspaceTrust {
         self.trusted
             .as_ref()
             .map(|_| (self.command_dirs.as_slice(), self.commands.as_slice()))
+    }
+
+    /// The hooks of Claude Code's `.claude/settings.json` with its text as pinned: only when
+    /// the workspace is trusted.
+    pub fn project_claude_hooks(&self) -> Option<(&Path, &str)> {
+        match self.trusted {
+            Some(_) => self
+                .claude_settings
+                .as_deref()
+                .zip(self.claude_settings_text.as_deref()),
+            None => None,
+        }
+    }
+
+    /// Lists the other tools' project files as ignored (untrusted): `.mcp.json` by the servers
+    /// it would add (`mcp.servers.<name>`), `.claude/settings.json` whole (its hooks).
+    pub(crate) fn ignore_other_tools(&mut self) {
+        if let (Some(file), Some(text)) = (&self.mcp_json, &self.mcp_json_text) {
+            let keys = match crate::other_tools::mcp_json_layer(&file.display().to_string(), text) {
+                Ok((layer, _)) => layer
+                    .get("mcp")
+                    .and_then(|m| m.get("servers"))
+                    .and_then(Value::as_table)
+                    .map(|servers| {
+                        servers
+                            .keys()
+                            .map(|name| crate::load::key_path("mcp.servers", name))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            if !keys.is_empty() {
+                self.ignored.push((file.clone(), keys));
+            }
+        }
+        if let Some(file) = &self.claude_settings {
+            self.ignored.push((file.clone(), Vec::new()));
+        }
+        for (file, _) in &self.skills {
+            self.ignored.push((file.clone(), Vec::new()));
+        }
+    }
+
+    /// The project's Claude Code skills as pinned: only when the workspace is trusted.
+    pub fn project_skills(&self) -> Option<&[PinnedFile]> {
+        self.trusted.as_ref().map(|_| self.skills.as_slice())
+    }
+
+    /// True when `file` is one of the project's Claude Code skill files.
+    pub fn is_skill(&self, file: &Path) -> bool {
+        self.skills.iter().any(|(path, _)| path == file)
     }
 
     /// True when `file` is one of the project's command files.
@@ -211,18 +289,33 @@ pub fn project_hooks_path(cwd: &Path, home: &Path) -> Option<PathBuf> {
     None
 }
 
-/// The `.dsh/commands` folders of a session in `cwd` (canonical): the working directory's and
-/// the workspace's, never `$DSH_HOME/commands` itself.
+/// The project command folders of a session in `cwd` (canonical): Claude Code's
+/// `.claude/commands` of the working directory and of the workspace, then dsh's own
+/// `.dsh/commands` of both (a later folder's command replaces an earlier one's of the same
+/// name), never `$DSH_HOME/commands` or `~/.claude/commands` themselves (those are the user's).
 pub fn project_command_dirs(cwd: &Path, workspace: &Path, home: &Path) -> Vec<PathBuf> {
     let user = home.join(COMMANDS_DIR);
+    let user_claude = user_claude_dir().map(|dir| dir.join(COMMANDS_DIR));
     let mut dirs = Vec::new();
-    for base in [cwd, workspace] {
-        let dir = base.join(PROJECT_DIR).join(COMMANDS_DIR);
-        if dir.is_dir() && !same_file(&dir, &user) && !dirs.contains(&dir) {
-            dirs.push(dir);
+    for folder in [CLAUDE_DIR, PROJECT_DIR] {
+        for base in [cwd, workspace] {
+            let dir = base.join(folder).join(COMMANDS_DIR);
+            let users =
+                same_file(&dir, &user) || user_claude.as_ref().is_some_and(|u| same_file(&dir, u));
+            if dir.is_dir() && !users && !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
         }
     }
     dirs
+}
+
+/// True when `dir` is a Claude Code folder of commands or skills (`…/.claude/<name>`): its
+/// files are read in Claude Code's dialect.
+pub fn is_claude_folder(dir: &Path) -> bool {
+    dir.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|name| name == CLAUDE_DIR)
 }
 
 /// The `.md` files below `dir` to pin: regular files, and links to a regular file inside
@@ -265,6 +358,36 @@ fn command_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let real_root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     walk(&real_root, dir, 0, &mut out);
+    out
+}
+
+/// The `SKILL.md` files of the project's `.claude/skills` folders (of the working directory
+/// and the workspace): `<dir>/<name>/SKILL.md` where both are real (no link is followed, so a
+/// pinned skill is never a file outside the workspace), sorted.
+fn claude_skill_files(cwd: &Path, workspace: &Path) -> Vec<PathBuf> {
+    let user = user_claude_dir().map(|dir| dir.join("skills"));
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for base in [cwd, workspace] {
+        let dir = base.join(CLAUDE_DIR).join("skills");
+        let real_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+        if !real_dir || seen.contains(&dir) || user.as_ref().is_some_and(|u| same_file(&dir, u)) {
+            continue;
+        }
+        seen.push(dir.clone());
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path().join("SKILL.md"))
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+            .take(MAX_COMMAND_FILES)
+            .collect();
+        found.sort();
+        out.extend(found);
+    }
     out
 }
 
@@ -335,6 +458,11 @@ fn read_project(
         let text = String::from_utf8_lossy(&bytes);
         if Some(file.as_path()) == config_file {
             commands.add_toml(&text);
+        } else if file
+            .file_name()
+            .is_some_and(|n| n == crate::other_tools::MCP_JSON_FILE)
+        {
+            commands.add_mcp_json(&text);
         } else {
             commands.add_json(&text);
         }
@@ -557,16 +685,23 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         .filter(|dir| std::fs::canonicalize(dir).is_ok_and(|real| real.starts_with(&workspace)))
         .flat_map(|dir| command_files(dir))
         .collect();
+    let mcp_json = crate::other_tools::project_mcp_json_path(&workspace);
+    let claude_settings = crate::other_tools::project_claude_settings_path(&workspace);
+    let skill_paths = claude_skill_files(&cwd, &workspace);
     let mut files: Vec<PathBuf> = config_file
         .iter()
         .chain(hooks_file.iter())
+        .chain(mcp_json.iter())
+        .chain(claude_settings.iter())
         .chain(command_paths.iter())
+        .chain(skill_paths.iter())
         .cloned()
         .collect();
+    let capped: Vec<PathBuf> = command_paths.iter().chain(&skill_paths).cloned().collect();
     let (pin, contents, scripts) = match read_project(
         &files,
         config_file.as_deref(),
-        &command_paths,
+        &capped,
         (&workspace, &cwd, home),
     ) {
         Ok(read) => (Some(read.pin), read.contents, read.scripts),
@@ -576,12 +711,21 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
     let mut contents = contents.into_iter();
     let mut texts = contents
         .by_ref()
-        .take(usize::from(config_file.is_some()) + usize::from(hooks_file.is_some()))
+        .take(
+            usize::from(config_file.is_some())
+                + usize::from(hooks_file.is_some())
+                + usize::from(mcp_json.is_some())
+                + usize::from(claude_settings.is_some()),
+        )
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
     let config_text = config_file.as_ref().and_then(|_| texts.next());
     let hooks_text = hooks_file.as_ref().and_then(|_| texts.next());
+    let mcp_json_text = mcp_json.as_ref().and_then(|_| texts.next());
+    let claude_settings_text = claude_settings.as_ref().and_then(|_| texts.next());
     drop(texts);
-    let commands: Vec<(PathBuf, Vec<u8>)> = command_paths.into_iter().zip(contents).collect();
+    let commands: Vec<(PathBuf, Vec<u8>)> =
+        command_paths.into_iter().zip(contents.by_ref()).collect();
+    let skills: Vec<(PathBuf, Vec<u8>)> = skill_paths.into_iter().zip(contents).collect();
     let mut changed_since_trusted = false;
     let trusted = if flag {
         Some(TrustReason::Flag)
@@ -615,6 +759,12 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         invalid_project: None,
         command_dirs,
         commands,
+        mcp_json,
+        mcp_json_text,
+        claude_settings,
+        claude_settings_text,
+        skills,
+        notes: Vec::new(),
     }
 }
 
@@ -744,6 +894,7 @@ pub fn inspect(home: &Path, cwd: &Path) -> Result<WorkspaceTrust, String> {
     if let Some(hooks) = &state.hooks_file {
         state.ignored.push((hooks.clone(), Vec::new()));
     }
+    state.ignore_other_tools();
     state.ignore_commands();
     Ok(state)
 }
@@ -765,6 +916,25 @@ pub fn describe_keys(file: &Path, keys: &[String]) -> Vec<String> {
         })
         .map(|(path, value)| format!("{path} = {}", crate::show::render_value(&path, value)))
         .collect()
+}
+
+/// `key = value` lines of the servers a `.mcp.json` (its `text` as pinned) would add, in
+/// `[mcp.servers]`'s keys, then its warnings: what trusting would apply, and what not.
+pub fn describe_mcp_json(file: &Path, text: &str) -> Vec<String> {
+    match crate::other_tools::mcp_json_layer(&file.display().to_string(), text) {
+        Ok((layer, warnings)) => {
+            let mut leaves = Vec::new();
+            flatten(&layer, "", &mut leaves);
+            leaves
+                .into_iter()
+                .map(|(path, value)| {
+                    format!("{path} = {}", crate::show::render_value(&path, value))
+                })
+                .chain(warnings.into_iter().map(|w| format!("warning: {w}")))
+                .collect()
+        }
+        Err(problem) => vec![format!("not used: {problem}")],
+    }
 }
 
 fn flatten<'a>(table: &'a Table, path: &str, out: &mut Vec<(String, &'a Value)>) {

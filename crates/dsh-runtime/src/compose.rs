@@ -184,8 +184,17 @@ fn custom_commands(shared: &SessionShared) -> dsh_agent::CustomCommands {
                 .with_dsh_home(&setup.home),
             pinned: pinned.to_vec(),
         });
+    // Claude Code's `~/.claude/commands` first: dsh's own folder replaces its commands.
     let user = setup.home.join(dsh_config::trust::COMMANDS_DIR);
-    let set = dsh_agent::CustomCommandSet::load(Some(&user), project.as_ref());
+    let claude = dsh_config::trust::user_claude_dir()
+        .map(|dir| dir.join(dsh_config::trust::COMMANDS_DIR))
+        .filter(|dir| dir.is_dir());
+    let user_dirs: Vec<&std::path::Path> = claude
+        .iter()
+        .map(|d| d.as_path())
+        .chain([user.as_path()])
+        .collect();
+    let set = dsh_agent::CustomCommandSet::load_all(&user_dirs, project.as_ref());
     for problem in set.problems() {
         shared.warnings.say(&format!(
             "warning: command file {}: {}",
@@ -282,7 +291,11 @@ fn register_policies(
         }),
     )));
     // The project's skills through the file gate (docs/SECURITY.md, "The file gate").
-    let skills = dsh_agent::SkillSet::discover_session(&setup.cwd, Some(&setup.home), &[]);
+    let mut skills = dsh_agent::SkillSet::discover_session(&setup.cwd, Some(&setup.home), &[]);
+    // The project's `.claude/skills`, trusted and as pinned (docs/other-tools.md).
+    if let Some(pinned) = setup.config.trust.project_skills() {
+        skills.add_pinned(pinned);
+    }
     if depth == 0 {
         for problem in skills.problems() {
             shared.warnings.say(&format!(
@@ -617,11 +630,32 @@ fn session_hooks(setup: &Configuration) -> Result<dsh_agent::HooksConfig, Runtim
             }
         })
         .collect();
-    dsh_agent::HooksConfig::load_session(&tables, &setup.home, setup.config.trust.project_hooks())
-        .map_err(|errors| {
-            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            RuntimeError::InvalidConfig(text.join("\n"))
-        })
+    let mut hooks = dsh_agent::HooksConfig::load_session(
+        &tables,
+        &setup.home,
+        setup.config.trust.project_hooks(),
+    )
+    .map_err(|errors| {
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        RuntimeError::InvalidConfig(text.join("\n"))
+    })?;
+    // Claude Code's `.claude/settings.json` of a trusted workspace, as pinned: project hooks,
+    // confined (docs/other-tools.md). A file written for Claude Code may name what dsh cannot
+    // run; that leaves its hooks out with a warning rather than stopping the session.
+    if let Some((file, text)) = setup.config.trust.project_claude_hooks() {
+        let origin = file.display().to_string();
+        match dsh_agent::HooksConfig::parse_file_text(&origin, text) {
+            Ok(claude) => hooks.extend(claude.from_project()),
+            Err(errors) => {
+                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                hooks.warnings.push(format!(
+                    "the hooks of {origin} are not used: {}",
+                    text.join("; ")
+                ));
+            }
+        }
+    }
+    Ok(hooks)
 }
 
 /// What each preset means on this host (`/permission`): the sandbox `bash` runs in and the

@@ -643,6 +643,10 @@ impl Runtime {
         if let Some(warning) = config.trust.warning() {
             self.warnings.say_once(&warning);
         }
+        // Other tools' files found but not (all) used: one line each (docs/other-tools.md).
+        for note in &config.trust.notes {
+            self.warnings.say_once(&format!("warning: {note}"));
+        }
         settings.allow_credentials(config.own_key_variables());
         let search = web_search::setup(&config, &lookup);
         let project_lookup = |name: &str| settings.project_value(name);

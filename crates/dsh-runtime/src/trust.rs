@@ -61,7 +61,24 @@ pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
         .ignored
         .iter()
         .map(|(file, keys)| {
-            if state.is_command(file) {
+            if state.mcp_json.as_ref() == Some(file) {
+                ReviewFile {
+                    file: file.clone(),
+                    hooks: false,
+                    command: false,
+                    lines: config_trust::describe_mcp_json(
+                        file,
+                        state.mcp_json_text.as_deref().unwrap_or_default(),
+                    ),
+                }
+            } else if state.is_skill(file) {
+                ReviewFile {
+                    file: file.clone(),
+                    hooks: false,
+                    command: false,
+                    lines: skill_lines(state, file),
+                }
+            } else if state.is_command(file) {
                 ReviewFile {
                     file: file.clone(),
                     hooks: false,
@@ -181,14 +198,16 @@ fn command_lines(state: &WorkspaceTrust, file: &Path) -> Vec<String> {
     let Some((_, bytes)) = state.commands.iter().find(|(path, _)| path == file) else {
         return Vec::new();
     };
-    let relative = state
-        .command_dirs
-        .iter()
-        .find_map(|dir| file.strip_prefix(dir).ok())
+    let dir = state.command_dirs.iter().find(|dir| file.starts_with(dir));
+    let relative = dir
+        .and_then(|dir| file.strip_prefix(dir).ok())
         .unwrap_or(file);
+    let claude = dir.is_some_and(|dir| config_trust::is_claude_folder(dir));
     let text = String::from_utf8_lossy(bytes);
-    let parsed = dsh_agent::command_name(relative)
-        .and_then(|name| dsh_agent::parse_command(&name, &text, file));
+    let parsed = dsh_agent::command_name(relative).and_then(|name| match claude {
+        true => dsh_agent::parse_claude_command(&name, &text, file),
+        false => dsh_agent::parse_command(&name, &text, file),
+    });
     let command = match parsed {
         Ok((command, _)) => command,
         Err(err) => return vec![format!("not usable as a command: {err}")],
@@ -214,6 +233,21 @@ fn command_lines(state: &WorkspaceTrust, file: &Path) -> Vec<String> {
         ));
     }
     out
+}
+
+/// What a Claude Code skill would offer: its name and description, as pinned.
+fn skill_lines(state: &WorkspaceTrust, file: &Path) -> Vec<String> {
+    let Some((_, bytes)) = state.skills.iter().find(|(path, _)| path == file) else {
+        return Vec::new();
+    };
+    let folder = file.parent().unwrap_or(file);
+    match dsh_agent::parse_skill(&String::from_utf8_lossy(bytes), folder) {
+        Ok(skill) => vec![format!(
+            "skill {}: {} (the model may read its instructions)",
+            skill.name, skill.description
+        )],
+        Err(err) => vec![format!("not usable as a skill: {err}")],
+    }
 }
 
 fn hook_lines(file: &Path) -> Vec<String> {

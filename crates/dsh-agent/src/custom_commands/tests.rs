@@ -232,3 +232,59 @@ fn expansion_carries_the_turn_settings_and_checks_the_model() {
     assert!(err.to_string().contains("not in the model table"), "{err}");
     assert!(ext.expand_user_command("nope", "").is_none());
 }
+
+/// A `.claude/commands` file: Claude Code's tool names map to dsh's, its other keys are
+/// warnings naming them, and a `.claude/commands` folder is read in that dialect.
+#[test]
+fn claude_code_dialect() {
+    let (c, warnings) = parse_claude_command(
+        "c",
+        "---\nallowed-tools: Bash, Read, MultiEdit, Edit, mcp__gh__*\ndisable-model-invocation: true\n---\nGo.\n",
+        Path::new("/c.md"),
+    )
+    .unwrap();
+    assert_eq!(
+        c.allowed_tools.as_deref(),
+        Some(
+            &[
+                "bash".to_string(),
+                "read".into(),
+                "edit".into(),
+                "mcp__gh__*".into()
+            ][..]
+        )
+    );
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0].contains("`disable-model-invocation`") && warnings[0].contains("Claude Code"),
+        "{warnings:?}"
+    );
+    let err = parse_claude_command(
+        "c",
+        "---\nallowed-tools: Bash(git add:*)\n---\nx",
+        Path::new("/c.md"),
+    )
+    .unwrap_err();
+    assert!(err.contains("argument patterns"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let claude = dir.path().join(".claude").join("commands");
+    std::fs::create_dir_all(&claude).unwrap();
+    std::fs::write(
+        claude.join("ship.md"),
+        "---\nallowed-tools: Grep\n---\nShip it.",
+    )
+    .unwrap();
+    let own = dir.path().join("own");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(own.join("ship.md"), "Mine.").unwrap();
+    let set = CustomCommandSet::load_all(&[claude.as_path()], None);
+    let ship = set.get("ship").unwrap();
+    assert_eq!(
+        ship.allowed_tools.as_deref(),
+        Some(&["grep".to_string()][..])
+    );
+    // A later folder (dsh's own) replaces the Claude Code command of the same name.
+    let set = CustomCommandSet::load_all(&[claude.as_path(), own.as_path()], None);
+    assert_eq!(set.get("ship").unwrap().body, "Mine.");
+}

@@ -34,7 +34,7 @@ fn setup(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (home, cwd)
 }
 
-async fn fake_provider(replies: usize) -> FakeProvider {
+pub(crate) async fn fake_provider(replies: usize) -> FakeProvider {
     let provider = FakeProvider::start((0..replies).map(|i| reply(&format!("done {i}"))))
         .await
         .unwrap();
@@ -46,7 +46,7 @@ async fn fake_provider(replies: usize) -> FakeProvider {
 }
 
 /// The model requests (not title requests): model, tool names, last user text.
-fn model_requests(provider: &FakeProvider) -> Vec<(String, Vec<String>, String)> {
+pub(crate) fn model_requests(provider: &FakeProvider) -> Vec<(String, Vec<String>, String)> {
     provider
         .requests()
         .into_iter()
@@ -88,7 +88,7 @@ fn model_requests(provider: &FakeProvider) -> Vec<(String, Vec<String>, String)>
 }
 
 /// `dsh acp` over stdio, enough for prompts: requests and their answers, updates kept.
-struct Acp {
+pub(crate) struct Acp {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
     lines: std::sync::mpsc::Receiver<String>,
@@ -97,7 +97,7 @@ struct Acp {
 }
 
 impl Acp {
-    fn start(home: &Path, cwd: &Path, base_url: &str) -> Acp {
+    pub(crate) fn start(home: &Path, cwd: &Path, base_url: &str) -> Acp {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
             .arg("acp")
             .current_dir(cwd)
@@ -136,7 +136,7 @@ impl Acp {
         acp
     }
 
-    fn call(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -158,7 +158,7 @@ impl Acp {
     }
 
     /// Waits for the first `available_commands_update` and returns its commands.
-    fn available_commands(&mut self) -> Vec<Value> {
+    pub(crate) fn available_commands(&mut self) -> Vec<Value> {
         let deadline = std::time::Instant::now() + WAIT;
         loop {
             if let Some(update) = self
@@ -186,7 +186,7 @@ impl Drop for Acp {
     }
 }
 
-fn prompt(session: &str, text: &str) -> Value {
+pub(crate) fn prompt(session: &str, text: &str) -> Value {
     json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
 }
 

@@ -29,6 +29,7 @@ mod mcp_cli;
 mod mcp_server_cli;
 mod oauth_server;
 mod opt_in_tools;
+mod other_tools_cli;
 mod output_schema_cli;
 mod plan_cli;
 mod plant_escapes;
