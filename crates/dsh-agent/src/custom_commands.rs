@@ -187,7 +187,15 @@ pub fn parse_claude_command(
     text: &str,
     path: &Path,
 ) -> Result<(CustomCommand, Vec<String>), String> {
-    let (mut command, mut warnings) = parse_command(name, text, path)?;
+    let (text, patterns) = without_argument_patterns(text);
+    let (mut command, mut warnings) = parse_command(name, &text, path)?;
+    if !patterns.is_empty() {
+        warnings.push(format!(
+            "`allowed-tools` argument patterns ({}) are not enforced: the command's turn is \
+             offered the whole tool, under the session's preset and approvals",
+            patterns.join(", ")
+        ));
+    }
     if let Some(tools) = &mut command.allowed_tools {
         for tool in tools.iter_mut() {
             if let Some((_, ours)) = CLAUDE_TOOL_NAMES.iter().find(|(theirs, _)| theirs == tool) {
@@ -205,6 +213,43 @@ pub fn parse_claude_command(
         }
     }
     Ok((command, warnings))
+}
+
+/// `text` with Claude Code's argument patterns taken out of its front matter
+/// (`Bash(git add:*)` becomes `Bash`), and the patterns taken out. The body is left as it is.
+fn without_argument_patterns(text: &str) -> (String, Vec<String>) {
+    let Ok((front, _)) = split_front_matter(text) else {
+        return (text.to_string(), Vec::new());
+    };
+    if front.is_empty() || !front.contains('(') {
+        return (text.to_string(), Vec::new());
+    }
+    let mut patterns = Vec::new();
+    let mut cleaned = String::with_capacity(front.len());
+    let mut rest = front;
+    while let Some(open) = rest.find('(') {
+        let Some(close) = rest[open..].find(')').map(|at| open + at) else {
+            break;
+        };
+        let before = &rest[..open];
+        // Only right after a tool name: `Bash(`, `mcp__x__y(`.
+        let named = before
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !named {
+            cleaned.push_str(&rest[..=open]);
+            rest = &rest[open + 1..];
+            continue;
+        }
+        cleaned.push_str(before);
+        patterns.push(rest[open..=close].to_string());
+        rest = &rest[close + 1..];
+    }
+    cleaned.push_str(rest);
+    let at = text.find(front).unwrap_or(0);
+    let rebuilt = format!("{}{cleaned}{}", &text[..at], &text[at + front.len()..]);
+    (rebuilt, patterns)
 }
 
 /// The front matter (without its `---` lines) and the body.

@@ -259,13 +259,25 @@ fn claude_code_dialect() {
         warnings[0].contains("`disable-model-invocation`") && warnings[0].contains("Claude Code"),
         "{warnings:?}"
     );
-    let err = parse_claude_command(
+    // Argument patterns are dropped with a warning: the whole tool is offered (the session's
+    // preset and approvals still apply); the body keeps its parentheses.
+    let (command, warnings) = parse_claude_command(
         "c",
-        "---\nallowed-tools: Bash(git add:*)\n---\nx",
+        "---\nallowed-tools: Bash(git add:*, git commit:*), Read\n---\nrun (carefully)",
         Path::new("/c.md"),
     )
-    .unwrap_err();
-    assert!(err.contains("argument patterns"), "{err}");
+    .unwrap();
+    assert_eq!(
+        command.allowed_tools.as_deref(),
+        Some(&["bash".to_string(), "read".to_string()][..])
+    );
+    assert!(command.body.contains("run (carefully)"), "{}", command.body);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("(git add:*, git commit:*)") && w.contains("not enforced")),
+        "{warnings:?}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let claude = dir.path().join(".claude").join("commands");
