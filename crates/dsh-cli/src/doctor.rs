@@ -211,6 +211,7 @@ fn checks(
         }
     }
     out.push(trust_check(&setup.config));
+    out.push(other_tools_check(&setup.config));
     let settings = Settings::load(&setup.cwd, home);
     settings.allow_credentials(setup.config.own_key_variables());
     let (key, api_key) = key_check(&setup, &settings);
@@ -368,6 +369,59 @@ fn trust_check(config: &Config) -> Check {
         "trust",
         Status::Ok,
         format!("{workspace}: project settings apply, {reason}"),
+    )
+}
+
+/// The project files of other tools (docs/other-tools.md): which were found, whether they
+/// apply (only in a trusted workspace), and what of them is not used and why.
+fn other_tools_check(config: &Config) -> Check {
+    let trust = &config.trust;
+    let claude = |path: &std::path::Path| path.components().any(|c| c.as_os_str() == ".claude");
+    let mut found: Vec<String> = Vec::new();
+    if let Some(path) = &trust.mcp_json {
+        found.push(path.display().to_string());
+    }
+    if let Some(path) = &trust.claude_settings {
+        found.push(path.display().to_string());
+    }
+    let commands = trust
+        .commands
+        .iter()
+        .filter(|(path, _)| claude(path))
+        .count();
+    if commands > 0 {
+        found.push(format!("{commands} .claude/commands file(s)"));
+    }
+    if !trust.skills.is_empty() {
+        found.push(format!("{} .claude/skills skill(s)", trust.skills.len()));
+    }
+    if found.is_empty() {
+        return Check::new(
+            "other",
+            Status::Ok,
+            "no project files of other tools (.mcp.json, .claude/settings.json, .claude/commands, \
+             .claude/skills)",
+        );
+    }
+    let found = found.join(", ");
+    if trust.trusted.is_none() {
+        return Check::new(
+            "other",
+            Status::Warn,
+            format!("found {found}: not used, the workspace is not trusted"),
+        )
+        .fix("review them with `dsh trust`; they apply once trusted");
+    }
+    if trust.notes.is_empty() {
+        return Check::new("other", Status::Ok, format!("found and used: {found}"));
+    }
+    Check::new(
+        "other",
+        Status::Warn,
+        format!(
+            "found and used: {found}; not all of it: {}",
+            trust.notes.join("; ")
+        ),
     )
 }
 

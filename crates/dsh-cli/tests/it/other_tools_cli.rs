@@ -299,5 +299,29 @@ async fn doctor_lists_other_tools_files() {
     for file in [".mcp.json", ".claude/settings.json", ".claude/commands"] {
         assert!(all.contains(file), "{file}: {all}");
     }
+    let line = |all: &str| {
+        all.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("other"))
+            .unwrap_or_else(|| panic!("no `other` line: {all}"))
+            .to_string()
+    };
+    let untrusted = line(&all);
+    assert!(
+        untrusted.contains("not used, the workspace is not trusted"),
+        "{untrusted}"
+    );
+    assert!(
+        untrusted.contains("1 .claude/skills skill(s)"),
+        "{untrusted}"
+    );
+    // Trusted: used, and what is not used says why (the SSE server).
+    let (stdout, stderr) = ws.dsh(&["trust", "--yes"]).await;
+    assert!(!stdout.is_empty(), "{stderr}");
+    let (stdout, stderr) = ws.dsh(&["doctor"]).await;
+    let trusted = line(&format!("{stdout}{stderr}"));
+    assert!(
+        trusted.contains("found and used:") && trusted.contains("old"),
+        "{trusted}"
+    );
     let _: &Path = &ws.cwd;
 }
