@@ -436,6 +436,24 @@ impl AgentHandle {
             .unwrap_or_else(|| Err("this session keeps no instructions files".to_string()))
     }
 
+    /// The instructions file of `scope` ([`crate::Extension::instructions_file`]): where a
+    /// note goes and what `/memory` opens.
+    pub fn instructions_file(&self, scope: crate::NoteScope) -> Result<std::path::PathBuf, String> {
+        self.shared
+            .extensions
+            .snapshot()
+            .iter()
+            .find_map(|extension| extension.instructions_file(scope))
+            .unwrap_or_else(|| Err("this session keeps no instructions files".to_string()))
+    }
+
+    /// The user edited the instructions file `path`: the model is told at its next step.
+    pub fn instructions_edited(&self, path: &std::path::Path) {
+        for extension in self.shared.extensions.snapshot().iter() {
+            extension.instructions_edited(path);
+        }
+    }
+
     /// Whether plan mode is on (docs/agent.md, "Plan mode"; `/plan` and `/plan off` switch it).
     pub fn plan_mode(&self) -> bool {
         self.shared

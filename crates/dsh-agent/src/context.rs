@@ -535,11 +535,20 @@ impl Extension for ContextMessages {
         if let Err(why) = append_note(&path, &format!("- {note}"), within.as_deref()) {
             return Some(Err(why));
         }
-        // The next step tells the model: a loaded file is checked again, a new one is looked
-        // for in its folder.
+        self.instructions_edited(&path);
+        Some(Ok(path))
+    }
+
+    fn instructions_file(&self, scope: crate::NoteScope) -> Option<Result<PathBuf, String>> {
+        Some(self.note_file(scope).map(|(path, _)| path))
+    }
+
+    /// The next step tells the model: a loaded file is checked again, a new one is looked for
+    /// in its folder.
+    fn instructions_edited(&self, path: &Path) {
         let mut last = self.last.lock_or_recover();
         last.touched = true;
-        if !last.loaded.contains_key(&path) {
+        if !last.loaded.contains_key(path) {
             if let Some(dir) = path.parent() {
                 last.reached.remove(dir);
                 if !last.new_dirs.iter().any(|d| d == dir) {
@@ -547,7 +556,6 @@ impl Extension for ContextMessages {
                 }
             }
         }
-        Some(Ok(path))
     }
 
     fn restore(&self, events: &[Envelope]) {

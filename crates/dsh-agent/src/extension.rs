@@ -322,6 +322,16 @@ pub trait Extension: Send + Sync + 'static {
         None
     }
 
+    /// The instructions file a note of `scope` goes to and `/memory` opens, when this
+    /// extension owns the instruction files.
+    fn instructions_file(&self, _scope: NoteScope) -> Option<Result<std::path::PathBuf, String>> {
+        None
+    }
+
+    /// The user edited the instructions file `path` (`/memory`): the model is told at the next
+    /// step.
+    fn instructions_edited(&self, _path: &std::path::Path) {}
+
     /// What `/name arguments` expands to, when `name` is one of this extension's
     /// [`Extension::user_commands`]: the user message and the settings of the turn it starts;
     /// `Some(Err)` is a message for the user.

@@ -34,6 +34,9 @@ pub enum SlashCommand {
     Init,
     /// `/status`: session, model, preset, sandbox, usage, MCP servers.
     Status,
+    /// `/memory [user]`: edit the project's (or the user's) instructions file in `$VISUAL` /
+    /// `$EDITOR` (docs/tui.md, "Notes to the instructions").
+    Memory(bool),
     /// `/agents [name]`: list the session's sub-agents, or follow the one named
     /// (docs/tui.md, "Children").
     Agents(Option<String>),
@@ -81,6 +84,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (
         "/init",
         "have the agent write AGENTS.md for this repository",
+    ),
+    (
+        "/memory",
+        "edit the project's AGENTS.md in $EDITOR (/memory user: your own)",
     ),
     (
         "/status",
@@ -164,6 +171,11 @@ pub fn parse(input: &str, user: &[UserCommand]) -> Result<SlashCommand, String> 
         "/undo" => no_arg(SlashCommand::Undo),
         "/diff" => no_arg(SlashCommand::Diff),
         "/init" => no_arg(SlashCommand::Init),
+        "/memory" => match rest {
+            "" | "project" => Ok(SlashCommand::Memory(false)),
+            "user" => Ok(SlashCommand::Memory(true)),
+            _ => Err("/memory takes `user` or nothing (the project's file)".to_string()),
+        },
         "/status" => no_arg(SlashCommand::Status),
         "/agents" => Ok(SlashCommand::Agents(arg)),
         "/help" | "/?" => no_arg(SlashCommand::Help),

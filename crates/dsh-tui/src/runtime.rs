@@ -187,6 +187,8 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
             options.notifications.1.clone(),
         ),
         status_running: Arc::default(),
+        input_paused: Arc::default(),
+        edit_request: None,
         options,
         factory,
         background: mpsc::unbounded_channel(),
@@ -194,12 +196,26 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
     ui.render(&mut terminal)?;
 
     let (input_tx, mut input) = mpsc::unbounded_channel();
-    // Reads the terminal until the UI goes away; blocking reads need their own thread.
-    std::thread::spawn(move || {
-        while let Ok(event) = crossterm::event::read() {
-            if input_tx.send(event).is_err() {
-                break;
-            }
+    // Reads the terminal until the UI goes away, on its own thread; while `input_paused` is
+    // set (an editor has the terminal) it does not read, so the editor gets every key.
+    let paused = Arc::clone(&ui.input_paused);
+    std::thread::spawn(move || loop {
+        if paused.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        match crossterm::event::poll(Duration::from_millis(50)) {
+            Ok(true) => match crossterm::event::read() {
+                Ok(event) => {
+                    if input_tx.send(event).is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            },
+            Ok(false) if input_tx.is_closed() => break,
+            Ok(false) => {}
+            Err(_) => break,
         }
     });
     ui.open(ui.options.start.clone());
@@ -337,6 +353,12 @@ struct Ui {
     notifier: crate::notify::Notifier,
     /// A `tui.status_command` run is under way (one at a time).
     status_running: Arc<std::sync::atomic::AtomicBool>,
+    /// The terminal reader stops reading while this is set (`/memory`'s editor has the
+    /// terminal).
+    input_paused: Arc<std::sync::atomic::AtomicBool>,
+    /// A file `/memory` asked to edit: opened in the editor once the current events are
+    /// handled (the loop holds the terminal).
+    edit_request: Option<PathBuf>,
     options: TuiOptions,
     factory: Arc<dyn SessionFactory>,
     background: (
@@ -489,8 +511,72 @@ impl Ui {
                     .chain(turn.iter().map(|m| (false, crate::mentions::typed_part(m))))
                     .collect();
             }
+            if let Some(path) = self.edit_request.take() {
+                self.edit(terminal, &path);
+            }
             crate::finder::Finder::refresh(&mut self.app);
             self.render(terminal)?;
+        }
+    }
+
+    /// `/memory [user]`: the instructions file to edit once the loop holds the terminal.
+    fn memory(&mut self, handle: &AgentHandle, user: bool) {
+        let scope = match user {
+            true => dsh_agent::NoteScope::User,
+            false => dsh_agent::NoteScope::Project,
+        };
+        match handle.instructions_file(scope) {
+            Ok(path) => self.edit_request = Some(path),
+            Err(message) => self.app.transcript.notice(NoticeLevel::Error, message),
+        }
+    }
+
+    /// `/memory`: hands the terminal to `$VISUAL` / `$EDITOR` (else `vi`) on `path`, takes it
+    /// back and redraws; the model is told of the change at its next step.
+    fn edit(&mut self, terminal: &mut Term, path: &std::path::Path) {
+        use std::sync::atomic::Ordering;
+        self.input_paused.store(true, Ordering::SeqCst);
+        // The reader's last wait for input ends before the editor reads any.
+        std::thread::sleep(Duration::from_millis(120));
+        let alt = crate::terminal::suspend();
+        let editor = ["VISUAL", "EDITOR"]
+            .iter()
+            .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+            .unwrap_or_else(|| "vi".to_string());
+        let mut words = editor.split_whitespace();
+        let ran = match words.next() {
+            Some(program) => std::process::Command::new(program)
+                .args(words)
+                .arg(path)
+                .env_clear()
+                .envs(dsh_tools::scrubbed_env())
+                .status()
+                .map_err(|e| format!("cannot run `{editor}`: {e}")),
+            None => Err("no editor: set $EDITOR".to_string()),
+        };
+        let back = crate::terminal::resume(alt);
+        self.input_paused.store(false, Ordering::SeqCst);
+        if back.is_ok() && alt {
+            let _ = terminal.clear();
+        }
+        match ran {
+            Ok(status) if status.success() => {
+                if let Some(live) = &self.live {
+                    live.handle.instructions_edited(path);
+                }
+                info(
+                    &mut self.app,
+                    format!(
+                        "edited {}; the agent reads it at its next step",
+                        path.display()
+                    ),
+                );
+            }
+            Ok(status) => self.app.transcript.notice(
+                NoticeLevel::Warn,
+                format!("the editor `{editor}` ended with {status}"),
+            ),
+            Err(message) => self.app.transcript.notice(NoticeLevel::Error, message),
         }
     }
 
@@ -825,6 +911,10 @@ impl Ui {
                     let result = control.submit(Op::Undo);
                     let _ = done.send(Background::Submitted(result));
                 });
+            }
+            SlashCommand::Memory(user) => {
+                let handle = live.handle.clone();
+                self.memory(&handle, user);
             }
             SlashCommand::Diff | SlashCommand::Status | SlashCommand::Init => {
                 let handle = live.handle.clone();

@@ -46,6 +46,32 @@ pub fn restore_terminal() {
     let _ = out.flush();
 }
 
+/// Hands the terminal to another program (`/memory`'s editor): as [`restore_terminal`], and
+/// returns whether the alternate screen was on, for [`resume`].
+pub fn suspend() -> bool {
+    let alt = ON_ALT_SCREEN.load(Ordering::SeqCst);
+    restore_terminal();
+    alt
+}
+
+/// Takes the terminal back after [`suspend`]: raw mode, the alternate screen when `alt`,
+/// bracketed paste, focus reports and disambiguated keys, as [`TerminalGuard::enter`] sets
+/// them.
+pub fn resume(alt: bool) -> std::io::Result<()> {
+    enable_raw_mode()?;
+    let mut out = stdout();
+    if alt {
+        ON_ALT_SCREEN.store(true, Ordering::SeqCst);
+        execute!(out, EnterAlternateScreen)?;
+    }
+    execute!(
+        out,
+        EnableBracketedPaste,
+        crossterm::event::EnableFocusChange,
+        PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
+    )
+}
+
 impl TerminalGuard {
     /// Enters interactive mode (on the alternate screen when `alt_screen`) and installs the
     /// panic hook. Keyboard enhancement (so that Shift-Enter is seen) is requested without

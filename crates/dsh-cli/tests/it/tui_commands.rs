@@ -408,3 +408,62 @@ async fn a_note_never_writes_through_a_planted_link() {
     let _tui = quit(tui).await;
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
 }
+
+/// `/memory` (issue 43, point 7) hands the terminal to `$EDITOR` on the project's AGENTS.md,
+/// takes it back, and the model is told of the change at its next step; keys typed after it
+/// reach the UI again. `/memory user` edits `$DSH_HOME/AGENTS.md`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_opens_the_instructions_in_the_editor() {
+    let provider = FakeProvider::start([text_reply("first"), text_reply("second")])
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let tools = tempfile::tempdir().unwrap();
+    std::fs::create_dir(cwd.path().join(".git")).unwrap();
+    std::fs::write(cwd.path().join("AGENTS.md"), "- old rule\n").unwrap();
+    let editor = tools.path().join("fake-editor");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\necho '- edited in the editor' >> \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    let editor_text = editor.display().to_string();
+    let tui = tokio::task::spawn_blocking(move || {
+        let tui = Tui::start_env(&url, &h, &c, &[], &[("EDITOR", editor_text.as_str())]);
+        tui.wait_for("Ask dsh anything");
+        tui.type_text("hello\r");
+        tui.wait_for("first");
+        tui.type_text("/memory\r");
+        tui.wait_for("the agent reads it at its next step");
+        tui.type_text("again\r");
+        tui.wait_for("second");
+        tui.type_text("/memory user\r");
+        tui.wait_until("the user file edited", |screen| {
+            screen
+                .matches("the agent reads it at its next step")
+                .count()
+                >= 2
+        });
+        tui
+    })
+    .await
+    .unwrap();
+    let _tui = quit(tui).await;
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("AGENTS.md")).unwrap(),
+        "- old rule\n- edited in the editor\n"
+    );
+    assert!(std::fs::read_to_string(home.path().join("AGENTS.md"))
+        .unwrap()
+        .contains("edited in the editor"));
+    let second = provider.requests()[1].body["messages"].to_string();
+    assert!(
+        second.contains("Updated instructions from: AGENTS.md")
+            && second.contains("edited in the editor"),
+        "{second}"
+    );
+}
