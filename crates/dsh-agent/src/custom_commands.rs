@@ -625,6 +625,7 @@ impl CustomCommands {
                 model: command.model.clone(),
             },
             origin: Some(command.path.display().to_string()),
+            note: None,
         })
     }
 }

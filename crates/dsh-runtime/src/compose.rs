@@ -138,6 +138,12 @@ pub(crate) fn agent_parts(
     if let Some(plan) = &plan {
         extensions.register_for_life(Arc::new(plan.clone()));
     }
+    // Goals (docs/goals.md): the session the user talks to only, as dsh has them; on unless
+    // `[goals] enabled = false`.
+    let goals = setup.config.goals;
+    if depth == 0 && goals.enabled {
+        extensions.register_for_life(Arc::new(dsh_agent::Goals::new(goals.max_rounds)));
+    }
     let mut options = AgentOptions::new(call, &setup.cwd);
     options.compaction.threshold = setup.config.compaction.threshold;
     options.compaction.keep_tail = setup.config.compaction.keep_tail;

@@ -447,7 +447,10 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("`schedule/change`: no feature for it"), "{text}");
+        assert!(
+            text.contains("`schedule/change`: no feature for it"),
+            "{text}"
+        );
         assert_eq!(text.matches("no feature for it").count(), 1, "{text}");
     }
 }

@@ -111,11 +111,7 @@ fn every_vendored_dsh_log_loads_projects_renders_and_round_trips() {
     }
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
     // The vendored logs exercise the dsh-only path with real data.
-    for kind in [
-        "command/run",
-        "subagent/descriptor",
-        "tool/code-dispatch",
-    ] {
+    for kind in ["command/run", "subagent/descriptor", "tool/code-dispatch"] {
         assert!(dsh_only_seen.contains(kind), "no vendored log has `{kind}`");
     }
 }

@@ -1,0 +1,294 @@
+//! Goals (docs/goals.md) with the real binary and the scripted provider: the model creates a
+//! goal, a turn that ends without marking it runs a continuation round, marking it complete
+//! ends the run; the round cap and a budget stop the rounds; a resumed session has its goal.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{dsh_command, output as run, session_file};
+
+use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+
+fn tool(id: &str, name: &str, args: &str) -> ScriptedReply {
+    ScriptedReply::from(
+        SseReply::new()
+            .tool_call(0, id, name, args)
+            .finish("tool_calls", Some(WireUsage::default())),
+    )
+}
+
+fn said(text: &str) -> ScriptedReply {
+    ScriptedReply::from(
+        SseReply::new()
+            .text(text)
+            .finish("stop", Some(WireUsage::default())),
+    )
+}
+
+fn create(max: u64) -> ScriptedReply {
+    tool(
+        "call_create",
+        "create_goal",
+        &format!("{{\"objective\":\"Make the tests pass\",\"max_goal_rounds\":{max}}}"),
+    )
+}
+
+struct Env {
+    home: tempfile::TempDir,
+    cwd: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            home: tempfile::tempdir().unwrap(),
+            cwd: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn run(&self, provider: &FakeProvider, args: &[&str]) -> Command {
+        let mut cmd = dsh_command(self.home.path(), self.cwd.path());
+        cmd.env("DEEPSEEK_BASE_URL", provider.base_url())
+            .env("DEEPSEEK_API_KEY", "sk-goals")
+            .stdin(Stdio::null())
+            .args(["run", "--json", "--permission", "danger-full-access"])
+            .args(args);
+        cmd
+    }
+
+    fn log(&self) -> Vec<Value> {
+        std::fs::read_to_string(session_file(self.home.path()))
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+fn result_line(stdout: &[u8]) -> Value {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["type"] == "result")
+        .last()
+        .unwrap_or_else(|| panic!("no result line in {}", String::from_utf8_lossy(stdout)))
+}
+
+fn goal_changes(log: &[Value]) -> Vec<(String, String)> {
+    log.iter()
+        .filter(|e| e["type"] == "goal/change")
+        .map(|e| {
+            (
+                e["data"]["operation"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                e["data"]["goal"]["phase"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+fn round_messages(log: &[Value]) -> Vec<u64> {
+    log.iter()
+        .filter(|e| e["type"] == "user/message" && e["data"]["source"]["plugin"] == "goal")
+        .filter_map(|e| e["data"]["source"]["round"].as_u64())
+        .collect()
+}
+
+/// Waits for the request whose body holds the goal's id (a tool result), and returns the id.
+async fn goal_id_seen(provider: &FakeProvider) -> String {
+    for _ in 0..1000 {
+        for request in provider.requests() {
+            let body = request.body.to_string();
+            if let Some(at) = body.find("goal-") {
+                let id: String = body[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                return id;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no request carried the goal's id");
+}
+
+#[tokio::test]
+async fn an_unfinished_goal_runs_a_round_and_marking_it_complete_ends_the_run() {
+    // Turn 1 creates the goal and ends; round 1 works (a one-second command, time for the test
+    // to read the goal's id) and ends without marking it; round 2 marks it complete and, told
+    // to wrap up, writes the closing message.
+    let provider = FakeProvider::start([
+        create(5),
+        said("Goal set."),
+        tool(
+            "call_sleep",
+            "bash",
+            r#"{"command":"sleep 1","description":"Work"}"#,
+        ),
+        said("Some progress."),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let cmd = env.run(&provider, &["Make the tests pass, keep going until done"]);
+    let (out, ()) = tokio::join!(run(cmd), async {
+        let id = goal_id_seen(&provider).await;
+        provider.push_reply(tool(
+            "call_done",
+            "update_goal",
+            &format!(r#"{{"goal_id":"{id}","revision":1,"action":"complete"}}"#),
+        ));
+        provider.push_reply(said("All tests pass; the goal is complete."));
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let result = result_line(&out.stdout);
+    assert_eq!(result["stop"], "completed", "{result}");
+    assert_eq!(
+        result["output"].as_str(),
+        Some("All tests pass; the goal is complete."),
+        "{result}"
+    );
+    let log = env.log();
+    assert_eq!(round_messages(&log), vec![1, 2]);
+    assert_eq!(
+        goal_changes(&log),
+        vec![
+            ("create".to_string(), "active".to_string()),
+            ("complete".to_string(), "complete".to_string())
+        ]
+    );
+    assert_eq!(provider.requests().len(), 6);
+    // The round told the model the objective and its number; the wrap-up came after the
+    // completing call.
+    let requests = provider.requests();
+    let round = requests[2].body["messages"].to_string();
+    assert!(
+        round.contains("Round: 1/5") && round.contains("Make the tests pass"),
+        "{round}"
+    );
+    let last = requests[5].body["messages"].to_string();
+    assert!(last.contains("goal_complete"), "{last}");
+}
+
+#[tokio::test]
+async fn rounds_stop_at_the_cap_and_a_resumed_session_has_the_goal() {
+    let provider = FakeProvider::start([
+        create(2),
+        said("Goal set."),
+        said("Round one, not done."),
+        said("Round two, not done."),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let out = run(env.run(&provider, &["Make the tests pass"])).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(result_line(&out.stdout)["stop"], "completed");
+    assert_eq!(provider.requests().len(), 4, "a third round ran");
+    let log = env.log();
+    assert_eq!(round_messages(&log), vec![1, 2]);
+    let last = log
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "goal/change")
+        .unwrap();
+    assert_eq!(last["data"]["operation"], "block");
+    assert_eq!(last["data"]["goal"]["blockedReason"]["code"], "round-limit");
+    assert_eq!(last["data"]["roundsStarted"], 2);
+
+    // Resumed: the goal is there (blocked), and the session does not start rounds by itself.
+    let session = log[0]["id"].as_str().unwrap().to_string();
+    provider.push_reply(tool("call_get", "get_goal", "{}"));
+    provider.push_reply(said("The goal is blocked."));
+    let out = run(env.run(&provider, &["--resume", &session, "Where is the goal?"])).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 6);
+    let seen = requests[5].body["messages"].to_string();
+    assert!(
+        seen.contains(r#"\"phase\":\"blocked\""#) && seen.contains("round-limit"),
+        "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn a_budget_stops_the_rounds() {
+    let provider = FakeProvider::start([
+        create(5),
+        said("Goal set."),
+        tool(
+            "call_1",
+            "bash",
+            r#"{"command":"true","description":"Work"}"#,
+        ),
+        tool(
+            "call_2",
+            "bash",
+            r#"{"command":"true","description":"Work"}"#,
+        ),
+        tool(
+            "call_3",
+            "bash",
+            r#"{"command":"true","description":"Work"}"#,
+        ),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let out = run(env.run(&provider, &["--max-steps", "2", "Make the tests pass"])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = result_line(&out.stdout);
+    assert_eq!(result["budget"], "steps", "{result}");
+    // Round 1 ran its two steps, then the budget ended it and no round followed.
+    assert_eq!(provider.requests().len(), 4);
+    let log = env.log();
+    assert_eq!(round_messages(&log), vec![1]);
+    // The goal stays active (only disarmed): the user can resume it.
+    assert_eq!(
+        goal_changes(&log),
+        vec![("create".to_string(), "active".to_string())]
+    );
+}
+
+#[tokio::test]
+async fn goals_can_be_turned_off() {
+    let provider = FakeProvider::start([said("ok")]).await.unwrap();
+    let env = Env::new();
+    let out = run(env.run(&provider, &["-c", "goals.enabled=false", "hi"])).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tools = provider.requests()[0].body["tools"].to_string();
+    assert!(!tools.contains("create_goal"), "{tools}");
+    let provider = FakeProvider::start([said("ok")]).await.unwrap();
+    let out = run(env.run(&provider, &["hi"])).await;
+    assert!(out.status.success());
+    let tools = provider.requests()[0].body["tools"].to_string();
+    assert!(
+        tools.contains("create_goal") && tools.contains("update_goal"),
+        "{tools}"
+    );
+}
