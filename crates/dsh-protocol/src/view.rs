@@ -138,6 +138,57 @@ pub struct Card {
     pub progress: Option<ToolProgress>,
 }
 
+/// A session's goal as front ends show it (docs/goals.md; dsh's goal fields).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GoalView {
+    /// The goal's id.
+    pub id: String,
+    /// What is to be achieved.
+    pub objective: String,
+    /// `active`, `paused`, `blocked` or `complete`.
+    pub phase: String,
+    /// Continuation rounds started.
+    pub rounds_started: u64,
+    /// The round cap.
+    pub max_goal_rounds: u64,
+    /// Why it is blocked, in words (`code: message`), while it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+}
+
+impl GoalView {
+    fn from_state(state: &dsh_agent::GoalState) -> Self {
+        GoalView {
+            id: state.goal.id.clone(),
+            objective: state.goal.objective.clone(),
+            phase: state.goal.phase.as_str().to_string(),
+            rounds_started: state.rounds_started,
+            max_goal_rounds: state.goal.max_goal_rounds,
+            blocked_reason: state
+                .goal
+                .blocked_reason
+                .as_ref()
+                .map(|r| format!("{}: {}", r.code, r.message)),
+        }
+    }
+
+    /// The goal a `goal/change` leaves (`None` for a clear).
+    pub fn of(change: &dsh_session::GoalChange) -> Option<Self> {
+        let mut book = dsh_agent::GoalBook::default();
+        book.apply(change);
+        book.current.as_ref().map(GoalView::from_state)
+    }
+
+    /// One line: `goal: <objective> (active, round 2/256)`.
+    pub fn line(&self) -> String {
+        format!(
+            "goal: {} ({}, round {}/{})",
+            self.objective, self.phase, self.rounds_started, self.max_goal_rounds
+        )
+    }
+}
+
 /// One thing a front end shows. Serialized with `"kind"` naming the variant (camelCase), the
 /// form `dsh run --json` prints and the web stream sends (docs/protocol.md).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -299,6 +350,11 @@ pub enum ViewEvent {
         /// The title.
         title: String,
     },
+    /// The session's goal changed (docs/goals.md): `goal` is `null` once cleared.
+    Goal {
+        /// The goal after the change.
+        goal: Option<GoalView>,
+    },
     /// The todo list changed.
     Todos {
         /// The list, each `{content, status}`.
@@ -337,6 +393,8 @@ pub struct ViewProjector {
     route: Option<(String, String)>,
     ledger: UsageLedger,
     prices: PriceTable,
+    /// The session's goal so far.
+    goal: dsh_agent::GoalBook,
 }
 
 impl Default for ViewProjector {
@@ -355,7 +413,13 @@ impl ViewProjector {
             route: None,
             ledger: UsageLedger::new(),
             prices,
+            goal: dsh_agent::GoalBook::default(),
         }
+    }
+
+    /// The session's goal as the events so far left it (`None`: none, or cleared).
+    pub fn goal(&self) -> Option<GoalView> {
+        self.goal.current.as_ref().map(GoalView::from_state)
     }
 
     /// The card of call `call_id`, as last shown.
@@ -405,6 +469,15 @@ impl ViewProjector {
                     images,
                     injected_by,
                 });
+                // A goal round's message: the round count moves on (docs/goals.md).
+                if dsh_agent::goal_round_of(message).is_some() {
+                    self.goal.observe(&envelope.event);
+                    if let Some(state) = &self.goal.current {
+                        out.push(ViewEvent::Goal {
+                            goal: Some(GoalView::from_state(state)),
+                        });
+                    }
+                }
             }
             Event::AssistantChunk(chunk) => match &chunk.chunk {
                 Chunk::TextDelta { text, .. } => {
@@ -444,6 +517,12 @@ impl ViewProjector {
             Event::SessionTitle(title) => out.push(ViewEvent::Title {
                 title: title.title.clone(),
             }),
+            Event::GoalChange(change) => {
+                self.goal.apply(change);
+                out.push(ViewEvent::Goal {
+                    goal: self.goal.current.as_ref().map(GoalView::from_state),
+                });
+            }
             Event::TodoWrite(todos) => out.push(ViewEvent::Todos {
                 todos: serde_json::to_value(&todos.todos).unwrap_or(Value::Null),
             }),

@@ -954,8 +954,21 @@ pub fn short_tokens(n: u64) -> String {
     }
 }
 
-/// The status line: model and effort, permission, context used versus window, cache-hit ratio
-/// of the last request, session cost.
+/// The goal in the status line: `goal active 2/256: <objective>`, the objective cut to 40
+/// characters.
+fn goal_status(goal: &dsh_protocol::GoalView) -> String {
+    let mut objective: String = goal.objective.chars().take(40).collect();
+    if goal.objective.chars().count() > 40 {
+        objective.push('…');
+    }
+    format!(
+        "goal {} {}/{}: {objective}",
+        goal.phase, goal.rounds_started, goal.max_goal_rounds
+    )
+}
+
+/// The status line: model and effort, permission, the session's goal when it has one, context
+/// used versus window, cache-hit ratio of the last request, session cost.
 pub fn status_line(app: &App) -> Line<'static> {
     let stats = &app.transcript.stats;
     let (model, effort) = crate::status::model_and_effort(app);
@@ -982,6 +995,16 @@ pub fn status_line(app: &App) -> Line<'static> {
         Span::raw(app.status.permission.clone()),
         sep.clone(),
     ];
+    if let Some(goal) = &stats.goal {
+        let color = match goal.phase.as_str() {
+            "active" => Color::Green,
+            "blocked" => Color::Red,
+            "complete" => Color::Gray,
+            _ => Color::Yellow,
+        };
+        line.push(Span::styled(goal_status(goal), Style::default().fg(color)));
+        line.push(sep.clone());
+    }
     // `tui.status_command`'s line replaces the figures.
     if let Some(text) = &app.status_text {
         line.push(Span::raw(text.clone()));
