@@ -879,13 +879,19 @@ impl Agent {
             while let Some(outcome) = self.run_turn().await? {
                 outcomes.push(outcome);
             }
-            // Idle: an extension may queue follow-up input (a goal's next round).
-            for extension in self.shared.extensions.snapshot() {
-                extension.on_idle();
-            }
+            self.idle();
             if !self.shared.log().inbox.has_next_turn() {
                 return Ok(outcomes);
             }
+        }
+    }
+
+    /// Tells the extensions that the agent is idle ([`crate::Extension::on_idle`]): they may
+    /// queue follow-up input (a goal's next round). [`Agent::run_until_idle`] does it each
+    /// time it ran out of input; `dsh replay` before a recorded turn nobody typed.
+    pub fn idle(&self) {
+        for extension in self.shared.extensions.snapshot() {
+            extension.on_idle();
         }
     }
 

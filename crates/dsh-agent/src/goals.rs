@@ -432,9 +432,25 @@ pub struct Goals {
     /// Serialises the driver, so one idle moment queues one round.
     driving: Arc<Mutex<()>>,
     max_rounds: u64,
+    /// Ids for the goals created next, in order (a replay's recorded ones); then new ones.
+    ids: Arc<Mutex<std::collections::VecDeque<String>>>,
 }
 
 impl Goals {
+    /// Goals created in this session take `ids` first, in order (`dsh replay`: the recording's
+    /// ids, so its calls naming a goal still match).
+    pub fn with_ids(self, ids: Vec<String>) -> Self {
+        *self.ids.lock_or_recover() = ids.into();
+        self
+    }
+
+    fn new_id(&self) -> String {
+        self.ids
+            .lock_or_recover()
+            .pop_front()
+            .unwrap_or_else(|| format!("goal-{}", uuid::Uuid::new_v4()))
+    }
+
     /// Goals created without a cap get `max_rounds` rounds (`[goals] max_rounds`).
     pub fn new(max_rounds: u64) -> Self {
         Goals {
@@ -445,6 +461,7 @@ impl Goals {
             mutation: Arc::new(Mutex::new(())),
             driving: Arc::new(Mutex::new(())),
             max_rounds: max_rounds.max(1),
+            ids: Arc::default(),
         }
     }
 
@@ -627,7 +644,7 @@ impl Goals {
     }
 
     fn create(&self, objective: &str) -> Result<String, GoalRefusal> {
-        let id = format!("goal-{}", uuid::Uuid::new_v4());
+        let id = self.new_id();
         let max = self.max_rounds;
         self.mutate(Some(true), |book, now| {
             book.create(&id, objective, max, now)
@@ -799,7 +816,7 @@ impl GoalTool {
                     ));
                 }
                 let objective = args.get("objective").and_then(Value::as_str).unwrap_or("");
-                let id = format!("goal-{}", uuid::Uuid::new_v4());
+                let id = self.goals.new_id();
                 let max = count_arg(args, "max_goal_rounds")?.unwrap_or(self.goals.max_rounds);
                 self.goals
                     .mutate(Some(true), |book, now| {

@@ -142,7 +142,9 @@ pub(crate) fn agent_parts(
     // `[goals] enabled = false`.
     let goals = setup.config.goals;
     if depth == 0 && goals.enabled {
-        extensions.register_for_life(Arc::new(dsh_agent::Goals::new(goals.max_rounds)));
+        let ids = (shared.provider.as_ref()).map_or_else(Vec::new, |p| p.goal_ids.clone());
+        let goals = dsh_agent::Goals::new(goals.max_rounds).with_ids(ids);
+        extensions.register_for_life(Arc::new(goals));
     }
     let mut options = AgentOptions::new(call, &setup.cwd);
     options.compaction.threshold = setup.config.compaction.threshold;

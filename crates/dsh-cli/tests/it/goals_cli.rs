@@ -292,3 +292,97 @@ async fn goals_can_be_turned_off() {
         "{tools}"
     );
 }
+
+/// dsh's recordings with `goal/change` (fixtures/dsh/README.md): the headless one is dsh's
+/// `stream-json` output, whose session events make its log.
+fn dshs_goal_recordings(scratch: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let root = dsh_test_support::dsh_fixtures_dir();
+    let mut logs: Vec<_> = [
+        "examples/acp-agent/tests/goal-snapshots/goal-round-driver/session.expected.jsonl",
+        "examples/acp-agent/tests/goal-snapshots/goal-wrapup/session.expected.jsonl",
+        "apps/web/tests/snapshots/goal-multi-turn-actions/session.jsonl",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
+    let stream = std::fs::read_to_string(
+        root.join("examples/headless-agent/tests/snapshots/goal-tools/stream-json.expected.jsonl"),
+    )
+    .unwrap();
+    let mut log = String::from(
+        "{\"type\":\"session\",\"version\":0,\"id\":\"goal-tools\",\"createdAt\":0,\"cwd\":\"/w\"}\n",
+    );
+    for line in stream.lines() {
+        let mut value: Value = serde_json::from_str(line).unwrap();
+        if value["type"] == "session_event" {
+            let event = value["event"].as_object_mut().unwrap();
+            event.remove("seq");
+            event.remove("time");
+            log.push_str(&serde_json::to_string(event).unwrap());
+            log.push('\n');
+        }
+    }
+    let headless = scratch.join("goal-tools.jsonl");
+    std::fs::write(&headless, log).unwrap();
+    logs.push(headless);
+    logs
+}
+
+#[tokio::test]
+async fn dshs_goal_recordings_load_show_their_goal_and_replay_without_differences() {
+    let env = Env::new();
+    let scratch = tempfile::tempdir().unwrap();
+    for log in dshs_goal_recordings(scratch.path()) {
+        let name = log.display().to_string();
+        // Loaded, the goal folded as ours.
+        let loaded = dsh_session::load_file(&log).unwrap();
+        let book = dsh_agent::GoalBook::fold(&loaded.events);
+        assert!(
+            loaded
+                .events
+                .iter()
+                .any(|e| matches!(e.event, dsh_session::Event::GoalChange(_))),
+            "{name}"
+        );
+        if name.contains("goal-round-driver") {
+            let state = book.current.clone().unwrap();
+            assert_eq!(state.goal.phase, dsh_session::GoalPhase::Paused, "{name}");
+            assert_eq!(state.rounds_started, 2, "{name}");
+        }
+        // `sessions show` says what each change did.
+        let mut show = dsh_command(env.home.path(), env.cwd.path());
+        show.args(["sessions", "show"]).arg(&log);
+        let out = run(show).await;
+        assert!(out.status.success(), "{name}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("_(goal create: "),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // Every one is a single session: replayed with the recorded replies, our rounds and
+        // tools do what dsh's did.
+        let mut replay = dsh_command(env.home.path(), env.cwd.path());
+        replay.arg("replay").arg(&log);
+        let out = run(replay).await;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("no differences"),
+            "{name}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The replayed round driver ends as dsh's did: its cancelled second round paused the goal.
+    let replayed = crate::common::session_files(&env.home.path().join("replays"));
+    assert_eq!(replayed.len(), 4);
+    let paused = replayed.iter().any(|path| {
+        let log = dsh_session::load_file(path).unwrap();
+        let book = dsh_agent::GoalBook::fold(&log.events);
+        book.current.is_some_and(|s| {
+            s.goal.phase == dsh_session::GoalPhase::Paused && s.rounds_started == 2
+        })
+    });
+    assert!(
+        paused,
+        "no replay paused its goal after the cancelled round"
+    );
+}
