@@ -775,7 +775,7 @@ fn count_arg(args: &Value, key: &str) -> Result<Option<u64>, ToolError> {
     match args.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(value) => match value.as_f64() {
-            Some(n) if n == 0.0 => Ok(None),
+            Some(0.0) => Ok(None),
             Some(n) if n >= 1.0 && n.fract() == 0.0 && n <= 1e9 => Ok(Some(n as u64)),
             _ => Err(ToolError::invalid_args(format!(
                 "{key} must be a positive whole number"
@@ -900,49 +900,12 @@ impl GoalTool {
                     .map_err(refused)?;
             }
             "complete" | "blocked" => {
-                let in_round = round.is_some_and(|r| r == state.rounds_started);
-                if !has_user && !in_round {
-                    return Err(ToolError::new(
-                        ToolErrorCode::PermissionDenied,
-                        "complete and blocked need a message the user typed in this turn, or \
-                         the goal's current round",
-                    ));
-                }
-                only_edit()?;
-                let blocked = action == "blocked";
-                if blocked && reason.is_none() {
+                if objective.is_some() || max.is_some() {
                     return Err(ToolError::invalid_args(
-                        "blocked_reason is required with action blocked",
+                        "objective and max_goal_rounds are valid only with action edit",
                     ));
                 }
-                if !blocked {
-                    no_reason()?;
-                }
-                if blocked && !has_user && state.rounds_started < BLOCKED_AFTER_ROUNDS {
-                    return Err(ToolError::new(
-                        ToolErrorCode::PermissionDenied,
-                        format!(
-                            "blocked requires at least {BLOCKED_AFTER_ROUNDS} consecutive goal \
-                             rounds; current round is {}",
-                            state.rounds_started
-                        ),
-                    ));
-                }
-                let done = self
-                    .goals
-                    .mutate(Some(false), |book, now| {
-                        if blocked {
-                            book.block("model-reported", reason.unwrap_or_default(), now)
-                        } else {
-                            book.complete(now)
-                        }
-                    })
-                    .map_err(refused)?;
-                if in_round && !has_user {
-                    let text = wrapup_text(&done.goal.objective, reason.filter(|_| blocked));
-                    self.goals.live.lock_or_recover().wrapup =
-                        Some(plugin_message(GOAL_PLUGIN, "notice", text));
-                }
+                self.conclude(action == "blocked", reason, &state, has_user, round)?;
             }
             other => {
                 return Err(ToolError::invalid_args(format!(
@@ -951,6 +914,65 @@ impl GoalTool {
             }
         }
         Ok(self.result())
+    }
+
+    /// `complete` or `blocked`: from the user's turn, or from the goal's current round (then
+    /// the model is told once to wrap up).
+    fn conclude(
+        &self,
+        blocked: bool,
+        reason: Option<&str>,
+        state: &GoalState,
+        has_user: bool,
+        round: Option<u64>,
+    ) -> Result<(), ToolError> {
+        let in_round = round.is_some_and(|r| r == state.rounds_started);
+        if !has_user && !in_round {
+            return Err(ToolError::new(
+                ToolErrorCode::PermissionDenied,
+                "complete and blocked need a message the user typed in this turn, or the goal's \
+                 current round",
+            ));
+        }
+        match (blocked, reason) {
+            (true, None) => {
+                return Err(ToolError::invalid_args(
+                    "blocked_reason is required with action blocked",
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(ToolError::invalid_args(
+                    "blocked_reason is valid only with action blocked",
+                ))
+            }
+            _ => {}
+        }
+        if blocked && !has_user && state.rounds_started < BLOCKED_AFTER_ROUNDS {
+            return Err(ToolError::new(
+                ToolErrorCode::PermissionDenied,
+                format!(
+                    "blocked requires at least {BLOCKED_AFTER_ROUNDS} consecutive goal rounds; \
+                     current round is {}",
+                    state.rounds_started
+                ),
+            ));
+        }
+        let done = self
+            .goals
+            .mutate(Some(false), |book, now| {
+                if blocked {
+                    book.block("model-reported", reason.unwrap_or_default(), now)
+                } else {
+                    book.complete(now)
+                }
+            })
+            .map_err(refused)?;
+        if in_round && !has_user {
+            let text = wrapup_text(&done.goal.objective, reason.filter(|_| blocked));
+            self.goals.live.lock_or_recover().wrapup =
+                Some(plugin_message(GOAL_PLUGIN, "notice", text));
+        }
+        Ok(())
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use dsh_agent::{is_error_result, Presenter};
-use dsh_llm::{Chunk, ContentBlock, MessageSource};
+use dsh_llm::{Chunk, ContentBlock, Message, MessageSource};
 use dsh_session::{BilledKind, Envelope, Event, PriceTable, TurnEndReason, UsageLedger};
 use dsh_tools::{ResultSummary, ToolPresentation, ToolProgress, ToolView};
 use serde::Serialize;
@@ -417,6 +417,37 @@ impl ViewProjector {
         }
     }
 
+    /// A user-role message: what was said, and a goal round's count.
+    fn user_message(&mut self, envelope: &Envelope, message: &Message, out: &mut Vec<ViewEvent>) {
+        let images = message
+            .content
+            .iter()
+            .filter(|b| matches!(b, ContentBlock::Image { .. }))
+            .count();
+        let injected_by = match &message.source {
+            MessageSource::Plugin { plugin, .. } => Some(plugin.clone()),
+            _ => None,
+        };
+        out.push(ViewEvent::UserMessage {
+            text: message.text(),
+            images,
+            injected_by,
+        });
+        // A goal round's message: the round count moves on (docs/goals.md).
+        if dsh_agent::goal_round_of(message).is_some() {
+            self.goal_moved(&envelope.event, out);
+        }
+    }
+
+    /// Takes in an event that changes the goal (a `goal/change`, a round's message) and shows
+    /// the goal after it.
+    fn goal_moved(&mut self, event: &Event, out: &mut Vec<ViewEvent>) {
+        self.goal.observe(event);
+        out.push(ViewEvent::Goal {
+            goal: self.goal.current.as_ref().map(GoalView::from_state),
+        });
+    }
+
     /// The session's goal as the events so far left it (`None`: none, or cleared).
     pub fn goal(&self) -> Option<GoalView> {
         self.goal.current.as_ref().map(GoalView::from_state)
@@ -454,31 +485,7 @@ impl ViewProjector {
                 turn: step.turn,
                 step: step.step,
             }),
-            Event::UserMessage(message) => {
-                let images = message
-                    .content
-                    .iter()
-                    .filter(|b| matches!(b, ContentBlock::Image { .. }))
-                    .count();
-                let injected_by = match &message.source {
-                    MessageSource::Plugin { plugin, .. } => Some(plugin.clone()),
-                    _ => None,
-                };
-                out.push(ViewEvent::UserMessage {
-                    text: message.text(),
-                    images,
-                    injected_by,
-                });
-                // A goal round's message: the round count moves on (docs/goals.md).
-                if dsh_agent::goal_round_of(message).is_some() {
-                    self.goal.observe(&envelope.event);
-                    if let Some(state) = &self.goal.current {
-                        out.push(ViewEvent::Goal {
-                            goal: Some(GoalView::from_state(state)),
-                        });
-                    }
-                }
-            }
+            Event::UserMessage(message) => self.user_message(envelope, message, &mut out),
             Event::AssistantChunk(chunk) => match &chunk.chunk {
                 Chunk::TextDelta { text, .. } => {
                     out.push(ViewEvent::TextDelta { text: text.clone() })
@@ -517,12 +524,7 @@ impl ViewProjector {
             Event::SessionTitle(title) => out.push(ViewEvent::Title {
                 title: title.title.clone(),
             }),
-            Event::GoalChange(change) => {
-                self.goal.apply(change);
-                out.push(ViewEvent::Goal {
-                    goal: self.goal.current.as_ref().map(GoalView::from_state),
-                });
-            }
+            Event::GoalChange(_) => self.goal_moved(&envelope.event, &mut out),
             Event::TodoWrite(todos) => out.push(ViewEvent::Todos {
                 todos: serde_json::to_value(&todos.todos).unwrap_or(Value::Null),
             }),

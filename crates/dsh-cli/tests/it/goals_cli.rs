@@ -70,9 +70,9 @@ impl Env {
 fn result_line(stdout: &[u8]) -> Value {
     String::from_utf8_lossy(stdout)
         .lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["type"] == "result")
-        .last()
+        .find(|l| l["type"] == "result")
         .unwrap_or_else(|| panic!("no result line in {}", String::from_utf8_lossy(stdout)))
 }
 
