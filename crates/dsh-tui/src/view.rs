@@ -955,9 +955,22 @@ pub fn short_tokens(n: u64) -> String {
 }
 
 /// The goal in the status line: `goal active 2/256: <objective>`, the objective cut to 40
-/// characters.
+/// characters, control characters made spaces.
 fn goal_status(goal: &dsh_protocol::GoalView) -> String {
-    let mut objective: String = goal.objective.chars().take(40).collect();
+    // The objective is the model's text: control characters are shown, never obeyed, and a
+    // newline would break the line.
+    let mut objective: String = goal
+        .objective
+        .chars()
+        .map(|c| {
+            if c == '\n' || c == '\t' || dsh_tools::is_unsafe_for_terminal(c) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .take(40)
+        .collect();
     if goal.objective.chars().count() > 40 {
         objective.push('…');
     }
@@ -1025,4 +1038,25 @@ pub fn status_line(app: &App) -> Line<'static> {
         Span::raw(cost),
     ]);
     Line::from(line)
+}
+
+#[cfg(test)]
+mod goal_tests {
+    use super::*;
+
+    #[test]
+    fn the_goal_in_the_status_line_obeys_no_escape_and_is_cut() {
+        let goal = dsh_protocol::GoalView {
+            id: "goal-1".into(),
+            objective: "\u{1b}]52;c;aGk=\u{7}fix\nthe parser and then everything else too".into(),
+            phase: "active".into(),
+            rounds_started: 2,
+            max_goal_rounds: 256,
+            blocked_reason: None,
+        };
+        let text = goal_status(&goal);
+        assert!(text.starts_with("goal active 2/256: "), "{text}");
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+        assert!(text.ends_with('…'), "{text}");
+    }
 }
