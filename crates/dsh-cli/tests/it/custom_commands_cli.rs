@@ -88,16 +88,16 @@ fn model_requests(provider: &FakeProvider) -> Vec<(String, Vec<String>, String)>
 }
 
 /// `dsh acp` over stdio, enough for prompts: requests and their answers, updates kept.
-struct Acp {
+pub(crate) struct Acp {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
     lines: std::sync::mpsc::Receiver<String>,
     next_id: u64,
-    updates: Vec<Value>,
+    pub(crate) updates: Vec<Value>,
 }
 
 impl Acp {
-    fn start(home: &Path, cwd: &Path, base_url: &str) -> Acp {
+    pub(crate) fn start(home: &Path, cwd: &Path, base_url: &str) -> Acp {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
             .arg("acp")
             .current_dir(cwd)
@@ -136,7 +136,7 @@ impl Acp {
         acp
     }
 
-    fn call(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -186,7 +186,7 @@ impl Drop for Acp {
     }
 }
 
-fn prompt(session: &str, text: &str) -> Value {
+pub(crate) fn prompt(session: &str, text: &str) -> Value {
     json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
 }
 

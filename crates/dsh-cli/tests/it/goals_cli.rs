@@ -1,6 +1,7 @@
 //! Goals (docs/goals.md) with the real binary and the scripted provider: the model creates a
 //! goal, a turn that ends without marking it runs a continuation round, marking it complete
-//! ends the run; the round cap and a budget stop the rounds; a resumed session has its goal.
+//! ends the run; the round cap and a budget stop the rounds; a resumed session has its goal;
+//! ACP and the web UI show it; dsh's goal recordings load and replay.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -385,4 +386,139 @@ async fn dshs_goal_recordings_load_show_their_goal_and_replay_without_difference
         paused,
         "no replay paused its goal after the cancelled round"
     );
+}
+
+/// ACP: `/goal <objective>` as a prompt sets the goal and runs its round before the prompt is
+/// answered; the goal reaches the editor in `session_info_update`'s `_meta.dsh.goal`, and
+/// `/goal` answers with the goal as an agent message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_shows_the_goal_and_runs_its_rounds_within_the_prompt() {
+    use crate::custom_commands_cli::{prompt, Acp};
+    let provider = FakeProvider::start([said("worked on it"), said("t"), said("t")])
+        .await
+        .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        "[goals]\nmax_rounds = 1\n",
+    )
+    .unwrap();
+    let (home, cwd, url) = (
+        env.home.path().to_path_buf(),
+        env.cwd.path().to_path_buf(),
+        provider.base_url(),
+    );
+    let updates = tokio::task::spawn_blocking(move || {
+        let mut acp = Acp::start(&home, &cwd, &url);
+        let session = acp.call(
+            "session/new",
+            serde_json::json!({"cwd": cwd, "mcpServers": []}),
+        );
+        let id = session["sessionId"].as_str().unwrap().to_string();
+        let answer = acp.call("session/prompt", prompt(&id, "/goal Ship the parser"));
+        assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+        acp.call("session/prompt", prompt(&id, "/goal"));
+        std::mem::take(&mut acp.updates)
+    })
+    .await
+    .unwrap();
+    let goals: Vec<&Value> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "session_info_update")
+        .filter_map(|u| u["_meta"]["dsh"].get("goal"))
+        .collect();
+    let phases: Vec<&str> = goals.iter().filter_map(|g| g["phase"].as_str()).collect();
+    assert_eq!(phases.first(), Some(&"active"), "{goals:?}");
+    assert_eq!(phases.last(), Some(&"blocked"), "{goals:?}");
+    assert!(goals.iter().all(|g| g["objective"] == "Ship the parser"));
+    let said: String = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("worked on it"), "{said}");
+    assert!(said.contains("round-limit"), "{said}");
+    let log = env.log();
+    assert_eq!(round_messages(&log), vec![1]);
+}
+
+/// The web UI: `/goal <objective>` through the commands API answers with the goal as a note,
+/// and the session's event stream carries the `goal` view events the goal bar draws; the page
+/// has the bar.
+#[tokio::test]
+async fn the_web_ui_gets_the_goal_and_its_bar() {
+    use futures::StreamExt;
+    let provider = FakeProvider::start([said("worked on it"), said("t"), said("t")])
+        .await
+        .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        "[goals]\nmax_rounds = 1\n",
+    )
+    .unwrap();
+    let mut web =
+        crate::web_cli::launch(env.home.path(), env.cwd.path(), &provider.base_url()).await;
+    let client = reqwest::Client::new();
+    let created: Value = client
+        .post(format!("{}/api/sessions", web.base))
+        .bearer_auth(&web.token)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    let answer: Value = client
+        .post(format!("{}/api/sessions/{id}/commands", web.base))
+        .bearer_auth(&web.token)
+        .json(&serde_json::json!({"name": "goal", "arguments": "Ship the parser"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let notes = answer["notes"].to_string();
+    assert!(
+        notes.contains("Ship the parser") && notes.contains("active"),
+        "{answer}"
+    );
+    let response = client
+        .get(format!("{}/api/sessions/{id}/events", web.base))
+        .bearer_auth(&web.token)
+        .send()
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !text.contains("\"phase\":\"blocked\"") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no blocked goal: {text}"
+        );
+        let chunk = tokio::time::timeout(Duration::from_secs(20), body.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("\"kind\":\"goal\""), "{text}");
+    assert!(text.contains("worked on it"), "{text}");
+    let page = client
+        .get(format!("{}/", web.base))
+        .bearer_auth(&web.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("id=\"goal-bar\""), "{page}");
+    web.child.start_kill().unwrap();
+    web.child.wait().await.unwrap();
 }
