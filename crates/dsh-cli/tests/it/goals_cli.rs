@@ -152,6 +152,9 @@ async fn an_unfinished_goal_runs_a_round_and_marking_it_complete_ends_the_run() 
     assert!(out.status.success(), "{stderr}");
     let result = result_line(&out.stdout);
     assert_eq!(result["stop"], "completed", "{result}");
+    // `--json` prints the goal's view events.
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains(r#""kind":"goal""#), "{printed}");
     assert_eq!(
         result["output"].as_str(),
         Some("All tests pass; the goal is complete."),
@@ -521,4 +524,56 @@ async fn the_web_ui_gets_the_goal_and_its_bar() {
     assert!(page.contains("id=\"goal-bar\""), "{page}");
     web.child.start_kill().unwrap();
     web.child.wait().await.unwrap();
+}
+
+/// `dsh run --resume` of dsh's own log acts on its `goal/change` events: the goal dsh paused
+/// after its cancelled second round is the session's goal, and resuming it (`update_goal`,
+/// the user asked) is refused: its two rounds are used.
+#[tokio::test]
+async fn resuming_dshs_log_restores_its_goal() {
+    let root = dsh_test_support::dsh_fixtures_dir();
+    let source = root
+        .join("examples/acp-agent/tests/goal-snapshots/goal-round-driver/session.expected.jsonl");
+    let env = Env::new();
+    let dir = env.home.path().join("sessions/--copied--/s1");
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("session.jsonl");
+    std::fs::copy(&source, &target).unwrap();
+    let id = dsh_session::load_file(&source)
+        .unwrap()
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            dsh_session::Event::GoalChange(c) => c.goal.as_ref().map(|g| g.id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let provider = FakeProvider::start([
+        tool("call_get", "get_goal", "{}"),
+        tool(
+            "call_resume",
+            "update_goal",
+            &format!(r#"{{"goal_id":"{id}","revision":2,"action":"resume"}}"#),
+        ),
+        said("The goal has no round left."),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = env.run(&provider, &["--resume"]);
+    cmd.arg(&target).arg("Continue the goal");
+    let out = run(cmd).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    let got = requests[1].body["messages"].to_string();
+    assert!(
+        got.contains(r#"\"phase\":\"paused\""#) && got.contains(r#"\"roundsStarted\":2"#),
+        "{got}"
+    );
+    let refused = requests[2].body["messages"].to_string();
+    assert!(refused.contains("used all 2 of its rounds"), "{refused}");
 }
