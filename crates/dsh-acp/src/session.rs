@@ -458,7 +458,8 @@ async fn compact_command(agent: &mut Agent) -> String {
 
 /// Queues the prompt's input: the expansion of a user command (`/name arguments` for one of
 /// the session's user commands, `Op::Command`), else the text as is (`Op::Prompt`).
-fn queue_input(control: &SessionControl, text: String) -> Result<(), RpcError> {
+/// Returns what a command said for the user (`/goal` shows the goal).
+fn queue_input(control: &SessionControl, text: String) -> Result<Vec<String>, RpcError> {
     if let Some(command) = commands::parse(&text) {
         let known = !commands::OWN.contains(&command.name)
             && control
@@ -472,11 +473,10 @@ fn queue_input(control: &SessionControl, text: String) -> Result<(), RpcError> {
                     name: command.name.to_string(),
                     arguments: command.arguments.to_string(),
                 })
-                .map(|_| ())
                 .map_err(refused);
         }
     }
-    prompt_message(control, dsh_agent::new_user_message(text))
+    prompt_message(control, dsh_agent::new_user_message(text)).map(|()| Vec::new())
 }
 
 /// Queues a user message for the next turn (`Op::Prompt`).
@@ -725,13 +725,17 @@ async fn run_session(
             Some(content) => {
                 let mut message = dsh_agent::new_user_message("");
                 message.content = content;
-                prompt_message(&control, message)
+                prompt_message(&control, message).map(|()| Vec::new())
             }
             None => queue_input(&control, job.text),
         };
-        if let Err(error) = queued {
-            out.respond_error(job.request_id, &error);
-            continue;
+        match queued {
+            Err(error) => {
+                out.respond_error(job.request_id, &error);
+                continue;
+            }
+            Ok(notes) if !notes.is_empty() => say(&session_id, &out, &notes.join("\n")),
+            Ok(_) => {}
         }
         let result = run_turns(&mut agent, &mut view, &mut events, &mut flushes).await;
         drain(&mut view, &mut events);

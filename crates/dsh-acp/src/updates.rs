@@ -328,6 +328,12 @@ impl UpdateMapper {
                         .insert(call_id, json!({"outcome": outcome, "scope": scope}));
                 }
                 ViewEvent::PresetChanged { preset } => self.preset = Some(preset),
+                // The goal (docs/acp.md, "Goals"): ACP has no goal update, so it rides in the
+                // `_meta` of a `session_info_update` (`null` once cleared).
+                ViewEvent::Goal { goal } => out.push(json!({
+                    "sessionUpdate": "session_info_update",
+                    "_meta": {"dsh": {"goal": goal}},
+                })),
                 ViewEvent::PlanMode { active } if live => {
                     out.push(crate::plan::mode_update(active, self.preset.as_deref()));
                 }

@@ -402,7 +402,7 @@ impl AgentHandle {
     /// Runs `/name arguments` for one of [`AgentHandle::user_commands`]: queues the message it
     /// expands to as the next turn's user input (like [`AgentHandle::followup`]). An unknown
     /// name, or a command that refuses, is an error for the user and queues nothing.
-    pub fn run_user_command(&self, name: &str, arguments: &str) -> Result<(), AgentError> {
+    pub fn run_user_command(&self, name: &str, arguments: &str) -> Result<Vec<String>, AgentError> {
         let expanded = self
             .shared
             .extensions
@@ -411,9 +411,14 @@ impl AgentHandle {
             .find_map(|extension| extension.expand_user_command(name, arguments))
             .unwrap_or_else(|| Err(crate::ExtensionError::UnknownCommand(name.to_string())));
         match expanded {
-            // A command that only switches something (`/plan`, `/plan off`) queues nothing.
-            Ok(expansion) if expansion.text.trim().is_empty() => Ok(()),
-            Ok(expansion) => self.queue_expansion(name, expansion),
+            Ok(mut expansion) => {
+                let notes: Vec<String> = expansion.note.take().into_iter().collect();
+                // A command that only switches something (`/plan`, `/plan off`) queues nothing.
+                if !expansion.text.trim().is_empty() {
+                    self.queue_expansion(name, expansion)?;
+                }
+                Ok(notes)
+            }
             Err(message) => Err(AgentError::Config(Failure::new(
                 FailureCode::InvalidRequest,
                 message.to_string(),
@@ -903,10 +908,24 @@ impl Agent {
             .await?;
         }
         let mut outcomes = Vec::new();
-        while let Some(outcome) = self.run_turn().await? {
-            outcomes.push(outcome);
+        loop {
+            while let Some(outcome) = self.run_turn().await? {
+                outcomes.push(outcome);
+            }
+            self.idle();
+            if !self.shared.log().inbox.has_next_turn() {
+                return Ok(outcomes);
+            }
         }
-        Ok(outcomes)
+    }
+
+    /// Tells the extensions that the agent is idle ([`crate::Extension::on_idle`]): they may
+    /// queue follow-up input (a goal's next round). [`Agent::run_until_idle`] does it each
+    /// time it ran out of input; `dsh replay` before a recorded turn nobody typed.
+    pub fn idle(&self) {
+        for extension in self.shared.extensions.snapshot() {
+            extension.on_idle();
+        }
     }
 
     /// Runs turns while input is queued, then, while an extension says work it started may

@@ -736,6 +736,7 @@ impl CustomCommands {
                 model: command.model.clone(),
             },
             origin: Some(command.path.display().to_string()),
+            note: None,
         })
     }
 }

@@ -298,6 +298,11 @@ pub trait Extension: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The agent ran every queued turn and has no input left: queue follow-up input now (the
+    /// goal driver's next round, docs/goals.md), and [`crate::Agent::run_until_idle`] runs it
+    /// before returning. Called with no lock held.
+    fn on_idle(&self) {}
+
     /// Whether work this extension started (e.g. a running background job) may still wake the
     /// idle agent; [`crate::Agent::run_until_settled`] keeps waiting while any extension says
     /// so (docs/agent.md, "Wake-ups").
@@ -375,6 +380,8 @@ pub struct CommandExpansion {
     /// Where the command came from (its file), logged with the message as `user/command`;
     /// `None` logs nothing.
     pub origin: Option<String>,
+    /// What to tell the user (`/goal` shows the goal); `None`: nothing.
+    pub note: Option<String>,
 }
 
 impl From<String> for CommandExpansion {

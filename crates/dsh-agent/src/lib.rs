@@ -20,6 +20,7 @@ mod context;
 mod custom_commands;
 mod errors;
 mod extension;
+mod goals;
 mod hooks;
 mod inbox;
 mod log;
@@ -73,6 +74,11 @@ pub use extension::{
     ExtensionGuard, ExtensionSet, HeadlessApprover, NoteScope, PreStepContext, RetryExtension,
     ToolCallInfo, ToolFuture, ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict,
     TurnSettings, TurnStoppingContext, UserCommand,
+};
+pub use goals::{
+    describe_goal, goal_round_of, goal_value, GoalBook, GoalRefusal, GoalState, Goals,
+    BLOCKED_AFTER_ROUNDS, CREATE_GOAL, DEFAULT_MAX_GOAL_ROUNDS, GET_GOAL, GOAL_COMMAND,
+    GOAL_PLUGIN, UPDATE_GOAL,
 };
 pub use hooks::{
     ClaudeCodeHooks, CommandHooks, HookCommand, HookConfigError, HookDialect, HookEvent, HookGroup,

@@ -84,7 +84,8 @@ async fn run_async(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         recorded.turns.len(),
         cwd.display()
     );
-    replay_turns(&mut agent, &hanging, &recorded).await?;
+    let goal_commands = recorded_goal_commands(&recording.events);
+    replay_turns(&mut agent, &hanging, &recorded, &goal_commands).await?;
     drop(agent);
     report(&location, &cwd, &recorded)
 }
@@ -150,7 +151,11 @@ fn replay_agent(
     };
     let runtime = crate::run::runtime(Some(cwd), choices)?;
     let spec = SessionSpec {
-        provider: Some(ProviderReplacement { adapter, model }),
+        provider: Some(ProviderReplacement {
+            adapter,
+            model,
+            goal_ids: recorded_goal_ids(&recording.events),
+        }),
         ..SessionSpec::default()
     };
     // Replays are kept apart from the user's sessions (`sessions list` does not show them);
@@ -162,16 +167,76 @@ fn replay_agent(
     Ok((opened.agent, hanging))
 }
 
-/// Sends each recorded prompt and runs its turn; a turn the recording ended by cancelling is
+/// The ids of the goals the recording created, in order.
+fn recorded_goal_ids(events: &[dsh_session::Envelope]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            dsh_session::Event::GoalChange(change)
+                if change.operation == dsh_session::GoalOperation::Create =>
+            {
+                change.goal.as_ref().map(|g| g.id.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The user's `/goal` changes of the recording (`goal/change` events between turns, as the
+/// command logs them), as `(turn index before which it came, /goal arguments)`.
+fn recorded_goal_commands(events: &[dsh_session::Envelope]) -> Vec<(usize, String)> {
+    use dsh_session::{Event, GoalOperation};
+    let (mut turns, mut open) = (0, false);
+    let mut commands = Vec::new();
+    for envelope in events {
+        match &envelope.event {
+            Event::TurnStart(_) => {
+                turns += 1;
+                open = true;
+            }
+            Event::TurnEnd(_) => open = false,
+            Event::GoalChange(change) if !open => {
+                let objective = change.goal.as_ref().map(|g| g.objective.clone());
+                let arguments = match (change.operation, objective) {
+                    (GoalOperation::Create, Some(objective)) => objective,
+                    (GoalOperation::Edit, Some(objective)) => format!("edit {objective}"),
+                    (GoalOperation::Pause, _) => "pause".to_string(),
+                    (GoalOperation::Resume, _) => "resume".to_string(),
+                    (GoalOperation::Clear, _) => "clear".to_string(),
+                    _ => continue,
+                };
+                commands.push((turns, arguments));
+            }
+            _ => {}
+        }
+    }
+    commands
+}
+
+/// Sends each recorded prompt (or, for a turn nobody typed, lets the idle agent queue what it
+/// queues: a goal's round) and runs its turn, the user's recorded `/goal` changes first; a turn the recording ended by cancelling is
 /// cancelled when its reply runs out.
 async fn replay_turns(
     agent: &mut Agent,
     hanging: &Arc<Notify>,
     recorded: &RecordedRun,
+    goal_commands: &[(usize, String)],
 ) -> anyhow::Result<()> {
     let handle = agent.handle();
-    for turn in &recorded.turns {
-        handle.followup(turn.prompt.clone())?;
+    for (index, turn) in recorded.turns.iter().enumerate() {
+        // The user's `/goal` changes before this turn, as the user made them.
+        for (_, arguments) in goal_commands.iter().filter(|(at, _)| *at == index) {
+            if let Err(err) = handle.run_user_command(dsh_agent::GOAL_COMMAND, arguments) {
+                eprintln!("dsh: the recorded `/goal {arguments}` was refused: {err}");
+            }
+        }
+        if turn.prompt.is_empty() {
+            // A turn nobody typed (a goal's continuation round): what the idle agent queues
+            // by itself starts it, as live.
+            agent.idle();
+        } else {
+            handle.followup(turn.prompt.clone())?;
+        }
         let was_cancelled = matches!(turn.end, Some(dsh_session::TurnEndReason::Aborted { .. }));
         let canceller = was_cancelled.then(|| {
             let handle = handle.clone();

@@ -176,6 +176,8 @@ pub struct Config {
     pub compaction: CompactionSettings,
     /// Turn budgets (`[budget]`).
     pub budget: BudgetSettings,
+    /// Session goals (`[goals]`, docs/goals.md).
+    pub goals: GoalsSettings,
     /// Delegation settings (`[agents]`).
     pub agents: AgentsSettings,
     /// Configured providers by name (`[providers.<name>]`).
@@ -543,6 +545,40 @@ pub struct BudgetSettings {
     pub max_cost_usd: Option<f64>,
 }
 
+/// Session goals (`[goals]`, docs/goals.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoalsSettings {
+    /// `goals.enabled`: the goal tools, `/goal` and the continuation rounds (default on).
+    pub enabled: bool,
+    /// `goals.max_rounds`: the round cap of a goal created without one (default 256, dsh's).
+    pub max_rounds: u64,
+}
+
+impl Default for GoalsSettings {
+    fn default() -> Self {
+        GoalsSettings {
+            enabled: true,
+            max_rounds: 256,
+        }
+    }
+}
+
+/// `[goals]` (its values were checked by the schema).
+fn parse_goals(merged: &Table) -> GoalsSettings {
+    let table = sub_table(merged, "goals");
+    let mut settings = GoalsSettings::default();
+    if let Some(on) = table
+        .and_then(|t| t.get("enabled"))
+        .and_then(Value::as_bool)
+    {
+        settings.enabled = on;
+    }
+    if let Some(n) = as_f64(table.and_then(|t| t.get("max_rounds"))) {
+        settings.max_rounds = n.max(1.0) as u64;
+    }
+    settings
+}
+
 /// Delegation (`[agents]`, docs/configuration.md, "Subagents").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AgentsSettings {
@@ -862,6 +898,7 @@ impl Config {
             permission: as_string(merged.get("permission")),
             compaction,
             budget: parse_budget(&merged),
+            goals: parse_goals(&merged),
             agents: parse_agents(&merged),
             providers,
             models,

@@ -40,8 +40,8 @@ pub use builtin::{
     DEFAULT_KEEP_TAIL,
 };
 pub use config::{
-    AgentsSettings, BudgetSettings, CompactionSettings, Config, MaxTokensField, ModelEntry,
-    ProviderConfig, ProviderKind, Quirks, SelectError, Selection,
+    AgentsSettings, BudgetSettings, CompactionSettings, Config, GoalsSettings, MaxTokensField,
+    ModelEntry, ProviderConfig, ProviderKind, Quirks, SelectError, Selection,
 };
 pub use error::{ConfigError, ConfigErrors, Source};
 pub use load::{

@@ -26,6 +26,7 @@ const ROOT_KEYS: &[&str] = &[
     "permission",
     "compaction",
     "budget",
+    "goals",
     "agents",
     "providers",
     "models",
@@ -47,6 +48,7 @@ const SANDBOX_KEYS: &[&str] = &["network"];
 pub(crate) const SANDBOX_NETWORK: &[&str] = &["on", "off"];
 const COMPACTION_KEYS: &[&str] = &["threshold", "keep_tail"];
 const BUDGET_KEYS: &[&str] = &["max_steps", "max_wall_time_secs", "max_cost_usd"];
+const GOALS_KEYS: &[&str] = &["enabled", "max_rounds"];
 const AGENTS_KEYS: &[&str] = &["max_concurrent"];
 const TOOLS_KEYS: &[&str] = &["web_fetch", "web_search", "glob", "grep"];
 const GLOB_KEYS: &[&str] = &["max_results", "sample_over_cap"];
@@ -279,6 +281,11 @@ impl Checker<'_> {
                         self.budget(t);
                     }
                 }
+                "goals" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.goals(t);
+                    }
+                }
                 "agents" => {
                     if let Some(t) = self.expect_table(key, value) {
                         self.agents(t);
@@ -422,6 +429,23 @@ impl Checker<'_> {
                     "write US dollars, e.g. `max_cost_usd = 2.5`",
                 ),
                 other => self.unknown("budget", other, BUDGET_KEYS),
+            }
+        }
+    }
+
+    /// `[goals]`: session goals and their continuation rounds (docs/goals.md).
+    fn goals(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("goals", key);
+            match key.as_str() {
+                "enabled" => self.expect_bool(&path, value),
+                "max_rounds" => self.expect_number(
+                    &path,
+                    value,
+                    (1.0, 1e9),
+                    "write a whole number of rounds, e.g. `max_rounds = 20`",
+                ),
+                other => self.unknown("goals", other, GOALS_KEYS),
             }
         }
     }

@@ -19,4 +19,4 @@ mod view;
 
 pub use interactions::{AnswerError, Interactions, Policy, Reply, Waiting, MAX_ANSWER_CHARS};
 pub use ops::{ModelLookup, Op, OpError, SessionControl};
-pub use view::{Card, CardState, EndState, ViewEvent, ViewProjector};
+pub use view::{Card, CardState, EndState, GoalView, ViewEvent, ViewProjector};

@@ -244,7 +244,7 @@ impl SessionControl {
                     self.run_command(PLAN_COMMAND, arguments)?;
                 }
             }
-            Op::Command { name, arguments } => self.run_command(&name, &arguments)?,
+            Op::Command { name, arguments } => return self.run_command(&name, &arguments),
             Op::Compact => self.handle.request_compaction(),
             Op::Undo => return self.undo().map(|note| vec![note]),
             Op::Remember { scope, text } => {
@@ -270,7 +270,7 @@ impl SessionControl {
         Ok(Vec::new())
     }
 
-    fn run_command(&self, name: &str, arguments: &str) -> Result<(), OpError> {
+    fn run_command(&self, name: &str, arguments: &str) -> Result<Vec<String>, OpError> {
         if !self.handle.user_commands().iter().any(|c| c.name == name) {
             return Err(OpError::new(
                 "UNAVAILABLE",

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use dsh_agent::{is_error_result, Presenter};
-use dsh_llm::{Chunk, ContentBlock, MessageSource};
+use dsh_llm::{Chunk, ContentBlock, Message, MessageSource};
 use dsh_session::{BilledKind, Envelope, Event, PriceTable, TurnEndReason, UsageLedger};
 use dsh_tools::{ResultSummary, ToolPresentation, ToolProgress, ToolView};
 use serde::Serialize;
@@ -136,6 +136,57 @@ pub struct Card {
     /// server's progress notifications).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ToolProgress>,
+}
+
+/// A session's goal as front ends show it (docs/goals.md; dsh's goal fields).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GoalView {
+    /// The goal's id.
+    pub id: String,
+    /// What is to be achieved.
+    pub objective: String,
+    /// `active`, `paused`, `blocked` or `complete`.
+    pub phase: String,
+    /// Continuation rounds started.
+    pub rounds_started: u64,
+    /// The round cap.
+    pub max_goal_rounds: u64,
+    /// Why it is blocked, in words (`code: message`), while it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+}
+
+impl GoalView {
+    fn from_state(state: &dsh_agent::GoalState) -> Self {
+        GoalView {
+            id: state.goal.id.clone(),
+            objective: state.goal.objective.clone(),
+            phase: state.goal.phase.as_str().to_string(),
+            rounds_started: state.rounds_started,
+            max_goal_rounds: state.goal.max_goal_rounds,
+            blocked_reason: state
+                .goal
+                .blocked_reason
+                .as_ref()
+                .map(|r| format!("{}: {}", r.code, r.message)),
+        }
+    }
+
+    /// The goal a `goal/change` leaves (`None` for a clear).
+    pub fn of(change: &dsh_session::GoalChange) -> Option<Self> {
+        let mut book = dsh_agent::GoalBook::default();
+        book.apply(change);
+        book.current.as_ref().map(GoalView::from_state)
+    }
+
+    /// One line: `goal: <objective> (active, round 2/256)`.
+    pub fn line(&self) -> String {
+        format!(
+            "goal: {} ({}, round {}/{})",
+            self.objective, self.phase, self.rounds_started, self.max_goal_rounds
+        )
+    }
 }
 
 /// One thing a front end shows. Serialized with `"kind"` naming the variant (camelCase), the
@@ -299,6 +350,11 @@ pub enum ViewEvent {
         /// The title.
         title: String,
     },
+    /// The session's goal changed (docs/goals.md): `goal` is `null` once cleared.
+    Goal {
+        /// The goal after the change.
+        goal: Option<GoalView>,
+    },
     /// The todo list changed.
     Todos {
         /// The list, each `{content, status}`.
@@ -337,6 +393,8 @@ pub struct ViewProjector {
     route: Option<(String, String)>,
     ledger: UsageLedger,
     prices: PriceTable,
+    /// The session's goal so far.
+    goal: dsh_agent::GoalBook,
 }
 
 impl Default for ViewProjector {
@@ -355,7 +413,44 @@ impl ViewProjector {
             route: None,
             ledger: UsageLedger::new(),
             prices,
+            goal: dsh_agent::GoalBook::default(),
         }
+    }
+
+    /// A user-role message: what was said, and a goal round's count.
+    fn user_message(&mut self, envelope: &Envelope, message: &Message, out: &mut Vec<ViewEvent>) {
+        let images = message
+            .content
+            .iter()
+            .filter(|b| matches!(b, ContentBlock::Image { .. }))
+            .count();
+        let injected_by = match &message.source {
+            MessageSource::Plugin { plugin, .. } => Some(plugin.clone()),
+            _ => None,
+        };
+        out.push(ViewEvent::UserMessage {
+            text: message.text(),
+            images,
+            injected_by,
+        });
+        // A goal round's message: the round count moves on (docs/goals.md).
+        if dsh_agent::goal_round_of(message).is_some() {
+            self.goal_moved(&envelope.event, out);
+        }
+    }
+
+    /// Takes in an event that changes the goal (a `goal/change`, a round's message) and shows
+    /// the goal after it.
+    fn goal_moved(&mut self, event: &Event, out: &mut Vec<ViewEvent>) {
+        self.goal.observe(event);
+        out.push(ViewEvent::Goal {
+            goal: self.goal.current.as_ref().map(GoalView::from_state),
+        });
+    }
+
+    /// The session's goal as the events so far left it (`None`: none, or cleared).
+    pub fn goal(&self) -> Option<GoalView> {
+        self.goal.current.as_ref().map(GoalView::from_state)
     }
 
     /// The card of call `call_id`, as last shown.
@@ -390,22 +485,7 @@ impl ViewProjector {
                 turn: step.turn,
                 step: step.step,
             }),
-            Event::UserMessage(message) => {
-                let images = message
-                    .content
-                    .iter()
-                    .filter(|b| matches!(b, ContentBlock::Image { .. }))
-                    .count();
-                let injected_by = match &message.source {
-                    MessageSource::Plugin { plugin, .. } => Some(plugin.clone()),
-                    _ => None,
-                };
-                out.push(ViewEvent::UserMessage {
-                    text: message.text(),
-                    images,
-                    injected_by,
-                });
-            }
+            Event::UserMessage(message) => self.user_message(envelope, message, &mut out),
             Event::AssistantChunk(chunk) => match &chunk.chunk {
                 Chunk::TextDelta { text, .. } => {
                     out.push(ViewEvent::TextDelta { text: text.clone() })
@@ -444,6 +524,7 @@ impl ViewProjector {
             Event::SessionTitle(title) => out.push(ViewEvent::Title {
                 title: title.title.clone(),
             }),
+            Event::GoalChange(_) => self.goal_moved(&envelope.event, &mut out),
             Event::TodoWrite(todos) => out.push(ViewEvent::Todos {
                 todos: serde_json::to_value(&todos.todos).unwrap_or(Value::Null),
             }),

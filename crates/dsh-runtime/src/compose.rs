@@ -44,6 +44,28 @@ fn invalid(err: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::InvalidConfig(err.to_string())
 }
 
+/// The extensions of the session the user talks to only: plan mode (returned) and goals
+/// (docs/goals.md, as dsh has them; on unless `[goals] enabled = false`; a replay's goals take
+/// the recording's ids).
+fn plan_and_goals(
+    shared: &SessionShared,
+    depth: u64,
+    extensions: &ExtensionSet,
+) -> Option<dsh_agent::PlanMode> {
+    if depth > 0 {
+        return None;
+    }
+    let plan = dsh_agent::PlanMode::new();
+    extensions.register_for_life(Arc::new(plan.clone()));
+    let settings = shared.configuration.config.goals;
+    if settings.enabled {
+        let ids = (shared.provider.as_ref()).map_or_else(Vec::new, |p| p.goal_ids.clone());
+        let goals = dsh_agent::Goals::new(settings.max_rounds).with_ids(ids);
+        extensions.register_for_life(Arc::new(goals));
+    }
+    Some(plan)
+}
+
 /// The parts of an agent at delegation `depth` (0 for the session the user talks to).
 /// Subagents are built by the same function, so they get the same providers and policies.
 /// `permission` is the preset to start with; the returned [`SessionParts::permission`] switches
@@ -134,10 +156,7 @@ pub(crate) fn agent_parts(
     let children = subagents.feed();
     extensions.register_for_life(Arc::new(subagents));
     extensions.register_for_life(Arc::new(dsh_agent::BackgroundJobs::new(&jobs)));
-    let plan = (depth == 0).then(dsh_agent::PlanMode::new);
-    if let Some(plan) = &plan {
-        extensions.register_for_life(Arc::new(plan.clone()));
-    }
+    let plan = plan_and_goals(shared, depth, &extensions);
     let mut options = AgentOptions::new(call, &setup.cwd);
     options.compaction.threshold = setup.config.compaction.threshold;
     options.compaction.keep_tail = setup.config.compaction.keep_tail;

@@ -171,6 +171,9 @@ pub struct ProviderReplacement {
     pub adapter: Arc<dyn dsh_llm::Adapter>,
     /// The model id requests name (a recording's model).
     pub model: String,
+    /// The ids of the goals the recording created, in order: goals created in this session
+    /// take them, so recorded calls naming a goal still name it (docs/goals.md, "Replay").
+    pub goal_ids: Vec<String>,
 }
 
 impl std::fmt::Debug for ProviderReplacement {

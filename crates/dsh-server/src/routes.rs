@@ -1009,13 +1009,13 @@ pub(crate) async fn run_command(
         )));
     }
     let live = state.sessions.ensure_live(&id).await?;
-    live.submit(Op::Command {
+    let notes = live.submit(Op::Command {
         name: name.clone(),
         arguments: body.arguments.trim().to_string(),
     })?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"queued": "followup", "command": name})),
+        Json(json!({"queued": "followup", "command": name, "notes": notes})),
     )
         .into_response())
 }

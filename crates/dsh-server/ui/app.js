@@ -217,6 +217,7 @@ function select(id) {
   if (app.source) app.source.close();
   app.id = id;
   app.commands = [];
+  $("goal-bar").hidden = true;
   app.permissionPending = null;
   $("slash-menu").hidden = true;
   document.querySelectorAll(".session.selected").forEach((n) => n.classList.remove("selected"));
@@ -444,7 +445,8 @@ function send(mode) {
 function runCommand(name, args) {
   const builtin = BUILTINS.find((b) => b.name === name);
   if (builtin) return Promise.resolve(builtin.run(args));
-  return api(`/api/sessions/${app.id}/commands`, { name, arguments: args });
+  return api(`/api/sessions/${app.id}/commands`, { name, arguments: args })
+    .then((r) => { if (r?.notes?.length) toast(r.notes.join("\n"), "info"); return r; });
 }
 
 // Commands matching what follows the `/` typed so far: the page's, then the session's.

@@ -545,6 +545,22 @@ function turnEndText(v) {
 
 // View events (docs/protocol.md, "View events"); kinds not listed are skipped.
 Conversation.prototype.views = {
+  // The session's goal (docs/goals.md): a bar above the conversation, hidden once cleared.
+  goal(v) {
+    const bar = document.getElementById("goal-bar");
+    if (!bar) return;
+    const g = v.goal;
+    bar.hidden = !g;
+    if (!g) return;
+    bar.className = `goal-${g.phase}`;
+    const phase = el("span", "goal-phase", g.phase);
+    const rounds = el("span", "goal-rounds", `round ${g.roundsStarted}/${g.maxGoalRounds}`);
+    const objective = el("span", "goal-objective", g.objective);
+    const parts = [el("strong", null, "Goal"), phase, objective, rounds];
+    if (g.blockedReason) parts.push(el("span", "goal-blocked", g.blockedReason));
+    bar.replaceChildren(...parts);
+    bar.title = "/goal pause, /goal resume, /goal clear, /goal edit <objective>";
+  },
   turnStarted(v) {
     this.turn = this.root.appendChild(el("div", "turn"));
     this.turn.dataset.turn = v.turn;

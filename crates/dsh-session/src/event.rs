@@ -4,7 +4,7 @@
 //! Each variant of [`Event`] is one `type` string; its payload is the line's `data` object.
 //! Event types that dsh writes but that never reach a model (hooks, approvals, title requests)
 //! are *known and opaque*: they load as [`Event::Opaque`] and are written back unchanged. The
-//! rest of dsh's persistence catalog, the types this build has no feature for (goals, slash
+//! rest of dsh's persistence catalog, the types this build has no feature for (slash
 //! commands, teams, workflows, ...), load as [`Event::DshOnly`] with their data kept byte for
 //! byte (docs/sessions.md, "dsh-only events").
 
@@ -61,7 +61,6 @@ pub const DSH_ONLY_TYPES: &[&str] = &[
     "command/run",
     "compaction/prune",
     "feedback/record",
-    "goal/change",
     "schedule/change",
     "subagent/descriptor",
     "team/member",
@@ -143,6 +142,7 @@ const TYPED_TYPES: &[&str] = &[
     "llm/retry",
     "llm/retry-started",
     "session/title",
+    "goal/change",
     "agent/inbox/spliced",
     "todo/write",
     "session/end-seed",
@@ -547,6 +547,8 @@ pub enum Event {
     TodoWrite(TodoWrite),
     /// `session/end-seed`.
     EndSeed(EndSeed),
+    /// `goal/change` (docs/goals.md): the session's goal after a mutation, in dsh's shape.
+    GoalChange(crate::GoalChange),
     /// A type of dsh's persistence catalog this build has no feature for (see
     /// [`DSH_ONLY_TYPES`]), kept byte for byte. Never model-visible.
     DshOnly(DshOnlyEvent),
@@ -582,6 +584,7 @@ impl Event {
             Event::InboxSpliced(_) => "agent/inbox/spliced",
             Event::TodoWrite(_) => "todo/write",
             Event::EndSeed(_) => "session/end-seed",
+            Event::GoalChange(_) => crate::GOAL_CHANGE_EVENT,
             Event::DshOnly(event) => event.event_type(),
             Event::Opaque { event_type, .. } => event_type,
         }
@@ -656,6 +659,7 @@ impl Event {
             "agent/inbox/spliced" => Event::InboxSpliced(from_str(data)?),
             "todo/write" => Event::TodoWrite(from_str(data)?),
             "session/end-seed" => Event::EndSeed(from_str(data)?),
+            crate::GOAL_CHANGE_EVENT => Event::GoalChange(from_str(data)?),
             other if DSH_ONLY_TYPES.contains(&other) => {
                 Event::DshOnly(DshOnlyEvent::new(other, data)?)
             }
@@ -689,6 +693,7 @@ impl Event {
             Event::InboxSpliced(d) => to_writer(out, d),
             Event::TodoWrite(d) => to_writer(out, d),
             Event::EndSeed(d) => to_writer(out, d),
+            Event::GoalChange(d) => to_writer(out, d),
             Event::DshOnly(d) => {
                 let mut out = out;
                 out.write_all(d.raw_data().as_bytes())

@@ -175,6 +175,7 @@ fn render_event(env: &Envelope, out: &mut String) {
             out.push_str("_(end of the events inherited from the parent session)_\n\n")
         }
         Event::DshOnly(event) => render_dsh_only(event, out),
+        Event::GoalChange(change) => render_goal_change(change, out),
         Event::Opaque { event_type, .. } if event_type.starts_with("compaction/") => {
             out.push_str(&format!("_{event_type}_\n\n"));
         }
@@ -221,6 +222,31 @@ fn parent_line(parent: &str, seed_length: Option<u64>) -> String {
 
 /// A dsh-only event: the two that this build writes itself say what they are; the others are
 /// carried as read.
+/// One line per goal change: `_(goal create: "objective", active, 0/256 rounds)_`.
+fn render_goal_change(change: &crate::GoalChange, out: &mut String) {
+    let operation = serde_json::to_value(change.operation)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    match &change.goal {
+        Some(goal) => {
+            let blocked = goal
+                .blocked_reason
+                .as_ref()
+                .map(|r| format!(", blocked: {} ({})", r.message, r.code))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "_(goal {operation}: {:?}, {}, {}/{} rounds{blocked})_\n\n",
+                goal.objective,
+                goal.phase.as_str(),
+                change.rounds_started.unwrap_or(0),
+                goal.max_goal_rounds
+            ));
+        }
+        None => out.push_str(&format!("_(goal {operation})_\n\n")),
+    }
+}
+
 fn render_dsh_only(event: &crate::event::DshOnlyEvent, out: &mut String) {
     let data = event.data();
     let field = |key: &str| {
@@ -404,7 +430,7 @@ mod tests {
                     "web/deepseek-search-llm-request",
                     r#"{"endpoint":"https://api.deepseek.com/anthropic/v1/messages","body":{}}"#,
                 ),
-                dsh_only("goal/change", r#"{"status":"open"}"#),
+                dsh_only("schedule/change", r#"{"status":"open"}"#),
             ],
             torn_tail: None,
         };
@@ -421,7 +447,10 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("`goal/change`: no feature for it"), "{text}");
+        assert!(
+            text.contains("`schedule/change`: no feature for it"),
+            "{text}"
+        );
         assert_eq!(text.matches("no feature for it").count(), 1, "{text}");
     }
 }

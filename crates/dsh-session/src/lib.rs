@@ -58,6 +58,7 @@ mod error;
 mod event;
 mod export;
 mod fork;
+mod goal;
 mod jsonl;
 mod listing;
 mod lock;
@@ -94,6 +95,10 @@ pub use event::{
 };
 pub use export::{encode_jsonl, export_markdown, export_zip, TRANSCRIPT_RESULT_LIMIT};
 pub use fork::{fork, fork_location, fork_log, fork_point, Forked};
+pub use goal::{
+    GoalBlockReason, GoalChange, GoalOperation, GoalPhase, GoalRef, GoalSnapshot,
+    GOAL_CHANGE_EVENT, GOAL_CHANGE_VERSION,
+};
 pub use jsonl::{plain_continuation, session_file_in, JsonlStore, JsonlWriter};
 pub use listing::{message_text, SessionSummary};
 pub use projection::{project, HistoryEntry, Projector};

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 pub const VENDORED_DSH_LOG_COUNT: usize = 169;
 
 /// Names of JSONL files in the vendored folders that are not session logs: what dsh's ACP
-/// server printed (`stdout.expected.jsonl`). Every other file ending in `.jsonl`, `.jsonl.zstd`
+/// server printed (`stdout.expected.jsonl`) and its headless `stream-json` output
+/// (`stream-json.expected.jsonl`, whose session events the goal test reads). Every other file ending in `.jsonl`, `.jsonl.zstd`
 /// or `.jsonl.zst` is a session log.
-pub const NOT_LOGS: &[&str] = &["stdout.expected.jsonl"];
+pub const NOT_LOGS: &[&str] = &["stdout.expected.jsonl", "stream-json.expected.jsonl"];
 
 /// Vendored logs that dsh refuses, each with the end of its path and what the refusal must say.
 /// The one entry is a fragment written by hand as input for a unit test of dsh's snapshot

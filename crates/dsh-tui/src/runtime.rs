@@ -874,11 +874,9 @@ impl Ui {
             }
             SlashCommand::Permission(Some(text)) => self.permission_command(&text),
             SlashCommand::User { name, arguments } => {
-                match live.control.submit(Op::Command { name, arguments }) {
-                    Ok(_) => self.app.scroll = 0,
-                    Err(err) => {
-                        self.show_result(Err(err));
-                    }
+                let result = live.control.submit(Op::Command { name, arguments });
+                if self.show_result(result) {
+                    self.app.scroll = 0;
                 }
             }
             SlashCommand::Resume => self.list_sessions(),

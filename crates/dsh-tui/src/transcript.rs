@@ -121,6 +121,8 @@ pub struct SessionStats {
     pub usage_by_model: BTreeMap<String, UsageTotals>,
     /// The session title.
     pub title: Option<String>,
+    /// The session's goal (docs/goals.md), shown in the status line.
+    pub goal: Option<dsh_protocol::GoalView>,
     /// The permission preset last logged (`permission/preset`), or the one in force when the
     /// runtime seeds it; a logged change from it becomes a notice.
     pub permission: Option<String>,
@@ -410,6 +412,7 @@ impl Transcript {
             }
             ViewEvent::Compaction { phase, data } => self.info(compaction_text(&phase, &data)),
             ViewEvent::Title { title } => self.stats.title = Some(title),
+            ViewEvent::Goal { goal } => self.stats.goal = goal,
             ViewEvent::TurnEnded {
                 state,
                 reason,

@@ -980,8 +980,34 @@ pub fn short_tokens(n: u64) -> String {
     }
 }
 
-/// The status line: model and effort, permission, context used versus window, cache-hit ratio
-/// of the last request, session cost.
+/// The goal in the status line: `goal active 2/256: <objective>`, the objective cut to 40
+/// characters, control characters made spaces.
+fn goal_status(goal: &dsh_protocol::GoalView) -> String {
+    // The objective is the model's text: control characters are shown, never obeyed, and a
+    // newline would break the line.
+    let mut objective: String = goal
+        .objective
+        .chars()
+        .map(|c| {
+            if c == '\n' || c == '\t' || dsh_tools::is_unsafe_for_terminal(c) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .take(40)
+        .collect();
+    if goal.objective.chars().count() > 40 {
+        objective.push('…');
+    }
+    format!(
+        "goal {} {}/{}: {objective}",
+        goal.phase, goal.rounds_started, goal.max_goal_rounds
+    )
+}
+
+/// The status line: model and effort, permission, the session's goal when it has one, context
+/// used versus window, cache-hit ratio of the last request, session cost.
 pub fn status_line(app: &App) -> Line<'static> {
     let stats = &app.transcript.stats;
     let (model, effort) = crate::status::model_and_effort(app);
@@ -1008,6 +1034,16 @@ pub fn status_line(app: &App) -> Line<'static> {
         Span::raw(app.status.permission.clone()),
         sep.clone(),
     ];
+    if let Some(goal) = &stats.goal {
+        let color = match goal.phase.as_str() {
+            "active" => Color::Green,
+            "blocked" => Color::Red,
+            "complete" => Color::Gray,
+            _ => Color::Yellow,
+        };
+        line.push(Span::styled(goal_status(goal), Style::default().fg(color)));
+        line.push(sep.clone());
+    }
     // `tui.status_command`'s line replaces the figures.
     if let Some(text) = &app.status_text {
         line.push(Span::raw(text.clone()));
@@ -1028,4 +1064,25 @@ pub fn status_line(app: &App) -> Line<'static> {
         Span::raw(cost),
     ]);
     Line::from(line)
+}
+
+#[cfg(test)]
+mod goal_tests {
+    use super::*;
+
+    #[test]
+    fn the_goal_in_the_status_line_obeys_no_escape_and_is_cut() {
+        let goal = dsh_protocol::GoalView {
+            id: "goal-1".into(),
+            objective: "\u{1b}]52;c;aGk=\u{7}fix\nthe parser and then everything else too".into(),
+            phase: "active".into(),
+            rounds_started: 2,
+            max_goal_rounds: 256,
+            blocked_reason: None,
+        };
+        let text = goal_status(&goal);
+        assert!(text.starts_with("goal active 2/256: "), "{text}");
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+        assert!(text.ends_with('…'), "{text}");
+    }
 }

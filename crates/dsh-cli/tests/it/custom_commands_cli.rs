@@ -93,7 +93,7 @@ pub(crate) struct Acp {
     stdin: std::process::ChildStdin,
     lines: std::sync::mpsc::Receiver<String>,
     next_id: u64,
-    updates: Vec<Value>,
+    pub(crate) updates: Vec<Value>,
 }
 
 impl Acp {

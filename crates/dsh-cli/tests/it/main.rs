@@ -24,6 +24,7 @@ mod doctor_cli;
 mod dsh_logs;
 mod file_gate_escapes;
 mod four_views;
+mod goals_cli;
 mod headless_cli;
 mod mcp_cli;
 mod mcp_server_cli;

@@ -595,3 +595,47 @@ async fn the_interactive_ui_takes_session_flags_and_a_first_message() {
     let log = std::fs::read_to_string(&logs[0]).unwrap();
     assert!(log.contains(&other_dir.display().to_string()), "{log}");
 }
+
+/// `/goal <objective>` at idle sets the goal and starts its round; the status line shows the
+/// goal as it goes (docs/goals.md, "Where it shows"): here one round allowed, so it ends
+/// blocked by the round limit.
+#[tokio::test]
+async fn the_status_line_shows_the_goal() {
+    let reply = || {
+        ScriptedReply::from(
+            SseReply::new()
+                .text("worked on it")
+                .finish("stop", Some(WireUsage::default())),
+        )
+    };
+    let provider = FakeProvider::start([reply(), reply(), reply()])
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = provider.base_url();
+    let (h, c) = (home.path().to_path_buf(), cwd.path().to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let mut tui = Tui::start_with(&url, &h, &c, &["-c", "goals.max_rounds=1"]);
+        tui.wait_for("Ask dsh anything");
+        // The session's commands are known once it opened: the completion menu offers /goal.
+        tui.type_text("/go");
+        tui.wait_until("/goal in the completion menu", |screen| {
+            screen
+                .lines()
+                .any(|l| l.contains("/goal") && l.contains("goal:"))
+        });
+        tui.type_text("\x7f\x7f\x7f");
+        tui.type_text("/goal Ship the parser\r");
+        tui.wait_for("worked on it");
+        tui.wait_for("goal blocked 1/1: Ship the parser");
+        tui.type_text("/goal\r");
+        tui.wait_for("round-limit");
+        tui.quit();
+    })
+    .await
+    .unwrap();
+    let log = std::fs::read_to_string(session_file(home.path())).unwrap();
+    assert!(log.contains("\"operation\":\"create\""), "{log}");
+    assert!(log.contains("\"code\":\"round-limit\""), "{log}");
+}

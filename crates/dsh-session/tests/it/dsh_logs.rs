@@ -98,9 +98,10 @@ fn every_vendored_dsh_log_loads_projects_renders_and_round_trips() {
             again.events == log.events,
             "{name}: round trip changed events"
         );
-        // The data of every dsh-only event is written back byte for byte.
+        // The data of every dsh-only event, and of dsh's `goal/change` (typed), is written
+        // back byte for byte.
         let original = std::fs::read(&path).unwrap();
-        for kind in DSH_ONLY_TYPES {
+        for kind in DSH_ONLY_TYPES.iter().chain(&["goal/change"]) {
             assert_eq!(
                 raw_data_of(&bytes, kind),
                 raw_data_of(&original, kind),
@@ -110,12 +111,7 @@ fn every_vendored_dsh_log_loads_projects_renders_and_round_trips() {
     }
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
     // The vendored logs exercise the dsh-only path with real data.
-    for kind in [
-        "goal/change",
-        "command/run",
-        "subagent/descriptor",
-        "tool/code-dispatch",
-    ] {
+    for kind in ["command/run", "subagent/descriptor", "tool/code-dispatch"] {
         assert!(dsh_only_seen.contains(kind), "no vendored log has `{kind}`");
     }
 }
@@ -191,7 +187,7 @@ fn a_type_outside_dshs_catalog_keeps_the_clear_error() {
 /// A small log with dsh-only events whose data has odd spacing, key order and number spellings.
 const ODD_LOG: &str = concat!(
     "{\"type\":\"session\",\"version\":0,\"id\":\"odd\",\"createdAt\":1,\"cwd\":\"/w\"}\n",
-    "{\"type\":\"goal/change\",\"data\":{ \"z\" : 1.50, \"a\":[2e3, -0.0],\"m\":\"\\u00e9\" }}\n",
+    "{\"type\":\"schedule/change\",\"data\":{ \"z\" : 1.50, \"a\":[2e3, -0.0],\"m\":\"\\u00e9\" }}\n",
     "{\"type\":\"turn/start\",\"data\":{\"turn\":1}}\n",
     "{\"type\":\"user/message\",\"data\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],",
     "\"source\":{\"kind\":\"user\"}},\"surfaceOp\":\"append\"}\n",
