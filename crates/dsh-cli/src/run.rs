@@ -623,7 +623,11 @@ pub(crate) async fn run_headless(
     }
     // Every event of the run is in the channel by now: the watcher drains it and stops.
     finished.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(2), watcher).await;
+    // It stops by itself once it printed what is buffered; the limit only guards against a
+    // stdout that no longer drains. Under load printing the last lines can take seconds, and
+    // a shorter limit cut them (a full test run on a busy machine lost `error` and `result`
+    // lines of a streamed run).
+    let _ = tokio::time::timeout(WATCHER_DRAIN_LIMIT, watcher).await;
 
     let mut answers = answered?;
     let count = answers.len();
@@ -659,6 +663,9 @@ fn presented_plan(
         outcome.final_text = plan;
     }
 }
+
+/// How long a headless run waits for its watcher to print what is still buffered.
+const WATCHER_DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
 /// Once `cancel` is cancelled: stops the waits (`stop`) and cancels the turn. A cancel that
 /// comes before the turn has started finds none running, so it is repeated until the run is
