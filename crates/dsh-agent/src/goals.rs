@@ -420,6 +420,9 @@ struct Live {
     round_queued: bool,
     /// A terminal update in the running round, to wrap up after.
     wrapup: Option<Message>,
+    /// A cancelled round's pause, not logged yet: the next idle point logs it (or the task
+    /// the turn's end started, whichever comes first).
+    pause_pending: bool,
 }
 
 /// The goals extension: the three tools, `/goal`, the `goal/change` events, the continuation
@@ -579,16 +582,27 @@ impl Goals {
             TurnEndReason::Completed => {}
             TurnEndReason::Aborted { .. } if round.is_some() => {
                 // A cancelled round pauses the goal, so it does not start again by itself.
+                // Logged outside the turn's end (which holds the log): at the next idle point
+                // (`on_idle`, which `run_until_idle` and `dsh replay` reach before the process
+                // ends), or by this task, whichever comes first. A full test run on a busy
+                // machine saw the task alone come too late: the replay had ended.
                 live.armed = false;
+                live.pause_pending = true;
                 drop(live);
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     let goals = self.clone();
-                    runtime.spawn(async move {
-                        let _ = goals.mutate(Some(false), |book, now| book.pause(now));
-                    });
+                    runtime.spawn(async move { goals.pause_if_pending() });
                 }
             }
             _ => live.armed = false,
+        }
+    }
+
+    /// Logs the pause of a cancelled round once.
+    fn pause_if_pending(&self) {
+        let pending = std::mem::take(&mut self.live.lock_or_recover().pause_pending);
+        if pending {
+            let _ = self.mutate(Some(false), |book, now| book.pause(now));
         }
     }
 
@@ -718,6 +732,7 @@ impl Extension for Goals {
     }
 
     fn on_idle(&self) {
+        self.pause_if_pending();
         self.drive();
     }
 

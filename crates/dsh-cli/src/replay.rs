@@ -259,6 +259,9 @@ async fn replay_turns(
             );
         }
     }
+    // The idle point a live run reaches after its last turn (what that turn's end leaves to
+    // log, a cancelled round's pause, is logged there).
+    agent.idle();
     Ok(())
 }
 

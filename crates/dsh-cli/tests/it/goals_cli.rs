@@ -385,9 +385,21 @@ async fn dshs_goal_recordings_load_show_their_goal_and_replay_without_difference
             s.goal.phase == dsh_session::GoalPhase::Paused && s.rounds_started == 2
         })
     });
+    let states: Vec<String> = replayed
+        .iter()
+        .map(|path| {
+            let log = dsh_session::load_file(path).unwrap();
+            let book = dsh_agent::GoalBook::fold(&log.events);
+            format!(
+                "{}: {:?}",
+                path.display(),
+                book.current.map(|s| (s.goal.phase, s.rounds_started))
+            )
+        })
+        .collect();
     assert!(
         paused,
-        "no replay paused its goal after the cancelled round"
+        "no replay paused its goal after the cancelled round: {states:#?}"
     );
 }
 
