@@ -2,7 +2,6 @@
 //! user's `$DSH_HOME/config.toml` with `toml_edit`, so the file's comments and layout stay, and
 //! checked by the loader's rules (`dsh_config::check_user_file`) before anything is written.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use toml_edit::{Array, DocumentMut, InlineTable, Item, Table};
@@ -130,7 +129,8 @@ impl UserFile {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         if !dir.exists() {
-            create_private_dir(dir)?;
+            crate::home::create_private_dir(dir)
+                .map_err(|err| user_error(format!("cannot create {}: {err}", dir.display())))?;
         }
         // The file keeps the rights it had (a new one is the owner's only).
         #[cfg(unix)]
@@ -143,48 +143,11 @@ impl UserFile {
                 .unwrap_or(0o600),
             false => 0o600,
         };
-        let temp = dir.join(format!(".config.toml.dsh-{}", std::process::id()));
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        let written = (|| -> std::io::Result<()> {
-            let mut file = options.open(&temp)?;
-            file.write_all(text.as_bytes())?;
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-            }
-            file.sync_all()?;
-            std::fs::rename(&temp, &self.target)
-        })();
-        if let Err(err) = written {
-            let _ = std::fs::remove_file(&temp);
-            return Err(user_error(format!(
-                "cannot write {}: {err}",
-                self.target.display()
-            )));
-        }
-        Ok(())
+        #[cfg(not(unix))]
+        let mode = 0o600;
+        crate::home::write_file_atomically(&self.target, text.as_bytes(), mode)
+            .map_err(|err| user_error(format!("cannot write {}: {err}", self.target.display())))
     }
-}
-
-/// Creates `dir` (and its parents) readable by its owner only, as `$DSH_HOME` is.
-pub(crate) fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder
-        .create(dir)
-        .map_err(|err| user_error(format!("cannot create {}: {err}", dir.display())))
 }
 
 fn strings(items: &[String]) -> Item {

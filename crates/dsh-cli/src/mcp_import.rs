@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+/// Largest source file read.
+const MAX_SOURCE_BYTES: u64 = 4 * 1024 * 1024;
+
 /// Where the servers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Source {
@@ -43,11 +46,7 @@ pub(crate) fn default_file(source: Source) -> Option<PathBuf> {
 /// The servers of `file`, read as `source` writes them.
 pub(crate) fn read(source: Source, file: &Path) -> anyhow::Result<Vec<Found>> {
     let fail = |why: String| crate::run::user_error("IMPORT", format!("{}: {why}", file.display()));
-    let meta = std::fs::metadata(file).map_err(|e| fail(e.to_string()))?;
-    if !meta.is_file() || meta.len() > 4 * 1024 * 1024 {
-        return Err(fail("not a regular file of at most 4 MiB".into()));
-    }
-    let text = std::fs::read_to_string(file).map_err(|e| fail(e.to_string()))?;
+    let text = crate::home::read_small_file(file, MAX_SOURCE_BYTES).map_err(fail)?;
     let servers: Vec<(String, Value)> = match source {
         Source::Codex => {
             let table: toml::Table = text

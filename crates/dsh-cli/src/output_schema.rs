@@ -30,14 +30,7 @@ impl OutputSchema {
     pub(crate) fn load(path: &std::path::Path) -> anyhow::Result<OutputSchema> {
         let shown = path.display().to_string();
         let fail = |why: String| user_error("OUTPUT_SCHEMA", format!("{shown}: {why}"));
-        let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
-        if !meta.is_file() {
-            return Err(fail("not a regular file".into()));
-        }
-        if meta.len() > MAX_SCHEMA_BYTES {
-            return Err(fail(format!("larger than {MAX_SCHEMA_BYTES} bytes")));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        let text = crate::home::read_small_file(path, MAX_SCHEMA_BYTES).map_err(fail)?;
         let schema: Value = serde_json::from_str(&text).map_err(|e| {
             fail(format!(
                 "is not JSON ({e}); write the schema as a JSON document"

@@ -307,17 +307,9 @@ fn appended_prompt(given: Option<&str>) -> anyhow::Result<Option<String>> {
     let Some(path) = given.strip_prefix('@') else {
         return Ok(Some(given.to_string()));
     };
-    let fail = |why: String| user_error("APPEND_SYSTEM_PROMPT", format!("{path}: {why}"));
-    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(fail("not a regular file".into()));
-    }
-    if meta.len() > MAX_APPENDED_PROMPT {
-        return Err(fail(format!("larger than {MAX_APPENDED_PROMPT} bytes")));
-    }
-    std::fs::read_to_string(path)
+    crate::home::read_small_file(Path::new(path), MAX_APPENDED_PROMPT)
         .map(Some)
-        .map_err(|e| fail(e.to_string()))
+        .map_err(|why| user_error("APPEND_SYSTEM_PROMPT", format!("{path}: {why}")))
 }
 
 /// The images of the task: each `--image` (read where the file gate lets dsh read), then each
