@@ -40,17 +40,8 @@ pub(crate) struct ReviewArgs {
     #[command(flatten)]
     pub(crate) session: crate::flags::SessionFlags,
     /// Stop the review once it has spent this many US dollars.
-    #[arg(long, value_parser = parse_cost)]
+    #[arg(long, value_parser = crate::run::parse_cost)]
     pub(crate) max_cost_usd: Option<f64>,
-}
-
-fn parse_cost(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(usd) if usd.is_finite() && usd >= 0.0 => Ok(usd),
-        _ => Err(format!(
-            "`{text}` is not an amount of US dollars: write e.g. 0.50"
-        )),
-    }
 }
 
 /// Largest diff put into the review's task; the rest is named by `git diff --stat` and left to

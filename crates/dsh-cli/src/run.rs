@@ -147,7 +147,8 @@ fn parse_wall_time(text: &str) -> Result<Duration, String> {
     dsh_agent::parse_duration(text)
 }
 
-fn parse_cost(text: &str) -> Result<f64, String> {
+/// `--max-cost-usd` (of `dsh run` and `dsh review`): a non-negative amount of US dollars.
+pub(crate) fn parse_cost(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(usd) if usd.is_finite() && usd >= 0.0 => Ok(usd),
         _ => Err(format!(
