@@ -43,6 +43,7 @@
 mod args;
 mod ask;
 mod builtin;
+mod checkpoint;
 mod confinement;
 mod context;
 mod error;
@@ -73,6 +74,9 @@ pub use builtin::{
     builtin_tools, is_temp_name, remove_leftover_temps, BashTool, EditTool, GlobTool, GrepTool,
     ReadImageTool, ReadTool, TodoItem, TodoStatus, TodoWriteTool, WriteTool, GLOB_MAX_RESULTS,
     GREP_MAX_RESULTS, TEMP_PREFIX,
+};
+pub use checkpoint::{
+    Checkpoint, CheckpointError, CheckpointLimits, CheckpointStore, RestorePlan, RestoreReport,
 };
 pub use confinement::{
     hidden_dirs, CommandConfinement, CommandConfiner, CommandPlan, ConfinementRequest, ExecImage,

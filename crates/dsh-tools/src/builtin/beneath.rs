@@ -375,6 +375,29 @@ pub(crate) fn remove_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     }
 }
 
+/// Removes the directory `name` in `dir` when it is empty (`unlinkat(AT_REMOVEDIR)`, which
+/// never follows a link); a missing name is not an error, a directory with entries is.
+pub(crate) fn remove_empty_dir_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let cname = cstring(name)?;
+    // SAFETY: `dir` is open and `cname` is NUL-terminated.
+    let rc = unsafe { libc::unlinkat(dir.as_raw_fd(), cname.as_ptr(), libc::AT_REMOVEDIR) };
+    match check(rc) {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Makes the symbolic link `name` in `dir` pointing at `target` (`symlinkat`; an existing name
+/// fails with `AlreadyExists`).
+pub(crate) fn symlink_at(dir: &OwnedFd, name: &OsStr, target: &OsStr) -> io::Result<()> {
+    let cname = cstring(name)?;
+    let ctarget = cstring(target)?;
+    // SAFETY: `dir` is open and both strings are NUL-terminated.
+    let rc = unsafe { libc::symlinkat(ctarget.as_ptr(), dir.as_raw_fd(), cname.as_ptr()) };
+    check(rc).map(drop)
+}
+
 /// True for names `write`/`edit` give their temp files: [`TEMP_PREFIX`] and exactly 32
 /// lowercase hex digits.
 pub fn is_temp_name(name: &OsStr) -> bool {

@@ -176,6 +176,22 @@ pub(crate) fn remove_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     }
 }
 
+/// Removes the directory `name` in `dir` when it is empty; a missing name is not an error.
+pub(crate) fn remove_empty_dir_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    match std::fs::remove_dir(dir.0.join(name)) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Symbolic links are not made on Windows (checkpoints do not record them there).
+pub(crate) fn symlink_at(_dir: &OwnedFd, _name: &OsStr, _target: &OsStr) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "symbolic links are not restored on Windows",
+    ))
+}
+
 /// True for names `write`/`edit` give their temp files: [`TEMP_PREFIX`] and exactly 32
 /// lowercase hex digits.
 pub fn is_temp_name(name: &OsStr) -> bool {

@@ -10,7 +10,7 @@ mod glob;
 mod grep;
 mod read;
 mod read_image;
-mod search;
+pub(crate) mod search;
 mod todo;
 mod write;
 

@@ -90,18 +90,31 @@ pub(crate) fn search_root(ctx: &ToolContext, path: Option<&str>) -> Result<Searc
 
 /// [`search_root`] for a path already absolute.
 pub(crate) fn gated_root(ctx: &ToolContext, shown: PathBuf) -> Result<SearchRoot, ToolError> {
-    let real = ctx.gate().resolve(&shown).map_err(|err| match err {
+    root_through(ctx.gate(), shown)
+}
+
+/// The root of a walk over the folder `real` (a real path) as `gate` lets it be walked: what
+/// workspace checkpoints walk (`checkpoint.rs`). `Err` says why the folder cannot be walked.
+pub(crate) fn walk_root(gate: &GatePolicy, real: &Path) -> Result<SearchRoot, String> {
+    match root_through(gate, real.to_path_buf()) {
+        Ok(root) if root.dir.is_some() => Ok(root),
+        Ok(_) => Err(format!("{} is not a folder", real.display())),
+        Err(err) => Err(err.message),
+    }
+}
+
+fn root_through(gate: &GatePolicy, shown: PathBuf) -> Result<SearchRoot, ToolError> {
+    let real = gate.resolve(&shown).map_err(|err| match err {
         GateError::Io(err) => ToolError::io("cannot search", &shown, &err),
         other => other.into_tool_error(&shown),
     })?;
-    ctx.gate().check_read(&shown, &real)?;
+    gate.check_read(&shown, &real)?;
     let meta =
         std::fs::metadata(&real).map_err(|err| ToolError::io("cannot search", &shown, &err))?;
     // As root, only where a confined command could look too (the `other-user` rule).
-    ctx.gate().check_folders(&real, None)?;
+    gate.check_folders(&real, None)?;
     if meta.is_dir() {
-        ctx.gate()
-            .check_access(&shown, &meta, crate::gate::Access::Enter)?;
+        gate.check_access(&shown, &meta, crate::gate::Access::Enter)?;
     }
     let dir = if meta.is_dir() {
         Some(open_directory(&real).map_err(|err| err.into_tool_error(&shown))?)
@@ -122,7 +135,7 @@ pub(crate) fn gated_root(ctx: &ToolContext, shown: PathBuf) -> Result<SearchRoot
         shown,
         real,
         dir,
-        gate: ctx.gate().for_walk(),
+        gate: gate.for_walk(),
     })
 }
 

@@ -4,6 +4,7 @@
 //! Every integration test file of this crate is a module of this one binary, so the crate links
 //! one test executable instead of one per file (docs/PERFORMANCE.md, "Test binaries").
 
+mod checkpoints;
 mod common;
 mod file_gate;
 mod file_gate_race;
