@@ -215,6 +215,15 @@ pub struct TurnStoppingContext<'a> {
     pub final_text: &'a str,
 }
 
+/// Where in a turn [`Extension::turn_boundary`] is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnBoundary {
+    /// Turn `n` begins.
+    Start(u64),
+    /// Turn `n` ended (completed, failed or cancelled).
+    End(u64),
+}
+
 /// A future that produces a tool outcome, as passed through `tool_execute` middleware.
 pub type ToolFuture = BoxFuture<'static, ToolOutcome>;
 
@@ -277,6 +286,14 @@ pub trait Extension: Send + Sync + 'static {
 
     /// The turn is about to end: return a message to steer the model into another step instead.
     fn turn_stopping(&self, _ctx: &TurnStoppingContext<'_>) -> Option<Message> {
+        None
+    }
+
+    /// A turn begins (its `turn/start` and messages are logged, no request made yet) or has
+    /// ended (its `turn/end` is logged): work the loop waits for at that point, and the events
+    /// it returns, which the loop logs (workspace checkpoints, docs/rewind.md). Called with no
+    /// lock held.
+    fn turn_boundary(&self, _boundary: TurnBoundary) -> Option<BoxFuture<'static, Vec<Event>>> {
         None
     }
 

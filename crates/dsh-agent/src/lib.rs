@@ -73,7 +73,7 @@ pub use extension::{
     ApprovalDecision, ApprovalRequest, Approver, AttachedAgent, CommandExpansion, Extension,
     ExtensionGuard, ExtensionSet, HeadlessApprover, NoteScope, PreStepContext, RetryExtension,
     ToolCallInfo, ToolFuture, ToolOutcome, ToolPostContext, ToolTimeoutExtension, ToolVerdict,
-    TurnSettings, TurnStoppingContext, UserCommand,
+    TurnBoundary, TurnSettings, TurnStoppingContext, UserCommand,
 };
 pub use goals::{
     describe_goal, goal_round_of, goal_value, GoalBook, GoalRefusal, GoalState, Goals,

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{plugin_message, Agent, AgentError, TurnOutcome};
 use crate::compaction::CompactionTrigger;
-use crate::extension::{PreStepContext, TurnStoppingContext};
+use crate::extension::{PreStepContext, TurnBoundary, TurnStoppingContext};
 use crate::prompt::{assemble_system_prompt, PromptContext};
 
 /// The text told to the model at the start of the turn after a cancelled one.
@@ -110,6 +110,7 @@ impl Agent {
             (claimed, turn)
         };
         *self.shared.turn_cancel.lock_or_recover() = Some(cancel.clone());
+        self.at_turn_boundary(TurnBoundary::Start(turn)).await?;
         // A command's model and tools hold for this turn only (`crate::turn_settings`).
         self.begin_turn_settings(&claimed);
         let result = self.run_steps(turn, claimed, &cancel).await;
@@ -206,6 +207,7 @@ impl Agent {
             turn,
             reason: reason.clone(),
         }))?;
+        self.at_turn_boundary(TurnBoundary::End(turn)).await?;
         if let Some(task) = title_task {
             self.settle_title(turn, task).await?;
         }
@@ -218,6 +220,25 @@ impl Agent {
             usage_by_model,
             cache_reports: totals.cache_reports,
         })
+    }
+
+    /// Waits for what extensions do at `boundary` ([`crate::Extension::turn_boundary`]) and
+    /// logs the events they return.
+    async fn at_turn_boundary(&self, boundary: TurnBoundary) -> Result<(), AgentError> {
+        let pending: Vec<_> = self
+            .extensions
+            .snapshot()
+            .iter()
+            .filter_map(|extension| extension.turn_boundary(boundary))
+            .collect();
+        for work in pending {
+            let events = work.await;
+            let mut log = self.shared.log();
+            for event in events {
+                log.append(event)?;
+            }
+        }
+        Ok(())
     }
 
     /// The session's usage so far, per model: every billed call its log records.
