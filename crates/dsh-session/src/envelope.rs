@@ -94,8 +94,8 @@ pub struct Envelope {
 
 impl Envelope {
     /// Wraps an event for appending: message events get `surfaceOp: append`, and
-    /// `tool/started`, `tool/progress`, `files/undo`, `subagent/usage`, `usage/call` and
-    /// `user/command` (ours, not in dsh's catalog) are marked ignorable: readers that do not
+    /// `tool/started`, `tool/progress`, `files/undo`, `subagent/usage`, `usage/call`,
+    /// `user/command` and `workspace/checkpoint` (ours, not in dsh's catalog) are marked ignorable: readers that do not
     /// know them skip them, and ours load all but the first as [`Event::Opaque`]
     /// (docs/sessions.md). The store assigns `seq` and `time`.
     pub fn new(event: Event) -> Self {
@@ -105,6 +105,7 @@ impl Envelope {
                 if event_type == "files/undo"
                     || event_type == crate::event::TOOL_PROGRESS_EVENT
                     || event_type == crate::event::USER_COMMAND_EVENT
+                    || event_type == crate::event::WORKSPACE_CHECKPOINT_EVENT
                     || event_type == crate::usage::SUBAGENT_USAGE_EVENT
                     || event_type == crate::usage::USAGE_CALL_EVENT);
         Envelope {

@@ -51,6 +51,12 @@ pub const KNOWN_OPAQUE_TYPES: &[&str] = &[
 /// `"ignorable": true`, read back as [`Event::Opaque`].
 pub const USER_COMMAND_EVENT: &str = "user/command";
 
+/// `workspace/checkpoint {turn, at, tree?, files?, large?, error?}`: the workspace's files were
+/// checkpointed at the start or end of a turn, or after a rewind restored them (`at`: `start`,
+/// `end`, `rewind`; docs/rewind.md). Ours, not in dsh's catalog: written `"ignorable": true`,
+/// read back as [`Event::Opaque`], never model-visible.
+pub const WORKSPACE_CHECKPOINT_EVENT: &str = "workspace/checkpoint";
+
 /// Event types of dsh's persistence catalog (dsh 0.1.1-rc.2) that this build has no feature
 /// for. They load as [`Event::DshOnly`], never reach the model, and are written back with their
 /// data unchanged (docs/sessions.md, "dsh-only events"). Every other catalog type is decoded

@@ -89,17 +89,61 @@ fn header_parent(header: &SessionHeader, key: &str) -> String {
 /// Forks session `key` of `store` at `at_turn` into a new session of the same store and
 /// returns the new session's header. The new log is flushed when this returns.
 pub fn fork(store: &dyn SessionStore, key: &str, at_turn: Option<u64>) -> Result<SessionHeader> {
-    fork_loaded(store, key, &store.load(key)?, at_turn).map(|forked| forked.header)
+    let log = store.load(key)?;
+    fork_loaded(store, key, &log, fork_turn(&log, at_turn)?).map(|forked| forked.header)
 }
 
-/// [`fork`] of `log`, session `key` of `store`, already loaded.
+/// Where a fork that goes back to just before turn `turn` of `log` began cuts, and the last
+/// turn it copies. Input is logged when it is queued (`agent/inbox/spliced`), before the
+/// `turn/start` that claims it, so the cut is at the first inbox change, message or
+/// custom-command record after the turn before it ended, else at that `turn/start`: what the previous turn logged after its end
+/// (its workspace checkpoint, a title) stays.
+fn before_turn(log: &LoadedLog, turn: u64) -> Result<(u64, u64)> {
+    let start = log
+        .events
+        .iter()
+        .rposition(|env| matches!(&env.event, crate::Event::TurnStart(s) if s.turn == turn))
+        .ok_or_else(|| SessionError::ForkPoint {
+            turn,
+            reason: "the session has no such turn".into(),
+        })?;
+    let previous_end = log.events[..start]
+        .iter()
+        .rposition(|env| matches!(env.event, crate::Event::TurnEnd(_)));
+    let from = previous_end.map_or(0, |i| i + 1);
+    let cut = (from..start)
+        .find(|&i| match &log.events[i].event {
+            crate::Event::UserMessage(_) | crate::Event::InboxSpliced(_) => true,
+            crate::Event::Opaque { event_type, .. } => event_type == crate::USER_COMMAND_EVENT,
+            _ => false,
+        })
+        .unwrap_or(start);
+    let copied = previous_end
+        .and_then(|i| match &log.events[i].event {
+            crate::Event::TurnEnd(end) => Some(end.turn),
+            _ => None,
+        })
+        .unwrap_or(0);
+    Ok((log.events[cut].seq, copied))
+}
+
+/// Forks session `key` of `store` as it was just before turn `turn` began (rewind,
+/// docs/rewind.md): the new session holds every event before that turn's `turn/start`, so
+/// its next message takes the turn's place.
+pub fn fork_before_turn(store: &dyn SessionStore, key: &str, turn: u64) -> Result<Forked> {
+    let log = store.load(key)?;
+    let cut = before_turn(&log, turn)?;
+    fork_loaded(store, key, &log, cut)
+}
+
+/// [`fork`] of `log`, session `key` of `store`, already loaded, cut at `cut` (the number of
+/// events copied, and the last turn among them).
 fn fork_loaded(
     store: &dyn SessionStore,
     key: &str,
     log: &LoadedLog,
-    at_turn: Option<u64>,
+    (cut, turn): (u64, u64),
 ) -> Result<Forked> {
-    let (cut, turn) = fork_turn(log, at_turn)?;
     let (header, events) = seeded(log, cut);
     let mut writer = store.create_with_header(header.clone())?;
     // The copied events name images by reference: the fork gets its own copy of their files
@@ -130,9 +174,22 @@ pub struct Forked {
 /// `session.jsonl` path of a JSONL store, or `sqlite:<db>#<id>`) at `at_turn` (`None`: the
 /// last closed turn) into a new session of the same store.
 pub fn fork_location(location: &str, at_turn: Option<u64>) -> Result<Forked> {
+    fork_location_at(location, |log| fork_turn(log, at_turn))
+}
+
+/// [`fork_location`] going back to just before turn `turn` began ([`fork_before_turn`]).
+pub fn fork_location_before(location: &str, turn: u64) -> Result<Forked> {
+    fork_location_at(location, |log| before_turn(log, turn))
+}
+
+fn fork_location_at(
+    location: &str,
+    cut: impl Fn(&LoadedLog) -> Result<(u64, u64)>,
+) -> Result<Forked> {
     if let Some((db, id)) = crate::sqlite::sqlite_location(location) {
         let store = crate::SqliteStore::open(std::path::Path::new(db))?;
-        return fork_loaded(&store, id, &store.load(id)?, at_turn);
+        let log = store.load(id)?;
+        return fork_loaded(&store, id, &log, cut(&log)?);
     }
     // `<root>/sessions/<cwd folder>/<session folder>/session.jsonl`: the store is `<root>`.
     let path = std::path::Path::new(location);
@@ -144,5 +201,6 @@ pub fn fork_location(location: &str, at_turn: Option<u64>) -> Result<Forked> {
         })
         .ok_or_else(|| SessionError::NotFound(location.to_string()))?;
     let log = crate::load_file(path)?;
-    fork_loaded(&crate::JsonlStore::new(root), &log.header.id, &log, at_turn)
+    let cut = cut(&log)?;
+    fork_loaded(&crate::JsonlStore::new(root), &log.header.id, &log, cut)
 }

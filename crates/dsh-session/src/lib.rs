@@ -91,10 +91,12 @@ pub use event::{
     RequestHeader, RequestHeaderEvent, SessionTitle, StepRef, TodoItem, TodoWrite, ToolCall,
     ToolError, ToolResult, ToolStarted, TurnEnd, TurnEndReason, TurnStart, DSH_ONLY_TYPES,
     KNOWN_OPAQUE_TYPES, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, TOOL_PROGRESS_EVENT,
-    USER_COMMAND_EVENT,
+    USER_COMMAND_EVENT, WORKSPACE_CHECKPOINT_EVENT,
 };
 pub use export::{encode_jsonl, export_markdown, export_zip, TRANSCRIPT_RESULT_LIMIT};
-pub use fork::{fork, fork_location, fork_log, fork_point, Forked};
+pub use fork::{
+    fork, fork_before_turn, fork_location, fork_location_before, fork_log, fork_point, Forked,
+};
 pub use goal::{
     GoalBlockReason, GoalChange, GoalOperation, GoalPhase, GoalRef, GoalSnapshot,
     GOAL_CHANGE_EVENT, GOAL_CHANGE_VERSION,
