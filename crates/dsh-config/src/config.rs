@@ -178,6 +178,8 @@ pub struct Config {
     pub budget: BudgetSettings,
     /// Session goals (`[goals]`, docs/goals.md).
     pub goals: GoalsSettings,
+    /// Workspace checkpoints for rewind (`[rewind]`, docs/rewind.md).
+    pub rewind: RewindSettings,
     /// Delegation settings (`[agents]`).
     pub agents: AgentsSettings,
     /// Configured providers by name (`[providers.<name>]`).
@@ -579,6 +581,46 @@ fn parse_goals(merged: &Table) -> GoalsSettings {
     settings
 }
 
+/// Workspace checkpoints for rewind (`[rewind]`, docs/rewind.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RewindSettings {
+    /// `rewind.enabled`: checkpoint the workspace at each turn (default on).
+    pub enabled: bool,
+    /// `rewind.max_file_bytes`: larger files are named, not kept (default 4 MiB).
+    pub max_file_bytes: u64,
+    /// `rewind.max_files`: a workspace with more files is not checkpointed (default 50,000).
+    pub max_files: usize,
+}
+
+impl Default for RewindSettings {
+    fn default() -> Self {
+        RewindSettings {
+            enabled: true,
+            max_file_bytes: 4 * 1024 * 1024,
+            max_files: 50_000,
+        }
+    }
+}
+
+/// `[rewind]` (its values were checked by the schema).
+fn parse_rewind(merged: &Table) -> RewindSettings {
+    let table = sub_table(merged, "rewind");
+    let mut settings = RewindSettings::default();
+    if let Some(on) = table
+        .and_then(|t| t.get("enabled"))
+        .and_then(Value::as_bool)
+    {
+        settings.enabled = on;
+    }
+    if let Some(n) = as_f64(table.and_then(|t| t.get("max_file_bytes"))) {
+        settings.max_file_bytes = n.max(0.0) as u64;
+    }
+    if let Some(n) = as_f64(table.and_then(|t| t.get("max_files"))) {
+        settings.max_files = n.max(1.0) as usize;
+    }
+    settings
+}
+
 /// Delegation (`[agents]`, docs/configuration.md, "Subagents").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AgentsSettings {
@@ -899,6 +941,7 @@ impl Config {
             compaction,
             budget: parse_budget(&merged),
             goals: parse_goals(&merged),
+            rewind: parse_rewind(&merged),
             agents: parse_agents(&merged),
             providers,
             models,

@@ -41,7 +41,7 @@ pub use builtin::{
 };
 pub use config::{
     AgentsSettings, BudgetSettings, CompactionSettings, Config, GoalsSettings, MaxTokensField,
-    ModelEntry, ProviderConfig, ProviderKind, Quirks, SelectError, Selection,
+    ModelEntry, ProviderConfig, ProviderKind, Quirks, RewindSettings, SelectError, Selection,
 };
 pub use error::{ConfigError, ConfigErrors, Source};
 pub use load::{

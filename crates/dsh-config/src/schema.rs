@@ -27,6 +27,7 @@ const ROOT_KEYS: &[&str] = &[
     "compaction",
     "budget",
     "goals",
+    "rewind",
     "agents",
     "providers",
     "models",
@@ -49,6 +50,7 @@ pub(crate) const SANDBOX_NETWORK: &[&str] = &["on", "off"];
 const COMPACTION_KEYS: &[&str] = &["threshold", "keep_tail"];
 const BUDGET_KEYS: &[&str] = &["max_steps", "max_wall_time_secs", "max_cost_usd"];
 const GOALS_KEYS: &[&str] = &["enabled", "max_rounds"];
+const REWIND_KEYS: &[&str] = &["enabled", "max_file_bytes", "max_files"];
 const AGENTS_KEYS: &[&str] = &["max_concurrent"];
 const TOOLS_KEYS: &[&str] = &["web_fetch", "web_search", "glob", "grep"];
 const GLOB_KEYS: &[&str] = &["max_results", "sample_over_cap"];
@@ -286,6 +288,11 @@ impl Checker<'_> {
                         self.goals(t);
                     }
                 }
+                "rewind" => {
+                    if let Some(t) = self.expect_table(key, value) {
+                        self.rewind(t);
+                    }
+                }
                 "agents" => {
                     if let Some(t) = self.expect_table(key, value) {
                         self.agents(t);
@@ -446,6 +453,29 @@ impl Checker<'_> {
                     "write a whole number of rounds, e.g. `max_rounds = 20`",
                 ),
                 other => self.unknown("goals", other, GOALS_KEYS),
+            }
+        }
+    }
+
+    /// `[rewind]`: workspace checkpoints for rewind (docs/rewind.md).
+    fn rewind(&mut self, table: &Table) {
+        for (key, value) in table {
+            let path = join("rewind", key);
+            match key.as_str() {
+                "enabled" => self.expect_bool(&path, value),
+                "max_file_bytes" => self.expect_number(
+                    &path,
+                    value,
+                    (0.0, 1e12),
+                    "write a size in bytes, e.g. `max_file_bytes = 4194304`",
+                ),
+                "max_files" => self.expect_number(
+                    &path,
+                    value,
+                    (1.0, 1e9),
+                    "write a whole number of files, e.g. `max_files = 50000`",
+                ),
+                other => self.unknown("rewind", other, REWIND_KEYS),
             }
         }
     }
