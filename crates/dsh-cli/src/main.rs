@@ -22,6 +22,7 @@ mod output_schema;
 mod progress;
 mod replay;
 mod review;
+mod rewind;
 mod run;
 mod sessions;
 mod stream_input;

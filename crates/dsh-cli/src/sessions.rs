@@ -1,4 +1,4 @@
-//! `dsh sessions list|show|export|fork|rm|search`: wiring of `dsh-session` to the terminal.
+//! `dsh sessions list|show|export|fork|rewind|rm|search`: wiring of `dsh-session` to the terminal.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -74,6 +74,10 @@ enum SessionsCommand {
         #[arg(long)]
         at_turn: Option<u64>,
     },
+    /// Go back to the start of an earlier turn: the files as they were then (from dsh's
+    /// checkpoints), the conversation as it was (a new session), or both (the default);
+    /// without --to-turn, list the turns (docs/rewind.md).
+    Rewind(crate::rewind::RewindArgs),
     /// Delete a session (asks for confirmation unless --yes).
     Rm {
         /// Session id or unique id prefix.
@@ -158,6 +162,9 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
                 header.parent_session.unwrap_or_default(),
                 header.seed_length.unwrap_or(0)
             )?;
+        }
+        SessionsCommand::Rewind(rewind) => {
+            return crate::rewind::run(store.as_ref(), &home, rewind, &mut out);
         }
         SessionsCommand::Rm { session, yes } => {
             let id = store.resolve(&session)?;

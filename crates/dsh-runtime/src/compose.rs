@@ -44,9 +44,10 @@ fn invalid(err: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::InvalidConfig(err.to_string())
 }
 
-/// The extensions of the session the user talks to only: plan mode (returned) and goals
+/// The extensions of the session the user talks to only: plan mode (returned), goals
 /// (docs/goals.md, as dsh has them; on unless `[goals] enabled = false`; a replay's goals take
-/// the recording's ids).
+/// the recording's ids) and workspace checkpoints (docs/rewind.md; unless `[rewind] enabled =
+/// false`).
 fn plan_and_goals(
     shared: &SessionShared,
     depth: u64,
@@ -62,6 +63,14 @@ fn plan_and_goals(
         let ids = (shared.provider.as_ref()).map_or_else(Vec::new, |p| p.goal_ids.clone());
         let goals = dsh_agent::Goals::new(settings.max_rounds).with_ids(ids);
         extensions.register_for_life(Arc::new(goals));
+    }
+    // Workspace checkpoints for rewind (docs/rewind.md); never of `/` or of a folder holding
+    // dsh's home.
+    let setup = &shared.configuration;
+    let rewind = setup.config.rewind;
+    if rewind.enabled && crate::unsafe_root(&setup.cwd, &setup.home).is_none() {
+        let store = crate::rewind::checkpoint_store(&setup.home, &setup.cwd, &rewind);
+        extensions.register_for_life(Arc::new(crate::rewind::Checkpoints::new(store)));
     }
     Some(plan)
 }

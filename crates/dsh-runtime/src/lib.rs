@@ -18,6 +18,7 @@ pub mod trust;
 
 mod compose;
 mod error;
+pub mod rewind;
 mod web_search;
 
 use std::collections::HashMap;
@@ -403,6 +404,12 @@ pub trait SessionFactory: Send + Sync + 'static {
         spec.choices.model.clone()
     }
 
+    /// The store of the workspace checkpoints sessions in `cwd` take (docs/rewind.md), with
+    /// that workspace's `[rewind]` limits; `None` when rewind is off there (or unknown).
+    fn checkpoints(&self, _cwd: &Path) -> Option<dsh_tools::CheckpointStore> {
+        None
+    }
+
     /// The user just trusted `workspace` (docs/configuration.md, "Workspace trust"): forget
     /// every configuration resolved in it, so the next session there applies its settings.
     fn trusted(&self, _workspace: &Path) {}
@@ -474,6 +481,17 @@ impl SessionFactory for Runtime {
     fn default_model(&self, spec: &SessionSpec) -> Option<String> {
         let setup = self.configuration(spec).ok()?;
         Some(setup.call.model.clone())
+    }
+
+    fn checkpoints(&self, cwd: &Path) -> Option<dsh_tools::CheckpointStore> {
+        let spec = SessionSpec {
+            cwd: Some(cwd.to_path_buf()),
+            ..SessionSpec::default()
+        };
+        let setup = self.configuration(&spec).ok()?;
+        let settings = setup.config.rewind;
+        (settings.enabled && unsafe_root(&setup.cwd, &setup.home).is_none())
+            .then(|| rewind::checkpoint_store(&setup.home, &setup.cwd, &settings))
     }
 
     fn trusted(&self, workspace: &Path) {

@@ -52,6 +52,8 @@ pub enum Action {
         /// The user's answers, or a dismissal.
         reply: Reply,
     },
+    /// Rewind the session (chosen in `/rewind`, docs/rewind.md).
+    Rewind(crate::rewind::RewindChoice),
     /// Leave.
     Quit,
 }
@@ -170,6 +172,8 @@ pub struct App {
     pub user_commands: Vec<UserCommand>,
     /// The `/resume` picker, when open.
     pub picker: Option<Picker>,
+    /// The `/rewind` list, when open.
+    pub rewind_menu: Option<crate::rewind::RewindMenu>,
     /// Show reasoning in full.
     pub expand_reasoning: bool,
     /// The inline mode (docs/tui.md, "Modes"): the conversation's finished cells are in the
@@ -218,6 +222,7 @@ impl App {
             confirm_note: None,
             user_commands: Vec::new(),
             picker: None,
+            rewind_menu: None,
             expand_reasoning: false,
             inline: false,
             scroll: 0,
@@ -250,6 +255,7 @@ impl App {
             || self.confirm_note.is_some()
             || self.permission_menu.is_some()
             || self.picker.is_some()
+            || self.rewind_menu.is_some()
             || self.pager.is_some()
             || self.children.menu.is_some()
     }
@@ -435,6 +441,7 @@ impl App {
 
     fn ctrl_c(&mut self) -> Vec<Action> {
         let closed = self.picker.take().is_some()
+            | self.rewind_menu.take().is_some()
             | self.children.menu.take().is_some()
             | self.permission_menu.take().is_some()
             | self.confirm_permission.take().is_some()
@@ -661,6 +668,19 @@ impl App {
         }
         if self.picker.is_some() {
             return Some(self.picker_key(key));
+        }
+        if let Some(menu) = self.rewind_menu.as_mut() {
+            return Some(match menu.on_key(key) {
+                crate::rewind::MenuKey::Stay => Vec::new(),
+                crate::rewind::MenuKey::Close => {
+                    self.rewind_menu = None;
+                    Vec::new()
+                }
+                crate::rewind::MenuKey::Rewind(choice) => {
+                    self.rewind_menu = None;
+                    vec![Action::Rewind(choice)]
+                }
+            });
         }
         self.children_key(&key)
     }

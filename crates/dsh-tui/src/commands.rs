@@ -28,6 +28,8 @@ pub enum SlashCommand {
     New,
     /// `/undo`: revert the files the last turn changed (docs/tui.md, "Undo and diff").
     Undo,
+    /// `/rewind`: go back to the start of an earlier turn (docs/rewind.md).
+    Rewind,
     /// `/diff`: the session's file changes, and `git diff`, in a scrollable view.
     Diff,
     /// `/init`: ask the agent to write AGENTS.md for the repository.
@@ -76,6 +78,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (
         "/undo",
         "revert the files the last turn changed with write/edit",
+    ),
+    (
+        "/rewind",
+        "go back to an earlier turn: files (bash's changes too), conversation or both",
     ),
     (
         "/diff",
@@ -169,6 +175,7 @@ pub fn parse(input: &str, user: &[UserCommand]) -> Result<SlashCommand, String> 
         "/export" => Ok(SlashCommand::Export(arg)),
         "/new" | "/clear" => no_arg(SlashCommand::New),
         "/undo" => no_arg(SlashCommand::Undo),
+        "/rewind" => no_arg(SlashCommand::Rewind),
         "/diff" => no_arg(SlashCommand::Diff),
         "/init" => no_arg(SlashCommand::Init),
         "/memory" => match rest {

@@ -112,6 +112,8 @@ enum Background {
     /// What an operation carried out off the UI thread returned (`/undo`).
     Submitted(Result<Vec<String>, dsh_protocol::OpError>),
     Reloaded(anyhow::Result<LoadedLog>),
+    /// What `/rewind` did (crate::rewind).
+    Rewound(anyhow::Result<crate::rewind::Rewound>),
 }
 
 /// A session `/fork` made.
@@ -629,6 +631,16 @@ impl Ui {
         quit
     }
 
+    /// Appends a confirmed `# note` (`Op::Remember`); while the session is still opening,
+    /// once it is open, as a message typed meanwhile is sent.
+    fn remember(&mut self, scope: dsh_agent::NoteScope, text: String) {
+        if self.live.is_none() && self.app.loading {
+            self.early.push(Action::Remember(scope, text));
+        } else {
+            self.submit(Op::Remember { scope, text });
+        }
+    }
+
     /// Carries out an action; returns true to quit.
     fn act(&mut self, action: Action) -> bool {
         match action {
@@ -645,13 +657,12 @@ impl Ui {
                 self.set_permission(preset);
                 return false;
             }
+            Action::Rewind(choice) => {
+                self.rewind(choice);
+                return false;
+            }
             Action::Remember(scope, text) => {
-                if self.live.is_none() && self.app.loading {
-                    // Written once the session is open, as a message typed meanwhile is sent.
-                    self.early.push(Action::Remember(scope, text));
-                } else {
-                    self.submit(Op::Remember { scope, text });
-                }
+                self.remember(scope, text);
                 return false;
             }
             Action::WarmConnection => {
@@ -910,6 +921,10 @@ impl Ui {
                     let _ = done.send(Background::Submitted(result));
                 });
             }
+            SlashCommand::Rewind => {
+                let location = live.handle.location();
+                self.open_rewind(busy, location);
+            }
             SlashCommand::Memory(user) => {
                 let handle = live.handle.clone();
                 self.memory(&handle, user);
@@ -1113,6 +1128,46 @@ impl Ui {
             // The UI may be gone (quit meanwhile); then nobody needs the result.
             let _ = done.send(Background::Forked(forked));
         });
+    }
+
+    /// `/rewind`: opens the list of the session's turns (read from its log at `location` off
+    /// the UI thread), unless a turn runs.
+    fn open_rewind(&mut self, busy: bool, location: String) {
+        if busy {
+            self.app.hint =
+                Some("a turn is running: cancel it first (Ctrl-C), then /rewind".into());
+            return;
+        }
+        let done = self.background.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let opened = crate::rewind::menu(&location);
+            let show = move |app: &mut App| match opened {
+                Ok(menu) => app.rewind_menu = Some(menu),
+                Err(err) => info(app, format!("/rewind: {err:#}")),
+            };
+            let _ = done.send(Background::Report(Box::new(show)));
+        });
+    }
+
+    /// `/rewind`'s choice (docs/rewind.md): restores files and/or forks the conversation off
+    /// the UI thread; the result comes back as [`Background::Rewound`].
+    fn rewind(&mut self, choice: crate::rewind::RewindChoice) {
+        let Some(live) = &self.live else { return };
+        if self.app.transcript.running {
+            self.app.hint =
+                Some("a turn is running: cancel it first (Ctrl-C), then /rewind".into());
+            return;
+        }
+        let handle = live.handle.clone();
+        let factory = Arc::clone(&self.factory);
+        let cwd = self.options.cwd.clone();
+        self.with_store(
+            move |store| {
+                let checkpoints = factory.checkpoints(&cwd);
+                crate::rewind::rewind(&handle, store, checkpoints, &choice)
+            },
+            Background::Rewound,
+        );
     }
 
     /// `/export [path]`: writes session `id` (its log at `location`) as Markdown, by default to
@@ -1323,6 +1378,23 @@ impl Ui {
                 );
             }
             Background::Report(show) => show(&mut self.app),
+            Background::Rewound(Ok(crate::rewind::Rewound::NeedsForce(point, mode, message))) => {
+                self.app.rewind_menu = Some(crate::rewind::RewindMenu::force(point, mode, message));
+            }
+            Background::Rewound(Ok(crate::rewind::Rewound::Done { notice, fork })) => match fork {
+                None => info(&mut self.app, notice),
+                Some((id, draft)) => {
+                    self.opened_notice = Some((id.clone(), notice));
+                    self.switch(StartWith::Resume(id));
+                    if self.app.composer.is_empty() {
+                        self.app.composer.set_text(&draft);
+                    }
+                }
+            },
+            Background::Rewound(Err(err)) => self
+                .app
+                .transcript
+                .notice(NoticeLevel::Error, format!("/rewind: {err:#}")),
             Background::Submitted(result) => {
                 self.show_result(result);
             }

@@ -107,14 +107,18 @@ fn parts(app: &App, width: u16, rows: u16, inline: bool) -> Parts {
         (composer_rows.len() as u16).clamp(1, 8) + 2
     };
     // Popups over the conversation in the full-screen mode; rows of their own inline.
-    let menus =
-        app.permission_menu.is_none() && app.picker.is_none() && app.children.menu.is_none();
+    let menus = app.permission_menu.is_none()
+        && app.picker.is_none()
+        && app.children.menu.is_none()
+        && app.rewind_menu.is_none();
     let popup = if !inline || app.modal() && menus {
         0
     } else if app.permission_menu.is_some() {
         PERMISSION_PRESETS.len() as u16 + 2
     } else if app.children.menu.is_some() {
         (app.children.list.len() as u16 + 2).clamp(3, (rows / 2).max(3))
+    } else if let Some(menu) = &app.rewind_menu {
+        (menu.lines().1.len() as u16 + 2).clamp(3, (rows / 2).max(3))
     } else if let Some(picker) = &app.picker {
         (picker.sessions.len() as u16 + 2).clamp(3, (rows / 2).max(3))
     } else {
@@ -241,7 +245,7 @@ fn draw_screen(
             .borders(Borders::TOP | Borders::BOTTOM)
             .border_style(Style::default().fg(Color::DarkGray));
         frame.render_widget(Paragraph::new(rows).block(block), bottom);
-        if app.picker.is_none() && app.permission_menu.is_none() {
+        if app.picker.is_none() && app.permission_menu.is_none() && app.rewind_menu.is_none() {
             let x = bottom.x + cursor.1.min(bottom.width.saturating_sub(1));
             let y = bottom.y + 1 + cursor.0.saturating_sub(first_row as u16);
             frame.set_cursor_position(Position::new(x, y));
@@ -258,6 +262,7 @@ fn draw_screen(
         draw_completions(frame, app, room);
         draw_permission_menu(frame, app, room);
         draw_agents_menu(frame, app, room);
+        draw_rewind_menu(frame, app, room);
         crate::finder::draw_finder(frame, app, room);
     }
     frame.render_widget(Paragraph::new(status_line(app)), status);
@@ -668,6 +673,36 @@ fn draw_question(
 fn above(room: Rect, height: u16) -> Rect {
     let height = height.min(room.height);
     Rect::new(room.x, room.y + room.height - height, room.width, height)
+}
+
+/// The `/rewind` list right above the composer (docs/rewind.md): the turns, then what to
+/// restore, or the question whether to overwrite files changed outside dsh.
+fn draw_rewind_menu(frame: &mut Frame<'_>, app: &App, room: Rect) {
+    let Some(menu) = &app.rewind_menu else {
+        return;
+    };
+    let (title, rows, selected) = menu.lines();
+    let height = (rows.len() as u16 + 2).min(room.height);
+    let area = above(room, height);
+    // Keep the highlighted row in view when the list is taller than the room.
+    let visible = usize::from(height.saturating_sub(2)).max(1);
+    let first = selected.map_or(0, |at| at.saturating_sub(visible - 1));
+    let lines: Vec<Line<'static>> = rows
+        .into_iter()
+        .enumerate()
+        .skip(first)
+        .map(|(i, row)| {
+            let style = if Some(i) == selected {
+                Style::default().bg(Color::Blue).fg(Color::White)
+            } else {
+                Style::default()
+            };
+            Line::from(Span::styled(row, style))
+        })
+        .collect();
+    let block = Block::default().borders(Borders::ALL).title(title);
+    frame.render_widget(Clear, area);
+    frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 
 /// The `/agents` list right above the composer (docs/tui.md, "Children").

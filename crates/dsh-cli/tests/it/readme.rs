@@ -78,6 +78,7 @@ const EXAMPLES: &[(&str, Example)] = &[
         Example::Run,
     ),
     ("dsh sessions fork 0b1c --at-turn 1", Example::Run),
+    ("dsh sessions rewind 0b1c", Example::Run),
     ("dsh sessions search \"add a test\"", Example::Run),
     ("dsh sessions rm --yes 0b1c", Example::Run),
     (
