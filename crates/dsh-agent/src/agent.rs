@@ -566,6 +566,10 @@ pub struct Agent {
     pub(crate) turn: u64,
     /// Whether this loop instance has logged its first header (`initial` / `resume`).
     pub(crate) header_logged: bool,
+    /// Extensions' work started at the running turn's start, running beside its first request
+    /// ([`crate::Extension::turn_boundary`]); settled before any tool runs and before the turn
+    /// ends.
+    pub(crate) turn_work: Vec<tokio::task::JoinHandle<Vec<Event>>>,
     pub(crate) resumed: bool,
     pub(crate) model_info: ModelInfo,
     pub(crate) cache: crate::CacheTracker,
@@ -733,6 +737,7 @@ impl Agent {
             approver: Arc::new(crate::HeadlessApprover),
             turn,
             header_logged: false,
+            turn_work: Vec::new(),
             resumed,
             model_info,
             cache: crate::CacheTracker::new(),

@@ -290,9 +290,10 @@ pub trait Extension: Send + Sync + 'static {
     }
 
     /// A turn begins (its `turn/start` and messages are logged, no request made yet) or has
-    /// ended (its `turn/end` is logged): work the loop waits for at that point, and the events
-    /// it returns, which the loop logs (workspace checkpoints, docs/rewind.md). Called with no
-    /// lock held.
+    /// ended (its `turn/end` is logged): work to do at that point, and the events it returns,
+    /// which the loop logs (workspace checkpoints, docs/rewind.md). A turn's start work runs
+    /// beside its first request and is waited for before any tool of the turn runs and before
+    /// the turn ends; the end work is waited for at once. Called with no lock held.
     fn turn_boundary(&self, _boundary: TurnBoundary) -> Option<BoxFuture<'static, Vec<Event>>> {
         None
     }

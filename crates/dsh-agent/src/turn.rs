@@ -110,7 +110,7 @@ impl Agent {
             (claimed, turn)
         };
         *self.shared.turn_cancel.lock_or_recover() = Some(cancel.clone());
-        self.at_turn_boundary(TurnBoundary::Start(turn)).await?;
+        self.start_turn_work(turn);
         // A command's model and tools hold for this turn only (`crate::turn_settings`).
         self.begin_turn_settings(&claimed);
         let result = self.run_steps(turn, claimed, &cancel).await;
@@ -203,6 +203,7 @@ impl Agent {
             }
             other => other,
         };
+        self.settle_turn_work().await?;
         self.shared.log().append(Event::TurnEnd(TurnEnd {
             turn,
             reason: reason.clone(),
@@ -220,6 +221,38 @@ impl Agent {
             usage_by_model,
             cache_reports: totals.cache_reports,
         })
+    }
+
+    /// Starts what extensions do when turn `turn` begins ([`crate::Extension::turn_boundary`]):
+    /// it runs beside the first request (a checkpoint of the workspace must not delay it) and
+    /// is settled by [`Agent::settle_turn_work`].
+    fn start_turn_work(&mut self, turn: u64) {
+        // What an earlier turn that failed part-way left running is not this turn's.
+        for stale in std::mem::take(&mut self.turn_work) {
+            stale.abort();
+        }
+        let work: Vec<_> = self
+            .extensions
+            .snapshot()
+            .iter()
+            .filter_map(|extension| extension.turn_boundary(TurnBoundary::Start(turn)))
+            .map(tokio::spawn)
+            .collect();
+        self.turn_work.extend(work);
+    }
+
+    /// Waits for the turn-start work still running and logs the events it returned.
+    async fn settle_turn_work(&mut self) -> Result<(), AgentError> {
+        for work in std::mem::take(&mut self.turn_work) {
+            // A panicked task has nothing to log.
+            if let Ok(events) = work.await {
+                let mut log = self.shared.log();
+                for event in events {
+                    log.append(event)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Waits for what extensions do at `boundary` ([`crate::Extension::turn_boundary`]) and
@@ -494,6 +527,8 @@ impl Agent {
         let aborted = if calls.is_empty() {
             false
         } else {
+            // Nothing changes the workspace before the turn-start work (its checkpoint) ended.
+            self.settle_turn_work().await?;
             self.run_tools(turn, step, calls.clone(), cancel).await?
         };
         // Usage spent on the agent's behalf that no tool result carries (a failed or

@@ -511,3 +511,104 @@ async fn a_header_changed_by_a_request_hook_is_logged() {
     }
     assert_eq!(calls, 2);
 }
+
+/// Records what happened in order: the boundary work, requests and tool runs.
+type Timeline = Arc<Mutex<Vec<String>>>;
+
+/// Turn-boundary work that takes a while and says when it starts and ends.
+struct SlowBoundary {
+    timeline: Timeline,
+}
+
+impl Extension for SlowBoundary {
+    fn name(&self) -> &str {
+        "slow-boundary"
+    }
+    fn turn_boundary(
+        &self,
+        boundary: dsh_agent::TurnBoundary,
+    ) -> Option<BoxFuture<'static, Vec<Event>>> {
+        let timeline = self.timeline.clone();
+        let name = match boundary {
+            dsh_agent::TurnBoundary::Start(_) => "start",
+            dsh_agent::TurnBoundary::End(_) => "end",
+        };
+        Some(Box::pin(async move {
+            timeline.lock().unwrap().push(format!("{name} work begins"));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            timeline.lock().unwrap().push(format!("{name} work ends"));
+            vec![Event::Opaque {
+                event_type: dsh_session::WORKSPACE_CHECKPOINT_EVENT.into(),
+                data: json!({"at": name}),
+            }]
+        }))
+    }
+    fn tool_pre(&self, call: &ToolCallInfo) -> ToolVerdict {
+        self.timeline
+            .lock()
+            .unwrap()
+            .push(format!("tool {}", call.name));
+        ToolVerdict::Continue
+    }
+}
+
+/// Notes each request on the timeline.
+struct TimedAdapter {
+    inner: Arc<ReplayAdapter>,
+    timeline: Timeline,
+}
+
+impl Adapter for TimedAdapter {
+    fn stream(&self, request: GenerateRequest) -> ChunkStream {
+        self.timeline.lock().unwrap().push("request".into());
+        self.inner.stream(request)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_start_work_runs_beside_the_first_request_and_before_any_tool() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let timeline: Timeline = Arc::new(Mutex::new(Vec::new()));
+    let replies = Arc::new(ReplayAdapter::new(vec![
+        tool_call("c1", "shout", r#"{"text":"hi"}"#),
+        text("done"),
+    ]));
+    let extensions = ExtensionSet::new();
+    let _plugin = extensions.register(Arc::new(Plugin {
+        adapter: replies.clone(),
+    }));
+    let _slow = extensions.register(Arc::new(SlowBoundary {
+        timeline: timeline.clone(),
+    }));
+    let mut adapters = AdapterRegistry::new();
+    adapters
+        .register(
+            "timed",
+            Arc::new(TimedAdapter {
+                inner: replies,
+                timeline: timeline.clone(),
+            }),
+        )
+        .unwrap();
+    let mut agent = create_agent(home.path(), cwd.path(), extensions, adapters, "timed");
+    let handle = agent.handle();
+    handle.followup("go").unwrap();
+    agent.run_turn().await.unwrap().unwrap();
+    let timeline = timeline.lock().unwrap().clone();
+    let at = |what: &str| timeline.iter().position(|t| t == what).unwrap();
+    // The first request does not wait for the start work; the tool does.
+    assert!(at("request") < at("start work ends"), "{timeline:?}");
+    assert!(at("start work ends") < at("tool shout"), "{timeline:?}");
+    assert!(at("tool shout") < at("end work begins"), "{timeline:?}");
+    // Both boundaries' events are logged, the start's before the turn's end.
+    let events = load_file(std::path::Path::new(&handle.location()))
+        .unwrap()
+        .events;
+    let position = |pred: &dyn Fn(&Event) -> bool| events.iter().position(|e| pred(&e.event));
+    let start = position(&|e| matches!(e, Event::Opaque { data, .. } if data["at"] == "start"));
+    let end = position(&|e| matches!(e, Event::Opaque { data, .. } if data["at"] == "end"));
+    let turn_end = position(&|e| matches!(e, Event::TurnEnd(_)));
+    assert!(start.unwrap() < turn_end.unwrap());
+    assert!(turn_end.unwrap() < end.unwrap());
+}
