@@ -504,6 +504,7 @@ impl CheckpointStore {
         let mut next_cache = StatCache::new();
         let mut folders: BTreeMap<PathBuf, Tree> = BTreeMap::new();
         folders.insert(PathBuf::new(), Tree::new());
+        let mut protected = crate::ProtectedCache::new(&root.real);
         let mut taken = Checkpoint {
             tree: String::new(),
             files: 0,
@@ -522,10 +523,7 @@ impl CheckpointStore {
             let Some(name) = relative.file_name() else {
                 continue;
             };
-            if kind.is_dir()
-                || crate::builtin::is_temp_name(name)
-                || crate::protected_entry(&root.real, walked).is_some()
-            {
+            if kind.is_dir() || crate::builtin::is_temp_name(name) || protected.covers(walked) {
                 continue;
             }
             let recorded = if kind.is_symlink() {
@@ -609,14 +607,15 @@ impl CheckpointStore {
         let Some(key_bytes) = name_bytes(relative.as_os_str()) else {
             return Ok(None);
         };
-        if !root.confirm(walked) {
-            return Ok(None);
-        }
+        // A cache hit reads nothing: it records the content hashed when the file was read
+        // through the gate before, so only a file read now is confirmed beneath the root.
         let Ok(meta) = std::fs::symlink_metadata(walked) else {
             return Ok(None);
         };
         if meta.len() > self.limits.max_file_bytes {
-            return Ok(Some((Entry::Large { size: meta.len() }, 0)));
+            return Ok(root
+                .confirm(walked)
+                .then_some((Entry::Large { size: meta.len() }, 0)));
         }
         let settled = |meta: &std::fs::Metadata| {
             meta.modified()
@@ -635,6 +634,9 @@ impl CheckpointStore {
                     0,
                 )));
             }
+        }
+        if !root.confirm(walked) {
+            return Ok(None);
         }
         let Some(file) = root.open(walked) else {
             return Ok(None);

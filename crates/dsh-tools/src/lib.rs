@@ -102,8 +102,9 @@ pub use process::{
     kill_group_now, plan_command, scrubbed_env, spawn_child, spawn_std_child, CHILD_ENV_OVERRIDES,
 };
 pub use protected::{
-    existing_protected_entries, is_protected_name, protected_entry, GIT_DIR_CONTROL,
-    PROTECTED_ENV_PREFIX, PROTECTED_GIT_ENTRIES, PROTECTED_MORE_NAMES, PROTECTED_NAMES,
+    existing_protected_entries, is_protected_name, protected_entry, ProtectedCache,
+    GIT_DIR_CONTROL, PROTECTED_ENV_PREFIX, PROTECTED_GIT_ENTRIES, PROTECTED_MORE_NAMES,
+    PROTECTED_NAMES,
 };
 pub use redact::{
     env_file_secrets, is_secret_variable, SecretRedactor, StreamRedactor, MIN_SECRET_LEN,

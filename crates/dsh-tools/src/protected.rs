@@ -21,6 +21,8 @@
 //! `write`/`edit` (a nested `sub/.dsh` is protected too); [`existing_protected_entries`] lists
 //! the ones that exist for the sandbox to make read-only.
 
+use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
 /// Top-level names that are protected wherever they appear (directories or files).
@@ -100,22 +102,97 @@ pub fn protected_entry(root: &Path, path: &Path) -> Option<PathBuf> {
         let parent_is_home = home.as_deref() == Some(covered.as_path());
         let parent_is_git = in_git_dir || looks_like_git_dir(&covered);
         covered.push(name);
-        let name = name.to_string_lossy();
-        if parent_is_git && GIT_DIR_CONTROL.iter().any(|c| eq_ci(c, &name)) {
+        if entry_is_protected(parent_is_git, parent_is_home, name, &covered) {
             return Some(covered);
         }
-        if is_protected_name(&name) || (parent_is_home && name.starts_with('.')) {
-            return Some(covered);
-        }
-        if eq_ci(&name, ".git") {
-            if !covered.is_dir() && covered.exists() {
-                // `.git` as a file points git at another directory: protect the pointer.
-                return Some(covered);
-            }
-            in_git_dir = true;
-        }
+        in_git_dir |= eq_ci(&name.to_string_lossy(), ".git");
     }
     None
+}
+
+/// The rule of [`protected_entry`] for one entry `name` at `path`, given its folder's facts.
+fn entry_is_protected(
+    parent_is_git: bool,
+    parent_is_home: bool,
+    name: &OsStr,
+    path: &Path,
+) -> bool {
+    let name = name.to_string_lossy();
+    (parent_is_git && GIT_DIR_CONTROL.iter().any(|c| eq_ci(c, &name)))
+        || is_protected_name(&name)
+        || (parent_is_home && name.starts_with('.'))
+        // `.git` as a file points git at another directory: protect the pointer.
+        || (eq_ci(&name, ".git") && !path.is_dir() && path.exists())
+}
+
+/// [`protected_entry`] for the many paths of a walk below one root: what it learns about each
+/// folder (covered by a protected entry, inside or shaped like a git directory) is kept, so each
+/// folder is looked at once instead of once per file below it.
+#[derive(Debug)]
+pub struct ProtectedCache {
+    root: PathBuf,
+    home: Option<PathBuf>,
+    folders: HashMap<PathBuf, FolderFacts>,
+}
+
+/// What [`protected_entry`]'s walk knows about a folder when it reaches the folder's entries.
+#[derive(Debug, Clone, Copy)]
+struct FolderFacts {
+    /// The folder is a protected entry or lies in one.
+    covered: bool,
+    /// A `.git` component is on the way to it (the folder itself included).
+    in_git_dir: bool,
+    /// Its entries are a git directory's (`in_git_dir`, or the folder is shaped like one).
+    is_git: bool,
+}
+
+impl ProtectedCache {
+    /// For paths below the real path `root`.
+    pub fn new(root: &Path) -> Self {
+        ProtectedCache {
+            root: root.to_path_buf(),
+            home: user_home().filter(|home| home.starts_with(root)),
+            folders: HashMap::new(),
+        }
+    }
+
+    /// True when [`protected_entry`] covers `path` (absolute and real, below the root).
+    pub fn covers(&mut self, path: &Path) -> bool {
+        match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) if path.starts_with(&self.root) && path != self.root => {
+                let facts = self.folder(parent);
+                let parent_is_home = self.home.as_deref() == Some(parent);
+                facts.covered || entry_is_protected(facts.is_git, parent_is_home, name, path)
+            }
+            _ => false,
+        }
+    }
+
+    /// The facts of the folder `dir` (the root or below it).
+    fn folder(&mut self, dir: &Path) -> FolderFacts {
+        if let Some(facts) = self.folders.get(dir) {
+            return *facts;
+        }
+        let facts = match (dir.parent(), dir.file_name()) {
+            (Some(parent), Some(name)) if dir != self.root && dir.starts_with(&self.root) => {
+                let up = self.folder(parent);
+                let parent_is_home = self.home.as_deref() == Some(parent);
+                let in_git_dir = up.in_git_dir || eq_ci(&name.to_string_lossy(), ".git");
+                FolderFacts {
+                    covered: up.covered || entry_is_protected(up.is_git, parent_is_home, name, dir),
+                    in_git_dir,
+                    is_git: in_git_dir || looks_like_git_dir(dir),
+                }
+            }
+            _ => FolderFacts {
+                covered: false,
+                in_git_dir: false,
+                is_git: looks_like_git_dir(dir),
+            },
+        };
+        self.folders.insert(dir.to_path_buf(), facts);
+        facts
+    }
 }
 
 /// How deep below a root [`existing_protected_entries`] looks for nested repositories, and how
@@ -248,6 +325,57 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn the_cache_agrees_with_protected_entry_on_a_real_tree() {
+        let temp = tempfile::tempdir().unwrap();
+        let root = temp.path().canonicalize().unwrap();
+        for dir in [
+            ".git/hooks",
+            ".git/modules/sub/hooks",
+            "src/deep",
+            "bare/objects",
+            "bare/refs",
+            "vendor/lib/.git",
+            ".dsh/commands",
+            "nested",
+        ] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        for file in [
+            ".git/config",
+            ".git/hooks/pre-commit",
+            ".git/index",
+            ".git/modules/sub/config",
+            "bare/HEAD",
+            "bare/config",
+            "bare/refs/main",
+            "vendor/lib/.git/config",
+            ".dsh/commands/x.md",
+            ".env.local",
+            "src/deep/a.rs",
+            "src/.envrc",
+            "nested/.git",
+            "README",
+        ] {
+            std::fs::write(root.join(file), "x").unwrap();
+        }
+        let mut cache = ProtectedCache::new(&root);
+        let mut stack = vec![root.clone()];
+        let mut seen = 0;
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path.clone());
+                }
+                let expected = protected_entry(&root, &path).is_some();
+                assert_eq!(cache.covers(&path), expected, "{}", path.display());
+                seen += 1;
+            }
+        }
+        assert!(seen > 20);
+    }
 
     #[test]
     fn protected_entries_are_found_at_any_depth() {
