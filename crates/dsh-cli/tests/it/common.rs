@@ -158,3 +158,27 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A scripted reply that answers `text` and ends the turn.
+pub(crate) fn text_reply(text: &str) -> dsh_test_support::ScriptedReply {
+    use dsh_test_support::{SseReply, WireUsage};
+    dsh_test_support::ScriptedReply::from(
+        SseReply::new()
+            .text(text)
+            .finish("stop", Some(WireUsage::default())),
+    )
+}
+
+/// A scripted reply that calls tool `name` with `args` (call id `id`).
+pub(crate) fn tool_reply(
+    id: &str,
+    name: &str,
+    args: &serde_json::Value,
+) -> dsh_test_support::ScriptedReply {
+    use dsh_test_support::{SseReply, WireUsage};
+    dsh_test_support::ScriptedReply::from(
+        SseReply::new()
+            .tool_call(0, id, name, &args.to_string())
+            .finish("tool_calls", Some(WireUsage::default())),
+    )
+}

@@ -13,18 +13,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::common::{dsh_command, output, session_files, text};
+use crate::common::{dsh_command, output, session_files, text, text_reply};
 
 /// How long one message from the server may take.
 const WAIT: Duration = Duration::from_secs(30);
-
-fn text_reply(text: &str) -> ScriptedReply {
-    ScriptedReply::from(
-        SseReply::new()
-            .text(text)
-            .finish("stop", Some(WireUsage::default())),
-    )
-}
 
 fn call_reply(id: &str, tool: &str, args: Value) -> ScriptedReply {
     ScriptedReply::from(

@@ -8,26 +8,10 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
 use dsh_session::{load_file, Event};
-use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::FakeProvider;
 
-use crate::common::session_file;
+use crate::common::{session_file, text_reply, tool_reply};
 use crate::tui_harness::Tui;
-
-fn text_reply(text: &str) -> ScriptedReply {
-    ScriptedReply::from(
-        SseReply::new()
-            .text(text)
-            .finish("stop", Some(WireUsage::default())),
-    )
-}
-
-fn tool_reply(id: &str, name: &str, args: &serde_json::Value) -> ScriptedReply {
-    ScriptedReply::from(
-        SseReply::new()
-            .tool_call(0, id, name, &args.to_string())
-            .finish("tool_calls", Some(WireUsage::default())),
-    )
-}
 
 /// Waits (polling) for the child to exit after Ctrl-D, as `Tui::quit` does, off the runtime.
 async fn quit(tui: Tui) -> Tui {

@@ -7,25 +7,14 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
-use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
+use dsh_test_support::{FakeProvider, ScriptedReply};
 
+use crate::common::{text_reply, tool_reply};
 use crate::tui_harness::Tui;
-
-fn text_reply(text: &str) -> ScriptedReply {
-    ScriptedReply::from(
-        SseReply::new()
-            .text(text)
-            .finish("stop", Some(WireUsage::default())),
-    )
-}
 
 fn bash_reply(id: &str, command: &str) -> ScriptedReply {
     let args = serde_json::json!({"command": command, "description": "change files"});
-    ScriptedReply::from(
-        SseReply::new()
-            .tool_call(0, id, "bash", &args.to_string())
-            .finish("tool_calls", Some(WireUsage::default())),
-    )
+    tool_reply(id, "bash", &args)
 }
 
 const DOWN: &str = "\x1b[B";

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dsh_test_support::{FakeProvider, ScriptedReply, SseReply, WireUsage};
 
-use crate::common::{session_file, session_files};
+use crate::common::{session_file, session_files, text_reply};
 use crate::tui_harness::Tui;
 
 const ROWS: u16 = 40;
@@ -140,14 +140,6 @@ fn header_and_status_line_show_the_effective_effort_before_the_first_turn() {
         });
         tui.quit();
     }
-}
-
-fn text_reply(text: &str) -> ScriptedReply {
-    ScriptedReply::from(
-        SseReply::new()
-            .text(text)
-            .finish("stop", Some(WireUsage::default())),
-    )
 }
 
 /// `/fork` says what it forked from, the parent's id and its last closed turn, and which session
