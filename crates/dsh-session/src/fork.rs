@@ -133,7 +133,61 @@ fn before_turn(log: &LoadedLog, turn: u64) -> Result<(u64, u64)> {
 pub fn fork_before_turn(store: &dyn SessionStore, key: &str, turn: u64) -> Result<Forked> {
     let log = store.load(key)?;
     let cut = before_turn(&log, turn)?;
-    fork_loaded(store, key, &log, cut)
+    fork_loaded_before(store, key, &log, cut)
+}
+
+/// [`fork_loaded`] for a fork before a turn: input still queued at the cut (a message sent
+/// while the turn before ran, which the turn claimed) is removed from the new session's inbox,
+/// so resuming it does not send that turn's message again (the user gets it back to edit).
+fn fork_loaded_before(
+    store: &dyn SessionStore,
+    key: &str,
+    log: &LoadedLog,
+    cut: (u64, u64),
+) -> Result<Forked> {
+    let copied = usize::try_from(cut.0).unwrap_or(usize::MAX);
+    let pending = pending_inbox(log.events.iter().take(copied));
+    let forked = fork_loaded(store, key, log, cut)?;
+    if pending.iter().any(|(_, count)| *count > 0) {
+        let mut writer = store.resume(&forked.header.id)?.writer;
+        for (target, count) in pending.into_iter().filter(|(_, count)| *count > 0) {
+            writer.append(crate::Event::InboxSpliced(crate::InboxSplice {
+                target,
+                start: 0,
+                removed_count: Some(count as u64),
+                inserted: Vec::new(),
+                outcome: Some("rewound".into()),
+            }))?;
+        }
+        writer.flush()?;
+    }
+    Ok(forked)
+}
+
+/// How many items each inbox queue holds after `events` (their splices replayed as the agent
+/// replays them on resume).
+fn pending_inbox<'a>(events: impl Iterator<Item = &'a Envelope>) -> Vec<(String, usize)> {
+    let mut queues: Vec<(String, usize)> = Vec::new();
+    for env in events {
+        let crate::Event::InboxSpliced(splice) = &env.event else {
+            continue;
+        };
+        let index = match queues.iter().position(|(t, _)| *t == splice.target) {
+            Some(index) => index,
+            None => {
+                queues.push((splice.target.clone(), 0));
+                queues.len() - 1
+            }
+        };
+        let len = &mut queues[index].1;
+        let start = usize::try_from(splice.start)
+            .unwrap_or(usize::MAX)
+            .min(*len);
+        let removed = usize::try_from(splice.removed_count.unwrap_or(0)).unwrap_or(usize::MAX);
+        let end = start.saturating_add(removed).min(*len);
+        *len = *len - (end - start) + splice.inserted.len();
+    }
+    queues
 }
 
 /// [`fork`] of `log`, session `key` of `store`, already loaded, cut at `cut` (the number of
@@ -174,22 +228,30 @@ pub struct Forked {
 /// `session.jsonl` path of a JSONL store, or `sqlite:<db>#<id>`) at `at_turn` (`None`: the
 /// last closed turn) into a new session of the same store.
 pub fn fork_location(location: &str, at_turn: Option<u64>) -> Result<Forked> {
-    fork_location_at(location, |log| fork_turn(log, at_turn))
+    fork_location_at(location, |log| fork_turn(log, at_turn), false)
 }
 
 /// [`fork_location`] going back to just before turn `turn` began ([`fork_before_turn`]).
 pub fn fork_location_before(location: &str, turn: u64) -> Result<Forked> {
-    fork_location_at(location, |log| before_turn(log, turn))
+    fork_location_at(location, |log| before_turn(log, turn), true)
 }
 
 fn fork_location_at(
     location: &str,
     cut: impl Fn(&LoadedLog) -> Result<(u64, u64)>,
+    before: bool,
 ) -> Result<Forked> {
+    let fork_at = |store: &dyn SessionStore, id: &str, log: &LoadedLog, cut| {
+        if before {
+            fork_loaded_before(store, id, log, cut)
+        } else {
+            fork_loaded(store, id, log, cut)
+        }
+    };
     if let Some((db, id)) = crate::sqlite::sqlite_location(location) {
         let store = crate::SqliteStore::open(std::path::Path::new(db))?;
         let log = store.load(id)?;
-        return fork_loaded(&store, id, &log, cut(&log)?);
+        return fork_at(&store, id, &log, cut(&log)?);
     }
     // `<root>/sessions/<cwd folder>/<session folder>/session.jsonl`: the store is `<root>`.
     let path = std::path::Path::new(location);
@@ -202,5 +264,5 @@ fn fork_location_at(
         .ok_or_else(|| SessionError::NotFound(location.to_string()))?;
     let log = crate::load_file(path)?;
     let cut = cut(&log)?;
-    fork_loaded(&crate::JsonlStore::new(root), &log.header.id, &log, cut)
+    fork_at(&crate::JsonlStore::new(root), &log.header.id, &log, cut)
 }

@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::builtin::beneath::{
-    open_dir_beneath, open_root, remove_empty_dir_at, remove_file_at, replace_file_at, symlink_at,
+    create_file_at, open_dir_beneath, open_root, remove_empty_dir_at, remove_file_at,
+    replace_file_at, symlink_at,
 };
 use crate::builtin::search::{walk_root, walker, SearchRoot};
 use crate::gate::GatePolicy;
@@ -334,10 +335,14 @@ pub struct CheckpointStore {
 enum Step {
     Delete(PathBuf),
     DeleteDir(PathBuf),
+    /// `replace`: the checkpoint of the files now holds a file by that name (so its content is
+    /// in the store). Without it the name must not exist: something the checkpoint left out
+    /// (ignored, another user's, not a regular file) is never written over.
     Write {
         path: PathBuf,
         mode: u32,
         hash: Hash,
+        replace: bool,
     },
     Link {
         path: PathBuf,
@@ -813,6 +818,7 @@ impl CheckpointStore {
                             path,
                             mode: *mode,
                             hash: *hash,
+                            replace: matches!(current, Some(Entry::File { .. })),
                         }),
                         Some(Entry::Link { hash }) => {
                             plan.steps.push(Step::Link { path, hash: *hash })
@@ -840,13 +846,41 @@ impl CheckpointStore {
             else {
                 continue;
             };
+            // A folder that became a git directory since (or any protected entry) is not
+            // changed, whatever the checkpoint held there.
+            if crate::protected_entry(&self.workspace, &self.workspace.join(path)).is_some() {
+                if !matches!(step, Step::DeleteDir(_)) {
+                    report.failed.push((
+                        path.to_path_buf(),
+                        "is a protected entry now (docs/SECURITY.md, \"Protected paths\"), so a rewind does not change it".into(),
+                    ));
+                }
+                continue;
+            }
             let create = matches!(step, Step::Write { .. } | Step::Link { .. });
             let result = open_dir_beneath(&root, parent, create).and_then(|dir| match step {
                 Step::Delete(_) => remove_file_at(&dir, name),
                 Step::DeleteDir(_) => remove_empty_dir_at(&dir, name),
-                Step::Write { mode, hash, .. } => {
+                Step::Write {
+                    mode,
+                    hash,
+                    replace,
+                    ..
+                } => {
                     let content = self.get(hash).map_err(io::Error::other)?;
-                    replace_file_at(&dir, name, &content, Some(*mode)).map(drop)
+                    if *replace {
+                        replace_file_at(&dir, name, &content, Some(*mode)).map(drop)
+                    } else {
+                        create_file_at(&dir, name, &content, Some(*mode))
+                            .map(drop)
+                            .map_err(|err| match err.kind() {
+                                io::ErrorKind::AlreadyExists => io::Error::new(
+                                    err.kind(),
+                                    "exists now but no checkpoint holds it (ignored, another user's file, or not a regular file), so it is left as it is",
+                                ),
+                                _ => err,
+                            })
+                    }
                 }
                 Step::Link { hash, .. } => {
                     let target = self.get(hash).map_err(io::Error::other)?;

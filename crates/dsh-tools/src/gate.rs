@@ -833,12 +833,69 @@ const MAX_IGNORE_FILE: u64 = 1024 * 1024;
 /// reads these files itself); a file swapped by a concurrent process after the check is not
 /// caught (docs/SECURITY.md, "The file gate").
 pub fn unsafe_ignore_file(dir: &Path) -> Option<PathBuf> {
-    IGNORE_FILES.iter().map(|name| dir.join(name)).find(|path| {
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) => !meta.is_file() || meta.len() > MAX_IGNORE_FILE,
-            Err(_) => false,
-        }
-    })
+    IGNORE_FILES
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| unsafe_to_read(path))
+        .or_else(|| unsafe_git_file(dir))
+}
+
+/// True when `path` exists and is not a regular file of at most [`MAX_IGNORE_FILE`] bytes
+/// (a link counts as unsafe: the walker would follow it).
+fn unsafe_to_read(path: &Path) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => !meta.is_file() || meta.len() > MAX_IGNORE_FILE,
+        Err(_) => false,
+    }
+}
+
+/// The first line of the small regular file `path` (opened without blocking), `None` when it
+/// cannot be read.
+fn first_line(path: &Path) -> Option<String> {
+    use crate::os::OpenOptionsExt;
+    use std::io::Read;
+    #[cfg(unix)]
+    let flags = crate::os::O_NOFOLLOW | libc::O_NONBLOCK;
+    #[cfg(not(unix))]
+    let flags = crate::os::O_NOFOLLOW;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_IGNORE_FILE).read_to_end(&mut bytes).ok()?;
+    let line = bytes.split(|b| *b == b'\n').next().unwrap_or(&[]);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    String::from_utf8(line.to_vec()).ok()
+}
+
+/// A `.git` file (`gitdir: <dir>`) makes the walker open `<dir>/commondir` and then
+/// `<commondir>/info/exclude` by path, wherever they are: the first of those three that is not
+/// a small regular file (a FIFO would block the walk forever, a huge file flood it).
+fn unsafe_git_file(dir: &Path) -> Option<PathBuf> {
+    let dot_git = dir.join(".git");
+    let meta = std::fs::symlink_metadata(&dot_git).ok()?;
+    if meta.is_dir() {
+        return None;
+    }
+    if unsafe_to_read(&dot_git) {
+        return Some(dot_git);
+    }
+    let line = first_line(&dot_git)?;
+    let git_dir = PathBuf::from(line.strip_prefix("gitdir: ")?);
+    let commondir = git_dir.join("commondir");
+    if unsafe_to_read(&commondir) {
+        return Some(commondir);
+    }
+    let line = first_line(&commondir)?;
+    let common = if line.starts_with('.') {
+        git_dir.join(line)
+    } else {
+        PathBuf::from(line)
+    };
+    let exclude = common.join("info/exclude");
+    unsafe_to_read(&exclude).then_some(exclude)
 }
 
 /// Why the gate did not hand out a file.

@@ -423,3 +423,81 @@ fn sessions_are_found_by_id_and_prefix_across_working_directories() {
         .unwrap();
     assert_eq!(store.session_folder(id).unwrap(), first);
 }
+
+/// Attack (rewind, docs/rewind.md): a message sent while turn 1 ran is queued before turn 1
+/// ends and claimed by turn 2. A fork before turn 2 must not keep it queued: resuming the
+/// fork would send turn 2's message again on its own.
+#[test]
+fn a_fork_before_a_turn_does_not_keep_that_turns_queued_message() {
+    let home = tempfile::tempdir().unwrap();
+    for kind in [StoreKind::Jsonl, StoreKind::Sqlite] {
+        let store = open_store(kind, home.path()).unwrap();
+        let mut w = store.create("/proj/q", CreateOptions::default()).unwrap();
+        let id = w.header().id.clone();
+        let queued = |text: &str| {
+            Event::InboxSpliced(InboxSplice {
+                target: "next-turn".into(),
+                start: 0,
+                removed_count: None,
+                inserted: vec![Message::user_text(uuid_like(text), text)],
+                outcome: None,
+            })
+        };
+        let claimed = Event::InboxSpliced(InboxSplice {
+            target: "next-turn".into(),
+            start: 0,
+            removed_count: Some(1),
+            inserted: Vec::new(),
+            outcome: None,
+        });
+        w.append(queued("first task")).unwrap();
+        w.append(Event::TurnStart(TurnStart { turn: 1 })).unwrap();
+        w.append(claimed.clone()).unwrap();
+        w.append(Event::StepStart(StepRef { turn: 1, step: 1 }))
+            .unwrap();
+        w.append(user("first task")).unwrap();
+        // Sent while turn 1 runs: queued for the next turn.
+        w.append(queued("second task, sent early")).unwrap();
+        w.append(assistant(1, &[])).unwrap();
+        w.append(Event::StepEnd(StepRef { turn: 1, step: 1 }))
+            .unwrap();
+        w.append(Event::TurnEnd(TurnEnd {
+            turn: 1,
+            reason: TurnEndReason::Completed,
+        }))
+        .unwrap();
+        w.append(Event::TurnStart(TurnStart { turn: 2 })).unwrap();
+        w.append(claimed.clone()).unwrap();
+        w.append(Event::StepStart(StepRef { turn: 2, step: 1 }))
+            .unwrap();
+        w.append(user("second task, sent early")).unwrap();
+        w.append(assistant(2, &[])).unwrap();
+        w.append(Event::StepEnd(StepRef { turn: 2, step: 1 }))
+            .unwrap();
+        w.append(Event::TurnEnd(TurnEnd {
+            turn: 2,
+            reason: TurnEndReason::Completed,
+        }))
+        .unwrap();
+        drop(w);
+
+        let forked = fork_before_turn(store.as_ref(), &id, 2).unwrap();
+        let log = store.load(&forked.header.id).unwrap();
+        // Replay the inbox as resuming does (`Agent::resume`).
+        let mut queue: Vec<String> = Vec::new();
+        for env in &log.events {
+            if let Event::InboxSpliced(s) = &env.event {
+                let start = (s.start as usize).min(queue.len());
+                let end = (start + s.removed_count.unwrap_or(0) as usize).min(queue.len());
+                queue.drain(start..end);
+                for (i, m) in s.inserted.iter().enumerate() {
+                    queue.insert(start + i, m.text());
+                }
+            }
+        }
+        assert!(queue.is_empty(), "{kind:?}: still queued: {queue:?}");
+        assert_eq!(forked.turn, 1);
+        let resumed = store.resume(&forked.header.id).unwrap();
+        assert_eq!(resumed.next_turn, 2, "{kind:?}");
+    }
+}

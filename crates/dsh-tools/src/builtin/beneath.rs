@@ -286,6 +286,28 @@ pub(crate) fn replace_file_at(
     content: &[u8],
     mode: Option<u32>,
 ) -> io::Result<Metadata> {
+    write_file_at(dir, name, content, mode, true)
+}
+
+/// Like [`replace_file_at`], but `name` must not exist: the temp file is hard-linked to `name`
+/// (`linkat`, which never replaces an entry) and then unlinked, so whatever appeared under
+/// `name` meanwhile is left as it is and the call fails with `AlreadyExists`.
+pub(crate) fn create_file_at(
+    dir: &OwnedFd,
+    name: &OsStr,
+    content: &[u8],
+    mode: Option<u32>,
+) -> io::Result<Metadata> {
+    write_file_at(dir, name, content, mode, false)
+}
+
+fn write_file_at(
+    dir: &OwnedFd,
+    name: &OsStr,
+    content: &[u8],
+    mode: Option<u32>,
+    replace: bool,
+) -> io::Result<Metadata> {
     let target = cstring(name)?;
     let temp = cstring(&temp_name())?;
     // SAFETY: `dir` is open and `temp` is NUL-terminated; the mode is an integer argument.
@@ -304,8 +326,8 @@ pub(crate) fn replace_file_at(
         // SAFETY: `file` is an open descriptor; fchown has no memory-safety preconditions.
         check(unsafe { libc::fchown(file.as_raw_fd(), uid, gid) })?;
     }
-    let result = fill_and_rename(dir, file, &temp, &target, content, mode);
-    if result.is_err() {
+    let result = fill_and_rename(dir, file, &temp, &target, content, mode, replace);
+    if result.is_err() || !replace {
         // Best effort: the temp file is ours and useless now; the first error is the one
         // worth reporting.
         // SAFETY: `dir` is open and `temp` is NUL-terminated.
@@ -340,6 +362,7 @@ fn fill_and_rename(
     target: &CString,
     content: &[u8],
     mode: Option<u32>,
+    replace: bool,
 ) -> io::Result<Metadata> {
     file.write_all(content)?;
     if let Some(mode) = mode {
@@ -351,6 +374,20 @@ fn fill_and_rename(
     file.sync_all()?;
     let meta = file.metadata()?;
     drop(file);
+    if !replace {
+        // SAFETY: `dir` is open and both names are NUL-terminated; flags 0 links the temp
+        // file itself (no link followed) and fails with EEXIST when `target` exists.
+        check(unsafe {
+            libc::linkat(
+                dir.as_raw_fd(),
+                temp.as_ptr(),
+                dir.as_raw_fd(),
+                target.as_ptr(),
+                0,
+            )
+        })?;
+        return Ok(meta);
+    }
     // SAFETY: `dir` is open and both names are NUL-terminated.
     check(unsafe {
         libc::renameat(

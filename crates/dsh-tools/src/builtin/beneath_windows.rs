@@ -168,6 +168,33 @@ pub(crate) fn replace_file_at(
     result
 }
 
+/// Like [`replace_file_at`], but `name` must not exist: the temp file is hard-linked to `name`
+/// (which fails with `AlreadyExists` when it exists) and then removed.
+pub(crate) fn create_file_at(
+    dir: &OwnedFd,
+    name: &OsStr,
+    content: &[u8],
+    mode: Option<u32>,
+) -> io::Result<Metadata> {
+    let _ = mode;
+    let temp = dir.0.join(temp_name());
+    let result = (|| {
+        let mut file: File = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(O_NOFOLLOW)
+            .open(&temp)?;
+        file.write_all(content)?;
+        file.sync_all()?;
+        let meta = file.metadata()?;
+        drop(file);
+        std::fs::hard_link(&temp, dir.0.join(name))?;
+        Ok(meta)
+    })();
+    let _ = std::fs::remove_file(&temp);
+    result
+}
+
 /// Removes the file `name` in `dir`, never a directory; a missing name is not an error.
 pub(crate) fn remove_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     match std::fs::remove_file(dir.0.join(name)) {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::fs::{symlink, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use dsh_tools::{CheckpointError, CheckpointLimits, CheckpointStore, GatePolicy};
@@ -343,4 +343,169 @@ fn as_root_another_users_private_file_is_neither_stored_nor_overwritten() {
     let plan = s.plan_restore(&first.tree).unwrap();
     s.restore(&plan).unwrap();
     assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "rotated");
+}
+
+/// Attack: a file the checkpoint of the files now leaves out (ignored since, another user's
+/// private file, a FIFO) but that the older checkpoint holds must not be overwritten by the
+/// restore: nothing in the store says what it holds now, and the "changed outside dsh" check
+/// cannot see it either.
+#[test]
+fn a_restore_never_overwrites_a_file_the_checkpoint_of_now_left_out() {
+    let a = area();
+    put(&a.ws, "notes.local", "v1");
+    put(&a.ws, "cache/data.txt", "v1");
+    put(&a.ws, "pipe", "was a file");
+    let s = store(&a, CheckpointLimits::default());
+    let first = s.take().unwrap();
+    // The model ignores them; the user then keeps work there, which no checkpoint sees.
+    put(&a.ws, ".gitignore", "*.local\ncache/\n");
+    put(&a.ws, "notes.local", "the user's own notes");
+    put(&a.ws, "cache/data.txt", "the user's own data");
+    std::fs::remove_file(a.ws.join("pipe")).unwrap();
+    let fifo = std::ffi::CString::new(a.ws.join("pipe").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let end = s.take().unwrap();
+    // Nothing the checkpoints can see changed between the turn's end and now.
+    assert!(s
+        .changed_between(&end.tree, &s.take().unwrap().tree)
+        .unwrap()
+        .is_empty());
+    let plan = s.plan_restore(&first.tree).unwrap();
+    let report = s.restore(&plan).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(a.ws.join("notes.local")).unwrap(),
+        "the user's own notes",
+        "{report:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(a.ws.join("cache/data.txt")).unwrap(),
+        "the user's own data"
+    );
+    assert!(std::fs::symlink_metadata(a.ws.join("pipe"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert!(!a.ws.join(".gitignore").exists());
+    let failed: Vec<_> = report.failed.iter().map(|(p, _)| p.clone()).collect();
+    assert_eq!(
+        failed,
+        vec![
+            PathBuf::from("cache/data.txt"),
+            PathBuf::from("notes.local"),
+            PathBuf::from("pipe")
+        ],
+        "{report:?}"
+    );
+    assert!(report.failed[0].1.contains("no checkpoint"), "{report:?}");
+}
+
+/// Attack (as root): a file that was the user's at the turn's start and is another user's
+/// private file now is not overwritten with the old content.
+#[test]
+fn as_root_a_file_that_became_another_users_private_file_is_not_overwritten() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: not root");
+        return;
+    }
+    let a = area();
+    put(&a.ws, "shared.txt", "v1");
+    let s = store(&a, CheckpointLimits::default());
+    let first = s.take().unwrap();
+    let path = a.ws.join("shared.txt");
+    std::fs::write(&path, "their private content").unwrap();
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&path, PermissionsExt::from_mode(0o600)).unwrap();
+    let plan = s.plan_restore(&first.tree).unwrap();
+    let report = s.restore(&plan).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "their private content",
+        "{report:?}"
+    );
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+}
+
+/// Attack: a folder that became shaped like a git directory since the checkpoint does not get
+/// the checkpoint's `hooks` or `config` written into it.
+#[test]
+fn a_restore_writes_nothing_into_a_folder_shaped_like_a_git_directory_now() {
+    let a = area();
+    put(&a.ws, "repo/HEAD", "ref: refs/heads/main\n");
+    put(&a.ws, "repo/hooks/post-checkout", "#!/bin/sh\necho pwned\n");
+    put(
+        &a.ws,
+        "repo/config",
+        "[core]\n\tfsmonitor = ./hooks/post-checkout\n",
+    );
+    let s = store(&a, CheckpointLimits::default());
+    let first = s.take().unwrap();
+    // Now it is a repository (HEAD and objects/), without those files.
+    std::fs::remove_dir_all(a.ws.join("repo/hooks")).unwrap();
+    std::fs::remove_file(a.ws.join("repo/config")).unwrap();
+    std::fs::create_dir_all(a.ws.join("repo/objects")).unwrap();
+    let plan = s.plan_restore(&first.tree).unwrap();
+    let report = s.restore(&plan).unwrap();
+    assert!(!a.ws.join("repo/hooks").exists(), "{report:?}");
+    assert!(!a.ws.join("repo/config").exists(), "{report:?}");
+    assert_eq!(report.failed.len(), 2, "{report:?}");
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o644) },
+        0,
+        "{}",
+        path.display()
+    );
+}
+
+/// Attack: a `.git` file (`gitdir: ...`) makes the walker open `<gitdir>/commondir` and then
+/// `<commondir>/info/exclude` by path. A FIFO there must not hang the checkpoint (and with it
+/// the turn's first request), nor a huge file flood it.
+#[test]
+fn a_git_file_pointing_at_a_fifo_does_not_hang_the_checkpoint() {
+    let a = area();
+    put(&a.ws, "kept.txt", "kept");
+    put(&a.ws, "sub/file.txt", "x");
+    put(
+        &a.ws,
+        "sub/.git",
+        &format!("gitdir: {}\n", a.ws.join("g").display()),
+    );
+    std::fs::create_dir_all(a.ws.join("g")).unwrap();
+    mkfifo(&a.ws.join("g/commondir"));
+    put(
+        &a.ws,
+        "sub2/.git",
+        &format!("gitdir: {}\n", a.ws.join("g2").display()),
+    );
+    put(
+        &a.ws,
+        "g2/commondir",
+        &format!("{}\n", a.ws.join("c2").display()),
+    );
+    std::fs::create_dir_all(a.ws.join("c2/info")).unwrap();
+    mkfifo(&a.ws.join("c2/info/exclude"));
+    let s = store(&a, CheckpointLimits::default());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(s.take());
+    });
+    let taken = rx.recv_timeout(std::time::Duration::from_secs(20));
+    if taken.is_err() {
+        // Unblock the stuck walk so the test process can end, then fail.
+        for fifo in [a.ws.join("g/commondir"), a.ws.join("c2/info/exclude")] {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(fifo);
+        }
+        panic!("the checkpoint hung on a FIFO named by a .git file");
+    }
+    let taken = taken.unwrap().unwrap();
+    assert!(taken.files >= 1, "{taken:?}");
 }
