@@ -144,10 +144,18 @@ fn rewind(
             report.deleted.len()
         )?;
         for (path, why) in &plan.kept {
-            writeln!(out, "  left as it is: {}: {why}", path.display())?;
+            writeln!(
+                out,
+                "  left as it is: {}: {why}",
+                dsh_tools::printable(&path.display().to_string())
+            )?;
         }
         for (path, why) in &report.failed {
-            writeln!(out, "  not restored: {}: {why}", path.display())?;
+            writeln!(
+                out,
+                "  not restored: {}: {why}",
+                dsh_tools::printable(&path.display().to_string())
+            )?;
         }
         if !report.failed.is_empty() {
             anyhow::bail!(

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::builtin::beneath::{
-    create_file_at, open_dir_beneath, open_root, remove_empty_dir_at, remove_file_at,
+    create_file_at, open_dir_beneath, open_root, read_link_at, remove_empty_dir_at, remove_file_at,
     replace_file_at, symlink_at,
 };
 use crate::builtin::search::{walk_root, walker, SearchRoot};
@@ -532,7 +532,7 @@ impl CheckpointStore {
                 continue;
             }
             let recorded = if kind.is_symlink() {
-                self.link_entry(walked, &mut taken)?
+                self.link_entry(relative, &mut taken)?
             } else if kind.is_file() {
                 let found =
                     self.file_entry(&root, walked, relative, &cache, &mut next_cache, started)?;
@@ -579,15 +579,27 @@ impl CheckpointStore {
         Ok(taken)
     }
 
+    /// The entry of the link `relative`, its target read through its folder opened beneath
+    /// the workspace without following a link (a folder swapped for a link meanwhile fails
+    /// the walk: nothing outside is read); `None` when that fails.
     fn link_entry(
         &self,
-        walked: &Path,
+        relative: &Path,
         taken: &mut Checkpoint,
     ) -> Result<Option<Entry>, CheckpointError> {
         if cfg!(not(unix)) {
             return Ok(None);
         }
-        let Ok(target) = std::fs::read_link(walked) else {
+        let (Some(name), parent) = (
+            relative.file_name(),
+            relative.parent().unwrap_or(Path::new("")),
+        ) else {
+            return Ok(None);
+        };
+        let read = open_root(&self.workspace)
+            .and_then(|root| open_dir_beneath(&root, parent, false))
+            .and_then(|dir| read_link_at(&dir, name));
+        let Ok(target) = read else {
             return Ok(None);
         };
         let Some(bytes) = name_bytes(target.as_os_str()) else {

@@ -264,7 +264,10 @@ pub fn rewind(
             report.deleted.len()
         ));
         for (path, why) in plan.kept.iter().chain(&report.failed) {
-            notice.push(format!("  left as it is: {}: {why}", path.display()));
+            notice.push(format!(
+                "  left as it is: {}: {why}",
+                dsh_tools::printable(&path.display().to_string())
+            ));
         }
         restored = Some(plan.target);
     }

@@ -425,6 +425,28 @@ pub(crate) fn remove_empty_dir_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()>
     }
 }
 
+/// The target of the symbolic link `name` in `dir` (`readlinkat`: the link itself, never a
+/// link on the way to it).
+pub(crate) fn read_link_at(dir: &OwnedFd, name: &OsStr) -> io::Result<OsString> {
+    let cname = cstring(name)?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: `dir` is open, `cname` is NUL-terminated and `buf` has `buf.len()` bytes.
+    let len = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            cname.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let len = usize::try_from(len).map_err(|_| io::Error::last_os_error())?;
+    if len >= buf.len() {
+        return Err(io::Error::other("the link's target is too long"));
+    }
+    buf.truncate(len);
+    Ok(OsStr::from_bytes(&buf).to_os_string())
+}
+
 /// Makes the symbolic link `name` in `dir` pointing at `target` (`symlinkat`; an existing name
 /// fails with `AlreadyExists`).
 pub(crate) fn symlink_at(dir: &OwnedFd, name: &OsStr, target: &OsStr) -> io::Result<()> {

@@ -211,6 +211,14 @@ pub(crate) fn remove_empty_dir_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()>
     }
 }
 
+/// Symbolic links are not read on Windows (checkpoints do not record them there).
+pub(crate) fn read_link_at(_dir: &OwnedFd, _name: &OsStr) -> io::Result<OsString> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "symbolic links are not recorded on Windows",
+    ))
+}
+
 /// Symbolic links are not made on Windows (checkpoints do not record them there).
 pub(crate) fn symlink_at(_dir: &OwnedFd, _name: &OsStr, _target: &OsStr) -> io::Result<()> {
     Err(io::Error::new(
