@@ -695,7 +695,7 @@ async fn run_async(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let schema = args
         .output_schema
         .as_deref()
-        .map(OutputSchema::load)
+        .map(crate::output_schema::load)
         .transpose()?;
     if let Some(name) = &args.worktree {
         let from = match &args.cwd {
@@ -772,7 +772,11 @@ fn conclude(args: &RunArgs, end: &HeadlessEnd, interrupted: bool) -> anyhow::Res
         }
         reason => match (turn_failure(&end.setup, reason), &end.structured) {
             (Some(failure), _) => Err(anyhow::Error::new(failure)),
-            (None, Some((schema, Err(problem)))) => Err(schema.failure(problem, &end.session_id)),
+            (None, Some((schema, Err(problem)))) => Err(crate::output_schema::failure(
+                schema,
+                problem,
+                &end.session_id,
+            )),
             (None, _) => Ok(ExitCode::SUCCESS),
         },
     }

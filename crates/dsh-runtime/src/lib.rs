@@ -14,6 +14,8 @@
 mod adapters;
 pub mod credentials;
 mod mcp;
+pub mod output_schema;
+pub mod review;
 pub mod trust;
 
 mod compose;
@@ -427,6 +429,13 @@ pub trait SessionFactory: Send + Sync + 'static {
     fn record_trust(&self, _cwd: &Path, _pin: &str) -> Result<PathBuf, String> {
         Err("this front end's sessions cannot record workspace trust".to_string())
     }
+
+    /// Every secret a session opened from `spec` would know ([`Configuration::secrets`]), for
+    /// a front end that shows or logs text no tool result carried (the TUI's `/review`
+    /// findings, whose task held the diff); by default the ones of the environment.
+    fn secrets(&self, _spec: &SessionSpec) -> dsh_tools::SecretRedactor {
+        dsh_tools::SecretRedactor::from_env()
+    }
 }
 
 /// What a front end shows before the user trusts a workspace's own settings.
@@ -524,6 +533,15 @@ impl SessionFactory for Runtime {
         })?;
         self.forget_workspace(&workspace);
         Ok(workspace)
+    }
+
+    /// The configuration's secrets; the environment's when it cannot be resolved (then no
+    /// session opens either).
+    fn secrets(&self, spec: &SessionSpec) -> dsh_tools::SecretRedactor {
+        match self.configuration(spec) {
+            Ok(setup) => setup.secrets().clone(),
+            Err(_) => dsh_tools::SecretRedactor::from_env(),
+        }
     }
 }
 
