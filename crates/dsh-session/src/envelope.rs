@@ -95,9 +95,9 @@ pub struct Envelope {
 impl Envelope {
     /// Wraps an event for appending: message events get `surfaceOp: append`, and
     /// `tool/started`, `tool/progress`, `files/undo`, `subagent/usage`, `usage/call`,
-    /// `user/command` and `workspace/checkpoint` (ours, not in dsh's catalog) are marked ignorable: readers that do not
-    /// know them skip them, and ours load all but the first as [`Event::Opaque`]
-    /// (docs/sessions.md). The store assigns `seq` and `time`.
+    /// `user/command`, `workspace/checkpoint` and `review/findings` (ours, not in dsh's catalog)
+    /// are marked ignorable: readers that do not know them skip them, and ours load all but the
+    /// first as [`Event::Opaque`] (docs/sessions.md). The store assigns `seq` and `time`.
     pub fn new(event: Event) -> Self {
         let surface_op = event.is_message().then_some(SurfaceOp::Append);
         let ignorable = matches!(event, Event::ToolStarted(_))
@@ -106,6 +106,7 @@ impl Envelope {
                     || event_type == crate::event::TOOL_PROGRESS_EVENT
                     || event_type == crate::event::USER_COMMAND_EVENT
                     || event_type == crate::event::WORKSPACE_CHECKPOINT_EVENT
+                    || event_type == crate::event::REVIEW_FINDINGS_EVENT
                     || event_type == crate::usage::SUBAGENT_USAGE_EVENT
                     || event_type == crate::usage::USAGE_CALL_EVENT);
         Envelope {

@@ -57,6 +57,13 @@ pub const USER_COMMAND_EVENT: &str = "user/command";
 /// read back as [`Event::Opaque`], never model-visible.
 pub const WORKSPACE_CHECKPOINT_EVENT: &str = "workspace/checkpoint";
 
+/// `review/findings {reviewSession, target, focus, summary, findings, requests, costUsd}`: the
+/// TUI's `/review` put a read-only review's findings into this session (docs/review.md). Ours,
+/// not in dsh's catalog: written `"ignorable": true`, read back as [`Event::Opaque`]. Not
+/// model-visible: the model reads the findings in a queued `user/message` with a plugin
+/// source (`dsh`, form `review/findings`).
+pub const REVIEW_FINDINGS_EVENT: &str = "review/findings";
+
 /// Event types of dsh's persistence catalog (dsh 0.1.1-rc.2) that this build has no feature
 /// for. They load as [`Event::DshOnly`], never reach the model, and are written back with their
 /// data unchanged (docs/sessions.md, "dsh-only events"). Every other catalog type is decoded

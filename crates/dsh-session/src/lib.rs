@@ -90,8 +90,8 @@ pub use event::{
     HeaderReason, HeaderTools, InboxSplice, LlmRetry, LlmRetryStarted, RequestContext,
     RequestHeader, RequestHeaderEvent, SessionTitle, StepRef, TodoItem, TodoWrite, ToolCall,
     ToolError, ToolResult, ToolStarted, TurnEnd, TurnEndReason, TurnStart, DSH_ONLY_TYPES,
-    KNOWN_OPAQUE_TYPES, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, TOOL_PROGRESS_EVENT,
-    USER_COMMAND_EVENT, WORKSPACE_CHECKPOINT_EVENT,
+    KNOWN_OPAQUE_TYPES, REVIEW_FINDINGS_EVENT, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN,
+    TOOL_PROGRESS_EVENT, USER_COMMAND_EVENT, WORKSPACE_CHECKPOINT_EVENT,
 };
 pub use export::{encode_jsonl, export_markdown, export_zip, TRANSCRIPT_RESULT_LIMIT};
 pub use fork::{
