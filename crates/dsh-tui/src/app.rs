@@ -203,6 +203,9 @@ pub struct App {
     /// The session's sub-agents: the panel, `/agents` and the followed child
     /// (docs/tui.md, "Children").
     pub children: crate::children::Children,
+    /// A `/review` running in its own read-only session (crate::review): the line above the
+    /// composer shows it; Esc and Ctrl-C cancel it.
+    pub review: Option<crate::review::Progress>,
 }
 
 impl App {
@@ -236,6 +239,7 @@ impl App {
             init_armed: false,
             completions_closed: false,
             children: crate::children::Children::default(),
+            review: None,
         }
     }
 
@@ -410,17 +414,29 @@ impl App {
         true
     }
 
-    /// Esc: closes the command list when it is open; else interrupts a running turn like
-    /// Ctrl-C; else returns the conversation to its bottom.
+    /// Esc: closes the command list when it is open; else cancels a running `/review`; else
+    /// interrupts a running turn like Ctrl-C; else returns the conversation to its bottom.
     fn esc(&mut self) -> Vec<Action> {
         if !self.completions().is_empty() {
             self.completions_closed = true;
             return Vec::new();
         }
         self.scroll = 0;
+        if self.review.is_some() {
+            return self.cancel_review();
+        }
         if self.transcript.running {
             self.hint = Some(CANCELLING.to_string());
             return vec![Action::Cancel];
+        }
+        Vec::new()
+    }
+
+    /// Esc or Ctrl-C while a `/review` runs: marks it cancelling, which the runtime carries
+    /// out after the key (crate::review::Running::cancel).
+    fn cancel_review(&mut self) -> Vec<Action> {
+        if let Some(review) = self.review.as_mut() {
+            review.cancelling = true;
         }
         Vec::new()
     }
@@ -448,6 +464,10 @@ impl App {
             | self.note_kept();
         if closed && self.approvals.is_empty() && self.questions.is_empty() {
             return Vec::new();
+        }
+        if self.review.is_some() && self.approvals.is_empty() && self.questions.is_empty() {
+            self.armed = None;
+            return self.cancel_review();
         }
         if self.transcript.running || !self.approvals.is_empty() || !self.questions.is_empty() {
             // The cancel ends the turn, and with it what its calls wait for (the broker
@@ -505,6 +525,13 @@ impl App {
             // Asked first: a message that only looks like a heading is not written away.
             self.composer.take();
             self.confirm_note = Some(note);
+            return Vec::new();
+        }
+        if self.review.is_some() {
+            // Its findings join the conversation when it ends: a message sent before would
+            // go without them.
+            self.hint =
+                Some("a review is running: send once it is done (Esc cancels it)".to_string());
             return Vec::new();
         }
         let text = self.composer.take();

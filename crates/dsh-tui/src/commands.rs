@@ -34,6 +34,9 @@ pub enum SlashCommand {
     Diff,
     /// `/init`: ask the agent to write AGENTS.md for the repository.
     Init,
+    /// `/review [--uncommitted|--base B|--commit SHA] [focus]`: a read-only review of a
+    /// change (crate::review); the arguments as typed.
+    Review(String),
     /// `/status`: session, model, preset, sandbox, usage, MCP servers.
     Status,
     /// `/memory [user]`: edit the project's (or the user's) instructions file in `$VISUAL` /
@@ -90,6 +93,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (
         "/init",
         "have the agent write AGENTS.md for this repository",
+    ),
+    (
+        "/review",
+        "read-only review of the changes: [--base B|--commit SHA] [focus]",
     ),
     (
         "/memory",
@@ -178,6 +185,7 @@ pub fn parse(input: &str, user: &[UserCommand]) -> Result<SlashCommand, String> 
         "/rewind" => no_arg(SlashCommand::Rewind),
         "/diff" => no_arg(SlashCommand::Diff),
         "/init" => no_arg(SlashCommand::Init),
+        "/review" => Ok(SlashCommand::Review(rest.to_string())),
         "/memory" => match rest {
             "" | "project" => Ok(SlashCommand::Memory(false)),
             "user" => Ok(SlashCommand::Memory(true)),
@@ -318,23 +326,30 @@ mod tests {
 
     #[test]
     fn extension_commands_follow_builtins_and_never_shadow_them() {
-        let user = user(&["review", "export", "clear", "explain"]);
+        let user = user(&["audit", "export", "clear", "explain", "review"]);
         let names: Vec<_> = completions("/e", &user).into_iter().map(|c| c.0).collect();
         assert_eq!(names, ["/effort", "/export", "/explain"]);
         assert_eq!(
-            parse("/review  the parser\nplease ", &user),
+            parse("/audit  the parser\nplease ", &user),
             Ok(SlashCommand::User {
-                name: "review".into(),
+                name: "audit".into(),
                 arguments: "the parser\nplease".into()
             })
         );
         assert_eq!(parse("/export", &user), Ok(SlashCommand::Export(None)));
         assert_eq!(parse("/clear", &user), Ok(SlashCommand::New));
-        assert!(parse("/reviewer", &user).is_err());
+        // A skill named `review` is shadowed by the built-in `/review`.
+        assert_eq!(
+            parse("/review --base main", &user),
+            Ok(SlashCommand::Review("--base main".into()))
+        );
+        assert!(parse("/auditor", &user).is_err());
         let help = help_text(&user, false);
-        assert!(help.contains("\n  /review      the review skill"), "{help}");
+        assert!(help.contains("\n  /audit       the audit skill"), "{help}");
+        assert!(!help.contains("the review skill"), "{help}");
         assert!(!help.contains("the export skill"), "{help}");
         assert!(!help_text(&[], false).contains("Skills"));
+        assert!(help_text(&[], true).contains("\n  /review      read-only review"));
         // PgUp/PgDn scroll the full screen's conversation; inline, the terminal holds it.
         assert!(help_text(&[], false).contains("PgUp/PgDn scroll"));
         assert!(!help_text(&[], true).contains("PgUp"));

@@ -30,6 +30,7 @@ pub mod mentions;
 pub mod notify;
 pub mod pager;
 pub mod question;
+pub mod review;
 pub mod rewind;
 pub mod runtime;
 pub mod status;

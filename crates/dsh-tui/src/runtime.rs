@@ -191,6 +191,7 @@ pub async fn run(options: TuiOptions, factory: Arc<dyn SessionFactory>) -> anyho
         status_running: Arc::default(),
         input_paused: Arc::default(),
         edit_request: None,
+        review: None,
         options,
         factory,
         background: mpsc::unbounded_channel(),
@@ -321,6 +322,14 @@ async fn next_live(live: &mut Option<Live>) -> FromLive {
     }
 }
 
+/// The next report of the running `/review`, if one runs.
+async fn next_review(review: &mut Option<crate::review::Running>) -> Option<crate::review::Update> {
+    match review {
+        Some(running) => running.next().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The lines of cells `from..to` as history: each cell after a blank line, as in the view.
 fn history_lines(app: &App, from: usize, to: usize) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
@@ -355,6 +364,8 @@ struct Ui {
     notifier: crate::notify::Notifier,
     /// A `tui.status_command` run is under way (one at a time).
     status_running: Arc<std::sync::atomic::AtomicBool>,
+    /// The `/review` running (crate::review).
+    review: Option<crate::review::Running>,
     /// The terminal reader stops reading while this is set (`/memory`'s editor has the
     /// terminal).
     input_paused: Arc<std::sync::atomic::AtomicBool>,
@@ -446,6 +457,7 @@ impl Ui {
             let mut quit = false;
             tokio::select! {
                 _ = tick.tick(), if self.app.transcript.running
+                    || self.app.review.is_some()
                     || self.app.children.any_running()
                     || self.app.finder.keeps_redrawing() => {}
                 _ = status_tick.tick(), if custom_status => self.refresh_status(),
@@ -459,6 +471,7 @@ impl Ui {
                     FromLive::Waiting(waiting) => self.on_waiting(waiting),
                 },
                 Some(done) = self.background.1.recv() => self.on_background(done),
+                update = next_review(&mut self.review) => self.on_review(update),
             }
             // Batch whatever else is ready into the same frame.
             while let Ok(event) = input.try_recv() {
@@ -627,6 +640,12 @@ impl Ui {
         let mut quit = false;
         for action in actions {
             quit |= self.act(action);
+        }
+        // Esc or Ctrl-C marked the running `/review` cancelled (App::cancel_review).
+        if let (Some(running), Some(progress)) = (&self.review, &self.app.review) {
+            if progress.cancelling {
+                running.cancel();
+            }
         }
         quit
     }
@@ -933,6 +952,87 @@ impl Ui {
                 let handle = live.handle.clone();
                 self.session_command(command, handle);
             }
+            SlashCommand::Review(arguments) => self.review_command(&arguments),
+        }
+    }
+
+    /// `/review [--uncommitted|--base B|--commit SHA] [focus]` (crate::review): starts the
+    /// review in its own read-only session; [`Ui::on_review`] takes its reports.
+    fn review_command(&mut self, arguments: &str) {
+        let Some(live) = &self.live else { return };
+        if self.review.is_some() {
+            self.app.hint = Some("a review is running already (Esc cancels it)".to_string());
+            return;
+        }
+        if self.app.transcript.running {
+            self.app.hint =
+                Some("a turn is running: /review once it ends (or cancel it)".to_string());
+            return;
+        }
+        let request = match crate::review::parse_args(arguments) {
+            Ok(request) => request,
+            Err(message) => {
+                self.app.transcript.notice(NoticeLevel::Error, message);
+                return;
+            }
+        };
+        // The conversation's model and effort, when the model table lists the model.
+        let call = live.control.call();
+        let model = self.factory.model_info(&call.model).map(|_| {
+            let effort = call.reasoning_effort.map(|e| e.as_str().to_string());
+            (call.model.clone(), effort)
+        });
+        let setup = crate::review::Setup {
+            factory: Arc::clone(&self.factory),
+            home: self.options.home.clone(),
+            store: self.options.store,
+            cwd: self.options.cwd.clone(),
+            model,
+        };
+        self.app.review = Some(crate::review::Progress::new(&request));
+        self.review = Some(crate::review::start(setup, request));
+    }
+
+    /// A report of the running `/review`: progress, or its end. Findings go into the
+    /// conversation's log (crate::review::deliver), which shows them.
+    fn on_review(&mut self, update: Option<crate::review::Update>) {
+        use crate::review::{Outcome, Update};
+        let outcome = match update {
+            Some(Update::Activity {
+                tool_calls,
+                activity,
+            }) => {
+                if let Some(progress) = self.app.review.as_mut() {
+                    progress.tool_calls = tool_calls;
+                    progress.activity = Some(activity);
+                }
+                return;
+            }
+            Some(Update::Finished(outcome)) => Some(outcome),
+            None => None,
+        };
+        self.review = None;
+        self.app.review = None;
+        match outcome {
+            Some(Outcome::Done(findings)) => {
+                let delivered = match &self.live {
+                    Some(live) => crate::review::deliver(&live.handle, &findings),
+                    None => Err("no session is open".to_string()),
+                };
+                if let Err(message) = delivered {
+                    // Shown at least, though the model does not have them.
+                    let text = crate::review::logged_text(&findings.event_data());
+                    info(&mut self.app, text);
+                    self.app.transcript.notice(NoticeLevel::Error, message);
+                }
+            }
+            Some(Outcome::Nothing(text)) => info(&mut self.app, text),
+            Some(Outcome::Failed(text)) => self.app.transcript.notice(NoticeLevel::Error, text),
+            Some(Outcome::Cancelled) => info(&mut self.app, "review cancelled".to_string()),
+            None => self
+                .app
+                .transcript
+                .notice(NoticeLevel::Error, "the review stopped without an answer"),
         }
     }
 
@@ -1580,6 +1680,11 @@ impl Ui {
             self.app.hint = Some("a turn is running: cancel it first (Ctrl-C)".to_string());
             return;
         }
+        if let Some(running) = self.review.take() {
+            // Its findings were for the session being left.
+            running.cancel();
+            self.app.review = None;
+        }
         if let Some(live) = self.live.take() {
             live.control
                 .interactions()
@@ -1607,6 +1712,9 @@ impl Ui {
     /// Ends the running turn (logged `aborted`) and stops the loop; queued input stays in the
     /// log for the next resume.
     async fn shutdown(&mut self) {
+        if let Some(running) = self.review.take() {
+            running.stop(Duration::from_secs(10)).await;
+        }
         if let Some(live) = self.live.take() {
             live.control
                 .interactions()

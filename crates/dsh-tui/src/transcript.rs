@@ -316,6 +316,7 @@ impl Transcript {
                         self.stats.last_cache_hit = Some(ratio);
                     }
                 }
+                crate::review::REVIEW_EVENT => self.info(crate::review::logged_text(data)),
                 "sandbox/mode" => {
                     let Some(mode) = data["mode"].as_str() else {
                         return;

@@ -130,7 +130,9 @@ fn parts(app: &App, width: u16, rows: u16, inline: bool) -> Parts {
         popup,
         queue: app.queue.len().min(4) as u16,
         children: app.children.panel_rows(),
-        hint: u16::from(app.hint.is_some() || app.transcript.running || app.loading),
+        hint: u16::from(
+            app.hint.is_some() || app.transcript.running || app.loading || app.review.is_some(),
+        ),
         bottom,
     }
 }
@@ -283,6 +285,9 @@ pub fn hint_line(app: &App) -> Line<'static> {
     }
     if app.loading {
         return Line::from(Span::styled("opening the session…", yellow));
+    }
+    if let Some(review) = &app.review {
+        return crate::review::progress_line(review);
     }
     if !app.transcript.running {
         return Line::default();

@@ -56,6 +56,7 @@ mod tui_harness;
 mod tui_inline;
 mod tui_notify;
 mod tui_pty;
+mod tui_review;
 mod tui_rewind;
 mod tui_truthful;
 mod version_cli;

@@ -208,11 +208,11 @@ async fn resume_renders_the_history_then_permission_skill_and_question() {
     .unwrap();
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
-    let skill = cwd.path().join(".dsh/skills/review");
+    let skill = cwd.path().join(".dsh/skills/audit");
     std::fs::create_dir_all(&skill).unwrap();
     std::fs::write(
         skill.join("SKILL.md"),
-        "---\nname: review\ndescription: Review the changes.\n---\nReview step by step.\n",
+        "---\nname: audit\ndescription: Audit the changes.\n---\nAudit step by step.\n",
     )
     .unwrap();
     let mut tui = Tui::start(&provider.base_url(), home.path(), cwd.path());
@@ -243,7 +243,7 @@ async fn resume_renders_the_history_then_permission_skill_and_question() {
     resumed.type_text("n");
     resumed.wait_for("kept read-only");
 
-    resumed.type_text("/review the parser\r");
+    resumed.type_text("/audit the parser\r");
     resumed.wait_for("reviewed it");
 
     resumed.type_text("which db?\r");
@@ -285,7 +285,7 @@ async fn resume_renders_the_history_then_permission_skill_and_question() {
     );
     assert!(!presets.iter().any(|p| p == "danger-full-access"));
     let skill_text = log.events.iter().any(|e| matches!(&e.event,
-        Event::UserMessage(m) if m.text().contains("Review step by step.") && m.text().contains("the parser")));
+        Event::UserMessage(m) if m.text().contains("Audit step by step.") && m.text().contains("the parser")));
     assert!(skill_text, "the skill was not sent as a user message");
     let results: Vec<String> = log
         .events

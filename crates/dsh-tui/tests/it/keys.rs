@@ -1,6 +1,7 @@
 //! Key handling of the prompts the runtime opens, through [`App::on_key`]: `ask_user_question`
 //! answers reaching the asker, a cancelled turn closing the form, the `/permission` list and
-//! its danger-full-access confirmation, and the extensions' slash commands.
+//! its danger-full-access confirmation, the extensions' slash commands, and keys while a
+//! `/review` runs.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
@@ -216,20 +217,20 @@ fn permission_list_and_confirmation() {
 fn extension_commands_complete_and_dispatch() {
     let mut app = app();
     app.user_commands = vec![UserCommand {
-        name: "review".into(),
-        description: "Review the changes.".into(),
+        name: "audit".into(),
+        description: "Audit the changes.".into(),
         hint: None,
     }];
-    typed(&mut app, "/rev");
+    typed(&mut app, "/aud");
     let names: Vec<String> = app.completions().into_iter().map(|c| c.0).collect();
-    assert_eq!(names, ["/review"]);
+    assert_eq!(names, ["/audit"]);
     app.on_key(key(KeyCode::Tab));
-    assert_eq!(app.composer.text(), "/review ");
+    assert_eq!(app.composer.text(), "/audit ");
     typed(&mut app, "the parser");
     assert_eq!(
         app.on_key(key(KeyCode::Enter)),
         vec![Action::Command(SlashCommand::User {
-            name: "review".into(),
+            name: "audit".into(),
             arguments: "the parser".into(),
         })]
     );
@@ -271,4 +272,33 @@ fn starting_a_message_while_idle_warms_the_connection() {
     busy.transcript.running = true;
     assert_eq!(warms(&typed(&mut busy, "also")), 0);
     assert_eq!(warms(&busy.on_paste("x")), 0);
+}
+
+/// While a `/review` runs (docs/review.md, "In the TUI"): a message waits in the composer with
+/// a hint, slash commands still go, Esc and Ctrl-C mark the review cancelled (the runtime
+/// cancels it) and cancel no turn.
+#[test]
+fn a_running_review_holds_messages_and_esc_or_ctrl_c_cancel_it() {
+    let request = dsh_tui::review::parse_args("--base main").unwrap();
+    let mut app = app();
+    app.review = Some(dsh_tui::review::Progress::new(&request));
+    typed(&mut app, "fix it");
+    assert!(app.on_key(key(KeyCode::Enter)).is_empty());
+    assert_eq!(app.composer.text(), "fix it");
+    assert!(app.hint.as_deref().unwrap().contains("a review is running"));
+    assert!(app.on_key(key(KeyCode::Esc)).is_empty());
+    assert!(app.review.as_ref().unwrap().cancelling);
+
+    app.review.as_mut().unwrap().cancelling = false;
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert!(app.on_key(ctrl_c).is_empty());
+    assert!(app.review.as_ref().unwrap().cancelling);
+    assert_eq!(app.composer.text(), "fix it", "the draft is kept");
+
+    app.composer.take();
+    typed(&mut app, "/cost");
+    assert_eq!(
+        app.on_key(key(KeyCode::Enter)),
+        vec![Action::Command(SlashCommand::Cost)]
+    );
 }
