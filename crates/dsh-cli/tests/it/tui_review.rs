@@ -1,9 +1,9 @@
 //! `/review` in the TUI (docs/review.md, "In the TUI"; issue 43, point 2): the real `dsh` in a
 //! pseudo-terminal, a real git repository and the scripted provider. The review runs in its own
 //! read-only session even when the conversation may write anything, shows its progress, and
-//! its findings are shown, logged in the conversation's session and sent with the next message;
-//! Esc cancels a review; a folder that is no repository, a clean one and bad arguments are
-//! said in words.
+//! its findings are shown, logged in the conversation's session (shown again on resume) and
+//! sent with the next message; Esc cancels a review; a folder that is no repository, a clean
+//! one and bad arguments are said in words.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -181,6 +181,13 @@ async fn review_runs_read_only_and_its_findings_join_the_conversation() {
                 && m.text().contains("1. P1  src/lib.rs:2"))
     });
     assert!(injected, "the note the model read is not logged");
+
+    // A resumed conversation shows the findings again, from its log.
+    with_tui(&provider, &home, &dir, &["resume", "--last"], |tui| {
+        tui.wait_for("› fix finding 2");
+        tui.wait_for("2. P3  src/new.rs:1  Unused helper");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
