@@ -104,16 +104,18 @@ fn save(home: &Path, list: &[Worktree]) -> anyhow::Result<()> {
 }
 
 /// Makes a worktree of the repository holding `cwd`, named `name` (else a new name), on a new
-/// branch `dsh/<name>`, records it, and returns it. git runs without the repository's hooks
-/// and fsmonitor and without any transport (it checks files out as the user's own `git
-/// worktree add` would, filters included, but nothing the repository names as a program to
-/// run around it).
+/// branch `dsh/<name>`, records it, and returns it. git runs unconfined (it writes the
+/// repository's `.git`) but starts none of the programs a configuration can name: no hooks, no
+/// fsmonitor, no transport, and no filter driver. The worktree is made without files first, so
+/// the filters are listed with its own configuration (an `includeIf "onbranch:dsh/**"` or
+/// `"gitdir:"` can define a filter only it sees), then checked out with them emptied: files are
+/// as stored in git (an LFS file is its pointer until `git lfs pull`).
 pub(crate) fn create(cwd: &Path, name: Option<&str>, home: &Path) -> anyhow::Result<Worktree> {
     let name = match name.map(str::trim).filter(|n| !n.is_empty()) {
         Some(name) => checked_name(name)?,
         None => fresh_name(),
     };
-    let top = git_text(cwd, &["rev-parse", "--show-toplevel"]).map_err(|why| {
+    let top = git_text(cwd, &no_programs(), &["rev-parse", "--show-toplevel"]).map_err(|why| {
         user_error(
             "NOT_A_REPOSITORY",
             format!(
@@ -129,7 +131,17 @@ pub(crate) fn create(cwd: &Path, name: Option<&str>, home: &Path) -> anyhow::Res
         .unwrap_or_else(|| "repository".into());
     let parent = repository.parent().unwrap_or(Path::new("/"));
     let path = parent.join(format!("{repo_name}.worktrees")).join(&name);
-    if path.exists() {
+    let folder = parent.join(format!("{repo_name}.worktrees"));
+    if folder.is_symlink() {
+        return Err(user_error(
+            "WORKTREE",
+            format!(
+                "{} is a link: dsh makes worktrees only in a real folder beside the repository",
+                folder.display()
+            ),
+        ));
+    }
+    if path.exists() || path.is_symlink() {
         return Err(user_error(
             "WORKTREE_EXISTS",
             format!("{} exists already: choose another name", path.display()),
@@ -137,11 +149,19 @@ pub(crate) fn create(cwd: &Path, name: Option<&str>, home: &Path) -> anyhow::Res
     }
     let branch = format!("{BRANCH_PREFIX}{name}");
     let path_text = path.to_string_lossy().into_owned();
+    let failed = |why: String| {
+        user_error(
+            "WORKTREE",
+            format!("git could not make the worktree: {why}"),
+        )
+    };
     git_text(
         &repository,
+        &no_programs_in(&repository),
         &[
             "worktree",
             "add",
+            "--no-checkout",
             "-b",
             &branch,
             "--end-of-options",
@@ -149,12 +169,23 @@ pub(crate) fn create(cwd: &Path, name: Option<&str>, home: &Path) -> anyhow::Res
             "HEAD",
         ],
     )
-    .map_err(|why| {
-        user_error(
-            "WORKTREE",
-            format!("git could not make the worktree: {why}"),
-        )
-    })?;
+    .map_err(failed)?;
+    let mut overrides = no_programs_in(&repository);
+    overrides.extend(&no_programs_in(&path));
+    if let Err(why) = git_text(&path, &overrides, &["reset", "--hard", "--quiet"]) {
+        let _ = git_text(
+            &repository,
+            &overrides,
+            &[
+                "worktree",
+                "remove",
+                "--force",
+                "--end-of-options",
+                &path_text,
+            ],
+        );
+        return Err(failed(why));
+    }
     let worktree = Worktree {
         name,
         path: std::fs::canonicalize(&path).unwrap_or(path),
@@ -204,11 +235,19 @@ fn remove(home: &Path, name: &str, force: bool) -> anyhow::Result<()> {
             args.push("--force");
         }
         args.extend(["--end-of-options", path.as_str()]);
-        git_text(&worktree.repository, &args)
+        // Without --force, git checks the worktree with its own `git status`, which runs the
+        // clean filters of files whose timestamps changed: the worktree's filters are emptied.
+        let mut overrides = no_programs_in(&worktree.repository);
+        overrides.extend(&no_programs_in(&worktree.path));
+        git_text(&worktree.repository, &overrides, &args)
             .map_err(|why| user_error("WORKTREE", format!("git could not remove it: {why}")))?;
     } else {
         // Its folder went another way: git forgets it too.
-        let _ = git_text(&worktree.repository, &["worktree", "prune"]);
+        let _ = git_text(
+            &worktree.repository,
+            &no_programs_in(&worktree.repository),
+            &["worktree", "prune"],
+        );
     }
     list.remove(at);
     save(home, &list)?;
@@ -225,38 +264,67 @@ fn remove(home: &Path, name: &str, force: bool) -> anyhow::Result<()> {
 /// How many entries `git status --porcelain` lists in `path` (read confined, as `/diff` reads).
 fn changes(path: &Path, home: &Path) -> Result<usize, String> {
     let confine = dsh_runtime::read_only_confiner(path, home);
-    let mut args = dsh_tools::git::diff_overrides(path, &confine);
-    args.extend(["status", "--porcelain", "--ignore-submodules=all"].map(String::from));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = dsh_tools::git::confined_git(path, &confine, &args)?;
+    let overrides = dsh_tools::git::diff_overrides(path, &confine);
+    let args = ["status", "--porcelain", "--ignore-submodules=all"];
+    let out = dsh_tools::git::confined_git(path, &confine, &overrides, &args)?;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
     }
     Ok(String::from_utf8_lossy(&out.stdout).lines().count())
 }
 
-/// `git -C dir <args>` with the scrubbed environment, the repository's hooks, fsmonitor and
-/// transports off, and no terminal prompts; its stdout, or why it failed.
-fn git_text(dir: &Path, args: &[&str]) -> Result<String, String> {
+/// The settings under which git starts none of the programs a configuration names: no hooks,
+/// no fsmonitor, no transport, no submodule recursion (filters: [`no_programs_in`]).
+fn no_programs() -> dsh_tools::git::ConfigOverrides {
+    let mut overrides = dsh_tools::git::ConfigOverrides::base();
+    overrides.set("core.hooksPath", "/dev/null");
+    overrides.set("submodule.recurse", "false");
+    overrides
+}
+
+/// [`no_programs`], and every filter driver git sees from `dir` emptied (listing the
+/// configuration runs nothing).
+fn no_programs_in(dir: &Path) -> dsh_tools::git::ConfigOverrides {
+    let mut overrides = no_programs();
+    if let Ok(listed) = git_output(dir, &overrides, &dsh_tools::git::FILTER_LISTING) {
+        overrides.empty_filters(&listed);
+    }
+    overrides
+}
+
+/// `git -C dir <args>` unconfined, with the scrubbed environment, `overrides` (carried in the
+/// environment, see [`dsh_tools::git::ConfigOverrides`]) and no terminal prompts; its stdout,
+/// or why it failed.
+fn git_text(
+    dir: &Path,
+    overrides: &dsh_tools::git::ConfigOverrides,
+    args: &[&str],
+) -> Result<String, String> {
+    git_output(dir, overrides, args).map(|out| String::from_utf8_lossy(&out).into_owned())
+}
+
+/// [`git_text`]'s stdout as bytes.
+fn git_output(
+    dir: &Path,
+    overrides: &dsh_tools::git::ConfigOverrides,
+    args: &[&str],
+) -> Result<Vec<u8>, String> {
     let mut command = std::process::Command::new("git");
     command
         .arg("-C")
         .arg(dir)
-        .args(["-c", "core.hooksPath=/dev/null"])
-        .args(["-c", "core.fsmonitor=false"])
-        .args(["-c", "protocol.allow=never"])
-        .args(["-c", "submodule.recurse=false"])
         .args(args)
         .env_clear()
         .envs(dsh_tools::scrubbed_env())
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_NO_LAZY_FETCH", "1")
+        .envs(overrides.env())
         .stdin(std::process::Stdio::null());
     let out = command
         .output()
         .map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(out.stdout)
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }

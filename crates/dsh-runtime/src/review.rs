@@ -172,10 +172,10 @@ pub fn change_of(
     }
     let overrides = dsh_tools::git::diff_overrides(cwd, confine);
     let git = |args: &[&str]| -> Result<String, ReviewError> {
-        let mut all: Vec<&str> = overrides.iter().map(String::as_str).collect();
-        all.push("--no-pager");
+        let mut all: Vec<&str> = vec!["--no-pager"];
         all.extend_from_slice(args);
-        let output = dsh_tools::git::confined_git(cwd, confine, &all).map_err(ReviewError::Git)?;
+        let output = dsh_tools::git::confined_git(cwd, confine, &overrides, &all)
+            .map_err(ReviewError::Git)?;
         if !output.status.success() {
             return Err(ReviewError::Git(format!(
                 "git {}: {}",

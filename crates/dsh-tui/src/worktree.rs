@@ -119,20 +119,16 @@ fn git_diff(cwd: &Path, confine: &dsh_tools::CommandConfiner) -> Option<Result<S
         Ok(false) => return None,
         Err(message) => return Some(Err(format!("not shown: {message}"))),
     }
-    let mut args = dsh_tools::git::diff_overrides(cwd, confine);
-    args.extend(
-        [
-            "--no-pager",
-            "diff",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--ignore-submodules=all",
-        ]
-        .map(String::from),
-    );
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let output = match dsh_tools::git::confined_git(cwd, confine, &args) {
+    let overrides = dsh_tools::git::diff_overrides(cwd, confine);
+    let args = [
+        "--no-pager",
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--ignore-submodules=all",
+    ];
+    let output = match dsh_tools::git::confined_git(cwd, confine, &overrides, &args) {
         Ok(output) => output,
         Err(message) => return Some(Err(format!("not shown: {message}"))),
     };

@@ -223,3 +223,27 @@ async fn a_planted_repository_runs_nothing_when_reviewed() {
     assert!(!marker.exists(), "the planted repository ran a program");
     assert!(user_text(&provider.requests()[0].body).contains("-    let n = 1;"));
 }
+
+/// A filter driver whose name holds `=` (`filter "x=y"`, named by `.gitattributes` as
+/// `filter=x=y`): git splits a `-c` override at its first `=`, so `-c filter.x=y.clean=` left
+/// it in place and the review's `git diff` ran it (in the read-only sandbox, where what it
+/// could do was print: its output became the diff the model read). Adversarial review of issue
+/// 43: dsh's overrides now travel in `GIT_CONFIG_KEY_<n>`/`GIT_CONFIG_VALUE_<n>`, and no
+/// filter of the repository runs, whatever its name.
+#[tokio::test]
+async fn a_filter_named_with_an_equals_sign_is_emptied_too() {
+    let repo = Repo::new();
+    git(
+        &repo.dir,
+        &["config", "filter.x=y.clean", "sh -c 'echo FILTER-RAN'"],
+    );
+    git(&repo.dir, &["config", "filter.x=y.required", "true"]);
+    std::fs::write(repo.dir.join(".gitattributes"), "src/lib.rs filter=x=y\n").unwrap();
+    std::fs::write(repo.dir.join("src/lib.rs"), "fn f() {}\n").unwrap();
+    let provider = FakeProvider::start([reply(&findings())]).await.unwrap();
+    let out = output(repo.review(&provider, &[])).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let task = user_text(&provider.requests()[0].body);
+    assert!(!task.contains("FILTER-RAN"), "a filter ran: {task}");
+    assert!(task.contains("-    let n = 1;"), "{task}");
+}

@@ -146,3 +146,86 @@ async fn a_clean_worktree_is_removed_and_bad_names_are_refused() {
         text(&out).1
     );
 }
+
+/// A repository's configuration names programs git would run while dsh makes or removes a
+/// worktree: filter drivers for the files `.gitattributes` names (one named `x=y`, which a
+/// `-c filter.x=y.smudge=` override misses; one defined only for dsh's branches through
+/// `includeIf "onbranch:dsh/**"`). None runs, neither when the worktree is made (smudge) nor
+/// when it is removed (git's own `git status` runs the clean filter of a touched file), and
+/// the files are checked out as stored. Adversarial review of issue 43: before, `git worktree
+/// add` ran the smudge filter and `git worktree remove` the clean filter, unconfined, as root.
+#[tokio::test]
+async fn a_planted_filter_driver_never_runs_making_or_removing_a_worktree() {
+    let env = Env::new();
+    let scratch = env.repo.parent().unwrap().to_path_buf();
+    let marker = |what: &str| scratch.join(format!("{what}-ran"));
+    let program = |what: &str| format!("sh -c 'touch {}; cat'", marker(what).display());
+    std::fs::write(
+        env.repo.join(".gitattributes"),
+        "a.txt filter=evil\nb.txt filter=x=y\nc.txt filter=branch\n",
+    )
+    .unwrap();
+    for file in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(env.repo.join(file), format!("{file}\n")).unwrap();
+    }
+    git(&env.repo, &["add", "."]);
+    git(&env.repo, &["commit", "-q", "-m", "filtered files"]);
+    let included = scratch.join("branch.cfg");
+    std::fs::write(
+        &included,
+        format!("[filter \"branch\"]\n\tsmudge = {}\n", program("branch")),
+    )
+    .unwrap();
+    for (key, value) in [
+        ("filter.evil.smudge", program("smudge")),
+        ("filter.evil.clean", program("clean")),
+        ("filter.evil.required", "true".to_string()),
+        ("filter.x=y.smudge", program("equals")),
+        ("filter.x=y.clean", program("equals")),
+        (
+            "includeIf.onbranch:dsh/**.path",
+            included.display().to_string(),
+        ),
+    ] {
+        git(&env.repo, &["config", key, &value]);
+    }
+    let provider = model_stepping(&[], SseReply::new().text("done")).await;
+    let mut cmd = env.dsh(&["run", "--worktree=filtered", "look"]);
+    cmd.env("DEEPSEEK_BASE_URL", provider.base_url())
+        .env("DEEPSEEK_API_KEY", "sk-worktree-test");
+    let out = output(cmd).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let worktree = scratch.join("app.worktrees/filtered");
+    for file in ["a.txt", "b.txt", "c.txt"] {
+        assert_eq!(
+            std::fs::read_to_string(worktree.join(file)).unwrap(),
+            format!("{file}\n"),
+            "{file} is not as stored"
+        );
+    }
+    for what in ["smudge", "clean", "equals", "branch"] {
+        assert!(
+            !marker(what).exists(),
+            "making the worktree ran the repository's {what} filter"
+        );
+    }
+    // Files newer than git's record make `git worktree remove` compare their content, through
+    // the clean filter.
+    for file in ["a.txt", "b.txt"] {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(worktree.join(file))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60))
+            .unwrap();
+    }
+    let out = output(env.dsh(&["worktree", "remove", "filtered"])).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(!worktree.exists());
+    for what in ["smudge", "clean", "equals", "branch"] {
+        assert!(
+            !marker(what).exists(),
+            "removing the worktree ran the repository's {what} filter"
+        );
+    }
+}
