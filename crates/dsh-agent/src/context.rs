@@ -471,6 +471,57 @@ impl ContextMessages {
 /// Largest instructions file a note is appended to.
 const MAX_NOTE_TARGET: u64 = 1024 * 1024;
 
+/// Whether `path` is a file a note may be written to, before anything opens it: not a link
+/// (also one that stays in the project: the editor of `/memory` would follow it wherever it
+/// leads by then), a regular file of at most [`MAX_NOTE_TARGET`] bytes if it exists, with no
+/// other name (a hard link) when it is a project's, and inside `within`. A repository or the
+/// model may plant `AGENTS.md` as a link to `~/.bashrc` or `/etc/cron.d/x`.
+fn check_note_target(path: &Path, within: Option<&Path>) -> Result<(), String> {
+    let shown = path.display();
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(format!("{shown}: {err}")),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(format!(
+            "{shown} is a symbolic link; notes and /memory write only a regular file"
+        ));
+    }
+    check_note_meta(path, &meta, within)?;
+    if let Some(root) = within {
+        let real = std::fs::canonicalize(path).map_err(|e| format!("{shown}: {e}"))?;
+        if !real.starts_with(root) {
+            return Err(format!("{shown} leads out of the project"));
+        }
+    }
+    Ok(())
+}
+
+/// The checks of [`check_note_target`] on the metadata of the file itself.
+fn check_note_meta(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    within: Option<&Path>,
+) -> Result<(), String> {
+    let shown = path.display();
+    if !meta.is_file() {
+        return Err(format!("{shown} is not a regular file"));
+    }
+    if meta.len() > MAX_NOTE_TARGET {
+        return Err(format!("{shown} is larger than {MAX_NOTE_TARGET} bytes"));
+    }
+    #[cfg(unix)]
+    if within.is_some() && std::os::unix::fs::MetadataExt::nlink(meta) > 1 {
+        return Err(format!(
+            "{shown} has other names (hard links); notes and /memory write only a file with one"
+        ));
+    }
+    #[cfg(not(unix))]
+    let _ = within;
+    Ok(())
+}
+
 /// Appends `line` to `path` (created when missing), after a line break if the file does not
 /// end with one. Only a regular file is written, never through a symbolic link at `path`
 /// (`O_NOFOLLOW`), and, with `within`, only one whose real path lies in it: a repository may
@@ -483,19 +534,14 @@ fn append_note(path: &Path, line: &str, within: Option<&Path>) -> Result<(), Str
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NOFOLLOW);
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
         options.mode(if within.is_some() { 0o644 } else { 0o600 });
     }
     let mut file = options
         .open(path)
         .map_err(|e| format!("cannot open {shown} ({e}); it must be a regular file"))?;
     let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{shown} is not a regular file"));
-    }
-    if meta.len() > MAX_NOTE_TARGET {
-        return Err(format!("{shown} is larger than {MAX_NOTE_TARGET} bytes"));
-    }
+    check_note_meta(path, &meta, within)?;
     if let Some(root) = within {
         let real = std::fs::canonicalize(path).map_err(|e| format!("{shown}: {e}"))?;
         if !real.starts_with(root) {
@@ -539,8 +585,14 @@ impl Extension for ContextMessages {
         Some(Ok(path))
     }
 
+    /// The file `/memory` hands to an editor: only one a note could be written to (no link,
+    /// a regular file if it exists, in the project), since an editor writes through whatever
+    /// the path names.
     fn instructions_file(&self, scope: crate::NoteScope) -> Option<Result<PathBuf, String>> {
-        Some(self.note_file(scope).map(|(path, _)| path))
+        Some(self.note_file(scope).and_then(|(path, within)| {
+            check_note_target(&path, within.as_deref())?;
+            Ok(path)
+        }))
     }
 
     /// The next step tells the model: a loaded file is checked again, a new one is looked for

@@ -334,3 +334,68 @@ fn notes_reach_the_instructions_and_the_next_step() {
         "no home"
     );
 }
+
+/// The file a note goes to and the one `/memory` hands an editor (`instructions_file`) pass
+/// one check (adversarial review of issue 43): a planted `AGENTS.md` that is a symbolic link
+/// (out of the project, or to a file inside it, which the editor would follow wherever it
+/// leads by then), a hard link to a file elsewhere, a FIFO or a folder is refused, and the
+/// file it names keeps its bytes. Before, `/memory` opened a linked `AGENTS.md` in the editor
+/// (which wrote through it, as root to `/etc/cron.d/...`), and a note was appended through a
+/// hard link.
+#[test]
+fn notes_and_memory_never_write_through_a_planted_agents_md() {
+    use dsh_agent::{Extension, NoteScope};
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "untouched\n").unwrap();
+    type Plant<'a> = &'a dyn Fn(&std::path::Path);
+    let plants: [(&str, Plant); 5] = [
+        ("link out", &|at| {
+            std::os::unix::fs::symlink(&victim, at).unwrap()
+        }),
+        ("link in", &|at| {
+            std::fs::write(at.with_file_name("real.md"), "in\n").unwrap();
+            std::os::unix::fs::symlink("real.md", at).unwrap()
+        }),
+        ("hard link", &|at| {
+            // Hard links need one file system: the victim's copy lives beside the project.
+            std::fs::hard_link(at.with_file_name("../hard-victim"), at).unwrap()
+        }),
+        ("fifo", &|at| {
+            let name = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).unwrap();
+            assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o644) }, 0);
+        }),
+        ("folder", &|at| std::fs::create_dir(at).unwrap()),
+    ];
+    for (what, plant) in plants {
+        let base = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(base.path()).unwrap();
+        let root = base.join("project");
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(base.join("hard-victim"), "untouched\n").unwrap();
+        plant(&root.join("AGENTS.md"));
+        let context = ContextMessages::new(&root, None, Box::new(FixedDay(Default::default())));
+        let why = context
+            .instructions_file(NoteScope::Project)
+            .unwrap()
+            .expect_err(what);
+        assert!(why.contains("AGENTS.md"), "{what}: {why}");
+        let why = context
+            .remember(NoteScope::Project, "planted")
+            .unwrap()
+            .expect_err(what);
+        assert!(why.contains("AGENTS.md"), "{what}: {why}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+        assert_eq!(
+            std::fs::read_to_string(base.join("hard-victim")).unwrap(),
+            "untouched\n",
+            "{what}"
+        );
+        if what == "link in" {
+            assert_eq!(
+                std::fs::read_to_string(root.join("real.md")).unwrap(),
+                "in\n"
+            );
+        }
+    }
+}
