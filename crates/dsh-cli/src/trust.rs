@@ -151,7 +151,7 @@ fn list(home: &Path) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for entry in &store.entries {
-        let now = trust::pin_files(&entry.files).ok();
+        let now = trust::pin_files(&entry.files, &entry.workspace).ok();
         let state = if !entry.workspace.is_dir() {
             "workspace is gone"
         } else if now.as_deref() == Some(entry.pin.as_str()) {

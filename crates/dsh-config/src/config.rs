@@ -812,17 +812,22 @@ impl Config {
         let own_endpoints = endpoints(&own_merged);
         if trust.trusted.is_some() {
             // Apply the project file exactly as pinned, not as read a moment earlier.
-            if let Some(text) = &trust.config_text {
-                for (source, table) in &mut layers {
-                    if matches!(source, Source::ProjectFile(_)) {
-                        *table = crate::load::parse_layer(text, source)
-                            .map_err(|e| ConfigErrors(vec![e]))?;
-                        let errors = crate::schema::check_layer(table, source);
-                        if !errors.is_empty() {
-                            return Err(ConfigErrors(errors));
+            match &trust.config_text {
+                Some(text) => {
+                    for (source, table) in &mut layers {
+                        if matches!(source, Source::ProjectFile(_)) {
+                            *table = crate::load::parse_layer(text, source)
+                                .map_err(|e| ConfigErrors(vec![e]))?;
+                            let errors = crate::schema::check_layer(table, source);
+                            if !errors.is_empty() {
+                                return Err(ConfigErrors(errors));
+                            }
                         }
                     }
                 }
+                // Nothing pinned (the file appeared after the check, or was not read):
+                // nothing of it applies.
+                None => layers.retain(|(source, _)| !matches!(source, Source::ProjectFile(_))),
             }
         } else {
             // The user's own settings: defaults, the user file and its profile.

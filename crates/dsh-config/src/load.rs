@@ -87,6 +87,33 @@ pub const ENV_KEYS: &[(&str, &[&str])] = &[
 /// Reads and parses one file; a missing file is `Ok(None)`. Parse errors give the line and
 /// column but never quote the file's text (it might hold a pasted secret).
 pub(crate) fn read_layer(path: &Path, source: &Source) -> Result<Option<Table>, ConfigError> {
+    if matches!(source, Source::ProjectFile(_)) && path.exists() {
+        // A repository's file: read as the trust check reads it (no link out, no FIFO, at
+        // most 1 MiB), so what is checked here is what it pinned.
+        let bytes = crate::trust::read_checked(
+            path,
+            &[crate::trust::project_dir_of(path)],
+            crate::trust::MAX_PROJECT_FILE,
+            false,
+        )
+        .map_err(|why| {
+            ConfigError::new(
+                source,
+                "",
+                format!("is not read: {why}"),
+                "make it a regular file of the project, or remove it",
+            )
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            ConfigError::new(
+                source,
+                "",
+                "is not UTF-8 text".to_string(),
+                "save it as UTF-8",
+            )
+        })?;
+        return parse_layer(&text, source).map(Some);
+    }
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -394,28 +394,100 @@ fn claude_skill_files(cwd: &Path, workspace: &Path) -> Vec<PathBuf> {
 /// At most [`MAX_COMMAND_BYTES`] + 1 bytes of a command file (a larger one is refused by the
 /// loader; its first bytes are enough to pin it).
 fn read_command(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_checked(path, &[project_dir_of(path)], MAX_COMMAND_BYTES + 1, true)
+        .map_err(std::io::Error::other)
+}
+
+/// Largest project file read whole: `.dsh/config.toml`, `.dsh/hooks.json`, `.mcp.json`,
+/// `.claude/settings.json`, a script they run from where the model can write.
+pub const MAX_PROJECT_FILE: u64 = 1024 * 1024;
+
+/// The folder a project file belongs to (canonical when it exists): the one holding its
+/// `.dsh` or `.claude` folder, else its own folder.
+pub fn project_dir_of(file: &Path) -> PathBuf {
+    let dir = file
+        .ancestors()
+        .skip(1)
+        .find(|dir| {
+            dir.file_name()
+                .is_some_and(|name| name == PROJECT_DIR || name == CLAUDE_DIR)
+        })
+        .and_then(Path::parent)
+        .or_else(|| file.parent())
+        .unwrap_or(Path::new("/"));
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// The bytes of a file dsh reads before the user trusted it (a repository may have planted
+/// it): only a regular file whose real path lies in one of `within` (a link to `/proc/kmsg`,
+/// which never ends, to `/dev/zero` or out of the project is not read), opened without
+/// blocking (a FIFO), the very file that was checked (its device and inode compared after the
+/// open), and at most `cap` bytes: more is an error, or, with `cut`, the first `cap` bytes.
+/// The error says why, for a warning.
+pub fn read_checked(
+    path: &Path,
+    within: &[PathBuf],
+    cap: u64,
+    cut: bool,
+) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let real = std::fs::canonicalize(path).map_err(|e| e.to_string())?;
+    if !within.is_empty() && !within.iter().any(|root| real.starts_with(root)) {
+        return Err(format!(
+            "it leads to {}, outside {}",
+            real.display(),
+            within[0].display()
+        ));
+    }
+    let checked = std::fs::metadata(&real).map_err(|e| e.to_string())?;
+    if !checked.is_file() {
+        return Err("it is not a regular file".to_string());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        libc::O_NONBLOCK | libc::O_NOCTTY,
+    );
+    let file = options.open(&real).map_err(|e| e.to_string())?;
+    let opened = file.metadata().map_err(|e| e.to_string())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if (opened.dev(), opened.ino()) != (checked.dev(), checked.ino()) {
+            return Err("it changed while it was read".to_string());
+        }
+    }
+    if !opened.is_file() {
+        return Err("it is not a regular file".to_string());
+    }
+    let too_large = || format!("it is larger than {} KiB", cap / 1024);
+    if opened.len() > cap && !cut {
+        return Err(too_large());
+    }
     let mut bytes = Vec::new();
-    let file = std::fs::File::open(path)?;
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(file, MAX_COMMAND_BYTES + 1),
-        &mut bytes,
-    )?;
+    file.take(cap + u64::from(!cut))
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large());
+    }
     Ok(bytes)
 }
 
 /// `sha256:<hex>` over the list of `files` and their exact bytes (each: path, NUL, length as
-/// 8 little-endian bytes, content). Fails when a file cannot be read.
-pub fn pin_files(files: &[PathBuf]) -> std::io::Result<String> {
-    read_pinned(files).map(|(pin, _)| pin)
-}
-
-/// [`pin_files`], also returning each file's bytes as hashed.
-fn read_pinned(files: &[PathBuf]) -> std::io::Result<(String, Vec<Vec<u8>>)> {
+/// 8 little-endian bytes, content). Fails when a file cannot be read as [`read_checked`] reads
+/// (inside `workspace` or a temp directory).
+pub fn pin_files(files: &[PathBuf], workspace: &Path) -> std::io::Result<String> {
+    let roots = crate::scripts::writable_roots(workspace, workspace, &[]);
     let mut contents = Vec::new();
     for file in files {
-        contents.push(std::fs::read(file)?);
+        contents.push(
+            read_checked(file, &roots, MAX_PROJECT_FILE, false).map_err(std::io::Error::other)?,
+        );
     }
-    Ok((hash_files(files, &contents), contents))
+    Ok(hash_files(files, &contents))
 }
 
 /// The pin of `files` with their `contents` (see [`pin_files`]).
@@ -438,6 +510,8 @@ struct ReadProject {
     pin: String,
     contents: Vec<Vec<u8>>,
     scripts: Vec<(PathBuf, String)>,
+    /// Scripts not read, and why (they stay unpinned, so the script gate refuses them).
+    notes: Vec<String>,
 }
 
 fn read_project(
@@ -454,7 +528,8 @@ fn read_project(
             contents.push(read_command(file)?);
             continue;
         }
-        let bytes = std::fs::read(file)?;
+        let bytes = read_checked(file, &[project_dir_of(file)], MAX_PROJECT_FILE, false)
+            .map_err(std::io::Error::other)?;
         let text = String::from_utf8_lossy(&bytes);
         if Some(file.as_path()) == config_file {
             commands.add_toml(&text);
@@ -470,8 +545,19 @@ fn read_project(
     }
     let mut files = project.to_vec();
     let mut scripts = Vec::new();
+    let mut notes = Vec::new();
+    let roots = crate::scripts::writable_roots(workspace, cwd, &[]);
     for script in commands.writable_scripts(workspace, cwd, home) {
-        let bytes = std::fs::read(&script)?;
+        let bytes = match read_checked(&script, &roots, MAX_PROJECT_FILE, false) {
+            Ok(bytes) => bytes,
+            Err(why) => {
+                notes.push(format!(
+                    "{} not pinned: {why}; a hook or server running it is refused",
+                    script.display()
+                ));
+                continue;
+            }
+        };
         scripts.push((script.clone(), crate::scripts::sha256(&bytes)));
         files.push(script);
         contents.push(bytes);
@@ -482,7 +568,20 @@ fn read_project(
         pin,
         contents,
         scripts,
+        notes,
     })
+}
+
+/// Whether `file` can be read as [`read_checked`] reads a project file; if not, a note says
+/// why.
+fn readable(file: &Path, cap: u64, cut: bool, notes: &mut Vec<String>) -> bool {
+    match read_checked(file, &[project_dir_of(file)], cap, cut) {
+        Ok(_) => true,
+        Err(why) => {
+            notes.push(format!("{} not read: {why}", file.display()));
+            false
+        }
+    }
 }
 
 /// One recorded trust decision.
@@ -687,7 +786,16 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         .collect();
     let mcp_json = crate::other_tools::project_mcp_json_path(&workspace);
     let claude_settings = crate::other_tools::project_claude_settings_path(&workspace);
-    let skill_paths = claude_skill_files(&cwd, &workspace);
+    let mut skill_paths = claude_skill_files(&cwd, &workspace);
+    // A file that cannot be read safely (a link out of the project or to `/proc`, a FIFO, a
+    // file over the cap) is left out, with a warning, before anything is pinned or applied.
+    let mut notes = Vec::new();
+    let [config_file, hooks_file, mcp_json, claude_settings] =
+        [config_file, hooks_file, mcp_json, claude_settings]
+            .map(|file| file.filter(|f| readable(f, MAX_PROJECT_FILE, false, &mut notes)));
+    let mut command_paths = command_paths;
+    command_paths.retain(|f| readable(f, MAX_COMMAND_BYTES + 1, true, &mut notes));
+    skill_paths.retain(|f| readable(f, MAX_COMMAND_BYTES + 1, true, &mut notes));
     let mut files: Vec<PathBuf> = config_file
         .iter()
         .chain(hooks_file.iter())
@@ -704,7 +812,10 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         &capped,
         (&workspace, &cwd, home),
     ) {
-        Ok(read) => (Some(read.pin), read.contents, read.scripts),
+        Ok(read) => {
+            notes.extend(read.notes);
+            (Some(read.pin), read.contents, read.scripts)
+        }
         Err(_) => (None, Vec::new(), Vec::new()),
     };
     files.extend(scripts.iter().map(|(path, _)| path.clone()));
@@ -764,7 +875,7 @@ pub fn assess(home: &Path, cwd: &Path, flag: bool, prefixes: &[PathBuf]) -> Work
         claude_settings,
         claude_settings_text,
         skills,
-        notes: Vec::new(),
+        notes,
     }
 }
 

@@ -105,7 +105,17 @@ pub fn review(state: &WorkspaceTrust, cwd: &Path) -> Review {
         .map(ReviewFile::shown)
         .collect();
     let env_file = cwd.join(".env");
-    let env = std::fs::read_to_string(&env_file).ok().map(|text| {
+    // Read as the trust check reads a project file: a `.env` planted as a FIFO or a link to
+    // `/dev/zero` must not hang or exhaust the review (adversarial review of issue 43).
+    let env = config_trust::read_checked(
+        &env_file,
+        &[config_trust::project_dir_of(&env_file)],
+        config_trust::MAX_PROJECT_FILE,
+        false,
+    )
+    .ok()
+    .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+    .map(|text| {
         let mut names: Vec<String> = parse_env_file(&text)
             .into_keys()
             .map(|name| shown(&name))

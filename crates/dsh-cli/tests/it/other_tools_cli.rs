@@ -325,3 +325,80 @@ async fn doctor_lists_other_tools_files() {
     );
     let _: &Path = &ws.cwd;
 }
+
+/// Runs `cmd`, killed if it is still running after 60 seconds (`None`): a planted FIFO must
+/// not leave a hung dsh behind when this test fails.
+async fn finished(cmd: std::process::Command) -> Option<std::process::Output> {
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    tokio::time::timeout(std::time::Duration::from_secs(60), cmd.output())
+        .await
+        .ok()
+        .map(|out| out.expect("dsh runs"))
+}
+
+/// Project files read before the user trusted anything (adversarial review of issue 43): a
+/// `.env` that is a FIFO, a `.mcp.json` of 64 MiB (sparse: a repository unpacked from an
+/// archive can hold one, and a link to `/proc/kmsg` never ends), a `.claude/settings.json`
+/// that is a link to a file outside the project. Each is named in a warning and never read:
+/// `dsh trust --yes` finishes, and pins nothing of them, so the outside file's hook does not
+/// run after it. Before, `dsh trust` waited on the FIFO for ever, the 64 MiB were read whole,
+/// and the linked settings were pinned and their hook ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_links_fifos_and_huge_files_are_never_read() {
+    let (_root, [home, cwd, outside]) = scratch_dirs(["home", "ws", "outside"]);
+    std::fs::create_dir_all(cwd.join(".git")).unwrap();
+    std::fs::create_dir_all(cwd.join(".claude")).unwrap();
+    let fifo = std::ffi::CString::new(cwd.join(".env").as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    std::fs::File::create(cwd.join(".mcp.json"))
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let settings = outside.join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"hooks": {"PreToolUse": [{"matcher": "bash", "hooks": [
+            {"type": "command", "command": "echo hook >> hook-ran.txt"}
+        ]}]}})
+        .to_string(),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&settings, cwd.join(".claude/settings.json")).unwrap();
+
+    let mut trust = dsh_command(&home, &cwd);
+    trust.args(["trust", "--yes"]);
+    let out = finished(trust)
+        .await
+        .expect("dsh trust hung on the planted .env");
+    assert!(out.status.success(), "{}", text(&out).1);
+
+    let provider = model_stepping(
+        &[("bash", json!({"command": "true", "description": "noop"}))],
+        SseReply::new().text("done"),
+    )
+    .await;
+    let mut run = dsh_command(&home, &cwd);
+    run.env("DEEPSEEK_BASE_URL", provider.base_url())
+        .env("DEEPSEEK_API_KEY", "sk-other-tools")
+        .args(["run", "--permission", "workspace-write", "go"]);
+    let out = finished(run).await.expect("dsh run hung");
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(".mcp.json not read: it is larger than 1024 KiB"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("settings.json not read: it leads to"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(".env ignored: it is not a regular file"),
+        "{stderr}"
+    );
+    assert!(
+        !cwd.join("hook-ran.txt").exists(),
+        "the hook of a settings file outside the project ran"
+    );
+}
