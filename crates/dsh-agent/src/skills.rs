@@ -61,6 +61,8 @@ pub struct SkillProblem {
 pub struct SkillSet {
     skills: Vec<Skill>,
     problems: Vec<SkillProblem>,
+    /// The names of the skills a project gave (read through the gate, or pinned).
+    from_project: Vec<String>,
 }
 
 fn parse_bool(value: &str) -> Option<bool> {
@@ -219,7 +221,7 @@ impl SkillSet {
                 },
             };
             match text {
-                Ok(text) => self.add_text(&folder, path, &text),
+                Ok(text) => self.add_text(&folder, path, &text, gate.is_some()),
                 Err(message) => self.problems.push(SkillProblem { path, message }),
             }
         }
@@ -246,7 +248,7 @@ impl SkillSet {
                 continue;
             }
             match std::str::from_utf8(bytes) {
-                Ok(text) => self.add_text(folder, path.clone(), text),
+                Ok(text) => self.add_text(folder, path.clone(), text, true),
                 Err(_) => self.problems.push(SkillProblem {
                     path: path.clone(),
                     message: "not UTF-8 text".to_string(),
@@ -255,12 +257,18 @@ impl SkillSet {
         }
     }
 
-    /// Parses the `SKILL.md` at `path` (of `folder`) and adds it unless its name is taken.
-    fn add_text(&mut self, folder: &Path, path: PathBuf, text: &str) {
+    /// Parses the `SKILL.md` at `path` (of `folder`) and adds it unless its name is taken;
+    /// `project`: a project gave it.
+    fn add_text(&mut self, folder: &Path, path: PathBuf, text: &str, project: bool) {
         {
             match parse_skill(text, folder) {
                 Ok(skill) => match self.get(&skill.name) {
-                    None => self.skills.push(skill),
+                    None => {
+                        if project {
+                            self.from_project.push(skill.name.clone());
+                        }
+                        self.skills.push(skill)
+                    }
                     Some(first) if first.dir.join("SKILL.md") != path => {
                         let message = format!(
                             "its name `{}` is taken by {}, found first (your own skills are read \
@@ -276,6 +284,34 @@ impl SkillSet {
                 Err(message) => self.problems.push(SkillProblem { path, message }),
             }
         }
+    }
+
+    /// Drops each skill a project gave whose name is one of `commands` (the user's own slash
+    /// commands), with a problem saying so: a user-invocable skill comes before a command of
+    /// its name, and a repository (read without trust, as instructions are) must not replace
+    /// what the user's own `/name` sends, nor its `allowed-tools`.
+    pub fn yield_to_commands(&mut self, commands: &[(String, PathBuf)]) {
+        let from_project = &self.from_project;
+        let mut dropped = Vec::new();
+        self.skills.retain(|skill| {
+            let own = commands.iter().find(|(name, _)| *name == skill.name);
+            match own {
+                Some((_, file)) if from_project.contains(&skill.name) => {
+                    dropped.push(SkillProblem {
+                        path: skill.dir.join("SKILL.md"),
+                        message: format!(
+                            "its name `{}` is that of your own command {}, which a project's \
+                             skill never replaces; rename the skill to use it",
+                            skill.name,
+                            file.display()
+                        ),
+                    });
+                    false
+                }
+                _ => true,
+            }
+        });
+        self.problems.extend(dropped);
     }
 
     /// The skill called `name`.

@@ -234,6 +234,50 @@ fn custom_commands(shared: &SessionShared) -> dsh_agent::CustomCommands {
     dsh_agent::CustomCommands::new(set, move |model| table.get(model).is_some())
 }
 
+/// The session's skills: the user's and the project's (through the file gate), the project's
+/// `.claude/skills` when trusted (as pinned), none of a project's taking the name of one of
+/// the user's own `commands`; their problems are warnings at depth 0.
+fn session_skills(
+    shared: &SessionShared,
+    depth: u64,
+    commands: Option<&dsh_agent::CustomCommands>,
+) -> dsh_agent::SkillSet {
+    let setup = &shared.configuration;
+    // The project's skills through the file gate (docs/SECURITY.md, "The file gate").
+    let mut skills = dsh_agent::SkillSet::discover_session(&setup.cwd, Some(&setup.home), &[]);
+    // The project's `.claude/skills`, trusted and as pinned (docs/other-tools.md).
+    if let Some(pinned) = setup.config.trust.project_skills() {
+        skills.add_pinned(pinned);
+    }
+    if let Some(commands) = commands {
+        // The user's own commands (not a trusted project's) keep their names.
+        let project_dirs = setup
+            .config
+            .trust
+            .project_commands()
+            .map(|(dirs, _)| dirs.to_vec())
+            .unwrap_or_default();
+        let own: Vec<(String, std::path::PathBuf)> = commands
+            .set()
+            .commands()
+            .iter()
+            .filter(|c| !project_dirs.iter().any(|dir| c.path.starts_with(dir)))
+            .map(|c| (c.name.clone(), c.path.clone()))
+            .collect();
+        skills.yield_to_commands(&own);
+    }
+    if depth == 0 {
+        for problem in skills.problems() {
+            shared.warnings.say(&format!(
+                "warning: skipped skill {}: {}",
+                problem.path.display(),
+                problem.message
+            ));
+        }
+    }
+    skills
+}
+
 /// The tools' context: the working directory, a fresh spill folder under the home, the
 /// preset and the confinement `bash` runs in.
 fn tool_context(
@@ -318,24 +362,11 @@ fn register_policies(
                 + network_sentence(tool_context.network(), permission),
         }),
     )));
-    // The project's skills through the file gate (docs/SECURITY.md, "The file gate").
-    let mut skills = dsh_agent::SkillSet::discover_session(&setup.cwd, Some(&setup.home), &[]);
-    // The project's `.claude/skills`, trusted and as pinned (docs/other-tools.md).
-    if let Some(pinned) = setup.config.trust.project_skills() {
-        skills.add_pinned(pinned);
-    }
-    if depth == 0 {
-        for problem in skills.problems() {
-            shared.warnings.say(&format!(
-                "warning: skipped skill {}: {}",
-                problem.path.display(),
-                problem.message
-            ));
-        }
-    }
+    let commands = (depth == 0).then(|| custom_commands(shared));
+    let skills = session_skills(shared, depth, commands.as_ref());
     extensions.register_for_life(Arc::new(dsh_agent::Skills::new(skills)));
-    if depth == 0 {
-        extensions.register_for_life(Arc::new(custom_commands(shared)));
+    if let Some(commands) = commands {
+        extensions.register_for_life(Arc::new(commands));
     }
     let hooks = session_hooks(setup)?;
     if depth == 0 {
