@@ -402,8 +402,9 @@ fn read_command(path: &Path) -> std::io::Result<Vec<u8>> {
 /// `.claude/settings.json`, a script they run from where the model can write.
 pub const MAX_PROJECT_FILE: u64 = 1024 * 1024;
 
-/// The folder a project file belongs to (canonical when it exists): the one holding its
-/// `.dsh` or `.claude` folder, else its own folder.
+/// The folder a project file belongs to (canonical when it exists): the repository holding it
+/// (the nearest folder with `.git`, so links between its folders keep working), else the
+/// folder holding its `.dsh` or `.claude` folder, else its own folder.
 pub fn project_dir_of(file: &Path) -> PathBuf {
     let dir = file
         .ancestors()
@@ -415,7 +416,7 @@ pub fn project_dir_of(file: &Path) -> PathBuf {
         .and_then(Path::parent)
         .or_else(|| file.parent())
         .unwrap_or(Path::new("/"));
-    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+    workspace_root(dir)
 }
 
 /// The bytes of a file dsh reads before the user trusted it (a repository may have planted

@@ -506,3 +506,48 @@ fn project_command_files_are_pinned_and_named_when_ignored() {
         .trusted
         .is_none());
 }
+
+/// The one reader of files a repository may have planted (adversarial review of issue 43):
+/// a link between folders of the repository is read, a link out of it, a FIFO and a file over
+/// the cap are not (without waiting on the FIFO), and `cut` gives the first bytes.
+#[test]
+fn project_files_are_read_only_when_regular_small_and_inside() {
+    use dsh_config::trust::{project_dir_of, read_checked};
+    let root = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(root.path()).unwrap();
+    let repo = root.join("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::create_dir_all(repo.join("sub/.dsh")).unwrap();
+    std::fs::write(repo.join("shared.toml"), "model = \"x\"\n").unwrap();
+    std::fs::write(root.join("outside.toml"), "secret\n").unwrap();
+    let inside = repo.join("sub/.dsh/config.toml");
+    std::os::unix::fs::symlink("../../shared.toml", &inside).unwrap();
+    let within = [project_dir_of(&inside)];
+    assert_eq!(within[0], repo);
+    assert_eq!(
+        read_checked(&inside, &within, 1024, false).unwrap(),
+        b"model = \"x\"\n"
+    );
+    let out = repo.join(".mcp.json");
+    std::os::unix::fs::symlink(root.join("outside.toml"), &out).unwrap();
+    let why = read_checked(&out, &[project_dir_of(&out)], 1024, false).unwrap_err();
+    assert!(why.contains("outside"), "{why}");
+    let inside_repo = std::slice::from_ref(&repo);
+    let proc_link = repo.join("kmsg.json");
+    std::os::unix::fs::symlink("/proc/self/status", &proc_link).unwrap();
+    assert!(read_checked(&proc_link, inside_repo, 1024, false).is_err());
+    let fifo = repo.join("fifo");
+    let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o644) }, 0);
+    let why = read_checked(&fifo, inside_repo, 1024, false).unwrap_err();
+    assert!(why.contains("not a regular file"), "{why}");
+    std::fs::write(repo.join("big"), vec![b'a'; 2048]).unwrap();
+    let why = read_checked(&repo.join("big"), inside_repo, 1024, false).unwrap_err();
+    assert!(why.contains("larger than 1 KiB"), "{why}");
+    assert_eq!(
+        read_checked(&repo.join("big"), inside_repo, 1024, true)
+            .unwrap()
+            .len(),
+        1024
+    );
+}
