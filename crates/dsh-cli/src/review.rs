@@ -101,7 +101,10 @@ async fn review(args: ReviewArgs) -> anyhow::Result<ExitCode> {
         append_system_prompt: Some(dsh_runtime::review::system_prompt(&schema)),
         ..dsh_runtime::SessionSpec::default()
     };
-    let task = dsh_runtime::review::task_text(&change, args.prompt.as_deref());
+    let setup = runtime
+        .configuration(&spec)
+        .map_err(crate::run::runtime_error)?;
+    let task = dsh_runtime::review::task_text(&change, args.prompt.as_deref(), setup.secrets());
     let run_args = RunArgs {
         max_cost_usd: args.max_cost_usd,
         ..RunArgs::driven()

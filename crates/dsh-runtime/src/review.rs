@@ -275,8 +275,15 @@ fn cut_diff(diff: &str, stat: &str) -> String {
     )
 }
 
-/// The review's task: what to review, the user's focus, the diff, the new files.
-pub fn task_text(change: &Change, focus: Option<&str>) -> String {
+/// The review's task: what to review, the user's focus, the diff, the new files, with
+/// `secrets` redacted: the diff is dsh reading files for the model, so it hides what a tool's
+/// output hides (before the adversarial review of issue 43 a changed tracked `.env` holding
+/// dsh's key reached the provider and the session log).
+pub fn task_text(
+    change: &Change,
+    focus: Option<&str>,
+    secrets: &dsh_tools::SecretRedactor,
+) -> String {
     let mut task = format!("Review {}.", change.described);
     if let Some(focus) = focus.map(str::trim).filter(|f| !f.is_empty()) {
         task.push_str(&format!("\n\nLook especially at: {focus}"));
@@ -288,7 +295,7 @@ pub fn task_text(change: &Change, focus: Option<&str>) -> String {
             task.push_str(&format!("- {name}\n"));
         }
     }
-    task
+    secrets.redact(&task).into_owned()
 }
 
 /// The findings (a value valid under [`findings_schema`]) as text: the summary, then one block
@@ -422,6 +429,7 @@ mod tests {
                 untracked: vec!["new.rs".into()],
             },
             Some("  errors "),
+            &dsh_tools::SecretRedactor::new(),
         );
         assert!(task
             .starts_with("Review commit `abc`.\n\nLook especially at: errors\n\n```diff\n+x\n```"));

@@ -470,7 +470,7 @@ async fn run_session(
             }
         }
     });
-    let task = dsh_runtime::review::task_text(&change, request.focus.as_deref());
+    let task = dsh_runtime::review::task_text(&change, request.focus.as_deref(), &secrets);
     let answered = answer(&mut agent, &control, &schema, task, cancel).await;
     let _ = agent.stop_background_jobs("the review ended").await;
     canceller.abort();

@@ -247,3 +247,37 @@ async fn a_filter_named_with_an_equals_sign_is_emptied_too() {
     assert!(!task.contains("FILTER-RAN"), "a filter ran: {task}");
     assert!(task.contains("-    let n = 1;"), "{task}");
 }
+
+/// The diff is dsh reading files for the model, so it hides what `read` hides (adversarial
+/// review of issue 43): a tracked `.env` whose change holds dsh's own key (from the
+/// environment) and a key dsh loaded from `./.env` reaches neither the request, the session
+/// log nor stdout. Before, the review's task carried the diff as it was.
+#[tokio::test]
+async fn the_diff_given_to_the_model_hides_dshs_secrets() {
+    let repo = Repo::new();
+    std::fs::write(repo.dir.join(".env"), "OTHER=1\n").unwrap();
+    git(&repo.dir, &["add", ".env"]);
+    git(&repo.dir, &["commit", "-q", "-m", "env"]);
+    std::fs::write(
+        repo.dir.join(".env"),
+        "OTHER=1\nDEEPSEEK_API_KEY=sk-review-test\nANTHROPIC_API_KEY=sk-ant-from-dotenv-4242\n",
+    )
+    .unwrap();
+    let provider = FakeProvider::start([reply(&findings())]).await.unwrap();
+    let out = output(repo.review(&provider, &[])).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let task = user_text(&provider.requests()[0].body);
+    assert!(task.contains("OTHER=1"), "{task}");
+    for secret in ["sk-review-test", "sk-ant-from-dotenv-4242"] {
+        assert!(!task.contains(secret), "{secret} sent: {task}");
+        for file in crate::common::session_files(&repo.home) {
+            let log = std::fs::read_to_string(&file).unwrap_or_default();
+            assert!(
+                !log.contains(secret),
+                "{secret} logged in {}",
+                file.display()
+            );
+        }
+        assert!(!text(&out).0.contains(secret));
+    }
+}
