@@ -66,7 +66,7 @@ pub(crate) fn run(args: WorktreeArgs) -> anyhow::Result<ExitCode> {
                 println!("no worktrees (make one with `dsh --worktree` or `dsh run --worktree`)");
             }
             for worktree in list {
-                let state = match changes(&worktree.path, &home) {
+                let state = match changes(&worktree, &home) {
                     _ if !worktree.path.is_dir() => "gone".to_string(),
                     Ok(0) => "clean".to_string(),
                     Ok(n) => format!("{n} uncommitted changes"),
@@ -217,7 +217,7 @@ fn remove(home: &Path, name: &str, force: bool) -> anyhow::Result<()> {
     };
     let worktree = list[at].clone();
     if worktree.path.is_dir() {
-        let dirty = changes(&worktree.path, home)
+        let dirty = changes(&worktree, home)
             .map_err(|why| user_error("WORKTREE", format!("cannot tell its state: {why}")))?;
         if dirty > 0 && !force {
             return Err(user_error(
@@ -261,9 +261,18 @@ fn remove(home: &Path, name: &str, force: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How many entries `git status --porcelain` lists in `path` (read confined, as `/diff` reads).
-fn changes(path: &Path, home: &Path) -> Result<usize, String> {
-    let confine = dsh_runtime::read_only_confiner(path, home);
+/// How many entries `git status --porcelain` lists in `worktree` (read confined, as `/diff`
+/// reads). The sandbox's root is the folder holding both the worktree and its repository,
+/// whose `.git` the worktree's git reads: a repository under `/tmp` (private in the sandbox)
+/// was otherwise not found, and the worktree could not be removed, even with `--force`.
+fn changes(worktree: &Worktree, home: &Path) -> Result<usize, String> {
+    let path = worktree.path.as_path();
+    let common = worktree
+        .repository
+        .ancestors()
+        .find(|dir| path.starts_with(dir))
+        .unwrap_or(path);
+    let confine = dsh_runtime::read_only_confiner(common, home);
     let overrides = dsh_tools::git::diff_overrides(path, &confine);
     let args = ["status", "--porcelain", "--ignore-submodules=all"];
     let out = dsh_tools::git::confined_git(path, &confine, &overrides, &args)?;

@@ -229,3 +229,45 @@ async fn a_planted_filter_driver_never_runs_making_or_removing_a_worktree() {
         );
     }
 }
+
+/// A repository under `/tmp`, which the read-only sandbox replaces with its own: the state of
+/// its worktree is still read (the sandbox's root is the folder holding the worktree and the
+/// repository), so `list` counts a change and `remove` refuses, then removes with `--force`.
+/// Before, the worktree's git could not see the repository's `.git` there: `list` said "state
+/// unknown" and `remove` failed even with `--force`.
+#[tokio::test]
+async fn a_worktree_of_a_repository_under_tmp_is_listed_and_removed() {
+    let scratch = tempfile::tempdir_in("/tmp").unwrap();
+    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
+    let (home, repo) = (scratch.join("home"), scratch.join("app"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "hello\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let provider = model_stepping(&[], SseReply::new().text("done")).await;
+    let mut cmd = dsh_command(&home, &repo);
+    cmd.args(["run", "--worktree=tmp", "look"])
+        .env("DEEPSEEK_BASE_URL", provider.base_url())
+        .env("DEEPSEEK_API_KEY", "sk-worktree-test");
+    let out = output(cmd).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    std::fs::write(scratch.join("app.worktrees/tmp/README"), "changed\n").unwrap();
+    let dsh = |args: &[&str]| {
+        let mut cmd = dsh_command(&home, &repo);
+        cmd.args(args);
+        cmd
+    };
+    let list = text(&output(dsh(&["worktree", "list"])).await).0;
+    assert!(list.contains("(1 uncommitted changes)"), "{list}");
+    let refused = output(dsh(&["worktree", "remove", "tmp"])).await;
+    assert!(
+        text(&refused).1.contains("UNCOMMITTED_CHANGES"),
+        "{}",
+        text(&refused).1
+    );
+    let forced = output(dsh(&["worktree", "remove", "tmp", "--force"])).await;
+    assert!(forced.status.success(), "{}", text(&forced).1);
+    assert!(!scratch.join("app.worktrees/tmp").exists());
+}
