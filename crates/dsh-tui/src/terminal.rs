@@ -12,11 +12,20 @@ use crossterm::event::{
 };
 use crossterm::execute;
 use crossterm::terminal::{
-    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+    disable_raw_mode, enable_raw_mode, DisableLineWrap, EnableLineWrap, EnterAlternateScreen,
+    LeaveAlternateScreen,
 };
 
-/// Raw mode, bracketed paste, disambiguated keys and, with `--alt-screen`, the alternate
-/// screen while alive.
+/// Raw mode, bracketed paste, disambiguated keys, no autowrap and, with `--alt-screen`, the
+/// alternate screen while alive.
+///
+/// Autowrap (DECAWM) is off because every row is placed and wrapped by dsh itself: a frame drawn
+/// for the size before a resize can reach the terminal after it shrank (bytes in flight, or
+/// drawn before the program saw `SIGWINCH`; over ssh for a whole round trip). With autowrap on,
+/// a row wider than the new width wraps, and on the last row that scrolls the screen, which
+/// the inline mode's bookkeeping of where its live area is (`crate::inline`) never learns of:
+/// rows of the live area (a streaming reply's first line) then landed in the scrollback as if
+/// history. With it off, such a row overwrites the last column until the next frame redraws.
 pub struct TerminalGuard {
     /// The cursor's row when the UI started (where the inline mode's live area begins), if
     /// the terminal answered the query.
@@ -36,7 +45,8 @@ pub fn restore_terminal() {
         out,
         PopKeyboardEnhancementFlags,
         DisableBracketedPaste,
-        crossterm::event::DisableFocusChange
+        crossterm::event::DisableFocusChange,
+        EnableLineWrap
     );
     if ON_ALT_SCREEN.swap(false, Ordering::SeqCst) {
         let _ = execute!(out, LeaveAlternateScreen);
@@ -55,8 +65,8 @@ pub fn suspend() -> bool {
 }
 
 /// Takes the terminal back after [`suspend`]: raw mode, the alternate screen when `alt`,
-/// bracketed paste, focus reports and disambiguated keys, as [`TerminalGuard::enter`] sets
-/// them.
+/// bracketed paste, focus reports, disambiguated keys and no autowrap, as
+/// [`TerminalGuard::enter`] sets them.
 pub fn resume(alt: bool) -> std::io::Result<()> {
     enable_raw_mode()?;
     let mut out = stdout();
@@ -68,7 +78,8 @@ pub fn resume(alt: bool) -> std::io::Result<()> {
         out,
         EnableBracketedPaste,
         crossterm::event::EnableFocusChange,
-        PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
+        PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES),
+        DisableLineWrap
     )
 }
 
@@ -101,7 +112,8 @@ impl TerminalGuard {
             EnableBracketedPaste,
             // Focus reports: notifications go out only while the terminal is not focused.
             crossterm::event::EnableFocusChange,
-            PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
+            PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES),
+            DisableLineWrap
         );
         if let Err(err) = entered {
             restore_terminal();

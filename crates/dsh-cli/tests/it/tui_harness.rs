@@ -1,6 +1,7 @@
 //! The interactive UI in a pseudo-terminal, shared by the pty tests: the real `dsh` binary, its
 //! output fed to a terminal emulator with scrollback that also answers the cursor-position query
-//! as a terminal does (the inline mode asks where the cursor is at start, docs/tui.md "Modes").
+//! as a terminal does (the inline mode asks where the cursor is at start, docs/tui.md "Modes")
+//! and honours autowrap off (DECAWM), which dsh sets and the emulator (vt100 0.15) ignores.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -23,7 +24,12 @@ const ERASE_ALL: &[u8] = b"\x1b[2J";
 /// tmux does (`scroll-on-clear`, on by default) and VTE for `ESC [ 2 J`: what the program
 /// erases that way is in the scrollback (issue 41). A sequence split across two reads is taken
 /// as plain text by this scan (vt100 still runs it), so the emulation can miss, never invent.
-fn feed(parser: &mut vt100::Parser, mut chunk: &[u8], writer: &Mutex<Box<dyn Write + Send>>) {
+fn feed(
+    parser: &mut vt100::Parser,
+    margin: &mut Margin,
+    mut chunk: &[u8],
+    writer: &Mutex<Box<dyn Write + Send>>,
+) {
     loop {
         let found = [CURSOR_QUERY, ERASE_BELOW[0], ERASE_BELOW[1], ERASE_ALL]
             .into_iter()
@@ -33,10 +39,10 @@ fn feed(parser: &mut vt100::Parser, mut chunk: &[u8], writer: &Mutex<Box<dyn Wri
             })
             .min_by_key(|(at, _)| *at);
         let Some((at, seq)) = found else {
-            parser.process(chunk);
+            margin.process(parser, chunk);
             return;
         };
-        parser.process(&chunk[..at]);
+        margin.process(parser, &chunk[..at]);
         if seq == CURSOR_QUERY {
             let (row, col) = parser.screen().cursor_position();
             let answer = format!("\x1b[{};{}R", row + 1, col + 1);
@@ -48,7 +54,7 @@ fn feed(parser: &mut vt100::Parser, mut chunk: &[u8], writer: &Mutex<Box<dyn Wri
             if seq == ERASE_ALL || cursor == (0, 0) {
                 scroll_into_history(parser, cursor);
             }
-            parser.process(seq);
+            margin.process(parser, seq);
         }
         chunk = &chunk[at + seq.len()..];
     }
@@ -73,6 +79,127 @@ fn scroll_into_history(parser: &mut vt100::Parser, (row, col): (u16, u16)) {
     bytes.extend(std::iter::repeat_n(b'\n', used));
     bytes.extend(format!("\x1b[{};{}H", row + 1, col + 1).into_bytes());
     parser.process(&bytes);
+}
+
+/// Autowrap (DECAWM) as a terminal does it, which vt100 0.15 lacks: `ESC [ ? 7 l` turns it off,
+/// then a character that does not fit before the right margin overwrites the last column
+/// instead of wrapping to the next row (and scrolling the screen on the last one); `ESC [ ? 7 h`
+/// turns it on again. The bytes go through a scan of escape sequences and UTF-8 characters that
+/// holds each printed character until it is whole, to move the cursor back to the last column
+/// before vt100 sees a character that would wrap.
+#[derive(Default)]
+struct Margin {
+    /// Autowrap is off.
+    off: bool,
+    scan: Scan,
+    /// The character or control sequence being read.
+    pending: Vec<u8>,
+}
+
+#[derive(Default, Clone, Copy, PartialEq)]
+enum Scan {
+    #[default]
+    Ground,
+    /// After `ESC`.
+    Escape,
+    /// After `ESC [`.
+    Csi,
+    /// A string (OSC, DCS, ...) up to BEL or `ESC \`; `true` right after its `ESC`.
+    Text(bool),
+    /// A UTF-8 character of this many bytes.
+    Char(usize),
+}
+
+impl Margin {
+    fn process(&mut self, parser: &mut vt100::Parser, bytes: &[u8]) {
+        for &byte in bytes {
+            if let Scan::Char(len) = self.scan {
+                if (0x80..0xc0).contains(&byte) {
+                    self.pending.push(byte);
+                    if self.pending.len() == len {
+                        self.print(parser);
+                    }
+                    continue;
+                }
+                // Not a continuation: vt100 drops the broken character, so does the scan.
+                parser.process(&std::mem::take(&mut self.pending));
+                self.scan = Scan::Ground;
+            }
+            match self.scan {
+                Scan::Ground => match byte {
+                    0x1b => self.scan = Scan::Escape,
+                    0x20..=0x7e => {
+                        self.pending.push(byte);
+                        self.print(parser);
+                        continue;
+                    }
+                    0xc2..=0xf4 => {
+                        self.pending.push(byte);
+                        self.scan = Scan::Char(match byte {
+                            0xc2..=0xdf => 2,
+                            0xe0..=0xef => 3,
+                            _ => 4,
+                        });
+                        continue;
+                    }
+                    _ => {}
+                },
+                Scan::Escape => {
+                    self.scan = match byte {
+                        b'[' => Scan::Csi,
+                        b']' | b'P' | b'X' | b'^' | b'_' => Scan::Text(false),
+                        0x20..=0x2f => Scan::Escape,
+                        _ => Scan::Ground,
+                    };
+                    self.pending.clear();
+                }
+                Scan::Csi => match byte {
+                    0x40..=0x7e => {
+                        let params = String::from_utf8_lossy(&self.pending);
+                        if let Some(modes) = params.strip_prefix('?') {
+                            if modes.split(';').any(|m| m == "7") && matches!(byte, b'h' | b'l') {
+                                self.off = byte == b'l';
+                            }
+                        }
+                        self.pending.clear();
+                        self.scan = Scan::Ground;
+                    }
+                    0x1b => self.scan = Scan::Escape,
+                    _ => self.pending.push(byte),
+                },
+                Scan::Text(escaped) => {
+                    self.scan = match byte {
+                        0x07 => Scan::Ground,
+                        0x1b => Scan::Text(true),
+                        b'\\' if escaped => Scan::Ground,
+                        _ => Scan::Text(false),
+                    };
+                }
+                Scan::Char(_) => unreachable!("handled above"),
+            }
+            parser.process(&[byte]);
+        }
+    }
+
+    /// Hands vt100 the whole character in `pending`, first moving the cursor back so that it
+    /// ends in the last column when autowrap is off and it would not fit.
+    fn print(&mut self, parser: &mut vt100::Parser) {
+        let bytes = std::mem::take(&mut self.pending);
+        self.scan = Scan::Ground;
+        if self.off {
+            let width = std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.chars().next())
+                .and_then(unicode_width::UnicodeWidthChar::width)
+                .map_or(0, |w| w as u16);
+            let (row, col) = parser.screen().cursor_position();
+            let cols = parser.screen().size().1;
+            if width > 0 && width <= cols && col + width > cols {
+                parser.process(format!("\x1b[{};{}H", row + 1, cols - width + 1).as_bytes());
+            }
+        }
+        parser.process(&bytes);
+    }
 }
 
 pub struct Tui {
@@ -149,6 +276,7 @@ impl Tui {
             let raw = Arc::clone(&raw);
             let writer = Arc::clone(&writer);
             move || {
+                let mut margin = Margin::default();
                 let mut buf = [0u8; 8192];
                 while let Ok(n) = reader.read(&mut buf) {
                     if n == 0 {
@@ -156,7 +284,7 @@ impl Tui {
                     }
                     let chunk = &buf[..n];
                     raw.lock().unwrap().extend_from_slice(chunk);
-                    feed(&mut screen.lock().unwrap(), chunk, &writer);
+                    feed(&mut screen.lock().unwrap(), &mut margin, chunk, &writer);
                 }
             }
         });
@@ -202,7 +330,14 @@ impl Tui {
     }
 
     pub fn resize(&self, rows: u16, cols: u16) {
+        self.resize_late(rows, cols, Duration::ZERO);
+    }
+
+    /// The emulator takes the new size at once and the program is told `lag` later, as over
+    /// ssh: frames drawn for the old size meanwhile land on the new screen.
+    pub fn resize_late(&self, rows: u16, cols: u16, lag: Duration) {
         self.screen.lock().unwrap().set_size(rows, cols);
+        std::thread::sleep(lag);
         self.master
             .resize(PtySize {
                 rows,

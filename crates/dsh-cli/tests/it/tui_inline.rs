@@ -239,7 +239,9 @@ fn assert_written_once(when: &str, history: &[String], screen: &[String]) {
 }
 
 /// Issue 41: a streamed reply taller than the screen, with or without resizes while it
-/// streams (`(line, rows, cols)`: once that line shows), lands in the scrollback once.
+/// streams (`(line, rows, cols)`: once that line shows), lands in the scrollback once. dsh is
+/// told of each resize 100 ms after the emulator took it, so frames drawn for the old size
+/// reach the new screen (rows wider than it must not wrap and scroll it: autowrap is off).
 fn tall_reply_lands_once(resizes: &[(usize, u16, u16)]) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let provider = runtime
@@ -259,7 +261,7 @@ fn tall_reply_lands_once(resizes: &[(usize, u16, u16)]) {
     tui.type_text("a tall reply please\r");
     for &(line, rows, cols) in resizes {
         tui.wait_for(&format!("tall line {line:02}"));
-        tui.resize(rows, cols);
+        tui.resize_late(rows, cols, Duration::from_millis(100));
     }
     tui.wait_for(&format!("tall line {TALL}"));
     tui.wait_until("the turn ended", |s| {
