@@ -62,8 +62,12 @@ async fn rewind_restores_files_and_forks_with_the_message_to_edit() {
         assert_eq!(read(&ws, "notes.txt").as_deref(), Some("original\n"));
         assert_eq!(read(&ws, "extra.txt"), None);
 
-        // A change outside dsh: asked about, then overwritten on `y`.
+        // A change outside dsh: asked about, then overwritten on `y`. The first list must be
+        // gone from the screen before the second is waited for.
         std::fs::write(ws.join("mine.txt"), "the user's\n").unwrap();
+        tui.wait_until("the first /rewind list closed", |s| {
+            !s.contains("rewind to the start of a turn") && !s.contains("restore what?")
+        });
         tui.type_text("/rewind\r");
         tui.wait_for("rewind to the start of a turn");
         tui.type_text("\r");
