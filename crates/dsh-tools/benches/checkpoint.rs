@@ -7,23 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench harness: failing loudly is fine
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
+use common::tree;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use dsh_tools::{CheckpointLimits, CheckpointStore, GatePolicy};
-
-fn tree() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("DSH_BENCH_TREE") {
-        return Some(PathBuf::from(dir));
-    }
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
-    let src = home.join("registry/src");
-    src.canonicalize().ok().filter(|p| p.is_dir())
-}
 
 fn store(home: &Path, root: &Path) -> CheckpointStore {
     let gate = GatePolicy::new(root).with_dsh_home(home);

@@ -9,22 +9,14 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
+use common::tree;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use dsh_tools::{GlobTool, GrepTool, PermissionPreset, SpillDir, Tool, ToolContext};
 use serde_json::json;
 
 const PATTERN: &str = r"fn\s+new\(";
-
-fn tree() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("DSH_BENCH_TREE") {
-        return Some(PathBuf::from(dir));
-    }
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
-    let src = home.join("registry/src");
-    src.is_dir().then_some(src)
-}
 
 fn rg_available() -> bool {
     Command::new("rg")
