@@ -153,7 +153,15 @@ async fn bad_lines_are_refused_and_the_run_goes_on() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0]["output"], "fine");
     let requests = provider.requests();
-    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests.len(),
+        1,
+        "{stderr}\n{:#?}",
+        requests
+            .iter()
+            .map(|r| r.body.to_string())
+            .collect::<Vec<_>>()
+    );
     let sent = requests[0].body["messages"].to_string();
     assert!(
         !sent.contains("look"),
