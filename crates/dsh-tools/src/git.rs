@@ -88,14 +88,13 @@ impl ConfigOverrides {
             .unwrap_or(0);
         let mut env = Vec::with_capacity(self.pairs.len() * 2 + 1);
         for (i, (key, value)) in self.pairs.iter().enumerate() {
-            use std::os::unix::ffi::OsStrExt;
             env.push((
                 format!("GIT_CONFIG_KEY_{}", first + i).into(),
-                std::ffi::OsStr::from_bytes(key).to_os_string(),
+                os_string(key),
             ));
             env.push((
                 format!("GIT_CONFIG_VALUE_{}", first + i).into(),
-                std::ffi::OsStr::from_bytes(value).to_os_string(),
+                os_string(value),
             ));
         }
         env.push((
@@ -103,6 +102,20 @@ impl ConfigOverrides {
             (first + self.pairs.len()).to_string().into(),
         ));
         env
+    }
+}
+
+/// `bytes` as an environment value: exactly on Unix; on Windows, where values are UTF-16,
+/// as UTF-8 (a name that is not is replaced lossily).
+fn os_string(bytes: &[u8]) -> std::ffi::OsString {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::OsStr::from_bytes(bytes).to_os_string()
+    }
+    #[cfg(not(unix))]
+    {
+        String::from_utf8_lossy(bytes).into_owned().into()
     }
 }
 
