@@ -566,9 +566,9 @@ pub struct Agent {
     pub(crate) turn: u64,
     /// Whether this loop instance has logged its first header (`initial` / `resume`).
     pub(crate) header_logged: bool,
-    /// Extensions' work started at the running turn's start, running beside its first request
-    /// ([`crate::Extension::turn_boundary`]); settled before any tool runs and before the turn
-    /// ends.
+    /// Extensions' work started at a turn boundary ([`crate::Extension::turn_boundary`]): the
+    /// start's runs beside the turn's first request and is settled before any tool runs and
+    /// before the turn ends; the end's is settled at once.
     pub(crate) turn_work: Vec<tokio::task::JoinHandle<Vec<Event>>>,
     pub(crate) resumed: bool,
     pub(crate) model_info: ModelInfo,

@@ -110,7 +110,7 @@ impl Agent {
             (claimed, turn)
         };
         *self.shared.turn_cancel.lock_or_recover() = Some(cancel.clone());
-        self.start_turn_work(turn);
+        self.start_turn_work(TurnBoundary::Start(turn));
         // A command's model and tools hold for this turn only (`crate::turn_settings`).
         self.begin_turn_settings(&claimed);
         let result = self.run_steps(turn, claimed, &cancel).await;
@@ -208,7 +208,8 @@ impl Agent {
             turn,
             reason: reason.clone(),
         }))?;
-        self.at_turn_boundary(TurnBoundary::End(turn)).await?;
+        self.start_turn_work(TurnBoundary::End(turn));
+        self.settle_turn_work().await?;
         if let Some(task) = title_task {
             self.settle_title(turn, task).await?;
         }
@@ -223,25 +224,27 @@ impl Agent {
         })
     }
 
-    /// Starts what extensions do when turn `turn` begins ([`crate::Extension::turn_boundary`]):
-    /// it runs beside the first request (a checkpoint of the workspace must not delay it) and
-    /// is settled by [`Agent::settle_turn_work`].
-    fn start_turn_work(&mut self, turn: u64) {
-        // What an earlier turn that failed part-way left running is not this turn's.
-        for stale in std::mem::take(&mut self.turn_work) {
-            stale.abort();
+    /// Starts what extensions do at `boundary` ([`crate::Extension::turn_boundary`]) and
+    /// keeps it for [`Agent::settle_turn_work`]. A turn's start work runs beside its first
+    /// request (a checkpoint of the workspace must not delay it); what an earlier turn that
+    /// failed part-way left running is not this turn's and is dropped.
+    fn start_turn_work(&mut self, boundary: TurnBoundary) {
+        if matches!(boundary, TurnBoundary::Start(_)) {
+            for stale in std::mem::take(&mut self.turn_work) {
+                stale.abort();
+            }
         }
         let work: Vec<_> = self
             .extensions
             .snapshot()
             .iter()
-            .filter_map(|extension| extension.turn_boundary(TurnBoundary::Start(turn)))
+            .filter_map(|extension| extension.turn_boundary(boundary))
             .map(tokio::spawn)
             .collect();
         self.turn_work.extend(work);
     }
 
-    /// Waits for the turn-start work still running and logs the events it returned.
+    /// Waits for the turn-boundary work still running and logs the events it returned.
     async fn settle_turn_work(&mut self) -> Result<(), AgentError> {
         for work in std::mem::take(&mut self.turn_work) {
             // A panicked task has nothing to log.
@@ -250,25 +253,6 @@ impl Agent {
                 for event in events {
                     log.append(event)?;
                 }
-            }
-        }
-        Ok(())
-    }
-
-    /// Waits for what extensions do at `boundary` ([`crate::Extension::turn_boundary`]) and
-    /// logs the events they return.
-    async fn at_turn_boundary(&self, boundary: TurnBoundary) -> Result<(), AgentError> {
-        let pending: Vec<_> = self
-            .extensions
-            .snapshot()
-            .iter()
-            .filter_map(|extension| extension.turn_boundary(boundary))
-            .collect();
-        for work in pending {
-            let events = work.await;
-            let mut log = self.shared.log();
-            for event in events {
-                log.append(event)?;
             }
         }
         Ok(())
