@@ -64,12 +64,8 @@ fn plan_and_goals(
         let goals = dsh_agent::Goals::new(settings.max_rounds).with_ids(ids);
         extensions.register_for_life(Arc::new(goals));
     }
-    // Workspace checkpoints for rewind (docs/rewind.md); never of `/` or of a folder holding
-    // dsh's home.
-    let setup = &shared.configuration;
-    let rewind = setup.config.rewind;
-    if rewind.enabled && crate::unsafe_root(&setup.cwd, &setup.home).is_none() {
-        let store = crate::rewind::checkpoint_store(&setup.home, &setup.cwd, &rewind);
+    // Workspace checkpoints for rewind (docs/rewind.md).
+    if let Some(store) = crate::rewind::configured_store(&shared.configuration) {
         extensions.register_for_life(Arc::new(crate::rewind::Checkpoints::new(store)));
     }
     Some(plan)

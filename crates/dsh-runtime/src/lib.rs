@@ -497,10 +497,7 @@ impl SessionFactory for Runtime {
             cwd: Some(cwd.to_path_buf()),
             ..SessionSpec::default()
         };
-        let setup = self.configuration(&spec).ok()?;
-        let settings = setup.config.rewind;
-        (settings.enabled && unsafe_root(&setup.cwd, &setup.home).is_none())
-            .then(|| rewind::checkpoint_store(&setup.home, &setup.cwd, &settings))
+        rewind::configured_store(&*self.configuration(&spec).ok()?)
     }
 
     fn trusted(&self, workspace: &Path) {

@@ -37,6 +37,14 @@ pub fn checkpoint_store(
     )
 }
 
+/// The checkpoint store sessions of `setup` use, when `[rewind]` is on there; never one of `/`
+/// or of a folder holding dsh's home.
+pub(crate) fn configured_store(setup: &crate::Configuration) -> Option<CheckpointStore> {
+    let settings = setup.config.rewind;
+    (settings.enabled && crate::unsafe_root(&setup.cwd, &setup.home).is_none())
+        .then(|| checkpoint_store(&setup.home, &setup.cwd, &settings))
+}
+
 /// Takes a checkpoint of the workspace when a turn begins and when it ends (docs/rewind.md).
 /// After a checkpoint failed because the workspace is too large, the session stops trying.
 pub(crate) struct Checkpoints {
