@@ -9,7 +9,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use dsh_runtime::rewind::{checkpoint_store, plan_files, restored_event, rewind_points};
+use dsh_runtime::rewind::{
+    checkpoint_store, record_restore, restore_files, rewind_points, RewindMode,
+};
 use dsh_session::SessionStore;
 
 // Arguments of `dsh sessions rewind` (a plain comment: the variant's doc in sessions.rs is
@@ -59,34 +61,6 @@ pub(crate) fn run(
     )
 }
 
-/// What a rewind restores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RewindMode {
-    Files,
-    Conversation,
-    Both,
-}
-
-impl RewindMode {
-    fn files(self) -> bool {
-        matches!(self, RewindMode::Files | RewindMode::Both)
-    }
-
-    fn conversation(self) -> bool {
-        matches!(self, RewindMode::Conversation | RewindMode::Both)
-    }
-}
-
-/// One line of a turn's first message, shortened for a listing.
-fn first_line(text: &str) -> String {
-    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let mut shown: String = line.chars().take(72).collect();
-    if line.chars().count() > 72 {
-        shown.push('…');
-    }
-    dsh_tools::printable(&shown).into_owned()
-}
-
 /// Rewinds `session` of `store` to the start of turn `to_turn` (`None`: lists the turns).
 fn rewind(
     store: &dyn SessionStore,
@@ -115,7 +89,7 @@ fn rewind(
                 "{:>4}  {:<18}  {}",
                 point.turn,
                 files,
-                first_line(&point.message)
+                point.first_line(72)
             )?;
         }
         return Ok(ExitCode::SUCCESS);
@@ -134,41 +108,22 @@ fn rewind(
             .map(|config| config.rewind)
             .unwrap_or_default();
         let checkpoints = checkpoint_store(home, &cwd, &settings);
-        let plan = plan_files(&checkpoints, &log.events, turn, force)?;
-        let report = checkpoints.restore(&plan)?;
-        writeln!(
-            out,
-            "files of {} as at the start of turn {turn}: {} written, {} deleted",
-            cwd.display(),
-            report.written.len(),
-            report.deleted.len()
-        )?;
-        for (path, why) in &plan.kept {
-            writeln!(
-                out,
-                "  left as it is: {}: {why}",
-                dsh_tools::printable(&path.display().to_string())
-            )?;
+        let files = restore_files(&checkpoints, &log.events, turn, force)?;
+        for line in files.lines(Some(&cwd)) {
+            writeln!(out, "{line}")?;
         }
-        for (path, why) in &report.failed {
-            writeln!(
-                out,
-                "  not restored: {}: {why}",
-                dsh_tools::printable(&path.display().to_string())
-            )?;
-        }
-        if !report.failed.is_empty() {
+        if !files.report.failed.is_empty() {
             anyhow::bail!(
                 "{} files could not be restored (listed above); the rest were",
-                report.failed.len()
+                files.report.failed.len()
             );
         }
-        restored = Some(plan.target.clone());
+        restored = Some(files.tree);
     }
     if mode.conversation() {
         let forked = dsh_session::fork_before_turn(store, &id, turn)?;
         if let Some(tree) = &restored {
-            append(store, &forked.header.id, tree)?;
+            record_restore(store, &forked.header.id, tree)?;
         }
         writeln!(
             out,
@@ -176,25 +131,13 @@ fn rewind(
             forked.header.id, forked.header.id
         )?;
         if !point.message.is_empty() {
-            writeln!(
-                out,
-                "turn {turn} began with: {}",
-                first_line(&point.message)
-            )?;
+            writeln!(out, "turn {turn} began with: {}", point.first_line(72))?;
         }
     } else if let Some(tree) = &restored {
         // The session goes on from the restored files: its next turn is compared with them.
-        append(store, &id, tree).context(
+        record_restore(store, &id, tree).context(
             "the files were restored, but the session could not record it (is it open elsewhere?)",
         )?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Appends the record of a restore to session `id`.
-fn append(store: &dyn SessionStore, id: &str, tree: &str) -> anyhow::Result<()> {
-    let mut resumed = store.resume(id)?;
-    resumed.writer.append(restored_event(tree))?;
-    resumed.writer.flush()?;
-    Ok(())
 }

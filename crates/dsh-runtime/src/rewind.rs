@@ -212,6 +212,111 @@ pub fn rewind_points(events: &[Envelope]) -> Vec<RewindPoint> {
     points
 }
 
+impl RewindPoint {
+    /// The first line of the turn's message that is not blank, cut to `width` characters
+    /// (`…` when cut) and printable; empty when the turn had no message.
+    pub fn first_line(&self, width: usize) -> String {
+        let line = self
+            .message
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        let mut shown: String = line.chars().take(width).collect();
+        if line.chars().count() > width {
+            shown.push('…');
+        }
+        dsh_tools::printable(&shown).into_owned()
+    }
+}
+
+/// What a rewind restores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewindMode {
+    /// Files and conversation.
+    Both,
+    /// The conversation only (a fork before the turn).
+    Conversation,
+    /// The files only; the session goes on.
+    Files,
+}
+
+impl RewindMode {
+    /// Whether the files are restored.
+    pub fn files(self) -> bool {
+        matches!(self, RewindMode::Both | RewindMode::Files)
+    }
+
+    /// Whether the conversation is restored.
+    pub fn conversation(self) -> bool {
+        matches!(self, RewindMode::Both | RewindMode::Conversation)
+    }
+}
+
+/// The files of a rewind, restored ([`restore_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilesRestored {
+    /// The turn whose start they are as at.
+    pub turn: u64,
+    /// The checkpoint now in force (for [`restored_event`]).
+    pub tree: String,
+    /// Files left as they are (the store does not hold them), and files that could not be
+    /// restored, each with why.
+    pub kept: Vec<(PathBuf, String)>,
+    /// What the restore did.
+    pub report: dsh_tools::RestoreReport,
+}
+
+impl FilesRestored {
+    /// What was done, one line each, paths printable; `workspace` is named when given.
+    pub fn lines(&self, workspace: Option<&Path>) -> Vec<String> {
+        let shown = |path: &Path| dsh_tools::printable(&path.display().to_string()).into_owned();
+        let of = workspace.map_or(String::new(), |w| format!(" of {}", w.display()));
+        let mut lines = vec![format!(
+            "files{of} as at the start of turn {}: {} written, {} deleted",
+            self.turn,
+            self.report.written.len(),
+            self.report.deleted.len()
+        )];
+        for (path, why) in &self.kept {
+            lines.push(format!("  left as it is: {}: {why}", shown(path)));
+        }
+        for (path, why) in &self.report.failed {
+            lines.push(format!("  not restored: {}: {why}", shown(path)));
+        }
+        lines
+    }
+}
+
+/// Puts the files of `store`'s workspace back as they were when turn `turn` of `events`
+/// began ([`plan_files`], then the restore).
+pub fn restore_files(
+    store: &CheckpointStore,
+    events: &[Envelope],
+    turn: u64,
+    force: bool,
+) -> Result<FilesRestored, RewindError> {
+    let plan = plan_files(store, events, turn, force)?;
+    let report = store.restore(&plan)?;
+    Ok(FilesRestored {
+        turn,
+        tree: plan.target,
+        kept: plan.kept,
+        report,
+    })
+}
+
+/// Records in session `id` of `store` that its files were restored to checkpoint `tree`
+/// ([`restored_event`]); fails while another dsh holds the session's lock.
+pub fn record_restore(
+    store: &dyn dsh_session::SessionStore,
+    id: &str,
+    tree: &str,
+) -> Result<(), dsh_session::SessionError> {
+    let mut resumed = store.resume(id)?;
+    resumed.writer.append(restored_event(tree))?;
+    resumed.writer.flush()
+}
+
 /// Why the files cannot be rewound.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RewindError {

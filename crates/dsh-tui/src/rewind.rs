@@ -7,36 +7,19 @@
 
 use crossterm::event::{KeyCode, KeyEvent};
 use dsh_agent::AgentHandle;
-use dsh_runtime::rewind::{plan_files, restored_event, rewind_points, RewindError, RewindPoint};
+use dsh_runtime::rewind::RewindMode;
+use dsh_runtime::rewind::{
+    record_restore, restore_files, restored_event, rewind_points, RewindError, RewindPoint,
+};
 use dsh_session::SessionStore;
 use dsh_tools::CheckpointStore;
 
-/// What a rewind restores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RewindMode {
-    /// Files and conversation.
-    Both,
-    /// The conversation only (a fork before the turn).
-    Conversation,
-    /// The files only; the session goes on.
-    Files,
-}
-
-impl RewindMode {
-    fn label(self) -> &'static str {
-        match self {
-            RewindMode::Both => "files and conversation",
-            RewindMode::Conversation => "conversation only (files stay as they are)",
-            RewindMode::Files => "files only (the conversation goes on)",
-        }
-    }
-
-    fn files(self) -> bool {
-        matches!(self, RewindMode::Both | RewindMode::Files)
-    }
-
-    fn conversation(self) -> bool {
-        matches!(self, RewindMode::Both | RewindMode::Conversation)
+/// What each mode is called in the list.
+fn label(mode: RewindMode) -> &'static str {
+    match mode {
+        RewindMode::Both => "files and conversation",
+        RewindMode::Conversation => "conversation only (files stay as they are)",
+        RewindMode::Files => "files only (the conversation goes on)",
     }
 }
 
@@ -170,7 +153,10 @@ impl RewindMenu {
                         } else {
                             " (no file checkpoint)"
                         };
-                        format!("turn {:>3}  {}{files}", p.turn, first_line(&p.message))
+                        let message = Some(p.first_line(70))
+                            .filter(|line| !line.is_empty())
+                            .unwrap_or_else(|| "(no message)".into());
+                        format!("turn {:>3}  {message}{files}", p.turn)
                     })
                     .collect(),
                 Some(self.selected),
@@ -180,7 +166,7 @@ impl RewindMenu {
                     " rewind to turn {}: restore what? · Esc goes back ",
                     self.point().map_or(0, |p| p.turn)
                 ),
-                self.modes().iter().map(|m| m.label().to_string()).collect(),
+                self.modes().iter().map(|m| label(*m).to_string()).collect(),
                 Some(*at),
             ),
             RewindStage::Force(_, message) => (
@@ -190,19 +176,6 @@ impl RewindMenu {
             ),
         }
     }
-}
-
-/// One line of a message, shortened for the list.
-fn first_line(text: &str) -> String {
-    let line = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("(no message)");
-    let mut shown: String = line.chars().take(70).collect();
-    if line.chars().count() > 70 {
-        shown.push('…');
-    }
-    dsh_tools::printable(&shown).into_owned()
 }
 
 /// The list for the session logged at `location`.
@@ -250,26 +223,14 @@ pub fn rewind(
     if choice.mode.files() {
         let checkpoints = checkpoints
             .ok_or_else(|| anyhow::anyhow!("rewind of files is off here ([rewind] enabled)"))?;
-        let plan = match plan_files(&checkpoints, &events, choice.turn, choice.force) {
+        let files = match restore_files(&checkpoints, &events, choice.turn, choice.force) {
             Err(RewindError::ChangedOutside(message)) => {
                 return Ok(Rewound::NeedsForce(point, choice.mode, message))
             }
             other => other?,
         };
-        let report = checkpoints.restore(&plan)?;
-        notice.push(format!(
-            "files as at the start of turn {}: {} written, {} deleted",
-            choice.turn,
-            report.written.len(),
-            report.deleted.len()
-        ));
-        for (path, why) in plan.kept.iter().chain(&report.failed) {
-            notice.push(format!(
-                "  left as it is: {}: {why}",
-                dsh_tools::printable(&path.display().to_string())
-            ));
-        }
-        restored = Some(plan.target);
+        notice.extend(files.lines(None));
+        restored = Some(files.tree);
     }
     if !choice.mode.conversation() {
         if let Some(tree) = &restored {
@@ -282,9 +243,7 @@ pub fn rewind(
     }
     let forked = dsh_session::fork_location_before(&location, choice.turn)?;
     if let Some(tree) = &restored {
-        let mut resumed = store.resume(&forked.header.id)?;
-        resumed.writer.append(restored_event(tree))?;
-        resumed.writer.flush()?;
+        record_restore(store, &forked.header.id, tree)?;
     }
     notice.push(format!(
         "the conversation as before turn {}, in a new session (the old one is unchanged); turn {}'s message is in the composer",
