@@ -81,16 +81,18 @@ pub struct Checkpoint {
     pub new_bytes: u64,
 }
 
-type Hash = [u8; 32];
+pub(crate) type Hash = [u8; 32];
 
-fn sha256(bytes: &[u8]) -> Hash {
+/// SHA-256 of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> Hash {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
     let mut out = [0u8; 32];
     out.copy_from_slice(digest.as_ref());
     out
 }
 
-fn hex(hash: &Hash) -> String {
+/// `hash` in lowercase hex.
+pub(crate) fn hex(hash: &Hash) -> String {
     hash.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -176,12 +178,14 @@ fn encode_tree(tree: &Tree) -> Vec<u8> {
     out
 }
 
+/// The next `n` bytes of `bytes`, which move past them; `None` when fewer are left.
+fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let (head, rest) = bytes.split_at_checked(n)?;
+    *bytes = rest;
+    Some(head)
+}
+
 fn decode_tree(mut bytes: &[u8]) -> Option<Tree> {
-    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = bytes.split_at_checked(n)?;
-        *bytes = rest;
-        Some(head)
-    }
     let mut tree = Tree::new();
     while !bytes.is_empty() {
         let kind = take(&mut bytes, 1)?[0];
@@ -282,11 +286,6 @@ fn encode_cache(cache: &StatCache) -> Vec<u8> {
 
 fn decode_cache(bytes: &[u8]) -> StatCache {
     fn entry(bytes: &mut &[u8]) -> Option<(Vec<u8>, (StatKey, Hash))> {
-        fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-            let (head, rest) = bytes.split_at_checked(n)?;
-            *bytes = rest;
-            Some(head)
-        }
         let len = u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize;
         let path = take(bytes, len)?.to_vec();
         let key = StatKey {
@@ -313,6 +312,25 @@ fn decode_cache(bytes: &[u8]) -> StatCache {
         }
     }
     cache
+}
+
+/// Writes `bytes` to `path` atomically and privately: a new `0600` temp file beside it
+/// (`O_EXCL|O_NOFOLLOW`), renamed over it; the temp file is removed when a step fails.
+fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let temp = path.with_file_name(format!("{name}.tmp-{}", uuid::Uuid::new_v4().simple()));
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(crate::os::O_NOFOLLOW)
+        .open(&temp)
+        .and_then(|mut file| file.write_all(bytes))
+        .and_then(|()| std::fs::rename(&temp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
 }
 
 /// A file modified this recently is hashed again next time even when its stat looks the same
@@ -359,6 +377,14 @@ impl Step {
     }
 }
 
+/// The files (not folders) `steps` write or delete.
+fn changed_files(steps: &[Step]) -> impl Iterator<Item = PathBuf> + '_ {
+    steps
+        .iter()
+        .filter(|step| !matches!(step, Step::DeleteDir(_)))
+        .map(|step| step.path().to_path_buf())
+}
+
 /// What a restore will do (from [`CheckpointStore::plan_restore`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestorePlan {
@@ -374,11 +400,7 @@ pub struct RestorePlan {
 impl RestorePlan {
     /// The files (relative to the workspace) the restore writes or deletes.
     pub fn changed(&self) -> Vec<PathBuf> {
-        self.steps
-            .iter()
-            .filter(|step| !matches!(step, Step::DeleteDir(_)))
-            .map(|step| step.path().to_path_buf())
-            .collect()
+        changed_files(&self.steps).collect()
     }
 
     /// True when the files already are as in the target.
@@ -456,19 +478,7 @@ impl CheckpointStore {
         let packed = encoder
             .finish()
             .map_err(|err| io_error("cannot compress", &path, &err))?;
-        let temp = folder.join(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
-        let written = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(crate::os::O_NOFOLLOW)
-            .open(&temp)
-            .and_then(|mut file| file.write_all(&packed))
-            .and_then(|()| std::fs::rename(&temp, &path));
-        if let Err(err) = written {
-            let _ = std::fs::remove_file(&temp);
-            return Err(io_error("cannot store", &path, &err));
-        }
+        write_private(&path, &packed).map_err(|err| io_error("cannot store", &path, &err))?;
         Ok(content.len() as u64)
     }
 
@@ -562,20 +572,7 @@ impl CheckpointStore {
         let root_tree = self.write_folders(folders, &mut taken)?;
         taken.tree = hex(&root_tree);
         // The cache is a speed-up: failing to write it loses nothing.
-        let temp = self
-            .dir
-            .join(format!("stat-cache.tmp-{}", uuid::Uuid::new_v4().simple()));
-        let saved = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(crate::os::O_NOFOLLOW)
-            .open(&temp)
-            .and_then(|mut file| file.write_all(&encode_cache(&next_cache)))
-            .and_then(|()| std::fs::rename(&temp, self.cache_path()));
-        if saved.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
+        let _ = write_private(&self.cache_path(), &encode_cache(&next_cache));
         Ok(taken)
     }
 
@@ -740,11 +737,7 @@ impl CheckpointStore {
         let (from, to) = (self.tree_hash(from)?, self.tree_hash(to)?);
         let mut plan = PlanBuilder::default();
         self.diff(Path::new(""), Some(&from), Some(&to), &mut plan)?;
-        Ok(plan
-            .steps
-            .iter()
-            .filter(|step| !matches!(step, Step::DeleteDir(_)))
-            .map(|step| step.path().to_path_buf())
+        Ok(changed_files(&plan.steps)
             .chain(plan.kept.into_iter().map(|(path, _)| path))
             .collect())
     }

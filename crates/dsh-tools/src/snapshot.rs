@@ -124,8 +124,7 @@ impl FileSnapshot {
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    crate::checkpoint::hex(&crate::checkpoint::sha256(bytes))
 }
 
 /// One step of an undo.
