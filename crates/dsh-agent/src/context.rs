@@ -488,17 +488,11 @@ fn check_note_target(path: &Path, within: Option<&Path>) -> Result<(), String> {
             "{shown} is a symbolic link; notes and /memory write only a regular file"
         ));
     }
-    check_note_meta(path, &meta, within)?;
-    if let Some(root) = within {
-        let real = std::fs::canonicalize(path).map_err(|e| format!("{shown}: {e}"))?;
-        if !real.starts_with(root) {
-            return Err(format!("{shown} leads out of the project"));
-        }
-    }
-    Ok(())
+    check_note_meta(path, &meta, within)
 }
 
-/// The checks of [`check_note_target`] on the metadata of the file itself.
+/// The checks of [`check_note_target`] on the metadata of the file itself, and that its real
+/// path lies in `within`.
 fn check_note_meta(
     path: &Path,
     meta: &std::fs::Metadata,
@@ -517,8 +511,12 @@ fn check_note_meta(
             "{shown} has other names (hard links); notes and /memory write only a file with one"
         ));
     }
-    #[cfg(not(unix))]
-    let _ = within;
+    if let Some(root) = within {
+        let real = std::fs::canonicalize(path).map_err(|e| format!("{shown}: {e}"))?;
+        if !real.starts_with(root) {
+            return Err(format!("{shown} leads out of the project"));
+        }
+    }
     Ok(())
 }
 
@@ -542,12 +540,6 @@ fn append_note(path: &Path, line: &str, within: Option<&Path>) -> Result<(), Str
         .map_err(|e| format!("cannot open {shown} ({e}); it must be a regular file"))?;
     let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
     check_note_meta(path, &meta, within)?;
-    if let Some(root) = within {
-        let real = std::fs::canonicalize(path).map_err(|e| format!("{shown}: {e}"))?;
-        if !real.starts_with(root) {
-            return Err(format!("{shown} leads out of the project"));
-        }
-    }
     let mut text = String::new();
     if meta.len() > 0 {
         let mut last = [0u8; 1];
